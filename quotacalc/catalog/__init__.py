@@ -1,0 +1,1 @@
+"""Catalogs: the facts quotacalc prices from (GPUs, dtypes, shipped model configs)."""

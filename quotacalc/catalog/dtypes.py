@@ -1,0 +1,92 @@
+"""Number formats for weights and KV cache: bytes per element and the tensor-core math they run in."""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+
+from pydantic import BaseModel, ConfigDict
+
+from quotacalc.errors import UsageError
+
+
+class Dtype(BaseModel):
+    """A storage format. ``bytes_per_element`` includes block scales where the format has them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    bytes_per_element: float
+    #: Tensor-core format the matmuls run in when weights are stored in this format.
+    compute_dtype: str
+    #: Format used instead when a GPU has no tensor cores for ``compute_dtype`` (weight-only kernels).
+    fallback_compute_dtype: str
+    note: str
+
+
+_DTYPES: tuple[Dtype, ...] = (
+    Dtype(name="fp32", bytes_per_element=4, compute_dtype="tf32", fallback_compute_dtype="tf32", note="IEEE float32"),
+    Dtype(name="bf16", bytes_per_element=2, compute_dtype="bf16", fallback_compute_dtype="fp16", note="bfloat16"),
+    Dtype(name="fp16", bytes_per_element=2, compute_dtype="fp16", fallback_compute_dtype="bf16", note="IEEE float16"),
+    Dtype(
+        name="fp8",
+        bytes_per_element=1,
+        compute_dtype="fp8",
+        fallback_compute_dtype="bf16",
+        note="float8 (e4m3/e5m2); W8A8 where the GPU has fp8 tensor cores, else weight-only",
+    ),
+    Dtype(name="int8", bytes_per_element=1, compute_dtype="int8", fallback_compute_dtype="bf16", note="int8 W8A8"),
+    Dtype(
+        name="int4",
+        bytes_per_element=0.5,
+        compute_dtype="bf16",
+        fallback_compute_dtype="fp16",
+        note="4-bit weight-only (AWQ, GPTQ); group scales are not counted",
+    ),
+    Dtype(
+        name="mxfp4",
+        # OCP microscaling: 32 fp4 values share one 8-bit scale, so 4 + 8/32 bits each.
+        bytes_per_element=(4 + 8 / 32) / 8,
+        compute_dtype="fp4",
+        fallback_compute_dtype="bf16",
+        note="OCP MX fp4, one e8m0 scale per 32 values",
+    ),
+    Dtype(
+        name="nvfp4",
+        # 16 fp4 values share one fp8 scale, so 4 + 8/16 bits each.
+        bytes_per_element=(4 + 8 / 16) / 8,
+        compute_dtype="fp4",
+        fallback_compute_dtype="bf16",
+        note="NVIDIA fp4, one fp8 scale per 16 values",
+    ),
+)
+
+DTYPES: dict[str, Dtype] = {dtype.name: dtype for dtype in _DTYPES}
+
+_ALIASES: dict[str, str] = {
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "w8a8": "int8",
+    "awq": "int4",
+    "gptq": "int4",
+    "fp4": "nvfp4",
+}
+
+
+def dtype_by_name(name: str, *, field: str = "dtype", source: str | None = None) -> Dtype:
+    """Look up a dtype by name or alias (case-insensitive)."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in DTYPES:
+        return DTYPES[key]
+    known = sorted({*DTYPES, *_ALIASES})
+    close = get_close_matches(key, known, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else f"one of {', '.join(DTYPES)}"
+    raise UsageError(f"unknown dtype '{name}'", source=source, field=field, fix=hint)

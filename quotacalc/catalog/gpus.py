@@ -1,0 +1,88 @@
+"""The GPU catalog: vendor peak figures, one data file (``gpus.yaml``), one source per figure."""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from quotacalc.errors import QuotacalcError, UsageError
+
+CATALOG_FILE = "gpus.yaml"
+
+
+class GpuSources(BaseModel):
+    """Where each figure of a GPU entry comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_bytes: str
+    memory_bandwidth_bytes_per_s: str
+    dense_tflops: str
+
+
+class GpuSpec(BaseModel):
+    """One accelerator's peak figures. Efficiencies (MFU, MBU) are deployment inputs, not GPU facts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    vendor: str
+    aliases: tuple[str, ...] = ()
+    #: HBM capacity as the device reports it to the runtime (not the marketing figure).
+    memory_bytes: PositiveInt
+    memory_bandwidth_bytes_per_s: PositiveFloat
+    #: Dense (no 2:4 sparsity) tensor-core peak per compute dtype, in TFLOPS.
+    dense_tflops: dict[str, PositiveFloat] = Field(min_length=1)
+    sources: GpuSources
+
+    def peak_flops_per_s(self, compute_dtype: str) -> float:
+        """Dense peak FLOP/s for a compute dtype; raises if the GPU has no tensor cores for it."""
+        return self.dense_tflops[compute_dtype] * 1e12
+
+    def supports(self, compute_dtype: str) -> bool:
+        return compute_dtype in self.dense_tflops
+
+
+class GpuCatalog(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpus: dict[str, GpuSpec]
+
+    def get(self, name: str) -> GpuSpec:
+        """Find a GPU by id or alias (case-insensitive), suggesting close ids when unknown."""
+        key = name.strip().lower()
+        for gpu in self.gpus.values():
+            if key == gpu.id or key in gpu.aliases:
+                return gpu
+        names = [*self.gpus, *(alias for gpu in self.gpus.values() for alias in gpu.aliases)]
+        close = get_close_matches(key, names, n=3, cutoff=0.5)
+        fix = f"did you mean {', '.join(close)}?" if close else "run 'quotacalc gpus' for the catalog"
+        raise UsageError(f"unknown GPU '{name}'", field="gpu", fix=fix)
+
+
+def parse_catalog(document: object, source: str) -> GpuCatalog:
+    """Validate a parsed catalog document; errors name the entry and field."""
+    if not isinstance(document, dict) or not isinstance(document.get("gpus"), dict):
+        raise QuotacalcError("expected a mapping with a 'gpus' key", source=source)
+    gpus = {}
+    for gpu_id, entry in document["gpus"].items():
+        try:
+            gpus[gpu_id] = GpuSpec.model_validate({"id": gpu_id, **(entry or {})})
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in ("gpus", gpu_id, *first["loc"]))
+            raise QuotacalcError(first["msg"], source=source, field=field) from None
+    return GpuCatalog(gpus=gpus)
+
+
+@lru_cache(maxsize=1)
+def load_gpu_catalog() -> GpuCatalog:
+    """The shipped GPU catalog."""
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    text = resources.files("quotacalc.catalog").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
+    return parse_catalog(load_yaml_text(text, source=CATALOG_FILE), CATALOG_FILE)

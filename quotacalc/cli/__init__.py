@@ -1,0 +1,1 @@
+"""Outputs: the command line, its tables, and its JSON."""

@@ -1,0 +1,151 @@
+"""The ``quotacalc`` command line: parse, call the core, render. Nothing is computed here."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated, Any, Optional
+
+import typer
+
+from quotacalc.cli.options import option_parameters, with_options
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.deployment import Deployment, Tenant
+
+app = typer.Typer(
+    help="Price LLM serving in replica time and KV memory, and size tenants on shared replicas.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+PlanArgument = Annotated[
+    Optional[str], typer.Argument(help="deployment YAML file (its keys are the flags' names with underscores)", show_default=False)
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
+ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
+
+DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
+DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
+TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
+
+
+def _load(plan: str | None, deployment_flags: dict[str, Any], tenant_flags: dict[str, Any] | None = None):
+    from quotacalc.inputs.deployment import build_deployment, build_tenant, load_plan_file
+
+    plan_file = load_plan_file(plan) if plan else None
+    deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
+    tenant = None
+    if tenant_flags is not None:
+        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags, source=plan)
+    return deployment, tenant
+
+
+def _price(deployment: Deployment):
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    return price(resolve(deployment))
+
+
+def _emit_json(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+@app.command("price")
+@with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
+def price_command(plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags):
+    """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
+    from quotacalc.cli import render
+
+    deployment, _ = _load(plan, deployment_flags)
+    result = _price(deployment)
+    if as_json:
+        _emit_json(render.price_json(result))
+    else:
+        render.price_table(result, explain=explain)
+
+
+@app.command("size")
+@with_options({"deployment_flags": DEPLOYMENT_OPTIONS, "tenant_flags": TENANT_OPTIONS})
+def size_command(
+    plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags, tenant_flags
+):
+    """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated."""
+    from quotacalc.cli import render
+    from quotacalc.core.tenant import size_tenant
+
+    deployment, tenant = _load(plan, deployment_flags, tenant_flags)
+    result = size_tenant(_price(deployment), tenant)
+    if as_json:
+        _emit_json(render.size_json(result))
+    else:
+        render.size_table(result, explain=explain)
+
+
+@app.command("kv")
+@with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
+def kv_command(
+    plan: PlanArgument = None,
+    context: Annotated[Optional[int], typer.Option("--context", help="the request's context length, tokens")] = None,
+    as_json: JsonOption = False,
+    explain: ExplainOption = False,
+    *,
+    deployment_flags,
+):
+    """One request's KV at a context length: bytes, per GPU, share of the pool, how many fill a replica."""
+    from quotacalc.cli import render
+    from quotacalc.core.kv import request_kv
+    from quotacalc.errors import UsageError
+
+    deployment, _ = _load(plan, deployment_flags)
+    if context is None:
+        raise UsageError("is required", field="--context", fix="the request's context length in tokens")
+    if context <= 0:
+        raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
+    result = request_kv(_price(deployment), context)
+    if as_json:
+        _emit_json(render.kv_json(result))
+    else:
+        render.kv_table(result, explain=explain)
+
+
+@app.command("models")
+def models_command(as_json: JsonOption = False):
+    """List the shipped model configs: parameters, KV per token, layer kinds."""
+    from quotacalc.cli import render
+
+    render.models_listing(as_json=as_json)
+
+
+@app.command("gpus")
+def gpus_command(
+    as_json: JsonOption = False,
+    sources: Annotated[bool, typer.Option("--sources", help="show where each figure comes from")] = False,
+):
+    """List the GPU catalog: memory, bandwidth, dense TFLOPS per dtype."""
+    from quotacalc.cli import render
+
+    render.gpus_listing(as_json=as_json, sources=sources)
+
+
+def main() -> None:
+    """Entry point: one-line errors with exit codes, never a traceback for bad input."""
+    try:
+        app(standalone_mode=False)
+    except QuotacalcError as error:
+        sys.stderr.write(f"quotacalc: error: {error.one_line()}\n")
+        sys.exit(error.exit_code)
+    except Exception as error:  # noqa: BLE001 - the CLI's last line of defence
+        import click
+
+        if isinstance(error, click.exceptions.ClickException):
+            sys.stderr.write(f"quotacalc: error: {error.format_message()}\n")
+            sys.exit(error.exit_code)
+        if isinstance(error, (click.exceptions.Abort, KeyboardInterrupt)):
+            sys.exit(130)
+        if os.environ.get("QUOTACALC_DEBUG"):
+            raise
+        sys.stderr.write(f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n")
+        sys.exit(3)

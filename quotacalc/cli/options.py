@@ -1,0 +1,56 @@
+"""Command-line options generated from the input models, so flags, YAML keys and docs never drift."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Union
+
+import typer
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from quotacalc.inputs.deployment import flag_name
+
+
+def _plain_type(annotation: Any) -> Any:
+    """``int | None`` -> ``int``: typer needs the bare type; None means 'not given'."""
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return members[0]
+    return annotation
+
+
+def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """One keyword-only typer option per field of ``model``; every default is None ('not given')."""
+    parameters = []
+    for name, field in model.model_fields.items():
+        if name in exclude:
+            continue
+        default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
+        option = typer.Option(flag_name(name), help=f"{field.description}{default}", rich_help_panel=panel, show_default=False)
+        annotation = Annotated[Union[_plain_type(field.annotation), None], option]
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+    return parameters
+
+
+def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callable], Callable]:
+    """Add generated options to a command; the command receives each group as a dict named by its key."""
+
+    def decorate(command: Callable) -> Callable:
+        signature = inspect.signature(command)
+        own = [p for p in signature.parameters.values() if p.name not in groups]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            grouped = {group: {p.name: kwargs.pop(p.name) for p in params} for group, params in groups.items()}
+            return command(**kwargs, **grouped)
+
+        extra = [p for params in groups.values() for p in params]
+        wrapper.__signature__ = signature.replace(parameters=own + extra)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate

@@ -1,0 +1,285 @@
+"""Rich tables and JSON documents for each command. Formatting only: every figure comes from the core."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from quotacalc.cli import units
+from quotacalc.core.explain import Step
+from quotacalc.core.kv import RequestKvResult
+from quotacalc.core.price import PriceResult
+from quotacalc.core.tenant import SizeResult
+
+#: Bumped only when a key is renamed or removed; new keys may appear at any time.
+JSON_SCHEMA_VERSION = 1
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _steps_json(steps: tuple[Step, ...]) -> list[dict[str, Any]]:
+    return [step.model_dump(exclude_none=True) for step in steps]
+
+
+def _inputs_json(result: PriceResult) -> dict[str, Any]:
+    inputs = result.inputs
+    arch = inputs.arch
+    return {
+        "deployment": inputs.deployment.model_dump(),
+        "model": {
+            "name": arch.name,
+            "model_type": arch.model_type,
+            "layers": len(arch.layers),
+            "layer_kinds": arch.mixer_counts(),
+            "vocab_size": arch.vocab_size,
+            "hidden_size": arch.hidden_size,
+            "tie_word_embeddings": arch.tie_word_embeddings,
+            "checkpoint_dtype": arch.checkpoint_dtype,
+            "max_context_tokens": arch.max_context_tokens,
+            "params_by_group": {group.value: count for group, count in arch.params_by_group().items() if count},
+            "active_params_by_group": {group.value: count for group, count in arch.active_params_by_group().items() if count},
+            "notes": list(arch.notes),
+        },
+        "gpu": inputs.gpu.model_dump(),
+        "weights": {
+            "source": inputs.weights.source,
+            "compute_dtype": inputs.weights.compute_dtype,
+            "groups": {group.value: storage.model_dump() for group, storage in inputs.weights.groups.items()},
+        },
+        "kv_dtype": inputs.kv_dtype.model_dump(),
+        "state_dtype": inputs.state_dtype.model_dump(),
+    }
+
+
+def price_results_json(result: PriceResult) -> dict[str, Any]:
+    return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings"})
+
+
+def price_json(result: PriceResult) -> dict[str, Any]:
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "command": "price",
+        "results": price_results_json(result),
+        "warnings": list(result.warnings),
+        "explain": _steps_json(result.steps),
+        "inputs": _inputs_json(result),
+    }
+
+
+def size_json(result: SizeResult) -> dict[str, Any]:
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "command": "size",
+        "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
+        "tenant": result.tenant.model_dump(),
+        "replica": price_results_json(result.replica),
+        "warnings": list(result.replica.warnings),
+        "explain": _steps_json(result.steps) + _steps_json(result.replica.steps),
+        "inputs": _inputs_json(result.replica),
+    }
+
+
+def kv_json(result: RequestKvResult) -> dict[str, Any]:
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "command": "kv",
+        "results": result.model_dump(mode="json", exclude={"steps", "replica"}),
+        "replica": price_results_json(result.replica),
+        "warnings": list(result.replica.warnings),
+        "explain": _steps_json(result.steps) + _steps_json(result.replica.steps),
+        "inputs": _inputs_json(result.replica),
+    }
+
+
+def emit_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _table(title: str) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("how", style="dim")
+    return table
+
+
+def _header(result: PriceResult) -> str:
+    inputs = result.inputs
+    d = inputs.deployment
+    return (
+        f"{inputs.arch.name} on {d.tp}× {inputs.gpu.id}: weights {inputs.weights.describe()}, KV {inputs.kv_dtype.name}, "
+        f"batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, ${d.gpu_hour_usd}/GPU-h"
+    )
+
+
+def _price_rows(table: Table, result: PriceResult) -> None:
+    d = result.inputs.deployment
+    table.add_row("parameters (total)", f"{result.total_params:,}", result.inputs.arch.model_type)
+    if result.active_params != result.total_params:
+        table.add_row("parameters (active)", f"{result.active_params:,}", "per text token")
+    table.add_row("weights per GPU", units.data_bytes(result.weight_bytes_per_gpu), f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}")
+    table.add_row("KV per token", f"{result.kv_bytes_per_token:,.0f} B", f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU")
+    if result.state_bytes_per_sequence:
+        table.add_row("state per sequence", units.data_bytes(result.state_bytes_per_sequence), "Mamba conv + SSM state")
+    table.add_row("prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
+    table.add_row(
+        f"prompt token at {d.context:,} context", units.seconds(result.prompt_token_at_context_s), "with attention FLOPs"
+    )
+    table.add_row("decode step", units.seconds(result.decode_step_s), f"{result.decode_bound}-bound, batch {d.batch}")
+    table.add_row("output token", units.seconds(result.output_token_s), "decode step / batch")
+    table.add_row("output weight W", f"{result.output_weight:.2f}", "units per output token")
+    table.add_row("replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token")
+    table.add_row("KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)
+    table.add_row("dedicated replica", f"{units.usd(result.dedicated_usd_per_month)}/month", f"{d.tp} GPUs × ${d.gpu_hour_usd} × {d.hours_per_month:g} h")
+    table.add_row("$ per 1M prompt tokens", units.usd(result.usd_per_million_prompt_tokens), "at the ceiling")
+    table.add_row("$ per 1M cached prompt tokens", units.usd(result.usd_per_million_cached_prompt_tokens), f"× {d.cached_prompt_weight}")
+    table.add_row("$ per 1M output tokens", units.usd(result.usd_per_million_output_tokens), "× W")
+
+
+def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if not explain:
+        return
+    console.print()
+    console.print("[bold]How each figure is derived[/]")
+    for step in steps:
+        console.print(f"[bold]{step.name}[/] = {step.formula}", markup=True)
+        console.print(f"    = {step.substituted}")
+        console.print(f"    = {units.render(step.value, step.unit)}" + (f"   [dim]({step.note})[/]" if step.note else ""))
+    notes = list(result.inputs.arch.notes)
+    if notes:
+        console.print("[bold]Assumptions about the model[/]")
+        for note in notes:
+            console.print(f"  - {note}")
+
+
+def price_table(result: PriceResult, *, explain: bool) -> None:
+    console = _console()
+    table = _table(_header(result))
+    _price_rows(table, result)
+    console.print(table)
+    _print_footer(console, result.steps, result, explain)
+
+
+def size_table(result: SizeResult, *, explain: bool) -> None:
+    console = _console()
+    tenant = result.tenant
+    table = _table(
+        f"Tenant: {units.number(tenant.rps)} req/s × ({units.number(tenant.prompt_tokens)} prompt, "
+        f"{units.number(tenant.output_tokens)} output tokens, {tenant.cached_fraction:.0%} cached) on {_header(result.replica)}"
+    )
+    table.add_row("units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}")
+    table.add_row("load", f"{result.units_per_s:,.0f} units/s", "")
+    table.add_row("replicas", f"{result.replicas:.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
+    table.add_row("token bucket rate", f"{result.bucket_rate_units_per_s:,.0f} units/s", "refill")
+    table.add_row("token bucket depth", f"{result.bucket_depth_units:,.0f} units", f"{result.replica.inputs.deployment.burst_s:g} s of quota")
+    table.add_row("shared", f"{units.usd(result.shared_usd_per_month)}/month", "its share of replicas")
+    table.add_row(
+        "dedicated", f"{units.usd(result.dedicated_total_usd_per_month)}/month", f"{result.dedicated_replicas} whole replica(s)"
+    )
+    table.add_row("one request's KV", units.data_bytes(result.request_kv_bytes), f"{result.request_pool_share:.2%} of a replica's pool")
+    console.print(table)
+    _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
+
+
+def kv_table(result: RequestKvResult, *, explain: bool) -> None:
+    console = _console()
+    table = _table(f"One {result.context_tokens:,}-token request on {_header(result.replica)}")
+    gib = result.request_kv_bytes / units.GIB
+    table.add_row("request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
+    table.add_row("per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}")
+    if result.window_kv_bytes:
+        table.add_row("of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
+    if result.state_bytes:
+        table.add_row("of which SSM state", units.data_bytes(result.state_bytes), "fixed per sequence")
+    table.add_row("share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens")
+    table.add_row("resident at once", f"{result.requests_resident}", "requests that fit")
+    table.add_row("fill the replica", f"{result.requests_to_fill_pool}", "requests")
+    console.print(table)
+    _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
+
+
+# --------------------------------------------------------------------------- catalogs
+
+
+def models_listing(*, as_json: bool) -> None:
+    from quotacalc.catalog.models import shipped_models
+    from quotacalc.core import memory
+    from quotacalc.inputs.resolve import load_arch
+
+    rows = []
+    for shipped in shipped_models():
+        arch, resolved = load_arch(shipped.name)
+        rows.append(
+            {
+                "name": shipped.name,
+                "hf_ids": list(shipped.hf_ids),
+                "model_type": arch.model_type,
+                "total_params": arch.total_params(),
+                "active_params": arch.active_params(),
+                "layer_kinds": arch.mixer_counts(),
+                "kv_bytes_per_token_bf16": memory.kv_bytes_per_token(arch, 2),
+                "checkpoint_dtype": arch.checkpoint_dtype,
+                "quantization": (resolved.config.get("quantization_config") or {}).get("quant_method"),
+                "max_context_tokens": arch.max_context_tokens,
+            }
+        )
+    if as_json:
+        emit_json({"schema_version": JSON_SCHEMA_VERSION, "models": rows})
+        return
+    table = Table(title="Shipped models (models/; provenance in models/SOURCES.md)", title_justify="left")
+    for column in ("name", "hub id", "type", "params", "active", "KV/token (bf16)", "layers", "weights"):
+        table.add_column(column, justify="right" if column in ("params", "active", "KV/token (bf16)") else "left")
+    for row in rows:
+        table.add_row(
+            row["name"],
+            row["hf_ids"][0] if row["hf_ids"] else "",
+            row["model_type"],
+            units.count(row["total_params"]),
+            units.count(row["active_params"]),
+            f"{row['kv_bytes_per_token_bf16']:,.0f} B",
+            ", ".join(f"{n} {kind}" for kind, n in row["layer_kinds"].items()),
+            row["quantization"] or row["checkpoint_dtype"],
+        )
+    _console().print(table)
+
+
+def gpus_listing(*, as_json: bool, sources: bool) -> None:
+    from quotacalc.catalog.gpus import load_gpu_catalog
+
+    catalog = load_gpu_catalog()
+    if as_json:
+        emit_json({"schema_version": JSON_SCHEMA_VERSION, "gpus": [gpu.model_dump() for gpu in catalog.gpus.values()]})
+        return
+    table = Table(title="GPU catalog (dense peak; efficiencies are deployment inputs)", title_justify="left")
+    for column in ("id", "name", "memory", "bandwidth", "fp8 TFLOPS", "bf16 TFLOPS", "fp4 TFLOPS"):
+        table.add_column(column, justify="left" if column in ("id", "name") else "right")
+    for gpu in catalog.gpus.values():
+        tflops = gpu.dense_tflops
+        table.add_row(
+            gpu.id,
+            gpu.name,
+            f"{gpu.memory_bytes / units.GIB:.2f} GiB",
+            f"{gpu.memory_bandwidth_bytes_per_s / 1e12:.3g} TB/s",
+            *(f"{tflops[key]:g}" if key in tflops else "-" for key in ("fp8", "bf16", "fp4")),
+        )
+    console = _console()
+    console.print(table)
+    if sources:
+        for gpu in catalog.gpus.values():
+            console.print(f"[bold]{gpu.id}[/]")
+            for figure, source in gpu.sources.model_dump().items():
+                console.print(f"  {figure}: {source}")

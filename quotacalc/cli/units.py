@@ -1,0 +1,63 @@
+"""Human renderings of SI figures (the JSON keeps raw SI values)."""
+
+from __future__ import annotations
+
+GIB = 2**30
+
+
+def seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    if value >= 1e-6:
+        return f"{value * 1e6:.3g} µs"
+    return f"{value * 1e9:.3g} ns"
+
+
+def data_bytes(value: float) -> str:
+    """Decimal GB/MB/kB for capacities, as the method quotes them; exact below 1 MB."""
+    if value >= 1e9:
+        return f"{value / 1e9:,.1f} GB"
+    if value >= 1e6:
+        return f"{value / 1e6:,.1f} MB"
+    return f"{value:,.0f} B"
+
+
+def count(value: float) -> str:
+    if value >= 1e9:
+        return f"{value / 1e9:,.2f} B"
+    if value >= 1e6:
+        return f"{value / 1e6:,.1f} M"
+    return f"{value:,.0f}"
+
+
+def number(value: float, digits: int = 3) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def usd(value: float) -> str:
+    if abs(value) >= 100:
+        return f"${value:,.0f}"
+    if abs(value) >= 0.01:
+        return f"${value:,.2f}"
+    return f"${value:.3g}"
+
+
+def render(value: float, unit: str) -> str:
+    """Render a ``Step`` value by its unit."""
+    if unit == "s":
+        return seconds(value)
+    if unit == "B":
+        return data_bytes(value)
+    if unit == "B/s":
+        return f"{value / 1e12:.3g} TB/s"
+    if unit == "USD":
+        return usd(value)
+    if unit == "params":
+        return f"{int(value):,}"
+    if unit == "FLOP":
+        return f"{value / 1e9:.3g} GFLOP"
+    return f"{number(value)} {unit}".strip()

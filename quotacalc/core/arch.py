@@ -1,0 +1,454 @@
+"""Model architecture as per-layer specs, each knowing its parameters, FLOPs and cache bytes.
+
+As in vLLM's ``kv_cache_interface``, every kind of token mixer (full attention, sliding-window
+attention, MLA, Mamba state) carries its own cache rule, and every kind of feed-forward block
+(dense MLP, mixture of experts) its own parameter rule. A model is a list of layers; figures for
+the model are sums over them, so a new architecture is a new spec, not a branch.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+
+class ParamGroup(str, Enum):
+    """Where a parameter lives; quantization and expert routing act per group."""
+
+    EMBEDDING = "embedding"
+    LM_HEAD = "lm_head"
+    ATTENTION = "attention"
+    MLP = "mlp"
+    ROUTED_EXPERTS = "routed_experts"
+    SHARED_EXPERTS = "shared_experts"
+    ROUTER = "router"
+    MAMBA = "mamba"
+    NORM = "norm"
+    VISION = "vision"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
+    """KV heads one TP rank holds; when heads < TP each rank holds a replicated head, as vLLM does."""
+    return max(1, kv_heads // tp)
+
+
+def mean_attended_tokens(context_tokens: int, window_tokens: int | None = None) -> float:
+    """Mean number of earlier tokens a prompt token attends to, over positions 1..context (causal)."""
+    if window_tokens is None or context_tokens <= window_tokens:
+        return (context_tokens + 1) / 2
+    inside = window_tokens * (window_tokens + 1) / 2
+    return (inside + (context_tokens - window_tokens) * window_tokens) / context_tokens
+
+
+# --------------------------------------------------------------------------- token mixers
+
+
+class FullAttention(_Spec):
+    """Multi-head / grouped-query attention whose KV grows with every token of context."""
+
+    kind: Literal["full_attention"] = "full_attention"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    v_head_dim: PositiveInt
+    qkv_bias: bool = False
+    o_bias: bool = False
+    #: RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each.
+    qk_norm: bool = False
+    #: Learned per-head attention sinks (gpt-oss).
+    sinks: bool = False
+
+    def params(self) -> dict[ParamGroup, int]:
+        q_out = self.num_heads * self.head_dim
+        k_out = self.num_kv_heads * self.head_dim
+        v_out = self.num_kv_heads * self.v_head_dim
+        count = self.hidden_size * (q_out + k_out + v_out) + self.num_heads * self.v_head_dim * self.hidden_size
+        count += (q_out + k_out + v_out) if self.qkv_bias else 0
+        count += self.hidden_size if self.o_bias else 0
+        count += 2 * self.head_dim if self.qk_norm else 0
+        count += self.num_heads if self.sinks else 0
+        return {ParamGroup.ATTENTION: count}
+
+    def cache_elements_per_token(self) -> int:
+        return self.num_kv_heads * (self.head_dim + self.v_head_dim)
+
+    def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.v_head_dim)
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
+        return context_tokens
+
+    def grows_with_context(self) -> bool:
+        return True
+
+    def state_elements_per_sequence(self) -> int:
+        return 0
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return 0
+
+    def attention_flops_per_token(self, attended_tokens: float) -> float:
+        """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
+        return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * attended_tokens
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return mean_attended_tokens(context_tokens)
+
+    def tp_problem(self, tp: int) -> str | None:
+        if self.num_heads % tp:
+            return f"does not divide the {self.num_heads} attention heads"
+        if self.num_kv_heads >= tp and self.num_kv_heads % tp:
+            return f"does not divide the {self.num_kv_heads} KV heads"
+        if self.num_kv_heads < tp and tp % self.num_kv_heads:
+            return f"is not a multiple of the {self.num_kv_heads} KV heads"
+        return None
+
+
+class SlidingWindowAttention(FullAttention):
+    """Attention over the last ``window_tokens`` only: its KV stops growing at the window."""
+
+    kind: Literal["sliding_attention"] = "sliding_attention"  # type: ignore[assignment]
+    window_tokens: PositiveInt
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        return min(context_tokens, self.window_tokens)
+
+    def grows_with_context(self) -> bool:
+        return False
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return min(context_tokens, self.window_tokens)
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return mean_attended_tokens(context_tokens, self.window_tokens)
+
+
+class MLAAttention(_Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3): one compressed latent per token per layer.
+
+    The cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token, and every TP rank holds
+    the whole latent (it is not split by heads).
+    """
+
+    kind: Literal["mla"] = "mla"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    q_lora_rank: PositiveInt | None
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+    o_bias: bool = False
+
+    def params(self) -> dict[ParamGroup, int]:
+        qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank:
+            q_count = self.hidden_size * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk_head_dim
+        else:
+            q_count = self.hidden_size * self.num_heads * qk_head_dim
+        kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        kv_up = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+        out = self.num_heads * self.v_head_dim * self.hidden_size + (self.hidden_size if self.o_bias else 0)
+        return {ParamGroup.ATTENTION: q_count + kv_down + kv_up + out}
+
+    def cache_elements_per_token(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        return self.cache_elements_per_token()
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def grows_with_context(self) -> bool:
+        return True
+
+    def state_elements_per_sequence(self) -> int:
+        return 0
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return 0
+
+    def attention_flops_per_token(self, attended_tokens: float) -> float:
+        qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
+        return 2 * self.num_heads * (qk_head_dim + self.v_head_dim) * attended_tokens
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return mean_attended_tokens(context_tokens)
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the {self.num_heads} attention heads" if self.num_heads % tp else None
+
+
+class _StateSpace(_Spec):
+    """Shared behaviour of state-space mixers: a fixed state per sequence, no per-token KV."""
+
+    def cache_elements_per_token(self) -> int:
+        return 0
+
+    def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        return 0
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        return 0
+
+    def grows_with_context(self) -> bool:
+        return False
+
+    def attention_flops_per_token(self, attended_tokens: float) -> float:
+        return 0.0
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return 0
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return 0.0
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return math.ceil(self.state_elements_per_sequence() / tp)
+
+
+class Mamba1Mixer(_StateSpace):
+    """Mamba (selective SSM, as in Jamba): conv state and SSM state per sequence."""
+
+    kind: Literal["mamba1"] = "mamba1"
+    hidden_size: PositiveInt
+    d_inner: PositiveInt
+    d_state: PositiveInt
+    d_conv: PositiveInt
+    dt_rank: PositiveInt
+    conv_bias: bool = True
+    proj_bias: bool = False
+    #: RMSNorms on dt, B and C (Jamba).
+    inner_norms: bool = False
+
+    def params(self) -> dict[ParamGroup, int]:
+        count = self.hidden_size * 2 * self.d_inner + (2 * self.d_inner if self.proj_bias else 0)
+        count += self.d_inner * self.d_conv + (self.d_inner if self.conv_bias else 0)
+        count += self.d_inner * (self.dt_rank + 2 * self.d_state)
+        count += self.dt_rank * self.d_inner + self.d_inner
+        count += self.d_inner * self.d_state + self.d_inner
+        count += self.d_inner * self.hidden_size + (self.hidden_size if self.proj_bias else 0)
+        count += (self.dt_rank + 2 * self.d_state) if self.inner_norms else 0
+        return {ParamGroup.MAMBA: count}
+
+    def state_elements_per_sequence(self) -> int:
+        # vLLM keeps d_conv - 1 past inputs per channel, and a d_state vector per channel.
+        return (self.d_conv - 1) * self.d_inner + self.d_inner * self.d_state
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the Mamba inner size {self.d_inner}" if self.d_inner % tp else None
+
+
+class Mamba2Mixer(_StateSpace):
+    """Mamba-2 (Nemotron-H, Bamba, Falcon-H1, Granite 4): multi-head SSM state per sequence."""
+
+    kind: Literal["mamba2"] = "mamba2"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    head_dim: PositiveInt
+    n_groups: PositiveInt
+    d_state: PositiveInt
+    d_conv: PositiveInt
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+    def params(self) -> dict[ParamGroup, int]:
+        in_proj_out = 2 * self.d_inner + 2 * self.n_groups * self.d_state + self.num_heads
+        count = self.hidden_size * in_proj_out + (in_proj_out if self.proj_bias else 0)
+        count += self.conv_dim * self.d_conv + (self.conv_dim if self.conv_bias else 0)
+        count += 3 * self.num_heads  # dt_bias, A_log, D
+        count += self.d_inner  # gated RMSNorm
+        count += self.d_inner * self.hidden_size + (self.hidden_size if self.proj_bias else 0)
+        return {ParamGroup.MAMBA: count}
+
+    def state_elements_per_sequence(self) -> int:
+        return (self.d_conv - 1) * self.conv_dim + self.num_heads * self.head_dim * self.d_state
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the {self.num_heads} Mamba heads" if self.num_heads % tp else None
+
+
+Mixer = Annotated[
+    Union[FullAttention, SlidingWindowAttention, MLAAttention, Mamba1Mixer, Mamba2Mixer],
+    Field(discriminator="kind"),
+]
+
+
+# --------------------------------------------------------------------------- feed-forward blocks
+
+
+class DenseMLP(_Spec):
+    """A feed-forward block every token runs through."""
+
+    kind: Literal["dense"] = "dense"
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    #: Gated (SwiGLU/GeGLU: gate, up, down) or plain (up, down).
+    gated: bool = True
+    bias: bool = False
+
+    def params(self) -> dict[ParamGroup, int]:
+        matrices = 3 if self.gated else 2
+        count = matrices * self.hidden_size * self.intermediate_size
+        if self.bias:
+            count += (matrices - 1) * self.intermediate_size + self.hidden_size
+        return {ParamGroup.MLP: count}
+
+    def active_params(self) -> dict[ParamGroup, int]:
+        return self.params()
+
+    def tp_problem(self, tp: int) -> str | None:
+        return None
+
+
+class MoE(_Spec):
+    """A mixture of experts: a router picks ``top_k`` of ``num_experts`` per token; shared experts always run."""
+
+    kind: Literal["moe"] = "moe"
+    hidden_size: PositiveInt
+    num_experts: PositiveInt
+    top_k: PositiveInt
+    expert_intermediate_size: PositiveInt
+    gated: bool = True
+    #: Biases inside each expert (gpt-oss).
+    expert_bias: bool = False
+    router_bias: bool = False
+    #: Per-expert score-correction bias (DeepSeek-V3's noaux_tc routing).
+    router_score_bias: bool = False
+    num_shared_experts: NonNegativeInt = 0
+    shared_intermediate_size: NonNegativeInt = 0
+    #: Sigmoid gate on the shared expert's output (Qwen2-MoE).
+    shared_expert_gate: bool = False
+
+    def expert_params(self) -> int:
+        matrices = 3 if self.gated else 2
+        count = matrices * self.hidden_size * self.expert_intermediate_size
+        if self.expert_bias:
+            count += (matrices - 1) * self.expert_intermediate_size + self.hidden_size
+        return count
+
+    def _fixed_params(self) -> dict[ParamGroup, int]:
+        router = self.hidden_size * self.num_experts
+        router += self.num_experts if self.router_bias else 0
+        router += self.num_experts if self.router_score_bias else 0
+        router += self.hidden_size if self.shared_expert_gate else 0
+        shared = 3 * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts
+        return {ParamGroup.ROUTER: router, ParamGroup.SHARED_EXPERTS: shared}
+
+    def params(self) -> dict[ParamGroup, int]:
+        return {**self._fixed_params(), ParamGroup.ROUTED_EXPERTS: self.num_experts * self.expert_params()}
+
+    def active_params(self) -> dict[ParamGroup, int]:
+        return {**self._fixed_params(), ParamGroup.ROUTED_EXPERTS: self.top_k * self.expert_params()}
+
+    def tp_problem(self, tp: int) -> str | None:
+        return None
+
+
+FeedForward = Annotated[Union[DenseMLP, MoE], Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- model
+
+
+class Layer(_Spec):
+    """One decoder layer: a token mixer and a feed-forward block (either may be absent), and its norms."""
+
+    mixer: Mixer | None
+    feed_forward: FeedForward | None
+    norm_params: NonNegativeInt
+
+    def params(self) -> dict[ParamGroup, int]:
+        mixer = self.mixer.params() if self.mixer else {}
+        ffn = self.feed_forward.params() if self.feed_forward else {}
+        return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+
+    def active_params(self) -> dict[ParamGroup, int]:
+        mixer = self.mixer.params() if self.mixer else {}
+        ffn = self.feed_forward.active_params() if self.feed_forward else {}
+        return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+
+
+def _add(*parts: dict[ParamGroup, int]) -> dict[ParamGroup, int]:
+    total: dict[ParamGroup, int] = {}
+    for part in parts:
+        for group, count in part.items():
+            total[group] = total.get(group, 0) + count
+    return total
+
+
+class ModelArch(_Spec):
+    """A model as priced: layers plus embeddings, head, final norm and any vision tower."""
+
+    name: str
+    model_type: str
+    hidden_size: PositiveInt
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool
+    layers: tuple[Layer, ...] = Field(min_length=1)
+    final_norm_params: NonNegativeInt
+    #: Whole vision tower plus projector, for multimodal models (runs on image tokens only).
+    vision_params: NonNegativeInt = 0
+    #: Checkpoint dtype of unquantized weights (``torch_dtype``/``dtype`` in the config).
+    checkpoint_dtype: str = "bf16"
+    max_context_tokens: PositiveInt | None = None
+    #: Assumptions the reader made about this config, surfaced in ``--explain``.
+    notes: tuple[str, ...] = ()
+
+    def _outer_params(self) -> dict[ParamGroup, int]:
+        embedding = self.vocab_size * self.hidden_size
+        return {
+            ParamGroup.EMBEDDING: embedding,
+            ParamGroup.LM_HEAD: 0 if self.tie_word_embeddings else embedding,
+            ParamGroup.NORM: self.final_norm_params,
+            ParamGroup.VISION: self.vision_params,
+        }
+
+    def params_by_group(self) -> dict[ParamGroup, int]:
+        """Every parameter, by group (tied embeddings counted once)."""
+        return _add(self._outer_params(), *(layer.params() for layer in self.layers))
+
+    def active_params_by_group(self) -> dict[ParamGroup, int]:
+        """Parameters one text token runs through: routed experts at top-k; the vision tower is idle."""
+        outer = {**self._outer_params(), ParamGroup.VISION: 0}
+        return _add(outer, *(layer.active_params() for layer in self.layers))
+
+    def total_params(self) -> int:
+        return sum(self.params_by_group().values())
+
+    def active_params(self) -> int:
+        return sum(self.active_params_by_group().values())
+
+    def moe_layers(self) -> list[MoE]:
+        return [layer.feed_forward for layer in self.layers if isinstance(layer.feed_forward, MoE)]
+
+    def mixer_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for layer in self.layers:
+            kind = layer.mixer.kind if layer.mixer else "none"
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts

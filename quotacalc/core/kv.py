@@ -1,0 +1,73 @@
+"""One request's KV at a context length: bytes, per GPU, share of the pool (METHOD.md §2)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from quotacalc.core import memory
+from quotacalc.core.explain import Ledger, Step, fmt
+from quotacalc.core.price import PriceResult
+
+
+class RequestKvResult(BaseModel):
+    """What one sequence of ``context_tokens`` holds in a replica's KV pool."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context_tokens: int
+    request_kv_bytes: float
+    request_kv_bytes_per_gpu: float
+    window_kv_bytes: float
+    state_bytes: float
+    pool_share: float
+    requests_resident: int
+    requests_to_fill_pool: int
+    steps: tuple[Step, ...]
+    replica: PriceResult
+
+
+def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
+    """KV (and any state) of one request at ``context_tokens``, against the replica's pool."""
+    inputs = replica.inputs
+    arch, tp = inputs.arch, inputs.deployment.tp
+    kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    ledger = Ledger()
+    total = ledger.record(
+        "request_kv_bytes",
+        memory.request_kv_bytes(arch, context_tokens, kv_b, state_b),
+        formula="Σ_layers cached tokens(context) × values per token × kv_dtype_bytes + state  (= context × kv_bytes_per_token for full attention)",
+        substituted=f"{fmt(context_tokens)} tokens, {fmt(replica.kv_bytes_per_token)} B/token at long context",
+        unit="B",
+    )
+    per_gpu = ledger.record(
+        "request_kv_bytes_per_gpu",
+        memory.request_kv_bytes_per_gpu(arch, context_tokens, kv_b, state_b, tp),
+        formula="the same per TP rank (KV heads split over TP; MLA latent and replicated heads whole)",
+        substituted=f"TP {tp}",
+        unit="B",
+    )
+    share = ledger.record(
+        "pool_share",
+        per_gpu / replica.kv_pool_bytes_per_gpu,
+        formula="request_kv_bytes_per_gpu / kv_pool_bytes_per_gpu  (= context / pool_tokens for full attention)",
+        substituted=f"{fmt(per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
+        unit="",
+    )
+    resident = math.floor(1 / share) if share > 0 else 0
+    to_fill = math.ceil(1 / share) if share > 0 else 0
+    ledger.record("requests_resident", resident, formula="floor(1 / pool_share)", substituted=f"floor(1 / {fmt(share)})", unit="requests")
+    ledger.record("requests_to_fill_pool", to_fill, formula="ceil(1 / pool_share)", substituted=f"ceil(1 / {fmt(share)})", unit="requests")
+    return RequestKvResult(
+        context_tokens=context_tokens,
+        request_kv_bytes=total,
+        request_kv_bytes_per_gpu=per_gpu,
+        window_kv_bytes=memory.window_bytes_per_sequence(arch, kv_b, context_tokens),
+        state_bytes=memory.state_bytes_per_sequence(arch, state_b),
+        pool_share=share,
+        requests_resident=resident,
+        requests_to_fill_pool=to_fill,
+        steps=tuple(ledger.steps),
+        replica=replica,
+    )

@@ -1,0 +1,113 @@
+"""A tenant's traffic on a deployment -> units/s, replicas, token bucket, shared vs dedicated cost (METHOD.md §1, §3, §6)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from quotacalc.core import memory
+from quotacalc.core.explain import Ledger, Step, fmt
+from quotacalc.core.price import PriceResult
+from quotacalc.inputs.deployment import Tenant
+
+
+class SizeResult(BaseModel):
+    """What a tenant needs and costs on one deployment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    units_per_request: float
+    units_per_s: float
+    replicas: float
+    bucket_rate_units_per_s: float
+    bucket_depth_units: float
+    shared_usd_per_month: float
+    dedicated_replicas: int
+    dedicated_total_usd_per_month: float
+    request_kv_bytes: float
+    request_pool_share: float
+    steps: tuple[Step, ...]
+    tenant: Tenant
+    replica: PriceResult
+
+
+def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
+    """Size a tenant's contract: its load in units, its share of replicas, its bucket and cost."""
+    deployment = replica.inputs.deployment
+    ledger = Ledger()
+    uncached = tenant.prompt_tokens * (1 - tenant.cached_fraction)
+    cached = tenant.prompt_tokens * tenant.cached_fraction
+    units_per_request = ledger.record(
+        "units_per_request",
+        uncached + cached * deployment.cached_prompt_weight + replica.output_weight * tenant.output_tokens,
+        formula="prompt × (1 − cached_fraction) + prompt × cached_fraction × cached_prompt_weight + W × output",
+        substituted=f"{fmt(uncached)} + {fmt(cached)} × {deployment.cached_prompt_weight} + {fmt(replica.output_weight)} × {fmt(tenant.output_tokens)}",
+        unit="units",
+    )
+    units_per_s = ledger.record(
+        "units_per_s", tenant.rps * units_per_request, formula="rps × units_per_request", substituted=f"{fmt(tenant.rps)} × {fmt(units_per_request)}", unit="units/s"
+    )
+    replicas = ledger.record(
+        "replicas",
+        units_per_s / replica.replica_units_per_s,
+        formula="units_per_s / replica_units_per_s",
+        substituted=f"{fmt(units_per_s)} / {fmt(replica.replica_units_per_s)}",
+        unit="replicas",
+    )
+    bucket_rate = ledger.record(
+        "bucket_rate_units_per_s", units_per_s, formula="contracted units/s", substituted=f"{fmt(units_per_s)}", unit="units/s"
+    )
+    bucket_depth = ledger.record(
+        "bucket_depth_units",
+        deployment.burst_s * units_per_s,
+        formula="burst_s × bucket_rate_units_per_s",
+        substituted=f"{fmt(deployment.burst_s)} × {fmt(units_per_s)}",
+        unit="units",
+    )
+    shared_usd = ledger.record(
+        "shared_usd_per_month",
+        replicas * replica.dedicated_usd_per_month,
+        formula="replicas × replica $/month (its share of shared replicas)",
+        substituted=f"{fmt(replicas)} × {fmt(replica.dedicated_usd_per_month)}",
+        unit="USD",
+    )
+    dedicated_replicas = max(1, math.ceil(replicas - 1e-9))
+    dedicated_usd = ledger.record(
+        "dedicated_total_usd_per_month",
+        dedicated_replicas * replica.dedicated_usd_per_month,
+        formula="ceil(replicas) × replica $/month (whole replicas, used or not)",
+        substituted=f"{dedicated_replicas} × {fmt(replica.dedicated_usd_per_month)}",
+        unit="USD",
+    )
+    inputs = replica.inputs
+    request_context = max(1, round(tenant.prompt_tokens + tenant.output_tokens))
+    request_kv = memory.request_kv_bytes(
+        inputs.arch, request_context, inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    )
+    request_kv_per_gpu = memory.request_kv_bytes_per_gpu(
+        inputs.arch, request_context, inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element, deployment.tp
+    )
+    share = ledger.record(
+        "request_pool_share",
+        request_kv_per_gpu / replica.kv_pool_bytes_per_gpu,
+        formula="request_kv_bytes_per_gpu(prompt + output) / kv_pool_bytes_per_gpu",
+        substituted=f"{fmt(request_kv_per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
+        unit="",
+        note="KV one of this tenant's requests holds at its full length",
+    )
+    return SizeResult(
+        units_per_request=units_per_request,
+        units_per_s=units_per_s,
+        replicas=replicas,
+        bucket_rate_units_per_s=bucket_rate,
+        bucket_depth_units=bucket_depth,
+        shared_usd_per_month=shared_usd,
+        dedicated_replicas=dedicated_replicas,
+        dedicated_total_usd_per_month=dedicated_usd,
+        request_kv_bytes=request_kv,
+        request_pool_share=share,
+        steps=tuple(ledger.steps),
+        tenant=tenant,
+        replica=replica,
+    )

@@ -1,0 +1,38 @@
+"""Errors that reach the user as one line, with an exit code, never a traceback."""
+
+from __future__ import annotations
+
+#: Exit code for invalid input: a file or value that parses but cannot be priced.
+EXIT_INVALID_INPUT = 1
+#: Exit code for usage errors: unknown names, missing or malformed arguments.
+EXIT_USAGE = 2
+
+
+class QuotacalcError(Exception):
+    """An error in the user's input, reported as ``source: field: problem (fix)``."""
+
+    exit_code = EXIT_INVALID_INPUT
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None, fix: str | None = None):
+        self.problem = message
+        self.source = source
+        self.field = field
+        self.fix = fix
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = [part for part in (self.source, self.field) if part]
+        text = ": ".join([*parts, self.problem])
+        if self.fix:
+            text += f" ({self.fix})"
+        return " ".join(text.split())
+
+
+class UsageError(QuotacalcError):
+    """The command line names something that does not exist or is malformed."""
+
+    exit_code = EXIT_USAGE
+
+
+class UnsupportedArchitecture(QuotacalcError):
+    """A model whose architecture quotacalc cannot price without guessing."""

@@ -1,0 +1,1 @@
+"""Inputs: model configs, deployment files and flags, parsed once into validated objects."""

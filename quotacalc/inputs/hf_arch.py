@@ -1,0 +1,450 @@
+"""Read a Hugging Face config (as AutoConfig resolved it) into a ``ModelArch`` of per-layer specs.
+
+Each family's reader is registered for its ``model_type`` values; what varies inside a family
+(biases, norms, layer kinds, which layers are MoE) is read from the config's own fields, so any
+config of a supported family is priced, not only the shipped ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from quotacalc.core.arch import (
+    DenseMLP,
+    FullAttention,
+    Layer,
+    Mamba1Mixer,
+    Mamba2Mixer,
+    MLAAttention,
+    ModelArch,
+    MoE,
+    SlidingWindowAttention,
+)
+from quotacalc.errors import QuotacalcError, UnsupportedArchitecture
+
+_MISSING = object()
+
+#: transformers/torch dtype names -> quotacalc dtype names.
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+class ConfigView:
+    """Typed access to a config dict; every error names the config and the field."""
+
+    def __init__(self, config: dict[str, Any], source: str, prefix: str = ""):
+        self.config = config
+        self.source = source
+        self.prefix = prefix
+
+    def has(self, key: str) -> bool:
+        return self.config.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.config.get(key)
+        return default if value is None else value
+
+    def _fail(self, key: str, problem: str, fix: str | None = None) -> QuotacalcError:
+        return QuotacalcError(problem, source=self.source, field=self.prefix + key, fix=fix)
+
+    def positive_int(self, key: str, default: Any = _MISSING) -> int:
+        value = self.config.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise self._fail(key, "missing", "a decoder config needs it to be priced")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self._fail(key, f"must be a positive integer, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        return bool(self.get(key, default))
+
+    def sub(self, key: str) -> ConfigView:
+        value = self.config.get(key)
+        if not isinstance(value, dict):
+            raise self._fail(key, "missing or not an object")
+        return ConfigView(value, self.source, f"{self.prefix}{key}.")
+
+
+ArchReader = Callable[[ConfigView, str], ModelArch]
+_READERS: dict[str, ArchReader] = {}
+
+
+def reads(*model_types: str) -> Callable[[ArchReader], ArchReader]:
+    """Register a reader for these ``model_type`` values."""
+
+    def register(reader: ArchReader) -> ArchReader:
+        for model_type in model_types:
+            _READERS[model_type] = reader
+        return reader
+
+    return register
+
+
+def supported_model_types() -> list[str]:
+    return sorted(_READERS)
+
+
+def read_arch(config: dict[str, Any], *, name: str, source: str) -> ModelArch:
+    """Build the architecture of a resolved config, or fail clearly if it cannot be priced."""
+    view = ConfigView(config, source)
+    model_type = view.get("model_type")
+    reader = _READERS.get(model_type)
+    if reader is None:
+        raise UnsupportedArchitecture(
+            f"model_type '{model_type}' is not priced yet",
+            source=source,
+            field="model_type",
+            fix=f"supported: {', '.join(supported_model_types())}",
+        )
+    return reader(view, name)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, list[str]]:
+    for candidate in (view, *fallbacks):
+        for key in ("dtype", "torch_dtype"):
+            value = candidate.get(key)
+            if isinstance(value, str) and value in _TORCH_DTYPES:
+                return _TORCH_DTYPES[value], []
+    return "bf16", ["the config names no dtype: unquantized weights assumed bf16"]
+
+
+def _common_sizes(view: ConfigView) -> tuple[int, int, int, int, int]:
+    layers = view.positive_int("num_hidden_layers")
+    hidden = view.positive_int("hidden_size")
+    heads = view.positive_int("num_attention_heads")
+    kv_heads = view.positive_int("num_key_value_heads", heads)
+    head_dim = view.positive_int("head_dim", 0) or 0
+    if not head_dim:
+        if hidden % heads:
+            raise view._fail("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
+        head_dim = hidden // heads
+    return layers, hidden, heads, kv_heads, head_dim
+
+
+def _bias(view: ConfigView, setting: bool | str) -> bool:
+    return view.flag(setting) if isinstance(setting, str) else setting
+
+
+def layer_kinds(view: ConfigView, layers: int) -> tuple[list[str], list[str]]:
+    """Each layer's attention kind, the way transformers derives it, and the notes it implies."""
+    declared = view.get("layer_types")
+    if declared is not None:
+        if not isinstance(declared, list) or len(declared) != layers:
+            raise view._fail("layer_types", f"must list one type per layer ({layers})")
+        return list(declared), []
+    window = view.get("sliding_window")
+    pattern = view.get("sliding_window_pattern") or view.get("_sliding_window_pattern")
+    if window and pattern:
+        return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)], []
+    if window and view.get("use_sliding_window", True):
+        return ["sliding_attention"] * layers, []
+    return ["full_attention"] * layers, []
+
+
+@dataclass(frozen=True)
+class AttentionTraits:
+    """What a family's attention block has beyond Q, K, V and O (a config field name or a constant)."""
+
+    qkv_bias: bool | str = False
+    o_bias: bool | str = False
+    qk_norm: bool = False
+    sinks: bool = False
+
+
+def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]) -> list:
+    """One attention spec per layer, full or sliding as the config declares."""
+    layers, hidden, heads, kv_heads, head_dim = _common_sizes(view)
+    kinds, kind_notes = layer_kinds(view, layers)
+    notes.extend(kind_notes)
+    common = dict(
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        qkv_bias=_bias(view, traits.qkv_bias),
+        o_bias=_bias(view, traits.o_bias),
+        qk_norm=traits.qk_norm,
+        sinks=traits.sinks,
+    )
+    window = view.get("sliding_window")
+    max_context = view.get("max_position_embeddings")
+    mixers = []
+    for index, kind in enumerate(kinds):
+        if kind == "full_attention":
+            mixers.append(FullAttention(**common))
+        elif kind == "sliding_attention":
+            if not window:
+                raise view._fail("sliding_window", f"layer {index} is sliding_attention but no window is set")
+            if max_context and window >= max_context:
+                mixers.append(FullAttention(**common))
+                note = f"sliding window {window} >= max context {max_context}: those layers priced as full attention"
+                if note not in notes:
+                    notes.append(note)
+            else:
+                mixers.append(SlidingWindowAttention(**common, window_tokens=window))
+        else:
+            raise UnsupportedArchitecture(
+                f"layer {index} has type '{kind}', which quotacalc cannot price yet",
+                source=view.source,
+                field=view.prefix + "layer_types",
+            )
+    return mixers
+
+
+def _finish(
+    view: ConfigView,
+    name: str,
+    layers: list[Layer],
+    notes: list[str],
+    *,
+    dtype_views: tuple[ConfigView, ...] = (),
+    tie_default: bool = False,
+    vision_params: int = 0,
+    final_norm: int | None = None,
+) -> ModelArch:
+    dtype, dtype_notes = checkpoint_dtype(view, *dtype_views)
+    hidden = view.positive_int("hidden_size")
+    return ModelArch(
+        name=name,
+        model_type=view.get("model_type"),
+        hidden_size=hidden,
+        vocab_size=view.positive_int("vocab_size"),
+        tie_word_embeddings=view.flag("tie_word_embeddings", tie_default),
+        layers=tuple(layers),
+        final_norm_params=hidden if final_norm is None else final_norm,
+        vision_params=vision_params,
+        checkpoint_dtype=dtype,
+        max_context_tokens=view.get("max_position_embeddings"),
+        notes=tuple(notes + dtype_notes),
+    )
+
+
+# --------------------------------------------------------------------------- decoder families
+
+
+@dataclass(frozen=True)
+class DecoderFamily:
+    """A transformer decoder family: attention traits, norms per layer, and how its MLPs are laid out."""
+
+    attention: AttentionTraits = AttentionTraits()
+    norms_per_layer: int = 2
+    mlp_bias: bool | str = False
+    #: Reads the feed-forward block of layer ``index`` (dense unless the family says otherwise).
+    feed_forward: Callable[[ConfigView, int], DenseMLP | MoE] | None = None
+
+
+def dense_mlp(view: ConfigView, bias: bool = False) -> DenseMLP:
+    return DenseMLP(
+        hidden_size=view.positive_int("hidden_size"),
+        intermediate_size=view.positive_int("intermediate_size"),
+        bias=bias,
+    )
+
+
+def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: Any) -> ModelArch:
+    notes: list[str] = []
+    mixers = attention_mixers(view, family.attention, notes)
+    hidden = view.positive_int("hidden_size")
+    attention_norms = 0
+    layers = []
+    for index, mixer in enumerate(mixers):
+        if family.feed_forward is not None:
+            ffn = family.feed_forward(view, index)
+        else:
+            ffn = dense_mlp(view, _bias(view, family.mlp_bias))
+        layers.append(Layer(mixer=mixer, feed_forward=ffn, norm_params=family.norms_per_layer * hidden + attention_norms))
+    return _finish(view, name, layers, notes, **finish)
+
+
+def _mixtral_moe(view: ConfigView, index: int) -> MoE:
+    return MoE(
+        hidden_size=view.positive_int("hidden_size"),
+        num_experts=view.positive_int("num_local_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("intermediate_size"),
+    )
+
+
+def _gpt_oss_moe(view: ConfigView, index: int) -> MoE:
+    return MoE(
+        hidden_size=view.positive_int("hidden_size"),
+        num_experts=view.positive_int("num_local_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("intermediate_size"),
+        expert_bias=True,
+        router_bias=True,
+    )
+
+
+def _qwen_moe(view: ConfigView, index: int) -> DenseMLP | MoE:
+    """Qwen2/3-MoE: experts every ``decoder_sparse_step`` layers, except ``mlp_only_layers``."""
+    step = view.positive_int("decoder_sparse_step", 1)
+    sparse = index not in (view.get("mlp_only_layers") or []) and view.get("num_experts", 0) > 0 and (index + 1) % step == 0
+    if not sparse:
+        return dense_mlp(view)
+    shared_size = view.get("shared_expert_intermediate_size", 0)
+    return MoE(
+        hidden_size=view.positive_int("hidden_size"),
+        num_experts=view.positive_int("num_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("moe_intermediate_size"),
+        num_shared_experts=1 if shared_size else 0,
+        shared_intermediate_size=shared_size,
+        shared_expert_gate=bool(shared_size),
+    )
+
+
+_DECODERS: dict[tuple[str, ...], DecoderFamily] = {
+    ("llama", "mistral", "granite"): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), mlp_bias="mlp_bias"
+    ),
+    ("qwen2",): DecoderFamily(attention=AttentionTraits(qkv_bias=True)),
+    ("qwen3",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True)
+    ),
+    ("phi3",): DecoderFamily(),
+    ("mixtral",): DecoderFamily(feed_forward=_mixtral_moe),
+    ("qwen2_moe",): DecoderFamily(attention=AttentionTraits(qkv_bias=True), feed_forward=_qwen_moe),
+    ("qwen3_moe",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True),
+        feed_forward=_qwen_moe,
+    ),
+    ("gpt_oss",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", sinks=True),
+        feed_forward=_gpt_oss_moe,
+    ),
+    ("gemma2",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=4),
+    ("gemma3_text",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True), norms_per_layer=4
+    ),
+}
+
+
+def _register_decoders() -> None:
+    for model_types, family in _DECODERS.items():
+        reads(*model_types)(lambda view, name, family=family: read_decoder(view, name, family))
+
+
+_register_decoders()
+
+
+# --------------------------------------------------------------------------- multimodal (Gemma 3)
+
+
+def siglip_params(vision: ConfigView, text_hidden: int) -> int:
+    """SigLIP vision tower (no pooling head) plus Gemma 3's projector into the text model."""
+    hidden = vision.positive_int("hidden_size")
+    inter = vision.positive_int("intermediate_size")
+    layers = vision.positive_int("num_hidden_layers")
+    patch = vision.positive_int("patch_size")
+    channels = vision.positive_int("num_channels", 3)
+    positions = (vision.positive_int("image_size") // patch) ** 2
+    embeddings = hidden * channels * patch * patch + hidden + positions * hidden
+    per_layer = 4 * (hidden * hidden + hidden) + 2 * 2 * hidden + hidden * inter + inter + inter * hidden + hidden
+    post_norm = 2 * hidden
+    if vision.flag("vision_use_head"):
+        raise UnsupportedArchitecture(
+            "a SigLIP pooling head is not counted yet", source=vision.source, field=vision.prefix + "vision_use_head"
+        )
+    projector = hidden * text_hidden + hidden
+    return embeddings + layers * per_layer + post_norm + projector
+
+
+@reads("gemma3")
+def read_gemma3(view: ConfigView, name: str) -> ModelArch:
+    text = view.sub("text_config")
+    text_hidden = text.positive_int("hidden_size")
+    vision_params = siglip_params(view.sub("vision_config"), text_hidden)
+    family = _DECODERS[("gemma3_text",)]
+    arch = read_decoder(text, name, family, dtype_views=(view,), tie_default=True, vision_params=vision_params)
+    tied = view.flag("tie_word_embeddings", text.flag("tie_word_embeddings", True))
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "gemma3"})
+
+
+# --------------------------------------------------------------------------- DeepSeek MLA
+
+
+@reads("deepseek_v2", "deepseek_v3")
+def read_deepseek(view: ConfigView, name: str) -> ModelArch:
+    """MLA attention; the first ``first_k_dense_replace`` layers dense, then MoE every ``moe_layer_freq``."""
+    layers_count = view.positive_int("num_hidden_layers")
+    hidden = view.positive_int("hidden_size")
+    mla = MLAAttention(
+        hidden_size=hidden,
+        num_heads=view.positive_int("num_attention_heads"),
+        q_lora_rank=view.get("q_lora_rank") or None,
+        kv_lora_rank=view.positive_int("kv_lora_rank"),
+        qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),
+        qk_rope_head_dim=view.positive_int("qk_rope_head_dim"),
+        v_head_dim=view.positive_int("v_head_dim"),
+        o_bias=view.flag("attention_bias"),
+    )
+    first_dense = view.get("first_k_dense_replace", 0)
+    frequency = view.positive_int("moe_layer_freq", 1)
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=view.positive_int("n_routed_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("moe_intermediate_size"),
+        num_shared_experts=view.get("n_shared_experts", 0),
+        shared_intermediate_size=view.positive_int("moe_intermediate_size"),
+    )
+    dense = dense_mlp(view)
+    layers = [
+        Layer(mixer=mla, feed_forward=moe if index >= first_dense and index % frequency == 0 else dense, norm_params=2 * hidden)
+        for index in range(layers_count)
+    ]
+    notes = []
+    if view.get("num_nextn_predict_layers"):
+        notes.append("multi-token-prediction layers are not counted (transformers does not build them)")
+    return _finish(view, name, layers, notes)
+
+
+# --------------------------------------------------------------------------- hybrid state-space
+
+
+@reads("jamba")
+def read_jamba(view: ConfigView, name: str) -> ModelArch:
+    """Attention every ``attn_layer_period`` layers from ``attn_layer_offset``, Mamba elsewhere; experts likewise."""
+    layers_count, hidden, heads, kv_heads, head_dim = _common_sizes(view)
+    attn_period = view.positive_int("attn_layer_period")
+    attn_offset = view.get("attn_layer_offset", 0)
+    expert_period = view.positive_int("expert_layer_period", 1)
+    expert_offset = view.get("expert_layer_offset", 0)
+    d_inner = view.positive_int("mamba_expand") * hidden
+    dt_rank = view.get("mamba_dt_rank", "auto")
+    mamba = Mamba1Mixer(
+        hidden_size=hidden,
+        d_inner=d_inner,
+        d_state=view.positive_int("mamba_d_state"),
+        d_conv=view.positive_int("mamba_d_conv"),
+        dt_rank=math.ceil(hidden / 16) if dt_rank == "auto" else dt_rank,
+        conv_bias=view.flag("mamba_conv_bias", True),
+        proj_bias=view.flag("mamba_proj_bias"),
+        inner_norms=True,
+    )
+    attention = FullAttention(
+        hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim
+    )
+    num_experts = view.get("num_experts", 1)
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=num_experts,
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("intermediate_size"),
+    )
+    dense = dense_mlp(view)
+    layers = []
+    for index in range(layers_count):
+        mixer = attention if index % attn_period == attn_offset else mamba
+        is_expert = num_experts > 1 and index % expert_period == expert_offset
+        layers.append(Layer(mixer=mixer, feed_forward=moe if is_expert else dense, norm_params=2 * hidden))
+    return _finish(view, name, layers, [])

@@ -1,0 +1,199 @@
+"""Resolve a ``--model`` reference to its Hugging Face config, read through transformers' AutoConfig.
+
+AutoConfig fills the fields a config.json leaves out with the config class's defaults. Importing
+transformers costs about a second, so each resolved config is cached on disk, keyed by the
+config's bytes and the installed transformers; a warm call never imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from difflib import get_close_matches
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from quotacalc.catalog.models import find_shipped, shipped_models
+from quotacalc.errors import QuotacalcError, UsageError
+
+#: Bump when the cached document's layout changes.
+CACHE_FORMAT = 2
+
+
+class ModelSource(BaseModel):
+    """Where a model's config came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reference: str
+    name: str
+    config_path: str
+    shipped: bool = False
+    hf_id: str | None = None
+
+
+class ResolvedConfig(BaseModel):
+    """A model config as transformers sees it (class defaults filled in), with its source."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: ModelSource
+    config_class: str
+    transformers_version: str
+    config: dict[str, Any]
+
+
+def cache_dir() -> Path:
+    """``$QUOTACALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/quotacalc``, else ``~/.cache/quotacalc``."""
+    if explicit := os.environ.get("QUOTACALC_CACHE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "quotacalc"
+
+
+def locate_model(reference: str) -> ModelSource:
+    """Turn what the user typed into a config.json on disk (or a hub id), without reading it."""
+    path = Path(reference).expanduser()
+    if path.is_dir():
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            raise QuotacalcError(
+                "no config.json in this directory", source=str(path), field="model", fix="point --model at a model folder"
+            )
+        return ModelSource(reference=reference, name=path.resolve().name, config_path=str(config_path))
+    if path.is_file():
+        return ModelSource(reference=reference, name=path.resolve().parent.name, config_path=str(path))
+    if shipped := find_shipped(reference):
+        return ModelSource(
+            reference=reference,
+            name=shipped.name,
+            config_path=str(shipped.config_path),
+            shipped=True,
+            hf_id=shipped.hf_ids[0] if shipped.hf_ids else None,
+        )
+    if reference.count("/") == 1 and not reference.startswith((".", "/", "~")):
+        return ModelSource(reference=reference, name=reference.split("/")[1], config_path="", hf_id=reference)
+    names = [model.name for model in shipped_models()]
+    close = get_close_matches(reference, names, n=3, cutoff=0.4) or get_close_matches(
+        reference.lower(), [name.lower() for name in names], n=3, cutoff=0.4
+    )
+    fix = f"did you mean {', '.join(close)}?" if close else "run 'quotacalc models', or give a path or a hub id"
+    raise UsageError(f"unknown model '{reference}': not a shipped model, a path, or a hub id", field="model", fix=fix)
+
+
+def _download_from_hub(source: ModelSource) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(source.hf_id, "config.json", etag_timeout=5))
+    except Exception as error:  # noqa: BLE001 - any hub failure becomes one line
+        reason = type(error).__name__
+        raise QuotacalcError(
+            f"cannot fetch config.json of '{source.hf_id}' from the Hugging Face hub ({reason}; offline?)",
+            field="model",
+            fix="use a shipped model (quotacalc models) or a local directory with config.json",
+        ) from None
+
+
+def _transformers_stamp() -> str:
+    """Identifies the installed transformers cheaply (no import), so an upgrade invalidates the cache."""
+    spec = find_spec("transformers")
+    if spec is None or spec.origin is None:
+        raise QuotacalcError("transformers is not installed", field="model", fix="pip install transformers")
+    return str(os.stat(spec.origin).st_mtime_ns)
+
+
+def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str, Any], str, str]:
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import transformers
+    from transformers import AutoConfig
+
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise QuotacalcError(
+            "no model_type", source=source_name, field="model_type", fix="a Hugging Face config.json names its model_type"
+        )
+    fields = {key: value for key, value in raw.items() if key != "model_type"}
+    try:
+        config = AutoConfig.for_model(model_type, **fields)
+    except ValueError as error:
+        if "Unrecognized" in str(error) or "model_type" in str(error):
+            raise QuotacalcError(
+                f"model_type '{model_type}' is unknown to transformers {transformers.__version__}",
+                source=source_name,
+                field="model_type",
+                fix="upgrade transformers, or check the config",
+            ) from None
+        raise QuotacalcError(str(error).splitlines()[0], source=source_name) from None
+    except (TypeError, KeyError, AttributeError) as error:
+        raise QuotacalcError(f"transformers rejects this config: {error}", source=source_name) from None
+    return _resolved_dict(config), type(config).__name__, transformers.__version__
+
+
+def _resolved_dict(config: Any) -> dict[str, Any]:
+    """``to_dict()`` plus the alias names of ``attribute_map`` (``num_experts`` beside ``num_local_experts``)."""
+    document = config.to_dict()
+    for alias in type(config).attribute_map:
+        if alias not in document:
+            try:
+                document[alias] = getattr(config, alias)
+            except AttributeError:
+                continue
+    for key in list(document):
+        nested = getattr(config, key, None)
+        if hasattr(nested, "to_dict") and hasattr(type(nested), "attribute_map"):
+            document[key] = _resolved_dict(nested)
+    return document
+
+
+def read_config_file(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """Read and parse a config.json, with one-line errors for a missing or malformed file."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise QuotacalcError(f"cannot read config: {error.strerror}", source=str(path), field="model") from None
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        where = f" at line {error.lineno}, column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
+        raise QuotacalcError(f"malformed config JSON{where}", source=str(path), fix="fix or replace the config.json") from None
+    if not isinstance(raw, dict):
+        raise QuotacalcError("config is not a JSON object", source=str(path))
+    return data, raw
+
+
+def load_model_config(reference: str) -> ResolvedConfig:
+    """Resolve ``reference`` and read its config through AutoConfig (cached on disk)."""
+    source = locate_model(reference)
+    if not source.config_path:
+        source = source.model_copy(update={"config_path": str(_download_from_hub(source))})
+    path = Path(source.config_path)
+    data = path.read_bytes() if path.is_file() else b""
+    key = hashlib.sha256(data + f"|{CACHE_FORMAT}|{_transformers_stamp()}".encode()).hexdigest()
+    entry = cache_dir() / "configs" / f"{key}.json"
+    try:
+        cached = json.loads(entry.read_text(encoding="utf-8"))
+        return ResolvedConfig(source=source, **cached)
+    except (OSError, ValueError, TypeError):
+        pass
+    _, raw = read_config_file(path)
+    config, config_class, version = _autoconfig_to_dict(raw, str(path))
+    document = {"config_class": config_class, "transformers_version": version, "config": config}
+    _write_cache(entry, document)
+    return ResolvedConfig(source=source, **document)
+
+
+def _write_cache(entry: Path, document: dict[str, Any]) -> None:
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=entry.parent, delete=False, suffix=".tmp", encoding="utf-8") as handle:
+            json.dump(document, handle)
+        os.replace(handle.name, entry)
+    except OSError:
+        pass  # a cache that cannot be written only costs speed

@@ -1,0 +1,38 @@
+"""Turn a validated ``Deployment`` into ``PricingInputs``: model architecture, GPU, dtypes, weight layout."""
+
+from __future__ import annotations
+
+from quotacalc.catalog.dtypes import dtype_by_name
+from quotacalc.catalog.gpus import load_gpu_catalog
+from quotacalc.core.arch import ModelArch
+from quotacalc.core.price import PricingInputs
+from quotacalc.inputs.deployment import Deployment
+from quotacalc.inputs.hf_arch import read_arch
+from quotacalc.inputs.model_config import ResolvedConfig, load_model_config
+from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
+
+
+def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
+    """A model's architecture from a shipped name, hub id or path."""
+    resolved = load_model_config(reference)
+    arch = read_arch(resolved.config, name=resolved.source.name, source=resolved.source.config_path)
+    return arch, resolved
+
+
+def resolve(deployment: Deployment) -> PricingInputs:
+    """Everything ``price`` needs, looked up and validated once."""
+    gpu = load_gpu_catalog().get(deployment.gpu)
+    arch, resolved = load_arch(deployment.model)
+    native = dtype_by_name(arch.checkpoint_dtype)
+    if deployment.weight_dtype is not None:
+        weights = explicit_layout(dtype_by_name(deployment.weight_dtype, field="weight_dtype"), gpu_supports=gpu.supports)
+    else:
+        quantization = resolved.config.get("quantization_config")
+        weights = checkpoint_layout(quantization, native, source=resolved.source.config_path, gpu_supports=gpu.supports)
+    kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
+    state_dtype = (
+        native if deployment.state_dtype in (None, "auto") else dtype_by_name(deployment.state_dtype, field="state_dtype")
+    )
+    return PricingInputs(
+        deployment=deployment, arch=arch, gpu=gpu, weights=weights, kv_dtype=kv_dtype, state_dtype=state_dtype
+    )
