@@ -12,7 +12,7 @@ from quotacalc.errors import UsageError
 class Dtype(BaseModel):
     """A storage format. ``bytes_per_element`` includes block scales where the format has them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     bytes_per_element: float

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
@@ -16,7 +16,7 @@ CATALOG_FILE = "gpus.yaml"
 class GpuSources(BaseModel):
     """Where each figure of a GPU entry comes from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     memory_bytes: str
     memory_bandwidth_bytes_per_s: str
@@ -26,7 +26,7 @@ class GpuSources(BaseModel):
 class GpuSpec(BaseModel):
     """One accelerator's peak figures. Efficiencies (MFU, MBU) are deployment inputs, not GPU facts."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: str
     name: str
@@ -48,7 +48,7 @@ class GpuSpec(BaseModel):
 
 
 class GpuCatalog(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     gpus: dict[str, GpuSpec]
 
@@ -82,7 +82,7 @@ def parse_catalog(document: object, source: str) -> GpuCatalog:
 @lru_cache(maxsize=1)
 def load_gpu_catalog() -> GpuCatalog:
     """The shipped GPU catalog."""
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    from quotacalc.inputs.cache import load_yaml_file_cached
 
-    text = resources.files("quotacalc.catalog").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
-    return parse_catalog(load_yaml_text(text, source=CATALOG_FILE), CATALOG_FILE)
+    path = Path(__file__).with_name(CATALOG_FILE)
+    return parse_catalog(load_yaml_file_cached(path), str(path))

@@ -13,7 +13,7 @@ INDEX_FILE = "index.yaml"
 class ShippedModel(BaseModel):
     """A Hugging Face config.json that ships with quotacalc, and the hub ids that resolve to it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     config_path: Path
@@ -32,10 +32,10 @@ def shipped_models_dir() -> Path:
 @lru_cache(maxsize=1)
 def shipped_models() -> tuple[ShippedModel, ...]:
     """Every shipped model, in index order."""
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    from quotacalc.inputs.cache import load_yaml_file_cached
 
     folder = shipped_models_dir()
-    index = load_yaml_text((folder / INDEX_FILE).read_text(encoding="utf-8"), source=str(folder / INDEX_FILE))
+    index = load_yaml_file_cached(folder / INDEX_FILE)
     return tuple(
         ShippedModel(name=name, config_path=folder / name / "config.json", hf_ids=tuple(ids or ()))
         for name, ids in index.items()

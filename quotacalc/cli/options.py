@@ -41,7 +41,7 @@ def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callab
     """Add generated options to a command; the command receives each group as a dict named by its key."""
 
     def decorate(command: Callable) -> Callable:
-        signature = inspect.signature(command)
+        signature = inspect.signature(command, eval_str=True)
         own = [p for p in signature.parameters.values() if p.name not in groups]
 
         @functools.wraps(command)

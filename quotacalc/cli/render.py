@@ -215,6 +215,9 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
 # --------------------------------------------------------------------------- catalogs
 
 
+_SHORT_KIND = {"full_attention": "full", "sliding_attention": "sliding", "mamba1": "mamba", "mamba2": "mamba2"}
+
+
 def models_listing(*, as_json: bool) -> None:
     from quotacalc.catalog.models import shipped_models
     from quotacalc.core import memory
@@ -241,19 +244,19 @@ def models_listing(*, as_json: bool) -> None:
         emit_json({"schema_version": JSON_SCHEMA_VERSION, "models": rows})
         return
     table = Table(title="Shipped models (models/; provenance in models/SOURCES.md)", title_justify="left")
-    for column in ("name", "hub id", "type", "params", "active", "KV/token (bf16)", "layers", "weights"):
-        table.add_column(column, justify="right" if column in ("params", "active", "KV/token (bf16)") else "left")
+    for column in ("name", "type", "params", "active", "KV B/token", "layers", "weights"):
+        table.add_column(column, justify="right" if column in ("params", "active", "KV B/token") else "left")
     for row in rows:
         table.add_row(
             row["name"],
-            row["hf_ids"][0] if row["hf_ids"] else "",
             row["model_type"],
             units.count(row["total_params"]),
             units.count(row["active_params"]),
-            f"{row['kv_bytes_per_token_bf16']:,.0f} B",
-            ", ".join(f"{n} {kind}" for kind, n in row["layer_kinds"].items()),
+            f"{row['kv_bytes_per_token_bf16']:,.0f}",
+            " + ".join(f"{n} {_SHORT_KIND.get(kind, kind)}" for kind, n in row["layer_kinds"].items()),
             row["quantization"] or row["checkpoint_dtype"],
         )
+    table.caption = "KV B/token: bf16 KV growth per token at long context. Hub ids: quotacalc models --json."
     _console().print(table)
 
 

@@ -31,7 +31,7 @@ class ParamGroup(str, Enum):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
 
 def kv_heads_per_rank(kv_heads: int, tp: int) -> int:

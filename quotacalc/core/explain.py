@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 class Step(BaseModel):
     """One figure: its name, the formula, the formula with numbers substituted, and the value."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     formula: str

@@ -14,7 +14,7 @@ from quotacalc.core.price import PriceResult
 class RequestKvResult(BaseModel):
     """What one sequence of ``context_tokens`` holds in a replica's KV pool."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     context_tokens: int
     request_kv_bytes: float

@@ -22,7 +22,7 @@ SECONDS_PER_HOUR = 3600
 class PricingInputs(BaseModel):
     """Everything a price depends on, resolved and validated."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     deployment: Deployment
     arch: ModelArch
@@ -35,7 +35,7 @@ class PricingInputs(BaseModel):
 class ExpertTraffic(BaseModel):
     """Experts one decode step reads in an MoE layer."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     moe_layers: int
     num_experts: int
@@ -47,7 +47,7 @@ class ExpertTraffic(BaseModel):
 class PriceResult(BaseModel):
     """A deployment's figures, in SI units (seconds, bytes, USD), with the steps that produced them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     total_params: int
     active_params: int

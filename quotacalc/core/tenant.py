@@ -15,7 +15,7 @@ from quotacalc.inputs.deployment import Tenant
 class SizeResult(BaseModel):
     """What a tenant needs and costs on one deployment."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     units_per_request: float
     units_per_s: float

@@ -10,7 +10,7 @@ from quotacalc.core.arch import ModelArch, ParamGroup
 class GroupStorage(BaseModel):
     """Storage of one parameter group: its dtype, and bytes per parameter including any scales."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     dtype: str
     bytes_per_param: float
@@ -19,7 +19,7 @@ class GroupStorage(BaseModel):
 class WeightLayout(BaseModel):
     """Per-group storage of a checkpoint (or a uniform ``--weight-dtype``), and the dtype its matmuls run in."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     groups: dict[ParamGroup, GroupStorage]
     #: Dtype of the tensor-core math for the bulk of the parameters (before any GPU fallback).

@@ -13,7 +13,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from quotacalc.errors import QuotacalcError, UsageError
-from quotacalc.inputs.yaml_strict import load_yaml_text
 
 GIB = 2**30
 
@@ -29,7 +28,7 @@ def _fraction(name: str, value: float, *, allow_zero: bool = False) -> float:
 class Deployment(BaseModel):
     """How one replica serves a model. Defaults are the worked example's assumptions (METHOD.md §7)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     model: str = Field(description="shipped model name, Hugging Face id, or path to a config")
     gpu: str = Field(description="GPU catalog id (quotacalc gpus)")
@@ -102,7 +101,7 @@ class Deployment(BaseModel):
 class Tenant(BaseModel):
     """A tenant's traffic on a deployment."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     rps: float = Field(description="requests per second")
     prompt_tokens: float = Field(description="mean prompt tokens per request")
@@ -125,7 +124,7 @@ class Tenant(BaseModel):
 class PlanFile(BaseModel):
     """A deployment YAML file: the deployment's fields, and optionally a ``tenant`` section."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     deployment: dict[str, Any]
     tenant: dict[str, Any] | None = None
@@ -161,6 +160,8 @@ def load_plan_file(path: str) -> PlanFile:
         raise UsageError("no such file", source=path, fix="check the path to the deployment YAML") from None
     except OSError as error:
         raise QuotacalcError(f"cannot read: {error.strerror}", source=path) from None
+    from quotacalc.inputs.yaml_strict import load_yaml_text  # PyYAML only when a file is given
+
     document = load_yaml_text(text, source=path)
     if document is None:
         document = {}

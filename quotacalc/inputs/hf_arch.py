@@ -34,10 +34,12 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half
 class ConfigView:
     """Typed access to a config dict; every error names the config and the field."""
 
-    def __init__(self, config: dict[str, Any], source: str, prefix: str = ""):
+    def __init__(self, config: dict[str, Any], source: str, prefix: str = "", given_keys: frozenset[str] | None = None):
         self.config = config
         self.source = source
         self.prefix = prefix
+        #: Keys the file states; None when unknown (a dict built in code), which trusts every key.
+        self.given_keys = given_keys
 
     def has(self, key: str) -> bool:
         return self.config.get(key) is not None
@@ -59,6 +61,12 @@ class ConfigView:
             raise self._fail(key, f"must be a positive integer, got {value!r}")
         return value
 
+    def stated_int(self, key: str) -> int:
+        """A size the config file must state itself: a class default would silently price another model."""
+        if self.given_keys is not None and self.prefix + key not in self.given_keys:
+            raise self._fail(key, "missing from the config", "a model config must state its own sizes")
+        return self.positive_int(key)
+
     def flag(self, key: str, default: bool = False) -> bool:
         return bool(self.get(key, default))
 
@@ -66,7 +74,7 @@ class ConfigView:
         value = self.config.get(key)
         if not isinstance(value, dict):
             raise self._fail(key, "missing or not an object")
-        return ConfigView(value, self.source, f"{self.prefix}{key}.")
+        return ConfigView(value, self.source, f"{self.prefix}{key}.", self.given_keys)
 
 
 ArchReader = Callable[[ConfigView, str], ModelArch]
@@ -88,9 +96,15 @@ def supported_model_types() -> list[str]:
     return sorted(_READERS)
 
 
-def read_arch(config: dict[str, Any], *, name: str, source: str) -> ModelArch:
-    """Build the architecture of a resolved config, or fail clearly if it cannot be priced."""
-    view = ConfigView(config, source)
+def read_arch(
+    config: dict[str, Any], *, name: str, source: str, given_keys: frozenset[str] | None = None
+) -> ModelArch:
+    """Build the architecture of a resolved config, or fail clearly if it cannot be priced.
+
+    ``given_keys`` names the fields the file itself states; layer counts, widths and heads must be
+    among them.
+    """
+    view = ConfigView(config, source, given_keys=given_keys)
     model_type = view.get("model_type")
     reader = _READERS.get(model_type)
     if reader is None:
@@ -116,9 +130,9 @@ def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, lis
 
 
 def _common_sizes(view: ConfigView) -> tuple[int, int, int, int, int]:
-    layers = view.positive_int("num_hidden_layers")
-    hidden = view.positive_int("hidden_size")
-    heads = view.positive_int("num_attention_heads")
+    layers = view.stated_int("num_hidden_layers")
+    hidden = view.stated_int("hidden_size")
+    heads = view.stated_int("num_attention_heads")
     kv_heads = view.positive_int("num_key_value_heads", heads)
     head_dim = view.positive_int("head_dim", 0) or 0
     if not head_dim:
@@ -375,11 +389,11 @@ def read_gemma3(view: ConfigView, name: str) -> ModelArch:
 @reads("deepseek_v2", "deepseek_v3")
 def read_deepseek(view: ConfigView, name: str) -> ModelArch:
     """MLA attention; the first ``first_k_dense_replace`` layers dense, then MoE every ``moe_layer_freq``."""
-    layers_count = view.positive_int("num_hidden_layers")
-    hidden = view.positive_int("hidden_size")
+    layers_count = view.stated_int("num_hidden_layers")
+    hidden = view.stated_int("hidden_size")
     mla = MLAAttention(
         hidden_size=hidden,
-        num_heads=view.positive_int("num_attention_heads"),
+        num_heads=view.stated_int("num_attention_heads"),
         q_lora_rank=view.get("q_lora_rank") or None,
         kv_lora_rank=view.positive_int("kv_lora_rank"),
         qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),

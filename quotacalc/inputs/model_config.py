@@ -7,10 +7,8 @@ config's bytes and the installed transformers; a warm call never imports it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from difflib import get_close_matches
 from importlib.util import find_spec
 from pathlib import Path
@@ -20,15 +18,16 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.catalog.models import find_shipped, shipped_models
 from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.inputs.cache import cache_key, read_entry, write_entry
 
 #: Bump when the cached document's layout changes.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 class ModelSource(BaseModel):
     """Where a model's config came from."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     reference: str
     name: str
@@ -40,20 +39,15 @@ class ModelSource(BaseModel):
 class ResolvedConfig(BaseModel):
     """A model config as transformers sees it (class defaults filled in), with its source."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     source: ModelSource
     config_class: str
     transformers_version: str
     config: dict[str, Any]
-
-
-def cache_dir() -> Path:
-    """``$QUOTACALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/quotacalc``, else ``~/.cache/quotacalc``."""
-    if explicit := os.environ.get("QUOTACALC_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "quotacalc"
+    #: Keys the config.json itself states (dotted for sub-configs, canonical and alias names), as
+    #: opposed to class defaults: sizes a file leaves out must not be guessed.
+    given_keys: frozenset[str] = frozenset()
 
 
 def locate_model(reference: str) -> ModelSource:
@@ -108,7 +102,7 @@ def _transformers_stamp() -> str:
     return str(os.stat(spec.origin).st_mtime_ns)
 
 
-def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str, Any], str, str]:
+def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str, Any], str, str, list[str]]:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import transformers
@@ -133,7 +127,19 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
         raise QuotacalcError(str(error).splitlines()[0], source=source_name) from None
     except (TypeError, KeyError, AttributeError) as error:
         raise QuotacalcError(f"transformers rejects this config: {error}", source=source_name) from None
-    return _resolved_dict(config), type(config).__name__, transformers.__version__
+    return _resolved_dict(config), type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw))
+
+
+def _given_keys(config: Any, raw: dict[str, Any], prefix: str = "") -> set[str]:
+    """Keys present in the raw file, under both their own and their canonical (attribute_map) names."""
+    aliases = type(config).attribute_map
+    given = set()
+    for key, value in raw.items():
+        given.update({prefix + key, prefix + aliases.get(key, key)})
+        nested = getattr(config, key, None)
+        if isinstance(value, dict) and hasattr(type(nested), "attribute_map"):
+            given |= _given_keys(nested, value, f"{prefix}{key}.")
+    return given
 
 
 def _resolved_dict(config: Any) -> dict[str, Any]:
@@ -175,25 +181,12 @@ def load_model_config(reference: str) -> ResolvedConfig:
         source = source.model_copy(update={"config_path": str(_download_from_hub(source))})
     path = Path(source.config_path)
     data = path.read_bytes() if path.is_file() else b""
-    key = hashlib.sha256(data + f"|{CACHE_FORMAT}|{_transformers_stamp()}".encode()).hexdigest()
-    entry = cache_dir() / "configs" / f"{key}.json"
-    try:
-        cached = json.loads(entry.read_text(encoding="utf-8"))
+    key = cache_key(data, f"config-{CACHE_FORMAT}", _transformers_stamp())
+    cached = read_entry("configs", key)
+    if isinstance(cached, dict):
         return ResolvedConfig(source=source, **cached)
-    except (OSError, ValueError, TypeError):
-        pass
     _, raw = read_config_file(path)
-    config, config_class, version = _autoconfig_to_dict(raw, str(path))
-    document = {"config_class": config_class, "transformers_version": version, "config": config}
-    _write_cache(entry, document)
+    config, config_class, version, given = _autoconfig_to_dict(raw, str(path))
+    document = {"config_class": config_class, "transformers_version": version, "config": config, "given_keys": given}
+    write_entry("configs", key, document)
     return ResolvedConfig(source=source, **document)
-
-
-def _write_cache(entry: Path, document: dict[str, Any]) -> None:
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=entry.parent, delete=False, suffix=".tmp", encoding="utf-8") as handle:
-            json.dump(document, handle)
-        os.replace(handle.name, entry)
-    except OSError:
-        pass  # a cache that cannot be written only costs speed

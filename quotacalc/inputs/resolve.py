@@ -15,7 +15,9 @@ from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
 def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
     """A model's architecture from a shipped name, hub id or path."""
     resolved = load_model_config(reference)
-    arch = read_arch(resolved.config, name=resolved.source.name, source=resolved.source.config_path)
+    arch = read_arch(
+        resolved.config, name=resolved.source.name, source=resolved.source.config_path, given_keys=resolved.given_keys
+    )
     return arch, resolved
 
 

@@ -1,0 +1,53 @@
+"""quotacalc: price LLM serving in replica time and KV memory, as a library and a CLI.
+
+    from quotacalc import Deployment, Tenant, resolve, price, size_tenant, request_kv
+
+    replica = price(resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8")))
+    replica.output_weight, replica.replica_units_per_s
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use, so the CLI's start-up pays only for what a command needs.
+_EXPORTS = {
+    "Deployment": "quotacalc.inputs.deployment",
+    "ModelArch": "quotacalc.core.arch",
+    "ParamGroup": "quotacalc.core.arch",
+    "PriceResult": "quotacalc.core.price",
+    "PricingInputs": "quotacalc.core.price",
+    "QuotacalcError": "quotacalc.errors",
+    "RequestKvResult": "quotacalc.core.kv",
+    "SizeResult": "quotacalc.core.tenant",
+    "Tenant": "quotacalc.inputs.deployment",
+    "UnsupportedArchitecture": "quotacalc.errors",
+    "UsageError": "quotacalc.errors",
+    "build_deployment": "quotacalc.inputs.deployment",
+    "expected_distinct_experts": "quotacalc.core.price",
+    "load_arch": "quotacalc.inputs.resolve",
+    "load_plan_file": "quotacalc.inputs.deployment",
+    "price": "quotacalc.core.price",
+    "request_kv": "quotacalc.core.kv",
+    "resolve": "quotacalc.inputs.resolve",
+    "size_tenant": "quotacalc.core.tenant",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'quotacalc' has no attribute '{name}'")
+
+
+if TYPE_CHECKING:
+    from quotacalc.core.arch import ModelArch, ParamGroup
+    from quotacalc.core.kv import RequestKvResult, request_kv
+    from quotacalc.core.price import PriceResult, PricingInputs, expected_distinct_experts, price
+    from quotacalc.core.tenant import SizeResult, size_tenant
+    from quotacalc.errors import QuotacalcError, UnsupportedArchitecture, UsageError
+    from quotacalc.inputs.deployment import Deployment, Tenant, build_deployment, load_plan_file
+    from quotacalc.inputs.resolve import load_arch, resolve

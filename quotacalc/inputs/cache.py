@@ -1,0 +1,55 @@
+"""An on-disk cache of parsed inputs, so warm CLI calls skip slow parsers (transformers, PyYAML).
+
+Entries are JSON, keyed by a hash of the input bytes, written atomically; a cache that cannot be
+read or written only costs speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from quotacalc.fileio import write_text_atomic
+
+
+def cache_dir() -> Path:
+    """``$QUOTACALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/quotacalc``, else ``~/.cache/quotacalc``."""
+    if explicit := os.environ.get("QUOTACALC_CACHE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "quotacalc"
+
+
+def cache_key(data: bytes, *salts: str) -> str:
+    return hashlib.sha256(data + "|".join(("", *salts)).encode()).hexdigest()
+
+
+def read_entry(kind: str, key: str) -> Any | None:
+    try:
+        return json.loads((cache_dir() / kind / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_entry(kind: str, key: str, document: Any) -> None:
+    try:
+        write_text_atomic(cache_dir() / kind / f"{key}.json", json.dumps(document))
+    except OSError:
+        pass
+
+
+def load_yaml_file_cached(path: Path) -> Any:
+    """A trusted YAML data file (a shipped catalog), parsed once per content."""
+    data = path.read_bytes()
+    key = cache_key(data, "yaml-1")
+    cached = read_entry("yaml", key)
+    if cached is not None:
+        return cached
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    document = load_yaml_text(data.decode("utf-8"), source=str(path))
+    write_entry("yaml", key, document)
+    return document
