@@ -112,8 +112,16 @@ def kv_command(
 
 
 @app.command("models")
-def models_command(as_json: JsonOption = False):
+def models_command(
+    as_json: JsonOption = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="print docs/models.md (a table per model)")] = False,
+):
     """List the shipped model configs: parameters, KV per token, layer kinds."""
+    if markdown:
+        from quotacalc.cli.models_doc import models_markdown
+
+        sys.stdout.write(models_markdown())
+        return
     from quotacalc.cli import render
 
     render.models_listing(as_json=as_json)

@@ -107,8 +107,8 @@ def emit_json(document: Any) -> None:
 # --------------------------------------------------------------------------- tables
 
 
-def _table(title: str) -> Table:
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+def _table() -> Table:
+    table = Table(show_edge=False, pad_edge=False)
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("how", style="dim")
@@ -119,7 +119,7 @@ def _header(result: PriceResult) -> str:
     inputs = result.inputs
     d = inputs.deployment
     return (
-        f"{inputs.arch.name} on {d.tp}× {inputs.gpu.id}: weights {inputs.weights.describe()}, KV {inputs.kv_dtype.name}, "
+        f"{inputs.arch.name} on {d.tp}× {inputs.gpu.id}: weights {inputs.weights.describe(inputs.arch.params_by_group())}, KV {inputs.kv_dtype.name}, "
         f"batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, ${d.gpu_hour_usd}/GPU-h"
     )
 
@@ -148,6 +148,12 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     table.add_row("$ per 1M output tokens", units.usd(result.usd_per_million_output_tokens), "× W")
 
 
+def _show(console: Console, title: str, table: Table) -> None:
+    # A title line above the table wraps to the terminal's width, not the table's.
+    console.print(title, style="bold")
+    console.print(table)
+
+
 def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -168,16 +174,18 @@ def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult
 
 def price_table(result: PriceResult, *, explain: bool) -> None:
     console = _console()
-    table = _table(_header(result))
+    title = _header(result)
+    table = _table()
     _price_rows(table, result)
-    console.print(table)
+    _show(console, title, table)
     _print_footer(console, result.steps, result, explain)
 
 
 def size_table(result: SizeResult, *, explain: bool) -> None:
     console = _console()
     tenant = result.tenant
-    table = _table(
+    table = _table()
+    title = (
         f"Tenant: {units.number(tenant.rps)} req/s × ({units.number(tenant.prompt_tokens)} prompt, "
         f"{units.number(tenant.output_tokens)} output tokens, {tenant.cached_fraction:.0%} cached) on {_header(result.replica)}"
     )
@@ -191,13 +199,14 @@ def size_table(result: SizeResult, *, explain: bool) -> None:
         "dedicated", f"{units.usd(result.dedicated_total_usd_per_month)}/month", f"{result.dedicated_replicas} whole replica(s)"
     )
     table.add_row("one request's KV", units.data_bytes(result.request_kv_bytes), f"{result.request_pool_share:.2%} of a replica's pool")
-    console.print(table)
+    _show(console, title, table)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
 
 def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     console = _console()
-    table = _table(f"One {result.context_tokens:,}-token request on {_header(result.replica)}")
+    title = f"One {result.context_tokens:,}-token request on {_header(result.replica)}"
+    table = _table()
     gib = result.request_kv_bytes / units.GIB
     table.add_row("request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
     table.add_row("per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}")
@@ -208,7 +217,7 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     table.add_row("share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens")
     table.add_row("resident at once", f"{result.requests_resident}", "requests that fit")
     table.add_row("fill the replica", f"{result.requests_to_fill_pool}", "requests")
-    console.print(table)
+    _show(console, title, table)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
 

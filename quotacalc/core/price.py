@@ -205,7 +205,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         unit="params",
     )
     weight_bytes = layout.weight_bytes(arch.params_by_group())
-    ledger.record("weight_bytes", weight_bytes, formula="Σ_group params × bytes/param", substituted=f"{layout.describe()} ({layout.source})", unit="B")
+    ledger.record("weight_bytes", weight_bytes, formula="Σ_group params × bytes/param", substituted=f"{layout.describe(arch.params_by_group())} ({layout.source})", unit="B")
     weight_bytes_per_gpu = weight_bytes / tp
     ledger.record("weight_bytes_per_gpu", weight_bytes_per_gpu, formula="weight_bytes / TP", substituted=f"{fmt(weight_bytes)} / {tp}", unit="B")
 

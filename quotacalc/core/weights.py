@@ -34,13 +34,19 @@ class WeightLayout(BaseModel):
         """Bytes of a set of parameters, group by group."""
         return sum(count * self.groups[group].bytes_per_param for group, count in params_by_group.items())
 
-    def describe(self) -> str:
-        by_dtype: dict[str, list[str]] = {}
-        for group, storage in self.groups.items():
-            by_dtype.setdefault(storage.dtype, []).append(group.value)
-        if len(by_dtype) == 1:
-            return next(iter(by_dtype))
-        return "; ".join(f"{dtype}: {', '.join(groups)}" for dtype, groups in by_dtype.items())
+    def describe(self, params_by_group: dict[ParamGroup, int]) -> str:
+        """Short label: the one dtype, or the main dtype with its share of parameters and the rest."""
+        params_by_dtype: dict[str, int] = {}
+        for group, count in params_by_group.items():
+            if count:
+                dtype = self.groups[group].dtype
+                params_by_dtype[dtype] = params_by_dtype.get(dtype, 0) + count
+        ranked = sorted(params_by_dtype.items(), key=lambda item: -item[1])
+        if len(ranked) == 1:
+            return ranked[0][0]
+        main, main_count = ranked[0]
+        share = main_count / sum(params_by_dtype.values())
+        return f"{main} ({share:.1%} of params), {'/'.join(dtype for dtype, _ in ranked[1:])} rest"
 
 
 def uniform_layout(dtype: str, bytes_per_param: float, compute_dtype: str, source: str) -> WeightLayout:

@@ -6,6 +6,10 @@ with torch==2.13.0 and transformers pinned to the project's version, 5.24.0):
     python3 -m venv /work/torchvenv
     /work/torchvenv/bin/pip install torch==2.13.0 transformers==5.24.0
     /work/torchvenv/bin/python tests/data/make_reference_params.py models > tests/data/reference_params.json
+    /work/torchvenv/bin/python tests/data/make_reference_params.py tests/data/configs > tests/data/reference_params_hybrid.json
+
+The first covers the shipped models; the second the Mamba-2 hybrid test configs (Nemotron-H,
+Bamba, Falcon-H1, Granite 4.0-H) that ``tests/test_hybrid_families.py`` checks.
 
 For each folder under the given directory that holds a ``config.json``:
 
@@ -46,7 +50,11 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 # Run from the repo root, in a venv with torch==2.13.0 and transformers==5.24.0.
-GENERATED_BY = "python tests/data/make_reference_params.py models > tests/data/reference_params.json"
+#: Where each known input directory's output goes (recorded in the JSON as ``generated_by``).
+OUTPUTS = {
+    "models": "tests/data/reference_params.json",
+    "tests/data/configs": "tests/data/reference_params_hybrid.json",
+}
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 
@@ -119,7 +127,7 @@ def count(folder):
 def main(argv):
     if len(argv) != 2:
         sys.exit(f"usage: {argv[0]} MODELS_DIR > reference_params.json")
-    root = argv[1]
+    root = argv[1].rstrip("/")
     models = {}
     for name in sorted(os.listdir(root)):
         folder = os.path.join(root, name)
@@ -134,7 +142,7 @@ def main(argv):
             traceback.print_exc(file=sys.stderr)
             models[name] = {"error": f"{type(exc).__name__}: {exc}"}
     out = {
-        "generated_by": GENERATED_BY,
+        "generated_by": f"python tests/data/make_reference_params.py {root} > {OUTPUTS.get(root, 'OUT.json')}",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "models": models,

@@ -1,0 +1,349 @@
+"""Bad input: a non-zero exit with the right code, one line on stderr naming the input, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
+
+INVALID = EXIT_INVALID_INPUT  # 1: parses, but cannot be priced
+USAGE = EXIT_USAGE  # 2: unknown names, missing or malformed arguments
+
+MODEL = "Llama-3.3-70B-Instruct"
+M = ("--model", MODEL, "--gpu", "h100-sxm")
+M4 = (*M, "--tp", "4")
+TENANT = ("--prompt-tokens", "10", "--output-tokens", "10")
+
+LLAMA_TEMPLATE = {
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+
+def assert_one_line_error(code: int, out: str, err: str, expected_code: int, *needles: str) -> str:
+    """The error contract of ``quotacalc.cli.app.main``; returns the error line."""
+    assert code != 0, f"exit 0 for bad input; stdout={out!r} stderr={err!r}"
+    assert code == expected_code, f"exit {code}, want {expected_code}: {err!r}"
+    assert "Traceback" not in out + err
+    assert out == "", f"bad input printed to stdout: {out!r}"
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"want one line on stderr, got {len(lines)}: {err!r}"
+    line = lines[0]
+    assert line.startswith("quotacalc: error: "), line
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    return line
+
+
+def write_config(directory: Path, config: dict | str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    text = config if isinstance(config, str) else json.dumps(config, indent=2)
+    (directory / "config.json").write_text(text, encoding="utf-8")
+    return directory
+
+
+def write_yaml(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- model and GPU names
+
+
+@pytest.mark.parametrize(
+    ("model", "needles"),
+    [
+        ("Llama-3.3-70B-Instruc", ("model", "'Llama-3.3-70B-Instruc'", "did you mean Llama-3.3-70B-Instruct")),
+        ("no-such-model-xyz", ("model", "'no-such-model-xyz'")),
+    ],
+)
+def test_unknown_model_suggests_close_names(run_cli, model, needles):
+    result = run_cli("price", "--model", model, "--gpu", "h100-sxm", "--tp", "4")
+    assert_one_line_error(*result, USAGE, *needles)
+
+
+def test_unknown_gpu_suggests_close_names(run_cli):
+    result = run_cli("price", "--model", MODEL, "--gpu", "h1000", "--tp", "4")
+    line = assert_one_line_error(*result, USAGE, "gpu", "'h1000'", "did you mean")
+    assert "h100" in line.split("did you mean", 1)[1]
+
+
+# --------------------------------------------------------------------------- model configs on disk
+
+
+def test_directory_without_config_json(run_cli, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("price", "--model", str(empty), "--gpu", "h100-sxm")
+    assert_one_line_error(*result, INVALID, str(empty), "model", "config.json")
+
+
+def test_broken_config_json_names_the_line(run_cli, tmp_path):
+    broken = write_config(tmp_path / "broken", '{\n  "model_type": "llama",\n  "hidden_size": 4096,\n}\n')
+    result = run_cli("price", "--model", str(broken), "--gpu", "h100-sxm")
+    assert_one_line_error(*result, INVALID, "config.json", "malformed config JSON", "line 4")
+
+
+@pytest.mark.parametrize(
+    "missing",
+    ["num_hidden_layers", "num_attention_heads"],
+    ids=["no-layers", "no-heads"],
+)
+def test_config_missing_sizes_is_refused_not_defaulted(run_cli, tmp_path, missing):
+    # transformers' LlamaConfig would fill these in (32 layers, 32 heads); quotacalc must not guess.
+    config = {key: value for key, value in LLAMA_TEMPLATE.items() if key != missing}
+    if missing == "num_attention_heads":
+        config.pop("num_key_value_heads")
+    model = write_config(tmp_path / missing, config)
+    result = run_cli("price", "--model", str(model), "--gpu", "h100-sxm")
+    assert_one_line_error(*result, INVALID, "config.json", missing, "missing")
+
+
+def test_config_with_unknown_model_type(run_cli, tmp_path):
+    model = write_config(tmp_path / "unknown", {**LLAMA_TEMPLATE, "model_type": "frobnicator"})
+    result = run_cli("price", "--model", str(model), "--gpu", "h100-sxm")
+    assert_one_line_error(*result, INVALID, "model_type", "'frobnicator'", "unknown")
+
+
+def test_architecture_not_priced_yet_t5(run_cli, tmp_path):
+    t5 = {"model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8}
+    model = write_config(tmp_path / "t5", {**t5, "vocab_size": 32128})
+    result = run_cli("price", "--model", str(model), "--gpu", "h100-sxm")
+    line = assert_one_line_error(*result, INVALID, "model_type", "'t5'", "not priced yet")
+    assert "supported:" in line and "llama" in line
+
+
+def test_layer_type_not_priced_yet(run_cli, tmp_path):
+    kinds = ["full_attention", "linear_attention", "full_attention", "full_attention"]
+    model = write_config(tmp_path / "linear", {**LLAMA_TEMPLATE, "layer_types": kinds})
+    result = run_cli("price", "--model", str(model), "--gpu", "h100-sxm")
+    assert_one_line_error(*result, INVALID, "layer_types", "'linear_attention'", "layer 1")
+
+
+def test_model_too_big_for_the_gpu(run_cli):
+    result = run_cli("price", "--model", "DeepSeek-V3", "--gpu", "l4", "--tp", "1")
+    assert_one_line_error(*result, INVALID, "DeepSeek-V3", "does not fit", "l4", "raise --tp")
+
+
+def test_hub_id_unreachable_offline(run_cli, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; in-process it may already be imported.
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    result = run_cli("price", "--model", "someorg/some-model", "--gpu", "h100-sxm")
+    line = assert_one_line_error(*result, INVALID, "model", "'someorg/some-model'", "offline")
+    assert "hub" in line.lower()
+
+
+# --------------------------------------------------------------------------- deployment flags
+
+OUT_OF_UNIT_INTERVAL = [
+    (flag, value) for flag in ("--mfu", "--mbu", "--ceiling") for value in ("0", "1.5", "-0.1")
+]
+
+
+@pytest.mark.parametrize(("flag", "value"), OUT_OF_UNIT_INTERVAL)
+def test_efficiency_and_ceiling_outside_unit_interval(run_cli, flag, value):
+    result = run_cli("price", *M4, flag, value)
+    assert_one_line_error(*result, INVALID, flag, "(0, 1]")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--tp", "0"), ("--tp", "-2"), ("--batch", "0"), ("--batch", "-5"), ("--context", "0"), ("--context", "-1")],
+)
+def test_non_positive_integers(run_cli, flag, value):
+    args = [*M, "--tp", "4"] if flag != "--tp" else list(M)
+    result = run_cli("price", *args, flag, value)
+    assert_one_line_error(*result, INVALID, flag, "positive", value)
+
+
+def test_tp_not_dividing_heads(run_cli):
+    result = run_cli("price", *M, "--tp", "3")
+    assert_one_line_error(*result, INVALID, "tp", "3 does not divide", "heads", "choose a divisor")
+
+
+def test_negative_gpu_hour_usd(run_cli):
+    result = run_cli("price", *M4, "--gpu-hour-usd", "-1")
+    assert_one_line_error(*result, INVALID, "--gpu-hour-usd", "negative")
+
+
+@pytest.mark.parametrize(
+    ("flag", "field", "value", "suggestion"),
+    [
+        ("--weight-dtype", "weight_dtype", "fp9", "did you mean fp8"),
+        ("--kv-dtype", "kv_dtype", "bf61", "did you mean bf16"),
+        ("--weight-dtype", "weight_dtype", "bogus", "fp8"),
+    ],
+)
+def test_unknown_dtype_suggests_close(run_cli, flag, field, value, suggestion):
+    result = run_cli("price", *M4, flag, value)
+    assert_one_line_error(*result, USAGE, field, f"unknown dtype '{value}'", suggestion)
+
+
+def test_missing_model(run_cli):
+    result = run_cli("price", "--gpu", "h100-sxm", "--tp", "4")
+    assert_one_line_error(*result, USAGE, "--model", "required")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: typer>=0.2x raises typer._click exceptions, main() catches click's: 'internal error', exit 3",
+)
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(("--tp", "four"), "four"), (("--bogus", "3"), "--bogus")],
+    ids=["flag-wrong-type", "unknown-flag"],
+)
+def test_malformed_command_line_is_a_usage_error(run_cli, args, needle):
+    result = run_cli("price", *M, *args)
+    assert_one_line_error(*result, USAGE, needle)
+
+
+# --------------------------------------------------------------------------- deployment YAML
+
+
+def test_yaml_malformed(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "malformed.yaml", "model: [unclosed\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "malformed YAML", "line")
+
+
+def test_yaml_duplicate_key_names_key_and_line(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "dup.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntp: 4\ntp: 8\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "duplicate key 'tp'", "line 4")
+
+
+def test_yaml_unknown_key_is_named(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "typo.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntensor_paralel: 4\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "unknown key 'tensor_paralel'", "did you mean")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: difflib suggests 'expert_parallel', not 'tp', for 'tensor_paralel'")
+def test_yaml_unknown_key_suggests_tp(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "typo.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntensor_paralel: 4\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, "tensor_paralel", "did you mean 'tp'")
+
+
+def test_yaml_top_level_list(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "list.yaml", f"- model: {MODEL}\n- gpu: h100-sxm\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "mapping")
+
+
+def test_yaml_missing_file(run_cli, tmp_path):
+    plan = tmp_path / "nope.yaml"
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, USAGE, "nope.yaml", "no such file")
+
+
+def test_yaml_value_of_wrong_type(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "wrong.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntp: four\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "tp", "integer")
+
+
+def test_yaml_bad_deployment_value_names_the_key(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "mfu.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntp: 4\nmfu: 1.5\n")
+    result = run_cli("price", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "mfu", "(0, 1]")
+
+
+# --------------------------------------------------------------------------- tenants (size) and kv
+
+TENANT_YAML = f"model: {MODEL}\ngpu: h100-sxm\ntp: 4\ntenant:\n"
+
+
+@pytest.mark.parametrize(
+    ("tenant", "needles"),
+    [
+        ("  rps: -1\n  prompt_tokens: 10\n  output_tokens: 10\n", ("tenant.rps", "negative")),
+        (
+            "  rps: 1\n  prompt_tokens: 10\n  output_tokens: 10\n  cached_fraction: 1.5\n",
+            ("tenant.cached_fraction", "[0, 1]", "1.5"),
+        ),
+        ("  rps: 1\n  prompt_tokens: 10\n  output_tokens: 10\n  rsp: 2\n", ("tenant.rsp", "unknown key")),
+    ],
+    ids=["negative-rps", "cached-fraction-above-one", "unknown-tenant-key"],
+)
+def test_yaml_tenant_section_errors(run_cli, tmp_path, tenant, needles):
+    plan = write_yaml(tmp_path / "tenant.yaml", TENANT_YAML + tenant)
+    result = run_cli("size", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), *needles)
+
+
+def test_yaml_tenant_not_a_mapping(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "tenant.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntp: 4\ntenant: 5\n")
+    result = run_cli("size", str(plan))
+    assert_one_line_error(*result, INVALID, str(plan), "tenant", "mapping")
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--rps", "-1", *TENANT), ("--rps", "negative")),
+        (("--rps", "1", *TENANT, "--cached-fraction", "1.5"), ("--cached-fraction", "[0, 1]")),
+    ],
+    ids=["negative-rps", "cached-fraction-above-one"],
+)
+def test_tenant_flag_errors(run_cli, args, needles):
+    result = run_cli("size", *M4, *args)
+    assert_one_line_error(*result, INVALID, *needles)
+
+
+def test_size_without_rps(run_cli):
+    result = run_cli("size", *M4, *TENANT)
+    assert_one_line_error(*result, USAGE, "--rps", "required")
+
+
+def test_kv_without_context(run_cli):
+    result = run_cli("kv", *M4)
+    assert_one_line_error(*result, USAGE, "--context", "required")
+
+
+def test_kv_context_zero(run_cli):
+    result = run_cli("kv", *M4, "--context", "0")
+    assert_one_line_error(*result, INVALID, "--context", "positive")
+
+
+# --------------------------------------------------------------------------- good YAML: flags and files together
+
+
+def test_flags_override_the_yaml_file(run_cli, tmp_path):
+    plan = write_yaml(tmp_path / "plan.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntp: 8\nbatch: 64\n")
+    code, out, err = run_cli("price", str(plan), "--tp", "4", "--json")
+    assert code == 0, err
+    deployment = json.loads(out)["inputs"]["deployment"]
+    assert deployment["tp"] == 4  # the flag wins
+    assert deployment["batch"] == 64  # the file still supplies what no flag overrides
+    assert deployment["model"] == MODEL
+
+
+def test_yaml_tenant_section_feeds_size(run_cli, tmp_path):
+    tenant = "  rps: 3\n  prompt_tokens: 1000\n  output_tokens: 200\n  cached_fraction: 0.25\n"
+    plan = write_yaml(tmp_path / "plan.yaml", TENANT_YAML + tenant)
+    code, out, err = run_cli("size", str(plan), "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["tenant"] == {"rps": 3, "prompt_tokens": 1000, "output_tokens": 200, "cached_fraction": 0.25}
+    assert document["results"]["units_per_s"] == pytest.approx(3 * document["results"]["units_per_request"], rel=1e-12)
+
+    # a flag overrides one tenant key and keeps the rest of the section
+    code, out, err = run_cli("size", str(plan), "--rps", "6", "--json")
+    assert code == 0, err
+    assert json.loads(out)["tenant"] == {"rps": 6, "prompt_tokens": 1000, "output_tokens": 200, "cached_fraction": 0.25}
