@@ -1,9 +1,9 @@
 """quotacalc: price LLM serving in replica time and KV memory, as a library and a CLI.
 
-    from quotacalc import Deployment, Tenant, resolve, price, size_tenant, request_kv
+from quotacalc import Deployment, Tenant, resolve, price, size_tenant, request_kv
 
-    replica = price(resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8")))
-    replica.output_weight, replica.replica_units_per_s
+replica = price(resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8")))
+replica.output_weight, replica.replica_units_per_s
 """
 
 from __future__ import annotations
@@ -34,7 +34,27 @@ _EXPORTS = {
     "size_tenant": "quotacalc.core.tenant",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Deployment",
+    "ModelArch",
+    "ParamGroup",
+    "PriceResult",
+    "PricingInputs",
+    "QuotacalcError",
+    "RequestKvResult",
+    "SizeResult",
+    "Tenant",
+    "UnsupportedArchitecture",
+    "UsageError",
+    "build_deployment",
+    "expected_distinct_experts",
+    "load_arch",
+    "load_plan_file",
+    "price",
+    "request_kv",
+    "resolve",
+    "size_tenant",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -56,9 +56,7 @@ def test_prompt_token_at_context_adds_attention_flops():
     # tokens; per layer 2 x 64 heads x (128 + 128) x 850.5 FLOPs; x 80 layers = 2,229,534,720.
     result = priced(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8")
     assert result.attention_flops_per_prompt_token == 80 * 2 * 64 * 256 * 850.5 == 2_229_534_720
-    assert result.prompt_token_at_context_s == pytest.approx(
-        (2 * 70_553_706_496 + 2_229_534_720) / (4 * 1979e12 * 0.5)
-    )
+    assert result.prompt_token_at_context_s == pytest.approx((2 * 70_553_706_496 + 2_229_534_720) / (4 * 1979e12 * 0.5))
     assert result.prompt_token_at_context_s > result.prompt_token_s
 
 
@@ -68,7 +66,10 @@ def test_prompt_token_at_context_adds_attention_flops():
 def test_qwen25_sliding_window_disabled():
     # use_sliding_window false: 28 full layers x 2 x 4 KV heads x 128 x 2 B = 57,344.
     arch = arch_of("Qwen2.5-7B-Instruct")
-    assert all(isinstance(layer.mixer, FullAttention) and not isinstance(layer.mixer, SlidingWindowAttention) for layer in arch.layers)
+    assert all(
+        isinstance(layer.mixer, FullAttention) and not isinstance(layer.mixer, SlidingWindowAttention)
+        for layer in arch.layers
+    )
     assert memory.kv_bytes_per_token(arch, BF16) == 28 * 2 * 4 * 128 * 2 == 57_344
 
 
@@ -81,7 +82,9 @@ def test_gpt_oss_alternating_windows():
     # At 100 tokens every layer holds all of them: 36 x 100 x 2,048.
     assert memory.request_kv_bytes(arch, 100, BF16, BF16) == 36 * 100 * per_layer_token
     # At 10,000 tokens sliding layers hold only their 128: 18 x 10,000 x 2,048 + 18 x 128 x 2,048.
-    assert memory.request_kv_bytes(arch, 10_000, BF16, BF16) == 18 * 10_000 * per_layer_token + 18 * 128 * per_layer_token
+    assert (
+        memory.request_kv_bytes(arch, 10_000, BF16, BF16) == 18 * 10_000 * per_layer_token + 18 * 128 * per_layer_token
+    )
 
 
 def test_gemma3_pattern_from_transformers_defaults():
@@ -90,7 +93,9 @@ def test_gemma3_pattern_from_transformers_defaults():
     arch = arch_of("gemma-3-27b-it")
     assert arch.mixer_counts() == {"sliding_attention": 52, "full_attention": 10}
     assert memory.kv_bytes_per_token(arch, BF16) == 10 * 2 * 16 * 128 * 2 == 81_920
-    assert {layer.mixer.window_tokens for layer in arch.layers if isinstance(layer.mixer, SlidingWindowAttention)} == {1024}
+    assert {layer.mixer.window_tokens for layer in arch.layers if isinstance(layer.mixer, SlidingWindowAttention)} == {
+        1024
+    }
     assert arch.vision_params > 0 and arch.active_params() < arch.total_params()
 
 
@@ -231,7 +236,11 @@ def test_deepseek_fp8_checkpoint_layout():
     result = priced(model="DeepSeek-V3", gpu="h200", tp=8)
     arch = result.inputs.arch
     groups = arch.params_by_group()
-    linear = sum(count for group, count in groups.items() if group.value in ("attention", "mlp", "routed_experts", "shared_experts"))
+    linear = sum(
+        count
+        for group, count in groups.items()
+        if group.value in ("attention", "mlp", "routed_experts", "shared_experts")
+    )
     other = arch.total_params() - linear
     assert result.weight_bytes == pytest.approx(linear * (1 + 4 / 16384) + other * 2)
     assert result.compute_dtype == "fp8"
@@ -264,7 +273,9 @@ def test_awq_checkpoint(tmp_path):
     )
     result = priced(model=_write_config(tmp_path, "awq", config), gpu="h100-sxm")
     groups = result.inputs.arch.params_by_group()
-    linear = groups[next(g for g in groups if g.value == "attention")] + groups[next(g for g in groups if g.value == "mlp")]
+    linear = (
+        groups[next(g for g in groups if g.value == "attention")] + groups[next(g for g in groups if g.value == "mlp")]
+    )
     # int4 weights + an fp16 scale and a 4-bit zero per 128 weights
     assert result.weight_bytes == pytest.approx(linear * (0.5 + 2.5 / 128) + (result.total_params - linear) * 2)
     assert result.compute_dtype == "bf16"

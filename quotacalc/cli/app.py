@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -21,7 +21,8 @@ app = typer.Typer(
 )
 
 PlanArgument = Annotated[
-    Optional[str], typer.Argument(help="deployment YAML file (its keys are the flags' names with underscores)", show_default=False)
+    str | None,
+    typer.Argument(help="deployment YAML file (its keys are the flags' names with underscores)", show_default=False),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
@@ -55,7 +56,9 @@ def _emit_json(document: dict[str, Any]) -> None:
 
 @app.command("price")
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
-def price_command(plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags):
+def price_command(
+    plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags
+):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
     from quotacalc.cli import render
 
@@ -70,7 +73,12 @@ def price_command(plan: PlanArgument = None, as_json: JsonOption = False, explai
 @app.command("size")
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS, "tenant_flags": TENANT_OPTIONS})
 def size_command(
-    plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags, tenant_flags
+    plan: PlanArgument = None,
+    as_json: JsonOption = False,
+    explain: ExplainOption = False,
+    *,
+    deployment_flags,
+    tenant_flags,
 ):
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated."""
     from quotacalc.cli import render
@@ -88,7 +96,7 @@ def size_command(
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
 def kv_command(
     plan: PlanArgument = None,
-    context: Annotated[Optional[int], typer.Option("--context", help="the request's context length, tokens")] = None,
+    context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     *,
@@ -145,15 +153,22 @@ def main() -> None:
     except QuotacalcError as error:
         sys.stderr.write(f"quotacalc: error: {error.one_line()}\n")
         sys.exit(error.exit_code)
-    except Exception as error:  # noqa: BLE001 - the CLI's last line of defence
-        import click
-
-        if isinstance(error, click.exceptions.ClickException):
-            sys.stderr.write(f"quotacalc: error: {error.format_message()}\n")
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as error:
+        # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
+        if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
+            message = " ".join(error.format_message().split())
+            if message:  # empty when the help was printed instead (no arguments)
+                command = getattr(getattr(error, "ctx", None), "command_path", "quotacalc")
+                hint = f" (see '{command} --help')" if error.exit_code == 2 else ""
+                sys.stderr.write(f"quotacalc: error: {message}{hint}\n")
             sys.exit(error.exit_code)
-        if isinstance(error, (click.exceptions.Abort, KeyboardInterrupt)):
+        if type(error).__name__ == "Abort":
             sys.exit(130)
         if os.environ.get("QUOTACALC_DEBUG"):
             raise
-        sys.stderr.write(f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n")
+        sys.stderr.write(
+            f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n"
+        )
         sys.exit(3)

@@ -52,15 +52,36 @@ def models_markdown() -> str:
         reference = reference_price(shipped.name)
         arch = reference.inputs.arch if reference else resolve(Deployment(model=shipped.name, gpu="h200")).arch
         kinds = ", ".join(f"{count} {kind}" for kind, count in arch.mixer_counts().items())
-        lines += [f"## {shipped.name}", "", f"`{'`, `'.join(shipped.hf_ids)}` · {arch.model_type} · {len(arch.layers)} layers ({kinds})", ""]
+        lines += [
+            f"## {shipped.name}",
+            "",
+            f"`{'`, `'.join(shipped.hf_ids)}` · {arch.model_type} · {len(arch.layers)} layers ({kinds})",
+            "",
+        ]
         lines += ["| quantity | value | note |", "|---|---:|---|"]
-        lines.append(_row("total parameters", f"{arch.total_params():,}", "tied embeddings once" if arch.tie_word_embeddings else ""))
+        lines.append(
+            _row(
+                "total parameters",
+                f"{arch.total_params():,}",
+                "tied embeddings once" if arch.tie_word_embeddings else "",
+            )
+        )
         lines.append(_row("active parameters", f"{arch.active_params():,}", "per text token"))
-        lines.append(_row("KV bytes per token (bf16)", f"{memory.kv_bytes_per_token(arch, 2):,.0f}", "growth at long context"))
-        windows = sorted({layer.mixer.window_tokens for layer in arch.layers if isinstance(layer.mixer, SlidingWindowAttention)})
+        lines.append(
+            _row("KV bytes per token (bf16)", f"{memory.kv_bytes_per_token(arch, 2):,.0f}", "growth at long context")
+        )
+        windows = sorted(
+            {layer.mixer.window_tokens for layer in arch.layers if isinstance(layer.mixer, SlidingWindowAttention)}
+        )
         if windows:
             at_window = memory.window_bytes_per_sequence(arch, 2, max(windows))
-            lines.append(_row("sliding window", ", ".join(f"{w:,}" for w in windows) + " tokens", f"{at_window:,.0f} B per sequence when full"))
+            lines.append(
+                _row(
+                    "sliding window",
+                    ", ".join(f"{w:,}" for w in windows) + " tokens",
+                    f"{at_window:,.0f} B per sequence when full",
+                )
+            )
         state = memory.state_bytes_per_sequence(arch, 2)
         if state:
             lines.append(_row("state per sequence (bf16)", f"{state:,.0f} B", "fixed, any length"))
@@ -70,7 +91,9 @@ def models_markdown() -> str:
         if reference:
             d = reference.inputs.deployment
             where = f"{d.tp}x {d.gpu}, weights {reference.inputs.weights.describe(arch.params_by_group())}"
-            lines.append(_row("W (output weight)", f"{reference.output_weight:.2f}", f"{where}, {reference.decode_bound}-bound"))
+            lines.append(
+                _row("W (output weight)", f"{reference.output_weight:.2f}", f"{where}, {reference.decode_bound}-bound")
+            )
             lines.append(_row("KV pool", f"{reference.kv_pool_tokens:,} tokens", where))
         else:
             lines.append(_row("W (output weight)", "n/a", "no reference deployment holds the batch"))

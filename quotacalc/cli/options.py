@@ -31,7 +31,9 @@ def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str,
         if name in exclude:
             continue
         default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
-        option = typer.Option(flag_name(name), help=f"{field.description}{default}", rich_help_panel=panel, show_default=False)
+        option = typer.Option(
+            flag_name(name), help=f"{field.description}{default}", rich_help_panel=panel, show_default=False
+        )
         annotation = Annotated[Union[_plain_type(field.annotation), None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters

@@ -46,7 +46,9 @@ def _inputs_json(result: PriceResult) -> dict[str, Any]:
             "checkpoint_dtype": arch.checkpoint_dtype,
             "max_context_tokens": arch.max_context_tokens,
             "params_by_group": {group.value: count for group, count in arch.params_by_group().items() if count},
-            "active_params_by_group": {group.value: count for group, count in arch.active_params_by_group().items() if count},
+            "active_params_by_group": {
+                group.value: count for group, count in arch.active_params_by_group().items() if count
+            },
             "notes": list(arch.notes),
         },
         "gpu": inputs.gpu.model_dump(),
@@ -129,22 +131,40 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     table.add_row("parameters (total)", f"{result.total_params:,}", result.inputs.arch.model_type)
     if result.active_params != result.total_params:
         table.add_row("parameters (active)", f"{result.active_params:,}", "per text token")
-    table.add_row("weights per GPU", units.data_bytes(result.weight_bytes_per_gpu), f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}")
-    table.add_row("KV per token", f"{result.kv_bytes_per_token:,.0f} B", f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU")
+    table.add_row(
+        "weights per GPU",
+        units.data_bytes(result.weight_bytes_per_gpu),
+        f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}",
+    )
+    table.add_row(
+        "KV per token",
+        f"{result.kv_bytes_per_token:,.0f} B",
+        f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU",
+    )
     if result.state_bytes_per_sequence:
         table.add_row("state per sequence", units.data_bytes(result.state_bytes_per_sequence), "Mamba conv + SSM state")
     table.add_row("prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
     table.add_row(
-        f"prompt token at {d.context:,} context", units.seconds(result.prompt_token_at_context_s), "with attention FLOPs"
+        f"prompt token at {d.context:,} context",
+        units.seconds(result.prompt_token_at_context_s),
+        "with attention FLOPs",
     )
     table.add_row("decode step", units.seconds(result.decode_step_s), f"{result.decode_bound}-bound, batch {d.batch}")
     table.add_row("output token", units.seconds(result.output_token_s), "decode step / batch")
     table.add_row("output weight W", f"{result.output_weight:.2f}", "units per output token")
     table.add_row("replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token")
     table.add_row("KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)
-    table.add_row("dedicated replica", f"{units.usd(result.dedicated_usd_per_month)}/month", f"{d.tp} GPUs × ${d.gpu_hour_usd} × {d.hours_per_month:g} h")
+    table.add_row(
+        "dedicated replica",
+        f"{units.usd(result.dedicated_usd_per_month)}/month",
+        f"{d.tp} GPUs × ${d.gpu_hour_usd} × {d.hours_per_month:g} h",
+    )
     table.add_row("$ per 1M prompt tokens", units.usd(result.usd_per_million_prompt_tokens), "at the ceiling")
-    table.add_row("$ per 1M cached prompt tokens", units.usd(result.usd_per_million_cached_prompt_tokens), f"× {d.cached_prompt_weight}")
+    table.add_row(
+        "$ per 1M cached prompt tokens",
+        units.usd(result.usd_per_million_cached_prompt_tokens),
+        f"× {d.cached_prompt_weight}",
+    )
     table.add_row("$ per 1M output tokens", units.usd(result.usd_per_million_output_tokens), "× W")
 
 
@@ -164,7 +184,9 @@ def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult
     for step in steps:
         console.print(f"[bold]{step.name}[/] = {step.formula}", markup=True)
         console.print(f"    = {step.substituted}")
-        console.print(f"    = {units.render(step.value, step.unit)}" + (f"   [dim]({step.note})[/]" if step.note else ""))
+        console.print(
+            f"    = {units.render(step.value, step.unit)}" + (f"   [dim]({step.note})[/]" if step.note else "")
+        )
     notes = list(result.inputs.arch.notes)
     if notes:
         console.print("[bold]Assumptions about the model[/]")
@@ -189,16 +211,28 @@ def size_table(result: SizeResult, *, explain: bool) -> None:
         f"Tenant: {units.number(tenant.rps)} req/s × ({units.number(tenant.prompt_tokens)} prompt, "
         f"{units.number(tenant.output_tokens)} output tokens, {tenant.cached_fraction:.0%} cached) on {_header(result.replica)}"
     )
-    table.add_row("units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}")
+    table.add_row(
+        "units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}"
+    )
     table.add_row("load", f"{result.units_per_s:,.0f} units/s", "")
     table.add_row("replicas", f"{result.replicas:.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
     table.add_row("token bucket rate", f"{result.bucket_rate_units_per_s:,.0f} units/s", "refill")
-    table.add_row("token bucket depth", f"{result.bucket_depth_units:,.0f} units", f"{result.replica.inputs.deployment.burst_s:g} s of quota")
+    table.add_row(
+        "token bucket depth",
+        f"{result.bucket_depth_units:,.0f} units",
+        f"{result.replica.inputs.deployment.burst_s:g} s of quota",
+    )
     table.add_row("shared", f"{units.usd(result.shared_usd_per_month)}/month", "its share of replicas")
     table.add_row(
-        "dedicated", f"{units.usd(result.dedicated_total_usd_per_month)}/month", f"{result.dedicated_replicas} whole replica(s)"
+        "dedicated",
+        f"{units.usd(result.dedicated_total_usd_per_month)}/month",
+        f"{result.dedicated_replicas} whole replica(s)",
     )
-    table.add_row("one request's KV", units.data_bytes(result.request_kv_bytes), f"{result.request_pool_share:.2%} of a replica's pool")
+    table.add_row(
+        "one request's KV",
+        units.data_bytes(result.request_kv_bytes),
+        f"{result.request_pool_share:.2%} of a replica's pool",
+    )
     _show(console, title, table)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
@@ -209,7 +243,9 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     table = _table()
     gib = result.request_kv_bytes / units.GIB
     table.add_row("request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
-    table.add_row("per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}")
+    table.add_row(
+        "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
+    )
     if result.window_kv_bytes:
         table.add_row("of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
     if result.state_bytes:

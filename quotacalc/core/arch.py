@@ -155,7 +155,9 @@ class MLAAttention(_Spec):
     def params(self) -> dict[ParamGroup, int]:
         qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         if self.q_lora_rank:
-            q_count = self.hidden_size * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk_head_dim
+            q_count = (
+                self.hidden_size * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk_head_dim
+            )
         else:
             q_count = self.hidden_size * self.num_heads * qk_head_dim
         kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
@@ -267,6 +269,10 @@ class Mamba2Mixer(_StateSpace):
     d_conv: PositiveInt
     conv_bias: bool = True
     proj_bias: bool = False
+    #: Bias on out_proj when it differs from in_proj's (Falcon-H1's ``projectors_bias``); None follows ``proj_bias``.
+    out_proj_bias: bool | None = None
+    #: Gated RMSNorm before out_proj (Falcon-H1 has it only with ``mamba_rms_norm``).
+    gated_norm: bool = True
 
     @property
     def d_inner(self) -> int:
@@ -281,8 +287,9 @@ class Mamba2Mixer(_StateSpace):
         count = self.hidden_size * in_proj_out + (in_proj_out if self.proj_bias else 0)
         count += self.conv_dim * self.d_conv + (self.conv_dim if self.conv_bias else 0)
         count += 3 * self.num_heads  # dt_bias, A_log, D
-        count += self.d_inner  # gated RMSNorm
-        count += self.d_inner * self.hidden_size + (self.hidden_size if self.proj_bias else 0)
+        count += self.d_inner if self.gated_norm else 0
+        out_bias = self.proj_bias if self.out_proj_bias is None else self.out_proj_bias
+        count += self.d_inner * self.hidden_size + (self.hidden_size if out_bias else 0)
         return {ParamGroup.MAMBA: count}
 
     def state_elements_per_sequence(self) -> int:

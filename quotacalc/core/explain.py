@@ -36,7 +36,5 @@ class Ledger:
         self.steps: list[Step] = []
 
     def record(self, name: str, value: float, *, formula: str, substituted: str, unit: str, note: str | None = None):
-        self.steps.append(
-            Step(name=name, formula=formula, substituted=substituted, value=value, unit=unit, note=note)
-        )
+        self.steps.append(Step(name=name, formula=formula, substituted=substituted, value=value, unit=unit, note=note))
         return value

@@ -57,8 +57,20 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
     )
     resident = math.floor(1 / share) if share > 0 else 0
     to_fill = math.ceil(1 / share) if share > 0 else 0
-    ledger.record("requests_resident", resident, formula="floor(1 / pool_share)", substituted=f"floor(1 / {fmt(share)})", unit="requests")
-    ledger.record("requests_to_fill_pool", to_fill, formula="ceil(1 / pool_share)", substituted=f"ceil(1 / {fmt(share)})", unit="requests")
+    ledger.record(
+        "requests_resident",
+        resident,
+        formula="floor(1 / pool_share)",
+        substituted=f"floor(1 / {fmt(share)})",
+        unit="requests",
+    )
+    ledger.record(
+        "requests_to_fill_pool",
+        to_fill,
+        formula="ceil(1 / pool_share)",
+        substituted=f"ceil(1 / {fmt(share)})",
+        unit="requests",
+    )
     return RequestKvResult(
         context_tokens=context_tokens,
         request_kv_bytes=total,

@@ -32,7 +32,11 @@ def state_bytes_per_sequence(arch: ModelArch, state_bytes_per_element: float, tp
 def window_bytes_per_sequence(arch: ModelArch, kv_bytes_per_element: float, context_tokens: int) -> float:
     """KV held by sliding-window layers for one sequence at a context (at most their windows)."""
     return (
-        sum(m.cache_elements_per_token() * m.cached_tokens(context_tokens) for m in _mixers(arch) if not m.grows_with_context())
+        sum(
+            m.cache_elements_per_token() * m.cached_tokens(context_tokens)
+            for m in _mixers(arch)
+            if not m.grows_with_context()
+        )
         * kv_bytes_per_element
     )
 

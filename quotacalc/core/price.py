@@ -101,9 +101,13 @@ def expected_distinct_experts(num_experts: int, top_k: int, batch: int, skew: fl
 def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
     """TP must split every layer evenly (heads, Mamba channels); EP must split the experts."""
     tp = deployment.tp
-    for index, layer in enumerate(arch.layers):
-        if layer.mixer is not None and (problem := layer.mixer.tp_problem(tp)):
-            raise QuotacalcError(f"{tp} {problem} of {arch.name} (layer {index})", field="tp", fix="choose a divisor")
+    mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
+    for mixer in mixers:
+        if problem := mixer.tp_problem(tp):
+            valid = [size for size in (1, 2, 4, 8, 16, 32, 64) if not any(m.tp_problem(size) for m in mixers)]
+            raise QuotacalcError(
+                f"{tp} {problem} of {arch.name}", field="tp", fix=f"valid: {', '.join(map(str, valid))}"
+            )
     if deployment.expert_parallel:
         for moe in arch.moe_layers():
             if moe.num_experts % tp:
@@ -113,7 +117,9 @@ def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
                     fix="choose a TP that divides the experts, or turn expert parallelism off",
                 )
         if not arch.moe_layers():
-            raise QuotacalcError(f"{arch.name} has no experts to shard", field="expert_parallel", fix="drop --expert-parallel")
+            raise QuotacalcError(
+                f"{arch.name} has no experts to shard", field="expert_parallel", fix="drop --expert-parallel"
+            )
 
 
 def expected_busiest_rank_experts(num_experts: int, ranks: int, touch_probability: float) -> float:
@@ -123,7 +129,10 @@ def expected_busiest_rank_experts(num_experts: int, ranks: int, touch_probabilit
     rank's count is binomial and the step waits for the largest: E[max] = Σ_m (1 − F(m)^ranks).
     """
     per_rank = num_experts // ranks
-    pmf = [math.comb(per_rank, m) * touch_probability**m * (1 - touch_probability) ** (per_rank - m) for m in range(per_rank + 1)]
+    pmf = [
+        math.comb(per_rank, m) * touch_probability**m * (1 - touch_probability) ** (per_rank - m)
+        for m in range(per_rank + 1)
+    ]
     expected_max, cdf = 0.0, 0.0
     for m in range(per_rank):
         cdf += pmf[m]
@@ -140,7 +149,10 @@ def _moe_traffic(inputs: PricingInputs, ledger: Ledger) -> tuple[float, ExpertTr
     if not moe_layers:
         return total_bytes / tp, None
     shape = moe_layers[0]
-    if any((m.num_experts, m.top_k, m.expert_params()) != (shape.num_experts, shape.top_k, shape.expert_params()) for m in moe_layers):
+    if any(
+        (m.num_experts, m.top_k, m.expert_params()) != (shape.num_experts, shape.top_k, shape.expert_params())
+        for m in moe_layers
+    ):
         raise QuotacalcError(f"{arch.name}: MoE layers of different shapes are not priced yet", field="model")
     expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
     layers = len(moe_layers)
@@ -149,7 +161,9 @@ def _moe_traffic(inputs: PricingInputs, ledger: Ledger) -> tuple[float, ExpertTr
     ledger.record(
         "expected_experts_touched",
         touched,
-        formula="E × (1 − (1 − k/E)^B)" if deployment.expert_skew == 0 else "Σ_i 1 − (1 − min(1, k·p_i))^B, p_i ∝ i^−skew",
+        formula="E × (1 − (1 − k/E)^B)"
+        if deployment.expert_skew == 0
+        else "Σ_i 1 − (1 − min(1, k·p_i))^B, p_i ∝ i^−skew",
         substituted=f"{shape.num_experts} × (1 − (1 − {shape.top_k}/{shape.num_experts})^{deployment.batch})"
         if deployment.expert_skew == 0
         else f"E={shape.num_experts}, k={shape.top_k}, B={deployment.batch}, skew={deployment.expert_skew}",
@@ -196,7 +210,13 @@ def price(inputs: PricingInputs) -> PriceResult:
 
     total_params = arch.total_params()
     active_params = arch.active_params()
-    ledger.record("total_params", total_params, formula="Σ parameters (tied embeddings once)", substituted=f"{fmt(total_params)}", unit="params")
+    ledger.record(
+        "total_params",
+        total_params,
+        formula="Σ parameters (tied embeddings once)",
+        substituted=f"{fmt(total_params)}",
+        unit="params",
+    )
     ledger.record(
         "active_params",
         active_params,
@@ -205,9 +225,21 @@ def price(inputs: PricingInputs) -> PriceResult:
         unit="params",
     )
     weight_bytes = layout.weight_bytes(arch.params_by_group())
-    ledger.record("weight_bytes", weight_bytes, formula="Σ_group params × bytes/param", substituted=f"{layout.describe(arch.params_by_group())} ({layout.source})", unit="B")
+    ledger.record(
+        "weight_bytes",
+        weight_bytes,
+        formula="Σ_group params × bytes/param",
+        substituted=f"{layout.describe(arch.params_by_group())} ({layout.source})",
+        unit="B",
+    )
     weight_bytes_per_gpu = weight_bytes / tp
-    ledger.record("weight_bytes_per_gpu", weight_bytes_per_gpu, formula="weight_bytes / TP", substituted=f"{fmt(weight_bytes)} / {tp}", unit="B")
+    ledger.record(
+        "weight_bytes_per_gpu",
+        weight_bytes_per_gpu,
+        formula="weight_bytes / TP",
+        substituted=f"{fmt(weight_bytes)} / {tp}",
+        unit="B",
+    )
 
     kv_per_token = memory.kv_bytes_per_token(arch, kv_b)
     kv_per_token_per_gpu = memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp)
@@ -238,7 +270,11 @@ def price(inputs: PricingInputs) -> PriceResult:
         )
 
     if not gpu.supports(layout.compute_dtype):
-        raise QuotacalcError(f"{gpu.name} has no tensor cores for {layout.compute_dtype}", field="weight_dtype", fix="choose another weight dtype")
+        raise QuotacalcError(
+            f"{gpu.name} has no tensor cores for {layout.compute_dtype}",
+            field="weight_dtype",
+            fix="choose another weight dtype",
+        )
     peak = gpu.peak_flops_per_s(layout.compute_dtype)
     compute_rate = tp * peak * deployment.mfu
     prompt_token_s = ledger.record(
@@ -308,7 +344,11 @@ def price(inputs: PricingInputs) -> PriceResult:
         note=f"{decode_bound}-bound at batch {batch}",
     )
     output_token_s = ledger.record(
-        "output_token_s", decode_step_s / batch, formula="decode_step_s / batch", substituted=f"{fmt(decode_step_s)} / {batch}", unit="s"
+        "output_token_s",
+        decode_step_s / batch,
+        formula="decode_step_s / batch",
+        substituted=f"{fmt(decode_step_s)} / {batch}",
+        unit="s",
     )
     output_weight = ledger.record(
         "output_weight",
@@ -339,7 +379,11 @@ def price(inputs: PricingInputs) -> PriceResult:
         pool_tokens, pool_source = deployment.kv_pool_tokens, "measured"
         pool_bytes = pool_tokens * pool_token_bytes
         ledger.record(
-            "kv_pool_tokens", pool_tokens, formula="measured (--kv-pool-tokens)", substituted=f"{fmt(pool_tokens)}", unit="tokens"
+            "kv_pool_tokens",
+            pool_tokens,
+            formula="measured (--kv-pool-tokens)",
+            substituted=f"{fmt(pool_tokens)}",
+            unit="tokens",
         )
     else:
         if usable <= 0:
@@ -379,7 +423,11 @@ def price(inputs: PricingInputs) -> PriceResult:
         unit="USD",
     )
     per_million_prompt = ledger.record(
-        "usd_per_million_prompt_tokens", 1e6 * usd_per_unit, formula="10^6 × usd_per_unit", substituted=f"10^6 × {fmt(usd_per_unit)}", unit="USD"
+        "usd_per_million_prompt_tokens",
+        1e6 * usd_per_unit,
+        formula="10^6 × usd_per_unit",
+        substituted=f"10^6 × {fmt(usd_per_unit)}",
+        unit="USD",
     )
     per_million_cached = ledger.record(
         "usd_per_million_cached_prompt_tokens",

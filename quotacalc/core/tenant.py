@@ -46,7 +46,11 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         unit="units",
     )
     units_per_s = ledger.record(
-        "units_per_s", tenant.rps * units_per_request, formula="rps × units_per_request", substituted=f"{fmt(tenant.rps)} × {fmt(units_per_request)}", unit="units/s"
+        "units_per_s",
+        tenant.rps * units_per_request,
+        formula="rps × units_per_request",
+        substituted=f"{fmt(tenant.rps)} × {fmt(units_per_request)}",
+        unit="units/s",
     )
     replicas = ledger.record(
         "replicas",
@@ -56,7 +60,11 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         unit="replicas",
     )
     bucket_rate = ledger.record(
-        "bucket_rate_units_per_s", units_per_s, formula="contracted units/s", substituted=f"{fmt(units_per_s)}", unit="units/s"
+        "bucket_rate_units_per_s",
+        units_per_s,
+        formula="contracted units/s",
+        substituted=f"{fmt(units_per_s)}",
+        unit="units/s",
     )
     bucket_depth = ledger.record(
         "bucket_depth_units",
@@ -86,7 +94,11 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         inputs.arch, request_context, inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     )
     request_kv_per_gpu = memory.request_kv_bytes_per_gpu(
-        inputs.arch, request_context, inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element, deployment.tp
+        inputs.arch,
+        request_context,
+        inputs.kv_dtype.bytes_per_element,
+        inputs.state_dtype.bytes_per_element,
+        deployment.tp,
     )
     share = ledger.record(
         "request_pool_share",

@@ -6,6 +6,7 @@ read or written only costs speed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,10 +36,8 @@ def read_entry(kind: str, key: str) -> Any | None:
 
 
 def write_entry(kind: str, key: str, document: Any) -> None:
-    try:
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs speed
         write_text_atomic(cache_dir() / kind / f"{key}.json", json.dumps(document))
-    except OSError:
-        pass
 
 
 def load_yaml_file_cached(path: Path) -> Any:

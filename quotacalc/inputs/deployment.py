@@ -44,11 +44,15 @@ class Deployment(BaseModel):
     ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold")
     gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
     hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica")
-    memory_utilization: float = Field(0.9, description="share of GPU memory the engine may use (vLLM gpu-memory-utilization)")
+    memory_utilization: float = Field(
+        0.9, description="share of GPU memory the engine may use (vLLM gpu-memory-utilization)"
+    )
     runtime_reserve_gib: float = Field(
         5.5, description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB"
     )
-    kv_pool_tokens: int | None = Field(None, description="measured KV pool (tokens per replica); overrides the estimate")
+    kv_pool_tokens: int | None = Field(
+        None, description="measured KV pool (tokens per replica); overrides the estimate"
+    )
     expert_skew: float = Field(
         0.0, description="MoE routing skew: Zipf exponent of expert popularity; 0 = uniform routing"
     )
@@ -130,6 +134,33 @@ class PlanFile(BaseModel):
     tenant: dict[str, Any] | None = None
 
 
+#: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
+KEY_SYNONYMS = {
+    "tensor_parallel": "tp",
+    "tensor_parallel_size": "tp",
+    "tensor_parallelism": "tp",
+    "tp_size": "tp",
+    "enable_expert_parallel": "expert_parallel",
+    "max_num_seqs": "batch",
+    "batch_size": "batch",
+    "context_length": "context",
+    "max_model_len": "context",
+    "kv_cache_dtype": "kv_dtype",
+    "dtype": "weight_dtype",
+    "gpu_memory_utilization": "memory_utilization",
+    "num_gpu_blocks": "kv_pool_tokens",
+    "price_per_gpu_hour": "gpu_hour_usd",
+}
+
+
+def suggest_key(key: str, known: list[str]) -> str | None:
+    """The known key a mistyped one most likely meant, synonyms included."""
+    candidates = {name: name for name in known}
+    candidates.update({synonym: target for synonym, target in KEY_SYNONYMS.items() if target in known})
+    close = get_close_matches(key.lower(), list(candidates), n=1, cutoff=0.6)
+    return candidates[close[0]] if close else None
+
+
 #: Flag spelling of each field, for error messages about values that came from the command line.
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
@@ -141,11 +172,16 @@ def _one_line_validation_error(
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or "?"
     if first["type"] == "extra_forbidden":
-        close = get_close_matches(field, list(model.model_fields), n=1, cutoff=0.5)
-        fix = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(model.model_fields)}"
+        close = suggest_key(field, list(model.model_fields))
+        fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(model.model_fields)}"
         return QuotacalcError(f"unknown key '{field}'", source=source, field=prefix + field, fix=fix)
     if first["type"] == "missing":
-        return UsageError("is required", source=source, field=flag_name(field) if not source else prefix + field, fix="give it in the file or as a flag")
+        return UsageError(
+            "is required",
+            source=source,
+            field=flag_name(field) if not source else prefix + field,
+            fix="give it in the file or as a flag",
+        )
     message = first["msg"].removeprefix("Value error, ")
     where = flag_name(field) if field in from_flags else prefix + field
     return QuotacalcError(message, source=None if field in from_flags else source, field=where)
@@ -187,4 +223,6 @@ def build_tenant(file_values: dict[str, Any] | None, flag_values: dict[str, Any]
     try:
         return Tenant.model_validate({**(file_values or {}), **given})
     except ValidationError as error:
-        raise _one_line_validation_error(error, Tenant, source=source, from_flags=set(given), prefix="tenant.") from None
+        raise _one_line_validation_error(
+            error, Tenant, source=source, from_flags=set(given), prefix="tenant."
+        ) from None

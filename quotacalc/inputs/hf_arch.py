@@ -17,7 +17,6 @@ from quotacalc.core.arch import (
     FullAttention,
     Layer,
     Mamba1Mixer,
-    Mamba2Mixer,
     MLAAttention,
     ModelArch,
     MoE,
@@ -96,9 +95,7 @@ def supported_model_types() -> list[str]:
     return sorted(_READERS)
 
 
-def read_arch(
-    config: dict[str, Any], *, name: str, source: str, given_keys: frozenset[str] | None = None
-) -> ModelArch:
+def read_arch(config: dict[str, Any], *, name: str, source: str, given_keys: frozenset[str] | None = None) -> ModelArch:
     """Build the architecture of a resolved config, or fail clearly if it cannot be priced.
 
     ``given_keys`` names the fields the file itself states; layer counts, widths and heads must be
@@ -274,7 +271,9 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
             ffn = family.feed_forward(view, index)
         else:
             ffn = dense_mlp(view, _bias(view, family.mlp_bias))
-        layers.append(Layer(mixer=mixer, feed_forward=ffn, norm_params=family.norms_per_layer * hidden + attention_norms))
+        layers.append(
+            Layer(mixer=mixer, feed_forward=ffn, norm_params=family.norms_per_layer * hidden + attention_norms)
+        )
     return _finish(view, name, layers, notes, **finish)
 
 
@@ -301,7 +300,9 @@ def _gpt_oss_moe(view: ConfigView, index: int) -> MoE:
 def _qwen_moe(view: ConfigView, index: int) -> DenseMLP | MoE:
     """Qwen2/3-MoE: experts every ``decoder_sparse_step`` layers, except ``mlp_only_layers``."""
     step = view.positive_int("decoder_sparse_step", 1)
-    sparse = index not in (view.get("mlp_only_layers") or []) and view.get("num_experts", 0) > 0 and (index + 1) % step == 0
+    sparse = (
+        index not in (view.get("mlp_only_layers") or []) and view.get("num_experts", 0) > 0 and (index + 1) % step == 0
+    )
     if not sparse:
         return dense_mlp(view)
     shared_size = view.get("shared_expert_intermediate_size", 0)
@@ -335,7 +336,9 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", sinks=True),
         feed_forward=_gpt_oss_moe,
     ),
-    ("gemma2",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=4),
+    ("gemma2",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=4
+    ),
     ("gemma3_text",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True), norms_per_layer=4
     ),
@@ -413,7 +416,11 @@ def read_deepseek(view: ConfigView, name: str) -> ModelArch:
     )
     dense = dense_mlp(view)
     layers = [
-        Layer(mixer=mla, feed_forward=moe if index >= first_dense and index % frequency == 0 else dense, norm_params=2 * hidden)
+        Layer(
+            mixer=mla,
+            feed_forward=moe if index >= first_dense and index % frequency == 0 else dense,
+            norm_params=2 * hidden,
+        )
         for index in range(layers_count)
     ]
     notes = []
@@ -462,3 +469,6 @@ def read_jamba(view: ConfigView, name: str) -> ModelArch:
         is_expert = num_experts > 1 and index % expert_period == expert_offset
         layers.append(Layer(mixer=mixer, feed_forward=moe if is_expert else dense, norm_params=2 * hidden))
     return _finish(view, name, layers, [])
+
+
+from quotacalc.inputs import hf_hybrid  # noqa: E402,F401  (registers the hybrid readers)

@@ -57,7 +57,10 @@ def locate_model(reference: str) -> ModelSource:
         config_path = path / "config.json"
         if not config_path.is_file():
             raise QuotacalcError(
-                "no config.json in this directory", source=str(path), field="model", fix="point --model at a model folder"
+                "no config.json in this directory",
+                source=str(path),
+                field="model",
+                fix="point --model at a model folder",
             )
         return ModelSource(reference=reference, name=path.resolve().name, config_path=str(config_path))
     if path.is_file():
@@ -80,15 +83,31 @@ def locate_model(reference: str) -> ModelSource:
     raise UsageError(f"unknown model '{reference}': not a shipped model, a path, or a hub id", field="model", fix=fix)
 
 
-def _download_from_hub(source: ModelSource) -> Path:
-    from huggingface_hub import hf_hub_download
+def _hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
+    """One quick TCP connect, so an offline machine fails at once instead of after the hub client's retries."""
+    import socket
+    from urllib.parse import urlparse
 
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        return Path(hf_hub_download(source.hf_id, "config.json", etag_timeout=5))
-    except Exception as error:  # noqa: BLE001 - any hub failure becomes one line
-        reason = type(error).__name__
+        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _download_from_hub(source: ModelSource) -> Path:
+    """config.json of a hub model: from the local Hugging Face cache when offline, else downloaded."""
+    from huggingface_hub import constants, hf_hub_download
+
+    online = not constants.HF_HUB_OFFLINE and _hub_reachable(constants.ENDPOINT)
+    try:
+        return Path(hf_hub_download(source.hf_id, "config.json", local_files_only=not online, etag_timeout=5))
+    except Exception as error:
+        reason = "offline, and not in the local Hugging Face cache" if not online else type(error).__name__
         raise QuotacalcError(
-            f"cannot fetch config.json of '{source.hf_id}' from the Hugging Face hub ({reason}; offline?)",
+            f"cannot fetch config.json of '{source.hf_id}' from the Hugging Face hub ({reason})",
             field="model",
             fix="use a shipped model (quotacalc models) or a local directory with config.json",
         ) from None
@@ -111,7 +130,10 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise QuotacalcError(
-            "no model_type", source=source_name, field="model_type", fix="a Hugging Face config.json names its model_type"
+            "no model_type",
+            source=source_name,
+            field="model_type",
+            fix="a Hugging Face config.json names its model_type",
         )
     fields = {key: value for key, value in raw.items() if key != "model_type"}
     try:
@@ -168,7 +190,9 @@ def read_config_file(path: Path) -> tuple[bytes, dict[str, Any]]:
         raw = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         where = f" at line {error.lineno}, column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
-        raise QuotacalcError(f"malformed config JSON{where}", source=str(path), fix="fix or replace the config.json") from None
+        raise QuotacalcError(
+            f"malformed config JSON{where}", source=str(path), fix="fix or replace the config.json"
+        ) from None
     if not isinstance(raw, dict):
         raise QuotacalcError("config is not a JSON object", source=str(path))
     return data, raw

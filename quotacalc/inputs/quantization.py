@@ -68,7 +68,9 @@ def _quantized_dtype(config: dict[str, Any], source: str) -> tuple[str, float, s
         if bits == 8:
             return "int8", 2 / group, f"{method} int8, fp16 scale per {group}"
         if bits != 4:
-            raise QuotacalcError(f"{bits}-bit {method} is not priced yet", source=source, field="quantization_config.bits")
+            raise QuotacalcError(
+                f"{bits}-bit {method} is not priced yet", source=source, field="quantization_config.bits"
+            )
         # An fp16 scale and a packed 4-bit zero point per group.
         return "int4", (2 + 0.5) / group, f"{method} int4, fp16 scale + 4-bit zero per {group}"
     if method in ("bitsandbytes",):
@@ -118,20 +120,30 @@ def checkpoint_layout(
         )
     dtype_name, scale_bytes, description = _quantized_dtype(quantization, source)
     quantized = dtype_by_name(dtype_name)
-    keep = _groups_named(list(quantization.get("modules_to_not_convert") or []) + list(quantization.get("ignore") or []))
+    keep = _groups_named(
+        list(quantization.get("modules_to_not_convert") or []) + list(quantization.get("ignore") or [])
+    )
     groups = {}
     for group in ParamGroup:
         if group in _LINEAR_GROUPS and group not in keep:
-            groups[group] = GroupStorage(dtype=quantized.name, bytes_per_param=quantized.bytes_per_element + scale_bytes)
+            groups[group] = GroupStorage(
+                dtype=quantized.name, bytes_per_param=quantized.bytes_per_element + scale_bytes
+            )
         else:
-            groups[group] = GroupStorage(dtype=checkpoint_dtype.name, bytes_per_param=checkpoint_dtype.bytes_per_element)
+            groups[group] = GroupStorage(
+                dtype=checkpoint_dtype.name, bytes_per_param=checkpoint_dtype.bytes_per_element
+            )
     return WeightLayout(
-        groups=groups, compute_dtype=_compute(quantized, gpu_supports), source=f"checkpoint quantization_config: {description}"
+        groups=groups,
+        compute_dtype=_compute(quantized, gpu_supports),
+        source=f"checkpoint quantization_config: {description}",
     )
 
 
 def explicit_layout(dtype: Dtype, *, gpu_supports) -> WeightLayout:
-    return uniform_layout(dtype.name, dtype.bytes_per_element, _compute(dtype, gpu_supports), f"--weight-dtype {dtype.name}")
+    return uniform_layout(
+        dtype.name, dtype.bytes_per_element, _compute(dtype, gpu_supports), f"--weight-dtype {dtype.name}"
+    )
 
 
 def _compute(dtype: Dtype, gpu_supports) -> str:

@@ -27,13 +27,17 @@ def resolve(deployment: Deployment) -> PricingInputs:
     arch, resolved = load_arch(deployment.model)
     native = dtype_by_name(arch.checkpoint_dtype)
     if deployment.weight_dtype is not None:
-        weights = explicit_layout(dtype_by_name(deployment.weight_dtype, field="weight_dtype"), gpu_supports=gpu.supports)
+        weights = explicit_layout(
+            dtype_by_name(deployment.weight_dtype, field="weight_dtype"), gpu_supports=gpu.supports
+        )
     else:
         quantization = resolved.config.get("quantization_config")
         weights = checkpoint_layout(quantization, native, source=resolved.source.config_path, gpu_supports=gpu.supports)
     kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
     state_dtype = (
-        native if deployment.state_dtype in (None, "auto") else dtype_by_name(deployment.state_dtype, field="state_dtype")
+        native
+        if deployment.state_dtype in (None, "auto")
+        else dtype_by_name(deployment.state_dtype, field="state_dtype")
     )
     return PricingInputs(
         deployment=deployment, arch=arch, gpu=gpu, weights=weights, kv_dtype=kv_dtype, state_dtype=state_dtype

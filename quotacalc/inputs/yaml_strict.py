@@ -6,7 +6,6 @@ import yaml
 
 from quotacalc.errors import QuotacalcError
 
-
 # libyaml's parser is ~7x faster than PyYAML's pure-Python one; the constructor stays Python.
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -35,7 +34,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 def load_yaml_text(text: str, *, source: str) -> object:
     """Parse YAML text strictly; any problem becomes a one-line error naming the source."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.constructor.ConstructorError as error:
         raise QuotacalcError(error.problem or str(error), source=source) from None
     except yaml.YAMLError as error:

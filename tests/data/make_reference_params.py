@@ -1,4 +1,4 @@
-"""Reference parameter counts for the shipped model configs, from transformers.
+r"""Reference parameter counts for the shipped model configs, from transformers.
 
 Regenerate (from the repo root, in a virtualenv OUTSIDE the project's .venv
 with torch==2.13.0 and transformers pinned to the project's version, 5.24.0):
@@ -6,7 +6,8 @@ with torch==2.13.0 and transformers pinned to the project's version, 5.24.0):
     python3 -m venv /work/torchvenv
     /work/torchvenv/bin/pip install torch==2.13.0 transformers==5.24.0
     /work/torchvenv/bin/python tests/data/make_reference_params.py models > tests/data/reference_params.json
-    /work/torchvenv/bin/python tests/data/make_reference_params.py tests/data/configs > tests/data/reference_params_hybrid.json
+    /work/torchvenv/bin/python tests/data/make_reference_params.py tests/data/configs \
+        > tests/data/reference_params_hybrid.json
 
 The first covers the shipped models; the second the Mamba-2 hybrid test configs (Nemotron-H,
 Bamba, Falcon-H1, Granite 4.0-H) that ``tests/test_hybrid_families.py`` checks.
@@ -136,8 +137,7 @@ def main(argv):
         print(f"[{name}]", file=sys.stderr, flush=True)
         try:
             models[name] = count(folder)
-            print(f"  {models[name]['architecture']} {models[name]['total_params']:,}",
-                  file=sys.stderr, flush=True)
+            print(f"  {models[name]['architecture']} {models[name]['total_params']:,}", file=sys.stderr, flush=True)
         except Exception as exc:  # record and go on
             traceback.print_exc(file=sys.stderr)
             models[name] = {"error": f"{type(exc).__name__}: {exc}"}

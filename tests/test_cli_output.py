@@ -1,0 +1,268 @@
+"""The CLI's output: JSON keys and explain steps, tables, --explain, the catalogs, --help.
+
+Structure and cross-consistency only; golden figures live in test_method_example.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+#: The worked example's deployment, as /work/shared/checks/method-example passes it.
+DEPLOYMENT = (
+    "--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8",
+    "--kv-dtype", "bf16", "--batch", "128", "--mfu", "0.5", "--mbu", "0.75", "--ceiling", "0.65",
+    "--gpu-hour-usd", "2.5", "--kv-pool-tokens", "646503",
+)  # fmt: skip
+TP, BATCH, CEILING, GPU_HOUR_USD, POOL_TOKENS = 4, 128, 0.65, 2.5, 646_503
+TENANT = ("--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500")
+KV_CONTEXT = 131_072
+
+COMMANDS = {
+    "price": ("price", *DEPLOYMENT, "--context", "1700"),
+    "size": ("size", *DEPLOYMENT, "--context", "1700", *TENANT),
+    "kv": ("kv", *DEPLOYMENT, "--context", str(KV_CONTEXT)),
+}
+
+PRICE_KEYS = {
+    "total_params", "active_params", "weight_bytes_per_gpu", "kv_bytes_per_token", "prompt_token_s",
+    "decode_step_s", "output_token_s", "output_weight", "replica_units_per_s", "kv_pool_tokens",
+    "dedicated_usd_per_month",
+}  # fmt: skip
+SIZE_KEYS = {"units_per_s", "replicas", "bucket_rate_units_per_s", "bucket_depth_units"}
+KV_KEYS = {"request_kv_bytes", "request_kv_bytes_per_gpu", "pool_share"}
+STEP_KEYS = {"name", "formula", "substituted", "value", "unit"}
+
+SHIPPED_MODELS = 12
+CATALOG_GPUS = {"h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb-sxm", "l40s", "mi300x"}
+
+
+def close(a: float, b: float, rel: float = 1e-12) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
+
+
+def _run_json(run_cli, command: str) -> dict:
+    code, out, err = run_cli(*COMMANDS[command], "--json")
+    assert code == 0, err
+    assert "Traceback" not in out + err
+    return json.loads(out)
+
+
+@pytest.fixture
+def price_doc(run_cli):
+    return _run_json(run_cli, "price")
+
+
+@pytest.fixture
+def size_doc(run_cli):
+    return _run_json(run_cli, "size")
+
+
+@pytest.fixture
+def kv_doc(run_cli):
+    return _run_json(run_cli, "kv")
+
+
+# --------------------------------------------------------------------------- JSON structure
+
+
+@pytest.mark.parametrize(("command", "keys"), [("price", PRICE_KEYS), ("size", SIZE_KEYS), ("kv", KV_KEYS)])
+def test_json_has_documented_keys(run_cli, command, keys):
+    document = _run_json(run_cli, command)
+    assert document["command"] == command
+    assert isinstance(document["schema_version"], int)
+    results = document["results"]
+    assert keys <= set(results), f"missing: {sorted(keys - set(results))}"
+    for key in keys:
+        assert isinstance(results[key], (int, float)) and not isinstance(results[key], bool), key
+        assert math.isfinite(results[key]) and results[key] > 0, (key, results[key])
+    assert isinstance(document["warnings"], list)
+    assert {"deployment", "model", "gpu", "weights", "kv_dtype"} <= set(document["inputs"])
+    if command != "price":  # size and kv carry the replica they were computed on
+        assert set(document["replica"]) >= PRICE_KEYS
+
+
+@pytest.mark.parametrize("command", ["price", "size", "kv"])
+def test_every_explain_step_is_complete(run_cli, command):
+    document = _run_json(run_cli, command)
+    steps = document["explain"]
+    assert steps, "no explain steps"
+    for step in steps:
+        assert set(step) >= STEP_KEYS, step
+        for key in ("name", "formula", "substituted"):
+            assert isinstance(step[key], str) and step[key].strip(), (key, step)
+        assert isinstance(step["unit"], str), step  # "" for a dimensionless ratio
+        assert isinstance(step["value"], (int, float)) and math.isfinite(step["value"]), step
+    names = [step["name"] for step in steps]
+    assert len(names) == len(set(names)), f"duplicate steps: {names}"
+
+
+@pytest.mark.parametrize("command", ["price", "size", "kv"])
+def test_explain_values_match_results(run_cli, command):
+    document = _run_json(run_cli, command)
+    results = {**document.get("replica", {}), **document["results"]}
+    checked = 0
+    for step in document["explain"]:
+        value = results.get(step["name"])
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert close(step["value"], value), (step["name"], step["value"], value)
+            checked += 1
+    assert checked >= 5
+
+
+def test_json_inputs_echo_the_flags(price_doc):
+    deployment = price_doc["inputs"]["deployment"]
+    assert deployment["model"] == "Llama-3.3-70B-Instruct"
+    assert deployment["gpu"] == "h100-sxm"
+    assert (deployment["tp"], deployment["batch"], deployment["context"]) == (TP, BATCH, 1700)
+    assert (deployment["weight_dtype"], deployment["kv_dtype"]) == ("fp8", "bf16")
+    assert (deployment["mfu"], deployment["mbu"], deployment["ceiling"]) == (0.5, 0.75, CEILING)
+    assert deployment["kv_pool_tokens"] == POOL_TOKENS
+
+
+# --------------------------------------------------------------------------- cross-consistency
+
+
+def test_price_cross_consistency(price_doc):
+    r = price_doc["results"]
+    deployment = price_doc["inputs"]["deployment"]
+    assert close(r["output_weight"], r["output_token_s"] / r["prompt_token_s"])
+    assert close(r["output_token_s"], r["decode_step_s"] / BATCH)
+    assert close(r["replica_units_per_s"], CEILING / r["prompt_token_s"])
+    assert close(r["weight_bytes_per_gpu"], r["weight_bytes"] / TP)
+    assert close(r["dedicated_usd_per_month"], TP * GPU_HOUR_USD * deployment["hours_per_month"])
+    assert r["kv_pool_tokens"] == POOL_TOKENS  # measured pool given as a flag
+    assert r["active_params"] <= r["total_params"]
+    assert r["active_params"] == r["total_params"]  # dense model
+    assert r["decode_step_s"] == max(r["decode_memory_s"], r["decode_compute_s"])
+    assert price_doc["inputs"]["model"]["layers"] > 0
+
+
+def test_size_cross_consistency(size_doc, price_doc):
+    r = size_doc["results"]
+    burst_s = size_doc["inputs"]["deployment"]["burst_s"]
+    assert burst_s == 60
+    assert close(r["bucket_depth_units"], burst_s * r["units_per_s"])
+    assert close(r["bucket_rate_units_per_s"], r["units_per_s"])
+    assert close(r["units_per_s"], 5 * r["units_per_request"])
+    assert close(r["replicas"], r["units_per_s"] / size_doc["replica"]["replica_units_per_s"])
+    assert size_doc["tenant"] == {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500, "cached_fraction": 0}
+    # size prices the same replica that price does
+    assert size_doc["replica"] == price_doc["results"]
+
+
+def test_kv_cross_consistency(kv_doc, price_doc):
+    r = kv_doc["results"]
+    replica = kv_doc["replica"]
+    assert r["context_tokens"] == KV_CONTEXT
+    assert close(r["request_kv_bytes_per_gpu"], r["request_kv_bytes"] / TP)
+    # Llama 3.3 70B has only full-attention layers: KV grows linearly with context
+    assert close(r["request_kv_bytes"], KV_CONTEXT * replica["kv_bytes_per_token"])
+    assert close(r["pool_share"], KV_CONTEXT / replica["kv_pool_tokens"])
+    assert replica["kv_pool_tokens"] == price_doc["results"]["kv_pool_tokens"]
+    assert replica["kv_bytes_per_token"] == price_doc["results"]["kv_bytes_per_token"]
+
+
+# --------------------------------------------------------------------------- tables and --explain
+
+
+@pytest.mark.parametrize(
+    ("command", "rows"),
+    [
+        ("price", ("output weight W", "replica budget", "KV pool", "dedicated replica", "decode step")),
+        ("size", ("units per request", "replicas", "token bucket rate", "token bucket depth")),
+        ("kv", ("request KV", "per GPU", "share of the KV pool")),
+    ],
+)
+def test_table_output_has_key_rows(run_cli, monkeypatch, command, rows):
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps at 80 columns when stdout is not a terminal
+    code, out, err = run_cli(*COMMANDS[command])
+    assert code == 0, err
+    assert err == ""
+    assert not out.lstrip().startswith("{")
+    for row in rows:
+        assert row in out, f"{row!r} not in table:\n{out}"
+    assert "How each figure is derived" not in out  # only with --explain
+
+
+def test_explain_prints_substituted_formulas(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(*COMMANDS["price"], "--explain")
+    assert code == 0, err
+    assert "How each figure is derived" in out
+    assert "output weight W" in out  # the table is still there
+    lines = out.splitlines()
+    prompt = [line for line in lines if "2 × 70,553,706,496" in line]
+    assert prompt, "no substituted prompt-token formula"
+    assert any("prompt_token_s = 2 × active_params" in line for line in lines)
+    # every explain step of the JSON appears as 'name = formula' in the text
+    document = _run_json(run_cli, "price")
+    for step in document["explain"]:
+        assert f"{step['name']} = " in out, step["name"]
+
+
+# --------------------------------------------------------------------------- catalogs and help
+
+
+def test_models_json_lists_all_shipped_models(run_cli):
+    code, out, err = run_cli("models", "--json")
+    assert code == 0, err
+    models = json.loads(out)["models"]
+    assert len(models) == SHIPPED_MODELS
+    names = [model["name"] for model in models]
+    assert len(set(names)) == SHIPPED_MODELS
+    assert {"Llama-3.3-70B-Instruct", "DeepSeek-V3", "gpt-oss-120b", "AI21-Jamba-1.5-Mini"} <= set(names)
+    for model in models:
+        assert model["total_params"] > 0 and 0 < model["active_params"] <= model["total_params"], model["name"]
+        assert model["kv_bytes_per_token_bf16"] > 0, model["name"]
+        assert model["layer_kinds"] and all(n > 0 for n in model["layer_kinds"].values()), model["name"]
+        assert isinstance(model["hf_ids"], list)
+
+
+def test_models_table(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli("models")
+    assert code == 0, err
+    assert "Llama-3.3-70B-Instruct" in out and "DeepSeek-V3" in out
+
+
+def test_gpus_json_catalog_with_sources(run_cli):
+    code, out, err = run_cli("gpus", "--json")
+    assert code == 0, err
+    gpus = {gpu["id"]: gpu for gpu in json.loads(out)["gpus"]}
+    assert set(gpus) >= CATALOG_GPUS, f"missing: {sorted(CATALOG_GPUS - set(gpus))}"
+    for gpu_id, gpu in gpus.items():
+        assert gpu["memory_bytes"] > 0 and gpu["memory_bandwidth_bytes_per_s"] > 0, gpu_id
+        assert gpu["dense_tflops"] and all(v > 0 for v in gpu["dense_tflops"].values()), gpu_id
+        figures = {"memory_bytes", "memory_bandwidth_bytes_per_s", "dense_tflops"}
+        assert set(gpu["sources"]) >= figures, gpu_id
+        for figure in figures:
+            source = gpu["sources"][figure]
+            assert isinstance(source, str) and len(source.strip()) > 10, (gpu_id, figure, source)
+
+
+def test_gpus_sources_table(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli("gpus", "--sources")
+    assert code == 0, err
+    for gpu_id in CATALOG_GPUS:
+        assert gpu_id in out
+    assert "memory_bandwidth_bytes_per_s:" in out
+
+
+@pytest.mark.parametrize("args", [("--help",), ("price", "--help"), ("size", "--help"), ("kv", "--help")])
+def test_help_exits_zero(run_cli, args):
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "Usage" in out
+    assert "Traceback" not in out + err
+
+
+def test_price_help_lists_generated_flags(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli("price", "--help")
+    assert code == 0
+    for flag in ("--model", "--gpu", "--tp", "--weight-dtype", "--kv-pool-tokens", "--gpu-hour-usd", "--json"):
+        assert flag in out, flag

@@ -1,0 +1,109 @@
+"""Mamba-2 hybrids (Nemotron-H, Bamba, Falcon-H1, Granite 4.0-H) priced against transformers' own counts.
+
+``reference_params_hybrid.json`` holds the parameter counts transformers 5.24 builds on the meta
+device for each folder of ``tests/data/configs`` (see ``tests/data/make_reference_params.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.core.memory import kv_bytes_per_token, state_bytes_per_sequence
+from quotacalc.errors import QuotacalcError, UnsupportedArchitecture
+from quotacalc.inputs.resolve import load_arch
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+REFERENCE = json.loads((DATA / "reference_params_hybrid.json").read_text())["models"]
+#: Folders quotacalc refuses on purpose (see test_nemotron_h_experts_are_refused).
+REFUSED = {"nemotron_h_moe"}
+BF16_BYTES = 2
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("folder", sorted(set(REFERENCE) - REFUSED))
+def test_total_params_match_transformers(folder):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    assert arch.total_params() == REFERENCE[folder]["total_params"]
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds"),
+    [
+        ("nemotron_h", {"mamba2": 24, "full_attention": 4, "none": 24}),
+        ("bamba", {"mamba2": 29, "full_attention": 3}),
+        # Parallel hybrid: one attention and one Mamba-2 mixer in each of 32 decoder layers.
+        ("falcon_h1", {"full_attention": 32, "mamba2": 32}),
+        ("granitemoehybrid", {"mamba2": 36, "full_attention": 4}),
+    ],
+)
+def test_layer_layout(folder, layer_kinds):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    assert arch.mixer_counts() == layer_kinds
+
+
+def test_bamba_cache_golden():
+    """Bamba-9B, bf16 cache, derived by hand.
+
+    KV per token: 3 attention layers x 8 KV heads x (128 K + 128 V) = 6,144 elements -> 12,288 bytes.
+    State per sequence, each of 29 Mamba-2 layers (vLLM's layout):
+      d_inner = 128 heads x 64 = 8,192; conv_dim = 8,192 + 2 x 1 group x 128 d_state = 8,448
+      conv state (d_conv - 1) x conv_dim = 3 x 8,448 = 25,344
+      SSM state heads x head_dim x d_state = 128 x 64 x 128 = 1,048,576
+      -> 1,073,920 elements x 29 layers = 31,143,680 elements -> 62,287,360 bytes.
+    """
+    arch, _ = load_arch(str(CONFIGS / "bamba"))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 12_288
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 62_287_360
+
+
+def test_falcon_h1_cache_golden():
+    """Falcon-H1-3B: every one of 32 layers holds KV and Mamba-2 state.
+
+    KV per token: 32 x 2 KV heads x 256 = 16,384 elements -> 32,768 bytes.
+    State per layer: conv_dim = 4,096 + 2 x 256 = 4,608 -> 3 x 4,608 = 13,824 conv, plus
+    32 heads x 128 x 256 = 1,048,576 SSM = 1,062,400; x 32 = 33,996,800 elements -> 67,993,600 bytes.
+    """
+    arch, _ = load_arch(str(CONFIGS / "falcon_h1"))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 32_768
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 67_993_600
+
+
+def test_nemotron_h_experts_are_refused():
+    # Its shared expert is ungated, which the MoE spec cannot express: refuse rather than misprice.
+    with pytest.raises(UnsupportedArchitecture, match="ungated"):
+        load_arch(str(CONFIGS / "nemotron_h_moe"))
+
+
+def _config_without(tmp_path: Path, folder: str, key: str) -> str:
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    del config[key]
+    target = tmp_path / f"{folder}-no-{key}"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(config))
+    return str(target)
+
+
+@pytest.mark.parametrize(
+    ("folder", "key"),
+    [
+        ("bamba", "mamba_n_heads"),
+        ("granitemoehybrid", "mamba_d_state"),
+        ("falcon_h1", "hidden_size"),
+        ("nemotron_h", "hybrid_override_pattern"),
+        ("nemotron_h", "ssm_state_size"),
+    ],
+)
+def test_missing_size_fails_in_one_line(tmp_path, folder, key):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_config_without(tmp_path, folder, key))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert key in message and "missing" in message
