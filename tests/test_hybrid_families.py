@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from quotacalc.core.arch import ParamGroup
 from quotacalc.core.memory import kv_bytes_per_token, state_bytes_per_sequence
-from quotacalc.errors import QuotacalcError, UnsupportedArchitecture
+from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"
 REFERENCE = json.loads((DATA / "reference_params_hybrid.json").read_text())["models"]
-#: Folders quotacalc refuses on purpose (see test_nemotron_h_experts_are_refused).
-REFUSED = {"nemotron_h_moe"}
 BF16_BYTES = 2
 
 
@@ -28,7 +27,7 @@ def _private_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.mark.parametrize("folder", sorted(set(REFERENCE) - REFUSED))
+@pytest.mark.parametrize("folder", sorted(REFERENCE))
 def test_total_params_match_transformers(folder):
     arch, _ = load_arch(str(CONFIGS / folder))
     assert arch.total_params() == REFERENCE[folder]["total_params"]
@@ -76,10 +75,21 @@ def test_falcon_h1_cache_golden():
     assert state_bytes_per_sequence(arch, BF16_BYTES) == 67_993_600
 
 
-def test_nemotron_h_experts_are_refused():
-    # Its shared expert is ungated, which the MoE spec cannot express: refuse rather than misprice.
-    with pytest.raises(UnsupportedArchitecture, match="ungated"):
-        load_arch(str(CONFIGS / "nemotron_h_moe"))
+def test_nemotron_h_experts():
+    """Nemotron-3-Nano-shaped experts: ReLU² (ungated up/down) routed and shared experts.
+
+    Per MoE layer: 128 experts x 2 x 2,688 x 1,856 = 1,277,165,568 routed; shared 2 x 2,688 x 3,712
+    = 19,955,712; router 128 x 2,688 = 344,064. Active per token: 6 routed experts, not 128.
+    """
+    arch, _ = load_arch(str(CONFIGS / "nemotron_h_moe"))
+    moe = arch.moe_layers()
+    assert len(moe) == 23 and not moe[0].gated
+    assert moe[0].params() == {
+        ParamGroup.ROUTER: 344_064,
+        ParamGroup.SHARED_EXPERTS: 19_955_712,
+        ParamGroup.ROUTED_EXPERTS: 1_277_165_568,
+    }
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == moe[0].top_k * 2 * 2688 * 1856
 
 
 def _config_without(tmp_path: Path, folder: str, key: str) -> str:

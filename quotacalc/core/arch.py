@@ -350,12 +350,17 @@ class MoE(_Spec):
     shared_intermediate_size: NonNegativeInt = 0
     #: Sigmoid gate on the shared expert's output (Qwen2-MoE).
     shared_expert_gate: bool = False
+    #: Width the routed experts run at when it differs from the model's (Nemotron-H's
+    #: ``moe_latent_size``): always-active projections go down to it and back.
+    expert_width: PositiveInt | None = None
+    latent_projection_bias: bool = False
 
     def expert_params(self) -> int:
         matrices = 3 if self.gated else 2
-        count = matrices * self.hidden_size * self.expert_intermediate_size
+        width = self.expert_width or self.hidden_size
+        count = matrices * width * self.expert_intermediate_size
         if self.expert_bias:
-            count += (matrices - 1) * self.expert_intermediate_size + self.hidden_size
+            count += (matrices - 1) * self.expert_intermediate_size + width
         return count
 
     def _fixed_params(self) -> dict[ParamGroup, int]:
@@ -363,8 +368,15 @@ class MoE(_Spec):
         router += self.num_experts if self.router_bias else 0
         router += self.num_experts if self.router_score_bias else 0
         router += self.hidden_size if self.shared_expert_gate else 0
-        shared = 3 * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts
-        return {ParamGroup.ROUTER: router, ParamGroup.SHARED_EXPERTS: shared}
+        # Shared experts have the same MLP shape as the routed ones (gated or plain).
+        matrices = 3 if self.gated else 2
+        shared = matrices * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts
+        fixed = {ParamGroup.ROUTER: router, ParamGroup.SHARED_EXPERTS: shared}
+        if self.expert_width:
+            latent = 2 * self.hidden_size * self.expert_width
+            latent += (self.expert_width + self.hidden_size) if self.latent_projection_bias else 0
+            fixed[ParamGroup.MLP] = latent
+        return fixed
 
     def params(self) -> dict[ParamGroup, int]:
         return {**self._fixed_params(), ParamGroup.ROUTED_EXPERTS: self.num_experts * self.expert_params()}

@@ -122,20 +122,14 @@ def read_nemotron_h(view: ConfigView, name: str) -> ModelArch:
     if stated_layers and stated_layers != layer_count:
         notes.append(f"num_hidden_layers {stated_layers} ignored: the pattern has {layer_count} blocks")
     types = block_types(view, layer_count, {_MAMBA, _ATTENTION, "mlp", "moe"})
-    if "moe" in types:
-        raise UnsupportedArchitecture(
-            f"layer {types.index('moe')} is an expert block whose shared expert is an ungated up/down MLP "
-            "(and whose experts may run in a latent space, moe_latent_size); "
-            "quotacalc's MoE spec counts shared experts as gated",
-            source=view.source,
-            field=view.prefix + "hybrid_override_pattern",
-        )
     if _ATTENTION in types:
         _check_nemotron_head_dim(view)
     blocks = {
         _MAMBA: lambda: Layer(mixer=mamba2_mixer(view, _NEMOTRON_FIELDS), feed_forward=None, norm_params=hidden),
         # NemotronHAttention builds q, k, v, o without bias whatever ``attention_bias`` says.
         _ATTENTION: lambda: Layer(mixer=hybrid_attention(view, bias=False), feed_forward=None, norm_params=hidden),
+        # ReLU² experts and shared expert (plain up/down), optionally run at moe_latent_size.
+        "moe": lambda: Layer(mixer=None, feed_forward=_nemotron_moe(view), norm_params=hidden),
         "mlp": lambda: Layer(
             mixer=None,
             feed_forward=DenseMLP(
@@ -156,6 +150,21 @@ def read_nemotron_h(view: ConfigView, name: str) -> ModelArch:
             "set the state dtype to match if the server honours it"
         )
     return _finish(view, name, [built[kind] for kind in types], notes)
+
+
+def _nemotron_moe(view: ConfigView) -> MoE:
+    shared = view.get("n_shared_experts", 0)
+    return MoE(
+        hidden_size=view.stated_int("hidden_size"),
+        num_experts=view.positive_int("n_routed_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("moe_intermediate_size"),
+        gated=False,
+        num_shared_experts=shared,
+        shared_intermediate_size=view.positive_int("moe_shared_expert_intermediate_size") if shared else 0,
+        expert_width=view.get("moe_latent_size") or None,
+        latent_projection_bias=view.flag("mlp_bias"),
+    )
 
 
 def _check_nemotron_head_dim(view: ConfigView) -> None:
