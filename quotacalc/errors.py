@@ -36,3 +36,10 @@ class UsageError(QuotacalcError):
 
 class UnsupportedArchitecture(QuotacalcError):
     """A model whose architecture quotacalc cannot price without guessing."""
+
+
+def close_names(name: str, candidates: list[str], *, n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """Candidates close to a mistyped name (difflib is imported only on this error path)."""
+    from difflib import get_close_matches
+
+    return get_close_matches(name, candidates, n=n, cutoff=cutoff)

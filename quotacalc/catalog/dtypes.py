@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from difflib import get_close_matches
-
 from pydantic import BaseModel, ConfigDict
 
-from quotacalc.errors import UsageError
+from quotacalc.errors import UsageError, close_names
 
 
 class Dtype(BaseModel):
@@ -87,6 +85,6 @@ def dtype_by_name(name: str, *, field: str = "dtype", source: str | None = None)
     if key in DTYPES:
         return DTYPES[key]
     known = sorted({*DTYPES, *_ALIASES})
-    close = get_close_matches(key, known, n=3)
+    close = close_names(key, known, n=3)
     hint = f"did you mean {', '.join(close)}?" if close else f"one of {', '.join(DTYPES)}"
     raise UsageError(f"unknown dtype '{name}'", source=source, field=field, fix=hint)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from difflib import get_close_matches
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 CATALOG_FILE = "gpus.yaml"
 
@@ -59,7 +58,7 @@ class GpuCatalog(BaseModel):
             if key == gpu.id or key in gpu.aliases:
                 return gpu
         names = [*self.gpus, *(alias for gpu in self.gpus.values() for alias in gpu.aliases)]
-        close = get_close_matches(key, names, n=3, cutoff=0.5)
+        close = close_names(key, names, n=3, cutoff=0.5)
         fix = f"did you mean {', '.join(close)}?" if close else "run 'quotacalc gpus' for the catalog"
         raise UsageError(f"unknown GPU '{name}'", field="gpu", fix=fix)
 

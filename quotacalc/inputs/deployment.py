@@ -6,13 +6,12 @@ default; nothing the core uses is a buried constant.
 
 from __future__ import annotations
 
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 GIB = 2**30
 
@@ -157,7 +156,7 @@ def suggest_key(key: str, known: list[str]) -> str | None:
     """The known key a mistyped one most likely meant, synonyms included."""
     candidates = {name: name for name in known}
     candidates.update({synonym: target for synonym, target in KEY_SYNONYMS.items() if target in known})
-    close = get_close_matches(key.lower(), list(candidates), n=1, cutoff=0.6)
+    close = close_names(key.lower(), list(candidates), n=1, cutoff=0.6)
     return candidates[close[0]] if close else None
 
 

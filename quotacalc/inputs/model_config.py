@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from difflib import get_close_matches
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from quotacalc.catalog.models import find_shipped, shipped_models
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.cache import cache_key, read_entry, write_entry
 
 #: Bump when the cached document's layout changes.
@@ -76,7 +75,7 @@ def locate_model(reference: str) -> ModelSource:
     if reference.count("/") == 1 and not reference.startswith((".", "/", "~")):
         return ModelSource(reference=reference, name=reference.split("/")[1], config_path="", hf_id=reference)
     names = [model.name for model in shipped_models()]
-    close = get_close_matches(reference, names, n=3, cutoff=0.4) or get_close_matches(
+    close = close_names(reference, names, n=3, cutoff=0.4) or close_names(
         reference.lower(), [name.lower() for name in names], n=3, cutoff=0.4
     )
     fix = f"did you mean {', '.join(close)}?" if close else "run 'quotacalc models', or give a path or a hub id"
