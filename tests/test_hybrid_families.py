@@ -63,6 +63,16 @@ def test_bamba_cache_golden():
     assert state_bytes_per_sequence(arch, BF16_BYTES) == 62_287_360
 
 
+def test_bamba_state_per_gpu_replicates_the_single_group():
+    """Bamba at TP 4: heads split, but its one B/C group is held by every rank (as vLLM does).
+
+    Per layer per GPU: conv (4 - 1) x (8,192 / 4 + 2 x 1 x 128) = 6,912; SSM 128 / 4 x 64 x 128
+    = 262,144; 269,056 x 29 layers = 7,802,624 elements -> 15,605,248 bytes (not 62,287,360 / 4).
+    """
+    arch, _ = load_arch(str(CONFIGS / "bamba"))
+    assert state_bytes_per_sequence(arch, BF16_BYTES, tp=4) == 15_605_248
+
+
 def test_falcon_h1_cache_golden():
     """Falcon-H1-3B: every one of 32 layers holds KV and Mamba-2 state.
 

@@ -295,6 +295,13 @@ class Mamba2Mixer(_StateSpace):
     def state_elements_per_sequence(self) -> int:
         return (self.d_conv - 1) * self.conv_dim + self.num_heads * self.head_dim * self.d_state
 
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        # Heads split over TP; B and C groups too, but below one group per rank each rank keeps a
+        # replicated group (as vLLM does), like KV heads.
+        groups_per_rank = max(1, self.n_groups // tp)
+        conv_per_rank = self.d_inner // tp + 2 * groups_per_rank * self.d_state
+        return (self.d_conv - 1) * conv_per_rank + (self.num_heads // tp) * self.head_dim * self.d_state
+
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the {self.num_heads} Mamba heads" if self.num_heads % tp else None
 

@@ -1,0 +1,75 @@
+"""The core used as a library, the on-disk config cache, and generated docs kept in sync."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import quotacalc
+from quotacalc.cli.models_doc import models_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_public_api_without_the_cli():
+    replica = quotacalc.price(quotacalc.resolve(quotacalc.Deployment(model="Qwen3-8B", gpu="h200", kv_dtype="fp8")))
+    assert isinstance(replica, quotacalc.PriceResult)
+    assert replica.inputs.deployment.kv_dtype == "fp8"
+    tenant = quotacalc.size_tenant(replica, quotacalc.Tenant(rps=1, prompt_tokens=100, output_tokens=10))
+    assert tenant.units_per_s == pytest.approx(100 + replica.output_weight * 10)
+
+
+def test_library_import_does_not_load_the_cli_or_transformers():
+    code = "import sys, quotacalc; quotacalc.Deployment; print(sorted(m for m in ('typer', 'rich', 'transformers', 'yaml') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.replace("'", '"')) == []
+
+
+def test_warm_call_never_imports_transformers(tmp_path):
+    env = {**os.environ, "QUOTACALC_CACHE_DIR": str(tmp_path)}
+    code = (
+        "import sys; from quotacalc import load_arch; load_arch('Llama-3.1-8B-Instruct');"
+        "print('transformers' in sys.modules)"
+    )
+    cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert cold.stdout.strip() == "True"
+    assert warm.stdout.strip() == "False"
+    assert "PyTorch was not found" not in cold.stderr + warm.stderr
+
+
+def test_cache_follows_the_config_bytes(tmp_path):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    config = {
+        "model_type": "llama",
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    first, _ = quotacalc.load_arch(str(folder))
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    second, _ = quotacalc.load_arch(str(folder))
+    assert (len(first.layers), len(second.layers)) == (2, 3)
+
+
+def test_unwritable_cache_only_costs_speed(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(blocker / "cache"))
+    arch, _ = quotacalc.load_arch("Qwen3-8B")
+    assert arch.total_params() == 8_190_735_360
+
+
+def test_models_doc_is_generated_not_typed():
+    """docs/models.md is `quotacalc models --markdown`; regenerate it when a figure moves."""
+    assert (ROOT / "docs" / "models.md").read_text() == models_markdown()
