@@ -50,7 +50,30 @@ def mean_attended_tokens(context_tokens: int, window_tokens: int | None = None) 
 # --------------------------------------------------------------------------- token mixers
 
 
-class FullAttention(_Spec):
+class _GrowingAttention(_Spec):
+    """What every attention whose cache grows with each token of context shares: no fixed state."""
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
+        return context_tokens
+
+    def grows_with_context(self) -> bool:
+        return True
+
+    def state_elements_per_sequence(self) -> int:
+        return 0
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return 0
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return mean_attended_tokens(context_tokens)
+
+
+class FullAttention(_GrowingAttention):
     """Multi-head / grouped-query attention whose KV grows with every token of context."""
 
     kind: Literal["full_attention"] = "full_attention"
@@ -83,28 +106,9 @@ class FullAttention(_Spec):
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
         return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.v_head_dim)
 
-    def cached_tokens(self, context_tokens: int) -> int:
-        """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
-        return context_tokens
-
-    def grows_with_context(self) -> bool:
-        return True
-
-    def state_elements_per_sequence(self) -> int:
-        return 0
-
-    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
-        return 0
-
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
         return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * attended_tokens
-
-    def attended_tokens(self, context_tokens: int) -> int:
-        return context_tokens
-
-    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
-        return mean_attended_tokens(context_tokens)
 
     def tp_problem(self, tp: int) -> str | None:
         if self.num_heads % tp:
@@ -135,7 +139,7 @@ class SlidingWindowAttention(FullAttention):
         return mean_attended_tokens(context_tokens, self.window_tokens)
 
 
-class MLAAttention(_Spec):
+class MLAAttention(_GrowingAttention):
     """Multi-head latent attention (DeepSeek-V2/V3): one compressed latent per token per layer.
 
     The cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token, and every TP rank holds
@@ -171,27 +175,9 @@ class MLAAttention(_Spec):
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
         return self.cache_elements_per_token()
 
-    def cached_tokens(self, context_tokens: int) -> int:
-        return context_tokens
-
-    def grows_with_context(self) -> bool:
-        return True
-
-    def state_elements_per_sequence(self) -> int:
-        return 0
-
-    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
-        return 0
-
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         return 2 * self.num_heads * (qk_head_dim + self.v_head_dim) * attended_tokens
-
-    def attended_tokens(self, context_tokens: int) -> int:
-        return context_tokens
-
-    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
-        return mean_attended_tokens(context_tokens)
 
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the {self.num_heads} attention heads" if self.num_heads % tp else None

@@ -182,9 +182,8 @@ def _check_nemotron_head_dim(view: ConfigView) -> None:
 # --------------------------------------------------------------------------- Bamba
 
 
-@reads("bamba")
-def read_bamba(view: ConfigView, name: str) -> ModelArch:
-    """Attention on ``attn_layer_indices``, Mamba-2 elsewhere; a SwiGLU MLP and two RMSNorms in every layer."""
+def _mixer_per_layer_hybrid(view: ConfigView, name: str, feed_forward: DenseMLP | MoE) -> ModelArch:
+    """Mamba-2 or attention per layer, the same feed-forward block and two RMSNorms in every layer."""
     hidden = view.stated_int("hidden_size")
     types = block_types(view, view.stated_int("num_hidden_layers"), {_MAMBA, _ATTENTION})
     mixers = {
@@ -192,9 +191,14 @@ def read_bamba(view: ConfigView, name: str) -> ModelArch:
         _ATTENTION: lambda: hybrid_attention(view, bias=view.flag("attention_bias")),
     }
     built = {kind: mixers[kind]() for kind in set(types)}
-    mlp = gated_mlp(view)
-    layers = [Layer(mixer=built[kind], feed_forward=mlp, norm_params=2 * hidden) for kind in types]
+    layers = [Layer(mixer=built[kind], feed_forward=feed_forward, norm_params=2 * hidden) for kind in types]
     return _finish(view, name, layers, [])
+
+
+@reads("bamba")
+def read_bamba(view: ConfigView, name: str) -> ModelArch:
+    """Attention on ``attn_layer_indices``, Mamba-2 elsewhere; a SwiGLU MLP in every layer."""
+    return _mixer_per_layer_hybrid(view, name, gated_mlp(view))
 
 
 # --------------------------------------------------------------------------- Falcon-H1
@@ -236,16 +240,7 @@ def read_falcon_h1(view: ConfigView, name: str) -> ModelArch:
 @reads("granitemoehybrid")
 def read_granitemoehybrid(view: ConfigView, name: str) -> ModelArch:
     """Mamba-2 or attention per ``layer_types``; every layer has a shared SwiGLU MLP, plus experts if any."""
-    hidden = view.stated_int("hidden_size")
-    types = block_types(view, view.stated_int("num_hidden_layers"), {_MAMBA, _ATTENTION})
-    mixers = {
-        _MAMBA: lambda: mamba2_mixer(view, _MAMBA_PREFIXED),
-        _ATTENTION: lambda: hybrid_attention(view, bias=view.flag("attention_bias")),
-    }
-    built = {kind: mixers[kind]() for kind in set(types)}
-    feed_forward = _granite_feed_forward(view)
-    layers = [Layer(mixer=built[kind], feed_forward=feed_forward, norm_params=2 * hidden) for kind in types]
-    return _finish(view, name, layers, [])
+    return _mixer_per_layer_hybrid(view, name, _granite_feed_forward(view))
 
 
 def _granite_feed_forward(view: ConfigView) -> DenseMLP | MoE:
