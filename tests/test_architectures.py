@@ -285,3 +285,13 @@ def test_unknown_quantization_method_fails_clearly(tmp_path):
     config = dict(MISTRAL_V01, quantization_config={"quant_method": "hqq-9000"})
     with pytest.raises(QuotacalcError, match="hqq-9000"):
         priced(model=_write_config(tmp_path, "weird", config), gpu="h100-sxm")
+
+
+def test_hybrid_pool_counts_state_in_resident_sequences():
+    # Jamba at TP 2: each sequence of 1,700 tokens holds 1,700 x 16,384 / 2 B of KV and
+    # 8,716,288 / 2 B of state per GPU; the pool holds floor(pool bytes / that) of them.
+    replica = priced(model="AI21-Jamba-1.5-Mini", gpu="h100-sxm", tp=2)
+    per_sequence = (1700 * 16_384 + 8_716_288) / 2
+    assert replica.max_resident_sequences == int(replica.kv_pool_bytes_per_gpu // per_sequence)
+    # Counting KV alone (13.9 MB per sequence per GPU instead of 18.3 MB) would claim ~31% more.
+    assert replica.kv_pool_tokens // 1700 == pytest.approx(1.31 * replica.max_resident_sequences, rel=0.01)

@@ -140,3 +140,20 @@ def test_decode_turns_compute_bound_at_large_batch():
     flops = 4096 * (2 * 70_553_706_496 + 80 * 2 * 64 * 256 * 16)
     assert result.decode_compute_s == pytest.approx(flops / (4 * 1979e12 * 0.5))
     assert any(step.name == "decode_step_s" and "compute-bound" in (step.note or "") for step in result.steps)
+
+
+def test_long_prompt_token_costs_more_units(replica):
+    # At 131,072 tokens a prompt token attends (131,072 + 1) / 2 tokens on average:
+    # 80 layers x 2 x 64 heads x (128 + 128) x 65,536.5 = 171.8 GFLOPs beside 2 x 70.55e9 for the
+    # parameters, so it costs 2.22 units; the whole prompt 131,072 x that.
+    kv = request_kv(replica, 131_072)
+    attention = 80 * 2 * 64 * 256 * 131_073 / 2
+    expected = (2 * 70_553_706_496 + attention) / (2 * 70_553_706_496)
+    assert kv.prompt_token_units_at_context == pytest.approx(expected)
+    assert round(kv.prompt_token_units_at_context, 2) == 2.22
+    assert kv.prefill_units == pytest.approx(131_072 * expected)
+
+
+def test_resident_sequences(replica):
+    # 646,503 tokens of pool / 1,700 tokens per sequence = 380 sequences at the mean context.
+    assert replica.max_resident_sequences == 646_503 * 81_920 // (1700 * 81_920) == 380

@@ -155,9 +155,12 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     table.add_row("replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token")
     table.add_row("KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)
     table.add_row(
+        f"resident at {d.context:,} tokens", f"{result.max_resident_sequences:,} sequences", "KV + state fit at once"
+    )
+    table.add_row(
         "dedicated replica",
         f"{units.usd(result.dedicated_usd_per_month)}/month",
-        f"{d.tp} GPUs × ${d.gpu_hour_usd} × {d.hours_per_month:g} h",
+        f"{d.tp} GPU{'s' if d.tp > 1 else ''} × ${d.gpu_hour_usd} × {d.hours_per_month:g} h",
     )
     table.add_row("$ per 1M prompt tokens", units.usd(result.usd_per_million_prompt_tokens), "at the ceiling")
     table.add_row(
@@ -253,6 +256,12 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     table.add_row("share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens")
     table.add_row("resident at once", f"{result.requests_resident}", "requests that fit")
     table.add_row("fill the replica", f"{result.requests_to_fill_pool}", "requests")
+    table.add_row(
+        "prompt token at this context",
+        f"{result.prompt_token_units_at_context:.2f} units",
+        "parameters + attention FLOPs",
+    )
+    table.add_row("prefill of the whole prompt", f"{result.prefill_units:,.0f} units", "before the first output token")
     _show(console, title, table)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 

@@ -24,6 +24,10 @@ class RequestKvResult(BaseModel):
     pool_share: float
     requests_resident: int
     requests_to_fill_pool: int
+    #: Units one prompt token costs inside a prompt of this length (1 + its attention FLOPs' share).
+    prompt_token_units_at_context: float
+    #: Units to prefill the whole prompt: what a long-context request costs before its first output token.
+    prefill_units: float
     steps: tuple[Step, ...]
     replica: PriceResult
 
@@ -71,6 +75,23 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         substituted=f"ceil(1 / {fmt(share)})",
         unit="requests",
     )
+    active_flops = 2 * replica.active_params
+    attention_flops = memory.attention_flops_per_prompt_token(arch, context_tokens)
+    token_units = ledger.record(
+        "prompt_token_units_at_context",
+        (active_flops + attention_flops) / active_flops,
+        formula="(2 × active_params + attention_flops_per_prompt_token(context)) / (2 × active_params)",
+        substituted=f"({fmt(active_flops)} + {fmt(attention_flops)}) / {fmt(active_flops)}",
+        unit="units",
+        note="a prompt token's cost at this context, in units of the parameter-only prompt token",
+    )
+    prefill = ledger.record(
+        "prefill_units",
+        context_tokens * token_units,
+        formula="context × prompt_token_units_at_context",
+        substituted=f"{fmt(context_tokens)} × {fmt(token_units)}",
+        unit="units",
+    )
     return RequestKvResult(
         context_tokens=context_tokens,
         request_kv_bytes=total,
@@ -80,6 +101,8 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         pool_share=share,
         requests_resident=resident,
         requests_to_fill_pool=to_fill,
+        prompt_token_units_at_context=token_units,
+        prefill_units=prefill,
         steps=tuple(ledger.steps),
         replica=replica,
     )

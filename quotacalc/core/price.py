@@ -74,6 +74,7 @@ class PriceResult(BaseModel):
     kv_pool_bytes_per_gpu: float
     kv_pool_tokens: int
     kv_pool_source: Literal["measured", "estimated"]
+    max_resident_sequences: int
     dedicated_usd_per_month: float
     usd_per_unit: float
     usd_per_million_prompt_tokens: float
@@ -400,10 +401,18 @@ def price(inputs: PricingInputs) -> PriceResult:
             substituted=f"{fmt(usable)} / {fmt(pool_token_bytes)}",
             unit="tokens",
         )
-    if batch * request_per_gpu > pool_bytes:
+    max_resident = ledger.record(
+        "max_resident_sequences",
+        math.floor(pool_bytes / request_per_gpu),
+        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(context))",
+        substituted=f"floor({fmt(pool_bytes)} / {fmt(request_per_gpu)})",
+        unit="sequences",
+        note=f"sequences of {context:,} tokens the pool holds at once, KV and any state (vLLM's 'maximum concurrency')",
+    )
+    if batch > max_resident:
         warnings.append(
-            f"a decode batch of {batch} at {context} tokens needs {batch * request_per_gpu / 1e9:.1f} GB of KV per GPU, "
-            f"the pool holds {pool_bytes / 1e9:.1f} GB: the batch cannot all be resident"
+            f"a decode batch of {batch} at {context:,} tokens does not fit the KV pool, which holds {max_resident} such "
+            f"sequences: lower --batch, or raise --tp or use --kv-dtype fp8"
         )
     if arch.max_context_tokens and context > arch.max_context_tokens:
         warnings.append(f"--context {context} exceeds the model's max_position_embeddings {arch.max_context_tokens}")
@@ -470,6 +479,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         kv_pool_bytes_per_gpu=pool_bytes,
         kv_pool_tokens=pool_tokens,
         kv_pool_source=pool_source,
+        max_resident_sequences=max_resident,
         dedicated_usd_per_month=dedicated,
         usd_per_unit=usd_per_unit,
         usd_per_million_prompt_tokens=per_million_prompt,
