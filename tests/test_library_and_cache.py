@@ -73,3 +73,17 @@ def test_unwritable_cache_only_costs_speed(tmp_path, monkeypatch):
 def test_models_doc_is_generated_not_typed():
     """docs/models.md is `quotacalc models --markdown`; regenerate it when a figure moves."""
     assert (ROOT / "docs" / "models.md").read_text() == models_markdown()
+
+
+def test_plan_file_model_path_is_relative_to_the_file(tmp_path, monkeypatch):
+    from quotacalc.inputs.deployment import load_plan_file
+
+    (tmp_path / "plans" / "my-model").mkdir(parents=True)
+    (tmp_path / "plans" / "my-model" / "config.json").write_text("{}")
+    (tmp_path / "plans" / "plan.yaml").write_text("model: my-model\ngpu: h100-sxm\n")
+    monkeypatch.chdir(tmp_path)
+    plan = load_plan_file(str(tmp_path / "plans" / "plan.yaml"))
+    assert plan.deployment["model"] == str(tmp_path / "plans" / "my-model")
+    shipped = tmp_path / "shipped.yaml"
+    shipped.write_text("model: Qwen3-8B\ngpu: h100-sxm\n")
+    assert load_plan_file(str(shipped)).deployment["model"] == "Qwen3-8B"

@@ -205,7 +205,12 @@ def load_plan_file(path: str) -> PlanFile:
     tenant = document.get("tenant")
     if tenant is not None and not isinstance(tenant, dict):
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
-    return PlanFile(deployment={k: v for k, v in document.items() if k != "tenant"}, tenant=tenant)
+    deployment = {key: value for key, value in document.items() if key != "tenant"}
+    model = deployment.get("model")
+    if isinstance(model, str) and (beside := file.parent / model).exists() and not Path(model).is_absolute():
+        # A model path in a plan file means beside the file, wherever the command runs from.
+        deployment["model"] = str(beside)
+    return PlanFile(deployment=deployment, tenant=tenant)
 
 
 def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None) -> Deployment:
