@@ -337,8 +337,6 @@ class MoE(_Spec):
     #: Biases inside each expert (gpt-oss).
     expert_bias: bool = False
     router_bias: bool = False
-    #: Per-expert score-correction bias (DeepSeek-V3's noaux_tc routing).
-    router_score_bias: bool = False
     num_shared_experts: NonNegativeInt = 0
     shared_intermediate_size: NonNegativeInt = 0
     #: Sigmoid gate on the shared expert's output (Qwen2-MoE).
@@ -359,7 +357,6 @@ class MoE(_Spec):
     def _fixed_params(self) -> dict[ParamGroup, int]:
         router = self.hidden_size * self.num_experts
         router += self.num_experts if self.router_bias else 0
-        router += self.num_experts if self.router_score_bias else 0
         router += self.hidden_size if self.shared_expert_gate else 0
         # Shared experts have the same MLP shape as the routed ones (gated or plain).
         matrices = 3 if self.gated else 2

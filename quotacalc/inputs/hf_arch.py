@@ -263,17 +263,16 @@ def dense_mlp(view: ConfigView, bias: bool = False) -> DenseMLP:
 def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: Any) -> ModelArch:
     notes: list[str] = []
     mixers = attention_mixers(view, family.attention, notes)
-    hidden = view.positive_int("hidden_size")
-    attention_norms = 0
-    layers = []
-    for index, mixer in enumerate(mixers):
-        if family.feed_forward is not None:
-            ffn = family.feed_forward(view, index)
-        else:
-            ffn = dense_mlp(view, _bias(view, family.mlp_bias))
-        layers.append(
-            Layer(mixer=mixer, feed_forward=ffn, norm_params=family.norms_per_layer * hidden + attention_norms)
+    norm_params = family.norms_per_layer * view.positive_int("hidden_size")
+    shared_mlp = dense_mlp(view, _bias(view, family.mlp_bias)) if family.feed_forward is None else None
+    layers = [
+        Layer(
+            mixer=mixer,
+            feed_forward=shared_mlp or family.feed_forward(view, index),
+            norm_params=norm_params,
         )
+        for index, mixer in enumerate(mixers)
+    ]
     return _finish(view, name, layers, notes, **finish)
 
 
