@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Annotated, Any
@@ -50,10 +49,6 @@ def _price(deployment: Deployment):
     return price(resolve(deployment))
 
 
-def _emit_json(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, indent=2) + "\n")
-
-
 @app.command("price")
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
 def price_command(
@@ -65,7 +60,7 @@ def price_command(
     deployment, _ = _load(plan, deployment_flags)
     result = _price(deployment)
     if as_json:
-        _emit_json(render.price_json(result))
+        render.emit_json(render.price_json(result))
     else:
         render.price_table(result, explain=explain)
 
@@ -87,7 +82,7 @@ def size_command(
     deployment, tenant = _load(plan, deployment_flags, tenant_flags)
     result = size_tenant(_price(deployment), tenant)
     if as_json:
-        _emit_json(render.size_json(result))
+        render.emit_json(render.size_json(result))
     else:
         render.size_table(result, explain=explain)
 
@@ -114,7 +109,7 @@ def kv_command(
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
     if as_json:
-        _emit_json(render.kv_json(result))
+        render.emit_json(render.kv_json(result))
     else:
         render.kv_table(result, explain=explain)
 
