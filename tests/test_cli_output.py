@@ -266,3 +266,13 @@ def test_price_help_lists_generated_flags(run_cli, monkeypatch):
     assert code == 0
     for flag in ("--model", "--gpu", "--tp", "--weight-dtype", "--kv-pool-tokens", "--gpu-hour-usd", "--json"):
         assert flag in out, flag
+
+
+def test_explain_prints_bracketed_formulas_verbatim(run_cli, monkeypatch):
+    # rich reads "[...]" as markup; the expert-parallel formula E[max ...] must survive.
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(
+        "price", "--model", "Mixtral-8x7B-v0.1", "--gpu", "h100-sxm", "--tp", "2", "--expert-parallel", "--explain"
+    )
+    assert code == 0
+    assert "E[max over EP ranks of Binomial(E/EP, experts_touched/E)]" in out

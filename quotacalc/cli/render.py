@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from quotacalc.cli import units
@@ -173,28 +174,28 @@ def _price_rows(table: Table, result: PriceResult) -> None:
 
 def _show(console: Console, title: str, table: Table) -> None:
     # A title line above the table wraps to the terminal's width, not the table's.
-    console.print(title, style="bold")
+    console.print(title, style="bold", markup=False)
     console.print(table)
 
 
 def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
+    # Formulas hold brackets (E[max ...]) that rich would read as markup: escape every text.
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     if not explain:
         return
     console.print()
     console.print("[bold]How each figure is derived[/]")
     for step in steps:
-        console.print(f"[bold]{step.name}[/] = {step.formula}", markup=True)
-        console.print(f"    = {step.substituted}")
-        console.print(
-            f"    = {units.render(step.value, step.unit)}" + (f"   [dim]({step.note})[/]" if step.note else "")
-        )
+        console.print(f"[bold]{step.name}[/] = {escape(step.formula)}")
+        console.print(f"    = {escape(step.substituted)}")
+        note = f"   [dim]({escape(step.note)})[/]" if step.note else ""
+        console.print(f"    = {escape(units.render(step.value, step.unit))}{note}")
     notes = list(result.inputs.arch.notes)
     if notes:
         console.print("[bold]Assumptions about the model[/]")
         for note in notes:
-            console.print(f"  - {note}")
+            console.print(f"  - {escape(note)}")
 
 
 def price_table(result: PriceResult, *, explain: bool) -> None:
@@ -339,4 +340,4 @@ def gpus_listing(*, as_json: bool, sources: bool) -> None:
         for gpu in catalog.gpus.values():
             console.print(f"[bold]{gpu.id}[/]")
             for figure, source in gpu.sources.model_dump().items():
-                console.print(f"  {figure}: {source}")
+                console.print(f"  {figure}: {escape(source)}")
