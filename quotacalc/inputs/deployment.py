@@ -58,6 +58,13 @@ class Deployment(BaseModel):
     cached_prompt_weight: float = Field(0.1, description="units charged per prompt token served from the prefix cache")
     burst_s: float = Field(60, description="token-bucket depth, in seconds of contracted units")
 
+    @field_validator("model", "gpu")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
     @field_validator("tp", "batch", "context")
     @classmethod
     def _positive(cls, value: int) -> int:
