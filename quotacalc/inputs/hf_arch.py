@@ -47,23 +47,23 @@ class ConfigView:
         value = self.config.get(key)
         return default if value is None else value
 
-    def _fail(self, key: str, problem: str, fix: str | None = None) -> QuotacalcError:
+    def fail(self, key: str, problem: str, fix: str | None = None) -> QuotacalcError:
         return QuotacalcError(problem, source=self.source, field=self.prefix + key, fix=fix)
 
     def positive_int(self, key: str, default: Any = _MISSING) -> int:
         value = self.config.get(key)
         if value is None:
             if default is _MISSING:
-                raise self._fail(key, "missing", "a decoder config needs it to be priced")
+                raise self.fail(key, "missing", "a decoder config needs it to be priced")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self._fail(key, f"must be a positive integer, got {value!r}")
+            raise self.fail(key, f"must be a positive integer, got {value!r}")
         return value
 
     def stated_int(self, key: str) -> int:
         """A size the config file must state itself: a class default would silently price another model."""
         if self.given_keys is not None and self.prefix + key not in self.given_keys:
-            raise self._fail(key, "missing from the config", "a model config must state its own sizes")
+            raise self.fail(key, "missing from the config", "a model config must state its own sizes")
         return self.positive_int(key)
 
     def flag(self, key: str, default: bool = False) -> bool:
@@ -72,7 +72,7 @@ class ConfigView:
     def sub(self, key: str) -> ConfigView:
         value = self.config.get(key)
         if not isinstance(value, dict):
-            raise self._fail(key, "missing or not an object")
+            raise self.fail(key, "missing or not an object")
         return ConfigView(value, self.source, f"{self.prefix}{key}.", self.given_keys)
 
 
@@ -126,17 +126,22 @@ def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, lis
     return "bf16", ["the config names no dtype: unquantized weights assumed bf16"]
 
 
+def head_dim_of(view: ConfigView, hidden: int, heads: int) -> int:
+    """``head_dim`` when stated (Qwen3, gpt-oss, Gemma differ from hidden/heads), else hidden / heads."""
+    head_dim = view.positive_int("head_dim", 0)
+    if not head_dim:
+        if hidden % heads:
+            raise view.fail("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
+        head_dim = hidden // heads
+    return head_dim
+
+
 def _common_sizes(view: ConfigView) -> tuple[int, int, int, int, int]:
     layers = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
     heads = view.stated_int("num_attention_heads")
     kv_heads = view.positive_int("num_key_value_heads", heads)
-    head_dim = view.positive_int("head_dim", 0) or 0
-    if not head_dim:
-        if hidden % heads:
-            raise view._fail("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
-        head_dim = hidden // heads
-    return layers, hidden, heads, kv_heads, head_dim
+    return layers, hidden, heads, kv_heads, head_dim_of(view, hidden, heads)
 
 
 def _bias(view: ConfigView, setting: bool | str) -> bool:
@@ -148,7 +153,7 @@ def layer_kinds(view: ConfigView, layers: int) -> tuple[list[str], list[str]]:
     declared = view.get("layer_types")
     if declared is not None:
         if not isinstance(declared, list) or len(declared) != layers:
-            raise view._fail("layer_types", f"must list one type per layer ({layers})")
+            raise view.fail("layer_types", f"must list one type per layer ({layers})")
         return list(declared), []
     window = view.get("sliding_window")
     pattern = view.get("sliding_window_pattern") or view.get("_sliding_window_pattern")
@@ -193,7 +198,7 @@ def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]
             mixers.append(FullAttention(**common))
         elif kind == "sliding_attention":
             if not window:
-                raise view._fail("sliding_window", f"layer {index} is sliding_attention but no window is set")
+                raise view.fail("sliding_window", f"layer {index} is sliding_attention but no window is set")
             if max_context and window >= max_context:
                 mixers.append(FullAttention(**common))
                 note = f"sliding window {window} >= max context {max_context}: those layers priced as full attention"
@@ -210,7 +215,7 @@ def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]
     return mixers
 
 
-def _finish(
+def finish_arch(
     view: ConfigView,
     name: str,
     layers: list[Layer],
@@ -273,7 +278,7 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
         )
         for index, mixer in enumerate(mixers)
     ]
-    return _finish(view, name, layers, notes, **finish)
+    return finish_arch(view, name, layers, notes, **finish)
 
 
 def _mixtral_moe(view: ConfigView, index: int) -> MoE:
@@ -425,7 +430,7 @@ def read_deepseek(view: ConfigView, name: str) -> ModelArch:
     notes = []
     if view.get("num_nextn_predict_layers"):
         notes.append("multi-token-prediction layers are not counted (transformers does not build them)")
-    return _finish(view, name, layers, notes)
+    return finish_arch(view, name, layers, notes)
 
 
 # --------------------------------------------------------------------------- hybrid state-space
@@ -467,7 +472,7 @@ def read_jamba(view: ConfigView, name: str) -> ModelArch:
         mixer = attention if index % attn_period == attn_offset else mamba
         is_expert = num_experts > 1 and index % expert_period == expert_offset
         layers.append(Layer(mixer=mixer, feed_forward=moe if is_expert else dense, norm_params=2 * hidden))
-    return _finish(view, name, layers, [])
+    return finish_arch(view, name, layers, [])
 
 
 from quotacalc.inputs import hf_hybrid  # noqa: E402,F401  (registers the hybrid readers)

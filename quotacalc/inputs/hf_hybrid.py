@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from quotacalc.core.arch import DenseMLP, FullAttention, Layer, Mamba2Mixer, ModelArch, MoE
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, _finish, reads
+from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
 
 #: transformers' layer-type names (after its remap of the legacy "mamba"/"attention").
 _MAMBA = "linear_attention"
@@ -65,11 +65,7 @@ def hybrid_attention(view: ConfigView, bias: bool) -> FullAttention:
     """Full attention as these families build it: head_dim stated or hidden/heads, one bias flag for q, k, v, o."""
     hidden = view.stated_int("hidden_size")
     heads = view.stated_int("num_attention_heads")
-    head_dim = view.positive_int("head_dim", 0)
-    if not head_dim:
-        if hidden % heads:
-            raise view._fail("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
-        head_dim = hidden // heads
+    head_dim = head_dim_of(view, hidden, heads)
     return FullAttention(
         hidden_size=hidden,
         num_heads=heads,
@@ -85,7 +81,7 @@ def block_types(view: ConfigView, layers: int, allowed: set[str]) -> list[str]:
     """Each layer's block type as the resolved config lists it (``layer_types``), checked against ``allowed``."""
     types = view.get("layer_types")
     if not isinstance(types, list) or len(types) != layers:
-        raise view._fail("layer_types", f"must list one type per layer ({layers})")
+        raise view.fail("layer_types", f"must list one type per layer ({layers})")
     for index, kind in enumerate(types):
         if kind not in allowed:
             raise UnsupportedArchitecture(
@@ -114,7 +110,7 @@ def read_nemotron_h(view: ConfigView, name: str) -> ModelArch:
     pattern_keys = ("hybrid_override_pattern", "layers_block_type", "layer_types")
     if view.given_keys is not None and not any(key in view.given_keys for key in pattern_keys):
         # transformers would invent a 4-block default ("M E * -"), and the layer count comes from the pattern.
-        raise view._fail("hybrid_override_pattern", "missing from the config", "state the layer pattern")
+        raise view.fail("hybrid_override_pattern", "missing from the config", "state the layer pattern")
     layer_count = len(view.get("layer_types") or [])
     hidden = view.stated_int("hidden_size")
     notes: list[str] = []
@@ -149,7 +145,7 @@ def read_nemotron_h(view: ConfigView, name: str) -> ModelArch:
             f"the config asks for a {view.get('mamba_ssm_cache_dtype')} SSM cache (mamba_ssm_cache_dtype): "
             "set the state dtype to match if the server honours it"
         )
-    return _finish(view, name, [built[kind] for kind in types], notes)
+    return finish_arch(view, name, [built[kind] for kind in types], notes)
 
 
 def _nemotron_moe(view: ConfigView) -> MoE:
@@ -172,7 +168,7 @@ def _check_nemotron_head_dim(view: ConfigView) -> None:
     legacy = view.get("attention_head_dim")
     head_dim = view.positive_int("head_dim", 0)
     if legacy and head_dim and legacy != head_dim:
-        raise view._fail(
+        raise view.fail(
             "head_dim",
             f"is {head_dim} but attention_head_dim says {legacy}; transformers builds head_dim",
             "state head_dim to match the checkpoint",
@@ -192,7 +188,7 @@ def _mixer_per_layer_hybrid(view: ConfigView, name: str, feed_forward: DenseMLP 
     }
     built = {kind: mixers[kind]() for kind in set(types)}
     layers = [Layer(mixer=built[kind], feed_forward=feed_forward, norm_params=2 * hidden) for kind in types]
-    return _finish(view, name, layers, [])
+    return finish_arch(view, name, layers, [])
 
 
 @reads("bamba")
@@ -231,7 +227,7 @@ def read_falcon_h1(view: ConfigView, name: str) -> ModelArch:
         f"each of the {layer_count} decoder layers runs attention and Mamba-2 in parallel: "
         f"priced as {2 * layer_count} layers (attention; Mamba-2 + MLP), sums exact"
     ]
-    return _finish(view, name, layers, notes)
+    return finish_arch(view, name, layers, notes)
 
 
 # --------------------------------------------------------------------------- Granite 4.0-H
