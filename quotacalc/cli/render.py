@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from quotacalc.cli import units
-from quotacalc.core.explain import Step
-from quotacalc.core.kv import RequestKvResult
-from quotacalc.core.price import PriceResult
-from quotacalc.core.tenant import SizeResult
+
+if TYPE_CHECKING:  # each command imports only the core modules it runs
+    from quotacalc.core.explain import Step
+    from quotacalc.core.kv import RequestKvResult
+    from quotacalc.core.price import PriceResult
+    from quotacalc.core.tenant import SizeResult
 
 #: Bumped only when a key is renamed or removed; new keys may appear at any time.
 JSON_SCHEMA_VERSION = 1
