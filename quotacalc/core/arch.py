@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from functools import cached_property
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
@@ -437,14 +438,23 @@ class ModelArch(_Spec):
             ParamGroup.VISION: self.vision_params,
         }
 
+    # A frozen model's sums never change: compute them once (cached_property writes __dict__ directly).
+    @cached_property
+    def _params_by_group(self) -> dict[ParamGroup, int]:
+        return _add(self._outer_params(), *(layer.params() for layer in self.layers))
+
+    @cached_property
+    def _active_params_by_group(self) -> dict[ParamGroup, int]:
+        outer = {**self._outer_params(), ParamGroup.VISION: 0}
+        return _add(outer, *(layer.active_params() for layer in self.layers))
+
     def params_by_group(self) -> dict[ParamGroup, int]:
         """Every parameter, by group (tied embeddings counted once)."""
-        return _add(self._outer_params(), *(layer.params() for layer in self.layers))
+        return dict(self._params_by_group)
 
     def active_params_by_group(self) -> dict[ParamGroup, int]:
         """Parameters one text token runs through: routed experts at top-k; the vision tower is idle."""
-        outer = {**self._outer_params(), ParamGroup.VISION: 0}
-        return _add(outer, *(layer.active_params() for layer in self.layers))
+        return dict(self._active_params_by_group)
 
     def total_params(self) -> int:
         return sum(self.params_by_group().values())
