@@ -276,3 +276,9 @@ def test_explain_prints_bracketed_formulas_verbatim(run_cli, monkeypatch):
     )
     assert code == 0
     assert "E[max over EP ranks of Binomial(E/EP, experts_touched/E)]" in out
+
+
+def test_version(run_cli):
+    code, out, _ = run_cli("--version")
+    assert code == 0
+    assert out.startswith("quotacalc ") and out.split()[1][0].isdigit()

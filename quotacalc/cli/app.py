@@ -19,6 +19,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"quotacalc {version('quotacalc')}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", callback=_print_version, is_eager=True)
+    ] = False,
+) -> None:
+    """Price LLM serving in replica time and KV memory, and size tenants on shared replicas."""
+
+
 PlanArgument = Annotated[
     str | None,
     typer.Argument(help="deployment YAML file (its keys are the flags' names with underscores)", show_default=False),
