@@ -295,3 +295,14 @@ def test_hybrid_pool_counts_state_in_resident_sequences():
     assert replica.max_resident_sequences == int(replica.kv_pool_bytes_per_gpu // per_sequence)
     # Counting KV alone (13.9 MB per sequence per GPU instead of 18.3 MB) would claim ~31% more.
     assert replica.kv_pool_tokens // 1700 == pytest.approx(1.31 * replica.max_resident_sequences, rel=0.01)
+
+
+def test_qwen3_moe_active_params_by_hand():
+    # Qwen3-235B-A22B, per layer: attention q 4096x8192 + k, v 4096x512 each + o 8192x4096 + q/k norms 2x128
+    # = 71,303,424; router 128 x 4096 = 524,288; 8 active experts x 3 x 4096 x 1536 = 150,994,944;
+    # norms 2 x 4096. 94 layers x 222,830,848 + embeddings 2 x 151,936 x 4096 + final norm 4096
+    # = 22,190,763,520 active (the "A22B"), of 235,093,634,560.
+    arch = arch_of("Qwen3-235B-A22B")
+    per_layer = 71_303_424 + 524_288 + 150_994_944 + 8_192
+    assert arch.active_params() == 94 * per_layer + 2 * 151_936 * 4096 + 4096 == 22_190_763_520
+    assert arch.total_params() == 235_093_634_560
