@@ -73,14 +73,16 @@ def price_command(
     plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
-    from quotacalc.cli import render
-
     deployment, _ = _load(plan, deployment_flags)
     result = _price(deployment)
     if as_json:
-        render.emit_json(render.price_json(result))
+        from quotacalc.cli.json_out import emit_json, price_json
+
+        emit_json(price_json(result))
     else:
-        render.price_table(result, explain=explain)
+        from quotacalc.cli.tables import price_table
+
+        price_table(result, explain=explain)
 
 
 @app.command("size")
@@ -94,15 +96,18 @@ def size_command(
     tenant_flags,
 ):
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated."""
-    from quotacalc.cli import render
     from quotacalc.core.tenant import size_tenant
 
     deployment, tenant = _load(plan, deployment_flags, tenant_flags)
     result = size_tenant(_price(deployment), tenant)
     if as_json:
-        render.emit_json(render.size_json(result))
+        from quotacalc.cli.json_out import emit_json, size_json
+
+        emit_json(size_json(result))
     else:
-        render.size_table(result, explain=explain)
+        from quotacalc.cli.tables import size_table
+
+        size_table(result, explain=explain)
 
 
 @app.command("kv")
@@ -116,7 +121,6 @@ def kv_command(
     deployment_flags,
 ):
     """One request's KV at a context length: bytes, per GPU, share of the pool, how many fill a replica."""
-    from quotacalc.cli import render
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
@@ -127,9 +131,13 @@ def kv_command(
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
     if as_json:
-        render.emit_json(render.kv_json(result))
+        from quotacalc.cli.json_out import emit_json, kv_json
+
+        emit_json(kv_json(result))
     else:
-        render.kv_table(result, explain=explain)
+        from quotacalc.cli.tables import kv_table
+
+        kv_table(result, explain=explain)
 
 
 @app.command("models")
@@ -143,9 +151,9 @@ def models_command(
 
         sys.stdout.write(models_markdown())
         return
-    from quotacalc.cli import render
+    from quotacalc.cli.tables import models_listing
 
-    render.models_listing(as_json=as_json)
+    models_listing(as_json=as_json)
 
 
 @app.command("gpus")
@@ -154,9 +162,9 @@ def gpus_command(
     sources: Annotated[bool, typer.Option("--sources", help="show where each figure comes from")] = False,
 ):
     """List the GPU catalog: memory, bandwidth, dense TFLOPS per dtype."""
-    from quotacalc.cli import render
+    from quotacalc.cli.tables import gpus_listing
 
-    render.gpus_listing(as_json=as_json, sources=sources)
+    gpus_listing(as_json=as_json, sources=sources)
 
 
 def main() -> None:
