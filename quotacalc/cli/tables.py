@@ -10,6 +10,7 @@ from rich.table import Table
 
 from quotacalc.cli import units
 from quotacalc.cli.json_out import JSON_SCHEMA_VERSION, emit_json
+from quotacalc.inputs.deployment import GIB
 
 if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.explain import Step
@@ -157,7 +158,7 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     console = _console()
     title = f"One {result.context_tokens:,}-token request on {_header(result.replica)}"
     table = _table()
-    gib = result.request_kv_bytes / units.GIB
+    gib = result.request_kv_bytes / GIB
     table.add_row("request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
     table.add_row(
         "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
@@ -242,7 +243,7 @@ def gpus_listing(*, as_json: bool, sources: bool) -> None:
         table.add_row(
             gpu.id,
             gpu.name,
-            f"{gpu.memory_bytes / units.GIB:.2f} GiB",
+            f"{gpu.memory_bytes / GIB:.2f} GiB",
             f"{gpu.memory_bandwidth_bytes_per_s / 1e12:.3g} TB/s",
             *(f"{tflops[key]:g}" if key in tflops else "-" for key in ("fp8", "bf16", "fp4")),
         )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-GIB = 2**30
-
 
 def seconds(value: float) -> str:
     if value >= 1:

@@ -141,11 +141,10 @@ def expected_busiest_rank_experts(num_experts: int, ranks: int, touch_probabilit
     return expected_max
 
 
-def _moe_traffic(inputs: PricingInputs, ledger: Ledger) -> tuple[float, ExpertTraffic | None]:
+def _moe_traffic(inputs: PricingInputs, total_bytes: float, ledger: Ledger) -> tuple[float, ExpertTraffic | None]:
     """Weight bytes one decode step reads on each GPU, and the expert traffic behind it."""
     arch, deployment, layout = inputs.arch, inputs.deployment, inputs.weights
     tp = deployment.tp
-    total_bytes = layout.weight_bytes(arch.params_by_group())
     moe_layers: list[MoE] = arch.moe_layers()
     if not moe_layers:
         return total_bytes / tp, None
@@ -225,12 +224,13 @@ def price(inputs: PricingInputs) -> PriceResult:
         substituted=f"{fmt(active_params)}",
         unit="params",
     )
-    weight_bytes = layout.weight_bytes(arch.params_by_group())
+    params_by_group = arch.params_by_group()
+    weight_bytes = layout.weight_bytes(params_by_group)
     ledger.record(
         "weight_bytes",
         weight_bytes,
         formula="Σ_group params × bytes/param",
-        substituted=f"{layout.describe(arch.params_by_group())} ({layout.source})",
+        substituted=f"{layout.describe(params_by_group)} ({layout.source})",
         unit="B",
     )
     weight_bytes_per_gpu = weight_bytes / tp
@@ -302,7 +302,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         note="what a prompt token costs inside a prompt of --context tokens; prompt_token_s leaves attention out",
     )
 
-    decode_weight_bytes_per_gpu, traffic = _moe_traffic(inputs, ledger)
+    decode_weight_bytes_per_gpu, traffic = _moe_traffic(inputs, weight_bytes, ledger)
     request_per_gpu = memory.request_kv_bytes_per_gpu(arch, context, kv_b, state_b, tp)
     decode_kv_bytes_per_gpu = batch * request_per_gpu
     ledger.record(

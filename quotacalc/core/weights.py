@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from quotacalc.core.arch import ModelArch, ParamGroup
+from quotacalc.core.arch import ParamGroup
 
 
 class GroupStorage(BaseModel):
@@ -53,7 +53,3 @@ def uniform_layout(dtype: str, bytes_per_param: float, compute_dtype: str, sourc
     """Every parameter in one dtype (the method's simplification for an explicit ``--weight-dtype``)."""
     storage = GroupStorage(dtype=dtype, bytes_per_param=bytes_per_param)
     return WeightLayout(groups={group: storage for group in ParamGroup}, compute_dtype=compute_dtype, source=source)
-
-
-def weight_bytes_total(arch: ModelArch, layout: WeightLayout) -> float:
-    return layout.weight_bytes(arch.params_by_group())

@@ -16,7 +16,7 @@ from quotacalc.errors import QuotacalcError, UsageError, close_names
 GIB = 2**30
 
 
-def _fraction(name: str, value: float, *, allow_zero: bool = False) -> float:
+def _fraction(value: float, *, allow_zero: bool = False) -> float:
     low_ok = value >= 0 if allow_zero else value > 0
     if not (low_ok and value <= 1):
         interval = "[0, 1]" if allow_zero else "(0, 1]"
@@ -81,13 +81,13 @@ class Deployment(BaseModel):
 
     @field_validator("mfu", "mbu", "ceiling", "memory_utilization")
     @classmethod
-    def _unit_interval(cls, value: float, info) -> float:
-        return _fraction(info.field_name, value)
+    def _unit_interval(cls, value: float) -> float:
+        return _fraction(value)
 
     @field_validator("cached_prompt_weight")
     @classmethod
-    def _weight(cls, value: float, info) -> float:
-        return _fraction(info.field_name, value, allow_zero=True)
+    def _weight(cls, value: float) -> float:
+        return _fraction(value, allow_zero=True)
 
     @field_validator("gpu_hour_usd", "runtime_reserve_gib", "expert_skew")
     @classmethod
@@ -127,8 +127,8 @@ class Tenant(BaseModel):
 
     @field_validator("cached_fraction")
     @classmethod
-    def _fraction_field(cls, value: float, info) -> float:
-        return _fraction(info.field_name, value, allow_zero=True)
+    def _fraction_field(cls, value: float) -> float:
+        return _fraction(value, allow_zero=True)
 
 
 class PlanFile(BaseModel):
@@ -167,8 +167,8 @@ def suggest_key(key: str, known: list[str]) -> str | None:
     return candidates[close[0]] if close else None
 
 
-#: Flag spelling of each field, for error messages about values that came from the command line.
 def flag_name(field: str) -> str:
+    """A field's flag spelling, for errors about values that came from the command line."""
     return "--" + field.replace("_", "-")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from quotacalc.core.arch import (
@@ -39,9 +40,6 @@ class ConfigView:
         self.prefix = prefix
         #: Keys the file states; None when unknown (a dict built in code), which trusts every key.
         self.given_keys = given_keys
-
-    def has(self, key: str) -> bool:
-        return self.config.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self.config.get(key)
@@ -281,23 +279,15 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
     return finish_arch(view, name, layers, notes, **finish)
 
 
-def _mixtral_moe(view: ConfigView, index: int) -> MoE:
+def _local_experts_moe(view: ConfigView, index: int, *, biased: bool = False) -> MoE:
+    """Every layer MoE over ``num_local_experts`` of ``intermediate_size`` (Mixtral; gpt-oss with biases)."""
     return MoE(
         hidden_size=view.positive_int("hidden_size"),
         num_experts=view.positive_int("num_local_experts"),
         top_k=view.positive_int("num_experts_per_tok"),
         expert_intermediate_size=view.positive_int("intermediate_size"),
-    )
-
-
-def _gpt_oss_moe(view: ConfigView, index: int) -> MoE:
-    return MoE(
-        hidden_size=view.positive_int("hidden_size"),
-        num_experts=view.positive_int("num_local_experts"),
-        top_k=view.positive_int("num_experts_per_tok"),
-        expert_intermediate_size=view.positive_int("intermediate_size"),
-        expert_bias=True,
-        router_bias=True,
+        expert_bias=biased,
+        router_bias=biased,
     )
 
 
@@ -330,7 +320,7 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True)
     ),
     ("phi3",): DecoderFamily(),
-    ("mixtral",): DecoderFamily(feed_forward=_mixtral_moe),
+    ("mixtral",): DecoderFamily(feed_forward=_local_experts_moe),
     ("qwen2_moe",): DecoderFamily(attention=AttentionTraits(qkv_bias=True), feed_forward=_qwen_moe),
     ("qwen3_moe",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True),
@@ -338,7 +328,7 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
     ),
     ("gpt_oss",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", sinks=True),
-        feed_forward=_gpt_oss_moe,
+        feed_forward=partial(_local_experts_moe, biased=True),
     ),
     ("gemma2",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=4

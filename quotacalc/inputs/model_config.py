@@ -179,12 +179,16 @@ def _resolved_dict(config: Any) -> dict[str, Any]:
     return document
 
 
-def read_config_file(path: Path) -> tuple[bytes, dict[str, Any]]:
-    """Read and parse a config.json, with one-line errors for a missing or malformed file."""
+def read_config_bytes(path: Path) -> bytes:
+    """A config.json's bytes, with a one-line error when it cannot be read."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as error:
         raise QuotacalcError(f"cannot read config: {error.strerror}", source=str(path), field="model") from None
+
+
+def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
+    """A config.json's object, with a one-line error when it is malformed."""
     try:
         raw = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -194,7 +198,7 @@ def read_config_file(path: Path) -> tuple[bytes, dict[str, Any]]:
         ) from None
     if not isinstance(raw, dict):
         raise QuotacalcError("config is not a JSON object", source=str(path))
-    return data, raw
+    return raw
 
 
 def load_model_config(reference: str) -> ResolvedConfig:
@@ -203,12 +207,12 @@ def load_model_config(reference: str) -> ResolvedConfig:
     if not source.config_path:
         source = source.model_copy(update={"config_path": str(_download_from_hub(source))})
     path = Path(source.config_path)
-    data = path.read_bytes() if path.is_file() else b""
+    data = read_config_bytes(path)
     key = cache_key(data, f"config-{CACHE_FORMAT}", _transformers_stamp())
     cached = read_entry("configs", key)
     if isinstance(cached, dict):
         return ResolvedConfig(source=source, **cached)
-    _, raw = read_config_file(path)
+    raw = parse_config_json(data, path)
     config, config_class, version, given = _autoconfig_to_dict(raw, str(path))
     document = {"config_class": config_class, "transformers_version": version, "config": config, "given_keys": given}
     write_entry("configs", key, document)
