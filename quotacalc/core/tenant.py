@@ -6,8 +6,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from quotacalc.core import memory
 from quotacalc.core.explain import Ledger, Step, fmt
+from quotacalc.core.kv import request_kv
 from quotacalc.core.price import PriceResult
 from quotacalc.inputs.deployment import Tenant
 
@@ -88,23 +88,13 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         substituted=f"{dedicated_replicas} × {fmt(replica.dedicated_usd_per_month)}",
         unit="USD",
     )
-    inputs = replica.inputs
-    request_context = max(1, round(tenant.prompt_tokens + tenant.output_tokens))
-    request_kv = memory.request_kv_bytes(
-        inputs.arch, request_context, inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
-    )
-    request_kv_per_gpu = memory.request_kv_bytes_per_gpu(
-        inputs.arch,
-        request_context,
-        inputs.kv_dtype.bytes_per_element,
-        inputs.state_dtype.bytes_per_element,
-        deployment.tp,
-    )
+    # One of this tenant's requests at its full length (prompt + output), against the pool.
+    request = request_kv(replica, max(1, round(tenant.prompt_tokens + tenant.output_tokens)))
     share = ledger.record(
         "request_pool_share",
-        request_kv_per_gpu / replica.kv_pool_bytes_per_gpu,
+        request.pool_share,
         formula="request_kv_bytes_per_gpu(prompt + output) / kv_pool_bytes_per_gpu",
-        substituted=f"{fmt(request_kv_per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
+        substituted=f"{fmt(request.request_kv_bytes_per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
         unit="",
         note="KV one of this tenant's requests holds at its full length",
     )
@@ -117,7 +107,7 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         shared_usd_per_month=shared_usd,
         dedicated_replicas=dedicated_replicas,
         dedicated_total_usd_per_month=dedicated_usd,
-        request_kv_bytes=request_kv,
+        request_kv_bytes=request.request_kv_bytes,
         request_pool_share=share,
         steps=tuple(ledger.steps),
         tenant=tenant,
