@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 # Imported on first use, so the CLI's start-up pays only for what a command needs.
 _EXPORTS = {
-    "Deployment": "quotacalc.inputs.deployment",
+    "Deployment": "quotacalc.core.deployment",
     "ModelArch": "quotacalc.core.arch",
     "ParamGroup": "quotacalc.core.arch",
     "PriceResult": "quotacalc.core.price",
@@ -21,7 +21,7 @@ _EXPORTS = {
     "QuotacalcError": "quotacalc.errors",
     "RequestKvResult": "quotacalc.core.kv",
     "SizeResult": "quotacalc.core.tenant",
-    "Tenant": "quotacalc.inputs.deployment",
+    "Tenant": "quotacalc.core.deployment",
     "UnsupportedArchitecture": "quotacalc.errors",
     "UsageError": "quotacalc.errors",
     "build_deployment": "quotacalc.inputs.deployment",
@@ -65,9 +65,10 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from quotacalc.core.arch import ModelArch, ParamGroup
+    from quotacalc.core.deployment import Deployment, Tenant
     from quotacalc.core.kv import RequestKvResult, request_kv
     from quotacalc.core.price import PriceResult, PricingInputs, expected_distinct_experts, price
     from quotacalc.core.tenant import SizeResult, size_tenant
     from quotacalc.errors import QuotacalcError, UnsupportedArchitecture, UsageError
-    from quotacalc.inputs.deployment import Deployment, Tenant, build_deployment, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment, load_plan_file
     from quotacalc.inputs.resolve import load_arch, resolve

@@ -81,7 +81,7 @@ def parse_catalog(document: object, source: str) -> GpuCatalog:
 @lru_cache(maxsize=1)
 def load_gpu_catalog() -> GpuCatalog:
     """The shipped GPU catalog."""
-    from quotacalc.inputs.cache import load_yaml_file_cached
+    from quotacalc.cache import load_yaml_file_cached
 
     path = Path(__file__).with_name(CATALOG_FILE)
     return parse_catalog(load_yaml_file_cached(path), str(path))

@@ -32,7 +32,7 @@ def shipped_models_dir() -> Path:
 @lru_cache(maxsize=1)
 def shipped_models() -> tuple[ShippedModel, ...]:
     """Every shipped model, in index order."""
-    from quotacalc.inputs.cache import load_yaml_file_cached
+    from quotacalc.cache import load_yaml_file_cached
 
     folder = shipped_models_dir()
     index = load_yaml_file_cached(folder / INDEX_FILE)

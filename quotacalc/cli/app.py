@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from quotacalc.cli.options import option_parameters, with_options
+from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.deployment import Deployment, Tenant
 
 app = typer.Typer(
     help="Price LLM serving in replica time and KV memory, and size tenants on shared replicas.",

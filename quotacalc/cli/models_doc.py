@@ -5,9 +5,9 @@ from __future__ import annotations
 from quotacalc.catalog.models import shipped_models
 from quotacalc.core import memory
 from quotacalc.core.arch import SlidingWindowAttention
+from quotacalc.core.deployment import Deployment
 from quotacalc.core.price import PriceResult, price
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.deployment import Deployment
 from quotacalc.inputs.resolve import resolve
 
 #: Reference deployment: the first GPU and smallest TP whose KV pool holds the whole decode batch.

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from quotacalc.cli import units
 from quotacalc.cli.json_out import JSON_SCHEMA_VERSION, emit_json
-from quotacalc.inputs.deployment import GIB
+from quotacalc.core.deployment import GIB
 
 if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.explain import Step

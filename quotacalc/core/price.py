@@ -11,10 +11,10 @@ from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import memory
 from quotacalc.core.arch import ModelArch, MoE, ParamGroup
+from quotacalc.core.deployment import Deployment
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.weights import WeightLayout
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.deployment import Deployment
 
 SECONDS_PER_HOUR = 3600
 

@@ -6,10 +6,10 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
+from quotacalc.core.deployment import Tenant
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.kv import request_kv
 from quotacalc.core.price import PriceResult
-from quotacalc.inputs.deployment import Tenant
 
 
 class SizeResult(BaseModel):

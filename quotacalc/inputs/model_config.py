@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from quotacalc.cache import cache_key, read_entry, write_entry
 from quotacalc.catalog.models import find_shipped, shipped_models
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.cache import cache_key, read_entry, write_entry
 
 #: Bump when the cached document's layout changes.
 CACHE_FORMAT = 3
