@@ -1,0 +1,163 @@
+"""A platform plan: pools of replicas, tiers of service, and the tenants sold onto them (METHOD.md §2-§6).
+
+These are the value types the core computes on; ``quotacalc.inputs.plan`` reads them from YAML and
+checks the references between them (a tenant's tier and pool exist, names are unique, routing
+thresholds fit a pool's context). Every field states its unit in its name or description.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from quotacalc.core.deployment import Deployment, Tenant
+
+#: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+def _finite_positive(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive finite number, got {value}")
+    return value
+
+
+class Pool(BaseModel):
+    """Replicas of one deployment, serving one role."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="pool name (lower-case letters, digits, '-')")
+    deployment: Deployment = Field(description="how each replica serves its model (the keys of a one-pool plan)")
+    replicas: int = Field(ge=1, le=100_000, strict=True, description="replicas in the pool")
+    role: Literal["standard", "long_context"] = Field(
+        "standard", description="standard, or long_context: the pool that takes prompts above a threshold"
+    )
+    long_context_pool: str | None = Field(
+        None, description="standard pools: the long-context pool that takes this pool's prompts above the threshold"
+    )
+    route_above_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description="standard pools: prompts above this many tokens route to long_context_pool (e.g. 32768)",
+    )
+
+    @model_validator(mode="after")
+    def _routing_pairs(self) -> Pool:
+        if (self.long_context_pool is None) != (self.route_above_prompt_tokens is None):
+            raise ValueError("long_context_pool and route_above_prompt_tokens go together: give both or neither")
+        if self.role == "long_context" and self.long_context_pool is not None:
+            raise ValueError("a long_context pool routes nowhere: drop long_context_pool")
+        return self
+
+
+class Tier(BaseModel):
+    """A class of service: the limits every tenant of the tier gets."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="tier name")
+    max_context_tokens: int = Field(ge=1, strict=True, description="longest prompt + output a request may have")
+    kv_cap_tokens_per_replica: int = Field(
+        ge=1, strict=True, description="resident KV a tenant may hold on one replica, tokens"
+    )
+    max_concurrent_sequences: int = Field(ge=1, strict=True, description="live sequences a tenant may have at once")
+    max_output_tokens: int = Field(
+        ge=1, strict=True, description="output reservation cap: the largest max_tokens admitted, tokens"
+    )
+    priority: int = Field(
+        ge=0, le=1000, strict=True, description="scheduling priority, 0 the most important (vLLM: lower runs first)"
+    )
+    burst_s: float = Field(60.0, description="token-bucket depth, seconds of contracted units")
+    cached_prompt_weight: float = Field(0.1, ge=0, le=1, description="units charged per cached prompt token")
+
+    @field_validator("burst_s")
+    @classmethod
+    def _burst(cls, value: float) -> float:
+        return _finite_positive(value)
+
+    @model_validator(mode="after")
+    def _output_fits_context(self) -> Tier:
+        if self.max_output_tokens > self.max_context_tokens:
+            raise ValueError(
+                f"max_output_tokens {self.max_output_tokens} exceeds max_context_tokens {self.max_context_tokens}"
+            )
+        return self
+
+
+class Oversubscription(BaseModel):
+    """A measured ratio of the sum of per-tenant peaks to the fleet's peak, and where it was measured."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    ratio: float = Field(description="sum of per-tenant peaks / fleet peak, >= 1")
+    source: str = Field(min_length=1, description="where the ratio was measured (usage data, window, date)")
+
+    @field_validator("ratio")
+    @classmethod
+    def _at_least_one(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 1:
+            raise ValueError(f"must be a finite ratio >= 1, got {value}")
+        return value
+
+
+class PlanTenant(BaseModel):
+    """A tenant of the platform: its tier, its pool, and either a contract or a traffic profile to size."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="tenant id, as the gateway's tenant header carries it")
+    tier: str = Field(description="a tier's name")
+    pool: str | None = Field(None, description="a standard pool's name; default: the plan's only standard pool")
+    units_per_s: float | None = Field(None, description="contracted units/s (give this or traffic)")
+    traffic: Tenant | None = Field(None, description="a traffic profile to size (rps, prompt/output tokens)")
+    placement: Literal["shared", "dedicated"] = Field("shared", description="shared replicas or a dedicated pool")
+    cache_isolation: Literal["salted", "shared"] = Field(
+        "salted", description="salted: a per-tenant cache namespace; shared: the common prefix cache"
+    )
+    lora_adapters: tuple[str, ...] = Field((), description="LoRA adapter names the tenant uses")
+
+    @field_validator("units_per_s")
+    @classmethod
+    def _units(cls, value: float | None) -> float | None:
+        return None if value is None else _finite_positive(value)
+
+    @model_validator(mode="after")
+    def _one_contract(self) -> PlanTenant:
+        if (self.units_per_s is None) == (self.traffic is None):
+            raise ValueError("give exactly one of units_per_s (a contract) and traffic (a profile to size)")
+        return self
+
+
+class Plan(BaseModel):
+    """A platform plan. A one-pool plan (today's flat file) is a Plan with one pool and at most one tenant."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    pools: tuple[Pool, ...] = Field(min_length=1, description="pools of replicas")
+    tiers: tuple[Tier, ...] = Field((), description="tiers of service")
+    tenants: tuple[PlanTenant, ...] = Field((), description="tenants")
+    public_prefixes: tuple[str, ...] = Field(
+        (), description="platform-owned public prefixes (ids), never salted, shared by every tenant"
+    )
+    oversubscription: Oversubscription | None = Field(
+        None, description="measured oversubscription; none is assumed when absent"
+    )
+    tenant_header: str = Field("x-tenant-id", description="request header that carries the tenant id")
+
+    def pool(self, name: str) -> Pool:
+        """The pool called ``name`` (references are checked when the plan is read)."""
+        return next(pool for pool in self.pools if pool.name == name)
+
+    def tier(self, name: str) -> Tier:
+        """The tier called ``name``."""
+        return next(tier for tier in self.tiers if tier.name == name)
+
+    def standard_pool_of(self, tenant: PlanTenant) -> Pool:
+        """The standard pool a tenant's requests go to below the long-context threshold."""
+        if tenant.pool is not None:
+            return self.pool(tenant.pool)
+        return next(pool for pool in self.pools if pool.role == "standard")

@@ -1,0 +1,1 @@
+"""One module per config target, each a pure function from the canonical policy to files."""

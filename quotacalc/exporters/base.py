@@ -1,0 +1,62 @@
+"""What every exporter returns: the files it renders and what its target cannot express.
+
+An exporter is a pure function ``export(policy, salts, options) -> Export``: no I/O, no clock, stable key
+order, so the same policy and salts give byte-identical files. Writing them (atomically, with a
+manifest, or as a ``--check`` diff) is ``quotacalc.exporters.writer``'s job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quotacalc.core.policy import QuotaPolicy
+
+
+class GeneratedFile(BaseModel):
+    """One file to write, relative to the output directory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str = Field(description="relative path, '/'-separated, under the output directory")
+    text: str
+    secret: bool = Field(False, description="holds salts: written owner-only (0600)")
+
+
+class Export(BaseModel):
+    """A target's files and the parts of the policy it cannot express (never dropped silently)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    target: str
+    files: tuple[GeneratedFile, ...]
+    limits: tuple[str, ...] = Field((), description="what the target loses from the policy, one line each")
+
+
+class ExportOptions(BaseModel):
+    """Choices a user makes per run that are not part of the policy."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gie_objectives: bool = Field(
+        False, description="emit an InferenceObjective (v1alpha2) per tier, for releases that still ship it"
+    )
+
+
+class Exporter(Protocol):
+    """The interface of a target module: each defines ``export`` with this signature."""
+
+    def __call__(self, policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export: ...
+
+
+#: Target name -> module defining ``export``; imported only when the target is generated.
+TARGET_MODULES = {
+    "canonical": "quotacalc.exporters.canonical",
+    "envoy": "quotacalc.exporters.envoy",
+    "kong": "quotacalc.exporters.kong",
+    "litellm": "quotacalc.exporters.litellm",
+    "vllm": "quotacalc.exporters.vllm",
+    "gie": "quotacalc.exporters.gie",
+}
