@@ -30,6 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--prefill-only", action="store_true")
     args = parser.parse_args()
     device = torch.device("cuda")
     dtype = torch.bfloat16
@@ -93,9 +94,9 @@ def main() -> None:
     def rms(x, w):
         return F.rms_norm(x, (HIDDEN,), w, 1e-5)
 
-    batches = [1, 8, 32, 64, 128]
-    contexts = [1024, 4096]
-    max_batch, max_context = max(batches), max(contexts)
+    batches = [] if args.prefill_only else [1, 8, 32, 64, 128]
+    contexts = [] if args.prefill_only else [1024, 4096]
+    max_batch, max_context = max(batches, default=0), max(contexts, default=0)
     # One KV buffer per layer, sliced per case: [2, batch, kv_heads, context, head_dim].
     kv = [torch.randn(2, max_batch, KV_HEADS, max_context, HEAD_DIM, dtype=dtype, device=device) for _ in range(LAYERS)]
     kv_bytes_per_token = LAYERS * 2 * KV_HEADS * HEAD_DIM * 2
@@ -146,24 +147,17 @@ def main() -> None:
     def prefill(x, tokens: int):
         for layer in layers:
             h = rms(x, layer["norm1"])
-            qkv = h @ layer["qkv"]
-            q = qkv[:, : HEADS * HEAD_DIM].view(tokens, HEADS, HEAD_DIM).transpose(0, 1)
-            k = (
-                qkv[:, HEADS * HEAD_DIM : (HEADS + KV_HEADS) * HEAD_DIM]
-                .view(tokens, KV_HEADS, HEAD_DIM)
-                .transpose(0, 1)
-            )
-            v = qkv[:, (HEADS + KV_HEADS) * HEAD_DIM :].view(tokens, KV_HEADS, HEAD_DIM).transpose(0, 1)
-            k = k.repeat_interleave(HEADS // KV_HEADS, dim=0)
-            v = v.repeat_interleave(HEADS // KV_HEADS, dim=0)
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(tokens, -1)
-            x = x + attn @ layer["o"]
+            qkv = (h @ layer["qkv"]).view(1, tokens, HEADS + 2 * KV_HEADS, HEAD_DIM).transpose(1, 2)
+            q, k, v = qkv.split([HEADS, KV_HEADS, KV_HEADS], dim=1)
+            # 4-D (batch, heads, tokens, head_dim) with GQA, so the flash kernel runs, not the math fallback.
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + attn.transpose(1, 2).reshape(tokens, HEADS * HEAD_DIM) @ layer["o"]
             h = rms(x, layer["norm2"])
             gate, up = (h @ layer["gate_up"]).chunk(2, dim=-1)
             x = x + (F.silu(gate) * up) @ layer["down"]
         return x[-1:] @ lm_head
 
-    for tokens in [128, 512, 2048, 8192, 16384]:
+    for tokens in [128, 512, 1024, 2048, 4096, 8192, 16384]:
         x = torch.randn(tokens, HIDDEN, dtype=dtype, device=device)
         prefill_s = timed(lambda x=x, t=tokens: prefill(x, t), repeats=10)
         record["prefill"].append({"tokens": tokens, "prefill_s": prefill_s})
