@@ -205,7 +205,8 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
             continue
         if replicas >= reversal_replicas:
             whole = math.ceil(replicas - 1e-9)
-            cost = whole * pool.usd_per_replica_month
+            per_replica = pool.usd_per_month / pool.replicas
+            cost = whole * per_replica
             findings.append(
                 Finding(
                     severity="warning",
@@ -215,14 +216,14 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
                         f"load of {replicas:.2f} replicas ({tenant.bucket_rate_units_per_s:,.0f} units/s) on pool "
                         f"'{pool.name}': sharing buys little multiplexing at this size; a dedicated pool of {whole} "
                         f"replicas costs {_usd(cost)}/month (its shared share: "
-                        f"{_usd(replicas * pool.usd_per_replica_month)}/month)"
+                        f"{_usd(replicas * per_replica)}/month)"
                     ),
                     fix=f"give it a dedicated pool of {whole} replicas (placement: dedicated)",
                     figures={
                         "replicas": replicas,
                         "dedicated_replicas": whole,
                         "dedicated_usd_per_month": cost,
-                        "shared_usd_per_month": replicas * pool.usd_per_replica_month,
+                        "shared_usd_per_month": replicas * per_replica,
                     },
                 )
             )

@@ -61,6 +61,7 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
         home = pools[tenant.pool]
         replicas = tenant.bucket_rate_units_per_s / home.replica_units_per_s
         whole = max(1, math.ceil(replicas - 1e-9))
+        per_replica = home.usd_per_month / home.replicas
         rows.append(
             TenantSizeRow(
                 name=tenant.name,
@@ -72,9 +73,9 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
                 replicas=replicas,
                 bucket_rate_units_per_s=tenant.bucket_rate_units_per_s,
                 bucket_depth_units=tenant.bucket_depth_units,
-                shared_usd_per_month=replicas * home.usd_per_replica_month,
+                shared_usd_per_month=replicas * per_replica,
                 dedicated_replicas=whole,
-                dedicated_usd_per_month=whole * home.usd_per_replica_month,
+                dedicated_usd_per_month=whole * per_replica,
             )
         )
     listed = {row.pool for row in rows} | {

@@ -73,9 +73,9 @@ class PoolPolicy(_Frozen):
     )
     long_context_pool: str | None = None
     route_above_prompt_tokens: int | None = None
-    usd_per_replica_month: float = Field(description="one replica: GPUs × $/GPU-hour × hours/month")
+    usd_per_replica_month: float | None = Field(None, description="one replica: GPUs × $/GPU-hour × hours/month")
     usd_per_month: float = Field(description="the pool's replicas, used or not")
-    usd_per_unit: float = Field(description="price of one unit at the utilisation ceiling, USD")
+    usd_per_unit: float | None = Field(None, description="price of one unit at the utilisation ceiling, USD")
     engine: EngineSettings
 
 
@@ -97,6 +97,7 @@ class TenantPolicy(_Frozen):
     route_above_prompt_tokens: int | None = None
     placement: Literal["shared", "dedicated"]
     rate_source: Literal["contract", "traffic"] = Field(
+        "contract",
         description="contract: units_per_s as sold; traffic: sized from the tenant's traffic profile"
     )
     bucket_rate_units_per_s: float = Field(description="token-bucket refill: the contracted units/s")

@@ -117,6 +117,16 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
     if first["type"] == "missing":
         return QuotacalcError("is required", source=source, field=yaml_path(loc))
     message = first["msg"].removeprefix("Value error, ")
+    if first["type"] in ("tuple_type", "list_type"):
+        message = "must be a list"
+    elif first["type"] == "too_short":
+        message = f"must list at least {first.get('ctx', {}).get('min_length', 1)}"
+    elif first["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        message = "must be a mapping"
+    elif message.startswith("Input should be"):
+        value = first.get("input")
+        shown = f", got {value!r}" if isinstance(value, (int, float, str, bool)) or value is None else ""
+        message = "must be" + message.removeprefix("Input should be") + shown
     if first["type"] == "string_pattern_mismatch":
         message = f"'{first['input']}' is not a valid name (lower-case letters, digits and '-', at most 63)"
     return QuotacalcError(message, source=source, field=yaml_path(loc))
@@ -315,7 +325,7 @@ def _check_references(plan: Plan, path: str) -> None:
             limit = _context_limit(serving)
             if limit is not None and threshold >= limit:
                 raise QuotacalcError(
-                    f"{threshold} is not below pool '{name}''s context of {limit} tokens",
+                    f"{threshold} is not below the longest context pool '{name}' serves ({limit} tokens)",
                     source=path,
                     field=f"pools[{index}].route_above_prompt_tokens",
                     fix="route above a prompt length both pools serve",
