@@ -97,8 +97,7 @@ class TenantPolicy(_Frozen):
     route_above_prompt_tokens: int | None = None
     placement: Literal["shared", "dedicated"]
     rate_source: Literal["contract", "traffic"] = Field(
-        "contract",
-        description="contract: units_per_s as sold; traffic: sized from the tenant's traffic profile"
+        "contract", description="contract: units_per_s as sold; traffic: sized from the tenant's traffic profile"
     )
     bucket_rate_units_per_s: float = Field(description="token-bucket refill: the contracted units/s")
     bucket_depth_units: float = Field(description="token-bucket depth: burst_s × rate")
