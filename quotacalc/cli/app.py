@@ -43,6 +43,19 @@ PlanArgument = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
+StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
+
+
+def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
+    """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
+    if not printed:
+        for warning in warnings:
+            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+    if strict and warnings:
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
+        )
+
 
 DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
@@ -70,7 +83,12 @@ def _price(deployment: Deployment):
 @app.command("price")
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
 def price_command(
-    plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags
+    plan: PlanArgument = None,
+    as_json: JsonOption = False,
+    explain: ExplainOption = False,
+    strict: StrictOption = False,
+    *,
+    deployment_flags,
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
     deployment, _ = _load(plan, deployment_flags)
@@ -83,6 +101,7 @@ def price_command(
         from quotacalc.cli.tables import price_table
 
         price_table(result, explain=explain)
+    _warn(result.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("size")
@@ -91,6 +110,7 @@ def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    strict: StrictOption = False,
     *,
     deployment_flags,
     tenant_flags,
@@ -108,6 +128,7 @@ def size_command(
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("kv")
@@ -117,6 +138,7 @@ def kv_command(
     context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -138,6 +160,7 @@ def kv_command(
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("models")

@@ -93,8 +93,9 @@ def _show(console: Console, title: str, table: Table) -> None:
 
 def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
     # Formulas hold brackets (E[max ...]) that rich would read as markup: escape every text.
+    errors = Console(stderr=True, highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        errors.print(f"[yellow]warning:[/] {escape(warning)}")
     if not explain:
         return
     console.print()

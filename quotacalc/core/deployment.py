@@ -103,7 +103,7 @@ class Deployment(BaseModel):
         0.0015, description="fixed time of each engine step beside the roofline: scheduling, sampling, launches, s"
     )
     request_overhead_s: float = Field(
-        0.012, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
+        0.005, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
     )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
