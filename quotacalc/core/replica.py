@@ -101,6 +101,8 @@ class ReplicaModel:
     kv_pool_bytes_per_gpu: float
     #: Fixed time of every engine step beside the roofline (scheduling, sampling, launches).
     step_overhead_s: float
+    #: Time each sequence of a decode batch adds to the step (sampling, detokenisation, bookkeeping).
+    sequence_overhead_s: float
     #: Tensor-parallel all-reduces in one forward pass (two per layer; none at TP 1).
     allreduces_per_step: int
     #: Latency of one all-reduce.
@@ -175,6 +177,7 @@ class ReplicaModel:
         return (
             (memory_s if memory_s > compute_s else compute_s)
             + self.step_overhead_s
+            + batch * self.sequence_overhead_s
             + self.allreduces_per_step * (self.allreduce_latency_s + batch * self.allreduce_s_per_token)
         )
 
@@ -286,6 +289,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         decode_weight_bytes_per_gpu_at=decode_weight_reader(inputs),
         kv_pool_bytes_per_gpu=kv_pool_bytes_per_gpu,
         step_overhead_s=deployment.step_overhead_s,
+        sequence_overhead_s=deployment.sequence_overhead_s,
         allreduces_per_step=allreduces_per_step(arch, tp),
         allreduce_latency_s=deployment.allreduce_latency_s
         if deployment.allreduce_latency_s is not None
