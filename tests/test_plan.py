@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
 
@@ -145,9 +146,11 @@ def test_size_rows_per_tenant_and_totals(run_cli) -> None:
     assert globex["bucket_depth_units"] == pytest.approx(60 * 17725)
     assert globex["shared_usd_per_month"] == pytest.approx(0.9722 * 7200, rel=1e-3)
     assert globex["dedicated_usd_per_month"] == REPLICA_USD
-    # hooli is sized from traffic: 1 req/s × (800 × 0.5 + 800 × 0.5 × 0.1 + W × 300) with W = 3.0931.
+    # hooli is sized from traffic: 1 req/s × (800 × 0.5 × u(800) + 800 × 0.5 × 0.1 + W × 300) with
+    # W = 3.0931 and u(800) a prompt token's units inside an 800-token prompt.
     assert rows["hooli"]["rate_source"] == "traffic"
-    assert rows["hooli"]["units_per_s"] == pytest.approx(400 + 40 + 3.0931 * 300, rel=1e-4)
+    expected = 400 * llama70b_prompt_token_units(800) + 40 + 3.0931 * 300
+    assert rows["hooli"]["units_per_s"] == pytest.approx(expected, rel=1e-4)
     # acme is dedicated: 45,000 / 18,232 = 2.47 replicas -> 3 whole replicas, $21,600/month.
     assert rows["acme"]["dedicated_replicas"] == 3
     assert rows["acme"]["dedicated_usd_per_month"] == 3 * REPLICA_USD
@@ -176,8 +179,8 @@ def test_size_with_tenant_flags_on_a_pool_sizes_one_tenant(run_cli) -> None:
     args = ("--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500", "--json")
     code, out, _ = run_cli("size", PLATFORM, "--pool", "shared", *args)
     assert code == 0
-    # 5 × (2,000 + 3.09 × 500) = 17,725 units/s (METHOD.md §7; W unrounded gives 17,733).
-    assert json.loads(out)["results"]["units_per_s"] == pytest.approx(17725, rel=1e-3)
+    # 5 × (2,000 + 3.09 × 500) = 17,725 units/s in the method; prompt tokens charged inside their prompt.
+    assert json.loads(out)["results"]["units_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
 
 
 # --- bad plans: one line naming the file and the YAML path -------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
 from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
 from quotacalc.core.policy import build_policy, retry_after_s
@@ -93,10 +94,11 @@ def test_traffic_tenant_is_sized_like_the_method(worked_example_price) -> None:
     traffic = {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500}
     plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", traffic=traffic)])
     (tenant,) = build_policy(plan, {"main": replica}).tenants
-    # METHOD.md §7: 17,725 units/s with W rounded to 3.09; 1,063,5xx units of burst at 60 s.
+    # METHOD.md §7: 17,725 units/s with W rounded to 3.09, once prompt tokens are charged inside their
+    # 2,000-token prompt 17,919; 60 s of burst.
     assert tenant.rate_source == "traffic"
-    assert tenant.bucket_rate_units_per_s == pytest.approx(17725, rel=1e-3)
-    assert tenant.bucket_depth_units == pytest.approx(1_063_500, rel=1e-3)
+    assert tenant.bucket_rate_units_per_s == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
+    assert tenant.bucket_depth_units == pytest.approx(60 * METHOD_TENANT_UNITS_PER_S, rel=1e-4)
     assert tenant.retry_after.max_s == 60
 
 
@@ -106,9 +108,10 @@ def test_cached_weight_and_burst_come_from_the_tier(worked_example_price) -> Non
     traffic = {"rps": 1, "prompt_tokens": 1000, "output_tokens": 0, "cached_fraction": 0.5}
     plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="cheap", traffic=traffic)], tiers=[cheap])
     (tenant,) = build_policy(plan, {"main": replica}).tenants
-    # 500 uncached + 500 cached × 0.5 = 750 units per request, 1 req/s; depth 30 s × 750.
-    assert tenant.bucket_rate_units_per_s == pytest.approx(750)
-    assert tenant.bucket_depth_units == pytest.approx(22_500)
+    # 500 uncached × u(1000) + 500 cached × 0.5 units per request, 1 req/s; depth 30 s of that.
+    per_request = 500 * llama70b_prompt_token_units(1000) + 250
+    assert tenant.bucket_rate_units_per_s == pytest.approx(per_request, rel=1e-6)
+    assert tenant.bucket_depth_units == pytest.approx(30 * per_request, rel=1e-6)
     assert tenant.weights.cached_prompt == 0.5
     assert tenant.retry_after.max_s == 30
 
@@ -336,7 +339,7 @@ def test_check_on_a_flat_plan(run_cli) -> None:
     code, out, _ = run_cli("check", EXAMPLES / "llama-3.3-70b-h100.yaml", "--json")
     assert code == 0
     result = json.loads(out)
-    # One tenant of 17,7xx units/s on one replica of 18,232: 97% sold, sound.
+    # One tenant of 17,9xx units/s on one replica of 18,232: 98% sold, sound.
     (capacity,) = [f for f in result["findings"] if f["code"] == "capacity"]
-    assert capacity["figures"]["units_sold_per_s"] == pytest.approx(17725, rel=1e-3)
+    assert capacity["figures"]["units_sold_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
     assert math.isclose(capacity["figures"]["capacity_units_per_s"], 18232.2, rel_tol=1e-4)

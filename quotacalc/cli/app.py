@@ -44,6 +44,19 @@ PlanArgument = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
 PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
+StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
+
+
+def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
+    """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
+    if not printed:
+        for warning in warnings:
+            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+    if strict and warnings:
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
+        )
+
 
 DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
@@ -85,6 +98,7 @@ def price_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -99,6 +113,7 @@ def price_command(
         from quotacalc.cli.tables import price_table
 
         price_table(result, explain=explain)
+    _warn(result.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("size")
@@ -108,6 +123,7 @@ def size_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
+    strict: StrictOption = False,
     *,
     deployment_flags,
     tenant_flags,
@@ -132,6 +148,7 @@ def size_command(
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("kv")
@@ -142,6 +159,7 @@ def kv_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -163,6 +181,7 @@ def kv_command(
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("models")
