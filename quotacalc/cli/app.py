@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -167,15 +167,29 @@ def gpus_command(
     gpus_listing(as_json=as_json, sources=sources)
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    from quotacalc.errors import printable
+
+    sys.stderr.write(f"quotacalc: {printable(message)}\n")
+    sys.exit(code)
+
+
+def _interrupted() -> NoReturn:
+    # 128 + SIGINT, as shells report it: an interrupted CI job must never look green.
+    _fail("interrupted", 130)
+
+
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
+    from quotacalc.cli.streams import fit_output_encoding
+
+    fit_output_encoding()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except QuotacalcError as error:
-        sys.stderr.write(f"quotacalc: error: {error.one_line()}\n")
-        sys.exit(error.exit_code)
+        _fail(f"error: {error.one_line()}", error.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted()
     except Exception as error:
         # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
         if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
@@ -183,13 +197,31 @@ def main() -> None:
             if message:  # empty when the help was printed instead (no arguments)
                 command = getattr(getattr(error, "ctx", None), "command_path", "quotacalc")
                 hint = f" (see '{command} --help')" if error.exit_code == 2 else ""
-                sys.stderr.write(f"quotacalc: error: {message}{hint}\n")
+                _fail(f"error: {message}{hint}", error.exit_code)
             sys.exit(error.exit_code)
         if type(error).__name__ == "Abort":
-            sys.exit(130)
+            _interrupted()
         if os.environ.get("QUOTACALC_DEBUG"):
             raise
-        sys.stderr.write(
-            f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n"
-        )
-        sys.exit(3)
+        if (hostile := _input_error(error)) is not None:
+            _fail(f"error: {hostile}", 1)
+        _fail(f"internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)", 3)
+    if code == 130:  # typer turns Ctrl-C inside a command into Exit(130), returned when not standalone
+        _interrupted()
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _input_error(error: Exception) -> str | None:
+    """A last net for input that slipped past validation: say what was wrong with it, not 'internal error'."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        return f"{field}: {first['msg']}" if field else first["msg"]
+    if isinstance(error, RecursionError):
+        return "the input is nested too deeply to read"
+    if isinstance(error, OverflowError):
+        return f"a number in the input is out of range ({error})"
+    return None
