@@ -11,6 +11,32 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GIB = 2**30
 
+#: Upper bounds on each number: far past any real deployment, low enough that every figure stays finite
+#: and every loop short. Each is documented in the field's help.
+MAX_TP = 1024
+MAX_BATCH = 1_000_000
+MAX_CONTEXT_TOKENS = 100_000_000
+MAX_POOL_TOKENS = 10**12
+MAX_GPU_HOUR_USD = 1_000_000
+MAX_HOURS_PER_MONTH = 744  # 31 days
+MAX_RESERVE_GIB = 10_000
+MAX_EXPERT_SKEW = 100
+MAX_BURST_S = 366 * 86_400  # a year
+MAX_RPS = 10**9
+MAX_TOKENS_PER_REQUEST = 100_000_000
+
+#: Strict: no booleans or floats for counts, no strings for numbers, no NaN or infinity anywhere.
+_STRICT = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _at_most(value: float, limit: float) -> float:
+    if value > limit:
+        # bit_length, not str(): Python refuses to print an integer of more than 4,300 digits.
+        huge = isinstance(value, int) and value > 10**20
+        shown = f"a {int(value.bit_length() * 0.30103) + 1}-digit number" if huge else value
+        raise ValueError(f"must be at most {limit:,}, got {shown}")
+    return value
+
 
 def _fraction(value: float, *, allow_zero: bool = False) -> float:
     low_ok = value >= 0 if allow_zero else value > 0
@@ -23,7 +49,7 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
 class Deployment(BaseModel):
     """How one replica serves a model. Defaults are the worked example's assumptions (METHOD.md §7)."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
     model: str = Field(description="shipped model name, Hugging Face id, or path to a config")
     gpu: str = Field(description="GPU catalog id (quotacalc gpus)")
@@ -99,6 +125,12 @@ class Deployment(BaseModel):
             raise ValueError(f"must be positive, got {value}")
         return value
 
+    @field_validator("*")
+    @classmethod
+    def _bounded(cls, value: object, info) -> object:
+        limit = _DEPLOYMENT_LIMITS.get(info.field_name)
+        return value if limit is None or value is None else _at_most(value, limit)
+
     @property
     def runtime_reserve_bytes(self) -> float:
         return self.runtime_reserve_gib * GIB
@@ -107,7 +139,7 @@ class Deployment(BaseModel):
 class Tenant(BaseModel):
     """A tenant's traffic on a deployment."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
     rps: float = Field(description="requests per second")
     prompt_tokens: float = Field(description="mean prompt tokens per request")
@@ -125,3 +157,21 @@ class Tenant(BaseModel):
     @classmethod
     def _fraction_field(cls, value: float) -> float:
         return _fraction(value, allow_zero=True)
+
+    @field_validator("rps", "prompt_tokens", "output_tokens")
+    @classmethod
+    def _bounded(cls, value: float, info) -> float:
+        return _at_most(value, MAX_RPS if info.field_name == "rps" else MAX_TOKENS_PER_REQUEST)
+
+
+_DEPLOYMENT_LIMITS = {
+    "tp": MAX_TP,
+    "batch": MAX_BATCH,
+    "context": MAX_CONTEXT_TOKENS,
+    "kv_pool_tokens": MAX_POOL_TOKENS,
+    "gpu_hour_usd": MAX_GPU_HOUR_USD,
+    "hours_per_month": MAX_HOURS_PER_MONTH,
+    "runtime_reserve_gib": MAX_RESERVE_GIB,
+    "expert_skew": MAX_EXPERT_SKEW,
+    "burst_s": MAX_BURST_S,
+}

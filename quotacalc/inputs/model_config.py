@@ -333,9 +333,10 @@ def read_config_bytes(path: Path) -> bytes:
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise _not_regular(path)
         with os.fdopen(descriptor, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                raise _not_regular(path)
             data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise QuotacalcError(f"cannot read config: {error.strerror}", source=_shown(path), field="model") from None
