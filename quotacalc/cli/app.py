@@ -9,7 +9,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from quotacalc.cli.options import option_parameters, with_options
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
 app = typer.Typer(
@@ -17,6 +17,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it fits a pipe and a narrow terminal, shows each default, and no <bool> on flags.
+    rich_markup_mode=None,
 )
 
 
@@ -77,8 +79,10 @@ def price_command(
     result = _price(deployment)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(price_json(result))
+        print_warnings(result.warnings)
+        emit_json(price_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import price_table
 
@@ -102,8 +106,10 @@ def size_command(
     result = size_tenant(_price(deployment), tenant)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(size_json(result))
+        print_warnings(result.replica.warnings)
+        emit_json(size_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import size_table
 
@@ -129,11 +135,15 @@ def kv_command(
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
+    if context > MAX_CONTEXT_TOKENS:
+        raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(kv_json(result))
+        print_warnings(result.replica.warnings)
+        emit_json(kv_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import kv_table
 
@@ -220,8 +230,6 @@ def _input_error(error: Exception) -> str | None:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         return f"{field}: {first['msg']}" if field else first["msg"]
-    if isinstance(error, RecursionError):
-        return "the input is nested too deeply to read"
     if isinstance(error, OverflowError):
         return f"a number in the input is out of range ({error})"
     return None

@@ -52,3 +52,11 @@ def fit_output_encoding() -> None:
             "".join(_ASCII).encode(stream.encoding or "ascii")
         except (UnicodeEncodeError, LookupError):
             stream.reconfigure(errors=ERROR_HANDLER)
+
+
+def print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
+    """Warnings go to stderr, one line each, so a pipe of the table or the JSON carries only the result."""
+    from quotacalc.errors import printable
+
+    for warning in warnings:
+        sys.stderr.write(f"quotacalc: warning: {printable(warning)}\n")

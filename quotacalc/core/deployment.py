@@ -53,20 +53,22 @@ class Deployment(BaseModel):
 
     model: str = Field(description="shipped model name, Hugging Face id, or path to a config")
     gpu: str = Field(description="GPU catalog id (quotacalc gpus)")
-    tp: int = Field(1, description="tensor-parallel GPUs per replica")
+    tp: int = Field(1, description="tensor-parallel GPUs per replica, GPUs")
     expert_parallel: bool = Field(False, description="shard MoE experts whole across the replica's GPUs")
     weight_dtype: str | None = Field(None, description="weight dtype for every parameter; default: the checkpoint's")
     kv_dtype: str | None = Field(None, description="KV cache dtype; default: the checkpoint's dtype")
     state_dtype: str | None = Field(None, description="Mamba state dtype; default: the checkpoint's dtype")
-    batch: int = Field(128, description="decode batch: sequences per decode step")
-    context: int = Field(1700, description="mean context (tokens) of a sequence in the decode batch")
-    mfu: float = Field(0.5, description="model FLOPs utilisation in prefill (and compute-bound decode)")
-    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode")
-    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold")
+    batch: int = Field(128, description="decode batch: sequences per decode step, sequences")
+    context: int = Field(1700, description="mean context of a sequence in the decode batch, tokens")
+    mfu: float = Field(
+        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in (0, 1]"
+    )
+    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in (0, 1]")
+    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in (0, 1]")
     gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
-    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica")
+    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
     memory_utilization: float = Field(
-        0.9, description="share of GPU memory the engine may use (vLLM gpu-memory-utilization)"
+        0.9, description="share of GPU memory the engine may use, a fraction in (0, 1] (vLLM gpu-memory-utilization)"
     )
     runtime_reserve_gib: float = Field(
         5.5, description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB"
@@ -75,10 +77,12 @@ class Deployment(BaseModel):
         None, description="measured KV pool (tokens per replica); overrides the estimate"
     )
     expert_skew: float = Field(
-        0.0, description="MoE routing skew: Zipf exponent of expert popularity; 0 = uniform routing"
+        0.0, description="MoE routing skew: Zipf exponent of expert popularity (0 to 100); 0 = uniform routing"
     )
-    cached_prompt_weight: float = Field(0.1, description="units charged per prompt token served from the prefix cache")
-    burst_s: float = Field(60, description="token-bucket depth, in seconds of contracted units")
+    cached_prompt_weight: float = Field(
+        0.1, description="units charged per prompt token served from the prefix cache, in [0, 1]"
+    )
+    burst_s: float = Field(60, description="token-bucket depth, s of contracted units")
 
     @field_validator("model", "gpu")
     @classmethod
@@ -141,10 +145,12 @@ class Tenant(BaseModel):
 
     model_config = _STRICT
 
-    rps: float = Field(description="requests per second")
-    prompt_tokens: float = Field(description="mean prompt tokens per request")
-    output_tokens: float = Field(description="mean output tokens per request")
-    cached_fraction: float = Field(0.0, description="share of prompt tokens served from the prefix cache")
+    rps: float = Field(description="requests per second, req/s")
+    prompt_tokens: float = Field(description="mean prompt tokens per request, tokens")
+    output_tokens: float = Field(description="mean output tokens per request, tokens")
+    cached_fraction: float = Field(
+        0.0, description="share of prompt tokens served from the prefix cache, a fraction in [0, 1]"
+    )
 
     @field_validator("rps", "prompt_tokens", "output_tokens")
     @classmethod
