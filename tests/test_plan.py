@@ -11,6 +11,7 @@ import pytest
 import yaml
 from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -136,7 +137,7 @@ def test_size_rows_per_tenant_and_totals(run_cli) -> None:
     code, out, err = run_cli("size", PLATFORM, "--json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["command"] == "size" and document["schema_version"] == 1
+    assert document["command"] == "size" and document["schema_version"] == JSON_SCHEMA_VERSION
     rows = {row["name"]: row for row in document["tenants"]}
     assert list(rows) == ["globex", "stark", "acme", "initech", "umbrella", "cyberdyne", "hooli", "wayne"]
     globex = rows["globex"]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
 from quotacalc.core.policy import build_policy, retry_after_s
 
@@ -209,7 +210,7 @@ def codes(document: dict, severity: str | None = None) -> list[str]:
 def test_example_plan_is_sound_with_one_reversal_warning(run_cli, tmp_path: Path) -> None:
     code, document = run_check(run_cli, tmp_path, platform_document())
     assert code == 0 and document["ok"] is True
-    assert document["command"] == "check" and document["schema_version"] == 1
+    assert document["command"] == "check" and document["schema_version"] == JSON_SCHEMA_VERSION
     assert codes(document, "error") == []
     assert codes(document, "warning") == ["reversal"]
     (reversal,) = [f for f in document["findings"] if f["code"] == "reversal"]

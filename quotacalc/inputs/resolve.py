@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.catalog.gpus import load_gpu_catalog
 from quotacalc.core.arch import ModelArch
 from quotacalc.core.deployment import Deployment
 from quotacalc.core.price import PricingInputs
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.arch_checks import check_arch
 from quotacalc.inputs.hf_arch import read_arch
 from quotacalc.inputs.model_config import ResolvedConfig, load_model_config
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
@@ -15,9 +19,19 @@ from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
 def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
     """A model's architecture from a shipped name, hub id or path."""
     resolved = load_model_config(reference)
-    arch = read_arch(
-        resolved.config, name=resolved.source.name, source=resolved.source.config_path, given_keys=resolved.given_keys
-    )
+    source = resolved.source.config_path
+    try:
+        arch = read_arch(resolved.config, name=resolved.source.name, source=source, given_keys=resolved.given_keys)
+    except ValidationError as error:  # a layer spec refused a value the reader passed on
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
+        raise QuotacalcError(
+            f"{first['msg']}, got {first.get('input')!r}", source=source, field=field or None
+        ) from None
+    except (TypeError, ArithmeticError, LookupError, AttributeError) as error:
+        # A field of a type or shape no real config has, met where a reader did arithmetic on it.
+        raise QuotacalcError(f"the config's fields do not fit together ({error})", source=source) from None
+    check_arch(arch, source)
     return arch, resolved
 
 
@@ -32,7 +46,13 @@ def resolve(deployment: Deployment) -> PricingInputs:
         )
     else:
         quantization = resolved.config.get("quantization_config")
-        weights = checkpoint_layout(quantization, native, source=resolved.source.config_path, gpu_supports=gpu.supports)
+        weights = checkpoint_layout(
+            quantization,
+            native,
+            source=resolved.source.config_path,
+            gpu_supports=gpu.supports,
+            per_channel_inputs=arch.hidden_size,
+        )
     kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
     state_dtype = (
         native
