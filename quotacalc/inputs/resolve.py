@@ -7,7 +7,7 @@ from quotacalc.catalog.gpus import load_gpu_catalog
 from quotacalc.core.arch import ModelArch
 from quotacalc.core.deployment import Deployment
 from quotacalc.core.price import PricingInputs
-from quotacalc.inputs.hf_arch import read_arch
+from quotacalc.inputs.architectures import read_arch
 from quotacalc.inputs.model_config import ResolvedConfig, load_model_config
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
 
