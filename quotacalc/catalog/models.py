@@ -29,6 +29,11 @@ def shipped_models_dir() -> Path:
     raise FileNotFoundError(f"shipped models not found beside {package_dir}")
 
 
+def shipped_specs_dir() -> Path:
+    """Pre-resolved specs of the shipped models (``inputs.shipped_specs``), inside the package."""
+    return Path(__file__).resolve().parent / "specs"
+
+
 @lru_cache(maxsize=1)
 def shipped_models() -> tuple[ShippedModel, ...]:
     """Every shipped model, in index order."""
