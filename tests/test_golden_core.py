@@ -400,7 +400,8 @@ def test_check_parallelism_lists_the_tp_sizes_that_work():
     # 12 heads, 4 KV heads: TP 1, 2 and 4 split both.
     assert error.value.field == "tp"
     assert error.value.fix == "valid: 1, 2, 4"
-    assert error.value.problem == "3 does not divide the 12 attention heads of toy"
+    # 3 divides the 12 query heads but not the 4 KV heads.
+    assert error.value.problem == "3 does not divide the 4 KV heads of toy"
     check_parallelism(arch, toy_deployment(tp=4))
 
 
