@@ -1,4 +1,4 @@
-"""The worked example of METHOD.md §7 (Llama 3.3 70B FP8, 4x H100 SXM), every row, through the library.
+"""The worked example of docs/method.md §7 (Llama 3.3 70B FP8, 4x H100 SXM), every row, through the library.
 
 Expected figures are the method's table; each assertion rounds our figure the way the table
 quotes it, so a change that moves any row fails.

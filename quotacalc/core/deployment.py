@@ -21,7 +21,7 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
 
 
 class Deployment(BaseModel):
-    """How one replica serves a model. Defaults are the worked example's assumptions (METHOD.md §7)."""
+    """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 

@@ -1,4 +1,4 @@
-"""The canonical quota policy: everything a gateway or engine needs to enforce a plan (METHOD.md §3-§6).
+"""The canonical quota policy: everything a gateway or engine needs to enforce a plan (docs/method.md §3-§6).
 
 quotacalc's own format, and complete: every exporter renders this policy and never reads the plan,
 so there is one source of truth for each limit. Salts are not in it (they derive from a secret): a

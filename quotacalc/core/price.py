@@ -1,4 +1,4 @@
-"""Deployment -> token costs, weights, KV pool, replica budget and prices (METHOD.md §1, §2, §6)."""
+"""Deployment -> token costs, weights, KV pool, replica budget and prices (docs/method.md §1, §2, §6)."""
 
 from __future__ import annotations
 

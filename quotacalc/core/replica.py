@@ -1,4 +1,4 @@
-"""The numeric replica model: step and prefill times from precomputed coefficients (METHOD.md §1-§2).
+"""The numeric replica model: step and prefill times from precomputed coefficients (docs/method.md §1-§2).
 
 ``price`` explains a replica at one operating point; the simulator asks the same questions millions
 of times at every batch and context, so the coefficients are computed once here and each call is a
