@@ -1,4 +1,4 @@
-"""Rebuild the shipped models' pre-resolved specs (quotacalc/catalog/specs/) from their config.json.
+"""Rebuild the shipped models' pre-resolved specs (quotacalc/catalog/specs/) and the catalogs' JSON twins.
 
 Usage, from the repo root with quotacalc installed (imports transformers):
 
@@ -14,9 +14,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from quotacalc.catalog.gpus import preparsed_twin
 from quotacalc.catalog.models import shipped_models, shipped_specs_dir
 from quotacalc.fileio import write_text_atomic
-from quotacalc.inputs.shipped_specs import build_spec_document, spec_path, spec_text
+from quotacalc.inputs.shipped_specs import (
+    build_spec_document,
+    build_twin_document,
+    shipped_yaml_files,
+    spec_path,
+    spec_text,
+    twin_text,
+)
 
 
 def main() -> int:
@@ -24,6 +32,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
     args = parser.parse_args()
     expected = {spec_path(model): spec_text(build_spec_document(model)) for model in shipped_models()}
+    # The shipped YAML catalogs' pre-parsed twins: the first call on a fresh machine skips PyYAML.
+    expected |= {preparsed_twin(path): twin_text(build_twin_document(path)) for path in shipped_yaml_files()}
     stale = sorted(p.name for p in shipped_specs_dir().glob("*.json") if p not in expected)
     drifted = [p.name for p, text in expected.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     if args.check:

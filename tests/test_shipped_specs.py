@@ -22,7 +22,7 @@ MODELS = {model.name: model for model in shipped_models()}
 
 
 def test_one_spec_per_shipped_model():
-    assert {path.stem for path in shipped_specs_dir().glob("*.json")} == set(MODELS)
+    assert {path.stem for path in shipped_specs_dir().glob("*.json")} == set(MODELS)  # catalogs/ holds the twins
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -67,3 +67,26 @@ def test_first_call_on_a_fresh_machine_imports_no_transformers(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_catalog_twins_match_their_yaml():
+    """The pre-parsed JSON twins of gpus.yaml and models/index.yaml equal a strict parse of the YAML."""
+    from quotacalc.catalog.gpus import preparsed_twin
+    from quotacalc.inputs.shipped_specs import build_twin_document, shipped_yaml_files, twin_text
+
+    for path in shipped_yaml_files():
+        assert preparsed_twin(path).read_text(encoding="utf-8") == twin_text(build_twin_document(path)), (
+            "stale: run python scripts/build_specs.py"
+        )
+
+
+def test_first_call_imports_no_yaml_either(tmp_path):
+    env = {**os.environ, "QUOTACALC_CACHE_DIR": str(tmp_path / "empty-cache")}
+    code = (
+        "import sys\n"
+        "from quotacalc import Deployment, price, resolve\n"
+        "price(resolve(Deployment(model='Qwen3-8B', gpu='h100')))\n"
+        "print(sorted(m for m in ('yaml', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

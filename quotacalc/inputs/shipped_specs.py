@@ -51,9 +51,31 @@ def build_spec_document(model: ShippedModel) -> dict[str, Any]:
     }
 
 
+def shipped_yaml_files() -> list[Path]:
+    """The YAML catalogs that ship with a pre-parsed JSON twin."""
+    from quotacalc.catalog import gpus
+    from quotacalc.catalog.models import INDEX_FILE, shipped_models_dir
+
+    return [Path(gpus.__file__).with_name(gpus.CATALOG_FILE), shipped_models_dir() / INDEX_FILE]
+
+
+def build_twin_document(path: Path) -> dict[str, Any]:
+    """A shipped YAML catalog, parsed by the strict loader, keyed by its bytes (imports PyYAML)."""
+    from quotacalc.cache import yaml_cache_key
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    data = path.read_bytes()
+    return {"key": yaml_cache_key(data), "document": load_yaml_text(data.decode("utf-8"), source=str(path))}
+
+
 def spec_text(document: dict[str, Any]) -> str:
     """The file text of a spec: sorted keys, so a rebuild that changes nothing changes no byte."""
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+def twin_text(document: dict[str, Any]) -> str:
+    """The file text of a catalog's twin: keys in the YAML's order (the models index is ordered)."""
+    return json.dumps(document, indent=1) + "\n"
 
 
 def load_spec(model: ShippedModel, config_bytes: bytes) -> dict[str, Any] | None:
