@@ -55,7 +55,15 @@ TOY_GPU = GpuSpec(
     memory_bytes=80_000_000_000,
     memory_bandwidth_bytes_per_s=2e12,
     dense_tflops={"bf16": 500, "fp8": 1000},
-    sources=GpuSources(memory_bytes="toy", memory_bandwidth_bytes_per_s="toy", dense_tflops="toy"),
+    interconnect_bandwidth_bytes_per_s=4e11,
+    allreduce_latency_s=1e-5,
+    sources=GpuSources(
+        memory_bytes="toy",
+        memory_bandwidth_bytes_per_s="toy",
+        dense_tflops="toy",
+        interconnect_bandwidth_bytes_per_s="toy",
+        allreduce_latency_s="toy",
+    ),
 )
 
 
@@ -570,10 +578,12 @@ def test_gpu_without_the_compute_dtype_is_refused():
     assert error.value.field == "weight_dtype"
 
 
-def test_context_above_the_models_maximum_warns():
+def test_context_above_the_models_maximum_is_refused():
     arch = toy_dense().model_copy(update={"max_context_tokens": 512})
-    result = price(toy_inputs(arch=arch))
-    assert any("exceeds the model's max_position_embeddings 512" in warning for warning in result.warnings)
+    with pytest.raises(QuotacalcError, match="1,000 tokens exceed toy's maximum context of 512") as error:
+        price(toy_inputs(arch=arch))
+    assert error.value.field == "context"
+    assert price(toy_inputs(arch=arch, context=512)).inputs.deployment.context == 512
 
 
 def test_fp8_weights_compute_in_fp8():
@@ -710,7 +720,10 @@ def test_tenant_units_with_cached_prompt_and_its_weight(toy):
     # 1,000 prompt tokens, 40% from the prefix cache at weight 0.1, 100 output tokens at W.
     tenant = Tenant(rps=3, prompt_tokens=1000, output_tokens=100, cached_fraction=0.4)
     sized = size_tenant(toy, tenant)
-    per_request = 600 + 400 * 0.1 + toy.output_weight * 100
+    # An uncached prompt token inside a 1,000-token prompt also attends 500.5 tokens on average:
+    # (2 x params + 4 layers x 4,096 x 500.5) / (2 x params) units.
+    token_units = (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)
+    per_request = 600 * token_units + 400 * 0.1 + toy.output_weight * 100
     assert sized.units_per_request == pytest.approx(per_request)
     assert sized.units_per_s == pytest.approx(3 * per_request)
     assert sized.replicas == pytest.approx(3 * per_request / toy.replica_units_per_s)
@@ -728,7 +741,7 @@ def test_tenant_request_kv_includes_its_output_tokens(toy):
 
 
 def test_dedicated_replicas_round_up_and_at_least_one(toy):
-    per_request = 1000  # prompt only: 1,000 units
+    per_request = 1000 * (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)  # prompt only, at its attention
     for wanted, expected in ((0.0, 1), (0.3, 1), (1.0, 1), (2.0, 2), (2.5, 3)):
         rps = wanted * toy.replica_units_per_s / per_request
         sized = size_tenant(toy, Tenant(rps=rps, prompt_tokens=1000, output_tokens=0))

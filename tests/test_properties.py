@@ -44,7 +44,15 @@ GPU = GpuSpec(
     memory_bytes=10**12,
     memory_bandwidth_bytes_per_s=3e12,
     dense_tflops={"bf16": 1000},
-    sources=GpuSources(memory_bytes="toy", memory_bandwidth_bytes_per_s="toy", dense_tflops="toy"),
+    interconnect_bandwidth_bytes_per_s=4e11,
+    allreduce_latency_s=1e-5,
+    sources=GpuSources(
+        memory_bytes="toy",
+        memory_bandwidth_bytes_per_s="toy",
+        dense_tflops="toy",
+        interconnect_bandwidth_bytes_per_s="toy",
+        allreduce_latency_s="toy",
+    ),
 )
 
 
