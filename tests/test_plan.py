@@ -18,7 +18,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PLATFORM = EXAMPLES / "platform.yaml"
 FLAT = EXAMPLES / "llama-3.3-70b-h100.yaml"
 
-# The worked example (METHOD.md §7): W 3.09, replica budget about 18,232 units/s, $7,200 per replica-month.
+# The worked example (docs/method.md §7): W 3.09, replica budget about 18,232 units/s, $7,200 per replica-month.
 REPLICA_UNITS = 18_232
 REPLICA_USD = 7_200.0
 
@@ -95,7 +95,7 @@ def test_flat_plan_price_unchanged_and_accepts_pool_default(run_cli) -> None:
     code, named, _ = run_cli("price", FLAT, "--pool", "default", "--json")
     assert code == 0
     assert json.loads(plain)["results"] == json.loads(named)["results"]
-    # W about 3.1, budget about 18,232 units/s (METHOD.md §7).
+    # W about 3.1, budget about 18,232 units/s (docs/method.md §7).
     results = json.loads(plain)["results"]
     assert results["output_weight"] == pytest.approx(3.09, rel=0.01)
     assert results["replica_units_per_s"] == pytest.approx(REPLICA_UNITS, rel=0.001)
@@ -108,7 +108,7 @@ def test_pool_option_prices_the_named_pool(run_cli) -> None:
     assert (deployment["batch"], deployment["context"], deployment["tp"]) == (8, 65536, 4)
     code, out, _ = run_cli("kv", PLATFORM, "--pool", "shared", "--context", "131072", "--json")
     assert code == 0
-    # 131,072 tokens × 327,680 B = 40.0 GiB of KV (METHOD.md §7).
+    # 131,072 tokens × 327,680 B = 40.0 GiB of KV (docs/method.md §7).
     assert json.loads(out)["results"]["request_kv_bytes"] == 131072 * 327680
 
 

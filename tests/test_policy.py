@@ -1,4 +1,4 @@
-"""The canonical policy and the plan's checks: golden figures from the method (METHOD.md §3, §6, §7),
+"""The canonical policy and the plan's checks: golden figures from the method (docs/method.md §3, §6, §7),
 hand computations shown beside each assertion, and every finding of `quotacalc check`."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ LLAMA = "meta-llama/Llama-3.3-70B-Instruct"
 
 @pytest.fixture(scope="module")
 def worked_example_price():
-    """The worked example's replica (METHOD.md §7), priced once."""
+    """The worked example's replica (docs/method.md §7), priced once."""
     from quotacalc.core.deployment import Deployment
     from quotacalc.core.price import price
     from quotacalc.inputs.resolve import resolve
@@ -95,7 +95,7 @@ def test_traffic_tenant_is_sized_like_the_method(worked_example_price) -> None:
     traffic = {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500}
     plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", traffic=traffic)])
     (tenant,) = build_policy(plan, {"main": replica}).tenants
-    # METHOD.md §7: 17,725 units/s with W rounded to 3.09, once prompt tokens are charged inside their
+    # docs/method.md §7: 17,725 units/s with W rounded to 3.09, once prompt tokens are charged inside their
     # 2,000-token prompt 17,919; 60 s of burst.
     assert tenant.rate_source == "traffic"
     assert tenant.bucket_rate_units_per_s == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)

@@ -51,7 +51,7 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
 class PricingBasis(str, Enum):
     """Which decode step time drives W, the replica budget and the prices.
 
-    ``roofline`` is METHOD.md's: max(memory, compute), what the hardware allows; the worked example's
+    ``roofline`` is docs/method.md's: max(memory, compute), what the hardware allows; the worked example's
     figures rest on it, so it is the default. ``engine`` adds what a real engine spends beside the
     roofline (per-step overhead, tensor-parallel all-reduces): what a user measures as inter-token
     latency. Both are always reported (``decode_step_s`` and ``itl_s``); the basis only picks which
@@ -76,7 +76,7 @@ class KvPoolMeasuredWith(BaseModel):
 
 
 class Deployment(BaseModel):
-    """How one replica serves a model. Defaults are the worked example's assumptions (METHOD.md §7)."""
+    """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
 
     model_config = _STRICT
 
@@ -126,7 +126,7 @@ class Deployment(BaseModel):
     pricing_basis: PricingBasis = Field(
         PricingBasis.ROOFLINE,
         strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
-        description="decode step behind W, budget and prices: roofline (METHOD.md) or engine (with overheads)",
+        description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
     )
     step_overhead_s: float = Field(
         0.0012, description="fixed time of each engine step beside the roofline: scheduling, launches, s"
