@@ -278,3 +278,25 @@ def test_measured_pool_holds_only_where_it_was_measured(run_cli, tmp_path):
     # A pool given on the command line wins: the user says it holds for this run.
     code, out, _ = run_cli("price", plan, "--tp", "8", "--kv-pool-tokens", "1200000", "--json")
     assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 1_200_000
+
+
+@pytest.mark.parametrize(
+    ("model", "tp"), [("gemma-3-27b-it", 2), ("Mixtral-8x7B-v0.1", 2), ("AI21-Jamba-1.5-Mini", 2), ("DeepSeek-V3", 8)]
+)
+def test_the_fast_step_is_the_explained_one(model, tp):
+    """step_time_s inlines the sums for speed: it must equal roofline + overheads + all-reduces, term by term."""
+    replica = model_for(model=model, gpu="h200", tp=tp)
+    for batch, context in ((1, 10), (7, 900), (64, 4096), (256, 60000)):
+        expected = (
+            replica.roofline_step_time_s(batch, context)
+            + replica.step_overhead_s
+            + batch * replica.sequence_overhead_s
+            + replica.allreduce_s(batch)
+        )
+        assert replica.step_time_s(batch, context) == pytest.approx(expected, rel=1e-12)
+        prefill = (
+            replica.roofline_prefill_time_s(batch * 3, context)
+            + replica.step_overhead_s
+            + replica.allreduce_s(batch * 3)
+        )
+        assert replica.prefill_time_s(batch * 3, context) == pytest.approx(prefill, rel=1e-12)
