@@ -543,7 +543,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs, one weight read) + "
-        "decode_overhead_s + all-reduces)",
+        "step_overhead_s + all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
