@@ -13,7 +13,12 @@ import pytest
 
 from quotacalc import Deployment, Tenant, price, resolve, size_tenant
 from quotacalc.catalog.gpus import load_gpu_catalog
-from quotacalc.core.memory import GIB, activation_bytes_per_token_per_gpu, vllm_default_max_num_batched_tokens
+from quotacalc.core.memory import (
+    GIB,
+    activation_bytes_per_token_per_gpu,
+    vllm_default_max_num_batched_tokens,
+    vllm_default_max_num_seqs,
+)
 from quotacalc.core.replica import replica_model
 
 NIM = "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance"
