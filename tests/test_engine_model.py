@@ -193,11 +193,21 @@ def test_reserve_grows_with_tp_and_batched_tokens():
 
 
 @pytest.mark.parametrize(
-    ("gpu", "tokens"), [("h100-sxm", 8192), ("h200", 8192), ("a100-80gb-sxm", 2048), ("l40s", 2048)]
+    ("gpu", "tokens", "sequences"),
+    [("h100-sxm", 8192, 1024), ("h200", 8192, 1024), ("a100-80gb-sxm", 2048, 256), ("l40s", 2048, 256)],
 )
-def test_vllm_default_batched_tokens(gpu, tokens):
-    """vLLM 0.10 EngineArgs.get_batch_defaults, 'vllm serve': 8,192 at 70 GiB or more except A100, else 2,048."""
-    assert vllm_default_max_num_batched_tokens(load_gpu_catalog().get(gpu)) == tokens
+def test_vllm_default_batch_limits(gpu, tokens, sequences):
+    """vLLM 0.10 EngineArgs.get_batch_defaults, 'vllm serve': 8,192 tokens and 1,024 sequences at 70 GiB or
+    more except A100, else 2,048 and 256."""
+    spec = load_gpu_catalog().get(gpu)
+    assert vllm_default_max_num_batched_tokens(spec) == tokens
+    assert vllm_default_max_num_seqs(spec) == sequences
+
+
+def test_full_load_batch_is_capped_by_the_engines_sequences(llama8):
+    # 8B FP8 on H100: the pool holds 2,500+ requests of 400 tokens, vLLM runs at most 1,024 at once.
+    assert llama8.pool_sequences(400) > 1024
+    assert llama8.max_load_batch(200, 200) == 1024
 
 
 # --------------------------------------------------------------------------- pricing basis
