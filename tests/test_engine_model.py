@@ -315,3 +315,26 @@ def test_the_fast_step_is_the_explained_one(model, tp):
             + replica.allreduce_s(batch * 3)
         )
         assert replica.prefill_time_s(batch * 3, context) == pytest.approx(prefill, rel=1e-12)
+
+
+def test_accuracy_targets_and_the_doc_that_reports_them():
+    """Issue 7's targets at default efficiencies, on the cited measurements (bench/accuracy.py):
+    decode ITL within 10% and TTFT within 20% mean absolute error on the fit and the held-out points;
+    docs/accuracy.md holds the table the script prints now."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    table = subprocess.run(
+        [sys.executable, str(root / "bench" / "accuracy.py"), "--markdown"], capture_output=True, text=True, check=True
+    ).stdout
+    assert table in (root / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    summary = {
+        line.split("|")[1].strip(): line.split("|")[2:5]
+        for line in table.splitlines()
+        if line.startswith("| fit") or line.startswith("| held out")
+    }
+    for label in ("fit", "held out"):
+        itl, ttft, _ = (float(cell.strip().rstrip("%")) for cell in summary[label])
+        assert itl < 10 and ttft < 20, (label, itl, ttft)
