@@ -340,3 +340,25 @@ def test_check_on_a_flat_plan(run_cli) -> None:
     (capacity,) = [f for f in result["findings"] if f["code"] == "capacity"]
     assert capacity["figures"]["units_sold_per_s"] == pytest.approx(17725, rel=1e-3)
     assert math.isclose(capacity["figures"]["capacity_units_per_s"], 18232.2, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "traffic",
+    [
+        {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500},
+        {"rps": 0.3, "prompt_tokens": 12000, "output_tokens": 40, "cached_fraction": 0.8},
+        {"rps": 2, "prompt_tokens": 0, "output_tokens": 900, "cached_fraction": 1.0},
+    ],
+)
+def test_policy_units_equal_size_tenants(worked_example_price, traffic) -> None:
+    """The policy's fast sizing and `quotacalc size`'s (core.tenant.size_tenant) are one formula."""
+    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.policy import replica_for_tier, tenant_units_per_s
+    from quotacalc.core.tenant import size_tenant
+
+    _, replica = worked_example_price
+    gold = tier(cached_prompt_weight=0.25, burst_s=45)
+    tenant = PlanTenant(name="t", tier="gold", traffic=traffic)
+    sized = size_tenant(replica_for_tier(replica, gold), Tenant(**traffic))
+    assert tenant_units_per_s(tenant, gold, replica) == pytest.approx(sized.units_per_s, rel=1e-12)
+    assert gold.burst_s * sized.units_per_s == pytest.approx(sized.bucket_depth_units, rel=1e-12)

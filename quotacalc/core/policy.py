@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quotacalc.core.deployment import Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 
 if TYPE_CHECKING:
@@ -149,14 +150,23 @@ def replica_for_tier(replica: PriceResult, tier: Tier) -> PriceResult:
     return replica.model_copy(update={"inputs": replica.inputs.model_copy(update={"deployment": deployment})})
 
 
+def traffic_units_per_s(traffic: Tenant, cached_prompt_weight: float, output_weight: float) -> float:
+    """A traffic profile's load: rps × (uncached prompt + cached prompt × its weight + W × output) (METHOD.md §1).
+
+    ``core.tenant.size_tenant``'s units, without the KV figures it adds (80 layers summed per tenant,
+    which a 1,000-tenant plan cannot afford); the tests hold the two equal.
+    """
+    uncached = traffic.prompt_tokens * (1 - traffic.cached_fraction)
+    cached = traffic.prompt_tokens * traffic.cached_fraction
+    return traffic.rps * (uncached + cached * cached_prompt_weight + output_weight * traffic.output_tokens)
+
+
 def tenant_units_per_s(tenant: PlanTenant, tier: Tier, replica: PriceResult) -> float:
-    """A tenant's contracted units/s, or its traffic sized on its pool (``core.tenant.size_tenant``)."""
+    """A tenant's contracted units/s, or its traffic sized on its pool with its tier's cached-prompt weight."""
     if tenant.units_per_s is not None:
         return tenant.units_per_s
-    from quotacalc.core.tenant import size_tenant
-
     assert tenant.traffic is not None  # a PlanTenant has exactly one of the two
-    return size_tenant(replica_for_tier(replica, tier), tenant.traffic).units_per_s
+    return traffic_units_per_s(tenant.traffic, tier.cached_prompt_weight, replica.output_weight)
 
 
 def pool_max_context_tokens(replica: PriceResult) -> int:

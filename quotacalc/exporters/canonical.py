@@ -11,6 +11,7 @@ from typing import Any
 
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+from quotacalc.exporters.yaml_text import dump_yaml
 
 TARGET = "canonical"
 
@@ -23,14 +24,6 @@ _HEADER = (
 def dump_json(document: Any) -> str:
     """Strict, stable JSON: the models' key order, no NaN or Infinity, a final newline."""
     return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
-
-
-def dump_yaml(document: Any) -> str:
-    """Stable YAML: the models' key order, no line folding, no aliases."""
-    import yaml
-
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, allow_unicode=True, width=2**31 - 1)
 
 
 def policy_json_schema() -> dict[str, Any]:
