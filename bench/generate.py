@@ -68,7 +68,7 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     return elapsed, _cpu_s() - cpu
 
 
-def in_process_stages(plan_path: Path, out_dir: Path) -> list[tuple[str, float]]:
+def in_process_stages(plan_path: Path, out_dir: Path, targets: str) -> list[tuple[str, float]]:
     """Each stage of one generate, timed once after a warm-up run."""
     from quotacalc.cli.plan_cmds import _exporter, price_pools
     from quotacalc.core.checks import check_plan
@@ -94,7 +94,7 @@ def in_process_stages(plan_path: Path, out_dir: Path) -> list[tuple[str, float]]
         salts = timed("derive the salts", lambda p=policy: derive_salts(p, SECRET.encode()))
         timed("check the plan", lambda p=policy, s=salts: check_plan(p, salts=s))
         generated = {}
-        for target in TARGET_MODULES:
+        for target in TARGET_MODULES if targets == "all" else targets.split(","):
             exporter = _exporter(target, explicit=False)
             if exporter is None:
                 continue
@@ -110,15 +110,14 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--target", default="all", help="generate's --target (default: all)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="quotacalc-bench-"))
     try:
         plan_path = work / "plan.yaml"
         plan_path.write_text(yaml.safe_dump(plan_document(args.tenants), sort_keys=False), encoding="utf-8")
         env = {**os.environ, "QUOTACALC_SALT_SECRET": SECRET}
-        quotacalc = [sys.executable, "-m", "quotacalc.cli", "generate", str(plan_path)]
-        if not (ROOT / "quotacalc" / "cli" / "__main__.py").exists():
-            quotacalc = [shutil.which("quotacalc") or "quotacalc", "generate", str(plan_path)]
+        quotacalc = [shutil.which("quotacalc") or "quotacalc", "generate", str(plan_path), "--target", args.target]
         _run([*quotacalc, "--out", str(work / "warm-up")], env)  # fills the config cache
         fresh, current, check = [], [], []
         for run in range(args.runs):
@@ -126,7 +125,7 @@ def main() -> None:
             fresh.append(_run([*quotacalc, "--out", str(out)], env))
             current.append(_run([*quotacalc, "--out", str(out)], env))
             check.append(_run([*quotacalc, "--out", str(out), "--check"], env))
-        stages = in_process_stages(plan_path, work / "stages")
+        stages = in_process_stages(plan_path, work / "stages", args.target)
         files = sum(1 for path in (work / "out-0").rglob("*") if path.is_file())
         rows = [
             ("generate, empty directory", fresh),
