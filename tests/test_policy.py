@@ -362,3 +362,15 @@ def test_policy_units_equal_size_tenants(worked_example_price, traffic) -> None:
     sized = size_tenant(replica_for_tier(replica, gold), Tenant(**traffic))
     assert tenant_units_per_s(tenant, gold, replica) == pytest.approx(sized.units_per_s, rel=1e-12)
     assert gold.burst_s * sized.units_per_s == pytest.approx(sized.bucket_depth_units, rel=1e-12)
+
+
+def test_pricing_warnings_of_a_pool_are_findings(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # One H100 per long-context replica: 70.6 GB of FP8 weights leave about 200 tokens of KV (estimated),
+    # so a batch of 8 at 65,536 tokens cannot be resident and no tier's KV cap or context fits.
+    document["pools"][1]["deployment"].update(tp=1, kv_pool_tokens=None)
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 1
+    (price_warning,) = [f for f in result["findings"] if f["code"] == "pool-price"]
+    assert price_warning["subject"] == "pools.long" and "does not fit the KV pool" in price_warning["message"]
+    assert {f["code"] for f in result["findings"] if f["severity"] == "error"} == {"kv-cap", "max-context"}
