@@ -17,7 +17,7 @@ from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, Ten
 from quotacalc.exporters._text import json_text, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
-#: Hours in the month the pools' $/month figures use (METHOD.md §6: 720 h).
+#: Hours in the month the pools' $/month figures use (docs/method.md §6: 720 h).
 SECONDS_PER_MONTH = 720 * 3600
 #: The window a tenant's USD budget resets over (LiteLLM's duration syntax) and its length.
 BUDGET_DURATION = "1h"
