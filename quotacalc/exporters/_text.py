@@ -6,7 +6,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from quotacalc.core.policy import QuotaPolicy
+from quotacalc.core.policy import QuotaPolicy, TenantPolicy
+from quotacalc.errors import QuotacalcError
 from quotacalc.exporters.yaml_text import dump_yaml
 
 
@@ -41,3 +42,17 @@ def long_context_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
         f"are not routed to pool {long_pool} by their size; {consequence}"
         for (pool, long_pool, threshold), names in sorted(groups.items())
     ]
+
+
+def salt_of(tenant: TenantPolicy, salts: Mapping[str, str]) -> str | None:
+    """The tenant's salt, None when its cache is shared; a salted tenant without one is an error, never unsalted."""
+    if tenant.salt_ref is None:
+        return None
+    salt = salts.get(tenant.salt_ref)
+    if not salt:
+        raise QuotacalcError(
+            f"tenant {tenant.name} is salted but no salt was derived for it",
+            field=f"tenants.{tenant.name}.salt_ref",
+            fix="give the salt secret (QUOTACALC_SALT_SECRET or --salt-secret-file)",
+        )
+    return salt

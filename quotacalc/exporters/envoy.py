@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
-from quotacalc.exporters._text import long_context_lines, yaml_documents
+from quotacalc.exporters._text import long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -127,7 +127,7 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
         name = f"quotacalc-tenants-{index:03d}"
         rules, limit_rules, costs = [], [], {}
         for tenant in chunk:
-            salt = salts[tenant.salt_ref] if tenant.salt_ref is not None else None
+            salt = salt_of(tenant, salts)
             rules.append(_route_rule(tenant, pools[tenant.pool], header, salt))
             rule, key, weights, _scale = _rate_limit_rule(tenant, header)
             limit_rules.append(rule)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import long_context_lines, yaml_text
+from quotacalc.exporters._text import long_context_lines, salt_of, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 #: ai-proxy costs are per 1M tokens.
@@ -123,8 +123,7 @@ def document(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict:
     """The decK state file."""
     weights = _pool_weights(policy)
     consumers = [
-        _consumer(tenant, salts[tenant.salt_ref] if tenant.salt_ref is not None else None)
-        for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
+        _consumer(tenant, salt_of(tenant, salts)) for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
     ]
     return {
         "_format_version": "3.0",
