@@ -1,49 +1,27 @@
-"""The checked-in example (examples/platform, generated from examples/platform.yaml) checked by the real tools.
+"""The checked-in example (examples/platform): its Envoy costs run in the gateway's CEL environment, its secrets.
 
-test_generate's drift check holds these files equal to what the plan generates; here each target's files
-go through its validator: the CRDs (schema and CEL rules), the gateway's CEL cost environment, the vLLM
-flag table, and deck.
+test_generate's drift check holds these files equal to what the plan generates; test_example_platform runs
+the CRDs, deck and the vLLM flag table over them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from crd_validation import validate_manifest
 from test_export_envoy import GATEWAY_CEL
 
 from quotacalc.core.policy import QuotaPolicy
-from quotacalc.exporters import envoy, vllm
+from quotacalc.exporters import envoy
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "platform"
-FLAGS = json.loads((Path(__file__).parent / "targets" / f"vllm-{vllm.VLLM_VERSION}-flags.json").read_text())["flags"]
 
 
 def _documents(relative: str) -> list[dict]:
     return list(yaml.safe_load_all((OUT / relative).read_text(encoding="utf-8")))
-
-
-def test_every_checked_in_manifest_passes_its_crd():
-    manifests = [
-        (path.relative_to(OUT), manifest)
-        for folder in ("envoy", "gie")
-        for path in sorted((OUT / folder).glob("*.yaml"))
-        for manifest in yaml.safe_load_all(path.read_text(encoding="utf-8"))
-    ]
-    assert {manifest["kind"] for _path, manifest in manifests} == {
-        "AIGatewayRoute",
-        "AIServiceBackend",
-        "BackendTrafficPolicy",
-        "InferencePool",
-    }
-    for path, manifest in manifests:
-        assert validate_manifest(manifest) == [], (str(path), manifest["metadata"]["name"])
 
 
 def test_the_examples_cost_expressions_give_the_policys_units():
@@ -86,24 +64,6 @@ def test_the_examples_cost_expressions_give_the_policys_units():
         weights = tenant.weights
         units = (prompt - cached) * weights.prompt + cached * weights.cached_prompt + output * weights.output
         assert value / scale == pytest.approx(units, abs=(prompt + output) * 0.5 / scale)
-
-
-def test_the_examples_vllm_files_use_only_flags_of_the_stated_release():
-    paths = sorted((OUT / "vllm").glob("*.yaml"))
-    assert [path.stem for path in paths] == ["acme-dedicated", "long", "shared"]
-    for path in paths:
-        for key, value in yaml.safe_load(path.read_text(encoding="utf-8")).items():
-            assert key in FLAGS, (path.name, key)
-            if "choices" in FLAGS[key]:
-                assert str(value) in FLAGS[key]["choices"], (path.name, key, value)
-
-
-@pytest.mark.skipif(shutil.which("deck") is None, reason="deck not installed (Debian package `deck`)")
-def test_deck_validates_the_examples_kong_file():
-    checked = subprocess.run(
-        ["deck", "validate", "-s", str(OUT / "kong" / "kong.yaml")], capture_output=True, text=True, timeout=60
-    )
-    assert checked.returncode == 0, checked.stderr
 
 
 def test_salt_holding_files_are_marked_secret_in_the_manifest():

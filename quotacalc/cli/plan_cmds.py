@@ -237,11 +237,9 @@ def generate(
     for export in exports:
         if export.limits:
             sys.stderr.write(
-                f"quotacalc: note: {export.target} cannot express {len(export.limits)} parts of the policy "
-                f"(see {out_dir / export.target / 'LIMITS.md'}):\n"
+                f"quotacalc: note: {export.target} cannot express {len(export.limits)} parts of the policy: "
+                f"see {out_dir / export.target / 'LIMITS.md'}\n"
             )
-            for limit in export.limits:
-                sys.stderr.write(f"  - {limit}\n")
     if as_json:
         emit_json(
             {
