@@ -8,7 +8,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from quotacalc.cli.options import option_parameters, with_options
+from quotacalc.cli.options import option_parameters, whole_number, with_options
 from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
@@ -120,7 +120,10 @@ def size_command(
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
 def kv_command(
     plan: PlanArgument = None,
-    context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="the request's context length, tokens", parser=whole_number, metavar="<int>"),
+    ] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     *,
