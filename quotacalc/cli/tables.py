@@ -41,6 +41,11 @@ def _plain(value: object) -> Text:
     return Text(printable(str(value), limit=10_000))
 
 
+def _text(value: str) -> str:
+    """Text for a markup string: brackets escaped, control characters (from a config's values) as '?'."""
+    return escape(printable(value, limit=10_000))
+
+
 def _add_row(table: Table, *cells: object) -> None:
     table.add_row(*(_plain(cell) for cell in cells))
 
@@ -140,15 +145,15 @@ def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult
     console.print()
     console.print("[bold]How each figure is derived[/]")
     for step in steps:
-        console.print(f"[bold]{step.name}[/] = {escape(step.formula)}")
-        console.print(f"    = {escape(step.substituted)}")
-        note = f"   [dim]({escape(step.note)})[/]" if step.note else ""
-        console.print(f"    = {escape(units.render(step.value, step.unit))}{note}")
+        console.print(f"[bold]{step.name}[/] = {_text(step.formula)}")
+        console.print(f"    = {_text(step.substituted)}")
+        note = f"   [dim]({_text(step.note)})[/]" if step.note else ""
+        console.print(f"    = {_text(units.render(step.value, step.unit))}{note}")
     notes = list(result.inputs.arch.notes)
     if notes:
         console.print("[bold]Assumptions about the model[/]")
         for note in notes:
-            console.print(f"  - {escape(note)}")
+            console.print(f"  - {_text(note)}")
 
 
 def price_table(result: PriceResult, *, explain: bool) -> None:
