@@ -25,11 +25,16 @@ def _plain_type(annotation: Any) -> Any:
     return annotation
 
 
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
     """One keyword-only typer option per field of ``model``; every default is None ('not given')."""
     parameters = []
     for name, field in model.model_fields.items():
-        if name in exclude:
+        # A structured field (a mapping) is a file's business; it has no flag.
+        if name in exclude or _is_model(_plain_type(field.annotation)):
             continue
         plain = _plain_type(field.annotation)
         flag = flag_name(name)
