@@ -220,3 +220,17 @@ def test_size_json_keeps_its_inputs_once_and_compact(run_cli):
         run_cli, "size", *LLAMA_70B, "--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500", "--explain"
     )
     assert with_steps["explain"] and with_steps["results"] == document["results"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_platform_size_and_check_tables_keep_names_and_figures(run_cli, monkeypatch, width):
+    plan = str(Path(__file__).parent.parent / "examples" / "platform.yaml")
+    rows = _json(run_cli, "size", plan)["tenants"]
+    monkeypatch.setenv("COLUMNS", str(width))
+    _, out, _ = run_cli("size", plan)
+    assert "…" not in out
+    for row in rows:
+        assert row["name"] in out and row["pool"] in out and row["tier"] in out, (width, row["name"])
+        assert f"{row['units_per_s']:,.0f}" in out, (width, row["name"])
+    _, out, _ = run_cli("check", plan)
+    assert "…" not in out and "tenants.stark" in out
