@@ -66,15 +66,31 @@ def write_entry(kind: str, key: str, document: Any) -> None:
         write_text_atomic(cache_dir() / kind / f"{key}.json", text)
 
 
-def load_yaml_file_cached(path: Path) -> Any:
-    """A trusted YAML data file (a shipped catalog), parsed once per content."""
+def yaml_cache_key(data: bytes) -> str:
+    return cache_key(data, "yaml-1")
+
+
+def load_yaml_file_cached(path: Path, preparsed: Path | None = None) -> Any:
+    """A trusted YAML data file (a shipped catalog), parsed once per content.
+
+    ``preparsed``: a JSON twin shipped with the package (``{"key": ..., "document": ...}``), used
+    when its key matches these bytes, so even the first call on a fresh machine skips PyYAML.
+    Shipped files only: they are parsed by PyYAML's safe loader here, so the cache stays a leaf;
+    user files go through ``inputs.yaml_strict`` (duplicate keys, one-line errors), and a test
+    holds the shipped files to that same strict loader.
+    """
     data = path.read_bytes()
-    key = cache_key(data, "yaml-1")
+    key = yaml_cache_key(data)
+    if preparsed is not None:
+        with contextlib.suppress(OSError, ValueError):
+            twin = json.loads(preparsed.read_text(encoding="utf-8"))
+            if isinstance(twin, dict) and twin.get("key") == key:
+                return twin["document"]
     cached = read_entry("yaml", key)
     if cached is not None:
         return cached
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    import yaml
 
-    document = load_yaml_text(data.decode("utf-8"), source=str(path))
+    document = yaml.load(data.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     write_entry("yaml", key, document)
     return document

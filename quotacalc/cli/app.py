@@ -298,6 +298,20 @@ def _interrupted() -> NoReturn:
     _fail("interrupted", 130)
 
 
+@app.command("examples")
+def examples_command(
+    name: Annotated[str | None, typer.Argument(help="an example's name; omit to list them", show_default=False)] = None,
+    copy_to: Annotated[
+        str | None, typer.Option("--copy", help="write the example(s) into this directory", show_default=False)
+    ] = None,
+    as_json: JsonOption = False,
+):
+    """The shipped example plans: list them, print one, or copy them out (they ship inside the package)."""
+    from quotacalc.cli.examples import examples_command as run
+
+    run(name, copy_to, as_json)
+
+
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
     from quotacalc.cli.streams import fit_output_encoding

@@ -1,4 +1,4 @@
-"""Findings about a plan: is it sound to ship (METHOD.md §2-§6)? Pure: the policy carries every figure.
+"""Findings about a plan: is it sound to ship (docs/method.md §2-§6)? Pure: the policy carries every figure.
 
 Each finding has a severity (error: the plan cannot be honoured; warning: it can, but the method
 advises against it; info: a figure worth seeing), the plan entry it is about, and the numbers behind it.
@@ -17,7 +17,7 @@ from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 
 Severity = Literal["error", "warning", "info"]
 
-#: A tenant whose load exceeds this many replicas triggers the reversal condition (METHOD.md §6).
+#: A tenant whose load exceeds this many replicas triggers the reversal condition (docs/method.md §6).
 DEFAULT_REVERSAL_REPLICAS = 2.0
 
 
@@ -288,10 +288,17 @@ def check_plan(
     *,
     salts: Mapping[str, str] | None = None,
     reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
+    pool_warnings: Mapping[str, tuple[str, ...]] | None = None,
 ) -> CheckResult:
-    """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known."""
+    """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
+    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), reported as they are."""
     pools = {pool.name: pool for pool in policy.pools}
     findings = [
+        *(
+            Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=warning)
+            for name, warnings in (pool_warnings or {}).items()
+            for warning in warnings
+        ),
         *_capacity(policy, pools),
         *_tier_limits(policy, pools),
         *_placement(policy, pools, reversal_replicas),

@@ -56,7 +56,7 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
 class PricingBasis(str, Enum):
     """Which decode step time drives W, the replica budget and the prices.
 
-    ``roofline`` is METHOD.md's: max(memory, compute), what the hardware allows; the worked example's
+    ``roofline`` is docs/method.md's: max(memory, compute), what the hardware allows; the worked example's
     figures rest on it, so it is the default. ``engine`` adds what a real engine spends beside the
     roofline (per-step overhead, tensor-parallel all-reduces): what a user measures as inter-token
     latency. Both are always reported (``decode_step_s`` and ``itl_s``); the basis only picks which
@@ -81,7 +81,7 @@ class KvPoolMeasuredWith(BaseModel):
 
 
 class Deployment(BaseModel):
-    """How one replica serves a model. Defaults are the worked example's assumptions (METHOD.md §7)."""
+    """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
 
     model_config = _STRICT
 
@@ -122,6 +122,11 @@ class Deployment(BaseModel):
         description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
         "for 'vllm serve': 8192 on GPUs of 70 GiB or more except A100, else 2048",
     )
+    max_num_seqs: int | None = Field(
+        None,
+        description="engine's cap on concurrent sequences (vLLM --max-num-seqs), bounds the full-load batch; "
+        "default: vLLM 0.10's for 'vllm serve': 1024 on GPUs of 70 GiB or more except A100, else 256",
+    )
     kv_pool_tokens: int | None = Field(
         None, description="measured KV pool (tokens per replica); overrides the estimate"
     )
@@ -131,7 +136,7 @@ class Deployment(BaseModel):
     pricing_basis: PricingBasis = Field(
         PricingBasis.ROOFLINE,
         strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
-        description="decode step behind W, budget and prices: roofline (METHOD.md) or engine (with overheads)",
+        description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
     )
     step_overhead_s: float = Field(
         0.0012, description="fixed time of each engine step beside the roofline: scheduling, launches, s"
@@ -175,7 +180,7 @@ class Deployment(BaseModel):
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
-    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "load_prompt_tokens")
+    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "max_num_seqs", "load_prompt_tokens")
     @classmethod
     def _positive_pool(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:

@@ -1,8 +1,9 @@
 """Resolve a ``--model`` reference to its Hugging Face config, read through transformers' AutoConfig.
 
 AutoConfig fills the fields a config.json leaves out with the config class's defaults. Importing
-transformers costs about a second, so each resolved config is cached on disk, keyed by the
-config's bytes and the installed transformers; a warm call never imports it.
+transformers costs about a second, so shipped models come pre-resolved (``inputs.shipped_specs``)
+and every other resolved config is cached on disk, keyed by the config's bytes and the installed
+transformers; only the first call on a config that is not shipped imports it.
 """
 
 from __future__ import annotations
@@ -186,6 +187,12 @@ def _transformers_stamp() -> str:
 
 #: Keys that hold a nested object in every config that has them.
 _SUB_CONFIGS = ("quantization_config", "text_config", "vision_config", "rope_scaling", "rope_parameters")
+
+
+def autoconfig_document(raw: dict[str, Any], source_name: str) -> dict[str, Any]:
+    """A parsed config.json resolved through AutoConfig: the document the cache and shipped specs keep."""
+    config, config_class, version, given = _autoconfig_to_dict(raw, source_name)
+    return {"config_class": config_class, "transformers_version": version, "config": config, "given_keys": given}
 
 
 def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str, Any], str, str, list[str]]:
@@ -432,8 +439,6 @@ def load_model_config(reference: str) -> ResolvedConfig:
             return ResolvedConfig(source=source, **cached)
         except (TypeError, ValueError):  # an entry of another shape: recompute it
             pass
-    raw = parse_config_json(data, path)
-    config, config_class, version, given = _autoconfig_to_dict(raw, str(path))
-    document = {"config_class": config_class, "transformers_version": version, "config": config, "given_keys": given}
+    document = autoconfig_document(parse_config_json(data, path), str(path))
     write_entry("configs", key, document)
     return ResolvedConfig(source=source, **document)

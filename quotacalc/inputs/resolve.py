@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationError
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.catalog.gpus import load_gpu_catalog
+from quotacalc.catalog.models import find_shipped
 from quotacalc.core.arch import ModelArch
 from quotacalc.core.deployment import Deployment
 from quotacalc.core.price import PricingInputs
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.arch_checks import check_arch
-from quotacalc.inputs.hf_arch import read_arch
-from quotacalc.inputs.model_config import ResolvedConfig, load_model_config
+from quotacalc.inputs.architectures import read_arch
+from quotacalc.inputs.model_config import ResolvedConfig, load_model_config, locate_model, read_config_bytes
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
+from quotacalc.inputs.shipped_specs import load_spec, spec_arch
 
 
 def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
-    """A model's architecture from a shipped name, hub id or path."""
+    """A model's architecture from a shipped name, hub id or path (shipped ones pre-resolved, no transformers)."""
+    source = locate_model(reference)
+    shipped = find_shipped(reference) if source.shipped else None
+    if shipped is not None and (spec := load_spec(shipped, read_config_bytes(Path(source.config_path)))):
+        return spec_arch(spec, source.name), ResolvedConfig(source=source, **spec["resolved"])
     resolved = load_model_config(reference)
     source = resolved.source.config_path
     try:
