@@ -1,0 +1,267 @@
+"""quotacalc simulate: checked against analysis (the price's replica budget, M/M/1), determinism, terminal paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.inputs.scenario import scenario_from_dict
+from quotacalc.sim.events import Simulation, build_setup
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulate-platform.yaml"
+
+LLAMA_70B = {
+    "model": "Llama-3.3-70B-Instruct",
+    "gpu": "h100-sxm",
+    "tp": 4,
+    "weight_dtype": "fp8",
+    "kv_pool_tokens": 646503,
+}
+LLAMA_8B = {"model": "Llama-3.1-8B-Instruct", "gpu": "h100-sxm", "tp": 1}
+WIDE_TIER = {
+    "name": "open",
+    "max_context_tokens": 131072,
+    "kv_cap_tokens_per_replica": 10_000_000,
+    "max_concurrent_sequences": 100_000,
+    "max_output_tokens": 65536,
+    "priority": 0,
+}
+
+
+def one_tenant(deployment: dict, workload: dict, **scenario: object) -> dict:
+    return {
+        "plan": {
+            "pools": [{"name": "p", "replicas": 1, "deployment": deployment}],
+            "tiers": [WIDE_TIER],
+            "tenants": [{"name": "t", "tier": "open", "units_per_s": 1e9}],
+        },
+        "workload": {"tenants": [{"tenant": "t", **workload}]},
+        **scenario,
+    }
+
+
+def test_saturated_replica_serves_the_budget_price_predicts():
+    """One tenant keeping a replica saturated at the priced operating point serves its budget.
+
+    price's budget is ceiling / prompt_token_s (METHOD.md §1; 18,232 units/s for the worked example)
+    with W taken at batch 128 and a mean context of 1,700. Prompts of 1,200 and outputs of 1,000
+    give a mean decode context of 1,200 + 1,000/2 = 1,700, and a saturated queue keeps the batch at
+    128, so the units served per busy second times the ceiling must match the budget: the two paths
+    (price's formulas, the simulator's step-by-step engine) agree within a few percent.
+    """
+    document = one_tenant(
+        LLAMA_70B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 20},  # ~3x what one replica serves
+            "prompt_tokens": {"kind": "fixed", "tokens": 1200},
+            "output_tokens": {"kind": "fixed", "tokens": 1000},
+            "max_tokens": 1000,
+        },
+        requests=3000,
+        policies=["reserve_capped"],
+        queueing=["deep_priority"],
+    )
+    setup = build_setup(scenario_from_dict(document))
+    simulation = Simulation(setup, "reserve_capped", "deep_priority")
+    result = simulation.run()
+    replica = simulation.pools[0].replicas[0]
+    assert result.completed == 3000
+    units_per_busy_s = result.debited_units / replica.busy_s
+    budget = setup.pools[0].replica_units_per_s
+    assert budget == pytest.approx(18232, rel=1e-3)  # the method's worked example
+    assert 0.65 * units_per_busy_s == pytest.approx(budget, rel=0.04)
+
+
+def test_single_server_queue_matches_the_textbook_mean_wait():
+    """M/M/1: Poisson arrivals, one sequence at a time, memoryless service: W_q = ρ / (μ − λ).
+
+    Llama 3.1 8B on one H100 at batch 1 is bound by reading its weights each step:
+    16.06e9 B / (3.35e12 B/s × 0.75) = 6.39 ms a token (the KV of ~50 tokens adds 0.05%). Outputs
+    are geometric with mean 50 tokens, so service is (nearly) exponential with
+    E[S] = 50 × 6.39 ms = 0.320 s, μ = 3.13/s. At λ = μ/2 (ρ = 0.5), W_q = 0.5 / (μ − λ) = E[S] = 0.320 s.
+    Geometric rather than exponential lengths lower it by 1/(2·50) = 1% (Pollaczek-Khinchine).
+    """
+    step_s = 16.06e9 / (3.35e12 * 0.75)
+    mean_service_s = 50 * step_s
+    mu = 1 / mean_service_s
+    lam = 0.5 * mu
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": lam},
+            "prompt_tokens": {"kind": "fixed", "tokens": 1},
+            "output_tokens": {"kind": "exponential", "mean": 50},
+            "max_tokens": 100000,
+        },
+        requests=40000,
+        seed=3,
+        policies=["debit_on_completion"],
+        queueing=["deep_priority"],
+        engine={"max_num_seqs": 1},
+    )
+    setup = build_setup(scenario_from_dict(document))
+    result = Simulation(setup, "debit_on_completion", "deep_priority").run()
+    expected = (0.5 / (mu - lam)) * (1 - 1 / 100)
+    # 40,000 customers at ρ = 0.5: the sample mean's standard error is a few percent (autocorrelated waits).
+    assert result.queue_wait_mean_s == pytest.approx(expected, rel=0.08)
+
+
+def test_same_seed_same_bytes_and_another_seed_differs(run_cli):
+    args = ("simulate", str(EXAMPLE), "--requests", "300", "--json")
+    code, first, err = run_cli(*args)
+    assert code == 0, err
+    code, second, _ = run_cli(*args)
+    assert first == second
+    code, other, _ = run_cli(*args, "--seed", "8")
+    assert code == 0 and other != first
+
+
+def test_json_shape(run_cli):
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "200", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["command"] == "simulate" and document["schema_version"] == 1 and document["partial"] is False
+    runs = document["policies"]
+    assert {(r["policy"], r["queueing"]) for r in runs} == {
+        (p, q)
+        for p in ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
+        for q in ("fair", "deep_priority")
+    }
+    required = [
+        "policy",
+        "admission_rejects",
+        "quota_overshoot_units",
+        "unused_reservation_unit_s",
+        "leaked_reservation_units",
+        "preemptions",
+        "ttft_p99_s",
+        "itl_p99_s",
+        "tenants",
+    ]
+    for run in runs:
+        assert all(key in run for key in required)
+        assert run["leaked_reservation_units"] == 0
+        assert run["tenants"] and all("tenant" in t and "admission_rejects" in t for t in run["tenants"])
+        if run["policy"] != "debit_on_completion":
+            assert run["quota_overshoot_units"] == 0  # reservations are taken before the units are used
+
+
+def test_table_output(run_cli):
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "100")
+    assert code == 0, err
+    for needle in ("reserve_max_tokens", "incremental_lease", "deep_priority", "per tenant", "acme"):
+        assert needle in out
+
+
+def test_plot_svg_is_written_and_deterministic(run_cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    import yaml
+
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document.update(policies=["reserve_capped", "incremental_lease"], queueing=["fair"])
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(document))
+    first, second = tmp_path / "a.svg", tmp_path / "b.svg"
+    assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(first))[0] == 0
+    assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(second))[0] == 0
+    assert first.read_text().startswith("<?xml") and first.read_bytes() == second.read_bytes()
+
+
+def _terminal_document(**workload_extra: object) -> dict:
+    return one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 40},
+            "prompt_tokens": {"kind": "lognormal", "median": 800, "sigma": 0.8, "max": 8000},
+            "output_tokens": {"kind": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
+            "max_tokens": 1000,
+            "cancel_probability": 0.2,
+            "cancel_after_s_mean": 2.0,
+            "disconnect_probability": 0.2,
+            "error_probability": 0.1,
+            **workload_extra,
+        },
+        requests=1500,
+        engine={"failure_rate_per_hour": 200, "restart_s": 5, "max_num_seqs": 64},
+    )
+
+
+@pytest.mark.parametrize("policy", ["reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion"])
+@pytest.mark.parametrize("queueing", ["fair", "deep_priority"])
+def test_every_terminal_path_releases_its_reservation(policy, queueing):
+    setup = build_setup(scenario_from_dict(_terminal_document()))
+    result = Simulation(setup, policy, queueing).run()
+    for reason in ("eos", "length", "cancel", "disconnect", "error", "engine_failure"):
+        assert result.terminal.get(reason, 0) > 0, (reason, result.terminal)
+    assert result.leaked_reservation_units == 0
+    assert result.live_requests == 0
+    assert sum(result.terminal.values()) == result.admitted
+    if policy != "debit_on_completion":  # every unit held was either debited or released
+        assert result.reserved_units == pytest.approx(result.debited_units + result.released_units, rel=1e-9)
+    assert result.engine_output_tokens == result.output_tokens
+
+
+def test_leases_stop_cleanly_at_the_quota_boundary():
+    """A tenant whose bucket runs dry mid-stream: leases end requests with quota_stop and no overshoot,
+    debit-on-completion lets them run and overshoots."""
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 5},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 2000},
+            "max_tokens": 2000,
+        },
+        requests=200,
+        lease_tokens=64,
+    )
+    document["plan"]["tenants"][0]["units_per_s"] = 2000.0  # far below 5 rps × (100 + W × 2000)
+    setup = build_setup(scenario_from_dict(document))
+    lease = Simulation(setup, "incremental_lease", "fair").run()
+    debit = Simulation(setup, "debit_on_completion", "fair").run()
+    assert lease.terminal.get("quota_stop", 0) > 0
+    assert lease.quota_overshoot_units == 0 and lease.bucket_min_units >= 0
+    assert debit.quota_overshoot_units > 0 and debit.bucket_min_units >= 0
+    assert lease.leaked_reservation_units == 0
+
+
+def test_retry_after_is_the_deficit_over_the_refill_rate_rounded_up():
+    """Reserving max_tokens of 8,000 at W ≈ 1.56 (Llama 3.1 8B on one H100) needs ~12,500 units; a
+    bucket of rate 1,000 units/s and depth 60 s × 1,000 admits a few, then the deficit's refill
+    time (rounded up) is every Retry-After."""
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 50},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 10},
+            "max_tokens": 8000,
+        },
+        requests=100,
+    )
+    document["plan"]["tenants"][0]["units_per_s"] = 1000.0
+    setup = build_setup(scenario_from_dict(document))
+    simulation = Simulation(setup, "reserve_max_tokens", "fair")
+    result = simulation.run()
+    w = setup.pools[0].output_weight
+    needed = 100 + w * 8000
+    assert result.admission_rejects > 0
+    retries = simulation.counters[0].retry_after_s
+    assert all(1 <= r <= -(-needed // 1000) for r in retries)
+
+
+def test_replay_from_csv_and_jsonl(tmp_path):
+    csv = tmp_path / "usage.csv"
+    csv.write_text(
+        "timestamp,tenant,prompt_tokens,output_tokens\n"
+        "2026-01-01T00:00:00Z,t,100,20\n2026-01-01T00:00:01Z,t,200,30\n2026-01-01T00:00:03Z,other,5,5\n"
+    )
+    jsonl = tmp_path / "usage.jsonl"
+    jsonl.write_text('{"timestamp": 10, "tenant": "t", "prompt_tokens": 50, "output_tokens": 7}\n')
+    for name, requests, tokens in (("usage.csv", 2, 50), ("usage.jsonl", 1, 7)):
+        document = one_tenant(LLAMA_8B, {"arrival": {"kind": "replay", "file": name}}, duration_s=100)
+        setup = build_setup(scenario_from_dict(document, base=tmp_path))
+        result = Simulation(setup, "reserve_capped", "fair").run()
+        assert result.requests == requests and result.output_tokens == tokens
