@@ -265,3 +265,24 @@ def test_replay_from_csv_and_jsonl(tmp_path):
         setup = build_setup(scenario_from_dict(document, base=tmp_path))
         result = Simulation(setup, "reserve_capped", "fair").run()
         assert result.requests == requests and result.output_tokens == tokens
+
+
+def test_ctrl_c_prints_the_partial_results(run_cli, monkeypatch):
+    from quotacalc.sim import events
+
+    original = events.Simulation._arrive
+    calls = {"n": 0}
+
+    def interrupted(self, arrival, now):
+        calls["n"] += 1
+        if calls["n"] == 150:
+            raise KeyboardInterrupt
+        return original(self, arrival, now)
+
+    monkeypatch.setattr(events.Simulation, "_arrive", interrupted)
+    code, out, _ = run_cli("simulate", str(EXAMPLE), "--requests", "300", "--json")
+    assert code == 130
+    document = json.loads(out)
+    assert document["partial"] is True
+    [run] = document["policies"]  # the first run stopped; the others never started
+    assert run["partial"] is True and run["requests"] == 149

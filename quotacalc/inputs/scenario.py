@@ -209,15 +209,21 @@ def yaml_path(loc: tuple[Any, ...]) -> str:
             text += f"[{part}]"
         elif part in ("fixed", "lognormal", "exponential", "empirical", "poisson", "on_off", "replay"):
             continue  # the discriminator's tag, not a key of the file
-        elif isinstance(part, str) and (part.startswith(("function-", "literal[", "str", "int")) or "[" in part):
-            continue  # union branch labels pydantic inserts
+        elif isinstance(part, str) and (
+            part in ("str", "int", "float") or part[:1].isupper() or part.startswith("function-") or "[" in part
+        ):
+            continue  # union branch labels pydantic inserts (a type's name); the file's keys are lower-case
         else:
             text += f".{part}" if text else str(part)
     return text or "(top level)"
 
 
 def _validation_error(error: ValidationError, *, source: str, prefix: str = "") -> QuotacalcError:
-    first = error.errors()[0]
+    errors = error.errors()
+    first = errors[0]
+    if len(first["loc"]) > 1 and first["loc"][-1] in ("str", "int") and len(errors) > 1:
+        # A union (a plan file's name or an embedded plan): the other branch's error is the useful one.
+        first = max(errors[1:], key=lambda e: len(e["loc"]))
     loc = tuple(first["loc"])
     field = yaml_path(loc)
     if prefix:
@@ -228,9 +234,12 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
     if kind == "missing":
         return QuotacalcError("is required", source=source, field=field)
     if kind == "union_tag_invalid":
-        expected = first.get("ctx", {}).get("expected_tags", "")
+        context = first.get("ctx", {})
         return QuotacalcError(
-            f"unknown kind: {first.get('input')!r}", source=source, field=field, fix=f"one of {expected}"
+            f"unknown kind '{context.get('tag')}'",
+            source=source,
+            field=field,
+            fix=f"one of {context.get('expected_tags')}",
         )
     if kind == "union_tag_not_found":
         return QuotacalcError("needs a 'kind'", source=source, field=field)
