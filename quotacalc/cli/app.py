@@ -43,16 +43,27 @@ PlanArgument = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
+PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
 
 DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
 TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
 
 
-def _load(plan: str | None, deployment_flags: dict[str, Any], tenant_flags: dict[str, Any] | None = None):
-    from quotacalc.inputs.deployment import build_deployment, build_tenant, load_plan_file
+def _load(
+    plan: str | None,
+    deployment_flags: dict[str, Any],
+    tenant_flags: dict[str, Any] | None = None,
+    pool: str | None = None,
+):
+    from quotacalc.inputs.deployment import build_deployment, build_tenant
+    from quotacalc.inputs.plan import deployment_source
 
-    plan_file = load_plan_file(plan) if plan else None
+    if pool is not None and not plan:
+        from quotacalc.errors import UsageError
+
+        raise UsageError("needs a plan file", field="--pool")
+    plan_file = deployment_source(plan, pool) if plan else None
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     tenant = None
     if tenant_flags is not None:
@@ -70,10 +81,15 @@ def _price(deployment: Deployment):
 @app.command("price")
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
 def price_command(
-    plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags
+    plan: PlanArgument = None,
+    as_json: JsonOption = False,
+    explain: ExplainOption = False,
+    pool: PoolOption = None,
+    *,
+    deployment_flags,
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
-    deployment, _ = _load(plan, deployment_flags)
+    deployment, _ = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
@@ -91,14 +107,22 @@ def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    pool: PoolOption = None,
     *,
     deployment_flags,
     tenant_flags,
 ):
-    """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated."""
-    from quotacalc.core.tenant import size_tenant
+    """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated.
 
-    deployment, tenant = _load(plan, deployment_flags, tenant_flags)
+    On a platform plan (without tenant flags): one row per tenant, and totals."""
+    from quotacalc.core.tenant import size_tenant
+    from quotacalc.inputs.plan import is_platform_file
+
+    if plan and all(value is None for value in tenant_flags.values()) and is_platform_file(plan):
+        from quotacalc.cli.plan_cmds import size_platform
+
+        return size_platform(plan, pool, deployment_flags, as_json=as_json, explain=explain)
+    deployment, tenant = _load(plan, deployment_flags, tenant_flags, pool)
     result = size_tenant(_price(deployment), tenant)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
@@ -117,6 +141,7 @@ def kv_command(
     context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    pool: PoolOption = None,
     *,
     deployment_flags,
 ):
@@ -124,7 +149,7 @@ def kv_command(
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
-    deployment, _ = _load(plan, deployment_flags)
+    deployment, _ = _load(plan, deployment_flags, pool=pool)
     if context is None:
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
@@ -165,6 +190,73 @@ def gpus_command(
     from quotacalc.cli.tables import gpus_listing
 
     gpus_listing(as_json=as_json, sources=sources)
+
+
+SecretFileOption = Annotated[
+    str | None,
+    typer.Option("--salt-secret-file", help="file holding the salt secret (else $QUOTACALC_SALT_SECRET)"),
+]
+PlanFileArgument = Annotated[str, typer.Argument(help="plan YAML file (platform or flat)", show_default=False)]
+
+
+@app.command("schema")
+def schema_command(
+    what: Annotated[str, typer.Argument(help="plan (a plan file) or policy (the canonical policy)")] = "plan",
+):
+    """Print a JSON Schema: of the plan file (default), or of the canonical policy."""
+    from quotacalc.cli.plan_cmds import schema
+
+    schema(what)
+
+
+@app.command("check")
+def check_command(
+    plan: PlanFileArgument,
+    as_json: JsonOption = False,
+    strict: Annotated[bool, typer.Option("--strict", help="treat warnings as errors")] = False,
+    salt_secret_file: SecretFileOption = None,
+    reversal_replicas: Annotated[
+        float, typer.Option("--reversal-replicas", help="a shared tenant above this many replicas of load is flagged")
+    ] = 2.0,
+):
+    """Is the plan sound? Capacity, KV caps, max context, the reversal condition, salts; exit 1 on an error."""
+    from quotacalc.cli.plan_cmds import check
+
+    sys.exit(
+        check(plan, as_json=as_json, strict=strict, secret_file=salt_secret_file, reversal_replicas=reversal_replicas)
+    )
+
+
+@app.command("generate")
+def generate_command(
+    plan: PlanFileArgument,
+    out: Annotated[str, typer.Option("--out", help="output directory")],
+    target: Annotated[
+        str | None, typer.Option("--target", help="comma-separated: canonical,envoy,kong,litellm,vllm,gie (all)")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="write nothing; print a diff and exit 1 if DIR differs")
+    ] = False,
+    salt_secret_file: SecretFileOption = None,
+    gie_objectives: Annotated[
+        bool, typer.Option("--gie-objectives", help="also emit InferenceObjective (v1alpha2) per tier")
+    ] = False,
+    as_json: JsonOption = False,
+):
+    """Generate the canonical policy and gateway/engine configs into DIR (atomic, manifest-guarded)."""
+    from quotacalc.cli.plan_cmds import generate
+
+    sys.exit(
+        generate(
+            plan,
+            out=out,
+            target=target,
+            check_only=check,
+            secret_file=salt_secret_file,
+            gie_objectives=gie_objectives,
+            as_json=as_json,
+        )
+    )
 
 
 @app.command("simulate")

@@ -44,6 +44,15 @@ class Pool(BaseModel):
         strict=True,
         description="standard pools: prompts above this many tokens route to long_context_pool (e.g. 32768)",
     )
+    max_num_batched_tokens: int = Field(
+        8192,
+        ge=1,
+        strict=True,
+        description=(
+            "tokens per engine step (vLLM max-num-batched-tokens, the chunked-prefill budget); the default 8192 is "
+            "vLLM's own for its OpenAI server on 70+ GiB GPUs: long prefills are chunked so decode steps stay short"
+        ),
+    )
 
     @model_validator(mode="after")
     def _routing_pairs(self) -> Pool:
@@ -114,7 +123,10 @@ class PlanTenant(BaseModel):
     pool: str | None = Field(None, description="a standard pool's name; default: the plan's only standard pool")
     units_per_s: float | None = Field(None, description="contracted units/s (give this or traffic)")
     traffic: Tenant | None = Field(None, description="a traffic profile to size (rps, prompt/output tokens)")
-    placement: Literal["shared", "dedicated"] = Field("shared", description="shared replicas or a dedicated pool")
+    placement: Literal["shared", "dedicated"] = Field(
+        "shared",
+        description="shared replicas, or dedicated: its pool serves this tenant alone (priced as whole replicas)",
+    )
     cache_isolation: Literal["salted", "shared"] = Field(
         "salted", description="salted: a per-tenant cache namespace; shared: the common prefix cache"
     )

@@ -19,6 +19,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
+from quotacalc.sim.metrics import bin_index
 from quotacalc.sim.request import DECODE, DONE, PREFILL, WAITING, Request
 
 if TYPE_CHECKING:
@@ -199,9 +200,10 @@ class Replica:
         if n_decode:
             self.counter += k
             self.output_tokens += k * n_decode
+            itl_bin = bin_index(dt)
             for tenant, count in enumerate(self.tenant_decoding):
                 if count:
-                    sim.on_decode(tenant, self.pool, count, k, dt, now)
+                    sim.on_decode(tenant, self.pool, count, k, dt, now, itl_bin)
         for request, tokens in self.step_chunks:
             if request.state != PREFILL or request.replica is not self:
                 continue

@@ -330,10 +330,12 @@ class Simulation:
             request.prefill_started = True
             self.counters[request.tenant].prompt_tokens += request.prompt_tokens
 
-    def on_decode(self, tenant: int, pool: PoolRuntime, count: int, steps: int, dt: float, now: float) -> None:
+    def on_decode(
+        self, tenant: int, pool: PoolRuntime, count: int, steps: int, dt: float, now: float, itl_bin: int
+    ) -> None:
         """``count`` of a tenant's sequences each streamed ``steps`` tokens, one every ``dt`` seconds."""
         counters = self.counters[tenant]
-        counters.itl.add(dt, steps * count)
+        counters.itl.add_at(itl_bin, steps * count)
         counters.output_tokens += steps * count
         if self.policy.reserves:
             w = pool.output_weight

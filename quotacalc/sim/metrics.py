@@ -19,6 +19,11 @@ _HIST_FLOOR = 1e-6
 TERMINAL_REASONS = ("eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full")
 
 
+def bin_index(value: float) -> int:
+    """The histogram bin of ``value`` (compute once, add to many histograms)."""
+    return int(math.log(value / _HIST_FLOOR) / _LOG_BASE) if value > _HIST_FLOOR else 0
+
+
 class LogHistogram:
     """Weighted samples of a positive quantity in 1%-wide log bins."""
 
@@ -29,7 +34,9 @@ class LogHistogram:
         self.total = 0.0
 
     def add(self, value: float, weight: float) -> None:
-        index = int(math.log(value / _HIST_FLOOR) / _LOG_BASE) if value > _HIST_FLOOR else 0
+        self.add_at(bin_index(value), weight)
+
+    def add_at(self, index: int, weight: float) -> None:
         self.bins[index] = self.bins.get(index, 0.0) + weight
         self.total += weight
 
