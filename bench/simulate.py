@@ -19,7 +19,13 @@ import time
 from quotacalc.inputs.scenario import scenario_from_dict
 from quotacalc.sim.events import Simulation, build_setup, busy_fraction
 
-DEPLOYMENT = {"model": "Llama-3.3-70B-Instruct", "gpu": "h100-sxm", "tp": 4, "weight_dtype": "fp8", "kv_pool_tokens": 646503}
+DEPLOYMENT = {
+    "model": "Llama-3.3-70B-Instruct",
+    "gpu": "h100-sxm",
+    "tp": 4,
+    "weight_dtype": "fp8",
+    "kv_pool_tokens": 646503,
+}
 TIER = {
     "name": "std",
     "max_context_tokens": 32768,

@@ -148,7 +148,9 @@ class EngineSettings(_Strict):
 class Scenario(_Strict):
     """A simulation: a plan, its workload, and what to compare."""
 
-    plan: str | Plan = Field(description="a plan file (relative to the scenario) or an embedded plan")
+    plan: str | dict[str, Any] = Field(
+        description="a plan file (relative to the scenario) or an embedded platform plan (pools, tiers, tenants)"
+    )
     workload: Workload
     duration_s: float | None = Field(None, description="stop arrivals after this many seconds")
     requests: int | None = Field(None, ge=1, description="stop arrivals after this many requests")
@@ -262,52 +264,27 @@ def _read_yaml(path: Path, what: str) -> object:
     return load_yaml_text(text, source=str(path))
 
 
-def _check_references(plan: Plan, *, source: str, field: str) -> None:
-    """The references a plan reader checks (used until the plan reader exists for embedded plans)."""
-    pools = {pool.name for pool in plan.pools}
-    tiers = {tier.name for tier in plan.tiers}
-    for index, tenant in enumerate(plan.tenants):
-        if tenant.tier not in tiers:
-            raise QuotacalcError(
-                f"unknown tier '{tenant.tier}'",
-                source=source,
-                field=f"{field}tenants[{index}].tier",
-                fix=f"tiers: {', '.join(sorted(tiers)) or 'none'}",
-            )
-        if tenant.pool is not None and tenant.pool not in pools:
-            raise QuotacalcError(
-                f"unknown pool '{tenant.pool}'",
-                source=source,
-                field=f"{field}tenants[{index}].pool",
-                fix=f"pools: {', '.join(sorted(pools))}",
-            )
-    for index, pool in enumerate(plan.pools):
-        if pool.long_context_pool is not None and pool.long_context_pool not in pools:
-            raise QuotacalcError(
-                f"unknown pool '{pool.long_context_pool}'",
-                source=source,
-                field=f"{field}pools[{index}].long_context_pool",
-            )
-    if not any(pool.role == "standard" for pool in plan.pools):
-        raise QuotacalcError("no standard pool", source=source, field=f"{field}pools")
-
-
 def _plan_from_file(path: Path) -> Plan:
-    try:  # the plan branch's reader, once merged: the same errors as `quotacalc check`
-        from quotacalc.inputs.plan import load_plan  # type: ignore[import-not-found]
-    except ImportError:
-        load_plan = None
-    if load_plan is not None:
-        return load_plan(str(path))
-    document = _read_yaml(path, "plan file")
-    if not isinstance(document, dict):
-        raise QuotacalcError("expected a mapping (pools, tiers, tenants)", source=str(path))
-    try:
-        plan = Plan.model_validate(document)
-    except ValidationError as error:
-        raise _validation_error(error, source=str(path)) from None
-    _check_references(plan, source=str(path), field="")
+    """A plan file through the plan reader: the same errors as ``quotacalc check``."""
+    from quotacalc.inputs.plan import load_plan
+
+    plan, _ = load_plan(str(path))
     return plan
+
+
+def _embedded_plan(document: dict[str, Any], *, source: str) -> Plan:
+    """An embedded platform plan through the plan reader; its errors' paths start at ``plan.``."""
+    from quotacalc.inputs.plan import is_platform, read_platform_plan
+
+    if not is_platform(document):
+        raise QuotacalcError(
+            "an embedded plan needs pools", source=source, field="plan.pools", fix="or name a plan file"
+        )
+    try:
+        return read_platform_plan(document, source)
+    except QuotacalcError as error:
+        field = "plan" if not error.field else f"plan.{error.field}"
+        raise QuotacalcError(error.problem, source=source, field=field, fix=error.fix) from None
 
 
 def _parse_time(value: object, *, source: str, field: str) -> float:
@@ -400,8 +377,7 @@ def load_scenario(path: str) -> LoadedScenario:
     if isinstance(scenario.plan, str):
         plan = _plan_from_file(file.parent / scenario.plan)
     else:
-        plan = scenario.plan
-        _check_references(plan, source=path, field="plan.")
+        plan = _embedded_plan(scenario.plan, source=path)
     return _finish(scenario, plan, source=path, base=file.parent)
 
 
@@ -416,8 +392,7 @@ def scenario_from_dict(
     if isinstance(scenario.plan, str):
         plan = _plan_from_file((base or Path.cwd()) / scenario.plan)
     else:
-        plan = scenario.plan
-        _check_references(plan, source=source, field="plan.")
+        plan = _embedded_plan(scenario.plan, source=source)
     return _finish(scenario, plan, source=source, base=base or Path.cwd())
 
 

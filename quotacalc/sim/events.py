@@ -46,11 +46,16 @@ class PoolRuntime:
 
 @dataclass(frozen=True)
 class TenantRuntime:
+    """A tenant's limits, from the canonical policy (``core.policy.build_policy``)."""
+
     name: str
     tier: Tier
     pool: int
     bucket_rate: float
     bucket_depth: float
+    #: Units per output token on each pool (its standard pool's W, its long-context pool's W).
+    output_weight_by_pool: dict[int, float]
+    cached_prompt_weight: float
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,10 @@ class SimSetup:
 
 
 def build_setup(loaded: LoadedScenario) -> SimSetup:
-    """Price every pool with the core's cost model and derive each tenant's bucket."""
+    """Price every pool with the core's cost model; take each tenant's bucket and weights from the policy."""
+    from quotacalc.core.policy import build_policy
     from quotacalc.core.price import price
     from quotacalc.core.replica import replica_model
-    from quotacalc.core.tenant import size_tenant
     from quotacalc.inputs.resolve import resolve
 
     plan: Plan = loaded.plan
@@ -108,22 +113,21 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
                 long_context_pool=names.index(pool.long_context_pool) if pool.long_context_pool else None,
             )
         )
+    policy = build_policy(plan, prices)
     tenants = []
-    for tenant in plan.tenants:
-        tier = plan.tier(tenant.tier)
-        pool = plan.standard_pool_of(tenant)
-        if tenant.units_per_s is not None:
-            rate = tenant.units_per_s
-        else:
-            assert tenant.traffic is not None
-            rate = size_tenant(prices[pool.name], tenant.traffic).units_per_s
+    for tenant in policy.tenants:
+        weights = {names.index(tenant.pool): tenant.weights.output}
+        if tenant.long_context_pool is not None and tenant.long_context_weights is not None:
+            weights[names.index(tenant.long_context_pool)] = tenant.long_context_weights.output
         tenants.append(
             TenantRuntime(
                 name=tenant.name,
-                tier=tier,
-                pool=names.index(pool.name),
-                bucket_rate=rate,
-                bucket_depth=tier.burst_s * rate,
+                tier=plan.tier(tenant.tier),
+                pool=names.index(tenant.pool),
+                bucket_rate=tenant.bucket_rate_units_per_s,
+                bucket_depth=tenant.bucket_depth_units,
+                output_weight_by_pool=weights,
+                cached_prompt_weight=tenant.weights.cached_prompt,
             )
         )
     return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants))
@@ -173,6 +177,10 @@ class Simulation:
         self.next_id = 0
         self.window_s = scenario.window_s
         self.tenant_index = {t.name: i for i, t in enumerate(self.tenants)}
+        #: Units per output token of each tenant on each pool.
+        self.output_weights = [
+            [t.output_weight_by_pool.get(p.index, p.output_weight) for p in self.pools] for t in self.tenants
+        ]
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -267,8 +275,8 @@ class Simulation:
         self.next_id += 1
         request.pool = pool
         request.priority = tier.priority
-        request.output_weight = pool.output_weight
-        request.prompt_units = (prompt - cached) + cached * tier.cached_prompt_weight
+        request.output_weight = self.output_weights[index][pool.index]
+        request.prompt_units = (prompt - cached) + cached * tenant.cached_prompt_weight
         request.client_max_tokens = arrival.client_max_tokens
         limit = min(
             arrival.client_max_tokens,
@@ -338,7 +346,7 @@ class Simulation:
         counters.itl.add_at(itl_bin, steps * count)
         counters.output_tokens += steps * count
         if self.policy.reserves:
-            w = pool.output_weight
+            w = self.output_weights[tenant][pool.index]
             counters.unused_change(now, -w * count * steps)
             # Tokens arrive at the end of each step, not all at the end of the macro-step.
             counters.unused_reservation_unit_s -= w * count * dt * steps * (steps - 1) / 2
