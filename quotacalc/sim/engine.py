@@ -40,6 +40,11 @@ class Replica:
         self.max_batched_tokens = pool.max_num_batched_tokens
         self.by_priority = order == "priority"
         self.weight_read_s = self.model.weight_bytes_per_gpu / self.model.bandwidth_bytes_per_s
+        # Engine-overhead models (when the replica model has them) charge a chunk's tensor-parallel
+        # all-reduce traffic per token; the roofline model has none.
+        self.allreduce_s_per_prefill_token = getattr(self.model, "allreduces_per_step", 0) * getattr(
+            self.model, "allreduce_s_per_token", 0.0
+        )
         self.waiting: list[tuple[tuple[int, ...], int, Request]] = []
         self.n_waiting = 0
         self.prefilling: list[Request] = []
@@ -137,22 +142,30 @@ class Replica:
         chunks: list[tuple[Request, int]] = []
         if self.prefilling and self.max_batched_tokens > n_decode:
             budget = self.max_batched_tokens - n_decode
-            prefill_s = 0.0
+            prefill_flops = 0.0
+            chunk_tokens = 0
+            done_weighted = 0.0
             for request in self.prefilling:
                 tokens = min(request.prefill_left, budget)
                 done = request.kv_alloc - request.prefill_left
-                prefill_s += tokens * (model.flops_per_token + model.attention_flops(done + (tokens + 1) / 2))
+                prefill_flops += tokens * (model.flops_per_token + model.attention_flops(done + (tokens + 1) / 2))
+                chunk_tokens += tokens
+                done_weighted += done * tokens
                 chunks.append((request, tokens))
                 budget -= tokens
                 if budget == 0:
                     break
-            prefill_s /= model.compute_flops_per_s
             if n_decode:
-                # The decode half of the step reads the weights; the chunk adds its compute.
+                # The decode half of the step reads the weights and pays the step's overheads; the
+                # chunk adds its compute (and its all-reduce traffic, where the model has one).
                 context = (self.kv_decode_static + n_decode * self.counter) / n_decode
-                dt = model.step_time_s(n_decode, context) + prefill_s
+                dt = (
+                    model.step_time_s(n_decode, context)
+                    + prefill_flops / model.compute_flops_per_s
+                    + chunk_tokens * self.allreduce_s_per_prefill_token
+                )
             else:
-                dt = max(prefill_s, self.weight_read_s)
+                dt = model.prefill_time_s(chunk_tokens, done_weighted / chunk_tokens)
             k = 1
         else:
             checkpoints = self.checkpoints

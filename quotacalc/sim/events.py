@@ -177,6 +177,7 @@ class Simulation:
         self.next_id = 0
         self.window_s = scenario.window_s
         self.tenant_index = {t.name: i for i, t in enumerate(self.tenants)}
+        self.request_overhead_s = [getattr(pool.model, "request_overhead_s", 0.0) for pool in self.pools]
         #: Units per output token of each tenant on each pool.
         self.output_weights = [
             [t.output_weight_by_pool.get(p.index, p.output_weight) for p in self.pools] for t in self.tenants
@@ -356,7 +357,9 @@ class Simulation:
         counters = self.counters[request.tenant]
         if request.first_token_s is None:
             request.first_token_s = now
-            counters.ttft_s.append(now - request.arrival_s)
+            # Plus what the engine spends on a request outside its steps (API server, tokenizer),
+            # where the replica model has such a figure.
+            counters.ttft_s.append(now - request.arrival_s + self.request_overhead_s[request.pool.index])
         elif request.preempted_s is not None:
             counters.itl.add(now - request.preempted_s, 1)
         counters.output_tokens += 1
