@@ -318,3 +318,28 @@ def test_ctrl_c_prints_the_partial_results(run_cli, monkeypatch):
     assert document["partial"] is True
     [run] = document["policies"]  # the first run stopped; the others never started
     assert run["partial"] is True and run["requests"] == 149
+
+
+def test_long_prompts_route_to_the_long_context_pool():
+    """Prompts above the standard pool's threshold run on the long-context pool, the rest stay."""
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 2},
+            "prompt_tokens": {"kind": "empirical", "values": [1000, 9000]},
+            "output_tokens": {"kind": "fixed", "tokens": 20},
+            "max_tokens": 100,
+        },
+        requests=200,
+    )
+    pools = document["plan"]["pools"]
+    pools[0].update(long_context_pool="long", route_above_prompt_tokens=4096)
+    pools.append({"name": "long", "role": "long_context", "replicas": 1, "deployment": {**LLAMA_8B, "context": 16384}})
+    result = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair").run()
+    standard, long = result.pools
+    assert standard.pool == "p" and long.pool == "long"
+    assert standard.requests_scheduled + long.requests_scheduled == result.admitted == 200
+    assert standard.requests_scheduled > 50 and long.requests_scheduled > 50
+    # Prompt tokens computed per pool: 1,000 per request on the standard pool, 9,000 on the long one.
+    assert standard.prompt_tokens_computed == 1000 * standard.requests_scheduled
+    assert long.prompt_tokens_computed == 9000 * long.requests_scheduled

@@ -67,6 +67,8 @@ class Replica:
         self.step_k = 0
         self.step_chunks: list[tuple[Request, int]] = []
         self.busy_s = 0.0
+        self.failures = 0
+        self.scheduled = 0
         self.output_tokens = 0
         self.prompt_tokens_computed = 0
 
@@ -115,6 +117,8 @@ class Replica:
             self.kv_prefill += need
             self.tenant_kv_static[request.tenant] += need
             self.prefilling.append(request)
+            if request.first_scheduled_s is None:
+                self.scheduled += 1
             self.sim.on_scheduled(request, now)
 
     # -- steps ---------------------------------------------------------------------------------
@@ -251,7 +255,8 @@ class Replica:
         if self.aborts:
             aborts, self.aborts = self.aborts, []
             for request in aborts:
-                if request.state in (PREFILL, DECODE) and request.replica is self and request.abort:
+                # A cancelled request may have been preempted back to the queue meanwhile.
+                if request.state in (WAITING, PREFILL, DECODE) and request.replica is self and request.abort:
                     sim.terminal(request, request.abort, now)
 
     def generated(self, request: Request) -> int:
@@ -309,6 +314,7 @@ class Replica:
         self.version += 1
         self.busy = False
         self.up = False
+        self.failures += 1
         lost = [*self.prefilling, *self.decoding.values()]
         lost += [entry[2] for entry in sorted(self.waiting) if entry[2].state == WAITING and entry[2].replica is self]
         self.aborts = []

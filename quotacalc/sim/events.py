@@ -18,7 +18,7 @@ from quotacalc.core.replica import ReplicaModel
 from quotacalc.inputs.scenario import LoadedScenario
 from quotacalc.sim.engine import Replica
 from quotacalc.sim.gateway import Bucket, Gateway
-from quotacalc.sim.metrics import PolicyRun, TenantCounters, TenantFigures, figures
+from quotacalc.sim.metrics import PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
 from quotacalc.sim.policies import UNLIMITED, AdmissionPolicy, make_policy
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
 from quotacalc.sim.workload import Arrival, arrivals
@@ -484,6 +484,17 @@ class Simulation:
             if counters.requests
         )
         engine_tokens = sum(r.output_tokens for pool in self.pools for r in pool.replicas)
+        pools = tuple(
+            PoolFigures(
+                pool=pool.name,
+                requests_scheduled=sum(r.scheduled for r in pool.replicas),
+                prompt_tokens_computed=sum(r.prompt_tokens_computed for r in pool.replicas),
+                output_tokens=sum(r.output_tokens for r in pool.replicas),
+                busy_fraction=sum(r.busy_s for r in pool.replicas) / (len(pool.replicas) * now) if now > 0 else 0.0,
+                replica_failures=sum(r.failures for r in pool.replicas),
+            )
+            for pool in self.pools
+        )
         return PolicyRun(
             policy=self.policy.name,
             queueing=self.queueing,
@@ -492,6 +503,7 @@ class Simulation:
             live_requests=self.live,
             engine_output_tokens=engine_tokens,
             tenants=tenants,
+            pools=pools,
             **figures(self.counters, simulated_s=now),
         )
 

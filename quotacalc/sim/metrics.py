@@ -147,6 +147,17 @@ class TenantFigures(Figures):
     bucket_depth_units: float
 
 
+class PoolFigures(_Result):
+    """What one pool's replicas did in a run."""
+
+    pool: str
+    requests_scheduled: int = Field(description="requests its engines scheduled (after routing)")
+    prompt_tokens_computed: int = Field(description="prompt tokens prefilled, recomputation included")
+    output_tokens: int
+    busy_fraction: float = Field(description="share of replica time spent stepping")
+    replica_failures: int
+
+
 class PolicyRun(Figures):
     """One policy under one queueing mode."""
 
@@ -157,6 +168,7 @@ class PolicyRun(Figures):
     live_requests: int = Field(description="admitted requests not yet ended (0 unless partial)")
     engine_output_tokens: int = Field(description="tokens the engines produced; equals output_tokens")
     tenants: tuple[TenantFigures, ...]
+    pools: tuple[PoolFigures, ...] = ()
 
 
 def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, object]:
