@@ -343,3 +343,53 @@ def test_long_prompts_route_to_the_long_context_pool():
     # Prompt tokens computed per pool: 1,000 per request on the standard pool, 9,000 on the long one.
     assert standard.prompt_tokens_computed == 1000 * standard.requests_scheduled
     assert long.prompt_tokens_computed == 9000 * long.requests_scheduled
+
+
+def test_priority_alone_starves_a_low_tier_that_fair_queueing_serves():
+    """METHOD.md §3: a gold tenant oversubscribing one replica (12 req/s x (500 + 4.27 x 300) = 21,400
+    units/s against a budget of 20,023, more than the replica runs at a batch of 32), a bronze tenant
+    sending 1 req/s well within its contract. With a deep engine queue ordered by priority, bronze
+    waits behind every gold request; with fair queueing (weights 40,000 : 3,000) at the gateway over
+    a shallow engine queue, bronze gets its share."""
+
+    def tier(name: str, priority: int) -> dict:
+        return {**WIDE_TIER, "name": name, "priority": priority, "max_output_tokens": 2048}
+
+    fixed = {"prompt_tokens": {"kind": "fixed", "tokens": 500}}
+    document = {
+        "plan": {
+            "pools": [{"name": "p", "replicas": 1, "deployment": LLAMA_8B}],
+            "tiers": [tier("gold", 0), tier("bronze", 2)],
+            "tenants": [
+                {"name": "big", "tier": "gold", "units_per_s": 40000.0},
+                {"name": "small", "tier": "bronze", "units_per_s": 3000.0},
+            ],
+        },
+        "workload": {
+            "tenants": [
+                {
+                    "tenant": "big",
+                    "arrival": {"kind": "poisson", "rate_rps": 12},
+                    **fixed,
+                    "output_tokens": {"kind": "fixed", "tokens": 300},
+                    "max_tokens": 300,
+                },
+                {
+                    "tenant": "small",
+                    "arrival": {"kind": "poisson", "rate_rps": 1},
+                    **fixed,
+                    "output_tokens": {"kind": "fixed", "tokens": 100},
+                    "max_tokens": 100,
+                },
+            ]
+        },
+        "duration_s": 120,
+        "seed": 1,
+        "engine": {"max_num_seqs": 32},
+    }
+    setup = build_setup(scenario_from_dict(document))
+    fair = {t.tenant: t for t in Simulation(setup, "reserve_capped", "fair").run().tenants}
+    deep = {t.tenant: t for t in Simulation(setup, "reserve_capped", "deep_priority").run().tenants}
+    assert fair["small"].admission_rejects == deep["small"].admission_rejects == 0
+    assert fair["small"].ttft_p99_s < 10
+    assert deep["small"].ttft_p99_s > 10 * fair["small"].ttft_p99_s
