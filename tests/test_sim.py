@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,17 @@ def test_plot_svg_is_written_and_deterministic(run_cli, tmp_path):
     assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(first))[0] == 0
     assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(second))[0] == 0
     assert first.read_text().startswith("<?xml") and first.read_bytes() == second.read_bytes()
+    png = tmp_path / "c.png"
+    assert run_cli("simulate", str(scenario), "--requests", "20", "--json", "--plot", str(png))[0] == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_without_matplotlib_is_a_clear_error(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "20", "--json", "--plot", str(tmp_path / "x.svg"))
+    assert out == ""  # checked before simulating: nothing half-printed
+    assert code == 1 and "matplotlib" in err and "quotacalc[plot]" in err and "Traceback" not in err
+    assert not (tmp_path / "x.svg").exists()
 
 
 def _terminal_document(**workload_extra: object) -> dict:

@@ -12,6 +12,8 @@ errors and engine failures:
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("hypothesis")
@@ -137,6 +139,7 @@ def test_invariants(document, policy, queueing):
 
     assert result.live_requests == 0
     assert result.leaked_reservation_units == 0
+    json.dumps(result.model_dump(mode="json"), allow_nan=False)  # --json stays strict: no NaN or Infinity
     for tenant in result.tenants:
         assert tenant.leaked_reservation_units == 0
         assert tenant.bucket_min_units is None or tenant.bucket_min_units >= 0

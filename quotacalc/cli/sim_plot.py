@@ -16,17 +16,24 @@ if TYPE_CHECKING:
     from quotacalc.sim.metrics import PolicyRun
 
 
-def plot_runs(runs: list[PolicyRun], ttft_samples: list[dict[str, list[float]]], path: Path) -> None:
-    """Write a PNG or SVG comparing the runs; deterministic bytes for the same runs."""
+def require_matplotlib() -> None:
+    """Fail before simulating, not after, when --plot cannot be honoured."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         raise QuotacalcError(
             "plotting needs matplotlib, which is not installed", field="--plot", fix="pip install 'quotacalc[plot]'"
         ) from None
+
+
+def plot_runs(runs: list[PolicyRun], ttft_samples: list[dict[str, list[float]]], path: Path) -> None:
+    """Write a PNG or SVG comparing the runs; deterministic bytes for the same runs."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     matplotlib.rcParams["svg.hashsalt"] = "quotacalc"  # stable element ids: same runs, same file
     labels = [f"{run.policy}\n{run.queueing}" for run in runs]
     metrics = (

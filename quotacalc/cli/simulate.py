@@ -30,6 +30,10 @@ def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None
         raise UsageError(f"cannot plot to '{plot}'", field="--plot", fix="name a .png or .svg file")
     if requests is not None and requests < 1:
         raise UsageError(f"must be at least 1, got {requests}", field="--requests")
+    if plot is not None:
+        from quotacalc.cli.sim_plot import require_matplotlib
+
+        require_matplotlib()
     loaded = load_scenario(path)
     updates: dict[str, Any] = {}
     if seed is not None:
