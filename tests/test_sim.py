@@ -405,3 +405,36 @@ def test_priority_alone_starves_a_low_tier_that_fair_queueing_serves():
     assert fair["small"].admission_rejects == deep["small"].admission_rejects == 0
     assert fair["small"].ttft_p99_s < 10
     assert deep["small"].ttft_p99_s > 10 * fair["small"].ttft_p99_s
+
+
+def test_one_request_by_hand():
+    """One request alone on a replica, every figure derived by hand.
+
+    Prompt 100, output 10, max_tokens 100 (reserve_capped holds 100 + W x 100 units). The prefill
+    step takes prefill_time(100) and yields the first token (TTFT); the other 9 tokens come from one
+    macro-step of 9 decode steps at the batch of 1 and the mid-way context 101 + (9 - 1) / 2 = 105.
+    Unused reservation: W x 100 held during the prefill, then W x (99, 98, ..., 91) over the 9 steps:
+    W x (100 x prefill + 855 x step). At the end it debits 100 + 10 W and releases 90 W.
+    """
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 1},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 10},
+            "max_tokens": 100,
+        },
+        requests=1,
+    )
+    setup = build_setup(scenario_from_dict(document))
+    model, w = setup.pools[0].model, setup.pools[0].output_weight
+    result = Simulation(setup, "reserve_capped", "fair").run()
+    prefill_s, step_s = model.prefill_time_s(100, 0), model.step_time_s(1, 105)
+    assert result.ttft_p50_s == pytest.approx(prefill_s, rel=1e-9)
+    assert result.itl_p50_s == pytest.approx(step_s, rel=0.01)  # a 1%-wide histogram bin
+    assert result.reserved_units == pytest.approx(100 + w * 100, rel=1e-12)
+    assert result.debited_units == pytest.approx(100 + w * 10, rel=1e-12)
+    assert result.released_units == pytest.approx(w * 90, rel=1e-12)
+    assert result.unused_reservation_unit_s == pytest.approx(w * (100 * prefill_s + 855 * step_s), rel=1e-9)
+    assert result.resident_kv_peak_tokens == 110
+    assert result.terminal == {"eos": 1} and result.output_tokens == 10
