@@ -57,6 +57,7 @@ CASES = [
     ("nan duration", _set("duration_s", float("nan")), 1, "duration_s", "finite"),
     ("probability above 1", _set("workload.tenants.0.cancel_probability", 1.5), 1, "cancel_probability", "1"),
     ("duplicate workload", _set("workload.tenants.1.tenant", "acme"), 1, "workload.tenants[1].tenant", "two workloads"),
+    ("runaway rate", _set("workload.tenants.0.arrival.rate_rps", 1e12), 1, "duration_s", "requests would arrive"),
     ("missing plan file", _set("plan", "nope.yaml"), 2, "nope.yaml", "no such file"),
     (
         "missing replay file",

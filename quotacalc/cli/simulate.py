@@ -34,15 +34,13 @@ def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None
         from quotacalc.cli.sim_plot import require_matplotlib
 
         require_matplotlib()
-    loaded = load_scenario(path)
     updates: dict[str, Any] = {}
     if seed is not None:
         updates["seed"] = seed
     if requests is not None:
         updates["requests"] = requests
         updates["duration_s"] = None
-    if updates:
-        loaded = loaded.model_copy(update={"scenario": loaded.scenario.model_copy(update=updates)})
+    loaded = load_scenario(path, updates)
     setup = build_setup(loaded)
     scenario = loaded.scenario
     combos = [(policy, queueing) for queueing in scenario.queueing for policy in scenario.policies]

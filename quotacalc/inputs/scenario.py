@@ -18,6 +18,9 @@ from quotacalc.errors import QuotacalcError, UsageError
 
 POLICY_NAMES = ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
 QUEUEING_NAMES = ("fair", "deep_priority")
+#: A scenario expected to send more requests than this without a request cap is a typo, not a plan:
+#: at ~150 us a request it would run for hours.
+MAX_EXPECTED_REQUESTS = 20_000_000
 
 
 class _Strict(BaseModel):
@@ -364,8 +367,8 @@ def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
     return by_tenant
 
 
-def load_scenario(path: str) -> LoadedScenario:
-    """Read and validate a scenario file, its plan and its replay files."""
+def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedScenario:
+    """Read and validate a scenario file, its plan and its replay files; ``overrides`` (from flags) win."""
     file = Path(path)
     document = _read_yaml(file, "scenario file")
     if not isinstance(document, dict):
@@ -374,6 +377,8 @@ def load_scenario(path: str) -> LoadedScenario:
         scenario = Scenario.model_validate(document)
     except ValidationError as error:
         raise _validation_error(error, source=path) from None
+    if overrides:
+        scenario = scenario.model_copy(update=overrides)
     if isinstance(scenario.plan, str):
         plan = _plan_from_file(file.parent / scenario.plan)
     else:
@@ -433,6 +438,21 @@ def _finish(scenario: Scenario, plan: Plan, *, source: str, base: Path) -> Loade
                 )
             replays[workload.tenant] = tuple(
                 UsageRow(time_s=t, prompt_tokens=p, output_tokens=o) for t, p, o in sorted(rows)
+            )
+    if scenario.requests is None and scenario.duration_s is not None:
+        expected = 0.0
+        for workload in scenario.workload.tenants:
+            arrival = workload.arrival
+            if isinstance(arrival, Poisson):
+                expected += arrival.rate_rps * scenario.duration_s
+            elif isinstance(arrival, OnOff):
+                expected += arrival.rate_rps * scenario.duration_s * arrival.on_s / (arrival.on_s + arrival.off_s)
+        if expected > MAX_EXPECTED_REQUESTS:
+            raise QuotacalcError(
+                f"about {expected:.3g} requests would arrive in {scenario.duration_s:g} s",
+                source=source,
+                field="duration_s",
+                fix=f"shorten it, lower the rates, or cap the run with requests (at most {MAX_EXPECTED_REQUESTS:,} expected)",
             )
     if replays:  # replayed tenants keep their relative timing: time 0 is the earliest row of any file
         start = min(rows[0].time_s for rows in replays.values())
