@@ -1,6 +1,6 @@
 """Hand-built canonical policies for the exporter tests, until build_policy exists on this branch.
 
-The standard pool is METHOD.md §7's worked example (Llama 3.3 70B FP8, TP=4 on H100 SXM): W = 3.09,
+The standard pool is docs/method.md §7's worked example (Llama 3.3 70B FP8, TP=4 on H100 SXM): W = 3.09,
 18,232 units/s per replica at the 0.65 ceiling, 646,503 KV tokens per replica, $7,200 per replica-month.
 The long-context pool serves the same model at 128K: its decode step reads more KV per token (mean
 context about 16K tokens instead of 1,700), so its W is higher; 4.6 is a stated assumption of this

@@ -21,7 +21,10 @@ def test_public_api_without_the_cli():
     assert isinstance(replica, quotacalc.PriceResult)
     assert replica.inputs.deployment.kv_dtype == "fp8"
     tenant = quotacalc.size_tenant(replica, quotacalc.Tenant(rps=1, prompt_tokens=100, output_tokens=10))
-    assert tenant.units_per_s == pytest.approx(100 + replica.output_weight * 10)
+    # Qwen3-8B: 36 layers x 2 x 32 heads x (128 + 128) x 50.5 mean attended tokens of a 100-token prompt,
+    # beside 2 x active params per token: a prompt token costs 1.0018 units inside it.
+    token_units = 1 + 36 * 2 * 32 * 256 * 50.5 / (2 * replica.active_params)
+    assert tenant.units_per_s == pytest.approx(100 * token_units + replica.output_weight * 10)
 
 
 def test_library_import_does_not_load_the_cli_or_transformers():
@@ -31,10 +34,13 @@ def test_library_import_does_not_load_the_cli_or_transformers():
 
 
 def test_warm_call_never_imports_transformers(tmp_path):
-    env = {**os.environ, "QUOTACALC_CACHE_DIR": str(tmp_path)}
+    """A config that is not shipped pays the transformers import once; the cached resolution skips it."""
+    folder = tmp_path / "llama-copy"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((ROOT / "models" / "Llama-3.1-8B-Instruct" / "config.json").read_bytes())
+    env = {**os.environ, "QUOTACALC_CACHE_DIR": str(tmp_path / "cache")}
     code = (
-        "import sys; from quotacalc import load_arch; load_arch('Llama-3.1-8B-Instruct');"
-        "print('transformers' in sys.modules)"
+        f"import sys; from quotacalc import load_arch; load_arch({str(folder)!r}); print('transformers' in sys.modules)"
     )
     cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

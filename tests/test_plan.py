@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PLATFORM = EXAMPLES / "platform.yaml"
 FLAT = EXAMPLES / "llama-3.3-70b-h100.yaml"
 
-# The worked example (METHOD.md §7): W 3.09, replica budget about 18,232 units/s, $7,200 per replica-month.
+# The worked example (docs/method.md §7): W 3.09, replica budget about 18,232 units/s, $7,200 per replica-month.
 REPLICA_UNITS = 18_232
 REPLICA_USD = 7_200.0
 
@@ -93,7 +95,7 @@ def test_flat_plan_price_unchanged_and_accepts_pool_default(run_cli) -> None:
     code, named, _ = run_cli("price", FLAT, "--pool", "default", "--json")
     assert code == 0
     assert json.loads(plain)["results"] == json.loads(named)["results"]
-    # W about 3.1, budget about 18,232 units/s (METHOD.md §7).
+    # W about 3.1, budget about 18,232 units/s (docs/method.md §7).
     results = json.loads(plain)["results"]
     assert results["output_weight"] == pytest.approx(3.09, rel=0.01)
     assert results["replica_units_per_s"] == pytest.approx(REPLICA_UNITS, rel=0.001)
@@ -106,7 +108,7 @@ def test_pool_option_prices_the_named_pool(run_cli) -> None:
     assert (deployment["batch"], deployment["context"], deployment["tp"]) == (8, 65536, 4)
     code, out, _ = run_cli("kv", PLATFORM, "--pool", "shared", "--context", "131072", "--json")
     assert code == 0
-    # 131,072 tokens × 327,680 B = 40.0 GiB of KV (METHOD.md §7).
+    # 131,072 tokens × 327,680 B = 40.0 GiB of KV (docs/method.md §7).
     assert json.loads(out)["results"]["request_kv_bytes"] == 131072 * 327680
 
 
@@ -135,7 +137,7 @@ def test_size_rows_per_tenant_and_totals(run_cli) -> None:
     code, out, err = run_cli("size", PLATFORM, "--json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["command"] == "size" and document["schema_version"] == 1
+    assert document["command"] == "size" and document["schema_version"] == JSON_SCHEMA_VERSION
     rows = {row["name"]: row for row in document["tenants"]}
     assert list(rows) == ["globex", "stark", "acme", "initech", "umbrella", "cyberdyne", "hooli", "wayne"]
     globex = rows["globex"]
@@ -145,9 +147,11 @@ def test_size_rows_per_tenant_and_totals(run_cli) -> None:
     assert globex["bucket_depth_units"] == pytest.approx(60 * 17725)
     assert globex["shared_usd_per_month"] == pytest.approx(0.9722 * 7200, rel=1e-3)
     assert globex["dedicated_usd_per_month"] == REPLICA_USD
-    # hooli is sized from traffic: 1 req/s × (800 × 0.5 + 800 × 0.5 × 0.1 + W × 300) with W = 3.0931.
+    # hooli is sized from traffic: 1 req/s × (800 × 0.5 × u(800) + 800 × 0.5 × 0.1 + W × 300) with
+    # W = 3.0931 and u(800) a prompt token's units inside an 800-token prompt.
     assert rows["hooli"]["rate_source"] == "traffic"
-    assert rows["hooli"]["units_per_s"] == pytest.approx(400 + 40 + 3.0931 * 300, rel=1e-4)
+    expected = 400 * llama70b_prompt_token_units(800) + 40 + 3.0931 * 300
+    assert rows["hooli"]["units_per_s"] == pytest.approx(expected, rel=1e-4)
     # acme is dedicated: 45,000 / 18,232 = 2.47 replicas -> 3 whole replicas, $21,600/month.
     assert rows["acme"]["dedicated_replicas"] == 3
     assert rows["acme"]["dedicated_usd_per_month"] == 3 * REPLICA_USD
@@ -176,8 +180,8 @@ def test_size_with_tenant_flags_on_a_pool_sizes_one_tenant(run_cli) -> None:
     args = ("--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500", "--json")
     code, out, _ = run_cli("size", PLATFORM, "--pool", "shared", *args)
     assert code == 0
-    # 5 × (2,000 + 3.09 × 500) = 17,725 units/s (METHOD.md §7; W unrounded gives 17,733).
-    assert json.loads(out)["results"]["units_per_s"] == pytest.approx(17725, rel=1e-3)
+    # 5 × (2,000 + 3.09 × 500) = 17,725 units/s in the method; prompt tokens charged inside their prompt.
+    assert json.loads(out)["results"]["units_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
 
 
 # --- bad plans: one line naming the file and the YAML path -------------------------------------------

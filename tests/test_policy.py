@@ -1,4 +1,4 @@
-"""The canonical policy and the plan's checks: golden figures from the method (METHOD.md §3, §6, §7),
+"""The canonical policy and the plan's checks: golden figures from the method (docs/method.md §3, §6, §7),
 hand computations shown beside each assertion, and every finding of `quotacalc check`."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
 from quotacalc.core.policy import build_policy, retry_after_s
 
@@ -21,7 +23,7 @@ LLAMA = "meta-llama/Llama-3.3-70B-Instruct"
 
 @pytest.fixture(scope="module")
 def worked_example_price():
-    """The worked example's replica (METHOD.md §7), priced once."""
+    """The worked example's replica (docs/method.md §7), priced once."""
     from quotacalc.core.deployment import Deployment
     from quotacalc.core.price import price
     from quotacalc.inputs.resolve import resolve
@@ -93,10 +95,11 @@ def test_traffic_tenant_is_sized_like_the_method(worked_example_price) -> None:
     traffic = {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500}
     plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", traffic=traffic)])
     (tenant,) = build_policy(plan, {"main": replica}).tenants
-    # METHOD.md §7: 17,725 units/s with W rounded to 3.09; 1,063,5xx units of burst at 60 s.
+    # docs/method.md §7: 17,725 units/s with W rounded to 3.09, once prompt tokens are charged inside their
+    # 2,000-token prompt 17,919; 60 s of burst.
     assert tenant.rate_source == "traffic"
-    assert tenant.bucket_rate_units_per_s == pytest.approx(17725, rel=1e-3)
-    assert tenant.bucket_depth_units == pytest.approx(1_063_500, rel=1e-3)
+    assert tenant.bucket_rate_units_per_s == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
+    assert tenant.bucket_depth_units == pytest.approx(60 * METHOD_TENANT_UNITS_PER_S, rel=1e-4)
     assert tenant.retry_after.max_s == 60
 
 
@@ -106,9 +109,10 @@ def test_cached_weight_and_burst_come_from_the_tier(worked_example_price) -> Non
     traffic = {"rps": 1, "prompt_tokens": 1000, "output_tokens": 0, "cached_fraction": 0.5}
     plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="cheap", traffic=traffic)], tiers=[cheap])
     (tenant,) = build_policy(plan, {"main": replica}).tenants
-    # 500 uncached + 500 cached × 0.5 = 750 units per request, 1 req/s; depth 30 s × 750.
-    assert tenant.bucket_rate_units_per_s == pytest.approx(750)
-    assert tenant.bucket_depth_units == pytest.approx(22_500)
+    # 500 uncached × u(1000) + 500 cached × 0.5 units per request, 1 req/s; depth 30 s of that.
+    per_request = 500 * llama70b_prompt_token_units(1000) + 250
+    assert tenant.bucket_rate_units_per_s == pytest.approx(per_request, rel=1e-6)
+    assert tenant.bucket_depth_units == pytest.approx(30 * per_request, rel=1e-6)
     assert tenant.weights.cached_prompt == 0.5
     assert tenant.retry_after.max_s == 30
 
@@ -206,7 +210,7 @@ def codes(document: dict, severity: str | None = None) -> list[str]:
 def test_example_plan_is_sound_with_one_reversal_warning(run_cli, tmp_path: Path) -> None:
     code, document = run_check(run_cli, tmp_path, platform_document())
     assert code == 0 and document["ok"] is True
-    assert document["command"] == "check" and document["schema_version"] == 1
+    assert document["command"] == "check" and document["schema_version"] == JSON_SCHEMA_VERSION
     assert codes(document, "error") == []
     assert codes(document, "warning") == ["reversal"]
     (reversal,) = [f for f in document["findings"] if f["code"] == "reversal"]
@@ -336,7 +340,7 @@ def test_check_on_a_flat_plan(run_cli) -> None:
     code, out, _ = run_cli("check", EXAMPLES / "llama-3.3-70b-h100.yaml", "--json")
     assert code == 0
     result = json.loads(out)
-    # One tenant of 17,7xx units/s on one replica of 18,232: 97% sold, sound.
+    # One tenant of 17,9xx units/s on one replica of 18,232: 98% sold, sound.
     (capacity,) = [f for f in result["findings"] if f["code"] == "capacity"]
-    assert capacity["figures"]["units_sold_per_s"] == pytest.approx(17725, rel=1e-3)
+    assert capacity["figures"]["units_sold_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
     assert math.isclose(capacity["figures"]["capacity_units_per_s"], 18232.2, rel_tol=1e-4)

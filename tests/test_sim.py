@@ -83,7 +83,7 @@ def test_saturated_replica_runs_at_the_cost_model_throughput():
     Each request costs its prompt's compute, 1,200 x (2 x active params + attention over ~600 earlier
     tokens) / (TP x peak x MFU), plus 1,000 decode tokens at step_time(128, 1,700) / 128 each: the mean
     decode context is 1,200 + 1,000 / 2 = 1,700, the worked example's operating point. On the roofline
-    (METHOD.md §1) that is 35.7 us x 1,200 x 1.01 + 1,000 x 14.1 ms / 128, and the units served per busy
+    (docs/method.md §1) that is 35.7 us x 1,200 x 1.01 + 1,000 x 14.1 ms / 128, and the units served per busy
     second times the ceiling is price's budget.
     """
     setup = build_setup(
@@ -101,29 +101,28 @@ def test_saturated_replica_runs_at_the_cost_model_throughput():
     replica = simulation.pools[0].replicas[0]
     model = setup.pools[0].model
     assert result.completed == 3000
-    prefill_s = 1200 * (model.flops_per_token + model.attention_flops(600.5)) / model.compute_flops_per_s
+    # A chunk riding in a decode step adds its FLOPs and its tensor-parallel all-reduce traffic.
+    prefill_s = model.prefill_compute_s(1200) + 1200 * model.allreduces_per_step * model.allreduce_s_per_token
     request_s = prefill_s + 1000 * model.step_time_s(128, 1700) / 128
     units_per_request = 1200 + setup.pools[0].output_weight * 1000
     assert result.debited_units / replica.busy_s == pytest.approx(units_per_request / request_s, rel=0.04)
 
 
 def test_single_server_queue_matches_the_textbook_mean_wait():
-    """M/M/1: Poisson arrivals, one sequence at a time, memoryless service: W_q = ρ / (μ − λ).
+    """A single-server queue: Poisson arrivals, one sequence at a time (max_num_seqs 1), FCFS.
 
-    Llama 3.1 8B on one H100 at batch 1 is bound by reading its weights each step:
-    16.06e9 B / (3.35e12 B/s × 0.75) = 6.39 ms a token (the KV of ~50 tokens adds 0.05%). Outputs
-    are geometric with mean 50 tokens, so service is (nearly) exponential with
-    E[S] = 50 × 6.39 ms = 0.320 s, μ = 3.13/s. At λ = μ/2 (ρ = 0.5), W_q = 0.5 / (μ − λ) = E[S] = 0.320 s.
-    Geometric rather than exponential lengths lower it by 1/(2·50) = 1% (Pollaczek-Khinchine).
+    Service is one prefill step of a 1-token prompt (a, the first token) and then N - 1 decode steps
+    (b each, at batch 1: the weights' read plus the engine's step overheads; the ~25 tokens of KV
+    add 0.05%), with N geometric of mean 50: E[S] = a + 49 b, Var[S] = b^2 x 49 x 50. The textbook
+    mean wait is Pollaczek-Khinchine's W_q = lambda E[S^2] / (2 (1 - rho)), which is M/M/1's
+    rho / (mu - lambda) when service is exponential (here within a few percent: a is close to b and
+    N is nearly memoryless). At rho = 0.5 over 40,000 requests the sample mean is within a few
+    percent of it (waits are autocorrelated, so the tolerance is 8%).
     """
-    step_s = 16.06e9 / (3.35e12 * 0.75)
-    mean_service_s = 50 * step_s
-    mu = 1 / mean_service_s
-    lam = 0.5 * mu
     document = one_tenant(
         LLAMA_8B,
         {
-            "arrival": {"kind": "poisson", "rate_rps": lam},
+            "arrival": {"kind": "poisson", "rate_rps": 1.0},  # replaced below, once a and b are known
             "prompt_tokens": {"kind": "fixed", "tokens": 1},
             "output_tokens": {"kind": "exponential", "mean": 50},
             "max_tokens": 100000,
@@ -134,10 +133,17 @@ def test_single_server_queue_matches_the_textbook_mean_wait():
         queueing=["deep_priority"],
         engine={"max_num_seqs": 1},
     )
+    model = build_setup(scenario_from_dict(document)).pools[0].model
+    a, b = model.prefill_time_s(1, 0), model.step_time_s(1, 26)
+    mean_s = a + 49 * b
+    second_moment = b * b * 49 * 50 + mean_s * mean_s
+    lam = 0.5 / mean_s
+    document["workload"]["tenants"][0]["arrival"]["rate_rps"] = lam
     setup = build_setup(scenario_from_dict(document))
     result = Simulation(setup, "debit_on_completion", "deep_priority").run()
-    expected = (0.5 / (mu - lam)) * (1 - 1 / 100)
-    # 40,000 customers at ρ = 0.5: the sample mean's standard error is a few percent (autocorrelated waits).
+    expected = lam * second_moment / (2 * (1 - 0.5))
+    mm1 = 0.5 / (1 / mean_s - lam)
+    assert expected == pytest.approx(mm1, rel=0.05)  # the M/M/1 textbook figure, nearly
     assert result.queue_wait_mean_s == pytest.approx(expected, rel=0.08)
 
 
@@ -358,7 +364,7 @@ def test_long_prompts_route_to_the_long_context_pool():
 
 
 def test_priority_alone_starves_a_low_tier_that_fair_queueing_serves():
-    """METHOD.md §3: a gold tenant oversubscribing one replica (12 req/s x (500 + 4.27 x 300) = 21,400
+    """docs/method.md §3: a gold tenant oversubscribing one replica (12 req/s x (500 + 4.27 x 300) = 21,400
     units/s against a budget of 20,023, more than the replica runs at a batch of 32), a bronze tenant
     sending 1 req/s well within its contract. With a deep engine queue ordered by priority, bronze
     waits behind every gold request; with fair queueing (weights 40,000 : 3,000) at the gateway over
@@ -430,7 +436,8 @@ def test_one_request_by_hand():
     model, w = setup.pools[0].model, setup.pools[0].output_weight
     result = Simulation(setup, "reserve_capped", "fair").run()
     prefill_s, step_s = model.prefill_time_s(100, 0), model.step_time_s(1, 105)
-    assert result.ttft_p50_s == pytest.approx(prefill_s, rel=1e-9)
+    # TTFT also counts the engine's per-request overhead (API server, tokenizer), outside its steps.
+    assert result.ttft_p50_s == pytest.approx(prefill_s + model.request_overhead_s, rel=1e-9)
     assert result.itl_p50_s == pytest.approx(step_s, rel=0.01)  # a 1%-wide histogram bin
     assert result.reserved_units == pytest.approx(100 + w * 100, rel=1e-12)
     assert result.debited_units == pytest.approx(100 + w * 10, rel=1e-12)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from quotacalc.cli.options import option_parameters, with_options
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
 app = typer.Typer(
@@ -17,6 +17,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it fits a pipe and a narrow terminal, shows each default, and no <bool> on flags.
+    rich_markup_mode=None,
 )
 
 
@@ -44,6 +46,19 @@ PlanArgument = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
 PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
+StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
+
+
+def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
+    """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
+    if not printed:
+        for warning in warnings:
+            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+    if strict and warnings:
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
+        )
+
 
 DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
@@ -85,6 +100,7 @@ def price_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -93,12 +109,15 @@ def price_command(
     result = _price(deployment)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(price_json(result))
+        print_warnings(result.warnings)
+        emit_json(price_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import price_table
 
         price_table(result, explain=explain)
+    _warn(result.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("size")
@@ -108,6 +127,7 @@ def size_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
+    strict: StrictOption = False,
     *,
     deployment_flags,
     tenant_flags,
@@ -126,12 +146,15 @@ def size_command(
     result = size_tenant(_price(deployment), tenant)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(size_json(result))
+        print_warnings(result.replica.warnings)
+        emit_json(size_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("kv")
@@ -142,6 +165,7 @@ def kv_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -154,15 +178,20 @@ def kv_command(
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
+    if context > MAX_CONTEXT_TOKENS:
+        raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(kv_json(result))
+        print_warnings(result.replica.warnings)
+        emit_json(kv_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("models")
@@ -259,6 +288,32 @@ def generate_command(
     )
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    from quotacalc.errors import printable
+
+    sys.stderr.write(f"quotacalc: {printable(message)}\n")
+    sys.exit(code)
+
+
+def _interrupted() -> NoReturn:
+    # 128 + SIGINT, as shells report it: an interrupted CI job must never look green.
+    _fail("interrupted", 130)
+
+
+@app.command("examples")
+def examples_command(
+    name: Annotated[str | None, typer.Argument(help="an example's name; omit to list them", show_default=False)] = None,
+    copy_to: Annotated[
+        str | None, typer.Option("--copy", help="write the example(s) into this directory", show_default=False)
+    ] = None,
+    as_json: JsonOption = False,
+):
+    """The shipped example plans: list them, print one, or copy them out (they ship inside the package)."""
+    from quotacalc.cli.examples import examples_command as run
+
+    run(name, copy_to, as_json)
+
+
 @app.command("simulate")
 def simulate_command(
     scenario: Annotated[
@@ -277,13 +332,15 @@ def simulate_command(
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
+    from quotacalc.cli.streams import fit_output_encoding
+
+    fit_output_encoding()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except QuotacalcError as error:
-        sys.stderr.write(f"quotacalc: error: {error.one_line()}\n")
-        sys.exit(error.exit_code)
+        _fail(f"error: {error.one_line()}", error.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted()
     except Exception as error:
         # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
         if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
@@ -291,13 +348,29 @@ def main() -> None:
             if message:  # empty when the help was printed instead (no arguments)
                 command = getattr(getattr(error, "ctx", None), "command_path", "quotacalc")
                 hint = f" (see '{command} --help')" if error.exit_code == 2 else ""
-                sys.stderr.write(f"quotacalc: error: {message}{hint}\n")
+                _fail(f"error: {message}{hint}", error.exit_code)
             sys.exit(error.exit_code)
         if type(error).__name__ == "Abort":
-            sys.exit(130)
+            _interrupted()
         if os.environ.get("QUOTACALC_DEBUG"):
             raise
-        sys.stderr.write(
-            f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n"
-        )
-        sys.exit(3)
+        if (hostile := _input_error(error)) is not None:
+            _fail(f"error: {hostile}", 1)
+        _fail(f"internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)", 3)
+    if code == 130:  # typer turns Ctrl-C inside a command into Exit(130), returned when not standalone
+        _interrupted()
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _input_error(error: Exception) -> str | None:
+    """A last net for input that slipped past validation: say what was wrong with it, not 'internal error'."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        return f"{field}: {first['msg']}" if field else first["msg"]
+    if isinstance(error, OverflowError):
+        return f"a number in the input is out of range ({error})"
+    return None

@@ -24,19 +24,34 @@ def _plain_type(annotation: Any) -> Any:
     return annotation
 
 
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
     """One keyword-only typer option per field of ``model``; every default is None ('not given')."""
     parameters = []
     for name, field in model.model_fields.items():
-        if name in exclude:
+        # A structured field (a mapping) is a file's business; it has no flag.
+        if name in exclude or _is_model(_plain_type(field.annotation)):
             continue
-        default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
-        option = typer.Option(
-            flag_name(name), help=f"{field.description}{default}", rich_help_panel=panel, show_default=False
-        )
-        annotation = Annotated[Union[_plain_type(field.annotation), None], option]
+        plain = _plain_type(field.annotation)
+        flag = flag_name(name)
+        if plain is bool:  # a switch both ways, so a flag can undo a plan file's true
+            flag = f"{flag}/--no-{flag.removeprefix('--')}"
+        # The default is shown from the model (the option's own default is None: 'not given').
+        stated = field.default not in (None, PydanticUndefined)
+        default = f"  [default: {_shown_default(field.default)}]" if stated else ""
+        option = typer.Option(flag, help=f"{field.description}{default}", rich_help_panel=panel, show_default=False)
+        annotation = Annotated[Union[plain, None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters
+
+
+def _shown_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callable], Callable]:

@@ -67,6 +67,8 @@ def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None
 
         plot_runs(runs, ttft_samples, Path(plot))
     if partial:
+        # 128 + SIGINT, as everywhere in quotacalc: an interrupted CI job must never look green.
+        sys.stderr.write("quotacalc: interrupted: the results above are partial\n")
         sys.exit(130)
 
 

@@ -1,4 +1,4 @@
-"""Findings about a plan: is it sound to ship (METHOD.md §2-§6)? Pure: the policy carries every figure.
+"""Findings about a plan: is it sound to ship (docs/method.md §2-§6)? Pure: the policy carries every figure.
 
 Each finding has a severity (error: the plan cannot be honoured; warning: it can, but the method
 advises against it; info: a figure worth seeing), the plan entry it is about, and the numbers behind it.
@@ -17,7 +17,7 @@ from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 
 Severity = Literal["error", "warning", "info"]
 
-#: A tenant whose load exceeds this many replicas triggers the reversal condition (METHOD.md §6).
+#: A tenant whose load exceeds this many replicas triggers the reversal condition (docs/method.md §6).
 DEFAULT_REVERSAL_REPLICAS = 2.0
 
 

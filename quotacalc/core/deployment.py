@@ -7,9 +7,37 @@ default; nothing the core uses is a buried constant. Loading them from files and
 
 from __future__ import annotations
 
+from enum import Enum
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GIB = 2**30
+
+#: Upper bounds on each number: far past any real deployment, low enough that every figure stays finite
+#: and every loop short. Each is documented in the field's help.
+MAX_TP = 1024
+MAX_BATCH = 1_000_000
+MAX_CONTEXT_TOKENS = 100_000_000
+MAX_POOL_TOKENS = 10**12
+MAX_GPU_HOUR_USD = 1_000_000
+MAX_HOURS_PER_MONTH = 744  # 31 days
+MAX_RESERVE_GIB = 10_000
+MAX_EXPERT_SKEW = 100
+MAX_BURST_S = 366 * 86_400  # a year
+MAX_RPS = 10**9
+MAX_TOKENS_PER_REQUEST = 100_000_000
+
+#: Strict: no booleans or floats for counts, no strings for numbers, no NaN or infinity anywhere.
+_STRICT = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _at_most(value: float, limit: float) -> float:
+    if value > limit:
+        # bit_length, not str(): Python refuses to print an integer of more than 4,300 digits.
+        huge = isinstance(value, int) and value > 10**20
+        shown = f"a {int(value.bit_length() * 0.30103) + 1}-digit number" if huge else value
+        raise ValueError(f"must be at most {limit:,}, got {shown}")
+    return value
 
 
 def _fraction(value: float, *, allow_zero: bool = False) -> float:
@@ -20,39 +48,113 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
     return value
 
 
-class Deployment(BaseModel):
-    """How one replica serves a model. Defaults are the worked example's assumptions (METHOD.md §7)."""
+class PricingBasis(str, Enum):
+    """Which decode step time drives W, the replica budget and the prices.
+
+    ``roofline`` is docs/method.md's: max(memory, compute), what the hardware allows; the worked example's
+    figures rest on it, so it is the default. ``engine`` adds what a real engine spends beside the
+    roofline (per-step overhead, tensor-parallel all-reduces): what a user measures as inter-token
+    latency. Both are always reported (``decode_step_s`` and ``itl_s``); the basis only picks which
+    one the prices follow.
+    """
+
+    ROOFLINE = "roofline"
+    ENGINE = "engine"
+
+
+class KvPoolMeasuredWith(BaseModel):
+    """The deployment a measured KV pool (``kv_pool_tokens``) was read on: it holds only for that one."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
+    gpu: str = Field(description="GPU catalog id or alias")
+    tp: int = Field(description="tensor-parallel GPUs per replica")
+    weight_dtype: str | None = Field(None, description="weight dtype; None: the checkpoint's")
+    kv_dtype: str | None = Field(None, description="KV cache dtype; None: the checkpoint's")
+    memory_utilization: float = Field(0.9, description="vLLM gpu-memory-utilization")
+    max_num_batched_tokens: int | None = Field(None, description="vLLM max-num-batched-tokens; None: its default")
+
+
+class Deployment(BaseModel):
+    """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
+
+    model_config = _STRICT
+
     model: str = Field(description="shipped model name, Hugging Face id, or path to a config")
     gpu: str = Field(description="GPU catalog id (quotacalc gpus)")
-    tp: int = Field(1, description="tensor-parallel GPUs per replica")
+    tp: int = Field(1, description="tensor-parallel GPUs per replica, GPUs")
     expert_parallel: bool = Field(False, description="shard MoE experts whole across the replica's GPUs")
     weight_dtype: str | None = Field(None, description="weight dtype for every parameter; default: the checkpoint's")
     kv_dtype: str | None = Field(None, description="KV cache dtype; default: the checkpoint's dtype")
     state_dtype: str | None = Field(None, description="Mamba state dtype; default: the checkpoint's dtype")
-    batch: int = Field(128, description="decode batch: sequences per decode step")
-    context: int = Field(1700, description="mean context (tokens) of a sequence in the decode batch")
-    mfu: float = Field(0.5, description="model FLOPs utilisation in prefill (and compute-bound decode)")
-    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode")
-    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold")
-    gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
-    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica")
-    memory_utilization: float = Field(
-        0.9, description="share of GPU memory the engine may use (vLLM gpu-memory-utilization)"
+    batch: int = Field(128, description="decode batch: sequences per decode step, sequences")
+    context: int = Field(1700, description="mean context of a sequence in the decode batch, tokens")
+    mfu: float = Field(
+        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in (0, 1]"
     )
-    runtime_reserve_gib: float = Field(
-        5.5, description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB"
+    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in (0, 1]")
+    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in (0, 1]")
+    gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
+    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
+    memory_utilization: float = Field(
+        0.9, description="share of GPU memory the engine may use, a fraction in (0, 1] (vLLM gpu-memory-utilization)"
+    )
+    runtime_reserve_gib: float | None = Field(
+        None,
+        description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB; "
+        "default: a model of TP and max_num_batched_tokens fitted on vLLM start-up logs",
+    )
+    reserve_base_gib: float = Field(
+        1.0, description="modelled reserve per GPU: CUDA context, CUDA graphs, sampler, GiB (fitted on vLLM logs)"
+    )
+    reserve_per_tp_peer_gib: float = Field(
+        1.1,
+        description="modelled reserve per GPU for each other GPU of its TP group: communication buffers, GiB "
+        "(fitted on the worked example's measured pool)",
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
+        "for 'vllm serve': 8192 on GPUs of 70 GiB or more except A100, else 2048",
     )
     kv_pool_tokens: int | None = Field(
         None, description="measured KV pool (tokens per replica); overrides the estimate"
     )
-    expert_skew: float = Field(
-        0.0, description="MoE routing skew: Zipf exponent of expert popularity; 0 = uniform routing"
+    kv_pool_measured_with: KvPoolMeasuredWith | None = Field(
+        None, description="the deployment kv_pool_tokens was measured on (plan files); a run that differs is an error"
     )
-    cached_prompt_weight: float = Field(0.1, description="units charged per prompt token served from the prefix cache")
-    burst_s: float = Field(60, description="token-bucket depth, in seconds of contracted units")
+    pricing_basis: PricingBasis = Field(
+        PricingBasis.ROOFLINE,
+        strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
+        description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
+    )
+    step_overhead_s: float = Field(
+        0.0012, description="fixed time of each engine step beside the roofline: scheduling, launches, s"
+    )
+    sequence_overhead_s: float = Field(
+        0.00001,
+        description="time each sequence adds to an engine step beside the roofline: its sampling, "
+        "detokenisation and bookkeeping, s",
+    )
+    request_overhead_s: float = Field(
+        0.005, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
+    )
+    allreduce_latency_s: float | None = Field(
+        None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
+    )
+    load_prompt_tokens: int | None = Field(
+        None, description="prompt tokens per request of the full-load workload; default: --context"
+    )
+    load_output_tokens: int = Field(
+        128, description="output tokens per request of the full-load workload (vllm bench serve's default)"
+    )
+    expert_skew: float = Field(
+        0.0, description="MoE routing skew: Zipf exponent of expert popularity (0 to 100); 0 = uniform routing"
+    )
+    cached_prompt_weight: float = Field(
+        0.1, description="units charged per prompt token served from the prefix cache, in [0, 1]"
+    )
+    burst_s: float = Field(60, description="token-bucket depth, s of contracted units")
 
     @field_validator("model", "gpu")
     @classmethod
@@ -61,14 +163,14 @@ class Deployment(BaseModel):
             raise ValueError("must not be empty")
         return value.strip()
 
-    @field_validator("tp", "batch", "context")
+    @field_validator("tp", "batch", "context", "load_output_tokens")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value <= 0:
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
-    @field_validator("kv_pool_tokens")
+    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "load_prompt_tokens")
     @classmethod
     def _positive_pool(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:
@@ -85,10 +187,20 @@ class Deployment(BaseModel):
     def _weight(cls, value: float) -> float:
         return _fraction(value, allow_zero=True)
 
-    @field_validator("gpu_hour_usd", "runtime_reserve_gib", "expert_skew")
+    @field_validator(
+        "gpu_hour_usd",
+        "runtime_reserve_gib",
+        "reserve_base_gib",
+        "reserve_per_tp_peer_gib",
+        "expert_skew",
+        "step_overhead_s",
+        "sequence_overhead_s",
+        "request_overhead_s",
+        "allreduce_latency_s",
+    )
     @classmethod
-    def _non_negative(cls, value: float) -> float:
-        if value < 0:
+    def _non_negative(cls, value: float | None) -> float | None:
+        if value is not None and value < 0:
             raise ValueError(f"must not be negative, got {value}")
         return value
 
@@ -99,20 +211,29 @@ class Deployment(BaseModel):
             raise ValueError(f"must be positive, got {value}")
         return value
 
+    @field_validator("*")
+    @classmethod
+    def _bounded(cls, value: object, info) -> object:
+        limit = _DEPLOYMENT_LIMITS.get(info.field_name)
+        return value if limit is None or value is None else _at_most(value, limit)
+
     @property
-    def runtime_reserve_bytes(self) -> float:
-        return self.runtime_reserve_gib * GIB
+    def load_prompt(self) -> int:
+        """Prompt tokens per request of the full-load workload."""
+        return self.load_prompt_tokens if self.load_prompt_tokens is not None else self.context
 
 
 class Tenant(BaseModel):
     """A tenant's traffic on a deployment."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
-    rps: float = Field(description="requests per second")
-    prompt_tokens: float = Field(description="mean prompt tokens per request")
-    output_tokens: float = Field(description="mean output tokens per request")
-    cached_fraction: float = Field(0.0, description="share of prompt tokens served from the prefix cache")
+    rps: float = Field(description="requests per second, req/s")
+    prompt_tokens: float = Field(description="mean prompt tokens per request, tokens")
+    output_tokens: float = Field(description="mean output tokens per request, tokens")
+    cached_fraction: float = Field(
+        0.0, description="share of prompt tokens served from the prefix cache, a fraction in [0, 1]"
+    )
 
     @field_validator("rps", "prompt_tokens", "output_tokens")
     @classmethod
@@ -125,3 +246,21 @@ class Tenant(BaseModel):
     @classmethod
     def _fraction_field(cls, value: float) -> float:
         return _fraction(value, allow_zero=True)
+
+    @field_validator("rps", "prompt_tokens", "output_tokens")
+    @classmethod
+    def _bounded(cls, value: float, info) -> float:
+        return _at_most(value, MAX_RPS if info.field_name == "rps" else MAX_TOKENS_PER_REQUEST)
+
+
+_DEPLOYMENT_LIMITS = {
+    "tp": MAX_TP,
+    "batch": MAX_BATCH,
+    "context": MAX_CONTEXT_TOKENS,
+    "kv_pool_tokens": MAX_POOL_TOKENS,
+    "gpu_hour_usd": MAX_GPU_HOUR_USD,
+    "hours_per_month": MAX_HOURS_PER_MONTH,
+    "runtime_reserve_gib": MAX_RESERVE_GIB,
+    "expert_skew": MAX_EXPERT_SKEW,
+    "burst_s": MAX_BURST_S,
+}

@@ -1,4 +1,4 @@
-"""A platform plan: pools of replicas, tiers of service, and the tenants sold onto them (METHOD.md §2-§6).
+"""A platform plan: pools of replicas, tiers of service, and the tenants sold onto them (docs/method.md §2-§6).
 
 These are the value types the core computes on; ``quotacalc.inputs.plan`` reads them from YAML and
 checks the references between them (a tenant's tier and pool exist, names are unique, routing

@@ -1,4 +1,4 @@
-"""Sizing every tenant of a plan at once: the view sales asked for (METHOD.md §1, §6).
+"""Sizing every tenant of a plan at once: the view sales asked for (docs/method.md §1, §6).
 
 Computed from the canonical policy, so ``size`` and the generated files can never disagree.
 """

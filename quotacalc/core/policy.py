@@ -1,4 +1,4 @@
-"""The canonical quota policy: everything a gateway or engine needs to enforce a plan (METHOD.md §3-§6).
+"""The canonical quota policy: everything a gateway or engine needs to enforce a plan (docs/method.md §3-§6).
 
 quotacalc's own format, and complete: every exporter renders this policy and never reads the plan,
 so there is one source of truth for each limit. Salts are not in it (they derive from a secret): a
@@ -184,7 +184,7 @@ def _served_model_name(model: str) -> str:
 
 
 def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) -> EngineSettings:
-    """Engine settings that keep the engine's queue shallow: fairness is the gateway's job (METHOD.md §3).
+    """Engine settings that keep the engine's queue shallow: fairness is the gateway's job (docs/method.md §3).
 
     ``routed``: each tier routed here with the longest sequence it can bring to this pool.
     """

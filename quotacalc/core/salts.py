@@ -1,4 +1,4 @@
-"""Per-tenant cache salts (METHOD.md §4): HMAC-SHA256 of the tenant under a platform secret.
+"""Per-tenant cache salts (docs/method.md §4): HMAC-SHA256 of the tenant under a platform secret.
 
 A salt must not be guessable by another tenant, so it derives from a secret that never enters the
 plan; the same secret always gives the same salts, so generated files stay byte-identical.

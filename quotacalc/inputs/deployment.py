@@ -68,21 +68,48 @@ def _one_line_validation_error(
             field=flag_name(field) if not source else prefix + field,
             fix="give it in the file or as a flag",
         )
-    message = first["msg"].removeprefix("Value error, ")
+    message, fix = _problem(first)
     where = flag_name(field) if field in from_flags else prefix + field
-    return QuotacalcError(message, source=None if field in from_flags else source, field=where)
+    return QuotacalcError(message, source=None if field in from_flags else source, field=where, fix=fix)
+
+
+#: pydantic's error types for a value of the wrong type, and what the value must be.
+_WANTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "int_parsing": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+}
+
+
+def _problem(error: Any) -> tuple[str, str | None]:
+    """A validation error as 'must be ..., got ...' and a fix, for one line."""
+    wanted = _WANTED.get(error["type"])
+    if wanted is None:
+        return error["msg"].removeprefix("Value error, "), None
+    value = error.get("input")
+    shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+    fix = None
+    if isinstance(value, bool) and wanted != "true or false":
+        fix = "YAML reads yes/no/on/off as true/false; write the number"
+    elif isinstance(value, str) and wanted != "a string":
+        fix = "write the number without quotes"
+    elif isinstance(value, float) and wanted == "an integer":
+        fix = "a count is a whole number"
+    return f"must be {wanted}, got {shown}", fix
 
 
 def load_plan_file(path: str) -> PlanFile:
     """Read a deployment YAML file strictly: duplicate keys, unknown keys and bad YAML are errors."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix="check the path to the deployment YAML") from None
-    except OSError as error:
-        raise QuotacalcError(f"cannot read: {error.strerror}", source=path) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text  # PyYAML only when a file is given
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file  # PyYAML only when a file is given
+
+    text = read_text_file(file, what="deployment YAML")
 
     document = load_yaml_text(text, source=path)
     if document is None:
@@ -94,19 +121,86 @@ def load_plan_file(path: str) -> PlanFile:
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
     deployment = {key: value for key, value in document.items() if key != "tenant"}
     model = deployment.get("model")
-    if isinstance(model, str) and (beside := file.parent / model).exists() and not Path(model).is_absolute():
+    if isinstance(model, str) and _exists(beside := file.parent / model) and not Path(model).is_absolute():
         # A model path in a plan file means beside the file, wherever the command runs from.
         deployment["model"] = str(beside)
     return PlanFile(deployment=deployment, tenant=tenant)
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return False
+
+
 def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None) -> Deployment:
-    """Flags override the file; errors name the flag or the file's key."""
+    """Flags override the file; errors name the flag or the file's key.
+
+    A measured ``kv_pool_tokens`` from the file holds only for the deployment it was measured on
+    (``kv_pool_measured_with``): a run that differs is an error naming what changed, unless the
+    pool itself is given on the command line.
+    """
     given = {key: value for key, value in flag_values.items() if value is not None}
     try:
-        return Deployment.model_validate({**file_values, **given})
+        deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
+    if "kv_pool_tokens" not in given:
+        check_measured_pool(deployment, source=source)
+    return deployment
+
+
+def _gpu_id(name: str) -> str:
+    from quotacalc.catalog.gpus import load_gpu_catalog
+
+    return load_gpu_catalog().get(name).id
+
+
+def _batched_tokens(tokens: int | None, gpu: str) -> int:
+    """A token budget as the engine runs it: the given one, or vLLM's default on that GPU."""
+    from quotacalc.catalog.gpus import load_gpu_catalog
+    from quotacalc.core.memory import vllm_default_max_num_batched_tokens
+
+    return tokens if tokens is not None else vllm_default_max_num_batched_tokens(load_gpu_catalog().get(gpu))
+
+
+def _dtype_name(name: str | None) -> str | None:
+    from quotacalc.catalog.dtypes import dtype_by_name
+
+    return None if name in (None, "auto") else dtype_by_name(name).name
+
+
+def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
+    """Raise if a measured pool is used on a deployment other than the one it was measured on."""
+    measured = deployment.kv_pool_measured_with
+    if deployment.kv_pool_tokens is None or measured is None:
+        return
+    now = {
+        "gpu": _gpu_id(deployment.gpu),
+        "tp": deployment.tp,
+        "weight_dtype": _dtype_name(deployment.weight_dtype),
+        "kv_dtype": _dtype_name(deployment.kv_dtype),
+        "memory_utilization": deployment.memory_utilization,
+        "max_num_batched_tokens": _batched_tokens(deployment.max_num_batched_tokens, deployment.gpu),
+    }
+    then = {
+        "gpu": _gpu_id(measured.gpu),
+        "tp": measured.tp,
+        "weight_dtype": _dtype_name(measured.weight_dtype),
+        "kv_dtype": _dtype_name(measured.kv_dtype),
+        "memory_utilization": measured.memory_utilization,
+        "max_num_batched_tokens": _batched_tokens(measured.max_num_batched_tokens, measured.gpu),
+    }
+    changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
+    if changed:
+        raise QuotacalcError(
+            f"the measured pool of {deployment.kv_pool_tokens:,} tokens was measured on another deployment "
+            f"({', '.join(changed)})",
+            source=source,
+            field="kv_pool_tokens",
+            fix="measure the pool on this deployment, remove kv_pool_tokens to estimate it, or give --kv-pool-tokens",
+        )
 
 
 def build_tenant(file_values: dict[str, Any] | None, flag_values: dict[str, Any], *, source: str | None) -> Tenant:

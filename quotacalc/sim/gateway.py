@@ -1,4 +1,4 @@
-"""The gateway: token buckets in units, per-tenant queues, a weighted fair scheduler, caps (METHOD.md §3).
+"""The gateway: token buckets in units, per-tenant queues, a weighted fair scheduler, caps (docs/method.md §3).
 
 Fair mode: admitted requests wait in per-tenant queues; a start-time fair queueing scheduler
 (weights: the contracted units/s, so tenants share contention in proportion to what they bought)

@@ -1,4 +1,4 @@
-"""The interface every admission policy implements (METHOD.md §5: reserve, debit, release).
+"""The interface every admission policy implements (docs/method.md §5: reserve, debit, release).
 
 A policy decides three things about a request's output, whose length is unknown at admission:
 what the bucket must hold and gives up at admission, how many output tokens that covers, and
