@@ -445,3 +445,11 @@ def test_one_request_by_hand():
     assert result.unused_reservation_unit_s == pytest.approx(w * (100 * prefill_s + 855 * step_s), rel=1e-9)
     assert result.resident_kv_peak_tokens == 110
     assert result.terminal == {"eos": 1} and result.output_tokens == 10
+
+
+@pytest.mark.parametrize("name", ["simulate-platform.yaml", "simulate-named-plan.yaml"])
+def test_shipped_scenarios_run(run_cli, name):
+    code, out, err = run_cli("simulate", str(EXAMPLE.parent / name), "--requests", "150", "--json")
+    assert code == 0, err
+    runs = json.loads(out)["policies"]
+    assert runs and all(run["leaked_reservation_units"] == 0 and run["live_requests"] == 0 for run in runs)
