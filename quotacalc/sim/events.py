@@ -19,7 +19,7 @@ from quotacalc.inputs.scenario import LoadedScenario
 from quotacalc.sim.engine import Replica
 from quotacalc.sim.gateway import Bucket, Gateway
 from quotacalc.sim.metrics import PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
-from quotacalc.sim.policies import UNLIMITED, AdmissionPolicy, make_policy
+from quotacalc.sim.policies import AdmissionPolicy, make_policy
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
 from quotacalc.sim.workload import Arrival, arrivals
 
@@ -177,6 +177,8 @@ class Simulation:
         self.next_id = 0
         self.window_s = scenario.window_s
         self.tenant_index = {t.name: i for i, t in enumerate(self.tenants)}
+        fractions = {w.tenant: w.cached_fraction for w in scenario.workload.tenants}
+        self.cached_fraction = [fractions.get(t.name, 0.0) for t in self.tenants]
         self.request_overhead_s = [getattr(pool.model, "request_overhead_s", 0.0) for pool in self.pools]
         #: Units per output token of each tenant on each pool.
         self.output_weights = [
@@ -271,7 +273,7 @@ class Simulation:
         if prompt + 1 > tier.max_context_tokens or prompt + 1 > pool.kv_pool_tokens:
             counters.other_rejects["context"] = counters.other_rejects.get("context", 0) + 1
             return
-        cached = round(prompt * self._cached_fraction(index))
+        cached = round(prompt * self.cached_fraction[index])
         request = Request(self.next_id, index, now, prompt, cached)
         self.next_id += 1
         request.pool = pool
@@ -319,13 +321,6 @@ class Simulation:
         if arrival.cancel_after_s is not None:
             self._push(now + arrival.cancel_after_s, _CANCEL, request)
         self.gateway.submit(request, now)
-
-    def _cached_fraction(self, index: int) -> float:
-        name = self.tenants[index].name
-        for workload in self.scenario.workload.tenants:
-            if workload.tenant == name:
-                return workload.cached_fraction
-        return 0.0
 
     # -- callbacks from the engines ---------------------------------------------------------
 
@@ -516,4 +511,4 @@ def busy_fraction(simulation: Simulation) -> float:
     return sum(r.busy_s for r in replicas) / (len(replicas) * simulation.now)
 
 
-__all__ = ["UNLIMITED", "SimSetup", "Simulation", "build_setup", "busy_fraction"]
+__all__ = ["SimSetup", "Simulation", "build_setup", "busy_fraction"]
