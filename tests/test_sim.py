@@ -443,7 +443,7 @@ def test_one_request_by_hand():
     assert result.debited_units == pytest.approx(100 + w * 10, rel=1e-12)
     assert result.released_units == pytest.approx(w * 90, rel=1e-12)
     assert result.unused_reservation_unit_s == pytest.approx(w * (100 * prefill_s + 855 * step_s), rel=1e-9)
-    assert result.resident_kv_peak_tokens == 110
+    assert result.resident_kv_peak_tokens == 110 and result.concurrent_sequences_peak == 1
     assert result.terminal == {"eos": 1} and result.output_tokens == 10
 
 

@@ -150,6 +150,10 @@ def test_invariants(document, policy, queueing):
             assert tenant.quota_overshoot_units == 0
         assert sum(tenant.terminal.values()) == tenant.admitted
         assert tenant.admitted + tenant.admission_rejects + sum(tenant.other_rejects.values()) == tenant.requests
+        if queueing == "fair":  # the gateway's caps hold (deep_priority forwards without them)
+            tier = next(t.tier for t in setup.tenants if t.name == tenant.tenant)
+            assert tenant.concurrent_sequences_peak <= tier.max_concurrent_sequences
+            assert tenant.resident_kv_peak_tokens <= tier.kv_cap_tokens_per_replica
     for bucket in simulation.buckets:
         assert bucket.level >= 0
     # Tokens conserved: what the engines produced is what the requests streamed.

@@ -407,6 +407,7 @@ class Simulation:
         if state in (WAITING, PREFILL, DECODE):
             request.replica.release(request)
             self.gateway.inflight[index] -= 1
+            self.gateway.inflight_total -= 1
         request.state = DONE
         self.live -= 1
         generated = request.generated
@@ -499,7 +500,10 @@ class Simulation:
             engine_output_tokens=engine_tokens,
             tenants=tenants,
             pools=pools,
-            **figures(self.counters, simulated_s=now),
+            **{
+                **figures(self.counters, simulated_s=now),
+                "concurrent_sequences_peak": self.gateway.inflight_peak,
+            },
         )
 
 

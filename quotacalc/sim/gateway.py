@@ -55,6 +55,8 @@ class Gateway:
         self.virtual_time = [0.0] * len(sim.pools)
         self.last_finish = [[0.0] * tenants for _ in sim.pools]
         self.inflight = [0] * tenants
+        self.inflight_total = 0
+        self.inflight_peak = 0
 
     def submit(self, request: Request, now: float) -> None:
         """An admitted request enters the gateway."""
@@ -82,6 +84,10 @@ class Gateway:
 
     def _send(self, request: Request, replica: Replica, now: float) -> None:
         self.inflight[request.tenant] += 1
+        counters = self.sim.counters[request.tenant]
+        counters.concurrent_peak = max(counters.concurrent_peak, self.inflight[request.tenant])
+        self.inflight_total += 1
+        self.inflight_peak = max(self.inflight_peak, self.inflight_total)
         replica.enqueue(request, now)
 
     def dispatch(self, pool: PoolRuntime, now: float) -> None:

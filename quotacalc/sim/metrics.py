@@ -86,6 +86,7 @@ class TenantCounters:
     unused_since_s: float = 0.0
     unused_reservation_unit_s: float = 0.0
     preemptions: int = 0
+    concurrent_peak: int = 0
     ttft_s: list[float] = field(default_factory=list)
     queue_wait_s_sum: float = 0.0
     queue_wait_count: int = 0
@@ -126,6 +127,7 @@ class Figures(_Result):
     unused_reservation_unit_s: float = Field(description="∫ (reserved − used) dt over admitted requests")
     leaked_reservation_units: float = Field(description="held after a terminal path; must be 0")
     preemptions: int
+    concurrent_sequences_peak: int = Field(description="most requests in the engines at once (a tenant's: its cap)")
     resident_kv_peak_tokens: int = Field(description="most KV tokens resident on one replica at once")
     resident_kv_p99_tokens: float | None = Field(description="p99 over the replicas' busy time")
     ttft_p50_s: float | None
@@ -213,6 +215,8 @@ def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, 
         "unused_reservation_unit_s": total("unused_reservation_unit_s"),
         "leaked_reservation_units": total("leaked_reservation_units"),
         "preemptions": int(total("preemptions")),
+        # One tenant's peak; for a whole run the caller passes the pool-wide peak instead.
+        "concurrent_sequences_peak": max((c.concurrent_peak for c in counters), default=0),
         "resident_kv_peak_tokens": max((c.resident_kv_peak_tokens for c in counters), default=0),
         "resident_kv_p99_tokens": kv.percentile(99),
         "ttft_p50_s": exact_percentile(ttft, 50),
