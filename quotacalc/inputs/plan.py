@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import PlanFile, suggest_key
+from quotacalc.inputs.deployment import PlanFile, check_measured_pool, suggest_key
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -154,18 +154,9 @@ def _non_finite(value: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...],
 
 def read_document(path: str) -> dict[str, Any]:
     """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix="check the path to the plan") from None
-    except IsADirectoryError:
-        raise UsageError("is a directory, not a plan file", source=path) from None
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not UTF-8 text"
-        raise QuotacalcError(f"cannot read: {reason}", source=path) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
 
+    text = read_text_file(Path(path), what="plan")
     document = load_yaml_text(text, source=path)
     if document is None:
         document = {}
@@ -181,9 +172,16 @@ def is_platform(document: dict[str, Any]) -> bool:
 
 def _beside(model: Any, path: str) -> Any:
     # A model path in a plan file means beside the file, wherever the command runs from.
-    if isinstance(model, str) and not Path(model).is_absolute() and (beside := Path(path).parent / model).exists():
+    if isinstance(model, str) and not Path(model).is_absolute() and _exists(beside := Path(path).parent / model):
         return str(beside)
     return model
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return False
 
 
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
@@ -398,6 +396,8 @@ def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
             if first["type"] == "missing":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
+        with pool_errors(path, index):
+            check_measured_pool(deployment, source=None)
         pools.append(Pool.model_validate({**pool_file.model_dump(exclude={"deployment"}), "deployment": deployment}))
     plan = Plan(
         pools=tuple(pools),
