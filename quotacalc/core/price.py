@@ -543,7 +543,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs, one weight read) + "
-        "decode_overhead_s + all-reduces)",
+        "step_overhead_s + all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
@@ -554,8 +554,9 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     load_batch = x.record(
         "max_load_batch",
         model.max_load_batch(prompt, output),
-        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output))",
-        substituted=f"requests of {fmt(prompt)} + {fmt(output)} tokens at their full length",
+        formula="min(floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output)), max_num_seqs)",
+        substituted=f"requests of {fmt(prompt)} + {fmt(output)} tokens at their full length, at most "
+        f"{fmt(model.max_num_seqs)} ({'given' if deployment.max_num_seqs is not None else 'vLLM default'})",
         unit="sequences",
     )
     x.record(
