@@ -419,3 +419,14 @@ def test_measured_pool_on_another_deployment_names_the_pool(run_cli, tmp_path: P
         f"quotacalc: error: {path}: pools[1].deployment.kv_pool_tokens: the measured pool of 646,503 tokens was "
         "measured on another deployment (tp 4 -> 8)"
     ), err
+
+
+def test_engine_max_num_seqs_never_above_the_deployments_own(tmp_path: Path) -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    document = platform_document()
+    document["pools"][0]["deployment"]["max_num_seqs"] = 64  # below the decode batch of 128
+    _, policy = load_policy(str(_write(tmp_path, document)))
+    pools = {pool.name: pool for pool in policy.pools}
+    assert pools["shared"].engine.max_num_seqs == 64
+    assert pools["acme-dedicated"].engine.max_num_seqs == 128
