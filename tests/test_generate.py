@@ -477,3 +477,19 @@ def test_generate_a_flat_plan(run_cli, tmp_path: Path) -> None:
     (tenant,) = policy["tenants"]
     assert (tenant["name"], tenant["cache_isolation"], tenant["salt_ref"]) == ("tenant", "shared", None)
     assert tenant["retry_after"]["max_s"] == 60  # the file's burst_s default, 60 s
+
+
+def test_gie_objectives_only_on_request(run_cli, tmp_path: Path, monkeypatch) -> None:
+    from quotacalc.exporters.base import TARGET_MODULES
+
+    if "gie" not in TARGET_MODULES:
+        pytest.skip("no gie target in this build")
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    assert run_cli("generate", PLATFORM, "--out", tmp_path / "plain", "--target", "gie")[0] == 0
+    assert "InferenceObjective" not in "".join(
+        path.read_text(encoding="utf-8") for path in (tmp_path / "plain/gie").glob("*.yaml")
+    )
+    assert run_cli("generate", PLATFORM, "--out", tmp_path / "asked", "--target", "gie", "--gie-objectives")[0] == 0
+    assert "kind: InferenceObjective" in "".join(
+        path.read_text(encoding="utf-8") for path in (tmp_path / "asked/gie").glob("*.yaml")
+    )
