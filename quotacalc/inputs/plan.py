@@ -233,19 +233,15 @@ def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
     if found := _non_finite(document):
         loc, value = found
         raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=yaml_path(loc))
-    for key in ("deployment",):
-        section = document.get(key)
-        if isinstance(section, dict):
-            for tier_key in _TIER_KEYS:
-                if tier_key in section:
-                    raise _tier_key_error(path, f"{key}.{tier_key}")
     pools = document.get("pools")
-    for index, pool in enumerate(pools if isinstance(pools, list) else []):
-        section = pool.get("deployment") if isinstance(pool, dict) else None
-        if isinstance(section, dict):
-            for tier_key in _TIER_KEYS:
-                if tier_key in section:
-                    raise _tier_key_error(path, f"pools[{index}].deployment.{tier_key}")
+    sections = [("deployment", document.get("deployment"))] + [
+        (f"pools[{index}].deployment", pool.get("deployment") if isinstance(pool, dict) else None)
+        for index, pool in enumerate(pools if isinstance(pools, list) else [])
+    ]
+    for where, section in sections:
+        for tier_key in _TIER_KEYS:
+            if isinstance(section, dict) and tier_key in section:
+                raise _tier_key_error(path, f"{where}.{tier_key}")
     try:
         return PlatformPlanFile.model_validate(document)
     except ValidationError as error:
