@@ -8,7 +8,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from quotacalc.cli.options import option_parameters, with_options
+from quotacalc.cli.options import option_parameters, whole_number, with_options
 from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
@@ -52,8 +52,9 @@ StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning
 def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
     """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
     if not printed:
-        for warning in warnings:
-            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+        from quotacalc.cli.streams import print_warnings
+
+        print_warnings(warnings)
     if strict and warnings:
         raise QuotacalcError(
             f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
@@ -109,9 +110,7 @@ def price_command(
     result = _price(deployment)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
-        from quotacalc.cli.streams import print_warnings
 
-        print_warnings(result.warnings)
         emit_json(price_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import price_table
@@ -146,9 +145,7 @@ def size_command(
     result = size_tenant(_price(deployment), tenant)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
-        from quotacalc.cli.streams import print_warnings
 
-        print_warnings(result.replica.warnings)
         emit_json(size_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import size_table
@@ -161,7 +158,10 @@ def size_command(
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
 def kv_command(
     plan: PlanArgument = None,
-    context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="the request's context length, tokens", parser=whole_number, metavar="<int>"),
+    ] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
@@ -183,9 +183,7 @@ def kv_command(
     result = request_kv(_price(deployment), context)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
-        from quotacalc.cli.streams import print_warnings
 
-        print_warnings(result.replica.warnings)
         emit_json(kv_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import kv_table

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from quotacalc.cli import units
-from quotacalc.cli.tables import _print_table  # never cuts an id or a number
+from quotacalc.cli.tables import print_whole  # never cuts an id or a number
 from quotacalc.errors import printable
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def check_table(path: str, result: CheckResult) -> None:
         if finding.fix:
             text.append(f" ({printable(finding.fix, limit=10_000)})", style="dim")
         table.add_row(Text(finding.severity, style=_STYLES[finding.severity]), Text(printable(finding.subject)), text)
-    _print_table(console, table)
+    print_whole(console, table, wrap=("finding",))
     errors, warnings = result.count("error"), result.count("warning")
     verdict = "not sound" if errors else "sound"
     console.print(f"{escape(path)}: {verdict}: {errors} errors, {warnings} warnings, {result.count('info')} notes")
@@ -80,7 +80,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
             dedicated,
         )
         table.add_row(*(Text.from_markup(cell) for cell in cells))
-    _print_table(console, table)
+    print_whole(console, table)
     console.print(
         f"units sold {totals.units_sold_per_s:,.0f}/s = {totals.replicas:.2f} replicas of load; "
         f"shared tenants {units.usd(totals.shared_usd_per_month)}/month (their shares), dedicated tenants "

@@ -156,6 +156,7 @@ def read_document(path: str) -> dict[str, Any]:
     """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
     from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
 
+    # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
     text = read_text_file(Path(path), what="plan")
     document = load_yaml_text(text, source=path)
     if document is None:
