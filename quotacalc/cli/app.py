@@ -43,8 +43,11 @@ PlanArgument = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
+FormatOption = Annotated[
+    str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU × TP")
+]
 
-DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
+COMPARABLE_OPTIONS = option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
 TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
 
@@ -68,11 +71,21 @@ def _price(deployment: Deployment):
 
 
 @app.command("price")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
+@with_options({"deployment_flags": COMPARABLE_OPTIONS})
 def price_command(
-    plan: PlanArgument = None, as_json: JsonOption = False, explain: ExplainOption = False, *, deployment_flags
+    plan: PlanArgument = None,
+    as_json: JsonOption = False,
+    explain: ExplainOption = False,
+    output_format: FormatOption = "table",
+    *,
+    deployment_flags,
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
+    from quotacalc.cli.compare import check_format, run_comparison, split_axes
+
+    deployment_flags, axes = split_axes(deployment_flags)
+    if axes.is_comparison or check_format(output_format, as_json) != "table":
+        return run_comparison("price", plan, deployment_flags, axes, "json" if as_json else output_format)
     deployment, _ = _load(plan, deployment_flags)
     result = _price(deployment)
     if as_json:
@@ -86,17 +99,23 @@ def price_command(
 
 
 @app.command("size")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS, "tenant_flags": TENANT_OPTIONS})
+@with_options({"deployment_flags": COMPARABLE_OPTIONS, "tenant_flags": TENANT_OPTIONS})
 def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    output_format: FormatOption = "table",
     *,
     deployment_flags,
     tenant_flags,
 ):
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated."""
+    from quotacalc.cli.compare import check_format, run_comparison, split_axes
     from quotacalc.core.tenant import size_tenant
+
+    deployment_flags, axes = split_axes(deployment_flags)
+    if axes.is_comparison or check_format(output_format, as_json) != "table":
+        return run_comparison("size", plan, deployment_flags, axes, "json" if as_json else output_format, tenant_flags)
 
     deployment, tenant = _load(plan, deployment_flags, tenant_flags)
     result = size_tenant(_price(deployment), tenant)

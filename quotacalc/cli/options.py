@@ -24,17 +24,24 @@ def _plain_type(annotation: Any) -> Any:
     return annotation
 
 
-def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
-    """One keyword-only typer option per field of ``model``; every default is None ('not given')."""
+def option_parameters(
+    model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = (), lists: tuple[str, ...] = ()
+) -> list[inspect.Parameter]:
+    """One keyword-only typer option per field of ``model``; every default is None ('not given').
+
+    Fields named in ``lists`` take a comma-separated list as text (``--tp 2,4,8``); the command parses it.
+    """
     parameters = []
     for name, field in model.model_fields.items():
         if name in exclude:
             continue
         default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
+        listed = "; a comma-separated list compares each" if name in lists else ""
         option = typer.Option(
-            flag_name(name), help=f"{field.description}{default}", rich_help_panel=panel, show_default=False
+            flag_name(name), help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False
         )
-        annotation = Annotated[Union[_plain_type(field.annotation), None], option]
+        kind = str if name in lists else _plain_type(field.annotation)
+        annotation = Annotated[Union[kind, None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters
 

@@ -1,0 +1,86 @@
+"""``price``/``size`` over several GPUs and TP sizes: parse the lists, build the deployments, call the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from quotacalc.errors import UsageError
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The GPUs and TP sizes given on the command line (None: the plan's or the default)."""
+
+    gpus: tuple[str, ...] | None
+    tps: tuple[int, ...] | None
+
+    @property
+    def is_comparison(self) -> bool:
+        return len(self.gpus or ()) > 1 or len(self.tps or ()) > 1
+
+
+def _items(text: str, flag: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise UsageError(f"empty item in '{text}'", field=flag, fix="a value or a comma-separated list, e.g. 2,4,8")
+    return list(dict.fromkeys(items))  # a repeated value is one column, in first-given order
+
+
+def _tp_size(item: str) -> int:
+    try:
+        return int(item)
+    except ValueError:
+        raise UsageError(
+            f"'{item}' is not a whole number", field="--tp", fix="a TP size or a list, e.g. 2,4,8"
+        ) from None
+
+
+def split_axes(flags: dict[str, Any]) -> tuple[dict[str, Any], Axes]:
+    """Parse ``--gpu a,b`` and ``--tp 2,4``; a single value goes back into the flags as the field's type."""
+    gpus = tuple(_items(flags["gpu"], "--gpu")) if flags.get("gpu") is not None else None
+    tps = tuple(_tp_size(item) for item in _items(flags["tp"], "--tp")) if flags.get("tp") is not None else None
+    single = dict(flags)
+    single["gpu"] = gpus[0] if gpus and len(gpus) == 1 else None
+    single["tp"] = tps[0] if tps and len(tps) == 1 else None
+    return single, Axes(gpus, tps)
+
+
+def check_format(output_format: str, as_json: bool) -> str:
+    """The ``--format`` given, checked: table (today's per-deployment output), json, csv or markdown (rows)."""
+    if output_format not in FORMATS:
+        raise UsageError(f"unknown format '{output_format}'", field="--format", fix=f"one of {', '.join(FORMATS)}")
+    if as_json and output_format not in ("table", "json"):
+        raise UsageError(f"--json conflicts with --format {output_format}", field="--format", fix="give one of them")
+    return output_format
+
+
+def run_comparison(
+    command: Literal["price", "size"],
+    plan: str | None,
+    flags: dict[str, Any],
+    axes: Axes,
+    output_format: str,
+    tenant_flags: dict[str, Any] | None = None,
+) -> None:
+    """Price (or size the tenant on) every GPU × TP combination and print the rows side by side."""
+    from quotacalc.cli.compare_out import render_comparison
+    from quotacalc.core.compare import compare
+    from quotacalc.core.price import price
+    from quotacalc.inputs.deployment import build_deployment, build_tenant, load_plan_file
+    from quotacalc.inputs.resolve import resolve
+
+    plan_file = load_plan_file(plan) if plan else None
+    file_values = plan_file.deployment if plan_file else {}
+    deployments = [
+        build_deployment(file_values, {**flags, "gpu": gpu, "tp": tp}, source=plan)
+        for gpu in axes.gpus or (None,)
+        for tp in axes.tps or (None,)
+    ]
+    tenant = None
+    if command == "size":
+        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
+    rows = compare(deployments, lambda deployment: price(resolve(deployment)), tenant)
+    render_comparison(command, deployments[0], tenant, rows, output_format)
