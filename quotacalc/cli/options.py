@@ -24,6 +24,10 @@ def _plain_type(annotation: Any) -> Any:
     return annotation
 
 
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def option_parameters(
     model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = (), lists: tuple[str, ...] = ()
 ) -> list[inspect.Parameter]:
@@ -33,7 +37,8 @@ def option_parameters(
     """
     parameters = []
     for name, field in model.model_fields.items():
-        if name in exclude:
+        # A structured field (a mapping) is a file's business; it has no flag.
+        if name in exclude or _is_model(_plain_type(field.annotation)):
             continue
         default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
         listed = "; a comma-separated list compares each" if name in lists else ""

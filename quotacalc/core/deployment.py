@@ -7,6 +7,8 @@ default; nothing the core uses is a buried constant. Loading them from files and
 
 from __future__ import annotations
 
+from enum import Enum
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GIB = 2**30
@@ -18,6 +20,33 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
         interval = "[0, 1]" if allow_zero else "(0, 1]"
         raise ValueError(f"must be in {interval}, got {value}")
     return value
+
+
+class PricingBasis(str, Enum):
+    """Which decode step time drives W, the replica budget and the prices.
+
+    ``roofline`` is METHOD.md's: max(memory, compute), what the hardware allows; the worked example's
+    figures rest on it, so it is the default. ``engine`` adds what a real engine spends beside the
+    roofline (per-step overhead, tensor-parallel all-reduces): what a user measures as inter-token
+    latency. Both are always reported (``decode_step_s`` and ``itl_s``); the basis only picks which
+    one the prices follow.
+    """
+
+    ROOFLINE = "roofline"
+    ENGINE = "engine"
+
+
+class KvPoolMeasuredWith(BaseModel):
+    """The deployment a measured KV pool (``kv_pool_tokens``) was read on: it holds only for that one."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    gpu: str = Field(description="GPU catalog id or alias")
+    tp: int = Field(description="tensor-parallel GPUs per replica")
+    weight_dtype: str | None = Field(None, description="weight dtype; None: the checkpoint's")
+    kv_dtype: str | None = Field(None, description="KV cache dtype; None: the checkpoint's")
+    memory_utilization: float = Field(0.9, description="vLLM gpu-memory-utilization")
+    max_num_batched_tokens: int | None = Field(None, description="vLLM max-num-batched-tokens; None: its default")
 
 
 class Deployment(BaseModel):
@@ -42,11 +71,40 @@ class Deployment(BaseModel):
     memory_utilization: float = Field(
         0.9, description="share of GPU memory the engine may use (vLLM gpu-memory-utilization)"
     )
-    runtime_reserve_gib: float = Field(
-        5.5, description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB"
+    runtime_reserve_gib: float | None = Field(
+        None,
+        description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB; "
+        "default: a model of TP and max_num_batched_tokens fitted on vLLM start-up logs",
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
+        "for 'vllm serve': 8192 on GPUs of 70 GiB or more except A100, else 2048",
     )
     kv_pool_tokens: int | None = Field(
         None, description="measured KV pool (tokens per replica); overrides the estimate"
+    )
+    kv_pool_measured_with: KvPoolMeasuredWith | None = Field(
+        None, description="the deployment kv_pool_tokens was measured on (plan files); a run that differs is an error"
+    )
+    pricing_basis: PricingBasis = Field(
+        PricingBasis.ROOFLINE,
+        description="decode step behind W, budget and prices: roofline (METHOD.md) or engine (with overheads)",
+    )
+    step_overhead_s: float = Field(
+        0.0015, description="fixed time of each engine step beside the roofline: scheduling, sampling, launches, s"
+    )
+    request_overhead_s: float = Field(
+        0.012, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
+    )
+    allreduce_latency_s: float | None = Field(
+        None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
+    )
+    load_prompt_tokens: int | None = Field(
+        None, description="prompt tokens per request of the full-load workload; default: --context"
+    )
+    load_output_tokens: int = Field(
+        128, description="output tokens per request of the full-load workload (vllm bench serve's default)"
     )
     expert_skew: float = Field(
         0.0, description="MoE routing skew: Zipf exponent of expert popularity; 0 = uniform routing"
@@ -61,14 +119,14 @@ class Deployment(BaseModel):
             raise ValueError("must not be empty")
         return value.strip()
 
-    @field_validator("tp", "batch", "context")
+    @field_validator("tp", "batch", "context", "load_output_tokens")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value <= 0:
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
-    @field_validator("kv_pool_tokens")
+    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "load_prompt_tokens")
     @classmethod
     def _positive_pool(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:
@@ -85,10 +143,17 @@ class Deployment(BaseModel):
     def _weight(cls, value: float) -> float:
         return _fraction(value, allow_zero=True)
 
-    @field_validator("gpu_hour_usd", "runtime_reserve_gib", "expert_skew")
+    @field_validator(
+        "gpu_hour_usd",
+        "runtime_reserve_gib",
+        "expert_skew",
+        "step_overhead_s",
+        "request_overhead_s",
+        "allreduce_latency_s",
+    )
     @classmethod
-    def _non_negative(cls, value: float) -> float:
-        if value < 0:
+    def _non_negative(cls, value: float | None) -> float | None:
+        if value is not None and value < 0:
             raise ValueError(f"must not be negative, got {value}")
         return value
 
@@ -100,8 +165,9 @@ class Deployment(BaseModel):
         return value
 
     @property
-    def runtime_reserve_bytes(self) -> float:
-        return self.runtime_reserve_gib * GIB
+    def load_prompt(self) -> int:
+        """Prompt tokens per request of the full-load workload."""
+        return self.load_prompt_tokens if self.load_prompt_tokens is not None else self.context
 
 
 class Tenant(BaseModel):

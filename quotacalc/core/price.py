@@ -367,12 +367,13 @@ def price(inputs: PricingInputs) -> PriceResult:
     )
 
     # The KV pool: what memory_utilization × HBM leaves after weights and the runtime reserve.
-    usable = deployment.memory_utilization * gpu.memory_bytes - weight_bytes_per_gpu - deployment.runtime_reserve_bytes
+    reserve_bytes = (deployment.runtime_reserve_gib if deployment.runtime_reserve_gib is not None else 5.5) * 2**30
+    usable = deployment.memory_utilization * gpu.memory_bytes - weight_bytes_per_gpu - reserve_bytes
     ledger.record(
         "kv_pool_bytes_estimate_per_gpu",
         usable,
         formula="memory_utilization × HBM − weight_bytes_per_gpu − runtime_reserve",
-        substituted=f"{deployment.memory_utilization} × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − {fmt(deployment.runtime_reserve_bytes)}",
+        substituted=f"{deployment.memory_utilization} × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − {fmt(reserve_bytes)}",
         unit="B",
     )
     pool_token_bytes = kv_per_token_per_gpu or request_per_gpu / context
