@@ -88,14 +88,15 @@ def price_command(
         return run_comparison("price", plan, deployment_flags, axes, "json" if as_json else output_format)
     deployment, _ = _load(plan, deployment_flags)
     result = _price(deployment)
+    calibration = plan_calibration(plan, result.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
 
-        emit_json(price_json(result))
+        emit_json(price_json(result, calibration=calibration))
     else:
         from quotacalc.cli.tables import price_table
 
-        price_table(result, explain=explain)
+        price_table(result, explain=explain, calibration=calibration)
 
 
 @app.command("size")
@@ -119,14 +120,15 @@ def size_command(
 
     deployment, tenant = _load(plan, deployment_flags, tenant_flags)
     result = size_tenant(_price(deployment), tenant)
+    calibration = plan_calibration(plan, result.replica.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
 
-        emit_json(size_json(result))
+        emit_json(size_json(result, calibration=calibration))
     else:
         from quotacalc.cli.tables import size_table
 
-        size_table(result, explain=explain)
+        size_table(result, explain=explain, calibration=calibration)
 
 
 @app.command("kv")
@@ -184,6 +186,11 @@ def gpus_command(
     from quotacalc.cli.tables import gpus_listing
 
     gpus_listing(as_json=as_json, sources=sources)
+
+
+from quotacalc.cli.calibrate import calibrate_command, plan_calibration  # noqa: E402  (the body lives there)
+
+app.command("calibrate")(calibrate_command)
 
 
 def main() -> None:

@@ -82,5 +82,12 @@ def run_comparison(
     tenant = None
     if command == "size":
         tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
-    rows = compare(deployments, lambda deployment: price(resolve(deployment)), tenant)
+    section = plan_file.calibration if plan_file else None
+
+    def is_calibrated(priced) -> bool:
+        from quotacalc.core.calibrate import calibration_status
+
+        return calibration_status(section, priced.inputs)[0] is not None
+
+    rows = compare(deployments, lambda deployment: price(resolve(deployment)), tenant, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], tenant, rows, output_format)

@@ -56,7 +56,7 @@ def _notes(rows: Sequence[ComparisonRow]) -> tuple[list[str], list[str]]:
         for line in lines:
             notes.append(f"{row.gpu} TP {row.tp}: {line}")
             marks.append(f"[{len(notes)}]")
-        word = "ok" if row.feasible else "no"
+        word = ("ok, calibrated" if row.calibrated else "ok") if row.feasible else "no"
         statuses.append(" ".join([word, *marks]))
     return statuses, notes
 

@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # each command imports only the core modules it runs
 #: Bumped only when a key is renamed or removed; new keys may appear at any time.
 JSON_SCHEMA_VERSION = 1
 
+#: A plan's calibration as the figures report it: (the ``calibrated`` summary or None, why it does not hold or None).
+Calibration = tuple[dict[str, Any] | None, str | None]
+
 
 def _steps_json(steps: tuple[Step, ...]) -> list[dict[str, Any]]:
     return [step.model_dump(exclude_none=True) for step in steps]
@@ -59,25 +62,27 @@ def price_results_json(result: PriceResult) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings"})
 
 
-def price_json(result: PriceResult) -> dict[str, Any]:
+def price_json(result: PriceResult, calibration: Calibration = (None, None)) -> dict[str, Any]:
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "command": "price",
         "results": price_results_json(result),
-        "warnings": list(result.warnings),
+        "calibrated": calibration[0],
+        "warnings": list(result.warnings) + ([calibration[1]] if calibration[1] else []),
         "explain": _steps_json(result.steps),
         "inputs": _inputs_json(result),
     }
 
 
-def size_json(result: SizeResult) -> dict[str, Any]:
+def size_json(result: SizeResult, calibration: Calibration = (None, None)) -> dict[str, Any]:
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "command": "size",
         "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
         "tenant": result.tenant.model_dump(),
         "replica": price_results_json(result.replica),
-        "warnings": list(result.replica.warnings),
+        "calibrated": calibration[0],
+        "warnings": list(result.replica.warnings) + ([calibration[1]] if calibration[1] else []),
         "explain": _steps_json(result.steps) + _steps_json(result.replica.steps),
         "inputs": _inputs_json(result.replica),
     }

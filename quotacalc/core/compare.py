@@ -32,6 +32,7 @@ PRICE_KEYS = (
     "kv_pool_tokens",
     "kv_pool_source",
     "dedicated_usd_per_month",
+    "calibrated",
     "reason",
     "warnings",
 )
@@ -57,6 +58,8 @@ class ComparisonRow(BaseModel):
     kv_pool_source: Literal["measured", "estimated"] | None = None
     #: One replica (TP GPUs) for a month.
     dedicated_usd_per_month: float | None = None
+    #: Whether the plan's calibration (quotacalc calibrate) holds for this deployment.
+    calibrated: bool = False
     units_per_s: float | None = None
     replicas: float | None = None
     shared_usd_per_month: float | None = None
@@ -68,7 +71,9 @@ class ComparisonRow(BaseModel):
         return PRICE_KEYS if command == "price" else PRICE_KEYS[:-2] + SIZE_KEYS + PRICE_KEYS[-2:]
 
 
-def _feasible_row(deployment: Deployment, priced: PriceResult, sized: SizeResult | None) -> ComparisonRow:
+def _feasible_row(
+    deployment: Deployment, priced: PriceResult, sized: SizeResult | None, calibrated: bool
+) -> ComparisonRow:
     size_figures = {}
     if sized is not None:
         size_figures = {
@@ -89,6 +94,7 @@ def _feasible_row(deployment: Deployment, priced: PriceResult, sized: SizeResult
         kv_pool_tokens=priced.kv_pool_tokens,
         kv_pool_source=priced.kv_pool_source,
         dedicated_usd_per_month=priced.dedicated_usd_per_month,
+        calibrated=calibrated,
         warnings=priced.warnings,
         **size_figures,
     )
@@ -99,8 +105,11 @@ def compare(
     evaluate: Callable[[Deployment], PriceResult],
     tenant: Tenant | None = None,
     size: Callable[[PriceResult, Tenant], SizeResult] | None = None,
+    is_calibrated: Callable[[PriceResult], bool] | None = None,
 ) -> tuple[ComparisonRow, ...]:
     """One row per deployment: its prices (and the tenant's size when ``tenant`` is given), or why not.
+
+    ``is_calibrated`` says whether a priced deployment's figures rest on a calibration that holds for it.
 
     A ``UsageError`` (an unknown GPU or dtype name: a typo, not an infeasible deployment) is raised,
     not turned into a row.
@@ -119,5 +128,6 @@ def compare(
         except QuotacalcError as error:
             rows.append(ComparisonRow(gpu=deployment.gpu, tp=deployment.tp, feasible=False, reason=error.one_line()))
             continue
-        rows.append(_feasible_row(deployment, priced, sized))
+        calibrated = is_calibrated(priced) if is_calibrated is not None else False
+        rows.append(_feasible_row(deployment, priced, sized, calibrated))
     return tuple(rows)

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from quotacalc.core.calibrate import CalibrationProvenance
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
@@ -18,6 +19,8 @@ class PlanFile(BaseModel):
 
     deployment: dict[str, Any]
     tenant: dict[str, Any] | None = None
+    #: Where the plan's fitted values come from (``quotacalc calibrate --write``).
+    calibration: CalibrationProvenance | None = None
 
 
 #: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
@@ -92,12 +95,20 @@ def load_plan_file(path: str) -> PlanFile:
     tenant = document.get("tenant")
     if tenant is not None and not isinstance(tenant, dict):
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
-    deployment = {key: value for key, value in document.items() if key != "tenant"}
+    calibration = document.get("calibration")
+    if calibration is not None:
+        try:
+            calibration = CalibrationProvenance.model_validate(calibration)
+        except ValidationError as error:
+            raise _one_line_validation_error(
+                error, CalibrationProvenance, source=path, from_flags=set(), prefix="calibration."
+            ) from None
+    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration")}
     model = deployment.get("model")
     if isinstance(model, str) and (beside := file.parent / model).exists() and not Path(model).is_absolute():
         # A model path in a plan file means beside the file, wherever the command runs from.
         deployment["model"] = str(beside)
-    return PlanFile(deployment=deployment, tenant=tenant)
+    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration)
 
 
 def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None) -> Deployment:

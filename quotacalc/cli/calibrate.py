@@ -1,0 +1,165 @@
+"""``quotacalc calibrate``: fit the deployment to the user's benchmark runs and start-up log; optionally write the plan."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from quotacalc.cli.options import option_parameters, with_options
+from quotacalc.core.deployment import Deployment
+
+DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("quotacalc")
+
+
+def plan_calibration(plan: str | None, inputs) -> tuple[dict[str, Any] | None, str | None]:
+    """Whether the plan's figures are calibrated for the deployment priced: (summary, None), (None, why not) or (None, None)."""
+    if plan is None:
+        return None, None
+    from quotacalc.core.calibrate import calibration_status
+    from quotacalc.inputs.deployment import load_plan_file
+
+    return calibration_status(load_plan_file(plan).calibration, inputs)
+
+
+def _file_record(path: str, rows: list[str], plan_path: str | None):
+    """A file's provenance: its path (relative to the plan written when it lies below it), hash and rows."""
+    import hashlib
+    import os
+
+    from quotacalc.core.calibrate import CalibratedFile
+
+    with open(path, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    shown = path
+    if plan_path is not None:
+        # Beside the plan (or below it): relative to it, so the plan and its data can move together.
+        relative = os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(plan_path)))
+        if not relative.startswith(os.pardir):
+            shown = relative
+    return CalibratedFile(path=shown.replace(os.sep, "/"), sha256=digest, rows=tuple(rows))
+
+
+@with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
+def calibrate_command(
+    plan: Annotated[
+        str | None, typer.Argument(help="deployment YAML file to calibrate (its keys are the flags' names)")
+    ] = None,
+    bench: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bench",
+            help="benchmark runs: 'vllm bench serve --save-result' JSON, a GuideLLM JSON report, or a CSV "
+            "(concurrency, prompt_tokens, output_tokens, ttft_s, itl_s); repeatable",
+        ),
+    ] = None,
+    log: Annotated[
+        str | None, typer.Option("--log", help="vLLM start-up log: 'GPU KV cache size' and 'Available KV cache memory'")
+    ] = None,
+    fit: Annotated[
+        str | None,
+        typer.Option(
+            "--fit",
+            help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s); "
+            "default: those the benchmark measures (TTFT: mfu, request_overhead_s; ITL: mbu, step_overhead_s)",
+        ),
+    ] = None,
+    write: Annotated[
+        str | None,
+        typer.Option(
+            "--write",
+            help="write the fitted values and a 'calibration:' section into this plan (other keys and comments kept)",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")
+    ] = False,
+    *,
+    deployment_flags,
+):
+    """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log."""
+    from quotacalc.core.calibrate import calibrate, provenance
+    from quotacalc.core.price import price
+    from quotacalc.errors import UsageError
+    from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
+    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.resolve import resolve
+
+    if not bench and not log:
+        raise UsageError("nothing to calibrate on", field="--bench", fix="give --bench FILE and/or --log FILE")
+    plan_file = load_plan_file(plan) if plan else None
+    deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
+    points, notes, files = [], [], []
+    for path in bench or ():
+        read, skipped = read_benchmark(path)
+        points += read
+        notes += skipped
+        files.append((path, [point.row or "result" for point in read]))
+    reading = read_vllm_log(log) if log else None
+    if log:
+        files.append((log, []))
+    parameters = None
+    if fit is not None:
+        parameters = [name.strip() for name in fit.split(",") if name.strip()]
+        if not parameters:
+            raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
+    inputs = resolve(deployment)
+    weights_per_gpu = price(inputs).weight_bytes_per_gpu if reading is not None else None
+    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading, weight_bytes_per_gpu=weights_per_gpu)
+    records = [_file_record(path, rows, write) for path, rows in files]
+    section = provenance(result, inputs, records, _version())
+    if write is not None:
+        _write_plan(write, deployment, result.fitted_values, section)
+    if as_json:
+        from quotacalc.cli.calibrate_out import calibrate_json
+        from quotacalc.cli.json_out import emit_json
+
+        emit_json(calibrate_json(result, section, notes, written=write))
+    else:
+        from quotacalc.cli.calibrate_out import calibrate_table
+
+        calibrate_table(result, inputs, notes, written=write)
+
+
+def _write_plan(path: str, deployment: Deployment, values: dict[str, Any], section) -> None:
+    """Set the fitted keys and the ``calibration:`` section in ``path`` atomically, once the result reads back."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.fileio import write_text_atomic
+    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.plan_write import set_top_level_keys
+
+    target = Path(path)
+    if target.is_dir():
+        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    keys: dict[str, Any] = {}
+    if target.exists():
+        load_plan_file(path)  # the file must be a valid plan before it is changed
+        text = target.read_text(encoding="utf-8")
+    else:
+        # A new plan: the deployment calibrated (from the plan read and the flags), then the fit.
+        text = ""
+        keys = deployment.model_dump(mode="json", exclude_defaults=True)
+    keys.update(values)
+    keys["calibration"] = section.model_dump(mode="json")
+    updated = set_top_level_keys(text, keys, source=path)
+    # Read the new text back as a plan before it replaces anything (beside the target: relative model paths hold).
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+        written = load_plan_file(probe)
+        build_deployment(written.deployment, {}, source=path)
+    finally:
+        Path(probe).unlink(missing_ok=True)
+    write_text_atomic(target, updated)
