@@ -188,6 +188,32 @@ def predictions(inputs: PricingInputs, values: dict[str, float], points: Sequenc
     return [PREDICTORS[quantity](model, deployment, point) for point in points for quantity in point.measured()]
 
 
+class _Predictor:
+    """:func:`predictions` for many parameter values: the replica model is built once.
+
+    MFU and MBU enter the model only as factors of its compute rate and bandwidth, so a new value
+    rescales those two coefficients instead of rebuilding every layer's (tests check both agree).
+    """
+
+    def __init__(self, inputs: PricingInputs) -> None:
+        from quotacalc.core.replica import replica_model
+
+        self.deployment = inputs.deployment
+        self.model = replica_model(inputs, 0.0)
+
+    def __call__(self, values: dict[str, float], points: Sequence[BenchmarkPoint]) -> list[float]:
+        from dataclasses import replace
+
+        base, model = self.deployment, self.model
+        model = replace(
+            model,
+            compute_flops_per_s=model.compute_flops_per_s * values.get("mfu", base.mfu) / base.mfu,
+            bandwidth_bytes_per_s=model.bandwidth_bytes_per_s * values.get("mbu", base.mbu) / base.mbu,
+        )
+        deployment = base.model_copy(update=values)
+        return [PREDICTORS[quantity](model, deployment, point) for point in points for quantity in point.measured()]
+
+
 # --------------------------------------------------------------------------- the fit
 
 
@@ -196,7 +222,7 @@ def _measurements(points: Sequence[BenchmarkPoint]) -> list[float]:
 
 
 def _fit(
-    inputs: PricingInputs, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
+    predict: _Predictor, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
 ) -> tuple[list[float], object]:
     """Bounded soft-L1 least squares on relative errors; returns the parameters and scipy's result."""
     import numpy as np
@@ -205,7 +231,7 @@ def _fit(
     measured = np.array(_measurements(points))
 
     def residuals(x):
-        predicted = np.array(predictions(inputs, dict(zip(names, x, strict=True)), points))
+        predicted = np.array(predict(dict(zip(names, x, strict=True)), points))
         return predicted / measured - 1
 
     lower = [BOUNDS[name][0] for name in names]
@@ -348,13 +374,14 @@ def calibrate(
     parameter_fits: list[FittedParameter] = []
     after = before
     if names:
-        after, result = _fit(inputs, names, before, points)
+        predict = _Predictor(inputs)
+        after, result = _fit(predict, names, before, points)
         after = [_snap(name, value) for name, value in zip(names, after, strict=True)]
         warnings += _identifiability_warnings(names, result.jac)
         measured = _measurements(points)
         predicted_before = predictions(inputs, dict(zip(names, before, strict=True)), points)
         predicted_after = predictions(inputs, dict(zip(names, after, strict=True)), points)
-        loo = _leave_one_out(inputs, names, before, points)
+        loo = _leave_one_out(predict, names, before, points)
         index = 0
         for point_number, point in enumerate(points):
             for quantity, value in point.measured().items():
@@ -415,7 +442,7 @@ def calibrate(
 
 
 def _leave_one_out(
-    inputs: PricingInputs, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
+    predict: _Predictor, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
 ) -> list[dict[str, float]] | None:
     """Each point's figures predicted by a fit on the other points (from the same start, so independent)."""
     if len(points) < 2:
@@ -423,8 +450,8 @@ def _leave_one_out(
     out = []
     for left_out, point in enumerate(points):
         others = [other for number, other in enumerate(points) if number != left_out]
-        values, _ = _fit(inputs, names, start, others)
-        predicted = predictions(inputs, dict(zip(names, values, strict=True)), [point])
+        values, _ = _fit(predict, names, start, others)
+        predicted = predict(dict(zip(names, values, strict=True)), [point])
         out.append(dict(zip(point.measured(), predicted, strict=True)))
     return out
 
