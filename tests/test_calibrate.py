@@ -107,7 +107,7 @@ def test_leave_one_out_predicts_each_point_without_it(inputs):
     # 23% of the error itself, where plain least squares would spread it over every ITL).
     assert all(abs(fit.error_after) < 0.02 for key, fit in by.items() if key != ("run 3", "itl_s"))
     assert bad.error_after < -0.2
-    assert_recovers(result, TRUTH, rel=0.03)
+    assert_recovers(result, TRUTH, rel=0.05)
 
 
 def test_errors_before_are_at_the_deployment_values(inputs):

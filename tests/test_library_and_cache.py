@@ -21,7 +21,10 @@ def test_public_api_without_the_cli():
     assert isinstance(replica, quotacalc.PriceResult)
     assert replica.inputs.deployment.kv_dtype == "fp8"
     tenant = quotacalc.size_tenant(replica, quotacalc.Tenant(rps=1, prompt_tokens=100, output_tokens=10))
-    assert tenant.units_per_s == pytest.approx(100 + replica.output_weight * 10)
+    # Qwen3-8B: 36 layers x 2 x 32 heads x (128 + 128) x 50.5 mean attended tokens of a 100-token prompt,
+    # beside 2 x active params per token: a prompt token costs 1.0018 units inside it.
+    token_units = 1 + 36 * 2 * 32 * 256 * 50.5 / (2 * replica.active_params)
+    assert tenant.units_per_s == pytest.approx(100 * token_units + replica.output_weight * 10)
 
 
 def test_library_import_does_not_load_the_cli_or_transformers():

@@ -20,6 +20,8 @@ class GpuSources(BaseModel):
     memory_bytes: str
     memory_bandwidth_bytes_per_s: str
     dense_tflops: str
+    interconnect_bandwidth_bytes_per_s: str
+    allreduce_latency_s: str
 
 
 class GpuSpec(BaseModel):
@@ -36,6 +38,10 @@ class GpuSpec(BaseModel):
     memory_bandwidth_bytes_per_s: PositiveFloat
     #: Dense (no 2:4 sparsity) tensor-core peak per compute dtype, in TFLOPS.
     dense_tflops: dict[str, PositiveFloat] = Field(min_length=1)
+    #: GPU-to-GPU bandwidth one way (NVLink, else PCIe): what a tensor-parallel all-reduce moves.
+    interconnect_bandwidth_bytes_per_s: PositiveFloat
+    #: One small all-reduce inside an engine step, launch and synchronisation included.
+    allreduce_latency_s: PositiveFloat
     sources: GpuSources
 
     def peak_flops_per_s(self, compute_dtype: str) -> float:

@@ -46,6 +46,19 @@ ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formu
 FormatOption = Annotated[
     str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU × TP")
 ]
+StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
+
+
+def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
+    """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
+    if not printed:
+        for warning in warnings:
+            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+    if strict and warnings:
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
+        )
+
 
 COMPARABLE_OPTIONS = option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
@@ -77,6 +90,7 @@ def price_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     output_format: FormatOption = "table",
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -85,7 +99,9 @@ def price_command(
 
     deployment_flags, axes = split_axes(deployment_flags)
     if axes.is_comparison or check_format(output_format, as_json) != "table":
-        return run_comparison("price", plan, deployment_flags, axes, "json" if as_json else output_format)
+        return run_comparison(
+            "price", plan, deployment_flags, axes, "json" if as_json else output_format, strict=strict
+        )
     deployment, _ = _load(plan, deployment_flags)
     result = _price(deployment)
     calibration = plan_calibration(plan, result.inputs)
@@ -97,6 +113,7 @@ def price_command(
         from quotacalc.cli.tables import price_table
 
         price_table(result, explain=explain, calibration=calibration)
+    _warn(result.warnings + calibration[1:2] if calibration[1] else result.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("size")
@@ -106,6 +123,7 @@ def size_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     output_format: FormatOption = "table",
+    strict: StrictOption = False,
     *,
     deployment_flags,
     tenant_flags,
@@ -116,7 +134,8 @@ def size_command(
 
     deployment_flags, axes = split_axes(deployment_flags)
     if axes.is_comparison or check_format(output_format, as_json) != "table":
-        return run_comparison("size", plan, deployment_flags, axes, "json" if as_json else output_format, tenant_flags)
+        output_format = "json" if as_json else output_format
+        return run_comparison("size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict)
 
     deployment, tenant = _load(plan, deployment_flags, tenant_flags)
     result = size_tenant(_price(deployment), tenant)
@@ -129,6 +148,8 @@ def size_command(
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain, calibration=calibration)
+    warnings = result.replica.warnings
+    _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 
 @app.command("kv")
@@ -138,6 +159,7 @@ def kv_command(
     context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    strict: StrictOption = False,
     *,
     deployment_flags,
 ):
@@ -159,6 +181,7 @@ def kv_command(
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
+    _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("models")

@@ -66,7 +66,7 @@ def calibrate_command(
         str | None,
         typer.Option(
             "--fit",
-            help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s); "
+            help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s, allreduce_latency_s); "
             "default: those the benchmark measures (TTFT: mfu, request_overhead_s; ITL: mbu, step_overhead_s)",
         ),
     ] = None,

@@ -64,18 +64,20 @@ def run_comparison(
     axes: Axes,
     output_format: str,
     tenant_flags: dict[str, Any] | None = None,
+    *,
+    strict: bool = False,
 ) -> None:
     """Price (or size the tenant on) every GPU × TP combination and print the rows side by side."""
     from quotacalc.cli.compare_out import render_comparison
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment, build_tenant, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment, build_tenant, check_measured_pool, load_plan_file
     from quotacalc.inputs.resolve import resolve
 
     plan_file = load_plan_file(plan) if plan else None
     file_values = plan_file.deployment if plan_file else {}
     deployments = [
-        build_deployment(file_values, {**flags, "gpu": gpu, "tp": tp}, source=plan)
+        build_deployment(file_values, {**flags, "gpu": gpu, "tp": tp}, source=plan, check_pool=False)
         for gpu in axes.gpus or (None,)
         for tp in axes.tps or (None,)
     ]
@@ -89,5 +91,18 @@ def run_comparison(
 
         return calibration_status(section, priced.inputs)[0] is not None
 
-    rows = compare(deployments, lambda deployment: price(resolve(deployment)), tenant, is_calibrated=is_calibrated)
+    def evaluate(deployment):
+        # A plan's measured pool holds for the deployment it was measured on: elsewhere the row says why not.
+        if flags.get("kv_pool_tokens") is None:
+            check_measured_pool(deployment, source=plan)
+        return price(resolve(deployment))
+
+    rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], tenant, rows, output_format)
+    warned = [row for row in rows if row.warnings]
+    if strict and warned:
+        from quotacalc.errors import QuotacalcError
+
+        raise QuotacalcError(
+            f"{len(warned)} deployment(s) with warnings under --strict", field="--strict", fix="see each row's notes"
+        )

@@ -93,8 +93,9 @@ def _show(console: Console, title: str, table: Table) -> None:
 
 def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
     # Formulas hold brackets (E[max ...]) that rich would read as markup: escape every text.
+    errors = Console(stderr=True, highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        errors.print(f"[yellow]warning:[/] {escape(warning)}")
     if not explain:
         return
     console.print()
@@ -129,9 +130,9 @@ def _calibration_row(table: Table, calibration: Calibration) -> None:
         table.add_row("calibrated", "no", "see the warning below")
 
 
-def _calibration_warning(console: Console, calibration: Calibration) -> None:
-    if calibration[1]:
-        console.print(f"[yellow]warning:[/] {escape(calibration[1])}")
+def _calibration_warning(calibration: Calibration) -> None:
+    if calibration[1]:  # on stderr, with the other warnings
+        Console(stderr=True, highlight=False).print(f"[yellow]warning:[/] {escape(calibration[1])}")
 
 
 def price_table(result: PriceResult, *, explain: bool, calibration: Calibration = (None, None)) -> None:
@@ -141,7 +142,7 @@ def price_table(result: PriceResult, *, explain: bool, calibration: Calibration 
     _price_rows(table, result)
     _calibration_row(table, calibration)
     _show(console, title, table)
-    _calibration_warning(console, calibration)
+    _calibration_warning(calibration)
     _print_footer(console, result.steps, result, explain)
 
 
@@ -177,7 +178,7 @@ def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = 
     )
     _calibration_row(table, calibration)
     _show(console, title, table)
-    _calibration_warning(console, calibration)
+    _calibration_warning(calibration)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
 

@@ -33,9 +33,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "mbu": (0.05, 1.0),
     "step_overhead_s": (0.0, 0.05),
     "request_overhead_s": (0.0, 2.0),
+    # One NCCL all-reduce of a decode step's activations: microseconds, not milliseconds.
+    "allreduce_latency_s": (0.0, 1e-3),
 }
 #: The size of a typical change of each parameter: the optimiser's scale, and the identifiability test's.
-_SCALE = {"mfu": 0.1, "mbu": 0.1, "step_overhead_s": 1e-3, "request_overhead_s": 1e-2}
+_SCALE = {"mfu": 0.1, "mbu": 0.1, "step_overhead_s": 1e-3, "request_overhead_s": 1e-2, "allreduce_latency_s": 1e-5}
 #: Which parameters each measured quantity informs; the default fit moves those the data measure.
 INFORMED_BY = {"itl_s": ("mbu", "step_overhead_s"), "ttft_s": ("mfu", "request_overhead_s")}
 #: soft_l1's scale: residuals (relative errors) beyond ~5% count less than quadratically, so one
@@ -137,38 +139,23 @@ class CalibrationResult(BaseModel):
 # --------------------------------------------------------------------------- predictions
 
 
-def predict_itl_s(model: ReplicaModel, deployment: Deployment, point: BenchmarkPoint) -> float:
-    """Mean inter-token latency of a closed-loop run at ``point.concurrency``.
+def predict_itl_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
+    """Mean inter-token latency of a closed-loop run at ``point.concurrency``: the replica model's
+    loaded ITL (a decode step of the batch with the engine's overheads, plus the other requests'
+    prefills riding in it)."""
+    return model.loaded_itl_s(point.concurrency, point.prompt_tokens, point.output_tokens)
 
-    A decode step of the whole batch at the mean context (prompt plus half the output), plus the
-    engine's fixed per-step overhead, plus the other requests' prefills that land between a request's
-    tokens: while a request streams its output, each of the other concurrency − 1 streams finishes
-    and starts a new request about once, and chunked prefill runs those prompts inside decode steps.
+
+def predict_ttft_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
+    """Mean time to first token: the replica model's TTFT of the prompt (request overhead, prefill chunks).
+
+    Queueing behind other requests' prefills at higher concurrency is not modelled: TTFT points
+    measured at a concurrency well above 1 come out long, and the fit says so in their errors.
     """
-    batch = point.concurrency
-    context = point.prompt_tokens + point.output_tokens / 2
-    decode_s = model.step_time_s(batch, context) + deployment.step_overhead_s
-    interleaved = (batch - 1) * _prefill_compute_s(model, point.prompt_tokens) / point.output_tokens
-    return decode_s + interleaved
+    return model.ttft_s(point.prompt_tokens)
 
 
-def predict_ttft_s(model: ReplicaModel, deployment: Deployment, point: BenchmarkPoint) -> float:
-    """Mean time to first token: the request overhead, then the prompt in chunks of the step budget."""
-    budget = deployment.max_num_batched_tokens or 8192
-    chunks = max(1, math.ceil(point.prompt_tokens / budget))
-    return (
-        deployment.request_overhead_s
-        + model.prefill_time_s(round(point.prompt_tokens))
-        + chunks * deployment.step_overhead_s
-    )
-
-
-def _prefill_compute_s(model: ReplicaModel, prompt_tokens: float) -> float:
-    mean_attended = (prompt_tokens + 1) / 2
-    return prompt_tokens * (model.flops_per_token + model.attention_flops(mean_attended)) / model.compute_flops_per_s
-
-
-PREDICTORS: dict[str, Callable[[ReplicaModel, Deployment, BenchmarkPoint], float]] = {
+PREDICTORS: dict[str, Callable[[ReplicaModel, BenchmarkPoint], float]] = {
     "ttft_s": predict_ttft_s,
     "itl_s": predict_itl_s,
 }
@@ -183,16 +170,17 @@ def predictions(inputs: PricingInputs, values: dict[str, float], points: Sequenc
     """Each measured figure of each point, predicted with the deployment's fields set to ``values``."""
     from quotacalc.core.replica import replica_model
 
-    changed, deployment = _with(inputs, values)
+    changed, _ = _with(inputs, values)
     model = replica_model(changed, 0.0)
-    return [PREDICTORS[quantity](model, deployment, point) for point in points for quantity in point.measured()]
+    return [PREDICTORS[quantity](model, point) for point in points for quantity in point.measured()]
 
 
 class _Predictor:
     """:func:`predictions` for many parameter values: the replica model is built once.
 
-    MFU and MBU enter the model only as factors of its compute rate and bandwidth, so a new value
-    rescales those two coefficients instead of rebuilding every layer's (tests check both agree).
+    MFU and MBU enter the model only as factors of its compute rate and bandwidth, and the
+    overheads are coefficients of their own, so new values replace those few coefficients instead
+    of rebuilding every layer's (tests check both agree).
     """
 
     def __init__(self, inputs: PricingInputs) -> None:
@@ -205,13 +193,14 @@ class _Predictor:
         from dataclasses import replace
 
         base, model = self.deployment, self.model
+        overheads = {name: value for name, value in values.items() if name not in ("mfu", "mbu")}
         model = replace(
             model,
             compute_flops_per_s=model.compute_flops_per_s * values.get("mfu", base.mfu) / base.mfu,
             bandwidth_bytes_per_s=model.bandwidth_bytes_per_s * values.get("mbu", base.mbu) / base.mbu,
+            **overheads,
         )
-        deployment = base.model_copy(update=values)
-        return [PREDICTORS[quantity](model, deployment, point) for point in points for quantity in point.measured()]
+        return [PREDICTORS[quantity](model, point) for point in points for quantity in point.measured()]
 
 
 # --------------------------------------------------------------------------- the fit
@@ -273,6 +262,14 @@ def _identifiability_warnings(names: Sequence[str], jacobian) -> list[str]:
         f"these points cannot tell {' and '.join(involved)} apart (the fit trades one for the other): "
         "add runs at other concurrencies and prompt lengths"
     ]
+
+
+def _current(inputs: PricingInputs, name: str) -> float:
+    """A parameter's value before the fit: the deployment's, or (all-reduce latency) the GPU catalog's."""
+    value = getattr(inputs.deployment, name)
+    if value is None and name == "allreduce_latency_s":
+        value = inputs.gpu.allreduce_latency_s
+    return float(value)
 
 
 def informed_parameters(points: Sequence[BenchmarkPoint]) -> tuple[str, ...]:
@@ -368,7 +365,7 @@ def calibrate(
     if names and not points:
         raise QuotacalcError("no benchmark points to fit", field="--bench", fix="give a benchmark file")
     warnings: list[str] = []
-    before = [float(getattr(deployment, name)) for name in names]
+    before = [_current(inputs, name) for name in names]
     fitted_values: dict[str, object] = {}
     point_fits: list[PointFit] = []
     parameter_fits: list[FittedParameter] = []

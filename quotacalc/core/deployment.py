@@ -76,6 +76,14 @@ class Deployment(BaseModel):
         description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB; "
         "default: a model of TP and max_num_batched_tokens fitted on vLLM start-up logs",
     )
+    reserve_base_gib: float = Field(
+        1.0, description="modelled reserve per GPU: CUDA context, CUDA graphs, sampler, GiB (fitted on vLLM logs)"
+    )
+    reserve_per_tp_peer_gib: float = Field(
+        1.1,
+        description="modelled reserve per GPU for each other GPU of its TP group: communication buffers, GiB "
+        "(fitted on the worked example's measured pool)",
+    )
     max_num_batched_tokens: int | None = Field(
         None,
         description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
@@ -95,7 +103,7 @@ class Deployment(BaseModel):
         0.0015, description="fixed time of each engine step beside the roofline: scheduling, sampling, launches, s"
     )
     request_overhead_s: float = Field(
-        0.012, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
+        0.005, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
     )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
@@ -146,6 +154,8 @@ class Deployment(BaseModel):
     @field_validator(
         "gpu_hour_usd",
         "runtime_reserve_gib",
+        "reserve_base_gib",
+        "reserve_per_tp_peer_gib",
         "expert_skew",
         "step_overhead_s",
         "request_overhead_s",

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from quotacalc.core import memory
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.price import PriceResult
+from quotacalc.errors import QuotacalcError
 
 
 class RequestKvResult(BaseModel):
@@ -36,6 +37,12 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
     """KV (and any state) of one request at ``context_tokens``, against the replica's pool."""
     inputs = replica.inputs
     arch, tp = inputs.arch, inputs.deployment.tp
+    if arch.max_context_tokens and context_tokens > arch.max_context_tokens:
+        raise QuotacalcError(
+            f"{context_tokens:,} tokens exceed {arch.name}'s maximum context of {arch.max_context_tokens:,}",
+            field="context",
+            fix=f"at most {arch.max_context_tokens:,} tokens",
+        )
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     ledger = Ledger()
     total = ledger.record(

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from quotacalc.core.arch import ModelArch
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+from quotacalc.core.arch import DenseMLP, ModelArch, MoE
+
+if TYPE_CHECKING:
+    from quotacalc.catalog.gpus import GpuSpec
+    from quotacalc.core.deployment import Deployment
+
+GIB = 2**30
+
+#: vLLM's device-memory threshold above which 'vllm serve' defaults to a larger token budget per step.
+VLLM_LARGE_GPU_BYTES = 70 * GIB
 
 
 def _mixers(arch: ModelArch):
@@ -65,3 +78,85 @@ def attention_flops_per_prompt_token(arch: ModelArch, context_tokens: int) -> fl
 def attention_flops_per_output_token(arch: ModelArch, context_tokens: int) -> float:
     """Attention FLOPs of one output token attending a context of ``context_tokens``."""
     return sum(m.attention_flops_per_token(m.attended_tokens(context_tokens)) for m in _mixers(arch))
+
+
+# --------------------------------------------------------------------------- engine memory
+
+
+def vllm_default_max_num_batched_tokens(gpu: GpuSpec) -> int:
+    """vLLM's default token budget per step for 'vllm serve' (V1, 0.10-0.11 EngineArgs.get_batch_defaults).
+
+    8,192 on GPUs of 70 GiB or more except A100 (where a large budget cost throughput, vLLM PR
+    #17885), 2,048 elsewhere.
+    """
+    large = gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and not gpu.id.startswith("a100")
+    return 8192 if large else 2048
+
+
+def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
+    """The deployment's token budget per step: its own, or vLLM's default for the GPU."""
+    if deployment.max_num_batched_tokens is not None:
+        return deployment.max_num_batched_tokens
+    return vllm_default_max_num_batched_tokens(gpu)
+
+
+def feed_forward_width(arch: ModelArch) -> int:
+    """Widest intermediate a token runs through in one layer (MoE: top-k experts plus shared ones)."""
+    widths = [0]
+    for layer in arch.layers:
+        ffn = layer.feed_forward
+        if isinstance(ffn, DenseMLP):
+            widths.append(ffn.intermediate_size)
+        elif isinstance(ffn, MoE):
+            widths.append(
+                ffn.top_k * ffn.expert_intermediate_size + ffn.num_shared_experts * ffn.shared_intermediate_size
+            )
+    return max(widths)
+
+
+def activation_bytes_per_token_per_gpu(arch: ModelArch, tp: int) -> float:
+    """Peak activation bytes one token of the engine's profiling run holds on one GPU.
+
+    (4 × feed-forward width / TP + 6 × hidden) × 2 B: the gated MLP's up-projection and its output
+    (split over TP) and a few hidden-size buffers (replicated). The coefficients reproduce vLLM's
+    reported 'activation peak' of 1.20 GiB for Llama 3.1 8B at 8,192 tokens (docs/accuracy.md).
+    """
+    return (4 * feed_forward_width(arch) / tp + 6 * arch.hidden_size) * 2
+
+
+class RuntimeReserve(BaseModel):
+    """Per-GPU memory outside weights and KV: its terms, in bytes, for --explain."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    base_bytes: float
+    tp_comm_bytes: float
+    activation_bytes: float
+    max_num_batched_tokens: int
+    #: True when the total was given (runtime_reserve_gib) rather than modelled.
+    given: bool
+
+    @property
+    def total_bytes(self) -> float:
+        return self.base_bytes + self.tp_comm_bytes + self.activation_bytes
+
+
+def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> RuntimeReserve:
+    """What the engine keeps per GPU beside weights and KV: CUDA context, graphs and sampler (base),
+    communication buffers under TP, and the activations of its profiling run at max_num_batched_tokens."""
+    tokens = max_num_batched_tokens(deployment, gpu)
+    if deployment.runtime_reserve_gib is not None:
+        return RuntimeReserve(
+            base_bytes=deployment.runtime_reserve_gib * GIB,
+            tp_comm_bytes=0.0,
+            activation_bytes=0.0,
+            max_num_batched_tokens=tokens,
+            given=True,
+        )
+    return RuntimeReserve(
+        base_bytes=deployment.reserve_base_gib * GIB,
+        tp_comm_bytes=deployment.reserve_per_tp_peer_gib * GIB * (deployment.tp - 1),
+        activation_bytes=tokens * activation_bytes_per_token_per_gpu(arch, deployment.tp),
+        max_num_batched_tokens=tokens,
+        given=False,
+    )

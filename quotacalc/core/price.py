@@ -1,8 +1,15 @@
-"""Deployment -> token costs, weights, KV pool, replica budget and prices (METHOD.md §1, §2, §6)."""
+"""Deployment -> token costs, weights, KV pool, replica budget and prices (METHOD.md §1, §2, §6).
+
+The figures come from the numeric replica model (``core/replica.py``); this module renders each
+of them as an explained step (formula, substituted inputs, value), section by section: weights,
+KV, compute, decode, engine, pool, prices. ``pricing_basis`` picks which decode step the prices
+follow: METHOD.md's roofline (default) or the engine's (roofline + overheads).
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -10,13 +17,29 @@ from pydantic import BaseModel, ConfigDict
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import memory
-from quotacalc.core.arch import ModelArch, MoE, ParamGroup
-from quotacalc.core.deployment import Deployment
+from quotacalc.core.arch import ModelArch, ParamGroup
+from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
+from quotacalc.core.replica import (
+    ReplicaModel,
+    expected_busiest_rank_experts,
+    expected_distinct_experts,
+    replica_model,
+)
 from quotacalc.core.weights import WeightLayout
 from quotacalc.errors import QuotacalcError
 
 SECONDS_PER_HOUR = 3600
+
+__all__ = [
+    "ExpertTraffic",
+    "PriceResult",
+    "PricingInputs",
+    "check_parallelism",
+    "expected_busiest_rank_experts",
+    "expected_distinct_experts",
+    "price",
+]
 
 
 class PricingInputs(BaseModel):
@@ -45,7 +68,11 @@ class ExpertTraffic(BaseModel):
 
 
 class PriceResult(BaseModel):
-    """A deployment's figures, in SI units (seconds, bytes, USD), with the steps that produced them."""
+    """A deployment's figures, in SI units (seconds, bytes, USD), with the steps that produced them.
+
+    ``decode_step_s`` is METHOD.md's roofline step; ``itl_s`` the engine's (what a user measures as
+    inter-token latency at that batch). ``output_weight`` and the prices follow ``pricing_basis``.
+    """
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -68,13 +95,27 @@ class PriceResult(BaseModel):
     decode_compute_s: float
     decode_bound: Literal["memory", "compute"]
     decode_step_s: float
+    #: Batch the decode figures are at: --batch, or the largest the KV pool holds when that is smaller.
+    decode_batch: int
+    decode_overhead_s: float
+    allreduce_s: float
+    itl_s: float
+    engine_prompt_token_s: float
+    ttft_s: float
+    pricing_basis: Literal["roofline", "engine"]
     output_token_s: float
     output_weight: float
     replica_units_per_s: float
+    max_num_batched_tokens: int
+    runtime_reserve_bytes_per_gpu: float
     kv_pool_bytes_per_gpu: float
     kv_pool_tokens: int
     kv_pool_source: Literal["measured", "estimated"]
     max_resident_sequences: int
+    load_prompt_tokens: int
+    load_output_tokens: int
+    max_load_batch: int
+    max_load_output_tokens_per_s: float
     dedicated_usd_per_month: float
     usd_per_unit: float
     usd_per_million_prompt_tokens: float
@@ -84,19 +125,6 @@ class PriceResult(BaseModel):
     steps: tuple[Step, ...]
     warnings: tuple[str, ...]
     inputs: PricingInputs
-
-
-def expected_distinct_experts(num_experts: int, top_k: int, batch: int, skew: float = 0.0) -> float:
-    """Expected distinct experts a batch of ``batch`` tokens routes to in one layer.
-
-    Uniform routing gives E(1-(1-k/E)^B). With ``skew`` > 0, expert popularity follows a Zipf law
-    with that exponent and each expert is picked by a token with probability min(1, k p_i).
-    """
-    if skew == 0:
-        return num_experts * (1 - (1 - top_k / num_experts) ** batch)
-    weights = [1 / (rank + 1) ** skew for rank in range(num_experts)]
-    total = sum(weights)
-    return sum(1 - (1 - min(1.0, top_k * weight / total)) ** batch for weight in weights)
 
 
 def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
@@ -123,57 +151,245 @@ def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
             )
 
 
-def expected_busiest_rank_experts(num_experts: int, ranks: int, touch_probability: float) -> float:
-    """Expected touched experts on the busiest of ``ranks`` expert-parallel GPUs.
+def _check_inputs(inputs: PricingInputs) -> None:
+    arch, gpu, deployment = inputs.arch, inputs.gpu, inputs.deployment
+    check_parallelism(arch, deployment)
+    moe_layers = arch.moe_layers()
+    if moe_layers:
+        shape = moe_layers[0]
+        if any(
+            (m.num_experts, m.top_k, m.expert_params()) != (shape.num_experts, shape.top_k, shape.expert_params())
+            for m in moe_layers
+        ):
+            raise QuotacalcError(f"{arch.name}: MoE layers of different shapes are not priced yet", field="model")
+    if not gpu.supports(inputs.weights.compute_dtype):
+        raise QuotacalcError(
+            f"{gpu.name} has no tensor cores for {inputs.weights.compute_dtype}",
+            field="weight_dtype",
+            fix="choose another weight dtype",
+        )
+    if arch.max_context_tokens and deployment.context > arch.max_context_tokens:
+        raise QuotacalcError(
+            f"{deployment.context:,} tokens exceed {arch.name}'s maximum context of {arch.max_context_tokens:,}",
+            field="context",
+            fix=f"use a context of at most {arch.max_context_tokens:,} tokens",
+        )
 
-    Each rank holds E/ranks experts, each touched independently with ``touch_probability``, so a
-    rank's count is binomial and the step waits for the largest: E[max] = Σ_m (1 − F(m)^ranks).
-    """
-    per_rank = num_experts // ranks
-    pmf = [
-        math.comb(per_rank, m) * touch_probability**m * (1 - touch_probability) ** (per_rank - m)
-        for m in range(per_rank + 1)
-    ]
-    expected_max, cdf = 0.0, 0.0
-    for m in range(per_rank):
-        cdf += pmf[m]
-        expected_max += 1 - min(1.0, cdf) ** ranks
-    return expected_max
+
+@dataclass
+class _Explainer:
+    """What every section reads (inputs, the replica model) and writes (the ledger, figures, warnings)."""
+
+    inputs: PricingInputs
+    ledger: Ledger = field(default_factory=Ledger)
+    figures: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    model: ReplicaModel | None = None
+
+    def record(self, name: str, value: float, **kwargs) -> float:
+        self.figures[name] = value
+        return self.ledger.record(name, value, **kwargs)
 
 
-def _moe_traffic(inputs: PricingInputs, total_bytes: float, ledger: Ledger) -> tuple[float, ExpertTraffic | None]:
-    """Weight bytes one decode step reads on each GPU, and the expert traffic behind it."""
+# --------------------------------------------------------------------------- sections
+
+
+def _weights_section(x: _Explainer) -> None:
+    arch, deployment, layout = x.inputs.arch, x.inputs.deployment, x.inputs.weights
+    total, active = arch.total_params(), arch.active_params()
+    x.record(
+        "total_params",
+        total,
+        formula="Σ parameters (tied embeddings once)",
+        substituted=f"{fmt(total)}",
+        unit="params",
+    )
+    x.record(
+        "active_params",
+        active,
+        formula="parameters a text token runs through (top-k routed experts; vision tower idle)",
+        substituted=f"{fmt(active)}",
+        unit="params",
+    )
+    params_by_group = arch.params_by_group()
+    weight_bytes = x.record(
+        "weight_bytes",
+        layout.weight_bytes(params_by_group),
+        formula="Σ_group params × bytes/param",
+        substituted=f"{layout.describe(params_by_group)} ({layout.source})",
+        unit="B",
+    )
+    x.record(
+        "weight_bytes_per_gpu",
+        weight_bytes / deployment.tp,
+        formula="weight_bytes / TP",
+        substituted=f"{fmt(weight_bytes)} / {deployment.tp}",
+        unit="B",
+    )
+
+
+def _kv_section(x: _Explainer) -> None:
+    inputs = x.inputs
+    arch, tp = inputs.arch, inputs.deployment.tp
+    kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    kv_per_token = memory.kv_bytes_per_token(arch, kv_b)
+    growing = [layer.mixer for layer in arch.layers if layer.mixer is not None and layer.mixer.grows_with_context()]
+    kv_elements = sum(mixer.cache_elements_per_token() for mixer in growing)
+    x.record(
+        "kv_bytes_per_token",
+        kv_per_token,
+        formula="Σ_growing layers cached values per token × kv_dtype_bytes (2 × kv_heads × head_dim for attention)",
+        substituted=f"{len(growing)} layers, {fmt(kv_elements)} values × {fmt(kv_b)} B ({inputs.kv_dtype.name})",
+        unit="B",
+    )
+    x.record(
+        "kv_bytes_per_token_per_gpu",
+        memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
+        formula="per rank: kv_heads split over TP (one replicated head per rank below that); MLA latent whole",
+        substituted=f"{fmt(kv_per_token)} over TP {tp}",
+        unit="B",
+    )
+    state = memory.state_bytes_per_sequence(arch, state_b)
+    x.figures["state_bytes_per_sequence"] = state
+    if state:
+        x.record(
+            "state_bytes_per_sequence",
+            state,
+            formula="Σ_mamba layers ((d_conv − 1) × conv_channels + ssm state) × state_dtype_bytes",
+            substituted=f"{fmt(state / state_b)} values × {fmt(state_b)} B ({inputs.state_dtype.name})",
+            unit="B",
+        )
+
+
+def _pool_section(x: _Explainer) -> float:
+    """The KV pool per GPU: measured, or what memory_utilization × HBM leaves after weights and the reserve."""
+    inputs = x.inputs
+    arch, gpu, deployment = inputs.arch, inputs.gpu, inputs.deployment
+    reserve = memory.runtime_reserve(arch, deployment, gpu)
+    x.figures["max_num_batched_tokens"] = reserve.max_num_batched_tokens
+    if reserve.given:
+        x.record(
+            "runtime_reserve_bytes_per_gpu",
+            reserve.total_bytes,
+            formula="runtime_reserve_gib (given)",
+            substituted=f"{fmt(deployment.runtime_reserve_gib)} GiB",
+            unit="B",
+        )
+    else:
+        source = "default" if deployment.max_num_batched_tokens is None else "given"
+        x.record(
+            "runtime_reserve_bytes_per_gpu",
+            reserve.total_bytes,
+            formula="reserve_base + reserve_per_tp_peer × (TP − 1) + max_num_batched_tokens × "
+            "(4 × ffn_width / TP + 6 × hidden) × 2 B",
+            substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + "
+            f"{fmt(reserve.max_num_batched_tokens)} ({source}) × "
+            f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}",
+            unit="B",
+            note="base and per-peer terms fitted on vLLM start-up logs (docs/accuracy.md); the last term is the "
+            "profiling run's activations",
+        )
+    weight_bytes_per_gpu = x.figures["weight_bytes_per_gpu"]
+    usable = x.record(
+        "kv_pool_bytes_estimate_per_gpu",
+        deployment.memory_utilization * gpu.memory_bytes - weight_bytes_per_gpu - reserve.total_bytes,
+        formula="memory_utilization × HBM − weight_bytes_per_gpu − runtime_reserve_bytes_per_gpu",
+        substituted=f"{deployment.memory_utilization} × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − "
+        f"{fmt(reserve.total_bytes)}",
+        unit="B",
+    )
+    kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    request_per_gpu = memory.request_kv_bytes_per_gpu(arch, deployment.context, kv_b, state_b, deployment.tp)
+    pool_token_bytes = x.figures["kv_bytes_per_token_per_gpu"] or request_per_gpu / deployment.context
+    if deployment.kv_pool_tokens is not None:
+        x.figures["kv_pool_source"] = "measured"
+        pool_tokens = x.record(
+            "kv_pool_tokens",
+            deployment.kv_pool_tokens,
+            formula="measured (--kv-pool-tokens)",
+            substituted=f"{fmt(deployment.kv_pool_tokens)}",
+            unit="tokens",
+        )
+        return pool_tokens * pool_token_bytes
+    if usable <= 0:
+        raise QuotacalcError(
+            f"{arch.name} does not fit: {weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU leave no KV pool on {gpu.id}",
+            field="tp",
+            fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
+        )
+    x.figures["kv_pool_source"] = "estimated"
+    x.record(
+        "kv_pool_tokens",
+        math.floor(usable / pool_token_bytes),
+        formula="kv_pool_bytes_per_gpu / kv_bytes_per_token_per_gpu",
+        substituted=f"{fmt(usable)} / {fmt(pool_token_bytes)}",
+        unit="tokens",
+    )
+    return usable
+
+
+def _compute_section(x: _Explainer) -> None:
+    inputs, model = x.inputs, x.model
+    assert model is not None
+    deployment, layout = inputs.deployment, inputs.weights
+    tp, context = deployment.tp, deployment.context
+    peak = inputs.gpu.peak_flops_per_s(layout.compute_dtype)
+    x.figures["peak_flops_per_gpu"] = peak
+    rate = f"({tp} × {fmt(peak)} ({layout.compute_dtype}) × {deployment.mfu})"
+    x.record(
+        "prompt_token_s",
+        model.flops_per_token / model.compute_flops_per_s,
+        formula="2 × active_params / (TP × peak_flops(compute_dtype) × MFU)",
+        substituted=f"2 × {fmt(x.figures['active_params'])} / {rate}",
+        unit="s",
+    )
+    attention = x.record(
+        "attention_flops_per_prompt_token",
+        memory.attention_flops_per_prompt_token(inputs.arch, context),
+        formula="Σ_attention layers 2 × heads × (qk_dim + v_dim) × mean attended tokens",
+        substituted=f"mean over a {fmt(context)}-token prompt (causal; sliding layers capped at their window)",
+        unit="FLOP",
+    )
+    x.record(
+        "prompt_token_at_context_s",
+        (model.flops_per_token + attention) / model.compute_flops_per_s,
+        formula="(2 × active_params + attention_flops_per_prompt_token) / (TP × peak_flops × MFU)",
+        substituted=f"(2 × {fmt(x.figures['active_params'])} + {fmt(attention)}) / {rate}",
+        unit="s",
+        note="what a prompt token costs inside a prompt of --context tokens; prompt_token_s leaves attention out",
+    )
+
+
+def _moe_steps(x: _Explainer, batch: int) -> None:
+    """Experts one decode step touches (MoE only), and the weight bytes it reads."""
+    inputs = x.inputs
     arch, deployment, layout = inputs.arch, inputs.deployment, inputs.weights
     tp = deployment.tp
-    moe_layers: list[MoE] = arch.moe_layers()
+    moe_layers = arch.moe_layers()
     if not moe_layers:
-        return total_bytes / tp, None
+        x.figures["expert_traffic"] = None
+        x.figures["decode_weight_bytes_per_gpu"] = x.figures["weight_bytes_per_gpu"]
+        return
     shape = moe_layers[0]
-    if any(
-        (m.num_experts, m.top_k, m.expert_params()) != (shape.num_experts, shape.top_k, shape.expert_params())
-        for m in moe_layers
-    ):
-        raise QuotacalcError(f"{arch.name}: MoE layers of different shapes are not priced yet", field="model")
     expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
     layers = len(moe_layers)
-    touched = expected_distinct_experts(shape.num_experts, shape.top_k, deployment.batch, deployment.expert_skew)
-    routing = "uniform routing" if deployment.expert_skew == 0 else f"Zipf skew {deployment.expert_skew}"
-    ledger.record(
+    skew = deployment.expert_skew
+    touched = expected_distinct_experts(shape.num_experts, shape.top_k, batch, skew)
+    routing = "uniform routing" if skew == 0 else f"Zipf skew {skew}"
+    x.record(
         "expected_experts_touched",
         touched,
-        formula="E × (1 − (1 − k/E)^B)"
-        if deployment.expert_skew == 0
-        else "Σ_i 1 − (1 − min(1, k·p_i))^B, p_i ∝ i^−skew",
-        substituted=f"{shape.num_experts} × (1 − (1 − {shape.top_k}/{shape.num_experts})^{deployment.batch})"
-        if deployment.expert_skew == 0
-        else f"E={shape.num_experts}, k={shape.top_k}, B={deployment.batch}, skew={deployment.expert_skew}",
+        formula="E × (1 − (1 − k/E)^B)" if skew == 0 else "Σ_i 1 − (1 − min(1, k·p_i))^B, p_i ∝ i^−skew",
+        substituted=f"{shape.num_experts} × (1 − (1 − {shape.top_k}/{shape.num_experts})^{batch})"
+        if skew == 0
+        else f"E={shape.num_experts}, k={shape.top_k}, B={batch}, skew={skew}",
         unit="experts",
         note=f"per MoE layer per decode step, assuming {routing}",
     )
-    other_bytes = total_bytes - layers * shape.num_experts * expert_bytes
+    other_bytes = x.figures["weight_bytes"] - layers * shape.num_experts * expert_bytes
     if deployment.expert_parallel:
         busiest = expected_busiest_rank_experts(shape.num_experts, tp, touched / shape.num_experts)
-        ledger.record(
+        x.record(
             "busiest_rank_experts_touched",
             busiest,
             formula="E[max over EP ranks of Binomial(E/EP, experts_touched/E)]",
@@ -181,272 +397,238 @@ def _moe_traffic(inputs: PricingInputs, total_bytes: float, ledger: Ledger) -> t
             unit="experts",
             note="expert parallel: each GPU holds whole experts; the step waits for the busiest GPU",
         )
-        read_per_gpu = other_bytes / tp + layers * busiest * expert_bytes
         substituted = f"{fmt(other_bytes)} / {tp} + {layers} × {fmt(busiest)} × {fmt(expert_bytes)}"
         formula = "non-expert bytes / TP + moe_layers × busiest_rank_experts_touched × expert_bytes"
     else:
-        read_per_gpu = (other_bytes + layers * touched * expert_bytes) / tp
         substituted = f"({fmt(other_bytes)} + {layers} × {fmt(touched)} × {fmt(expert_bytes)}) / {tp}"
         formula = "(non-expert bytes + moe_layers × experts_touched × expert_bytes) / TP"
-    ledger.record("decode_weight_bytes_per_gpu", read_per_gpu, formula=formula, substituted=substituted, unit="B")
-    traffic = ExpertTraffic(
+    assert x.model is not None
+    x.record(
+        "decode_weight_bytes_per_gpu",
+        x.model.decode_weight_bytes_per_gpu_at(batch),
+        formula=formula,
+        substituted=substituted,
+        unit="B",
+    )
+    x.figures["expert_traffic"] = ExpertTraffic(
         moe_layers=layers,
         num_experts=shape.num_experts,
         top_k=shape.top_k,
         expected_experts_touched=touched,
         expert_bytes=expert_bytes,
     )
-    return read_per_gpu, traffic
 
 
-def price(inputs: PricingInputs) -> PriceResult:
-    """Price one replica of a deployment."""
-    arch, gpu, deployment, layout = inputs.arch, inputs.gpu, inputs.deployment, inputs.weights
-    check_parallelism(arch, deployment)
-    ledger = Ledger()
-    warnings: list[str] = []
-    tp, batch, context = deployment.tp, deployment.batch, deployment.context
-    kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
-
-    total_params = arch.total_params()
-    active_params = arch.active_params()
-    ledger.record(
-        "total_params",
-        total_params,
-        formula="Σ parameters (tied embeddings once)",
-        substituted=f"{fmt(total_params)}",
-        unit="params",
+def _decode_batch(x: _Explainer) -> int:
+    """--batch, or the largest batch the pool holds at --context when that is smaller (with a warning)."""
+    model, deployment = x.model, x.inputs.deployment
+    assert model is not None
+    resident = x.record(
+        "max_resident_sequences",
+        model.pool_sequences(deployment.context),
+        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(context))",
+        substituted=f"floor({fmt(model.kv_pool_bytes_per_gpu)} / {fmt(model.sequence_kv_bytes_per_gpu(deployment.context))})",
+        unit="sequences",
+        note=f"sequences of {deployment.context:,} tokens the pool holds at once, KV and any state (vLLM's 'maximum concurrency')",
     )
-    ledger.record(
-        "active_params",
-        active_params,
-        formula="parameters a text token runs through (top-k routed experts; vision tower idle)",
-        substituted=f"{fmt(active_params)}",
-        unit="params",
-    )
-    params_by_group = arch.params_by_group()
-    weight_bytes = layout.weight_bytes(params_by_group)
-    ledger.record(
-        "weight_bytes",
-        weight_bytes,
-        formula="Σ_group params × bytes/param",
-        substituted=f"{layout.describe(params_by_group)} ({layout.source})",
-        unit="B",
-    )
-    weight_bytes_per_gpu = weight_bytes / tp
-    ledger.record(
-        "weight_bytes_per_gpu",
-        weight_bytes_per_gpu,
-        formula="weight_bytes / TP",
-        substituted=f"{fmt(weight_bytes)} / {tp}",
-        unit="B",
-    )
-
-    kv_per_token = memory.kv_bytes_per_token(arch, kv_b)
-    kv_per_token_per_gpu = memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp)
-    growing = [layer.mixer for layer in arch.layers if layer.mixer is not None and layer.mixer.grows_with_context()]
-    kv_elements = sum(mixer.cache_elements_per_token() for mixer in growing)
-    ledger.record(
-        "kv_bytes_per_token",
-        kv_per_token,
-        formula="Σ_growing layers cached values per token × kv_dtype_bytes (2 × kv_heads × head_dim for attention)",
-        substituted=f"{len(growing)} layers, {fmt(kv_elements)} values × {fmt(kv_b)} B ({inputs.kv_dtype.name})",
-        unit="B",
-    )
-    ledger.record(
-        "kv_bytes_per_token_per_gpu",
-        kv_per_token_per_gpu,
-        formula="per rank: kv_heads split over TP (one replicated head per rank below that); MLA latent whole",
-        substituted=f"{fmt(kv_per_token)} over TP {tp}",
-        unit="B",
-    )
-    state_per_sequence = memory.state_bytes_per_sequence(arch, state_b)
-    if state_per_sequence:
-        ledger.record(
-            "state_bytes_per_sequence",
-            state_per_sequence,
-            formula="Σ_mamba layers ((d_conv − 1) × conv_channels + ssm state) × state_dtype_bytes",
-            substituted=f"{fmt(state_per_sequence / state_b)} values × {fmt(state_b)} B ({inputs.state_dtype.name})",
-            unit="B",
-        )
-
-    if not gpu.supports(layout.compute_dtype):
+    if resident < 1:
         raise QuotacalcError(
-            f"{gpu.name} has no tensor cores for {layout.compute_dtype}",
-            field="weight_dtype",
-            fix="choose another weight dtype",
+            f"one sequence of {deployment.context:,} tokens does not fit the KV pool",
+            field="context",
+            fix="lower --context, raise --tp, or use --kv-dtype fp8",
         )
-    peak = gpu.peak_flops_per_s(layout.compute_dtype)
-    compute_rate = tp * peak * deployment.mfu
-    prompt_token_s = ledger.record(
-        "prompt_token_s",
-        2 * active_params / compute_rate,
-        formula="2 × active_params / (TP × peak_flops(compute_dtype) × MFU)",
-        substituted=f"2 × {fmt(active_params)} / ({tp} × {fmt(peak)} ({layout.compute_dtype}) × {deployment.mfu})",
-        unit="s",
+    if deployment.batch <= resident:
+        return deployment.batch
+    x.warnings.append(
+        f"a decode batch of {deployment.batch} at {deployment.context:,} tokens does not fit the KV pool, which holds "
+        f"{resident} such sequences: priced at batch {resident} (lower --batch, or raise --tp or use --kv-dtype fp8)"
     )
-    attention_flops = memory.attention_flops_per_prompt_token(arch, context)
-    ledger.record(
-        "attention_flops_per_prompt_token",
-        attention_flops,
-        formula="Σ_attention layers 2 × heads × (qk_dim + v_dim) × mean attended tokens",
-        substituted=f"mean over a {fmt(context)}-token prompt (causal; sliding layers capped at their window)",
-        unit="FLOP",
-    )
-    prompt_token_at_context_s = ledger.record(
-        "prompt_token_at_context_s",
-        (2 * active_params + attention_flops) / compute_rate,
-        formula="(2 × active_params + attention_flops_per_prompt_token) / (TP × peak_flops × MFU)",
-        substituted=f"(2 × {fmt(active_params)} + {fmt(attention_flops)}) / ({tp} × {fmt(peak)} × {deployment.mfu})",
-        unit="s",
-        note="what a prompt token costs inside a prompt of --context tokens; prompt_token_s leaves attention out",
-    )
+    return int(resident)
 
-    decode_weight_bytes_per_gpu, traffic = _moe_traffic(inputs, weight_bytes, ledger)
-    request_per_gpu = memory.request_kv_bytes_per_gpu(arch, context, kv_b, state_b, tp)
-    decode_kv_bytes_per_gpu = batch * request_per_gpu
-    ledger.record(
+
+def _decode_section(x: _Explainer, batch: int) -> None:
+    inputs, model = x.inputs, x.model
+    assert model is not None
+    deployment = inputs.deployment
+    context = deployment.context
+    _moe_steps(x, batch)
+    per_sequence = model.sequence_kv_bytes_per_gpu(context)
+    kv_bytes = x.record(
         "decode_kv_bytes_per_gpu",
-        decode_kv_bytes_per_gpu,
+        batch * per_sequence,
         formula="batch × request_kv_bytes_per_gpu(context)  (= batch × context × kv_bytes_per_token / TP for full attention)",
-        substituted=f"{batch} × {fmt(request_per_gpu)}",
+        substituted=f"{batch} × {fmt(per_sequence)}",
         unit="B",
     )
-    bandwidth = gpu.memory_bandwidth_bytes_per_s * deployment.mbu
-    ledger.record(
+    bandwidth = x.record(
         "effective_bandwidth_per_gpu",
-        bandwidth,
+        model.bandwidth_bytes_per_s,
         formula="peak HBM bandwidth × MBU",
-        substituted=f"{fmt(gpu.memory_bandwidth_bytes_per_s)} × {deployment.mbu}",
+        substituted=f"{fmt(inputs.gpu.memory_bandwidth_bytes_per_s)} × {deployment.mbu}",
         unit="B/s",
     )
-    decode_memory_s = ledger.record(
+    weights_read = x.figures["decode_weight_bytes_per_gpu"]
+    memory_s = x.record(
         "decode_memory_s",
-        (decode_weight_bytes_per_gpu + decode_kv_bytes_per_gpu) / bandwidth,
+        model.decode_memory_s(batch, context),
         formula="(weight bytes read per GPU + decode_kv_bytes_per_gpu) / effective_bandwidth_per_gpu",
-        substituted=f"({fmt(decode_weight_bytes_per_gpu)} + {fmt(decode_kv_bytes_per_gpu)}) / {fmt(bandwidth)}",
+        substituted=f"({fmt(weights_read)} + {fmt(kv_bytes)}) / {fmt(bandwidth)}",
         unit="s",
     )
-    output_attention_flops = memory.attention_flops_per_output_token(arch, context)
-    decode_compute_s = ledger.record(
+    compute_s = x.record(
         "decode_compute_s",
-        batch * (2 * active_params + output_attention_flops) / compute_rate,
+        model.decode_compute_s(batch, context),
         formula="batch × (2 × active_params + attention FLOPs at context) / (TP × peak_flops × MFU)",
-        substituted=f"{batch} × (2 × {fmt(active_params)} + {fmt(output_attention_flops)}) / ({tp} × {fmt(peak)} × {deployment.mfu})",
+        substituted=f"{batch} × (2 × {fmt(x.figures['active_params'])} + {fmt(model.attention_flops(context))}) / "
+        f"({deployment.tp} × {fmt(x.figures['peak_flops_per_gpu'])} × {deployment.mfu})",
         unit="s",
     )
-    decode_bound: Literal["memory", "compute"] = "memory" if decode_memory_s >= decode_compute_s else "compute"
-    decode_step_s = ledger.record(
+    bound = "memory" if memory_s >= compute_s else "compute"
+    x.figures["decode_bound"] = bound
+    x.record(
         "decode_step_s",
-        max(decode_memory_s, decode_compute_s),
+        model.roofline_step_time_s(batch, context),
         formula="max(decode_memory_s, decode_compute_s)",
-        substituted=f"max({fmt(decode_memory_s)}, {fmt(decode_compute_s)})",
+        substituted=f"max({fmt(memory_s)}, {fmt(compute_s)})",
         unit="s",
-        note=f"{decode_bound}-bound at batch {batch}",
+        note=f"{bound}-bound at batch {batch}; METHOD.md's roofline, no engine overheads",
     )
-    output_token_s = ledger.record(
+
+
+def _engine_section(x: _Explainer, batch: int) -> None:
+    """What an engine adds beside the roofline: the inter-token latency, the first token, the full load."""
+    inputs, model = x.inputs, x.model
+    assert model is not None
+    deployment, gpu, arch = inputs.deployment, inputs.gpu, inputs.arch
+    x.record(
+        "decode_overhead_s",
+        model.step_overhead_s,
+        formula="step_overhead_s (scheduling, sampling, kernel launches: one per engine step)",
+        substituted=f"{fmt(model.step_overhead_s)}",
+        unit="s",
+        note="default fitted on NIM and vLLM CI decode latencies (docs/accuracy.md)",
+    )
+    latency_source = "given" if deployment.allreduce_latency_s is not None else f"{gpu.id} catalog"
+    x.record(
+        "allreduce_s",
+        model.allreduce_s(batch),
+        formula="allreduces × (allreduce_latency + batch × 2(TP−1)/TP × hidden × 2 B / interconnect bandwidth)",
+        substituted=f"{model.allreduces_per_step} × ({fmt(model.allreduce_latency_s)} ({latency_source}) + {batch} × "
+        f"{fmt(model.allreduce_s_per_token)})",
+        unit="s",
+        note="two all-reduces per layer under tensor parallelism, none at TP 1; "
+        f"interconnect {fmt(gpu.interconnect_bandwidth_bytes_per_s)} B/s one way ({gpu.id} catalog)",
+    )
+    x.record(
+        "itl_s",
+        model.step_time_s(batch, deployment.context),
+        formula="decode_step_s + decode_overhead_s + allreduce_s",
+        substituted=f"{fmt(x.figures['decode_step_s'])} + {fmt(model.step_overhead_s)} + {fmt(x.figures['allreduce_s'])}",
+        unit="s",
+        note="the engine's decode step: the inter-token latency a user measures at this batch, without prefills "
+        "interleaved",
+    )
+    chunk = model.max_num_batched_tokens
+    x.record(
+        "engine_prompt_token_s",
+        model.prefill_time_s(chunk, 0) / chunk,
+        formula="prefill_time(max_num_batched_tokens) / max_num_batched_tokens (a full chunk: FLOPs, attention "
+        "within it, overhead and all-reduces)",
+        substituted=f"prefill_time({fmt(chunk)}) / {fmt(chunk)}",
+        unit="s",
+    )
+    x.record(
+        "ttft_s",
+        model.ttft_s(deployment.context),
+        formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs, one weight read) + "
+        "decode_overhead_s + all-reduces)",
+        substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
+        f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
+        unit="s",
+        note="one request of --context tokens on an idle replica",
+    )
+    prompt, output = deployment.load_prompt, deployment.load_output_tokens
+    x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
+    load_batch = x.record(
+        "max_load_batch",
+        model.max_load_batch(prompt, output),
+        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output))",
+        substituted=f"requests of {fmt(prompt)} + {fmt(output)} tokens at their full length",
+        unit="sequences",
+    )
+    x.record(
+        "max_load_output_tokens_per_s",
+        model.max_load_output_tokens_per_s(prompt, output),
+        formula="B / (itl(B, prompt + output/2) + B / output × (prefill FLOP time(prompt) + its all-reduces))",
+        substituted=f"B = {fmt(load_batch)}, prompt {fmt(prompt)}, output {fmt(output)}",
+        unit="tokens/s",
+        note="throughput at full load: every request's prefill charged to the replica (chunked prefill rides in "
+        f"decode steps); architecture {arch.name}",
+    )
+
+
+def _price_section(x: _Explainer, batch: int) -> None:
+    deployment = x.inputs.deployment
+    tp = deployment.tp
+    engine = deployment.pricing_basis == PricingBasis.ENGINE
+    x.figures["pricing_basis"] = deployment.pricing_basis.value
+    step_name, prompt_name = ("itl_s", "engine_prompt_token_s") if engine else ("decode_step_s", "prompt_token_s")
+    step, prompt_token_s = x.figures[step_name], x.figures[prompt_name]
+    basis_note = f"pricing_basis {deployment.pricing_basis.value}"
+    output_token_s = x.record(
         "output_token_s",
-        decode_step_s / batch,
-        formula="decode_step_s / batch",
-        substituted=f"{fmt(decode_step_s)} / {batch}",
+        step / batch,
+        formula=f"{step_name} / batch",
+        substituted=f"{fmt(step)} / {batch}",
         unit="s",
+        note=basis_note,
     )
-    output_weight = ledger.record(
+    output_weight = x.record(
         "output_weight",
         output_token_s / prompt_token_s,
-        formula="W = output_token_s / prompt_token_s",
+        formula=f"W = output_token_s / {prompt_name}",
         substituted=f"{fmt(output_token_s)} / {fmt(prompt_token_s)}",
         unit="units",
+        note=basis_note,
     )
-    replica_units_per_s = ledger.record(
+    units_per_s = x.record(
         "replica_units_per_s",
         deployment.ceiling / prompt_token_s,
-        formula="ceiling / prompt_token_s",
+        formula=f"ceiling / {prompt_name}",
         substituted=f"{deployment.ceiling} / {fmt(prompt_token_s)}",
         unit="units/s",
+        note=basis_note,
     )
-
-    # The KV pool: what memory_utilization × HBM leaves after weights and the runtime reserve.
-    reserve_bytes = (deployment.runtime_reserve_gib if deployment.runtime_reserve_gib is not None else 5.5) * 2**30
-    usable = deployment.memory_utilization * gpu.memory_bytes - weight_bytes_per_gpu - reserve_bytes
-    ledger.record(
-        "kv_pool_bytes_estimate_per_gpu",
-        usable,
-        formula="memory_utilization × HBM − weight_bytes_per_gpu − runtime_reserve",
-        substituted=f"{deployment.memory_utilization} × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − {fmt(reserve_bytes)}",
-        unit="B",
-    )
-    pool_token_bytes = kv_per_token_per_gpu or request_per_gpu / context
-    if deployment.kv_pool_tokens is not None:
-        pool_tokens, pool_source = deployment.kv_pool_tokens, "measured"
-        pool_bytes = pool_tokens * pool_token_bytes
-        ledger.record(
-            "kv_pool_tokens",
-            pool_tokens,
-            formula="measured (--kv-pool-tokens)",
-            substituted=f"{fmt(pool_tokens)}",
-            unit="tokens",
-        )
-    else:
-        if usable <= 0:
-            raise QuotacalcError(
-                f"{arch.name} does not fit: {weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU leave no KV pool on {gpu.id}",
-                field="tp",
-                fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
-            )
-        pool_bytes, pool_source = usable, "estimated"
-        pool_tokens = ledger.record(
-            "kv_pool_tokens",
-            math.floor(usable / pool_token_bytes),
-            formula="kv_pool_bytes_per_gpu / kv_bytes_per_token_per_gpu",
-            substituted=f"{fmt(usable)} / {fmt(pool_token_bytes)}",
-            unit="tokens",
-        )
-    max_resident = ledger.record(
-        "max_resident_sequences",
-        math.floor(pool_bytes / request_per_gpu),
-        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(context))",
-        substituted=f"floor({fmt(pool_bytes)} / {fmt(request_per_gpu)})",
-        unit="sequences",
-        note=f"sequences of {context:,} tokens the pool holds at once, KV and any state (vLLM's 'maximum concurrency')",
-    )
-    if batch > max_resident:
-        warnings.append(
-            f"a decode batch of {batch} at {context:,} tokens does not fit the KV pool, which holds {max_resident} such "
-            f"sequences: lower --batch, or raise --tp or use --kv-dtype fp8"
-        )
-    if arch.max_context_tokens and context > arch.max_context_tokens:
-        warnings.append(f"--context {context} exceeds the model's max_position_embeddings {arch.max_context_tokens}")
-
-    dedicated = ledger.record(
+    dedicated = x.record(
         "dedicated_usd_per_month",
         tp * deployment.gpu_hour_usd * deployment.hours_per_month,
         formula="GPUs × $/GPU-hour × hours/month",
         substituted=f"{tp} × {deployment.gpu_hour_usd} × {fmt(deployment.hours_per_month)}",
         unit="USD",
     )
-    usd_per_unit = ledger.record(
+    del dedicated
+    usd_per_unit = x.record(
         "usd_per_unit",
-        tp * deployment.gpu_hour_usd / SECONDS_PER_HOUR / replica_units_per_s,
+        tp * deployment.gpu_hour_usd / SECONDS_PER_HOUR / units_per_s,
         formula="GPUs × $/GPU-hour / 3600 / replica_units_per_s",
-        substituted=f"{tp} × {deployment.gpu_hour_usd} / 3600 / {fmt(replica_units_per_s)}",
+        substituted=f"{tp} × {deployment.gpu_hour_usd} / 3600 / {fmt(units_per_s)}",
         unit="USD",
     )
-    per_million_prompt = ledger.record(
+    x.record(
         "usd_per_million_prompt_tokens",
         1e6 * usd_per_unit,
         formula="10^6 × usd_per_unit",
         substituted=f"10^6 × {fmt(usd_per_unit)}",
         unit="USD",
     )
-    per_million_cached = ledger.record(
+    x.record(
         "usd_per_million_cached_prompt_tokens",
         1e6 * usd_per_unit * deployment.cached_prompt_weight,
         formula="10^6 × usd_per_unit × cached_prompt_weight",
         substituted=f"10^6 × {fmt(usd_per_unit)} × {deployment.cached_prompt_weight}",
         unit="USD",
     )
-    per_million_output = ledger.record(
+    x.record(
         "usd_per_million_output_tokens",
         1e6 * usd_per_unit * output_weight,
         formula="10^6 × usd_per_unit × W",
@@ -454,40 +636,71 @@ def price(inputs: PricingInputs) -> PriceResult:
         unit="USD",
     )
 
+
+# --------------------------------------------------------------------------- price
+
+
+def price(inputs: PricingInputs) -> PriceResult:
+    """Price one replica of a deployment."""
+    _check_inputs(inputs)
+    x = _Explainer(inputs)
+    _weights_section(x)
+    _kv_section(x)
+    pool_bytes = _pool_section(x)
+    x.model = replica_model(inputs, pool_bytes)
+    _compute_section(x)
+    batch = _decode_batch(x)
+    _decode_section(x, batch)
+    _engine_section(x, batch)
+    _price_section(x, batch)
+    f = x.figures
     return PriceResult(
-        total_params=total_params,
-        active_params=active_params,
-        weight_bytes=weight_bytes,
-        weight_bytes_per_gpu=weight_bytes_per_gpu,
-        kv_bytes_per_token=kv_per_token,
-        kv_bytes_per_token_per_gpu=kv_per_token_per_gpu,
-        state_bytes_per_sequence=state_per_sequence,
-        peak_flops_per_gpu=peak,
-        compute_dtype=layout.compute_dtype,
-        effective_bandwidth_per_gpu=bandwidth,
-        prompt_token_s=prompt_token_s,
-        attention_flops_per_prompt_token=attention_flops,
-        prompt_token_at_context_s=prompt_token_at_context_s,
-        decode_weight_bytes_per_gpu=decode_weight_bytes_per_gpu,
-        decode_kv_bytes_per_gpu=decode_kv_bytes_per_gpu,
-        decode_memory_s=decode_memory_s,
-        decode_compute_s=decode_compute_s,
-        decode_bound=decode_bound,
-        decode_step_s=decode_step_s,
-        output_token_s=output_token_s,
-        output_weight=output_weight,
-        replica_units_per_s=replica_units_per_s,
+        total_params=f["total_params"],
+        active_params=f["active_params"],
+        weight_bytes=f["weight_bytes"],
+        weight_bytes_per_gpu=f["weight_bytes_per_gpu"],
+        kv_bytes_per_token=f["kv_bytes_per_token"],
+        kv_bytes_per_token_per_gpu=f["kv_bytes_per_token_per_gpu"],
+        state_bytes_per_sequence=f["state_bytes_per_sequence"],
+        peak_flops_per_gpu=f["peak_flops_per_gpu"],
+        compute_dtype=inputs.weights.compute_dtype,
+        effective_bandwidth_per_gpu=f["effective_bandwidth_per_gpu"],
+        prompt_token_s=f["prompt_token_s"],
+        attention_flops_per_prompt_token=f["attention_flops_per_prompt_token"],
+        prompt_token_at_context_s=f["prompt_token_at_context_s"],
+        decode_weight_bytes_per_gpu=f["decode_weight_bytes_per_gpu"],
+        decode_kv_bytes_per_gpu=f["decode_kv_bytes_per_gpu"],
+        decode_memory_s=f["decode_memory_s"],
+        decode_compute_s=f["decode_compute_s"],
+        decode_bound=f["decode_bound"],
+        decode_step_s=f["decode_step_s"],
+        decode_batch=batch,
+        decode_overhead_s=f["decode_overhead_s"],
+        allreduce_s=f["allreduce_s"],
+        itl_s=f["itl_s"],
+        engine_prompt_token_s=f["engine_prompt_token_s"],
+        ttft_s=f["ttft_s"],
+        pricing_basis=f["pricing_basis"],
+        output_token_s=f["output_token_s"],
+        output_weight=f["output_weight"],
+        replica_units_per_s=f["replica_units_per_s"],
+        max_num_batched_tokens=f["max_num_batched_tokens"],
+        runtime_reserve_bytes_per_gpu=f["runtime_reserve_bytes_per_gpu"],
         kv_pool_bytes_per_gpu=pool_bytes,
-        kv_pool_tokens=pool_tokens,
-        kv_pool_source=pool_source,
-        max_resident_sequences=max_resident,
-        dedicated_usd_per_month=dedicated,
-        usd_per_unit=usd_per_unit,
-        usd_per_million_prompt_tokens=per_million_prompt,
-        usd_per_million_cached_prompt_tokens=per_million_cached,
-        usd_per_million_output_tokens=per_million_output,
-        expert_traffic=traffic,
-        steps=tuple(ledger.steps),
-        warnings=tuple(warnings),
+        kv_pool_tokens=f["kv_pool_tokens"],
+        kv_pool_source=f["kv_pool_source"],
+        max_resident_sequences=f["max_resident_sequences"],
+        load_prompt_tokens=f["load_prompt_tokens"],
+        load_output_tokens=f["load_output_tokens"],
+        max_load_batch=f["max_load_batch"],
+        max_load_output_tokens_per_s=f["max_load_output_tokens_per_s"],
+        dedicated_usd_per_month=f["dedicated_usd_per_month"],
+        usd_per_unit=f["usd_per_unit"],
+        usd_per_million_prompt_tokens=f["usd_per_million_prompt_tokens"],
+        usd_per_million_cached_prompt_tokens=f["usd_per_million_cached_prompt_tokens"],
+        usd_per_million_output_tokens=f["usd_per_million_output_tokens"],
+        expert_traffic=f["expert_traffic"],
+        steps=tuple(x.ledger.steps),
+        warnings=tuple(x.warnings),
         inputs=inputs,
     )

@@ -1,23 +1,76 @@
-"""The numeric replica model: step and prefill times from precomputed coefficients (METHOD.md §1-§2).
+"""The numeric replica model: step, prefill and first-token times from precomputed coefficients.
 
-``price`` explains a replica at one operating point; the simulator asks the same questions millions
-of times at every batch and context, so the coefficients are computed once here and each call is a
-few multiplications. The roofline: a decode step reads the weights it touches plus every sequence's
-KV, at the effective bandwidth, or computes its tokens at the effective FLOP rate, whichever is
-longer; a prefill chunk computes its tokens (parameters plus attention over what came before).
+Everything quotacalc says about time comes from here: ``price`` explains a replica at one operating
+point, and the simulator asks the same questions millions of times at every batch and context, so
+the coefficients are computed once and each call is a few multiplications (bench/replica.py).
+
+Two layers of time:
+
+- the **roofline** (METHOD.md §1): a decode step reads the weights it touches plus every sequence's
+  KV at the effective bandwidth, or computes its tokens at the effective FLOP rate, whichever is
+  longer; a prefill chunk computes its tokens (parameters plus attention over what came before) or
+  reads the weights once, whichever is longer;
+- the **engine**: what a real engine adds to every step beside the roofline: a fixed overhead
+  (scheduling, sampling, kernel launches) and, under tensor parallelism, two all-reduces per layer
+  (latency plus the step's activations over the GPU interconnect). The engine figures are what a
+  user measures as inter-token latency and time to first token (docs/accuracy.md).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from quotacalc.core import memory
-from quotacalc.core.arch import ParamGroup
+from quotacalc.core.arch import ModelArch, MoE, ParamGroup
 
 if TYPE_CHECKING:
     from quotacalc.core.price import PricingInputs
+
+#: Bytes of one activation value moved by an all-reduce (engines all-reduce in the 16-bit model dtype).
+ACTIVATION_BYTES = 2
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, batch: int, skew: float = 0.0) -> float:
+    """Expected distinct experts a batch of ``batch`` tokens routes to in one layer.
+
+    Uniform routing gives E(1-(1-k/E)^B). With ``skew`` > 0, expert popularity follows a Zipf law
+    with that exponent and each expert is picked by a token with probability min(1, k p_i).
+    """
+    if skew == 0:
+        return num_experts * (1 - (1 - top_k / num_experts) ** batch)
+    weights = [1 / (rank + 1) ** skew for rank in range(num_experts)]
+    total = sum(weights)
+    return sum(1 - (1 - min(1.0, top_k * weight / total)) ** batch for weight in weights)
+
+
+def expected_busiest_rank_experts(num_experts: int, ranks: int, touch_probability: float) -> float:
+    """Expected touched experts on the busiest of ``ranks`` expert-parallel GPUs.
+
+    Each rank holds E/ranks experts, each touched independently with ``touch_probability``, so a
+    rank's count is binomial and the step waits for the largest: E[max] = Σ_m (1 − F(m)^ranks).
+    """
+    per_rank = num_experts // ranks
+    pmf = [
+        math.comb(per_rank, m) * touch_probability**m * (1 - touch_probability) ** (per_rank - m)
+        for m in range(per_rank + 1)
+    ]
+    expected_max, cdf = 0.0, 0.0
+    for m in range(per_rank):
+        cdf += pmf[m]
+        expected_max += 1 - min(1.0, cdf) ** ranks
+    return expected_max
+
+
+def _by_window(pairs: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """Coefficients of layers that share a window, summed: one term per distinct window, not per layer."""
+    summed: dict[int, float] = {}
+    for window, coefficient in pairs:
+        summed[window] = summed.get(window, 0.0) + coefficient
+    return tuple(sorted(summed.items()))
 
 
 @dataclass(frozen=True)
@@ -28,61 +81,191 @@ class ReplicaModel:
     flops_per_token: float
     #: Attention FLOPs per token per attended token, summed over the layers whose cache grows.
     attention_flops_per_attended_token: float
-    #: (FLOPs per attended token, window) of each sliding-window layer.
-    sliding_attention: tuple[tuple[float, int], ...]
+    #: (window, FLOPs per attended token summed over the sliding layers with that window).
+    sliding_attention: tuple[tuple[int, float], ...]
     #: TP × peak FLOP/s × MFU.
     compute_flops_per_s: float
     #: Peak HBM bandwidth × MBU, per GPU.
     bandwidth_bytes_per_s: float
     #: KV bytes one token adds on one GPU in the layers whose cache grows.
     kv_bytes_per_token_per_gpu: float
-    #: (KV bytes per token per GPU, window) of each sliding-window layer.
-    sliding_kv: tuple[tuple[float, int], ...]
+    #: (window, KV bytes per token per GPU summed over the sliding layers with that window).
+    sliding_kv: tuple[tuple[int, float], ...]
     #: Fixed state (Mamba) one sequence holds on one GPU.
     state_bytes_per_sequence_per_gpu: float
     #: Weight bytes on one GPU.
     weight_bytes_per_gpu: float
     #: Weight bytes one decode step reads on one GPU, by batch (MoE: experts touched grow with the batch).
-    decode_weight_bytes_per_gpu_at: object
+    decode_weight_bytes_per_gpu_at: Callable[[int], float]
     #: KV pool of one replica, per GPU, bytes.
     kv_pool_bytes_per_gpu: float
+    #: Fixed time of every engine step beside the roofline (scheduling, sampling, launches).
+    step_overhead_s: float
+    #: Tensor-parallel all-reduces in one forward pass (two per layer; none at TP 1).
+    allreduces_per_step: int
+    #: Latency of one all-reduce.
+    allreduce_latency_s: float
+    #: Seconds one token's activations add to one all-reduce (ring: 2(TP−1)/TP × hidden × 2 B / link bandwidth).
+    allreduce_s_per_token: float
+    #: Fixed time to first token beside the prefill (API server, tokenizer, scheduling).
+    request_overhead_s: float
+    #: The engine's token budget per step: a longer prompt is prefilled in chunks of this size.
+    max_num_batched_tokens: int
+
+    # ------------------------------------------------------------------ memory
 
     def sequence_kv_bytes_per_gpu(self, context_tokens: float) -> float:
         """Cache bytes one sequence of ``context_tokens`` holds on one GPU (KV and state)."""
-        window = sum(per_token * min(context_tokens, size) for per_token, size in self.sliding_kv)
-        return self.kv_bytes_per_token_per_gpu * context_tokens + window + self.state_bytes_per_sequence_per_gpu
+        total = self.kv_bytes_per_token_per_gpu * context_tokens + self.state_bytes_per_sequence_per_gpu
+        for window, per_token in self.sliding_kv:
+            total += per_token * (context_tokens if context_tokens < window else window)
+        return total
+
+    def pool_sequences(self, context_tokens: float) -> int:
+        """Sequences of ``context_tokens`` the pool holds at once."""
+        return int(self.kv_pool_bytes_per_gpu // self.sequence_kv_bytes_per_gpu(context_tokens))
+
+    #: The earlier name of ``pool_sequences``, kept for callers written against it.
+    pool_tokens = pool_sequences
+
+    # ------------------------------------------------------------------ roofline
 
     def attention_flops(self, attended_tokens: float) -> float:
         """Attention FLOPs of one token attending ``attended_tokens`` earlier tokens."""
-        sliding = sum(per_token * min(attended_tokens, size) for per_token, size in self.sliding_attention)
-        return self.attention_flops_per_attended_token * attended_tokens + sliding
+        flops = self.attention_flops_per_attended_token * attended_tokens
+        for window, per_token in self.sliding_attention:
+            flops += per_token * (attended_tokens if attended_tokens < window else window)
+        return flops
+
+    def decode_memory_s(self, batch: int, context_tokens: float) -> float:
+        """Time to read the weights a step touches and every sequence's cache."""
+        read = self.decode_weight_bytes_per_gpu_at(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
+        return read / self.bandwidth_bytes_per_s
+
+    def decode_compute_s(self, batch: int, context_tokens: float) -> float:
+        """Time to compute one token for each of ``batch`` sequences."""
+        return batch * (self.flops_per_token + self.attention_flops(context_tokens)) / self.compute_flops_per_s
+
+    def roofline_step_time_s(self, batch: int, context_tokens: float) -> float:
+        """METHOD.md's decode step: max(memory, compute), no engine overheads."""
+        return max(self.decode_memory_s(batch, context_tokens), self.decode_compute_s(batch, context_tokens))
+
+    def prefill_compute_s(self, tokens: int, context_tokens: float = 0) -> float:
+        """FLOP time of ``tokens`` new prompt tokens after ``context_tokens`` cached (each attends half the chunk)."""
+        mean_attended = context_tokens + (tokens + 1) / 2
+        return tokens * (self.flops_per_token + self.attention_flops(mean_attended)) / self.compute_flops_per_s
+
+    def roofline_prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
+        """One prefill chunk alone: its FLOPs, or one read of the weights, whichever is longer."""
+        return max(
+            self.prefill_compute_s(tokens, context_tokens), self.weight_bytes_per_gpu / self.bandwidth_bytes_per_s
+        )
+
+    # ------------------------------------------------------------------ engine
+
+    def allreduce_s(self, tokens: int) -> float:
+        """The tensor-parallel all-reduces of one forward pass over ``tokens`` tokens."""
+        return self.allreduces_per_step * (self.allreduce_latency_s + tokens * self.allreduce_s_per_token)
 
     def step_time_s(self, batch: int, context_tokens: float) -> float:
-        """One decode step of ``batch`` sequences at a mean context of ``context_tokens``."""
+        """One decode step as an engine runs it: roofline + step overhead + all-reduces (the inter-token latency)."""
         read = self.decode_weight_bytes_per_gpu_at(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
         memory_s = read / self.bandwidth_bytes_per_s
         compute_s = batch * (self.flops_per_token + self.attention_flops(context_tokens)) / self.compute_flops_per_s
-        return max(memory_s, compute_s)
+        return (
+            (memory_s if memory_s > compute_s else compute_s)
+            + self.step_overhead_s
+            + self.allreduces_per_step * (self.allreduce_latency_s + batch * self.allreduce_s_per_token)
+        )
 
     def prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
-        """Prefill ``tokens`` new prompt tokens after ``context_tokens`` already cached (one chunk).
+        """One prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine step on an idle replica."""
+        return self.roofline_prefill_time_s(tokens, context_tokens) + self.step_overhead_s + self.allreduce_s(tokens)
 
-        Each new token attends to the cached context plus, on average, half the chunk before it; the
-        chunk also reads the weights once, which bounds short chunks.
+    def ttft_s(self, prompt_tokens: int) -> float:
+        """Time to first token of one prompt on an idle replica: request overhead + its prefill chunks."""
+        total, done = self.request_overhead_s, 0
+        while done < prompt_tokens:
+            chunk = min(self.max_num_batched_tokens, prompt_tokens - done)
+            total += self.prefill_time_s(chunk, done)
+            done += chunk
+        return total
+
+    def interleaved_prefill_s(self, prompt_tokens: int) -> float:
+        """What one prompt's prefill adds to the decode steps it rides in (chunked prefill).
+
+        Its FLOPs and its all-reduce traffic; the weights are read once per step anyway and the
+        step overhead is the decode step's, so neither is charged again.
         """
-        mean_attended = context_tokens + (tokens + 1) / 2
-        compute_s = tokens * (self.flops_per_token + self.attention_flops(mean_attended)) / self.compute_flops_per_s
-        return max(compute_s, self.weight_bytes_per_gpu / self.bandwidth_bytes_per_s)
+        return (
+            self.prefill_compute_s(prompt_tokens)
+            + self.allreduces_per_step * prompt_tokens * self.allreduce_s_per_token
+        )
 
-    def pool_tokens(self, context_tokens: int) -> int:
-        """Sequences of ``context_tokens`` the pool holds at once."""
-        return int(self.kv_pool_bytes_per_gpu // self.sequence_kv_bytes_per_gpu(context_tokens))
+    def loaded_itl_s(self, concurrency: int, prompt_tokens: int, output_tokens: int) -> float:
+        """Mean inter-token latency at a steady ``concurrency`` of requests of these lengths.
+
+        Each decode step of the batch carries, on average, (concurrency − 1) / output of the other
+        requests' prefills (a request prefills once per ``output_tokens`` steps); its own prefill is
+        before its first token, so it is not in its ITL.
+        """
+        context = prompt_tokens + output_tokens / 2
+        others = (concurrency - 1) / output_tokens
+        return self.step_time_s(concurrency, context) + others * self.interleaved_prefill_s(prompt_tokens)
+
+    def max_load_batch(self, prompt_tokens: int, output_tokens: int) -> int:
+        """The largest batch of such requests the pool holds at their full length."""
+        return self.pool_sequences(prompt_tokens + output_tokens)
+
+    def max_load_output_tokens_per_s(self, prompt_tokens: int, output_tokens: int) -> float:
+        """Output tokens per second at full load, every request's prefill charged to the replica."""
+        batch = self.max_load_batch(prompt_tokens, output_tokens)
+        if batch <= 0:
+            return 0.0
+        context = prompt_tokens + output_tokens / 2
+        step = self.step_time_s(batch, context) + batch / output_tokens * self.interleaved_prefill_s(prompt_tokens)
+        return batch / step
+
+
+def decode_weight_reader(inputs: PricingInputs) -> Callable[[int], float]:
+    """Weight bytes one decode step reads on each GPU, as a function of the batch."""
+    arch, deployment, layout = inputs.arch, inputs.deployment, inputs.weights
+    tp = deployment.tp
+    weight_bytes = layout.weight_bytes(arch.params_by_group())
+    moe_layers: list[MoE] = arch.moe_layers()
+    if not moe_layers:
+        per_gpu = weight_bytes / tp
+        return lambda batch: per_gpu
+    shape = moe_layers[0]
+    expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
+    other_bytes = weight_bytes - len(moe_layers) * shape.num_experts * expert_bytes
+    layers = len(moe_layers)
+
+    @lru_cache(maxsize=4096)
+    def decode_weight_bytes(batch: int) -> float:
+        touched = expected_distinct_experts(shape.num_experts, shape.top_k, batch, deployment.expert_skew)
+        if deployment.expert_parallel:
+            busiest = expected_busiest_rank_experts(shape.num_experts, tp, touched / shape.num_experts)
+            return other_bytes / tp + layers * busiest * expert_bytes
+        return (other_bytes + layers * touched * expert_bytes) / tp
+
+    return decode_weight_bytes
+
+
+def allreduces_per_step(arch: ModelArch, tp: int) -> int:
+    """Two all-reduces per layer (after attention and after the feed-forward block) under TP; none at TP 1."""
+    return 2 * len(arch.layers) if tp > 1 else 0
+
+
+def allreduce_s_per_token(arch: ModelArch, tp: int, link_bytes_per_s: float) -> float:
+    """Seconds one token's hidden state adds to one ring all-reduce: 2(TP−1)/TP × hidden × 2 B / link bandwidth."""
+    if tp == 1:
+        return 0.0
+    return 2 * (tp - 1) / tp * arch.hidden_size * ACTIVATION_BYTES / link_bytes_per_s
 
 
 def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> ReplicaModel:
     """Precompute a replica's coefficients from its resolved inputs."""
-    from quotacalc.core.price import expected_busiest_rank_experts, expected_distinct_experts
-
     arch, gpu, deployment, layout = inputs.arch, inputs.gpu, inputs.deployment, inputs.weights
     tp = deployment.tp
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
@@ -90,35 +273,24 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
     growing = [m for m in mixers if m.grows_with_context()]
     windowed = [m for m in mixers if not m.grows_with_context() and m.cache_elements_per_token() > 0]
     weight_bytes = layout.weight_bytes(arch.params_by_group())
-    moe_layers = arch.moe_layers()
-
-    if moe_layers:
-        shape = moe_layers[0]
-        expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
-        other_bytes = weight_bytes - len(moe_layers) * shape.num_experts * expert_bytes
-
-        @lru_cache(maxsize=4096)
-        def decode_weight_bytes(batch: int) -> float:
-            touched = expected_distinct_experts(shape.num_experts, shape.top_k, batch, deployment.expert_skew)
-            if deployment.expert_parallel:
-                busiest = expected_busiest_rank_experts(shape.num_experts, tp, touched / shape.num_experts)
-                return other_bytes / tp + len(moe_layers) * busiest * expert_bytes
-            return (other_bytes + len(moe_layers) * touched * expert_bytes) / tp
-    else:
-
-        def decode_weight_bytes(batch: int) -> float:
-            return weight_bytes / tp
-
     return ReplicaModel(
         flops_per_token=2 * arch.active_params(),
         attention_flops_per_attended_token=sum(m.attention_flops_per_token(1) for m in growing),
-        sliding_attention=tuple((m.attention_flops_per_token(1), m.window_tokens) for m in windowed),
+        sliding_attention=_by_window([(m.window_tokens, m.attention_flops_per_token(1)) for m in windowed]),
         compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
-        sliding_kv=tuple((m.cache_elements_per_token_per_gpu(tp) * kv_b, m.window_tokens) for m in windowed),
+        sliding_kv=_by_window([(m.window_tokens, m.cache_elements_per_token_per_gpu(tp) * kv_b) for m in windowed]),
         state_bytes_per_sequence_per_gpu=memory.state_bytes_per_sequence(arch, state_b, tp),
         weight_bytes_per_gpu=weight_bytes / tp,
-        decode_weight_bytes_per_gpu_at=decode_weight_bytes,
+        decode_weight_bytes_per_gpu_at=decode_weight_reader(inputs),
         kv_pool_bytes_per_gpu=kv_pool_bytes_per_gpu,
+        step_overhead_s=deployment.step_overhead_s,
+        allreduces_per_step=allreduces_per_step(arch, tp),
+        allreduce_latency_s=deployment.allreduce_latency_s
+        if deployment.allreduce_latency_s is not None
+        else gpu.allreduce_latency_s,
+        allreduce_s_per_token=allreduce_s_per_token(arch, tp, gpu.interconnect_bandwidth_bytes_per_s),
+        request_overhead_s=deployment.request_overhead_s,
+        max_num_batched_tokens=memory.max_num_batched_tokens(deployment, gpu),
     )

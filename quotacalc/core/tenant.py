@@ -10,6 +10,7 @@ from quotacalc.core.deployment import Tenant
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.kv import request_kv
 from quotacalc.core.price import PriceResult
+from quotacalc.errors import QuotacalcError
 
 
 class SizeResult(BaseModel):
@@ -36,13 +37,39 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
     """Size a tenant's contract: its load in units, its share of replicas, its bucket and cost."""
     deployment = replica.inputs.deployment
     ledger = Ledger()
+    # One of this tenant's requests at its full length (prompt + output), against the pool: a
+    # request that cannot be resident at once is not served at any price.
+    request = request_kv(replica, max(1, round(tenant.prompt_tokens + tenant.output_tokens)))
+    if request.pool_share > 1:
+        raise QuotacalcError(
+            f"one request of {request.context_tokens:,} tokens needs {request.pool_share:.0%} of the replica's KV pool "
+            f"({replica.kv_pool_tokens:,} tokens)",
+            field="prompt_tokens",
+            fix="shorten the tenant's requests, raise --tp, use --kv-dtype fp8, or a GPU with more memory",
+        )
+    # A prompt token costs more inside a long prompt (it attends to those before it): charged at
+    # its cost inside this tenant's prompt, as `kv` reports it.
+    prompt = request_kv(replica, max(1, round(tenant.prompt_tokens))) if tenant.prompt_tokens >= 1 else None
+    token_units = prompt.prompt_token_units_at_context if prompt else 1.0
+    ledger.record(
+        "prompt_token_units",
+        token_units,
+        formula="(2 × active_params + attention_flops_per_prompt_token(prompt)) / (2 × active_params)",
+        substituted=f"at a {fmt(tenant.prompt_tokens)}-token prompt",
+        unit="units",
+        note="a prompt token's cost inside this tenant's prompt",
+    )
     uncached = tenant.prompt_tokens * (1 - tenant.cached_fraction)
     cached = tenant.prompt_tokens * tenant.cached_fraction
     units_per_request = ledger.record(
         "units_per_request",
-        uncached + cached * deployment.cached_prompt_weight + replica.output_weight * tenant.output_tokens,
-        formula="prompt × (1 − cached_fraction) + prompt × cached_fraction × cached_prompt_weight + W × output",
-        substituted=f"{fmt(uncached)} + {fmt(cached)} × {deployment.cached_prompt_weight} + {fmt(replica.output_weight)} × {fmt(tenant.output_tokens)}",
+        uncached * token_units
+        + cached * deployment.cached_prompt_weight
+        + replica.output_weight * tenant.output_tokens,
+        formula="prompt × (1 − cached_fraction) × prompt_token_units + prompt × cached_fraction × cached_prompt_weight "
+        "+ W × output",
+        substituted=f"{fmt(uncached)} × {fmt(token_units)} + {fmt(cached)} × {deployment.cached_prompt_weight} + "
+        f"{fmt(replica.output_weight)} × {fmt(tenant.output_tokens)}",
         unit="units",
     )
     units_per_s = ledger.record(
@@ -88,8 +115,6 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         substituted=f"{dedicated_replicas} × {fmt(replica.dedicated_usd_per_month)}",
         unit="USD",
     )
-    # One of this tenant's requests at its full length (prompt + output), against the pool.
-    request = request_kv(replica, max(1, round(tenant.prompt_tokens + tenant.output_tokens)))
     share = ledger.record(
         "request_pool_share",
         request.pool_share,

@@ -111,13 +111,75 @@ def load_plan_file(path: str) -> PlanFile:
     return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration)
 
 
-def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None) -> Deployment:
-    """Flags override the file; errors name the flag or the file's key."""
+def build_deployment(
+    file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None, check_pool: bool = True
+) -> Deployment:
+    """Flags override the file; errors name the flag or the file's key.
+
+    A measured ``kv_pool_tokens`` from the file holds only for the deployment it was measured on
+    (``kv_pool_measured_with``): a run that differs is an error naming what changed, unless the
+    pool itself is given on the command line.
+    """
     given = {key: value for key, value in flag_values.items() if value is not None}
     try:
-        return Deployment.model_validate({**file_values, **given})
+        deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
+    if check_pool and "kv_pool_tokens" not in given:  # (a comparison checks each deployment in its own row)
+        check_measured_pool(deployment, source=source)
+    return deployment
+
+
+def _gpu_id(name: str) -> str:
+    from quotacalc.catalog.gpus import load_gpu_catalog
+
+    return load_gpu_catalog().get(name).id
+
+
+def _batched_tokens(tokens: int | None, gpu: str) -> int:
+    """A token budget as the engine runs it: the given one, or vLLM's default on that GPU."""
+    from quotacalc.catalog.gpus import load_gpu_catalog
+    from quotacalc.core.memory import vllm_default_max_num_batched_tokens
+
+    return tokens if tokens is not None else vllm_default_max_num_batched_tokens(load_gpu_catalog().get(gpu))
+
+
+def _dtype_name(name: str | None) -> str | None:
+    from quotacalc.catalog.dtypes import dtype_by_name
+
+    return None if name in (None, "auto") else dtype_by_name(name).name
+
+
+def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
+    """Raise if a measured pool is used on a deployment other than the one it was measured on."""
+    measured = deployment.kv_pool_measured_with
+    if deployment.kv_pool_tokens is None or measured is None:
+        return
+    now = {
+        "gpu": _gpu_id(deployment.gpu),
+        "tp": deployment.tp,
+        "weight_dtype": _dtype_name(deployment.weight_dtype),
+        "kv_dtype": _dtype_name(deployment.kv_dtype),
+        "memory_utilization": deployment.memory_utilization,
+        "max_num_batched_tokens": _batched_tokens(deployment.max_num_batched_tokens, deployment.gpu),
+    }
+    then = {
+        "gpu": _gpu_id(measured.gpu),
+        "tp": measured.tp,
+        "weight_dtype": _dtype_name(measured.weight_dtype),
+        "kv_dtype": _dtype_name(measured.kv_dtype),
+        "memory_utilization": measured.memory_utilization,
+        "max_num_batched_tokens": _batched_tokens(measured.max_num_batched_tokens, measured.gpu),
+    }
+    changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
+    if changed:
+        raise QuotacalcError(
+            f"the measured pool of {deployment.kv_pool_tokens:,} tokens was measured on another deployment "
+            f"({', '.join(changed)})",
+            source=source,
+            field="kv_pool_tokens",
+            fix="measure the pool on this deployment, remove kv_pool_tokens to estimate it, or give --kv-pool-tokens",
+        )
 
 
 def build_tenant(file_values: dict[str, Any] | None, flag_values: dict[str, Any], *, source: str | None) -> Tenant:

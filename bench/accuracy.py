@@ -1,0 +1,138 @@
+"""Accuracy of the engine model against public measurements (tests/data/measurements/*.yaml).
+
+Usage (from the repo root, quotacalc installed):
+
+    python bench/accuracy.py [--markdown] [--set fit|held_out|all]
+
+For every measured point it prints the prediction at the default efficiencies and overheads, the
+measurement and the relative error, then the summary: mean absolute error of decode ITL and of
+TTFT, median absolute error of the KV pool, on the points the defaults were fitted on and on the
+held-out points separately. Prediction per kind:
+
+- itl: ReplicaModel.loaded_itl_s(concurrency, prompt, output) (the other requests' prefills
+  interleaved);
+- e2e_latency (a fixed batch from an empty engine): prefill of batch × prompt tokens, then
+  (output − 1) decode steps at batch, context prompt + output / 2;
+- ttft: ReplicaModel.ttft_s(prompt);
+- kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quotacalc import Deployment, price, resolve
+from quotacalc.core.memory import GIB
+from quotacalc.core.replica import ReplicaModel, replica_model
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "measurements"
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    return yaml.safe_load((DATA / name).read_text())["points"]
+
+
+def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
+    fields = {
+        "model": point["model"],
+        "gpu": point["gpu"],
+        "tp": point["tp"],
+        "weight_dtype": point.get("weight_dtype"),
+        "kv_dtype": point.get("kv_dtype"),
+    }
+    for key in ("memory_utilization", "max_num_batched_tokens"):
+        if point.get(key) is not None:
+            fields[key] = point[key]
+    return Deployment(**fields, **overrides)
+
+
+def model_of(point: dict[str, Any], **overrides: Any) -> ReplicaModel:
+    inputs = resolve(deployment_of(point, **overrides))
+    return replica_model(inputs, price(inputs).kv_pool_bytes_per_gpu)
+
+
+def predict_decode(point: dict[str, Any], **overrides: Any) -> float:
+    model = model_of(point, **overrides)
+    prompt, output = point["prompt_tokens"], point["output_tokens"]
+    if point["kind"] == "itl":
+        return model.loaded_itl_s(point["concurrency"], prompt, output)
+    batch = point["batch"]
+    context = prompt + output / 2
+    return model.prefill_time_s(batch * prompt, 0) + (output - 1) * model.step_time_s(batch, context)
+
+
+def measured_decode(point: dict[str, Any]) -> float:
+    return point["itl_s"] if point["kind"] == "itl" else point["latency_s"]
+
+
+def predict_ttft(point: dict[str, Any], **overrides: Any) -> float:
+    return model_of(point, **overrides).ttft_s(point["prompt_tokens"])
+
+
+def predict_pool(point: dict[str, Any], **overrides: Any) -> tuple[float, float, str]:
+    """(predicted, measured, unit): tokens when the log gives them, else KV GiB per GPU."""
+    result = price(resolve(deployment_of(point, **overrides)))
+    if point.get("kv_pool_tokens") is not None:
+        return result.kv_pool_tokens, point["kv_pool_tokens"], "tokens"
+    return result.kv_pool_bytes_per_gpu / GIB, point["available_kv_gib"], "GiB/GPU"
+
+
+def rows() -> list[tuple[str, str, str, float, float, bool]]:
+    """(group, id, unit, predicted, measured, held_out) for every point."""
+    out = []
+    for point in load("decode_itl.yaml"):
+        unit = "ITL s" if point["kind"] == "itl" else "e2e s"
+        out.append(
+            ("ITL", point["id"], unit, predict_decode(point), measured_decode(point), bool(point.get("held_out")))
+        )
+    for point in load("ttft.yaml"):
+        out.append(("TTFT", point["id"], "s", predict_ttft(point), point["ttft_s"], bool(point.get("held_out"))))
+    for point in load("kv_pool.yaml"):
+        predicted, measured, unit = predict_pool(point)
+        out.append(("KV pool", point["id"], unit, predicted, measured, bool(point.get("held_out"))))
+    return out
+
+
+def summary(table: list[tuple[str, str, str, float, float, bool]], held_out: bool | None) -> dict[str, float]:
+    chosen = [row for row in table if held_out is None or row[5] == held_out]
+    result = {}
+    for group, stat in (("ITL", statistics.mean), ("TTFT", statistics.mean), ("KV pool", statistics.median)):
+        errors = [abs(pred / meas - 1) for g, _, _, pred, meas, _ in chosen if g == group]
+        if errors:
+            result[group] = stat(errors)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    table = rows()
+    if args.markdown:
+        print("| kind | point | set | unit | predicted | measured | error |")
+        print("|---|---|---|---|---:|---:|---:|")
+        for group, ident, unit, pred, meas, held in table:
+            mark = "held out" if held else "fit"
+            print(f"| {group} | {ident} | {mark} | {unit} | {pred:.4g} | {meas:.4g} | {pred / meas - 1:+.1%} |")
+        print()
+        print("| set | ITL mean abs. error | TTFT mean abs. error | KV pool median abs. error |")
+        print("|---|---:|---:|---:|")
+        for label, held in (("fit", False), ("held out", True), ("all", None)):
+            s = summary(table, held)
+            print(f"| {label} | {s.get('ITL', 0):.1%} | {s.get('TTFT', 0):.1%} | {s.get('KV pool', 0):.1%} |")
+        return
+    for group, ident, unit, pred, meas, held in table:
+        mark = "H" if held else " "
+        print(f"{group:8s} {mark} {ident:44s} {unit:8s} pred {pred:12.5g} meas {meas:12.5g} {pred / meas - 1:+7.1%}")
+    for label, held in (("fit", False), ("held out", True), ("all", None)):
+        s = summary(table, held)
+        print(f"{label:9s} " + "  ".join(f"{key} {value:.1%}" for key, value in s.items()))
+
+
+if __name__ == "__main__":
+    main()
