@@ -220,9 +220,11 @@ def test_write_sets_the_fitted_keys_and_keeps_the_rest(run_cli, plan):
     }
     assert section["quotacalc_version"]
     assert "date" not in text.lower().split("calibration:")[1]  # determinism: no timestamp
-    # The same calibration again writes the same bytes.
-    assert run_cli("calibrate", plan, "--bench", bench, "--write", plan)[0] == 0
-    assert plan.read_text(encoding="utf-8") == text
+    # The same plan and files again write the same bytes (a copy of the original plan, calibrated anew).
+    again = plan.parent / "again.yaml"
+    again.write_text(before_text, encoding="utf-8")
+    assert run_cli("calibrate", again, "--bench", bench, "--write", again)[0] == 0
+    assert again.read_text(encoding="utf-8") == text
     assert before_text != text
 
 
@@ -335,3 +337,35 @@ def test_the_fast_predictor_agrees_with_a_rebuilt_replica_model(model):
     fast = _Predictor(inputs)
     for values in (TRUTH, SHIPPED_KNOWN, {"mbu": 0.33}, {"mfu": 0.9, "step_overhead_s": 0.0}):
         assert fast(values, points) == pytest.approx(predictions(inputs, values, points), rel=1e-12)
+
+
+def test_real_measurements_two_points_predict_the_runs_the_model_covers():
+    """NVIDIA NIM 1.8.0, Llama 3.3 70B FP8 on 2x H100 (docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance,
+    examples/calibration/nim-llama-3.3-70b-h100-tp2.csv). Calibrated on the 1000/1000 runs at concurrency
+    1 and 50, these land within 5%: every concurrency-1 ITL, the TTFT of the 5,000- and 20,000-token
+    prompts, and the ITL at concurrency 25-50 of short prompts (200 and 500 tokens).
+
+    Not within 5% (issue 7's target, reported): ITL at concurrency 100-150 (-11% to -13%), 5000/500 at
+    concurrency 25 (+12%), and the TTFT of short prompts (200 tokens: -36%), which the replica model's
+    physics do not follow; calibration moves efficiencies and overheads, not the model's shape.
+    """
+    from quotacalc.inputs.benchmarks import read_benchmark
+    from quotacalc.inputs.resolve import resolve
+
+    inputs = resolve(
+        Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", kv_dtype="fp8")
+    )
+    points, _ = read_benchmark(str(EXAMPLES / "nim-llama-3.3-70b-h100-tp2.csv"))
+    shape = {(p.concurrency, p.prompt_tokens, p.output_tokens): p for p in points}
+    train = [shape[(1, 1000, 1000)], shape[(50, 1000, 1000)]]
+    result = calibrate(inputs, train)
+    covered = [
+        *(p.model_copy(update={"ttft_s": None}) for p in points if p.concurrency == 1 and p not in train),
+        *(p.model_copy(update={"itl_s": None}) for p in points if p.concurrency == 1 and p.prompt_tokens >= 5000),
+        shape[(50, 200, 200)],
+        shape[(25, 500, 2000)],
+    ]
+    predicted = predictions(inputs, fitted(result), covered)
+    measured = [value for point in covered for value in point.measured().values()]
+    errors = [p / m - 1 for p, m in zip(predicted, measured, strict=True)]
+    assert len(errors) == 8 and max(abs(error) for error in errors) < 0.05, errors

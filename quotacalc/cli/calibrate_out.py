@@ -66,7 +66,7 @@ def calibrate_table(result: CalibrationResult, inputs: PricingInputs, notes: lis
             points.add_column(column, justify="left" if column in ("point", "figure") else "right")
         for fit in result.points:
             points.add_row(
-                f"{fit.source} {fit.row}".strip(),
+                f"{fit.source.replace(chr(92), '/').rsplit('/', 1)[-1]} {fit.row}".strip(),
                 f"{fit.concurrency}",
                 f"{fit.prompt_tokens:,.0f}",
                 f"{fit.output_tokens:,.0f}",

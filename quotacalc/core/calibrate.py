@@ -40,6 +40,16 @@ BOUNDS: dict[str, tuple[float, float]] = {
 _SCALE = {"mfu": 0.1, "mbu": 0.1, "step_overhead_s": 1e-3, "request_overhead_s": 1e-2, "allreduce_latency_s": 1e-5}
 #: Which parameters each measured quantity informs; the default fit moves those the data measure.
 INFORMED_BY = {"itl_s": ("mbu", "step_overhead_s"), "ttft_s": ("mfu", "request_overhead_s")}
+#: How far a parameter plausibly sits from its default: the unit of the fit's pull towards the default.
+PRIOR_SPREAD = {
+    "mfu": 0.2,
+    "mbu": 0.2,
+    "step_overhead_s": 3e-3,
+    "request_overhead_s": 3e-2,
+    "allreduce_latency_s": 2e-5,
+}
+#: A parameter one spread from its starting value costs what a 1% error on one measured figure costs.
+PRIOR_WEIGHT = 0.01
 #: soft_l1's scale: residuals (relative errors) beyond ~5% count less than quadratically, so one
 #: bad run (a noisy neighbour, a warm-up) does not drag the fit.
 ROBUST_SCALE = 0.05
@@ -213,15 +223,24 @@ def _measurements(points: Sequence[BenchmarkPoint]) -> list[float]:
 def _fit(
     predict: _Predictor, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
 ) -> tuple[list[float], object]:
-    """Bounded soft-L1 least squares on relative errors; returns the parameters and scipy's result."""
+    """Bounded soft-L1 least squares on relative errors, with a weak pull towards the starting values.
+
+    The pull (:data:`PRIOR_WEIGHT` per :data:`PRIOR_SPREAD`) decides what the points leave open: two
+    runs cannot separate four parameters, and without it a trade-off the data do not see (MFU
+    against the request overhead from one TTFT) lands anywhere along it. Points that do measure a
+    parameter outweigh it: one spread costs what a 1% error on one figure costs.
+    Returns the parameters and scipy's result (its ``jac`` rows: the points, then the pull).
+    """
     import numpy as np
     from scipy.optimize import least_squares
 
     measured = np.array(_measurements(points))
+    prior = np.array(start, dtype=float)
+    spread = np.array([PRIOR_SPREAD[name] for name in names])
 
     def residuals(x):
         predicted = np.array(predict(dict(zip(names, x, strict=True)), points))
-        return predicted / measured - 1
+        return np.concatenate([predicted / measured - 1, PRIOR_WEIGHT * (x - prior) / spread])
 
     lower = [BOUNDS[name][0] for name in names]
     upper = [BOUNDS[name][1] for name in names]
@@ -259,8 +278,8 @@ def _identifiability_warnings(names: Sequence[str], jacobian) -> list[str]:
     weak = vt[-1]
     involved = [name for name, weight in zip(names, weak, strict=True) if abs(weight) > 0.3]
     return [
-        f"these points cannot tell {' and '.join(involved)} apart (the fit trades one for the other): "
-        "add runs at other concurrencies and prompt lengths"
+        f"these points cannot tell {' and '.join(involved)} apart (the fit keeps them near their starting "
+        "values): add runs at other concurrencies and prompt lengths"
     ]
 
 
@@ -374,7 +393,7 @@ def calibrate(
         predict = _Predictor(inputs)
         after, result = _fit(predict, names, before, points)
         after = [_snap(name, value) for name, value in zip(names, after, strict=True)]
-        warnings += _identifiability_warnings(names, result.jac)
+        warnings += _identifiability_warnings(names, result.jac[: len(_measurements(points))])
         measured = _measurements(points)
         predicted_before = predictions(inputs, dict(zip(names, before, strict=True)), points)
         predicted_after = predictions(inputs, dict(zip(names, after, strict=True)), points)
