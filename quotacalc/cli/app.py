@@ -213,7 +213,8 @@ def gpus_command(
 
 from quotacalc.cli.calibrate import calibrate_command, plan_calibration  # noqa: E402  (the body lives there)
 
-app.command("calibrate")(calibrate_command)
+# The deployment's options are kv's (one set of option objects built at start-up; --context plays no part in a fit).
+app.command("calibrate")(with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})(calibrate_command))
 
 
 def main() -> None:

@@ -6,10 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from quotacalc.cli.options import option_parameters, with_options
 from quotacalc.core.deployment import Deployment
-
-DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
 
 
 def _version() -> str:
@@ -46,7 +43,6 @@ def _file_record(path: str, rows: list[str], plan_path: str | None):
     return CalibratedFile(path=shown.replace(os.sep, "/"), sha256=digest, rows=tuple(rows))
 
 
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
 def calibrate_command(
     plan: Annotated[
         str | None, typer.Argument(help="deployment YAML file to calibrate (its keys are the flags' names)")
@@ -83,7 +79,10 @@ def calibrate_command(
     *,
     deployment_flags,
 ):
-    """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log."""
+    """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log.
+
+    ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``).
+    """
     from quotacalc.core.calibrate import calibrate, provenance
     from quotacalc.core.price import price
     from quotacalc.errors import UsageError

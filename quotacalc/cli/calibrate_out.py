@@ -28,6 +28,8 @@ def calibrate_json(
 
 
 def _value(name: str, value: float) -> str:
+    if value == 0:
+        return "0"
     return units.seconds(value) if name.endswith("_s") else f"{value:.4g}"
 
 

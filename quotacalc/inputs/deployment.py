@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from quotacalc.core.calibrate import CalibrationProvenance
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
@@ -19,8 +18,10 @@ class PlanFile(BaseModel):
 
     deployment: dict[str, Any]
     tenant: dict[str, Any] | None = None
-    #: Where the plan's fitted values come from (``quotacalc calibrate --write``).
-    calibration: CalibrationProvenance | None = None
+    #: Where the plan's fitted values come from (``quotacalc calibrate --write``): a validated
+    #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
+    #: does not import the calibration module.
+    calibration: Any = None
 
 
 #: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
@@ -97,6 +98,8 @@ def load_plan_file(path: str) -> PlanFile:
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
     calibration = document.get("calibration")
     if calibration is not None:
+        from quotacalc.core.calibrate import CalibrationProvenance
+
         try:
             calibration = CalibrationProvenance.model_validate(calibration)
         except ValidationError as error:
