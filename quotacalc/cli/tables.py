@@ -63,8 +63,26 @@ def _price_rows(table: Table, result: PriceResult) -> None:
         units.seconds(result.prompt_token_at_context_s),
         "with attention FLOPs",
     )
-    table.add_row("decode step", units.seconds(result.decode_step_s), f"{result.decode_bound}-bound, batch {d.batch}")
-    table.add_row("output token", units.seconds(result.output_token_s), "decode step / batch")
+    table.add_row(
+        "decode step",
+        units.seconds(result.decode_step_s),
+        f"roofline, {result.decode_bound}-bound, batch {result.decode_batch}",
+    )
+    table.add_row(
+        "inter-token latency",
+        units.seconds(result.itl_s),
+        f"engine: + {units.seconds(result.decode_overhead_s)} overhead, {units.seconds(result.allreduce_s)} all-reduce",
+    )
+    table.add_row("time to first token", units.seconds(result.ttft_s), f"{d.context:,}-token prompt, idle replica")
+    table.add_row(
+        "full-load output",
+        f"{result.max_load_output_tokens_per_s:,.0f} tokens/s",
+        f"{result.load_prompt_tokens:,} in / {result.load_output_tokens:,} out, batch {result.max_load_batch:,}",
+    )
+    step = "inter-token latency" if result.pricing_basis == "engine" else "decode step"
+    table.add_row(
+        "output token", units.seconds(result.output_token_s), f"{step} / batch ({result.pricing_basis} basis)"
+    )
     table.add_row("output weight W", f"{result.output_weight:.2f}", "units per output token")
     table.add_row("replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token")
     table.add_row("KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)

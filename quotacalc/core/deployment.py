@@ -100,7 +100,12 @@ class Deployment(BaseModel):
         description="decode step behind W, budget and prices: roofline (METHOD.md) or engine (with overheads)",
     )
     step_overhead_s: float = Field(
-        0.0015, description="fixed time of each engine step beside the roofline: scheduling, sampling, launches, s"
+        0.0012, description="fixed time of each engine step beside the roofline: scheduling, launches, s"
+    )
+    sequence_overhead_s: float = Field(
+        0.00001,
+        description="time each sequence adds to an engine step beside the roofline: its sampling, "
+        "detokenisation and bookkeeping, s",
     )
     request_overhead_s: float = Field(
         0.005, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
@@ -158,6 +163,7 @@ class Deployment(BaseModel):
         "reserve_per_tp_peer_gib",
         "expert_skew",
         "step_overhead_s",
+        "sequence_overhead_s",
         "request_overhead_s",
         "allreduce_latency_s",
     )

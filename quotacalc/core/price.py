@@ -502,11 +502,12 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     deployment, gpu, arch = inputs.deployment, inputs.gpu, inputs.arch
     x.record(
         "decode_overhead_s",
-        model.step_overhead_s,
-        formula="step_overhead_s (scheduling, sampling, kernel launches: one per engine step)",
-        substituted=f"{fmt(model.step_overhead_s)}",
+        model.step_overhead_s + batch * model.sequence_overhead_s,
+        formula="step_overhead_s + batch × sequence_overhead_s (scheduling and launches once a step; sampling and "
+        "bookkeeping per sequence)",
+        substituted=f"{fmt(model.step_overhead_s)} + {batch} × {fmt(model.sequence_overhead_s)}",
         unit="s",
-        note="default fitted on NIM and vLLM CI decode latencies (docs/accuracy.md)",
+        note="defaults fitted on NIM and vLLM CI decode latencies (docs/accuracy.md)",
     )
     latency_source = "given" if deployment.allreduce_latency_s is not None else f"{gpu.id} catalog"
     x.record(
@@ -523,7 +524,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "itl_s",
         model.step_time_s(batch, deployment.context),
         formula="decode_step_s + decode_overhead_s + allreduce_s",
-        substituted=f"{fmt(x.figures['decode_step_s'])} + {fmt(model.step_overhead_s)} + {fmt(x.figures['allreduce_s'])}",
+        substituted=f"{fmt(x.figures['decode_step_s'])} + {fmt(x.figures['decode_overhead_s'])} + "
+        f"{fmt(x.figures['allreduce_s'])}",
         unit="s",
         note="the engine's decode step: the inter-token latency a user measures at this batch, without prefills "
         "interleaved",
@@ -541,7 +543,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs, one weight read) + "
-        "decode_overhead_s + all-reduces)",
+        "step_overhead_s + all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",

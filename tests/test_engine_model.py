@@ -1,0 +1,302 @@
+"""The engine model against cited public measurements (tests/data/measurements/ holds them all).
+
+Each test names its source and a tolerance: the issue's targets (decode ITL within 10%, TTFT
+within 20%, KV pool within 10%). Expected figures are the measurements, never the program's output;
+where a test checks a relation, the hand computation is in the test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quotacalc import Deployment, Tenant, price, resolve, size_tenant
+from quotacalc.catalog.gpus import load_gpu_catalog
+from quotacalc.core.memory import GIB, activation_bytes_per_token_per_gpu, vllm_default_max_num_batched_tokens
+from quotacalc.core.replica import replica_model
+
+NIM = "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance"
+LLAMA70_FP8_TP2 = dict(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", kv_dtype="fp8")
+LLAMA8_FP8 = dict(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", tp=1, weight_dtype="fp8", kv_dtype="fp8")
+
+
+def model_for(**fields):
+    inputs = resolve(Deployment(**fields))
+    return replica_model(inputs, price(inputs).kv_pool_bytes_per_gpu)
+
+
+@pytest.fixture(scope="module")
+def llama70():
+    return model_for(**LLAMA70_FP8_TP2)
+
+
+@pytest.fixture(scope="module")
+def llama8():
+    return model_for(**LLAMA8_FP8)
+
+
+# --------------------------------------------------------------------------- decode ITL (10%)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "prompt", "output", "measured_s"),
+    [(1, 5000, 500, 0.01858), (1, 20000, 2000, 0.01958), (25, 5000, 500, 0.03875), (50, 1000, 1000, 0.02587)],
+)
+def test_itl_llama70b_fp8_on_2xh100(llama70, concurrency, prompt, output, measured_s):
+    """NIM 1.8.0 (TensorRT-LLM), Llama 3.3 70B FP8 TP2 on 2x H100 SXM (NIM benchmarking 'Performance')."""
+    assert llama70.loaded_itl_s(concurrency, prompt, output) == pytest.approx(measured_s, rel=0.10)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "prompt", "output", "measured_s"),
+    [(1, 200, 200, 0.00463), (25, 200, 200, 0.00519), (100, 200, 200, 0.00757), (25, 1000, 1000, 0.00584)],
+)
+def test_itl_llama8b_fp8_on_h100(llama8, concurrency, prompt, output, measured_s):
+    """NIM 1.8.0, Llama 3.1 8B FP8 TP1 on one H100 SXM."""
+    assert llama8.loaded_itl_s(concurrency, prompt, output) == pytest.approx(measured_s, rel=0.10)
+
+
+def test_the_roofline_alone_misses_a_fixed_gap_the_engine_model_closes(llama70):
+    """Issue 7: at concurrency 1 the roofline is about 4 ms short for 70B FP8 TP2, whatever the context.
+
+    NIM measures 18.80 ms at 200/200 and 19.58 ms at 20000/2000: the roofline step (35.3 GB of
+    weights per GPU at 2.51 TB/s = 14.1 ms, plus a little KV) is short by 4.5-5 ms at both, and
+    the engine model's gap (1.2 ms step + 10 us + 160 all-reduces of 20 us) is the same at both.
+    """
+    for prompt, output, measured_s in ((200, 200, 0.0188), (20000, 2000, 0.01958)):
+        context = prompt + output / 2
+        roofline = llama70.roofline_step_time_s(1, context)
+        assert measured_s - roofline == pytest.approx(0.0047, abs=0.0008)
+        assert llama70.step_time_s(1, context) == pytest.approx(measured_s, rel=0.05)
+    gap = llama70.step_time_s(1, 1000) - llama70.roofline_step_time_s(1, 1000)
+    assert gap == pytest.approx(0.0012 + 0.00001 + 160 * (20e-6 + 0.5 * 8192 * 2 * 2 / 450e9 * 1), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "model", "tp", "latency_s", "build", "tolerance"),
+    [
+        ("a100-80gb-sxm", "Llama-3.3-70B-Instruct", 4, 3.99059, 9523, 0.10),
+        ("a100-80gb-sxm", "Llama-3.1-8B-Instruct", 1, 1.57927, 9523, 0.10),
+        ("h100-sxm", "Llama-3.3-70B-Instruct", 4, 2.44447, 9555, 0.10),
+        ("h200", "Mixtral-8x7B-v0.1", 2, 1.9211, 9513, 0.10),
+        # H200 decodes below MBU 0.75 (0.60-0.78 in tests/data/measurements/h200-llama-3.1-8b-kernels.json):
+        # at the default the model is about 10% fast there (docs/accuracy.md).
+        ("h200", "Llama-3.3-70B-Instruct", 4, 2.07508, 9513, 0.12),
+    ],
+)
+def test_vllm_ci_latency(gpu, model, tp, latency_s, build, tolerance):
+    """vLLM CI latency tests (buildkite.com/vllm/performance-benchmark/builds/<build>): batch 8, 32 in, 128 out, BF16.
+
+    End to end: one prefill of 8 x 32 tokens, then 127 decode steps at batch 8, mean context 96.
+    """
+    replica = model_for(model=model, gpu=gpu, tp=tp, weight_dtype="bf16", kv_dtype="bf16")
+    predicted = replica.prefill_time_s(8 * 32, 0) + 127 * replica.step_time_s(8, 32 + 64)
+    assert predicted == pytest.approx(latency_s, rel=tolerance)
+
+
+# --------------------------------------------------------------------------- TTFT (20%)
+
+
+@pytest.mark.parametrize(("prompt", "measured_s"), [(500, 0.04777), (5000, 0.40677), (20000, 1.83301)])
+def test_ttft_llama70b_fp8_tp2(llama70, prompt, measured_s):
+    """NIM 1.8.0, concurrency 1: time to first token of one prompt on an idle 2x H100."""
+    assert llama70.ttft_s(prompt) == pytest.approx(measured_s, rel=0.20)
+
+
+def test_ttft_llama8b_fp8_long_prompt(llama8):
+    """NIM 1.8.0, Llama 3.1 8B FP8 on one H100, 20,000-token prompt at concurrency 1: 403.2 ms."""
+    assert llama8.ttft_s(20000) == pytest.approx(0.4032, rel=0.20)
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget(llama8):
+    """20,000 tokens at vLLM's 8,192 budget on H100: chunks of 8,192, 8,192 and 3,616, the later ones
+    attending to what came before; plus the request overhead."""
+    chunks = llama8.prefill_time_s(8192, 0) + llama8.prefill_time_s(8192, 8192) + llama8.prefill_time_s(3616, 16384)
+    assert llama8.ttft_s(20000) == pytest.approx(0.005 + chunks)
+
+
+# --------------------------------------------------------------------------- full load
+
+
+def test_full_load_throughput_charges_prefill(llama70):
+    """NIM 1.8.0, 70B FP8 TP2, 200 in / 200 out at concurrency 250: 5,067 output tokens/s.
+
+    Throughput = concurrency x output / (TTFT + output x ITL) with the other requests' prefills
+    interleaved in the ITL; without charging prefill the replica looks about twice as fast.
+    """
+    itl = llama70.loaded_itl_s(250, 200, 200)
+    throughput = 250 * 200 / (llama70.ttft_s(200) + 200 * itl)
+    assert throughput == pytest.approx(5067, rel=0.15)
+    batch = llama70.max_load_batch(200, 200)
+    uncharged = batch / llama70.step_time_s(batch, 300)
+    assert llama70.max_load_output_tokens_per_s(200, 200) < 0.6 * uncharged
+
+
+def test_price_reports_engine_figures():
+    result = price(resolve(Deployment(**LLAMA70_FP8_TP2, context=5000, load_prompt_tokens=200, load_output_tokens=200)))
+    # NIM: TTFT 406.77 ms for a 5,000-token prompt; ITL at batch 128 is the engine step there.
+    assert result.ttft_s == pytest.approx(0.40677, rel=0.20)
+    assert result.itl_s == pytest.approx(result.decode_step_s + result.decode_overhead_s + result.allreduce_s)
+    # 5,000-token sequences: the pool holds fewer than 128, so the batch that fits is priced.
+    assert result.decode_batch == result.max_resident_sequences < 128
+    assert result.decode_overhead_s == pytest.approx(0.0012 + result.decode_batch * 0.00001)
+    assert result.max_load_output_tokens_per_s > 0 and result.max_load_batch > 250
+    names = {step.name for step in result.steps}
+    assert {"itl_s", "ttft_s", "decode_overhead_s", "allreduce_s", "max_load_output_tokens_per_s"} <= names
+
+
+# --------------------------------------------------------------------------- KV pool (10%)
+
+
+def test_kv_pool_of_the_worked_example():
+    """METHOD.md §7: 646,503 tokens measured for Llama 3.3 70B FP8, BF16 KV, TP4 on H100 SXM."""
+    result = price(
+        resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16"))
+    )
+    assert result.kv_pool_tokens == pytest.approx(646_503, rel=0.01)
+
+
+def test_kv_pool_on_a100_40gb():
+    """github.com/ilseokoh/vllm-gce: Llama 3.1 8B BF16 on A100 40GB, vLLM 0.15.1, util 0.9, 8,192 batched
+    tokens: 'GPU KV cache size: 157,936 tokens' (run with enforce_eager: no CUDA graphs to reserve)."""
+    result = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="a100-40gb-sxm", max_num_batched_tokens=8192)))
+    assert result.kv_pool_tokens == pytest.approx(157_936, rel=0.10)
+
+
+def test_reserve_grows_with_tp_and_batched_tokens():
+    """Per GPU: 1 GiB base + 1.1 GiB per other TP GPU + batched tokens x (4 x 28,672 / TP + 6 x 8,192) x 2 B."""
+    tp1 = price(resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h200", tp=1, weight_dtype="fp8")))
+    tp4 = price(resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h200", tp=4, weight_dtype="fp8")))
+    small = price(
+        resolve(
+            Deployment(
+                model="Llama-3.3-70B-Instruct", gpu="h200", tp=4, weight_dtype="fp8", max_num_batched_tokens=2048
+            )
+        )
+    )
+    assert tp1.runtime_reserve_bytes_per_gpu == pytest.approx(GIB + 8192 * (4 * 28672 + 6 * 8192) * 2)
+    assert tp4.runtime_reserve_bytes_per_gpu == pytest.approx(
+        GIB + 3 * 1.1 * GIB + 8192 * (4 * 28672 / 4 + 6 * 8192) * 2
+    )
+    assert tp4.runtime_reserve_bytes_per_gpu - small.runtime_reserve_bytes_per_gpu == pytest.approx(
+        6144 * (4 * 28672 / 4 + 6 * 8192) * 2
+    )
+    arch = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm")).arch
+    # vLLM reports an activation peak of 1.20 GiB for Llama 3.1 8B at 8,192 tokens (docs/accuracy.md).
+    assert 8192 * activation_bytes_per_token_per_gpu(arch, 1) / GIB == pytest.approx(1.20, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "tokens"), [("h100-sxm", 8192), ("h200", 8192), ("a100-80gb-sxm", 2048), ("l40s", 2048)]
+)
+def test_vllm_default_batched_tokens(gpu, tokens):
+    """vLLM 0.10 EngineArgs.get_batch_defaults, 'vllm serve': 8,192 at 70 GiB or more except A100, else 2,048."""
+    assert vllm_default_max_num_batched_tokens(load_gpu_catalog().get(gpu)) == tokens
+
+
+# --------------------------------------------------------------------------- pricing basis
+
+
+def test_engine_basis_prices_the_engine_step():
+    roofline = price(resolve(Deployment(**LLAMA70_FP8_TP2)))
+    engine = price(resolve(Deployment(**LLAMA70_FP8_TP2, pricing_basis="engine")))
+    assert roofline.pricing_basis == "roofline" and engine.pricing_basis == "engine"
+    assert roofline.output_weight == pytest.approx(roofline.decode_step_s / 128 / roofline.prompt_token_s)
+    assert engine.output_weight == pytest.approx(engine.itl_s / 128 / engine.engine_prompt_token_s)
+    assert engine.replica_units_per_s == pytest.approx(0.65 / engine.engine_prompt_token_s)
+    assert engine.usd_per_million_output_tokens > roofline.usd_per_million_output_tokens
+
+
+def test_tp1_has_no_allreduce(llama8):
+    assert llama8.allreduce_s(128) == 0
+    assert llama8.step_time_s(1, 100) == pytest.approx(llama8.roofline_step_time_s(1, 100) + 0.0012 + 0.00001)
+
+
+# --------------------------------------------------------------------------- feasibility
+
+
+EXAMPLE = ("--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8")
+
+
+def test_batch_above_the_pool_is_priced_at_the_batch_that_fits(run_cli):
+    code, out, err = run_cli("price", *EXAMPLE, "--batch", "512", "--json")
+    assert code == 0
+    results = json.loads(out)["results"]
+    assert results["decode_batch"] == results["max_resident_sequences"] < 512
+    assert "does not fit the KV pool" in err
+    code, out, err = run_cli("price", *EXAMPLE, "--batch", "512", "--json", "--strict")
+    assert code == 1 and "--strict" in err
+
+
+def test_context_above_the_models_maximum_is_an_error(run_cli):
+    code, _, err = run_cli("price", *EXAMPLE, "--context", "200000")
+    assert code == 1 and "131,072" in err
+    code, _, err = run_cli("kv", *EXAMPLE, "--context", "200000")
+    assert code == 1 and "131,072" in err
+
+
+def test_size_refuses_a_request_the_pool_cannot_hold(run_cli):
+    # 646,503 tokens of pool; a request of 700,000 tokens cannot be resident.
+    tenant = Tenant(rps=1, prompt_tokens=100_000, output_tokens=1000)
+    replica = price(
+        resolve(
+            Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_pool_tokens=50_000)
+        )
+    )
+    with pytest.raises(Exception, match="of the replica's KV pool"):
+        size_tenant(replica, tenant)
+    code, out, err = run_cli(
+        "size",
+        *EXAMPLE,
+        "--kv-pool-tokens",
+        "50000",
+        "--rps",
+        "1",
+        "--prompt-tokens",
+        "100000",
+        "--output-tokens",
+        "1000",
+    )
+    assert code == 1 and out == "" and "KV pool" in err
+
+
+def test_measured_pool_holds_only_where_it_was_measured(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\nkv_dtype: bf16\n"
+        "kv_pool_tokens: 646503\n"
+        "kv_pool_measured_with: {gpu: h100, tp: 4, weight_dtype: fp8, kv_dtype: bf16, memory_utilization: 0.9}\n",
+        encoding="utf-8",
+    )
+    code, out, _ = run_cli("price", plan, "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+    code, _, err = run_cli("price", plan, "--tp", "8")
+    assert code == 1 and "tp 4 -> 8" in err and "kv_pool_tokens" in err
+    code, _, err = run_cli("price", plan, "--gpu", "h200", "--memory-utilization", "0.95")
+    assert code == 1 and "gpu h100-sxm -> h200" in err and "memory_utilization 0.9 -> 0.95" in err
+    # A pool given on the command line wins: the user says it holds for this run.
+    code, out, _ = run_cli("price", plan, "--tp", "8", "--kv-pool-tokens", "1200000", "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 1_200_000
+
+
+@pytest.mark.parametrize(
+    ("model", "tp"), [("gemma-3-27b-it", 2), ("Mixtral-8x7B-v0.1", 2), ("AI21-Jamba-1.5-Mini", 2), ("DeepSeek-V3", 8)]
+)
+def test_the_fast_step_is_the_explained_one(model, tp):
+    """step_time_s inlines the sums for speed: it must equal roofline + overheads + all-reduces, term by term."""
+    replica = model_for(model=model, gpu="h200", tp=tp)
+    for batch, context in ((1, 10), (7, 900), (64, 4096), (256, 60000)):
+        expected = (
+            replica.roofline_step_time_s(batch, context)
+            + replica.step_overhead_s
+            + batch * replica.sequence_overhead_s
+            + replica.allreduce_s(batch)
+        )
+        assert replica.step_time_s(batch, context) == pytest.approx(expected, rel=1e-12)
+        prefill = (
+            replica.roofline_prefill_time_s(batch * 3, context)
+            + replica.step_overhead_s
+            + replica.allreduce_s(batch * 3)
+        )
+        assert replica.prefill_time_s(batch * 3, context) == pytest.approx(prefill, rel=1e-12)
