@@ -239,7 +239,7 @@ def test_price_says_whether_a_plan_is_calibrated(run_cli, plan):
     code, out, _ = run_cli("price", plan)
     assert code == 0 and "calibrated" in out and "6 points" in out
     # Another TP, or a fitted value overridden on the command line: the calibration does not hold.
-    moved = json.loads(run_cli("size", plan, "--tp", "8", "--mbu", "0.7", "--json")[1])
+    moved = json.loads(run_cli("size", plan, "--tp", "8", "--kv-pool-tokens", "600000", "--mbu", "0.7", "--json")[1])
     assert moved["calibrated"] is None
     assert any("tp 4 -> 8" in warning and "mbu" in warning for warning in moved["warnings"])
     uncalibrated = json.loads(run_cli("price", PLAN, "--json")[1])
@@ -335,7 +335,8 @@ def test_the_fast_predictor_agrees_with_a_rebuilt_replica_model(model):
         for c, p, o in ((1, 300, 100), (48, 6000, 700))
     ]
     fast = _Predictor(inputs)
-    for values in (TRUTH, SHIPPED_KNOWN, {"mbu": 0.33}, {"mfu": 0.9, "step_overhead_s": 0.0}):
+    extra = {"allreduce_latency_s": 3e-5, "sequence_overhead_s": 4e-5}
+    for values in (TRUTH, SHIPPED_KNOWN, {"mbu": 0.33}, {"mfu": 0.9, "step_overhead_s": 0.0}, extra):
         assert fast(values, points) == pytest.approx(predictions(inputs, values, points), rel=1e-12)
 
 

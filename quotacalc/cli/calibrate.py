@@ -62,7 +62,8 @@ def calibrate_command(
         str | None,
         typer.Option(
             "--fit",
-            help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s, allreduce_latency_s); "
+            help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s, allreduce_latency_s, "
+            "sequence_overhead_s); "
             "default: those the benchmark measures (TTFT: mfu, request_overhead_s; ITL: mbu, step_overhead_s)",
         ),
     ] = None,

@@ -35,9 +35,18 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "request_overhead_s": (0.0, 2.0),
     # One NCCL all-reduce of a decode step's activations: microseconds, not milliseconds.
     "allreduce_latency_s": (0.0, 1e-3),
+    # What each sequence of a decode batch adds to a step (sampling, detokenisation): microseconds.
+    "sequence_overhead_s": (0.0, 1e-3),
 }
 #: The size of a typical change of each parameter: the optimiser's scale, and the identifiability test's.
-_SCALE = {"mfu": 0.1, "mbu": 0.1, "step_overhead_s": 1e-3, "request_overhead_s": 1e-2, "allreduce_latency_s": 1e-5}
+_SCALE = {
+    "mfu": 0.1,
+    "mbu": 0.1,
+    "step_overhead_s": 1e-3,
+    "request_overhead_s": 1e-2,
+    "allreduce_latency_s": 1e-5,
+    "sequence_overhead_s": 1e-5,
+}
 #: Which parameters each measured quantity informs; the default fit moves those the data measure.
 INFORMED_BY = {"itl_s": ("mbu", "step_overhead_s"), "ttft_s": ("mfu", "request_overhead_s")}
 #: How far a parameter plausibly sits from its default: the unit of the fit's pull towards the default.
@@ -47,9 +56,10 @@ PRIOR_SPREAD = {
     "step_overhead_s": 3e-3,
     "request_overhead_s": 3e-2,
     "allreduce_latency_s": 2e-5,
+    "sequence_overhead_s": 2e-5,
 }
-#: A parameter one spread from its starting value costs what a 1% error on one measured figure costs.
-PRIOR_WEIGHT = 0.01
+#: A parameter one spread from its starting value costs what a 0.3% error on one measured figure costs.
+PRIOR_WEIGHT = 0.003
 #: soft_l1's scale: residuals (relative errors) beyond ~5% count less than quadratically, so one
 #: bad run (a noisy neighbour, a warm-up) does not drag the fit.
 ROBUST_SCALE = 0.05
@@ -228,7 +238,7 @@ def _fit(
     The pull (:data:`PRIOR_WEIGHT` per :data:`PRIOR_SPREAD`) decides what the points leave open: two
     runs cannot separate four parameters, and without it a trade-off the data do not see (MFU
     against the request overhead from one TTFT) lands anywhere along it. Points that do measure a
-    parameter outweigh it: one spread costs what a 1% error on one figure costs.
+    parameter outweigh it: one spread costs what a 0.3% error on one figure costs.
     Returns the parameters and scipy's result (its ``jac`` rows: the points, then the pull).
     """
     import numpy as np
