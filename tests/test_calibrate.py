@@ -370,3 +370,31 @@ def test_real_measurements_two_points_predict_the_runs_the_model_covers():
     measured = [value for point in covered for value in point.measured().values()]
     errors = [p / m - 1 for p, m in zip(predicted, measured, strict=True)]
     assert len(errors) == 8 and max(abs(error) for error in errors) < 0.05, errors
+
+
+def test_a_new_plan_copies_the_plan_read_and_a_log_adds_to_the_calibration(run_cli, plan):
+    target = plan.parent / "calibrated.yaml"
+    bench = plan.parent / SYNTHETIC_CSV.name
+    assert run_cli("calibrate", plan, "--bench", bench, "--write", target)[0] == 0
+    text = target.read_text(encoding="utf-8")
+    assert "# Used by `quotacalc size`: one tenant's traffic." in text and yaml.safe_load(text)["tenant"]["rps"] == 5
+    assert plan.read_text(encoding="utf-8") == PLAN.read_text(encoding="utf-8")  # the plan read is untouched
+    log = plan.parent / "serve.log"
+    # 40 GiB of KV per GPU and 524,288 tokens: Llama 70B's 81,920 B per token per GPU at TP 4 (BF16 KV).
+    log.write_text("Available KV cache memory: 40.0 GiB\nGPU KV cache size: 524,288 tokens\n", encoding="utf-8")
+    code, _, err = run_cli("calibrate", target, "--log", log, "--write", target)
+    assert code == 0, err
+    section = yaml.safe_load(target.read_text(encoding="utf-8"))["calibration"]
+    assert [file["path"] for file in section["files"]] == ["serve.log", bench.name]
+    assert section["rows"] == 6 and section["fit_rms_error"] < 1e-3  # the benchmark fit's, kept
+    assert section["parameters"]["kv_pool_tokens"] == 524_288 and "mbu" in section["parameters"]
+    assert json.loads(run_cli("price", target, "--json")[1])["calibrated"]["rows"] == 6
+
+
+def test_flags_given_to_calibrate_are_written_with_the_fit(run_cli, plan):
+    bench = plan.parent / SYNTHETIC_CSV.name
+    code, _, err = run_cli("calibrate", plan, "--bench", bench, "--batch", "64", "--write", plan)
+    assert code == 0, err
+    written = yaml.safe_load(plan.read_text(encoding="utf-8"))
+    assert written["batch"] == 64  # the deployment calibrated is the one the plan now describes
+    assert json.loads(run_cli("price", plan, "--json")[1])["calibrated"] is not None

@@ -267,3 +267,10 @@ def test_bad_logs(tmp_path):
     assert _error(read_vllm_log, str(tmp_path / "missing.log")).exit_code == EXIT_USAGE
     zero = _error(read_vllm_log, _write(tmp_path, "zero.log", "GPU KV cache size: 0 tokens\n"))
     assert zero.exit_code == EXIT_INVALID_INPUT
+
+
+def test_csv_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffconcurrency,prompt_tokens,output_tokens,itl_s\r\n2,100,50,0.02\r\n".encode())
+    (point,), _ = read_benchmark(str(path))
+    assert (point.concurrency, point.itl_s) == (2, 0.02)

@@ -115,7 +115,7 @@ def calibrate_command(
     records = [_file_record(path, rows, write) for path, rows in files]
     section = provenance(result, inputs, records, _version())
     if write is not None:
-        _write_plan(write, deployment, result.fitted_values, section)
+        _write_plan(write, plan, deployment, deployment_flags, result.fitted_values, section)
     if as_json:
         from quotacalc.cli.calibrate_out import calibrate_json
         from quotacalc.cli.json_out import emit_json
@@ -127,12 +127,16 @@ def calibrate_command(
         calibrate_table(result, inputs, notes, written=write)
 
 
-def _write_plan(path: str, deployment: Deployment, values: dict[str, Any], section) -> None:
-    """Set the fitted keys and the ``calibration:`` section in ``path`` atomically, once the result reads back."""
+def _write_plan(
+    path: str, plan: str | None, deployment: Deployment, given: dict[str, Any], values: dict[str, Any], section
+) -> None:
+    """Set the deployment's given flags, the fitted keys and the ``calibration:`` section in ``path``,
+    atomically, once the result reads back as a plan."""
     import os
     import tempfile
     from pathlib import Path
 
+    from quotacalc.core.calibrate import merge_provenance
     from quotacalc.errors import QuotacalcError
     from quotacalc.fileio import write_text_atomic
     from quotacalc.inputs.deployment import build_deployment, load_plan_file
@@ -141,16 +145,19 @@ def _write_plan(path: str, deployment: Deployment, values: dict[str, Any], secti
     target = Path(path)
     if target.is_dir():
         raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
-    keys: dict[str, Any] = {}
+    dumped = deployment.model_dump(mode="json")
+    # Flags on the command line are part of the deployment calibrated: the plan records them too.
+    keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
     if target.exists():
-        load_plan_file(path)  # the file must be a valid plan before it is changed
+        previous = load_plan_file(path).calibration  # the file must be a valid plan before it is changed
         text = target.read_text(encoding="utf-8")
-    else:
-        # A new plan: the deployment calibrated (from the plan read and the flags), then the fit.
-        text = ""
+    elif plan is not None:  # a new plan: a copy of the one read, comments and tenant included
+        previous, text = load_plan_file(plan).calibration, Path(plan).read_text(encoding="utf-8")
+    else:  # a new plan from flags alone
+        previous, text = None, ""
         keys = deployment.model_dump(mode="json", exclude_defaults=True)
     keys.update(values)
-    keys["calibration"] = section.model_dump(mode="json")
+    keys["calibration"] = merge_provenance(previous, section).model_dump(mode="json")
     updated = set_top_level_keys(text, keys, source=path)
     # Read the new text back as a plan before it replaces anything (beside the target: relative model paths hold).
     target.parent.mkdir(parents=True, exist_ok=True)

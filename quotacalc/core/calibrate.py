@@ -544,6 +544,26 @@ def provenance(
     )
 
 
+def merge_provenance(previous: CalibrationProvenance | None, current: CalibrationProvenance) -> CalibrationProvenance:
+    """The section to write when the plan already has one: a log calibrated after a benchmark (or the
+    other way round) on the same deployment adds to it; on another deployment it starts afresh."""
+    if previous is None or previous.calibrated_on != current.calibrated_on:
+        return current
+    paths = {file.path for file in current.files}
+    fitted_again = current.rows > 0
+    return current.model_copy(
+        update={
+            "files": current.files + tuple(file for file in previous.files if file.path not in paths),
+            "parameters": {**previous.parameters, **current.parameters},
+            "rows": current.rows if fitted_again else previous.rows,
+            "fit_rms_error": current.fit_rms_error if fitted_again else previous.fit_rms_error,
+            "leave_one_out_rms_error": current.leave_one_out_rms_error
+            if fitted_again
+            else previous.leave_one_out_rms_error,
+        }
+    )
+
+
 def _same(expected: object, actual: object) -> bool:
     if isinstance(expected, float) and isinstance(actual, int | float):
         return math.isclose(expected, actual, rel_tol=1e-9)

@@ -34,7 +34,8 @@ _OPTIONAL_COLUMNS = ("label",)
 
 def _read_text(path: str, what: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        # utf-8-sig: a spreadsheet's CSV often starts with a byte-order mark, which is not part of the header.
+        return Path(path).read_text(encoding="utf-8-sig", errors="replace")
     except FileNotFoundError:
         raise UsageError("no such file", source=path, fix=f"check the path to the {what}") from None
     except IsADirectoryError:
