@@ -63,8 +63,8 @@ def calibrate_command(
         typer.Option(
             "--fit",
             help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s, allreduce_latency_s, "
-            "sequence_overhead_s); "
-            "default: those the benchmark measures (TTFT: mfu, request_overhead_s; ITL: mbu, step_overhead_s)",
+            "sequence_overhead_s); default: what the runs determine (TTFT: mfu, and request_overhead_s from two "
+            "prompt lengths; ITL: mbu, and step_overhead_s from two concurrencies or contexts)",
         ),
     ] = None,
     write: Annotated[
@@ -85,7 +85,6 @@ def calibrate_command(
     ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``).
     """
     from quotacalc.core.calibrate import calibrate, provenance
-    from quotacalc.core.price import price
     from quotacalc.errors import UsageError
     from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
     from quotacalc.inputs.deployment import build_deployment, load_plan_file
@@ -110,8 +109,7 @@ def calibrate_command(
         if not parameters:
             raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
     inputs = resolve(deployment)
-    weights_per_gpu = price(inputs).weight_bytes_per_gpu if reading is not None else None
-    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading, weight_bytes_per_gpu=weights_per_gpu)
+    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading)
     records = [_file_record(path, rows, write) for path, rows in files]
     section = provenance(result, inputs, records, _version())
     if write is not None:

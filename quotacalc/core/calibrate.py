@@ -47,8 +47,6 @@ _SCALE = {
     "allreduce_latency_s": 1e-5,
     "sequence_overhead_s": 1e-5,
 }
-#: Which parameters each measured quantity informs; the default fit moves those the data measure.
-INFORMED_BY = {"itl_s": ("mbu", "step_overhead_s"), "ttft_s": ("mfu", "request_overhead_s")}
 #: How far a parameter plausibly sits from its default: the unit of the fit's pull towards the default.
 PRIOR_SPREAD = {
     "mfu": 0.2,
@@ -302,9 +300,20 @@ def _current(inputs: PricingInputs, name: str) -> float:
 
 
 def informed_parameters(points: Sequence[BenchmarkPoint]) -> tuple[str, ...]:
-    """The parameters the measured quantities inform (ITL: MBU and the step overhead; TTFT: MFU and the request overhead)."""
-    measured = {quantity for point in points for quantity in point.measured()}
-    names = [name for quantity in ("ttft_s", "itl_s") if quantity in measured for name in INFORMED_BY[quantity]]
+    """The parameters the points can determine: per quantity, its efficiency, and its fixed overhead
+    once two runs differ in what the efficiency scales (TTFT: prompt length; ITL: concurrency or
+    context). One TTFT cannot split MFU from the request overhead: it fits MFU alone."""
+    names: list[str] = []
+    for quantity, (efficiency, overhead) in (
+        ("ttft_s", ("mfu", "request_overhead_s")),
+        ("itl_s", ("mbu", "step_overhead_s")),
+    ):
+        runs = [point for point in points if getattr(point, quantity) is not None]
+        if quantity == "ttft_s":
+            shapes = {point.prompt_tokens for point in runs}
+        else:
+            shapes = {(point.concurrency, point.prompt_tokens + point.output_tokens / 2) for point in runs}
+        names += [efficiency, overhead] if len(shapes) >= 2 else [efficiency] if shapes else []
     return tuple(name for name in BOUNDS if name in names)
 
 
@@ -323,7 +332,7 @@ def _significant(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading, weight_bytes_per_gpu: float) -> KvPoolFit:
+def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     """The runtime reserve a start-up log implies, and the measured pool with the deployment it holds for.
 
     vLLM sizes the pool as memory_utilization × HBM − weights − everything else (activations of the
@@ -332,6 +341,7 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading, weight_bytes_per_
     from quotacalc.core import memory
 
     deployment, gpu = inputs.deployment, inputs.gpu
+    weight_bytes_per_gpu = inputs.weights.weight_bytes(inputs.arch.params_by_group()) / deployment.tp
     budget = deployment.memory_utilization * gpu.memory_bytes
     kv_b = inputs.kv_dtype.bytes_per_element
     per_token = memory.kv_bytes_per_token_per_gpu(inputs.arch, kv_b, deployment.tp)
@@ -377,16 +387,44 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading, weight_bytes_per_
     )
 
 
+def _point_fits(
+    points: Sequence[BenchmarkPoint],
+    before: Sequence[float],
+    after: Sequence[float],
+    left_out: list[dict[str, float]] | None,
+) -> list[PointFit]:
+    fits, index = [], 0
+    for number, point in enumerate(points):
+        for quantity, value in point.measured().items():
+            alone = left_out[number][quantity] if left_out is not None else None
+            fits.append(
+                PointFit(
+                    source=point.source,
+                    row=point.row,
+                    concurrency=point.concurrency,
+                    prompt_tokens=point.prompt_tokens,
+                    output_tokens=point.output_tokens,
+                    quantity=quantity,
+                    measured=value,
+                    predicted_before=before[index],
+                    predicted_after=after[index],
+                    error_before=before[index] / value - 1,
+                    error_after=after[index] / value - 1,
+                    leave_one_out_error=None if alone is None else alone / value - 1,
+                )
+            )
+            index += 1
+    return fits
+
+
 def calibrate(
     inputs: PricingInputs,
     points: Sequence[BenchmarkPoint],
     *,
     parameters: Sequence[str] | None = None,
     kv_reading: KvPoolReading | None = None,
-    weight_bytes_per_gpu: float | None = None,
 ) -> CalibrationResult:
     """Fit ``parameters`` (default: those the points measure) to the points; read the pool from the log."""
-    deployment = inputs.deployment
     names = tuple(parameters) if parameters is not None else informed_parameters(points)
     unknown = [name for name in names if name not in BOUNDS]
     if unknown:
@@ -395,41 +433,21 @@ def calibrate(
         raise QuotacalcError("no benchmark points to fit", field="--bench", fix="give a benchmark file")
     warnings: list[str] = []
     before = [_current(inputs, name) for name in names]
+    after = before
     fitted_values: dict[str, object] = {}
     point_fits: list[PointFit] = []
     parameter_fits: list[FittedParameter] = []
-    after = before
     if names:
         predict = _Predictor(inputs)
         after, result = _fit(predict, names, before, points)
         after = [_snap(name, value) for name, value in zip(names, after, strict=True)]
         warnings += _identifiability_warnings(names, result.jac[: len(_measurements(points))])
-        measured = _measurements(points)
-        predicted_before = predictions(inputs, dict(zip(names, before, strict=True)), points)
-        predicted_after = predictions(inputs, dict(zip(names, after, strict=True)), points)
-        loo = _leave_one_out(predict, names, before, points)
-        index = 0
-        for point_number, point in enumerate(points):
-            for quantity, value in point.measured().items():
-                left_out = loo[point_number][quantity] if loo is not None else None
-                point_fits.append(
-                    PointFit(
-                        source=point.source,
-                        row=point.row,
-                        concurrency=point.concurrency,
-                        prompt_tokens=point.prompt_tokens,
-                        output_tokens=point.output_tokens,
-                        quantity=quantity,
-                        measured=value,
-                        predicted_before=predicted_before[index],
-                        predicted_after=predicted_after[index],
-                        error_before=predicted_before[index] / value - 1,
-                        error_after=predicted_after[index] / value - 1,
-                        leave_one_out_error=None if left_out is None else left_out / value - 1,
-                    )
-                )
-                index += 1
-        del measured
+        point_fits = _point_fits(
+            points,
+            predictions(inputs, dict(zip(names, before, strict=True)), points),
+            predictions(inputs, dict(zip(names, after, strict=True)), points),
+            _leave_one_out(predict, names, before, points),
+        )
         for name, old, new in zip(names, before, after, strict=True):
             low, high = BOUNDS[name]
             at_bound = new in (low, high)
@@ -441,9 +459,7 @@ def calibrate(
             fitted_values[name] = new
     kv = None
     if kv_reading is not None:
-        if weight_bytes_per_gpu is None:
-            raise ValueError("weight_bytes_per_gpu is needed with a KV pool reading")
-        kv = kv_pool_fit(inputs, kv_reading, weight_bytes_per_gpu)
+        kv = kv_pool_fit(inputs, kv_reading)
         if kv.mismatch:
             warnings.append(kv.mismatch)
         if kv.runtime_reserve_gib is not None:
@@ -451,18 +467,16 @@ def calibrate(
         if kv.kv_pool_tokens is not None:
             fitted_values["kv_pool_tokens"] = kv.kv_pool_tokens
             fitted_values["kv_pool_measured_with"] = kv.kv_pool_measured_with
-    errors_before = [fit.error_before for fit in point_fits]
-    errors_after = [fit.error_after for fit in point_fits]
     loo_errors = [fit.leave_one_out_error for fit in point_fits if fit.leave_one_out_error is not None]
     return CalibrationResult(
         parameters=tuple(parameter_fits),
         points=tuple(point_fits),
-        rms_error_before=_rms(errors_before),
-        rms_error_after=_rms(errors_after),
+        rms_error_before=_rms([fit.error_before for fit in point_fits]),
+        rms_error_after=_rms([fit.error_after for fit in point_fits]),
         rms_leave_one_out_error=_rms(loo_errors),
         kv_pool=kv,
         fitted_values=fitted_values,
-        deployment=deployment.model_copy(update=dict(zip(names, after, strict=True))),
+        deployment=inputs.deployment.model_copy(update=dict(zip(names, after, strict=True))),
         warnings=tuple(warnings),
     )
 
