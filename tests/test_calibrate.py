@@ -418,3 +418,9 @@ def test_flags_given_to_calibrate_are_written_with_the_fit(run_cli, plan):
     written = yaml.safe_load(plan.read_text(encoding="utf-8"))
     assert written["batch"] == 64  # the deployment calibrated is the one the plan now describes
     assert json.loads(run_cli("price", plan, "--json")[1])["calibrated"] is not None
+
+
+def test_a_per_request_dump_is_refused_before_the_fit(inputs):
+    point = synthetic(inputs, TRUTH, runs=[(1, 100, 10)])[0]
+    with pytest.raises(QuotacalcError, match="1,001 benchmark runs: calibrate takes at most 1,000"):
+        calibrate(inputs, [point] * 1001)

@@ -274,3 +274,9 @@ def test_csv_with_a_byte_order_mark(tmp_path):
     path.write_bytes("\ufeffconcurrency,prompt_tokens,output_tokens,itl_s\r\n2,100,50,0.02\r\n".encode())
     (point,), _ = read_benchmark(str(path))
     assert (point.concurrency, point.itl_s) == (2, 0.02)
+
+
+def test_log_lines_that_only_look_like_figures_are_not_read(tmp_path):
+    text = "GPU KV cache size: ,,, tokens\nAvailable KV cache memory: 1.2.3 GiB\n"
+    line = _error(read_vllm_log, _write(tmp_path, "odd.log", text)).one_line()
+    assert "no 'GPU KV cache size" in line

@@ -36,6 +36,8 @@ def price_rows(run_cli) -> dict:
 
 def test_json_document_has_command_schema_and_one_row_per_combination_in_order(price_rows):
     assert price_rows["schema_version"] == 1 and price_rows["command"] == "price"
+    shared = price_rows["inputs"]["deployment"]
+    assert shared["model"] == "Llama-3.3-70B-Instruct" and "gpu" not in shared and "tp" not in shared
     order = [(row["gpu"], row["tp"]) for row in price_rows["rows"]]
     assert order == [(gpu, tp) for gpu in ("h100-sxm", "a100-40gb-sxm") for tp in (2, 3, 8)]
     for row in price_rows["rows"]:

@@ -80,12 +80,19 @@ def _row_values(command: Command, row: ComparisonRow) -> dict[str, Any]:
     return {key: values[key] for key in row.keys_for(command)}
 
 
-def comparison_json(command: Command, rows: Sequence[ComparisonRow]) -> dict[str, Any]:
-    return {
+def comparison_json(
+    command: Command, rows: Sequence[ComparisonRow], deployment: Deployment | None = None, tenant: Tenant | None = None
+) -> dict[str, Any]:
+    """The rows, and the inputs they share (the deployment less its GPU and TP, the tenant)."""
+    document: dict[str, Any] = {
         "schema_version": JSON_SCHEMA_VERSION,
         "command": command,
         "rows": [_row_values(command, row) for row in rows],
     }
+    if deployment is not None:
+        shared = deployment.model_dump(mode="json", exclude={"gpu", "tp"})
+        document["inputs"] = {"deployment": shared, "tenant": tenant.model_dump() if tenant is not None else None}
+    return document
 
 
 def comparison_csv(command: Command, rows: Sequence[ComparisonRow]) -> str:
@@ -153,7 +160,7 @@ def render_comparison(
     command: Command, deployment: Deployment, tenant: Tenant | None, rows: Sequence[ComparisonRow], output_format: str
 ) -> None:
     if output_format == "json":
-        emit_json(comparison_json(command, rows))
+        emit_json(comparison_json(command, rows, deployment, tenant))
     elif output_format == "csv":
         sys.stdout.write(comparison_csv(command, rows))
     elif output_format == "markdown":

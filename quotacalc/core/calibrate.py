@@ -58,6 +58,10 @@ PRIOR_SPREAD = {
 }
 #: A parameter one spread from its starting value costs what a 0.3% error on one measured figure costs.
 PRIOR_WEIGHT = 0.003
+#: Beyond this many runs the fit's cost, not its accuracy, grows: a sweep has tens of runs.
+MAX_POINTS = 1000
+#: Leave-one-out refits once per point: up to this many points (quadratic cost beyond).
+MAX_LEAVE_ONE_OUT_POINTS = 60
 #: soft_l1's scale: residuals (relative errors) beyond ~5% count less than quadratically, so one
 #: bad run (a noisy neighbour, a warm-up) does not drag the fit.
 ROBUST_SCALE = 0.05
@@ -431,6 +435,12 @@ def calibrate(
         raise QuotacalcError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
     if names and not points:
         raise QuotacalcError("no benchmark points to fit", field="--bench", fix="give a benchmark file")
+    if len(points) > MAX_POINTS:
+        raise QuotacalcError(
+            f"{len(points):,} benchmark runs: calibrate takes at most {MAX_POINTS:,}",
+            field="--bench",
+            fix="give one row per run (mean figures), not one per request",
+        )
     warnings: list[str] = []
     before = [_current(inputs, name) for name in names]
     after = before
@@ -448,6 +458,10 @@ def calibrate(
             predictions(inputs, dict(zip(names, after, strict=True)), points),
             _leave_one_out(predict, names, before, points),
         )
+        if len(points) > MAX_LEAVE_ONE_OUT_POINTS:
+            warnings.append(
+                f"leave-one-out errors are computed up to {MAX_LEAVE_ONE_OUT_POINTS} runs, not for {len(points)}"
+            )
         for name, old, new in zip(names, before, after, strict=True):
             low, high = BOUNDS[name]
             at_bound = new in (low, high)
@@ -485,7 +499,7 @@ def _leave_one_out(
     predict: _Predictor, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
 ) -> list[dict[str, float]] | None:
     """Each point's figures predicted by a fit on the other points (from the same start, so independent)."""
-    if len(points) < 2:
+    if not 2 <= len(points) <= MAX_LEAVE_ONE_OUT_POINTS:
         return None
     out = []
     for left_out, point in enumerate(points):

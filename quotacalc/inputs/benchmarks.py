@@ -284,8 +284,8 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_POOL_TOKENS = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
-_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
+_POOL_TOKENS = re.compile(r"GPU KV cache size:\s*(\d[\d,]*)\s*tokens")
+_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(\d+(?:\.\d+)?)\s*GiB")
 
 
 def read_vllm_log(path: str) -> KvPoolReading:
