@@ -7,13 +7,19 @@ import tempfile
 from pathlib import Path
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and an atomic rename."""
+def write_text_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and an atomic rename.
+
+    ``mode``: the file's permissions (e.g. 0o600 for secrets), set before the rename so the file is
+    never readable by others, even for a moment; default: the temporary file's owner-only 0o600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        if mode is not None:
+            os.fchmod(descriptor, mode)
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
         os.replace(temporary, path)
     except BaseException:

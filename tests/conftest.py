@@ -51,3 +51,17 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch)
         return code, out, err
 
     return run
+
+
+def llama70b_prompt_token_units(prompt_tokens: float) -> float:
+    """Units of one prompt token of Llama 3.3 70B inside a prompt of ``prompt_tokens``, by hand.
+
+    1 + attention FLOPs / parameter FLOPs: each of 80 layers spends 2 × 64 heads × (128 + 128)
+    FLOPs per attended token, over (P + 1) / 2 tokens on average (causal), against 2 × 70,553,706,496.
+    """
+    return 1 + 80 * 2 * 64 * 256 * (prompt_tokens + 1) / 2 / (2 * 70_553_706_496)
+
+
+#: The method's tenant (5 req/s, 2,000 prompt, 500 output) with each prompt token charged inside its
+#: prompt: 5 × (2,000 × 1.01859 + 3.0931 × 500) = 17,919 units/s (17,725 at 1 unit per prompt token).
+METHOD_TENANT_UNITS_PER_S = 5 * (2000 * llama70b_prompt_token_units(2000) + 3.0931 * 500)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.calibrate import (
     BenchmarkPoint,
     KvPoolReading,
@@ -288,7 +289,7 @@ def test_calibrate_json(run_cli):
     code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["command"] == "calibrate" and doc["schema_version"] == 1 and doc["written"] is None
+    assert doc["command"] == "calibrate" and doc["schema_version"] == JSON_SCHEMA_VERSION and doc["written"] is None
     assert len(doc["results"]["points"]) == 12  # 6 runs × (TTFT, ITL)
     point = doc["results"]["points"][0]
     assert {

@@ -13,6 +13,7 @@ import math
 
 import pytest
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.compare import PRICE_KEYS, SIZE_KEYS, compare
 from quotacalc.core.deployment import Deployment
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE, QuotacalcError, UsageError
@@ -35,7 +36,7 @@ def price_rows(run_cli) -> dict:
 
 
 def test_json_document_has_command_schema_and_one_row_per_combination_in_order(price_rows):
-    assert price_rows["schema_version"] == 1 and price_rows["command"] == "price"
+    assert price_rows["schema_version"] == JSON_SCHEMA_VERSION and price_rows["command"] == "price"
     shared = price_rows["inputs"]["deployment"]
     assert shared["model"] == "Llama-3.3-70B-Instruct" and "gpu" not in shared and "tp" not in shared
     order = [(row["gpu"], row["tp"]) for row in price_rows["rows"]]

@@ -150,7 +150,7 @@ def test_price_reports_engine_figures():
 
 
 def test_kv_pool_of_the_worked_example():
-    """METHOD.md §7: 646,503 tokens measured for Llama 3.3 70B FP8, BF16 KV, TP4 on H100 SXM."""
+    """docs/method.md §7: 646,503 tokens measured for Llama 3.3 70B FP8, BF16 KV, TP4 on H100 SXM."""
     result = price(
         resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16"))
     )

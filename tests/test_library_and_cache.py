@@ -34,10 +34,13 @@ def test_library_import_does_not_load_the_cli_or_transformers():
 
 
 def test_warm_call_never_imports_transformers(tmp_path):
-    env = {**os.environ, "QUOTACALC_CACHE_DIR": str(tmp_path)}
+    """A config that is not shipped pays the transformers import once; the cached resolution skips it."""
+    folder = tmp_path / "llama-copy"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((ROOT / "models" / "Llama-3.1-8B-Instruct" / "config.json").read_bytes())
+    env = {**os.environ, "QUOTACALC_CACHE_DIR": str(tmp_path / "cache")}
     code = (
-        "import sys; from quotacalc import load_arch; load_arch('Llama-3.1-8B-Instruct');"
-        "print('transformers' in sys.modules)"
+        f"import sys; from quotacalc import load_arch; load_arch({str(folder)!r}); print('transformers' in sys.modules)"
     )
     cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

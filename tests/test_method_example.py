@@ -1,4 +1,4 @@
-"""The worked example of METHOD.md §7 (Llama 3.3 70B FP8, 4x H100 SXM), every row, through the library.
+"""The worked example of docs/method.md §7 (Llama 3.3 70B FP8, 4x H100 SXM), every row, through the library.
 
 Expected figures are the method's table; each assertion rounds our figure the way the table
 quotes it, so a change that moves any row fails.
@@ -86,11 +86,18 @@ def test_kv_pool_measured(replica):
     assert replica.kv_pool_source == "measured"
 
 
-def test_kv_pool_estimate_reproduces_the_measured_pool():
-    """The default runtime reserve (5.5 GiB) was calibrated on this measurement (README, 'KV pool')."""
-    estimated = price(resolve(Deployment(**EXAMPLE)))
+def test_kv_pool_estimate_by_hand():
+    """The estimate, computed by hand: 0.9 x HBM - weights per GPU - runtime reserve, in per-GPU KV tokens.
+
+    H100 SXM reports 85,029,158,912 B; weights 70,553,706,496 B / 4 = 17,638,426,624 B per GPU;
+    reserve 5.5 GiB = 5,905,580,032 B: 52,982,236,364.8 B / 81,920 B = 646,755 tokens (the
+    deployment's measured pool is 646,503).
+    """
+    estimated = price(resolve(Deployment(**EXAMPLE, runtime_reserve_gib=5.5)))
+    usable = 0.9 * 85_029_158_912 - 70_553_706_496 / 4 - 5.5 * 2**30
     assert estimated.kv_pool_source == "estimated"
-    assert estimated.kv_pool_tokens == pytest.approx(MEASURED_POOL_TOKENS, rel=1e-3)
+    assert estimated.kv_pool_bytes_per_gpu == pytest.approx(usable) == 52_982_236_364.8
+    assert estimated.kv_pool_tokens == int(usable // 81_920) == 646_755
 
 
 def test_one_128k_context(replica):

@@ -16,7 +16,7 @@ from quotacalc.core.deployment import Deployment
 from quotacalc.inputs.resolve import resolve
 
 HERE = Path(__file__).parent
-#: The worked example's deployment (METHOD.md §7), at efficiencies and overheads unlike the defaults.
+#: The worked example's deployment (docs/method.md §7), at efficiencies and overheads unlike the defaults.
 DEPLOYMENT = Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16")
 KNOWN = {"mfu": 0.42, "mbu": 0.68, "step_overhead_s": 0.0041, "request_overhead_s": 0.025}
 #: (concurrency, prompt tokens, output tokens) of each run: a sweep a user might run.

@@ -90,4 +90,9 @@ def load_gpu_catalog() -> GpuCatalog:
     from quotacalc.cache import load_yaml_file_cached
 
     path = Path(__file__).with_name(CATALOG_FILE)
-    return parse_catalog(load_yaml_file_cached(path), str(path))
+    return parse_catalog(load_yaml_file_cached(path, preparsed_twin(path)), str(path))
+
+
+def preparsed_twin(path: Path) -> Path:
+    """Where the pre-parsed JSON of a shipped YAML catalog lives (built by scripts/build_specs.py)."""
+    return Path(__file__).resolve().parent / "specs" / "catalogs" / f"{path.parent.name}-{path.stem}.json"

@@ -29,13 +29,19 @@ def shipped_models_dir() -> Path:
     raise FileNotFoundError(f"shipped models not found beside {package_dir}")
 
 
+def shipped_specs_dir() -> Path:
+    """Pre-resolved specs of the shipped models (``inputs.shipped_specs``), inside the package."""
+    return Path(__file__).resolve().parent / "specs"
+
+
 @lru_cache(maxsize=1)
 def shipped_models() -> tuple[ShippedModel, ...]:
     """Every shipped model, in index order."""
     from quotacalc.cache import load_yaml_file_cached
+    from quotacalc.catalog.gpus import preparsed_twin
 
     folder = shipped_models_dir()
-    index = load_yaml_file_cached(folder / INDEX_FILE)
+    index = load_yaml_file_cached(folder / INDEX_FILE, preparsed_twin(folder / INDEX_FILE))
     return tuple(
         ShippedModel(name=name, config_path=folder / name / "config.json", hf_ids=tuple(ids or ()))
         for name, ids in index.items()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from quotacalc.cli.options import option_parameters, with_options
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
 app = typer.Typer(
@@ -17,6 +17,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it fits a pipe and a narrow terminal, shows each default, and no <bool> on flags.
+    rich_markup_mode=None,
 )
 
 
@@ -46,6 +48,7 @@ ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formu
 FormatOption = Annotated[
     str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU × TP")
 ]
+PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
 
 
@@ -65,10 +68,20 @@ DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment"
 TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
 
 
-def _load(plan: str | None, deployment_flags: dict[str, Any], tenant_flags: dict[str, Any] | None = None):
-    from quotacalc.inputs.deployment import build_deployment, build_tenant, load_plan_file
+def _load(
+    plan: str | None,
+    deployment_flags: dict[str, Any],
+    tenant_flags: dict[str, Any] | None = None,
+    pool: str | None = None,
+):
+    from quotacalc.inputs.deployment import build_deployment, build_tenant
+    from quotacalc.inputs.plan import deployment_source
 
-    plan_file = load_plan_file(plan) if plan else None
+    if pool is not None and not plan:
+        from quotacalc.errors import UsageError
+
+        raise UsageError("needs a plan file", field="--pool")
+    plan_file = deployment_source(plan, pool) if plan else None
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     tenant = None
     if tenant_flags is not None:
@@ -90,6 +103,7 @@ def price_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     output_format: FormatOption = "table",
+    pool: PoolOption = None,
     strict: StrictOption = False,
     *,
     deployment_flags,
@@ -99,16 +113,17 @@ def price_command(
 
     deployment_flags, axes = split_axes(deployment_flags)
     if axes.is_comparison or check_format(output_format, as_json) != "table":
-        return run_comparison(
-            "price", plan, deployment_flags, axes, "json" if as_json else output_format, strict=strict
-        )
-    deployment, _ = _load(plan, deployment_flags)
+        output_format = "json" if as_json else output_format
+        return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
+    deployment, _ = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment)
-    calibration = plan_calibration(plan, result.inputs)
+    calibration = plan_calibration(plan, result.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(price_json(result, calibration=calibration))
+        print_warnings(result.warnings + calibration[1:2] if calibration[1] else result.warnings)
+        emit_json(price_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import price_table
 
@@ -123,27 +138,43 @@ def size_command(
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     output_format: FormatOption = "table",
+    pool: PoolOption = None,
     strict: StrictOption = False,
     *,
     deployment_flags,
     tenant_flags,
 ):
-    """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated."""
+    """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated.
+
+    On a platform plan (without tenant flags): one row per tenant, and totals."""
     from quotacalc.cli.compare import check_format, run_comparison, split_axes
     from quotacalc.core.tenant import size_tenant
+    from quotacalc.inputs.plan import is_platform_file
 
     deployment_flags, axes = split_axes(deployment_flags)
+    if plan and all(value is None for value in tenant_flags.values()) and is_platform_file(plan):
+        from quotacalc.cli.plan_cmds import size_platform
+
+        if axes.is_comparison:
+            from quotacalc.errors import UsageError
+
+            raise UsageError("compares one tenant, not a platform plan's", field="--gpu", fix="give the tenant's flags")
+        return size_platform(plan, pool, deployment_flags, as_json=as_json, explain=explain)
     if axes.is_comparison or check_format(output_format, as_json) != "table":
         output_format = "json" if as_json else output_format
-        return run_comparison("size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict)
-
-    deployment, tenant = _load(plan, deployment_flags, tenant_flags)
+        return run_comparison(
+            "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
+        )
+    deployment, tenant = _load(plan, deployment_flags, tenant_flags, pool)
     result = size_tenant(_price(deployment), tenant)
-    calibration = plan_calibration(plan, result.replica.inputs)
+    calibration = plan_calibration(plan, result.replica.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(size_json(result, calibration=calibration))
+        warnings = result.replica.warnings
+        print_warnings(warnings + calibration[1:2] if calibration[1] else warnings)
+        emit_json(size_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import size_table
 
@@ -159,6 +190,7 @@ def kv_command(
     context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    pool: PoolOption = None,
     strict: StrictOption = False,
     *,
     deployment_flags,
@@ -167,16 +199,20 @@ def kv_command(
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
-    deployment, _ = _load(plan, deployment_flags)
+    deployment, _ = _load(plan, deployment_flags, pool=pool)
     if context is None:
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
+    if context > MAX_CONTEXT_TOKENS:
+        raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
+        from quotacalc.cli.streams import print_warnings
 
-        emit_json(kv_json(result))
+        print_warnings(result.replica.warnings)
+        emit_json(kv_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import kv_table
 
@@ -211,6 +247,99 @@ def gpus_command(
     gpus_listing(as_json=as_json, sources=sources)
 
 
+SecretFileOption = Annotated[
+    str | None,
+    typer.Option("--salt-secret-file", help="file holding the salt secret (else $QUOTACALC_SALT_SECRET)"),
+]
+PlanFileArgument = Annotated[str, typer.Argument(help="plan YAML file (platform or flat)", show_default=False)]
+
+
+@app.command("schema")
+def schema_command(
+    what: Annotated[str, typer.Argument(help="plan (a plan file) or policy (the canonical policy)")] = "plan",
+):
+    """Print a JSON Schema: of the plan file (default), or of the canonical policy."""
+    from quotacalc.cli.plan_cmds import schema
+
+    schema(what)
+
+
+@app.command("check")
+def check_command(
+    plan: PlanFileArgument,
+    as_json: JsonOption = False,
+    strict: Annotated[bool, typer.Option("--strict", help="treat warnings as errors")] = False,
+    salt_secret_file: SecretFileOption = None,
+    reversal_replicas: Annotated[
+        float, typer.Option("--reversal-replicas", help="a shared tenant above this many replicas of load is flagged")
+    ] = 2.0,
+):
+    """Is the plan sound? Capacity, KV caps, max context, the reversal condition, salts; exit 1 on an error."""
+    from quotacalc.cli.plan_cmds import check
+
+    sys.exit(
+        check(plan, as_json=as_json, strict=strict, secret_file=salt_secret_file, reversal_replicas=reversal_replicas)
+    )
+
+
+@app.command("generate")
+def generate_command(
+    plan: PlanFileArgument,
+    out: Annotated[str, typer.Option("--out", help="output directory")],
+    target: Annotated[
+        str | None, typer.Option("--target", help="comma-separated: canonical,envoy,kong,litellm,vllm,gie (all)")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="write nothing; print a diff and exit 1 if DIR differs")
+    ] = False,
+    salt_secret_file: SecretFileOption = None,
+    gie_objectives: Annotated[
+        bool, typer.Option("--gie-objectives", help="also emit InferenceObjective (v1alpha2) per tier")
+    ] = False,
+    as_json: JsonOption = False,
+):
+    """Generate the canonical policy and gateway/engine configs into DIR (atomic, manifest-guarded)."""
+    from quotacalc.cli.plan_cmds import generate
+
+    sys.exit(
+        generate(
+            plan,
+            out=out,
+            target=target,
+            check_only=check,
+            secret_file=salt_secret_file,
+            gie_objectives=gie_objectives,
+            as_json=as_json,
+        )
+    )
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    from quotacalc.errors import printable
+
+    sys.stderr.write(f"quotacalc: {printable(message)}\n")
+    sys.exit(code)
+
+
+def _interrupted() -> NoReturn:
+    # 128 + SIGINT, as shells report it: an interrupted CI job must never look green.
+    _fail("interrupted", 130)
+
+
+@app.command("examples")
+def examples_command(
+    name: Annotated[str | None, typer.Argument(help="an example's name; omit to list them", show_default=False)] = None,
+    copy_to: Annotated[
+        str | None, typer.Option("--copy", help="write the example(s) into this directory", show_default=False)
+    ] = None,
+    as_json: JsonOption = False,
+):
+    """The shipped example plans: list them, print one, or copy them out (they ship inside the package)."""
+    from quotacalc.cli.examples import examples_command as run
+
+    run(name, copy_to, as_json)
+
+
 from quotacalc.cli.calibrate import calibrate_command, plan_calibration  # noqa: E402  (the body lives there)
 
 # The deployment's options are kv's (one set of option objects built at start-up; --context plays no part in a fit).
@@ -219,13 +348,15 @@ app.command("calibrate")(with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
+    from quotacalc.cli.streams import fit_output_encoding
+
+    fit_output_encoding()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except QuotacalcError as error:
-        sys.stderr.write(f"quotacalc: error: {error.one_line()}\n")
-        sys.exit(error.exit_code)
+        _fail(f"error: {error.one_line()}", error.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted()
     except Exception as error:
         # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
         if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
@@ -233,13 +364,29 @@ def main() -> None:
             if message:  # empty when the help was printed instead (no arguments)
                 command = getattr(getattr(error, "ctx", None), "command_path", "quotacalc")
                 hint = f" (see '{command} --help')" if error.exit_code == 2 else ""
-                sys.stderr.write(f"quotacalc: error: {message}{hint}\n")
+                _fail(f"error: {message}{hint}", error.exit_code)
             sys.exit(error.exit_code)
         if type(error).__name__ == "Abort":
-            sys.exit(130)
+            _interrupted()
         if os.environ.get("QUOTACALC_DEBUG"):
             raise
-        sys.stderr.write(
-            f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n"
-        )
-        sys.exit(3)
+        if (hostile := _input_error(error)) is not None:
+            _fail(f"error: {hostile}", 1)
+        _fail(f"internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)", 3)
+    if code == 130:  # typer turns Ctrl-C inside a command into Exit(130), returned when not standalone
+        _interrupted()
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _input_error(error: Exception) -> str | None:
+    """A last net for input that slipped past validation: say what was wrong with it, not 'internal error'."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        return f"{field}: {first['msg']}" if field else first["msg"]
+    if isinstance(error, OverflowError):
+        return f"a number in the input is out of range ({error})"
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import typer
@@ -15,14 +16,14 @@ def _version() -> str:
     return version("quotacalc")
 
 
-def plan_calibration(plan: str | None, inputs) -> tuple[dict[str, Any] | None, str | None]:
+def plan_calibration(plan: str | None, inputs, pool: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """Whether the plan's figures are calibrated for the deployment priced: (summary, None), (None, why not) or (None, None)."""
     if plan is None:
         return None, None
     from quotacalc.core.calibrate import calibration_status
-    from quotacalc.inputs.deployment import load_plan_file
+    from quotacalc.inputs.plan import deployment_source
 
-    return calibration_status(load_plan_file(plan).calibration, inputs)
+    return calibration_status(deployment_source(plan, pool).calibration, inputs)
 
 
 def _file_record(path: str, rows: list[str], plan_path: str | None):
@@ -92,6 +93,15 @@ def calibrate_command(
 
     if not bench and not log:
         raise UsageError("nothing to calibrate on", field="--bench", fix="give --bench FILE and/or --log FILE")
+    from quotacalc.inputs.plan import is_platform_file
+
+    for path in (plan, write):
+        if path and os.path.isfile(path) and is_platform_file(path):
+            raise UsageError(
+                "is a platform plan: calibrate reads and writes one deployment's plan",
+                source=path,
+                fix="calibrate a flat plan of the pool's deployment (its keys at the top level)",
+            )
     plan_file = load_plan_file(plan) if plan else None
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     points, notes, files = [], [], []

@@ -66,15 +66,19 @@ def run_comparison(
     tenant_flags: dict[str, Any] | None = None,
     *,
     strict: bool = False,
+    pool: str | None = None,
 ) -> None:
     """Price (or size the tenant on) every GPU × TP combination and print the rows side by side."""
     from quotacalc.cli.compare_out import render_comparison
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment, build_tenant, check_measured_pool, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment, build_tenant, check_measured_pool
+    from quotacalc.inputs.plan import deployment_source
     from quotacalc.inputs.resolve import resolve
 
-    plan_file = load_plan_file(plan) if plan else None
+    if pool is not None and not plan:
+        raise UsageError("needs a plan file", field="--pool")
+    plan_file = deployment_source(plan, pool) if plan else None
     file_values = plan_file.deployment if plan_file else {}
     deployments = [
         build_deployment(file_values, {**flags, "gpu": gpu, "tp": tp}, source=plan, check_pool=False)

@@ -40,15 +40,26 @@ def option_parameters(
         # A structured field (a mapping) is a file's business; it has no flag.
         if name in exclude or _is_model(_plain_type(field.annotation)):
             continue
-        default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
+        plain = _plain_type(field.annotation)
+        flag = flag_name(name)
+        if plain is bool:  # a switch both ways, so a flag can undo a plan file's true
+            flag = f"{flag}/--no-{flag.removeprefix('--')}"
+        # The default is shown from the model (the option's own default is None: 'not given').
+        stated = field.default not in (None, PydanticUndefined)
+        default = f"  [default: {_shown_default(field.default)}]" if stated else ""
         listed = "; a comma-separated list compares each" if name in lists else ""
         option = typer.Option(
-            flag_name(name), help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False
+            flag, help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False
         )
-        kind = str if name in lists else _plain_type(field.annotation)
-        annotation = Annotated[Union[kind, None], option]
+        annotation = Annotated[Union[str if name in lists else plain, None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters
+
+
+def _shown_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callable], Callable]:

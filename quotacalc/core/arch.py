@@ -9,6 +9,7 @@ the model are sums over them, so a new architecture is a new spec, not a branch.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from enum import Enum
 from functools import cached_property
 from typing import Annotated, Literal, Union
@@ -51,15 +52,62 @@ def mean_attended_tokens(context_tokens: int, window_tokens: int | None = None) 
 # --------------------------------------------------------------------------- token mixers
 
 
-class _GrowingAttention(_Spec):
-    """What every attention whose cache grows with each token of context shares: no fixed state."""
+class TokenMixer(_Spec, ABC):
+    """The interface every token mixer declares (as vLLM's ``KVCacheSpec`` does for its cache kinds).
 
+    Callers (``memory``, ``price``, ``replica``) use only these methods; a new kind of layer is a new
+    subclass, and one that forgets a method cannot be instantiated.
+    """
+
+    kind: str
+
+    @abstractmethod
+    def params(self) -> dict[ParamGroup, int]:
+        """Parameters of this mixer, by group."""
+
+    @abstractmethod
+    def cache_elements_per_token(self) -> int:
+        """Values cached per token of context, whole replica (0 for state-space layers)."""
+
+    @abstractmethod
+    def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        """Values cached per token on one of ``tp`` GPUs."""
+
+    @abstractmethod
     def cached_tokens(self, context_tokens: int) -> int:
         """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
-        return context_tokens
 
+    @abstractmethod
     def grows_with_context(self) -> bool:
-        return True
+        """Whether the cache keeps growing with every token (full attention, MLA)."""
+
+    @abstractmethod
+    def state_elements_per_sequence(self) -> int:
+        """Fixed state one sequence holds, whatever its length (Mamba conv + SSM state)."""
+
+    @abstractmethod
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        """The same on one of ``tp`` GPUs."""
+
+    @abstractmethod
+    def attention_flops_per_token(self, attended_tokens: float) -> float:
+        """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
+
+    @abstractmethod
+    def attended_tokens(self, context_tokens: int) -> int:
+        """Keys an output token attends to at ``context_tokens``."""
+
+    @abstractmethod
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        """Mean keys a prompt token attends to, over a causal prompt of ``context_tokens``."""
+
+    @abstractmethod
+    def tp_problem(self, tp: int) -> str | None:
+        """Why ``tp`` cannot split this layer evenly, or None."""
+
+
+class _NoState:
+    """Attention holds KV per token and no fixed state (a mixin for TokenMixer subclasses)."""
 
     def state_elements_per_sequence(self) -> int:
         return 0
@@ -67,17 +115,11 @@ class _GrowingAttention(_Spec):
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         return 0
 
-    def attended_tokens(self, context_tokens: int) -> int:
-        return context_tokens
 
-    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
-        return mean_attended_tokens(context_tokens)
+class _HeadAttention(_NoState, TokenMixer):
+    """Multi-head / grouped-query attention: the shapes, parameters and per-token costs that full and
+    sliding-window attention share. How many tokens it caches and attends is each sibling's rule."""
 
-
-class FullAttention(_GrowingAttention):
-    """Multi-head / grouped-query attention whose KV grows with every token of context."""
-
-    kind: Literal["full_attention"] = "full_attention"
     hidden_size: PositiveInt
     num_heads: PositiveInt
     num_kv_heads: PositiveInt
@@ -108,7 +150,6 @@ class FullAttention(_GrowingAttention):
         return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.v_head_dim)
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:
-        """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
         return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * attended_tokens
 
     def tp_problem(self, tp: int) -> str | None:
@@ -121,10 +162,36 @@ class FullAttention(_GrowingAttention):
         return None
 
 
-class SlidingWindowAttention(FullAttention):
-    """Attention over the last ``window_tokens`` only: its KV stops growing at the window."""
+class _GrowingCache:
+    """The cache rule of attention over the whole context: it grows with every token (a mixin)."""
 
-    kind: Literal["sliding_attention"] = "sliding_attention"  # type: ignore[assignment]
+    def cached_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def grows_with_context(self) -> bool:
+        return True
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return mean_attended_tokens(context_tokens)
+
+
+class FullAttention(_GrowingCache, _HeadAttention):
+    """Multi-head / grouped-query attention whose KV grows with every token of context."""
+
+    kind: Literal["full_attention"] = "full_attention"
+
+
+class SlidingWindowAttention(_HeadAttention):
+    """Attention over the last ``window_tokens`` only: its KV stops growing at the window.
+
+    A sibling of ``FullAttention`` (both are ``_HeadAttention``), not a subclass: code that asks
+    ``isinstance(m, FullAttention)`` never mistakes a window for a growing cache.
+    """
+
+    kind: Literal["sliding_attention"] = "sliding_attention"
     window_tokens: PositiveInt
 
     def cached_tokens(self, context_tokens: int) -> int:
@@ -140,7 +207,7 @@ class SlidingWindowAttention(FullAttention):
         return mean_attended_tokens(context_tokens, self.window_tokens)
 
 
-class MLAAttention(_GrowingAttention):
+class MLAAttention(_GrowingCache, _NoState, TokenMixer):
     """Multi-head latent attention (DeepSeek-V2/V3): one compressed latent per token per layer.
 
     The cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token, and every TP rank holds
@@ -177,6 +244,7 @@ class MLAAttention(_GrowingAttention):
         return self.cache_elements_per_token()
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:
+        # Queries and keys carry the rope dimensions too: QK^T runs over nope + rope per head.
         qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         return 2 * self.num_heads * (qk_head_dim + self.v_head_dim) * attended_tokens
 
@@ -184,7 +252,7 @@ class MLAAttention(_GrowingAttention):
         return f"does not divide the {self.num_heads} attention heads" if self.num_heads % tp else None
 
 
-class _StateSpace(_Spec):
+class _StateSpace(TokenMixer):
     """Shared behaviour of state-space mixers: a fixed state per sequence, no per-token KV."""
 
     def cache_elements_per_token(self) -> int:
@@ -302,7 +370,25 @@ Mixer = Annotated[
 # --------------------------------------------------------------------------- feed-forward blocks
 
 
-class DenseMLP(_Spec):
+class FeedForwardBlock(_Spec, ABC):
+    """The interface every feed-forward block declares."""
+
+    kind: str
+
+    @abstractmethod
+    def params(self) -> dict[ParamGroup, int]:
+        """Every parameter of the block, by group."""
+
+    @abstractmethod
+    def active_params(self) -> dict[ParamGroup, int]:
+        """Parameters one token runs through (routed experts at top-k)."""
+
+    @abstractmethod
+    def tp_problem(self, tp: int) -> str | None:
+        """Why ``tp`` cannot split this block evenly, or None."""
+
+
+class DenseMLP(FeedForwardBlock):
     """A feed-forward block every token runs through."""
 
     kind: Literal["dense"] = "dense"
@@ -326,7 +412,7 @@ class DenseMLP(_Spec):
         return None
 
 
-class MoE(_Spec):
+class MoE(FeedForwardBlock):
     """A mixture of experts: a router picks ``top_k`` of ``num_experts`` per token; shared experts always run."""
 
     kind: Literal["moe"] = "moe"

@@ -26,6 +26,9 @@ def fmt(number: float) -> str:
         return f"{int(number):,}"
     if number != 0 and (abs(number) >= 1e6 or abs(number) < 1e-3):
         return f"{number:.4g}"
+    if abs(number) < 1:
+        # Four significant digits, so that redoing the substituted arithmetic lands within 0.1%.
+        return f"{number:.4g}"
     return f"{number:.4f}".rstrip("0").rstrip(".")
 
 

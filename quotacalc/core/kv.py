@@ -1,4 +1,4 @@
-"""One request's KV at a context length: bytes, per GPU, share of the pool (METHOD.md §2)."""
+"""One request's KV at a context length: bytes, per GPU, share of the pool (docs/method.md §2)."""
 
 from __future__ import annotations
 

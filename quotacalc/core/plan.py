@@ -1,4 +1,4 @@
-"""A platform plan: pools of replicas, tiers of service, and the tenants sold onto them (METHOD.md §2-§6).
+"""A platform plan: pools of replicas, tiers of service, and the tenants sold onto them (docs/method.md §2-§6).
 
 These are the value types the core computes on; ``quotacalc.inputs.plan`` reads them from YAML and
 checks the references between them (a tenant's tier and pool exist, names are unique, routing
@@ -43,6 +43,15 @@ class Pool(BaseModel):
         ge=1,
         strict=True,
         description="standard pools: prompts above this many tokens route to long_context_pool (e.g. 32768)",
+    )
+    max_num_batched_tokens: int = Field(
+        8192,
+        ge=1,
+        strict=True,
+        description=(
+            "tokens per engine step (vLLM max-num-batched-tokens, the chunked-prefill budget); the default 8192 is "
+            "vLLM's own for its OpenAI server on 70+ GiB GPUs: long prefills are chunked so decode steps stay short"
+        ),
     )
 
     @model_validator(mode="after")
@@ -114,7 +123,10 @@ class PlanTenant(BaseModel):
     pool: str | None = Field(None, description="a standard pool's name; default: the plan's only standard pool")
     units_per_s: float | None = Field(None, description="contracted units/s (give this or traffic)")
     traffic: Tenant | None = Field(None, description="a traffic profile to size (rps, prompt/output tokens)")
-    placement: Literal["shared", "dedicated"] = Field("shared", description="shared replicas or a dedicated pool")
+    placement: Literal["shared", "dedicated"] = Field(
+        "shared",
+        description="shared replicas, or dedicated: its pool serves this tenant alone (priced as whole replicas)",
+    )
     cache_isolation: Literal["salted", "shared"] = Field(
         "salted", description="salted: a per-tenant cache namespace; shared: the common prefix cache"
     )

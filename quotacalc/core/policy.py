@@ -1,4 +1,4 @@
-"""The canonical quota policy: everything a gateway or engine needs to enforce a plan (METHOD.md §3-§6).
+"""The canonical quota policy: everything a gateway or engine needs to enforce a plan (docs/method.md §3-§6).
 
 quotacalc's own format, and complete: every exporter renders this policy and never reads the plan,
 so there is one source of truth for each limit. Salts are not in it (they derive from a secret): a
@@ -10,11 +10,16 @@ token weighs ``output`` units (the pool's W) and a cached prompt token ``cached_
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.core.plan import Oversubscription, Tier
+from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
+
+if TYPE_CHECKING:
+    from quotacalc.core.price import PriceResult
 
 #: Bumped only when a key is renamed or removed.
 POLICY_SCHEMA_VERSION = 1
@@ -63,10 +68,14 @@ class PoolPolicy(_Frozen):
     replica_units_per_s: float = Field(description="units/s one replica sells at the utilisation ceiling")
     capacity_units_per_s: float = Field(description="replicas × replica_units_per_s")
     kv_pool_tokens: int = Field(description="KV tokens one replica holds")
-    max_context_tokens: int = Field(description="longest context the pool serves, tokens")
+    max_context_tokens: int = Field(
+        description="longest context the pool can serve, tokens: the model's maximum, capped by the KV pool"
+    )
     long_context_pool: str | None = None
     route_above_prompt_tokens: int | None = None
+    usd_per_replica_month: float | None = Field(None, description="one replica: GPUs × $/GPU-hour × hours/month")
     usd_per_month: float = Field(description="the pool's replicas, used or not")
+    usd_per_unit: float | None = Field(None, description="price of one unit at the utilisation ceiling, USD")
     engine: EngineSettings
 
 
@@ -87,6 +96,9 @@ class TenantPolicy(_Frozen):
     long_context_pool: str | None = Field(None, description="where prompts above the threshold go")
     route_above_prompt_tokens: int | None = None
     placement: Literal["shared", "dedicated"]
+    rate_source: Literal["contract", "traffic"] = Field(
+        "contract", description="contract: units_per_s as sold; traffic: sized from the tenant's traffic profile"
+    )
     bucket_rate_units_per_s: float = Field(description="token-bucket refill: the contracted units/s")
     bucket_depth_units: float = Field(description="token-bucket depth: burst_s × rate")
     weights: UnitWeights = Field(description="weights on the tenant's standard pool")
@@ -112,3 +124,168 @@ class QuotaPolicy(_Frozen):
     tenants: tuple[TenantPolicy, ...]
     public_prefixes: tuple[str, ...] = ()
     oversubscription: Oversubscription | None = None
+
+
+#: Float noise (e.g. 60 s × rate / rate = 60.000000000001) must not add a second to a Retry-After.
+_CEIL_TOLERANCE = 1e-9
+
+
+def _ceil(value: float) -> int:
+    return math.ceil(value - _CEIL_TOLERANCE * max(1.0, abs(value)))
+
+
+def retry_after_s(deficit_units: float, bucket_rate_units_per_s: float) -> int:
+    """Seconds until a bucket refilling at ``bucket_rate_units_per_s`` holds ``deficit_units`` more, rounded up."""
+    if deficit_units <= 0:
+        return 0
+    return _ceil(deficit_units / bucket_rate_units_per_s)
+
+
+def replica_for_tier(replica: PriceResult, tier: Tier) -> PriceResult:
+    """A pool's price with the tier's cached-prompt weight and burst, which ``size_tenant`` reads from the deployment."""
+    deployment = replica.inputs.deployment.model_copy(
+        update={"cached_prompt_weight": tier.cached_prompt_weight, "burst_s": tier.burst_s}
+    )
+    return replica.model_copy(update={"inputs": replica.inputs.model_copy(update={"deployment": deployment})})
+
+
+def tenant_units_per_s(tenant: PlanTenant, tier: Tier, replica: PriceResult) -> float:
+    """A tenant's contracted units/s, or its traffic sized on its pool (``core.tenant.size_tenant``)."""
+    if tenant.units_per_s is not None:
+        return tenant.units_per_s
+    from quotacalc.core.tenant import size_tenant
+
+    assert tenant.traffic is not None  # a PlanTenant has exactly one of the two
+    return size_tenant(replica_for_tier(replica, tier), tenant.traffic).units_per_s
+
+
+def pool_max_context_tokens(replica: PriceResult) -> int:
+    """The longest context a replica serves: the model's maximum, and never more than its KV pool holds."""
+    model_max = replica.inputs.arch.max_context_tokens
+    return min(model_max, replica.kv_pool_tokens) if model_max else replica.kv_pool_tokens
+
+
+#: vLLM's --kv-cache-dtype spelling of quotacalc's dtype names.
+_VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+
+
+def _kv_cache_dtype(replica: PriceResult) -> str:
+    if replica.inputs.deployment.kv_dtype in (None, "auto"):
+        return "auto"
+    name = replica.inputs.kv_dtype.name
+    return _VLLM_KV_DTYPES.get(name, name)
+
+
+def _served_model_name(model: str) -> str:
+    # A hub id ("org/name") is what clients send; a local path is known to them by its last component.
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        return model.rstrip("/").rsplit("/", 1)[-1]
+    return model
+
+
+def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) -> EngineSettings:
+    """Engine settings that keep the engine's queue shallow: fairness is the gateway's job (docs/method.md §3).
+
+    ``routed``: each tier routed here with the longest sequence it can bring to this pool.
+    """
+    deployment = pool.deployment
+    served = pool_max_context_tokens(replica)
+    longest = max((length for _, length in routed), default=served)
+    priorities = {tier.priority for tier, _ in routed}
+    return EngineSettings(
+        model=deployment.model,
+        served_model_name=_served_model_name(deployment.model),
+        tensor_parallel_size=deployment.tp,
+        max_model_len=min(longest, served),
+        # The decode batch the price assumes, no more than the KV pool holds at the mean context: a
+        # deeper engine queue would take the ordering away from the gateway's fair scheduler.
+        max_num_seqs=max(1, min(deployment.batch, replica.max_resident_sequences)),
+        max_num_batched_tokens=pool.max_num_batched_tokens,
+        gpu_memory_utilization=deployment.memory_utilization,
+        kv_cache_dtype=_kv_cache_dtype(replica),
+        enable_prefix_caching=True,
+        scheduling_policy="priority" if len(priorities) > 1 else "fcfs",
+    )
+
+
+def _weights(tier: Tier, replica: PriceResult) -> UnitWeights:
+    return UnitWeights(cached_prompt=tier.cached_prompt_weight, output=replica.output_weight)
+
+
+def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPolicy:
+    """The canonical policy of a plan, given each pool's price (``priced_pools[pool.name]``).
+
+    Pure: the caller prices the pools (resolve + ``core.price.price``). Sound plans only in spirit:
+    an unsound plan (oversold, caps a pool cannot honour) still gets a policy; ``core.checks`` says why
+    it should not ship.
+    """
+    tenants: list[TenantPolicy] = []
+    routed: dict[str, list[tuple[Tier, int]]] = {pool.name: [] for pool in plan.pools}
+    for tenant in plan.tenants:
+        tier = plan.tier(tenant.tier)
+        pool = plan.standard_pool_of(tenant)
+        replica = priced_pools[pool.name]
+        rate = tenant_units_per_s(tenant, tier, replica)
+        depth = tier.burst_s * rate
+        threshold = pool.route_above_prompt_tokens
+        long_pool = pool.long_context_pool
+        if long_pool is not None and threshold is not None:
+            routed[pool.name].append((tier, min(tier.max_context_tokens, threshold + tier.max_output_tokens)))
+            routed[long_pool].append((tier, tier.max_context_tokens))
+        else:
+            routed[pool.name].append((tier, tier.max_context_tokens))
+        tenants.append(
+            TenantPolicy(
+                name=tenant.name,
+                tier=tier.name,
+                pool=pool.name,
+                long_context_pool=long_pool,
+                route_above_prompt_tokens=threshold,
+                placement=tenant.placement,
+                rate_source="contract" if tenant.units_per_s is not None else "traffic",
+                bucket_rate_units_per_s=rate,
+                bucket_depth_units=depth,
+                weights=_weights(tier, replica),
+                long_context_weights=_weights(tier, priced_pools[long_pool]) if long_pool else None,
+                kv_cap_tokens_per_replica=tier.kv_cap_tokens_per_replica,
+                max_context_tokens=tier.max_context_tokens,
+                max_output_tokens=tier.max_output_tokens,
+                max_concurrent_sequences=tier.max_concurrent_sequences,
+                priority=tier.priority,
+                retry_after=RetryAfter(bucket_rate_units_per_s=rate, max_s=retry_after_s(depth, rate)),
+                cache_isolation=tenant.cache_isolation,
+                salt_ref=tenant.name if tenant.cache_isolation == "salted" else None,
+                lora_adapters=tenant.lora_adapters,
+            )
+        )
+    pools = []
+    for pool in plan.pools:
+        replica = priced_pools[pool.name]
+        pools.append(
+            PoolPolicy(
+                name=pool.name,
+                role=pool.role,
+                replicas=pool.replicas,
+                gpu=pool.deployment.gpu,
+                gpus_per_replica=pool.deployment.tp,
+                output_weight=replica.output_weight,
+                replica_units_per_s=replica.replica_units_per_s,
+                capacity_units_per_s=pool.replicas * replica.replica_units_per_s,
+                kv_pool_tokens=replica.kv_pool_tokens,
+                max_context_tokens=pool_max_context_tokens(replica),
+                long_context_pool=pool.long_context_pool,
+                route_above_prompt_tokens=pool.route_above_prompt_tokens,
+                usd_per_replica_month=replica.dedicated_usd_per_month,
+                usd_per_month=pool.replicas * replica.dedicated_usd_per_month,
+                usd_per_unit=replica.usd_per_unit,
+                engine=_engine(pool, replica, routed[pool.name]),
+            )
+        )
+    return QuotaPolicy(
+        tenant_header=plan.tenant_header,
+        pools=tuple(pools),
+        tiers=plan.tiers,
+        tenants=tuple(tenants),
+        public_prefixes=plan.public_prefixes,
+        oversubscription=plan.oversubscription,
+    )

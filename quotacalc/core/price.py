@@ -1,9 +1,9 @@
-"""Deployment -> token costs, weights, KV pool, replica budget and prices (METHOD.md §1, §2, §6).
+"""Deployment -> token costs, weights, KV pool, replica budget and prices (docs/method.md §1, §2, §6).
 
 The figures come from the numeric replica model (``core/replica.py``); this module renders each
 of them as an explained step (formula, substituted inputs, value), section by section: weights,
 KV, compute, decode, engine, pool, prices. ``pricing_basis`` picks which decode step the prices
-follow: METHOD.md's roofline (default) or the engine's (roofline + overheads).
+follow: docs/method.md's roofline (default) or the engine's (roofline + overheads).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class ExpertTraffic(BaseModel):
 class PriceResult(BaseModel):
     """A deployment's figures, in SI units (seconds, bytes, USD), with the steps that produced them.
 
-    ``decode_step_s`` is METHOD.md's roofline step; ``itl_s`` the engine's (what a user measures as
+    ``decode_step_s`` is docs/method.md's roofline step; ``itl_s`` the engine's (what a user measures as
     inter-token latency at that batch). ``output_weight`` and the prices follow ``pricing_basis``.
     """
 
@@ -491,7 +491,7 @@ def _decode_section(x: _Explainer, batch: int) -> None:
         formula="max(decode_memory_s, decode_compute_s)",
         substituted=f"max({fmt(memory_s)}, {fmt(compute_s)})",
         unit="s",
-        note=f"{bound}-bound at batch {batch}; METHOD.md's roofline, no engine overheads",
+        note=f"{bound}-bound at batch {batch}; docs/method.md's roofline, no engine overheads",
     )
 
 

@@ -6,7 +6,7 @@ the coefficients are computed once and each call is a few multiplications (bench
 
 Two layers of time:
 
-- the **roofline** (METHOD.md §1): a decode step reads the weights it touches plus every sequence's
+- the **roofline** (docs/method.md §1): a decode step reads the weights it touches plus every sequence's
   KV at the effective bandwidth, or computes its tokens at the effective FLOP rate, whichever is
   longer; a prefill chunk computes its tokens (parameters plus attention over what came before) or
   reads the weights once, whichever is longer;
@@ -175,7 +175,7 @@ class ReplicaModel:
         return batch * (self.flops_per_token + self.attention_flops(context_tokens)) / self.compute_flops_per_s
 
     def roofline_step_time_s(self, batch: int, context_tokens: float) -> float:
-        """METHOD.md's decode step: max(memory, compute), no engine overheads."""
+        """docs/method.md's decode step: max(memory, compute), no engine overheads."""
         return max(self.decode_memory_s(batch, context_tokens), self.decode_compute_s(batch, context_tokens))
 
     def prefill_compute_s(self, tokens: int, context_tokens: float = 0) -> float:

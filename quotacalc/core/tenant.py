@@ -1,4 +1,4 @@
-"""A tenant's traffic on a deployment -> units/s, replicas, token bucket, shared vs dedicated cost (METHOD.md §1, §3, §6)."""
+"""A tenant's traffic on a deployment -> units/s, replicas, token bucket, shared vs dedicated cost (docs/method.md §1, §3, §6)."""
 
 from __future__ import annotations
 

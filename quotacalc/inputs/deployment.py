@@ -72,21 +72,48 @@ def _one_line_validation_error(
             field=flag_name(field) if not source else prefix + field,
             fix="give it in the file or as a flag",
         )
-    message = first["msg"].removeprefix("Value error, ")
+    message, fix = _problem(first)
     where = flag_name(field) if field in from_flags else prefix + field
-    return QuotacalcError(message, source=None if field in from_flags else source, field=where)
+    return QuotacalcError(message, source=None if field in from_flags else source, field=where, fix=fix)
+
+
+#: pydantic's error types for a value of the wrong type, and what the value must be.
+_WANTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "int_parsing": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+}
+
+
+def _problem(error: Any) -> tuple[str, str | None]:
+    """A validation error as 'must be ..., got ...' and a fix, for one line."""
+    wanted = _WANTED.get(error["type"])
+    if wanted is None:
+        return error["msg"].removeprefix("Value error, "), None
+    value = error.get("input")
+    shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+    fix = None
+    if isinstance(value, bool) and wanted != "true or false":
+        fix = "YAML reads yes/no/on/off as true/false; write the number"
+    elif isinstance(value, str) and wanted != "a string":
+        fix = "write the number without quotes"
+    elif isinstance(value, float) and wanted == "an integer":
+        fix = "a count is a whole number"
+    return f"must be {wanted}, got {shown}", fix
 
 
 def load_plan_file(path: str) -> PlanFile:
     """Read a deployment YAML file strictly: duplicate keys, unknown keys and bad YAML are errors."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix="check the path to the deployment YAML") from None
-    except OSError as error:
-        raise QuotacalcError(f"cannot read: {error.strerror}", source=path) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text  # PyYAML only when a file is given
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file  # PyYAML only when a file is given
+
+    text = read_text_file(file, what="deployment YAML")
 
     document = load_yaml_text(text, source=path)
     if document is None:
@@ -108,10 +135,17 @@ def load_plan_file(path: str) -> PlanFile:
             ) from None
     deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration")}
     model = deployment.get("model")
-    if isinstance(model, str) and (beside := file.parent / model).exists() and not Path(model).is_absolute():
+    if isinstance(model, str) and _exists(beside := file.parent / model) and not Path(model).is_absolute():
         # A model path in a plan file means beside the file, wherever the command runs from.
         deployment["model"] = str(beside)
     return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return False
 
 
 def build_deployment(

@@ -1,6 +1,7 @@
 """Read a Hugging Face config (as AutoConfig resolved it) into a ``ModelArch`` of per-layer specs.
 
-Each family's reader is registered for its ``model_type`` values; what varies inside a family
+Each family's reader is registered for its ``model_type`` values (``inputs.architectures`` looks
+them up, after importing this module and ``hf_hybrid``, which both build on the pieces here); what varies inside a family
 (biases, norms, layer kinds, which layers are MoE) is read from the config's own fields, so any
 config of a supported family is priced, not only the shipped ones.
 """
@@ -75,7 +76,7 @@ class ConfigView:
 
 
 ArchReader = Callable[[ConfigView, str], ModelArch]
-_READERS: dict[str, ArchReader] = {}
+READERS: dict[str, ArchReader] = {}
 
 
 def reads(*model_types: str) -> Callable[[ArchReader], ArchReader]:
@@ -83,33 +84,10 @@ def reads(*model_types: str) -> Callable[[ArchReader], ArchReader]:
 
     def register(reader: ArchReader) -> ArchReader:
         for model_type in model_types:
-            _READERS[model_type] = reader
+            READERS[model_type] = reader
         return reader
 
     return register
-
-
-def supported_model_types() -> list[str]:
-    return sorted(_READERS)
-
-
-def read_arch(config: dict[str, Any], *, name: str, source: str, given_keys: frozenset[str] | None = None) -> ModelArch:
-    """Build the architecture of a resolved config, or fail clearly if it cannot be priced.
-
-    ``given_keys`` names the fields the file itself states; layer counts, widths and heads must be
-    among them.
-    """
-    view = ConfigView(config, source, given_keys=given_keys)
-    model_type = view.get("model_type")
-    reader = _READERS.get(model_type)
-    if reader is None:
-        raise UnsupportedArchitecture(
-            f"model_type '{model_type}' is not priced yet",
-            source=source,
-            field="model_type",
-            fix=f"supported: {', '.join(supported_model_types())}",
-        )
-    return reader(view, name)
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -463,6 +441,3 @@ def read_jamba(view: ConfigView, name: str) -> ModelArch:
         is_expert = num_experts > 1 and index % expert_period == expert_offset
         layers.append(Layer(mixer=mixer, feed_forward=moe if is_expert else dense, norm_params=2 * hidden))
     return finish_arch(view, name, layers, [])
-
-
-from quotacalc.inputs import hf_hybrid  # noqa: E402,F401  (registers the hybrid readers)

@@ -1,0 +1,50 @@
+"""The example plans shipped with quotacalc (``examples/`` in the repo, ``quotacalc/examples`` in a wheel)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ShippedExample(BaseModel):
+    """One example plan, its one-line description, and the files that belong to it."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    name: str
+    path: Path
+    description: str
+    #: The plan and its companions (``platform.yaml``, ``platform.secret``, ``platform/``).
+    members: tuple[Path, ...]
+
+
+def examples_dir() -> Path:
+    """Inside the package when installed, the repo's ``examples/`` in a checkout."""
+    package_dir = Path(__file__).resolve().parent.parent
+    for candidate in (package_dir / "examples", package_dir.parent / "examples"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"shipped examples not found beside {package_dir}")
+
+
+def _description(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+        if line.strip():
+            break
+    return ""
+
+
+def shipped_examples() -> tuple[ShippedExample, ...]:
+    """Every example plan (a top-level ``*.yaml``), by name."""
+    folder = examples_dir()
+    examples = []
+    for path in sorted(folder.glob("*.yaml")):
+        name = path.stem
+        members = tuple(
+            sorted(entry for entry in folder.iterdir() if entry.name == name or entry.name.startswith(f"{name}."))
+        )
+        examples.append(ShippedExample(name=name, path=path, description=_description(path), members=members))
+    return tuple(examples)

@@ -1,0 +1,326 @@
+"""The plan commands: ``schema``, ``check``, ``generate``, and ``size`` over a platform plan's tenants.
+
+Parse, call inputs and core, render: no arithmetic here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION, emit_json
+from quotacalc.errors import QuotacalcError, UsageError
+
+if TYPE_CHECKING:
+    from quotacalc.core.checks import CheckResult
+    from quotacalc.core.plan import Plan
+    from quotacalc.core.policy import QuotaPolicy
+    from quotacalc.core.price import PriceResult
+    from quotacalc.exporters.base import Export
+
+
+def price_pools(plan: Plan, deployment_flags: dict[str, Any] | None = None, *, source: str) -> dict[str, PriceResult]:
+    """Each pool's price (resolve + core price); flags, when given, override every pool's deployment."""
+    from quotacalc.core.price import price
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.resolve import resolve
+
+    priced: dict[Any, PriceResult] = {}
+    result = {}
+    for pool in plan.pools:
+        deployment = pool.deployment
+        if deployment_flags and any(value is not None for value in deployment_flags.values()):
+            deployment = build_deployment(deployment.model_dump(), deployment_flags, source=source)
+        if deployment not in priced:
+            priced[deployment] = price(resolve(deployment))
+        result[pool.name] = priced[deployment]
+    return result
+
+
+def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tuple[Plan, QuotaPolicy]:
+    """Read any plan file and build its canonical policy."""
+    from quotacalc.core.policy import build_policy
+    from quotacalc.inputs.plan import load_plan
+
+    plan, _ = load_plan(path)
+    return plan, build_policy(plan, price_pools(plan, deployment_flags, source=path))
+
+
+def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
+    """salt_ref -> salt, or None when no secret is given (an error when ``required`` and a tenant is salted)."""
+    from quotacalc.core.salts import derive_salts
+    from quotacalc.inputs.secret import SECRET_ENV, load_salt_secret
+
+    salted = [tenant.name for tenant in policy.tenants if tenant.salt_ref]
+    secret = load_salt_secret(secret_file)
+    if secret is None:
+        if required and salted:
+            shown = ", ".join(salted[:3]) + (f" and {len(salted) - 3} more" if len(salted) > 3 else "")
+            raise UsageError(
+                f"{len(salted)} salted tenants ({shown}) need a salt secret; nothing was written",
+                field="--salt-secret-file",
+                fix=f"set {SECRET_ENV} or pass --salt-secret-file FILE",
+            )
+        return None
+    return derive_salts(policy, secret) if salted else {}
+
+
+# --- schema ----------------------------------------------------------------------------------------
+
+
+def schema(what: str) -> None:
+    """Print the JSON Schema of a plan file or of the canonical policy."""
+    if what == "plan":
+        from quotacalc.inputs.plan import plan_json_schema
+
+        document = plan_json_schema()
+    elif what == "policy":
+        from quotacalc.exporters.canonical import policy_json_schema
+
+        document = policy_json_schema()
+    else:
+        raise UsageError(f"unknown schema '{what}'", field="WHAT", fix="plan or policy")
+    emit_json(document)
+
+
+# --- check -----------------------------------------------------------------------------------------
+
+
+def _strict(result: CheckResult) -> CheckResult:
+    findings = tuple(
+        finding.model_copy(update={"severity": "error"}) if finding.severity == "warning" else finding
+        for finding in result.findings
+    )
+    return result.model_copy(update={"findings": findings})
+
+
+def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
+    """Run the plan's checks; returns the exit code (1 on any error)."""
+    from quotacalc.core.checks import check_plan
+
+    if not reversal_replicas > 0:
+        raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
+    _, policy = load_policy(path)
+    salts = _salts(policy, secret_file, required=False)
+    result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas)
+    if strict:
+        result = _strict(result)
+    errors = result.count("error")
+    if as_json:
+        emit_json(
+            {
+                "schema_version": JSON_SCHEMA_VERSION,
+                "command": "check",
+                "plan": path,
+                "ok": errors == 0,
+                "strict": strict,
+                "counts": {severity: result.count(severity) for severity in ("error", "warning", "info")},
+                "reversal_replicas": result.reversal_replicas,
+                "salts_checked": result.salts_checked,
+                "findings": [finding.model_dump() for finding in result.findings],
+            }
+        )
+    else:
+        from quotacalc.cli.plan_tables import check_table
+
+        check_table(path, result)
+    return 1 if errors else 0
+
+
+# --- generate --------------------------------------------------------------------------------------
+
+
+def _targets(requested: str | None) -> tuple[list[str], bool]:
+    from quotacalc.exporters.base import TARGET_MODULES
+
+    if requested is None or requested.strip() == "all":
+        return list(TARGET_MODULES), False
+    names = [name.strip() for name in requested.split(",") if name.strip()]
+    for name in names:
+        if name not in TARGET_MODULES:
+            from quotacalc.errors import close_names
+
+            close = close_names(name, list(TARGET_MODULES), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"targets: all, {', '.join(TARGET_MODULES)}"
+            raise UsageError(f"unknown target '{name}'", field="--target", fix=hint)
+    if not names:
+        raise UsageError("names no target", field="--target", fix=f"targets: all, {', '.join(TARGET_MODULES)}")
+    return list(dict.fromkeys(names)), True
+
+
+def _exporter(target: str, *, explicit: bool):
+    """A target's ``export`` function, or None (with a note) when its module is not in this build."""
+    import importlib
+
+    from quotacalc.exporters.base import TARGET_MODULES
+
+    module_name = TARGET_MODULES[target]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        if explicit:
+            raise UsageError(
+                f"target '{target}' is not available in this build ({module_name} is missing)", field="--target"
+            ) from None
+        return None
+    return module.export
+
+
+def limits_markdown(export: Export) -> str:
+    """``<target>/LIMITS.md``: what the target cannot express from the plan."""
+    lines = [
+        f"# What the {export.target} target cannot express\n",
+        "\n",
+        "Generated by quotacalc (`quotacalc generate`): the parts of the canonical policy these files lose.\n",
+        "Enforce them elsewhere, or accept the gap knowingly.\n",
+        "\n",
+    ]
+    if export.limits:
+        lines += [f"- {limit}\n" for limit in export.limits]
+    else:
+        lines.append("- nothing: these files express the whole plan.\n")
+    return "".join(lines)
+
+
+def generate(
+    path: str,
+    *,
+    out: str,
+    target: str | None,
+    check_only: bool,
+    secret_file: str | None,
+    gie_objectives: bool,
+    as_json: bool,
+) -> int:
+    """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code."""
+    from quotacalc.core.checks import check_plan
+    from quotacalc.exporters.base import ExportOptions, GeneratedFile
+    from quotacalc.exporters.writer import check_files, write_files
+
+    names, explicit = _targets(target)
+    _, policy = load_policy(path)
+    salts = _salts(policy, secret_file, required=True) or {}
+    result = check_plan(policy, salts=salts if salts else None)
+    errors = [finding for finding in result.findings if finding.severity == "error"]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise QuotacalcError(
+            f"the plan is not sound: {first.subject}: {first.message}{more}; nothing was written",
+            source=path,
+            fix="see quotacalc check " + path,
+        )
+    options = ExportOptions(gie_objectives=gie_objectives)
+    exports: list[Export] = []
+    skipped: list[dict[str, str]] = []
+    for name in names:
+        exporter = _exporter(name, explicit=explicit)
+        if exporter is None:
+            skipped.append({"target": name, "reason": "not available in this build"})
+            continue
+        exports.append(exporter(policy, salts, options))
+    generated: dict[str, list[GeneratedFile]] = {}
+    for export in exports:
+        files = generated.setdefault(export.target, [])
+        files.extend(export.files)
+        limits_path = f"{export.target}/LIMITS.md"
+        if all(file.path != limits_path for file in export.files):
+            files.append(GeneratedFile(path=limits_path, text=limits_markdown(export)))
+    out_dir = Path(out)
+    report = check_files(out_dir, generated) if check_only else write_files(out_dir, generated)
+    if skipped:
+        names = ", ".join(entry["target"] for entry in skipped)
+        sys.stderr.write(f"quotacalc: note: skipped targets not in this build: {names}\n")
+    for export in exports:
+        if export.limits:
+            sys.stderr.write(
+                f"quotacalc: note: {export.target} cannot express {len(export.limits)} parts of the policy "
+                f"(see {out_dir / export.target / 'LIMITS.md'}):\n"
+            )
+            for limit in export.limits:
+                sys.stderr.write(f"  - {limit}\n")
+    if as_json:
+        emit_json(
+            {
+                "schema_version": JSON_SCHEMA_VERSION,
+                "command": "generate",
+                "plan": path,
+                "out": str(out_dir),
+                "check": check_only,
+                "drift": report.drift if check_only else None,
+                "targets": [export.target for export in exports],
+                "skipped": skipped,
+                "files": [change.model_dump(exclude_none=True) for change in report.changes],
+                "limits": {export.target: list(export.limits) for export in exports},
+                "diff": report.diff if check_only else None,
+            }
+        )
+    else:
+        from quotacalc.cli.plan_tables import generate_summary
+
+        generate_summary(report)
+    return 1 if check_only and report.drift else 0
+
+
+# --- size over a platform plan ---------------------------------------------------------------------
+
+
+def size_platform(
+    path: str, pool: str | None, deployment_flags: dict[str, Any], *, as_json: bool, explain: bool
+) -> None:
+    """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals."""
+    from quotacalc.core.plan_size import size_plan
+
+    plan, policy = load_policy(path, deployment_flags)
+    if pool is not None and pool not in [entry.name for entry in plan.pools]:
+        from quotacalc.errors import close_names
+
+        names = [entry.name for entry in plan.pools]
+        close = close_names(pool, names, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
+        raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
+    result = size_plan(policy, pool=pool)
+    if as_json:
+        emit_json(
+            {
+                "schema_version": JSON_SCHEMA_VERSION,
+                "command": "size",
+                "plan": path,
+                "pool": pool,
+                "tenants": [row.model_dump() for row in result.tenants],
+                "totals": result.totals.model_dump(),
+                "pools": [
+                    entry.model_dump(
+                        include={
+                            "name",
+                            "role",
+                            "replicas",
+                            "output_weight",
+                            "replica_units_per_s",
+                            "capacity_units_per_s",
+                            "usd_per_replica_month",
+                            "usd_per_month",
+                        }
+                    )
+                    for entry in policy.pools
+                ],
+                "formulas": _SIZE_FORMULAS,
+            }
+        )
+    else:
+        from quotacalc.cli.plan_tables import plan_size_table
+
+        plan_size_table(path, result, policy, formulas=_SIZE_FORMULAS if explain else None)
+
+
+_SIZE_FORMULAS = {
+    "units_per_s": "contract: units_per_s as sold; traffic: rps × (prompt × (1 − cached) + prompt × cached × "
+    "cached_prompt_weight(tier) + W(pool) × output)",
+    "replicas": "units_per_s / replica_units_per_s(pool)",
+    "bucket_depth_units": "burst_s(tier) × bucket_rate_units_per_s",
+    "shared_usd_per_month": "replicas × usd_per_replica_month(pool)",
+    "dedicated_usd_per_month": "max(1, ceil(replicas)) × usd_per_replica_month(pool)",
+}

@@ -1,0 +1,116 @@
+"""Rich output of the plan commands. Formatting only: every figure comes from the core."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from quotacalc.cli import units
+
+if TYPE_CHECKING:
+    from quotacalc.core.checks import CheckResult
+    from quotacalc.core.plan_size import PlanSize
+    from quotacalc.core.policy import QuotaPolicy
+    from quotacalc.exporters.writer import WriteReport
+
+_STYLES = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def check_table(path: str, result: CheckResult) -> None:
+    console = _console()
+    table = Table(show_edge=False, pad_edge=False)
+    table.add_column("severity")
+    table.add_column("about")
+    table.add_column("finding")
+    for finding in result.findings:
+        text = escape(finding.message) + (f" [dim]({escape(finding.fix)})[/dim]" if finding.fix else "")
+        table.add_row(f"[{_STYLES[finding.severity]}]{finding.severity}[/]", escape(finding.subject), text)
+    console.print(table)
+    errors, warnings = result.count("error"), result.count("warning")
+    verdict = "not sound" if errors else "sound"
+    console.print(f"{escape(path)}: {verdict}: {errors} errors, {warnings} warnings, {result.count('info')} notes")
+
+
+def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formulas: dict[str, str] | None) -> None:
+    console = _console()
+    table = Table(show_edge=False, pad_edge=False, show_footer=True)
+    totals = result.totals
+    table.add_column("tenant", footer=f"{totals.tenants} tenants")
+    table.add_column("tier")
+    table.add_column("pool")
+    table.add_column("units/s", justify="right", footer=f"{totals.units_sold_per_s:,.0f}")
+    table.add_column("replicas", justify="right", footer=f"{totals.replicas:.2f}")
+    table.add_column("bucket rate", justify="right")
+    table.add_column("bucket depth", justify="right")
+    table.add_column("shared $/month", justify="right", footer=units.usd(totals.shared_usd_per_month))
+    table.add_column("dedicated $/month", justify="right", footer=units.usd(totals.dedicated_usd_per_month))
+    for row in result.tenants:
+        shared = units.usd(row.shared_usd_per_month)
+        dedicated = f"{units.usd(row.dedicated_usd_per_month)} ({row.dedicated_replicas})"
+        if row.placement == "dedicated":
+            shared, dedicated = f"[dim]{shared}[/dim]", f"[bold]{dedicated}[/bold]"
+        else:
+            dedicated = f"[dim]{dedicated}[/dim]"
+        table.add_row(
+            escape(row.name) + (" [dim](sized)[/dim]" if row.rate_source == "traffic" else ""),
+            escape(row.tier),
+            escape(row.pool) + (" [dim](dedicated)[/dim]" if row.placement == "dedicated" else ""),
+            f"{row.units_per_s:,.0f}",
+            f"{row.replicas:.2f}",
+            f"{row.bucket_rate_units_per_s:,.0f}/s",
+            f"{row.bucket_depth_units:,.0f}",
+            shared,
+            dedicated,
+        )
+    console.print(table)
+    console.print(
+        f"units sold {totals.units_sold_per_s:,.0f}/s = {totals.replicas:.2f} replicas of load; "
+        f"shared tenants {units.usd(totals.shared_usd_per_month)}/month (their shares), dedicated tenants "
+        f"{units.usd(totals.dedicated_usd_per_month)}/month (whole replicas); pools "
+        f"{units.usd(totals.pools_usd_per_month)}/month"
+    )
+    for pool in policy.pools:
+        console.print(
+            f"[dim]pool {escape(pool.name)} ({pool.role}): {pool.replicas} × {pool.replica_units_per_s:,.0f} units/s, "
+            f"W {pool.output_weight:.2f}, {units.usd(pool.usd_per_replica_month)}/replica-month[/dim]"
+        )
+    if formulas:
+        for name, formula in formulas.items():
+            console.print(f"[dim]{name} = {escape(formula)}[/dim]")
+
+
+def generate_summary(report: WriteReport) -> None:
+    counts: dict[str, int] = {}
+    for change in report.changes:
+        counts[change.status] = counts.get(change.status, 0) + 1
+    summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+    if report.check:
+        import sys
+
+        for change in report.changes:
+            if change.status == "permissions":
+                want = "owner-only (0600)" if change.secret else "0644"
+                sys.stderr.write(
+                    f"quotacalc: note: {report.out_dir}/{change.path} has other permissions than {want}; "
+                    "generate sets them\n"
+                )
+        if report.drift:
+            sys.stdout.write(report.diff)
+            sys.stderr.write(
+                f"quotacalc: {report.out_dir} differs from the plan ({summary}): run generate without --check\n"
+            )
+        else:
+            sys.stderr.write(f"quotacalc: {report.out_dir} is up to date ({summary})\n")
+        return
+    console = _console()
+    for change in report.changes:
+        if change.status != "unchanged":
+            console.print(f"{change.status:9} {escape(report.out_dir)}/{escape(change.path)}")
+    console.print(f"{escape(report.out_dir)}: {summary}")

@@ -1,0 +1,302 @@
+"""Findings about a plan: is it sound to ship (docs/method.md §2-§6)? Pure: the policy carries every figure.
+
+Each finding has a severity (error: the plan cannot be honoured; warning: it can, but the method
+advises against it; info: a figure worth seeing), the plan entry it is about, and the numbers behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
+
+Severity = Literal["error", "warning", "info"]
+
+#: A tenant whose load exceeds this many replicas triggers the reversal condition (docs/method.md §6).
+DEFAULT_REVERSAL_REPLICAS = 2.0
+
+
+class Finding(BaseModel):
+    """One thing ``check`` has to say about the plan."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    severity: Severity
+    code: str = Field(description="stable identifier of the kind of finding")
+    subject: str = Field(description="the plan entry it is about, e.g. pools.shared or tenants.acme")
+    message: str
+    fix: str | None = None
+    figures: dict[str, float] = Field(default_factory=dict, description="the numbers behind the finding")
+
+
+class CheckResult(BaseModel):
+    """Every finding, errors first."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    findings: tuple[Finding, ...]
+    reversal_replicas: float
+    salts_checked: bool
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for finding in self.findings if finding.severity == severity)
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.0f}"
+
+
+def _capacity(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
+    findings = []
+    ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
+    for pool in policy.pools:
+        if pool.role == "long_context":
+            findings.append(
+                Finding(
+                    severity="info",
+                    code="long-context-capacity",
+                    subject=f"pools.{pool.name}",
+                    message=(
+                        f"long-context pool: {pool.capacity_units_per_s:,.0f} units/s at the ceiling "
+                        f"({pool.replicas} replicas, W {pool.output_weight:.2f}); the plan does not say what share of "
+                        "each tenant's units arrives above the threshold, so its load is not checked"
+                    ),
+                    figures={"capacity_units_per_s": pool.capacity_units_per_s},
+                )
+            )
+            continue
+        sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if t.pool == pool.name)
+        limit = pool.capacity_units_per_s * ratio
+        figures = {"units_sold_per_s": sold, "capacity_units_per_s": pool.capacity_units_per_s, "ratio": ratio}
+        over = f" × measured oversubscription {ratio:g}" if policy.oversubscription else ""
+        if sold > limit:
+            needed = math.ceil(sold / (pool.replica_units_per_s * ratio) - 1e-9)
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="oversold",
+                    subject=f"pools.{pool.name}",
+                    message=(
+                        f"{sold:,.0f} units/s sold, above the capacity of {limit:,.0f} units/s "
+                        f"({pool.replicas} replicas × {pool.replica_units_per_s:,.0f} at the ceiling{over})"
+                    ),
+                    fix=f"raise replicas to {needed}, move tenants, or measure an oversubscription ratio",
+                    figures=figures,
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    severity="info",
+                    code="capacity",
+                    subject=f"pools.{pool.name}",
+                    message=(
+                        f"{sold:,.0f} of {limit:,.0f} units/s sold ({100 * sold / limit:.0f}%, "
+                        f"{pool.replicas} replicas at the ceiling{over})"
+                    ),
+                    figures=figures,
+                )
+            )
+    if policy.oversubscription is None:
+        findings.append(
+            Finding(
+                severity="info",
+                code="oversubscription",
+                subject="oversubscription",
+                message="no oversubscription assumed: capacity is checked against units sold one for one",
+                fix="measure the ratio (sum of per-tenant peaks / fleet peak) from usage data to sell more",
+            )
+        )
+    return findings
+
+
+def _routes(tenant: TenantPolicy) -> list[str]:
+    return [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+
+
+def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
+    findings = []
+    seen: set[tuple[str, str, str]] = set()
+    for tenant in policy.tenants:
+        for pool_name in _routes(tenant):
+            pool = pools[pool_name]
+            if (key := ("kv", tenant.tier, pool_name)) not in seen and tenant.kv_cap_tokens_per_replica > (
+                pool.kv_pool_tokens
+            ):
+                seen.add(key)
+                findings.append(
+                    Finding(
+                        severity="error",
+                        code="kv-cap",
+                        subject=f"tiers.{tenant.tier}",
+                        message=(
+                            f"KV cap of {tenant.kv_cap_tokens_per_replica:,} tokens per replica exceeds pool "
+                            f"'{pool_name}', whose replicas hold {pool.kv_pool_tokens:,} tokens"
+                        ),
+                        fix="lower kv_cap_tokens_per_replica, or serve the tier from a pool with more KV",
+                        figures={
+                            "kv_cap_tokens_per_replica": tenant.kv_cap_tokens_per_replica,
+                            "kv_pool_tokens": pool.kv_pool_tokens,
+                        },
+                    )
+                )
+        served_by = pools[tenant.long_context_pool] if tenant.long_context_pool else pools[tenant.pool]
+        if (key := ("context", tenant.tier, served_by.name)) not in seen and tenant.max_context_tokens > (
+            served_by.max_context_tokens
+        ):
+            seen.add(key)
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="max-context",
+                    subject=f"tiers.{tenant.tier}",
+                    message=(
+                        f"max context of {tenant.max_context_tokens:,} tokens is above what pool '{served_by.name}' "
+                        f"serves ({served_by.max_context_tokens:,} tokens: the model's maximum, capped by its KV pool)"
+                    ),
+                    fix="lower max_context_tokens, or route the tier's long prompts to a pool that serves them",
+                    figures={
+                        "max_context_tokens": tenant.max_context_tokens,
+                        "pool_max_context_tokens": served_by.max_context_tokens,
+                    },
+                )
+            )
+        if (key := ("cap-below-context", tenant.tier, "")) not in seen and (
+            tenant.kv_cap_tokens_per_replica < tenant.max_context_tokens
+        ):
+            seen.add(key)
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="kv-cap-below-context",
+                    subject=f"tiers.{tenant.tier}",
+                    message=(
+                        f"KV cap of {tenant.kv_cap_tokens_per_replica:,} tokens is below the max context of "
+                        f"{tenant.max_context_tokens:,}: a request at the max context can never be admitted"
+                    ),
+                    fix="raise kv_cap_tokens_per_replica to at least max_context_tokens",
+                )
+            )
+    return findings
+
+
+def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_replicas: float) -> list[Finding]:
+    findings = []
+    for tenant in policy.tenants:
+        pool = pools[tenant.pool]
+        replicas = tenant.bucket_rate_units_per_s / pool.replica_units_per_s
+        if tenant.placement == "dedicated":
+            others = [t.name for t in policy.tenants if t.pool == tenant.pool and t.name != tenant.name]
+            if others:
+                findings.append(
+                    Finding(
+                        severity="error",
+                        code="dedicated-shared",
+                        subject=f"tenants.{tenant.name}",
+                        message=f"placement is dedicated, but pool '{pool.name}' also serves {', '.join(others)}",
+                        fix="give the tenant a pool of its own, or make it shared",
+                    )
+                )
+            continue
+        if replicas >= reversal_replicas:
+            whole = math.ceil(replicas - 1e-9)
+            per_replica = pool.usd_per_month / pool.replicas
+            cost = whole * per_replica
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="reversal",
+                    subject=f"tenants.{tenant.name}",
+                    message=(
+                        f"load of {replicas:.2f} replicas ({tenant.bucket_rate_units_per_s:,.0f} units/s) on pool "
+                        f"'{pool.name}': sharing buys little multiplexing at this size; a dedicated pool of {whole} "
+                        f"replicas costs {_usd(cost)}/month (its shared share: "
+                        f"{_usd(replicas * per_replica)}/month)"
+                    ),
+                    fix=f"give it a dedicated pool of {whole} replicas (placement: dedicated)",
+                    figures={
+                        "replicas": replicas,
+                        "dedicated_replicas": whole,
+                        "dedicated_usd_per_month": cost,
+                        "shared_usd_per_month": replicas * per_replica,
+                    },
+                )
+            )
+    return findings
+
+
+def _salts(policy: QuotaPolicy, salts: Mapping[str, str] | None) -> list[Finding]:
+    findings = []
+    tenant_names = {tenant.name for tenant in policy.tenants}
+    salted = [tenant for tenant in policy.tenants if tenant.salt_ref]
+    for tenant in policy.tenants:
+        for adapter in tenant.lora_adapters:
+            if looks_like_salt(adapter):
+                findings.append(
+                    Finding(
+                        severity="error" if salted else "warning",
+                        code="lora-salt-shape",
+                        subject=f"tenants.{tenant.name}",
+                        message=f"LoRA adapter '{adapter}' has a salt's shape (64 hex digits) and could equal one",
+                        fix="rename the adapter",
+                    )
+                )
+            elif adapter in tenant_names:
+                findings.append(
+                    Finding(
+                        severity="warning",
+                        code="lora-tenant-name",
+                        subject=f"tenants.{tenant.name}",
+                        message=f"LoRA adapter '{adapter}' is also a tenant's name (the key of its salt reference)",
+                        fix="rename the adapter so adapter names and tenant names never mix",
+                    )
+                )
+    if salts is not None:
+        for salted_tenant, owner in salt_lora_collisions(policy, dict(salts)):
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="salt-lora",
+                    subject=f"tenants.{salted_tenant}",
+                    message=f"its cache salt equals a LoRA adapter name of tenant '{owner}'",
+                    fix="rename the adapter, or rotate the salt secret",
+                )
+            )
+    elif salted:
+        findings.append(
+            Finding(
+                severity="info",
+                code="salts-unchecked",
+                subject="tenants",
+                message=(
+                    "no salt secret given: LoRA adapter names were checked against tenant names and a salt's shape "
+                    "only, not against the salts themselves"
+                ),
+                fix="set QUOTACALC_SALT_SECRET or pass --salt-secret-file to check the salts",
+            )
+        )
+    return findings
+
+
+def check_plan(
+    policy: QuotaPolicy,
+    *,
+    salts: Mapping[str, str] | None = None,
+    reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
+) -> CheckResult:
+    """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known."""
+    pools = {pool.name: pool for pool in policy.pools}
+    findings = [
+        *_capacity(policy, pools),
+        *_tier_limits(policy, pools),
+        *_placement(policy, pools, reversal_replicas),
+        *_salts(policy, salts),
+    ]
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda finding: order[finding.severity])  # stable: plan order within a severity
+    return CheckResult(findings=tuple(findings), reversal_replicas=reversal_replicas, salts_checked=salts is not None)

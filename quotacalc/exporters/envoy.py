@@ -1,0 +1,244 @@
+"""Envoy AI Gateway + Envoy Gateway: AIGatewayRoutes that price each response in units, and rate limits on them.
+
+Per tenant one AIGatewayRoute rule (tenant header + model) sends its requests to its pool's AIServiceBackend,
+and sets ``cache_salt`` and ``priority`` in the request body there, so a client cannot choose them. The route's
+``llmRequestCosts`` CEL entry turns the response's token counts into scaled units (an integer, as the gateway
+requires: ``internal/llmcostcel/cel.go``), and a BackendTrafficPolicy on the route's HTTPRoute (the AI Gateway
+controller creates one with the route's name) charges them to a global rate-limit rule per tenant.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+
+from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
+from quotacalc.exporters._text import yaml_documents
+from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+
+AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
+ENVOY_GATEWAY_API = "gateway.envoyproxy.io/v1alpha1"
+#: Where the AI Gateway writes llmRequestCosts (fixed by the gateway).
+COST_NAMESPACE = "io.envoy.ai_gateway"
+#: Header the AI Gateway sets from the request body's model.
+MODEL_HEADER = "x-ai-eg-model"
+#: The Gateway the routes attach to: an explicit default, edit it where yours is named otherwise.
+GATEWAY_NAME = "ai-gateway"
+#: CRD maxItems (aigateway.envoyproxy.io_aigatewayroutes.yaml, commit c217da8): rules per route, costs per route.
+MAX_RULES_PER_ROUTE = 15
+MAX_COSTS_PER_ROUTE = 36
+#: Envoy's rate-limit counters are uint32 (the BackendTrafficPolicy CRD's maximum for limit.requests).
+MAX_LIMIT = 4_294_967_295
+#: Scales tried for the weights, finest first: milli-units unless the window's limit would overflow uint32.
+SCALES = (1000, 100, 10, 1)
+#: Window units of a global rate-limit rule, seconds each.
+WINDOWS = (("Second", 1), ("Minute", 60), ("Hour", 3600), ("Day", 86400))
+#: A weight rounded to the scale may differ from the policy's by this much before it is reported.
+WEIGHT_TOLERANCE = 0.005
+
+
+def cost_expression(prompt: int, cached: int, output: int) -> str:
+    """The CEL cost in scaled units: uncached prompt, cached prompt and output tokens times integer weights.
+
+    ``input_tokens`` includes the cached ones; the guard keeps the uint subtraction from underflowing, and
+    every literal is a uint because CEL has no uint/int arithmetic.
+    """
+    uncached = "(input_tokens > cached_input_tokens ? input_tokens - cached_input_tokens : 0u)"
+    return f"{uncached} * {prompt}u + cached_input_tokens * {cached}u + output_tokens * {output}u"
+
+
+def scaled_weights(weights: UnitWeights, scale: int) -> tuple[int, int, int]:
+    """Weights in 1/scale units, rounded to the nearest integer."""
+    return (round(weights.prompt * scale), round(weights.cached_prompt * scale), round(weights.output * scale))
+
+
+def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
+    """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
+
+    A window as long as the burst admits about one bucket depth per window; the finest scale whose limit fits
+    Envoy's uint32 counter is used, moving to a shorter window only when even whole units overflow.
+    """
+    burst_s = tenant.bucket_depth_units / tenant.bucket_rate_units_per_s
+    order = sorted(WINDOWS, key=lambda window: (abs(math.log(window[1] / max(burst_s, 1.0))), window[1]))
+    start = WINDOWS.index(order[0])
+    for unit, seconds in reversed(WINDOWS[: start + 1]):
+        for scale in SCALES:
+            limit = math.floor(tenant.bucket_rate_units_per_s * seconds * scale)
+            if limit <= MAX_LIMIT:
+                return unit, seconds, scale, max(limit, 1)
+    return "Second", 1, 1, MAX_LIMIT
+
+
+def _metadata_key(scale: int, weights: tuple[int, int, int]) -> str:
+    prompt, cached, output = weights
+    return f"quotacalc_units_x{scale}_p{prompt}_c{cached}_o{output}"
+
+
+def _route_rule(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str | None) -> dict:
+    models = (pool.engine.served_model_name, *tenant.lora_adapters)
+    matches = [
+        {
+            "headers": [
+                {"type": "Exact", "name": header, "value": tenant.name},
+                {"type": "Exact", "name": MODEL_HEADER, "value": model},
+            ]
+        }
+        for model in models
+    ]
+    body: list[dict[str, str]] = []
+    if salt is not None:
+        body.append({"path": "cache_salt", "value": json.dumps(salt)})
+    if pool.engine.scheduling_policy == "priority":
+        body.append({"path": "priority", "value": str(tenant.priority)})
+    backend: dict = {"name": pool.name}
+    if body:
+        backend["bodyMutation"] = {"set": body}
+    return {"name": tenant.name, "matches": matches, "backendRefs": [backend]}
+
+
+def _rate_limit_rule(tenant: TenantPolicy, header: str) -> tuple[dict, str, tuple[int, int, int], int]:
+    unit, _seconds, scale, limit = window_for(tenant)
+    weights = scaled_weights(tenant.weights, scale)
+    key = _metadata_key(scale, weights)
+    rule = {
+        "clientSelectors": [{"headers": [{"type": "Exact", "name": header, "value": tenant.name}]}],
+        "limit": {"requests": limit, "unit": unit},
+        "cost": {
+            "request": {"from": "Number", "number": 0},
+            "response": {"from": "Metadata", "metadata": {"namespace": COST_NAMESPACE, "key": key}},
+        },
+    }
+    return rule, key, weights, scale
+
+
+def _chunks(tenants: tuple[TenantPolicy, ...]) -> list[tuple[TenantPolicy, ...]]:
+    ordered = tuple(sorted(tenants, key=lambda tenant: tenant.name))
+    return [ordered[start : start + MAX_RULES_PER_ROUTE] for start in range(0, len(ordered), MAX_RULES_PER_ROUTE)]
+
+
+def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[dict]]:
+    """The manifests of each file, by path: AIServiceBackends, AIGatewayRoutes, BackendTrafficPolicies."""
+    pools = {pool.name: pool for pool in policy.pools}
+    header = policy.tenant_header
+    routes: list[dict] = []
+    traffic_policies: list[dict] = []
+    for index, chunk in enumerate(_chunks(policy.tenants), start=1):
+        name = f"quotacalc-tenants-{index:03d}"
+        rules, limit_rules, costs = [], [], {}
+        for tenant in chunk:
+            salt = salts[tenant.salt_ref] if tenant.salt_ref is not None else None
+            rules.append(_route_rule(tenant, pools[tenant.pool], header, salt))
+            rule, key, weights, _scale = _rate_limit_rule(tenant, header)
+            limit_rules.append(rule)
+            costs[key] = {"metadataKey": key, "type": "CEL", "cel": cost_expression(*weights)}
+        routes.append(
+            {
+                "apiVersion": AI_GATEWAY_API,
+                "kind": "AIGatewayRoute",
+                "metadata": {"name": name},
+                "spec": {
+                    "parentRefs": [{"name": GATEWAY_NAME, "kind": "Gateway", "group": "gateway.networking.k8s.io"}],
+                    "rules": rules,
+                    "llmRequestCosts": list(costs.values()),
+                },
+            }
+        )
+        traffic_policies.append(
+            {
+                "apiVersion": ENVOY_GATEWAY_API,
+                "kind": "BackendTrafficPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": name}],
+                    "rateLimit": {"type": "Global", "global": {"rules": limit_rules}},
+                },
+            }
+        )
+    backends = [
+        {
+            "apiVersion": AI_GATEWAY_API,
+            "kind": "AIServiceBackend",
+            "metadata": {"name": pool.name},
+            "spec": {
+                "schema": {"name": "OpenAI"},
+                "backendRef": {"name": pool.name, "kind": "Backend", "group": "gateway.envoyproxy.io"},
+            },
+        }
+        for pool in policy.pools
+    ]
+    return {
+        "envoy/aiservicebackends.yaml": backends,
+        "envoy/aigatewayroutes.yaml": routes,
+        "envoy/backendtrafficpolicies.yaml": traffic_policies,
+    }
+
+
+_HEADERS = {
+    "envoy/aiservicebackends.yaml": "Generated by quotacalc. One AIServiceBackend per pool; the Backend of the same name (its endpoints) is yours.",
+    "envoy/aigatewayroutes.yaml": "Generated by quotacalc. Holds the tenants' cache salts: restrict read access.",
+    "envoy/backendtrafficpolicies.yaml": "Generated by quotacalc. Limits in scaled units (see llmRequestCosts) per fixed window.",
+}
+
+
+def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
+    """AIServiceBackends, AIGatewayRoutes and BackendTrafficPolicies for the policy's tenants."""
+    salted = any(tenant.salt_ref is not None for tenant in policy.tenants)
+    files = tuple(
+        GeneratedFile(
+            path=path,
+            text=yaml_documents(manifests, header=_HEADERS[path]),
+            secret=salted and path == "envoy/aigatewayroutes.yaml",
+        )
+        for path, manifests in documents(policy, salts).items()
+    )
+    return Export(target="envoy", files=files, limits=_limits(policy, salted))
+
+
+def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
+    pools = {pool.name: pool for pool in policy.pools}
+    limits = [
+        "Token bucket: Envoy's global rate limit counts fixed windows, not a bucket; each tenant gets the window "
+        "nearest its burst (rate x window units per window), so up to twice that can pass across a window boundary.",
+        "Charging happens after the response: a request is admitted while the window's count is under the limit, "
+        "so one request may overshoot it; nothing is reserved at admission (no output reservation).",
+        f"Retry-After: Envoy answers 429 without the policy's Retry-After ({RETRY_AFTER_RULE}); "
+        "clients learn only that the window is spent.",
+        "Resident KV cap per tenant per replica: not expressible in the gateway (no KV accounting).",
+        "Concurrent sequences per tenant: not expressible with global rate limits (no concurrency counter per tenant).",
+        "Max context and output reservation cap (max_tokens): not checked at the gateway; the engine's max-model-len is the only bound.",
+        "Fair queueing: the gateway admits or rejects; there are no per-tenant queues drained by a weighted scheduler.",
+        "The tenant header is trusted as sent: an authenticating filter must set it (and strip a client's) in front of these routes.",
+        f"Routes and their rate-limit policies are split by {MAX_RULES_PER_ROUTE} tenants (the CRD's maxItems on rules).",
+        f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
+    ]
+    for tenant in policy.tenants:
+        if tenant.long_context_pool is not None:
+            limits.append(
+                f"{tenant.name}: prompts above {tenant.route_above_prompt_tokens} tokens are not routed to pool "
+                f"{tenant.long_context_pool} (AIGatewayRoute matches headers, not prompt size); they are charged at "
+                f"pool {tenant.pool}'s weights."
+            )
+        _unit, _seconds, scale, _limit = window_for(tenant)
+        exact = (tenant.weights.prompt, tenant.weights.cached_prompt, tenant.weights.output)
+        for label, weight, scaled in zip(
+            ("prompt", "cached prompt", "output"), exact, scaled_weights(tenant.weights, scale), strict=True
+        ):
+            if weight and abs(scaled / scale - weight) > WEIGHT_TOLERANCE * weight:
+                limits.append(
+                    f"{tenant.name}: {label} weight {weight:g} is charged as {scaled}/{scale} (window limit forces a coarse scale)."
+                )
+    if any(pool.engine.scheduling_policy != "priority" for pool in pools.values()):
+        fcfs = sorted(pool.name for pool in pools.values() if pool.engine.scheduling_policy != "priority")
+        limits.append(
+            f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero priority there)."
+        )
+    if salted:
+        limits.append(
+            "Cache salts are written into the AIGatewayRoutes' bodyMutation (not a Kubernetes Secret): restrict who can read AIGatewayRoutes."
+        )
+    if policy.public_prefixes:
+        limits.append(
+            "Public prefixes: a salt covers the whole request (vLLM hashes it into the first block), so salted tenants do not share the platform's public prefixes."
+        )
+    return tuple(limits)

@@ -1,0 +1,178 @@
+"""Kong (decK, ``_format_version: "3.0"``): costs that express units, and a cost budget per consumer.
+
+One service per pool, whose ``ai-proxy`` prices tokens in units: ``input_cost`` and ``output_cost`` are per 1M
+tokens, so 1,000,000 x the weight makes the plugin's cost a count of units. One consumer per tenant, with an
+``ai-rate-limiting-advanced`` plugin using ``tokens_count_strategy: cost``: a sliding window as long as the
+tenant's burst, holding the bucket's depth. The tenant's salt is set server-side by ``request-transformer``
+(removed from the client's body first). Tiers and pools become consumer tags and ACL groups: the decK release
+this project validates with (Debian's 1.4.0) predates consumer groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.exporters._text import yaml_text
+from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+
+#: ai-proxy costs are per 1M tokens.
+TOKENS_PER_COST = 1_000_000
+#: The provider name ai-rate-limiting-advanced keys its limits by (vLLM speaks the OpenAI API).
+PROVIDER = "openai"
+#: vLLM's default port; a Kubernetes Service named after the pool is assumed (edit where yours differs).
+VLLM_PORT = 8000
+#: The upstream API key, read by Kong from its environment vault, never written here.
+UPSTREAM_KEY = "{vault://env/vllm-api-key}"
+
+
+def _upstream(pool: PoolPolicy) -> str:
+    return f"http://{pool.name}:{VLLM_PORT}/v1/chat/completions"
+
+
+def _service(pool: PoolPolicy, weights: tuple[float, float]) -> dict:
+    prompt, output = weights
+    return {
+        "name": pool.name,
+        "url": _upstream(pool),
+        "tags": ["quotacalc"],
+        "routes": [{"name": pool.name, "paths": [f"/pools/{pool.name}/v1/chat/completions"], "strip_path": True}],
+        "plugins": [
+            {"name": "key-auth", "config": {"key_names": ["apikey"], "hide_credentials": True}},
+            {"name": "acl", "config": {"allow": [f"pool-{pool.name}"], "hide_groups_header": True}},
+            {
+                "name": "ai-proxy",
+                "config": {
+                    "route_type": "llm/v1/chat",
+                    "auth": {"header_name": "Authorization", "header_value": f"Bearer {UPSTREAM_KEY}"},
+                    "model": {
+                        "provider": PROVIDER,
+                        "name": pool.engine.served_model_name,
+                        "options": {
+                            "upstream_url": _upstream(pool),
+                            "input_cost": round(prompt * TOKENS_PER_COST, 6),
+                            "output_cost": round(output * TOKENS_PER_COST, 6),
+                        },
+                    },
+                },
+            },
+        ],
+    }
+
+
+def window_s(tenant: TenantPolicy) -> int:
+    """The sliding window: the bucket's burst in whole seconds (at least 1)."""
+    return max(1, round(tenant.bucket_depth_units / tenant.bucket_rate_units_per_s))
+
+
+def _consumer(tenant: TenantPolicy, salt: str | None) -> dict:
+    window = window_s(tenant)
+    plugins: list[dict] = [
+        {
+            "name": "ai-rate-limiting-advanced",
+            "config": {
+                "tokens_count_strategy": "cost",
+                "window_type": "sliding",
+                "strategy": "local",
+                "llm_providers": [
+                    {
+                        "name": PROVIDER,
+                        "limit": [_round_down(tenant.bucket_rate_units_per_s * window)],
+                        "window_size": [window],
+                    }
+                ],
+            },
+        }
+    ]
+    if salt is not None:
+        plugins.append(
+            {
+                "name": "request-transformer",
+                "config": {"remove": {"body": ["cache_salt"]}, "add": {"body": [f"cache_salt:{salt}"]}},
+            }
+        )
+    pools = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+    return {
+        "username": tenant.name,
+        "custom_id": tenant.name,
+        "tags": ["quotacalc", f"tier-{tenant.tier}"],
+        "acls": [{"group": f"pool-{pool}"} for pool in pools],
+        "plugins": plugins,
+    }
+
+
+def _round_down(value: float) -> float:
+    """Limits in units, to 3 decimals, never above the contract."""
+    return math.floor(value * 1000) / 1000
+
+
+def _pool_weights(policy: QuotaPolicy) -> dict[str, tuple[float, float]]:
+    """(prompt, output) weights per pool, from the tenants served there (the pool's W)."""
+    weights: dict[str, tuple[float, float]] = {}
+    for pool in policy.pools:
+        weights[pool.name] = (1.0, pool.output_weight)
+    for tenant in policy.tenants:
+        weights[tenant.pool] = (tenant.weights.prompt, tenant.weights.output)
+        if tenant.long_context_pool and tenant.long_context_weights:
+            weights[tenant.long_context_pool] = (tenant.long_context_weights.prompt, tenant.long_context_weights.output)
+    return weights
+
+
+def document(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict:
+    """The decK state file."""
+    weights = _pool_weights(policy)
+    consumers = [
+        _consumer(tenant, salts[tenant.salt_ref] if tenant.salt_ref is not None else None)
+        for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
+    ]
+    return {
+        "_format_version": "3.0",
+        "services": [_service(pool, weights[pool.name]) for pool in policy.pools],
+        "consumers": consumers,
+    }
+
+
+def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
+    """kong/kong.yaml, a decK state file (holds the salts when any tenant is salted)."""
+    salted = any(tenant.salt_ref is not None for tenant in policy.tenants)
+    header = "Generated by quotacalc: deck gateway sync kong/kong.yaml."
+    if salted:
+        header += "\nHolds the tenants' cache salts: keep it out of logs and repositories anyone can read."
+    text = yaml_text(document(policy, salts), header=header)
+    return Export(
+        target="kong", files=(GeneratedFile(path="kong/kong.yaml", text=text, secret=salted),), limits=_limits(policy)
+    )
+
+
+def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
+    limits = [
+        "Token bucket: ai-rate-limiting-advanced counts a sliding window (as long as the tenant's burst, holding its "
+        "bucket depth), not a bucket refilled continuously.",
+        "Cached prompt tokens: Kong's cost has no cached-token term; cached tokens are charged as prompt tokens "
+        "(weight 1 instead of the tier's cached weight), so cache-heavy tenants hit their limit early.",
+        "Charging happens after the response (Kong's known limitation: a cost counts from the next request): one "
+        "request may overshoot, and nothing is reserved at admission.",
+        f"Retry-After: Kong sends Retry-After from its window, not the policy's {RETRY_AFTER_RULE}.",
+        "Resident KV cap per tenant per replica: not expressible.",
+        "Concurrent sequences per tenant: not expressible with these plugins.",
+        "Max context and output reservation cap (max_tokens): not enforced; ai-proxy's max_tokens is only a default.",
+        "Priority: not sent (request-transformer adds body values as strings; vLLM's priority is an integer).",
+        "Fair queueing: Kong admits or rejects; no per-tenant queues.",
+        "Counters are per Kong node (strategy local); set strategy: cluster or redis for a shared count.",
+        "Credentials are not generated: give each consumer a key-auth credential (consumers[].keyauth_credentials).",
+        "A tenant calls its pool's path (/pools/<pool>/v1/chat/completions): Kong routes before it authenticates, "
+        "so it cannot pick the pool from the consumer; the acl plugin keeps tenants out of other pools.",
+        "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
+    ]
+    for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name):
+        if tenant.long_context_pool is not None:
+            limits.append(
+                f"{tenant.name}: prompts above {tenant.route_above_prompt_tokens} tokens are not routed to pool "
+                f"{tenant.long_context_pool} by prompt size; the tenant must call that pool's path."
+            )
+    if any(tenant.salt_ref is not None for tenant in policy.tenants) and policy.public_prefixes:
+        limits.append(
+            "Public prefixes: a salt covers the whole request, so salted tenants do not share the platform's public prefixes."
+        )
+    return tuple(limits)

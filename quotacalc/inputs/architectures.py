@@ -1,0 +1,40 @@
+"""A resolved config -> its ``ModelArch``, by the reader registered for its ``model_type``.
+
+The readers live in ``hf_arch`` (transformer decoders, MLA, Jamba) and ``hf_hybrid`` (Mamba-2
+hybrids); ``hf_hybrid`` builds on ``hf_arch``'s pieces, and this module imports both, so no
+reader module imports another one that imports it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quotacalc.core.arch import ModelArch
+from quotacalc.errors import UnsupportedArchitecture
+from quotacalc.inputs import hf_arch, hf_hybrid
+
+#: Modules whose import registers readers (named so the import is visibly used).
+READER_MODULES = (hf_arch, hf_hybrid)
+
+
+def supported_model_types() -> list[str]:
+    return sorted(hf_arch.READERS)
+
+
+def read_arch(config: dict[str, Any], *, name: str, source: str, given_keys: frozenset[str] | None = None) -> ModelArch:
+    """Build the architecture of a resolved config, or fail clearly if it cannot be priced.
+
+    ``given_keys`` names the fields the file itself states; layer counts, widths and heads must be
+    among them.
+    """
+    view = hf_arch.ConfigView(config, source, given_keys=given_keys)
+    model_type = view.get("model_type")
+    reader = hf_arch.READERS.get(model_type)
+    if reader is None:
+        raise UnsupportedArchitecture(
+            f"model_type '{model_type}' is not priced yet",
+            source=source,
+            field="model_type",
+            fix=f"supported: {', '.join(supported_model_types())}",
+        )
+    return reader(view, name)

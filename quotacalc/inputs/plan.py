@@ -1,0 +1,437 @@
+"""Reading plan files: today's flat plan (one deployment, optionally one ``tenant``) and the platform plan
+(pools, tiers, tenants) into ``core.plan.Plan``. Every error names the file and the YAML path
+(``tenants[3].tier``) and says how to fix it.
+
+A file with a ``pools`` key is a platform plan; anything else is a flat plan, read as a one-pool plan
+whose pool is called ``default``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
+from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.inputs.deployment import PlanFile, suggest_key
+
+#: The pool a flat plan's deployment becomes.
+DEFAULT_POOL = "default"
+#: A flat plan's tenant, tier: names used when a flat plan is read as a Plan.
+FLAT_TENANT = "tenant"
+FLAT_TIER = "default"
+
+#: Deployment keys a platform plan sets per tier instead (one pool serves several tiers).
+_TIER_KEYS = ("burst_s", "cached_prompt_weight")
+
+
+def _deployment_keys_model() -> type[BaseModel]:
+    """Deployment's keys, every one optional: a pool's ``deployment`` and the plan's defaults (merged, then checked)."""
+    fields: dict[str, Any] = {
+        name: (field.annotation | None, Field(None, description=field.description))
+        for name, field in Deployment.model_fields.items()
+        if name not in _TIER_KEYS
+    }
+    return create_model(
+        "DeploymentKeys",
+        __config__=ConfigDict(defer_build=True, frozen=True, extra="forbid"),
+        __doc__="Deployment keys (those of a flat plan); a pool's own keys win over the plan's `deployment` defaults.",
+        **fields,
+    )
+
+
+DeploymentKeys = _deployment_keys_model()
+
+
+class PoolFile(Pool):
+    """A pool as written in a plan file: its deployment may leave keys to the plan's ``deployment`` defaults."""
+
+    deployment: DeploymentKeys = Field(  # type: ignore[valid-type]
+        default_factory=DeploymentKeys,
+        description="how each replica serves its model (the keys of a flat plan); merged over the plan's `deployment`",
+    )
+
+
+class PlatformPlanFile(Plan):
+    """A platform plan file: pools of replicas, tiers of service, tenants (quotacalc schema)."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", title="quotacalc platform plan")
+
+    deployment: DeploymentKeys | None = Field(  # type: ignore[valid-type]
+        None, description="deployment defaults merged under every pool's `deployment`"
+    )
+    pools: tuple[PoolFile, ...] = Field(min_length=1, description="pools of replicas")
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a platform plan file, for editors and CI linters."""
+    return PlatformPlanFile.model_json_schema()
+
+
+# --- error paths -------------------------------------------------------------------------------
+
+
+def yaml_path(loc: tuple[Any, ...]) -> str:
+    """pydantic's ``('tenants', 3, 'tier')`` -> ``tenants[3].tier``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += ("." if text else "") + str(part)
+    return text
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The model whose keys are valid at a YAML path (for 'did you mean')."""
+    names = [part for part in loc if isinstance(part, str)]
+    if not names:
+        return PlatformPlanFile
+    table: dict[tuple[str, ...], type[BaseModel]] = {
+        ("deployment",): Deployment,
+        ("pools",): Pool,
+        ("pools", "deployment"): Deployment,
+        ("tiers",): Tier,
+        ("tenants",): PlanTenant,
+        ("tenants", "traffic"): Tenant,
+        ("oversubscription",): Oversubscription,
+    }
+    return table.get(tuple(names), PlatformPlanFile)
+
+
+def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, ...] = ()) -> QuotacalcError:
+    first = error.errors()[0]
+    loc = base + tuple(first["loc"])
+    if first["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        model = _model_at(loc[:-1])
+        known = [name for name in model.model_fields if name not in (_TIER_KEYS if model is Deployment else ())]
+        close = suggest_key(key, known)
+        fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(known)}"
+        return QuotacalcError(f"unknown key '{key}'", source=source, field=yaml_path(loc), fix=fix)
+    if first["type"] == "missing":
+        return QuotacalcError("is required", source=source, field=yaml_path(loc))
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] in ("tuple_type", "list_type"):
+        message = "must be a list"
+    elif first["type"] == "too_short":
+        message = f"must list at least {first.get('ctx', {}).get('min_length', 1)}"
+    elif first["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        message = "must be a mapping"
+    elif message.startswith("Input should be"):
+        value = first.get("input")
+        shown = f", got {value!r}" if isinstance(value, (int, float, str, bool)) or value is None else ""
+        message = "must be" + message.removeprefix("Input should be") + shown
+    if first["type"] == "string_pattern_mismatch":
+        message = f"'{first['input']}' is not a valid name (lower-case letters, digits and '-', at most 63)"
+    return QuotacalcError(message, source=source, field=yaml_path(loc))
+
+
+def _non_finite(value: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], float] | None:
+    """The first NaN or infinity in a YAML document, with its path (pydantic lets them through some fields)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return loc, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if found := _non_finite(item, (*loc, key)):
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := _non_finite(item, (*loc, index)):
+                return found
+    return None
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def read_document(path: str) -> dict[str, Any]:
+    """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError("no such file", source=path, fix="check the path to the plan") from None
+    except IsADirectoryError:
+        raise UsageError("is a directory, not a plan file", source=path) from None
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise QuotacalcError(f"cannot read: {reason}", source=path) from None
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    document = load_yaml_text(text, source=path)
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise QuotacalcError("expected a mapping (deployment keys, or pools/tiers/tenants)", source=path)
+    return document
+
+
+def is_platform(document: dict[str, Any]) -> bool:
+    """A platform plan has pools; a flat plan is deployment keys and an optional tenant."""
+    return "pools" in document
+
+
+def _beside(model: Any, path: str) -> Any:
+    # A model path in a plan file means beside the file, wherever the command runs from.
+    if isinstance(model, str) and not Path(model).is_absolute() and (beside := Path(path).parent / model).exists():
+        return str(beside)
+    return model
+
+
+def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
+    defaults = document.get("deployment") or {}
+    own = document["pools"][index].get("deployment") or {}
+    merged = {**defaults, **own}
+    if "model" in merged:
+        merged["model"] = _beside(merged["model"], path)
+    return merged
+
+
+def _pool_names(document: dict[str, Any]) -> list[str]:
+    return [str(pool.get("name")) for pool in document.get("pools") or [] if isinstance(pool, dict)]
+
+
+def deployment_source(path: str, pool: str | None) -> PlanFile:
+    """The deployment keys (and flat tenant) ``price``, ``size`` and ``kv`` read from a plan file.
+
+    Flat plans as before; a platform plan gives the named pool's deployment merged over the defaults
+    (``--pool`` may be left out when the plan has one pool).
+    """
+    document = read_document(path)
+    if not is_platform(document):
+        if pool not in (None, DEFAULT_POOL):
+            raise UsageError(
+                f"a flat plan has one pool, '{DEFAULT_POOL}'", source=path, field="--pool", fix="drop --pool"
+            )
+        from quotacalc.inputs.deployment import load_plan_file
+
+        return load_plan_file(path)
+    file = _validate_file(document, path)
+    names = [pool_file.name for pool_file in file.pools]
+    if pool is None:
+        if len(names) > 1:
+            raise UsageError(
+                f"the plan has {len(names)} pools", source=path, field="--pool", fix=f"name one of: {', '.join(names)}"
+            )
+        pool = names[0]
+    if pool not in names:
+        close = close_names(pool, names, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
+        raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
+    index = names.index(pool)
+    values = _merged_deployment(document, index, path)
+    return PlanFile(deployment=values, tenant=None)
+
+
+def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
+    if found := _non_finite(document):
+        loc, value = found
+        raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=yaml_path(loc))
+    for key in ("deployment",):
+        section = document.get(key)
+        if isinstance(section, dict):
+            for tier_key in _TIER_KEYS:
+                if tier_key in section:
+                    raise _tier_key_error(path, f"{key}.{tier_key}")
+    for index, pool in enumerate(document.get("pools") or []):
+        section = pool.get("deployment") if isinstance(pool, dict) else None
+        if isinstance(section, dict):
+            for tier_key in _TIER_KEYS:
+                if tier_key in section:
+                    raise _tier_key_error(path, f"pools[{index}].deployment.{tier_key}")
+    try:
+        return PlatformPlanFile.model_validate(document)
+    except ValidationError as error:
+        raise _validation_error(error, source=path) from None
+
+
+def _tier_key_error(path: str, field: str) -> QuotacalcError:
+    key = field.rsplit(".", 1)[-1]
+    return QuotacalcError(
+        "is a tier setting in a platform plan (one pool serves several tiers)",
+        source=path,
+        field=field,
+        fix=f"set {key} on each tier",
+    )
+
+
+def _duplicates(names: list[str], section: str, path: str) -> None:
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            raise QuotacalcError(
+                f"duplicate name '{name}' (also {section}[{seen[name]}])",
+                source=path,
+                field=f"{section}[{index}].name",
+                fix="give each a unique name",
+            )
+        seen[name] = index
+
+
+def _unknown(kind: str, name: str, known: list[str], *, source: str, field: str) -> QuotacalcError:
+    close = close_names(name, known, n=1)
+    if close:
+        fix = f"did you mean '{close[0]}'?"
+    else:
+        fix = f"{kind}s: {', '.join(known)}" if known else f"the plan has no {kind}s"
+    return QuotacalcError(f"unknown {kind} '{name}'", source=source, field=field, fix=fix)
+
+
+@cache
+def _model_max_context(model: str) -> int | None:
+    from quotacalc.inputs.resolve import load_arch
+
+    arch, _ = load_arch(model)
+    return arch.max_context_tokens
+
+
+def _check_references(plan: Plan, path: str) -> None:
+    """References between entries: names unique, tiers and pools exist, routing fits the pools."""
+    _duplicates([pool.name for pool in plan.pools], "pools", path)
+    _duplicates([tier.name for tier in plan.tiers], "tiers", path)
+    _duplicates([tenant.name for tenant in plan.tenants], "tenants", path)
+    pools = {pool.name: pool for pool in plan.pools}
+    standard = [pool.name for pool in plan.pools if pool.role == "standard"]
+    long_context = [pool.name for pool in plan.pools if pool.role == "long_context"]
+    if not standard:
+        raise QuotacalcError(
+            "no standard pool: tenants' requests need one below the routing threshold",
+            source=path,
+            field="pools",
+            fix="set role: standard on at least one pool",
+        )
+    for index, pool in enumerate(plan.pools):
+        if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
+            continue
+        field = f"pools[{index}].long_context_pool"
+        if pool.long_context_pool not in pools:
+            raise _unknown("pool", pool.long_context_pool, list(pools), source=path, field=field)
+        target = pools[pool.long_context_pool]
+        if target.role != "long_context":
+            raise QuotacalcError(
+                f"pool '{target.name}' is not a long-context pool (role: {target.role})",
+                source=path,
+                field=field,
+                fix=f"set role: long_context on it, or name one of: {', '.join(long_context) or 'none'}",
+            )
+        threshold = pool.route_above_prompt_tokens
+        for name, serving in ((pool.name, pool), (target.name, target)):
+            limit = _context_limit(serving)
+            if limit is not None and threshold >= limit:
+                raise QuotacalcError(
+                    f"{threshold} is not below the longest context pool '{name}' serves ({limit} tokens)",
+                    source=path,
+                    field=f"pools[{index}].route_above_prompt_tokens",
+                    fix="route above a prompt length both pools serve",
+                )
+    tiers = [tier.name for tier in plan.tiers]
+    for index, tenant in enumerate(plan.tenants):
+        if tenant.tier not in tiers:
+            raise _unknown("tier", tenant.tier, tiers, source=path, field=f"tenants[{index}].tier")
+        if tenant.pool is None:
+            if len(standard) > 1:
+                raise QuotacalcError(
+                    f"the plan has {len(standard)} standard pools",
+                    source=path,
+                    field=f"tenants[{index}].pool",
+                    fix=f"name one of: {', '.join(standard)}",
+                )
+            continue
+        if tenant.pool not in pools:
+            raise _unknown("pool", tenant.pool, list(pools), source=path, field=f"tenants[{index}].pool")
+        if pools[tenant.pool].role != "standard":
+            raise QuotacalcError(
+                f"pool '{tenant.pool}' is a long-context pool: tenants name their standard pool",
+                source=path,
+                field=f"tenants[{index}].pool",
+                fix=f"name one of: {', '.join(standard)} (long prompts route by the pool's threshold)",
+            )
+
+
+def _context_limit(pool: Pool) -> int | None:
+    """The longest context a pool serves, as far as the plan file can tell: the model's max, a measured pool."""
+    limits = [value for value in (_model_max_context(pool.deployment.model), pool.deployment.kv_pool_tokens) if value]
+    return min(limits) if limits else None
+
+
+def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
+    """A platform plan document -> Plan, every reference checked."""
+    file = _validate_file(document, path)
+    pools = []
+    for index, pool_file in enumerate(file.pools):
+        values = _merged_deployment(document, index, path)
+        own = (document["pools"][index].get("deployment") or {}).keys()
+        try:
+            deployment = Deployment.model_validate(values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            key = str(first["loc"][0]) if first["loc"] else "?"
+            base = ("pools", index, "deployment") if key in own or first["type"] == "missing" else ("deployment",)
+            problem = _validation_error(error, source=path, base=base)
+            if first["type"] == "missing":
+                problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
+            raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
+        pools.append(Pool.model_validate({**pool_file.model_dump(exclude={"deployment"}), "deployment": deployment}))
+    plan = Plan(
+        pools=tuple(pools),
+        tiers=file.tiers,
+        tenants=file.tenants,
+        public_prefixes=file.public_prefixes,
+        oversubscription=file.oversubscription,
+        tenant_header=file.tenant_header,
+    )
+    _check_references(plan, path)
+    return plan
+
+
+def flat_plan(flat: PlanFile, path: str) -> Plan:
+    """Today's flat plan as a one-pool Plan: pool ``default`` of one replica; its tenant (if any) is ``tenant``.
+
+    The tenant's tier is synthesised from the deployment (documented in the README): the model's max
+    context, a KV cap of one full-length sequence, the decode batch as its concurrency, the
+    deployment's burst and cached weight, priority 0; its cache is shared (no secret needed).
+    """
+    from quotacalc.inputs.deployment import build_deployment, build_tenant
+
+    deployment = build_deployment(flat.deployment, {}, source=path)
+    pool = Pool(name=DEFAULT_POOL, deployment=deployment, replicas=1)
+    if flat.tenant is None:
+        return Plan(pools=(pool,))
+    tenant = build_tenant(flat.tenant, {}, source=path)
+    max_context = _model_max_context(deployment.model) or deployment.context
+    tier = Tier(
+        name=FLAT_TIER,
+        max_context_tokens=max_context,
+        kv_cap_tokens_per_replica=max_context,
+        max_concurrent_sequences=deployment.batch,
+        max_output_tokens=max_context,
+        priority=0,
+        burst_s=deployment.burst_s,
+        cached_prompt_weight=deployment.cached_prompt_weight,
+    )
+    return Plan(
+        pools=(pool,),
+        tiers=(tier,),
+        tenants=(PlanTenant(name=FLAT_TENANT, tier=FLAT_TIER, traffic=tenant, cache_isolation="shared"),),
+    )
+
+
+def load_plan(path: str) -> tuple[Plan, bool]:
+    """Any plan file as a Plan, and whether it was a platform plan."""
+    document = read_document(path)
+    if is_platform(document):
+        return read_platform_plan(document, path), True
+    from quotacalc.inputs.deployment import load_plan_file
+
+    return flat_plan(load_plan_file(path), path), False
+
+
+def is_platform_file(path: str) -> bool:
+    """Whether a plan file is a platform plan (has ``pools``)."""
+    return is_platform(read_document(path))

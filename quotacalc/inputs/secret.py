@@ -1,0 +1,30 @@
+"""The salt secret: from ``--salt-secret-file`` or ``QUOTACALC_SALT_SECRET``; never in the plan.
+
+No error message here ever contains the secret or any part of it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from quotacalc.errors import QuotacalcError, UsageError
+
+SECRET_ENV = "QUOTACALC_SALT_SECRET"
+
+
+def load_salt_secret(secret_file: str | None) -> bytes | None:
+    """The secret's bytes (a file's trailing newline dropped), or None when neither source gives one."""
+    if secret_file is not None:
+        try:
+            data = Path(secret_file).read_bytes()
+        except FileNotFoundError:
+            raise UsageError("no such file", source=secret_file, field="--salt-secret-file") from None
+        except OSError as error:
+            raise QuotacalcError(f"cannot read: {error.strerror}", source=secret_file) from None
+        data = data.rstrip(b"\r\n")
+        if not data:
+            raise QuotacalcError("is empty", source=secret_file, field="--salt-secret-file", fix="put the secret in it")
+        return data
+    value = os.environ.get(SECRET_ENV)
+    return value.encode("utf-8") if value else None

@@ -1,0 +1,96 @@
+"""`quotacalc examples`: the example plans reach a user who only installed the wheel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from quotacalc.catalog.examples import examples_dir, shipped_examples
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_example_plan_is_listed(run_cli):
+    code, out, err = run_cli("examples")
+    assert code == 0 and err == ""
+    names = sorted(path.stem for path in (ROOT / "examples").glob("*.yaml"))
+    assert names and [example.name for example in shipped_examples()] == names
+    for name in names:
+        assert any(line.startswith(name + " ") for line in out.splitlines()), name
+
+
+def test_print_one_example_verbatim(run_cli):
+    code, out, _ = run_cli("examples", "llama-3.3-70b-h100")
+    assert code == 0
+    assert out == (ROOT / "examples" / "llama-3.3-70b-h100.yaml").read_text(encoding="utf-8")
+    # ".yaml" and case are forgiven.
+    assert run_cli("examples", "Llama-3.3-70B-H100.yaml")[1] == out
+
+
+def test_copy_writes_the_example_and_refuses_to_overwrite(run_cli, tmp_path):
+    code, out, _ = run_cli("examples", "llama-3.3-70b-h100", "--copy", str(tmp_path))
+    assert code == 0
+    copied = tmp_path / "llama-3.3-70b-h100.yaml"
+    assert out.strip() == str(copied)
+    assert copied.read_text(encoding="utf-8") == (ROOT / "examples" / "llama-3.3-70b-h100.yaml").read_text(
+        encoding="utf-8"
+    )
+    copied.write_text("# mine\n", encoding="utf-8")
+    code, out, err = run_cli("examples", "llama-3.3-70b-h100", "--copy", str(tmp_path))
+    assert code == 1 and out == ""
+    assert err.strip().startswith("quotacalc: error: --copy: would overwrite") and err.count("\n") == 1
+    assert copied.read_text(encoding="utf-8") == "# mine\n"
+
+
+def test_copied_example_prices_the_worked_example(run_cli, tmp_path):
+    run_cli("examples", "llama-3.3-70b-h100", "--copy", str(tmp_path))
+    code, out, _ = run_cli("price", str(tmp_path / "llama-3.3-70b-h100.yaml"), "--json")
+    assert code == 0
+    assert round(json.loads(out)["results"]["output_weight"], 2) == 3.09
+
+
+def test_copy_all_keeps_companion_files(run_cli, tmp_path):
+    code, out, _ = run_cli("examples", "--copy", str(tmp_path / "all"))
+    assert code == 0
+    expected = sorted(
+        str(path.relative_to(examples_dir()))
+        for example in shipped_examples()
+        for member in example.members
+        for path in ([member] if member.is_file() else member.rglob("*"))
+        if path.is_file()
+    )
+    written = sorted(str(Path(line).relative_to(tmp_path / "all")) for line in out.splitlines())
+    assert written == expected
+
+
+def test_unknown_example_is_a_usage_error(run_cli):
+    code, out, err = run_cli("examples", "llama")
+    assert code == 2 and out == ""
+    assert err.startswith("quotacalc: error: NAME: unknown example 'llama' (did you mean ") and err.count("\n") == 1
+    assert "llama-3.3-70b-h100" in err
+
+
+def test_examples_json(run_cli):
+    code, out, _ = run_cli("examples", "--json")
+    document = json.loads(out)
+    assert code == 0
+    assert document["command"] == "examples" and document["schema_version"] == JSON_SCHEMA_VERSION
+    assert {entry["name"] for entry in document["examples"]} == {example.name for example in shipped_examples()}
+    llama = next(entry for entry in document["examples"] if entry["name"] == "llama-3.3-70b-h100")
+    assert llama["files"] == ["llama-3.3-70b-h100.yaml"]
+    assert llama["description"].startswith("The worked example")
+
+
+def test_the_wheel_ships_the_examples():
+    """pyproject's force-include puts examples/ at quotacalc/examples, where examples_dir() looks first."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"examples" = "quotacalc/examples"' in text
+
+
+def test_no_pointer_to_a_method_outside_the_repository():
+    """The method a user can read is docs/method.md; nothing points at the development-only shared folder."""
+    assert (ROOT / "docs" / "method.md").is_file()
+    texts = [ROOT / "README.md", *(ROOT / "quotacalc").rglob("*.py"), *(ROOT / "examples").glob("*.yaml")]
+    offenders = [str(path.relative_to(ROOT)) for path in texts if "METHOD.md" in path.read_text(encoding="utf-8")]
+    assert not offenders, f"point these at docs/method.md: {offenders}"

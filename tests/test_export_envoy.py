@@ -1,0 +1,192 @@
+"""Envoy AI Gateway exporter: manifests checked against the real CRDs, the cost CEL run by a real CEL engine."""
+
+from __future__ import annotations
+
+import yaml
+from cel_expr_python import cel
+from crd_validation import validate_manifest
+from policy_samples import many_tenants_policy, platform_policy, sample_salts, tenant_policy
+
+from quotacalc.exporters import envoy
+from quotacalc.exporters.base import ExportOptions
+
+OPTIONS = ExportOptions()
+
+#: The gateway's CEL environment (envoyproxy/ai-gateway internal/llmcostcel/cel.go, commit c217da8).
+GATEWAY_CEL = cel.NewEnv(
+    variables={
+        "model": cel.Type.STRING,
+        "backend": cel.Type.STRING,
+        "route_name": cel.Type.STRING,
+        "input_tokens": cel.Type.UINT,
+        "cached_input_tokens": cel.Type.UINT,
+        "cache_creation_input_tokens": cel.Type.UINT,
+        "output_tokens": cel.Type.UINT,
+        "total_tokens": cel.Type.UINT,
+        "reasoning_tokens": cel.Type.UINT,
+    }
+)
+
+
+def _evaluate(expression: str, input_tokens: int, cached: int, output: int) -> cel.Value:
+    return GATEWAY_CEL.compile(expression).eval(
+        data={
+            "model": "llama-3.3-70b",
+            "backend": "standard.default",
+            "route_name": "quotacalc-tenants-001",
+            "input_tokens": input_tokens,
+            "cached_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": output,
+            "total_tokens": input_tokens + output,
+            "reasoning_tokens": 0,
+        }
+    )
+
+
+def _export(policy=None):
+    policy = policy or platform_policy()
+    return policy, envoy.export(policy, sample_salts(policy), OPTIONS)
+
+
+def test_every_manifest_passes_its_crd_schema_and_cel_rules():
+    _policy, result = _export()
+    kinds = []
+    for generated in result.files:
+        for manifest in yaml.safe_load_all(generated.text):
+            kinds.append(manifest["kind"])
+            assert validate_manifest(manifest) == [], (generated.path, manifest["metadata"]["name"])
+    assert sorted(set(kinds)) == ["AIGatewayRoute", "AIServiceBackend", "BackendTrafficPolicy"]
+
+
+def test_the_validator_catches_what_the_api_server_rejects():
+    """The checks above can fail: an unknown field, a reserved rule name and a CRD maxItems are each reported."""
+    _policy, result = _export()
+    route = next(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
+    route["spec"]["rules"][0]["name"] = "route-not-found"  # x-kubernetes-validations on rules[]
+    route["spec"]["rules"][1]["backendRefs"][0]["weightt"] = 2  # unknown field
+    route["spec"]["rules"] = route["spec"]["rules"] * 3  # 24 rules > maxItems 15
+    problems = validate_manifest(route)
+    assert any("route-not-found is reserved" in problem for problem in problems)
+    assert any("'weightt' was unexpected" in problem for problem in problems)
+    assert any("is too long" in problem for problem in problems)
+
+
+def test_cost_expression_gives_the_policys_units_in_milli_units():
+    """Hand computation, standard pool (W = 3.09), premium tier (cached weight 0.1):
+    2,000 prompt tokens of which 500 cached, 500 output tokens =
+    1,500 x 1 + 500 x 0.1 + 500 x 3.09 = 1,500 + 50 + 1,545 = 3,095 units = 3,095,000 milli-units."""
+    _policy, result = _export()
+    route = next(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
+    costs = {cost["metadataKey"]: cost["cel"] for cost in route["spec"]["llmRequestCosts"]}
+    premium = costs["quotacalc_units_x1000_p1000_c100_o3090"]
+    value = _evaluate(premium, 2000, 500, 500)
+    assert value.type() == cel.Type.UINT
+    assert value.value() == 3_095_000
+
+
+def test_cost_expression_matches_the_weights_on_many_samples():
+    """Units from the policy's float weights vs the CEL integer result: equal within the scale's rounding."""
+    policy, result = _export()
+    routes = list(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
+    by_key = {cost["metadataKey"]: cost["cel"] for route in routes for cost in route["spec"]["llmRequestCosts"]}
+    samples = [(0, 0, 0), (1, 0, 1), (2000, 500, 500), (131072, 0, 8192), (4000, 4000, 1), (7, 3, 11)]
+    for tenant in policy.tenants:
+        _unit, _seconds, scale, _limit = envoy.window_for(tenant)
+        weights = envoy.scaled_weights(tenant.weights, scale)
+        expression = by_key[f"quotacalc_units_x{scale}_p{weights[0]}_c{weights[1]}_o{weights[2]}"]
+        for prompt, cached, output in samples:
+            units = (prompt - cached) * tenant.weights.prompt + cached * tenant.weights.cached_prompt
+            units += output * tenant.weights.output
+            got = _evaluate(expression, prompt, cached, output).value() / scale
+            assert abs(got - units) <= (prompt + output) * 0.5 / scale + 1e-9
+
+
+def test_cost_expression_guards_the_uncached_subtraction_and_passes_the_gateways_zero_check():
+    expression = envoy.cost_expression(1000, 100, 3090)
+    # The gateway evaluates every expression on all-zero counts at load time (cel.go NewProgram).
+    assert _evaluate(expression, 0, 0, 0).value() == 0
+    # More cached than input tokens (a malformed usage report) must not underflow the uint subtraction.
+    assert _evaluate(expression, 100, 200, 0).value() == 200 * 100
+    unguarded = GATEWAY_CEL.compile("input_tokens - cached_input_tokens").eval(
+        data={"input_tokens": 100, "cached_input_tokens": 200}
+    )
+    assert unguarded.type() == cel.Type.ERROR  # what the guard prevents
+
+
+def test_limits_are_the_bucket_rate_over_the_window_nearest_the_burst():
+    """acme: 17,725 units/s, 60 s burst -> Minute: 17,725 x 60 x 1,000 = 1,063,500,000 milli-units.
+    wayne (batch, 300 s burst): Minute is nearer 300 s than Hour on a log scale (5x vs 12x):
+    6,000 x 60 x 1,000 = 360,000,000."""
+    _policy, result = _export()
+    rules = next(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("policies.yaml"))))
+    limits = {
+        rule["clientSelectors"][0]["headers"][0]["value"]: rule["limit"]
+        for rule in rules["spec"]["rateLimit"]["global"]["rules"]
+    }
+    assert limits["acme"] == {"requests": 1_063_500_000, "unit": "Minute"}
+    assert limits["wayne"] == {"requests": 360_000_000, "unit": "Minute"}
+
+
+def test_a_limit_that_overflows_envoys_uint32_counter_takes_a_coarser_scale():
+    """100,000 units/s x 60 s x 1,000 = 6.0e9 > 4,294,967,295, so 1/100 units: 600,000,000."""
+    tenant = tenant_policy("big", platform_policy().tiers[1], 100_000.0)
+    assert envoy.window_for(tenant) == ("Minute", 60, 100, 600_000_000)
+    assert envoy.scaled_weights(tenant.weights, 100) == (100, 10, 309)
+
+
+def test_many_tenants_split_into_routes_within_the_crd_limits():
+    policy, result = _export(many_tenants_policy(40))
+    routes = list(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
+    policies = list(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("policies.yaml"))))
+    assert [len(route["spec"]["rules"]) for route in routes] == [15, 15, 10]
+    assert all(len(route["spec"]["llmRequestCosts"]) <= envoy.MAX_COSTS_PER_ROUTE for route in routes)
+    assert [p["spec"]["targetRefs"][0]["name"] for p in policies] == [r["metadata"]["name"] for r in routes]
+    routed = [rule["name"] for route in routes for rule in route["spec"]["rules"]]
+    assert sorted(routed) == sorted(tenant.name for tenant in policy.tenants)
+    for manifest in routes + policies:
+        assert validate_manifest(manifest) == []
+
+
+def test_salts_and_priority_are_set_server_side_per_tenant():
+    policy, result = _export()
+    salts = sample_salts(policy)
+    routes_file = next(f for f in result.files if f.path.endswith("routes.yaml"))
+    assert routes_file.secret
+    assert [f.path for f in result.files if f.secret] == ["envoy/aigatewayroutes.yaml"]
+    rules = {rule["name"]: rule for rule in next(yaml.safe_load_all(routes_file.text))["spec"]["rules"]}
+    acme = rules["acme"]["backendRefs"][0]["bodyMutation"]["set"]
+    assert {"path": "cache_salt", "value": f'"{salts["acme"]}"'} in acme
+    assert {"path": "priority", "value": "0"} in acme
+    hooli = rules["hooli"]["backendRefs"][0]["bodyMutation"]["set"]  # shared cache: no salt
+    assert [entry["path"] for entry in hooli] == ["priority"]
+    # LoRA adapters are models the tenant may name.
+    models = [match["headers"][1]["value"] for match in rules["acme"]["matches"]]
+    assert models == ["llama-3.3-70b", "acme-support-v2"]
+    for salt in salts.values():
+        assert all(salt not in line for line in result.limits)
+        assert all(salt not in f.text for f in result.files if not f.secret)
+
+
+def test_fcfs_engines_get_no_priority_and_the_limit_says_so():
+    policy = platform_policy(scheduling_policy="fcfs")
+    result = envoy.export(policy, sample_salts(policy), OPTIONS)
+    text = next(f.text for f in result.files if f.path.endswith("routes.yaml"))
+    assert "path: priority" not in text
+    assert any(line.startswith("Priority: not sent to pools long, standard") for line in result.limits)
+
+
+def test_limits_name_what_envoy_cannot_express():
+    _policy, result = _export()
+    text = "\n".join(result.limits)
+    for phrase in ("fixed windows, not a bucket", "KV cap", "Concurrent sequences", "not routed to pool long"):
+        assert phrase in text
+
+
+def test_deterministic_and_yaml_round_trips():
+    policy = platform_policy()
+    first = envoy.export(policy, sample_salts(policy), OPTIONS)
+    assert first == envoy.export(policy, sample_salts(policy), OPTIONS)
+    data = envoy.documents(policy, sample_salts(policy))
+    for generated in first.files:
+        assert list(yaml.safe_load_all(generated.text)) == data[generated.path]

@@ -1,0 +1,126 @@
+"""Kong exporter: the decK file checked by the real `deck validate` (Debian's deck), units checked by hand."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from policy_samples import many_tenants_policy, platform_policy, sample_salts
+
+from quotacalc.exporters import kong
+from quotacalc.exporters.base import ExportOptions
+
+DECK = shutil.which("deck") or ("/usr/bin/deck" if Path("/usr/bin/deck").exists() else None)
+needs_deck = pytest.mark.skipif(
+    DECK is None, reason="deck not installed (Debian package `deck`; .ci/run installs it with apt-get)"
+)
+
+
+def _deck_validate(path: Path) -> subprocess.CompletedProcess[str]:
+    assert DECK is not None
+    return subprocess.run([DECK, "validate", "-s", str(path)], capture_output=True, text=True, timeout=60, check=False)
+
+
+def _export(policy=None):
+    policy = policy or platform_policy()
+    return policy, kong.export(policy, sample_salts(policy), ExportOptions())
+
+
+@needs_deck
+def test_deck_validates_the_generated_file(tmp_path: Path):
+    _policy, result = _export()
+    (generated,) = result.files
+    path = tmp_path / "kong.yaml"
+    path.write_text(generated.text, encoding="utf-8")
+    checked = _deck_validate(path)
+    assert checked.returncode == 0, checked.stderr
+
+
+@needs_deck
+def test_deck_validates_a_hundred_consumers(tmp_path: Path):
+    _policy, result = _export(many_tenants_policy(100))
+    path = tmp_path / "kong.yaml"
+    path.write_text(result.files[0].text, encoding="utf-8")
+    checked = _deck_validate(path)
+    assert checked.returncode == 0, checked.stderr
+
+
+@needs_deck
+def test_deck_rejects_what_kong_would(tmp_path: Path):
+    """The check can fail: an unknown field and a duplicate consumer are each refused."""
+    policy, _result = _export()
+    data = kong.document(policy, sample_salts(policy))
+    data["consumers"][0]["tier"] = "premium"
+    path = tmp_path / "unknown.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert "Additional property tier is not allowed" in _deck_validate(path).stderr
+    data = kong.document(policy, sample_salts(policy))
+    data["consumers"].append(data["consumers"][0])
+    path = tmp_path / "duplicate.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert "already exists" in _deck_validate(path).stderr
+
+
+def test_costs_express_units_per_million_tokens():
+    """ai-proxy costs are per 1M tokens: prompt weight 1 -> 1,000,000; standard pool W 3.09 -> 3,090,000;
+    long pool W 4.6 -> 4,600,000. So 2,000 prompt + 500 output tokens on the standard pool cost
+    (2,000 x 1,000,000 + 500 x 3,090,000) / 1,000,000 = 3,545 units (cached tokens not discounted)."""
+    _policy, result = _export()
+    data = yaml.safe_load(result.files[0].text)
+    options = {
+        service["name"]: next(p for p in service["plugins"] if p["name"] == "ai-proxy")["config"]["model"]["options"]
+        for service in data["services"]
+    }
+    assert (options["standard"]["input_cost"], options["standard"]["output_cost"]) == (1_000_000, 3_090_000)
+    assert (options["long"]["input_cost"], options["long"]["output_cost"]) == (1_000_000, 4_600_000)
+    cost = (2000 * options["standard"]["input_cost"] + 500 * options["standard"]["output_cost"]) / 1_000_000
+    assert cost == pytest.approx(3545)
+
+
+def test_each_tenant_gets_its_bucket_depth_over_a_sliding_window_of_its_burst():
+    """acme: 17,725 units/s x 60 s = 1,063,500 units per 60 s; wayne (batch, 300 s burst): 6,000 x 300 =
+    1,800,000 units per 300 s; wonka: 750.5 x 300 = 225,150."""
+    _policy, result = _export()
+    data = yaml.safe_load(result.files[0].text)
+    limits = {}
+    for consumer in data["consumers"]:
+        plugin = next(p for p in consumer["plugins"] if p["name"] == "ai-rate-limiting-advanced")
+        assert plugin["config"]["tokens_count_strategy"] == "cost"
+        (provider,) = plugin["config"]["llm_providers"]
+        limits[consumer["username"]] = (provider["limit"], provider["window_size"])
+    assert limits["acme"] == ([1_063_500], [60])
+    assert limits["wayne"] == ([1_800_000], [300])
+    assert limits["wonka"] == ([225_150], [300])
+
+
+def test_salts_are_set_server_side_and_the_file_is_secret():
+    policy, result = _export()
+    salts = sample_salts(policy)
+    (generated,) = result.files
+    assert generated.secret
+    consumers = {c["username"]: c for c in yaml.safe_load(generated.text)["consumers"]}
+    transformer = next(p for p in consumers["acme"]["plugins"] if p["name"] == "request-transformer")
+    assert transformer["config"] == {
+        "remove": {"body": ["cache_salt"]},
+        "add": {"body": [f"cache_salt:{salts['acme']}"]},
+    }
+    assert all(p["name"] != "request-transformer" for p in consumers["hooli"]["plugins"])  # shared cache
+    assert all(salt not in line for salt in salts.values() for line in result.limits)
+
+
+def test_limits_name_what_kong_cannot_express_and_output_round_trips():
+    policy, result = _export()
+    text = "\n".join(result.limits)
+    for phrase in (
+        "no cached-token term",
+        "sliding window",
+        "KV cap",
+        "Concurrent sequences",
+        "not routed to pool long",
+    ):
+        assert phrase in text
+    assert yaml.safe_load(result.files[0].text) == kong.document(policy, sample_salts(policy))
+    assert result == kong.export(policy, sample_salts(policy), ExportOptions())

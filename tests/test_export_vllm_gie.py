@@ -1,0 +1,109 @@
+"""vLLM config files checked against the flags of a stated vLLM release; Inference Extension manifests against its CRDs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from crd_validation import validate_manifest
+from policy_samples import platform_policy, sample_salts
+
+from quotacalc.exporters import gie, vllm
+from quotacalc.exporters.base import ExportOptions
+
+FLAGS_FILE = Path(__file__).parent / "targets" / f"vllm-{vllm.VLLM_VERSION}-flags.json"
+
+
+def _flags() -> dict[str, dict]:
+    table = json.loads(FLAGS_FILE.read_text(encoding="utf-8"))
+    assert table["vllm_version"] == vllm.VLLM_VERSION
+    return table["flags"]
+
+
+def test_the_extracted_flag_table_holds_what_vllm_0_33_documents():
+    """Figures from TARGETS.md (read in the 0.33.0 wheel): 321 long flags, scheduling-policy fcfs|priority,
+    kv-cache-dtype including auto, bfloat16 and the fp8 variants."""
+    flags = _flags()
+    assert sum(1 for flag in flags if not flag.startswith("no-")) == 321
+    assert flags["scheduling-policy"]["choices"] == ["fcfs", "priority"]
+    assert {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"} <= set(flags["kv-cache-dtype"]["choices"])
+    assert flags["enable-prefix-caching"]["type"] == "bool"
+
+
+def test_every_generated_key_and_choice_is_a_flag_of_the_stated_release():
+    flags = _flags()
+    policy = platform_policy()
+    result = vllm.export(policy, sample_salts(policy), ExportOptions())
+    assert [f.path for f in result.files] == ["vllm/standard.yaml", "vllm/long.yaml"]
+    for generated in result.files:
+        config = yaml.safe_load(generated.text)
+        for key, value in config.items():
+            assert key in flags, f"{generated.path}: {key} is not a vLLM {vllm.VLLM_VERSION} flag"
+            if "choices" in flags[key]:
+                assert str(value) in flags[key]["choices"], (key, value)
+            if flags[key].get("type") == "bool":
+                assert isinstance(value, bool), (key, value)
+
+
+def test_engine_values_come_from_the_policy_and_round_trip():
+    policy = platform_policy()
+    result = vllm.export(policy, {}, ExportOptions())
+    data = vllm.documents(policy)
+    for generated in result.files:
+        assert yaml.safe_load(generated.text) == data[generated.path]
+        assert not generated.secret
+    long = data["vllm/long.yaml"]
+    assert long["max-model-len"] == 131072
+    assert long["max-num-seqs"] == 16
+    assert long["scheduling-policy"] == "priority"
+    assert long["tensor-parallel-size"] == 4
+    assert long["enable-prefix-caching"] is True
+    assert any("LoRA adapters (acme-support-v2, initech-sql)" in line for line in result.limits)
+
+
+def test_a_key_outside_the_release_is_caught():
+    """The check above can fail: a misspelt flag and a choice vLLM does not know."""
+    flags = _flags()
+    assert "max-num-sequences" not in flags
+    assert "fp7" not in flags["kv-cache-dtype"]["choices"]
+
+
+def test_inference_pools_pass_the_crd_and_objectives_are_opt_in():
+    policy = platform_policy()
+    plain = gie.export(policy, {}, ExportOptions())
+    assert [f.path for f in plain.files] == ["gie/inferencepools.yaml"]
+    pools = list(yaml.safe_load_all(plain.files[0].text))
+    assert [pool["metadata"]["name"] for pool in pools] == ["standard", "long"]
+    for manifest in pools:
+        assert validate_manifest(manifest) == []
+    assert pools == gie.documents(policy, ExportOptions())["gie/inferencepools.yaml"]
+    assert any("removed from the Inference Extension's main branch in 2026" in line for line in plain.limits)
+
+
+def test_objectives_invert_the_policys_priority():
+    """Tiers premium 0, standard 1, batch 2 (0 most important) -> objectives 2, 1, 0 (higher more important)."""
+    policy = platform_policy()
+    options = ExportOptions(gie_objectives=True)
+    result = gie.export(policy, {}, options)
+    objectives = list(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("objectives.yaml"))))
+    priorities = {o["metadata"]["name"]: o["spec"]["priority"] for o in objectives}
+    assert priorities == {
+        "premium-standard": 2,
+        "premium-long": 2,
+        "standard-standard": 1,
+        "standard-long": 1,
+        "batch-standard": 0,
+        "batch-long": 0,
+    }
+    for manifest in objectives:
+        assert validate_manifest(manifest) == []
+    assert any("InferenceObjective (v1alpha2) was removed" in line for line in result.limits)
+
+
+def test_a_broken_inference_pool_is_rejected():
+    manifest = gie.documents(platform_policy(), ExportOptions())["gie/inferencepools.yaml"][0]
+    manifest["spec"]["targetPorts"] = [{"number": 8000}, {"number": 8000}]  # duplicate port: a CEL rule
+    manifest["spec"]["endpointPickerRef"] = {"name": "epp"}  # a Service needs a port: a CEL rule
+    problems = validate_manifest(manifest)
+    assert len(problems) == 2, problems

@@ -1,0 +1,361 @@
+"""`quotacalc generate`: deterministic files, the manifest that protects files quotacalc did not write,
+`--check` drift, owner-only salts, the secret never printed, and the checked-in example kept current."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PLATFORM = EXAMPLES / "platform.yaml"
+EXAMPLE_SECRET = EXAMPLES / "platform.secret"
+SECRET = "test-secret-not-for-production"
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QUOTACALC_SALT_SECRET", raising=False)
+
+
+def one_line_error(code: int, out: str, err: str, expected_code: int) -> str:
+    assert code == expected_code, f"exit {code}, want {expected_code}: {err!r}"
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("quotacalc: note:")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("quotacalc: error: ")
+    return lines[0].removeprefix("quotacalc: error: ")
+
+
+def canonical(run_cli, out: Path, *extra: object, plan: Path = PLATFORM) -> tuple[int, str, str]:
+    return run_cli("generate", plan, "--out", out, "--target", "canonical", *extra)
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()
+    }
+
+
+def write_plan(tmp_path: Path, document: dict, name: str = "plan.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def platform_document() -> dict:
+    return yaml.safe_load(PLATFORM.read_text(encoding="utf-8"))
+
+
+# --- the checked-in example ----------------------------------------------------------------------------
+
+
+def test_checked_in_example_is_current(run_cli) -> None:
+    """CI's drift check: the files under examples/platform are what the plan generates with the example secret."""
+    code, out, err = run_cli(
+        "generate", PLATFORM, "--out", EXAMPLES / "platform", "--check", "--salt-secret-file", EXAMPLE_SECRET
+    )
+    assert code == 0, f"examples/platform is stale; regenerate it (see README):\n{out}{err}"
+    assert out == ""
+
+
+# --- determinism ---------------------------------------------------------------------------------------
+
+
+def test_same_plan_and_secret_give_byte_identical_files(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    assert canonical(run_cli, tmp_path / "a")[0] == 0
+    assert canonical(run_cli, tmp_path / "b")[0] == 0
+    first, second = tree(tmp_path / "a"), tree(tmp_path / "b")
+    assert first == second
+    assert set(first) == {
+        ".quotacalc-manifest.json",
+        "canonical/LIMITS.md",
+        "canonical/policy.json",
+        "canonical/policy.schema.json",
+        "canonical/policy.yaml",
+        "canonical/salts.json",
+    }
+    # A second run into the same directory changes nothing.
+    code, out, _ = canonical(run_cli, tmp_path / "a", "--json")
+    assert code == 0
+    assert {change["status"] for change in json.loads(out)["files"]} == {"unchanged"}
+
+
+def test_policy_yaml_and_json_are_the_same_document(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    assert canonical(run_cli, tmp_path)[0] == 0
+    from_yaml = yaml.safe_load((tmp_path / "canonical/policy.yaml").read_text(encoding="utf-8"))
+    from_json = json.loads((tmp_path / "canonical/policy.json").read_text(encoding="utf-8"))
+    assert from_yaml == from_json
+    assert from_json["schema_version"] == 1
+    assert len(from_json["tenants"]) == 8
+
+
+def test_salts_differ_with_the_secret_and_match_hmac(run_cli, tmp_path: Path, monkeypatch) -> None:
+    import hashlib
+    import hmac
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    assert canonical(run_cli, tmp_path / "a")[0] == 0
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET + "2")
+    assert canonical(run_cli, tmp_path / "b")[0] == 0
+    a = json.loads((tmp_path / "a/canonical/salts.json").read_text(encoding="utf-8"))
+    b = json.loads((tmp_path / "b/canonical/salts.json").read_text(encoding="utf-8"))
+    # Salted tenants only (hooli and wayne share the cache), keyed by salt_ref.
+    assert list(a) == ["globex", "stark", "acme", "initech", "umbrella", "cyberdyne"]
+    assert a["globex"] == hmac.new(SECRET.encode(), b"globex", hashlib.sha256).hexdigest()
+    assert all(a[name] != b[name] for name in a)
+
+
+# --- secrets -------------------------------------------------------------------------------------------
+
+
+def test_salts_file_is_owner_only(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    assert canonical(run_cli, tmp_path)[0] == 0
+    assert stat.S_IMODE((tmp_path / "canonical/salts.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "canonical/policy.yaml").stat().st_mode) == 0o644
+    # Loosened by hand (or by a checkout): --check notes it without calling it drift, generate restores it.
+    os.chmod(tmp_path / "canonical/salts.json", 0o644)
+    code, _, err = canonical(run_cli, tmp_path, "--check")
+    assert code == 0 and "salts.json has other permissions than owner-only (0600)" in err
+    assert canonical(run_cli, tmp_path)[0] == 0
+    assert stat.S_IMODE((tmp_path / "canonical/salts.json").stat().st_mode) == 0o600
+
+
+def test_missing_secret_is_one_line_and_writes_nothing(run_cli, tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    line = one_line_error(*canonical(run_cli, out_dir), EXIT_USAGE)
+    assert line == (
+        "--salt-secret-file: 6 salted tenants (globex, stark, acme and 3 more) need a salt secret; nothing was "
+        "written (set QUOTACALC_SALT_SECRET or pass --salt-secret-file FILE)"
+    )
+    assert not out_dir.exists()
+
+
+def test_empty_or_missing_secret_file(run_cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.secret"
+    empty.write_text("\n", encoding="utf-8")
+    line = one_line_error(*canonical(run_cli, tmp_path / "out", "--salt-secret-file", empty), EXIT_INVALID_INPUT)
+    assert line == f"{empty}: --salt-secret-file: is empty (put the secret in it)"
+    missing = tmp_path / "missing.secret"
+    line = one_line_error(*canonical(run_cli, tmp_path / "out", "--salt-secret-file", missing), EXIT_USAGE)
+    assert line == f"{missing}: --salt-secret-file: no such file"
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_secret_needed_when_no_tenant_is_salted(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    for tenant in document["tenants"]:
+        tenant["cache_isolation"] = "shared"
+    code, _, err = canonical(run_cli, tmp_path / "out", plan=write_plan(tmp_path, document))
+    assert code == 0, err
+    assert not (tmp_path / "out/canonical/salts.json").exists()
+
+
+def test_secret_and_salts_never_printed(run_cli, tmp_path: Path) -> None:
+    from quotacalc.core.salts import derive_salt
+
+    secret_file = tmp_path / "s.secret"
+    secret_file.write_text(SECRET + "\n", encoding="utf-8")
+    salt = derive_salt(SECRET.encode(), "globex")
+    outputs = []
+    for extra in ((), ("--json",), ("--check",), ("--check", "--json")):
+        code, out, err = canonical(run_cli, tmp_path / "out", "--salt-secret-file", secret_file, *extra)
+        outputs.append(out + err)
+    (tmp_path / "out/canonical/salts.json").unlink()  # drift in the salts file: its diff must not show them
+    code, out, err = canonical(run_cli, tmp_path / "out", "--salt-secret-file", secret_file, "--check")
+    assert code == 1 and "holds salts: would be created, contents not shown" in out
+    outputs.append(out + err)
+    for text in outputs:
+        assert SECRET not in text and salt not in text
+
+
+def test_salt_equal_to_a_lora_name_refuses_to_generate(run_cli, tmp_path: Path, monkeypatch) -> None:
+    from quotacalc.core.salts import derive_salt
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    document = platform_document()
+    document["tenants"][3]["lora_adapters"] = [derive_salt(SECRET.encode(), "stark")]
+    plan = write_plan(tmp_path, document)
+    line = one_line_error(*canonical(run_cli, tmp_path / "out", plan=plan), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{plan}: the plan is not sound: tenants.")
+    assert "nothing was written" in line
+    assert not (tmp_path / "out").exists()
+
+
+# --- nothing lost: the manifest ---------------------------------------------------------------------------
+
+
+def test_foreign_file_is_never_overwritten(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    (out_dir / "canonical").mkdir(parents=True)
+    mine = out_dir / "canonical/policy.json"
+    mine.write_text("my own file\n", encoding="utf-8")
+    line = one_line_error(*canonical(run_cli, out_dir), EXIT_INVALID_INPUT)
+    assert line == (
+        f"{mine}: exists and quotacalc did not write it (not in the manifest); nothing was written "
+        "(move it away, or choose another --out)"
+    )
+    assert mine.read_text(encoding="utf-8") == "my own file\n"
+    assert tree(out_dir) == {"canonical/policy.json": b"my own file\n"}
+
+
+def test_unrelated_files_survive_and_stale_files_are_removed(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    (out_dir / "README.md").write_text("ours\n", encoding="utf-8")
+    (out_dir / "canonical/notes.txt").write_text("ours too\n", encoding="utf-8")
+    # Every tenant moves to the shared cache: the salts file is no longer generated, so it goes.
+    document = platform_document()
+    for tenant in document["tenants"]:
+        tenant["cache_isolation"] = "shared"
+    code, out, _ = canonical(run_cli, out_dir, "--json", plan=write_plan(tmp_path, document))
+    assert code == 0
+    statuses = {change["path"]: change["status"] for change in json.loads(out)["files"]}
+    assert statuses["canonical/salts.json"] == "removed"
+    assert not (out_dir / "canonical/salts.json").exists()
+    assert (out_dir / "README.md").read_text(encoding="utf-8") == "ours\n"
+    assert (out_dir / "canonical/notes.txt").read_text(encoding="utf-8") == "ours too\n"
+    manifest = json.loads((out_dir / ".quotacalc-manifest.json").read_text(encoding="utf-8"))
+    assert "canonical/salts.json" not in manifest["files"]
+
+
+def test_hand_edited_file_is_not_overwritten(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    edited = out_dir / "canonical/policy.yaml"
+    edited.write_text(edited.read_text(encoding="utf-8") + "# my note\n", encoding="utf-8")
+    before = tree(out_dir)
+    line = one_line_error(*canonical(run_cli, out_dir), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{edited}: was edited since quotacalc wrote it; nothing was written")
+    assert tree(out_dir) == before
+
+
+def test_corrupt_manifest_is_an_error(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / ".quotacalc-manifest.json").write_text("{not json", encoding="utf-8")
+    line = one_line_error(*canonical(run_cli, out_dir), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{out_dir / '.quotacalc-manifest.json'}: is not a quotacalc manifest")
+
+
+def test_out_is_a_file(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    file = tmp_path / "file"
+    file.write_text("x", encoding="utf-8")
+    assert one_line_error(*canonical(run_cli, file), EXIT_INVALID_INPUT) == f"{file}: --out: is not a directory"
+
+
+# --- --check: the CI drift check ----------------------------------------------------------------------------
+
+
+def test_check_reports_drift_with_a_unified_diff_and_writes_nothing(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    code, out, _ = canonical(run_cli, out_dir, "--check")
+    assert (code, out) == (0, "")
+    document = platform_document()
+    document["tenants"][0]["units_per_s"] = 18000  # globex buys more: 18,000 units/s, depth 1,080,000
+    plan = write_plan(tmp_path, document)
+    before = tree(out_dir)
+    code, out, err = canonical(run_cli, out_dir, "--check", plan=plan)
+    assert code == 1
+    assert tree(out_dir) == before
+    assert "--- a/canonical/policy.yaml\n+++ b/canonical/policy.yaml\n" in out
+    assert (
+        "-  bucket_rate_units_per_s: 17725.0\n-  bucket_depth_units: 1063500.0\n"
+        "+  bucket_rate_units_per_s: 18000.0\n+  bucket_depth_units: 1080000.0\n"
+    ) in out
+    assert "differs from the plan" in err
+    code, out, _ = canonical(run_cli, out_dir, "--check", "--json", plan=plan)
+    result = json.loads(out)
+    assert code == 1 and result["drift"] is True and "bucket_depth_units" in result["diff"]
+    # Generating brings the directory back in line.
+    assert canonical(run_cli, out_dir, plan=plan)[0] == 0
+    assert canonical(run_cli, out_dir, "--check", plan=plan)[0] == 0
+
+
+def test_check_on_an_empty_directory_is_drift(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    code, out, _ = canonical(run_cli, tmp_path / "none", "--check")
+    assert code == 1 and "+++ b/canonical/policy.json" in out
+    assert not (tmp_path / "none").exists()
+
+
+# --- targets ------------------------------------------------------------------------------------------
+
+
+def test_unknown_target(run_cli, tmp_path: Path) -> None:
+    line = one_line_error(*run_cli("generate", PLATFORM, "--out", tmp_path, "--target", "envoi"), EXIT_USAGE)
+    assert line == "--target: unknown target 'envoi' (did you mean 'envoy'?)"
+
+
+def test_missing_target_module_skipped_under_all_and_an_error_when_named(run_cli, tmp_path: Path, monkeypatch) -> None:
+    from quotacalc.exporters import base
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    monkeypatch.setattr(base, "TARGET_MODULES", {"canonical": base.TARGET_MODULES["canonical"]})
+    monkeypatch.setitem(base.TARGET_MODULES, "future", "quotacalc.exporters.future_target")
+    code, _, err = run_cli("generate", PLATFORM, "--out", tmp_path / "all")
+    assert code == 0
+    assert "quotacalc: note: skipped targets not in this build: future" in err
+    assert (tmp_path / "all/canonical/policy.yaml").exists()
+    line = one_line_error(*run_cli("generate", PLATFORM, "--out", tmp_path / "named", "--target", "future"), EXIT_USAGE)
+    assert (
+        line
+        == "--target: target 'future' is not available in this build (quotacalc.exporters.future_target is missing)"
+    )
+    assert not (tmp_path / "named").exists()
+
+
+def test_limits_written_beside_each_target(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    code, out, _ = run_cli("generate", PLATFORM, "--out", tmp_path, "--json")
+    assert code == 0
+    result = json.loads(out)
+    for target in result["targets"]:
+        limits = (tmp_path / target / "LIMITS.md").read_text(encoding="utf-8")
+        assert limits.startswith(f"# What the {target} target cannot express")
+        for limit in result["limits"][target]:
+            assert limit in limits
+    assert "nothing: these files express the whole plan" in (tmp_path / "canonical/LIMITS.md").read_text("utf-8")
+
+
+def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monkeypatch) -> None:
+    from quotacalc.exporters import base
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    # A second target whose files live beside the canonical ones; generating it alone keeps canonical's.
+    module = type(os)("quotacalc_test_extra_target")
+
+    def export(policy, salts, options):
+        from quotacalc.exporters.base import Export, GeneratedFile
+
+        return Export(target="extra", files=(GeneratedFile(path="extra/x.txt", text="x\n"),), limits=("no buckets",))
+
+    module.export = export
+    monkeypatch.setitem(__import__("sys").modules, "quotacalc_test_extra_target", module)
+    monkeypatch.setitem(base.TARGET_MODULES, "extra", "quotacalc_test_extra_target")
+    code, _, err = run_cli("generate", PLATFORM, "--out", out_dir, "--target", "extra")
+    assert code == 0
+    assert "extra cannot express 1 parts of the policy" in err and "  - no buckets" in err
+    assert (out_dir / "canonical/policy.yaml").exists() and (out_dir / "extra/x.txt").exists()
+    assert "- no buckets" in (out_dir / "extra/LIMITS.md").read_text(encoding="utf-8")
+    manifest = json.loads((out_dir / ".quotacalc-manifest.json").read_text(encoding="utf-8"))
+    assert {entry["target"] for entry in manifest["files"].values()} == {"canonical", "extra"}
+    assert canonical(run_cli, out_dir, "--check")[0] == 0

@@ -1,0 +1,773 @@
+"""Golden figures for every formula of the core, on toy models small enough to compute by hand.
+
+Each expected value is written as the arithmetic a reader can redo (shapes of the modules as
+transformers builds them, the method's formulas), never copied from quotacalc's output. The
+models are built directly from the core's specs (no config file, no transformers), so these tests
+run in milliseconds and are the ones the mutation run (README, development) relies on.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+
+from quotacalc.catalog.dtypes import DTYPES
+from quotacalc.catalog.gpus import GpuSources, GpuSpec
+from quotacalc.core import memory
+from quotacalc.core.arch import (
+    DenseMLP,
+    FullAttention,
+    Layer,
+    Mamba1Mixer,
+    Mamba2Mixer,
+    MLAAttention,
+    ModelArch,
+    MoE,
+    ParamGroup,
+    SlidingWindowAttention,
+    kv_heads_per_rank,
+    mean_attended_tokens,
+)
+from quotacalc.core.deployment import GIB, Deployment, Tenant
+from quotacalc.core.kv import request_kv
+from quotacalc.core.price import (
+    PricingInputs,
+    check_parallelism,
+    expected_busiest_rank_experts,
+    expected_distinct_experts,
+    price,
+)
+from quotacalc.core.tenant import size_tenant
+from quotacalc.core.weights import GroupStorage, WeightLayout, uniform_layout
+from quotacalc.errors import QuotacalcError
+
+A = ParamGroup.ATTENTION
+
+# --------------------------------------------------------------------------- toy pieces
+
+#: A GPU with round figures: 80 GB, 2 TB/s, 500 dense bf16 TFLOPS, 1000 fp8.
+TOY_GPU = GpuSpec(
+    id="toy",
+    name="Toy GPU",
+    vendor="none",
+    memory_bytes=80_000_000_000,
+    memory_bandwidth_bytes_per_s=2e12,
+    dense_tflops={"bf16": 500, "fp8": 1000},
+    interconnect_bandwidth_bytes_per_s=4e11,
+    allreduce_latency_s=1e-5,
+    sources=GpuSources(
+        memory_bytes="toy",
+        memory_bandwidth_bytes_per_s="toy",
+        dense_tflops="toy",
+        interconnect_bandwidth_bytes_per_s="toy",
+        allreduce_latency_s="toy",
+    ),
+)
+
+
+def gqa(**extra) -> FullAttention:
+    """8 query heads, 2 KV heads of 128 over a 1024-wide model."""
+    return FullAttention(hidden_size=1024, num_heads=8, num_kv_heads=2, head_dim=128, v_head_dim=128, **extra)
+
+
+def toy_dense(layers: int = 4, mixer=None) -> ModelArch:
+    """``layers`` x (GQA attention + gated MLP 1024 -> 4096 + two norms), untied 1000-token vocabulary."""
+    mixer = mixer or gqa()
+    layer = Layer(mixer=mixer, feed_forward=DenseMLP(hidden_size=1024, intermediate_size=4096), norm_params=2048)
+    return ModelArch(
+        name="toy",
+        model_type="llama",
+        hidden_size=1024,
+        vocab_size=1000,
+        tie_word_embeddings=False,
+        layers=(layer,) * layers,
+        final_norm_params=1024,
+    )
+
+
+# Attention: q 1024x1024, k and v 1024x256 each, o 1024x1024 (no biases).
+TOY_ATTENTION = 1024 * 1024 + 2 * 1024 * 256 + 1024 * 1024  # 2,621,440
+# Gated MLP: gate and up 1024x4096, down 4096x1024.
+TOY_MLP = 3 * 1024 * 4096  # 12,582,912
+TOY_LAYER = TOY_ATTENTION + TOY_MLP + 2048
+TOY_TOTAL = 4 * TOY_LAYER + 2 * 1000 * 1024 + 1024  # 62,874,624
+
+
+def toy_deployment(**extra) -> Deployment:
+    fields = dict(
+        model="toy",
+        gpu="toy",
+        tp=2,
+        batch=16,
+        context=1000,
+        mfu=0.5,
+        mbu=0.8,
+        ceiling=0.6,
+        gpu_hour_usd=2.0,
+        hours_per_month=700,
+        memory_utilization=0.9,
+        runtime_reserve_gib=1.0,
+        cached_prompt_weight=0.1,
+        burst_s=30,
+    )
+    return Deployment(**{**fields, **extra})
+
+
+def toy_inputs(arch: ModelArch | None = None, layout: WeightLayout | None = None, **deployment) -> PricingInputs:
+    bf16 = DTYPES["bf16"]
+    return PricingInputs(
+        deployment=toy_deployment(**deployment),
+        arch=arch or toy_dense(),
+        gpu=TOY_GPU,
+        weights=layout or uniform_layout("bf16", 2, "bf16", "toy"),
+        kv_dtype=bf16,
+        state_dtype=bf16,
+    )
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return price(toy_inputs())
+
+
+# --------------------------------------------------------------------------- parameters, by module shape
+
+
+def test_toy_total_by_hand():
+    assert TOY_TOTAL == 62_874_624
+    arch = toy_dense()
+    assert arch.total_params() == TOY_TOTAL
+    assert arch.active_params() == TOY_TOTAL
+    assert arch.params_by_group() == {
+        ParamGroup.EMBEDDING: 1_024_000,
+        ParamGroup.LM_HEAD: 1_024_000,
+        ParamGroup.NORM: 4 * 2048 + 1024,
+        ParamGroup.VISION: 0,
+        ParamGroup.ATTENTION: 4 * TOY_ATTENTION,
+        ParamGroup.MLP: 4 * TOY_MLP,
+    }
+
+
+def test_tied_embeddings_counted_once_and_vision_idle():
+    arch = toy_dense().model_copy(update={"tie_word_embeddings": True, "vision_params": 5000})
+    assert arch.total_params() == TOY_TOTAL - 1_024_000 + 5000
+    # A text token runs through no vision tower.
+    assert arch.active_params() == TOY_TOTAL - 1_024_000
+    assert arch.active_params_by_group()[ParamGroup.VISION] == 0
+
+
+def test_attention_biases_norms_and_sinks():
+    # q, k, v biases: 1024 + 256 + 256; o bias: 1024; q/k RMSNorm: 2 x head_dim; sinks: one per query head.
+    assert gqa(qkv_bias=True).params()[A] == TOY_ATTENTION + 1536
+    assert gqa(o_bias=True).params()[A] == TOY_ATTENTION + 1024
+    assert gqa(qk_norm=True).params()[A] == TOY_ATTENTION + 256
+    assert gqa(sinks=True).params()[A] == TOY_ATTENTION + 8
+
+
+def test_attention_with_a_different_value_head():
+    # head_dim 64 for q and k, 32 for v: q 1024x512, k 1024x128, v 1024x64, o 256x1024.
+    mixer = FullAttention(hidden_size=1024, num_heads=8, num_kv_heads=2, head_dim=64, v_head_dim=32)
+    assert mixer.params()[A] == 1024 * 512 + 1024 * 128 + 1024 * 64 + 256 * 1024
+    assert mixer.cache_elements_per_token() == 2 * (64 + 32)
+    assert mixer.attention_flops_per_token(10) == 2 * 8 * (64 + 32) * 10
+
+
+def test_mla_parameters_with_and_without_q_lora():
+    # DeepSeek-style MLA, hidden 1024, 4 heads, q_lora 256, kv_lora 128, nope 32, rope 16, v 32:
+    #   q_a 1024x256 + q_a_norm 256 + q_b 256x(4 x 48)
+    #   kv_a 1024x(128 + 16) + kv_a_norm 128 + kv_b 128x(4 x (32 + 32))
+    #   o 4 x 32 x 1024
+    mla = MLAAttention(
+        hidden_size=1024,
+        num_heads=4,
+        q_lora_rank=256,
+        kv_lora_rank=128,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+    )
+    kv_and_o = 1024 * 144 + 128 + 128 * 4 * 64 + 4 * 32 * 1024
+    assert mla.params()[A] == 1024 * 256 + 256 + 256 * 4 * 48 + kv_and_o
+    # Without q_lora, q is one 1024 x (4 x 48) projection; o_bias adds 1024.
+    plain = mla.model_copy(update={"q_lora_rank": None, "o_bias": True})
+    assert plain.params()[A] == 1024 * 4 * 48 + kv_and_o + 1024
+
+
+def test_mamba1_parameters_by_module():
+    # Jamba's Mamba: hidden 64, d_inner 128, d_state 8, d_conv 4, dt_rank 4.
+    #   in_proj 64 x 256 (+256 bias)  conv1d 128 x 4 (+128 bias)  x_proj 128 x (4 + 16)
+    #   dt_proj 4 x 128 + 128  A_log 128 x 8  D 128  out_proj 128 x 64 (+64 bias)
+    #   dt/B/C norms 4 + 8 + 8
+    base = dict(hidden_size=64, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    core = 128 * 4 + 128 * 20 + 4 * 128 + 128 + 128 * 8 + 128
+    plain = Mamba1Mixer(**base, conv_bias=False)
+    assert plain.params()[ParamGroup.MAMBA] == 64 * 256 + core + 128 * 64
+    full = Mamba1Mixer(**base, conv_bias=True, proj_bias=True, inner_norms=True)
+    assert full.params()[ParamGroup.MAMBA] == 64 * 256 + 256 + core + 128 + 128 * 64 + 64 + 20
+
+
+def test_mamba2_parameters_by_module():
+    # Mamba-2: hidden 64, 4 heads of 32 (d_inner 128), 2 groups, d_state 16, d_conv 4.
+    #   in_proj 64 x (2 x 128 + 2 x 2 x 16 + 4) = 64 x 324;  conv over 128 + 64 = 192 channels: 192 x 4 (+192)
+    #   dt_bias, A_log, D: 3 x 4;  gated norm 128;  out_proj 128 x 64 (+64)
+    base = dict(hidden_size=64, num_heads=4, head_dim=32, n_groups=2, d_state=16, d_conv=4)
+    plain = Mamba2Mixer(**base, conv_bias=False, gated_norm=False)
+    assert plain.d_inner == 128 and plain.conv_dim == 192
+    assert plain.params()[ParamGroup.MAMBA] == 64 * 324 + 192 * 4 + 12 + 128 * 64
+    biased = Mamba2Mixer(**base, proj_bias=True)
+    assert biased.params()[ParamGroup.MAMBA] == 64 * 324 + 324 + 192 * 4 + 192 + 12 + 128 + 128 * 64 + 64
+    # Falcon-H1: in_proj biased, out_proj not.
+    split = Mamba2Mixer(**base, proj_bias=True, out_proj_bias=False)
+    assert split.params()[ParamGroup.MAMBA] == biased.params()[ParamGroup.MAMBA] - 64
+
+
+def test_mlp_shapes():
+    # Plain MLP: up and down only; biases on up (4096) and down (1024).
+    assert DenseMLP(hidden_size=1024, intermediate_size=4096, gated=False).params() == {ParamGroup.MLP: 2 * 1024 * 4096}
+    assert DenseMLP(hidden_size=1024, intermediate_size=4096, gated=False, bias=True).params() == {
+        ParamGroup.MLP: 2 * 1024 * 4096 + 4096 + 1024
+    }
+    # Gated with biases: gate and up 4096 each, down 1024.
+    assert DenseMLP(hidden_size=1024, intermediate_size=4096, bias=True).params() == {
+        ParamGroup.MLP: 3 * 1024 * 4096 + 2 * 4096 + 1024
+    }
+
+
+def test_moe_total_and_active():
+    # 8 experts of 3 x 64 x 32, top 2, router 64 x 8; one shared expert 3 x 64 x 48 with a 64-wide gate.
+    moe = MoE(
+        hidden_size=64,
+        num_experts=8,
+        top_k=2,
+        expert_intermediate_size=32,
+        num_shared_experts=1,
+        shared_intermediate_size=48,
+        shared_expert_gate=True,
+    )
+    expert = 3 * 64 * 32
+    assert moe.expert_params() == expert
+    fixed = {ParamGroup.ROUTER: 64 * 8 + 64, ParamGroup.SHARED_EXPERTS: 3 * 64 * 48}
+    assert moe.params() == {**fixed, ParamGroup.ROUTED_EXPERTS: 8 * expert}
+    assert moe.active_params() == {**fixed, ParamGroup.ROUTED_EXPERTS: 2 * expert}
+
+
+def test_moe_biases_plain_experts_and_latent():
+    # gpt-oss: expert biases (gate+up 2 x 32, down 64) and a router bias (8).
+    biased = MoE(
+        hidden_size=64, num_experts=8, top_k=2, expert_intermediate_size=32, expert_bias=True, router_bias=True
+    )
+    assert biased.expert_params() == 3 * 64 * 32 + 2 * 32 + 64
+    assert biased.params()[ParamGroup.ROUTER] == 64 * 8 + 8
+    # Nemotron-H: plain (up, down) experts at a 16-wide latent; projections 64 -> 16 and back (+ biases 16 + 64).
+    latent = MoE(
+        hidden_size=64,
+        num_experts=8,
+        top_k=2,
+        expert_intermediate_size=32,
+        gated=False,
+        expert_width=16,
+        latent_projection_bias=True,
+        num_shared_experts=2,
+        shared_intermediate_size=24,
+    )
+    assert latent.expert_params() == 2 * 16 * 32
+    assert latent.params()[ParamGroup.MLP] == 2 * 64 * 16 + 16 + 64
+    # Shared experts keep the model width and the experts' (plain) shape: 2 x 2 x 64 x 24.
+    assert latent.params()[ParamGroup.SHARED_EXPERTS] == 2 * 2 * 64 * 24
+    assert latent.model_copy(update={"latent_projection_bias": False}).params()[ParamGroup.MLP] == 2 * 64 * 16
+
+
+def test_layer_without_mixer_or_feed_forward():
+    layer = Layer(mixer=None, feed_forward=None, norm_params=7)
+    assert layer.params() == {ParamGroup.NORM: 7} == layer.active_params()
+
+
+def test_mixer_counts():
+    mamba = Mamba1Mixer(hidden_size=64, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    arch = toy_dense().model_copy(
+        update={
+            "layers": (
+                Layer(mixer=mamba, feed_forward=None, norm_params=0),
+                Layer(mixer=None, feed_forward=None, norm_params=0),
+            )
+        }
+    )
+    assert arch.mixer_counts() == {"mamba1": 1, "none": 1}
+
+
+# --------------------------------------------------------------------------- cache and state per kind
+
+
+def test_kv_heads_per_rank():
+    # 8 KV heads over TP 4: 2 each; over TP 16 each rank keeps one replicated head.
+    assert (kv_heads_per_rank(8, 4), kv_heads_per_rank(8, 8), kv_heads_per_rank(8, 16)) == (2, 1, 1)
+
+
+def test_full_attention_cache_rules():
+    mixer = gqa()
+    assert mixer.cache_elements_per_token() == 2 * (128 + 128)
+    assert mixer.cache_elements_per_token_per_gpu(2) == 1 * 256
+    assert mixer.cache_elements_per_token_per_gpu(4) == 1 * 256  # replicated
+    assert mixer.cached_tokens(5000) == 5000 and mixer.attended_tokens(5000) == 5000
+    assert mixer.grows_with_context() is True
+    assert mixer.state_elements_per_sequence() == 0 == mixer.state_elements_per_sequence_per_gpu(2)
+
+
+def test_sliding_window_cache_rules():
+    mixer = SlidingWindowAttention(**gqa().model_dump(exclude={"kind"}), window_tokens=100)
+    assert mixer.cached_tokens(60) == 60 and mixer.cached_tokens(5000) == 100
+    assert mixer.attended_tokens(60) == 60 and mixer.attended_tokens(5000) == 100
+    assert mixer.grows_with_context() is False
+    assert mixer.state_elements_per_sequence() == 0 == mixer.state_elements_per_sequence_per_gpu(2)
+    assert mixer.params() == gqa().params()
+
+
+def test_mean_attended_tokens_causal_and_windowed():
+    # Causal: token i attends i tokens (itself and the i - 1 before it); mean over 1..10 = 5.5.
+    assert mean_attended_tokens(10) == 5.5
+    # Window 4: tokens 1..4 attend 1..4, tokens 5..10 attend 4 each: (1 + 2 + 3 + 4 + 6 x 4) / 10 = 3.4.
+    assert mean_attended_tokens(10, 4) == pytest.approx(sum(min(i, 4) for i in range(1, 11)) / 10) == 3.4
+    # A window the prompt never reaches changes nothing; the edge (context == window) too.
+    assert mean_attended_tokens(4, 4) == 2.5 == mean_attended_tokens(4)
+    assert mean_attended_tokens(5, 4) == (1 + 2 + 3 + 4 + 4) / 5
+    sliding = SlidingWindowAttention(**gqa().model_dump(exclude={"kind"}), window_tokens=4)
+    assert sliding.mean_prompt_attended_tokens(10) == 3.4
+    assert gqa().mean_prompt_attended_tokens(10) == 5.5
+
+
+def test_mla_cache_and_flops_include_the_rope_dimensions():
+    mla = MLAAttention(
+        hidden_size=1024,
+        num_heads=4,
+        q_lora_rank=None,
+        kv_lora_rank=128,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+    )
+    # The latent (128) plus the shared rope key (16), held whole by every TP rank.
+    assert mla.cache_elements_per_token() == 144 == mla.cache_elements_per_token_per_gpu(8)
+    # QK^T over nope + rope (48) and AV over v (32), per head, per attended token, 2 FLOPs per MAC.
+    assert mla.attention_flops_per_token(10) == 2 * 4 * (32 + 16 + 32) * 10
+    assert mla.mean_prompt_attended_tokens(10) == 5.5 and mla.attended_tokens(7) == 7 and mla.cached_tokens(7) == 7
+    assert mla.grows_with_context() and mla.state_elements_per_sequence() == 0
+
+
+def test_mamba_state_whole_and_per_gpu():
+    # Mamba-1: (d_conv - 1) x d_inner conv values + d_inner x d_state SSM values = 3 x 128 + 128 x 8.
+    m1 = Mamba1Mixer(hidden_size=64, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    assert m1.state_elements_per_sequence() == 3 * 128 + 128 * 8 == 1408
+    assert m1.state_elements_per_sequence_per_gpu(2) == 704
+    assert m1.state_elements_per_sequence_per_gpu(3) == math.ceil(1408 / 3) == 470
+    # Mamba-2: conv over d_inner + 2 groups x d_state = 128 + 64 = 192 channels, SSM 4 heads x 32 x 16.
+    m2 = Mamba2Mixer(hidden_size=64, num_heads=4, head_dim=32, n_groups=2, d_state=16, d_conv=4)
+    assert m2.state_elements_per_sequence() == 3 * 192 + 4 * 32 * 16 == 2624
+    # TP 2: 64 inner channels + 1 group (2 x 16) per rank; 2 heads.
+    assert m2.state_elements_per_sequence_per_gpu(2) == 3 * (64 + 2 * 16) + 2 * 32 * 16
+    # TP 4: fewer groups than ranks: each rank keeps one replicated group.
+    assert m2.state_elements_per_sequence_per_gpu(4) == 3 * (32 + 2 * 16) + 1 * 32 * 16
+    for mixer in (m1, m2):
+        assert mixer.cache_elements_per_token() == 0 == mixer.cache_elements_per_token_per_gpu(2)
+        assert mixer.cached_tokens(99) == 0 and mixer.attended_tokens(99) == 0
+        assert mixer.mean_prompt_attended_tokens(99) == 0 and mixer.attention_flops_per_token(99) == 0
+        assert mixer.grows_with_context() is False
+
+
+def test_tp_problems_name_what_does_not_divide():
+    assert gqa().tp_problem(2) is None and gqa().tp_problem(8) is None
+    assert gqa().tp_problem(3) == "does not divide the 8 attention heads"
+    four_kv = FullAttention(hidden_size=1024, num_heads=12, num_kv_heads=4, head_dim=128, v_head_dim=128)
+    assert four_kv.tp_problem(6) == "is not a multiple of the 4 KV heads"
+    six_kv = FullAttention(hidden_size=1024, num_heads=12, num_kv_heads=6, head_dim=128, v_head_dim=128)
+    assert six_kv.tp_problem(4) == "does not divide the 6 KV heads"
+    assert six_kv.tp_problem(6) is None and six_kv.tp_problem(12) is None
+    mla = MLAAttention(
+        hidden_size=64,
+        num_heads=4,
+        q_lora_rank=None,
+        kv_lora_rank=8,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=8,
+        v_head_dim=8,
+    )
+    assert mla.tp_problem(4) is None and mla.tp_problem(3) == "does not divide the 4 attention heads"
+    m1 = Mamba1Mixer(hidden_size=64, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    assert m1.tp_problem(4) is None and m1.tp_problem(3) == "does not divide the Mamba inner size 128"
+    m2 = Mamba2Mixer(hidden_size=64, num_heads=4, head_dim=32, n_groups=2, d_state=16, d_conv=4)
+    assert m2.tp_problem(2) is None and m2.tp_problem(8) == "does not divide the 4 Mamba heads"
+    assert DenseMLP(hidden_size=8, intermediate_size=8).tp_problem(3) is None
+    assert MoE(hidden_size=8, num_experts=3, top_k=1, expert_intermediate_size=8).tp_problem(2) is None
+
+
+def test_check_parallelism_lists_the_tp_sizes_that_work():
+    arch = toy_dense(mixer=FullAttention(hidden_size=1024, num_heads=12, num_kv_heads=4, head_dim=128, v_head_dim=128))
+    with pytest.raises(QuotacalcError) as error:
+        check_parallelism(arch, toy_deployment(tp=3))
+    # 12 heads, 4 KV heads: TP 1, 2 and 4 split both.
+    assert error.value.field == "tp"
+    assert error.value.fix == "valid: 1, 2, 4"
+    # 3 divides the 12 query heads but not the 4 KV heads.
+    assert error.value.problem == "3 does not divide the 4 KV heads of toy"
+    check_parallelism(arch, toy_deployment(tp=4))
+
+
+def test_expert_parallel_checks():
+    arch = toy_moe()
+    with pytest.raises(QuotacalcError, match="does not split 4 experts") as error:
+        check_parallelism(arch, toy_deployment(tp=8, expert_parallel=True, batch=4))
+    assert error.value.field == "expert_parallel"
+    with pytest.raises(QuotacalcError, match="no experts") as error:
+        check_parallelism(toy_dense(), toy_deployment(expert_parallel=True))
+    assert error.value.field == "expert_parallel"
+    check_parallelism(arch, toy_deployment(tp=2, expert_parallel=True))
+
+
+# --------------------------------------------------------------------------- memory sums over layers
+
+
+def test_memory_sums_for_a_mixed_model():
+    # 1 full + 1 sliding (window 100) + 1 Mamba-1 layer, bf16 (2 B per value).
+    sliding = SlidingWindowAttention(**gqa().model_dump(exclude={"kind"}), window_tokens=100)
+    mamba = Mamba1Mixer(hidden_size=1024, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    arch = toy_dense().model_copy(
+        update={
+            "layers": tuple(Layer(mixer=m, feed_forward=None, norm_params=0) for m in (gqa(), sliding, mamba, None))
+        }
+    )
+    # Growth per token: the full layer only, 512 values x 2 B; per GPU at TP 2: 256 x 2 B.
+    assert memory.kv_bytes_per_token(arch, 2) == 1024
+    assert memory.kv_bytes_per_token_per_gpu(arch, 2, 2) == 512
+    assert memory.state_bytes_per_sequence(arch, 2) == 1408 * 2
+    assert memory.state_bytes_per_sequence(arch, 2, tp=2) == 704 * 2
+    # At 1,000 tokens: full 1000 x 512 + sliding 100 x 512 values, plus the state.
+    assert memory.window_bytes_per_sequence(arch, 2, 1000) == 100 * 512 * 2
+    assert memory.window_bytes_per_sequence(arch, 2, 40) == 40 * 512 * 2
+    assert memory.request_kv_bytes(arch, 1000, 2, 4) == (1000 * 512 + 100 * 512) * 2 + 1408 * 4
+    assert memory.request_kv_bytes_per_gpu(arch, 1000, 2, 4, 2) == (1000 * 256 + 100 * 256) * 2 + 704 * 4
+    # Attention FLOPs: full 2 x 8 x 256 x attended, sliding capped at 100; Mamba none.
+    per_token = 2 * 8 * 256
+    assert memory.attention_flops_per_output_token(arch, 1000) == per_token * (1000 + 100)
+    windowed_mean = (100 * 101 / 2 + 900 * 100) / 1000
+    assert memory.attention_flops_per_prompt_token(arch, 1000) == pytest.approx(per_token * (500.5 + windowed_mean))
+
+
+# --------------------------------------------------------------------------- expert routing
+
+
+def test_expected_distinct_experts_uniform_by_hand():
+    # E = 4, k = 2: one token touches 2; two tokens touch 4 x (1 - (1/2)^2) = 3.
+    assert expected_distinct_experts(4, 2, 1) == 2
+    assert expected_distinct_experts(4, 2, 2) == 3
+    assert expected_distinct_experts(4, 1, 3) == pytest.approx(4 * (1 - (3 / 4) ** 3))
+
+
+def test_zipf_skew_keeps_top_k():
+    # E = 4, k = 2, Zipf exponent 1: popularity 1, 1/2, 1/3, 1/4 over 25/12, so an expert is picked
+    # by a token with probability k p_i = 24/25, 12/25, 8/25, 6/25. One token still touches k = 2.
+    assert expected_distinct_experts(4, 2, 1, skew=1.0) == pytest.approx(2)
+    # Two tokens: Σ 1 - (1 - k p_i)^2 = (624 + 456 + 336 + 264) / 625 = 2.688.
+    picks = [Fraction(24, 25), Fraction(12, 25), Fraction(8, 25), Fraction(6, 25)]
+    assert sum(1 - (1 - p) ** 2 for p in picks) == Fraction(1680, 625)
+    assert expected_distinct_experts(4, 2, 2, skew=1.0) == pytest.approx(2.688)
+
+
+def test_zipf_skew_caps_a_pick_at_certainty():
+    # E = 4, k = 3, exponent 2: popularity 1, 1/4, 1/9, 1/16 over 205/144; k p_1 = 432/205 > 1 is capped at 1,
+    # the rest are 108/205, 48/205 and 27/205: one token touches 1 + 183/205 = 388/205 experts (fewer than k).
+    assert expected_distinct_experts(4, 3, 1, skew=2.0) == pytest.approx(388 / 205)
+
+
+def test_busiest_rank_under_expert_parallelism():
+    # E = 4 over 2 ranks (2 experts each), each touched with p = 1/2: a rank's count is Binomial(2, 1/2)
+    # (1/4, 1/2, 1/4). P(max >= 1) = 1 - (1/4)^2 = 15/16, P(max >= 2) = 1 - (3/4)^2 = 7/16: E[max] = 22/16.
+    assert expected_busiest_rank_experts(4, 2, 0.5) == pytest.approx(22 / 16)
+    # One rank: the mean, E p; certainty: every expert.
+    assert expected_busiest_rank_experts(4, 1, 0.25) == pytest.approx(1.0)
+    assert expected_busiest_rank_experts(8, 4, 1.0) == pytest.approx(2.0)
+    assert expected_busiest_rank_experts(8, 4, 0.0) == 0
+
+
+# --------------------------------------------------------------------------- price: every figure of a toy replica
+
+
+def test_toy_price_every_figure(toy):
+    weight_bytes = 2 * TOY_TOTAL
+    compute_rate = 2 * 500e12 * 0.5  # TP x peak bf16 x MFU
+    prompt_token_s = 2 * TOY_TOTAL / compute_rate
+    assert toy.total_params == TOY_TOTAL and toy.active_params == TOY_TOTAL
+    assert toy.weight_bytes == weight_bytes
+    assert toy.weight_bytes_per_gpu == weight_bytes / 2
+    # 4 layers x 2 KV heads x (128 + 128) x 2 B; per GPU one KV head per rank.
+    assert toy.kv_bytes_per_token == 4 * 2 * 256 * 2 == 4096
+    assert toy.kv_bytes_per_token_per_gpu == 4 * 1 * 256 * 2 == 2048
+    assert toy.state_bytes_per_sequence == 0
+    assert toy.peak_flops_per_gpu == 500e12 and toy.compute_dtype == "bf16"
+    assert toy.effective_bandwidth_per_gpu == 2e12 * 0.8
+    assert toy.prompt_token_s == pytest.approx(prompt_token_s)
+    # Mean prompt token at 1,000 attends 500.5 tokens: 4 layers x 2 x 8 heads x 256 x 500.5.
+    assert toy.attention_flops_per_prompt_token == 4 * 2 * 8 * 256 * 500.5
+    assert toy.prompt_token_at_context_s == pytest.approx((2 * TOY_TOTAL + 4 * 4096 * 500.5) / compute_rate)
+    # Decode at batch 16, 1,000 tokens: weights per GPU plus 16 x 1,000 x 2,048 B of KV per GPU.
+    assert toy.decode_weight_bytes_per_gpu == weight_bytes / 2
+    assert toy.decode_kv_bytes_per_gpu == 16 * 1000 * 2048
+    memory_s = (weight_bytes / 2 + 16 * 1000 * 2048) / 1.6e12
+    compute_s = 16 * (2 * TOY_TOTAL + 4 * 4096 * 1000) / compute_rate
+    assert toy.decode_memory_s == pytest.approx(memory_s)
+    assert toy.decode_compute_s == pytest.approx(compute_s)
+    assert toy.decode_bound == "memory" and toy.decode_step_s == pytest.approx(memory_s)
+    assert toy.output_token_s == pytest.approx(memory_s / 16)
+    assert toy.output_weight == pytest.approx(memory_s / 16 / prompt_token_s)
+    assert toy.replica_units_per_s == pytest.approx(0.6 / prompt_token_s)
+    # Pool: 0.9 x 80 GB - weights per GPU - 1 GiB, in 2,048-byte tokens.
+    usable = 0.9 * 80e9 - weight_bytes / 2 - GIB
+    assert toy.kv_pool_bytes_per_gpu == pytest.approx(usable)
+    assert toy.kv_pool_tokens == math.floor(usable / 2048) == 34_601_261
+    assert toy.kv_pool_source == "estimated"
+    assert toy.max_resident_sequences == math.floor(usable / (1000 * 2048)) == 34_601
+    # 2 GPUs x $2 x 700 h; a unit costs the replica's dollars per second over its units per second.
+    assert toy.dedicated_usd_per_month == 2 * 2.0 * 700 == 2800
+    usd_per_unit = 2 * 2.0 / 3600 / (0.6 / prompt_token_s)
+    assert toy.usd_per_unit == pytest.approx(usd_per_unit)
+    assert toy.usd_per_million_prompt_tokens == pytest.approx(1e6 * usd_per_unit)
+    assert toy.usd_per_million_cached_prompt_tokens == pytest.approx(1e6 * usd_per_unit * 0.1)
+    assert toy.usd_per_million_output_tokens == pytest.approx(1e6 * usd_per_unit * memory_s / 16 / prompt_token_s)
+    assert toy.expert_traffic is None and toy.warnings == ()
+
+
+def test_cached_prompt_price_follows_its_weight():
+    heavy = price(toy_inputs(cached_prompt_weight=0.25))
+    assert heavy.usd_per_million_cached_prompt_tokens == pytest.approx(0.25 * heavy.usd_per_million_prompt_tokens)
+    free = price(toy_inputs(cached_prompt_weight=0.0))
+    assert free.usd_per_million_cached_prompt_tokens == 0
+
+
+def test_compute_bound_decode_at_a_large_batch():
+    # Batch 4,096 at 10 tokens: memory (weights + 4,096 x 10 x 2,048 B) / 1.6e12 = 92.3 us;
+    # compute 4,096 x (2 x 62.9 M + 4 x 4,096 x 10) / 5e14 = 1.03 ms.
+    result = price(toy_inputs(batch=4096, context=10))
+    compute_s = 4096 * (2 * TOY_TOTAL + 4 * 4096 * 10) / 5e14
+    assert result.decode_bound == "compute"
+    assert result.decode_compute_s == pytest.approx(compute_s)
+    assert result.decode_memory_s == pytest.approx((TOY_TOTAL + 4096 * 10 * 2048) / 1.6e12)
+    assert result.decode_step_s == pytest.approx(compute_s)
+
+
+def test_measured_pool_overrides_the_estimate():
+    result = price(toy_inputs(kv_pool_tokens=1000))
+    assert result.kv_pool_tokens == 1000 and result.kv_pool_source == "measured"
+    assert result.kv_pool_bytes_per_gpu == 1000 * 2048
+    # 1,000 tokens of pool hold one 1,000-token sequence; a batch of 16 does not fit.
+    assert result.max_resident_sequences == 1
+    assert any("does not fit the KV pool" in warning and "holds 1 such" in warning for warning in result.warnings)
+
+
+def test_model_that_does_not_fit_is_refused():
+    # 0.9 x 80 GB leaves nothing once 74 GB of weights per GPU are there.
+    layout = uniform_layout("huge", 2 * 74e9 / TOY_TOTAL, "bf16", "toy")
+    with pytest.raises(QuotacalcError, match="does not fit") as error:
+        price(toy_inputs(layout=layout))
+    assert error.value.field == "tp"
+
+
+def test_gpu_without_the_compute_dtype_is_refused():
+    layout = uniform_layout("fp4", 0.5, "fp4", "toy")
+    with pytest.raises(QuotacalcError, match="no tensor cores for fp4") as error:
+        price(toy_inputs(layout=layout))
+    assert error.value.field == "weight_dtype"
+
+
+def test_context_above_the_models_maximum_is_refused():
+    arch = toy_dense().model_copy(update={"max_context_tokens": 512})
+    with pytest.raises(QuotacalcError, match="1,000 tokens exceed toy's maximum context of 512") as error:
+        price(toy_inputs(arch=arch))
+    assert error.value.field == "context"
+    assert price(toy_inputs(arch=arch, context=512)).inputs.deployment.context == 512
+
+
+def test_fp8_weights_compute_in_fp8():
+    # fp8 storage: 1 B per parameter, matmuls at 1,000 TFLOPS: half the bf16 prompt-token time.
+    layout = uniform_layout("fp8", 1, "fp8", "toy")
+    result = price(toy_inputs(layout=layout))
+    assert result.weight_bytes == TOY_TOTAL
+    assert result.prompt_token_s == pytest.approx(2 * TOY_TOTAL / (2 * 1000e12 * 0.5))
+
+
+def test_all_windowed_model_counts_the_pool_at_the_context():
+    # Every layer slides over 100 tokens: no growth per token; the pool is counted in tokens of
+    # a 1,000-token sequence's per-token average: 4 layers x 100 x 256 x 2 B per GPU / 1,000.
+    sliding = SlidingWindowAttention(**gqa().model_dump(exclude={"kind"}), window_tokens=100)
+    result = price(toy_inputs(arch=toy_dense(mixer=sliding)))
+    per_sequence = 4 * 100 * 256 * 2
+    assert result.kv_bytes_per_token == 0
+    assert result.decode_kv_bytes_per_gpu == 16 * per_sequence
+    usable = 0.9 * 80e9 - TOY_TOTAL - GIB
+    assert result.kv_pool_tokens == math.floor(usable / (per_sequence / 1000))
+    assert result.max_resident_sequences == math.floor(usable / per_sequence)
+
+
+# --------------------------------------------------------------------------- MoE traffic
+
+
+def toy_moe() -> ModelArch:
+    """2 layers of GQA attention + 4 experts (3 x 1024 x 512 each), top 2."""
+    moe = MoE(hidden_size=1024, num_experts=4, top_k=2, expert_intermediate_size=512)
+    layer = Layer(mixer=gqa(), feed_forward=moe, norm_params=2048)
+    return toy_dense().model_copy(update={"layers": (layer, layer)})
+
+
+EXPERT = 3 * 1024 * 512
+
+
+def test_moe_decode_reads_the_experts_the_batch_touches():
+    arch = toy_moe()
+    total = arch.total_params()
+    assert total == 2 * (TOY_ATTENTION + 1024 * 4 + 4 * EXPERT + 2048) + 2 * 1000 * 1024 + 1024
+    assert arch.active_params() == total - 2 * 2 * EXPERT
+    # Batch 2 touches 4 x (1 - (1/2)^2) = 3 experts per layer; TP 2 splits every byte.
+    result = price(toy_inputs(arch=arch, batch=2))
+    non_expert_bytes = 2 * (total - 2 * 4 * EXPERT)
+    assert result.expert_traffic.expected_experts_touched == 3
+    assert result.expert_traffic.expert_bytes == 2 * EXPERT
+    assert result.expert_traffic.moe_layers == 2
+    assert result.decode_weight_bytes_per_gpu == pytest.approx((non_expert_bytes + 2 * 3 * 2 * EXPERT) / 2)
+    # Prefill runs the active parameters only.
+    assert result.prompt_token_s == pytest.approx(2 * (total - 4 * EXPERT) / 5e14)
+
+
+def test_moe_under_expert_parallelism_waits_for_the_busiest_rank():
+    # Batch 2: p = 3/4 per expert; each of 2 ranks holds 2 experts: Binomial(2, 3/4) = (1/16, 6/16, 9/16);
+    # E[max of 2] = P(max >= 1) + P(max >= 2) = (1 - (1/16)^2) + (1 - (7/16)^2) = 255/256 + 207/256.
+    arch = toy_moe()
+    busiest = Fraction(255, 256) + Fraction(207, 256)
+    assert expected_busiest_rank_experts(4, 2, 0.75) == pytest.approx(float(busiest))
+    result = price(toy_inputs(arch=arch, batch=2, expert_parallel=True))
+    non_expert_bytes = 2 * (arch.total_params() - 2 * 4 * EXPERT)
+    assert result.decode_weight_bytes_per_gpu == pytest.approx(non_expert_bytes / 2 + 2 * float(busiest) * 2 * EXPERT)
+
+
+def test_moe_skew_in_the_price():
+    result = price(toy_inputs(arch=toy_moe(), batch=2, expert_skew=1.0))
+    # E = 4, k = 2, exponent 1, batch 2: 2.688 experts (test_zipf_skew_keeps_top_k).
+    assert result.expert_traffic.expected_experts_touched == pytest.approx(2.688)
+
+
+def test_moe_layers_of_different_shapes_are_refused():
+    small = MoE(hidden_size=1024, num_experts=4, top_k=1, expert_intermediate_size=512)
+    arch = toy_moe()
+    arch = arch.model_copy(
+        update={"layers": (arch.layers[0], arch.layers[1].model_copy(update={"feed_forward": small}))}
+    )
+    with pytest.raises(QuotacalcError, match="different shapes"):
+        price(toy_inputs(arch=arch))
+
+
+# --------------------------------------------------------------------------- a hybrid's state in the price
+
+
+def test_state_counts_in_resident_sequences():
+    # 4 Mamba-1 layers (state 1,408 values each, 704 per GPU at TP 2) beside the 4 attention layers.
+    mamba = Mamba1Mixer(hidden_size=1024, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    base = toy_dense()
+    layers = base.layers + (Layer(mixer=mamba, feed_forward=None, norm_params=0),) * 4
+    arch = base.model_copy(update={"layers": layers})
+    result = price(toy_inputs(arch=arch, kv_pool_tokens=100_000))
+    assert result.state_bytes_per_sequence == 4 * 1408 * 2
+    per_sequence = 1000 * 2048 + 4 * 704 * 2
+    assert result.decode_kv_bytes_per_gpu == 16 * per_sequence
+    assert result.max_resident_sequences == math.floor(100_000 * 2048 / per_sequence) == 99
+
+
+# --------------------------------------------------------------------------- request KV
+
+
+def test_request_kv_by_hand(toy):
+    kv = request_kv(toy, 10_000)
+    assert kv.request_kv_bytes == 10_000 * 4096
+    assert kv.request_kv_bytes_per_gpu == 10_000 * 2048
+    assert kv.pool_share == pytest.approx(10_000 / 34_601_261, rel=1e-6)
+    assert kv.requests_resident == 3460 and kv.requests_to_fill_pool == 3461
+    assert kv.window_kv_bytes == 0 and kv.state_bytes == 0
+    # A prompt token at 10,000 tokens: (2 x params + 4 x 4,096 x 5,000.5) / (2 x params) units.
+    units = (2 * TOY_TOTAL + 4 * 4096 * 5000.5) / (2 * TOY_TOTAL)
+    assert kv.prompt_token_units_at_context == pytest.approx(units)
+    assert kv.prefill_units == pytest.approx(10_000 * units)
+
+
+def test_request_kv_of_exactly_the_pool():
+    replica = price(toy_inputs(kv_pool_tokens=5000))
+    kv = request_kv(replica, 5000)
+    assert kv.pool_share == 1 and kv.requests_resident == 1 and kv.requests_to_fill_pool == 1
+    half = request_kv(replica, 2000)
+    # 2,000 of 5,000 tokens: 2 fit at once, 3 fill the pool.
+    assert half.pool_share == pytest.approx(0.4) and half.requests_resident == 2 and half.requests_to_fill_pool == 3
+
+
+def test_request_kv_of_a_state_only_model_at_zero_kv():
+    mamba = Mamba1Mixer(hidden_size=1024, d_inner=128, d_state=8, d_conv=4, dt_rank=4)
+    arch = toy_dense(mixer=mamba)
+    replica = price(toy_inputs(arch=arch))
+    kv = request_kv(replica, 100)
+    assert kv.request_kv_bytes == 4 * 1408 * 2 and kv.state_bytes == 4 * 1408 * 2
+    assert kv.prompt_token_units_at_context == 1
+
+
+# --------------------------------------------------------------------------- tenant sizing
+
+
+def test_tenant_units_with_cached_prompt_and_its_weight(toy):
+    # 1,000 prompt tokens, 40% from the prefix cache at weight 0.1, 100 output tokens at W.
+    tenant = Tenant(rps=3, prompt_tokens=1000, output_tokens=100, cached_fraction=0.4)
+    sized = size_tenant(toy, tenant)
+    # An uncached prompt token inside a 1,000-token prompt also attends 500.5 tokens on average:
+    # (2 x params + 4 layers x 4,096 x 500.5) / (2 x params) units.
+    token_units = (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)
+    per_request = 600 * token_units + 400 * 0.1 + toy.output_weight * 100
+    assert sized.units_per_request == pytest.approx(per_request)
+    assert sized.units_per_s == pytest.approx(3 * per_request)
+    assert sized.replicas == pytest.approx(3 * per_request / toy.replica_units_per_s)
+    assert sized.bucket_rate_units_per_s == pytest.approx(3 * per_request)
+    # burst_s 30 in the toy deployment
+    assert sized.bucket_depth_units == pytest.approx(30 * 3 * per_request)
+    assert sized.shared_usd_per_month == pytest.approx(sized.replicas * 2800)
+
+
+def test_tenant_request_kv_includes_its_output_tokens(toy):
+    sized = size_tenant(toy, Tenant(rps=1, prompt_tokens=3000, output_tokens=1000))
+    # The request at its full length: 4,000 tokens x 4,096 B; its share is 4,000 x 2,048 B of the pool per GPU.
+    assert sized.request_kv_bytes == 4000 * 4096
+    assert sized.request_pool_share == pytest.approx(4000 * 2048 / toy.kv_pool_bytes_per_gpu)
+
+
+def test_dedicated_replicas_round_up_and_at_least_one(toy):
+    per_request = 1000 * (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)  # prompt only, at its attention
+    for wanted, expected in ((0.0, 1), (0.3, 1), (1.0, 1), (2.0, 2), (2.5, 3)):
+        rps = wanted * toy.replica_units_per_s / per_request
+        sized = size_tenant(toy, Tenant(rps=rps, prompt_tokens=1000, output_tokens=0))
+        assert sized.dedicated_replicas == expected, wanted
+        assert sized.dedicated_total_usd_per_month == expected * 2800
+
+
+# --------------------------------------------------------------------------- weight layouts
+
+
+def test_weight_layout_sums_group_by_group():
+    layout = WeightLayout(
+        groups={
+            group: GroupStorage(dtype="int4", bytes_per_param=0.5)
+            if group == ParamGroup.MLP
+            else GroupStorage(dtype="bf16", bytes_per_param=2)
+            for group in ParamGroup
+        },
+        compute_dtype="bf16",
+        source="toy",
+    )
+    counts = {ParamGroup.MLP: 300, ParamGroup.ATTENTION: 100, ParamGroup.NORM: 0}
+    assert layout.weight_bytes(counts) == 300 * 0.5 + 100 * 2
+    assert layout.storage(ParamGroup.MLP).dtype == "int4"
+    assert layout.describe(counts) == "int4 (75.0% of params), bf16 rest"
+    assert layout.describe({ParamGroup.ATTENTION: 5}) == "bf16"
+    uniform = uniform_layout("fp8", 1, "fp8", "flag")
+    assert uniform.weight_bytes(counts) == 400 and uniform.describe(counts) == "fp8"
+    assert uniform.compute_dtype == "fp8" and uniform.source == "flag"

@@ -1,0 +1,188 @@
+"""Every branch of the quantization reader, with bytes per parameter worked out from each format's spec.
+
+Sources: AWQ and GPTQ store one fp16 scale per group (and, at 4 bits, a packed 4-bit zero point
+per group); DeepSeek-V3's fp8 checkpoint one fp32 scale per 128x128 block; OCP MX fp4 one 8-bit
+scale per 32 values; NVIDIA fp4 one fp8 scale per 16; compressed-tensors names ``num_bits`` and
+``type`` ("int" or "float") in each config group's ``weights``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quotacalc.catalog.dtypes import DTYPES
+from quotacalc.core.arch import ParamGroup
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
+
+BF16 = DTYPES["bf16"]
+LINEAR = (
+    ParamGroup.ATTENTION,
+    ParamGroup.MLP,
+    ParamGroup.ROUTED_EXPERTS,
+    ParamGroup.SHARED_EXPERTS,
+    ParamGroup.MAMBA,
+)
+KEPT = (ParamGroup.EMBEDDING, ParamGroup.LM_HEAD, ParamGroup.NORM, ParamGroup.ROUTER, ParamGroup.VISION)
+
+
+def hopper(dtype: str) -> bool:
+    return dtype in ("bf16", "fp16", "fp8", "int8", "tf32")
+
+
+def blackwell(dtype: str) -> bool:
+    return hopper(dtype) or dtype == "fp4"
+
+
+def layout(config, gpu=hopper):
+    return checkpoint_layout(config, BF16, source="config.json", gpu_supports=gpu)
+
+
+def linear_bytes(result) -> set[float]:
+    return {result.storage(group).bytes_per_param for group in LINEAR}
+
+
+def assert_rest_in_bf16(result):
+    for group in KEPT:
+        assert result.storage(group).dtype == "bf16" and result.storage(group).bytes_per_param == 2
+
+
+@pytest.mark.parametrize(
+    ("config", "dtype", "bytes_per_param", "compute"),
+    [
+        # fp8 with 128x128 blocks: 1 B + 4 B / 16,384 weights.
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8", 1 + 4 / 16384, "fp8"),
+        # fp8 blocks need not be square: 1 B + 4 B / (64 x 32).
+        ({"quant_method": "finegrained_fp8", "weight_block_size": [64, 32]}, "fp8", 1 + 4 / 2048, "fp8"),
+        ({"quant_method": "fbgemm_fp8"}, "fp8", 1, "fp8"),
+        # mxfp4: 4 bits + an 8-bit scale per 32 = 4.25 bits; no fp4 tensor cores on Hopper.
+        ({"quant_method": "mxfp4"}, "mxfp4", 4.25 / 8, "bf16"),
+        # AWQ int4, group 128: 0.5 B + (2 B scale + 0.5 B zero) / 128; weight-only, bf16 matmuls.
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
+        # AWQ's own spelling (w_bit, q_group_size), group 64.
+        ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64}, "int4", 0.5 + 2.5 / 64, "bf16"),
+        # GPTQ int8, group 128: 1 B + one fp16 scale per 128 (no zero point counted at 8 bits).
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 2 / 128, "int8"),
+        # GPTQ int8, group 32: 1 B + 2 B / 32.
+        ({"quant_method": "gptq", "bits": 8, "group_size": 32}, "int8", 1 + 2 / 32, "int8"),
+        # No group size stated: 128 (the AWQ/GPTQ default).
+        ({"quant_method": "gptq", "bits": 4}, "int4", 0.5 + 2.5 / 128, "bf16"),
+        ({"quant_method": "autoround", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", 0.5, "bf16"),
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1, "int8"),
+    ],
+)
+def test_quantized_linear_layers(config, dtype, bytes_per_param, compute):
+    result = layout(config)
+    assert {result.storage(group).dtype for group in LINEAR} == {dtype}
+    (stored,) = linear_bytes(result)
+    assert stored == pytest.approx(bytes_per_param, rel=1e-12)
+    assert result.compute_dtype == compute
+    assert_rest_in_bf16(result)
+    assert result.source.startswith("checkpoint quantization_config: ")
+
+
+def compressed(num_bits: int, kind: str) -> dict:
+    return {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": num_bits, "type": kind}}},
+    }
+
+
+def test_compressed_tensors_fp4_is_not_int4():
+    # NVFP4 (type float, 4 bits): 4 bits + one 8-bit scale per 16 = 4.5 bits, fp4 tensor cores on Blackwell.
+    fp4 = layout(compressed(4, "float"), gpu=blackwell)
+    assert {fp4.storage(g).dtype for g in LINEAR} == {"nvfp4"}
+    assert linear_bytes(fp4) == {4.5 / 8}
+    assert fp4.compute_dtype == "fp4"
+    # W4A16 int (type int, 4 bits): 0.5 B, weight-only.
+    int4 = layout(compressed(4, "int"), gpu=blackwell)
+    assert {int4.storage(g).dtype for g in LINEAR} == {"int4"}
+    assert linear_bytes(int4) == {0.5}
+    assert int4.compute_dtype == "bf16"
+
+
+def test_compressed_tensors_eight_bits():
+    fp8 = layout(compressed(8, "float"))
+    assert {fp8.storage(g).dtype for g in LINEAR} == {"fp8"} and fp8.compute_dtype == "fp8"
+    int8 = layout(compressed(8, "int"))
+    assert {int8.storage(g).dtype for g in LINEAR} == {"int8"} and int8.compute_dtype == "int8"
+    assert linear_bytes(fp8) == linear_bytes(int8) == {1}
+
+
+def test_compressed_tensors_reads_the_first_group_with_weights():
+    config = compressed(4, "float")
+    config["config_groups"] = {"empty": {"targets": []}, **config["config_groups"]}
+    assert layout(config, gpu=blackwell).compute_dtype == "fp4"
+    config["quant_method"] = "compressed_tensors"
+    assert layout(config, gpu=blackwell).storage(ParamGroup.MLP).dtype == "nvfp4"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        compressed(3, "int"),
+        {"quant_method": "compressed-tensors", "config_groups": {}},
+        {"quant_method": "hqq"},
+        {"bits": 4},
+    ],
+)
+def test_unknown_methods_name_the_field(config):
+    with pytest.raises(QuotacalcError) as error:
+        layout(config)
+    assert error.value.field == "quantization_config.quant_method"
+    assert error.value.source == "config.json"
+    assert error.value.fix == "pass --weight-dtype to price it anyway"
+
+
+def test_unpriced_bit_width_names_the_bits():
+    with pytest.raises(QuotacalcError, match="3-bit gptq is not priced yet") as error:
+        layout({"quant_method": "gptq", "bits": 3, "group_size": 128})
+    assert error.value.field == "quantization_config.bits"
+
+
+def test_modules_kept_in_the_checkpoint_dtype():
+    # gpt-oss keeps attention, router, embeddings and head in bf16; only the experts are mxfp4.
+    config = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    }
+    result = layout(config)
+    assert result.storage(ParamGroup.ROUTED_EXPERTS).dtype == "mxfp4"
+    assert result.storage(ParamGroup.ATTENTION).dtype == "bf16"
+    assert result.storage(ParamGroup.SHARED_EXPERTS).dtype == "mxfp4"
+    # compressed-tensors spells it ``ignore``; each hint names its group.
+    for pattern, group in [
+        ("model.layers.0.mlp.shared_expert", ParamGroup.SHARED_EXPERTS),
+        ("re:.*mlp.gate$", ParamGroup.ROUTER),
+        ("model.layers.0.mlp.experts", ParamGroup.ROUTED_EXPERTS),
+        ("model.layers.0.attn", ParamGroup.ATTENTION),
+        ("model.layers.0.mamba", ParamGroup.MAMBA),
+        ("backbone.layers.0.mixer", ParamGroup.MAMBA),
+        ("model.layers.0.mlp", ParamGroup.MLP),
+    ]:
+        kept = layout({**compressed(8, "float"), "ignore": [pattern]})
+        assert kept.storage(group).dtype == "bf16", pattern
+        others = [g for g in LINEAR if g != group]
+        assert all(kept.storage(g).dtype == "fp8" for g in others), pattern
+
+
+def test_no_quantization_is_the_checkpoint_dtype():
+    result = checkpoint_layout(None, DTYPES["fp16"], source="c", gpu_supports=hopper)
+    assert {result.storage(g).dtype for g in ParamGroup} == {"fp16"}
+    assert result.compute_dtype == "fp16" and result.source == "checkpoint dtype fp16"
+    assert checkpoint_layout({}, BF16, source="c", gpu_supports=hopper).compute_dtype == "bf16"
+
+
+def test_explicit_dtype_and_its_fallback():
+    fp8 = explicit_layout(DTYPES["fp8"], gpu_supports=hopper)
+    assert fp8.compute_dtype == "fp8" and fp8.source == "--weight-dtype fp8"
+    assert {fp8.storage(g).bytes_per_param for g in ParamGroup} == {1}
+    # An A100 has no fp8 tensor cores: fp8 weights run as bf16 matmuls (weight-only).
+    ampere = explicit_layout(DTYPES["fp8"], gpu_supports=lambda d: d in ("bf16", "fp16", "int8", "tf32"))
+    assert ampere.compute_dtype == "bf16"

@@ -1,0 +1,228 @@
+"""The package's layers hold: every import runs downward, read from the source (ast), not from a run.
+
+    cli  ->  exporters, sim, render  ->  inputs  ->  core  ->  catalog  ->  errors, fileio, cache
+
+A module may import its own layer and any layer below it (the leaves may use one another; the
+parts that share rank 4 may not). Imports inside functions and under
+``TYPE_CHECKING`` count too: they are dependencies all the same. Besides the direction:
+exporters never read input files (no ``quotacalc.inputs``, where the plan reader lives); the core
+does no I/O and knows no CLI or file format (no os, pathlib, json, yaml, rich, typer, no open or
+print); and no two modules import each other at load time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import quotacalc
+
+PACKAGE = Path(quotacalc.__file__).resolve().parent
+
+#: Rank of each top-level part of the package: a module imports only parts of its rank or lower.
+RANKS = {
+    "errors": 0,
+    "fileio": 0,
+    "cache": 0,
+    "catalog": 1,
+    "core": 2,
+    "inputs": 3,
+    "exporters": 4,
+    "sim": 4,
+    "render": 4,
+    "cli": 5,
+}
+#: Modules of the core must not import these (I/O, formats, presentation).
+CORE_FORBIDDEN = {
+    "os",
+    "io",
+    "sys",
+    "pathlib",
+    "shutil",
+    "subprocess",
+    "socket",
+    "tempfile",
+    "urllib",
+    "http",
+    "json",
+    "yaml",
+    "rich",
+    "typer",
+    "click",
+    "transformers",
+    "huggingface_hub",
+    "quotacalc.fileio",
+    "quotacalc.cache",
+}
+CORE_FORBIDDEN_CALLS = {"open", "print", "input"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(module: str, path: Path, *, load_time_only: bool = False) -> list[tuple[str, int]]:
+    """(imported module, line) for every import in a module; relative imports made absolute."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, at_load: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner_load = at_load
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                inner_load = False
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                inner_load = False
+            if isinstance(child, ast.Import) and (at_load or not load_time_only):
+                found.extend((alias.name, child.lineno) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and (at_load or not load_time_only):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # ``from quotacalc.core import memory`` imports the module quotacalc.core.memory.
+                for alias in child.names:
+                    candidate = f"{base}.{alias.name}"
+                    found.append((candidate if candidate in MODULES else base, child.lineno))
+            visit(child, inner_load)
+
+    visit(tree, True)
+    return found
+
+
+def _part(module: str) -> str | None:
+    """The layer part of a quotacalc module (``quotacalc.core.price`` -> ``core``), None for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+PACKAGE_MODULES = sorted(name for name in MODULES if name != "quotacalc")
+
+
+def test_every_module_belongs_to_a_layer():
+    unplaced = sorted({_part(name) for name in PACKAGE_MODULES} - set(RANKS))
+    assert not unplaced, f"add these parts of the package to RANKS in tests/test_layers.py: {unplaced}"
+
+
+@pytest.mark.parametrize("module", PACKAGE_MODULES)
+def test_imports_run_downward(module):
+    part = _part(module)
+    rank = RANKS[part]
+    wrong = []
+    for imported, line in _imports(module, MODULES[module]):
+        if imported == "quotacalc":
+            wrong.append(f"line {line}: imports the package facade; import the defining module")
+            continue
+        if not imported.startswith("quotacalc."):
+            continue
+        target = _part(imported)
+        if target == part:
+            continue
+        if RANKS.get(target, 99) > rank:
+            wrong.append(f"line {line}: {part} (rank {rank}) imports {imported} (rank {RANKS.get(target)})")
+        elif RANKS.get(target) == rank and rank > 0:
+            wrong.append(f"line {line}: {part} imports its sibling layer {imported}")
+    assert not wrong, f"{module}:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module", [name for name in PACKAGE_MODULES if _part(name) == "exporters"])
+def test_exporters_never_read_inputs(module):
+    imported = [name for name, _ in _imports(module, MODULES[module])]
+    assert not [name for name in imported if name.startswith("quotacalc.inputs")]
+
+
+@pytest.mark.parametrize("module", [name for name in PACKAGE_MODULES if _part(name) == "core"])
+def test_core_does_no_io(module):
+    path = MODULES[module]
+    bad = [
+        f"line {line}: {name}"
+        for name, line in _imports(module, path)
+        if name in CORE_FORBIDDEN or name.split(".")[0] in CORE_FORBIDDEN
+    ]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad += [
+        f"line {node.lineno}: calls {node.func.id}()"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CORE_FORBIDDEN_CALLS
+    ]
+    assert not bad, f"{module}:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles_at_load_time():
+    graph = {
+        module: {name for name, _ in _imports(module, path, load_time_only=True) if name in MODULES and name != module}
+        for module, path in MODULES.items()
+    }
+    # A package's __init__ is loaded by its submodules' imports, not a cycle of the code's own making.
+    cycles = []
+    state: dict[str, int] = {}
+
+    def walk(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*trail[trail.index(target) :], target]))
+            elif target not in state:
+                walk(target, [*trail, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_checker_sees_what_it_checks():
+    """The parser finds nested, relative and TYPE_CHECKING imports (so the layer tests can fail)."""
+    price = [name for name, _ in _imports("quotacalc.core.price", MODULES["quotacalc.core.price"])]
+    assert "quotacalc.core.memory" in price  # ``from quotacalc.core import memory``
+    resolve = [name for name, _ in _imports("quotacalc.inputs.resolve", MODULES["quotacalc.inputs.resolve"])]
+    assert "quotacalc.inputs.architectures" in resolve and "quotacalc.core.price" in resolve
+    app = [name for name, _ in _imports("quotacalc.cli.app", MODULES["quotacalc.cli.app"])]
+    # imported inside a command's function body
+    assert "quotacalc.inputs.resolve" in app
+
+
+def test_shipped_yaml_passes_the_strict_loader():
+    """The cache parses shipped catalogs with PyYAML's plain safe loader; they must also pass the strict one."""
+    from quotacalc.catalog.models import shipped_models_dir
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    for path in (PACKAGE / "catalog" / "gpus.yaml", shipped_models_dir() / "index.yaml"):
+        assert isinstance(load_yaml_text(path.read_text(encoding="utf-8"), source=str(path)), dict)
+
+
+def test_every_layer_kind_declares_its_interface():
+    """Mixers and feed-forward blocks are subclasses of a declared interface, not duck-typed."""
+    import typing
+
+    from quotacalc.core import arch
+
+    mixers = typing.get_args(typing.get_args(arch.Mixer)[0])
+    blocks = typing.get_args(typing.get_args(arch.FeedForward)[0])
+    assert mixers and blocks
+    assert all(issubclass(kind, arch.TokenMixer) for kind in mixers)
+    assert all(issubclass(kind, arch.FeedForwardBlock) for kind in blocks)
+    # Sliding-window attention is a sibling of full attention, not a kind of it.
+    assert not issubclass(arch.SlidingWindowAttention, arch.FullAttention)
+    assert not issubclass(arch.FullAttention, arch.SlidingWindowAttention)
+
+
+def test_a_mixer_missing_a_method_cannot_be_built():
+    from quotacalc.core.arch import ParamGroup, TokenMixer
+
+    class HalfMixer(TokenMixer):
+        kind: str = "half"
+
+        def params(self) -> dict[ParamGroup, int]:
+            return {}
+
+    with pytest.raises(TypeError, match="abstract"):
+        HalfMixer()

@@ -1,0 +1,382 @@
+"""Plan files: the platform plan read into pools, tiers and tenants; every bad plan one line naming its YAML path;
+the flat plan unchanged; --pool; size over a plan's tenants; the JSON Schemas."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
+
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
+from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PLATFORM = EXAMPLES / "platform.yaml"
+FLAT = EXAMPLES / "llama-3.3-70b-h100.yaml"
+
+# The worked example (docs/method.md §7): W 3.09, replica budget about 18,232 units/s, $7,200 per replica-month.
+REPLICA_UNITS = 18_232
+REPLICA_USD = 7_200.0
+
+
+def one_line_error(code: int, out: str, err: str, expected_code: int) -> str:
+    """The error contract: the exit code, nothing on stdout, one line on stderr, no traceback."""
+    assert code == expected_code, f"exit {code}, want {expected_code}: {err!r}"
+    assert out == ""
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("quotacalc: error: ")
+    return lines[0].removeprefix("quotacalc: error: ")
+
+
+def platform_document() -> dict:
+    return yaml.safe_load(PLATFORM.read_text(encoding="utf-8"))
+
+
+def write_plan(tmp_path: Path, document: dict) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+# --- good plans ------------------------------------------------------------------------------------
+
+
+def test_example_platform_plan_reads_into_pools_tiers_tenants() -> None:
+    from quotacalc.inputs.plan import load_plan
+
+    plan, platform = load_plan(str(PLATFORM))
+    assert platform
+    assert [pool.name for pool in plan.pools] == ["shared", "long", "acme-dedicated"]
+    assert [tier.name for tier in plan.tiers] == ["enterprise", "pro", "starter"]
+    assert len(plan.tenants) == 8
+    shared, long = plan.pools[0], plan.pools[1]
+    # The top-level deployment is merged under each pool's own keys.
+    assert shared.deployment.tp == 4 and shared.deployment.weight_dtype == "fp8"
+    assert long.deployment.batch == 8 and long.deployment.context == 65536
+    assert shared.deployment.kv_pool_tokens == 646503
+    assert shared.long_context_pool == "long" and shared.route_above_prompt_tokens == 32768
+    assert [t.name for t in plan.tenants if t.placement == "dedicated"] == ["acme"]
+    assert plan.tenants[3].lora_adapters == ("initech-support-v2",)
+
+
+def test_pool_keys_win_over_the_defaults(tmp_path: Path) -> None:
+    from quotacalc.inputs.plan import load_plan
+
+    document = platform_document()
+    document["pools"][0]["deployment"]["tp"] = 8
+    plan, _ = load_plan(str(write_plan(tmp_path, document)))
+    assert plan.pool("shared").deployment.tp == 8
+    assert plan.pool("long").deployment.tp == 4
+
+
+def test_flat_plan_reads_as_a_one_pool_plan() -> None:
+    from quotacalc.inputs.plan import load_plan
+
+    plan, platform = load_plan(str(FLAT))
+    assert not platform
+    assert [pool.name for pool in plan.pools] == ["default"]
+    assert plan.pools[0].replicas == 1
+    (tenant,) = plan.tenants
+    assert tenant.traffic is not None and tenant.traffic.rps == 5
+    assert tenant.cache_isolation == "shared"  # no secret needed for a flat plan
+    # The synthesised tier: the model's max context (Llama 3.3: max_position_embeddings 131072).
+    assert plan.tier(tenant.tier).max_context_tokens == 131072
+
+
+def test_flat_plan_price_unchanged_and_accepts_pool_default(run_cli) -> None:
+    code, plain, _ = run_cli("price", FLAT, "--json")
+    assert code == 0
+    code, named, _ = run_cli("price", FLAT, "--pool", "default", "--json")
+    assert code == 0
+    assert json.loads(plain)["results"] == json.loads(named)["results"]
+    # W about 3.1, budget about 18,232 units/s (docs/method.md §7).
+    results = json.loads(plain)["results"]
+    assert results["output_weight"] == pytest.approx(3.09, rel=0.01)
+    assert results["replica_units_per_s"] == pytest.approx(REPLICA_UNITS, rel=0.001)
+
+
+def test_pool_option_prices_the_named_pool(run_cli) -> None:
+    code, out, _ = run_cli("price", PLATFORM, "--pool", "long", "--json")
+    assert code == 0
+    deployment = json.loads(out)["inputs"]["deployment"]
+    assert (deployment["batch"], deployment["context"], deployment["tp"]) == (8, 65536, 4)
+    code, out, _ = run_cli("kv", PLATFORM, "--pool", "shared", "--context", "131072", "--json")
+    assert code == 0
+    # 131,072 tokens × 327,680 B = 40.0 GiB of KV (docs/method.md §7).
+    assert json.loads(out)["results"]["request_kv_bytes"] == 131072 * 327680
+
+
+def test_pool_option_required_when_several_pools(run_cli) -> None:
+    line = one_line_error(*run_cli("price", PLATFORM), EXIT_USAGE)
+    assert line == f"{PLATFORM}: --pool: the plan has 3 pools (name one of: shared, long, acme-dedicated)"
+    line = one_line_error(*run_cli("kv", PLATFORM, "--pool", "lng", "--context", "10"), EXIT_USAGE)
+    assert line == f"{PLATFORM}: --pool: no pool 'lng' in the plan (did you mean 'long'?)"
+    line = one_line_error(*run_cli("price", FLAT, "--pool", "shared"), EXIT_USAGE)
+    assert line == f"{FLAT}: --pool: a flat plan has one pool, 'default' (drop --pool)"
+
+
+def test_one_pool_platform_plan_needs_no_pool_flag(tmp_path: Path, run_cli) -> None:
+    document = platform_document()
+    document["pools"] = [document["pools"][2]]
+    document["tenants"] = [document["tenants"][2]]
+    code, out, err = run_cli("price", write_plan(tmp_path, document), "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"]["dedicated_usd_per_month"] == REPLICA_USD
+
+
+# --- size over a platform plan -----------------------------------------------------------------------
+
+
+def test_size_rows_per_tenant_and_totals(run_cli) -> None:
+    code, out, err = run_cli("size", PLATFORM, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["command"] == "size" and document["schema_version"] == JSON_SCHEMA_VERSION
+    rows = {row["name"]: row for row in document["tenants"]}
+    assert list(rows) == ["globex", "stark", "acme", "initech", "umbrella", "cyberdyne", "hooli", "wayne"]
+    globex = rows["globex"]
+    # A 17,725 units/s contract (the method's tenant): 17,725 / 18,232 = 0.97 replicas; 60 s burst.
+    assert globex["units_per_s"] == 17725
+    assert globex["replicas"] == pytest.approx(17725 / 18232.2, rel=1e-4)
+    assert globex["bucket_depth_units"] == pytest.approx(60 * 17725)
+    assert globex["shared_usd_per_month"] == pytest.approx(0.9722 * 7200, rel=1e-3)
+    assert globex["dedicated_usd_per_month"] == REPLICA_USD
+    # hooli is sized from traffic: 1 req/s × (800 × 0.5 × u(800) + 800 × 0.5 × 0.1 + W × 300) with
+    # W = 3.0931 and u(800) a prompt token's units inside an 800-token prompt.
+    assert rows["hooli"]["rate_source"] == "traffic"
+    expected = 400 * llama70b_prompt_token_units(800) + 40 + 3.0931 * 300
+    assert rows["hooli"]["units_per_s"] == pytest.approx(expected, rel=1e-4)
+    # acme is dedicated: 45,000 / 18,232 = 2.47 replicas -> 3 whole replicas, $21,600/month.
+    assert rows["acme"]["dedicated_replicas"] == 3
+    assert rows["acme"]["dedicated_usd_per_month"] == 3 * REPLICA_USD
+    totals = document["totals"]
+    assert totals["tenants"] == 8
+    assert totals["units_sold_per_s"] == pytest.approx(sum(row["units_per_s"] for row in rows.values()))
+    shared = sum(row["shared_usd_per_month"] for row in rows.values() if row["placement"] == "shared")
+    assert totals["shared_usd_per_month"] == pytest.approx(shared)
+    assert totals["dedicated_usd_per_month"] == 3 * REPLICA_USD
+    # Pools: 6 + 2 + 3 replicas at $7,200.
+    assert totals["pools_usd_per_month"] == 11 * REPLICA_USD
+    # Compact: no deployment or model graph per tenant.
+    assert "inputs" not in document and all("replica" not in row for row in document["tenants"])
+
+
+def test_size_table_and_pool_filter(run_cli) -> None:
+    code, out, _ = run_cli("size", PLATFORM, "--pool", "acme-dedicated", "--json")
+    assert code == 0
+    assert [row["name"] for row in json.loads(out)["tenants"]] == ["acme"]
+    code, out, _ = run_cli("size", PLATFORM)
+    assert code == 0
+    assert "globex" in out and "units sold" in out
+
+
+def test_size_with_tenant_flags_on_a_pool_sizes_one_tenant(run_cli) -> None:
+    args = ("--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500", "--json")
+    code, out, _ = run_cli("size", PLATFORM, "--pool", "shared", *args)
+    assert code == 0
+    # 5 × (2,000 + 3.09 × 500) = 17,725 units/s in the method; prompt tokens charged inside their prompt.
+    assert json.loads(out)["results"]["units_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
+
+
+# --- bad plans: one line naming the file and the YAML path -------------------------------------------
+
+BAD_PLANS = [
+    (
+        "unknown tier",
+        lambda d: d["tenants"][3].update(tier="gold"),
+        "tenants[3].tier: unknown tier 'gold' (tiers: enterprise, pro, starter)",
+    ),
+    (
+        "tier typo",
+        lambda d: d["tenants"][3].update(tier="pr"),
+        "tenants[3].tier: unknown tier 'pr' (did you mean 'pro'?)",
+    ),
+    (
+        "missing pool",
+        lambda d: d["tenants"][2].update(pool="nope"),
+        "tenants[2].pool: unknown pool 'nope' (pools: shared, long, acme-dedicated)",
+    ),
+    (
+        "tenant on a long-context pool",
+        lambda d: d["tenants"][2].update(pool="long"),
+        "tenants[2].pool: pool 'long' is a long-context pool: tenants name their standard pool",
+    ),
+    (
+        "duplicate tenant",
+        lambda d: d["tenants"][4].update(name="globex"),
+        "tenants[4].name: duplicate name 'globex' (also tenants[0]) (give each a unique name)",
+    ),
+    (
+        "duplicate pool",
+        lambda d: d["pools"][2].update(name="shared"),
+        "pools[2].name: duplicate name 'shared' (also pools[0])",
+    ),
+    (
+        "duplicate tier",
+        lambda d: d["tiers"][2].update(name="pro"),
+        "tiers[2].name: duplicate name 'pro' (also tiers[1])",
+    ),
+    (
+        "negative rate",
+        lambda d: d["tenants"][0].update(units_per_s=-5),
+        "tenants[0].units_per_s: must be a positive finite number, got -5",
+    ),
+    (
+        "NaN rate",
+        lambda d: d["tenants"][0].update(units_per_s=float("nan")),
+        "tenants[0].units_per_s: must be a finite number, got nan",
+    ),
+    (
+        "infinite rps",
+        lambda d: d["tenants"][3]["traffic"].update(rps=float("inf")),
+        "tenants[3].traffic.rps: must be a finite number, got inf",
+    ),
+    (
+        "negative rps",
+        lambda d: d["tenants"][3]["traffic"].update(rps=-1),
+        "tenants[3].traffic.rps: must not be negative, got -1",
+    ),
+    (
+        "threshold above the model's context",
+        lambda d: d["pools"][0].update(route_above_prompt_tokens=200000),
+        "pools[0].route_above_prompt_tokens: 200000 is not below the longest context pool 'shared' serves (131072 tokens)",
+    ),
+    (
+        "threshold above a measured KV pool",
+        lambda d: d["pools"][1]["deployment"].update(kv_pool_tokens=30000),
+        "pools[0].route_above_prompt_tokens: 32768 is not below the longest context pool 'long' serves (30000 tokens)",
+    ),
+    (
+        "long_context_pool naming a standard pool",
+        lambda d: d["pools"][0].update(long_context_pool="acme-dedicated"),
+        "pools[0].long_context_pool: pool 'acme-dedicated' is not a long-context pool (role: standard)",
+    ),
+    (
+        "long_context_pool missing",
+        lambda d: d["pools"][0].update(long_context_pool="lng"),
+        "pools[0].long_context_pool: unknown pool 'lng' (did you mean 'long'?)",
+    ),
+    (
+        "unknown key",
+        lambda d: d["tenants"][1].update(tierr="x"),
+        "tenants[1].tierr: unknown key 'tierr' (did you mean 'tier'?)",
+    ),
+    (
+        "vLLM spelling",
+        lambda d: d["pools"][1]["deployment"].update(tensor_parallel_size=4),
+        "pools[1].deployment.tensor_parallel_size: unknown key 'tensor_parallel_size' (did you mean 'tp'?)",
+    ),
+    (
+        "bad pool value",
+        lambda d: d["pools"][1]["deployment"].update(tp=0),
+        "pools[1].deployment.tp: must be a positive integer, got 0",
+    ),
+    ("bad default", lambda d: d["deployment"].update(ceiling=2), "deployment.ceiling: must be in (0, 1], got 2"),
+    ("no model anywhere", lambda d: d["deployment"].pop("model"), "pools[0].deployment.model: is required"),
+    (
+        "tier key on a deployment",
+        lambda d: d["deployment"].update(burst_s=5),
+        "deployment.burst_s: is a tier setting in a platform plan",
+    ),
+    (
+        "contract and traffic",
+        lambda d: d["tenants"][0].update(traffic={"rps": 1, "prompt_tokens": 1, "output_tokens": 1}),
+        "tenants[0]: give exactly one of units_per_s (a contract) and traffic (a profile to size)",
+    ),
+    (
+        "bad name",
+        lambda d: d["tenants"][0].update(name="Globex Corp"),
+        "tenants[0].name: 'Globex Corp' is not a valid name",
+    ),
+    (
+        "no replicas",
+        lambda d: d["pools"][0].update(replicas=0),
+        "pools[0].replicas: must be greater than or equal to 1, got 0",
+    ),
+    ("tiers not a list", lambda d: d.update(tiers={"a": 1}), "tiers: must be a list"),
+    (
+        "routing half given",
+        lambda d: d["pools"][0].pop("long_context_pool"),
+        "pools[0]: long_context_pool and route_above_prompt_tokens go together",
+    ),
+    (
+        "several standard pools, none named",
+        lambda d: d["tenants"][0].pop("pool"),
+        "tenants[0].pool: the plan has 2 standard pools (name one of: shared, acme-dedicated)",
+    ),
+    (
+        "output cap above the context",
+        lambda d: d["tiers"][2].update(max_output_tokens=40000),
+        "tiers[2]: max_output_tokens 40000 exceeds max_context_tokens 32768",
+    ),
+    (
+        "oversubscription below 1",
+        lambda d: d.update(oversubscription={"ratio": 0.5, "source": "x"}),
+        "oversubscription.ratio: must be a finite ratio >= 1, got 0.5",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [case[1:] for case in BAD_PLANS], ids=[case[0] for case in BAD_PLANS])
+@pytest.mark.parametrize("command", ["check", "generate"])
+def test_bad_plan_one_line_with_yaml_path(tmp_path: Path, run_cli, command: str, mutate, expected: str) -> None:
+    document = platform_document()
+    mutate(document)
+    path = write_plan(tmp_path, document)
+    out_dir = tmp_path / "out"
+    args = ("check", path) if command == "check" else ("generate", path, "--out", out_dir, "--target", "canonical")
+    line = one_line_error(*run_cli(*args), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{path}: {expected}"), line
+    assert not out_dir.exists()  # nothing written
+
+
+def test_malformed_and_duplicate_yaml(tmp_path: Path, run_cli) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("pools: []\npools: []\n", encoding="utf-8")
+    line = one_line_error(*run_cli("check", path), EXIT_INVALID_INPUT)
+    assert line == f"{path}: duplicate key 'pools' (line 2); keep one"
+    path.write_text("pools: [\n", encoding="utf-8")
+    assert one_line_error(*run_cli("check", path), EXIT_INVALID_INPUT).startswith(f"{path}: malformed YAML")
+    path.write_text("pools: []\n", encoding="utf-8")
+    line = one_line_error(*run_cli("check", path), EXIT_INVALID_INPUT)
+    assert line == f"{path}: pools: must list at least 1"
+    line = one_line_error(*run_cli("check", tmp_path / "missing.yaml"), EXIT_USAGE)
+    assert line == f"{tmp_path / 'missing.yaml'}: no such file (check the path to the plan)"
+
+
+# --- schemas ---------------------------------------------------------------------------------------
+
+
+def test_plan_schema_validates_the_example_and_rejects_a_bad_plan(run_cli) -> None:
+    import jsonschema
+
+    code, out, _ = run_cli("schema")
+    assert code == 0
+    schema = json.loads(out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    validator.validate(platform_document())
+    bad = copy.deepcopy(platform_document())
+    bad["tenants"][0]["tierr"] = "x"
+    assert list(validator.iter_errors(bad))
+    bad = copy.deepcopy(platform_document())
+    bad["pools"][0]["replicas"] = 0
+    assert list(validator.iter_errors(bad))
+
+
+def test_policy_schema_validates_the_generated_policy(run_cli) -> None:
+    import jsonschema
+
+    code, out, _ = run_cli("schema", "policy")
+    assert code == 0
+    schema = json.loads(out)
+    policy = json.loads((EXAMPLES / "platform" / "canonical" / "policy.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(policy)
+    code, out, err = run_cli("schema", "plans")
+    assert one_line_error(code, out, err, EXIT_USAGE) == "WHAT: unknown schema 'plans' (plan or policy)"

@@ -1,0 +1,346 @@
+"""The canonical policy and the plan's checks: golden figures from the method (docs/method.md §3, §6, §7),
+hand computations shown beside each assertion, and every finding of `quotacalc check`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
+
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
+from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
+from quotacalc.core.policy import build_policy, retry_after_s
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PLATFORM = EXAMPLES / "platform.yaml"
+LLAMA = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def worked_example_price():
+    """The worked example's replica (docs/method.md §7), priced once."""
+    from quotacalc.core.deployment import Deployment
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    deployment = Deployment(
+        model=LLAMA, gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16", kv_pool_tokens=646503
+    )
+    return deployment, price(resolve(deployment))
+
+
+def tier(name: str = "gold", **overrides) -> Tier:
+    values = dict(
+        name=name,
+        max_context_tokens=131072,
+        kv_cap_tokens_per_replica=262144,
+        max_concurrent_sequences=64,
+        max_output_tokens=8192,
+        priority=0,
+    )
+    return Tier(**{**values, **overrides})
+
+
+def one_pool_plan(deployment, tenants, tiers=None, replicas: int = 2) -> Plan:
+    return Plan(
+        pools=(Pool(name="main", deployment=deployment, replicas=replicas),),
+        tiers=tuple(tiers or [tier()]),
+        tenants=tuple(tenants),
+    )
+
+
+# --- golden figures ---------------------------------------------------------------------------------
+
+
+def test_bucket_and_retry_after_for_the_methods_tenant(worked_example_price) -> None:
+    deployment, replica = worked_example_price
+    plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", units_per_s=17725)])
+    (tenant,) = build_policy(plan, {"main": replica}).tenants
+    # Contracted 17,725 units/s (5 req/s × (2,000 + 3.09 × 500)), burst 60 s of it:
+    # 60 × 17,725 = 1,063,500 units of depth.
+    assert tenant.bucket_rate_units_per_s == 17725
+    assert tenant.bucket_depth_units == 1_063_500
+    # The longest Retry-After is a full bucket's refill: 1,063,500 / 17,725 = 60 s exactly (not 61).
+    assert tenant.retry_after.max_s == 60
+    assert tenant.retry_after.rule == "ceil(deficit_units / bucket_rate_units_per_s)"
+    # Weights: prompt 1, cached 0.1 (the tier's default), output W = 3.09 of the pool.
+    assert tenant.weights.prompt == 1
+    assert tenant.weights.cached_prompt == 0.1
+    assert tenant.weights.output == pytest.approx(3.09, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("deficit", "rate", "seconds"),
+    [
+        (3545, 17725, 1),  # one of the tenant's requests (3,545 units) on an empty bucket: 0.2 s -> 1 s
+        (17725, 17725, 1),  # exactly one second of refill
+        (17726, 17725, 2),  # one unit more: rounded up
+        (1_063_500, 17725, 60),  # a full bucket
+        (0, 17725, 0),  # no deficit: no wait
+        (-5, 17725, 0),
+        (0.3 * 3, 0.9, 1),  # 0.8999999999999999 / 0.9: float noise must not round to 0 or 2
+    ],
+)
+def test_retry_after_is_the_refill_time_rounded_up(deficit: float, rate: float, seconds: int) -> None:
+    assert retry_after_s(deficit, rate) == seconds
+
+
+def test_traffic_tenant_is_sized_like_the_method(worked_example_price) -> None:
+    deployment, replica = worked_example_price
+    traffic = {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500}
+    plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", traffic=traffic)])
+    (tenant,) = build_policy(plan, {"main": replica}).tenants
+    # docs/method.md §7: 17,725 units/s with W rounded to 3.09, once prompt tokens are charged inside their
+    # 2,000-token prompt 17,919; 60 s of burst.
+    assert tenant.rate_source == "traffic"
+    assert tenant.bucket_rate_units_per_s == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
+    assert tenant.bucket_depth_units == pytest.approx(60 * METHOD_TENANT_UNITS_PER_S, rel=1e-4)
+    assert tenant.retry_after.max_s == 60
+
+
+def test_cached_weight_and_burst_come_from_the_tier(worked_example_price) -> None:
+    deployment, replica = worked_example_price
+    cheap = tier("cheap", cached_prompt_weight=0.5, burst_s=30)
+    traffic = {"rps": 1, "prompt_tokens": 1000, "output_tokens": 0, "cached_fraction": 0.5}
+    plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="cheap", traffic=traffic)], tiers=[cheap])
+    (tenant,) = build_policy(plan, {"main": replica}).tenants
+    # 500 uncached × u(1000) + 500 cached × 0.5 units per request, 1 req/s; depth 30 s of that.
+    per_request = 500 * llama70b_prompt_token_units(1000) + 250
+    assert tenant.bucket_rate_units_per_s == pytest.approx(per_request, rel=1e-6)
+    assert tenant.bucket_depth_units == pytest.approx(30 * per_request, rel=1e-6)
+    assert tenant.weights.cached_prompt == 0.5
+    assert tenant.retry_after.max_s == 30
+
+
+def test_pool_policy_capacity_price_and_engine(worked_example_price) -> None:
+    deployment, replica = worked_example_price
+    plan = one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", units_per_s=1000)], replicas=3)
+    (pool,) = build_policy(plan, {"main": replica}).pools
+    assert pool.replica_units_per_s == pytest.approx(18232, rel=1e-3)  # about 18,232 units/s
+    assert pool.capacity_units_per_s == pytest.approx(3 * pool.replica_units_per_s)
+    assert pool.usd_per_replica_month == 7200  # 4 GPUs × $2.50 × 720 h
+    assert pool.usd_per_month == 3 * 7200
+    assert pool.kv_pool_tokens == 646503
+    engine = pool.engine
+    assert engine.tensor_parallel_size == 4
+    assert engine.max_num_seqs == 128  # the decode batch; 380 sequences of 1,700 tokens fit the pool
+    assert engine.max_model_len == 131072  # the tier's max context = the model's max
+    assert engine.kv_cache_dtype == "bfloat16"
+    assert engine.enable_prefix_caching is True
+    assert engine.scheduling_policy == "fcfs"  # one tier: nothing to prioritise
+    assert engine.gpu_memory_utilization == 0.9
+    assert engine.max_num_batched_tokens == 8192
+
+
+def test_max_num_seqs_capped_by_what_the_pool_holds(worked_example_price) -> None:
+    deployment, _ = worked_example_price
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    # 646,503 tokens hold 9 sequences of 65,536 tokens: a batch of 16 cannot be resident.
+    long = deployment.model_copy(update={"batch": 16, "context": 65536})
+    plan = one_pool_plan(long, [PlanTenant(name="t", tier="gold", units_per_s=10)])
+    (pool,) = build_policy(plan, {"main": price(resolve(long))}).pools
+    assert pool.engine.max_num_seqs == 646503 // 65536 == 9
+
+
+def test_example_policy_routing_and_engines() -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    _, policy = load_policy(str(PLATFORM))
+    pools = {pool.name: pool for pool in policy.pools}
+    tenants = {tenant.name: tenant for tenant in policy.tenants}
+    # The shared pool takes prompts up to 32,768 tokens plus the largest output cap routed to it
+    # (enterprise: 8,192): 40,960; the long pool the largest max context (131,072).
+    assert pools["shared"].engine.max_model_len == 32768 + 8192
+    assert pools["long"].engine.max_model_len == 131072
+    assert pools["acme-dedicated"].engine.max_model_len == 131072
+    # Three priorities share the shared pool; acme alone on its own.
+    assert pools["shared"].engine.scheduling_policy == "priority"
+    assert pools["acme-dedicated"].engine.scheduling_policy == "fcfs"
+    assert pools["long"].engine.max_num_seqs == 8
+    globex = tenants["globex"]
+    assert (globex.pool, globex.long_context_pool, globex.route_above_prompt_tokens) == ("shared", "long", 32768)
+    assert globex.long_context_weights is not None
+    assert globex.long_context_weights.output == pytest.approx(pools["long"].output_weight)
+    assert tenants["acme"].long_context_pool is None and tenants["acme"].long_context_weights is None
+    # Salt references for salted tenants only.
+    assert tenants["globex"].salt_ref == "globex"
+    assert tenants["hooli"].salt_ref is None and tenants["hooli"].cache_isolation == "shared"
+    assert tenants["wayne"].priority == 2
+    assert tenants["initech"].lora_adapters == ("initech-support-v2",)
+
+
+# --- salts ------------------------------------------------------------------------------------------
+
+
+def test_salt_is_hmac_sha256_of_the_tenant() -> None:
+    from quotacalc.core.salts import derive_salt
+
+    # RFC 4231, test case 2: HMAC-SHA256(key "Jefe", "what do ya want for nothing?").
+    assert derive_salt(b"Jefe", "what do ya want for nothing?") == (
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    )
+
+
+# --- checks ------------------------------------------------------------------------------------------
+
+
+def platform_document() -> dict:
+    return yaml.safe_load(PLATFORM.read_text(encoding="utf-8"))
+
+
+def run_check(run_cli, tmp_path: Path, document: dict, *extra: str) -> tuple[int, dict]:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    code, out, err = run_cli("check", path, "--json", *extra)
+    assert "Traceback" not in err
+    return code, json.loads(out)
+
+
+def codes(document: dict, severity: str | None = None) -> list[str]:
+    return [f["code"] for f in document["findings"] if severity is None or f["severity"] == severity]
+
+
+def test_example_plan_is_sound_with_one_reversal_warning(run_cli, tmp_path: Path) -> None:
+    code, document = run_check(run_cli, tmp_path, platform_document())
+    assert code == 0 and document["ok"] is True
+    assert document["command"] == "check" and document["schema_version"] == JSON_SCHEMA_VERSION
+    assert codes(document, "error") == []
+    assert codes(document, "warning") == ["reversal"]
+    (reversal,) = [f for f in document["findings"] if f["code"] == "reversal"]
+    # stark: 40,000 / 18,232 = 2.19 replicas >= 2 -> a dedicated pool of 3 replicas, 3 × $7,200 = $21,600.
+    assert reversal["subject"] == "tenants.stark"
+    assert reversal["figures"]["replicas"] == pytest.approx(40000 / 18232.2, rel=1e-4)
+    assert reversal["figures"]["dedicated_replicas"] == 3
+    assert reversal["figures"]["dedicated_usd_per_month"] == 21600
+    # The shared pool: sold 17,725 + 40,000 + 12,000 + 2,000 (contracts) + the three sized tenants,
+    # against 6 × 18,232 = 109,393 units/s.
+    (shared,) = [f for f in document["findings"] if f["subject"] == "pools.shared"]
+    assert shared["code"] == "capacity"
+    assert shared["figures"]["capacity_units_per_s"] == pytest.approx(6 * 18232.2, rel=1e-4)
+    assert "salts-unchecked" in codes(document, "info")
+    assert "oversubscription" in codes(document, "info")
+
+
+def test_strict_turns_warnings_into_errors(run_cli, tmp_path: Path) -> None:
+    code, document = run_check(run_cli, tmp_path, platform_document(), "--strict")
+    assert code == 1 and document["ok"] is False
+    assert codes(document, "error") == ["reversal"]
+
+
+def test_reversal_threshold_is_a_flag(run_cli, tmp_path: Path) -> None:
+    code, document = run_check(run_cli, tmp_path, platform_document(), "--reversal-replicas", "3")
+    assert code == 0 and "reversal" not in codes(document)
+    code, document = run_check(run_cli, tmp_path, platform_document(), "--reversal-replicas", "0.5")
+    # 0.5 replicas = 9,116 units/s: globex (17,725), stark, umbrella (12,000) and cyberdyne (9,712).
+    reversed_ = [f["subject"] for f in document["findings"] if f["code"] == "reversal"]
+    assert reversed_ == ["tenants.globex", "tenants.stark", "tenants.umbrella", "tenants.cyberdyne"]
+
+
+def test_oversold_pool_is_an_error_and_a_measured_ratio_lifts_it(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["tenants"][1]["units_per_s"] = 60000  # stark: sold now 109,801 > 109,393
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 1
+    (oversold,) = [f for f in result["findings"] if f["code"] == "oversold"]
+    assert oversold["subject"] == "pools.shared"
+    assert oversold["figures"]["units_sold_per_s"] > oversold["figures"]["capacity_units_per_s"]
+    assert "raise replicas to 7" in oversold["fix"]  # ceil(109,801 / 18,232) = 7
+    document["oversubscription"] = {"ratio": 1.2, "source": "usage logs, October 2026"}
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 0 and "oversold" not in codes(result)
+
+
+def test_kv_cap_a_pool_cannot_honour(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["tiers"][0]["kv_cap_tokens_per_replica"] = 700000  # the pools hold 646,503 tokens
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 1
+    kv = [f for f in result["findings"] if f["code"] == "kv-cap"]
+    assert {f["subject"] for f in kv} == {"tiers.enterprise"}
+    assert kv[0]["figures"] == {"kv_cap_tokens_per_replica": 700000, "kv_pool_tokens": 646503}
+
+
+def test_max_context_above_what_the_pool_serves(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # Llama 3.3 serves 131,072 tokens (max_position_embeddings).
+    document["tiers"][0]["max_context_tokens"] = 200000
+    document["tiers"][0]["kv_cap_tokens_per_replica"] = 200000
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 1
+    context = [f for f in result["findings"] if f["code"] == "max-context"]
+    assert context and all(f["figures"]["pool_max_context_tokens"] == 131072 for f in context)
+
+
+def test_kv_cap_below_max_context_warns(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["tiers"][2]["kv_cap_tokens_per_replica"] = 16384  # starter's max context is 32,768
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 0
+    assert "kv-cap-below-context" in codes(result, "warning")
+
+
+def test_dedicated_tenant_sharing_its_pool_is_an_error(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["tenants"][0]["pool"] = "acme-dedicated"
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 1
+    (finding,) = [f for f in result["findings"] if f["code"] == "dedicated-shared"]
+    assert finding["subject"] == "tenants.acme" and "globex" in finding["message"]
+
+
+def test_lora_names_checked_without_a_secret(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["tenants"][3]["lora_adapters"] = ["globex", "a" * 64]
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 1  # a salt-shaped adapter name can equal a salt: an error while tenants are salted
+    assert "lora-salt-shape" in codes(result, "error")
+    assert "lora-tenant-name" in codes(result, "warning")
+    assert result["salts_checked"] is False
+
+
+def test_salt_colliding_with_a_lora_name_is_an_error(run_cli, tmp_path: Path, monkeypatch) -> None:
+    from quotacalc.core.salts import derive_salt
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", "s3cret")
+    document = platform_document()
+    salt = derive_salt(b"s3cret", "globex")
+    document["tenants"][3]["lora_adapters"] = [salt]
+    code, out, err = run_cli("check", _write(tmp_path, document), "--json")
+    result = json.loads(out)
+    assert code == 1 and result["salts_checked"] is True
+    (collision,) = [f for f in result["findings"] if f["code"] == "salt-lora"]
+    assert collision["subject"] == "tenants.globex" and "initech" in collision["message"]
+    assert salt not in collision["message"]
+    # The salt only shows where the test put it: in the plan's adapter names, never elsewhere.
+    outside = copy.deepcopy(result)
+    outside["findings"] = [f for f in outside["findings"] if f["code"] != "lora-salt-shape"]
+    assert salt not in json.dumps(outside) and salt not in err
+
+
+def _write(tmp_path: Path, document: dict) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_check_table_output(run_cli) -> None:
+    code, out, _ = run_cli("check", PLATFORM)
+    assert code == 0
+    assert "sound: 0 errors, 1 warnings" in " ".join(out.split())
+
+
+def test_check_on_a_flat_plan(run_cli) -> None:
+    code, out, _ = run_cli("check", EXAMPLES / "llama-3.3-70b-h100.yaml", "--json")
+    assert code == 0
+    result = json.loads(out)
+    # One tenant of 17,9xx units/s on one replica of 18,232: 98% sold, sound.
+    (capacity,) = [f for f in result["findings"] if f["code"] == "capacity"]
+    assert capacity["figures"]["units_sold_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
+    assert math.isclose(capacity["figures"]["capacity_units_per_s"], 18232.2, rel_tol=1e-4)
