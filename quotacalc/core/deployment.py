@@ -117,6 +117,11 @@ class Deployment(BaseModel):
         description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
         "for 'vllm serve': 8192 on GPUs of 70 GiB or more except A100, else 2048",
     )
+    max_num_seqs: int | None = Field(
+        None,
+        description="engine's cap on concurrent sequences (vLLM --max-num-seqs), bounds the full-load batch; "
+        "default: vLLM 0.10's for 'vllm serve': 1024 on GPUs of 70 GiB or more except A100, else 256",
+    )
     kv_pool_tokens: int | None = Field(
         None, description="measured KV pool (tokens per replica); overrides the estimate"
     )
@@ -170,7 +175,7 @@ class Deployment(BaseModel):
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
-    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "load_prompt_tokens")
+    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "max_num_seqs", "load_prompt_tokens")
     @classmethod
     def _positive_pool(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:

@@ -93,6 +93,17 @@ def vllm_default_max_num_batched_tokens(gpu: GpuSpec) -> int:
     return 8192 if large else 2048
 
 
+def vllm_default_max_num_seqs(gpu: GpuSpec) -> int:
+    """vLLM's default cap on concurrent sequences for 'vllm serve' (same source and rule as the token budget)."""
+    large = gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and not gpu.id.startswith("a100")
+    return 1024 if large else 256
+
+
+def max_num_seqs(deployment: Deployment, gpu: GpuSpec) -> int:
+    """The deployment's cap on concurrent sequences: its own, or vLLM's default for the GPU."""
+    return deployment.max_num_seqs if deployment.max_num_seqs is not None else vllm_default_max_num_seqs(gpu)
+
+
 def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
     """The deployment's token budget per step: its own, or vLLM's default for the GPU."""
     if deployment.max_num_batched_tokens is not None:

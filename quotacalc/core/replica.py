@@ -113,6 +113,8 @@ class ReplicaModel:
     request_overhead_s: float
     #: The engine's token budget per step: a longer prompt is prefilled in chunks of this size.
     max_num_batched_tokens: int
+    #: The engine's cap on concurrent sequences (bounds the full-load batch).
+    max_num_seqs: int = 1024
     #: Weight bytes a decode step reads when they do not depend on the batch (dense models), else None.
     fixed_decode_weight_bytes_per_gpu: float | None = None
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
@@ -259,8 +261,8 @@ class ReplicaModel:
         return self.step_time_s(concurrency, context) + others * self.interleaved_prefill_s(prompt_tokens)
 
     def max_load_batch(self, prompt_tokens: int, output_tokens: int) -> int:
-        """The largest batch of such requests the pool holds at their full length."""
-        return self.pool_sequences(prompt_tokens + output_tokens)
+        """The largest batch of such requests the pool holds at their full length, at most max_num_seqs."""
+        return min(self.pool_sequences(prompt_tokens + output_tokens), self.max_num_seqs)
 
     def max_load_output_tokens_per_s(self, prompt_tokens: int, output_tokens: int) -> float:
         """Output tokens per second at full load, every request's prefill charged to the replica."""
@@ -339,5 +341,6 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         allreduce_s_per_token=allreduce_s_per_token(arch, tp, gpu.interconnect_bandwidth_bytes_per_s),
         request_overhead_s=deployment.request_overhead_s,
         max_num_batched_tokens=memory.max_num_batched_tokens(deployment, gpu),
+        max_num_seqs=memory.max_num_seqs(deployment, gpu),
         fixed_decode_weight_bytes_per_gpu=None if arch.moe_layers() else weight_bytes / tp,
     )
