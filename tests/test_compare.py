@@ -1,6 +1,6 @@
 """Comparing GPUs and TP sizes side by side: rows, reasons, and the four output formats.
 
-Figures are checked against hand computations (METHOD.md §6: a replica costs GPUs × $/GPU-hour × hours)
+Figures are checked against hand computations (docs/method.md §6: a replica costs GPUs × $/GPU-hour × hours)
 and against the single-deployment command for the same deployment, never against copied output.
 """
 
@@ -63,7 +63,7 @@ def test_feasible_rows_follow_the_method(price_rows):
         if not row["feasible"]:
             continue
         assert row["reason"] is None
-        # METHOD.md §6: a replica costs GPUs × $/GPU-hour × hours/month (TP 8: 8 × 2.5 × 720 = 14,400).
+        # docs/method.md §6: a replica costs GPUs × $/GPU-hour × hours/month (TP 8: 8 × 2.5 × 720 = 14,400).
         assert math.isclose(row["dedicated_usd_per_month"], tp * GPU_HOUR_USD * HOURS)
         # Output tokens cost W prompt tokens, so the two prices differ by exactly W.
         assert math.isclose(
