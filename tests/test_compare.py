@@ -113,6 +113,7 @@ def test_csv_parses_with_the_json_keys(run_cli):
         ("a100-40gb-sxm", "8"),
     ]
     assert [row["feasible"] for row in rows] == ["true", "true", "false", "true"]
+    assert {row["calibrated"] for row in rows} == {"false"}  # no plan, no calibration
     assert rows[2]["usd_per_million_prompt_tokens"] == "" and "does not fit" in rows[2]["reason"]
     assert float(rows[1]["dedicated_usd_per_month"]) == 8 * GPU_HOUR_USD * HOURS
 

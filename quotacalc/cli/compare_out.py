@@ -104,8 +104,13 @@ def comparison_csv(command: Command, rows: Sequence[ComparisonRow]) -> str:
     for row in rows:
         values = _row_values(command, row)
         values["warnings"] = "; ".join(values["warnings"])
-        values["feasible"] = "true" if row.feasible else "false"  # as JSON spells it, not Python's True
-        writer.writerow({key: "" if value is None else value for key, value in values.items()})
+        # Booleans as JSON spells them (true, false), not Python's True; an empty cell for no figure.
+        writer.writerow(
+            {
+                key: "" if value is None else ("true" if value else "false") if isinstance(value, bool) else value
+                for key, value in values.items()
+            }
+        )
     return buffer.getvalue()
 
 
