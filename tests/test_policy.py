@@ -344,3 +344,48 @@ def test_check_on_a_flat_plan(run_cli) -> None:
     (capacity,) = [f for f in result["findings"] if f["code"] == "capacity"]
     assert capacity["figures"]["units_sold_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
     assert math.isclose(capacity["figures"]["capacity_units_per_s"], 18232.2, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "traffic",
+    [
+        {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500},
+        {"rps": 0.3, "prompt_tokens": 12000, "output_tokens": 40, "cached_fraction": 0.8},
+        {"rps": 2, "prompt_tokens": 0, "output_tokens": 900, "cached_fraction": 1.0},
+    ],
+)
+def test_policy_units_equal_size_tenants(worked_example_price, traffic) -> None:
+    """The policy's fast sizing and `quotacalc size`'s (core.tenant.size_tenant) are one formula."""
+    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.policy import replica_for_tier, tenant_units_per_s
+    from quotacalc.core.tenant import size_tenant
+
+    _, replica = worked_example_price
+    gold = tier(cached_prompt_weight=0.25, burst_s=45)
+    tenant = PlanTenant(name="t", tier="gold", traffic=traffic)
+    sized = size_tenant(replica_for_tier(replica, gold), Tenant(**traffic))
+    assert tenant_units_per_s(tenant, gold, replica) == pytest.approx(sized.units_per_s, rel=1e-12)
+    assert gold.burst_s * sized.units_per_s == pytest.approx(sized.bucket_depth_units, rel=1e-12)
+
+
+def test_pricing_warnings_of_a_pool_are_findings(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # 646,503 tokens of KV hold 9 sequences of 65,536 tokens (646,503 // 65,536): a batch of 16 cannot be
+    # resident, and price says so; check passes the warning on, naming the pool.
+    document["pools"][1]["deployment"].update(batch=16)
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 0
+    (price_warning,) = [f for f in result["findings"] if f["code"] == "pool-price"]
+    assert price_warning["subject"] == "pools.long" and "holds 9 such sequences" in price_warning["message"]
+    code, result = run_check(run_cli, tmp_path, document, "--strict")
+    assert code == 1 and "pool-price" in codes(result, "error")
+
+
+def test_a_pool_that_cannot_hold_one_sequence_is_a_one_line_error(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # One H100 per long-context replica: 70.6 GB of FP8 weights leave about 200 tokens of KV (estimated).
+    document["pools"][1]["deployment"].update(tp=1, kv_pool_tokens=None)
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("check", path)
+    assert code == 1 and out == ""
+    assert err.startswith(f"quotacalc: error: {path}: pools[1].deployment.context: one sequence of 65,536 tokens")

@@ -9,6 +9,8 @@ whose pool is called ``default``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -239,7 +241,8 @@ def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
             for tier_key in _TIER_KEYS:
                 if tier_key in section:
                     raise _tier_key_error(path, f"{key}.{tier_key}")
-    for index, pool in enumerate(document.get("pools") or []):
+    pools = document.get("pools")
+    for index, pool in enumerate(pools if isinstance(pools, list) else []):
         section = pool.get("deployment") if isinstance(pool, dict) else None
         if isinstance(section, dict):
             for tier_key in _TIER_KEYS:
@@ -283,6 +286,21 @@ def _unknown(kind: str, name: str, known: list[str], *, source: str, field: str)
     return QuotacalcError(f"unknown {kind} '{name}'", source=source, field=field, fix=fix)
 
 
+@contextmanager
+def pool_errors(path: str, index: int | None) -> Iterator[None]:
+    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path."""
+    try:
+        yield
+    except QuotacalcError as error:
+        if error.source is not None:
+            raise  # about another file (a model's config): it names that file
+        if index is None:  # a flat plan: its deployment keys are the file's top level
+            field = error.field
+        else:
+            field = f"pools[{index}].deployment" + (f".{error.field}" if error.field else "")
+        raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
+
+
 @cache
 def _model_max_context(model: str) -> int | None:
     from quotacalc.inputs.resolve import load_arch
@@ -306,6 +324,9 @@ def _check_references(plan: Plan, path: str) -> None:
             field="pools",
             fix="set role: standard on at least one pool",
         )
+    for index, pool in enumerate(plan.pools):
+        with pool_errors(path, index):
+            _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
     for index, pool in enumerate(plan.pools):
         if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
             continue
