@@ -20,16 +20,18 @@ from quotacalc.fileio import write_text_atomic
 def cache_dir() -> Path:
     """``$QUOTACALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/quotacalc``, else ``~/.cache/quotacalc``.
 
-    With no home directory to be found (``HOME`` unset, no password entry), a path that cannot be
-    created, so the cache is simply off."""
+    With no absolute home directory to be found (``HOME`` empty, no password entry), a path that
+    cannot be created, so the cache is simply off."""
     if explicit := os.environ.get("QUOTACALC_CACHE_DIR"):
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
+    if not base or not Path(base).is_absolute():  # the XDG spec ignores a relative path
         try:
             base = Path.home() / ".cache"
         except (RuntimeError, KeyError):
-            return Path("/dev/null/quotacalc")
+            base = None
+    if base is None or not Path(base).is_absolute():  # HOME="": never a .cache in the working directory
+        return Path("/dev/null/quotacalc")
     return Path(base) / "quotacalc"
 
 

@@ -152,6 +152,7 @@ def test_one_gpu_and_tp_keeps_the_single_deployment_output(run_cli):
     ("args", "code", "needles"),
     [
         (("--gpu", "h100-sxm", "--tp", "4,x"), EXIT_USAGE, ("--tp", "'x' is not a whole number")),
+        (("--gpu", "h100-sxm", "--tp", "4,8.0"), EXIT_USAGE, ("--tp", "'8.0' is not a whole number")),
         (("--gpu", "h100-sxm", "--tp", "4,,8"), EXIT_USAGE, ("--tp", "empty item")),
         (("--gpu", "h100-sxm,", "--tp", "4"), EXIT_USAGE, ("--gpu", "empty item")),
         (("--gpu", "h100-sxm", "--tp", "4,0"), EXIT_INVALID_INPUT, ("--tp", "positive", "0")),

@@ -8,7 +8,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from quotacalc.cli.options import option_parameters, with_options
+from quotacalc.cli.options import option_parameters, whole_number, with_options
 from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
@@ -46,7 +46,7 @@ PlanArgument = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
 FormatOption = Annotated[
-    str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU × TP")
+    str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU and TP")
 ]
 PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
@@ -55,8 +55,9 @@ StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning
 def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
     """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
     if not printed:
-        for warning in warnings:
-            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+        from quotacalc.cli.streams import print_warnings
+
+        print_warnings(warnings)
     if strict and warnings:
         raise QuotacalcError(
             f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
@@ -120,9 +121,7 @@ def price_command(
     calibration = plan_calibration(plan, result.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
-        from quotacalc.cli.streams import print_warnings
 
-        print_warnings(result.warnings + calibration[1:2] if calibration[1] else result.warnings)
         emit_json(price_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import price_table
@@ -170,10 +169,7 @@ def size_command(
     calibration = plan_calibration(plan, result.replica.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
-        from quotacalc.cli.streams import print_warnings
 
-        warnings = result.replica.warnings
-        print_warnings(warnings + calibration[1:2] if calibration[1] else warnings)
         emit_json(size_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import size_table
@@ -187,7 +183,10 @@ def size_command(
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
 def kv_command(
     plan: PlanArgument = None,
-    context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="the request's context length, tokens", parser=whole_number, metavar="<int>"),
+    ] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
@@ -209,9 +208,7 @@ def kv_command(
     result = request_kv(_price(deployment), context)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
-        from quotacalc.cli.streams import print_warnings
 
-        print_warnings(result.replica.warnings)
         emit_json(kv_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import kv_table

@@ -23,6 +23,8 @@ class Axes:
 
 
 def _items(text: str, flag: str) -> list[str]:
+    if "," not in text:  # one value: the field's own validation judges it (an empty GPU name, ...)
+        return [text]
     items = [item.strip() for item in text.split(",")]
     if not all(items):
         raise UsageError(f"empty item in '{text}'", field=flag, fix="a value or a comma-separated list, e.g. 2,4,8")
@@ -30,12 +32,15 @@ def _items(text: str, flag: str) -> list[str]:
 
 
 def _tp_size(item: str) -> int:
+    """Digits only, as every count on the command line (cli/options.whole_number): '4.0' is no TP size."""
+    import re
+
+    if not re.fullmatch(r"[+-]?[0-9]+", item.strip()):
+        raise UsageError(f"'{item}' is not a whole number", field="--tp", fix="a TP size or a list, e.g. 2,4,8")
     try:
         return int(item)
-    except ValueError:
-        raise UsageError(
-            f"'{item}' is not a whole number", field="--tp", fix="a TP size or a list, e.g. 2,4,8"
-        ) from None
+    except ValueError:  # more digits than Python converts
+        raise UsageError(f"has {len(item):,} digits; far out of range", field="--tp") from None
 
 
 def split_axes(flags: dict[str, Any]) -> tuple[dict[str, Any], Axes]:
@@ -68,7 +73,7 @@ def run_comparison(
     strict: bool = False,
     pool: str | None = None,
 ) -> None:
-    """Price (or size the tenant on) every GPU × TP combination and print the rows side by side."""
+    """Price (or size the tenant on) every GPU and TP combination and print the rows side by side."""
     from quotacalc.cli.compare_out import render_comparison
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -48,12 +49,24 @@ def option_parameters(
         stated = field.default not in (None, PydanticUndefined)
         default = f"  [default: {_shown_default(field.default)}]" if stated else ""
         listed = "; a comma-separated list compares each" if name in lists else ""
+        kind = str if name in lists else plain
+        strict = {"parser": whole_number, "metavar": "<int>"} if kind is int else {}
         option = typer.Option(
-            flag, help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False
+            flag, help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False, **strict
         )
-        annotation = Annotated[Union[str if name in lists else plain, None], option]
+        annotation = Annotated[Union[kind, None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters
+
+
+def whole_number(text: str) -> int:
+    """A count as typed: digits only (typer would take '4.0' as 4), and no more than Python converts."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+        raise typer.BadParameter(f"must be a whole number, got {text!r}")
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (4,300)
+        raise typer.BadParameter(f"has {len(text):,} digits; far out of range") from None
 
 
 def _shown_default(value: Any) -> str:

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quotacalc.cli import units
+from quotacalc.cli.tables import print_whole
 
 if TYPE_CHECKING:
     from quotacalc.core.checks import CheckResult
@@ -32,7 +33,7 @@ def check_table(path: str, result: CheckResult) -> None:
     for finding in result.findings:
         text = escape(finding.message) + (f" [dim]({escape(finding.fix)})[/dim]" if finding.fix else "")
         table.add_row(f"[{_STYLES[finding.severity]}]{finding.severity}[/]", escape(finding.subject), text)
-    console.print(table)
+    print_whole(console, table, wrap=("finding",))
     errors, warnings = result.count("error"), result.count("warning")
     verdict = "not sound" if errors else "sound"
     console.print(f"{escape(path)}: {verdict}: {errors} errors, {warnings} warnings, {result.count('info')} notes")
@@ -69,7 +70,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
             shared,
             dedicated,
         )
-    console.print(table)
+    print_whole(console, table)
     console.print(
         f"units sold {totals.units_sold_per_s:,.0f}/s = {totals.replicas:.2f} replicas of load; "
         f"shared tenants {units.usd(totals.shared_usd_per_month)}/month (their shares), dedicated tenants "

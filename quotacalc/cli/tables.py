@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import MarkupError, escape
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -41,8 +41,33 @@ def _plain(value: object) -> Text:
     return Text(printable(str(value), limit=10_000))
 
 
+def _text(value: str) -> str:
+    """Text for a markup string: brackets escaped, control characters (from a config's values) as '?'."""
+    return escape(printable(value, limit=10_000))
+
+
 def _add_row(table: Table, *cells: object) -> None:
     table.add_row(*(_plain(cell) for cell in cells))
+
+
+def _width(cell: object) -> int:
+    if isinstance(cell, Text):
+        return cell_len(cell.plain)
+    if isinstance(cell, str):
+        try:
+            return cell_len(Text.from_markup(cell).plain)
+        except MarkupError:
+            return cell_len(cell)
+    return 0
+
+
+def print_whole(console: Console, table: Table, *, wrap: tuple[str, ...] = ()) -> None:
+    """Print a table whose cells are ids and figures (except the columns named in ``wrap``) without
+    cutting one, at any terminal width: see ``_print_table``."""
+    for column in table.columns:
+        column.no_wrap = str(column.header) not in wrap
+        column.overflow = "fold"
+    _print_table(console, table)
 
 
 def _print_table(console: Console, table: Table) -> None:
@@ -51,8 +76,8 @@ def _print_table(console: Console, table: Table) -> None:
     so lines wrap in the terminal instead of losing characters."""
     for column in table.columns:
         if column.no_wrap:
-            widths = [cell_len(cell.plain if isinstance(cell, Text) else str(cell)) for cell in column.cells]
-            column.min_width = max([*widths, cell_len(str(column.header))])
+            cells = [*column.cells, column.header, column.footer]
+            column.min_width = max(_width(cell) for cell in cells)
     needed = Measurement.get(console, console.options.update_width(1_000_000), table).minimum
     if needed > console.width:
         console = _console(stderr=console.stderr, width=needed)
@@ -161,15 +186,15 @@ def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult
     console.print()
     console.print("[bold]How each figure is derived[/]")
     for step in steps:
-        console.print(f"[bold]{step.name}[/] = {escape(step.formula)}")
-        console.print(f"    = {escape(step.substituted)}")
-        note = f"   [dim]({escape(step.note)})[/]" if step.note else ""
-        console.print(f"    = {escape(units.render(step.value, step.unit))}{note}")
+        console.print(f"[bold]{step.name}[/] = {_text(step.formula)}")
+        console.print(f"    = {_text(step.substituted)}")
+        note = f"   [dim]({_text(step.note)})[/]" if step.note else ""
+        console.print(f"    = {_text(units.render(step.value, step.unit))}{note}")
     notes = list(result.inputs.arch.notes)
     if notes:
         console.print("[bold]Assumptions about the model[/]")
         for note in notes:
-            console.print(f"  - {escape(note)}")
+            console.print(f"  - {_text(note)}")
 
 
 def _calibration_row(table: Table, calibration: Calibration) -> None:

@@ -31,11 +31,16 @@ MAX_TOKENS_PER_REQUEST = 100_000_000
 _STRICT = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
+def _digits(value: int) -> str:
+    try:
+        return str(len(str(value)))
+    except ValueError:  # Python will not print an integer of more than 4,300 digits
+        return "more than 4,300"
+
+
 def _at_most(value: float, limit: float) -> float:
     if value > limit:
-        # bit_length, not str(): Python refuses to print an integer of more than 4,300 digits.
-        huge = isinstance(value, int) and value > 10**20
-        shown = f"a {int(value.bit_length() * 0.30103) + 1}-digit number" if huge else value
+        shown = f"a {_digits(value)}-digit number" if isinstance(value, int) and value > 10**20 else value
         raise ValueError(f"must be at most {limit:,}, got {shown}")
     return value
 

@@ -332,6 +332,10 @@ MAX_LAYERS = 10_000
 MAX_CONFIG_INT = 2**53
 #: Keys that count layers (transformers' names across families), and per-layer lists and patterns.
 _LAYER_COUNT_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers"})
+#: Sizes every family reads as positive integers (when stated at all).
+_POSITIVE_KEYS = frozenset(
+    {"num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size", *_LAYER_COUNT_KEYS}
+)
 _PER_LAYER_KEYS = frozenset({"layer_types", "layers_block_type", "hybrid_override_pattern", "attn_layer_indices"})
 
 
@@ -386,12 +390,17 @@ def check_config_values(raw: dict[str, Any], source: str) -> None:
         if depth > MAX_CONFIG_DEPTH:
             raise QuotacalcError(f"nested more than {MAX_CONFIG_DEPTH} levels deep", source=source, field=field)
         key = field.rpartition(".")[2]
+        if key in _POSITIVE_KEYS and isinstance(value, (bool, str)):
+            raise QuotacalcError(f"must be a positive integer, got {value!r}", source=source, field=field)
         if isinstance(value, bool) or value is None or isinstance(value, str):
             if key in _PER_LAYER_KEYS and isinstance(value, str) and len(value) > MAX_LAYERS:
                 raise _too_many_layers(source, field, len(value))
             continue
         if isinstance(value, float) and not math.isfinite(value):
             raise QuotacalcError(f"must be a finite number, got {value}", source=source, field=field)
+        if key in _POSITIVE_KEYS and (not isinstance(value, int) or value <= 0):
+            # transformers would divide by it (heads) or build lists of it (layers) before any check of ours.
+            raise QuotacalcError(f"must be a positive integer, got {value!r}", source=source, field=field)
         if isinstance(value, int):
             if abs(value) > MAX_CONFIG_INT:
                 raise QuotacalcError(

@@ -154,17 +154,10 @@ def _non_finite(value: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...],
 
 def read_document(path: str) -> dict[str, Any]:
     """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix="check the path to the plan") from None
-    except IsADirectoryError:
-        raise UsageError("is a directory, not a plan file", source=path) from None
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not UTF-8 text"
-        raise QuotacalcError(f"cannot read: {reason}", source=path) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
+
+    # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
+    text = read_text_file(Path(path), what="plan")
 
     document = load_yaml_text(text, source=path)
     if document is None:
@@ -181,9 +174,16 @@ def is_platform(document: dict[str, Any]) -> bool:
 
 def _beside(model: Any, path: str) -> Any:
     # A model path in a plan file means beside the file, wherever the command runs from.
-    if isinstance(model, str) and not Path(model).is_absolute() and (beside := Path(path).parent / model).exists():
+    if isinstance(model, str) and not Path(model).is_absolute() and _exists(beside := Path(path).parent / model):
         return str(beside)
     return model
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return False
 
 
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -85,7 +86,8 @@ def read_text_file(path: str | Path, *, what: str, limit: int = MAX_YAML_BYTES) 
     except FileNotFoundError:
         raise UsageError("no such file", source=source, fix=f"check the path to the {what}") from None
     except OSError as error:
-        usage = error.strerror in ("File name too long",) or isinstance(error, NotADirectoryError)
+        # A path that cannot name a file (too long, a loop of links, through a non-directory) is a usage error.
+        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR)
         problem = f"cannot read: {error.strerror or error}"
         raise (UsageError if usage else QuotacalcError)(problem, source=source) from None
     mode = os.fstat(descriptor).st_mode
