@@ -147,7 +147,7 @@ def test_vllm_appended_results_are_one_point_per_line(json_file):
         ({"completed": None}, ("completed", "missing")),
         ({"total_input_tokens": "many"}, ("total_input_tokens", "expected a number")),
         ({"mean_itl_ms": float("inf")}, ("mean_itl_ms", "finite")),
-        ({"mean_ttft_ms": -3.0}, ("ttft_s", "greater than 0")),
+        ({"mean_ttft_ms": -3.0}, ("mean_ttft_ms", "greater than 0")),
         ({"max_concurrency": True}, ("max_concurrency", "expected a number, got true")),
     ],
     ids=["uncapped", "rate-limited", "none-completed", "no-completed", "text-tokens", "infinite", "negative", "bool"],
@@ -280,3 +280,36 @@ def test_log_lines_that_only_look_like_figures_are_not_read(tmp_path):
     text = "GPU KV cache size: ,,, tokens\nAvailable KV cache memory: 1.2.3 GiB\n"
     line = _error(read_vllm_log, _write(tmp_path, "odd.log", text)).one_line()
     assert "no 'GPU KV cache size" in line
+
+
+def test_special_files_are_refused_without_waiting(tmp_path):
+    import os
+
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)  # opening a FIFO for reading would block until a writer came
+    for reader in (read_benchmark, read_vllm_log):
+        error = _error(reader, str(fifo))
+        assert error.exit_code == EXIT_USAGE and "not a regular file" in error.one_line()
+        assert _error(reader, str(tmp_path)).exit_code == EXIT_USAGE  # a directory
+
+
+def test_a_figure_with_hundreds_of_digits_is_not_read(tmp_path):
+    text = f"GPU KV cache size: {'9' * 500} tokens\nAvailable KV cache memory: {'9' * 500} GiB\n"
+    assert "no 'GPU KV cache size" in _error(read_vllm_log, _write(tmp_path, "huge.log", text)).one_line()
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ('{"completed": ' + "9" * 5000 + "}", ("malformed JSON",)),
+        ("[" * 100_000 + "]" * 100_000, ("malformed JSON",)),
+        (json.dumps({**VLLM_RESULT, "max_concurrency": 10**9}), ("max_concurrency", "less than or equal to 100000")),
+        (json.dumps({**VLLM_RESULT, "mean_itl_ms": 1e12}), ("mean_itl_ms", "3600", "milliseconds / 1000")),
+    ],
+    ids=["5000-digit-int", "deep-nesting", "concurrency-1e9", "itl-in-wrong-unit"],
+)
+def test_hostile_json(json_file, text, needles):
+    error = _error(read_benchmark, json_file(text))
+    assert error.exit_code == EXIT_INVALID_INPUT
+    for needle in needles:
+        assert needle in error.one_line(), (needle, error.one_line())

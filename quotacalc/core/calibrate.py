@@ -76,11 +76,13 @@ class BenchmarkPoint(BaseModel):
 
     source: str = Field(description="the file it was read from")
     row: str = Field(description="where in the file: 'row 3', 'benchmarks[2]', 'line 4'")
-    concurrency: int = Field(ge=1, description="requests in flight (vllm bench serve --max-concurrency)")
-    prompt_tokens: float = Field(gt=0, description="mean prompt tokens per request")
-    output_tokens: float = Field(ge=1, description="mean output tokens per request")
-    ttft_s: float | None = Field(None, gt=0, description="mean time to first token, s")
-    itl_s: float | None = Field(None, gt=0, description="mean inter-token latency, s")
+    # The upper bounds are far beyond any engine (a replica runs hundreds of sequences, contexts of
+    # millions of tokens): past them a figure is a unit mix-up or a corrupt file, not a benchmark.
+    concurrency: int = Field(ge=1, le=100_000, description="requests in flight (vllm bench serve --max-concurrency)")
+    prompt_tokens: float = Field(gt=0, le=100_000_000, description="mean prompt tokens per request")
+    output_tokens: float = Field(ge=1, le=100_000_000, description="mean output tokens per request")
+    ttft_s: float | None = Field(None, gt=0, le=86_400, description="mean time to first token, s")
+    itl_s: float | None = Field(None, gt=0, le=3_600, description="mean inter-token latency, s")
 
     def measured(self) -> dict[str, float]:
         return {name: value for name in ("ttft_s", "itl_s") if (value := getattr(self, name)) is not None}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -32,25 +31,60 @@ _MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
 _OPTIONAL_COLUMNS = ("label",)
 
 
-def _read_text(path: str, what: str) -> str:
+#: A benchmark file with every request's text (vllm bench serve --save-detailed) runs to tens of MB.
+MAX_BENCHMARK_BYTES = 256 * 2**20
+
+
+def _open_regular(path: str, what: str):
+    """A regular file opened for binary reading; a FIFO, device or directory is a one-line error, not a hang."""
+    import errno
+    import os
+    import stat
+
     try:
-        # utf-8-sig: a spreadsheet's CSV often starts with a byte-order mark, which is not part of the header.
-        return Path(path).read_text(encoding="utf-8-sig", errors="replace")
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise UsageError("no such file", source=path, fix=f"check the path to the {what}") from None
-    except IsADirectoryError:
-        raise UsageError("is a directory", source=path, fix=f"give the {what} file") from None
     except OSError as error:
-        raise QuotacalcError(f"cannot read: {error.strerror}", source=path) from None
+        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
+        raise (UsageError if usage else QuotacalcError)(
+            f"cannot read: {error.strerror or error}", source=path
+        ) from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+        raise UsageError(f"is {kind}", source=path, fix=f"give the {what} file")
+    return os.fdopen(descriptor, "rb")
 
 
-def _point(source: str, row: str, **values: Any) -> BenchmarkPoint:
+def _read_text(path: str, what: str) -> str:
+    with _open_regular(path, what) as handle:
+        try:
+            data = handle.read(MAX_BENCHMARK_BYTES + 1)
+        except OSError as error:
+            raise QuotacalcError(f"cannot read: {error.strerror or error}", source=path) from None
+    if len(data) > MAX_BENCHMARK_BYTES:
+        raise QuotacalcError(
+            f"is larger than {MAX_BENCHMARK_BYTES // 2**20} MiB", source=path, fix="one result per run, not per request"
+        )
+    # utf-8-sig: a spreadsheet's CSV often starts with a byte-order mark, which is not part of the header.
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _point(source: str, row: str, keys: dict[str, str] | None = None, **values: Any) -> BenchmarkPoint:
+    """A validated point; an error names the file's own key for the field (``keys``: field -> key)."""
     try:
         point = BenchmarkPoint(source=source, row=row, **values)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
-        raise QuotacalcError(first["msg"], source=source, field=f"{row}: {field}" if row else field) from None
+        key = (keys or {}).get(field, field)
+        message = first["msg"]
+        if field.endswith("_s") and key.endswith("_ms"):
+            message += " (seconds: the file's milliseconds / 1000)"
+        raise QuotacalcError(message, source=source, field=f"{row}: {key}" if row else key) from None
     if not point.measured():
         raise QuotacalcError("has neither a time to first token nor an inter-token latency", source=source, field=row)
     return point
@@ -122,7 +156,7 @@ def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
             if name not in values:
                 raise QuotacalcError("is empty", source=path, field=f"{row}: {name}")
         values["concurrency"] = int(values["concurrency"])
-        points.append(_point(path, row, **values))
+        points.append(_point(path, row, {name: raw for raw, name in zip(header, columns, strict=True)}, **values))
     if not points:
         raise QuotacalcError("no data rows", source=path, fix="one row per benchmark run under the header")
     return points
@@ -176,7 +210,14 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
     for key, name in (("mean_ttft_ms", "ttft_s"), ("mean_itl_ms", "itl_s")):
         if result.get(key) is not None:
             values[name] = _number(result[key], path, field(key)) / 1000
-    return _point(path, row, **values)
+    keys = {
+        "concurrency": "max_concurrency",
+        "prompt_tokens": "total_input_tokens",
+        "output_tokens": "total_output_tokens",
+        "ttft_s": "mean_ttft_ms",
+        "itl_s": "mean_itl_ms",
+    }
+    return _point(path, row, keys, **values)
 
 
 def read_vllm_results(path: str, documents: list[tuple[str, Any]]) -> list[BenchmarkPoint]:
@@ -234,7 +275,14 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkPo
             value = _guidellm_mean(path, row, metrics, key)
             if value is not None:
                 values[name] = value / 1000
-        points.append(_point(path, row, **values))
+        keys = {
+            "concurrency": "config.strategy.streams",
+            "prompt_tokens": "metrics.prompt_token_count",
+            "output_tokens": "metrics.output_token_count",
+            "ttft_s": "metrics.time_to_first_token_ms",
+            "itl_s": "metrics.inter_token_latency_ms",
+        }
+        points.append(_point(path, row, keys, **values))
     if not points:
         raise QuotacalcError(
             "no synchronous or concurrent benchmark",
@@ -251,6 +299,8 @@ def _json_documents(path: str, text: str) -> list[tuple[str, Any]]:
     """One JSON value, or one per line (vllm bench serve --append-result writes JSON lines)."""
     try:
         document = json.loads(text)
+    except RecursionError:
+        raise QuotacalcError("malformed JSON: nested too deeply", source=path) from None
     except json.JSONDecodeError as whole_error:
         lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
         if len(lines) < 2:
@@ -264,7 +314,11 @@ def _json_documents(path: str, text: str) -> list[tuple[str, Any]]:
                 documents.append((f"line {number}", json.loads(line)))
             except json.JSONDecodeError as error:
                 raise QuotacalcError(f"malformed JSON: {error.msg}", source=path, field=f"line {number}") from None
+            except (ValueError, RecursionError) as error:  # a 5,000-digit integer, a nesting too deep
+                raise QuotacalcError(f"malformed JSON: {error}", source=path, field=f"line {number}") from None
         return documents
+    except ValueError as error:  # json's own limit: an integer of more than 4,300 digits
+        raise QuotacalcError(f"malformed JSON: {error}", source=path) from None
     if isinstance(document, list):
         return [(f"[{number}]", item) for number, item in enumerate(document)]
     return [("", document)]
@@ -284,22 +338,31 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_POOL_TOKENS = re.compile(r"GPU KV cache size:\s*(\d[\d,]*)\s*tokens")
-_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(\d+(?:\.\d+)?)\s*GiB")
+# Bounded digits: a figure longer than any GPU's memory is not a figure (and not a 4,000-digit int to convert).
+_POOL_TOKENS = re.compile(r"GPU KV cache size:\s*(\d[\d,]{0,20})\s*tokens")
+_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(\d{1,9}(?:\.\d{1,9})?)\s*GiB")
 
 
 def read_vllm_log(path: str) -> KvPoolReading:
     """The KV pool a vLLM start-up log reports: tokens per replica and available GiB per GPU."""
-    text = _ANSI.sub("", _read_text(path, "vLLM start-up log"))
-    pools = sorted({int(match.replace(",", "")) for match in _POOL_TOKENS.findall(text)})
+    # A server's log may run to gigabytes: read it line by line, keep only the two figures.
+    pools_seen: set[int] = set()
+    available: list[float] = []
+    with _open_regular(path, "vLLM start-up log") as handle:
+        for raw in handle:
+            if b"KV cache" not in raw:
+                continue
+            line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+            pools_seen.update(int(match.replace(",", "")) for match in _POOL_TOKENS.findall(line))
+            # Each tensor-parallel worker logs its own figure; the engine sizes the pool by the smallest.
+            available += [float(match) for match in _AVAILABLE_GIB.findall(line)]
+    pools = sorted(pools_seen)
     if len(pools) > 1:
         raise QuotacalcError(
             f"{len(pools)} different KV pools ({', '.join(f'{pool:,}' for pool in pools)} tokens)",
             source=path,
             fix="give the log of one start-up",
         )
-    # Each tensor-parallel worker logs its own figure; the engine sizes the pool by the smallest.
-    available = [float(match) for match in _AVAILABLE_GIB.findall(text)]
     if not pools and not available:
         raise QuotacalcError(
             "no 'GPU KV cache size: N tokens' or 'Available KV cache memory: X GiB' line",
