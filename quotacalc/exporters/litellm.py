@@ -133,6 +133,7 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "tpm and tpm_limit count raw tokens, not units: an output-heavy load can use up to W times its units before "
         "they bind; only max_budget (USD) carries the weights.",
         "Budgets, teams and keys need LiteLLM's database (Postgres); without it only the deployments' tpm is enforced.",
+        "rpm and rpm_limit are not set: the policy prices tokens, not requests.",
         "Cached prompt tokens: a deployment has one cache_read_input_token_cost, set from the highest cached weight "
         "of the tiers on its pool; tiers with a lower weight are overcharged.",
         "priority_reservation (dynamic_rate_limiter_v3) is a LiteLLM Enterprise feature (LITELLM_LICENSE); without it "
