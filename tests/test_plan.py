@@ -69,10 +69,11 @@ def test_pool_keys_win_over_the_defaults(tmp_path: Path) -> None:
     from quotacalc.inputs.plan import load_plan
 
     document = platform_document()
-    document["pools"][0]["deployment"]["tp"] = 8
+    # A key the measured pool does not depend on (tp would move the pool: see the feasibility tests).
+    document["pools"][0]["deployment"]["gpu_hour_usd"] = 3.0
     plan, _ = load_plan(str(write_plan(tmp_path, document)))
-    assert plan.pool("shared").deployment.tp == 8
-    assert plan.pool("long").deployment.tp == 4
+    assert plan.pool("shared").deployment.gpu_hour_usd == 3.0
+    assert plan.pool("long").deployment.gpu_hour_usd == 2.5
 
 
 def test_flat_plan_reads_as_a_one_pool_plan() -> None:
@@ -341,7 +342,11 @@ def test_bad_plan_one_line_with_yaml_path(tmp_path: Path, run_cli, command: str,
     [
         ({"model": "nope-model"}, EXIT_USAGE, "pools[1].deployment.model: unknown model 'nope-model'"),
         ({"gpu": "h200x"}, EXIT_USAGE, "pools[1].deployment.gpu: unknown GPU 'h200x' (did you mean h200"),
-        ({"tp": 3}, EXIT_INVALID_INPUT, "pools[1].deployment.tp: 3 does not divide the 64 attention heads"),
+        (
+            {"tp": 3, "kv_pool_tokens": None},
+            EXIT_INVALID_INPUT,
+            "pools[1].deployment.tp: 3 does not divide the 64 attention heads",
+        ),
         (
             {"tp": 1, "weight_dtype": "bf16", "kv_pool_tokens": None},
             EXIT_INVALID_INPUT,
