@@ -98,6 +98,12 @@ FLOAT_FLAGS = (
     "--expert-skew",
     "--cached-prompt-weight",
     "--burst-s",
+    "--reserve-base-gib",
+    "--reserve-per-tp-peer-gib",
+    "--step-overhead-s",
+    "--sequence-overhead-s",
+    "--request-overhead-s",
+    "--allreduce-latency-s",
 )
 FLAG_CASES = [
     # NaN and infinities reach no formula: pydantic refuses them where they enter.
@@ -116,6 +122,22 @@ FLAG_CASES = [
         flag_case(f"{flag}=400-digits", (*L, flag, HUGE), INVALID, flag, "at most", "400-digit")
         for flag in ("--tp", "--batch", "--context", "--kv-pool-tokens")
     ),
+    *(
+        flag_case(f"{flag}=400-digits", (*L, flag, HUGE), INVALID, flag, "at most", "400-digit")
+        for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--load-prompt-tokens", "--load-output-tokens")
+    ),
+    *(
+        flag_case(f"{flag}=1e300", (*L, flag, "1e300"), INVALID, flag, "at most")
+        for flag in (
+            "--step-overhead-s",
+            "--sequence-overhead-s",
+            "--request-overhead-s",
+            "--allreduce-latency-s",
+            "--reserve-base-gib",
+            "--reserve-per-tp-peer-gib",
+        )
+    ),
+    flag_case("--pricing-basis=bogus", (*L, "--pricing-basis", "bogus"), USAGE, "--pricing-basis"),
     flag_case("--gpu-hour-usd=1e400", (*L, "--gpu-hour-usd", "1e400"), INVALID, "--gpu-hour-usd", "finite"),
     flag_case("--burst-s=1e308", (*L, "--burst-s", "1e308"), INVALID, "--burst-s", "at most"),
     flag_case("--hours-per-month=745", (*L, "--hours-per-month", "745"), INVALID, "--hours-per-month", "744"),
