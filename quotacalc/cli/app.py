@@ -314,10 +314,10 @@ def examples_command(
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
-    from quotacalc.cli.streams import fit_output_encoding
-
-    fit_output_encoding()
     try:
+        from quotacalc.cli.streams import fit_output_encoding
+
+        fit_output_encoding()
         code = app(standalone_mode=False)
     except QuotacalcError as error:
         _fail(f"error: {error.one_line()}", error.exit_code)
