@@ -324,6 +324,9 @@ def main() -> None:
     except KeyboardInterrupt:
         _interrupted()
     except Exception as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `quotacalc` alone: the help, as asked for
+            sys.stdout.write(error.format_message().rstrip() + "\n")
+            sys.exit(error.exit_code)
         # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
         if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
             message = " ".join(error.format_message().split())

@@ -72,7 +72,7 @@ class PricingBasis(str, Enum):
 class KvPoolMeasuredWith(BaseModel):
     """The deployment a measured KV pool (``kv_pool_tokens``) was read on: it holds only for that one."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
     gpu: str = Field(description="GPU catalog id or alias")
     tp: int = Field(description="tensor-parallel GPUs per replica")
