@@ -134,7 +134,7 @@ def test_pool_policy_capacity_price_and_engine(worked_example_price) -> None:
     assert engine.enable_prefix_caching is True
     assert engine.scheduling_policy == "fcfs"  # one tier: nothing to prioritise
     assert engine.gpu_memory_utilization == 0.9
-    assert engine.max_num_batched_tokens == 8192
+    assert engine.max_num_batched_tokens == 8192  # vLLM's default on an H100 (80 GB: 70 GiB or more)
 
 
 def test_max_num_seqs_capped_by_what_the_pool_holds(worked_example_price) -> None:
@@ -389,3 +389,44 @@ def test_a_pool_that_cannot_hold_one_sequence_is_a_one_line_error(run_cli, tmp_p
     code, out, err = run_cli("check", path)
     assert code == 1 and out == ""
     assert err.startswith(f"quotacalc: error: {path}: pools[1].deployment.context: one sequence of 65,536 tokens")
+
+
+def test_engine_token_budget_is_the_one_the_price_assumed(run_cli, tmp_path: Path) -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    document = platform_document()
+    document["pools"][1]["deployment"]["max_num_batched_tokens"] = 16384
+    document["pools"][1]["deployment"]["kv_pool_tokens"] = None  # estimate it: the reserve grows with the budget
+    _, policy = load_policy(str(_write(tmp_path, document)))
+    pools = {pool.name: pool for pool in policy.pools}
+    assert pools["long"].engine.max_num_batched_tokens == 16384
+    assert pools["shared"].engine.max_num_batched_tokens == 8192
+
+
+def test_measured_pool_on_another_deployment_names_the_pool(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["deployment"]["kv_pool_measured_with"] = {
+        "gpu": "h100-sxm",
+        "tp": 4,
+        "weight_dtype": "fp8",
+        "kv_dtype": "bf16",
+    }
+    document["pools"][1]["deployment"]["tp"] = 8
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("check", path)
+    assert code == 1 and out == ""
+    assert err.startswith(
+        f"quotacalc: error: {path}: pools[1].deployment.kv_pool_tokens: the measured pool of 646,503 tokens was "
+        "measured on another deployment (tp 4 -> 8)"
+    ), err
+
+
+def test_engine_max_num_seqs_never_above_the_deployments_own(tmp_path: Path) -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    document = platform_document()
+    document["pools"][0]["deployment"]["max_num_seqs"] = 64  # below the decode batch of 128
+    _, policy = load_policy(str(_write(tmp_path, document)))
+    pools = {pool.name: pool for pool in policy.pools}
+    assert pools["shared"].engine.max_num_seqs == 64
+    assert pools["acme-dedicated"].engine.max_num_seqs == 128

@@ -312,6 +312,22 @@ def examples_command(
     run(name, copy_to, as_json)
 
 
+@app.command("simulate")
+def simulate_command(
+    scenario: Annotated[
+        str, typer.Argument(help="scenario YAML: a plan (named or embedded) and each tenant's workload")
+    ],
+    seed: Annotated[int | None, typer.Option("--seed", help="random seed (default: the scenario's)")] = None,
+    as_json: JsonOption = False,
+    plot: Annotated[str | None, typer.Option("--plot", help="also write a PNG or SVG of the comparison")] = None,
+    requests: Annotated[int | None, typer.Option("--requests", help="stop arrivals after N requests")] = None,
+):
+    """Simulate admission policies and queueing on a plan's pool, side by side (rejects, overshoot, latency)."""
+    from quotacalc.cli.simulate import run_simulate
+
+    run_simulate(scenario, seed=seed, as_json=as_json, plot=plot, requests=requests)
+
+
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
     try:

@@ -47,15 +47,6 @@ class Pool(BaseModel):
         strict=True,
         description="standard pools: prompts above this many tokens route to long_context_pool (e.g. 32768)",
     )
-    max_num_batched_tokens: int = Field(
-        8192,
-        ge=1,
-        strict=True,
-        description=(
-            "tokens per engine step (vLLM max-num-batched-tokens, the chunked-prefill budget); the default 8192 is "
-            "vLLM's own for its OpenAI server on 70+ GiB GPUs: long prefills are chunked so decode steps stay short"
-        ),
-    )
 
     @model_validator(mode="after")
     def _routing_pairs(self) -> Pool:

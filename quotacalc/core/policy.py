@@ -231,10 +231,19 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
         served_model_name=_served_model_name(deployment.model),
         tensor_parallel_size=deployment.tp,
         max_model_len=min(longest, served),
-        # The decode batch the price assumes, no more than the KV pool holds at the mean context: a
-        # deeper engine queue would take the ordering away from the gateway's fair scheduler.
-        max_num_seqs=max(1, min(deployment.batch, replica.max_resident_sequences)),
-        max_num_batched_tokens=pool.max_num_batched_tokens,
+        # The decode batch the price assumes, no more than the KV pool holds at the mean context (nor the
+        # deployment's own max_num_seqs): a deeper engine queue would take the ordering away from the
+        # gateway's fair scheduler.
+        max_num_seqs=max(
+            1,
+            min(
+                deployment.batch,
+                replica.max_resident_sequences,
+                deployment.max_num_seqs if deployment.max_num_seqs is not None else deployment.batch,
+            ),
+        ),
+        # The budget the price assumed (its KV reserve grows with it): the deployment's, or vLLM's default.
+        max_num_batched_tokens=memory.max_num_batched_tokens(deployment, replica.inputs.gpu),
         gpu_memory_utilization=deployment.memory_utilization,
         kv_cache_dtype=_kv_cache_dtype(replica),
         enable_prefix_caching=True,

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import json_text, yaml_text
+from quotacalc.exporters._text import json_text, long_context_lines, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 #: Hours in the month the pools' $/month figures use (docs/method.md §6: 720 h).
@@ -56,7 +56,7 @@ def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
             "output_cost_per_token": float(f"{unit * pool.output_weight:.6e}"),
             "cache_read_input_token_cost": float(f"{unit * _cached_weight(policy, pool):.6e}"),
         },
-        "model_info": {"id": pool.name, "max_input_tokens": pool.max_context_tokens},
+        "model_info": {"id": pool.name, "max_input_tokens": pool.engine.max_model_len},
     }
 
 
@@ -133,6 +133,7 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "tpm and tpm_limit count raw tokens, not units: an output-heavy load can use up to W times its units before "
         "they bind; only max_budget (USD) carries the weights.",
         "Budgets, teams and keys need LiteLLM's database (Postgres); without it only the deployments' tpm is enforced.",
+        "rpm and rpm_limit are not set: the policy prices tokens, not requests.",
         "Cached prompt tokens: a deployment has one cache_read_input_token_cost, set from the highest cached weight "
         "of the tiers on its pool; tiers with a lower weight are overcharged.",
         "priority_reservation (dynamic_rate_limiter_v3) is a LiteLLM Enterprise feature (LITELLM_LICENSE); without it "
@@ -144,11 +145,8 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
-    for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name):
-        if tenant.long_context_pool is not None:
-            limits.append(
-                f"{tenant.name}: prompts above {tenant.route_above_prompt_tokens} tokens are not routed to pool "
-                f"{tenant.long_context_pool} by size; the tenant must request model {tenant.long_context_pool}. "
-                f"Its budget is priced at pool {tenant.pool}'s USD per unit."
-            )
+    limits += long_context_lines(
+        policy,
+        "such a tenant must request the long-context pool as its model; its budget is priced at its standard pool's USD per unit.",
+    )
     return tuple(limits)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import PlanFile, suggest_key
+from quotacalc.inputs.deployment import PlanFile, check_measured_pool, suggest_key
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -158,7 +158,6 @@ def read_document(path: str) -> dict[str, Any]:
 
     # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
     text = read_text_file(Path(path), what="plan")
-
     document = load_yaml_text(text, source=path)
     if document is None:
         document = {}
@@ -235,19 +234,15 @@ def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
     if found := _non_finite(document):
         loc, value = found
         raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=yaml_path(loc))
-    for key in ("deployment",):
-        section = document.get(key)
-        if isinstance(section, dict):
-            for tier_key in _TIER_KEYS:
-                if tier_key in section:
-                    raise _tier_key_error(path, f"{key}.{tier_key}")
     pools = document.get("pools")
-    for index, pool in enumerate(pools if isinstance(pools, list) else []):
-        section = pool.get("deployment") if isinstance(pool, dict) else None
-        if isinstance(section, dict):
-            for tier_key in _TIER_KEYS:
-                if tier_key in section:
-                    raise _tier_key_error(path, f"pools[{index}].deployment.{tier_key}")
+    sections = [("deployment", document.get("deployment"))] + [
+        (f"pools[{index}].deployment", pool.get("deployment") if isinstance(pool, dict) else None)
+        for index, pool in enumerate(pools if isinstance(pools, list) else [])
+    ]
+    for where, section in sections:
+        for tier_key in _TIER_KEYS:
+            if isinstance(section, dict) and tier_key in section:
+                raise _tier_key_error(path, f"{where}.{tier_key}")
     try:
         return PlatformPlanFile.model_validate(document)
     except ValidationError as error:
@@ -398,6 +393,8 @@ def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
             if first["type"] == "missing":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
+        with pool_errors(path, index):
+            check_measured_pool(deployment, source=None)
         pools.append(Pool.model_validate({**pool_file.model_dump(exclude={"deployment"}), "deployment": deployment}))
     plan = Plan(
         pools=tuple(pools),
