@@ -45,6 +45,9 @@ PlanArgument = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
+FormatOption = Annotated[
+    str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU and TP")
+]
 PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
 
@@ -61,7 +64,7 @@ def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
         )
 
 
-DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
+COMPARABLE_OPTIONS = option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
 TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
 
@@ -95,36 +98,45 @@ def _price(deployment: Deployment):
 
 
 @app.command("price")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
+@with_options({"deployment_flags": COMPARABLE_OPTIONS})
 def price_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    output_format: FormatOption = "table",
     pool: PoolOption = None,
     strict: StrictOption = False,
     *,
     deployment_flags,
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
+    from quotacalc.cli.compare import check_format, run_comparison, split_axes
+
+    deployment_flags, axes = split_axes(deployment_flags)
+    if axes.is_comparison or check_format(output_format, as_json) != "table":
+        output_format = "json" if as_json else output_format
+        return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
     deployment, _ = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment)
+    calibration = plan_calibration(plan, result.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
 
-        emit_json(price_json(result, explain=explain))
+        emit_json(price_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import price_table
 
-        price_table(result, explain=explain)
-    _warn(result.warnings, strict=strict, printed=not as_json)
+        price_table(result, explain=explain, calibration=calibration)
+    _warn(result.warnings + calibration[1:2] if calibration[1] else result.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("size")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS, "tenant_flags": TENANT_OPTIONS})
+@with_options({"deployment_flags": COMPARABLE_OPTIONS, "tenant_flags": TENANT_OPTIONS})
 def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    output_format: FormatOption = "table",
     pool: PoolOption = None,
     strict: StrictOption = False,
     *,
@@ -134,24 +146,37 @@ def size_command(
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated.
 
     On a platform plan (without tenant flags): one row per tenant, and totals."""
+    from quotacalc.cli.compare import check_format, run_comparison, split_axes
     from quotacalc.core.tenant import size_tenant
     from quotacalc.inputs.plan import is_platform_file
 
+    deployment_flags, axes = split_axes(deployment_flags)
     if plan and all(value is None for value in tenant_flags.values()) and is_platform_file(plan):
         from quotacalc.cli.plan_cmds import size_platform
 
+        if axes.is_comparison:
+            from quotacalc.errors import UsageError
+
+            raise UsageError("compares one tenant, not a platform plan's", field="--gpu", fix="give the tenant's flags")
         return size_platform(plan, pool, deployment_flags, as_json=as_json, explain=explain)
+    if axes.is_comparison or check_format(output_format, as_json) != "table":
+        output_format = "json" if as_json else output_format
+        return run_comparison(
+            "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
+        )
     deployment, tenant = _load(plan, deployment_flags, tenant_flags, pool)
     result = size_tenant(_price(deployment), tenant)
+    calibration = plan_calibration(plan, result.replica.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
 
-        emit_json(size_json(result, explain=explain))
+        emit_json(size_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import size_table
 
-        size_table(result, explain=explain)
-    _warn(result.replica.warnings, strict=strict, printed=not as_json)
+        size_table(result, explain=explain, calibration=calibration)
+    warnings = result.replica.warnings
+    _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 
 @app.command("kv")
@@ -326,6 +351,12 @@ def simulate_command(
     from quotacalc.cli.simulate import run_simulate
 
     run_simulate(scenario, seed=seed, as_json=as_json, plot=plot, requests=requests)
+
+
+from quotacalc.cli.calibrate import calibrate_command, plan_calibration  # noqa: E402  (the body lives there)
+
+# The deployment's options are kv's (one set of option objects built at start-up; --context plays no part in a fit).
+app.command("calibrate")(with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})(calibrate_command))
 
 
 def main() -> None:

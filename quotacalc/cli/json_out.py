@@ -19,6 +19,9 @@ if TYPE_CHECKING:  # each command imports only the core modules it runs
 #: 2: "explain" only with --explain; inputs.gpu without its sources (quotacalc gpus --json has them).
 JSON_SCHEMA_VERSION = 2
 
+#: A plan's calibration as the figures report it: (the ``calibrated`` summary or None, why it does not hold or None).
+Calibration = tuple[dict[str, Any] | None, str | None]
+
 
 def _steps_json(steps: tuple[Step, ...]) -> list[dict[str, Any]]:
     return [step.model_dump(exclude_none=True) for step in steps]
@@ -68,28 +71,45 @@ def price_results_json(result: PriceResult) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings"})
 
 
-def _document(command: str, body: dict[str, Any], result: PriceResult, steps: list, explain: bool) -> dict:
-    """The envelope every command shares; the explain steps only when asked for, the inputs once."""
+def _document(
+    command: str,
+    body: dict[str, Any],
+    result: PriceResult,
+    steps: list,
+    explain: bool,
+    calibration: Calibration | None = None,
+) -> dict:
+    """The envelope every command shares; the explain steps only when asked for, the inputs once.
+
+    price and size say whether a plan's calibration holds (``calibrated``, null when none does).
+    """
     document = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **body}
-    document["warnings"] = list(result.warnings)
+    warnings = list(result.warnings)
+    if calibration is not None:
+        document["calibrated"] = calibration[0]
+        warnings += [calibration[1]] if calibration[1] else []
+    document["warnings"] = warnings
     if explain:
         document["explain"] = steps
     document["inputs"] = _inputs_json(result)
     return document
 
 
-def price_json(result: PriceResult, *, explain: bool = False) -> dict[str, Any]:
-    return _document("price", {"results": price_results_json(result)}, result, _steps_json(result.steps), explain)
+def price_json(
+    result: PriceResult, *, explain: bool = False, calibration: Calibration = (None, None)
+) -> dict[str, Any]:
+    body = {"results": price_results_json(result)}
+    return _document("price", body, result, _steps_json(result.steps), explain, calibration)
 
 
-def size_json(result: SizeResult, *, explain: bool = False) -> dict[str, Any]:
+def size_json(result: SizeResult, *, explain: bool = False, calibration: Calibration = (None, None)) -> dict[str, Any]:
     body = {
         "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
         "tenant": result.tenant.model_dump(),
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
-    return _document("size", body, result.replica, steps, explain)
+    return _document("size", body, result.replica, steps, explain, calibration)
 
 
 def kv_json(result: RequestKvResult, *, explain: bool = False) -> dict[str, Any]:

@@ -29,8 +29,13 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
-    """One keyword-only typer option per field of ``model``; every default is None ('not given')."""
+def option_parameters(
+    model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = (), lists: tuple[str, ...] = ()
+) -> list[inspect.Parameter]:
+    """One keyword-only typer option per field of ``model``; every default is None ('not given').
+
+    Fields named in ``lists`` take a comma-separated list as text (``--tp 2,4,8``); the command parses it.
+    """
     parameters = []
     for name, field in model.model_fields.items():
         # A structured field (a mapping) is a file's business; it has no flag.
@@ -43,11 +48,13 @@ def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str,
         # The default is shown from the model (the option's own default is None: 'not given').
         stated = field.default not in (None, PydanticUndefined)
         default = f"  [default: {_shown_default(field.default)}]" if stated else ""
-        strict = {"parser": whole_number, "metavar": "<int>"} if plain is int else {}
+        listed = "; a comma-separated list compares each" if name in lists else ""
+        kind = str if name in lists else plain
+        strict = {"parser": whole_number, "metavar": "<int>"} if kind is int else {}
         option = typer.Option(
-            flag, help=f"{field.description}{default}", rich_help_panel=panel, show_default=False, **strict
+            flag, help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False, **strict
         )
-        annotation = Annotated[Union[plain, None], option]
+        annotation = Annotated[Union[kind, None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters
 

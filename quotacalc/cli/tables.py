@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from quotacalc.cli import units
-from quotacalc.cli.json_out import emit_json, listing_json
+from quotacalc.cli.json_out import Calibration, emit_json, listing_json
 from quotacalc.cli.streams import print_warnings
 from quotacalc.core.deployment import GIB
 from quotacalc.errors import printable
@@ -197,16 +197,41 @@ def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult
             console.print(f"  - {_text(note)}")
 
 
-def price_table(result: PriceResult, *, explain: bool) -> None:
+def _calibration_row(table: Table, calibration: Calibration) -> None:
+    """A plan calibrated by ``quotacalc calibrate --write`` says so (nothing when the plan has no calibration)."""
+    summary, note = calibration
+    if summary is not None:
+        errors = [
+            f"{label} {value:.1%}"
+            for label, value in (
+                ("RMS error", summary["fit_rms_error"]),
+                ("left out", summary["leave_one_out_rms_error"]),
+            )
+            if value is not None
+        ]
+        how = "; ".join([", ".join(source.rsplit("/", 1)[-1] for source in summary["sources"]), *errors])
+        _add_row(table, "calibrated", f"{summary['rows']} points", how)
+    elif note is not None:
+        _add_row(table, "calibrated", "no", "see the warning below")
+
+
+def _calibration_warning(calibration: Calibration) -> None:
+    if calibration[1]:  # on stderr, with the other warnings
+        print_warnings([calibration[1]])
+
+
+def price_table(result: PriceResult, *, explain: bool, calibration: Calibration = (None, None)) -> None:
     console = _console()
     title = _header(result)
     table = _table()
     _price_rows(table, result)
+    _calibration_row(table, calibration)
     _show(console, title, table)
+    _calibration_warning(calibration)
     _print_footer(console, result.steps, result, explain)
 
 
-def size_table(result: SizeResult, *, explain: bool) -> None:
+def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = (None, None)) -> None:
     console = _console()
     tenant = result.tenant
     table = _table()
@@ -239,7 +264,9 @@ def size_table(result: SizeResult, *, explain: bool) -> None:
         units.data_bytes(result.request_kv_bytes),
         f"{result.request_pool_share:.2%} of a replica's pool",
     )
+    _calibration_row(table, calibration)
     _show(console, title, table)
+    _calibration_warning(calibration)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
 

@@ -18,6 +18,10 @@ class PlanFile(BaseModel):
 
     deployment: dict[str, Any]
     tenant: dict[str, Any] | None = None
+    #: Where the plan's fitted values come from (``quotacalc calibrate --write``): a validated
+    #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
+    #: does not import the calibration module.
+    calibration: Any = None
 
 
 #: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
@@ -119,12 +123,22 @@ def load_plan_file(path: str) -> PlanFile:
     tenant = document.get("tenant")
     if tenant is not None and not isinstance(tenant, dict):
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
-    deployment = {key: value for key, value in document.items() if key != "tenant"}
+    calibration = document.get("calibration")
+    if calibration is not None:
+        from quotacalc.core.calibrate import CalibrationProvenance
+
+        try:
+            calibration = CalibrationProvenance.model_validate(calibration)
+        except ValidationError as error:
+            raise _one_line_validation_error(
+                error, CalibrationProvenance, source=path, from_flags=set(), prefix="calibration."
+            ) from None
+    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration")}
     model = deployment.get("model")
     if isinstance(model, str) and _exists(beside := file.parent / model) and not Path(model).is_absolute():
         # A model path in a plan file means beside the file, wherever the command runs from.
         deployment["model"] = str(beside)
-    return PlanFile(deployment=deployment, tenant=tenant)
+    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration)
 
 
 def _exists(path: Path) -> bool:
@@ -134,7 +148,9 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None) -> Deployment:
+def build_deployment(
+    file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None, check_pool: bool = True
+) -> Deployment:
     """Flags override the file; errors name the flag or the file's key.
 
     A measured ``kv_pool_tokens`` from the file holds only for the deployment it was measured on
@@ -146,7 +162,7 @@ def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *
         deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
-    if "kv_pool_tokens" not in given:
+    if check_pool and "kv_pool_tokens" not in given:  # (a comparison checks each deployment in its own row)
         check_measured_pool(deployment, source=source)
     return deployment
 
