@@ -98,6 +98,12 @@ FLOAT_FLAGS = (
     "--expert-skew",
     "--cached-prompt-weight",
     "--burst-s",
+    "--reserve-base-gib",
+    "--reserve-per-tp-peer-gib",
+    "--step-overhead-s",
+    "--sequence-overhead-s",
+    "--request-overhead-s",
+    "--allreduce-latency-s",
 )
 FLAG_CASES = [
     # NaN and infinities reach no formula: pydantic refuses them where they enter.
@@ -116,6 +122,22 @@ FLAG_CASES = [
         flag_case(f"{flag}=400-digits", (*L, flag, HUGE), INVALID, flag, "at most", "400-digit")
         for flag in ("--tp", "--batch", "--context", "--kv-pool-tokens")
     ),
+    *(
+        flag_case(f"{flag}=400-digits", (*L, flag, HUGE), INVALID, flag, "at most", "400-digit")
+        for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--load-prompt-tokens", "--load-output-tokens")
+    ),
+    *(
+        flag_case(f"{flag}=1e300", (*L, flag, "1e300"), INVALID, flag, "at most")
+        for flag in (
+            "--step-overhead-s",
+            "--sequence-overhead-s",
+            "--request-overhead-s",
+            "--allreduce-latency-s",
+            "--reserve-base-gib",
+            "--reserve-per-tp-peer-gib",
+        )
+    ),
+    flag_case("--pricing-basis=bogus", (*L, "--pricing-basis", "bogus"), USAGE, "--pricing-basis"),
     flag_case("--gpu-hour-usd=1e400", (*L, "--gpu-hour-usd", "1e400"), INVALID, "--gpu-hour-usd", "finite"),
     flag_case("--burst-s=1e308", (*L, "--burst-s", "1e308"), INVALID, "--burst-s", "at most"),
     flag_case("--hours-per-month=745", (*L, "--hours-per-month", "745"), INVALID, "--hours-per-month", "744"),
@@ -233,6 +255,15 @@ PLAN_CASES = [
     plan_case("context: a date", HEAD + "context: 2024-01-01\n", INVALID, "context", "integer"),
     plan_case("context: impossible date", HEAD + "context: 2024-13-45\n", INVALID),
     plan_case("expert_parallel: 'yes'", HEAD + "expert_parallel: 'yes'\n", INVALID, "expert_parallel"),
+    plan_case(
+        "kv_pool_measured_with.tp: yes",
+        HEAD + "kv_pool_tokens: 600000\nkv_pool_measured_with: {gpu: h100-sxm, tp: yes}\n",
+        INVALID,
+        "kv_pool_measured_with.tp",
+        "integer",
+    ),
+    plan_case("kv_pool_measured_with: 5", HEAD + "kv_pool_measured_with: 5\n", INVALID, "kv_pool_measured_with"),
+    plan_case("pricing_basis: 5", HEAD + "pricing_basis: 5\n", INVALID, "pricing_basis"),
     plan_case("model: 123", "model: 123\ngpu: h100-sxm\n", INVALID, "model", "string"),
     plan_case("model: a list", "model: [a, b]\ngpu: h100-sxm\n", INVALID, "model", "string"),
     plan_case("model with NUL", 'model: "a\\0b"\ngpu: h100-sxm\n', USAGE, "model"),
@@ -355,6 +386,12 @@ CONFIG_CASES = [
     config_case("nested 40 deep", NESTED_40, INVALID, "nested more than 32"),
     config_case("larger than 4 MiB", json.dumps(llama(padding="x" * (5 * 2**20))), INVALID, "MiB"),
     config_case("a JSON list", "[1, 2]", INVALID, "not a JSON object"),
+    config_case(
+        "duplicate key",
+        json.dumps(llama())[:-1] + ', "num_hidden_layers": 3}',
+        INVALID,
+        "duplicate key 'num_hidden_layers'",
+    ),
     config_case("empty file", "", INVALID, "malformed config JSON"),
     config_case("non-UTF-8", b'{"model_type": "ll\xe9ma"}', INVALID, "malformed"),
     config_case("trailing comma", '{"model_type": "llama",}', INVALID, "malformed", "line 1"),
@@ -687,3 +724,9 @@ def test_ctrl_c_exits_130(tmp_path, delay_s):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err[-400:]
     assert err.decode().strip().splitlines() == ["quotacalc: interrupted"]
+
+
+def test_bare_command_prints_the_help_not_an_error(run_cli):
+    code, out, err = run_cli()
+    assert code == USAGE and err == ""
+    assert out.startswith("Usage: ") and "Commands:" in out

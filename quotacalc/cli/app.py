@@ -361,16 +361,19 @@ app.command("calibrate")(with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
-    from quotacalc.cli.streams import fit_output_encoding
-
-    fit_output_encoding()
     try:
+        from quotacalc.cli.streams import fit_output_encoding
+
+        fit_output_encoding()
         code = app(standalone_mode=False)
     except QuotacalcError as error:
         _fail(f"error: {error.one_line()}", error.exit_code)
     except KeyboardInterrupt:
         _interrupted()
     except Exception as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `quotacalc` alone: the help, as asked for
+            sys.stdout.write(error.format_message().rstrip() + "\n")
+            sys.exit(error.exit_code)
         # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
         if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
             message = " ".join(error.format_message().split())

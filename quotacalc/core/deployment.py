@@ -24,6 +24,8 @@ MAX_HOURS_PER_MONTH = 744  # 31 days
 MAX_RESERVE_GIB = 10_000
 MAX_EXPERT_SKEW = 100
 MAX_BURST_S = 366 * 86_400  # a year
+#: An engine overhead (per step, sequence or request) or an all-reduce of a minute is no engine's.
+MAX_OVERHEAD_S = 60
 MAX_RPS = 10**9
 MAX_TOKENS_PER_REQUEST = 100_000_000
 
@@ -70,7 +72,7 @@ class PricingBasis(str, Enum):
 class KvPoolMeasuredWith(BaseModel):
     """The deployment a measured KV pool (``kv_pool_tokens``) was read on: it holds only for that one."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
     gpu: str = Field(description="GPU catalog id or alias")
     tp: int = Field(description="tensor-parallel GPUs per replica")
@@ -273,4 +275,14 @@ _DEPLOYMENT_LIMITS = {
     "runtime_reserve_gib": MAX_RESERVE_GIB,
     "expert_skew": MAX_EXPERT_SKEW,
     "burst_s": MAX_BURST_S,
+    "reserve_base_gib": MAX_RESERVE_GIB,
+    "reserve_per_tp_peer_gib": MAX_RESERVE_GIB,
+    "max_num_batched_tokens": MAX_CONTEXT_TOKENS,
+    "max_num_seqs": MAX_BATCH,
+    "load_prompt_tokens": MAX_CONTEXT_TOKENS,
+    "load_output_tokens": MAX_CONTEXT_TOKENS,
+    "step_overhead_s": MAX_OVERHEAD_S,
+    "sequence_overhead_s": MAX_OVERHEAD_S,
+    "request_overhead_s": MAX_OVERHEAD_S,
+    "allreduce_latency_s": MAX_OVERHEAD_S,
 }

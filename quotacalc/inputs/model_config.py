@@ -363,7 +363,13 @@ def read_config_bytes(path: Path) -> bytes:
 def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
     """A config.json's object, with a one-line error when it is malformed, out of range or nested too deep."""
     try:
-        raw = json.loads(data)
+        raw = json.loads(data, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as error:
+        raise QuotacalcError(
+            f"duplicate key '{error.args[0]}': JSON keeps the last, transformers would read that one",
+            source=_shown(path),
+            fix="keep one",
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         where = f" at line {error.lineno}, column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
         raise QuotacalcError(
@@ -379,6 +385,18 @@ def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
         raise QuotacalcError("config is not a JSON object", source=_shown(path))
     check_config_values(raw, _shown(path))
     return raw
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return document
 
 
 def check_config_values(raw: dict[str, Any], source: str) -> None:
