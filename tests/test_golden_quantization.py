@@ -82,6 +82,18 @@ def test_quantized_linear_layers(config, dtype, bytes_per_param, compute):
     assert result.source.startswith("checkpoint quantization_config: ")
 
 
+def test_descriptions_name_the_format():
+    assert layout({"quant_method": "fp8", "weight_block_size": [64, 32]}).source == (
+        "checkpoint quantization_config: fp8, one fp32 scale per 64x32 block"
+    )
+    assert layout({"quant_method": "gptq", "bits": 8, "group_size": 32}).source == (
+        "checkpoint quantization_config: gptq int8, fp16 scale per 32"
+    )
+    assert layout({"quant_method": "awq", "bits": 4, "group_size": 64}).source == (
+        "checkpoint quantization_config: awq int4, fp16 scale + 4-bit zero per 64"
+    )
+
+
 def compressed(num_bits: int, kind: str) -> dict:
     return {
         "quant_method": "compressed-tensors",
@@ -133,6 +145,15 @@ def test_unknown_methods_name_the_field(config):
     assert error.value.field == "quantization_config.quant_method"
     assert error.value.source == "config.json"
     assert error.value.fix == "pass --weight-dtype to price it anyway"
+
+
+def test_a_config_without_a_method_says_so():
+    with pytest.raises(QuotacalcError) as error:
+        layout({"bits": 4})
+    assert error.value.problem == "quantization method '?' is not understood"
+    with pytest.raises(QuotacalcError) as error:
+        layout({"quant_method": "HQQ"})
+    assert error.value.problem == "quantization method 'hqq' is not understood"
 
 
 def test_unpriced_bit_width_names_the_bits():
