@@ -771,3 +771,41 @@ def test_weight_layout_sums_group_by_group():
     uniform = uniform_layout("fp8", 1, "fp8", "flag")
     assert uniform.weight_bytes(counts) == 400 and uniform.describe(counts) == "fp8"
     assert uniform.compute_dtype == "fp8" and uniform.source == "flag"
+
+
+# --------------------------------------------------------------------------- explain
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        (True, "True"),
+        (3, "3"),
+        (1_234_567.0, "1,234,567"),  # a whole number below 1e15: thousands separators
+        (1e15, "1e+15"),  # from 1e15 on: 4 significant digits
+        (2_500_000.5, "2.5e+06"),  # not whole, at or above 1e6: 4 significant digits
+        (0.0005, "0.0005"),  # below 1e-3: 4 significant digits
+        (0.5, "0.5"),
+        (0.0153428, "0.01534"),  # below 1: 4 significant digits
+        (12.34567, "12.3457"),  # else 4 decimals, trailing zeros dropped
+        (999.99999, "1000"),
+        (-1234.5, "-1234.5"),
+        (0, "0"),
+        (-0.25, "-0.25"),
+    ],
+)
+def test_fmt(number, text):
+    from quotacalc.core.explain import fmt
+
+    assert fmt(number) == text
+
+
+def test_ledger_records_and_returns():
+    from quotacalc.core.explain import Ledger
+
+    ledger = Ledger()
+    assert ledger.record("x", 2.5, formula="a × b", substituted="1 × 2.5", unit="s", note="n") == 2.5
+    assert ledger.record("y", 1, formula="f", substituted="1", unit="") == 1
+    (x, y) = ledger.steps
+    assert (x.name, x.value, x.formula, x.substituted, x.unit, x.note) == ("x", 2.5, "a × b", "1 × 2.5", "s", "n")
+    assert y.note is None
