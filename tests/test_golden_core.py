@@ -809,3 +809,32 @@ def test_ledger_records_and_returns():
     (x, y) = ledger.steps
     assert (x.name, x.value, x.formula, x.substituted, x.unit, x.note) == ("x", 2.5, "a × b", "1 × 2.5", "s", "n")
     assert y.note is None
+
+
+def test_size_steps_are_named_for_their_figures(toy):
+    sized = size_tenant(toy, Tenant(rps=1, prompt_tokens=100, output_tokens=10))
+    assert [step.name for step in sized.steps] == [
+        "prompt_token_units",
+        "units_per_request",
+        "units_per_s",
+        "replicas",
+        "bucket_rate_units_per_s",
+        "bucket_depth_units",
+        "shared_usd_per_month",
+        "dedicated_total_usd_per_month",
+        "request_pool_share",
+    ]
+    values = {step.name: step.value for step in sized.steps}
+    for name in ("units_per_request", "units_per_s", "replicas", "bucket_depth_units", "request_pool_share"):
+        assert values[name] == getattr(sized, name), name
+
+
+def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
+    replica = price(toy_inputs(kv_pool_tokens=5000, batch=1))
+    exact = size_tenant(replica, Tenant(rps=1, prompt_tokens=4000, output_tokens=1000))
+    assert exact.request_pool_share == 1
+    with pytest.raises(
+        QuotacalcError, match=r"one request of 5,001 tokens needs 100% of the replica's KV pool"
+    ) as error:
+        size_tenant(replica, Tenant(rps=1, prompt_tokens=4001, output_tokens=1000))
+    assert error.value.field == "prompt_tokens"
