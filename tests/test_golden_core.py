@@ -838,3 +838,28 @@ def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
     ) as error:
         size_tenant(replica, Tenant(rps=1, prompt_tokens=4001, output_tokens=1000))
     assert error.value.field == "prompt_tokens"
+
+
+def test_request_kv_steps_are_named_for_their_figures(toy):
+    kv = request_kv(toy, 1000)
+    assert [step.name for step in kv.steps] == [
+        "request_kv_bytes",
+        "request_kv_bytes_per_gpu",
+        "pool_share",
+        "requests_resident",
+        "requests_to_fill_pool",
+        "prompt_token_units_at_context",
+        "prefill_units",
+    ]
+    values = {step.name: step.value for step in kv.steps}
+    for name in values:
+        assert values[name] == getattr(kv, name), name
+
+
+def test_plan_numbers_must_be_finite_and_positive():
+    from quotacalc.core.plan import _finite_positive
+
+    assert _finite_positive(0.5) == 0.5 and _finite_positive(1e-9) == 1e-9
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="must be a positive finite number"):
+            _finite_positive(bad)

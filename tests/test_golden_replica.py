@@ -177,6 +177,11 @@ GPU = GpuSpec(
 def test_vllm_default_token_budget():
     # vLLM's 'vllm serve' default: 8,192 on GPUs of 70 GiB or more (A100 aside), else 2,048.
     assert memory.vllm_default_max_num_batched_tokens(GPU) == 8192
+    # The threshold itself counts as large.
+    edge = GPU.model_copy(update={"memory_bytes": memory.VLLM_LARGE_GPU_BYTES})
+    assert memory.vllm_default_max_num_batched_tokens(edge) == 8192
+    below = GPU.model_copy(update={"memory_bytes": memory.VLLM_LARGE_GPU_BYTES - 1})
+    assert memory.vllm_default_max_num_batched_tokens(below) == 2048
     assert memory.vllm_default_max_num_batched_tokens(GPU.model_copy(update={"memory_bytes": 48 * GIB})) == 2048
     assert memory.vllm_default_max_num_batched_tokens(GPU.model_copy(update={"id": "a100-80gb-sxm"})) == 2048
     deployment = Deployment(model="m", gpu="toy")
