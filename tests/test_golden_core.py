@@ -771,3 +771,95 @@ def test_weight_layout_sums_group_by_group():
     uniform = uniform_layout("fp8", 1, "fp8", "flag")
     assert uniform.weight_bytes(counts) == 400 and uniform.describe(counts) == "fp8"
     assert uniform.compute_dtype == "fp8" and uniform.source == "flag"
+
+
+# --------------------------------------------------------------------------- explain
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        (True, "True"),
+        (3, "3"),
+        (1_234_567.0, "1,234,567"),  # a whole number below 1e15: thousands separators
+        (1e15, "1e+15"),  # from 1e15 on: 4 significant digits
+        (2_500_000.5, "2.5e+06"),  # not whole, at or above 1e6: 4 significant digits
+        (0.0005, "0.0005"),  # below 1e-3: 4 significant digits
+        (0.5, "0.5"),
+        (0.0153428, "0.01534"),  # below 1: 4 significant digits
+        (12.34567, "12.3457"),  # else 4 decimals, trailing zeros dropped
+        (999.99999, "1000"),
+        (-1234.5, "-1234.5"),
+        (0, "0"),
+        (-0.25, "-0.25"),
+    ],
+)
+def test_fmt(number, text):
+    from quotacalc.core.explain import fmt
+
+    assert fmt(number) == text
+
+
+def test_ledger_records_and_returns():
+    from quotacalc.core.explain import Ledger
+
+    ledger = Ledger()
+    assert ledger.record("x", 2.5, formula="a × b", substituted="1 × 2.5", unit="s", note="n") == 2.5
+    assert ledger.record("y", 1, formula="f", substituted="1", unit="") == 1
+    (x, y) = ledger.steps
+    assert (x.name, x.value, x.formula, x.substituted, x.unit, x.note) == ("x", 2.5, "a × b", "1 × 2.5", "s", "n")
+    assert y.note is None
+
+
+def test_size_steps_are_named_for_their_figures(toy):
+    sized = size_tenant(toy, Tenant(rps=1, prompt_tokens=100, output_tokens=10))
+    assert [step.name for step in sized.steps] == [
+        "prompt_token_units",
+        "units_per_request",
+        "units_per_s",
+        "replicas",
+        "bucket_rate_units_per_s",
+        "bucket_depth_units",
+        "shared_usd_per_month",
+        "dedicated_total_usd_per_month",
+        "request_pool_share",
+    ]
+    values = {step.name: step.value for step in sized.steps}
+    for name in ("units_per_request", "units_per_s", "replicas", "bucket_depth_units", "request_pool_share"):
+        assert values[name] == getattr(sized, name), name
+
+
+def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
+    replica = price(toy_inputs(kv_pool_tokens=5000, batch=1))
+    exact = size_tenant(replica, Tenant(rps=1, prompt_tokens=4000, output_tokens=1000))
+    assert exact.request_pool_share == 1
+    with pytest.raises(
+        QuotacalcError, match=r"one request of 5,001 tokens needs 100% of the replica's KV pool"
+    ) as error:
+        size_tenant(replica, Tenant(rps=1, prompt_tokens=4001, output_tokens=1000))
+    assert error.value.field == "prompt_tokens"
+
+
+def test_request_kv_steps_are_named_for_their_figures(toy):
+    kv = request_kv(toy, 1000)
+    assert [step.name for step in kv.steps] == [
+        "request_kv_bytes",
+        "request_kv_bytes_per_gpu",
+        "pool_share",
+        "requests_resident",
+        "requests_to_fill_pool",
+        "prompt_token_units_at_context",
+        "prefill_units",
+    ]
+    values = {step.name: step.value for step in kv.steps}
+    for name in values:
+        assert values[name] == getattr(kv, name), name
+
+
+def test_plan_numbers_must_be_finite_and_positive():
+    from quotacalc.core.plan import _finite_positive
+
+    assert _finite_positive(0.5) == 0.5 and _finite_positive(1e-9) == 1e-9
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="must be a positive finite number"):
+            _finite_positive(bad)

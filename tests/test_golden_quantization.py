@@ -68,6 +68,11 @@ def assert_rest_in_bf16(result):
         # No group size stated: 128 (the AWQ/GPTQ default).
         ({"quant_method": "gptq", "bits": 4}, "int4", 0.5 + 2.5 / 128, "bf16"),
         ({"quant_method": "autoround", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
+        ({"quant_method": "auto-round", "bits": 4, "group_size": 64}, "int4", 0.5 + 2.5 / 64, "bf16"),
+        # Nothing stated: 4 bits in groups of 128.
+        ({"quant_method": "awq"}, "int4", 0.5 + 2.5 / 128, "bf16"),
+        # AWQ's spelling of 8 bits.
+        ({"quant_method": "awq", "w_bit": 8, "q_group_size": 64}, "int8", 1 + 2 / 64, "int8"),
         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", 0.5, "bf16"),
         ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1, "int8"),
     ],
@@ -80,6 +85,39 @@ def test_quantized_linear_layers(config, dtype, bytes_per_param, compute):
     assert result.compute_dtype == compute
     assert_rest_in_bf16(result)
     assert result.source.startswith("checkpoint quantization_config: ")
+
+
+@pytest.mark.parametrize(
+    ("config", "description"),
+    [
+        ({"quant_method": "fp8"}, "fp8, per-tensor scales"),
+        ({"quant_method": "mxfp4"}, "mxfp4 (OCP MX, e8m0 scale per 32)"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes 4-bit"),
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes 8-bit"),
+        (
+            {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "int"}}}},
+            "compressed-tensors 8-bit",
+        ),
+        (
+            {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}}},
+            "compressed-tensors 4-bit",
+        ),
+    ],
+)
+def test_each_format_is_described(config, description):
+    assert layout(config, gpu=blackwell).source == f"checkpoint quantization_config: {description}"
+
+
+def test_descriptions_name_the_format():
+    assert layout({"quant_method": "fp8", "weight_block_size": [64, 32]}).source == (
+        "checkpoint quantization_config: fp8, one fp32 scale per 64x32 block"
+    )
+    assert layout({"quant_method": "gptq", "bits": 8, "group_size": 32}).source == (
+        "checkpoint quantization_config: gptq int8, fp16 scale per 32"
+    )
+    assert layout({"quant_method": "awq", "bits": 4, "group_size": 64}).source == (
+        "checkpoint quantization_config: awq int4, fp16 scale + 4-bit zero per 64"
+    )
 
 
 def compressed(num_bits: int, kind: str) -> dict:
@@ -133,6 +171,15 @@ def test_unknown_methods_name_the_field(config):
     assert error.value.field == "quantization_config.quant_method"
     assert error.value.source == "config.json"
     assert error.value.fix == "pass --weight-dtype to price it anyway"
+
+
+def test_a_config_without_a_method_says_so():
+    with pytest.raises(QuotacalcError) as error:
+        layout({"bits": 4})
+    assert error.value.problem == "quantization method '?' is not understood"
+    with pytest.raises(QuotacalcError) as error:
+        layout({"quant_method": "HQQ"})
+    assert error.value.problem == "quantization method 'hqq' is not understood"
 
 
 def test_unpriced_bit_width_names_the_bits():
