@@ -117,12 +117,15 @@ def test_loaded_inter_token_latency():
 
 
 def test_full_load_throughput():
+    # The engine schedules at most max_num_seqs (1,024 here) whatever the pool holds.
+    assert MODEL.max_load_batch(100, 20) == 1024
     # Requests of 100 + 20 tokens hold 120,000 + 5,000 + 20,000 = 145,000 B each: 1e9 / 145,000 = 6,896 at once.
-    assert MODEL.max_load_batch(100, 20) == 6896
+    uncapped = replace(MODEL, max_num_seqs=100_000)
+    assert uncapped.max_load_batch(100, 20) == 6896
     # Step at 6,896 x 110 tokens: compute-bound, 6,896 x (1e9 + 160,000) / 1e12 = 6.89710336 s,
     # + 0.001 + 0.06896 + 4 x (1e-5 + 6,896 x 1e-8); plus 6,896 / 20 prefills of 0.100011575 s each.
     step = 6.89710336 + 0.001 + 0.06896 + 4 * (1e-5 + 6896e-8) + 6896 / 20 * 0.100011575
-    assert MODEL.max_load_output_tokens_per_s(100, 20) == pytest.approx(6896 / step)
+    assert uncapped.max_load_output_tokens_per_s(100, 20) == pytest.approx(6896 / step)
     # A pool that holds no such request serves nothing.
     assert replace(MODEL, kv_pool_bytes_per_gpu=1000).max_load_output_tokens_per_s(100, 20) == 0.0
 
