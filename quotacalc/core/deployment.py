@@ -107,7 +107,7 @@ class Deployment(BaseModel):
     runtime_reserve_gib: float | None = Field(
         None,
         description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB; "
-        "default: a model of TP and max_num_batched_tokens fitted on vLLM start-up logs",
+        "default: a model of TP, max_num_batched_tokens and max_num_seqs fitted on vLLM start-up logs",
     )
     reserve_base_gib: float = Field(
         0.1,
