@@ -109,15 +109,17 @@ class Deployment(BaseModel):
     runtime_reserve_gib: float | None = Field(
         None,
         description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB; "
-        "default: a model of TP and max_num_batched_tokens fitted on vLLM start-up logs",
+        "default: a model of TP, max_num_batched_tokens and max_num_seqs fitted on vLLM start-up logs",
     )
     reserve_base_gib: float = Field(
-        1.0, description="modelled reserve per GPU: CUDA context, CUDA graphs, sampler, GiB (fitted on vLLM logs)"
+        0.1,
+        description="modelled reserve per GPU beside the profiling peak: non-torch memory (CUDA context, "
+        "allocator), GiB (fitted on vLLM logs)",
     )
     reserve_per_tp_peer_gib: float = Field(
-        1.1,
+        1.25,
         description="modelled reserve per GPU for each other GPU of its TP group: communication buffers, GiB "
-        "(fitted on the worked example's measured pool)",
+        "(fitted on vLLM start-up logs, docs/accuracy.md)",
     )
     max_num_batched_tokens: int | None = Field(
         None,

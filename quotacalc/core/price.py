@@ -280,14 +280,16 @@ def _pool_section(x: _Explainer) -> float:
         x.record(
             "runtime_reserve_bytes_per_gpu",
             reserve.total_bytes,
-            formula="reserve_base + reserve_per_tp_peer × (TP − 1) + max_num_batched_tokens × "
-            "(4 × ffn_width / TP + 6 × hidden) × 2 B",
-            substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + "
+            formula="reserve_base + reserve_per_tp_peer × (TP − 1) + max(max_num_batched_tokens × "
+            "(4 × ffn_width / TP + 6 × hidden) × 2 B, min(max_num_seqs, max_num_batched_tokens) × vocab × "
+            f"{memory.VLLM_SAMPLER_BYTES_PER_LOGIT} B)",
+            substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + max("
             f"{fmt(reserve.max_num_batched_tokens)} ({source}) × "
-            f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}",
+            f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}, "
+            f"{fmt(reserve.sampler_bytes)})",
             unit="B",
             note="base and per-peer terms fitted on vLLM start-up logs (docs/accuracy.md); the last term is the "
-            "profiling run's activations",
+            "profiling run's peak: the forward pass's activations or the sampler's logits, whichever is larger",
         )
     weight_bytes_per_gpu = x.figures["weight_bytes_per_gpu"]
     usable = x.record(
