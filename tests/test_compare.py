@@ -31,8 +31,8 @@ def _json(run_cli, *args: str) -> dict:
 
 @pytest.fixture
 def price_rows(run_cli) -> dict:
-    """price on h100-sxm and a100-40gb-sxm at TP 2, 3 and 8, as the JSON comparison document."""
-    return _json(run_cli, "price", *MODEL, "--gpu", "h100-sxm,a100-40gb-sxm", "--tp", "2,3,8", "--json")
+    """price on h100-sxm and l4 at TP 2, 3 and 8, as the JSON comparison document."""
+    return _json(run_cli, "price", *MODEL, "--gpu", "h100-sxm,l4", "--tp", "2,3,8", "--json")
 
 
 def test_json_document_has_command_schema_and_one_row_per_combination_in_order(price_rows):
@@ -40,20 +40,20 @@ def test_json_document_has_command_schema_and_one_row_per_combination_in_order(p
     shared = price_rows["inputs"]["deployment"]
     assert shared["model"] == "Llama-3.3-70B-Instruct" and "gpu" not in shared and "tp" not in shared
     order = [(row["gpu"], row["tp"]) for row in price_rows["rows"]]
-    assert order == [(gpu, tp) for gpu in ("h100-sxm", "a100-40gb-sxm") for tp in (2, 3, 8)]
+    assert order == [(gpu, tp) for gpu in ("h100-sxm", "l4") for tp in (2, 3, 8)]
     for row in price_rows["rows"]:
         assert tuple(row) == PRICE_KEYS  # stable keys, in a stable order
 
 
 def test_infeasible_rows_carry_the_reason_and_no_figures(price_rows):
     rows = {(row["gpu"], row["tp"]): row for row in price_rows["rows"]}
-    for gpu in ("h100-sxm", "a100-40gb-sxm"):
+    for gpu in ("h100-sxm", "l4"):
         row = rows[(gpu, 3)]
         assert row["feasible"] is False
         assert "3 does not divide" in row["reason"] and "heads" in row["reason"]
         assert row["usd_per_million_prompt_tokens"] is None and row["kv_pool_tokens"] is None
-    # 70.55e9 FP8 parameters over 2 GPUs: 35.3 GB each, more than 0.9 × 40 GiB less the reserve.
-    too_small = rows[("a100-40gb-sxm", 2)]
+    # 70.55e9 FP8 parameters over 2 GPUs: 35.3 GB each, more than an L4 holds (24 GB).
+    too_small = rows[("l4", 2)]
     assert too_small["feasible"] is False and "does not fit" in too_small["reason"]
 
 
@@ -101,7 +101,7 @@ def test_size_rows_add_the_tenant(run_cli):
 
 
 def test_csv_parses_with_the_json_keys(run_cli):
-    code, out, err = run_cli("price", *MODEL, "--gpu", "h100-sxm,a100-40gb-sxm", "--tp", "2,8", "--format", "csv")
+    code, out, err = run_cli("price", *MODEL, "--gpu", "h100-sxm,l4", "--tp", "2,8", "--format", "csv")
     assert code == 0, err
     reader = csv.DictReader(io.StringIO(out))
     assert tuple(reader.fieldnames) == PRICE_KEYS
@@ -109,8 +109,8 @@ def test_csv_parses_with_the_json_keys(run_cli):
     assert [(row["gpu"], row["tp"]) for row in rows] == [
         ("h100-sxm", "2"),
         ("h100-sxm", "8"),
-        ("a100-40gb-sxm", "2"),
-        ("a100-40gb-sxm", "8"),
+        ("l4", "2"),
+        ("l4", "8"),
     ]
     assert [row["feasible"] for row in rows] == ["true", "true", "false", "true"]
     assert {row["calibrated"] for row in rows} == {"false"}  # no plan, no calibration
