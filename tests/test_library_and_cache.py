@@ -93,3 +93,29 @@ def test_plan_file_model_path_is_relative_to_the_file(tmp_path, monkeypatch):
     shipped = tmp_path / "shipped.yaml"
     shipped.write_text("model: Qwen3-8B\ngpu: h100-sxm\n")
     assert load_plan_file(str(shipped)).deployment["model"] == "Qwen3-8B"
+
+
+def test_atomic_writes_keep_normal_permissions(tmp_path) -> None:
+    """A new file gets 0o666 less the umask, an existing one keeps its mode, a secret gets what it asks."""
+    import os
+    import stat
+
+    from quotacalc.fileio import write_text_atomic
+
+    def mode_of(path):
+        return stat.S_IMODE(path.stat().st_mode)
+
+    umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "plan.yaml"
+        write_text_atomic(fresh, "a: 1\n")
+        assert mode_of(fresh) == 0o644
+        fresh.chmod(0o640)
+        write_text_atomic(fresh, "a: 2\n")
+        assert mode_of(fresh) == 0o640 and fresh.read_text() == "a: 2\n"
+        secret = tmp_path / "salts.json"
+        write_text_atomic(secret, "{}", mode=0o600)
+        assert mode_of(secret) == 0o600
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml", "salts.json"]  # no temporaries left
+    finally:
+        os.umask(umask)
