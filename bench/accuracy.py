@@ -14,7 +14,8 @@ held-out points separately. Prediction per kind:
 - e2e_latency (a fixed batch from an empty engine): prefill of batch × prompt tokens, then
   (output − 1) decode steps at batch, context prompt + output / 2;
 - ttft: ReplicaModel.ttft_s(prompt);
-- kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU).
+- kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU);
+- weight logs: quotacalc's weight bytes per GPU against vLLM's 'Model loading took' figure.
 """
 
 from __future__ import annotations
@@ -82,6 +83,14 @@ def predict_pool(point: dict[str, Any], **overrides: Any) -> tuple[float, float,
     return result.kv_pool_bytes_per_gpu / GIB, point["available_kv_gib"], "GiB/GPU"
 
 
+def weight_rows() -> list[tuple[str, float, float]]:
+    """(id, predicted GiB per GPU, vLLM's 'Model loading took' GiB) for every weight log."""
+    logs = yaml.safe_load((DATA / "kv_pool.yaml").read_text()).get("weight_logs", [])
+    return [
+        (log["id"], price(resolve(deployment_of(log))).weight_bytes_per_gpu / GIB, log["weights_gib"]) for log in logs
+    ]
+
+
 def rows() -> list[tuple[str, str, str, float, float, bool]]:
     """(group, id, unit, predicted, measured, held_out) for every point."""
     out = []
@@ -125,6 +134,11 @@ def main() -> None:
         for label, held in (("fit", False), ("held out", True), ("all", None)):
             s = summary(table, held)
             print(f"| {label} | {s.get('ITL', 0):.1%} | {s.get('TTFT', 0):.1%} | {s.get('KV pool', 0):.1%} |")
+        print()
+        print("| weight log | quotacalc GiB/GPU | vLLM 'Model loading took' GiB | error |")
+        print("|---|---:|---:|---:|")
+        for ident, pred, meas in weight_rows():
+            print(f"| {ident} | {pred:.2f} | {meas:.2f} | {pred / meas - 1:+.1%} |")
         return
     for group, ident, unit, pred, meas, held in table:
         mark = "H" if held else " "

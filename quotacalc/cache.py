@@ -1,7 +1,7 @@
 """An on-disk cache of parsed inputs, so warm CLI calls skip slow parsers (transformers, PyYAML).
 
-Entries are JSON, keyed by a hash of the input bytes, written atomically; a cache that cannot be
-read or written only costs speed.
+Entries are JSON, keyed by a hash of the input bytes, written atomically, each after a digest of its
+text; a cache that cannot be read or written, or an entry that is corrupted, only costs speed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,20 @@ from quotacalc.fileio import write_text_atomic
 
 
 def cache_dir() -> Path:
-    """``$QUOTACALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/quotacalc``, else ``~/.cache/quotacalc``."""
+    """``$QUOTACALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/quotacalc``, else ``~/.cache/quotacalc``.
+
+    With no absolute home directory to be found (``HOME`` empty, no password entry), a path that
+    cannot be created, so the cache is simply off."""
     if explicit := os.environ.get("QUOTACALC_CACHE_DIR"):
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base or not Path(base).is_absolute():  # the XDG spec ignores a relative path
+        try:
+            base = Path.home() / ".cache"
+        except (RuntimeError, KeyError):
+            base = None
+    if base is None or not Path(base).is_absolute():  # HOME="": never a .cache in the working directory
+        return Path("/dev/null/quotacalc")
     return Path(base) / "quotacalc"
 
 
@@ -28,16 +39,31 @@ def cache_key(data: bytes, *salts: str) -> str:
     return hashlib.sha256(data + "|".join(("", *salts)).encode()).hexdigest()
 
 
+#: An entry larger than this is not one quotacalc wrote (a resolved config is tens of kB).
+MAX_ENTRY_BYTES = 16 * 2**20
+
+
 def read_entry(kind: str, key: str) -> Any | None:
+    """A cached document, or None when it is missing, unreadable or corrupted (its digest does not match)."""
+    path = cache_dir() / kind / f"{key}.json"
     try:
-        return json.loads((cache_dir() / kind / f"{key}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
+            return None  # a FIFO would block the read; a huge file is no entry of ours
+        digest, _, body = path.read_bytes().partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            return None
+        return json.loads(body)
+    except (OSError, ValueError, RecursionError):
         return None
 
 
 def write_entry(kind: str, key: str, document: Any) -> None:
-    with contextlib.suppress(OSError):  # a cache that cannot be written only costs speed
-        write_text_atomic(cache_dir() / kind / f"{key}.json", json.dumps(document))
+    """Cache ``document`` under its key, with a digest of its text so a corrupted entry is recomputed."""
+    with contextlib.suppress(OSError, ValueError, TypeError):  # a cache that cannot be written only costs speed
+        body = json.dumps(document, allow_nan=False)
+        text = f"{hashlib.sha256(body.encode()).hexdigest()}\n{body}"
+        write_text_atomic(cache_dir() / kind / f"{key}.json", text)
 
 
 def yaml_cache_key(data: bytes) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 #: Exit code for invalid input: a file or value that parses but cannot be priced.
 EXIT_INVALID_INPUT = 1
 #: Exit code for usage errors: unknown names, missing or malformed arguments.
@@ -25,7 +27,7 @@ class QuotacalcError(Exception):
         text = ": ".join([*parts, self.problem])
         if self.fix:
             text += f" ({self.fix})"
-        return " ".join(text.split())
+        return printable(text)
 
 
 class UsageError(QuotacalcError):
@@ -43,3 +45,15 @@ def close_names(name: str, candidates: list[str], *, n: int = 3, cutoff: float =
     from difflib import get_close_matches
 
     return get_close_matches(name, candidates, n=n, cutoff=cutoff)
+
+
+#: C0 and C1 control characters, DEL, and the bidi/format characters that reorder or hide text.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable(text: str, *, limit: int = 2000) -> str:
+    """``text`` on one line, safe to echo to a terminal: control characters (escape sequences) become
+    ``?``, runs of whitespace one space, and anything past ``limit`` characters is cut with ``...``."""
+    text = " ".join(str(text).replace("\t", " ").split())  # newlines and tabs: spaces, before they become '?'
+    text = _CONTROL.sub("?", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -25,3 +25,17 @@ def write_text_atomic(path: Path, text: str, *, mode: int | None = None) -> None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a plot, an archive): the same steps as ``write_text_atomic``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -43,8 +43,8 @@ def close(a: float, b: float, rel: float = 1e-12) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
-def _run_json(run_cli, command: str) -> dict:
-    code, out, err = run_cli(*COMMANDS[command], "--json")
+def _run_json(run_cli, command: str, *extra: str) -> dict:
+    code, out, err = run_cli(*COMMANDS[command], "--json", *extra)
     assert code == 0, err
     assert "Traceback" not in out + err
     return json.loads(out)
@@ -86,7 +86,7 @@ def test_json_has_documented_keys(run_cli, command, keys):
 
 @pytest.mark.parametrize("command", ["price", "size", "kv"])
 def test_every_explain_step_is_complete(run_cli, command):
-    document = _run_json(run_cli, command)
+    document = _run_json(run_cli, command, "--explain")
     steps = document["explain"]
     assert steps, "no explain steps"
     for step in steps:
@@ -101,7 +101,7 @@ def test_every_explain_step_is_complete(run_cli, command):
 
 @pytest.mark.parametrize("command", ["price", "size", "kv"])
 def test_explain_values_match_results(run_cli, command):
-    document = _run_json(run_cli, command)
+    document = _run_json(run_cli, command, "--explain")
     results = {**document.get("replica", {}), **document["results"]}
     checked = 0
     for step in document["explain"]:
@@ -198,7 +198,7 @@ def test_explain_prints_substituted_formulas(run_cli, monkeypatch):
     assert prompt, "no substituted prompt-token formula"
     assert any("prompt_token_s = 2 × active_params" in line for line in lines)
     # every explain step of the JSON appears as 'name = formula' in the text
-    document = _run_json(run_cli, "price")
+    document = _run_json(run_cli, "price", "--explain")
     for step in document["explain"]:
         assert f"{step['name']} = " in out, step["name"]
 

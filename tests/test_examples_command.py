@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from quotacalc.catalog.examples import examples_dir, shipped_examples
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +75,7 @@ def test_examples_json(run_cli):
     code, out, _ = run_cli("examples", "--json")
     document = json.loads(out)
     assert code == 0
-    assert document["command"] == "examples" and document["schema_version"] == 1
+    assert document["command"] == "examples" and document["schema_version"] == JSON_SCHEMA_VERSION
     assert {entry["name"] for entry in document["examples"]} == {example.name for example in shipped_examples()}
     llama = next(entry for entry in document["examples"] if entry["name"] == "llama-3.3-70b-h100")
     assert llama["files"] == ["llama-3.3-70b-h100.yaml"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from cel_expr_python import cel
 from crd_validation import validate_manifest
@@ -190,3 +191,15 @@ def test_deterministic_and_yaml_round_trips():
     data = envoy.documents(policy, sample_salts(policy))
     for generated in first.files:
         assert list(yaml.safe_load_all(generated.text)) == data[generated.path]
+
+
+def test_a_salted_tenant_without_a_salt_is_an_error_not_an_unsalted_route():
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.exporters import kong
+
+    policy = platform_policy()
+    salts = sample_salts(policy)
+    del salts["globex"]
+    for exporter in (envoy, kong):
+        with pytest.raises(QuotacalcError, match="tenant globex is salted but no salt"):
+            exporter.export(policy, salts, OPTIONS)

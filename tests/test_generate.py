@@ -276,8 +276,8 @@ def test_check_reports_drift_with_a_unified_diff_and_writes_nothing(run_cli, tmp
     assert tree(out_dir) == before
     assert "--- a/canonical/policy.yaml\n+++ b/canonical/policy.yaml\n" in out
     assert (
-        "-  bucket_rate_units_per_s: 17725.0\n-  bucket_depth_units: 1063500.0\n"
-        "+  bucket_rate_units_per_s: 18000.0\n+  bucket_depth_units: 1080000.0\n"
+        "-    bucket_rate_units_per_s: 17725.0\n-    bucket_depth_units: 1063500.0\n"
+        "+    bucket_rate_units_per_s: 18000.0\n+    bucket_depth_units: 1080000.0\n"
     ) in out
     assert "differs from the plan" in err
     code, out, _ = canonical(run_cli, out_dir, "--check", "--json", plan=plan)
@@ -353,9 +353,143 @@ def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monk
     monkeypatch.setitem(base.TARGET_MODULES, "extra", "quotacalc_test_extra_target")
     code, _, err = run_cli("generate", PLATFORM, "--out", out_dir, "--target", "extra")
     assert code == 0
-    assert "extra cannot express 1 parts of the policy" in err and "  - no buckets" in err
+    assert f"quotacalc: note: extra cannot express 1 parts of the policy: see {out_dir / 'extra/LIMITS.md'}" in err
     assert (out_dir / "canonical/policy.yaml").exists() and (out_dir / "extra/x.txt").exists()
     assert "- no buckets" in (out_dir / "extra/LIMITS.md").read_text(encoding="utf-8")
     manifest = json.loads((out_dir / ".quotacalc-manifest.json").read_text(encoding="utf-8"))
     assert {entry["target"] for entry in manifest["files"].values()} == {"canonical", "extra"}
     assert canonical(run_cli, out_dir, "--check")[0] == 0
+
+
+def test_yaml_text_round_trips_hostile_strings() -> None:
+    """The fast YAML emitter: whatever it writes, PyYAML (YAML 1.1) reads back as the same data."""
+    from quotacalc.exporters.yaml_text import dump_yaml
+
+    strings = [
+        *(
+            [
+                "yes",
+                "No",
+                "on",
+                "OFF",
+                "~",
+                "null",
+                "Null",
+                "true",
+                "y",
+                "n",
+                "1",
+                "1.5",
+                "0x10",
+                "0o17",
+                "1e3",
+                ".inf",
+                "-.inf",
+                ".nan",
+                "=",
+                "<<",
+                "-",
+                "?",
+                "|",
+                "[",
+                "{}",
+            ]
+        ),
+        *(
+            "- x",
+            "a: b",
+            "#x",
+            "a #b",
+            " lead",
+            "trail ",
+            "multi\nline",
+            "tab\t",
+            "é",
+            "\u2028",
+            "\x85",
+            "\x7f",
+            "\ufeff",
+            "'q'",
+            '"dq"',
+        ),
+        *("", "@x", "`x", "!tag", "&a", "*a", "%x", "> x", "2026-11-30", "12:30", "x-tenant-id", "/v1/chat"),
+    ]
+    document = {
+        "strings": strings,
+        "numbers": [0, -1, 1.0, 1e-07, 1e300, -2.5e-10, 2**70, True, False, None],
+        "empty": {"mapping": {}, "list": []},
+        "nested": [[1, [2]], {"x": [{"y": 1, "z": [3]}]}, []],
+        **{text: index for index, text in enumerate(strings)},
+    }
+    assert yaml.safe_load(dump_yaml(document)) == document
+    assert dump_yaml({"a": [{"b": 1, "c": 2}]}) == "a:\n  - b: 1\n    c: 2\n"
+    assert dump_yaml({"w": 1.5235551602942003e-07, "v": 1e-07}) == "w: 1.5235551602942003e-07\nv: 1.0e-07\n"
+    with pytest.raises(ValueError):
+        dump_yaml({"x": float("nan")})
+
+
+def test_interrupted_run_leaves_nothing_the_next_run_refuses(run_cli, tmp_path: Path, monkeypatch) -> None:
+    """A run killed between two file writes: the next run neither calls a file foreign or edited nor loses one."""
+    from quotacalc.exporters import writer
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    document = platform_document()
+    document["tenants"][0]["units_per_s"] = 18000
+    plan = write_plan(tmp_path, document)
+    real_write = writer.write_text_atomic
+    calls = []
+
+    def dying_write(path, text, *, mode=None):
+        calls.append(path)
+        if len(calls) == 3:  # the interim manifest, one file, then the crash
+            raise KeyboardInterrupt
+        real_write(path, text, mode=mode)
+
+    monkeypatch.setattr(writer, "write_text_atomic", dying_write)
+    code, _, _ = canonical(run_cli, out_dir, plan=plan)
+    assert code == 130
+    monkeypatch.setattr(writer, "write_text_atomic", real_write)
+    code, _, err = canonical(run_cli, out_dir, plan=plan)
+    assert code == 0, err
+    assert canonical(run_cli, out_dir, "--check", plan=plan)[0] == 0
+
+
+def test_a_symlink_at_a_generated_path_is_never_followed(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("precious\n", encoding="utf-8")
+    out_dir = tmp_path / "out"
+    (out_dir / "canonical").mkdir(parents=True)
+    (out_dir / "canonical/policy.yaml").symlink_to(target)
+    line = one_line_error(*canonical(run_cli, out_dir), EXIT_INVALID_INPUT)
+    assert "canonical/policy.yaml: exists and quotacalc did not write it" in line
+    assert target.read_text(encoding="utf-8") == "precious\n"
+
+
+def test_generate_a_flat_plan(run_cli, tmp_path: Path) -> None:
+    """Today's flat plan generates as a one-pool plan: pool 'default', its tenant on the shared cache (no secret)."""
+    code, _, err = canonical(run_cli, tmp_path, plan=EXAMPLES / "llama-3.3-70b-h100.yaml")
+    assert code == 0, err
+    policy = json.loads((tmp_path / "canonical/policy.json").read_text(encoding="utf-8"))
+    assert [pool["name"] for pool in policy["pools"]] == ["default"]
+    (tenant,) = policy["tenants"]
+    assert (tenant["name"], tenant["cache_isolation"], tenant["salt_ref"]) == ("tenant", "shared", None)
+    assert tenant["retry_after"]["max_s"] == 60  # the file's burst_s default, 60 s
+
+
+def test_gie_objectives_only_on_request(run_cli, tmp_path: Path, monkeypatch) -> None:
+    from quotacalc.exporters.base import TARGET_MODULES
+
+    if "gie" not in TARGET_MODULES:
+        pytest.skip("no gie target in this build")
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    assert run_cli("generate", PLATFORM, "--out", tmp_path / "plain", "--target", "gie")[0] == 0
+    assert "InferenceObjective" not in "".join(
+        path.read_text(encoding="utf-8") for path in (tmp_path / "plain/gie").glob("*.yaml")
+    )
+    assert run_cli("generate", PLATFORM, "--out", tmp_path / "asked", "--target", "gie", "--gie-objectives")[0] == 0
+    assert "kind: InferenceObjective" in "".join(
+        path.read_text(encoding="utf-8") for path in (tmp_path / "asked/gie").glob("*.yaml")
+    )

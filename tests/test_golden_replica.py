@@ -117,12 +117,15 @@ def test_loaded_inter_token_latency():
 
 
 def test_full_load_throughput():
+    # The engine schedules at most max_num_seqs (1,024 here) whatever the pool holds.
+    assert MODEL.max_load_batch(100, 20) == 1024
     # Requests of 100 + 20 tokens hold 120,000 + 5,000 + 20,000 = 145,000 B each: 1e9 / 145,000 = 6,896 at once.
-    assert MODEL.max_load_batch(100, 20) == 6896
+    uncapped = replace(MODEL, max_num_seqs=100_000)
+    assert uncapped.max_load_batch(100, 20) == 6896
     # Step at 6,896 x 110 tokens: compute-bound, 6,896 x (1e9 + 160,000) / 1e12 = 6.89710336 s,
     # + 0.001 + 0.06896 + 4 x (1e-5 + 6,896 x 1e-8); plus 6,896 / 20 prefills of 0.100011575 s each.
     step = 6.89710336 + 0.001 + 0.06896 + 4 * (1e-5 + 6896e-8) + 6896 / 20 * 0.100011575
-    assert MODEL.max_load_output_tokens_per_s(100, 20) == pytest.approx(6896 / step)
+    assert uncapped.max_load_output_tokens_per_s(100, 20) == pytest.approx(6896 / step)
     # A pool that holds no such request serves nothing.
     assert replace(MODEL, kv_pool_bytes_per_gpu=1000).max_load_output_tokens_per_s(100, 20) == 0.0
 
@@ -213,11 +216,13 @@ def test_runtime_reserve_modelled_and_given():
     arch = toy_arch(DenseMLP(hidden_size=1024, intermediate_size=4096))
     deployment = Deployment(model="m", gpu="toy", tp=2, max_num_batched_tokens=1000)
     reserve = memory.runtime_reserve(arch, deployment, GPU)
-    # 1 GiB base + 1.1 GiB per other GPU of the TP group + 1,000 tokens x 28,672 B of activations.
-    assert reserve.base_bytes == 1.0 * GIB
-    assert reserve.tp_comm_bytes == pytest.approx(1.1 * GIB * 1)
+    # 0.1 GiB base + 1.25 GiB per other GPU of the TP group + the larger of 1,000 tokens x 28,672 B of
+    # activations and the profiling sampler's min(1,024 sequences, 1,000 tokens) x 1,000 vocab x 32 B.
+    assert reserve.base_bytes == pytest.approx(0.1 * GIB)
+    assert reserve.tp_comm_bytes == pytest.approx(1.25 * GIB * 1)
     assert reserve.activation_bytes == 1000 * 28_672
-    assert reserve.total_bytes == pytest.approx(GIB + 1.1 * GIB + 28_672_000)
+    assert reserve.sampler_bytes == 1000 * 1000 * 32
+    assert reserve.total_bytes == pytest.approx(0.1 * GIB + 1.25 * GIB + max(28_672_000, 32_000_000))
     assert reserve.given is False and reserve.max_num_batched_tokens == 1000
     given = memory.runtime_reserve(arch, deployment.model_copy(update={"runtime_reserve_gib": 5.5}), GPU)
     assert given.given is True and given.total_bytes == 5.5 * GIB

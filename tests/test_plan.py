@@ -11,6 +11,7 @@ import pytest
 import yaml
 from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -68,10 +69,11 @@ def test_pool_keys_win_over_the_defaults(tmp_path: Path) -> None:
     from quotacalc.inputs.plan import load_plan
 
     document = platform_document()
-    document["pools"][0]["deployment"]["tp"] = 8
+    # A key the measured pool does not depend on (tp would move the pool: see the feasibility tests).
+    document["pools"][0]["deployment"]["gpu_hour_usd"] = 3.0
     plan, _ = load_plan(str(write_plan(tmp_path, document)))
-    assert plan.pool("shared").deployment.tp == 8
-    assert plan.pool("long").deployment.tp == 4
+    assert plan.pool("shared").deployment.gpu_hour_usd == 3.0
+    assert plan.pool("long").deployment.gpu_hour_usd == 2.5
 
 
 def test_flat_plan_reads_as_a_one_pool_plan() -> None:
@@ -136,7 +138,7 @@ def test_size_rows_per_tenant_and_totals(run_cli) -> None:
     code, out, err = run_cli("size", PLATFORM, "--json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["command"] == "size" and document["schema_version"] == 1
+    assert document["command"] == "size" and document["schema_version"] == JSON_SCHEMA_VERSION
     rows = {row["name"]: row for row in document["tenants"]}
     assert list(rows) == ["globex", "stark", "acme", "initech", "umbrella", "cyberdyne", "hooli", "wayne"]
     globex = rows["globex"]
@@ -333,6 +335,50 @@ def test_bad_plan_one_line_with_yaml_path(tmp_path: Path, run_cli, command: str,
     line = one_line_error(*run_cli(*args), EXIT_INVALID_INPUT)
     assert line.startswith(f"{path}: {expected}"), line
     assert not out_dir.exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("deployment", "code", "expected"),
+    [
+        ({"model": "nope-model"}, EXIT_USAGE, "pools[1].deployment.model: unknown model 'nope-model'"),
+        ({"gpu": "h200x"}, EXIT_USAGE, "pools[1].deployment.gpu: unknown GPU 'h200x' (did you mean h200"),
+        (
+            {"tp": 3, "kv_pool_tokens": None},
+            EXIT_INVALID_INPUT,
+            "pools[1].deployment.tp: 3 does not divide the 64 attention heads",
+        ),
+        (
+            {"tp": 1, "weight_dtype": "bf16", "kv_pool_tokens": None},
+            EXIT_INVALID_INPUT,
+            "pools[1].deployment.tp: Llama-3.3-70B-Instruct does not fit",
+        ),
+    ],
+)
+def test_pool_that_cannot_be_priced_names_its_pool(tmp_path: Path, run_cli, deployment, code, expected) -> None:
+    document = platform_document()
+    document["pools"][1]["deployment"].update(deployment)
+    path = write_plan(tmp_path, document)
+    for command in (("check", path), ("size", path), ("generate", path, "--out", tmp_path / "out")):
+        assert one_line_error(*run_cli(*command), code).startswith(f"{path}: {expected}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_structure_errors(tmp_path: Path, run_cli) -> None:
+    path = tmp_path / "plan.yaml"
+    cases = {
+        "pools: 5\n": "pools: must be a list",
+        "pools: [5]\n": "pools[0]: must be a mapping",
+        "pools: [{name: a, replicas: 1, deployment: 5}]\n": "pools[0].deployment: must be a mapping",
+        "deployment: [1]\npools: [{name: a, replicas: 1}]\n": "deployment: must be a mapping",
+        "pools: [{name: a, replicas: 1.5}]\n": "pools[0].replicas: must be a valid integer, got 1.5",
+        "pools: [{name: a, replicas: true}]\n": "pools[0].replicas: must be a valid integer, got True",
+        "tenant_header: ''\npools: [{name: a, replicas: 1}]\n": "tenant_header: '' is not a valid name",
+        "public_prefixes: ['']\npools: [{name: a, replicas: 1}]\n": "public_prefixes[0]: String should have at least 1",
+    }
+    for text, expected in cases.items():
+        path.write_text(text, encoding="utf-8")
+        line = one_line_error(*run_cli("check", path), EXIT_INVALID_INPUT)
+        assert line.startswith(f"{path}: {expected}"), (text, line)
 
 
 def test_malformed_and_duplicate_yaml(tmp_path: Path, run_cli) -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import METHOD_TENANT_UNITS_PER_S, llama70b_prompt_token_units
 
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
 from quotacalc.core.policy import build_policy, retry_after_s
 
@@ -133,7 +134,7 @@ def test_pool_policy_capacity_price_and_engine(worked_example_price) -> None:
     assert engine.enable_prefix_caching is True
     assert engine.scheduling_policy == "fcfs"  # one tier: nothing to prioritise
     assert engine.gpu_memory_utilization == 0.9
-    assert engine.max_num_batched_tokens == 8192
+    assert engine.max_num_batched_tokens == 8192  # vLLM's default on an H100 (80 GB: 70 GiB or more)
 
 
 def test_max_num_seqs_capped_by_what_the_pool_holds(worked_example_price) -> None:
@@ -209,7 +210,7 @@ def codes(document: dict, severity: str | None = None) -> list[str]:
 def test_example_plan_is_sound_with_one_reversal_warning(run_cli, tmp_path: Path) -> None:
     code, document = run_check(run_cli, tmp_path, platform_document())
     assert code == 0 and document["ok"] is True
-    assert document["command"] == "check" and document["schema_version"] == 1
+    assert document["command"] == "check" and document["schema_version"] == JSON_SCHEMA_VERSION
     assert codes(document, "error") == []
     assert codes(document, "warning") == ["reversal"]
     (reversal,) = [f for f in document["findings"] if f["code"] == "reversal"]
@@ -343,3 +344,89 @@ def test_check_on_a_flat_plan(run_cli) -> None:
     (capacity,) = [f for f in result["findings"] if f["code"] == "capacity"]
     assert capacity["figures"]["units_sold_per_s"] == pytest.approx(METHOD_TENANT_UNITS_PER_S, rel=1e-4)
     assert math.isclose(capacity["figures"]["capacity_units_per_s"], 18232.2, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "traffic",
+    [
+        {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500},
+        {"rps": 0.3, "prompt_tokens": 12000, "output_tokens": 40, "cached_fraction": 0.8},
+        {"rps": 2, "prompt_tokens": 0, "output_tokens": 900, "cached_fraction": 1.0},
+    ],
+)
+def test_policy_units_equal_size_tenants(worked_example_price, traffic) -> None:
+    """The policy's fast sizing and `quotacalc size`'s (core.tenant.size_tenant) are one formula."""
+    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.policy import replica_for_tier, tenant_units_per_s
+    from quotacalc.core.tenant import size_tenant
+
+    _, replica = worked_example_price
+    gold = tier(cached_prompt_weight=0.25, burst_s=45)
+    tenant = PlanTenant(name="t", tier="gold", traffic=traffic)
+    sized = size_tenant(replica_for_tier(replica, gold), Tenant(**traffic))
+    assert tenant_units_per_s(tenant, gold, replica) == pytest.approx(sized.units_per_s, rel=1e-12)
+    assert gold.burst_s * sized.units_per_s == pytest.approx(sized.bucket_depth_units, rel=1e-12)
+
+
+def test_pricing_warnings_of_a_pool_are_findings(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # 646,503 tokens of KV hold 9 sequences of 65,536 tokens (646,503 // 65,536): a batch of 16 cannot be
+    # resident, and price says so; check passes the warning on, naming the pool.
+    document["pools"][1]["deployment"].update(batch=16)
+    code, result = run_check(run_cli, tmp_path, document)
+    assert code == 0
+    (price_warning,) = [f for f in result["findings"] if f["code"] == "pool-price"]
+    assert price_warning["subject"] == "pools.long" and "holds 9 such sequences" in price_warning["message"]
+    code, result = run_check(run_cli, tmp_path, document, "--strict")
+    assert code == 1 and "pool-price" in codes(result, "error")
+
+
+def test_a_pool_that_cannot_hold_one_sequence_is_a_one_line_error(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # One H100 per long-context replica: 70.6 GB of FP8 weights leave about 200 tokens of KV (estimated).
+    document["pools"][1]["deployment"].update(tp=1, kv_pool_tokens=None)
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("check", path)
+    assert code == 1 and out == ""
+    assert err.startswith(f"quotacalc: error: {path}: pools[1].deployment.context: one sequence of 65,536 tokens")
+
+
+def test_engine_token_budget_is_the_one_the_price_assumed(run_cli, tmp_path: Path) -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    document = platform_document()
+    document["pools"][1]["deployment"]["max_num_batched_tokens"] = 16384
+    document["pools"][1]["deployment"]["kv_pool_tokens"] = None  # estimate it: the reserve grows with the budget
+    _, policy = load_policy(str(_write(tmp_path, document)))
+    pools = {pool.name: pool for pool in policy.pools}
+    assert pools["long"].engine.max_num_batched_tokens == 16384
+    assert pools["shared"].engine.max_num_batched_tokens == 8192
+
+
+def test_measured_pool_on_another_deployment_names_the_pool(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["deployment"]["kv_pool_measured_with"] = {
+        "gpu": "h100-sxm",
+        "tp": 4,
+        "weight_dtype": "fp8",
+        "kv_dtype": "bf16",
+    }
+    document["pools"][1]["deployment"]["tp"] = 8
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("check", path)
+    assert code == 1 and out == ""
+    assert err.startswith(
+        f"quotacalc: error: {path}: pools[1].deployment.kv_pool_tokens: the measured pool of 646,503 tokens was "
+        "measured on another deployment (tp 4 -> 8)"
+    ), err
+
+
+def test_engine_max_num_seqs_never_above_the_deployments_own(tmp_path: Path) -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    document = platform_document()
+    document["pools"][0]["deployment"]["max_num_seqs"] = 64  # below the decode batch of 128
+    _, policy = load_policy(str(_write(tmp_path, document)))
+    pools = {pool.name: pool for pool in policy.pools}
+    assert pools["shared"].engine.max_num_seqs == 64
+    assert pools["acme-dedicated"].engine.max_num_seqs == 128

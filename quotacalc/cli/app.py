@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from quotacalc.cli.options import option_parameters, with_options
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.cli.options import option_parameters, whole_number, with_options
+from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
 from quotacalc.errors import QuotacalcError
 
 app = typer.Typer(
@@ -17,6 +17,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it fits a pipe and a narrow terminal, shows each default, and no <bool> on flags.
+    rich_markup_mode=None,
 )
 
 
@@ -43,6 +45,9 @@ PlanArgument = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="print each formula with its numbers substituted")]
+FormatOption = Annotated[
+    str, typer.Option("--format", help="table, json, csv or markdown; all but table print one row per GPU and TP")
+]
 PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: the pool to use (needed if several)")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
 
@@ -50,15 +55,16 @@ StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning
 def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
     """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
     if not printed:
-        for warning in warnings:
-            sys.stderr.write(f"quotacalc: warning: {warning}\n")
+        from quotacalc.cli.streams import print_warnings
+
+        print_warnings(warnings)
     if strict and warnings:
         raise QuotacalcError(
             f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
         )
 
 
-DEPLOYMENT_OPTIONS = option_parameters(Deployment, panel="Deployment")
+COMPARABLE_OPTIONS = option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))
 DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
 TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
 
@@ -92,36 +98,45 @@ def _price(deployment: Deployment):
 
 
 @app.command("price")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS})
+@with_options({"deployment_flags": COMPARABLE_OPTIONS})
 def price_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    output_format: FormatOption = "table",
     pool: PoolOption = None,
     strict: StrictOption = False,
     *,
     deployment_flags,
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
+    from quotacalc.cli.compare import check_format, run_comparison, split_axes
+
+    deployment_flags, axes = split_axes(deployment_flags)
+    if axes.is_comparison or check_format(output_format, as_json) != "table":
+        output_format = "json" if as_json else output_format
+        return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
     deployment, _ = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment)
+    calibration = plan_calibration(plan, result.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
 
-        emit_json(price_json(result))
+        emit_json(price_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import price_table
 
-        price_table(result, explain=explain)
-    _warn(result.warnings, strict=strict, printed=not as_json)
+        price_table(result, explain=explain, calibration=calibration)
+    _warn(result.warnings + calibration[1:2] if calibration[1] else result.warnings, strict=strict, printed=not as_json)
 
 
 @app.command("size")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS, "tenant_flags": TENANT_OPTIONS})
+@with_options({"deployment_flags": COMPARABLE_OPTIONS, "tenant_flags": TENANT_OPTIONS})
 def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
+    output_format: FormatOption = "table",
     pool: PoolOption = None,
     strict: StrictOption = False,
     *,
@@ -131,31 +146,47 @@ def size_command(
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated.
 
     On a platform plan (without tenant flags): one row per tenant, and totals."""
+    from quotacalc.cli.compare import check_format, run_comparison, split_axes
     from quotacalc.core.tenant import size_tenant
     from quotacalc.inputs.plan import is_platform_file
 
+    deployment_flags, axes = split_axes(deployment_flags)
     if plan and all(value is None for value in tenant_flags.values()) and is_platform_file(plan):
         from quotacalc.cli.plan_cmds import size_platform
 
+        if axes.is_comparison:
+            from quotacalc.errors import UsageError
+
+            raise UsageError("compares one tenant, not a platform plan's", field="--gpu", fix="give the tenant's flags")
         return size_platform(plan, pool, deployment_flags, as_json=as_json, explain=explain)
+    if axes.is_comparison or check_format(output_format, as_json) != "table":
+        output_format = "json" if as_json else output_format
+        return run_comparison(
+            "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
+        )
     deployment, tenant = _load(plan, deployment_flags, tenant_flags, pool)
     result = size_tenant(_price(deployment), tenant)
+    calibration = plan_calibration(plan, result.replica.inputs, pool)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
 
-        emit_json(size_json(result))
+        emit_json(size_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import size_table
 
-        size_table(result, explain=explain)
-    _warn(result.replica.warnings, strict=strict, printed=not as_json)
+        size_table(result, explain=explain, calibration=calibration)
+    warnings = result.replica.warnings
+    _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 
 @app.command("kv")
 @with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
 def kv_command(
     plan: PlanArgument = None,
-    context: Annotated[int | None, typer.Option("--context", help="the request's context length, tokens")] = None,
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="the request's context length, tokens", parser=whole_number, metavar="<int>"),
+    ] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
     pool: PoolOption = None,
@@ -172,11 +203,13 @@ def kv_command(
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
+    if context > MAX_CONTEXT_TOKENS:
+        raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
 
-        emit_json(kv_json(result))
+        emit_json(kv_json(result, explain=explain))
     else:
         from quotacalc.cli.tables import kv_table
 
@@ -278,6 +311,18 @@ def generate_command(
     )
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    from quotacalc.errors import printable
+
+    sys.stderr.write(f"quotacalc: {printable(message)}\n")
+    sys.exit(code)
+
+
+def _interrupted() -> NoReturn:
+    # 128 + SIGINT, as shells report it: an interrupted CI job must never look green.
+    _fail("interrupted", 130)
+
+
 @app.command("examples")
 def examples_command(
     name: Annotated[str | None, typer.Argument(help="an example's name; omit to list them", show_default=False)] = None,
@@ -292,29 +337,72 @@ def examples_command(
     run(name, copy_to, as_json)
 
 
+@app.command("simulate")
+def simulate_command(
+    scenario: Annotated[
+        str, typer.Argument(help="scenario YAML: a plan (named or embedded) and each tenant's workload")
+    ],
+    seed: Annotated[int | None, typer.Option("--seed", help="random seed (default: the scenario's)")] = None,
+    as_json: JsonOption = False,
+    plot: Annotated[str | None, typer.Option("--plot", help="also write a PNG or SVG of the comparison")] = None,
+    requests: Annotated[int | None, typer.Option("--requests", help="stop arrivals after N requests")] = None,
+):
+    """Simulate admission policies and queueing on a plan's pool, side by side (rejects, overshoot, latency)."""
+    from quotacalc.cli.simulate import run_simulate
+
+    run_simulate(scenario, seed=seed, as_json=as_json, plot=plot, requests=requests)
+
+
+from quotacalc.cli.calibrate import calibrate_command, plan_calibration  # noqa: E402  (the body lives there)
+
+# The deployment's options are kv's (one set of option objects built at start-up; --context plays no part in a fit).
+app.command("calibrate")(with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})(calibrate_command))
+
+
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
     try:
-        app(standalone_mode=False)
+        from quotacalc.cli.streams import fit_output_encoding
+
+        fit_output_encoding()
+        code = app(standalone_mode=False)
     except QuotacalcError as error:
-        sys.stderr.write(f"quotacalc: error: {error.one_line()}\n")
-        sys.exit(error.exit_code)
+        _fail(f"error: {error.one_line()}", error.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted()
     except Exception as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `quotacalc` alone: the help, as asked for
+            sys.stdout.write(error.format_message().rstrip() + "\n")
+            sys.exit(error.exit_code)
         # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
         if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
             message = " ".join(error.format_message().split())
             if message:  # empty when the help was printed instead (no arguments)
                 command = getattr(getattr(error, "ctx", None), "command_path", "quotacalc")
                 hint = f" (see '{command} --help')" if error.exit_code == 2 else ""
-                sys.stderr.write(f"quotacalc: error: {message}{hint}\n")
+                _fail(f"error: {message}{hint}", error.exit_code)
             sys.exit(error.exit_code)
         if type(error).__name__ == "Abort":
-            sys.exit(130)
+            _interrupted()
         if os.environ.get("QUOTACALC_DEBUG"):
             raise
-        sys.stderr.write(
-            f"quotacalc: internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)\n"
-        )
-        sys.exit(3)
+        if (hostile := _input_error(error)) is not None:
+            _fail(f"error: {hostile}", 1)
+        _fail(f"internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)", 3)
+    if code == 130:  # typer turns Ctrl-C inside a command into Exit(130), returned when not standalone
+        _interrupted()
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _input_error(error: Exception) -> str | None:
+    """A last net for input that slipped past validation: say what was wrong with it, not 'internal error'."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        return f"{field}: {first['msg']}" if field else first["msg"]
+    if isinstance(error, OverflowError):
+        return f"a number in the input is out of range ({error})"
+    return None

@@ -16,7 +16,11 @@ if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.tenant import SizeResult
 
 #: Bumped only when a key is renamed or removed; new keys may appear at any time.
-JSON_SCHEMA_VERSION = 1
+#: 2: "explain" only with --explain; inputs.gpu without its sources (quotacalc gpus --json has them).
+JSON_SCHEMA_VERSION = 2
+
+#: A plan's calibration as the figures report it: (the ``calibrated`` summary or None, why it does not hold or None).
+Calibration = tuple[dict[str, Any] | None, str | None]
 
 
 def _steps_json(steps: tuple[Step, ...]) -> list[dict[str, Any]]:
@@ -26,6 +30,7 @@ def _steps_json(steps: tuple[Step, ...]) -> list[dict[str, Any]]:
 def _inputs_json(result: PriceResult) -> dict[str, Any]:
     inputs = result.inputs
     arch = inputs.arch
+    present = arch.params_by_group()
     return {
         "deployment": inputs.deployment.model_dump(),
         "model": {
@@ -44,11 +49,18 @@ def _inputs_json(result: PriceResult) -> dict[str, Any]:
             },
             "notes": list(arch.notes),
         },
-        "gpu": inputs.gpu.model_dump(),
+        # The figures priced on; where each comes from is the catalog's business (quotacalc gpus --sources).
+        "gpu": inputs.gpu.model_dump(
+            include={"id", "name", "memory_bytes", "memory_bandwidth_bytes_per_s", "dense_tflops"}
+        ),
         "weights": {
             "source": inputs.weights.source,
             "compute_dtype": inputs.weights.compute_dtype,
-            "groups": {group.value: storage.model_dump() for group, storage in inputs.weights.groups.items()},
+            "groups": {
+                group.value: storage.model_dump()
+                for group, storage in inputs.weights.groups.items()
+                if present.get(group)
+            },
         },
         "kv_dtype": inputs.kv_dtype.model_dump(),
         "state_dtype": inputs.state_dtype.model_dump(),
@@ -59,41 +71,61 @@ def price_results_json(result: PriceResult) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings"})
 
 
-def price_json(result: PriceResult) -> dict[str, Any]:
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "command": "price",
-        "results": price_results_json(result),
-        "warnings": list(result.warnings),
-        "explain": _steps_json(result.steps),
-        "inputs": _inputs_json(result),
-    }
+def _document(
+    command: str,
+    body: dict[str, Any],
+    result: PriceResult,
+    steps: list,
+    explain: bool,
+    calibration: Calibration | None = None,
+) -> dict:
+    """The envelope every command shares; the explain steps only when asked for, the inputs once.
+
+    price and size say whether a plan's calibration holds (``calibrated``, null when none does).
+    """
+    document = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **body}
+    warnings = list(result.warnings)
+    if calibration is not None:
+        document["calibrated"] = calibration[0]
+        warnings += [calibration[1]] if calibration[1] else []
+    document["warnings"] = warnings
+    if explain:
+        document["explain"] = steps
+    document["inputs"] = _inputs_json(result)
+    return document
 
 
-def size_json(result: SizeResult) -> dict[str, Any]:
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "command": "size",
+def price_json(
+    result: PriceResult, *, explain: bool = False, calibration: Calibration = (None, None)
+) -> dict[str, Any]:
+    body = {"results": price_results_json(result)}
+    return _document("price", body, result, _steps_json(result.steps), explain, calibration)
+
+
+def size_json(result: SizeResult, *, explain: bool = False, calibration: Calibration = (None, None)) -> dict[str, Any]:
+    body = {
         "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
         "tenant": result.tenant.model_dump(),
         "replica": price_results_json(result.replica),
-        "warnings": list(result.replica.warnings),
-        "explain": _steps_json(result.steps) + _steps_json(result.replica.steps),
-        "inputs": _inputs_json(result.replica),
     }
+    steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
+    return _document("size", body, result.replica, steps, explain, calibration)
 
 
-def kv_json(result: RequestKvResult) -> dict[str, Any]:
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "command": "kv",
+def kv_json(result: RequestKvResult, *, explain: bool = False) -> dict[str, Any]:
+    body = {
         "results": result.model_dump(mode="json", exclude={"steps", "replica"}),
         "replica": price_results_json(result.replica),
-        "warnings": list(result.replica.warnings),
-        "explain": _steps_json(result.steps) + _steps_json(result.replica.steps),
-        "inputs": _inputs_json(result.replica),
     }
+    steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
+    return _document("kv", body, result.replica, steps, explain)
+
+
+def listing_json(command: str, key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document of a catalog listing (models, gpus)."""
+    return {"schema_version": JSON_SCHEMA_VERSION, "command": command, key: rows}
 
 
 def emit_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    """Strict JSON: a NaN or infinity is a bug to fail on, never a token other parsers reject."""
+    sys.stdout.write(json.dumps(document, indent=2, allow_nan=False) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -28,20 +29,50 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def option_parameters(model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
-    """One keyword-only typer option per field of ``model``; every default is None ('not given')."""
+def option_parameters(
+    model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = (), lists: tuple[str, ...] = ()
+) -> list[inspect.Parameter]:
+    """One keyword-only typer option per field of ``model``; every default is None ('not given').
+
+    Fields named in ``lists`` take a comma-separated list as text (``--tp 2,4,8``); the command parses it.
+    """
     parameters = []
     for name, field in model.model_fields.items():
         # A structured field (a mapping) is a file's business; it has no flag.
         if name in exclude or _is_model(_plain_type(field.annotation)):
             continue
-        default = "" if field.default in (None, PydanticUndefined) else f" [default: {field.default}]"
+        plain = _plain_type(field.annotation)
+        flag = flag_name(name)
+        if plain is bool:  # a switch both ways, so a flag can undo a plan file's true
+            flag = f"{flag}/--no-{flag.removeprefix('--')}"
+        # The default is shown from the model (the option's own default is None: 'not given').
+        stated = field.default not in (None, PydanticUndefined)
+        default = f"  [default: {_shown_default(field.default)}]" if stated else ""
+        listed = "; a comma-separated list compares each" if name in lists else ""
+        kind = str if name in lists else plain
+        strict = {"parser": whole_number, "metavar": "<int>"} if kind is int else {}
         option = typer.Option(
-            flag_name(name), help=f"{field.description}{default}", rich_help_panel=panel, show_default=False
+            flag, help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False, **strict
         )
-        annotation = Annotated[Union[_plain_type(field.annotation), None], option]
+        annotation = Annotated[Union[kind, None], option]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return parameters
+
+
+def whole_number(text: str) -> int:
+    """A count as typed: digits only (typer would take '4.0' as 4), and no more than Python converts."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+        raise typer.BadParameter(f"must be a whole number, got {text!r}")
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (4,300)
+        raise typer.BadParameter(f"has {len(text):,} digits; far out of range") from None
+
+
+def _shown_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callable], Callable]:

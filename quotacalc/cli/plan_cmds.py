@@ -20,31 +20,45 @@ if TYPE_CHECKING:
     from quotacalc.exporters.base import Export
 
 
-def price_pools(plan: Plan, deployment_flags: dict[str, Any] | None = None, *, source: str) -> dict[str, PriceResult]:
+def price_pools(
+    plan: Plan, deployment_flags: dict[str, Any] | None = None, *, source: str, platform: bool = True
+) -> dict[str, PriceResult]:
     """Each pool's price (resolve + core price); flags, when given, override every pool's deployment."""
     from quotacalc.core.price import price
     from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.plan import pool_errors
     from quotacalc.inputs.resolve import resolve
 
     priced: dict[Any, PriceResult] = {}
     result = {}
-    for pool in plan.pools:
+    for index, pool in enumerate(plan.pools):
         deployment = pool.deployment
         if deployment_flags and any(value is not None for value in deployment_flags.values()):
             deployment = build_deployment(deployment.model_dump(), deployment_flags, source=source)
         if deployment not in priced:
-            priced[deployment] = price(resolve(deployment))
+            with pool_errors(source, index if platform else None):
+                priced[deployment] = price(resolve(deployment))
         result[pool.name] = priced[deployment]
     return result
 
 
 def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tuple[Plan, QuotaPolicy]:
     """Read any plan file and build its canonical policy."""
+    plan, policy, _ = load_priced_policy(path, deployment_flags)
+    return plan, policy
+
+
+def load_priced_policy(
+    path: str, deployment_flags: dict[str, Any] | None = None
+) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]]]:
+    """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings."""
     from quotacalc.core.policy import build_policy
     from quotacalc.inputs.plan import load_plan
 
-    plan, _ = load_plan(path)
-    return plan, build_policy(plan, price_pools(plan, deployment_flags, source=path))
+    plan, platform = load_plan(path)
+    priced = price_pools(plan, deployment_flags, source=path, platform=platform)
+    warnings = {name: replica.warnings for name, replica in priced.items() if replica.warnings}
+    return plan, build_policy(plan, priced), warnings
 
 
 def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
@@ -101,9 +115,9 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
 
     if not reversal_replicas > 0:
         raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
-    _, policy = load_policy(path)
+    _, policy, pool_warnings = load_priced_policy(path)
     salts = _salts(policy, secret_file, required=False)
-    result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas)
+    result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas, pool_warnings=pool_warnings)
     if strict:
         result = _strict(result)
     errors = result.count("error")
@@ -201,9 +215,9 @@ def generate(
     from quotacalc.exporters.writer import check_files, write_files
 
     names, explicit = _targets(target)
-    _, policy = load_policy(path)
+    _, policy, pool_warnings = load_priced_policy(path)
     salts = _salts(policy, secret_file, required=True) or {}
-    result = check_plan(policy, salts=salts if salts else None)
+    result = check_plan(policy, salts=salts if salts else None, pool_warnings=pool_warnings)
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
         first = errors[0]
@@ -237,11 +251,9 @@ def generate(
     for export in exports:
         if export.limits:
             sys.stderr.write(
-                f"quotacalc: note: {export.target} cannot express {len(export.limits)} parts of the policy "
-                f"(see {out_dir / export.target / 'LIMITS.md'}):\n"
+                f"quotacalc: note: {export.target} cannot express {len(export.limits)} parts of the policy: "
+                f"see {out_dir / export.target / 'LIMITS.md'}\n"
             )
-            for limit in export.limits:
-                sys.stderr.write(f"  - {limit}\n")
     if as_json:
         emit_json(
             {

@@ -7,8 +7,11 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from quotacalc.cli import units
+from quotacalc.cli.tables import print_whole  # never cuts an id or a number
+from quotacalc.errors import printable
 
 if TYPE_CHECKING:
     from quotacalc.core.checks import CheckResult
@@ -26,13 +29,16 @@ def _console() -> Console:
 def check_table(path: str, result: CheckResult) -> None:
     console = _console()
     table = Table(show_edge=False, pad_edge=False)
-    table.add_column("severity")
-    table.add_column("about")
-    table.add_column("finding")
+    table.add_column("severity", no_wrap=True)
+    table.add_column("about", no_wrap=True)
+    table.add_column("finding", min_width=40)
     for finding in result.findings:
-        text = escape(finding.message) + (f" [dim]({escape(finding.fix)})[/dim]" if finding.fix else "")
-        table.add_row(f"[{_STYLES[finding.severity]}]{finding.severity}[/]", escape(finding.subject), text)
-    console.print(table)
+        # Plain Text, never markup: messages quote names from the plan (control characters shown as '?').
+        text = Text(printable(finding.message, limit=10_000))
+        if finding.fix:
+            text.append(f" ({printable(finding.fix, limit=10_000)})", style="dim")
+        table.add_row(Text(finding.severity, style=_STYLES[finding.severity]), Text(printable(finding.subject)), text)
+    print_whole(console, table, wrap=("finding",))
     errors, warnings = result.count("error"), result.count("warning")
     verdict = "not sound" if errors else "sound"
     console.print(f"{escape(path)}: {verdict}: {errors} errors, {warnings} warnings, {result.count('info')} notes")
@@ -42,15 +48,19 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
     console = _console()
     table = Table(show_edge=False, pad_edge=False, show_footer=True)
     totals = result.totals
-    table.add_column("tenant", footer=f"{totals.tenants} tenants")
-    table.add_column("tier")
-    table.add_column("pool")
-    table.add_column("units/s", justify="right", footer=f"{totals.units_sold_per_s:,.0f}")
-    table.add_column("replicas", justify="right", footer=f"{totals.replicas:.2f}")
-    table.add_column("bucket rate", justify="right")
-    table.add_column("bucket depth", justify="right")
-    table.add_column("shared $/month", justify="right", footer=units.usd(totals.shared_usd_per_month))
-    table.add_column("dedicated $/month", justify="right", footer=units.usd(totals.dedicated_usd_per_month))
+    columns = [
+        ("tenant", f"{totals.tenants} tenants", "left"),
+        ("tier", "", "left"),
+        ("pool", "", "left"),
+        ("units/s", f"{totals.units_sold_per_s:,.0f}", "right"),
+        ("replicas", f"{totals.replicas:.2f}", "right"),
+        ("bucket rate", "", "right"),
+        ("bucket depth", "", "right"),
+        ("shared $/month", units.usd(totals.shared_usd_per_month), "right"),
+        ("dedicated $/month", units.usd(totals.dedicated_usd_per_month), "right"),
+    ]
+    for header, footer, justify in columns:
+        table.add_column(header, footer=footer, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in result.tenants:
         shared = units.usd(row.shared_usd_per_month)
         dedicated = f"{units.usd(row.dedicated_usd_per_month)} ({row.dedicated_replicas})"
@@ -58,7 +68,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
             shared, dedicated = f"[dim]{shared}[/dim]", f"[bold]{dedicated}[/bold]"
         else:
             dedicated = f"[dim]{dedicated}[/dim]"
-        table.add_row(
+        cells = (
             escape(row.name) + (" [dim](sized)[/dim]" if row.rate_source == "traffic" else ""),
             escape(row.tier),
             escape(row.pool) + (" [dim](dedicated)[/dim]" if row.placement == "dedicated" else ""),
@@ -69,7 +79,8 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
             shared,
             dedicated,
         )
-    console.print(table)
+        table.add_row(*(Text.from_markup(cell) for cell in cells))
+    print_whole(console, table)
     console.print(
         f"units sold {totals.units_sold_per_s:,.0f}/s = {totals.replicas:.2f} replicas of load; "
         f"shared tenants {units.usd(totals.shared_usd_per_month)}/month (their shares), dedicated tenants "

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import MarkupError, escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from quotacalc.cli import units
-from quotacalc.cli.json_out import JSON_SCHEMA_VERSION, emit_json
+from quotacalc.cli.json_out import Calibration, emit_json, listing_json
+from quotacalc.cli.streams import print_warnings
 from quotacalc.core.deployment import GIB
+from quotacalc.errors import printable
 
 if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.explain import Step
@@ -19,16 +24,64 @@ if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.tenant import SizeResult
 
 
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+def _console(*, stderr: bool = False, width: int | None = None) -> Console:
+    return Console(highlight=False, soft_wrap=False, stderr=stderr, width=width)
 
 
-def _table() -> Table:
-    table = Table(show_edge=False, pad_edge=False)
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_column("how", style="dim")
+def _table(**settings) -> Table:
+    table = Table(show_edge=False, pad_edge=False, **settings)
+    table.add_column("quantity", overflow="fold")
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("how", style="dim", overflow="fold")
     return table
+
+
+def _plain(value: object) -> Text:
+    """A cell as plain text: never read as rich markup, control characters shown as '?'."""
+    return Text(printable(str(value), limit=10_000))
+
+
+def _text(value: str) -> str:
+    """Text for a markup string: brackets escaped, control characters (from a config's values) as '?'."""
+    return escape(printable(value, limit=10_000))
+
+
+def _add_row(table: Table, *cells: object) -> None:
+    table.add_row(*(_plain(cell) for cell in cells))
+
+
+def _width(cell: object) -> int:
+    if isinstance(cell, Text):
+        return cell_len(cell.plain)
+    if isinstance(cell, str):
+        try:
+            return cell_len(Text.from_markup(cell).plain)
+        except MarkupError:
+            return cell_len(cell)
+    return 0
+
+
+def print_whole(console: Console, table: Table, *, wrap: tuple[str, ...] = ()) -> None:
+    """Print a table whose cells are ids and figures (except the columns named in ``wrap``) without
+    cutting one, at any terminal width: see ``_print_table``."""
+    for column in table.columns:
+        column.no_wrap = str(column.header) not in wrap
+        column.overflow = "fold"
+    _print_table(console, table)
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """Print ``table`` without cutting an id or a number: a no-wrap column keeps its widest cell whole,
+    and when the terminal (or ``COLUMNS``) is narrower than that, the table is printed wider than it,
+    so lines wrap in the terminal instead of losing characters."""
+    for column in table.columns:
+        if column.no_wrap:
+            cells = [*column.cells, column.header, column.footer]
+            column.min_width = max(_width(cell) for cell in cells)
+    needed = Measurement.get(console, console.options.update_width(1_000_000), table).minimum
+    if needed > console.width:
+        console = _console(stderr=console.stderr, width=needed)
+    console.print(table)
 
 
 def _header(result: PriceResult) -> str:
@@ -42,104 +95,143 @@ def _header(result: PriceResult) -> str:
 
 def _price_rows(table: Table, result: PriceResult) -> None:
     d = result.inputs.deployment
-    table.add_row("parameters (total)", f"{result.total_params:,}", result.inputs.arch.model_type)
+    _add_row(table, "parameters (total)", f"{result.total_params:,}", result.inputs.arch.model_type)
     if result.active_params != result.total_params:
-        table.add_row("parameters (active)", f"{result.active_params:,}", "per text token")
-    table.add_row(
+        _add_row(table, "parameters (active)", f"{result.active_params:,}", "per text token")
+    _add_row(
+        table,
         "weights per GPU",
         units.data_bytes(result.weight_bytes_per_gpu),
         f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}",
     )
-    table.add_row(
+    _add_row(
+        table,
         "KV per token",
         f"{result.kv_bytes_per_token:,.0f} B",
         f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU",
     )
     if result.state_bytes_per_sequence:
-        table.add_row("state per sequence", units.data_bytes(result.state_bytes_per_sequence), "Mamba conv + SSM state")
-    table.add_row("prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
-    table.add_row(
+        _add_row(
+            table, "state per sequence", units.data_bytes(result.state_bytes_per_sequence), "Mamba conv + SSM state"
+        )
+    _add_row(table, "prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
+    _add_row(
+        table,
         f"prompt token at {d.context:,} context",
         units.seconds(result.prompt_token_at_context_s),
         "with attention FLOPs",
     )
-    table.add_row(
+    _add_row(
+        table,
         "decode step",
         units.seconds(result.decode_step_s),
         f"roofline, {result.decode_bound}-bound, batch {result.decode_batch}",
     )
-    table.add_row(
+    _add_row(
+        table,
         "inter-token latency",
         units.seconds(result.itl_s),
         f"engine: + {units.seconds(result.decode_overhead_s)} overhead, {units.seconds(result.allreduce_s)} all-reduce",
     )
-    table.add_row("time to first token", units.seconds(result.ttft_s), f"{d.context:,}-token prompt, idle replica")
-    table.add_row(
+    _add_row(table, "time to first token", units.seconds(result.ttft_s), f"{d.context:,}-token prompt, idle replica")
+    _add_row(
+        table,
         "full-load output",
         f"{result.max_load_output_tokens_per_s:,.0f} tokens/s",
         f"{result.load_prompt_tokens:,} in / {result.load_output_tokens:,} out, batch {result.max_load_batch:,}",
     )
     step = "inter-token latency" if result.pricing_basis == "engine" else "decode step"
-    table.add_row(
-        "output token", units.seconds(result.output_token_s), f"{step} / batch ({result.pricing_basis} basis)"
+    _add_row(
+        table, "output token", units.seconds(result.output_token_s), f"{step} / batch ({result.pricing_basis} basis)"
     )
-    table.add_row("output weight W", f"{result.output_weight:.2f}", "units per output token")
-    table.add_row("replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token")
-    table.add_row("KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)
-    table.add_row(
-        f"resident at {d.context:,} tokens", f"{result.max_resident_sequences:,} sequences", "KV + state fit at once"
+    _add_row(table, "output weight W", f"{result.output_weight:.2f}", "units per output token")
+    _add_row(
+        table, "replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token"
     )
-    table.add_row(
+    _add_row(table, "KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)
+    _add_row(
+        table,
+        f"resident at {d.context:,} tokens",
+        f"{result.max_resident_sequences:,} sequences",
+        "KV + state fit at once",
+    )
+    _add_row(
+        table,
         "dedicated replica",
         f"{units.usd(result.dedicated_usd_per_month)}/month",
         f"{d.tp} GPU{'s' if d.tp > 1 else ''} × ${d.gpu_hour_usd} × {d.hours_per_month:g} h",
     )
-    table.add_row("$ per 1M prompt tokens", units.usd(result.usd_per_million_prompt_tokens), "at the ceiling")
-    table.add_row(
+    _add_row(table, "$ per 1M prompt tokens", units.usd(result.usd_per_million_prompt_tokens), "at the ceiling")
+    _add_row(
+        table,
         "$ per 1M cached prompt tokens",
         units.usd(result.usd_per_million_cached_prompt_tokens),
         f"× {d.cached_prompt_weight}",
     )
-    table.add_row("$ per 1M output tokens", units.usd(result.usd_per_million_output_tokens), "× W")
+    _add_row(table, "$ per 1M output tokens", units.usd(result.usd_per_million_output_tokens), "× W")
 
 
 def _show(console: Console, title: str, table: Table) -> None:
     # A title line above the table wraps to the terminal's width, not the table's.
-    console.print(title, style="bold", markup=False)
-    console.print(table)
+    # soft_wrap: the terminal wraps a long title; rich would break an id in the middle.
+    console.print(printable(title, limit=10_000), style="bold", markup=False, soft_wrap=True)
+    _print_table(console, table)
 
 
 def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
     # Formulas hold brackets (E[max ...]) that rich would read as markup: escape every text.
-    errors = Console(stderr=True, highlight=False)
-    for warning in result.warnings:
-        errors.print(f"[yellow]warning:[/] {escape(warning)}")
+    print_warnings(result.warnings)
     if not explain:
         return
     console.print()
     console.print("[bold]How each figure is derived[/]")
     for step in steps:
-        console.print(f"[bold]{step.name}[/] = {escape(step.formula)}")
-        console.print(f"    = {escape(step.substituted)}")
-        note = f"   [dim]({escape(step.note)})[/]" if step.note else ""
-        console.print(f"    = {escape(units.render(step.value, step.unit))}{note}")
+        console.print(f"[bold]{step.name}[/] = {_text(step.formula)}")
+        console.print(f"    = {_text(step.substituted)}")
+        note = f"   [dim]({_text(step.note)})[/]" if step.note else ""
+        console.print(f"    = {_text(units.render(step.value, step.unit))}{note}")
     notes = list(result.inputs.arch.notes)
     if notes:
         console.print("[bold]Assumptions about the model[/]")
         for note in notes:
-            console.print(f"  - {escape(note)}")
+            console.print(f"  - {_text(note)}")
 
 
-def price_table(result: PriceResult, *, explain: bool) -> None:
+def _calibration_row(table: Table, calibration: Calibration) -> None:
+    """A plan calibrated by ``quotacalc calibrate --write`` says so (nothing when the plan has no calibration)."""
+    summary, note = calibration
+    if summary is not None:
+        errors = [
+            f"{label} {value:.1%}"
+            for label, value in (
+                ("RMS error", summary["fit_rms_error"]),
+                ("left out", summary["leave_one_out_rms_error"]),
+            )
+            if value is not None
+        ]
+        how = "; ".join([", ".join(source.rsplit("/", 1)[-1] for source in summary["sources"]), *errors])
+        _add_row(table, "calibrated", f"{summary['rows']} points", how)
+    elif note is not None:
+        _add_row(table, "calibrated", "no", "see the warning below")
+
+
+def _calibration_warning(calibration: Calibration) -> None:
+    if calibration[1]:  # on stderr, with the other warnings
+        print_warnings([calibration[1]])
+
+
+def price_table(result: PriceResult, *, explain: bool, calibration: Calibration = (None, None)) -> None:
     console = _console()
     title = _header(result)
     table = _table()
     _price_rows(table, result)
+    _calibration_row(table, calibration)
     _show(console, title, table)
+    _calibration_warning(calibration)
     _print_footer(console, result.steps, result, explain)
 
 
-def size_table(result: SizeResult, *, explain: bool) -> None:
+def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = (None, None)) -> None:
     console = _console()
     tenant = result.tenant
     table = _table()
@@ -147,29 +239,34 @@ def size_table(result: SizeResult, *, explain: bool) -> None:
         f"Tenant: {units.number(tenant.rps)} req/s × ({units.number(tenant.prompt_tokens)} prompt, "
         f"{units.number(tenant.output_tokens)} output tokens, {tenant.cached_fraction:.0%} cached) on {_header(result.replica)}"
     )
-    table.add_row(
-        "units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}"
+    _add_row(
+        table, "units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}"
     )
-    table.add_row("load", f"{result.units_per_s:,.0f} units/s", "")
-    table.add_row("replicas", f"{result.replicas:.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
-    table.add_row("token bucket rate", f"{result.bucket_rate_units_per_s:,.0f} units/s", "refill")
-    table.add_row(
+    _add_row(table, "load", f"{result.units_per_s:,.0f} units/s", "")
+    _add_row(table, "replicas", f"{result.replicas:.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
+    _add_row(table, "token bucket rate", f"{result.bucket_rate_units_per_s:,.0f} units/s", "refill")
+    _add_row(
+        table,
         "token bucket depth",
         f"{result.bucket_depth_units:,.0f} units",
         f"{result.replica.inputs.deployment.burst_s:g} s of quota",
     )
-    table.add_row("shared", f"{units.usd(result.shared_usd_per_month)}/month", "its share of replicas")
-    table.add_row(
+    _add_row(table, "shared", f"{units.usd(result.shared_usd_per_month)}/month", "its share of replicas")
+    _add_row(
+        table,
         "dedicated",
         f"{units.usd(result.dedicated_total_usd_per_month)}/month",
         f"{result.dedicated_replicas} whole replica(s)",
     )
-    table.add_row(
+    _add_row(
+        table,
         "one request's KV",
         units.data_bytes(result.request_kv_bytes),
         f"{result.request_pool_share:.2%} of a replica's pool",
     )
+    _calibration_row(table, calibration)
     _show(console, title, table)
+    _calibration_warning(calibration)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
 
@@ -178,23 +275,28 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     title = f"One {result.context_tokens:,}-token request on {_header(result.replica)}"
     table = _table()
     gib = result.request_kv_bytes / GIB
-    table.add_row("request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
-    table.add_row(
-        "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
+    _add_row(table, "request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
+    _add_row(
+        table, "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
     )
     if result.window_kv_bytes:
-        table.add_row("of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
+        _add_row(table, "of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
     if result.state_bytes:
-        table.add_row("of which SSM state", units.data_bytes(result.state_bytes), "fixed per sequence")
-    table.add_row("share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens")
-    table.add_row("resident at once", f"{result.requests_resident}", "requests that fit")
-    table.add_row("fill the replica", f"{result.requests_to_fill_pool}", "requests")
-    table.add_row(
+        _add_row(table, "of which SSM state", units.data_bytes(result.state_bytes), "fixed per sequence")
+    _add_row(
+        table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"
+    )
+    _add_row(table, "resident at once", f"{result.requests_resident}", "requests that fit")
+    _add_row(table, "fill the replica", f"{result.requests_to_fill_pool}", "requests")
+    _add_row(
+        table,
         "prompt token at this context",
         f"{result.prompt_token_units_at_context:.2f} units",
         "parameters + attention FLOPs",
     )
-    table.add_row("prefill of the whole prompt", f"{result.prefill_units:,.0f} units", "before the first output token")
+    _add_row(
+        table, "prefill of the whole prompt", f"{result.prefill_units:,.0f} units", "before the first output token"
+    )
     _show(console, title, table)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 
@@ -228,13 +330,16 @@ def models_listing(*, as_json: bool) -> None:
             }
         )
     if as_json:
-        emit_json({"schema_version": JSON_SCHEMA_VERSION, "models": rows})
+        emit_json(listing_json("models", "models", rows))
         return
     table = Table(title="Shipped models (models/; provenance in models/SOURCES.md)", title_justify="left")
     for column in ("name", "type", "params", "active", "KV B/token", "layers", "weights"):
-        table.add_column(column, justify="right" if column in ("params", "active", "KV B/token") else "left")
+        numeric = column in ("params", "active", "KV B/token")
+        # Names, types, dtypes and figures are never cut; only the layer summary wraps.
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=column != "layers", overflow="fold")
     for row in rows:
-        table.add_row(
+        _add_row(
+            table,
             row["name"],
             row["model_type"],
             units.count(row["total_params"]),
@@ -244,7 +349,7 @@ def models_listing(*, as_json: bool) -> None:
             row["quantization"] or row["checkpoint_dtype"],
         )
     table.caption = "KV B/token: bf16 KV growth per token at long context. Hub ids: quotacalc models --json."
-    _console().print(table)
+    _print_table(_console(), table)
 
 
 def gpus_listing(*, as_json: bool, sources: bool) -> None:
@@ -252,14 +357,17 @@ def gpus_listing(*, as_json: bool, sources: bool) -> None:
 
     catalog = load_gpu_catalog()
     if as_json:
-        emit_json({"schema_version": JSON_SCHEMA_VERSION, "gpus": [gpu.model_dump() for gpu in catalog.gpus.values()]})
+        emit_json(listing_json("gpus", "gpus", [gpu.model_dump() for gpu in catalog.gpus.values()]))
         return
     table = Table(title="GPU catalog (dense peak; efficiencies are deployment inputs)", title_justify="left")
     for column in ("id", "name", "memory", "bandwidth", "fp8 TFLOPS", "bf16 TFLOPS", "fp4 TFLOPS"):
-        table.add_column(column, justify="left" if column in ("id", "name") else "right")
+        table.add_column(
+            column, justify="left" if column in ("id", "name") else "right", no_wrap=column != "name", overflow="fold"
+        )
     for gpu in catalog.gpus.values():
         tflops = gpu.dense_tflops
-        table.add_row(
+        _add_row(
+            table,
             gpu.id,
             gpu.name,
             f"{gpu.memory_bytes / GIB:.2f} GiB",
@@ -267,7 +375,7 @@ def gpus_listing(*, as_json: bool, sources: bool) -> None:
             *(f"{tflops[key]:g}" if key in tflops else "-" for key in ("fp8", "bf16", "fp4")),
         )
     console = _console()
-    console.print(table)
+    _print_table(console, table)
     if sources:
         for gpu in catalog.gpus.values():
             console.print(f"[bold]{gpu.id}[/]")

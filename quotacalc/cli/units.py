@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def seconds(value: float) -> str:
     if value >= 1:
@@ -36,12 +38,14 @@ def number(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def usd(value: float) -> str:
-    if abs(value) >= 100:
-        return f"${value:,.0f}"
-    if abs(value) >= 0.01:
-        return f"${value:,.2f}"
-    return f"${value:.3g}"
+def usd(value: float, digits: int = 3) -> str:
+    """Dollars to ``digits`` significant figures, trailing zeros kept: $0.0247, $0.150, $24.7, $7,200."""
+    if value == 0 or not math.isfinite(value):
+        return f"${value:g}"
+    rounded = float(f"{value:.{digits}g}")
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    sign = "-" if rounded < 0 else ""
+    return f"{sign}${abs(rounded):,.{decimals}f}"
 
 
 def render(value: float, unit: str) -> str:

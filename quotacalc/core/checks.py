@@ -288,10 +288,17 @@ def check_plan(
     *,
     salts: Mapping[str, str] | None = None,
     reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
+    pool_warnings: Mapping[str, tuple[str, ...]] | None = None,
 ) -> CheckResult:
-    """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known."""
+    """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
+    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), reported as they are."""
     pools = {pool.name: pool for pool in policy.pools}
     findings = [
+        *(
+            Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=warning)
+            for name, warnings in (pool_warnings or {}).items()
+            for warning in warnings
+        ),
         *_capacity(policy, pools),
         *_tier_limits(policy, pools),
         *_placement(policy, pools, reversal_replicas),

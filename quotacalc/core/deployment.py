@@ -13,6 +13,39 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GIB = 2**30
 
+#: Upper bounds on each number: far past any real deployment, low enough that every figure stays finite
+#: and every loop short. Each is documented in the field's help.
+MAX_TP = 1024
+MAX_BATCH = 1_000_000
+MAX_CONTEXT_TOKENS = 100_000_000
+MAX_POOL_TOKENS = 10**12
+MAX_GPU_HOUR_USD = 1_000_000
+MAX_HOURS_PER_MONTH = 744  # 31 days
+MAX_RESERVE_GIB = 10_000
+MAX_EXPERT_SKEW = 100
+MAX_BURST_S = 366 * 86_400  # a year
+#: An engine overhead (per step, sequence or request) or an all-reduce of a minute is no engine's.
+MAX_OVERHEAD_S = 60
+MAX_RPS = 10**9
+MAX_TOKENS_PER_REQUEST = 100_000_000
+
+#: Strict: no booleans or floats for counts, no strings for numbers, no NaN or infinity anywhere.
+_STRICT = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _digits(value: int) -> str:
+    try:
+        return str(len(str(value)))
+    except ValueError:  # Python will not print an integer of more than 4,300 digits
+        return "more than 4,300"
+
+
+def _at_most(value: float, limit: float) -> float:
+    if value > limit:
+        shown = f"a {_digits(value)}-digit number" if isinstance(value, int) and value > 10**20 else value
+        raise ValueError(f"must be at most {limit:,}, got {shown}")
+    return value
+
 
 def _fraction(value: float, *, allow_zero: bool = False) -> float:
     low_ok = value >= 0 if allow_zero else value > 0
@@ -39,7 +72,7 @@ class PricingBasis(str, Enum):
 class KvPoolMeasuredWith(BaseModel):
     """The deployment a measured KV pool (``kv_pool_tokens``) was read on: it holds only for that one."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
     gpu: str = Field(description="GPU catalog id or alias")
     tp: int = Field(description="tensor-parallel GPUs per replica")
@@ -52,42 +85,51 @@ class KvPoolMeasuredWith(BaseModel):
 class Deployment(BaseModel):
     """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
     model: str = Field(description="shipped model name, Hugging Face id, or path to a config")
     gpu: str = Field(description="GPU catalog id (quotacalc gpus)")
-    tp: int = Field(1, description="tensor-parallel GPUs per replica")
+    tp: int = Field(1, description="tensor-parallel GPUs per replica, GPUs")
     expert_parallel: bool = Field(False, description="shard MoE experts whole across the replica's GPUs")
     weight_dtype: str | None = Field(None, description="weight dtype for every parameter; default: the checkpoint's")
     kv_dtype: str | None = Field(None, description="KV cache dtype; default: the checkpoint's dtype")
     state_dtype: str | None = Field(None, description="Mamba state dtype; default: the checkpoint's dtype")
-    batch: int = Field(128, description="decode batch: sequences per decode step")
-    context: int = Field(1700, description="mean context (tokens) of a sequence in the decode batch")
-    mfu: float = Field(0.5, description="model FLOPs utilisation in prefill (and compute-bound decode)")
-    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode")
-    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold")
+    batch: int = Field(128, description="decode batch: sequences per decode step, sequences")
+    context: int = Field(1700, description="mean context of a sequence in the decode batch, tokens")
+    mfu: float = Field(
+        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in (0, 1]"
+    )
+    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in (0, 1]")
+    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in (0, 1]")
     gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
-    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica")
+    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
     memory_utilization: float = Field(
-        0.9, description="share of GPU memory the engine may use (vLLM gpu-memory-utilization)"
+        0.9, description="share of GPU memory the engine may use, a fraction in (0, 1] (vLLM gpu-memory-utilization)"
     )
     runtime_reserve_gib: float | None = Field(
         None,
         description="per-GPU activations, CUDA graphs and runtime buffers outside weights and KV, GiB; "
-        "default: a model of TP and max_num_batched_tokens fitted on vLLM start-up logs",
+        "default: a model of TP, max_num_batched_tokens and max_num_seqs fitted on vLLM start-up logs",
     )
     reserve_base_gib: float = Field(
-        1.0, description="modelled reserve per GPU: CUDA context, CUDA graphs, sampler, GiB (fitted on vLLM logs)"
+        0.1,
+        description="modelled reserve per GPU beside the profiling peak: non-torch memory (CUDA context, "
+        "allocator), GiB (fitted on vLLM logs)",
     )
     reserve_per_tp_peer_gib: float = Field(
-        1.1,
+        1.25,
         description="modelled reserve per GPU for each other GPU of its TP group: communication buffers, GiB "
-        "(fitted on the worked example's measured pool)",
+        "(fitted on vLLM start-up logs, docs/accuracy.md)",
     )
     max_num_batched_tokens: int | None = Field(
         None,
         description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
         "for 'vllm serve': 8192 on GPUs of 70 GiB or more except A100, else 2048",
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        description="engine's cap on concurrent sequences (vLLM --max-num-seqs), bounds the full-load batch; "
+        "default: vLLM 0.10's for 'vllm serve': 1024 on GPUs of 70 GiB or more except A100, else 256",
     )
     kv_pool_tokens: int | None = Field(
         None, description="measured KV pool (tokens per replica); overrides the estimate"
@@ -97,6 +139,7 @@ class Deployment(BaseModel):
     )
     pricing_basis: PricingBasis = Field(
         PricingBasis.ROOFLINE,
+        strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
         description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
     )
     step_overhead_s: float = Field(
@@ -120,10 +163,12 @@ class Deployment(BaseModel):
         128, description="output tokens per request of the full-load workload (vllm bench serve's default)"
     )
     expert_skew: float = Field(
-        0.0, description="MoE routing skew: Zipf exponent of expert popularity; 0 = uniform routing"
+        0.0, description="MoE routing skew: Zipf exponent of expert popularity (0 to 100); 0 = uniform routing"
     )
-    cached_prompt_weight: float = Field(0.1, description="units charged per prompt token served from the prefix cache")
-    burst_s: float = Field(60, description="token-bucket depth, in seconds of contracted units")
+    cached_prompt_weight: float = Field(
+        0.1, description="units charged per prompt token served from the prefix cache, in [0, 1]"
+    )
+    burst_s: float = Field(60, description="token-bucket depth, s of contracted units")
 
     @field_validator("model", "gpu")
     @classmethod
@@ -139,7 +184,7 @@ class Deployment(BaseModel):
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
-    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "load_prompt_tokens")
+    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "max_num_seqs", "load_prompt_tokens")
     @classmethod
     def _positive_pool(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:
@@ -180,6 +225,12 @@ class Deployment(BaseModel):
             raise ValueError(f"must be positive, got {value}")
         return value
 
+    @field_validator("*")
+    @classmethod
+    def _bounded(cls, value: object, info) -> object:
+        limit = _DEPLOYMENT_LIMITS.get(info.field_name)
+        return value if limit is None or value is None else _at_most(value, limit)
+
     @property
     def load_prompt(self) -> int:
         """Prompt tokens per request of the full-load workload."""
@@ -189,12 +240,14 @@ class Deployment(BaseModel):
 class Tenant(BaseModel):
     """A tenant's traffic on a deployment."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = _STRICT
 
-    rps: float = Field(description="requests per second")
-    prompt_tokens: float = Field(description="mean prompt tokens per request")
-    output_tokens: float = Field(description="mean output tokens per request")
-    cached_fraction: float = Field(0.0, description="share of prompt tokens served from the prefix cache")
+    rps: float = Field(description="requests per second, req/s")
+    prompt_tokens: float = Field(description="mean prompt tokens per request, tokens")
+    output_tokens: float = Field(description="mean output tokens per request, tokens")
+    cached_fraction: float = Field(
+        0.0, description="share of prompt tokens served from the prefix cache, a fraction in [0, 1]"
+    )
 
     @field_validator("rps", "prompt_tokens", "output_tokens")
     @classmethod
@@ -207,3 +260,31 @@ class Tenant(BaseModel):
     @classmethod
     def _fraction_field(cls, value: float) -> float:
         return _fraction(value, allow_zero=True)
+
+    @field_validator("rps", "prompt_tokens", "output_tokens")
+    @classmethod
+    def _bounded(cls, value: float, info) -> float:
+        return _at_most(value, MAX_RPS if info.field_name == "rps" else MAX_TOKENS_PER_REQUEST)
+
+
+_DEPLOYMENT_LIMITS = {
+    "tp": MAX_TP,
+    "batch": MAX_BATCH,
+    "context": MAX_CONTEXT_TOKENS,
+    "kv_pool_tokens": MAX_POOL_TOKENS,
+    "gpu_hour_usd": MAX_GPU_HOUR_USD,
+    "hours_per_month": MAX_HOURS_PER_MONTH,
+    "runtime_reserve_gib": MAX_RESERVE_GIB,
+    "expert_skew": MAX_EXPERT_SKEW,
+    "burst_s": MAX_BURST_S,
+    "reserve_base_gib": MAX_RESERVE_GIB,
+    "reserve_per_tp_peer_gib": MAX_RESERVE_GIB,
+    "max_num_batched_tokens": MAX_CONTEXT_TOKENS,
+    "max_num_seqs": MAX_BATCH,
+    "load_prompt_tokens": MAX_CONTEXT_TOKENS,
+    "load_output_tokens": MAX_CONTEXT_TOKENS,
+    "step_overhead_s": MAX_OVERHEAD_S,
+    "sequence_overhead_s": MAX_OVERHEAD_S,
+    "request_overhead_s": MAX_OVERHEAD_S,
+    "allreduce_latency_s": MAX_OVERHEAD_S,
+}

@@ -93,6 +93,17 @@ def vllm_default_max_num_batched_tokens(gpu: GpuSpec) -> int:
     return 8192 if large else 2048
 
 
+def vllm_default_max_num_seqs(gpu: GpuSpec) -> int:
+    """vLLM's default cap on concurrent sequences for 'vllm serve' (same source and rule as the token budget)."""
+    large = gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and not gpu.id.startswith("a100")
+    return 1024 if large else 256
+
+
+def max_num_seqs(deployment: Deployment, gpu: GpuSpec) -> int:
+    """The deployment's cap on concurrent sequences: its own, or vLLM's default for the GPU."""
+    return deployment.max_num_seqs if deployment.max_num_seqs is not None else vllm_default_max_num_seqs(gpu)
+
+
 def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
     """The deployment's token budget per step: its own, or vLLM's default for the GPU."""
     if deployment.max_num_batched_tokens is not None:
@@ -124,6 +135,20 @@ def activation_bytes_per_token_per_gpu(arch: ModelArch, tp: int) -> float:
     return (4 * feed_forward_width(arch) / tp + 6 * arch.hidden_size) * 2
 
 
+#: Bytes one logit occupies at the peak of vLLM's profiling sampler run: the fp32 logits, the
+#: temperature-scaled copy, top-k/top-p's sorted values (4 B) and int64 indices (8 B), softmax and
+#: cumulative probabilities, masks. vLLM's profile_run samples min(max_num_seqs, max_num_batched_tokens)
+#: requests over the whole vocabulary after the forward pass (gpu_model_runner._dummy_sampler_run);
+#: 32 B reproduces the reserve gpt-oss-120b's two H100 logs imply (docs/accuracy.md).
+VLLM_SAMPLER_BYTES_PER_LOGIT = 32
+
+
+def sampler_bytes_per_gpu(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> float:
+    """Peak bytes of the profiling run's sampler: every dummy request's logits over the vocabulary."""
+    requests = min(max_num_seqs(deployment, gpu), max_num_batched_tokens(deployment, gpu))
+    return requests * arch.vocab_size * VLLM_SAMPLER_BYTES_PER_LOGIT
+
+
 class RuntimeReserve(BaseModel):
     """Per-GPU memory outside weights and KV: its terms, in bytes, for --explain."""
 
@@ -132,24 +157,28 @@ class RuntimeReserve(BaseModel):
     base_bytes: float
     tp_comm_bytes: float
     activation_bytes: float
+    #: The profiling sampler's peak; it runs after the forward pass, so only the larger of the two counts.
+    sampler_bytes: float
     max_num_batched_tokens: int
     #: True when the total was given (runtime_reserve_gib) rather than modelled.
     given: bool
 
     @property
     def total_bytes(self) -> float:
-        return self.base_bytes + self.tp_comm_bytes + self.activation_bytes
+        return self.base_bytes + self.tp_comm_bytes + max(self.activation_bytes, self.sampler_bytes)
 
 
 def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> RuntimeReserve:
     """What the engine keeps per GPU beside weights and KV: CUDA context, graphs and sampler (base),
-    communication buffers under TP, and the activations of its profiling run at max_num_batched_tokens."""
+    communication buffers under TP, and the peak of its profiling run: the forward pass's activations at
+    max_num_batched_tokens or, if larger, the sampler's logits over the vocabulary."""
     tokens = max_num_batched_tokens(deployment, gpu)
     if deployment.runtime_reserve_gib is not None:
         return RuntimeReserve(
             base_bytes=deployment.runtime_reserve_gib * GIB,
             tp_comm_bytes=0.0,
             activation_bytes=0.0,
+            sampler_bytes=0.0,
             max_num_batched_tokens=tokens,
             given=True,
         )
@@ -157,6 +186,7 @@ def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> Ru
         base_bytes=deployment.reserve_base_gib * GIB,
         tp_comm_bytes=deployment.reserve_per_tp_peer_gib * GIB * (deployment.tp - 1),
         activation_bytes=tokens * activation_bytes_per_token_per_gpu(arch, deployment.tp),
+        sampler_bytes=sampler_bytes_per_gpu(arch, deployment, gpu),
         max_num_batched_tokens=tokens,
         given=False,
     )

@@ -8,11 +8,14 @@ thresholds fit a pool's context). Every field states its unit in its name or des
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from quotacalc.core.deployment import Deployment, Tenant
+
+#: A non-empty identifier (a prefix id, a LoRA adapter name).
+Identifier = Annotated[str, Field(min_length=1, max_length=256)]
 
 #: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -43,15 +46,6 @@ class Pool(BaseModel):
         ge=1,
         strict=True,
         description="standard pools: prompts above this many tokens route to long_context_pool (e.g. 32768)",
-    )
-    max_num_batched_tokens: int = Field(
-        8192,
-        ge=1,
-        strict=True,
-        description=(
-            "tokens per engine step (vLLM max-num-batched-tokens, the chunked-prefill budget); the default 8192 is "
-            "vLLM's own for its OpenAI server on 70+ GiB GPUs: long prefills are chunked so decode steps stay short"
-        ),
     )
 
     @model_validator(mode="after")
@@ -130,7 +124,7 @@ class PlanTenant(BaseModel):
     cache_isolation: Literal["salted", "shared"] = Field(
         "salted", description="salted: a per-tenant cache namespace; shared: the common prefix cache"
     )
-    lora_adapters: tuple[str, ...] = Field((), description="LoRA adapter names the tenant uses")
+    lora_adapters: tuple[Identifier, ...] = Field((), description="LoRA adapter names the tenant uses")
 
     @field_validator("units_per_s")
     @classmethod
@@ -152,13 +146,17 @@ class Plan(BaseModel):
     pools: tuple[Pool, ...] = Field(min_length=1, description="pools of replicas")
     tiers: tuple[Tier, ...] = Field((), description="tiers of service")
     tenants: tuple[PlanTenant, ...] = Field((), description="tenants")
-    public_prefixes: tuple[str, ...] = Field(
+    public_prefixes: tuple[Identifier, ...] = Field(
         (), description="platform-owned public prefixes (ids), never salted, shared by every tenant"
     )
     oversubscription: Oversubscription | None = Field(
         None, description="measured oversubscription; none is assumed when absent"
     )
-    tenant_header: str = Field("x-tenant-id", description="request header that carries the tenant id")
+    tenant_header: str = Field(
+        "x-tenant-id",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,63}$",
+        description="request header that carries the tenant id (lower-case, as HTTP/2 sends it)",
+    )
 
     def pool(self, name: str) -> Pool:
         """The pool called ``name`` (references are checked when the plan is read)."""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quotacalc.core import memory
+from quotacalc.core.deployment import Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 
 if TYPE_CHECKING:
@@ -149,14 +151,46 @@ def replica_for_tier(replica: PriceResult, tier: Tier) -> PriceResult:
     return replica.model_copy(update={"inputs": replica.inputs.model_copy(update={"deployment": deployment})})
 
 
-def tenant_units_per_s(tenant: PlanTenant, tier: Tier, replica: PriceResult) -> float:
-    """A tenant's contracted units/s, or its traffic sized on its pool (``core.tenant.size_tenant``)."""
+def prompt_token_units(replica: PriceResult, prompt_tokens: float) -> float:
+    """A prompt token's units inside a prompt of ``prompt_tokens``: it attends to those before it
+    (``core.kv.request_kv``'s prompt_token_units_at_context, without the KV figures it also computes)."""
+    if prompt_tokens < 1:
+        return 1.0
+    active_flops = 2 * replica.active_params
+    attention = memory.attention_flops_per_prompt_token(replica.inputs.arch, max(1, round(prompt_tokens)))
+    return (active_flops + attention) / active_flops
+
+
+def traffic_units_per_s(
+    traffic: Tenant, cached_prompt_weight: float, output_weight: float, prompt_units: float = 1.0
+) -> float:
+    """A traffic profile's load (docs/method.md §1): rps × (uncached prompt × a prompt token's units inside
+    its prompt + cached prompt × its weight + W × output).
+
+    ``core.tenant.size_tenant``'s units, without the per-request KV figures it adds (80 layers summed
+    per tenant, which a 1,000-tenant plan cannot afford); the tests hold the two equal.
+    """
+    uncached = traffic.prompt_tokens * (1 - traffic.cached_fraction)
+    cached = traffic.prompt_tokens * traffic.cached_fraction
+    return traffic.rps * (
+        uncached * prompt_units + cached * cached_prompt_weight + output_weight * traffic.output_tokens
+    )
+
+
+def tenant_units_per_s(
+    tenant: PlanTenant, tier: Tier, replica: PriceResult, prompt_units: float | None = None
+) -> float:
+    """A tenant's contracted units/s, or its traffic sized on its pool with its tier's cached-prompt weight.
+
+    ``prompt_units``: ``prompt_token_units(replica, traffic.prompt_tokens)`` when the caller has it.
+    """
     if tenant.units_per_s is not None:
         return tenant.units_per_s
-    from quotacalc.core.tenant import size_tenant
-
     assert tenant.traffic is not None  # a PlanTenant has exactly one of the two
-    return size_tenant(replica_for_tier(replica, tier), tenant.traffic).units_per_s
+    traffic = tenant.traffic
+    if prompt_units is None:
+        prompt_units = prompt_token_units(replica, traffic.prompt_tokens)
+    return traffic_units_per_s(traffic, tier.cached_prompt_weight, replica.output_weight, prompt_units)
 
 
 def pool_max_context_tokens(replica: PriceResult) -> int:
@@ -197,10 +231,19 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
         served_model_name=_served_model_name(deployment.model),
         tensor_parallel_size=deployment.tp,
         max_model_len=min(longest, served),
-        # The decode batch the price assumes, no more than the KV pool holds at the mean context: a
-        # deeper engine queue would take the ordering away from the gateway's fair scheduler.
-        max_num_seqs=max(1, min(deployment.batch, replica.max_resident_sequences)),
-        max_num_batched_tokens=pool.max_num_batched_tokens,
+        # The decode batch the price assumes, no more than the KV pool holds at the mean context (nor the
+        # deployment's own max_num_seqs): a deeper engine queue would take the ordering away from the
+        # gateway's fair scheduler.
+        max_num_seqs=max(
+            1,
+            min(
+                deployment.batch,
+                replica.max_resident_sequences,
+                deployment.max_num_seqs if deployment.max_num_seqs is not None else deployment.batch,
+            ),
+        ),
+        # The budget the price assumed (its KV reserve grows with it): the deployment's, or vLLM's default.
+        max_num_batched_tokens=memory.max_num_batched_tokens(deployment, replica.inputs.gpu),
         gpu_memory_utilization=deployment.memory_utilization,
         kv_cache_dtype=_kv_cache_dtype(replica),
         enable_prefix_caching=True,
@@ -221,11 +264,20 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
     """
     tenants: list[TenantPolicy] = []
     routed: dict[str, list[tuple[Tier, int]]] = {pool.name: [] for pool in plan.pools}
+    # Tenants of a pool often share prompt sizes: one attention sum (over every layer) per size.
+    prompt_units: dict[tuple[str, int], float] = {}
     for tenant in plan.tenants:
         tier = plan.tier(tenant.tier)
         pool = plan.standard_pool_of(tenant)
         replica = priced_pools[pool.name]
-        rate = tenant_units_per_s(tenant, tier, replica)
+        units = None
+        if tenant.traffic is not None:
+            prompt = tenant.traffic.prompt_tokens
+            key = (pool.name, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
+            if key not in prompt_units:
+                prompt_units[key] = prompt_token_units(replica, tenant.traffic.prompt_tokens)
+            units = prompt_units[key]
+        rate = tenant_units_per_s(tenant, tier, replica, units)
         depth = tier.burst_s * rate
         threshold = pool.route_above_prompt_tokens
         long_pool = pool.long_context_pool

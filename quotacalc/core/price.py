@@ -280,14 +280,16 @@ def _pool_section(x: _Explainer) -> float:
         x.record(
             "runtime_reserve_bytes_per_gpu",
             reserve.total_bytes,
-            formula="reserve_base + reserve_per_tp_peer × (TP − 1) + max_num_batched_tokens × "
-            "(4 × ffn_width / TP + 6 × hidden) × 2 B",
-            substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + "
+            formula="reserve_base + reserve_per_tp_peer × (TP − 1) + max(max_num_batched_tokens × "
+            "(4 × ffn_width / TP + 6 × hidden) × 2 B, min(max_num_seqs, max_num_batched_tokens) × vocab × "
+            f"{memory.VLLM_SAMPLER_BYTES_PER_LOGIT} B)",
+            substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + max("
             f"{fmt(reserve.max_num_batched_tokens)} ({source}) × "
-            f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}",
+            f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}, "
+            f"{fmt(reserve.sampler_bytes)})",
             unit="B",
             note="base and per-peer terms fitted on vLLM start-up logs (docs/accuracy.md); the last term is the "
-            "profiling run's activations",
+            "profiling run's peak: the forward pass's activations or the sampler's logits, whichever is larger",
         )
     weight_bytes_per_gpu = x.figures["weight_bytes_per_gpu"]
     usable = x.record(
@@ -543,7 +545,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs, one weight read) + "
-        "decode_overhead_s + all-reduces)",
+        "step_overhead_s + all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
@@ -554,8 +556,9 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     load_batch = x.record(
         "max_load_batch",
         model.max_load_batch(prompt, output),
-        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output))",
-        substituted=f"requests of {fmt(prompt)} + {fmt(output)} tokens at their full length",
+        formula="min(floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output)), max_num_seqs)",
+        substituted=f"requests of {fmt(prompt)} + {fmt(output)} tokens at their full length, at most "
+        f"{fmt(model.max_num_seqs)} ({'given' if deployment.max_num_seqs is not None else 'vLLM default'})",
         unit="sequences",
     )
     x.record(

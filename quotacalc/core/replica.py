@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -73,7 +73,7 @@ def _by_window(pairs: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(summed.items()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplicaModel:
     """Coefficients of one replica; every time is in seconds, every size per GPU."""
 
@@ -113,6 +113,33 @@ class ReplicaModel:
     request_overhead_s: float
     #: The engine's token budget per step: a longer prompt is prefilled in chunks of this size.
     max_num_batched_tokens: int
+    #: The engine's cap on concurrent sequences (bounds the full-load batch).
+    max_num_seqs: int = 1024
+    #: Weight bytes a decode step reads when they do not depend on the batch (dense models), else None.
+    fixed_decode_weight_bytes_per_gpu: float | None = None
+    # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
+    # attention coefficients side by side.
+    _seconds_per_byte: float = field(init=False, repr=False, compare=False)
+    _seconds_per_flop: float = field(init=False, repr=False, compare=False)
+    _windows: tuple[tuple[int, float, float], ...] = field(init=False, repr=False, compare=False)
+    _per_step_s: float = field(init=False, repr=False, compare=False)
+    _per_sequence_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        kv = dict(self.sliding_kv)
+        attention = dict(self.sliding_attention)
+        windows = tuple((w, kv.get(w, 0.0), attention.get(w, 0.0)) for w in sorted(set(kv) | set(attention)))
+        object.__setattr__(self, "_seconds_per_byte", 1 / self.bandwidth_bytes_per_s)
+        object.__setattr__(self, "_seconds_per_flop", 1 / self.compute_flops_per_s)
+        object.__setattr__(self, "_windows", windows)
+        object.__setattr__(
+            self, "_per_step_s", self.step_overhead_s + self.allreduces_per_step * self.allreduce_latency_s
+        )
+        object.__setattr__(
+            self,
+            "_per_sequence_s",
+            self.sequence_overhead_s + self.allreduces_per_step * self.allreduce_s_per_token,
+        )
 
     # ------------------------------------------------------------------ memory
 
@@ -127,8 +154,9 @@ class ReplicaModel:
         """Sequences of ``context_tokens`` the pool holds at once."""
         return int(self.kv_pool_bytes_per_gpu // self.sequence_kv_bytes_per_gpu(context_tokens))
 
-    #: The earlier name of ``pool_sequences``, kept for callers written against it.
-    pool_tokens = pool_sequences
+    def pool_tokens(self, context_tokens: float) -> int:
+        """The earlier name of ``pool_sequences``, kept for callers written against it."""
+        return self.pool_sequences(context_tokens)
 
     # ------------------------------------------------------------------ roofline
 
@@ -170,20 +198,36 @@ class ReplicaModel:
         return self.allreduces_per_step * (self.allreduce_latency_s + tokens * self.allreduce_s_per_token)
 
     def step_time_s(self, batch: int, context_tokens: float) -> float:
-        """One decode step as an engine runs it: roofline + step overhead + all-reduces (the inter-token latency)."""
-        read = self.decode_weight_bytes_per_gpu_at(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
-        memory_s = read / self.bandwidth_bytes_per_s
-        compute_s = batch * (self.flops_per_token + self.attention_flops(context_tokens)) / self.compute_flops_per_s
-        return (
-            (memory_s if memory_s > compute_s else compute_s)
-            + self.step_overhead_s
-            + batch * self.sequence_overhead_s
-            + self.allreduces_per_step * (self.allreduce_latency_s + batch * self.allreduce_s_per_token)
-        )
+        """One decode step as an engine runs it: roofline + step overhead + all-reduces (the inter-token latency).
+
+        The simulator's hot path: the same sums as decode_memory_s and decode_compute_s, inlined.
+        """
+        weights = self.fixed_decode_weight_bytes_per_gpu
+        if weights is None:
+            weights = self.decode_weight_bytes_per_gpu_at(batch)
+        kv = self.kv_bytes_per_token_per_gpu * context_tokens + self.state_bytes_per_sequence_per_gpu
+        attention = self.attention_flops_per_attended_token * context_tokens
+        for window, kv_per_token, flops_per_token in self._windows:
+            attended = context_tokens if context_tokens < window else window
+            kv += kv_per_token * attended
+            attention += flops_per_token * attended
+        memory_s = (weights + batch * kv) * self._seconds_per_byte
+        compute_s = batch * (self.flops_per_token + attention) * self._seconds_per_flop
+        return (memory_s if memory_s > compute_s else compute_s) + self._per_step_s + batch * self._per_sequence_s
 
     def prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
         """One prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine step on an idle replica."""
-        return self.roofline_prefill_time_s(tokens, context_tokens) + self.step_overhead_s + self.allreduce_s(tokens)
+        attended = context_tokens + (tokens + 1) / 2
+        attention = self.attention_flops_per_attended_token * attended
+        for window, _, flops_per_token in self._windows:
+            attention += flops_per_token * (attended if attended < window else window)
+        compute_s = tokens * (self.flops_per_token + attention) * self._seconds_per_flop
+        read_s = self.weight_bytes_per_gpu * self._seconds_per_byte
+        return (
+            (compute_s if compute_s > read_s else read_s)
+            + self.step_overhead_s
+            + self.allreduces_per_step * (self.allreduce_latency_s + tokens * self.allreduce_s_per_token)
+        )
 
     def ttft_s(self, prompt_tokens: int) -> float:
         """Time to first token of one prompt on an idle replica: request overhead + its prefill chunks."""
@@ -217,8 +261,8 @@ class ReplicaModel:
         return self.step_time_s(concurrency, context) + others * self.interleaved_prefill_s(prompt_tokens)
 
     def max_load_batch(self, prompt_tokens: int, output_tokens: int) -> int:
-        """The largest batch of such requests the pool holds at their full length."""
-        return self.pool_sequences(prompt_tokens + output_tokens)
+        """The largest batch of such requests the pool holds at their full length, at most max_num_seqs."""
+        return min(self.pool_sequences(prompt_tokens + output_tokens), self.max_num_seqs)
 
     def max_load_output_tokens_per_s(self, prompt_tokens: int, output_tokens: int) -> float:
         """Output tokens per second at full load, every request's prefill charged to the replica."""
@@ -297,4 +341,6 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         allreduce_s_per_token=allreduce_s_per_token(arch, tp, gpu.interconnect_bandwidth_bytes_per_s),
         request_overhead_s=deployment.request_overhead_s,
         max_num_batched_tokens=memory.max_num_batched_tokens(deployment, gpu),
+        max_num_seqs=memory.max_num_seqs(deployment, gpu),
+        fixed_decode_weight_bytes_per_gpu=None if arch.moe_layers() else weight_bytes / tp,
     )

@@ -1,4 +1,4 @@
-"""Deterministic YAML and JSON text for the target exporters (insertion order kept, no timestamps)."""
+"""YAML documents and JSON text for the target exporters: deterministic, insertion order kept, no timestamps."""
 
 from __future__ import annotations
 
@@ -6,26 +6,19 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import yaml
-
-
-class _Dumper(yaml.SafeDumper):
-    """SafeDumper that indents list items under their key, as kubectl and decK print them."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
+from quotacalc.core.policy import QuotaPolicy, TenantPolicy
+from quotacalc.errors import QuotacalcError
+from quotacalc.exporters.yaml_text import dump_yaml
 
 
 def yaml_text(data: Any, header: str = "") -> str:
     """One YAML document; ``header`` lines become comments at the top."""
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)
-    return _comment(header) + body
+    return _comment(header) + dump_yaml(data)
 
 
 def yaml_documents(documents: Iterable[Mapping[str, Any]], header: str = "") -> str:
     """Several YAML documents separated by ``---`` (how Kubernetes manifests are applied together)."""
-    parts = [yaml_text(document) for document in documents]
-    return _comment(header) + "---\n".join(parts)
+    return _comment(header) + "---\n".join(dump_yaml(dict(document)) for document in documents)
 
 
 def json_text(data: Any) -> str:
@@ -35,3 +28,31 @@ def json_text(data: Any) -> str:
 
 def _comment(header: str) -> str:
     return "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+
+
+def long_context_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
+    """One limits line per standard pool whose long prompts a target cannot route by size (tenants named)."""
+    groups: dict[tuple[str, str, int], list[str]] = {}
+    for tenant in policy.tenants:
+        if tenant.long_context_pool is not None and tenant.route_above_prompt_tokens is not None:
+            key = (tenant.pool, tenant.long_context_pool, tenant.route_above_prompt_tokens)
+            groups.setdefault(key, []).append(tenant.name)
+    return [
+        f"Long-context routing: prompts above {threshold} tokens from {', '.join(sorted(names))} (pool {pool}) "
+        f"are not routed to pool {long_pool} by their size; {consequence}"
+        for (pool, long_pool, threshold), names in sorted(groups.items())
+    ]
+
+
+def salt_of(tenant: TenantPolicy, salts: Mapping[str, str]) -> str | None:
+    """The tenant's salt, None when its cache is shared; a salted tenant without one is an error, never unsalted."""
+    if tenant.salt_ref is None:
+        return None
+    salt = salts.get(tenant.salt_ref)
+    if not salt:
+        raise QuotacalcError(
+            f"tenant {tenant.name} is salted but no salt was derived for it",
+            field=f"tenants.{tenant.name}.salt_ref",
+            fix="give the salt secret (QUOTACALC_SALT_SECRET or --salt-secret-file)",
+        )
+    return salt

@@ -11,6 +11,7 @@ from typing import Any
 
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+from quotacalc.exporters.yaml_text import dump_yaml
 
 TARGET = "canonical"
 
@@ -25,12 +26,26 @@ def dump_json(document: Any) -> str:
     return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
 
-def dump_yaml(document: Any) -> str:
-    """Stable YAML: the models' key order, no line folding, no aliases."""
-    import yaml
+def dump_json_rows(document: dict[str, Any]) -> str:
+    """Like ``dump_json``, but each entry of a top-level list on one line: a diff names the tenant that
+    changed, and json's C encoder (used only without indent) writes 1,000 tenants in milliseconds."""
 
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, allow_unicode=True, width=2**31 - 1)
+    def one_line(value: Any) -> str:
+        return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+
+    lines = ["{"]
+    items = list(document.items())
+    for index, (key, value) in enumerate(items):
+        comma = "," if index < len(items) - 1 else ""
+        if isinstance(value, list) and value:
+            lines.append(f"  {one_line(key)}: [")
+            lines.extend(f"    {one_line(entry)}," for entry in value[:-1])
+            lines.append(f"    {one_line(value[-1])}")
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {one_line(key)}: {one_line(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def policy_json_schema() -> dict[str, Any]:
@@ -45,7 +60,7 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     document = policy.model_dump(mode="json")
     files = [
         GeneratedFile(path=f"{TARGET}/policy.yaml", text=_HEADER + dump_yaml(document)),
-        GeneratedFile(path=f"{TARGET}/policy.json", text=dump_json(document)),
+        GeneratedFile(path=f"{TARGET}/policy.json", text=dump_json_rows(document)),
         GeneratedFile(path=f"{TARGET}/policy.schema.json", text=dump_json(policy_json_schema())),
     ]
     if salts:

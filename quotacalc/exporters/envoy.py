@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
-from quotacalc.exporters._text import yaml_documents
+from quotacalc.exporters._text import long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -127,7 +127,7 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
         name = f"quotacalc-tenants-{index:03d}"
         rules, limit_rules, costs = [], [], {}
         for tenant in chunk:
-            salt = salts[tenant.salt_ref] if tenant.salt_ref is not None else None
+            salt = salt_of(tenant, salts)
             rules.append(_route_rule(tenant, pools[tenant.pool], header, salt))
             rule, key, weights, _scale = _rate_limit_rule(tenant, header)
             limit_rules.append(rule)
@@ -212,13 +212,10 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         f"Routes and their rate-limit policies are split by {MAX_RULES_PER_ROUTE} tenants (the CRD's maxItems on rules).",
         f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
     ]
+    limits += long_context_lines(
+        policy, "AIGatewayRoute matches headers, not prompt size; they are charged at their standard pool's weights."
+    )
     for tenant in policy.tenants:
-        if tenant.long_context_pool is not None:
-            limits.append(
-                f"{tenant.name}: prompts above {tenant.route_above_prompt_tokens} tokens are not routed to pool "
-                f"{tenant.long_context_pool} (AIGatewayRoute matches headers, not prompt size); they are charged at "
-                f"pool {tenant.pool}'s weights."
-            )
         _unit, _seconds, scale, _limit = window_for(tenant)
         exact = (tenant.weights.prompt, tenant.weights.cached_prompt, tenant.weights.output)
         for label, weight, scaled in zip(

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import yaml_text
+from quotacalc.exporters._text import long_context_lines, salt_of, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 #: ai-proxy costs are per 1M tokens.
@@ -123,8 +123,7 @@ def document(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict:
     """The decK state file."""
     weights = _pool_weights(policy)
     consumers = [
-        _consumer(tenant, salts[tenant.salt_ref] if tenant.salt_ref is not None else None)
-        for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
+        _consumer(tenant, salt_of(tenant, salts)) for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
     ]
     return {
         "_format_version": "3.0",
@@ -165,12 +164,7 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "so it cannot pick the pool from the consumer; the acl plugin keeps tenants out of other pools.",
         "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
     ]
-    for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name):
-        if tenant.long_context_pool is not None:
-            limits.append(
-                f"{tenant.name}: prompts above {tenant.route_above_prompt_tokens} tokens are not routed to pool "
-                f"{tenant.long_context_pool} by prompt size; the tenant must call that pool's path."
-            )
+    limits += long_context_lines(policy, "such a tenant must call the long-context pool's path itself.")
     if any(tenant.salt_ref is not None for tenant in policy.tenants) and policy.public_prefixes:
         limits.append(
             "Public prefixes: a salt covers the whole request, so salted tenants do not share the platform's public prefixes."

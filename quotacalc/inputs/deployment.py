@@ -18,6 +18,10 @@ class PlanFile(BaseModel):
 
     deployment: dict[str, Any]
     tenant: dict[str, Any] | None = None
+    #: Where the plan's fitted values come from (``quotacalc calibrate --write``): a validated
+    #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
+    #: does not import the calibration module.
+    calibration: Any = None
 
 
 #: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
@@ -68,21 +72,48 @@ def _one_line_validation_error(
             field=flag_name(field) if not source else prefix + field,
             fix="give it in the file or as a flag",
         )
-    message = first["msg"].removeprefix("Value error, ")
+    message, fix = _problem(first)
     where = flag_name(field) if field in from_flags else prefix + field
-    return QuotacalcError(message, source=None if field in from_flags else source, field=where)
+    return QuotacalcError(message, source=None if field in from_flags else source, field=where, fix=fix)
+
+
+#: pydantic's error types for a value of the wrong type, and what the value must be.
+_WANTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "int_parsing": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+}
+
+
+def _problem(error: Any) -> tuple[str, str | None]:
+    """A validation error as 'must be ..., got ...' and a fix, for one line."""
+    wanted = _WANTED.get(error["type"])
+    if wanted is None:
+        return error["msg"].removeprefix("Value error, "), None
+    value = error.get("input")
+    shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+    fix = None
+    if isinstance(value, bool) and wanted != "true or false":
+        fix = "YAML reads yes/no/on/off as true/false; write the number"
+    elif isinstance(value, str) and wanted != "a string":
+        fix = "write the number without quotes"
+    elif isinstance(value, float) and wanted == "an integer":
+        fix = "a count is a whole number"
+    return f"must be {wanted}, got {shown}", fix
 
 
 def load_plan_file(path: str) -> PlanFile:
     """Read a deployment YAML file strictly: duplicate keys, unknown keys and bad YAML are errors."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix="check the path to the deployment YAML") from None
-    except OSError as error:
-        raise QuotacalcError(f"cannot read: {error.strerror}", source=path) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text  # PyYAML only when a file is given
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file  # PyYAML only when a file is given
+
+    text = read_text_file(file, what="deployment YAML")
 
     document = load_yaml_text(text, source=path)
     if document is None:
@@ -92,15 +123,34 @@ def load_plan_file(path: str) -> PlanFile:
     tenant = document.get("tenant")
     if tenant is not None and not isinstance(tenant, dict):
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
-    deployment = {key: value for key, value in document.items() if key != "tenant"}
+    calibration = document.get("calibration")
+    if calibration is not None:
+        from quotacalc.core.calibrate import CalibrationProvenance
+
+        try:
+            calibration = CalibrationProvenance.model_validate(calibration)
+        except ValidationError as error:
+            raise _one_line_validation_error(
+                error, CalibrationProvenance, source=path, from_flags=set(), prefix="calibration."
+            ) from None
+    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration")}
     model = deployment.get("model")
-    if isinstance(model, str) and (beside := file.parent / model).exists() and not Path(model).is_absolute():
+    if isinstance(model, str) and _exists(beside := file.parent / model) and not Path(model).is_absolute():
         # A model path in a plan file means beside the file, wherever the command runs from.
         deployment["model"] = str(beside)
-    return PlanFile(deployment=deployment, tenant=tenant)
+    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration)
 
 
-def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None) -> Deployment:
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return False
+
+
+def build_deployment(
+    file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None, check_pool: bool = True
+) -> Deployment:
     """Flags override the file; errors name the flag or the file's key.
 
     A measured ``kv_pool_tokens`` from the file holds only for the deployment it was measured on
@@ -112,7 +162,7 @@ def build_deployment(file_values: dict[str, Any], flag_values: dict[str, Any], *
         deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
-    if "kv_pool_tokens" not in given:
+    if check_pool and "kv_pool_tokens" not in given:  # (a comparison checks each deployment in its own row)
         check_measured_pool(deployment, source=source)
     return deployment
 

@@ -9,7 +9,10 @@ transformers; only the first call on a config that is not shipped imports it.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import stat
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from quotacalc.catalog.models import find_shipped, shipped_models
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 #: Bump when the cached document's layout changes.
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 class ModelSource(BaseModel):
@@ -50,21 +53,69 @@ class ResolvedConfig(BaseModel):
     given_keys: frozenset[str] = frozenset()
 
 
+def looks_like_path(reference: str) -> bool:
+    """A reference the user meant as a file or folder: never a hub id (``org/name``) or a shipped name."""
+    return (
+        reference.startswith(("/", "./", "../", "~", ".\\"))
+        or reference in (".", "..")
+        or "\\" in reference
+        or reference.count("/") > 1
+        or reference.lower().endswith((".json", ".yaml", ".yml", ".safetensors", ".bin", ".gguf"))
+    )
+
+
+def _kind_of(path: Path) -> str:
+    """'dir', 'file', 'other' (a FIFO, a device, a socket) or 'missing', without following into the file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing"
+    except OSError as error:  # a name too long, a loop of links, no permission
+        raise UsageError(f"cannot use this path: {error.strerror}", source=_shown(path), field="model") from None
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def _shown(path: Path | str) -> str:
+    text = str(path)
+    return text if len(text) <= 200 else text[:100] + "..." + text[-40:]
+
+
+def _not_regular(path: Path) -> UsageError:
+    return UsageError(
+        "is not a regular file (a FIFO, device or socket cannot be read as a config)",
+        source=_shown(path),
+        field="model",
+        fix="point --model at a config.json or a model folder",
+    )
+
+
 def locate_model(reference: str) -> ModelSource:
     """Turn what the user typed into a config.json on disk (or a hub id), without reading it."""
+    if not reference or "\x00" in reference:
+        raise UsageError("is not a model name, a path or a hub id", field="model")
     path = Path(reference).expanduser()
-    if path.is_dir():
+    kind = _kind_of(path)
+    if kind == "dir":
         config_path = path / "config.json"
-        if not config_path.is_file():
+        inner = _kind_of(config_path)
+        if inner == "other":
+            raise _not_regular(config_path)
+        if inner != "file":
             raise QuotacalcError(
                 "no config.json in this directory",
-                source=str(path),
+                source=_shown(path),
                 field="model",
                 fix="point --model at a model folder",
             )
         return ModelSource(reference=reference, name=path.resolve().name, config_path=str(config_path))
-    if path.is_file():
+    if kind == "file":
         return ModelSource(reference=reference, name=path.resolve().parent.name, config_path=str(path))
+    if kind == "other":
+        raise _not_regular(path)
     if shipped := find_shipped(reference):
         return ModelSource(
             reference=reference,
@@ -73,14 +124,27 @@ def locate_model(reference: str) -> ModelSource:
             shipped=True,
             hf_id=shipped.hf_ids[0] if shipped.hf_ids else None,
         )
-    if reference.count("/") == 1 and not reference.startswith((".", "/", "~")):
+    if looks_like_path(reference):
+        raise UsageError(
+            "no such file or directory",
+            source=_shown(reference),
+            field="model",
+            fix="check the path, or give a shipped model name or a hub id (org/name)",
+        )
+    if reference.count("/") == 1 and _HUB_ID.fullmatch(reference):
         return ModelSource(reference=reference, name=reference.split("/")[1], config_path="", hf_id=reference)
     names = [model.name for model in shipped_models()]
     close = close_names(reference, names, n=3, cutoff=0.4) or close_names(
         reference.lower(), [name.lower() for name in names], n=3, cutoff=0.4
     )
     fix = f"did you mean {', '.join(close)}?" if close else "run 'quotacalc models', or give a path or a hub id"
-    raise UsageError(f"unknown model '{reference}': not a shipped model, a path, or a hub id", field="model", fix=fix)
+    raise UsageError(
+        f"unknown model '{_shown(reference)}': not a shipped model, a path, or a hub id", field="model", fix=fix
+    )
+
+
+#: A Hugging Face repo id: ``org/name``, letters, digits, '-', '_', '.', at most 96 characters per part.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
 def _hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
@@ -121,6 +185,10 @@ def _transformers_stamp() -> str:
     return str(os.stat(spec.origin).st_mtime_ns)
 
 
+#: Keys that hold a nested object in every config that has them.
+_SUB_CONFIGS = ("quantization_config", "text_config", "vision_config", "rope_scaling", "rope_parameters")
+
+
 def autoconfig_document(raw: dict[str, Any], source_name: str) -> dict[str, Any]:
     """A parsed config.json resolved through AutoConfig: the document the cache and shipped specs keep."""
     config, config_class, version, given = _autoconfig_to_dict(raw, source_name)
@@ -136,14 +204,18 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise QuotacalcError(
-            "no model_type",
+            "no model_type" if model_type is None else f"must be a non-empty string, got {model_type!r}",
             source=source_name,
             field="model_type",
             fix="a Hugging Face config.json names its model_type",
         )
+    for key in _SUB_CONFIGS:
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise QuotacalcError(f"must be an object, got {type(raw[key]).__name__}", source=source_name, field=key)
     fields = {key: value for key, value in raw.items() if key != "model_type"}
     try:
         config = AutoConfig.for_model(model_type, **fields)
+        resolved = _resolved_dict(config)
     except ValueError as error:
         if "Unrecognized" in str(error) or "model_type" in str(error):
             raise QuotacalcError(
@@ -152,10 +224,75 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
                 field="model_type",
                 fix="upgrade transformers, or check the config",
             ) from None
-        raise QuotacalcError(str(error).splitlines()[0], source=source_name) from None
-    except (TypeError, KeyError, AttributeError) as error:
-        raise QuotacalcError(f"transformers rejects this config: {error}", source=source_name) from None
-    return _resolved_dict(config), type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw))
+        raise _rejected_by_transformers(error, source_name) from None
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as error:  # its strict dataclasses, and any check of a config class, reject this input
+        raise _rejected_by_transformers(error, source_name) from None
+    check_family(raw, type(config).__name__, source_name)
+    return resolved, type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw))
+
+
+def _rejected_by_transformers(error: Exception, source: str) -> QuotacalcError:
+    """transformers' validation message as one line naming the field it names."""
+    text = str(error)
+    field = re.search(r"field '([^']+)'", text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    problem = lines[-1] if field and len(lines) > 1 else (lines[0] if lines else type(error).__name__)
+    problem = re.sub(r"^\w+Error: ", "", problem)
+    return QuotacalcError(
+        f"transformers rejects the config: {problem}", source=source, field=field.group(1) if field else None
+    )
+
+
+#: Suffixes of the model classes an ``architectures`` entry names, leaving the family (LlamaForCausalLM -> Llama).
+_CLASS_SUFFIXES = re.compile(r"(ForCausalLM|ForConditionalGeneration|LMHeadModel|Model|ForSequenceClassification)$")
+#: Fields only a mixture-of-experts family reads: in a dense family they would be silently ignored.
+_EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
+#: Where each mixture-of-experts family counts its experts.
+_EXPERTS_KEY = {
+    "mixtral": "num_local_experts",
+    "gpt_oss": "num_local_experts",
+    "qwen2_moe": "num_experts",
+    "qwen3_moe": "num_experts",
+    "deepseek_v2": "n_routed_experts",
+    "deepseek_v3": "n_routed_experts",
+}
+_DENSE_TYPES = frozenset({"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"})
+
+
+def check_family(raw: dict[str, Any], config_class: str, source: str) -> None:
+    """Refuse a config relabelled as another family: its ``architectures`` name another model class, or a
+    dense family's config carries experts it would ignore."""
+    model_type = raw.get("model_type")
+    family = config_class.removesuffix("Config").lower()
+    architectures = raw.get("architectures")
+    if isinstance(architectures, list) and architectures and all(isinstance(a, str) for a in architectures):
+        named = {_CLASS_SUFFIXES.sub("", name).lower() for name in architectures} - {""}
+        if named and not any(family.startswith(n) or n.startswith(family) for n in named):
+            raise QuotacalcError(
+                f"model_type '{model_type}' ({config_class}) does not match architectures {', '.join(architectures)}",
+                source=source,
+                field="model_type",
+                fix="a relabelled config would be priced with another family's layout; correct model_type",
+            )
+    if (needed := _EXPERTS_KEY.get(model_type)) and needed not in raw:
+        raise QuotacalcError(
+            "missing from the config",
+            source=source,
+            field=needed,
+            fix=f"a {model_type} config states its experts; the class default would price another model",
+        )
+    if model_type in _DENSE_TYPES:
+        for key in _EXPERT_KEYS:
+            value = raw.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                raise QuotacalcError(
+                    f"{value} experts, but model_type '{model_type}' has no experts and would ignore them",
+                    source=source,
+                    field=key,
+                    fix="correct model_type to the mixture-of-experts family the config belongs to",
+                )
 
 
 def _given_keys(config: Any, raw: dict[str, Any], prefix: str = "") -> set[str]:
@@ -186,26 +323,124 @@ def _resolved_dict(config: Any) -> dict[str, Any]:
     return document
 
 
+#: Limits on a config.json: real ones are a few kB with a handful of nesting levels and at most a few
+#: hundred layers; past these, reading it would exhaust memory or time before any figure came out.
+MAX_CONFIG_BYTES = 4 * 2**20
+MAX_CONFIG_DEPTH = 32
+MAX_LAYERS = 10_000
+#: Integers beyond 2**53 lose precision as floats, and far beyond that overflow them.
+MAX_CONFIG_INT = 2**53
+#: Keys that count layers (transformers' names across families), and per-layer lists and patterns.
+_LAYER_COUNT_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers"})
+#: Sizes every family reads as positive integers (when stated at all).
+_POSITIVE_KEYS = frozenset(
+    {"num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size", *_LAYER_COUNT_KEYS}
+)
+_PER_LAYER_KEYS = frozenset({"layer_types", "layers_block_type", "hybrid_override_pattern", "attn_layer_indices"})
+
+
 def read_config_bytes(path: Path) -> bytes:
-    """A config.json's bytes, with a one-line error when it cannot be read."""
+    """A config.json's bytes, with a one-line error when it cannot be read (or is too big to be one)."""
     try:
-        return path.read_bytes()
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise _not_regular(path)
+        with os.fdopen(descriptor, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise QuotacalcError(f"cannot read config: {error.strerror}", source=str(path), field="model") from None
+        raise QuotacalcError(f"cannot read config: {error.strerror}", source=_shown(path), field="model") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise QuotacalcError(
+            f"config file is larger than {MAX_CONFIG_BYTES // 2**20} MiB; a model config is a few kB",
+            source=_shown(path),
+            fix="point --model at the model's config.json",
+        )
+    return data
 
 
 def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
-    """A config.json's object, with a one-line error when it is malformed."""
+    """A config.json's object, with a one-line error when it is malformed, out of range or nested too deep."""
     try:
-        raw = json.loads(data)
+        raw = json.loads(data, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as error:
+        raise QuotacalcError(
+            f"duplicate key '{error.args[0]}': JSON keeps the last, transformers would read that one",
+            source=_shown(path),
+            fix="keep one",
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         where = f" at line {error.lineno}, column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
         raise QuotacalcError(
-            f"malformed config JSON{where}", source=str(path), fix="fix or replace the config.json"
+            f"malformed config JSON{where}", source=_shown(path), fix="fix or replace the config.json"
         ) from None
+    except RecursionError:
+        raise QuotacalcError(
+            f"config JSON is nested more than {MAX_CONFIG_DEPTH} levels deep", source=_shown(path)
+        ) from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise QuotacalcError(f"config JSON holds a number out of range ({error})", source=_shown(path)) from None
     if not isinstance(raw, dict):
-        raise QuotacalcError("config is not a JSON object", source=str(path))
+        raise QuotacalcError("config is not a JSON object", source=_shown(path))
+    check_config_values(raw, _shown(path))
     return raw
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return document
+
+
+def check_config_values(raw: dict[str, Any], source: str) -> None:
+    """Refuse what no real config holds before transformers sees it: NaN or infinite numbers, integers
+    past 2**53, nesting past ``MAX_CONFIG_DEPTH``, and more than ``MAX_LAYERS`` layers."""
+    stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in raw.items()]
+    while stack:
+        field, value, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise QuotacalcError(f"nested more than {MAX_CONFIG_DEPTH} levels deep", source=source, field=field)
+        key = field.rpartition(".")[2]
+        if key in _POSITIVE_KEYS and isinstance(value, (bool, str)):
+            raise QuotacalcError(f"must be a positive integer, got {value!r}", source=source, field=field)
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            if key in _PER_LAYER_KEYS and isinstance(value, str) and len(value) > MAX_LAYERS:
+                raise _too_many_layers(source, field, len(value))
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise QuotacalcError(f"must be a finite number, got {value}", source=source, field=field)
+        if key in _POSITIVE_KEYS and (not isinstance(value, int) or value <= 0):
+            # transformers would divide by it (heads) or build lists of it (layers) before any check of ours.
+            raise QuotacalcError(f"must be a positive integer, got {value!r}", source=source, field=field)
+        if isinstance(value, int):
+            if abs(value) > MAX_CONFIG_INT:
+                raise QuotacalcError(
+                    f"{value} is out of range (at most 2**53 in magnitude)", source=source, field=field
+                )
+            if key in _LAYER_COUNT_KEYS and value > MAX_LAYERS:
+                raise _too_many_layers(source, field, value)
+        elif isinstance(value, dict):
+            stack.extend((f"{field}.{child}", item, depth + 1) for child, item in value.items())
+        elif isinstance(value, list):
+            if key in _PER_LAYER_KEYS and len(value) > MAX_LAYERS:
+                raise _too_many_layers(source, field, len(value))
+            stack.extend((f"{field}[{index}]", item, depth + 1) for index, item in enumerate(value))
+
+
+def _too_many_layers(source: str, field: str, count: int) -> QuotacalcError:
+    return QuotacalcError(
+        f"{count:,} layers is more than quotacalc prices ({MAX_LAYERS:,})",
+        source=source,
+        field=field,
+        fix="check the config: the largest models have a few hundred layers",
+    )
 
 
 def load_model_config(reference: str) -> ResolvedConfig:
@@ -218,7 +453,10 @@ def load_model_config(reference: str) -> ResolvedConfig:
     key = cache_key(data, f"config-{CACHE_FORMAT}", _transformers_stamp())
     cached = read_entry("configs", key)
     if isinstance(cached, dict):
-        return ResolvedConfig(source=source, **cached)
+        try:
+            return ResolvedConfig(source=source, **cached)
+        except (TypeError, ValueError):  # an entry of another shape: recompute it
+            pass
     document = autoconfig_document(parse_config_json(data, path), str(path))
     write_entry("configs", key, document)
     return ResolvedConfig(source=source, **document)

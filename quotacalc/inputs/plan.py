@@ -9,6 +9,8 @@ whose pool is called ``default``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import PlanFile, suggest_key
+from quotacalc.inputs.deployment import PlanFile, check_measured_pool, suggest_key
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -152,18 +154,10 @@ def _non_finite(value: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...],
 
 def read_document(path: str) -> dict[str, Any]:
     """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix="check the path to the plan") from None
-    except IsADirectoryError:
-        raise UsageError("is a directory, not a plan file", source=path) from None
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not UTF-8 text"
-        raise QuotacalcError(f"cannot read: {reason}", source=path) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
 
+    # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
+    text = read_text_file(Path(path), what="plan")
     document = load_yaml_text(text, source=path)
     if document is None:
         document = {}
@@ -179,9 +173,16 @@ def is_platform(document: dict[str, Any]) -> bool:
 
 def _beside(model: Any, path: str) -> Any:
     # A model path in a plan file means beside the file, wherever the command runs from.
-    if isinstance(model, str) and not Path(model).is_absolute() and (beside := Path(path).parent / model).exists():
+    if isinstance(model, str) and not Path(model).is_absolute() and _exists(beside := Path(path).parent / model):
         return str(beside)
     return model
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return False
 
 
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
@@ -233,18 +234,15 @@ def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
     if found := _non_finite(document):
         loc, value = found
         raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=yaml_path(loc))
-    for key in ("deployment",):
-        section = document.get(key)
-        if isinstance(section, dict):
-            for tier_key in _TIER_KEYS:
-                if tier_key in section:
-                    raise _tier_key_error(path, f"{key}.{tier_key}")
-    for index, pool in enumerate(document.get("pools") or []):
-        section = pool.get("deployment") if isinstance(pool, dict) else None
-        if isinstance(section, dict):
-            for tier_key in _TIER_KEYS:
-                if tier_key in section:
-                    raise _tier_key_error(path, f"pools[{index}].deployment.{tier_key}")
+    pools = document.get("pools")
+    sections = [("deployment", document.get("deployment"))] + [
+        (f"pools[{index}].deployment", pool.get("deployment") if isinstance(pool, dict) else None)
+        for index, pool in enumerate(pools if isinstance(pools, list) else [])
+    ]
+    for where, section in sections:
+        for tier_key in _TIER_KEYS:
+            if isinstance(section, dict) and tier_key in section:
+                raise _tier_key_error(path, f"{where}.{tier_key}")
     try:
         return PlatformPlanFile.model_validate(document)
     except ValidationError as error:
@@ -283,6 +281,21 @@ def _unknown(kind: str, name: str, known: list[str], *, source: str, field: str)
     return QuotacalcError(f"unknown {kind} '{name}'", source=source, field=field, fix=fix)
 
 
+@contextmanager
+def pool_errors(path: str, index: int | None) -> Iterator[None]:
+    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path."""
+    try:
+        yield
+    except QuotacalcError as error:
+        if error.source is not None:
+            raise  # about another file (a model's config): it names that file
+        if index is None:  # a flat plan: its deployment keys are the file's top level
+            field = error.field
+        else:
+            field = f"pools[{index}].deployment" + (f".{error.field}" if error.field else "")
+        raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
+
+
 @cache
 def _model_max_context(model: str) -> int | None:
     from quotacalc.inputs.resolve import load_arch
@@ -306,6 +319,9 @@ def _check_references(plan: Plan, path: str) -> None:
             field="pools",
             fix="set role: standard on at least one pool",
         )
+    for index, pool in enumerate(plan.pools):
+        with pool_errors(path, index):
+            _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
     for index, pool in enumerate(plan.pools):
         if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
             continue
@@ -377,6 +393,8 @@ def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
             if first["type"] == "missing":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
+        with pool_errors(path, index):
+            check_measured_pool(deployment, source=None)
         pools.append(Pool.model_validate({**pool_file.model_dump(exclude={"deployment"}), "deployment": deployment}))
     plan = Plan(
         pools=tuple(pools),

@@ -50,12 +50,50 @@ def _groups_named(patterns: list[str]) -> set[ParamGroup]:
     return named
 
 
-def _quantized_dtype(config: dict[str, Any], source: str) -> tuple[str, float, str]:
+_FIELD = "quantization_config"
+
+
+def _bad(source: str, key: str, problem: str, fix: str | None = None) -> QuotacalcError:
+    return QuotacalcError(problem, source=source, field=f"{_FIELD}.{key}" if key else _FIELD, fix=fix)
+
+
+def _int_field(config: dict[str, Any], keys: tuple[str, ...], default: int, source: str) -> int:
+    """The first of ``keys`` the config states, as a strict integer (no booleans, floats or strings)."""
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(source, key, f"must be an integer, got {value!r}")
+        return value
+    return default
+
+
+def _group_size(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[int, str]:
+    """Weights per scale group, and how to say it; ``-1`` is per-channel: one scale per output row."""
+    group = _int_field(config, ("group_size", "q_group_size"), 128, source)
+    if group == -1:
+        return per_channel_inputs, f"per channel ({per_channel_inputs} inputs per scale)"
+    if group <= 0:
+        raise _bad(source, "group_size", f"must be a positive integer or -1 (per channel), got {group}")
+    return group, f"per {group}"
+
+
+def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str]:
     """(dtype name, scale bytes per element, description) for a quantization config."""
-    method = str(config.get("quant_method", "")).lower()
+    raw_method = config.get("quant_method", "")
+    if not isinstance(raw_method, str):
+        raise _bad(source, "quant_method", f"must be a string, got {raw_method!r}")
+    method = raw_method.lower()
     if method in ("fp8", "fbgemm_fp8", "finegrained_fp8"):
         block = config.get("weight_block_size")
         if block:
+            if (
+                not isinstance(block, list)
+                or len(block) != 2
+                or any(isinstance(side, bool) or not isinstance(side, int) or side <= 0 for side in block)
+            ):
+                raise _bad(source, "weight_block_size", f"must be two positive integers [rows, columns], got {block!r}")
             # One float32 scale per block of weights.
             scale = 4 / (block[0] * block[1])
             return "fp8", scale, f"fp8, one fp32 scale per {block[0]}x{block[1]} block"
@@ -63,54 +101,72 @@ def _quantized_dtype(config: dict[str, Any], source: str) -> tuple[str, float, s
     if method == "mxfp4":
         return "mxfp4", 0.0, "mxfp4 (OCP MX, e8m0 scale per 32)"
     if method in ("awq", "gptq", "autoround", "auto-round"):
-        bits = config.get("bits", config.get("w_bit", 4))
-        group = config.get("group_size", config.get("q_group_size", 128)) or 128
+        bits = _int_field(config, ("bits", "w_bit"), 4, source)
+        group, per = _group_size(config, source, per_channel_inputs)
         if bits == 8:
-            return "int8", 2 / group, f"{method} int8, fp16 scale per {group}"
+            return "int8", 2 / group, f"{method} int8, fp16 scale {per}"
         if bits != 4:
-            raise QuotacalcError(
-                f"{bits}-bit {method} is not priced yet", source=source, field="quantization_config.bits"
-            )
+            raise _bad(source, "bits", f"{bits}-bit {method} is not priced yet", "4 and 8 bits are")
         # An fp16 scale and a packed 4-bit zero point per group.
-        return "int4", (2 + 0.5) / group, f"{method} int4, fp16 scale + 4-bit zero per {group}"
+        return "int4", (2 + 0.5) / group, f"{method} int4, fp16 scale + 4-bit zero {per}"
     if method in ("bitsandbytes",):
         if config.get("load_in_4bit"):
             return "int4", 0.0, "bitsandbytes 4-bit"
         return "int8", 0.0, "bitsandbytes 8-bit"
     if method in ("compressed-tensors", "compressed_tensors"):
-        bits = _compressed_tensors_bits(config)
-        if bits == 8:
-            return "fp8" if _compressed_tensors_is_float(config) else "int8", 0.0, "compressed-tensors 8-bit"
-        if bits == 4:
-            return ("nvfp4" if _compressed_tensors_is_float(config) else "int4"), 0.0, "compressed-tensors 4-bit"
-    raise QuotacalcError(
+        weights = _compressed_tensors_weights(config, source)
+        bits = weights.get("num_bits")
+        is_float = weights.get("type") == "float"
+        if bits == 8 and not isinstance(bits, bool):
+            return "fp8" if is_float else "int8", 0.0, "compressed-tensors 8-bit"
+        if bits == 4 and not isinstance(bits, bool):
+            return ("nvfp4" if is_float else "int4"), 0.0, "compressed-tensors 4-bit"
+    raise _bad(
+        source,
+        "quant_method",
         f"quantization method '{method or '?'}' is not understood",
-        source=source,
-        field="quantization_config.quant_method",
         fix="pass --weight-dtype to price it anyway",
     )
 
 
-def _compressed_tensors_weights(config: dict[str, Any]) -> dict[str, Any]:
-    for group in (config.get("config_groups") or {}).values():
+def _compressed_tensors_weights(config: dict[str, Any], source: str) -> dict[str, Any]:
+    groups = config.get("config_groups") or {}
+    if not isinstance(groups, dict):
+        raise _bad(source, "config_groups", f"must be an object of named groups, got {type(groups).__name__}")
+    for name, group in groups.items():
+        if group is not None and not isinstance(group, dict):
+            raise _bad(source, f"config_groups.{name}", "must be an object")
         weights = (group or {}).get("weights")
+        if weights is not None and not isinstance(weights, dict):
+            raise _bad(source, f"config_groups.{name}.weights", "must be an object")
         if weights:
             return weights
     return {}
 
 
-def _compressed_tensors_bits(config: dict[str, Any]) -> int | None:
-    return _compressed_tensors_weights(config).get("num_bits")
-
-
-def _compressed_tensors_is_float(config: dict[str, Any]) -> bool:
-    return _compressed_tensors_weights(config).get("type") == "float"
+def _module_patterns(quantization: dict[str, Any], source: str) -> list[str]:
+    patterns: list[str] = []
+    for key in ("modules_to_not_convert", "ignore"):
+        value = quantization.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise _bad(source, key, "must be a list of module names")
+        patterns += value
+    return patterns
 
 
 def checkpoint_layout(
-    quantization: dict[str, Any] | None, checkpoint_dtype: Dtype, *, source: str, gpu_supports
+    quantization: dict[str, Any] | None,
+    checkpoint_dtype: Dtype,
+    *,
+    source: str,
+    gpu_supports,
+    per_channel_inputs: int = 4096,
 ) -> WeightLayout:
-    """The layout the checkpoint ships in: quantized linear layers if it says so, else its dtype throughout."""
+    """The layout the checkpoint ships in: quantized linear layers if it says so, else its dtype throughout.
+
+    ``per_channel_inputs`` is the inputs one per-channel scale covers (``group_size: -1``): the hidden
+    size, the input width of every projection but the MLP's down projection (whose wider rows need fewer
+    scales, so this errs high)."""
     if not quantization:
         return uniform_layout(
             checkpoint_dtype.name,
@@ -118,11 +174,11 @@ def checkpoint_layout(
             _compute(checkpoint_dtype, gpu_supports),
             f"checkpoint dtype {checkpoint_dtype.name}",
         )
-    dtype_name, scale_bytes, description = _quantized_dtype(quantization, source)
+    if not isinstance(quantization, dict):
+        raise _bad(source, "", f"must be an object, got {type(quantization).__name__}")
+    dtype_name, scale_bytes, description = _quantized_dtype(quantization, source, per_channel_inputs)
     quantized = dtype_by_name(dtype_name)
-    keep = _groups_named(
-        list(quantization.get("modules_to_not_convert") or []) + list(quantization.get("ignore") or [])
-    )
+    keep = _groups_named(_module_patterns(quantization, source))
     groups = {}
     for group in ParamGroup:
         if group in _LINEAR_GROUPS and group not in keep:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.catalog.gpus import load_gpu_catalog
 from quotacalc.catalog.models import find_shipped
 from quotacalc.core.arch import ModelArch
 from quotacalc.core.deployment import Deployment
 from quotacalc.core.price import PricingInputs
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.arch_checks import check_arch
 from quotacalc.inputs.architectures import read_arch
 from quotacalc.inputs.model_config import ResolvedConfig, load_model_config, locate_model, read_config_bytes
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
@@ -23,9 +27,19 @@ def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
     if shipped is not None and (spec := load_spec(shipped, read_config_bytes(Path(source.config_path)))):
         return spec_arch(spec, source.name), ResolvedConfig(source=source, **spec["resolved"])
     resolved = load_model_config(reference)
-    arch = read_arch(
-        resolved.config, name=resolved.source.name, source=resolved.source.config_path, given_keys=resolved.given_keys
-    )
+    source = resolved.source.config_path
+    try:
+        arch = read_arch(resolved.config, name=resolved.source.name, source=source, given_keys=resolved.given_keys)
+    except ValidationError as error:  # a layer spec refused a value the reader passed on
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
+        raise QuotacalcError(
+            f"{first['msg']}, got {first.get('input')!r}", source=source, field=field or None
+        ) from None
+    except (TypeError, ArithmeticError, LookupError, AttributeError) as error:
+        # A field of a type or shape no real config has, met where a reader did arithmetic on it.
+        raise QuotacalcError(f"the config's fields do not fit together ({error})", source=source) from None
+    check_arch(arch, source)
     return arch, resolved
 
 
@@ -40,7 +54,13 @@ def resolve(deployment: Deployment) -> PricingInputs:
         )
     else:
         quantization = resolved.config.get("quantization_config")
-        weights = checkpoint_layout(quantization, native, source=resolved.source.config_path, gpu_supports=gpu.supports)
+        weights = checkpoint_layout(
+            quantization,
+            native,
+            source=resolved.source.config_path,
+            gpu_supports=gpu.supports,
+            per_channel_inputs=arch.hidden_size,
+        )
     kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
     state_dtype = (
         native

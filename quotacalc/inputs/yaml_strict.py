@@ -1,26 +1,48 @@
-"""YAML loading that rejects duplicate keys, and reports malformed files in one line."""
+"""YAML loading that rejects duplicate and non-string keys, and reports malformed files in one line."""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+from pathlib import Path
+
 import yaml
 
-from quotacalc.errors import QuotacalcError
+from quotacalc.errors import QuotacalcError, UsageError
 
 # libyaml's parser is ~7x faster than PyYAML's pure-Python one; the constructor stays Python.
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+#: A deployment or plan file is a few kB; past this, reading it is a mistake (or an attack).
+MAX_YAML_BYTES = 4 * 2**20
+
 
 class _StrictLoader(_BaseLoader):
-    """A safe loader whose mappings refuse duplicate keys (PyYAML silently keeps the last)."""
+    """A safe loader whose mappings refuse duplicate keys (PyYAML silently keeps the last) and keys that
+    are not strings (a list or mapping as a key, or ``1:``, ``yes:`` and ``null:``, which YAML reads as
+    numbers, booleans and nothing)."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     loader.flatten_mapping(node)
     mapping: dict = {}
     for key_node, value_node in node.value:
+        line = key_node.start_mark.line + 1
+        if not isinstance(key_node, yaml.ScalarNode):
+            kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {kind} cannot be a key (line {line}); keys are names", key_node.start_mark
+            )
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str):
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key {key_node.value!r} (line {line}) is read as {type(key).__name__}, not a name; quote it",
+                key_node.start_mark,
+            )
         if key in mapping:
-            line = key_node.start_mark.line + 1
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}' (line {line}); keep one", key_node.start_mark
             )
@@ -37,8 +59,55 @@ def load_yaml_text(text: str, *, source: str) -> object:
         return yaml.load(text, Loader=_StrictLoader)
     except yaml.constructor.ConstructorError as error:
         raise QuotacalcError(error.problem or str(error), source=source) from None
+    except yaml.reader.ReaderError as error:
+        line = text[: error.position].count("\n") + 1
+        code = error.character if isinstance(error.character, int) else ord(str(error.character)[:1] or "\0")
+        raise QuotacalcError(
+            f"malformed YAML at line {line}: control character 0x{code:02x} is not allowed", source=source
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or "not valid YAML"
         raise QuotacalcError(f"malformed YAML{where}: {problem}", source=source) from None
+    except RecursionError:
+        raise QuotacalcError("YAML nested too deeply to read", source=source) from None
+    except (ValueError, OverflowError) as error:  # a date like 2024-13-45, an integer of 5,000 digits
+        raise QuotacalcError(f"a value cannot be read: {error}", source=source) from None
+
+
+def read_text_file(path: str | Path, *, what: str, limit: int = MAX_YAML_BYTES) -> str:
+    """A regular UTF-8 text file of at most ``limit`` bytes; a FIFO, device or directory, an oversized or
+    non-UTF-8 file, or a name the system cannot use, is a one-line error instead of a hang or a traceback."""
+    source = str(path)
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UsageError("no such file", source=source, fix=f"check the path to the {what}") from None
+    except OSError as error:
+        # A path that cannot name a file (too long, a loop of links, through a non-directory) is a usage error.
+        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR)
+        problem = f"cannot read: {error.strerror or error}"
+        raise (UsageError if usage else QuotacalcError)(problem, source=source) from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+        raise UsageError(f"is {kind}", source=source, fix=f"give the path to the {what}")
+    with os.fdopen(descriptor, "rb") as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as error:
+            raise QuotacalcError(f"cannot read: {error.strerror or error}", source=source) from None
+    if len(data) > limit:
+        raise QuotacalcError(f"is larger than {limit // 2**20} MiB; a {what} is a few kB", source=source)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise QuotacalcError(
+            f"is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line})",
+            source=source,
+            fix="save the file as UTF-8",
+        ) from None

@@ -1,0 +1,180 @@
+"""``quotacalc calibrate``: fit the deployment to the user's benchmark runs and start-up log; optionally write the plan."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from quotacalc.core.deployment import Deployment
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("quotacalc")
+
+
+def plan_calibration(plan: str | None, inputs, pool: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """Whether the plan's figures are calibrated for the deployment priced: (summary, None), (None, why not) or (None, None)."""
+    if plan is None:
+        return None, None
+    from quotacalc.core.calibrate import calibration_status
+    from quotacalc.inputs.plan import deployment_source
+
+    return calibration_status(deployment_source(plan, pool).calibration, inputs)
+
+
+def _file_record(path: str, rows: list[str], plan_path: str | None):
+    """A file's provenance: its path (relative to the plan written when it lies below it), hash and rows."""
+    import hashlib
+    import os
+
+    from quotacalc.core.calibrate import CalibratedFile
+
+    with open(path, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    shown = path
+    if plan_path is not None:
+        # Beside the plan (or below it): relative to it, so the plan and its data can move together.
+        relative = os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(plan_path)))
+        if not relative.startswith(os.pardir):
+            shown = relative
+    return CalibratedFile(path=shown.replace(os.sep, "/"), sha256=digest, rows=tuple(rows))
+
+
+def calibrate_command(
+    plan: Annotated[
+        str | None, typer.Argument(help="deployment YAML file to calibrate (its keys are the flags' names)")
+    ] = None,
+    bench: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bench",
+            help="benchmark runs: 'vllm bench serve --save-result' JSON, a GuideLLM JSON report, or a CSV "
+            "(concurrency, prompt_tokens, output_tokens, ttft_s, itl_s); repeatable",
+        ),
+    ] = None,
+    log: Annotated[
+        str | None, typer.Option("--log", help="vLLM start-up log: 'GPU KV cache size' and 'Available KV cache memory'")
+    ] = None,
+    fit: Annotated[
+        str | None,
+        typer.Option(
+            "--fit",
+            help="comma-separated fields to fit (mfu, mbu, step_overhead_s, request_overhead_s, allreduce_latency_s, "
+            "sequence_overhead_s); default: what the runs determine (TTFT: mfu, and request_overhead_s from two "
+            "prompt lengths; ITL: mbu, and step_overhead_s from two concurrencies or contexts)",
+        ),
+    ] = None,
+    write: Annotated[
+        str | None,
+        typer.Option(
+            "--write",
+            help="write the fitted values and a 'calibration:' section into this plan (other keys and comments kept)",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")
+    ] = False,
+    *,
+    deployment_flags,
+):
+    """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log.
+
+    ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``).
+    """
+    from quotacalc.core.calibrate import calibrate, provenance
+    from quotacalc.errors import UsageError
+    from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
+    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.resolve import resolve
+
+    if not bench and not log:
+        raise UsageError("nothing to calibrate on", field="--bench", fix="give --bench FILE and/or --log FILE")
+    from quotacalc.inputs.plan import is_platform_file
+
+    for path in (plan, write):
+        if path and os.path.isfile(path) and is_platform_file(path):
+            raise UsageError(
+                "is a platform plan: calibrate reads and writes one deployment's plan",
+                source=path,
+                fix="calibrate a flat plan of the pool's deployment (its keys at the top level)",
+            )
+    plan_file = load_plan_file(plan) if plan else None
+    deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
+    points, notes, files = [], [], []
+    for path in bench or ():
+        read, skipped = read_benchmark(path)
+        points += read
+        notes += skipped
+        files.append((path, [point.row or "result" for point in read]))
+    reading = read_vllm_log(log) if log else None
+    if log:
+        files.append((log, []))
+    parameters = None
+    if fit is not None:
+        parameters = [name.strip() for name in fit.split(",") if name.strip()]
+        if not parameters:
+            raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
+    inputs = resolve(deployment)
+    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading)
+    records = [_file_record(path, rows, write) for path, rows in files]
+    section = provenance(result, inputs, records, _version())
+    if write is not None:
+        _write_plan(write, plan, deployment, deployment_flags, result.fitted_values, section)
+    if as_json:
+        from quotacalc.cli.calibrate_out import calibrate_json
+        from quotacalc.cli.json_out import emit_json
+
+        emit_json(calibrate_json(result, section, notes, written=write))
+    else:
+        from quotacalc.cli.calibrate_out import calibrate_table
+
+        calibrate_table(result, inputs, notes, written=write)
+
+
+def _write_plan(
+    path: str, plan: str | None, deployment: Deployment, given: dict[str, Any], values: dict[str, Any], section
+) -> None:
+    """Set the deployment's given flags, the fitted keys and the ``calibration:`` section in ``path``,
+    atomically, once the result reads back as a plan."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from quotacalc.core.calibrate import merge_provenance
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.fileio import write_text_atomic
+    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.plan_write import set_top_level_keys
+
+    target = Path(path)
+    if target.is_dir():
+        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    dumped = deployment.model_dump(mode="json")
+    # Flags on the command line are part of the deployment calibrated: the plan records them too.
+    keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
+    if target.exists():
+        previous = load_plan_file(path).calibration  # the file must be a valid plan before it is changed
+        text = target.read_text(encoding="utf-8")
+    elif plan is not None:  # a new plan: a copy of the one read, comments and tenant included
+        previous, text = load_plan_file(plan).calibration, Path(plan).read_text(encoding="utf-8")
+    else:  # a new plan from flags alone
+        previous, text = None, ""
+        keys = deployment.model_dump(mode="json", exclude_defaults=True)
+    keys.update(values)
+    keys["calibration"] = merge_provenance(previous, section).model_dump(mode="json")
+    updated = set_top_level_keys(text, keys, source=path)
+    # Read the new text back as a plan before it replaces anything (beside the target: relative model paths hold).
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+        written = load_plan_file(probe)
+        build_deployment(written.deployment, {}, source=path)
+    finally:
+        Path(probe).unlink(missing_ok=True)
+    write_text_atomic(target, updated)

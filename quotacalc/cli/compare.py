@@ -1,0 +1,117 @@
+"""``price``/``size`` over several GPUs and TP sizes: parse the lists, build the deployments, call the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from quotacalc.errors import UsageError
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The GPUs and TP sizes given on the command line (None: the plan's or the default)."""
+
+    gpus: tuple[str, ...] | None
+    tps: tuple[int, ...] | None
+
+    @property
+    def is_comparison(self) -> bool:
+        return len(self.gpus or ()) > 1 or len(self.tps or ()) > 1
+
+
+def _items(text: str, flag: str) -> list[str]:
+    if "," not in text:  # one value: the field's own validation judges it (an empty GPU name, ...)
+        return [text]
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise UsageError(f"empty item in '{text}'", field=flag, fix="a value or a comma-separated list, e.g. 2,4,8")
+    return list(dict.fromkeys(items))  # a repeated value is one column, in first-given order
+
+
+def _tp_size(item: str) -> int:
+    """Digits only, as every count on the command line (cli/options.whole_number): '4.0' is no TP size."""
+    import re
+
+    if not re.fullmatch(r"[+-]?[0-9]+", item.strip()):
+        raise UsageError(f"'{item}' is not a whole number", field="--tp", fix="a TP size or a list, e.g. 2,4,8")
+    try:
+        return int(item)
+    except ValueError:  # more digits than Python converts
+        raise UsageError(f"has {len(item):,} digits; far out of range", field="--tp") from None
+
+
+def split_axes(flags: dict[str, Any]) -> tuple[dict[str, Any], Axes]:
+    """Parse ``--gpu a,b`` and ``--tp 2,4``; a single value goes back into the flags as the field's type."""
+    gpus = tuple(_items(flags["gpu"], "--gpu")) if flags.get("gpu") is not None else None
+    tps = tuple(_tp_size(item) for item in _items(flags["tp"], "--tp")) if flags.get("tp") is not None else None
+    single = dict(flags)
+    single["gpu"] = gpus[0] if gpus and len(gpus) == 1 else None
+    single["tp"] = tps[0] if tps and len(tps) == 1 else None
+    return single, Axes(gpus, tps)
+
+
+def check_format(output_format: str, as_json: bool) -> str:
+    """The ``--format`` given, checked: table (today's per-deployment output), json, csv or markdown (rows)."""
+    if output_format not in FORMATS:
+        raise UsageError(f"unknown format '{output_format}'", field="--format", fix=f"one of {', '.join(FORMATS)}")
+    if as_json and output_format not in ("table", "json"):
+        raise UsageError(f"--json conflicts with --format {output_format}", field="--format", fix="give one of them")
+    return output_format
+
+
+def run_comparison(
+    command: Literal["price", "size"],
+    plan: str | None,
+    flags: dict[str, Any],
+    axes: Axes,
+    output_format: str,
+    tenant_flags: dict[str, Any] | None = None,
+    *,
+    strict: bool = False,
+    pool: str | None = None,
+) -> None:
+    """Price (or size the tenant on) every GPU and TP combination and print the rows side by side."""
+    from quotacalc.cli.compare_out import render_comparison
+    from quotacalc.core.compare import compare
+    from quotacalc.core.price import price
+    from quotacalc.inputs.deployment import build_deployment, build_tenant, check_measured_pool
+    from quotacalc.inputs.plan import deployment_source
+    from quotacalc.inputs.resolve import resolve
+
+    if pool is not None and not plan:
+        raise UsageError("needs a plan file", field="--pool")
+    plan_file = deployment_source(plan, pool) if plan else None
+    file_values = plan_file.deployment if plan_file else {}
+    deployments = [
+        build_deployment(file_values, {**flags, "gpu": gpu, "tp": tp}, source=plan, check_pool=False)
+        for gpu in axes.gpus or (None,)
+        for tp in axes.tps or (None,)
+    ]
+    tenant = None
+    if command == "size":
+        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
+    section = plan_file.calibration if plan_file else None
+
+    def is_calibrated(priced) -> bool:
+        from quotacalc.core.calibrate import calibration_status
+
+        return calibration_status(section, priced.inputs)[0] is not None
+
+    def evaluate(deployment):
+        # A plan's measured pool holds for the deployment it was measured on: elsewhere the row says why not.
+        if flags.get("kv_pool_tokens") is None:
+            check_measured_pool(deployment, source=plan)
+        return price(resolve(deployment))
+
+    rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
+    render_comparison(command, deployments[0], tenant, rows, output_format)
+    warned = [row for row in rows if row.warnings]
+    if strict and warned:
+        from quotacalc.errors import QuotacalcError
+
+        raise QuotacalcError(
+            f"{len(warned)} deployment(s) with warnings under --strict", field="--strict", fix="see each row's notes"
+        )

@@ -1,0 +1,642 @@
+"""Fit a deployment's efficiencies and engine overheads to the user's own benchmark (issue 7, "Calibration").
+
+Each benchmark point is a closed-loop run at a fixed concurrency with mean prompt and output lengths,
+and its mean time to first token and mean inter-token latency. The replica model predicts both
+(:func:`predict_itl_s`, :func:`predict_ttft_s`); a bounded, robust least-squares fit
+(``scipy.optimize.least_squares``, ``loss="soft_l1"``) moves the chosen deployment fields until the
+relative errors are smallest. A vLLM start-up log gives the KV pool: the runtime reserve follows
+from "Available KV cache memory", the measured pool from "GPU KV cache size".
+
+Pure: no file reads, no printing. scipy is imported inside :func:`calibrate` only, so that the
+other commands do not pay for it at start-up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quotacalc.core.deployment import GIB, Deployment
+from quotacalc.errors import QuotacalcError
+
+if TYPE_CHECKING:
+    from quotacalc.core.price import PricingInputs
+    from quotacalc.core.replica import ReplicaModel
+
+#: Deployment fields a fit may move, with the interval it keeps them in. The bounds are physical
+#: (an efficiency is a share of the peak) or generous (no engine spends 50 ms per step by itself).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "mfu": (0.02, 1.0),
+    "mbu": (0.05, 1.0),
+    "step_overhead_s": (0.0, 0.05),
+    "request_overhead_s": (0.0, 2.0),
+    # One NCCL all-reduce of a decode step's activations: microseconds, not milliseconds.
+    "allreduce_latency_s": (0.0, 1e-3),
+    # What each sequence of a decode batch adds to a step (sampling, detokenisation): microseconds.
+    "sequence_overhead_s": (0.0, 1e-3),
+}
+#: The size of a typical change of each parameter: the optimiser's scale, and the identifiability test's.
+_SCALE = {
+    "mfu": 0.1,
+    "mbu": 0.1,
+    "step_overhead_s": 1e-3,
+    "request_overhead_s": 1e-2,
+    "allreduce_latency_s": 1e-5,
+    "sequence_overhead_s": 1e-5,
+}
+#: How far a parameter plausibly sits from its default: the unit of the fit's pull towards the default.
+PRIOR_SPREAD = {
+    "mfu": 0.2,
+    "mbu": 0.2,
+    "step_overhead_s": 3e-3,
+    "request_overhead_s": 3e-2,
+    "allreduce_latency_s": 2e-5,
+    "sequence_overhead_s": 2e-5,
+}
+#: A parameter one spread from its starting value costs what a 0.3% error on one measured figure costs.
+PRIOR_WEIGHT = 0.003
+#: Beyond this many runs the fit's cost, not its accuracy, grows: a sweep has tens of runs.
+MAX_POINTS = 1000
+#: Leave-one-out refits once per point: up to this many points (quadratic cost beyond).
+MAX_LEAVE_ONE_OUT_POINTS = 60
+#: soft_l1's scale: residuals (relative errors) beyond ~5% count less than quadratically, so one
+#: bad run (a noisy neighbour, a warm-up) does not drag the fit.
+ROBUST_SCALE = 0.05
+
+Quantity = Literal["ttft_s", "itl_s"]
+
+
+class BenchmarkPoint(BaseModel):
+    """One closed-loop benchmark run: ``concurrency`` requests in flight, and what the client measured."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    source: str = Field(description="the file it was read from")
+    row: str = Field(description="where in the file: 'row 3', 'benchmarks[2]', 'line 4'")
+    # The upper bounds are far beyond any engine (a replica runs hundreds of sequences, contexts of
+    # millions of tokens): past them a figure is a unit mix-up or a corrupt file, not a benchmark.
+    concurrency: int = Field(ge=1, le=100_000, description="requests in flight (vllm bench serve --max-concurrency)")
+    prompt_tokens: float = Field(gt=0, le=100_000_000, description="mean prompt tokens per request")
+    output_tokens: float = Field(ge=1, le=100_000_000, description="mean output tokens per request")
+    ttft_s: float | None = Field(None, gt=0, le=86_400, description="mean time to first token, s")
+    itl_s: float | None = Field(None, gt=0, le=3_600, description="mean inter-token latency, s")
+
+    def measured(self) -> dict[str, float]:
+        return {name: value for name in ("ttft_s", "itl_s") if (value := getattr(self, name)) is not None}
+
+
+class KvPoolReading(BaseModel):
+    """What a vLLM start-up log says about the KV pool."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    source: str
+    kv_pool_tokens: int | None = Field(None, ge=1, description="'GPU KV cache size: N tokens', per replica")
+    available_kv_gib: float | None = Field(None, gt=0, description="'Available KV cache memory: X GiB', per GPU")
+
+
+class FittedParameter(BaseModel):
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    name: str
+    before: float
+    after: float
+    lower: float
+    upper: float
+    at_bound: bool
+
+
+class PointFit(BaseModel):
+    """One measured figure: predicted before and after the fit, and when fitted without its point."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    source: str
+    row: str
+    concurrency: int
+    prompt_tokens: float
+    output_tokens: float
+    quantity: Quantity
+    measured: float
+    predicted_before: float
+    predicted_after: float
+    error_before: float
+    error_after: float
+    #: Relative error of the prediction when the fit leaves this point out; None with one point.
+    leave_one_out_error: float | None
+
+
+class KvPoolFit(BaseModel):
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    source: str
+    kv_pool_tokens: int | None
+    available_kv_gib: float | None
+    runtime_reserve_gib: float | None
+    kv_pool_measured_with: dict[str, object] | None
+    note: str
+    #: Set when the log's bytes per token do not match this deployment's: likely another deployment's log.
+    mismatch: str | None = None
+
+
+class CalibrationResult(BaseModel):
+    """The fit, every point's error, and the deployment with the fitted values."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    parameters: tuple[FittedParameter, ...]
+    points: tuple[PointFit, ...]
+    #: Root mean square of the relative errors after the fit (before: at the deployment's values).
+    rms_error_before: float | None
+    rms_error_after: float | None
+    rms_leave_one_out_error: float | None
+    kv_pool: KvPoolFit | None
+    #: The fields to write into the plan: the fitted parameters, rounded, and the KV pool's.
+    fitted_values: dict[str, object]
+    deployment: Deployment
+    warnings: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+def predict_itl_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
+    """Mean inter-token latency of a closed-loop run at ``point.concurrency``: the replica model's
+    loaded ITL (a decode step of the batch with the engine's overheads, plus the other requests'
+    prefills riding in it)."""
+    return model.loaded_itl_s(point.concurrency, point.prompt_tokens, point.output_tokens)
+
+
+def predict_ttft_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
+    """Mean time to first token: the replica model's TTFT of the prompt (request overhead, prefill chunks).
+
+    Queueing behind other requests' prefills at higher concurrency is not modelled: TTFT points
+    measured at a concurrency well above 1 come out long, and the fit says so in their errors.
+    """
+    return model.ttft_s(point.prompt_tokens)
+
+
+PREDICTORS: dict[str, Callable[[ReplicaModel, BenchmarkPoint], float]] = {
+    "ttft_s": predict_ttft_s,
+    "itl_s": predict_itl_s,
+}
+
+
+def _with(inputs: PricingInputs, values: dict[str, float]) -> tuple[PricingInputs, Deployment]:
+    deployment = inputs.deployment.model_copy(update=values)
+    return inputs.model_copy(update={"deployment": deployment}), deployment
+
+
+def predictions(inputs: PricingInputs, values: dict[str, float], points: Sequence[BenchmarkPoint]) -> list[float]:
+    """Each measured figure of each point, predicted with the deployment's fields set to ``values``."""
+    from quotacalc.core.replica import replica_model
+
+    changed, _ = _with(inputs, values)
+    model = replica_model(changed, 0.0)
+    return [PREDICTORS[quantity](model, point) for point in points for quantity in point.measured()]
+
+
+class _Predictor:
+    """:func:`predictions` for many parameter values: the replica model is built once.
+
+    MFU and MBU enter the model only as factors of its compute rate and bandwidth, and the
+    overheads are coefficients of their own, so new values replace those few coefficients instead
+    of rebuilding every layer's (tests check both agree).
+    """
+
+    def __init__(self, inputs: PricingInputs) -> None:
+        from quotacalc.core.replica import replica_model
+
+        self.deployment = inputs.deployment
+        self.model = replica_model(inputs, 0.0)
+
+    def __call__(self, values: dict[str, float], points: Sequence[BenchmarkPoint]) -> list[float]:
+        from dataclasses import replace
+
+        base, model = self.deployment, self.model
+        overheads = {name: value for name, value in values.items() if name not in ("mfu", "mbu")}
+        model = replace(
+            model,
+            compute_flops_per_s=model.compute_flops_per_s * values.get("mfu", base.mfu) / base.mfu,
+            bandwidth_bytes_per_s=model.bandwidth_bytes_per_s * values.get("mbu", base.mbu) / base.mbu,
+            **overheads,
+        )
+        return [PREDICTORS[quantity](model, point) for point in points for quantity in point.measured()]
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+def _measurements(points: Sequence[BenchmarkPoint]) -> list[float]:
+    return [value for point in points for value in point.measured().values()]
+
+
+def _fit(
+    predict: _Predictor, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
+) -> tuple[list[float], object]:
+    """Bounded soft-L1 least squares on relative errors, with a weak pull towards the starting values.
+
+    The pull (:data:`PRIOR_WEIGHT` per :data:`PRIOR_SPREAD`) decides what the points leave open: two
+    runs cannot separate four parameters, and without it a trade-off the data do not see (MFU
+    against the request overhead from one TTFT) lands anywhere along it. Points that do measure a
+    parameter outweigh it: one spread costs what a 0.3% error on one figure costs.
+    Returns the parameters and scipy's result (its ``jac`` rows: the points, then the pull).
+    """
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    measured = np.array(_measurements(points))
+    prior = np.array(start, dtype=float)
+    spread = np.array([PRIOR_SPREAD[name] for name in names])
+
+    def residuals(x):
+        predicted = np.array(predict(dict(zip(names, x, strict=True)), points))
+        return np.concatenate([predicted / measured - 1, PRIOR_WEIGHT * (x - prior) / spread])
+
+    lower = [BOUNDS[name][0] for name in names]
+    upper = [BOUNDS[name][1] for name in names]
+    result = least_squares(
+        residuals,
+        x0=np.clip(start, lower, upper),
+        bounds=(lower, upper),
+        loss="soft_l1",
+        f_scale=ROBUST_SCALE,
+        x_scale=[_SCALE[name] for name in names],
+        method="trf",
+        # The residuals are relative errors: 1e-10 is far below any benchmark's noise.
+        xtol=1e-10,
+        ftol=1e-12,
+        gtol=1e-12,
+        max_nfev=500,
+    )
+    return [float(value) for value in result.x], result
+
+
+def _rms(errors: Sequence[float]) -> float | None:
+    return math.sqrt(sum(error * error for error in errors) / len(errors)) if errors else None
+
+
+def _identifiability_warnings(names: Sequence[str], jacobian) -> list[str]:
+    """Parameters the points cannot tell apart: the fit's Jacobian (in each parameter's scale) is near-singular."""
+    import numpy as np
+
+    if len(names) < 2:
+        return []
+    scaled = np.asarray(jacobian) * np.array([_SCALE[name] for name in names])
+    _, singular, vt = np.linalg.svd(scaled, full_matrices=False)
+    if singular[0] == 0 or singular[-1] / singular[0] > 1e-4:
+        return []
+    weak = vt[-1]
+    involved = [name for name, weight in zip(names, weak, strict=True) if abs(weight) > 0.3]
+    return [
+        f"these points cannot tell {' and '.join(involved)} apart (the fit keeps them near their starting "
+        "values): add runs at other concurrencies and prompt lengths"
+    ]
+
+
+def _current(inputs: PricingInputs, name: str) -> float:
+    """A parameter's value before the fit: the deployment's, or (all-reduce latency) the GPU catalog's."""
+    value = getattr(inputs.deployment, name)
+    if value is None and name == "allreduce_latency_s":
+        value = inputs.gpu.allreduce_latency_s
+    return float(value)
+
+
+def informed_parameters(points: Sequence[BenchmarkPoint]) -> tuple[str, ...]:
+    """The parameters the points can determine: per quantity, its efficiency, and its fixed overhead
+    once two runs differ in what the efficiency scales (TTFT: prompt length; ITL: concurrency or
+    context). One TTFT cannot split MFU from the request overhead: it fits MFU alone."""
+    names: list[str] = []
+    for quantity, (efficiency, overhead) in (
+        ("ttft_s", ("mfu", "request_overhead_s")),
+        ("itl_s", ("mbu", "step_overhead_s")),
+    ):
+        runs = [point for point in points if getattr(point, quantity) is not None]
+        if quantity == "ttft_s":
+            shapes = {point.prompt_tokens for point in runs}
+        else:
+            shapes = {(point.concurrency, point.prompt_tokens + point.output_tokens / 2) for point in runs}
+        names += [efficiency, overhead] if len(shapes) >= 2 else [efficiency] if shapes else []
+    return tuple(name for name in BOUNDS if name in names)
+
+
+def _snap(name: str, value: float) -> float:
+    """A fitted value, rounded; one within a millionth of its scale of a bound is that bound."""
+    for bound in BOUNDS[name]:
+        if abs(value - bound) < 1e-6 * _SCALE[name]:
+            return bound
+    return _significant(value)
+
+
+def _significant(value: float, digits: int = 4) -> float:
+    """Round to a few significant digits: the plan stays readable and the same fit writes the same bytes."""
+    if value == 0:
+        return 0.0
+    return float(f"{value:.{digits}g}")
+
+
+def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
+    """The runtime reserve a start-up log implies, and the measured pool with the deployment it holds for.
+
+    vLLM sizes the pool as memory_utilization × HBM − weights − everything else (activations of the
+    profiling run, CUDA graphs, communication buffers): the reserve is that last term.
+    """
+    from quotacalc.core import memory
+
+    deployment, gpu = inputs.deployment, inputs.gpu
+    weight_bytes_per_gpu = inputs.weights.weight_bytes(inputs.arch.params_by_group()) / deployment.tp
+    budget = deployment.memory_utilization * gpu.memory_bytes
+    kv_b = inputs.kv_dtype.bytes_per_element
+    per_token = memory.kv_bytes_per_token_per_gpu(inputs.arch, kv_b, deployment.tp)
+    reserve_gib, note = None, ""
+    if reading.available_kv_gib is not None:
+        reserve_gib = (budget - weight_bytes_per_gpu - reading.available_kv_gib * GIB) / GIB
+        note = "runtime reserve = memory_utilization × HBM − weights per GPU − available KV memory"
+    elif reading.kv_pool_tokens is not None and per_token:
+        reserve_gib = (budget - weight_bytes_per_gpu - reading.kv_pool_tokens * per_token) / GIB
+        note = "runtime reserve = memory_utilization × HBM − weights per GPU − pool tokens × KV bytes per token per GPU"
+    if reserve_gib is not None and reserve_gib < 0:
+        raise QuotacalcError(
+            f"the log's KV pool is larger than {gpu.id}'s memory less the weights ({reserve_gib:.2f} GiB reserve)",
+            source=reading.source,
+            fix="check that the log is from this deployment (GPU, TP, weight dtype, gpu-memory-utilization)",
+        )
+    mismatch = None
+    if reading.kv_pool_tokens is not None and reading.available_kv_gib is not None and per_token:
+        implied = reading.available_kv_gib * GIB / reading.kv_pool_tokens
+        if not 0.8 <= implied / per_token <= 1.25:  # vLLM's block rounding is a few percent at most
+            mismatch = (
+                f"{reading.source}: the log's pool holds {implied:,.0f} B of KV per token per GPU where this "
+                f"deployment needs {per_token:,.0f} B: is the log from this model, TP and KV dtype?"
+            )
+    measured_with = None
+    if reading.kv_pool_tokens is not None:
+        measured_with = {
+            "gpu": gpu.id,
+            "tp": deployment.tp,
+            "weight_dtype": deployment.weight_dtype,
+            "kv_dtype": deployment.kv_dtype,
+            "memory_utilization": deployment.memory_utilization,
+            "max_num_batched_tokens": deployment.max_num_batched_tokens,
+        }
+    return KvPoolFit(
+        source=reading.source,
+        kv_pool_tokens=reading.kv_pool_tokens,
+        available_kv_gib=reading.available_kv_gib,
+        runtime_reserve_gib=None if reserve_gib is None else _significant(reserve_gib),
+        kv_pool_measured_with=measured_with,
+        note=note,
+        mismatch=mismatch,
+    )
+
+
+def _point_fits(
+    points: Sequence[BenchmarkPoint],
+    before: Sequence[float],
+    after: Sequence[float],
+    left_out: list[dict[str, float]] | None,
+) -> list[PointFit]:
+    fits, index = [], 0
+    for number, point in enumerate(points):
+        for quantity, value in point.measured().items():
+            alone = left_out[number][quantity] if left_out is not None else None
+            fits.append(
+                PointFit(
+                    source=point.source,
+                    row=point.row,
+                    concurrency=point.concurrency,
+                    prompt_tokens=point.prompt_tokens,
+                    output_tokens=point.output_tokens,
+                    quantity=quantity,
+                    measured=value,
+                    predicted_before=before[index],
+                    predicted_after=after[index],
+                    error_before=before[index] / value - 1,
+                    error_after=after[index] / value - 1,
+                    leave_one_out_error=None if alone is None else alone / value - 1,
+                )
+            )
+            index += 1
+    return fits
+
+
+def calibrate(
+    inputs: PricingInputs,
+    points: Sequence[BenchmarkPoint],
+    *,
+    parameters: Sequence[str] | None = None,
+    kv_reading: KvPoolReading | None = None,
+) -> CalibrationResult:
+    """Fit ``parameters`` (default: those the points measure) to the points; read the pool from the log."""
+    names = tuple(parameters) if parameters is not None else informed_parameters(points)
+    unknown = [name for name in names if name not in BOUNDS]
+    if unknown:
+        raise QuotacalcError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
+    if names and not points:
+        raise QuotacalcError("no benchmark points to fit", field="--bench", fix="give a benchmark file")
+    if len(points) > MAX_POINTS:
+        raise QuotacalcError(
+            f"{len(points):,} benchmark runs: calibrate takes at most {MAX_POINTS:,}",
+            field="--bench",
+            fix="give one row per run (mean figures), not one per request",
+        )
+    warnings: list[str] = []
+    before = [_current(inputs, name) for name in names]
+    after = before
+    fitted_values: dict[str, object] = {}
+    point_fits: list[PointFit] = []
+    parameter_fits: list[FittedParameter] = []
+    if names:
+        predict = _Predictor(inputs)
+        after, result = _fit(predict, names, before, points)
+        after = [_snap(name, value) for name, value in zip(names, after, strict=True)]
+        warnings += _identifiability_warnings(names, result.jac[: len(_measurements(points))])
+        point_fits = _point_fits(
+            points,
+            predictions(inputs, dict(zip(names, before, strict=True)), points),
+            predictions(inputs, dict(zip(names, after, strict=True)), points),
+            _leave_one_out(predict, names, before, points),
+        )
+        if len(points) > MAX_LEAVE_ONE_OUT_POINTS:
+            warnings.append(
+                f"leave-one-out errors are computed up to {MAX_LEAVE_ONE_OUT_POINTS} runs, not for {len(points)}"
+            )
+        for name, old, new in zip(names, before, after, strict=True):
+            low, high = BOUNDS[name]
+            at_bound = new in (low, high)
+            if at_bound:
+                warnings.append(f"{name} stopped at its bound {new:g}: the model cannot follow these points there")
+            parameter_fits.append(
+                FittedParameter(name=name, before=old, after=new, lower=low, upper=high, at_bound=at_bound)
+            )
+            fitted_values[name] = new
+    kv = None
+    if kv_reading is not None:
+        kv = kv_pool_fit(inputs, kv_reading)
+        if kv.mismatch:
+            warnings.append(kv.mismatch)
+        if kv.runtime_reserve_gib is not None:
+            fitted_values["runtime_reserve_gib"] = kv.runtime_reserve_gib
+        if kv.kv_pool_tokens is not None:
+            fitted_values["kv_pool_tokens"] = kv.kv_pool_tokens
+            fitted_values["kv_pool_measured_with"] = kv.kv_pool_measured_with
+    loo_errors = [fit.leave_one_out_error for fit in point_fits if fit.leave_one_out_error is not None]
+    return CalibrationResult(
+        parameters=tuple(parameter_fits),
+        points=tuple(point_fits),
+        rms_error_before=_rms([fit.error_before for fit in point_fits]),
+        rms_error_after=_rms([fit.error_after for fit in point_fits]),
+        rms_leave_one_out_error=_rms(loo_errors),
+        kv_pool=kv,
+        fitted_values=fitted_values,
+        deployment=inputs.deployment.model_copy(update=dict(zip(names, after, strict=True))),
+        warnings=tuple(warnings),
+    )
+
+
+def _leave_one_out(
+    predict: _Predictor, names: Sequence[str], start: Sequence[float], points: Sequence[BenchmarkPoint]
+) -> list[dict[str, float]] | None:
+    """Each point's figures predicted by a fit on the other points (from the same start, so independent)."""
+    if not 2 <= len(points) <= MAX_LEAVE_ONE_OUT_POINTS:
+        return None
+    out = []
+    for left_out, point in enumerate(points):
+        others = [other for number, other in enumerate(points) if number != left_out]
+        values, _ = _fit(predict, names, start, others)
+        predicted = predict(dict(zip(names, values, strict=True)), [point])
+        out.append(dict(zip(point.measured(), predicted, strict=True)))
+    return out
+
+
+# --------------------------------------------------------------------------- provenance in the plan
+
+
+class CalibratedFile(BaseModel):
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    path: str = Field(description="as given, relative to the plan's directory when it can be")
+    sha256: str = Field(description="of the file's bytes: the same name with other content is another file")
+    rows: tuple[str, ...] = Field(description="the rows fitted ('row 3', 'benchmarks[2]'); empty for a log")
+
+
+class CalibratedOn(BaseModel):
+    """The deployment a calibration holds for: its figures mean nothing on another GPU, TP or dtype."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    model: str = Field(description="the model's name as quotacalc resolved it")
+    gpu: str = Field(description="GPU catalog id")
+    tp: int
+    weight_dtype: str | None
+    kv_dtype: str | None
+
+
+class CalibrationProvenance(BaseModel):
+    """The ``calibration:`` section of a plan: where its fitted values come from. No date: the same
+    files and plan always write the same section."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    quotacalc_version: str
+    files: tuple[CalibratedFile, ...] = Field(min_length=1)
+    rows: int = Field(ge=0, description="benchmark points fitted")
+    parameters: dict[str, object] = Field(description="the values written into the plan by this calibration")
+    fit_rms_error: float | None = Field(description="root mean square relative error of the points after the fit")
+    leave_one_out_rms_error: float | None = Field(description="the same, each point predicted by a fit without it")
+    calibrated_on: CalibratedOn
+
+
+def provenance(
+    result: CalibrationResult, inputs: PricingInputs, files: Sequence[CalibratedFile], version: str
+) -> CalibrationProvenance:
+    """The ``calibration:`` section for a result."""
+    deployment = inputs.deployment
+    return CalibrationProvenance(
+        quotacalc_version=version,
+        files=tuple(files),
+        rows=len({(point.source, point.row) for point in result.points}),
+        parameters=dict(result.fitted_values),
+        fit_rms_error=None if result.rms_error_after is None else _significant(result.rms_error_after, 3),
+        leave_one_out_rms_error=None
+        if result.rms_leave_one_out_error is None
+        else _significant(result.rms_leave_one_out_error, 3),
+        calibrated_on=CalibratedOn(
+            model=inputs.arch.name,
+            gpu=inputs.gpu.id,
+            tp=deployment.tp,
+            weight_dtype=deployment.weight_dtype,
+            kv_dtype=deployment.kv_dtype,
+        ),
+    )
+
+
+def merge_provenance(previous: CalibrationProvenance | None, current: CalibrationProvenance) -> CalibrationProvenance:
+    """The section to write when the plan already has one: a log calibrated after a benchmark (or the
+    other way round) on the same deployment adds to it; on another deployment it starts afresh."""
+    if previous is None or previous.calibrated_on != current.calibrated_on:
+        return current
+    paths = {file.path for file in current.files}
+    fitted_again = current.rows > 0
+    return current.model_copy(
+        update={
+            "files": current.files + tuple(file for file in previous.files if file.path not in paths),
+            "parameters": {**previous.parameters, **current.parameters},
+            "rows": current.rows if fitted_again else previous.rows,
+            "fit_rms_error": current.fit_rms_error if fitted_again else previous.fit_rms_error,
+            "leave_one_out_rms_error": current.leave_one_out_rms_error
+            if fitted_again
+            else previous.leave_one_out_rms_error,
+        }
+    )
+
+
+def _same(expected: object, actual: object) -> bool:
+    if isinstance(expected, float) and isinstance(actual, int | float):
+        return math.isclose(expected, actual, rel_tol=1e-9)
+    if isinstance(expected, dict) and isinstance(actual, BaseModel):
+        return expected == actual.model_dump(mode="json")
+    return expected == actual
+
+
+def calibration_status(
+    section: CalibrationProvenance | None, inputs: PricingInputs
+) -> tuple[dict[str, object] | None, str | None]:
+    """Whether a plan's figures are calibrated for the deployment being priced.
+
+    Returns (the ``calibrated`` summary, None) when the plan's calibration holds; (None, why not)
+    when the command line changed the GPU, TP, a dtype or a fitted value; (None, None) without one.
+    """
+    if section is None:
+        return None, None
+    on, deployment = section.calibrated_on, inputs.deployment
+    changed = [
+        f"{name} {expected} -> {actual}"
+        for name, expected, actual in (
+            ("model", on.model, inputs.arch.name),
+            ("gpu", on.gpu, inputs.gpu.id),
+            ("tp", on.tp, deployment.tp),
+            ("weight_dtype", on.weight_dtype, deployment.weight_dtype),
+            ("kv_dtype", on.kv_dtype, deployment.kv_dtype),
+        )
+        if expected != actual
+    ]
+    changed += [
+        f"{name} {value} -> {getattr(deployment, name, None)}"
+        for name, value in section.parameters.items()
+        if not _same(value, getattr(deployment, name, None))
+    ]
+    if changed:
+        return None, f"not calibrated: the plan's calibration holds for what it was fitted on ({'; '.join(changed)})"
+    summary = {
+        "sources": [file.path for file in section.files],
+        "rows": section.rows,
+        "fit_rms_error": section.fit_rms_error,
+        "leave_one_out_rms_error": section.leave_one_out_rms_error,
+        "parameters": dict(section.parameters),
+        "quotacalc_version": section.quotacalc_version,
+    }
+    return summary, None

@@ -1,0 +1,133 @@
+"""Side-by-side figures for one model on several GPUs and TP sizes, for sales (issue 7, "Comparing").
+
+A comparison is a list of rows, one per deployment, in the order given. A deployment that cannot run
+(weights do not fit, TP does not divide the heads, no tensor cores for the dtype, a tenant's request
+larger than the pool...) is a row too, carrying the one-line reason, so the buyer sees why it is missing.
+The caller supplies ``evaluate`` (resolve and price one deployment): the core stays free of file reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.errors import QuotacalcError, UsageError
+
+if TYPE_CHECKING:
+    from quotacalc.core.price import PriceResult
+    from quotacalc.core.tenant import SizeResult
+
+#: Keys of a ``price`` comparison row, in column order (stable: JSON, CSV and Markdown use them).
+PRICE_KEYS = (
+    "gpu",
+    "tp",
+    "feasible",
+    "usd_per_million_prompt_tokens",
+    "usd_per_million_output_tokens",
+    "output_weight",
+    "replica_units_per_s",
+    "kv_pool_tokens",
+    "kv_pool_source",
+    "dedicated_usd_per_month",
+    "calibrated",
+    "reason",
+    "warnings",
+)
+#: Keys a ``size`` comparison row adds: the tenant on that deployment.
+SIZE_KEYS = ("units_per_s", "replicas", "shared_usd_per_month", "dedicated_replicas", "dedicated_total_usd_per_month")
+
+
+class ComparisonRow(BaseModel):
+    """One deployment's figures, or the reason it cannot run. Money in USD, times in seconds."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    gpu: str
+    tp: int
+    feasible: bool
+    #: The error's one line when the deployment cannot run; None when it can.
+    reason: str | None = None
+    usd_per_million_prompt_tokens: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    output_weight: float | None = None
+    replica_units_per_s: float | None = None
+    kv_pool_tokens: int | None = None
+    kv_pool_source: Literal["measured", "estimated"] | None = None
+    #: One replica (TP GPUs) for a month.
+    dedicated_usd_per_month: float | None = None
+    #: Whether the plan's calibration (quotacalc calibrate) holds for this deployment.
+    calibrated: bool = False
+    units_per_s: float | None = None
+    replicas: float | None = None
+    shared_usd_per_month: float | None = None
+    dedicated_replicas: int | None = None
+    dedicated_total_usd_per_month: float | None = None
+    warnings: tuple[str, ...] = ()
+
+    def keys_for(self, command: Literal["price", "size"]) -> tuple[str, ...]:
+        return PRICE_KEYS if command == "price" else PRICE_KEYS[:-2] + SIZE_KEYS + PRICE_KEYS[-2:]
+
+
+def _feasible_row(
+    deployment: Deployment, priced: PriceResult, sized: SizeResult | None, calibrated: bool
+) -> ComparisonRow:
+    size_figures = {}
+    if sized is not None:
+        size_figures = {
+            "units_per_s": sized.units_per_s,
+            "replicas": sized.replicas,
+            "shared_usd_per_month": sized.shared_usd_per_month,
+            "dedicated_replicas": sized.dedicated_replicas,
+            "dedicated_total_usd_per_month": sized.dedicated_total_usd_per_month,
+        }
+    return ComparisonRow(
+        gpu=deployment.gpu,
+        tp=deployment.tp,
+        feasible=True,
+        usd_per_million_prompt_tokens=priced.usd_per_million_prompt_tokens,
+        usd_per_million_output_tokens=priced.usd_per_million_output_tokens,
+        output_weight=priced.output_weight,
+        replica_units_per_s=priced.replica_units_per_s,
+        kv_pool_tokens=priced.kv_pool_tokens,
+        kv_pool_source=priced.kv_pool_source,
+        dedicated_usd_per_month=priced.dedicated_usd_per_month,
+        calibrated=calibrated,
+        warnings=priced.warnings,
+        **size_figures,
+    )
+
+
+def compare(
+    deployments: Sequence[Deployment],
+    evaluate: Callable[[Deployment], PriceResult],
+    tenant: Tenant | None = None,
+    size: Callable[[PriceResult, Tenant], SizeResult] | None = None,
+    is_calibrated: Callable[[PriceResult], bool] | None = None,
+) -> tuple[ComparisonRow, ...]:
+    """One row per deployment: its prices (and the tenant's size when ``tenant`` is given), or why not.
+
+    ``is_calibrated`` says whether a priced deployment's figures rest on a calibration that holds for it.
+
+    A ``UsageError`` (an unknown GPU or dtype name: a typo, not an infeasible deployment) is raised,
+    not turned into a row.
+    """
+    if tenant is not None and size is None:
+        from quotacalc.core.tenant import size_tenant
+
+        size = size_tenant
+    rows = []
+    for deployment in deployments:
+        try:
+            priced = evaluate(deployment)
+            sized = size(priced, tenant) if tenant is not None and size is not None else None
+        except UsageError:
+            raise
+        except QuotacalcError as error:
+            rows.append(ComparisonRow(gpu=deployment.gpu, tp=deployment.tp, feasible=False, reason=error.one_line()))
+            continue
+        calibrated = is_calibrated(priced) if is_calibrated is not None else False
+        rows.append(_feasible_row(deployment, priced, sized, calibrated))
+    return tuple(rows)

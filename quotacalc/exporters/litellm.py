@@ -1,0 +1,152 @@
+"""LiteLLM proxy: a ``config.yaml`` whose per-token costs express units in USD, plus team and key payloads.
+
+Each pool is one deployment (its model name is the pool's name) priced so that a unit costs what the pool
+costs per unit sold at its ceiling: ``usd_per_unit = usd_per_month / (capacity_units_per_s x 720 h)``; so
+``input_cost_per_token`` is the prompt weight times that, ``output_cost_per_token`` W times it. Spend in USD is
+then units, and a tenant's ``max_budget`` is its contracted units over ``budget_duration``. Without a
+database LiteLLM enforces only per-deployment ``tpm`` (``enforce_model_rate_limits``); budgets, keys and
+teams need its Postgres, so their payloads are written for its API (``/team/new``, ``/key/generate``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.exporters._text import json_text, long_context_lines, yaml_text
+from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+
+#: Hours in the month the pools' $/month figures use (docs/method.md §6: 720 h).
+SECONDS_PER_MONTH = 720 * 3600
+#: The window a tenant's USD budget resets over (LiteLLM's duration syntax) and its length.
+BUDGET_DURATION = "1h"
+BUDGET_DURATION_S = 3600
+#: vLLM's default port; a Service named after the pool is assumed (edit where yours differs).
+VLLM_PORT = 8000
+
+
+def usd_per_unit(pool: PoolPolicy) -> float:
+    """What one unit costs when the pool sells its whole capacity: $/month over units/month."""
+    return pool.usd_per_month / (pool.capacity_units_per_s * SECONDS_PER_MONTH)
+
+
+def _cached_weight(policy: QuotaPolicy, pool: PoolPolicy) -> float:
+    """The highest cached-prompt weight of the tenants a pool serves (a deployment has one price)."""
+    weights = [t.weights.cached_prompt for t in policy.tenants if t.pool == pool.name]
+    weights += [
+        t.long_context_weights.cached_prompt
+        for t in policy.tenants
+        if t.long_context_pool == pool.name and t.long_context_weights
+    ]
+    return max(weights, default=1.0)
+
+
+def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
+    unit = usd_per_unit(pool)
+    return {
+        "model_name": pool.name,
+        "litellm_params": {
+            "model": f"hosted_vllm/{pool.engine.served_model_name}",
+            "api_base": f"http://{pool.name}:{VLLM_PORT}/v1",
+            "api_key": "os.environ/VLLM_API_KEY",
+            # Raw tokens per minute: a prompt-only load reaches the pool's capacity in units exactly.
+            "tpm": math.floor(pool.capacity_units_per_s * 60),
+            "input_cost_per_token": float(f"{unit:.6e}"),
+            "output_cost_per_token": float(f"{unit * pool.output_weight:.6e}"),
+            "cache_read_input_token_cost": float(f"{unit * _cached_weight(policy, pool):.6e}"),
+        },
+        "model_info": {"id": pool.name, "max_input_tokens": pool.engine.max_model_len},
+    }
+
+
+def priority_reservation(policy: QuotaPolicy) -> dict[str, float]:
+    """Each tier's share of the units sold, in priority order (LiteLLM reserves capacity by these shares)."""
+    sold = sum(tenant.bucket_rate_units_per_s for tenant in policy.tenants)
+    shares: dict[str, float] = {}
+    for tier in sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name)):
+        units = sum(t.bucket_rate_units_per_s for t in policy.tenants if t.tier == tier.name)
+        if units > 0:
+            shares[tier.name] = round(units / sold, 4)
+    return shares
+
+
+def config(policy: QuotaPolicy) -> dict:
+    """The proxy's config.yaml."""
+    return {
+        "model_list": [_deployment(policy, pool) for pool in policy.pools],
+        "router_settings": {"optional_pre_call_checks": ["enforce_model_rate_limits"]},
+        "litellm_settings": {
+            "callbacks": ["dynamic_rate_limiter_v3"],
+            "priority_reservation": priority_reservation(policy),
+        },
+        "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
+    }
+
+
+def _limits_of(policy: QuotaPolicy, tenant: TenantPolicy) -> dict:
+    pool = next(pool for pool in policy.pools if pool.name == tenant.pool)
+    models = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+    return {
+        "models": models,
+        "max_budget": math.floor(tenant.bucket_rate_units_per_s * BUDGET_DURATION_S * usd_per_unit(pool) * 1e6) / 1e6,
+        "budget_duration": BUDGET_DURATION,
+        "tpm_limit": math.floor(tenant.bucket_rate_units_per_s * 60),
+        "max_parallel_requests": tenant.max_concurrent_sequences,
+        "metadata": {"priority": tenant.tier, "tenant": tenant.name},
+    }
+
+
+def team_payloads(policy: QuotaPolicy) -> list[dict]:
+    """POST /team/new bodies, one team per tenant."""
+    return [
+        {"team_id": t.name, "team_alias": t.name, **_limits_of(policy, t)}
+        for t in sorted(policy.tenants, key=lambda t: t.name)
+    ]
+
+
+def key_payloads(policy: QuotaPolicy) -> list[dict]:
+    """POST /key/generate bodies, one key per tenant in its team (LiteLLM generates the key itself)."""
+    return [
+        {"key_alias": t.name, "team_id": t.name, **_limits_of(policy, t)}
+        for t in sorted(policy.tenants, key=lambda t: t.name)
+    ]
+
+
+def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
+    """litellm/config.yaml, litellm/teams.json and litellm/keys.json (no salts: LiteLLM cannot inject them)."""
+    files = (
+        GeneratedFile(
+            path="litellm/config.yaml",
+            text=yaml_text(config(policy), header="Generated by quotacalc: litellm --config config.yaml"),
+        ),
+        GeneratedFile(path="litellm/teams.json", text=json_text(team_payloads(policy))),
+        GeneratedFile(path="litellm/keys.json", text=json_text(key_payloads(policy))),
+    )
+    return Export(target="litellm", files=files, limits=_limits(policy))
+
+
+def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
+    limits = [
+        "Token bucket: a tenant's limit is a USD budget (max_budget, its units over "
+        f"{BUDGET_DURATION}) reset on LiteLLM's schedule, and a raw-token tpm_limit; neither refills continuously.",
+        "tpm and tpm_limit count raw tokens, not units: an output-heavy load can use up to W times its units before "
+        "they bind; only max_budget (USD) carries the weights.",
+        "Budgets, teams and keys need LiteLLM's database (Postgres); without it only the deployments' tpm is enforced.",
+        "rpm and rpm_limit are not set: the policy prices tokens, not requests.",
+        "Cached prompt tokens: a deployment has one cache_read_input_token_cost, set from the highest cached weight "
+        "of the tiers on its pool; tiers with a lower weight are overcharged.",
+        "priority_reservation (dynamic_rate_limiter_v3) is a LiteLLM Enterprise feature (LITELLM_LICENSE); without it "
+        "every key shares the default pool.",
+        "Cache salts: LiteLLM has no per-tenant cache_salt injection; salted tenants share the prefix cache through it.",
+        "Engine priority: not sent to vLLM per tenant (a deployment's extra_body is the same for every tenant).",
+        "Resident KV cap per tenant per replica: not expressible.",
+        "Max context per tier and output reservation cap: not enforced (max_input_tokens is per deployment).",
+        f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
+        "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
+    ]
+    limits += long_context_lines(
+        policy,
+        "such a tenant must request the long-context pool as its model; its budget is priced at its standard pool's USD per unit.",
+    )
+    return tuple(limits)

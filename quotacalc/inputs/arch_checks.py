@@ -1,0 +1,63 @@
+"""Relations inside a model config that each field alone cannot show: heads against KV heads, experts
+against top-k, groups against heads. A config that breaks one describes no model that can run."""
+
+from __future__ import annotations
+
+from quotacalc.core.arch import ModelArch
+from quotacalc.errors import QuotacalcError
+
+#: More experts than any published model by two orders of magnitude; routing sums loop over them.
+MAX_EXPERTS = 65_536
+
+
+def check_arch(arch: ModelArch, source: str) -> None:
+    """Raise a one-line error naming the config field whose relation to another does not hold."""
+    prefix = "text_config." if arch.model_type == "gemma3" else ""
+    seen: set[int] = set()
+    for layer in arch.layers:
+        for part in (layer.mixer, layer.feed_forward):
+            if part is None or id(part) in seen:
+                continue
+            seen.add(id(part))
+            _check_part(part, source, prefix)
+
+
+def _check_part(part: object, source: str, prefix: str) -> None:
+    heads = getattr(part, "num_heads", None)
+    kv_heads = getattr(part, "num_kv_heads", None)
+    if heads and kv_heads:
+        if kv_heads > heads:
+            raise QuotacalcError(
+                f"{kv_heads} KV heads is more than the {heads} attention heads",
+                source=source,
+                field=f"{prefix}num_key_value_heads",
+                fix="grouped-query attention has at most as many KV heads as query heads",
+            )
+        if heads % kv_heads:
+            raise QuotacalcError(
+                f"{kv_heads} KV heads does not divide the {heads} attention heads",
+                source=source,
+                field=f"{prefix}num_key_value_heads",
+                fix="each KV head serves a whole group of query heads",
+            )
+    groups = getattr(part, "n_groups", None)
+    if heads and groups and heads % groups:
+        raise QuotacalcError(
+            f"{groups} Mamba groups do not divide the {heads} Mamba heads", source=source, field=f"{prefix}n_groups"
+        )
+    experts = getattr(part, "num_experts", None)
+    top_k = getattr(part, "top_k", None)
+    if experts and top_k:
+        if experts > MAX_EXPERTS:
+            raise QuotacalcError(
+                f"{experts:,} experts is more than quotacalc prices ({MAX_EXPERTS:,})",
+                source=source,
+                field=f"{prefix}num_experts",
+            )
+        if top_k > experts:
+            raise QuotacalcError(
+                f"routes each token to {top_k} experts, but there are only {experts}",
+                source=source,
+                field=f"{prefix}num_experts_per_tok",
+                fix="top-k is at most the number of experts",
+            )

@@ -1,0 +1,379 @@
+"""Benchmark and log readers for ``quotacalc calibrate``: files -> validated points; errors name file, row, field.
+
+Formats (detected from the content, not the file name):
+
+- ``vllm bench serve --save-result`` JSON (vllm/benchmarks/serve.py): one object per run, a list of
+  them, or one object per line (``--append-result``). Keys used: ``max_concurrency``, ``request_rate``,
+  ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``mean_ttft_ms``, ``mean_itl_ms``.
+- GuideLLM's JSON report (``guidellm benchmark --output-path report.json``): ``benchmarks[i]`` with
+  ``config.strategy`` (or ``args.strategy`` before 0.4) and ``metrics.<name>.successful.mean`` for
+  ``time_to_first_token_ms``, ``inter_token_latency_ms``, ``prompt_token_count``, ``output_token_count``.
+  Only closed-loop benchmarks (synchronous, concurrent) are fitted; rate-driven ones are skipped.
+- CSV with a header: ``concurrency, prompt_tokens, output_tokens, ttft_s, itl_s`` (``ttft_ms``/``itl_ms``
+  instead are accepted; a blank cell is 'not measured'; an optional ``label`` column; ``#`` lines are comments).
+- A vLLM start-up log: ``GPU KV cache size: 646,503 tokens`` and ``Available KV cache memory: 40.55 GiB``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from quotacalc.core.calibrate import BenchmarkPoint, KvPoolReading
+from quotacalc.errors import QuotacalcError, UsageError, close_names
+
+CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
+_MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
+_OPTIONAL_COLUMNS = ("label",)
+
+
+#: A benchmark file with every request's text (vllm bench serve --save-detailed) runs to tens of MB.
+MAX_BENCHMARK_BYTES = 256 * 2**20
+
+
+def _open_regular(path: str, what: str):
+    """A regular file opened for binary reading; a FIFO, device or directory is a one-line error, not a hang."""
+    import errno
+    import os
+    import stat
+
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UsageError("no such file", source=path, fix=f"check the path to the {what}") from None
+    except OSError as error:
+        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
+        raise (UsageError if usage else QuotacalcError)(
+            f"cannot read: {error.strerror or error}", source=path
+        ) from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+        raise UsageError(f"is {kind}", source=path, fix=f"give the {what} file")
+    return os.fdopen(descriptor, "rb")
+
+
+def _read_text(path: str, what: str) -> str:
+    with _open_regular(path, what) as handle:
+        try:
+            data = handle.read(MAX_BENCHMARK_BYTES + 1)
+        except OSError as error:
+            raise QuotacalcError(f"cannot read: {error.strerror or error}", source=path) from None
+    if len(data) > MAX_BENCHMARK_BYTES:
+        raise QuotacalcError(
+            f"is larger than {MAX_BENCHMARK_BYTES // 2**20} MiB", source=path, fix="one result per run, not per request"
+        )
+    # utf-8-sig: a spreadsheet's CSV often starts with a byte-order mark, which is not part of the header.
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _point(source: str, row: str, keys: dict[str, str] | None = None, **values: Any) -> BenchmarkPoint:
+    """A validated point; an error names the file's own key for the field (``keys``: field -> key)."""
+    try:
+        point = BenchmarkPoint(source=source, row=row, **values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        key = (keys or {}).get(field, field)
+        message = first["msg"]
+        if field.endswith("_s") and key.endswith("_ms"):
+            message += " (seconds: the file's milliseconds / 1000)"
+        raise QuotacalcError(message, source=source, field=f"{row}: {key}" if row else key) from None
+    if not point.measured():
+        raise QuotacalcError("has neither a time to first token nor an inter-token latency", source=source, field=row)
+    return point
+
+
+def _number(value: Any, source: str, field: str, *, integer: bool = False) -> float:
+    """A finite number from JSON or a CSV cell; bool, NaN and infinity are errors."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            kind = "a whole number" if integer else "a number"
+            raise QuotacalcError(f"expected {kind}, got '{text}'", source=source, field=field) from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise QuotacalcError(f"expected a number, got {json.dumps(value)}", source=source, field=field)
+    if not math.isfinite(value):
+        raise QuotacalcError(f"expected a finite number, got {value}", source=source, field=field)
+    if integer and value != int(value):
+        raise QuotacalcError(f"expected a whole number, got {value}", source=source, field=field)
+    return value
+
+
+# --------------------------------------------------------------------------- CSV
+
+
+def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
+    import csv
+    import io
+
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    reader = csv.reader(io.StringIO("\n".join(lines)))
+    try:
+        header = [name.strip().lower() for name in next(reader)]
+    except StopIteration:
+        raise QuotacalcError("empty CSV: no header", source=path, fix=f"columns: {', '.join(CSV_COLUMNS)}") from None
+    columns = [_MS_COLUMNS.get(name, name) for name in header]
+    known = set(CSV_COLUMNS) | set(_MS_COLUMNS) | set(_OPTIONAL_COLUMNS)
+    for name in header:
+        if name not in known:
+            close = close_names(name, sorted(known), n=1)
+            fix = f"did you mean '{close[0]}'?" if close else f"columns: {', '.join(CSV_COLUMNS)}"
+            raise QuotacalcError(f"unknown column '{name}'", source=path, field="header", fix=fix)
+    duplicated = {name for name in columns if columns.count(name) > 1}
+    if duplicated:
+        raise QuotacalcError(f"column {sorted(duplicated)[0]} appears twice", source=path, field="header")
+    for name in ("concurrency", "prompt_tokens", "output_tokens"):
+        if name not in columns:
+            raise QuotacalcError(
+                f"no '{name}' column", source=path, field="header", fix=f"columns: {', '.join(CSV_COLUMNS)}"
+            )
+    if "ttft_s" not in columns and "itl_s" not in columns:
+        raise QuotacalcError("no 'ttft_s' or 'itl_s' column", source=path, field="header", fix="give at least one")
+    points = []
+    for number, cells in enumerate(reader, start=1):
+        if not any(cell.strip() for cell in cells):
+            continue
+        row = f"row {number}"
+        if len(cells) != len(header):
+            raise QuotacalcError(f"{len(cells)} cells for {len(header)} columns", source=path, field=row)
+        values: dict[str, Any] = {}
+        for raw_name, name, cell in zip(header, columns, cells, strict=True):
+            if name == "label" or not cell.strip():
+                continue
+            field = f"{row}: {raw_name}"
+            value = _number(cell, path, field, integer=name == "concurrency")
+            values[name] = value / 1000 if raw_name in _MS_COLUMNS else value
+        for name in ("concurrency", "prompt_tokens", "output_tokens"):
+            if name not in values:
+                raise QuotacalcError("is empty", source=path, field=f"{row}: {name}")
+        values["concurrency"] = int(values["concurrency"])
+        points.append(_point(path, row, {name: raw for raw, name in zip(header, columns, strict=True)}, **values))
+    if not points:
+        raise QuotacalcError("no data rows", source=path, fix="one row per benchmark run under the header")
+    return points
+
+
+# --------------------------------------------------------------------------- vllm bench serve
+
+
+def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
+    def field(name: str) -> str:
+        return f"{row}.{name}" if row else name
+
+    def need(name: str) -> Any:
+        if result.get(name) is None:
+            raise QuotacalcError(
+                "missing", source=path, field=field(name), fix="a result of 'vllm bench serve --save-result'"
+            )
+        return result[name]
+
+    concurrency = result.get("max_concurrency")
+    if concurrency is None:
+        raise QuotacalcError(
+            "is null: the run's concurrency is unknown (requests were not capped)",
+            source=path,
+            field=field("max_concurrency"),
+            fix="run 'vllm bench serve --max-concurrency N --request-rate inf'",
+        )
+    rate = result.get("request_rate", "inf")
+    if rate not in ("inf", None) and not (isinstance(rate, float) and math.isinf(rate)):
+        raise QuotacalcError(
+            f"is {rate}: a rate-limited run may never reach its concurrency",
+            source=path,
+            field=field("request_rate"),
+            fix="run with --request-rate inf and --max-concurrency N",
+        )
+    completed = _number(need("completed"), path, field("completed"), integer=True)
+    if completed <= 0:
+        raise QuotacalcError("no request completed", source=path, field=field("completed"))
+    values = {
+        "concurrency": int(_number(concurrency, path, field("max_concurrency"), integer=True)),
+        "prompt_tokens": _number(need("total_input_tokens"), path, field("total_input_tokens")) / completed,
+        "output_tokens": _number(need("total_output_tokens"), path, field("total_output_tokens")) / completed,
+    }
+    if "mean_ttft_ms" not in result and "mean_itl_ms" not in result:
+        raise QuotacalcError(
+            "has neither mean_ttft_ms nor mean_itl_ms",
+            source=path,
+            field=row or None,
+            fix="keep the default --percentile-metrics",
+        )
+    for key, name in (("mean_ttft_ms", "ttft_s"), ("mean_itl_ms", "itl_s")):
+        if result.get(key) is not None:
+            values[name] = _number(result[key], path, field(key)) / 1000
+    keys = {
+        "concurrency": "max_concurrency",
+        "prompt_tokens": "total_input_tokens",
+        "output_tokens": "total_output_tokens",
+        "ttft_s": "mean_ttft_ms",
+        "itl_s": "mean_itl_ms",
+    }
+    return _point(path, row, keys, **values)
+
+
+def read_vllm_results(path: str, documents: list[tuple[str, Any]]) -> list[BenchmarkPoint]:
+    points = []
+    for row, document in documents:
+        if not isinstance(document, dict):
+            raise QuotacalcError("expected a JSON object (one benchmark result)", source=path, field=row or None)
+        points.append(_vllm_point(path, row, document))
+    return points
+
+
+# --------------------------------------------------------------------------- GuideLLM
+
+
+def _guidellm_mean(path: str, row: str, metrics: dict[str, Any], name: str) -> float | None:
+    metric = metrics.get(name)
+    if metric is None:
+        return None
+    successful = metric.get("successful") if isinstance(metric, dict) else None
+    mean = successful.get("mean") if isinstance(successful, dict) else None
+    if mean is None:
+        raise QuotacalcError("has no successful.mean", source=path, field=f"{row}.metrics.{name}")
+    return _number(mean, path, f"{row}.metrics.{name}.successful.mean")
+
+
+def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkPoint], list[str]]:
+    """Closed-loop benchmarks of a GuideLLM report as points, and a note for each one skipped."""
+    benchmarks = document.get("benchmarks")
+    if not isinstance(benchmarks, list) or not benchmarks:
+        raise QuotacalcError("no benchmarks", source=path, field="benchmarks", fix="a GuideLLM JSON report")
+    points, skipped = [], []
+    for number, benchmark in enumerate(benchmarks):
+        row = f"benchmarks[{number}]"
+        if not isinstance(benchmark, dict) or not isinstance(benchmark.get("metrics"), dict):
+            raise QuotacalcError("has no metrics", source=path, field=row)
+        strategy = (benchmark.get("config") or {}).get("strategy") or (benchmark.get("args") or {}).get("strategy")
+        kind = strategy.get("type_") if isinstance(strategy, dict) else None
+        if kind == "synchronous":
+            concurrency: Any = 1
+        elif kind == "concurrent":
+            concurrency = _number(strategy.get("streams"), path, f"{row}.config.strategy.streams", integer=True)
+        else:
+            skipped.append(
+                f"{path}: {row}: skipped a '{kind}' benchmark (only synchronous and concurrent runs have a known concurrency)"
+            )
+            continue
+        metrics = benchmark["metrics"]
+        values: dict[str, Any] = {"concurrency": int(concurrency)}
+        for name, key in (("prompt_tokens", "prompt_token_count"), ("output_tokens", "output_token_count")):
+            value = _guidellm_mean(path, row, metrics, key)
+            if value is None:
+                raise QuotacalcError("missing", source=path, field=f"{row}.metrics.{key}")
+            values[name] = value
+        for name, key in (("ttft_s", "time_to_first_token_ms"), ("itl_s", "inter_token_latency_ms")):
+            value = _guidellm_mean(path, row, metrics, key)
+            if value is not None:
+                values[name] = value / 1000
+        keys = {
+            "concurrency": "config.strategy.streams",
+            "prompt_tokens": "metrics.prompt_token_count",
+            "output_tokens": "metrics.output_token_count",
+            "ttft_s": "metrics.time_to_first_token_ms",
+            "itl_s": "metrics.inter_token_latency_ms",
+        }
+        points.append(_point(path, row, keys, **values))
+    if not points:
+        raise QuotacalcError(
+            "no synchronous or concurrent benchmark",
+            source=path,
+            fix="run guidellm with --profile concurrent (or sweep)",
+        )
+    return points, skipped
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def _json_documents(path: str, text: str) -> list[tuple[str, Any]]:
+    """One JSON value, or one per line (vllm bench serve --append-result writes JSON lines)."""
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise QuotacalcError("malformed JSON: nested too deeply", source=path) from None
+    except json.JSONDecodeError as whole_error:
+        lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if len(lines) < 2:
+            raise QuotacalcError(
+                f"malformed JSON at line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}",
+                source=path,
+            ) from None
+        documents = []
+        for number, line in lines:
+            try:
+                documents.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise QuotacalcError(f"malformed JSON: {error.msg}", source=path, field=f"line {number}") from None
+            except (ValueError, RecursionError) as error:  # a 5,000-digit integer, a nesting too deep
+                raise QuotacalcError(f"malformed JSON: {error}", source=path, field=f"line {number}") from None
+        return documents
+    except ValueError as error:  # json's own limit: an integer of more than 4,300 digits
+        raise QuotacalcError(f"malformed JSON: {error}", source=path) from None
+    if isinstance(document, list):
+        return [(f"[{number}]", item) for number, item in enumerate(document)]
+    return [("", document)]
+
+
+def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
+    """Points from a vllm bench serve result, a GuideLLM report or a CSV; and notes on what was skipped."""
+    text = _read_text(path, "benchmark file")
+    if not text.strip():
+        raise QuotacalcError("empty file", source=path, fix="a vllm bench serve JSON, a GuideLLM report or a CSV")
+    if text.lstrip()[:1] in ("{", "["):
+        documents = _json_documents(path, text)
+        if len(documents) == 1 and isinstance(documents[0][1], dict) and "benchmarks" in documents[0][1]:
+            return read_guidellm(path, documents[0][1])
+        return read_vllm_results(path, documents), []
+    return read_csv(path, text), []
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Bounded digits: a figure longer than any GPU's memory is not a figure (and not a 4,000-digit int to convert).
+_POOL_TOKENS = re.compile(r"GPU KV cache size:\s*(\d[\d,]{0,20})\s*tokens")
+_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(\d{1,9}(?:\.\d{1,9})?)\s*GiB")
+
+
+def read_vllm_log(path: str) -> KvPoolReading:
+    """The KV pool a vLLM start-up log reports: tokens per replica and available GiB per GPU."""
+    # A server's log may run to gigabytes: read it line by line, keep only the two figures.
+    pools_seen: set[int] = set()
+    available: list[float] = []
+    with _open_regular(path, "vLLM start-up log") as handle:
+        for raw in handle:
+            if b"KV cache" not in raw:
+                continue
+            line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+            pools_seen.update(int(match.replace(",", "")) for match in _POOL_TOKENS.findall(line))
+            # Each tensor-parallel worker logs its own figure; the engine sizes the pool by the smallest.
+            available += [float(match) for match in _AVAILABLE_GIB.findall(line)]
+    pools = sorted(pools_seen)
+    if len(pools) > 1:
+        raise QuotacalcError(
+            f"{len(pools)} different KV pools ({', '.join(f'{pool:,}' for pool in pools)} tokens)",
+            source=path,
+            fix="give the log of one start-up",
+        )
+    if not pools and not available:
+        raise QuotacalcError(
+            "no 'GPU KV cache size: N tokens' or 'Available KV cache memory: X GiB' line",
+            source=path,
+            fix="give the log 'vllm serve' prints while it starts (INFO level)",
+        )
+    try:
+        return KvPoolReading(
+            source=path,
+            kv_pool_tokens=pools[0] if pools else None,
+            available_kv_gib=min(available) if available else None,
+        )
+    except ValidationError as error:
+        raise QuotacalcError(error.errors()[0]["msg"], source=path) from None

@@ -1,0 +1,463 @@
+"""Simulation scenarios: a plan (named or embedded), each tenant's workload, the policies to compare.
+
+Everything is validated by pydantic; a bad file becomes one line naming the YAML path
+(``workload.tenants[2].arrival.rate_rps``). Usage files for replay (CSV or JSONL with timestamp,
+tenant, prompt_tokens, output_tokens) are read here too, so the simulator never touches a file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from quotacalc.core.plan import Plan
+from quotacalc.errors import QuotacalcError, UsageError
+
+POLICY_NAMES = ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
+QUEUEING_NAMES = ("fair", "deep_priority")
+#: A scenario expected to send more requests than this without a request cap is a typo, not a plan:
+#: at ~150 us a request it would run for hours.
+MAX_EXPECTED_REQUESTS = 20_000_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+
+def _positive(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive finite number, got {value}")
+    return value
+
+
+# Length distributions (tokens) ----------------------------------------------------------------
+
+
+class Fixed(_Strict):
+    """Every request has the same length."""
+
+    kind: Literal["fixed"]
+    tokens: int = Field(ge=1, description="tokens")
+
+
+class Lognormal(_Strict):
+    """Lengths whose logarithm is normal: median e^mu, spread sigma (typical of chat outputs)."""
+
+    kind: Literal["lognormal"]
+    median: float = Field(description="median length, tokens")
+    sigma: float = Field(ge=0, le=5, description="standard deviation of ln(length)")
+    max: int | None = Field(None, ge=1, description="lengths above this are clamped to it")
+
+    _median = field_validator("median")(classmethod(lambda cls, v: _positive(v)))
+
+
+class Exponential(_Strict):
+    """Geometric lengths with the given mean (memoryless: the textbook M/M/1 service)."""
+
+    kind: Literal["exponential"]
+    mean: float = Field(description="mean length, tokens")
+
+    _mean = field_validator("mean")(classmethod(lambda cls, v: _positive(v)))
+
+
+class Empirical(_Strict):
+    """Lengths drawn uniformly from observed values."""
+
+    kind: Literal["empirical"]
+    values: tuple[Annotated[int, Field(ge=1)], ...] = Field(min_length=1, description="observed lengths, tokens")
+
+
+LengthDistribution = Annotated[Fixed | Lognormal | Exponential | Empirical, Field(discriminator="kind")]
+
+
+# Arrivals ---------------------------------------------------------------------------------------
+
+
+class Poisson(_Strict):
+    """Independent arrivals at a constant mean rate."""
+
+    kind: Literal["poisson"]
+    rate_rps: float = Field(description="mean requests per second")
+
+    _rate = field_validator("rate_rps")(classmethod(lambda cls, v: _positive(v)))
+
+
+class OnOff(_Strict):
+    """Bursty: Poisson at rate_rps for on_s seconds, then silence for off_s seconds, repeating."""
+
+    kind: Literal["on_off"]
+    rate_rps: float = Field(description="mean requests per second while on")
+    on_s: float = Field(description="length of a burst, seconds")
+    off_s: float = Field(description="silence between bursts, seconds")
+
+    _values = field_validator("rate_rps", "on_s", "off_s")(classmethod(lambda cls, v: _positive(v)))
+
+
+class Replay(_Strict):
+    """Arrivals and lengths replayed from a usage file (CSV or JSONL: timestamp, tenant, prompt_tokens, output_tokens)."""
+
+    kind: Literal["replay"]
+    file: str = Field(description="usage file, relative to the scenario file")
+    tenant: str | None = Field(None, description="the tenant column's value to replay; default: this tenant's name")
+
+
+Arrival = Annotated[Poisson | OnOff | Replay, Field(discriminator="kind")]
+
+
+class TenantWorkload(_Strict):
+    """One tenant's traffic."""
+
+    tenant: str = Field(description="a tenant of the plan")
+    arrival: Arrival
+    prompt_tokens: LengthDistribution | None = Field(None, description="prompt lengths (not for replay)")
+    output_tokens: LengthDistribution | None = Field(
+        None, description="lengths the model would produce before its stop condition (not for replay)"
+    )
+    max_tokens: int | LengthDistribution = Field(4096, description="the max_tokens clients send")
+    cached_fraction: float = Field(0.0, ge=0, le=1, description="share of prompt tokens served from the prefix cache")
+    cancel_probability: float = Field(0.0, ge=0, le=1, description="share of requests the client cancels")
+    cancel_after_s_mean: float = Field(5.0, description="mean delay from arrival to a cancellation, seconds")
+    disconnect_probability: float = Field(0.0, ge=0, le=1, description="share of streams the client drops mid-way")
+    error_probability: float = Field(0.0, ge=0, le=1, description="share of requests ending in an engine error")
+
+    _delay = field_validator("cancel_after_s_mean")(classmethod(lambda cls, v: _positive(v)))
+
+    @model_validator(mode="after")
+    def _lengths(self) -> TenantWorkload:
+        if self.arrival.kind != "replay" and (self.prompt_tokens is None or self.output_tokens is None):
+            raise ValueError("prompt_tokens and output_tokens are required unless arrival.kind is replay")
+        return self
+
+
+class Workload(_Strict):
+    tenants: tuple[TenantWorkload, ...] = Field(min_length=1)
+
+
+class EngineSettings(_Strict):
+    """How each replica's engine schedules (applies to every pool)."""
+
+    order: Literal["fcfs", "priority"] = Field("priority", description="engine queue order in fair mode")
+    queue_depth: int = Field(2, ge=1, description="fair mode: requests waiting in each engine's queue at most")
+    deep_queue_depth: int = Field(100_000, ge=1, description="deep_priority mode: the engine queue's depth")
+    max_num_seqs: int | None = Field(None, ge=1, description="sequences per step; default: the pool's batch")
+    max_num_batched_tokens: int = Field(8192, ge=1, description="tokens per step (chunked-prefill budget)")
+    failure_rate_per_hour: float = Field(0.0, ge=0, description="engine failures per replica per hour (Poisson)")
+    restart_s: float = Field(60.0, ge=0, description="time a failed replica stays down, seconds")
+
+
+class Scenario(_Strict):
+    """A simulation: a plan, its workload, and what to compare."""
+
+    plan: str | dict[str, Any] = Field(
+        description="a plan file (relative to the scenario) or an embedded platform plan (pools, tiers, tenants)"
+    )
+    workload: Workload
+    duration_s: float | None = Field(None, description="stop arrivals after this many seconds")
+    requests: int | None = Field(None, ge=1, description="stop arrivals after this many requests")
+    seed: int = Field(0, description="random seed: the same seed gives the same output, byte for byte")
+    policies: tuple[Literal[POLICY_NAMES], ...] = Field(POLICY_NAMES, min_length=1)  # type: ignore[valid-type]
+    queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
+    lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
+    window_s: float = Field(60.0, description="window over which quota overshoot is reported, seconds")
+    engine: EngineSettings = EngineSettings()
+
+    _window = field_validator("window_s")(classmethod(lambda cls, v: _positive(v)))
+
+    @field_validator("duration_s")
+    @classmethod
+    def _duration(cls, value: float | None) -> float | None:
+        return None if value is None else _positive(value)
+
+    @model_validator(mode="after")
+    def _stop(self) -> Scenario:
+        if self.duration_s is None and self.requests is None:
+            raise ValueError("give duration_s or requests (or both): when arrivals stop")
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError("policies: a policy is listed twice")
+        if len(set(self.queueing)) != len(self.queueing):
+            raise ValueError("queueing: a mode is listed twice")
+        return self
+
+
+class UsageRow(BaseModel):
+    """One request of a usage file."""
+
+    model_config = ConfigDict(frozen=True)
+
+    time_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+class LoadedScenario(BaseModel):
+    """A scenario with its plan resolved and its replay files read."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    scenario: Scenario
+    plan: Plan
+    source: str
+    replays: dict[str, tuple[UsageRow, ...]] = Field(description="tenant -> rows of its replay file, in time order")
+
+
+# Errors -----------------------------------------------------------------------------------------
+
+
+def yaml_path(loc: tuple[Any, ...]) -> str:
+    """pydantic's error location as a YAML path: ``workload.tenants[2].arrival.rate_rps``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part in ("fixed", "lognormal", "exponential", "empirical", "poisson", "on_off", "replay"):
+            continue  # the discriminator's tag, not a key of the file
+        elif isinstance(part, str) and (
+            part in ("str", "int", "float") or part[:1].isupper() or part.startswith("function-") or "[" in part
+        ):
+            continue  # union branch labels pydantic inserts (a type's name); the file's keys are lower-case
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def _validation_error(error: ValidationError, *, source: str, prefix: str = "") -> QuotacalcError:
+    errors = error.errors()
+    first = errors[0]
+    if len(first["loc"]) > 1 and first["loc"][-1] in ("str", "int") and len(errors) > 1:
+        # A union (a plan file's name or an embedded plan): the other branch's error is the useful one.
+        first = max(errors[1:], key=lambda e: len(e["loc"]))
+    loc = tuple(first["loc"])
+    field = yaml_path(loc)
+    if prefix:
+        field = prefix + ("" if field == "(top level)" else ("" if field.startswith("[") else ".") + field)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return QuotacalcError(f"unknown key '{loc[-1]}'", source=source, field=field, fix="check the spelling")
+    if kind == "missing":
+        return QuotacalcError("is required", source=source, field=field)
+    if kind == "union_tag_invalid":
+        context = first.get("ctx", {})
+        return QuotacalcError(
+            f"unknown kind '{context.get('tag')}'",
+            source=source,
+            field=field,
+            fix=f"one of {context.get('expected_tags')}",
+        )
+    if kind == "union_tag_not_found":
+        return QuotacalcError("needs a 'kind'", source=source, field=field)
+    message = first["msg"].removeprefix("Value error, ")
+    return QuotacalcError(message, source=source, field=field)
+
+
+# Reading ----------------------------------------------------------------------------------------
+
+
+def _read_yaml(path: Path, what: str) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError("no such file", source=str(path), fix=f"check the path to the {what}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise QuotacalcError(f"cannot read: {getattr(error, 'strerror', None) or error}", source=str(path)) from None
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    return load_yaml_text(text, source=str(path))
+
+
+def _plan_from_file(path: Path) -> Plan:
+    """A plan file through the plan reader: the same errors as ``quotacalc check``."""
+    from quotacalc.inputs.plan import load_plan
+
+    plan, _ = load_plan(str(path))
+    return plan
+
+
+def _embedded_plan(document: dict[str, Any], *, source: str) -> Plan:
+    """An embedded platform plan through the plan reader; its errors' paths start at ``plan.``."""
+    from quotacalc.inputs.plan import is_platform, read_platform_plan
+
+    if not is_platform(document):
+        raise QuotacalcError(
+            "an embedded plan needs pools", source=source, field="plan.pools", fix="or name a plan file"
+        )
+    try:
+        return read_platform_plan(document, source)
+    except QuotacalcError as error:
+        field = "plan" if not error.field else f"plan.{error.field}"
+        raise QuotacalcError(error.problem, source=source, field=field, fix=error.fix) from None
+
+
+def _parse_time(value: object, *, source: str, field: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    raise QuotacalcError(f"timestamp {value!r} is neither seconds nor ISO 8601", source=source, field=field)
+
+
+def _count(value: object, *, source: str, field: str) -> int:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0 or number != int(number):
+        raise QuotacalcError(
+            f"must be a non-negative whole number of tokens, got {value!r}", source=source, field=field
+        )
+    return int(number)
+
+
+def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
+    """Rows of a usage file by tenant: (timestamp in seconds, prompt tokens, output tokens)."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError("no such file", source=source, fix="check arrival.file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise QuotacalcError(f"cannot read: {getattr(error, 'strerror', None) or error}", source=source) from None
+    records: list[tuple[str, dict[str, object]]] = []
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        import json
+
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise QuotacalcError(f"line {number}: not JSON: {error.msg}", source=source) from None
+            if not isinstance(record, dict):
+                raise QuotacalcError(f"line {number}: expected a JSON object", source=source)
+            records.append((f"line {number}", record))
+    else:
+        import csv
+        import io
+
+        reader = csv.DictReader(io.StringIO(text))
+        for number, row in enumerate(reader, start=2):
+            records.append((f"line {number}", dict(row)))
+    by_tenant: dict[str, list[tuple[float, int, int]]] = {}
+    for where, record in records:
+        for key in ("timestamp", "tenant", "prompt_tokens", "output_tokens"):
+            if record.get(key) in (None, ""):
+                raise QuotacalcError(
+                    f"{where}: missing {key}",
+                    source=source,
+                    fix="columns: timestamp, tenant, prompt_tokens, output_tokens",
+                )
+        row = (
+            _parse_time(record["timestamp"], source=source, field=f"{where}.timestamp"),
+            _count(record["prompt_tokens"], source=source, field=f"{where}.prompt_tokens"),
+            _count(record["output_tokens"], source=source, field=f"{where}.output_tokens"),
+        )
+        by_tenant.setdefault(str(record["tenant"]), []).append(row)
+    return by_tenant
+
+
+def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedScenario:
+    """Read and validate a scenario file, its plan and its replay files; ``overrides`` (from flags) win."""
+    file = Path(path)
+    document = _read_yaml(file, "scenario file")
+    if not isinstance(document, dict):
+        raise QuotacalcError("expected a mapping (plan, workload, ...)", source=path)
+    try:
+        scenario = Scenario.model_validate(document)
+    except ValidationError as error:
+        raise _validation_error(error, source=path) from None
+    if overrides:
+        scenario = scenario.model_copy(update=overrides)
+    if isinstance(scenario.plan, str):
+        plan = _plan_from_file(file.parent / scenario.plan)
+    else:
+        plan = _embedded_plan(scenario.plan, source=path)
+    return _finish(scenario, plan, source=path, base=file.parent)
+
+
+def scenario_from_dict(
+    document: dict[str, Any], *, source: str = "<scenario>", base: Path | None = None
+) -> LoadedScenario:
+    """A scenario from an in-memory mapping (tests, library users)."""
+    try:
+        scenario = Scenario.model_validate(document)
+    except ValidationError as error:
+        raise _validation_error(error, source=source) from None
+    if isinstance(scenario.plan, str):
+        plan = _plan_from_file((base or Path.cwd()) / scenario.plan)
+    else:
+        plan = _embedded_plan(scenario.plan, source=source)
+    return _finish(scenario, plan, source=source, base=base or Path.cwd())
+
+
+def _finish(scenario: Scenario, plan: Plan, *, source: str, base: Path) -> LoadedScenario:
+    names = [tenant.name for tenant in plan.tenants]
+    seen: set[str] = set()
+    replays: dict[str, tuple[UsageRow, ...]] = {}
+    files: dict[Path, dict[str, list[tuple[float, int, int]]]] = {}
+    for index, workload in enumerate(scenario.workload.tenants):
+        field = f"workload.tenants[{index}]"
+        if workload.tenant not in names:
+            raise QuotacalcError(
+                f"unknown tenant '{workload.tenant}'",
+                source=source,
+                field=f"{field}.tenant",
+                fix=f"the plan's tenants: {', '.join(names) or 'none'}",
+            )
+        if workload.tenant in seen:
+            raise QuotacalcError(
+                f"tenant '{workload.tenant}' has two workloads", source=source, field=f"{field}.tenant"
+            )
+        seen.add(workload.tenant)
+        plan_tenant = next(t for t in plan.tenants if t.name == workload.tenant)
+        if plan_tenant.placement == "dedicated" and plan_tenant.pool is None:
+            pass  # a dedicated tenant without a named pool shares the default pool in the simulation
+        if isinstance(workload.arrival, Replay):
+            usage_path = (base / workload.arrival.file).resolve()
+            if usage_path not in files:
+                files[usage_path] = read_usage_file(usage_path)
+            by_tenant = files[usage_path]
+            key = workload.arrival.tenant or workload.tenant
+            rows = by_tenant.get(key)
+            if not rows:
+                raise QuotacalcError(
+                    f"no rows for tenant '{key}' in {workload.arrival.file}",
+                    source=source,
+                    field=f"{field}.arrival.tenant",
+                )
+            replays[workload.tenant] = tuple(
+                UsageRow(time_s=t, prompt_tokens=p, output_tokens=o) for t, p, o in sorted(rows)
+            )
+    if scenario.requests is None and scenario.duration_s is not None:
+        expected = 0.0
+        for workload in scenario.workload.tenants:
+            arrival = workload.arrival
+            if isinstance(arrival, Poisson):
+                expected += arrival.rate_rps * scenario.duration_s
+            elif isinstance(arrival, OnOff):
+                expected += arrival.rate_rps * scenario.duration_s * arrival.on_s / (arrival.on_s + arrival.off_s)
+        if expected > MAX_EXPECTED_REQUESTS:
+            raise QuotacalcError(
+                f"about {expected:.3g} requests would arrive in {scenario.duration_s:g} s",
+                source=source,
+                field="duration_s",
+                fix=f"shorten it, lower the rates, or cap the run with requests (at most {MAX_EXPECTED_REQUESTS:,} expected)",
+            )
+    if replays:  # replayed tenants keep their relative timing: time 0 is the earliest row of any file
+        start = min(rows[0].time_s for rows in replays.values())
+        replays = {
+            name: tuple(row.model_copy(update={"time_s": row.time_s - start}) for row in rows)
+            for name, rows in replays.items()
+        }
+    return LoadedScenario(scenario=scenario, plan=plan, source=source, replays=replays)

@@ -1,0 +1,1 @@
+"""The discrete-event simulator of a plan's pool: gateway, engines, workload, admission policies."""

@@ -1,0 +1,518 @@
+"""The event loop: arrivals, engine steps, cancellations, failures, in time order on one heap.
+
+``build_setup`` prices each pool once (the core's price and replica model) and turns the plan's
+tenants into buckets; ``Simulation`` then runs one admission policy under one queueing mode.
+Everything random comes from ``random.Random`` instances seeded from the scenario's seed, and
+nothing reads the clock, so a seed gives the same figures byte for byte.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from quotacalc.core.plan import Plan, Tier
+from quotacalc.core.replica import ReplicaModel
+from quotacalc.inputs.scenario import LoadedScenario
+from quotacalc.sim.engine import Replica
+from quotacalc.sim.gateway import Bucket, Gateway
+from quotacalc.sim.metrics import PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
+from quotacalc.sim.policies import AdmissionPolicy, make_policy
+from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
+from quotacalc.sim.workload import Arrival, arrivals
+
+_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER = range(5)
+
+
+@dataclass
+class PoolRuntime:
+    """A pool as the simulator sees it: priced once, with its replicas."""
+
+    index: int
+    name: str
+    model: ReplicaModel
+    kv_pool_tokens: int
+    output_weight: float
+    replica_units_per_s: float
+    replica_count: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    route_above_prompt_tokens: int | None
+    long_context_pool: int | None
+    replicas: list[Replica] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TenantRuntime:
+    """A tenant's limits, from the canonical policy (``core.policy.build_policy``)."""
+
+    name: str
+    tier: Tier
+    pool: int
+    bucket_rate: float
+    bucket_depth: float
+    #: Units per output token on each pool (its standard pool's W, its long-context pool's W).
+    output_weight_by_pool: dict[int, float]
+    cached_prompt_weight: float
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What a pool's runtime is built from (shared by every run of a scenario)."""
+
+    name: str
+    model: ReplicaModel
+    kv_pool_tokens: int
+    output_weight: float
+    replica_units_per_s: float
+    replicas: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    route_above_prompt_tokens: int | None
+    long_context_pool: int | None
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    """A scenario priced: its pools and tenants, ready to simulate under any policy."""
+
+    loaded: LoadedScenario
+    pools: tuple[PoolSpec, ...]
+    tenants: tuple[TenantRuntime, ...]
+
+
+def build_setup(loaded: LoadedScenario) -> SimSetup:
+    """Price every pool with the core's cost model; take each tenant's bucket and weights from the policy."""
+    from quotacalc.core.policy import build_policy
+    from quotacalc.core.price import price
+    from quotacalc.core.replica import replica_model
+    from quotacalc.inputs.resolve import resolve
+
+    plan: Plan = loaded.plan
+    engine = loaded.scenario.engine
+    names = [pool.name for pool in plan.pools]
+    prices = {}
+    specs = []
+    for pool in plan.pools:
+        inputs = resolve(pool.deployment)
+        result = price(inputs)
+        prices[pool.name] = result
+        specs.append(
+            PoolSpec(
+                name=pool.name,
+                model=replica_model(inputs, result.kv_pool_bytes_per_gpu),
+                kv_pool_tokens=result.kv_pool_tokens,
+                output_weight=result.output_weight,
+                replica_units_per_s=result.replica_units_per_s,
+                replicas=pool.replicas,
+                max_num_seqs=engine.max_num_seqs or pool.deployment.batch,
+                max_num_batched_tokens=engine.max_num_batched_tokens,
+                route_above_prompt_tokens=pool.route_above_prompt_tokens,
+                long_context_pool=names.index(pool.long_context_pool) if pool.long_context_pool else None,
+            )
+        )
+    policy = build_policy(plan, prices)
+    tenants = []
+    for tenant in policy.tenants:
+        weights = {names.index(tenant.pool): tenant.weights.output}
+        if tenant.long_context_pool is not None and tenant.long_context_weights is not None:
+            weights[names.index(tenant.long_context_pool)] = tenant.long_context_weights.output
+        tenants.append(
+            TenantRuntime(
+                name=tenant.name,
+                tier=plan.tier(tenant.tier),
+                pool=names.index(tenant.pool),
+                bucket_rate=tenant.bucket_rate_units_per_s,
+                bucket_depth=tenant.bucket_depth_units,
+                output_weight_by_pool=weights,
+                cached_prompt_weight=tenant.weights.cached_prompt,
+            )
+        )
+    return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants))
+
+
+class Simulation:
+    """One admission policy under one queueing mode, over the scenario's whole workload."""
+
+    def __init__(self, setup: SimSetup, policy_name: str, queueing: str) -> None:
+        scenario = setup.loaded.scenario
+        self.setup = setup
+        self.scenario = scenario
+        self.policy: AdmissionPolicy = make_policy(policy_name, lease_tokens=scenario.lease_tokens)
+        self.queueing = queueing
+        self.tenants = setup.tenants
+        self.counters = [TenantCounters() for _ in setup.tenants]
+        self.buckets = [Bucket(t.bucket_rate, t.bucket_depth) for t in setup.tenants]
+        self.holders: list[dict[int, Request]] = [{} for _ in setup.tenants]
+        self.pools = [
+            PoolRuntime(
+                index=i,
+                name=spec.name,
+                model=spec.model,
+                kv_pool_tokens=spec.kv_pool_tokens,
+                output_weight=spec.output_weight,
+                replica_units_per_s=spec.replica_units_per_s,
+                replica_count=spec.replicas,
+                max_num_seqs=spec.max_num_seqs,
+                max_num_batched_tokens=spec.max_num_batched_tokens,
+                route_above_prompt_tokens=spec.route_above_prompt_tokens,
+                long_context_pool=spec.long_context_pool,
+            )
+            for i, spec in enumerate(setup.pools)
+        ]
+        fair = queueing == "fair"
+        engine = scenario.engine
+        order = engine.order if fair else "priority"
+        for pool in self.pools:
+            pool.replicas = [
+                Replica(self, pool, i, order=order, tenants=len(self.tenants)) for i in range(pool.replica_count)
+            ]
+        self.gateway = Gateway(self, fair=fair, queue_depth=engine.queue_depth if fair else engine.deep_queue_depth)
+        self.heap: list[tuple[float, int, int, object, int]] = []
+        self.sequence = 0
+        self.now = 0.0
+        self.live = 0
+        self.next_id = 0
+        self.window_s = scenario.window_s
+        self.tenant_index = {t.name: i for i, t in enumerate(self.tenants)}
+        fractions = {w.tenant: w.cached_fraction for w in scenario.workload.tenants}
+        self.cached_fraction = [fractions.get(t.name, 0.0) for t in self.tenants]
+        self.request_overhead_s = [getattr(pool.model, "request_overhead_s", 0.0) for pool in self.pools]
+        #: Units per output token of each tenant on each pool.
+        self.output_weights = [
+            [t.output_weight_by_pool.get(p.index, p.output_weight) for p in self.pools] for t in self.tenants
+        ]
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def _push(self, time_s: float, kind: int, payload: object, version: int = 0) -> None:
+        self.sequence += 1
+        heapq.heappush(self.heap, (time_s, self.sequence, kind, payload, version))
+
+    def schedule_step(self, replica: Replica, time_s: float) -> None:
+        self._push(time_s, _STEP, replica, replica.version)
+
+    def run(self, progress: Callable[[float], None] | None = None) -> PolicyRun:
+        """Simulate until every admitted request has ended; Ctrl-C returns what was simulated so far."""
+        scenario = self.scenario
+        loaded = self.setup.loaded
+        stream = arrivals(
+            scenario.workload.tenants,
+            self.tenant_index,
+            seed=scenario.seed,
+            replays=loaded.replays,
+            duration_s=scenario.duration_s,
+            requests=scenario.requests,
+        )
+        first = next(stream, None)
+        if first is not None:
+            self._push(first.time_s, _ARRIVAL, first)
+        arrivals_open = first is not None
+        failure_rng = random.Random(f"{scenario.seed}/failures")
+        rate_per_s = scenario.engine.failure_rate_per_hour / 3600
+        if rate_per_s > 0:
+            for pool in self.pools:
+                for replica in pool.replicas:
+                    self._push(failure_rng.expovariate(rate_per_s), _FAIL, replica)
+        partial = False
+        processed = 0
+        target_requests = scenario.requests
+        target_s = scenario.duration_s
+        heap = self.heap
+        try:
+            while heap:
+                time_s, _, kind, payload, version = heapq.heappop(heap)
+                self.now = time_s
+                if kind == _STEP:
+                    payload.on_step(time_s, version)  # type: ignore[attr-defined]
+                elif kind == _ARRIVAL:
+                    self._arrive(payload, time_s)  # type: ignore[arg-type]
+                    following = next(stream, None)
+                    if following is None:
+                        arrivals_open = False
+                    else:
+                        self._push(following.time_s, _ARRIVAL, following)
+                elif kind == _CANCEL:
+                    self._cancel(payload, time_s)  # type: ignore[arg-type]
+                elif kind == _FAIL:
+                    if not arrivals_open and self.live == 0:
+                        continue
+                    self._fail(payload, time_s)  # type: ignore[arg-type]
+                    self._push(time_s + failure_rng.expovariate(rate_per_s), _FAIL, payload)
+                else:
+                    payload.recover()  # type: ignore[attr-defined]
+                    self.gateway.dispatch(payload.pool, time_s)  # type: ignore[attr-defined]
+                if not arrivals_open and self.live == 0:
+                    break
+                processed += 1
+                if progress is not None and processed % 8192 == 0:
+                    done = 0.0
+                    if target_requests:
+                        done = self.next_id / target_requests
+                    if target_s:
+                        done = max(done, time_s / target_s)
+                    progress(min(done, 1.0))
+        except KeyboardInterrupt:
+            partial = True
+        return self._result(partial)
+
+    # -- arrivals and admission --------------------------------------------------------------
+
+    def _arrive(self, arrival: Arrival, now: float) -> None:
+        index = arrival.tenant
+        tenant = self.tenants[index]
+        tier = tenant.tier
+        counters = self.counters[index]
+        counters.requests += 1
+        prompt = arrival.prompt_tokens
+        pool = self.pools[tenant.pool]
+        if pool.route_above_prompt_tokens is not None and prompt > pool.route_above_prompt_tokens:
+            pool = self.pools[pool.long_context_pool]  # type: ignore[index]
+        if prompt + 1 > tier.max_context_tokens or prompt + 1 > pool.kv_pool_tokens:
+            counters.other_rejects["context"] = counters.other_rejects.get("context", 0) + 1
+            return
+        cached = round(prompt * self.cached_fraction[index])
+        request = Request(self.next_id, index, now, prompt, cached)
+        self.next_id += 1
+        request.pool = pool
+        request.priority = tier.priority
+        request.output_weight = self.output_weights[index][pool.index]
+        request.prompt_units = (prompt - cached) + cached * tenant.cached_prompt_weight
+        request.client_max_tokens = arrival.client_max_tokens
+        limit = min(
+            arrival.client_max_tokens,
+            tier.max_output_tokens,
+            tier.max_context_tokens - prompt,
+            pool.kv_pool_tokens - prompt,
+        )
+        request.limit_tokens = max(1, limit)
+        ends = [(arrival.output_tokens, 0, "eos"), (request.limit_tokens, 1, "length")]
+        if arrival.disconnect_at_token is not None:
+            ends.append((arrival.disconnect_at_token, 2, "disconnect"))
+        if arrival.error_at_token is not None:
+            ends.append((max(1, arrival.error_at_token), 3, "error"))
+        request.stop_at, _, request.stop_reason = min(ends)
+        request.kv_estimate = prompt + request.limit_tokens
+        if self.gateway.fair and request.kv_estimate > tier.kv_cap_tokens_per_replica:
+            counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
+            return
+        policy = self.policy
+        needed = policy.admission_units(request)
+        request.cost_units = needed if needed > 0 else request.prompt_units
+        bucket = self.buckets[index]
+        level = bucket.refill(now)
+        if level < needed:
+            counters.admission_rejects += 1
+            counters.retry_after_s.append(bucket.retry_after_s(needed))
+            return
+        hold = policy.hold_units(request)
+        request.granted = policy.granted_tokens(request)
+        if hold > 0:
+            bucket.level = level - hold
+            request.hold = hold
+            counters.reserved_units += hold
+            self.holders[index][request.id] = request
+            counters.unused_change(now, hold - request.prompt_units)
+        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.admitted += 1
+        self.live += 1
+        if arrival.cancel_after_s is not None:
+            self._push(now + arrival.cancel_after_s, _CANCEL, request)
+        self.gateway.submit(request, now)
+
+    # -- callbacks from the engines ---------------------------------------------------------
+
+    def on_scheduled(self, request: Request, now: float) -> None:
+        if request.first_scheduled_s is None:
+            request.first_scheduled_s = now
+            counters = self.counters[request.tenant]
+            counters.queue_wait_s_sum += now - request.arrival_s
+            counters.queue_wait_count += 1
+        if not request.prefill_started:
+            request.prefill_started = True
+            self.counters[request.tenant].prompt_tokens += request.prompt_tokens
+
+    def on_decode(
+        self, tenant: int, pool: PoolRuntime, count: int, steps: int, dt: float, now: float, itl_bin: int
+    ) -> None:
+        """``count`` of a tenant's sequences each streamed ``steps`` tokens, one every ``dt`` seconds."""
+        counters = self.counters[tenant]
+        counters.itl.add_at(itl_bin, steps * count)
+        counters.output_tokens += steps * count
+        if self.policy.reserves:
+            w = self.output_weights[tenant][pool.index]
+            counters.unused_change(now, -w * count * steps)
+            # Tokens arrive at the end of each step, not all at the end of the macro-step.
+            counters.unused_reservation_unit_s -= w * count * dt * steps * (steps - 1) / 2
+
+    def on_prefill_token(self, request: Request, now: float) -> None:
+        """The step that finished a request's prefill also sampled its next token."""
+        counters = self.counters[request.tenant]
+        if request.first_token_s is None:
+            request.first_token_s = now
+            # Plus what the engine spends on a request outside its steps (API server, tokenizer),
+            # where the replica model has such a figure.
+            counters.ttft_s.append(now - request.arrival_s + self.request_overhead_s[request.pool.index])
+        elif request.preempted_s is not None:
+            counters.itl.add(now - request.preempted_s, 1)
+        counters.output_tokens += 1
+        if self.policy.reserves:
+            counters.unused_change(now, -request.output_weight)
+
+    def on_resident_kv(self, tenant: int, tokens: int, weight_s: float) -> None:
+        counters = self.counters[tenant]
+        counters.resident_kv.add(tokens, weight_s)
+        if tokens > counters.resident_kv_peak_tokens:
+            counters.resident_kv_peak_tokens = tokens
+
+    def on_preempted(self, request: Request) -> None:
+        self.counters[request.tenant].preemptions += 1
+
+    def on_checkpoint(self, request: Request, now: float) -> None:
+        """A decoding request reached its end or its lease boundary."""
+        replica = request.replica
+        generated = replica.counter - request.base
+        if generated >= request.stop_at:
+            self.terminal(request, request.stop_reason, now)
+            return
+        wanted = self.policy.renewal_tokens(request, request.granted)
+        bucket = self.buckets[request.tenant]
+        level = bucket.refill(now)
+        afford = int(level / request.output_weight) if request.output_weight > 0 else wanted
+        grant = min(wanted, afford)
+        if grant <= 0:
+            self.terminal(request, "quota_stop", now)
+            return
+        units = grant * request.output_weight
+        bucket.level = max(0.0, level - units)
+        counters = self.counters[request.tenant]
+        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.reserved_units += units
+        counters.unused_change(now, units)
+        request.hold += units
+        request.granted += grant
+        replica.set_checkpoint(request)
+
+    # -- terminal paths ----------------------------------------------------------------------
+
+    def terminal(self, request: Request, reason: str, now: float) -> None:
+        """End a request: settle its reservation (debit what it used, release the rest) on every path."""
+        state = request.state
+        if state == DONE:
+            return
+        index = request.tenant
+        counters = self.counters[index]
+        if state in (WAITING, PREFILL, DECODE):
+            request.replica.release(request)
+            self.gateway.inflight[index] -= 1
+            self.gateway.inflight_total -= 1
+        request.state = DONE
+        self.live -= 1
+        generated = request.generated
+        used = (request.prompt_units if request.prefill_started else 0.0) + request.output_weight * generated
+        bucket = self.buckets[index]
+        level = bucket.refill(now)
+        if request.hold > 0:
+            held = request.hold
+            release = held - used
+            counters.debited_units += used
+            counters.released_units += release
+            bucket.level = min(bucket.depth, level + release)
+            if self.policy.reserves:
+                counters.unused_change(now, -(held - request.prompt_units - request.output_weight * generated))
+            request.hold = 0.0
+            del self.holders[index][request.id]
+        else:
+            counters.debited_units += used
+            if level >= used:
+                bucket.level = level - used
+            else:
+                over = used - level
+                bucket.level = 0.0
+                counters.quota_overshoot_units += over
+                window = int(now / self.window_s)
+                counters.overshoot_by_window[window] = counters.overshoot_by_window.get(window, 0.0) + over
+        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.terminal[reason] = counters.terminal.get(reason, 0) + 1
+        if reason in ("eos", "length"):
+            counters.completed += 1
+            counters.goodput_units += used
+        if state in (QUEUED, WAITING) and self.gateway.fair:
+            self.gateway.dispatch(request.pool, now)
+
+    def _cancel(self, request: Request, now: float) -> None:
+        if request.state in (QUEUED, WAITING):
+            self.terminal(request, "cancel", now)
+        elif request.state in (PREFILL, DECODE):
+            request.abort = "cancel"
+            request.replica.aborts.append(request)
+            request.replica.interrupt(now)
+
+    def _fail(self, replica: Replica, now: float) -> None:
+        if not replica.up:
+            return
+        for request in replica.fail(now):
+            self.terminal(request, "engine_failure", now)
+        self._push(now + self.scenario.engine.restart_s, _RECOVER, replica)
+
+    # -- results -----------------------------------------------------------------------------
+
+    def _result(self, partial: bool) -> PolicyRun:
+        now = self.now
+        for counters in self.counters:
+            counters.unused_change(now, 0.0)
+        for index, holders in enumerate(self.holders):
+            # A request still holding units after it ended is a leak; so is any request left
+            # holding when the run ran to completion (every request should have ended).
+            leaked = sum(r.hold for r in holders.values() if r.state == DONE or not partial)
+            self.counters[index].leaked_reservation_units = leaked
+        tenants = tuple(
+            TenantFigures(
+                tenant=tenant.name,
+                tier=tenant.tier.name,
+                bucket_rate_units_per_s=tenant.bucket_rate,
+                bucket_depth_units=tenant.bucket_depth,
+                **figures([counters], simulated_s=now),
+            )
+            for tenant, counters in zip(self.tenants, self.counters, strict=True)
+            if counters.requests
+        )
+        engine_tokens = sum(r.output_tokens for pool in self.pools for r in pool.replicas)
+        pools = tuple(
+            PoolFigures(
+                pool=pool.name,
+                requests_scheduled=sum(r.scheduled for r in pool.replicas),
+                prompt_tokens_computed=sum(r.prompt_tokens_computed for r in pool.replicas),
+                output_tokens=sum(r.output_tokens for r in pool.replicas),
+                busy_fraction=sum(r.busy_s for r in pool.replicas) / (len(pool.replicas) * now) if now > 0 else 0.0,
+                replica_failures=sum(r.failures for r in pool.replicas),
+            )
+            for pool in self.pools
+        )
+        return PolicyRun(
+            policy=self.policy.name,
+            queueing=self.queueing,
+            partial=partial,
+            simulated_s=now,
+            live_requests=self.live,
+            engine_output_tokens=engine_tokens,
+            tenants=tenants,
+            pools=pools,
+            **{
+                **figures(self.counters, simulated_s=now),
+                "concurrent_sequences_peak": self.gateway.inflight_peak,
+            },
+        )
+
+
+def busy_fraction(simulation: Simulation) -> float:
+    """Share of replica time spent stepping, over the whole pool set."""
+    replicas = [r for pool in simulation.pools for r in pool.replicas]
+    if simulation.now <= 0:
+        return 0.0
+    return sum(r.busy_s for r in replicas) / (len(replicas) * simulation.now)
+
+
+__all__ = ["SimSetup", "Simulation", "build_setup", "busy_fraction"]

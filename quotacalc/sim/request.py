@@ -1,0 +1,76 @@
+"""A request's state as it moves through the gateway and an engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+QUEUED, WAITING, PREFILL, DECODE, DONE = range(5)
+
+
+class Request:
+    """One admitted or rejected request. Mutable and slotted: the simulator touches millions of them."""
+
+    __slots__ = (
+        "abort",
+        "arrival_s",
+        "base",
+        "cached_tokens",
+        "checkpoint",
+        "client_max_tokens",
+        "cost_units",
+        "first_scheduled_s",
+        "first_token_s",
+        "generated",
+        "granted",
+        "hold",
+        "id",
+        "kv_alloc",
+        "kv_estimate",
+        "limit_tokens",
+        "output_weight",
+        "pool",
+        "preempted_s",
+        "prefill_left",
+        "prefill_started",
+        "priority",
+        "prompt_tokens",
+        "prompt_units",
+        "replica",
+        "start_tag",
+        "state",
+        "stop_at",
+        "stop_reason",
+        "tenant",
+    )
+
+    def __init__(self, id: int, tenant: int, arrival_s: float, prompt_tokens: int, cached_tokens: int) -> None:
+        self.id = id
+        self.tenant = tenant
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
+        self.state = QUEUED
+        self.generated = 0
+        self.hold = 0.0
+        self.granted = 0
+        self.base = 0
+        self.checkpoint = -1
+        self.kv_alloc = 0
+        self.kv_estimate = 0
+        self.prefill_left = 0
+        self.prefill_started = False
+        self.first_scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.preempted_s: float | None = None
+        self.abort: str | None = None
+        self.replica: Any = None
+        self.start_tag = 0.0
+        self.pool: Any = None
+        self.priority = 0
+        self.prompt_units = 0.0
+        self.output_weight = 0.0
+        self.client_max_tokens = 0
+        self.cost_units = 0.0
+        self.limit_tokens = 0
+        self.stop_at = 0
+        self.stop_reason = "eos"

@@ -1,0 +1,427 @@
+"""The calibration fit: recovery of known parameters, leave-one-out, robustness, bounds, provenance in the plan.
+
+Synthetic points are predicted by the replica model from a known parameter set (the only way to know
+the truth); the fit must give that set back. Where the truth is a measurement, the figure is cited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
+from quotacalc.core.calibrate import (
+    BenchmarkPoint,
+    KvPoolReading,
+    calibrate,
+    informed_parameters,
+    kv_pool_fit,
+    predictions,
+)
+from quotacalc.core.deployment import GIB, Deployment
+from quotacalc.errors import QuotacalcError
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples" / "calibration"
+PLAN = ROOT / "examples" / "llama-3.3-70b-h100.yaml"
+SYNTHETIC_CSV = EXAMPLES / "synthetic-llama-3.3-70b-h100-tp4.csv"
+SYNTHETIC_JSONL = EXAMPLES / "synthetic-llama-3.3-70b-h100-tp4.vllm.jsonl"
+QWEN_LOG = EXAMPLES / "vllm-startup-qwen3-235b-fp8-tp4-h100.log"
+#: examples/calibration/make_synthetic.py's parameter set (its files' header says the same).
+SHIPPED_KNOWN = {"mfu": 0.42, "mbu": 0.68, "step_overhead_s": 0.0041, "request_overhead_s": 0.025}
+#: Another set, away from both the defaults and the shipped one.
+TRUTH = {"mfu": 0.37, "mbu": 0.81, "step_overhead_s": 0.0027, "request_overhead_s": 0.041}
+RUNS = [(1, 1000, 200), (4, 200, 200), (8, 2000, 400), (16, 8000, 256), (32, 500, 300), (64, 4000, 500)]
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    from quotacalc.inputs.resolve import resolve
+
+    return resolve(
+        Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16")
+    )
+
+
+def synthetic(inputs, truth: dict[str, float], runs=RUNS) -> list[BenchmarkPoint]:
+    blank = [
+        BenchmarkPoint(
+            source="synthetic", row=f"run {n}", concurrency=c, prompt_tokens=p, output_tokens=o, ttft_s=1, itl_s=1
+        )
+        for n, (c, p, o) in enumerate(runs, 1)
+    ]
+    values = predictions(inputs, truth, blank)
+    return [
+        point.model_copy(update={"ttft_s": values[2 * n], "itl_s": values[2 * n + 1]}) for n, point in enumerate(blank)
+    ]
+
+
+def fitted(result) -> dict[str, float]:
+    return {parameter.name: parameter.after for parameter in result.parameters}
+
+
+def assert_recovers(result, truth: dict[str, float], rel: float = 0.02) -> None:
+    got = fitted(result)
+    assert set(got) == set(truth)
+    for name, value in truth.items():
+        assert math.isclose(got[name], value, rel_tol=rel), (name, got[name], value)
+
+
+def test_fit_recovers_known_parameters_within_2_percent(inputs):
+    result = calibrate(inputs, synthetic(inputs, TRUTH))
+    assert_recovers(result, TRUTH)
+    assert result.rms_error_after < 1e-3 < result.rms_error_before  # the defaults are far from this truth
+    assert result.warnings == ()
+
+
+@pytest.mark.parametrize("path", [SYNTHETIC_CSV, SYNTHETIC_JSONL], ids=["csv", "vllm-jsonl"])
+def test_shipped_synthetic_examples_give_back_their_parameters(inputs, path):
+    from quotacalc.inputs.benchmarks import read_benchmark
+
+    points, _ = read_benchmark(str(path))
+    assert "SYNTHETIC" in path.read_text(encoding="utf-8")  # clearly marked as not a measurement
+    result = calibrate(inputs, points)
+    # If this fails after a change to the replica model: python examples/calibration/make_synthetic.py
+    assert_recovers(result, SHIPPED_KNOWN)
+
+
+def test_calibrated_on_two_points_the_other_points_are_within_5_percent(inputs):
+    points = synthetic(inputs, TRUTH)
+    two = [points[0], points[5]]  # concurrency 1 at 1,000 tokens and concurrency 64 at 4,000
+    result = calibrate(inputs, two)
+    others = points[1:5]
+    predicted = predictions(inputs, fitted(result), others)
+    measured = [value for point in others for value in point.measured().values()]
+    errors = [p / m - 1 for p, m in zip(predicted, measured, strict=True)]
+    assert max(abs(error) for error in errors) < 0.05, errors
+
+
+def test_leave_one_out_predicts_each_point_without_it(inputs):
+    points = synthetic(inputs, TRUTH)
+    # One run measured 30% slow (a noisy neighbour): its ITL is an outlier.
+    outlier = points[2].model_copy(update={"itl_s": points[2].itl_s * 1.3})
+    result = calibrate(inputs, [*points[:2], outlier, *points[3:]])
+    by = {(fit.row, fit.quantity): fit for fit in result.points}
+    bad = by[("run 3", "itl_s")]
+    # Fitted without it, the others predict the true ITL: 1/1.3 − 1 = −23% against the outlier.
+    assert bad.leave_one_out_error == pytest.approx(1 / 1.3 - 1, abs=0.02)
+    # soft_l1 keeps the outlier from dragging the fit far: the other points stay within 2% (it takes
+    # 23% of the error itself, where plain least squares would spread it over every ITL).
+    assert all(abs(fit.error_after) < 0.02 for key, fit in by.items() if key != ("run 3", "itl_s"))
+    assert bad.error_after < -0.2
+    assert_recovers(result, TRUTH, rel=0.05)
+
+
+def test_errors_before_are_at_the_deployment_values(inputs):
+    points = synthetic(inputs, TRUTH)
+    result = calibrate(inputs, points)
+    d = inputs.deployment
+    at_defaults = predictions(
+        inputs,
+        {"mfu": d.mfu, "mbu": d.mbu, "step_overhead_s": d.step_overhead_s, "request_overhead_s": d.request_overhead_s},
+        points,
+    )
+    assert [fit.predicted_before for fit in result.points] == at_defaults
+    assert [fit.error_before for fit in result.points] == [
+        p / fit.measured - 1 for p, fit in zip(at_defaults, result.points, strict=True)
+    ]
+
+
+def test_itl_only_fits_what_itl_measures(inputs):
+    points = [point.model_copy(update={"ttft_s": None}) for point in synthetic(inputs, TRUTH)]
+    result = calibrate(inputs, points)
+    assert set(fitted(result)) == {"mbu", "step_overhead_s"}
+    assert result.deployment.mfu == inputs.deployment.mfu  # untouched: ITL alone does not measure it
+
+
+def test_a_parameter_past_its_physical_bound_stops_there_and_says_so(inputs):
+    # Decode twice as fast as the memory bandwidth allows: MBU would have to exceed 1.
+    points = synthetic(inputs, {**TRUTH, "mbu": 0.81})
+    fast = [point.model_copy(update={"itl_s": point.itl_s / 2, "ttft_s": None}) for point in points]
+    result = calibrate(inputs, fast, parameters=["mbu"])
+    (mbu,) = result.parameters
+    assert mbu.after == 1.0 and mbu.at_bound
+    assert any("mbu stopped at its bound" in warning for warning in result.warnings)
+
+
+def test_points_that_cannot_tell_two_parameters_apart_are_named(inputs):
+    # Concurrency 1 at one context only: MBU and the step overhead both move the one ITL.
+    points = synthetic(inputs, TRUTH, runs=[(1, 1000, 200), (1, 1000, 200)])
+    itl_only = [point.model_copy(update={"ttft_s": None}) for point in points]
+    assert informed_parameters(itl_only) == ("mbu",)  # by default, only what one shape determines
+    result = calibrate(inputs, itl_only, parameters=["mbu", "step_overhead_s"])
+    assert any("cannot tell mbu and step_overhead_s apart" in warning for warning in result.warnings)
+
+
+def test_one_run_of_each_fits_the_efficiencies_only(inputs):
+    one = synthetic(inputs, TRUTH, runs=[(8, 2000, 400)])
+    assert informed_parameters(one) == ("mfu", "mbu")
+    two_prompts = synthetic(inputs, TRUTH, runs=[(1, 500, 100), (1, 4000, 100)])
+    assert informed_parameters(two_prompts) == ("mfu", "mbu", "step_overhead_s", "request_overhead_s")
+
+
+def test_unknown_parameter_is_an_error(inputs):
+    with pytest.raises(QuotacalcError) as caught:
+        calibrate(inputs, synthetic(inputs, TRUTH)[:1], parameters=["mfu", "batch"])
+    assert "--fit" in caught.value.one_line() and "cannot fit batch" in caught.value.one_line()
+
+
+def test_kv_reserve_is_what_the_log_leaves_of_memory(inputs):
+    from quotacalc.core.price import price
+
+    weights = price(inputs).weight_bytes_per_gpu
+    reading = KvPoolReading(source="serve.log", available_kv_gib=40.0, kv_pool_tokens=524_288)
+    kv = kv_pool_fit(inputs, reading)
+    # 0.9 × 79.19 GiB (H100's memory as the runtime reports it) − 17.64 GB of FP8 weights − 40 GiB.
+    expected = (0.9 * inputs.gpu.memory_bytes - weights - 40.0 * GIB) / GIB
+    assert kv.runtime_reserve_gib == pytest.approx(expected, rel=1e-3)
+    assert kv.kv_pool_measured_with["tp"] == 4 and kv.kv_pool_measured_with["gpu"] == "h100-sxm"
+    assert kv.mismatch is None  # 40 GiB / 524,288 tokens = 81,920 B: Llama 70B's BF16 KV per token over TP 4
+    with pytest.raises(QuotacalcError, match="larger than"):
+        kv_pool_fit(inputs, KvPoolReading(source="x.log", available_kv_gib=90.0))
+
+
+# --------------------------------------------------------------------------- the command and the plan
+
+
+@pytest.fixture
+def plan(tmp_path) -> Path:
+    target = tmp_path / "plan.yaml"
+    shutil.copy(PLAN, target)
+    for source in (SYNTHETIC_CSV, SYNTHETIC_JSONL):
+        shutil.copy(source, tmp_path / source.name)
+    return target
+
+
+def test_write_sets_the_fitted_keys_and_keeps_the_rest(run_cli, plan):
+    before_text = plan.read_text(encoding="utf-8")
+    before = yaml.safe_load(before_text)
+    bench = plan.parent / SYNTHETIC_JSONL.name
+    code, _, err = run_cli("calibrate", plan, "--bench", bench, "--write", plan)
+    assert code == 0, err
+    text = plan.read_text(encoding="utf-8")
+    after = yaml.safe_load(text)
+    for name, value in SHIPPED_KNOWN.items():
+        assert after[name] == pytest.approx(value, rel=0.02)
+    unchanged = {key: value for key, value in before.items() if key not in SHIPPED_KNOWN}
+    assert {key: after[key] for key in unchanged} == unchanged
+    # The comments the plan's author wrote stay where they were.
+    for comment in (
+        "# decode batch",
+        "# Used by `quotacalc size`: one tenant's traffic.",
+        "# resolves to the shipped config",
+    ):
+        assert comment in text
+    section = after["calibration"]
+    assert section["files"] == [
+        {
+            "path": bench.name,
+            "sha256": hashlib.sha256(bench.read_bytes()).hexdigest(),
+            "rows": [f"line {n}" for n in range(1, 7)],
+        }
+    ]
+    assert section["rows"] == 6 and section["fit_rms_error"] < 1e-3
+    assert section["calibrated_on"] == {
+        "model": "Llama-3.3-70B-Instruct",
+        "gpu": "h100-sxm",
+        "tp": 4,
+        "weight_dtype": "fp8",
+        "kv_dtype": "bf16",
+    }
+    assert section["quotacalc_version"]
+    assert "date" not in text.lower().split("calibration:")[1]  # determinism: no timestamp
+    # The same plan and files again write the same bytes (a copy of the original plan, calibrated anew).
+    again = plan.parent / "again.yaml"
+    again.write_text(before_text, encoding="utf-8")
+    assert run_cli("calibrate", again, "--bench", bench, "--write", again)[0] == 0
+    assert again.read_text(encoding="utf-8") == text
+    assert before_text != text
+
+
+def test_price_says_whether_a_plan_is_calibrated(run_cli, plan):
+    bench = plan.parent / SYNTHETIC_CSV.name
+    assert run_cli("calibrate", plan, "--bench", bench, "--write", plan)[0] == 0
+    doc = json.loads(run_cli("price", plan, "--json")[1])
+    calibrated = doc["calibrated"]
+    assert calibrated["sources"] == [bench.name] and calibrated["rows"] == 6
+    assert calibrated["parameters"]["mbu"] == pytest.approx(0.68, rel=0.02)
+    assert doc["inputs"]["deployment"]["mbu"] == calibrated["parameters"]["mbu"]  # the fitted value is used
+    code, out, _ = run_cli("price", plan)
+    assert code == 0 and "calibrated" in out and "6 points" in out
+    # Another TP, or a fitted value overridden on the command line: the calibration does not hold.
+    moved = json.loads(run_cli("size", plan, "--tp", "8", "--kv-pool-tokens", "600000", "--mbu", "0.7", "--json")[1])
+    assert moved["calibrated"] is None
+    assert any("tp 4 -> 8" in warning and "mbu" in warning for warning in moved["warnings"])
+    uncalibrated = json.loads(run_cli("price", PLAN, "--json")[1])
+    assert uncalibrated["calibrated"] is None
+
+
+def test_write_a_new_plan_from_flags(run_cli, tmp_path):
+    target = tmp_path / "new" / "plan.yaml"
+    args = (
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        "4",
+        "--weight-dtype",
+        "fp8",
+        "--kv-dtype",
+        "bf16",
+    )
+    code, out, err = run_cli("calibrate", *args, "--bench", SYNTHETIC_CSV, "--log", QWEN_LOG, "--write", target)
+    assert code == 0, err
+    written = yaml.safe_load(target.read_text(encoding="utf-8"))
+    assert written["gpu"] == "h100-sxm" and written["tp"] == 4 and written["kv_pool_tokens"] == 178_880
+    # The Qwen log on a Llama deployment: the KV bytes per token disagree, and calibrate says so.
+    assert "is the log from this model" in out
+    assert run_cli("price", target, "--json")[0] == 0
+
+
+def test_calibrate_json(run_cli):
+    code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["command"] == "calibrate" and doc["schema_version"] == JSON_SCHEMA_VERSION and doc["written"] is None
+    assert len(doc["results"]["points"]) == 12  # 6 runs × (TTFT, ITL)
+    point = doc["results"]["points"][0]
+    assert {
+        "measured",
+        "predicted_before",
+        "predicted_after",
+        "error_before",
+        "error_after",
+        "leave_one_out_error",
+    } <= set(point)
+    assert doc["calibration"]["files"][0]["rows"] == [f"row {n}" for n in range(1, 7)]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needles"),
+    [
+        ((), 2, ("--bench", "nothing to calibrate on")),
+        (("--bench", "missing.csv"), 2, ("missing.csv", "no such file")),
+        (("--bench", str(SYNTHETIC_CSV), "--fit", "mfu,batch"), 1, ("--fit", "cannot fit batch")),
+        (("--bench", str(SYNTHETIC_CSV), "--fit", " , "), 2, ("--fit", "no field named")),
+    ],
+    ids=["nothing", "missing-file", "unknown-fit", "empty-fit"],
+)
+def test_calibrate_bad_arguments(run_cli, args, code, needles):
+    exit_code, out, err = run_cli("calibrate", PLAN, *args)
+    assert exit_code == code and out == "", err
+    assert len(err.strip().splitlines()) == 1
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_write_into_a_directory_or_a_broken_plan_changes_nothing(run_cli, tmp_path):
+    code, _, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", tmp_path)
+    assert code == 1 and "is a directory" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n", encoding="utf-8")
+    code, _, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", broken)
+    assert code == 1 and "malformed YAML" in err
+    assert broken.read_text(encoding="utf-8") == "model: [unclosed\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["broken.yaml"]  # no temporary file left behind
+
+
+def test_a_malformed_calibration_section_is_named(run_cli, tmp_path):
+    bad = tmp_path / "plan.yaml"
+    bad.write_text(PLAN.read_text(encoding="utf-8") + "calibration:\n  rows: many\n", encoding="utf-8")
+    code, _, err = run_cli("price", bad)
+    assert code != 0 and "calibration." in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model", ["Llama-3.3-70B-Instruct", "Mixtral-8x7B-v0.1", "gemma-3-27b-it"])
+def test_the_fast_predictor_agrees_with_a_rebuilt_replica_model(model):
+    """The fit rescales the model's compute rate and bandwidth instead of rebuilding it: both must agree."""
+    from quotacalc.core.calibrate import _Predictor
+    from quotacalc.inputs.resolve import resolve
+
+    inputs = resolve(Deployment(model=model, gpu="h100-sxm", tp=2))
+    points = [
+        BenchmarkPoint(source="s", row="r", concurrency=c, prompt_tokens=p, output_tokens=o, ttft_s=1, itl_s=1)
+        for c, p, o in ((1, 300, 100), (48, 6000, 700))
+    ]
+    fast = _Predictor(inputs)
+    extra = {"allreduce_latency_s": 3e-5, "sequence_overhead_s": 4e-5}
+    for values in (TRUTH, SHIPPED_KNOWN, {"mbu": 0.33}, {"mfu": 0.9, "step_overhead_s": 0.0}, extra):
+        assert fast(values, points) == pytest.approx(predictions(inputs, values, points), rel=1e-12)
+
+
+def test_real_measurements_two_points_predict_the_runs_the_model_covers():
+    """NVIDIA NIM 1.8.0, Llama 3.3 70B FP8 on 2x H100 (docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance,
+    examples/calibration/nim-llama-3.3-70b-h100-tp2.csv). Calibrated on the 1000/1000 runs at concurrency
+    1 and 50 (one TTFT: MFU alone; two ITL shapes: MBU and the step overhead), these land within 5%:
+    every concurrency-1 ITL, the ITL at concurrency 5-50 of every shape but 5000/500 at 25, and the
+    TTFT of the 5,000-token prompt.
+
+    Not within 5% (issue 7's target, reported; bench/calibrate.py has every pair of runs): ITL at
+    concurrency 100-150 (-8% to -11%), 5000/500 at concurrency 25 (+9%), and TTFT away from 1,000-5,000
+    tokens (200: -21%, 500: -5.4%, 20,000: -5.1%): calibration moves efficiencies and overheads, not
+    the shape of the replica model's curves.
+    """
+    from quotacalc.inputs.benchmarks import read_benchmark
+    from quotacalc.inputs.resolve import resolve
+
+    inputs = resolve(
+        Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", kv_dtype="fp8")
+    )
+    points, _ = read_benchmark(str(EXAMPLES / "nim-llama-3.3-70b-h100-tp2.csv"))
+    shape = {(p.concurrency, p.prompt_tokens, p.output_tokens): p for p in points}
+    train = [shape[(1, 1000, 1000)], shape[(50, 1000, 1000)]]
+    result = calibrate(inputs, train)
+    assert {parameter.name for parameter in result.parameters} == {"mfu", "mbu", "step_overhead_s"}
+    itl_only = [
+        *(p for p in points if p.concurrency == 1 and p not in train),
+        *(shape[key] for key in ((50, 200, 200), (25, 500, 2000), (5, 5000, 500), (5, 20000, 2000))),
+    ]
+    covered = [
+        *(p.model_copy(update={"ttft_s": None}) for p in itl_only),
+        shape[(1, 5000, 500)].model_copy(update={"itl_s": None}),
+    ]
+    predicted = predictions(inputs, fitted(result), covered)
+    measured = [value for point in covered for value in point.measured().values()]
+    errors = [p / m - 1 for p, m in zip(predicted, measured, strict=True)]
+    assert len(errors) == 9 and max(abs(error) for error in errors) < 0.05, errors
+
+
+def test_a_new_plan_copies_the_plan_read_and_a_log_adds_to_the_calibration(run_cli, plan):
+    target = plan.parent / "calibrated.yaml"
+    bench = plan.parent / SYNTHETIC_CSV.name
+    assert run_cli("calibrate", plan, "--bench", bench, "--write", target)[0] == 0
+    text = target.read_text(encoding="utf-8")
+    assert "# Used by `quotacalc size`: one tenant's traffic." in text and yaml.safe_load(text)["tenant"]["rps"] == 5
+    assert plan.read_text(encoding="utf-8") == PLAN.read_text(encoding="utf-8")  # the plan read is untouched
+    log = plan.parent / "serve.log"
+    # 40 GiB of KV per GPU and 524,288 tokens: Llama 70B's 81,920 B per token per GPU at TP 4 (BF16 KV).
+    log.write_text("Available KV cache memory: 40.0 GiB\nGPU KV cache size: 524,288 tokens\n", encoding="utf-8")
+    code, _, err = run_cli("calibrate", target, "--log", log, "--write", target)
+    assert code == 0, err
+    section = yaml.safe_load(target.read_text(encoding="utf-8"))["calibration"]
+    assert [file["path"] for file in section["files"]] == ["serve.log", bench.name]
+    assert section["rows"] == 6 and section["fit_rms_error"] < 1e-3  # the benchmark fit's, kept
+    assert section["parameters"]["kv_pool_tokens"] == 524_288 and "mbu" in section["parameters"]
+    assert json.loads(run_cli("price", target, "--json")[1])["calibrated"]["rows"] == 6
+
+
+def test_flags_given_to_calibrate_are_written_with_the_fit(run_cli, plan):
+    bench = plan.parent / SYNTHETIC_CSV.name
+    code, _, err = run_cli("calibrate", plan, "--bench", bench, "--batch", "64", "--write", plan)
+    assert code == 0, err
+    written = yaml.safe_load(plan.read_text(encoding="utf-8"))
+    assert written["batch"] == 64  # the deployment calibrated is the one the plan now describes
+    assert json.loads(run_cli("price", plan, "--json")[1])["calibrated"] is not None
+
+
+def test_a_per_request_dump_is_refused_before_the_fit(inputs):
+    point = synthetic(inputs, TRUTH, runs=[(1, 100, 10)])[0]
+    with pytest.raises(QuotacalcError, match="1,001 benchmark runs: calibrate takes at most 1,000"):
+        calibrate(inputs, [point] * 1001)

@@ -1,0 +1,315 @@
+"""Readers for quotacalc calibrate: vllm bench serve JSON, GuideLLM reports, CSV, vLLM start-up logs.
+
+Good files give the figures the file holds (converted by hand here: ms -> s, totals / completed);
+bad files give one line naming the file, the row and the field, with exit code 1 (2 for a missing file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE, QuotacalcError, UsageError
+from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
+
+EXAMPLES = Path(__file__).parent.parent / "examples" / "calibration"
+NIM_CSV = EXAMPLES / "nim-llama-3.3-70b-h100-tp2.csv"
+QWEN_LOG = EXAMPLES / "vllm-startup-qwen3-235b-fp8-tp4-h100.log"
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _error(call, *args) -> QuotacalcError:
+    with pytest.raises(QuotacalcError) as caught:
+        call(*args)
+    return caught.value
+
+
+# --------------------------------------------------------------------------- CSV
+
+
+def test_csv_example_reads_every_row_with_blank_cells_as_not_measured():
+    points, notes = read_benchmark(str(NIM_CSV))
+    assert notes == [] and len(points) == 13
+    first, second = points[0], points[1]
+    # The first data row of the file: 1,200,200,0.03122,0.0188 (NIM 1.8.0, 200/200 at concurrency 1).
+    assert (first.concurrency, first.prompt_tokens, first.output_tokens) == (1, 200, 200)
+    assert (first.ttft_s, first.itl_s, first.row) == (0.03122, 0.0188, "row 1")
+    assert second.ttft_s is None and second.itl_s == 0.02333 and second.concurrency == 50
+
+
+def test_csv_in_milliseconds(tmp_path):
+    path = _write(tmp_path, "ms.csv", "concurrency,prompt_tokens,output_tokens,ttft_ms,itl_ms\n8,1000,200,120,15.5\n")
+    (point,), _ = read_benchmark(path)
+    assert point.ttft_s == pytest.approx(0.120) and point.itl_s == pytest.approx(0.0155)
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ("concurency,prompt_tokens,output_tokens,itl_s\n1,2,3,0.01\n", ("header", "unknown column 'concurency'", "did you mean 'concurrency'")),
+        ("prompt_tokens,output_tokens,itl_s\n2,3,0.01\n", ("header", "no 'concurrency' column")),
+        ("concurrency,prompt_tokens,output_tokens\n1,2,3\n", ("header", "no 'ttft_s' or 'itl_s' column")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,0.01\n2,200,20,fast\n", ("row 2: itl_s", "expected a number, got 'fast'")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,nan\n", ("row 1: itl_s", "finite")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-0.01\n", ("row 1: itl_s", "greater than 0")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1.5,200,20,0.01\n", ("row 1: concurrency", "whole number")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n0,200,20,0.01\n", ("row 1: concurrency", "greater than or equal to 1")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20\n", ("row 1", "3 cells for 4 columns")),
+        ("concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,200,20,,\n", ("row 1", "neither a time to first token")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n,200,20,0.01\n", ("row 1: concurrency", "is empty")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n", ("no data rows",)),
+        ("# only a comment\n", ("empty CSV",)),
+        ("", ("empty file",)),
+    ],
+    ids=[
+        "typo-column", "no-concurrency", "no-times", "not-a-number", "nan", "negative", "fractional-concurrency",
+        "zero-concurrency", "short-row", "no-figure", "empty-cell", "header-only", "comment-only", "empty",
+    ],
+)  # fmt: skip
+def test_bad_csv(tmp_path, text, needles):
+    path = _write(tmp_path, "bench.csv", text)
+    line = _error(read_benchmark, path).one_line()
+    assert line.startswith(path) and "\n" not in line
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+def test_missing_file_is_a_usage_error(tmp_path):
+    error = _error(read_benchmark, str(tmp_path / "nope.json"))
+    assert isinstance(error, UsageError) and error.exit_code == EXIT_USAGE and "no such file" in error.one_line()
+
+
+# --------------------------------------------------------------------------- vllm bench serve
+
+#: The keys 'vllm bench serve --save-result' writes (vllm/benchmarks/serve.py), for one run.
+VLLM_RESULT = {
+    "date": "20250101-000000",
+    "backend": "vllm",
+    "model_id": "meta-llama/Llama-3.3-70B-Instruct",
+    "num_prompts": 100,
+    "request_rate": "inf",
+    "burstiness": 1.0,
+    "max_concurrency": 16,
+    "duration": 61.5,
+    "completed": 100,
+    "failed": 0,
+    "total_input_tokens": 102400,
+    "total_output_tokens": 25600,
+    "mean_ttft_ms": 250.0,
+    "median_ttft_ms": 240.0,
+    "mean_tpot_ms": 22.0,
+    "mean_itl_ms": 21.5,
+    "median_itl_ms": 20.0,
+}
+
+
+def test_vllm_result_means_per_request(json_file):
+    (point,), _ = read_benchmark(json_file(VLLM_RESULT))
+    # 102,400 input tokens over 100 completed requests: 1,024 per request; 25,600 / 100 = 256.
+    assert (point.concurrency, point.prompt_tokens, point.output_tokens) == (16, 1024, 256)
+    assert point.ttft_s == pytest.approx(0.250) and point.itl_s == pytest.approx(0.0215)  # the means, not medians
+
+
+@pytest.fixture
+def json_file(tmp_path):
+    """Write a JSON document (or raw text) to a file; return its path."""
+    count = iter(range(1000))
+
+    def write(document) -> str:
+        text = document if isinstance(document, str) else json.dumps(document)
+        return _write(tmp_path, f"result-{next(count)}.json", text)
+
+    return write
+
+
+def test_vllm_appended_results_are_one_point_per_line(json_file):
+    lines = "\n".join(json.dumps({**VLLM_RESULT, "max_concurrency": c}) for c in (1, 8, 32)) + "\n"
+    points, _ = read_benchmark(json_file(lines))
+    assert [point.concurrency for point in points] == [1, 8, 32]
+    assert [point.row for point in points] == ["line 1", "line 2", "line 3"]
+    listed, _ = read_benchmark(json_file([VLLM_RESULT, VLLM_RESULT]))
+    assert [point.row for point in listed] == ["[0]", "[1]"]
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        ({"max_concurrency": None}, ("max_concurrency", "is null", "--max-concurrency")),
+        ({"request_rate": 5.0}, ("request_rate", "rate-limited", "--request-rate inf")),
+        ({"completed": 0}, ("completed", "no request completed")),
+        ({"completed": None}, ("completed", "missing")),
+        ({"total_input_tokens": "many"}, ("total_input_tokens", "expected a number")),
+        ({"mean_itl_ms": float("inf")}, ("mean_itl_ms", "finite")),
+        ({"mean_ttft_ms": -3.0}, ("mean_ttft_ms", "greater than 0")),
+        ({"max_concurrency": True}, ("max_concurrency", "expected a number, got true")),
+    ],
+    ids=["uncapped", "rate-limited", "none-completed", "no-completed", "text-tokens", "infinite", "negative", "bool"],
+)
+def test_bad_vllm_result(json_file, change, needles):
+    path = json_file({**VLLM_RESULT, **change})
+    line = _error(read_benchmark, path).one_line()
+    assert line.startswith(path)
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+def test_vllm_result_without_latencies_and_malformed_json(json_file):
+    result = {key: value for key, value in VLLM_RESULT.items() if key not in ("mean_ttft_ms", "mean_itl_ms")}
+    assert "neither mean_ttft_ms nor mean_itl_ms" in _error(read_benchmark, json_file(result)).one_line()
+    assert "malformed JSON at line 1" in _error(read_benchmark, json_file('{"completed": 3,')).one_line()
+    line = _error(read_benchmark, json_file(json.dumps(VLLM_RESULT) + "\n{oops\n")).one_line()
+    assert "line 2" in line and "malformed JSON" in line
+    assert "expected a JSON object" in _error(read_benchmark, json_file("[1, 2]")).one_line()
+
+
+# --------------------------------------------------------------------------- GuideLLM
+
+
+def _summary(mean: float) -> dict:
+    return {"successful": {"mean": mean, "median": mean * 0.9, "count": 50}, "errored": None, "incomplete": None}
+
+
+def _guidellm_benchmark(strategy: dict, ttft_ms: float, itl_ms: float) -> dict:
+    """One entry of a GuideLLM report's 'benchmarks' (guidellm/benchmark/schemas: config.strategy, metrics)."""
+    return {
+        "type_": "generative_benchmark",
+        "config": {"strategy": strategy},
+        "metrics": {
+            "request_concurrency": _summary(7.6),
+            "prompt_token_count": _summary(512.0),
+            "output_token_count": _summary(128.0),
+            "time_to_first_token_ms": _summary(ttft_ms),
+            "inter_token_latency_ms": _summary(itl_ms),
+        },
+    }
+
+
+def test_guidellm_report_keeps_closed_loop_runs(json_file):
+    report = {
+        "benchmarks": [
+            _guidellm_benchmark({"type_": "synchronous"}, 80.0, 12.0),
+            _guidellm_benchmark({"type_": "throughput", "max_concurrency": 512}, 900.0, 40.0),
+            _guidellm_benchmark({"type_": "concurrent", "streams": 8}, 95.0, 14.0),
+        ]
+    }
+    points, notes = read_benchmark(json_file(report))
+    assert [(point.concurrency, point.row) for point in points] == [(1, "benchmarks[0]"), (8, "benchmarks[2]")]
+    assert points[1].ttft_s == pytest.approx(0.095) and points[1].itl_s == pytest.approx(0.014)
+    assert points[1].prompt_tokens == 512 and points[1].output_tokens == 128
+    assert len(notes) == 1 and "benchmarks[1]" in notes[0] and "'throughput'" in notes[0]
+
+
+def test_guidellm_before_0_4_keeps_the_strategy_under_args(json_file):
+    benchmark = _guidellm_benchmark({}, 80.0, 12.0)
+    benchmark["args"] = {"strategy": {"type_": "concurrent", "streams": 4}}
+    del benchmark["config"]
+    (point,), _ = read_benchmark(json_file({"benchmarks": [benchmark]}))
+    assert point.concurrency == 4
+
+
+@pytest.mark.parametrize(
+    ("report", "needles"),
+    [
+        ({"benchmarks": []}, ("benchmarks", "no benchmarks")),
+        (
+            {"benchmarks": [_guidellm_benchmark({"type_": "poisson", "rate": 2}, 1, 1)]},
+            ("no synchronous or concurrent",),
+        ),
+        (
+            {"benchmarks": [_guidellm_benchmark({"type_": "concurrent"}, 1, 1)]},
+            ("benchmarks[0].config.strategy.streams",),
+        ),
+        ({"benchmarks": [{"config": {}}]}, ("benchmarks[0]", "has no metrics")),
+    ],
+    ids=["empty", "rate-only", "no-streams", "no-metrics"],
+)
+def test_bad_guidellm_report(json_file, report, needles):
+    line = _error(read_benchmark, json_file(report)).one_line()
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+# --------------------------------------------------------------------------- vLLM start-up log
+
+
+def test_example_log():
+    reading = read_vllm_log(str(QWEN_LOG))
+    # The two lines quoted in vllm-project/vllm#21348: 8.11 GiB and 178,880 tokens.
+    assert reading.available_kv_gib == 8.11 and reading.kv_pool_tokens == 178_880
+
+
+def test_log_with_prefixes_colours_and_one_line_per_rank(tmp_path):
+    text = (
+        "INFO 05-06 10:00:00 [core.py:58] Initializing a V1 LLM engine\n"
+        "\x1b[1;36m(VllmWorker rank=0 pid=11)\x1b[0;0m INFO 05-06 10:01:00 [gpu_worker.py:227] Available KV cache memory: 40.55 GiB\n"
+        "\x1b[1;36m(VllmWorker rank=1 pid=12)\x1b[0;0m INFO 05-06 10:01:00 [gpu_worker.py:227] Available KV cache memory: 40.49 GiB\n"
+        "INFO 05-06 10:01:01 [kv_cache_utils.py:634] GPU KV cache size: 1,234,567 tokens\n"
+        "INFO 05-06 10:01:01 [kv_cache_utils.py:637] Maximum concurrency for 8,192 tokens per request: 150.70x\n"
+    )
+    reading = read_vllm_log(_write(tmp_path, "serve.log", text))
+    assert reading.kv_pool_tokens == 1_234_567
+    assert reading.available_kv_gib == 40.49  # the engine sizes the pool by the smallest rank
+
+
+def test_bad_logs(tmp_path):
+    two = "GPU KV cache size: 1,000 tokens\nGPU KV cache size: 2,000 tokens\n"
+    line = _error(read_vllm_log, _write(tmp_path, "two.log", two)).one_line()
+    assert "2 different KV pools" in line and "one start-up" in line
+    line = _error(read_vllm_log, _write(tmp_path, "none.log", "INFO starting\n")).one_line()
+    assert "no 'GPU KV cache size" in line and "none.log" in line
+    assert _error(read_vllm_log, str(tmp_path / "missing.log")).exit_code == EXIT_USAGE
+    zero = _error(read_vllm_log, _write(tmp_path, "zero.log", "GPU KV cache size: 0 tokens\n"))
+    assert zero.exit_code == EXIT_INVALID_INPUT
+
+
+def test_csv_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffconcurrency,prompt_tokens,output_tokens,itl_s\r\n2,100,50,0.02\r\n".encode())
+    (point,), _ = read_benchmark(str(path))
+    assert (point.concurrency, point.itl_s) == (2, 0.02)
+
+
+def test_log_lines_that_only_look_like_figures_are_not_read(tmp_path):
+    text = "GPU KV cache size: ,,, tokens\nAvailable KV cache memory: 1.2.3 GiB\n"
+    line = _error(read_vllm_log, _write(tmp_path, "odd.log", text)).one_line()
+    assert "no 'GPU KV cache size" in line
+
+
+def test_special_files_are_refused_without_waiting(tmp_path):
+    import os
+
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)  # opening a FIFO for reading would block until a writer came
+    for reader in (read_benchmark, read_vllm_log):
+        error = _error(reader, str(fifo))
+        assert error.exit_code == EXIT_USAGE and "not a regular file" in error.one_line()
+        assert _error(reader, str(tmp_path)).exit_code == EXIT_USAGE  # a directory
+
+
+def test_a_figure_with_hundreds_of_digits_is_not_read(tmp_path):
+    text = f"GPU KV cache size: {'9' * 500} tokens\nAvailable KV cache memory: {'9' * 500} GiB\n"
+    assert "no 'GPU KV cache size" in _error(read_vllm_log, _write(tmp_path, "huge.log", text)).one_line()
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ('{"completed": ' + "9" * 5000 + "}", ("malformed JSON",)),
+        ("[" * 100_000 + "]" * 100_000, ("malformed JSON",)),
+        (json.dumps({**VLLM_RESULT, "max_concurrency": 10**9}), ("max_concurrency", "less than or equal to 100000")),
+        (json.dumps({**VLLM_RESULT, "mean_itl_ms": 1e12}), ("mean_itl_ms", "3600", "milliseconds / 1000")),
+    ],
+    ids=["5000-digit-int", "deep-nesting", "concurrency-1e9", "itl-in-wrong-unit"],
+)
+def test_hostile_json(json_file, text, needles):
+    error = _error(read_benchmark, json_file(text))
+    assert error.exit_code == EXIT_INVALID_INPUT
+    for needle in needles:
+        assert needle in error.one_line(), (needle, error.one_line())

@@ -1,0 +1,190 @@
+"""Comparing GPUs and TP sizes side by side: rows, reasons, and the four output formats.
+
+Figures are checked against hand computations (docs/method.md §6: a replica costs GPUs × $/GPU-hour × hours)
+and against the single-deployment command for the same deployment, never against copied output.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+
+from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
+from quotacalc.core.compare import PRICE_KEYS, SIZE_KEYS, compare
+from quotacalc.core.deployment import Deployment
+from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE, QuotacalcError, UsageError
+
+MODEL = ("--model", "Llama-3.3-70B-Instruct", "--weight-dtype", "fp8", "--kv-dtype", "bf16", "--context", "1700")
+TENANT = ("--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500")
+GPU_HOUR_USD, HOURS = 2.5, 720
+
+
+def _json(run_cli, *args: str) -> dict:
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture
+def price_rows(run_cli) -> dict:
+    """price on h100-sxm and l4 at TP 2, 3 and 8, as the JSON comparison document."""
+    return _json(run_cli, "price", *MODEL, "--gpu", "h100-sxm,l4", "--tp", "2,3,8", "--json")
+
+
+def test_json_document_has_command_schema_and_one_row_per_combination_in_order(price_rows):
+    assert price_rows["schema_version"] == JSON_SCHEMA_VERSION and price_rows["command"] == "price"
+    shared = price_rows["inputs"]["deployment"]
+    assert shared["model"] == "Llama-3.3-70B-Instruct" and "gpu" not in shared and "tp" not in shared
+    order = [(row["gpu"], row["tp"]) for row in price_rows["rows"]]
+    assert order == [(gpu, tp) for gpu in ("h100-sxm", "l4") for tp in (2, 3, 8)]
+    for row in price_rows["rows"]:
+        assert tuple(row) == PRICE_KEYS  # stable keys, in a stable order
+
+
+def test_infeasible_rows_carry_the_reason_and_no_figures(price_rows):
+    rows = {(row["gpu"], row["tp"]): row for row in price_rows["rows"]}
+    for gpu in ("h100-sxm", "l4"):
+        row = rows[(gpu, 3)]
+        assert row["feasible"] is False
+        assert "3 does not divide" in row["reason"] and "heads" in row["reason"]
+        assert row["usd_per_million_prompt_tokens"] is None and row["kv_pool_tokens"] is None
+    # 70.55e9 FP8 parameters over 2 GPUs: 35.3 GB each, more than an L4 holds (24 GB).
+    too_small = rows[("l4", 2)]
+    assert too_small["feasible"] is False and "does not fit" in too_small["reason"]
+
+
+def test_feasible_rows_follow_the_method(price_rows):
+    rows = {(row["gpu"], row["tp"]): row for row in price_rows["rows"]}
+    for (_gpu, tp), row in rows.items():
+        if not row["feasible"]:
+            continue
+        assert row["reason"] is None
+        # docs/method.md §6: a replica costs GPUs × $/GPU-hour × hours/month (TP 8: 8 × 2.5 × 720 = 14,400).
+        assert math.isclose(row["dedicated_usd_per_month"], tp * GPU_HOUR_USD * HOURS)
+        # Output tokens cost W prompt tokens, so the two prices differ by exactly W.
+        assert math.isclose(
+            row["usd_per_million_output_tokens"], row["output_weight"] * row["usd_per_million_prompt_tokens"]
+        )
+    # The replica budget is ceiling / prompt-token time, and prompt-token time is 1/TP: TP 8 sells twice TP 4's...
+    h100 = {tp: rows[("h100-sxm", tp)] for tp in (2, 8)}
+    assert math.isclose(h100[8]["replica_units_per_s"], 4 * h100[2]["replica_units_per_s"])
+    # ...at the same $ per token (GPUs and budget both scale with TP).
+    assert math.isclose(h100[8]["usd_per_million_prompt_tokens"], h100[2]["usd_per_million_prompt_tokens"])
+
+
+def test_a_row_matches_the_single_deployment_command(run_cli, price_rows):
+    single = _json(run_cli, "price", *MODEL, "--gpu", "h100-sxm", "--tp", "8", "--json")["results"]
+    row = next(row for row in price_rows["rows"] if (row["gpu"], row["tp"]) == ("h100-sxm", 8))
+    for key in ("usd_per_million_prompt_tokens", "usd_per_million_output_tokens", "output_weight", "kv_pool_tokens"):
+        assert row[key] == single[key], key
+
+
+def test_size_rows_add_the_tenant(run_cli):
+    document = _json(run_cli, "size", *MODEL, *TENANT, "--gpu", "h100-sxm,h200", "--tp", "4,8", "--format", "json")
+    assert document["command"] == "size"
+    for row in document["rows"]:
+        assert set(SIZE_KEYS) <= set(row) and set(PRICE_KEYS) <= set(row)
+        assert row["feasible"], row["reason"]
+        assert math.isclose(row["replicas"], row["units_per_s"] / row["replica_units_per_s"])
+        assert math.isclose(row["shared_usd_per_month"], row["replicas"] * row["dedicated_usd_per_month"])
+        assert row["dedicated_replicas"] == math.ceil(row["replicas"])
+        assert math.isclose(
+            row["dedicated_total_usd_per_month"], row["dedicated_replicas"] * row["dedicated_usd_per_month"]
+        )
+    # The tenant's load in units does not depend on the TP size on the same GPU (W does not).
+    by = {(row["gpu"], row["tp"]): row for row in document["rows"]}
+    assert math.isclose(by[("h200", 4)]["units_per_s"], by[("h200", 8)]["units_per_s"])
+
+
+def test_csv_parses_with_the_json_keys(run_cli):
+    code, out, err = run_cli("price", *MODEL, "--gpu", "h100-sxm,l4", "--tp", "2,8", "--format", "csv")
+    assert code == 0, err
+    reader = csv.DictReader(io.StringIO(out))
+    assert tuple(reader.fieldnames) == PRICE_KEYS
+    rows = list(reader)
+    assert [(row["gpu"], row["tp"]) for row in rows] == [
+        ("h100-sxm", "2"),
+        ("h100-sxm", "8"),
+        ("l4", "2"),
+        ("l4", "8"),
+    ]
+    assert [row["feasible"] for row in rows] == ["true", "true", "false", "true"]
+    assert {row["calibrated"] for row in rows} == {"false"}  # no plan, no calibration
+    assert rows[2]["usd_per_million_prompt_tokens"] == "" and "does not fit" in rows[2]["reason"]
+    assert float(rows[1]["dedicated_usd_per_month"]) == 8 * GPU_HOUR_USD * HOURS
+
+
+def test_markdown_table_has_a_cell_per_column(run_cli):
+    code, out, err = run_cli("size", *MODEL, *TENANT, "--gpu", "h100-sxm", "--tp", "2,3", "--format", "markdown")
+    assert code == 0, err
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    assert header[:3] == ["GPU", "TP", "$/M prompt"] and header[-1] == "status"
+    assert {"replicas", "shared $/month", "dedicated $/month"} <= set(header)
+    assert set(table[1].replace("|", "").replace(":", "")) == {"-"}  # the separator row
+    for line in table[2:]:
+        cells = line.strip("|").split(" | ")
+        assert len(cells) == len(header), line
+    infeasible = next(line for line in table if line.startswith("| h100-sxm | 3 |"))
+    mark = infeasible.rsplit("no [", 1)[1].split("]")[0]  # the row points at its numbered reason
+    assert f"\n{mark}. h100-sxm TP 3: tp: 3 does not divide" in out
+
+
+def test_table_lists_reasons_under_the_rows(run_cli):
+    code, out, err = run_cli("price", *MODEL, "--gpu", "h100-sxm", "--tp", "3,8")
+    assert code == 0, err
+    assert "status" in out and "no [1]" in out
+    assert "[1] h100-sxm TP 3: tp: 3 does not divide" in " ".join(out.split())
+
+
+def test_one_gpu_and_tp_keeps_the_single_deployment_output(run_cli):
+    plain = run_cli("price", *MODEL, "--gpu", "h100-sxm", "--tp", "4")
+    assert plain[0] == 0 and "quantity" in plain[1] and "status" not in plain[1]
+    repeated = run_cli("price", *MODEL, "--gpu", "h100-sxm,h100-sxm", "--tp", "4,4")  # one combination
+    assert repeated == plain
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needles"),
+    [
+        (("--gpu", "h100-sxm", "--tp", "4,x"), EXIT_USAGE, ("--tp", "'x' is not a whole number")),
+        (("--gpu", "h100-sxm", "--tp", "4,8.0"), EXIT_USAGE, ("--tp", "'8.0' is not a whole number")),
+        (("--gpu", "h100-sxm", "--tp", "4,,8"), EXIT_USAGE, ("--tp", "empty item")),
+        (("--gpu", "h100-sxm,", "--tp", "4"), EXIT_USAGE, ("--gpu", "empty item")),
+        (("--gpu", "h100-sxm", "--tp", "4,0"), EXIT_INVALID_INPUT, ("--tp", "positive", "0")),
+        (("--gpu", "h100-sxm,h1000", "--tp", "4"), EXIT_USAGE, ("h1000",)),
+        (("--gpu", "h100-sxm", "--tp", "4", "--format", "xml"), EXIT_USAGE, ("--format", "xml", "markdown")),
+        (("--gpu", "h100-sxm", "--tp", "4", "--format", "csv", "--json"), EXIT_USAGE, ("--format", "--json")),
+    ],
+)
+def test_bad_lists_and_formats(run_cli, args, code, needles):
+    exit_code, out, err = run_cli("price", *MODEL, *args)
+    assert exit_code == code and out == "", err
+    assert len(err.splitlines()) == 1 and err.startswith("quotacalc: error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+# --------------------------------------------------------------------------- the core function alone
+
+
+def _deployment(gpu: str, tp: int) -> Deployment:
+    return Deployment(model="m", gpu=gpu, tp=tp)
+
+
+def test_compare_turns_input_errors_into_rows_and_keeps_usage_errors():
+    def evaluate(deployment: Deployment):
+        raise QuotacalcError("does not fit", field="tp", fix="raise --tp")
+
+    rows = compare([_deployment("x", 1)], evaluate)
+    assert rows[0].feasible is False and rows[0].reason == "tp: does not fit (raise --tp)"
+
+    def typo(deployment: Deployment):
+        raise UsageError("unknown GPU 'x'", field="gpu")
+
+    with pytest.raises(UsageError):
+        compare([_deployment("x", 1)], typo)

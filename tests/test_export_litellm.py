@@ -1,0 +1,293 @@
+"""LiteLLM exporter: config and payloads validated by LiteLLM's own models; a real proxy shows the 429.
+
+The proxy test (marker ``litellm_proxy``, outside the quick run, run by CI) starts ``litellm --config`` on
+127.0.0.1 in front of a stdlib OpenAI-compatible fake backend, with no database and no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+from policy_samples import platform_policy, sample_salts, tenant_policy
+
+from quotacalc.core.policy import QuotaPolicy
+from quotacalc.exporters import litellm as litellm_exporter
+from quotacalc.exporters.base import ExportOptions
+
+
+@pytest.fixture(scope="module")
+def litellm_types():
+    """litellm.proxy._types, imported only by the marked tests (the import alone takes about 10 s)."""
+    # LiteLLM fetches its price map from the internet at import unless told to use its bundled copy.
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    return pytest.importorskip("litellm.proxy._types", reason="litellm[proxy] not installed (extra litellm-proxy)")
+
+
+def _export(policy: QuotaPolicy | None = None):
+    policy = policy or platform_policy()
+    return policy, litellm_exporter.export(policy, sample_salts(policy), ExportOptions())
+
+
+def _file(result, name: str) -> str:
+    return next(f.text for f in result.files if f.path == f"litellm/{name}")
+
+
+@pytest.mark.litellm_proxy
+def test_config_and_payloads_pass_litellms_own_models(litellm_types):
+    from litellm.types.proxy.management_endpoints.key_requests import GenerateKeyRequest
+    from litellm.types.router import LiteLLM_Params
+
+    _policy, result = _export()
+    config = yaml.safe_load(_file(result, "config.yaml"))
+    litellm_types.ConfigYAML.model_validate(config)
+    for deployment in config["model_list"]:  # ConfigYAML keeps litellm_params a plain dict
+        LiteLLM_Params.model_validate(deployment["litellm_params"])
+    for team in json.loads(_file(result, "teams.json")):
+        litellm_types.NewTeamRequest.model_validate(team)
+    for key in json.loads(_file(result, "keys.json")):
+        GenerateKeyRequest.model_validate(key)
+
+
+@pytest.mark.litellm_proxy
+def test_litellms_models_catch_bad_values(litellm_types):
+    """The checks above can fail: a misspelt pre-call check and a non-integer tpm are refused."""
+    from litellm.types.router import LiteLLM_Params
+
+    _policy, result = _export()
+    config = yaml.safe_load(_file(result, "config.yaml"))
+    config["router_settings"]["optional_pre_call_checks"] = ["enforce_model_rate_limit"]
+    with pytest.raises(ValueError, match="optional_pre_call_checks"):
+        litellm_types.ConfigYAML.model_validate(config)
+    with pytest.raises(ValueError, match="tpm"):
+        LiteLLM_Params.model_validate({**config["model_list"][0]["litellm_params"], "tpm": "lots"})
+
+
+def test_per_token_costs_express_units_in_usd():
+    """Standard pool: 6 replicas x $7,200 = $43,200/month for 6 x 18,232 = 109,392 units/s x 2,592,000 s
+    = 2.83544e11 units/month -> $1.52357e-7 per unit. Output: x 3.09 = $4.70784e-7; cached (highest tier
+    weight on the pool, 0.25) = $3.80893e-8. acme's budget: 17,725 units/s x 3,600 s x $1.52357e-7 = $9.7219."""
+    _policy, result = _export()
+    config = yaml.safe_load(_file(result, "config.yaml"))
+    params = config["model_list"][0]["litellm_params"]
+    assert params["input_cost_per_token"] == pytest.approx(1.52357e-7, rel=1e-5)
+    assert params["output_cost_per_token"] == pytest.approx(4.70784e-7, rel=1e-5)
+    assert params["cache_read_input_token_cost"] == pytest.approx(3.80893e-8, rel=1e-5)
+    assert params["tpm"] == 109392 * 60
+    teams = {team["team_id"]: team for team in json.loads(_file(result, "teams.json"))}
+    assert teams["acme"]["max_budget"] == pytest.approx(9.7219, abs=1e-4)
+    assert teams["acme"]["tpm_limit"] == 17725 * 60
+    assert teams["acme"]["max_parallel_requests"] == 64
+    assert teams["acme"]["metadata"]["priority"] == "premium"
+    assert teams["wonka"]["models"] == ["standard"]
+
+
+def test_priority_reservation_shares_the_units_sold_by_tier():
+    """premium 17,725 + 9,000 = 26,725; standard 4,000 + 3,500 + 2,500 + 1,800 = 11,800; batch 6,750.5;
+    sold 45,275.5: shares 0.5903, 0.2606, 0.1491."""
+    _policy, result = _export()
+    config = yaml.safe_load(_file(result, "config.yaml"))
+    assert config["litellm_settings"]["priority_reservation"] == {
+        "premium": 0.5903,
+        "standard": 0.2606,
+        "batch": 0.1491,
+    }
+    assert config["litellm_settings"]["callbacks"] == ["dynamic_rate_limiter_v3"]
+    assert config["router_settings"]["optional_pre_call_checks"] == ["enforce_model_rate_limits"]
+    assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
+
+
+def test_no_salt_is_written_and_the_limits_say_so():
+    policy, result = _export()
+    assert not any(f.secret for f in result.files)
+    for salt in sample_salts(policy).values():
+        assert all(salt not in f.text for f in result.files)
+    text = "\n".join(result.limits)
+    for phrase in ("no per-tenant cache_salt", "raw tokens, not units", "database", "KV cap"):
+        assert phrase in text
+
+
+def test_round_trips_and_is_deterministic():
+    policy, result = _export()
+    assert yaml.safe_load(_file(result, "config.yaml")) == litellm_exporter.config(policy)
+    assert json.loads(_file(result, "teams.json")) == litellm_exporter.team_payloads(policy)
+    assert result == litellm_exporter.export(policy, sample_salts(policy), ExportOptions())
+
+
+# --- a real LiteLLM proxy ---------------------------------------------------------------------------------
+
+USAGE_TOKENS = (40, 10)  # prompt, completion tokens the fake backend reports per request
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat completions endpoint that reports fixed usage."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length) or b"{}")
+        prompt, completion = USAGE_TOKENS
+        body = json.dumps(
+            {
+                "id": "chatcmpl-quotacalc",
+                "object": "chat.completion",
+                "created": 0,
+                "model": request.get("model", "fake"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "llama-3.3-70b", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def fake_backend() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _post(url: str, key: str, payload: dict, timeout: float = 30) -> tuple[int, str]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def _tiny_policy() -> QuotaPolicy:
+    """One standard pool of 2 units/s: the generated tpm is 2 x 60 = 120 tokens per minute."""
+    base = platform_policy()
+    standard = base.pools[0].model_copy(
+        update={
+            "replicas": 1,
+            "replica_units_per_s": 2.0,
+            "capacity_units_per_s": 2.0,
+            "long_context_pool": None,
+            "route_above_prompt_tokens": None,
+        }
+    )
+    tenant = tenant_policy("acme", base.tiers[1], 1.0, long_context=False)
+    return base.model_copy(update={"pools": (standard,), "tenants": (tenant,)})
+
+
+@pytest.mark.litellm_proxy
+def test_a_real_proxy_loads_the_config_and_answers_429_over_the_deployments_tpm(tmp_path: Path, fake_backend: str):
+    executable = shutil.which("litellm", path=str(Path(sys.executable).parent)) or shutil.which("litellm")
+    if executable is None:
+        pytest.skip("the litellm CLI is not installed (test extra litellm-proxy)")
+    policy = _tiny_policy()
+    config = litellm_exporter.config(policy)
+    assert config["model_list"][0]["litellm_params"]["tpm"] == 120
+    # Only the deployment's address changes: the fake backend stands where the pool's vLLM would.
+    config["model_list"][0]["litellm_params"]["api_base"] = fake_backend
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    port = _free_port()
+    master_key = f"sk-quotacalc-{secrets.token_hex(12)}"
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MASTER_KEY": master_key,
+        "VLLM_API_KEY": "unused-by-the-fake-backend",
+        "DISABLE_SCHEMA_UPDATE": "True",
+        "LITELLM_TELEMETRY": "False",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    env.pop("DATABASE_URL", None)
+    log = (tmp_path / "proxy.log").open("w")
+    proxy = subprocess.Popen(
+        [executable, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proxy.poll() is None, (tmp_path / "proxy.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{base}/health/liveliness", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (
+                "proxy not healthy in 120 s:\n" + (tmp_path / "proxy.log").read_text()[-3000:]
+            )
+            time.sleep(0.5)
+        payload = {"model": "standard", "messages": [{"role": "user", "content": "hi"}]}
+        statuses: list[int] = []
+        body = ""
+        # 50 tokens a request against 120 tokens a minute: the third or fourth request must be refused.
+        for _ in range(12):
+            status, body = _post(f"{base}/v1/chat/completions", master_key, payload)
+            statuses.append(status)
+            if status == 429:
+                break
+            assert status == 200, body
+            time.sleep(0.3)  # let the success callback record the usage
+        assert statuses[0] == 200
+        assert statuses[-1] == 429, statuses
+        assert "rate limit" in body.lower(), body
+    finally:
+        # The proxy leads its own process group (start_new_session): end it and any worker it started.
+        os.killpg(proxy.pid, signal.SIGTERM)
+        try:
+            proxy.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proxy.pid, signal.SIGKILL)
+            proxy.wait(timeout=15)
+        log.close()

@@ -1,0 +1,455 @@
+"""quotacalc simulate: checked against analysis (the price's replica budget, M/M/1), determinism, terminal paths."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from quotacalc.inputs.scenario import scenario_from_dict
+from quotacalc.sim.events import Simulation, build_setup
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulate-platform.yaml"
+
+LLAMA_70B = {
+    "model": "Llama-3.3-70B-Instruct",
+    "gpu": "h100-sxm",
+    "tp": 4,
+    "weight_dtype": "fp8",
+    "kv_pool_tokens": 646503,
+}
+LLAMA_8B = {"model": "Llama-3.1-8B-Instruct", "gpu": "h100-sxm", "tp": 1}
+WIDE_TIER = {
+    "name": "open",
+    "max_context_tokens": 131072,
+    "kv_cap_tokens_per_replica": 10_000_000,
+    "max_concurrent_sequences": 100_000,
+    "max_output_tokens": 65536,
+    "priority": 0,
+}
+
+
+def one_tenant(deployment: dict, workload: dict, **scenario: object) -> dict:
+    return {
+        "plan": {
+            "pools": [{"name": "p", "replicas": 1, "deployment": deployment}],
+            "tiers": [WIDE_TIER],
+            "tenants": [{"name": "t", "tier": "open", "units_per_s": 1e9}],
+        },
+        "workload": {"tenants": [{"tenant": "t", **workload}]},
+        **scenario,
+    }
+
+
+FIXED_1200_1000 = {
+    "prompt_tokens": {"kind": "fixed", "tokens": 1200},
+    "output_tokens": {"kind": "fixed", "tokens": 1000},
+    "max_tokens": 1000,
+}
+
+
+def test_one_tenant_at_the_budget_price_predicts_is_served():
+    """One tenant offering exactly the replica budget `quotacalc price` predicts is served at that rate.
+
+    The worked example's budget is 18,232 units/s (ceiling 0.65 / 35.7 us). Requests of 1,200 prompt
+    and 1,000 output tokens cost 1,200 + 3.093 x 1,000 = 4,293 units, so 18,232 units/s is 4.247
+    requests/s. Over 4,000 Poisson arrivals the replica must keep up: units served per simulated
+    second within 5% of the budget (1.6% is the arrival count's own noise, sqrt(4000)/4000, and the
+    final drain adds about one request's lifetime), and requests barely queue.
+    """
+    setup = build_setup(
+        scenario_from_dict(
+            one_tenant(
+                LLAMA_70B,
+                {"arrival": {"kind": "poisson", "rate_rps": 18232.21 / (1200 + 3.093145 * 1000)}, **FIXED_1200_1000},
+                requests=4000,
+                seed=5,
+            )
+        )
+    )
+    budget = setup.pools[0].replica_units_per_s
+    assert budget == pytest.approx(18232, rel=1e-3)  # the method's worked example
+    result = Simulation(setup, "reserve_capped", "fair").run()
+    assert result.completed == 4000
+    assert result.goodput_units_per_s == pytest.approx(budget, rel=0.05)
+    assert result.queue_wait_mean_s < 1.0
+
+
+def test_saturated_replica_runs_at_the_cost_model_throughput():
+    """Saturated (a deep queue, always 128 sequences), the engine's stepping reproduces the cost model.
+
+    Each request costs its prompt's compute, 1,200 x (2 x active params + attention over ~600 earlier
+    tokens) / (TP x peak x MFU), plus 1,000 decode tokens at step_time(128, 1,700) / 128 each: the mean
+    decode context is 1,200 + 1,000 / 2 = 1,700, the worked example's operating point. On the roofline
+    (docs/method.md §1) that is 35.7 us x 1,200 x 1.01 + 1,000 x 14.1 ms / 128, and the units served per busy
+    second times the ceiling is price's budget.
+    """
+    setup = build_setup(
+        scenario_from_dict(
+            one_tenant(
+                LLAMA_70B,
+                {"arrival": {"kind": "poisson", "rate_rps": 20}, **FIXED_1200_1000},  # ~3x what one replica serves
+                requests=3000,
+                queueing=["deep_priority"],
+            )
+        )
+    )
+    simulation = Simulation(setup, "reserve_capped", "deep_priority")
+    result = simulation.run()
+    replica = simulation.pools[0].replicas[0]
+    model = setup.pools[0].model
+    assert result.completed == 3000
+    # A chunk riding in a decode step adds its FLOPs and its tensor-parallel all-reduce traffic.
+    prefill_s = model.prefill_compute_s(1200) + 1200 * model.allreduces_per_step * model.allreduce_s_per_token
+    request_s = prefill_s + 1000 * model.step_time_s(128, 1700) / 128
+    units_per_request = 1200 + setup.pools[0].output_weight * 1000
+    assert result.debited_units / replica.busy_s == pytest.approx(units_per_request / request_s, rel=0.04)
+
+
+def test_single_server_queue_matches_the_textbook_mean_wait():
+    """A single-server queue: Poisson arrivals, one sequence at a time (max_num_seqs 1), FCFS.
+
+    Service is one prefill step of a 1-token prompt (a, the first token) and then N - 1 decode steps
+    (b each, at batch 1: the weights' read plus the engine's step overheads; the ~25 tokens of KV
+    add 0.05%), with N geometric of mean 50: E[S] = a + 49 b, Var[S] = b^2 x 49 x 50. The textbook
+    mean wait is Pollaczek-Khinchine's W_q = lambda E[S^2] / (2 (1 - rho)), which is M/M/1's
+    rho / (mu - lambda) when service is exponential (here within a few percent: a is close to b and
+    N is nearly memoryless). At rho = 0.5 over 40,000 requests the sample mean is within a few
+    percent of it (waits are autocorrelated, so the tolerance is 8%).
+    """
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 1.0},  # replaced below, once a and b are known
+            "prompt_tokens": {"kind": "fixed", "tokens": 1},
+            "output_tokens": {"kind": "exponential", "mean": 50},
+            "max_tokens": 100000,
+        },
+        requests=40000,
+        seed=3,
+        policies=["debit_on_completion"],
+        queueing=["deep_priority"],
+        engine={"max_num_seqs": 1},
+    )
+    model = build_setup(scenario_from_dict(document)).pools[0].model
+    a, b = model.prefill_time_s(1, 0), model.step_time_s(1, 26)
+    mean_s = a + 49 * b
+    second_moment = b * b * 49 * 50 + mean_s * mean_s
+    lam = 0.5 / mean_s
+    document["workload"]["tenants"][0]["arrival"]["rate_rps"] = lam
+    setup = build_setup(scenario_from_dict(document))
+    result = Simulation(setup, "debit_on_completion", "deep_priority").run()
+    expected = lam * second_moment / (2 * (1 - 0.5))
+    mm1 = 0.5 / (1 / mean_s - lam)
+    assert expected == pytest.approx(mm1, rel=0.05)  # the M/M/1 textbook figure, nearly
+    assert result.queue_wait_mean_s == pytest.approx(expected, rel=0.08)
+
+
+def test_same_seed_same_bytes_and_another_seed_differs(run_cli):
+    args = ("simulate", str(EXAMPLE), "--requests", "300", "--json")
+    code, first, err = run_cli(*args)
+    assert code == 0, err
+    code, second, _ = run_cli(*args)
+    assert first == second
+    code, other, _ = run_cli(*args, "--seed", "8")
+    assert code == 0 and other != first
+
+
+def test_json_shape(run_cli):
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "200", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["command"] == "simulate" and document["schema_version"] == 1 and document["partial"] is False
+    runs = document["policies"]
+    assert {(r["policy"], r["queueing"]) for r in runs} == {
+        (p, q)
+        for p in ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
+        for q in ("fair", "deep_priority")
+    }
+    required = [
+        "policy",
+        "admission_rejects",
+        "quota_overshoot_units",
+        "unused_reservation_unit_s",
+        "leaked_reservation_units",
+        "preemptions",
+        "ttft_p99_s",
+        "itl_p99_s",
+        "tenants",
+    ]
+    for run in runs:
+        assert all(key in run for key in required)
+        assert run["leaked_reservation_units"] == 0
+        assert run["tenants"] and all("tenant" in t and "admission_rejects" in t for t in run["tenants"])
+        if run["policy"] != "debit_on_completion":
+            assert run["quota_overshoot_units"] == 0  # reservations are taken before the units are used
+
+
+def test_table_output(run_cli):
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "100")
+    assert code == 0, err
+    for needle in ("reserve_max_tokens", "incremental_lease", "deep_priority", "per tenant", "acme"):
+        assert needle in out
+
+
+def test_plot_svg_is_written_and_deterministic(run_cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    import yaml
+
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document.update(policies=["reserve_capped", "incremental_lease"], queueing=["fair"])
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(document))
+    first, second = tmp_path / "a.svg", tmp_path / "b.svg"
+    assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(first))[0] == 0
+    assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(second))[0] == 0
+    assert first.read_text().startswith("<?xml") and first.read_bytes() == second.read_bytes()
+    png = tmp_path / "c.png"
+    assert run_cli("simulate", str(scenario), "--requests", "20", "--json", "--plot", str(png))[0] == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_without_matplotlib_is_a_clear_error(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "20", "--json", "--plot", str(tmp_path / "x.svg"))
+    assert out == ""  # checked before simulating: nothing half-printed
+    assert code == 1 and "matplotlib" in err and "quotacalc[plot]" in err and "Traceback" not in err
+    assert not (tmp_path / "x.svg").exists()
+
+
+def _terminal_document(**workload_extra: object) -> dict:
+    return one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 40},
+            "prompt_tokens": {"kind": "lognormal", "median": 800, "sigma": 0.8, "max": 8000},
+            "output_tokens": {"kind": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
+            "max_tokens": 1000,
+            "cancel_probability": 0.2,
+            "cancel_after_s_mean": 2.0,
+            "disconnect_probability": 0.2,
+            "error_probability": 0.1,
+            **workload_extra,
+        },
+        requests=1500,
+        engine={"failure_rate_per_hour": 200, "restart_s": 5, "max_num_seqs": 64},
+    )
+
+
+@pytest.mark.parametrize("policy", ["reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion"])
+@pytest.mark.parametrize("queueing", ["fair", "deep_priority"])
+def test_every_terminal_path_releases_its_reservation(policy, queueing):
+    setup = build_setup(scenario_from_dict(_terminal_document()))
+    result = Simulation(setup, policy, queueing).run()
+    for reason in ("eos", "length", "cancel", "disconnect", "error", "engine_failure"):
+        assert result.terminal.get(reason, 0) > 0, (reason, result.terminal)
+    assert result.leaked_reservation_units == 0
+    assert result.live_requests == 0
+    assert sum(result.terminal.values()) == result.admitted
+    if policy != "debit_on_completion":  # every unit held was either debited or released
+        assert result.reserved_units == pytest.approx(result.debited_units + result.released_units, rel=1e-9)
+    assert result.engine_output_tokens == result.output_tokens
+
+
+def test_leases_stop_cleanly_at_the_quota_boundary():
+    """A tenant whose bucket runs dry mid-stream: leases end requests with quota_stop and no overshoot,
+    debit-on-completion lets them run and overshoots."""
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 5},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 2000},
+            "max_tokens": 2000,
+        },
+        requests=200,
+        lease_tokens=64,
+    )
+    document["plan"]["tenants"][0]["units_per_s"] = 2000.0  # far below 5 rps × (100 + W × 2000)
+    setup = build_setup(scenario_from_dict(document))
+    lease = Simulation(setup, "incremental_lease", "fair").run()
+    debit = Simulation(setup, "debit_on_completion", "fair").run()
+    assert lease.terminal.get("quota_stop", 0) > 0
+    assert lease.quota_overshoot_units == 0 and lease.bucket_min_units >= 0
+    assert debit.quota_overshoot_units > 0 and debit.bucket_min_units >= 0
+    assert lease.leaked_reservation_units == 0
+
+
+def test_retry_after_is_the_deficit_over_the_refill_rate_rounded_up():
+    """Reserving max_tokens of 8,000 at W ≈ 1.56 (Llama 3.1 8B on one H100) needs ~12,500 units; a
+    bucket of rate 1,000 units/s and depth 60 s × 1,000 admits a few, then the deficit's refill
+    time (rounded up) is every Retry-After."""
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 50},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 10},
+            "max_tokens": 8000,
+        },
+        requests=100,
+    )
+    document["plan"]["tenants"][0]["units_per_s"] = 1000.0
+    setup = build_setup(scenario_from_dict(document))
+    simulation = Simulation(setup, "reserve_max_tokens", "fair")
+    result = simulation.run()
+    w = setup.pools[0].output_weight
+    needed = 100 + w * 8000
+    assert result.admission_rejects > 0
+    retries = simulation.counters[0].retry_after_s
+    assert all(1 <= r <= -(-needed // 1000) for r in retries)
+
+
+def test_replay_from_csv_and_jsonl(tmp_path):
+    csv = tmp_path / "usage.csv"
+    csv.write_text(
+        "timestamp,tenant,prompt_tokens,output_tokens\n"
+        "2026-01-01T00:00:00Z,t,100,20\n2026-01-01T00:00:01Z,t,200,30\n2026-01-01T00:00:03Z,other,5,5\n"
+    )
+    jsonl = tmp_path / "usage.jsonl"
+    jsonl.write_text('{"timestamp": 10, "tenant": "t", "prompt_tokens": 50, "output_tokens": 7}\n')
+    for name, requests, tokens in (("usage.csv", 2, 50), ("usage.jsonl", 1, 7)):
+        document = one_tenant(LLAMA_8B, {"arrival": {"kind": "replay", "file": name}}, duration_s=100)
+        setup = build_setup(scenario_from_dict(document, base=tmp_path))
+        result = Simulation(setup, "reserve_capped", "fair").run()
+        assert result.requests == requests and result.output_tokens == tokens
+
+
+def test_ctrl_c_prints_the_partial_results(run_cli, monkeypatch):
+    from quotacalc.sim import events
+
+    original = events.Simulation._arrive
+    calls = {"n": 0}
+
+    def interrupted(self, arrival, now):
+        calls["n"] += 1
+        if calls["n"] == 150:
+            raise KeyboardInterrupt
+        return original(self, arrival, now)
+
+    monkeypatch.setattr(events.Simulation, "_arrive", interrupted)
+    code, out, _ = run_cli("simulate", str(EXAMPLE), "--requests", "300", "--json")
+    assert code == 130
+    document = json.loads(out)
+    assert document["partial"] is True
+    [run] = document["policies"]  # the first run stopped; the others never started
+    assert run["partial"] is True and run["requests"] == 149
+
+
+def test_long_prompts_route_to_the_long_context_pool():
+    """Prompts above the standard pool's threshold run on the long-context pool, the rest stay."""
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 2},
+            "prompt_tokens": {"kind": "empirical", "values": [1000, 9000]},
+            "output_tokens": {"kind": "fixed", "tokens": 20},
+            "max_tokens": 100,
+        },
+        requests=200,
+    )
+    pools = document["plan"]["pools"]
+    pools[0].update(long_context_pool="long", route_above_prompt_tokens=4096)
+    pools.append({"name": "long", "role": "long_context", "replicas": 1, "deployment": {**LLAMA_8B, "context": 16384}})
+    result = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair").run()
+    standard, long = result.pools
+    assert standard.pool == "p" and long.pool == "long"
+    assert standard.requests_scheduled + long.requests_scheduled == result.admitted == 200
+    assert standard.requests_scheduled > 50 and long.requests_scheduled > 50
+    # Prompt tokens computed per pool: 1,000 per request on the standard pool, 9,000 on the long one.
+    assert standard.prompt_tokens_computed == 1000 * standard.requests_scheduled
+    assert long.prompt_tokens_computed == 9000 * long.requests_scheduled
+
+
+def test_priority_alone_starves_a_low_tier_that_fair_queueing_serves():
+    """docs/method.md §3: a gold tenant oversubscribing one replica (12 req/s x (500 + 4.27 x 300) = 21,400
+    units/s against a budget of 20,023, more than the replica runs at a batch of 32), a bronze tenant
+    sending 1 req/s well within its contract. With a deep engine queue ordered by priority, bronze
+    waits behind every gold request; with fair queueing (weights 40,000 : 3,000) at the gateway over
+    a shallow engine queue, bronze gets its share."""
+
+    def tier(name: str, priority: int) -> dict:
+        return {**WIDE_TIER, "name": name, "priority": priority, "max_output_tokens": 2048}
+
+    fixed = {"prompt_tokens": {"kind": "fixed", "tokens": 500}}
+    document = {
+        "plan": {
+            "pools": [{"name": "p", "replicas": 1, "deployment": LLAMA_8B}],
+            "tiers": [tier("gold", 0), tier("bronze", 2)],
+            "tenants": [
+                {"name": "big", "tier": "gold", "units_per_s": 40000.0},
+                {"name": "small", "tier": "bronze", "units_per_s": 3000.0},
+            ],
+        },
+        "workload": {
+            "tenants": [
+                {
+                    "tenant": "big",
+                    "arrival": {"kind": "poisson", "rate_rps": 12},
+                    **fixed,
+                    "output_tokens": {"kind": "fixed", "tokens": 300},
+                    "max_tokens": 300,
+                },
+                {
+                    "tenant": "small",
+                    "arrival": {"kind": "poisson", "rate_rps": 1},
+                    **fixed,
+                    "output_tokens": {"kind": "fixed", "tokens": 100},
+                    "max_tokens": 100,
+                },
+            ]
+        },
+        "duration_s": 120,
+        "seed": 1,
+        "engine": {"max_num_seqs": 32},
+    }
+    setup = build_setup(scenario_from_dict(document))
+    fair = {t.tenant: t for t in Simulation(setup, "reserve_capped", "fair").run().tenants}
+    deep = {t.tenant: t for t in Simulation(setup, "reserve_capped", "deep_priority").run().tenants}
+    assert fair["small"].admission_rejects == deep["small"].admission_rejects == 0
+    assert fair["small"].ttft_p99_s < 10
+    assert deep["small"].ttft_p99_s > 10 * fair["small"].ttft_p99_s
+
+
+def test_one_request_by_hand():
+    """One request alone on a replica, every figure derived by hand.
+
+    Prompt 100, output 10, max_tokens 100 (reserve_capped holds 100 + W x 100 units). The prefill
+    step takes prefill_time(100) and yields the first token (TTFT); the other 9 tokens come from one
+    macro-step of 9 decode steps at the batch of 1 and the mid-way context 101 + (9 - 1) / 2 = 105.
+    Unused reservation: W x 100 held during the prefill, then W x (99, 98, ..., 91) over the 9 steps:
+    W x (100 x prefill + 855 x step). At the end it debits 100 + 10 W and releases 90 W.
+    """
+    document = one_tenant(
+        LLAMA_8B,
+        {
+            "arrival": {"kind": "poisson", "rate_rps": 1},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 10},
+            "max_tokens": 100,
+        },
+        requests=1,
+    )
+    setup = build_setup(scenario_from_dict(document))
+    model, w = setup.pools[0].model, setup.pools[0].output_weight
+    result = Simulation(setup, "reserve_capped", "fair").run()
+    prefill_s, step_s = model.prefill_time_s(100, 0), model.step_time_s(1, 105)
+    # TTFT also counts the engine's per-request overhead (API server, tokenizer), outside its steps.
+    assert result.ttft_p50_s == pytest.approx(prefill_s + model.request_overhead_s, rel=1e-9)
+    assert result.itl_p50_s == pytest.approx(step_s, rel=0.01)  # a 1%-wide histogram bin
+    assert result.reserved_units == pytest.approx(100 + w * 100, rel=1e-12)
+    assert result.debited_units == pytest.approx(100 + w * 10, rel=1e-12)
+    assert result.released_units == pytest.approx(w * 90, rel=1e-12)
+    assert result.unused_reservation_unit_s == pytest.approx(w * (100 * prefill_s + 855 * step_s), rel=1e-9)
+    assert result.resident_kv_peak_tokens == 110 and result.concurrent_sequences_peak == 1
+    assert result.terminal == {"eos": 1} and result.output_tokens == 10
+
+
+@pytest.mark.parametrize("name", ["simulate-platform.yaml", "simulate-named-plan.yaml"])
+def test_shipped_scenarios_run(run_cli, name):
+    code, out, err = run_cli("simulate", str(EXAMPLE.parent / name), "--requests", "150", "--json")
+    assert code == 0, err
+    runs = json.loads(out)["policies"]
+    assert runs and all(run["leaked_reservation_units"] == 0 and run["live_requests"] == 0 for run in runs)
