@@ -411,6 +411,12 @@ def test_check_parallelism_lists_the_tp_sizes_that_work():
     # 3 divides the 12 query heads but not the 4 KV heads.
     assert error.value.problem == "3 does not divide the 4 KV heads of toy"
     check_parallelism(arch, toy_deployment(tp=4))
+    # 64 heads, 8 KV heads (Llama 3.3 70B's): every power of two up to 64 splits them (above 8 ranks,
+    # each holds a replicated KV head).
+    wide = toy_dense(mixer=FullAttention(hidden_size=8192, num_heads=64, num_kv_heads=8, head_dim=128, v_head_dim=128))
+    with pytest.raises(QuotacalcError) as error:
+        check_parallelism(wide, toy_deployment(tp=3))
+    assert error.value.fix == "valid: 1, 2, 4, 8, 16, 32, 64"
 
 
 def test_expert_parallel_checks():
@@ -418,9 +424,11 @@ def test_expert_parallel_checks():
     with pytest.raises(QuotacalcError, match="does not split 4 experts") as error:
         check_parallelism(arch, toy_deployment(tp=8, expert_parallel=True, batch=4))
     assert error.value.field == "expert_parallel"
+    assert error.value.fix == "choose a TP that divides the experts, or turn expert parallelism off"
     with pytest.raises(QuotacalcError, match="no experts") as error:
         check_parallelism(toy_dense(), toy_deployment(expert_parallel=True))
     assert error.value.field == "expert_parallel"
+    assert error.value.fix == "drop --expert-parallel"
     check_parallelism(arch, toy_deployment(tp=2, expert_parallel=True))
 
 
@@ -576,6 +584,23 @@ def test_gpu_without_the_compute_dtype_is_refused():
     with pytest.raises(QuotacalcError, match="no tensor cores for fp4") as error:
         price(toy_inputs(layout=layout))
     assert error.value.field == "weight_dtype"
+    assert error.value.fix == "choose another weight dtype"
+
+
+def test_a_batch_the_pool_holds_exactly_is_priced_as_given():
+    # 16 sequences of 1,000 tokens at 2,048 B per token per GPU: a pool of 16,000 tokens holds exactly 16.
+    result = price(toy_inputs(kv_pool_tokens=16_000))
+    assert result.max_resident_sequences == 16
+    assert result.warnings == ()
+    assert result.decode_kv_bytes_per_gpu == 16 * 1000 * 2048
+
+
+def test_a_context_the_pool_cannot_hold_once_is_refused():
+    with pytest.raises(QuotacalcError) as error:
+        price(toy_inputs(kv_pool_tokens=999))
+    assert error.value.field == "context"
+    assert error.value.problem == "one sequence of 1,000 tokens does not fit the KV pool"
+    assert error.value.fix == "lower --context, raise --tp, or use --kv-dtype fp8"
 
 
 def test_context_above_the_models_maximum_is_refused():
@@ -788,6 +813,8 @@ def test_weight_layout_sums_group_by_group():
         (0.5, "0.5"),
         (0.0153428, "0.01534"),  # below 1: 4 significant digits
         (12.34567, "12.3457"),  # else 4 decimals, trailing zeros dropped
+        (12.00001, "12"),  # ... and the point with them
+        (1_000_000.5, "1e+06"),
         (999.99999, "1000"),
         (-1234.5, "-1234.5"),
         (0, "0"),
