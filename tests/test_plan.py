@@ -189,6 +189,11 @@ def test_size_with_tenant_flags_on_a_pool_sizes_one_tenant(run_cli) -> None:
 
 BAD_PLANS = [
     (
+        "tier context out of range",
+        lambda d: d["tiers"][0].update(max_context_tokens=10**20),
+        "tiers[0].max_context_tokens: must be less than or equal to 100000000, got 100000000000000000000",
+    ),
+    (
         "unknown tier",
         lambda d: d["tenants"][3].update(tier="gold"),
         "tenants[3].tier: unknown tier 'gold' (tiers: enterprise, pro, starter)",

@@ -120,3 +120,19 @@ def test_missing_scenario_and_bad_flags(run_cli, tmp_path):
     assert code == 2 and "--plot" in err and ".png or .svg" in err
     code, _, err = run_cli("simulate", str(EXAMPLE), "--requests", "0")
     assert code == 2 and "--requests" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--seed", "4.0", "whole number"),
+        ("--seed", "-1", "seed"),
+        ("--requests", "1e3", "whole number"),
+        ("--requests", "9" * 400, "--requests"),  # refused at once, not simulated for hours
+        ("--requests", "20000001", "--requests"),
+    ],
+)
+def test_count_flags_are_whole_and_bounded(run_cli, flag, value, needle):
+    code, out, err = run_cli("simulate", str(EXAMPLE), flag, value, "--json")
+    assert code in (1, 2) and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err

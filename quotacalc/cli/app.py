@@ -342,10 +342,16 @@ def simulate_command(
     scenario: Annotated[
         str, typer.Argument(help="scenario YAML: a plan (named or embedded) and each tenant's workload")
     ],
-    seed: Annotated[int | None, typer.Option("--seed", help="random seed (default: the scenario's)")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="random seed (default: the scenario's)", parser=whole_number, metavar="<int>"),
+    ] = None,
     as_json: JsonOption = False,
     plot: Annotated[str | None, typer.Option("--plot", help="also write a PNG or SVG of the comparison")] = None,
-    requests: Annotated[int | None, typer.Option("--requests", help="stop arrivals after N requests")] = None,
+    requests: Annotated[
+        int | None,
+        typer.Option("--requests", help="stop arrivals after N requests", parser=whole_number, metavar="<int>"),
+    ] = None,
 ):
     """Simulate admission policies and queueing on a plan's pool, side by side (rejects, overshoot, latency)."""
     from quotacalc.cli.simulate import run_simulate

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, MAX_POOL_TOKENS, Deployment, Tenant
 
 #: A non-empty identifier (a prefix id, a LoRA adapter name).
 Identifier = Annotated[str, Field(min_length=1, max_length=256)]
@@ -63,13 +63,18 @@ class Tier(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN, description="tier name")
-    max_context_tokens: int = Field(ge=1, strict=True, description="longest prompt + output a request may have")
+    max_context_tokens: int = Field(
+        ge=1, le=MAX_CONTEXT_TOKENS, strict=True, description="longest prompt + output a request may have"
+    )
     kv_cap_tokens_per_replica: int = Field(
-        ge=1, strict=True, description="resident KV a tenant may hold on one replica, tokens"
+        ge=1, le=MAX_POOL_TOKENS, strict=True, description="resident KV a tenant may hold on one replica, tokens"
     )
     max_concurrent_sequences: int = Field(ge=1, strict=True, description="live sequences a tenant may have at once")
     max_output_tokens: int = Field(
-        ge=1, strict=True, description="output reservation cap: the largest max_tokens admitted, tokens"
+        ge=1,
+        le=MAX_CONTEXT_TOKENS,
+        strict=True,
+        description="output reservation cap: the largest max_tokens admitted, tokens",
     )
     priority: int = Field(
         ge=0, le=1000, strict=True, description="scheduling priority, 0 the most important (vLLM: lower runs first)"

@@ -55,7 +55,7 @@ def _open_regular(path: str, what: str):
     if not stat.S_ISREG(mode):
         os.close(descriptor)
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
-        raise UsageError(f"is {kind}", source=path, fix=f"give the {what} file")
+        raise UsageError(f"is {kind}", source=path, fix=f"give a regular file as the {what}")
     return os.fdopen(descriptor, "rb")
 
 

@@ -156,8 +156,10 @@ class Scenario(_Strict):
     )
     workload: Workload
     duration_s: float | None = Field(None, description="stop arrivals after this many seconds")
-    requests: int | None = Field(None, ge=1, description="stop arrivals after this many requests")
-    seed: int = Field(0, description="random seed: the same seed gives the same output, byte for byte")
+    requests: int | None = Field(
+        None, ge=1, le=MAX_EXPECTED_REQUESTS, description="stop arrivals after this many requests"
+    )
+    seed: int = Field(0, ge=0, lt=2**63, description="random seed: the same seed gives the same output, byte for byte")
     policies: tuple[Literal[POLICY_NAMES], ...] = Field(POLICY_NAMES, min_length=1)  # type: ignore[valid-type]
     queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
     lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
@@ -378,7 +380,15 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedS
     except ValidationError as error:
         raise _validation_error(error, source=path) from None
     if overrides:
-        scenario = scenario.model_copy(update=overrides)
+        # Validated like the file's values (model_copy would let a flag past every bound).
+        try:
+            scenario = Scenario.model_validate({**document, **overrides})
+        except ValidationError as error:
+            first = error.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else ""
+            if name in overrides:
+                raise UsageError(first["msg"], field="--" + name.replace("_", "-")) from None
+            raise _validation_error(error, source=path) from None
     if isinstance(scenario.plan, str):
         plan = _plan_from_file(file.parent / scenario.plan)
     else:
