@@ -97,6 +97,17 @@ def test_per_token_costs_express_units_in_usd():
     assert teams["wonka"]["models"] == ["standard"]
 
 
+def test_the_policys_price_per_unit_wins_over_a_720_hour_month():
+    """build_policy sets each pool's $/unit from its deployment (hours per month included); the exporter uses
+    that figure rather than re-deriving it from $/month with a 720-hour month."""
+    policy = platform_policy()
+    pool = policy.pools[0].model_copy(update={"usd_per_unit": 2.5e-7})
+    _policy, result = _export(policy.model_copy(update={"pools": (pool, *policy.pools[1:])}))
+    params = yaml.safe_load(_file(result, "config.yaml"))["model_list"][0]["litellm_params"]
+    assert params["input_cost_per_token"] == pytest.approx(2.5e-7)
+    assert params["output_cost_per_token"] == pytest.approx(2.5e-7 * pool.output_weight)
+
+
 def test_priority_reservation_shares_the_units_sold_by_tier():
     """premium 17,725 + 9,000 = 26,725; standard 4,000 + 3,500 + 2,500 + 1,800 = 11,800; batch 6,750.5;
     sold 45,275.5: shares 0.5903, 0.2606, 0.1491."""

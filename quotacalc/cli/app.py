@@ -87,7 +87,7 @@ def _load(
     tenant = None
     if tenant_flags is not None:
         tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags, source=plan)
-    return deployment, tenant
+    return deployment, tenant, plan_file
 
 
 def _price(deployment: Deployment):
@@ -116,9 +116,9 @@ def price_command(
     if axes.is_comparison or check_format(output_format, as_json) != "table":
         output_format = "json" if as_json else output_format
         return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
-    deployment, _ = _load(plan, deployment_flags, pool=pool)
+    deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment)
-    calibration = plan_calibration(plan, result.inputs, pool)
+    calibration = plan_calibration(plan_file, result.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
 
@@ -164,9 +164,9 @@ def size_command(
         return run_comparison(
             "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
         )
-    deployment, tenant = _load(plan, deployment_flags, tenant_flags, pool)
+    deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool)
     result = size_tenant(_price(deployment), tenant)
-    calibration = plan_calibration(plan, result.replica.inputs, pool)
+    calibration = plan_calibration(plan_file, result.replica.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
 
@@ -198,7 +198,7 @@ def kv_command(
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
-    deployment, _ = _load(plan, deployment_flags, pool=pool)
+    deployment, _, _ = _load(plan, deployment_flags, pool=pool)
     if context is None:
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:

@@ -16,14 +16,14 @@ def _version() -> str:
     return version("quotacalc")
 
 
-def plan_calibration(plan: str | None, inputs, pool: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """Whether the plan's figures are calibrated for the deployment priced: (summary, None), (None, why not) or (None, None)."""
-    if plan is None:
+def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | None]:
+    """Whether the plan's figures are calibrated for the deployment priced: (summary, None), (None, why not) or
+    (None, None); ``plan_file`` is the plan as ``price`` read it (None without a plan), so it is not read again."""
+    if plan_file is None:
         return None, None
     from quotacalc.core.calibrate import calibration_status
-    from quotacalc.inputs.plan import deployment_source
 
-    return calibration_status(deployment_source(plan, pool).calibration, inputs)
+    return calibration_status(plan_file.calibration, inputs)
 
 
 def _file_record(path: str, rows: list[str], plan_path: str | None):

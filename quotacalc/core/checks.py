@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
+from quotacalc.core.tenant import whole_replicas
 
 Severity = Literal["error", "warning", "info"]
 
@@ -204,7 +205,7 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
                 )
             continue
         if replicas >= reversal_replicas:
-            whole = math.ceil(replicas - 1e-9)
+            whole = whole_replicas(replicas)
             per_replica = pool.usd_per_month / pool.replicas
             cost = whole * per_replica
             findings.append(

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from quotacalc.core.arch import DenseMLP, ModelArch, MoE
+from quotacalc.core.deployment import GIB
 
 if TYPE_CHECKING:
     from quotacalc.catalog.gpus import GpuSpec
     from quotacalc.core.deployment import Deployment
 
-GIB = 2**30
 
 #: vLLM's device-memory threshold above which 'vllm serve' defaults to a larger token budget per step.
 VLLM_LARGE_GPU_BYTES = 70 * GIB

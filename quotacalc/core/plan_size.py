@@ -10,6 +10,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.policy import QuotaPolicy
+from quotacalc.core.tenant import whole_replicas
 
 
 class TenantSizeRow(BaseModel):
@@ -60,7 +61,7 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
             continue
         home = pools[tenant.pool]
         replicas = tenant.bucket_rate_units_per_s / home.replica_units_per_s
-        whole = max(1, math.ceil(replicas - 1e-9))
+        whole = whole_replicas(replicas)
         per_replica = home.usd_per_month / home.replicas
         rows.append(
             TenantSizeRow(

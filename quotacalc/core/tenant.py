@@ -13,6 +13,12 @@ from quotacalc.core.price import PriceResult
 from quotacalc.errors import QuotacalcError
 
 
+def whole_replicas(replicas: float) -> int:
+    """Whole replicas a load of ``replicas`` takes on dedicated hardware: at least one, rounded up, but a
+    load a hair above a whole number from floating-point noise (2.0000000001) is not a replica more."""
+    return max(1, math.ceil(replicas - 1e-9))
+
+
 class SizeResult(BaseModel):
     """What a tenant needs and costs on one deployment."""
 
@@ -107,7 +113,7 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         substituted=f"{fmt(replicas)} × {fmt(replica.dedicated_usd_per_month)}",
         unit="USD",
     )
-    dedicated_replicas = max(1, math.ceil(replicas - 1e-9))
+    dedicated_replicas = whole_replicas(replicas)
     dedicated_usd = ledger.record(
         "dedicated_total_usd_per_month",
         dedicated_replicas * replica.dedicated_usd_per_month,

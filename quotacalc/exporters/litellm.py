@@ -17,7 +17,8 @@ from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, Ten
 from quotacalc.exporters._text import json_text, long_context_lines, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
-#: Hours in the month the pools' $/month figures use (docs/method.md §6: 720 h).
+#: Hours in the month of the method's $/month figures (docs/method.md §6: 720 h): used only for a
+#: hand-built policy whose pools do not carry their price per unit.
 SECONDS_PER_MONTH = 720 * 3600
 #: The window a tenant's USD budget resets over (LiteLLM's duration syntax) and its length.
 BUDGET_DURATION = "1h"
@@ -27,7 +28,10 @@ VLLM_PORT = 8000
 
 
 def usd_per_unit(pool: PoolPolicy) -> float:
-    """What one unit costs when the pool sells its whole capacity: $/month over units/month."""
+    """What one unit costs when the pool sells its whole capacity: the policy's own figure (priced with the
+    deployment's hours per month), else $/month over units in a 720-hour month."""
+    if pool.usd_per_unit is not None:
+        return pool.usd_per_unit
     return pool.usd_per_month / (pool.capacity_units_per_s * SECONDS_PER_MONTH)
 
 

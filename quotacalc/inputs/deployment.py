@@ -110,12 +110,15 @@ def _problem(error: Any) -> tuple[str, str | None]:
 
 def load_plan_file(path: str) -> PlanFile:
     """Read a deployment YAML file strictly: duplicate keys, unknown keys and bad YAML are errors."""
-    file = Path(path)
     from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file  # PyYAML only when a file is given
 
-    text = read_text_file(file, what="deployment YAML")
+    text = read_text_file(Path(path), what="deployment YAML")
+    return plan_file_from_document(load_yaml_text(text, source=path), path)
 
-    document = load_yaml_text(text, source=path)
+
+def plan_file_from_document(document: object, path: str) -> PlanFile:
+    """A flat plan's parsed YAML as its deployment keys, tenant and calibration (the file read once)."""
+    file = Path(path)
     if document is None:
         document = {}
     if not isinstance(document, dict):

@@ -210,9 +210,9 @@ def deployment_source(path: str, pool: str | None) -> PlanFile:
             raise UsageError(
                 f"a flat plan has one pool, '{DEFAULT_POOL}'", source=path, field="--pool", fix="drop --pool"
             )
-        from quotacalc.inputs.deployment import load_plan_file
+        from quotacalc.inputs.deployment import plan_file_from_document
 
-        return load_plan_file(path)
+        return plan_file_from_document(document, path)
     file = _validate_file(document, path)
     names = [pool_file.name for pool_file in file.pools]
     if pool is None:
@@ -445,9 +445,9 @@ def load_plan(path: str) -> tuple[Plan, bool]:
     document = read_document(path)
     if is_platform(document):
         return read_platform_plan(document, path), True
-    from quotacalc.inputs.deployment import load_plan_file
+    from quotacalc.inputs.deployment import plan_file_from_document
 
-    return flat_plan(load_plan_file(path), path), False
+    return flat_plan(plan_file_from_document(document, path), path), False
 
 
 def is_platform_file(path: str) -> bool:
