@@ -8,8 +8,9 @@ replica.output_weight, replica.replica_units_per_s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+# typing.TYPE_CHECKING without importing typing: the console script imports this file before the CLI's Ctrl-C
+# guard is in place (cli/entry.py), so it imports nothing.
+TYPE_CHECKING = False
 
 # Imported on first use, so the CLI's start-up pays only for what a command needs.
 _EXPORTS = {
@@ -59,11 +60,15 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
+        import importlib
+
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'quotacalc' has no attribute '{name}'")
 
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from quotacalc.core.arch import ModelArch, ParamGroup
     from quotacalc.core.deployment import Deployment, Tenant
     from quotacalc.core.kv import RequestKvResult, request_kv

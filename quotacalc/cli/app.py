@@ -1,24 +1,42 @@
-"""The ``quotacalc`` command line: parse, call the core, render. Nothing is computed here."""
+"""The ``quotacalc`` command line: parse, call the core, render. Nothing is computed here.
+
+Commands are declared here and built only when they run (cli/lazy.py): a call pays for its own
+command's options, imports and models, not for the other ten.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from quotacalc.cli.options import option_parameters, whole_number, with_options
-from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, Deployment, Tenant
+from quotacalc.cli.lazy import LazyCommands, LazyGroup
+from quotacalc.cli.options import option_parameters, whole_number
 from quotacalc.errors import QuotacalcError
 
+if TYPE_CHECKING:
+    from quotacalc.core.deployment import Deployment
+
+_SETTINGS: dict[str, Any] = {
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+    # Plain help: it fits a pipe and a narrow terminal, shows each default, and no <bool> on flags.
+    "rich_markup_mode": None,
+}
+commands = LazyCommands(**_SETTINGS)
+
+
+class _Group(LazyGroup):
+    commands_declared = commands
+
+
 app = typer.Typer(
+    cls=_Group,
     help="Price LLM serving in replica time and KV memory, and size tenants on shared replicas.",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    # Plain help: it fits a pipe and a narrow terminal, shows each default, and no <bool> on flags.
-    rich_markup_mode=None,
+    **_SETTINGS,
 )
 
 
@@ -64,9 +82,23 @@ def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
         )
 
 
-COMPARABLE_OPTIONS = option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))
-DEPLOYMENT_OPTIONS_NO_CONTEXT = option_parameters(Deployment, panel="Deployment", exclude=("context",))
-TENANT_OPTIONS = option_parameters(Tenant, panel="Tenant")
+# Each command's generated options, made only when that command is built.
+def _comparable_options() -> dict[str, list]:
+    from quotacalc.core.deployment import Deployment
+
+    return {"deployment_flags": option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))}
+
+
+def _tenant_options() -> dict[str, list]:
+    from quotacalc.core.deployment import Tenant
+
+    return {**_comparable_options(), "tenant_flags": option_parameters(Tenant, panel="Tenant")}
+
+
+def _options_no_context() -> dict[str, list]:
+    from quotacalc.core.deployment import Deployment
+
+    return {"deployment_flags": option_parameters(Deployment, panel="Deployment", exclude=("context",))}
 
 
 def _load(
@@ -76,13 +108,16 @@ def _load(
     pool: str | None = None,
 ):
     from quotacalc.inputs.deployment import build_deployment, build_tenant
-    from quotacalc.inputs.plan import deployment_source
 
     if pool is not None and not plan:
         from quotacalc.errors import UsageError
 
         raise UsageError("needs a plan file", field="--pool")
-    plan_file = deployment_source(plan, pool) if plan else None
+    plan_file = None
+    if plan:
+        from quotacalc.inputs.plan import deployment_source
+
+        plan_file = deployment_source(plan, pool)
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     tenant = None
     if tenant_flags is not None:
@@ -97,8 +132,16 @@ def _price(deployment: Deployment):
     return price(resolve(deployment))
 
 
-@app.command("price")
-@with_options({"deployment_flags": COMPARABLE_OPTIONS})
+def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | None]:
+    """cli/calibrate.py's ``plan_calibration``, imported only when there is a plan to read it from."""
+    if plan_file is None:
+        return None, None
+    from quotacalc.cli.calibrate import plan_calibration as of_plan
+
+    return of_plan(plan_file, inputs)
+
+
+@commands.command("price", options=_comparable_options)
 def price_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
@@ -130,8 +173,13 @@ def price_command(
     _warn(result.warnings + calibration[1:2] if calibration[1] else result.warnings, strict=strict, printed=not as_json)
 
 
-@app.command("size")
-@with_options({"deployment_flags": COMPARABLE_OPTIONS, "tenant_flags": TENANT_OPTIONS})
+def _is_platform_file(plan: str) -> bool:
+    from quotacalc.inputs.plan import is_platform_file
+
+    return is_platform_file(plan)
+
+
+@commands.command("size", options=_tenant_options)
 def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
@@ -148,10 +196,9 @@ def size_command(
     On a platform plan (without tenant flags): one row per tenant, and totals."""
     from quotacalc.cli.compare import check_format, run_comparison, split_axes
     from quotacalc.core.tenant import size_tenant
-    from quotacalc.inputs.plan import is_platform_file
 
     deployment_flags, axes = split_axes(deployment_flags)
-    if plan and all(value is None for value in tenant_flags.values()) and is_platform_file(plan):
+    if plan and all(value is None for value in tenant_flags.values()) and _is_platform_file(plan):
         from quotacalc.cli.plan_cmds import size_platform
 
         if axes.is_comparison:
@@ -179,8 +226,7 @@ def size_command(
     _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 
-@app.command("kv")
-@with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})
+@commands.command("kv", options=_options_no_context)
 def kv_command(
     plan: PlanArgument = None,
     context: Annotated[
@@ -195,6 +241,7 @@ def kv_command(
     deployment_flags,
 ):
     """One request's KV at a context length: bytes, per GPU, share of the pool, how many fill a replica."""
+    from quotacalc.core.deployment import MAX_CONTEXT_TOKENS
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
@@ -217,7 +264,7 @@ def kv_command(
     _warn(result.replica.warnings, strict=strict, printed=not as_json)
 
 
-@app.command("models")
+@commands.command("models")
 def models_command(
     as_json: JsonOption = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="print docs/models.md (a table per model)")] = False,
@@ -233,7 +280,7 @@ def models_command(
     models_listing(as_json=as_json)
 
 
-@app.command("gpus")
+@commands.command("gpus")
 def gpus_command(
     as_json: JsonOption = False,
     sources: Annotated[bool, typer.Option("--sources", help="show where each figure comes from")] = False,
@@ -251,7 +298,7 @@ SecretFileOption = Annotated[
 PlanFileArgument = Annotated[str, typer.Argument(help="plan YAML file (platform or flat)", show_default=False)]
 
 
-@app.command("schema")
+@commands.command("schema")
 def schema_command(
     what: Annotated[str, typer.Argument(help="plan (a plan file) or policy (the canonical policy)")] = "plan",
 ):
@@ -261,7 +308,7 @@ def schema_command(
     schema(what)
 
 
-@app.command("check")
+@commands.command("check")
 def check_command(
     plan: PlanFileArgument,
     as_json: JsonOption = False,
@@ -279,7 +326,7 @@ def check_command(
     )
 
 
-@app.command("generate")
+@commands.command("generate")
 def generate_command(
     plan: PlanFileArgument,
     out: Annotated[str, typer.Option("--out", help="output directory")],
@@ -323,7 +370,7 @@ def _interrupted() -> NoReturn:
     _fail("interrupted", 130)
 
 
-@app.command("examples")
+@commands.command("examples")
 def examples_command(
     name: Annotated[str | None, typer.Argument(help="an example's name; omit to list them", show_default=False)] = None,
     copy_to: Annotated[
@@ -337,7 +384,7 @@ def examples_command(
     run(name, copy_to, as_json)
 
 
-@app.command("simulate")
+@commands.command("simulate")
 def simulate_command(
     scenario: Annotated[
         str, typer.Argument(help="scenario YAML: a plan (named or embedded) and each tenant's workload")
@@ -359,10 +406,14 @@ def simulate_command(
     run_simulate(scenario, seed=seed, as_json=as_json, plot=plot, requests=requests)
 
 
-from quotacalc.cli.calibrate import calibrate_command, plan_calibration  # noqa: E402  (the body lives there)
-
-# The deployment's options are kv's (one set of option objects built at start-up; --context plays no part in a fit).
-app.command("calibrate")(with_options({"deployment_flags": DEPLOYMENT_OPTIONS_NO_CONTEXT})(calibrate_command))
+# The body lives in cli/calibrate.py (imported when calibrate runs; the summary is its help's first paragraph,
+# which tests/test_startup.py holds to it). The deployment's options are kv's: --context plays no part in a fit.
+commands.declare(
+    "calibrate",
+    "quotacalc.cli.calibrate:calibrate_command",
+    summary="Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log.",
+    options=_options_no_context,
+)
 
 
 def main() -> None:

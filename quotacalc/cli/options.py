@@ -1,4 +1,7 @@
-"""Command-line options generated from the input models, so flags, YAML keys and docs never drift."""
+"""Command-line options generated from the input models, so flags, YAML keys and docs never drift.
+
+Built when a command that takes them runs (cli/app.py), not at start-up: only that command's tables.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,9 @@ from collections.abc import Callable
 from typing import Annotated, Any, Union
 
 import typer
-from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
 
-from quotacalc.inputs.deployment import flag_name
+if typing.TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def _plain_type(annotation: Any) -> Any:
@@ -26,6 +28,8 @@ def _plain_type(annotation: Any) -> Any:
 
 
 def _is_model(annotation: Any) -> bool:
+    from pydantic import BaseModel
+
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
@@ -36,6 +40,10 @@ def option_parameters(
 
     Fields named in ``lists`` take a comma-separated list as text (``--tp 2,4,8``); the command parses it.
     """
+    from pydantic_core import PydanticUndefined
+
+    from quotacalc.inputs.deployment import flag_name
+
     parameters = []
     for name, field in model.model_fields.items():
         # A structured field (a mapping) is a file's business; it has no flag.
