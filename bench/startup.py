@@ -2,7 +2,7 @@
 
 Usage (from the repo root, quotacalc installed):
 
-    python bench/startup.py [--runs 20] [--markdown]
+    python bench/startup.py [--runs 20] [--markdown] [--instructions]
 
 Each command runs once cold (an empty cache directory, as on a fresh machine or a CI container)
 and then ``--runs`` times warm (the cache filled), each in a fresh process, as a user runs it.
@@ -10,6 +10,13 @@ Shipped models are pre-resolved (quotacalc/catalog/specs), so even their cold ca
 transformers; the last case prices a copy of a shipped config at a path, which is not shipped,
 to show what the transformers import costs the first call on any other config. Reports min, median and 90th percentile wall seconds. The verdict uses the minimum,
 as timeit advises: higher values come from other processes interfering, not from the code.
+
+Two floors frame quotacalc's own cost: a one-option typer app that validates one pydantic model and
+prints a rich table (bench/floor_app.py), and the same deployment priced by the library with typer
+imported and no CLI at all (FLOOR_CORE): what ``price --json`` costs above it is the command line's.
+
+``--instructions`` also counts each warm call's instructions under valgrind (callgrind): one run
+each, slow, but the same count on a busy machine as on a quiet one, where wall times are not.
 
 Bytecode: a user's Python caches compiled modules (``__pycache__``); a sandbox that sets
 PYTHONDONTWRITEBYTECODE recompiles every module on every call. The benchmark compiles the
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -31,9 +39,19 @@ import time
 
 PRICE = ["price", "--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8"]
 FLOOR = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_app.py"), "--value", "2"]
+#: The pure core under the CLI's libraries: typer and pydantic imported, the deployment priced, one figure printed.
+FLOOR_CORE = [
+    sys.executable,
+    "-c",
+    "import typer\n"
+    "from quotacalc import Deployment, price, resolve\n"
+    "d = Deployment(model='Llama-3.3-70B-Instruct', gpu='h100-sxm', tp=4, weight_dtype='fp8')\n"
+    "print(price(resolve(d)).replica_units_per_s)",
+]
 LOCAL = ["price", "--model", "{local}", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8"]
 CASES = {
     "floor: typer + pydantic + rich, one option (bench/floor_app.py)": FLOOR,
+    "floor: typer + pydantic + the core pricing it, no CLI": FLOOR_CORE,
     "quotacalc --help": ["--help"],
     "quotacalc price (shipped model)": PRICE,
     "quotacalc price --json": [*PRICE, "--json"],
@@ -60,10 +78,32 @@ def _time(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _instructions(command: list[str], env: dict[str, str]) -> float | None:
+    """Millions of instructions of one run under callgrind, or None without valgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "callgrind.out")
+        proc = subprocess.run(
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", *command],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
+    counted = re.search(r"Collected : (\d+)", proc.stderr)
+    return int(counted.group(1)) / 1e6 if counted else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--markdown", action="store_true", help="print a docs/benchmarks.md table")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count each warm call's instructions (valgrind, slow)"
+    )
     args = parser.parse_args()
     import quotacalc
 
@@ -82,30 +122,36 @@ def main() -> None:
             command = arguments if arguments[0] == sys.executable else [*_quotacalc(), *arguments]
             cold, cold_cpu = _time(command, env)
             runs = [_time(command, env) for _ in range(args.runs)]
+            counted = _instructions(command, env) if args.instructions else None
         warm = sorted(wall for wall, _ in runs)
         warm_cpu = min(cpu for _, cpu in runs)
         p90 = warm[min(len(warm) - 1, int(0.9 * len(warm)))]
-        rows.append((label, cold, warm[0], statistics.median(warm), p90, cold_cpu, warm_cpu))
+        rows.append((label, cold, warm[0], statistics.median(warm), p90, cold_cpu, warm_cpu, counted))
+    load = f"load average {os.getloadavg()[0]:.1f} at the end" if hasattr(os, "getloadavg") else ""
     if args.markdown:
         print(
             "| command | cold (empty cache) | warm min | warm median | warm p90 | CPU cold | CPU warm min "
-            f"| min under {BUDGET_S} s |"
+            f"| warm instructions | min under {BUDGET_S} s |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
-        for label, cold, best, median, p90, cold_cpu, warm_cpu in rows:
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for label, cold, best, median, p90, cold_cpu, warm_cpu, counted in rows:
+            shown = f"{counted:,.0f} M" if counted is not None else "-"
             print(
                 f"| `{label}` | {cold:.3f} s | {best:.3f} s | {median:.3f} s | {p90:.3f} s | {cold_cpu:.3f} s "
-                f"| {warm_cpu:.3f} s | {'yes' if best < BUDGET_S else 'NO'} |"
+                f"| {warm_cpu:.3f} s | {shown} | {'yes' if best < BUDGET_S else 'NO'} |"
             )
         print(
-            f"\n{args.runs} warm runs each; Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs."
+            f"\n{args.runs} warm runs each; Python {platform.python_version()}, {platform.machine()}, "
+            f"{os.cpu_count()} CPUs; {load}."
         )
     else:
-        for label, cold, best, median, p90, cold_cpu, warm_cpu in rows:
+        for label, cold, best, median, p90, cold_cpu, warm_cpu, counted in rows:
+            shown = f"  {counted:,.0f} M instructions" if counted is not None else ""
             print(
                 f"{label:44s} cold {cold:.3f}s (CPU {cold_cpu:.3f}s)  warm min {best:.3f}s  median {median:.3f}s  "
-                f"p90 {p90:.3f}s (CPU min {warm_cpu:.3f}s)"
+                f"p90 {p90:.3f}s (CPU min {warm_cpu:.3f}s){shown}"
             )
+        print(load)
 
 
 if __name__ == "__main__":

@@ -74,8 +74,10 @@ def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
         (["price", *LLAMA, "--json"], "price"),
         (["kv", *LLAMA, "--context", "131072", "--json"], "kv"),
         (["size", *LLAMA, "--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500", "--json"], "size"),
+        (["gpus", "--json"], "gpus"),
+        (["models", "--json"], "models"),
     ],
-    ids=["price", "kv", "size"],
+    ids=["price", "kv", "size", "gpus", "models"],
 )
 def test_a_json_call_builds_its_command_alone(tmp_path, args, command):
     report = _run_and_report(tmp_path, *args)

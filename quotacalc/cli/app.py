@@ -275,7 +275,7 @@ def models_command(
 
         sys.stdout.write(models_markdown())
         return
-    from quotacalc.cli.tables import models_listing
+    from quotacalc.cli.listings import models_listing
 
     models_listing(as_json=as_json)
 
@@ -286,7 +286,7 @@ def gpus_command(
     sources: Annotated[bool, typer.Option("--sources", help="show where each figure comes from")] = False,
 ):
     """List the GPU catalog: memory, bandwidth, dense TFLOPS per dtype."""
-    from quotacalc.cli.tables import gpus_listing
+    from quotacalc.cli.listings import gpus_listing
 
     gpus_listing(as_json=as_json, sources=sources)
 

@@ -12,12 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 from quotacalc.cli import units
-from quotacalc.cli.json_out import Calibration, emit_json, listing_json
+from quotacalc.cli.json_out import Calibration
 from quotacalc.cli.streams import print_warnings
 from quotacalc.core.deployment import GIB
 from quotacalc.errors import printable
 
 if TYPE_CHECKING:  # each command imports only the core modules it runs
+    from quotacalc.catalog.gpus import GpuCatalog
     from quotacalc.core.explain import Step
     from quotacalc.core.kv import RequestKvResult
     from quotacalc.core.price import PriceResult
@@ -307,31 +308,8 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
 _SHORT_KIND = {"full_attention": "full", "sliding_attention": "sliding", "mamba1": "mamba", "mamba2": "mamba2"}
 
 
-def models_listing(*, as_json: bool) -> None:
-    from quotacalc.catalog.models import shipped_models
-    from quotacalc.core import memory
-    from quotacalc.inputs.resolve import load_arch
-
-    rows = []
-    for shipped in shipped_models():
-        arch, resolved = load_arch(shipped.name)
-        rows.append(
-            {
-                "name": shipped.name,
-                "hf_ids": list(shipped.hf_ids),
-                "model_type": arch.model_type,
-                "total_params": arch.total_params(),
-                "active_params": arch.active_params(),
-                "layer_kinds": arch.mixer_counts(),
-                "kv_bytes_per_token_bf16": memory.kv_bytes_per_token(arch, 2),
-                "checkpoint_dtype": arch.checkpoint_dtype,
-                "quantization": (resolved.config.get("quantization_config") or {}).get("quant_method"),
-                "max_context_tokens": arch.max_context_tokens,
-            }
-        )
-    if as_json:
-        emit_json(listing_json("models", "models", rows))
-        return
+def models_table(rows: list[dict]) -> None:
+    """The shipped models as cli/listings.py lists them, one row each."""
     table = Table(title="Shipped models (models/; provenance in models/SOURCES.md)", title_justify="left")
     for column in ("name", "type", "params", "active", "KV B/token", "layers", "weights"):
         numeric = column in ("params", "active", "KV B/token")
@@ -352,13 +330,8 @@ def models_listing(*, as_json: bool) -> None:
     _print_table(_console(), table)
 
 
-def gpus_listing(*, as_json: bool, sources: bool) -> None:
-    from quotacalc.catalog.gpus import load_gpu_catalog
-
-    catalog = load_gpu_catalog()
-    if as_json:
-        emit_json(listing_json("gpus", "gpus", [gpu.model_dump() for gpu in catalog.gpus.values()]))
-        return
+def gpus_table(catalog: GpuCatalog, *, sources: bool) -> None:
+    """The GPU catalog, one row per GPU; with ``sources``, where each figure comes from."""
     table = Table(title="GPU catalog (dense peak; efficiencies are deployment inputs)", title_justify="left")
     for column in ("id", "name", "memory", "bandwidth", "fp8 TFLOPS", "bf16 TFLOPS", "fp4 TFLOPS"):
         table.add_column(
