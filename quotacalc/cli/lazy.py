@@ -58,15 +58,16 @@ class LazyCommands(MutableMapping[str, "Command"]):
 
     def declare(
         self, name: str, load: Callable[[], Callable] | str, *, summary: str, options: OptionGroups | None = None
-    ):
+    ) -> None:
         """Declare command ``name``; ``load`` returns its function, or names it as ``"module:function"``
         (imported only when the command runs, so ``summary`` states its help's first paragraph)."""
         if isinstance(load, str):
             module, _, attribute = load.partition(":")
 
-            def load() -> Callable:
+            def import_function() -> Callable:
                 return getattr(importlib.import_module(module), attribute)
 
+            load = import_function
         self._declared[name] = Declared(load=load, summary=summary, options=options)
 
     def summary(self, name: str) -> str:
