@@ -211,12 +211,13 @@ def generate(
 ) -> int:
     """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code."""
     from quotacalc.core.checks import check_plan
-    from quotacalc.exporters.base import ExportOptions, GeneratedFile
+    from quotacalc.exporters.base import SALTED_TARGETS, ExportOptions, GeneratedFile
     from quotacalc.exporters.writer import check_files, write_files
 
     names, explicit = _targets(target)
     _, policy, pool_warnings = load_priced_policy(path)
-    salts = _salts(policy, secret_file, required=True) or {}
+    needs_salts = any(name in SALTED_TARGETS for name in names)
+    salts = _salts(policy, secret_file, required=needs_salts) or {}
     result = check_plan(policy, salts=salts if salts else None, pool_warnings=pool_warnings)
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
