@@ -7,7 +7,8 @@ Usage (from the repo root, quotacalc installed):
 For every measured point it prints the prediction at the default efficiencies and overheads, the
 measurement and the relative error, then the summary: mean absolute error of decode ITL and of
 TTFT, median absolute error of the KV pool, on the points the defaults were fitted on and on the
-held-out points separately. Prediction per kind:
+held-out points separately, then the same errors per GPU (every point, fitted or not). Prediction
+per kind:
 
 - itl: ReplicaModel.loaded_itl_s(concurrency, prompt, output) (the other requests' prefills
   interleaved);
@@ -93,18 +94,37 @@ def weight_rows() -> list[tuple[str, float, float]]:
 
 def rows() -> list[tuple[str, str, str, float, float, bool]]:
     """(group, id, unit, predicted, measured, held_out) for every point."""
+    return [row[:6] for row in gpu_rows()]
+
+
+def gpu_rows() -> list[tuple[str, str, str, float, float, bool, str]]:
+    """rows() with each point's GPU (catalog key) appended."""
     out = []
     for point in load("decode_itl.yaml"):
         unit = "ITL s" if point["kind"] == "itl" else "e2e s"
-        out.append(
-            ("ITL", point["id"], unit, predict_decode(point), measured_decode(point), bool(point.get("held_out")))
-        )
+        held = bool(point.get("held_out"))
+        out.append(("ITL", point["id"], unit, predict_decode(point), measured_decode(point), held, point["gpu"]))
     for point in load("ttft.yaml"):
-        out.append(("TTFT", point["id"], "s", predict_ttft(point), point["ttft_s"], bool(point.get("held_out"))))
+        held = bool(point.get("held_out"))
+        out.append(("TTFT", point["id"], "s", predict_ttft(point), point["ttft_s"], held, point["gpu"]))
     for point in load("kv_pool.yaml"):
         predicted, measured, unit = predict_pool(point)
-        out.append(("KV pool", point["id"], unit, predicted, measured, bool(point.get("held_out"))))
+        out.append(("KV pool", point["id"], unit, predicted, measured, bool(point.get("held_out")), point["gpu"]))
     return out
+
+
+def per_gpu(table: list[tuple[str, str, str, float, float, bool, str]]) -> dict[str, dict[str, tuple[float, int]]]:
+    """GPU -> group -> (absolute error, number of points) over every point of that GPU: the mean for ITL
+    and TTFT, the median for the KV pool, as in summary()."""
+    result: dict[str, dict[str, tuple[float, int]]] = {}
+    for gpu in sorted({row[6] for row in table}):
+        for group, stat in (("ITL", statistics.mean), ("TTFT", statistics.mean), ("KV pool", statistics.median)):
+            errors = [
+                abs(pred / meas - 1) for g, _, _, pred, meas, _, row_gpu in table if g == group and row_gpu == gpu
+            ]
+            if errors:
+                result.setdefault(gpu, {})[group] = (stat(errors), len(errors))
+    return result
 
 
 def summary(table: list[tuple[str, str, str, float, float, bool]], held_out: bool | None) -> dict[str, float]:
@@ -121,7 +141,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    table = rows()
+    with_gpu = gpu_rows()
+    table = [row[:6] for row in with_gpu]
     if args.markdown:
         print("| kind | point | set | unit | predicted | measured | error |")
         print("|---|---|---|---|---:|---:|---:|")
@@ -135,6 +156,14 @@ def main() -> None:
             s = summary(table, held)
             print(f"| {label} | {s.get('ITL', 0):.1%} | {s.get('TTFT', 0):.1%} | {s.get('KV pool', 0):.1%} |")
         print()
+        print(
+            "| GPU (all points) | ITL mean abs. error (points) | TTFT mean abs. error (points) | KV pool median abs. error (points) |"
+        )
+        print("|---|---:|---:|---:|")
+        for gpu, groups in per_gpu(with_gpu).items():
+            cells = [f"{groups[g][0]:.1%} ({groups[g][1]})" if g in groups else "-" for g in ("ITL", "TTFT", "KV pool")]
+            print(f"| {gpu} | " + " | ".join(cells) + " |")
+        print()
         print("| weight log | quotacalc GiB/GPU | vLLM 'Model loading took' GiB | error |")
         print("|---|---:|---:|---:|")
         for ident, pred, meas in weight_rows():
@@ -146,6 +175,8 @@ def main() -> None:
     for label, held in (("fit", False), ("held out", True), ("all", None)):
         s = summary(table, held)
         print(f"{label:9s} " + "  ".join(f"{key} {value:.1%}" for key, value in s.items()))
+    for gpu, groups in per_gpu(with_gpu).items():
+        print(f"{gpu:14s} " + "  ".join(f"{g} {err:.1%} ({n})" for g, (err, n) in groups.items()))
 
 
 if __name__ == "__main__":

@@ -348,6 +348,9 @@ def test_accuracy_targets_and_the_doc_that_reports_them():
         for line in table.splitlines()
         if line.startswith("| fit") or line.startswith("| held out")
     }
+    # Per GPU (all points): reported with any miss, not a target of its own (L4 and A100 40GB miss 10%
+    # at the default MBU; docs/accuracy.md says why).
+    per_gpu = [line for line in table.splitlines() if line.startswith("| ") and "(" in line and "%" in line]
     for label in ("fit", "held out"):
         itl, ttft, _ = (float(cell.strip().rstrip("%")) for cell in summary[label])
-        assert itl < 10 and ttft < 20, (label, itl, ttft)
+        assert itl < 10 and ttft < 20, (label, itl, ttft, per_gpu)
