@@ -31,6 +31,7 @@ import yaml
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.memory import GIB
 from quotacalc.core.replica import ReplicaModel, replica_model
+from quotacalc.core.weights import engine_padding_bytes_per_gpu
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "measurements"
 
@@ -39,15 +40,24 @@ def load(name: str) -> list[dict[str, Any]]:
     return yaml.safe_load((DATA / name).read_text())["points"]
 
 
+ROOT = DATA.parent.parent.parent
+
+
+def model_of_point(point: dict[str, Any]) -> str:
+    """A shipped model's name, or a config under tests/data/ (a path from the repository root)."""
+    model = point["model"]
+    return str(ROOT / model) if model.startswith("tests/") else model
+
+
 def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
     fields = {
-        "model": point["model"],
+        "model": model_of_point(point),
         "gpu": point["gpu"],
         "tp": point["tp"],
         "weight_dtype": point.get("weight_dtype"),
         "kv_dtype": point.get("kv_dtype"),
     }
-    for key in ("memory_utilization", "max_num_batched_tokens"):
+    for key in ("memory_utilization", "max_num_batched_tokens", "mxfp4_moe_backend"):
         if point.get(key) is not None:
             fields[key] = point[key]
     return Deployment(**fields, **overrides)
@@ -87,9 +97,16 @@ def predict_pool(point: dict[str, Any], **overrides: Any) -> tuple[float, float,
 def weight_rows() -> list[tuple[str, float, float]]:
     """(id, predicted GiB per GPU, vLLM's 'Model loading took' GiB) for every weight log."""
     logs = yaml.safe_load((DATA / "kv_pool.yaml").read_text()).get("weight_logs", [])
-    return [
-        (log["id"], price(resolve(deployment_of(log))).weight_bytes_per_gpu / GIB, log["weights_gib"]) for log in logs
-    ]
+    return [(log["id"], resident_weights_gib(log), log["weights_gib"]) for log in logs]
+
+
+def resident_weights_gib(point: dict[str, Any]) -> float:
+    """quotacalc's weights per GPU as the engine holds them (padding included), without pricing: a log
+    whose pool came out negative still has weights to compare."""
+    inputs = resolve(deployment_of(point))
+    layout, deployment = inputs.weights, inputs.deployment
+    checkpoint = layout.weight_bytes(inputs.arch.params_by_group()) / deployment.tp
+    return (checkpoint + engine_padding_bytes_per_gpu(inputs.arch, layout, deployment, inputs.gpu)) / GIB
 
 
 def rows() -> list[tuple[str, str, str, float, float, bool]]:
