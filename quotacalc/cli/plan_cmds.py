@@ -52,13 +52,28 @@ def load_priced_policy(
     path: str, deployment_flags: dict[str, Any] | None = None
 ) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]]]:
     """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings."""
-    from quotacalc.core.policy import build_policy
-    from quotacalc.inputs.plan import load_plan
+    plan, policy, warnings, _ = load_calibrated_policy(path, deployment_flags)
+    return plan, policy, warnings
 
-    plan, platform = load_plan(path)
+
+def load_calibrated_policy(
+    path: str, deployment_flags: dict[str, Any] | None = None
+) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]], dict[str, Any]]:
+    """``load_priced_policy``, and whether each pool's calibration holds for the deployment priced:
+    pool name -> (the ``calibrated`` summary or None, why it does not hold or None), as price says it."""
+    from quotacalc.core.policy import build_policy
+    from quotacalc.inputs.plan import load_plan_calibrations
+
+    plan, platform, sections = load_plan_calibrations(path)
     priced = price_pools(plan, deployment_flags, source=path, platform=platform)
     warnings = {name: replica.warnings for name, replica in priced.items() if replica.warnings}
-    return plan, build_policy(plan, priced), warnings
+    calibrated: dict[str, Any] = {name: (None, None) for name in priced}
+    if any(section is not None for section in sections.values()):
+        from quotacalc.core.calibrate import calibration_status
+
+        for name, replica in priced.items():
+            calibrated[name] = calibration_status(sections.get(name), replica.inputs)
+    return plan, build_policy(plan, priced), warnings, calibrated
 
 
 def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
@@ -115,7 +130,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
 
     if not reversal_replicas > 0:
         raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
-    _, policy, pool_warnings = load_priced_policy(path)
+    _, policy, pool_warnings, calibrated = load_calibrated_policy(path)
     salts = _salts(policy, secret_file, required=False)
     result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas, pool_warnings=pool_warnings)
     if strict:
@@ -133,6 +148,8 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
                 "reversal_replicas": result.reversal_replicas,
                 "salts_checked": result.salts_checked,
                 "findings": [finding.model_dump() for finding in result.findings],
+                # Each pool's calibration (quotacalc calibrate --write) as price reports it; null: none holds.
+                "calibrated": {name: summary for name, (summary, _) in calibrated.items()},
             }
         )
     else:
@@ -286,7 +303,7 @@ def size_platform(
     """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals."""
     from quotacalc.core.plan_size import size_plan
 
-    plan, policy = load_policy(path, deployment_flags)
+    plan, policy, _, calibrated = load_calibrated_policy(path, deployment_flags)
     if pool is not None and pool not in [entry.name for entry in plan.pools]:
         from quotacalc.errors import close_names
 
@@ -305,18 +322,21 @@ def size_platform(
                 "tenants": [row.model_dump() for row in result.tenants],
                 "totals": result.totals.model_dump(),
                 "pools": [
-                    entry.model_dump(
-                        include={
-                            "name",
-                            "role",
-                            "replicas",
-                            "output_weight",
-                            "replica_units_per_s",
-                            "capacity_units_per_s",
-                            "usd_per_replica_month",
-                            "usd_per_month",
-                        }
-                    )
+                    {
+                        **entry.model_dump(
+                            include={
+                                "name",
+                                "role",
+                                "replicas",
+                                "output_weight",
+                                "replica_units_per_s",
+                                "capacity_units_per_s",
+                                "usd_per_replica_month",
+                                "usd_per_month",
+                            }
+                        ),
+                        "calibrated": calibrated[entry.name][0],
+                    }
                     for entry in policy.pools
                 ],
                 "formulas": _SIZE_FORMULAS,
