@@ -197,3 +197,33 @@ def test_a_broken_pool_calibration_section_names_its_yaml_path(run_cli, platform
     assert run_cli("price", flat)[0] == code
     code, _, err = run_cli("check", platform)
     assert code != 0 and "pools[1].calibration.rows" in _one_line(err)
+
+
+def test_a_pool_whose_calibration_no_longer_holds_says_why(run_cli, platform):
+    assert run_cli("calibrate", platform, "--pool", "shared", "--bench", _bench(platform), "--write", platform)[0] == 0
+    # The plan's author moves the calibrated pool to TP 8 afterwards (its measured pool dropped with it).
+    text = platform.read_text(encoding="utf-8")
+    moved = text.replace(
+        "deployment: {batch: 128, context: 1700, mfu:",
+        "deployment: {tp: 8, kv_pool_tokens: null, batch: 128, context: 1700, mfu:",
+    )
+    assert moved != text
+    platform.write_text(moved, encoding="utf-8")
+    code, out, err = run_cli("check", platform, "--json")
+    assert json.loads(out)["calibrated"]["shared"] is None
+    assert "pool 'shared': not calibrated" in err and "tp 4 -> 8" in err
+    code, out, err = run_cli("size", platform, "--json")
+    assert code == 0, err
+    assert {entry["name"]: entry["calibrated"] for entry in json.loads(out)["pools"]}["shared"] is None
+    assert "pool 'shared': not calibrated" in err and "tp 4 -> 8" in err
+
+
+def test_calibrate_json_names_the_pool(run_cli, platform):
+    code, out, err = run_cli("calibrate", platform, "--pool", "long", "--bench", _bench(platform), "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["pool"] == "long" and document["written"] is None
+    assert document["inputs"]["deployment"]["context"] == 65536  # the pool's own key over the defaults
+    code, out, err = run_cli("calibrate", FLAT, "--bench", _bench(platform), "--json")
+    assert code == 0, err
+    assert json.loads(out)["pool"] is None

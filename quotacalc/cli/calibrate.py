@@ -145,11 +145,11 @@ def calibrate_command(
         from quotacalc.cli.calibrate_out import calibrate_json
         from quotacalc.cli.json_out import emit_json
 
-        emit_json(calibrate_json(result, section, notes, written=write))
+        emit_json(calibrate_json(result, section, notes, written=write, pool=pool if platform else None))
     else:
         from quotacalc.cli.calibrate_out import calibrate_table
 
-        calibrate_table(result, inputs, notes, written=write)
+        calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
 
 
 def _write_plan(

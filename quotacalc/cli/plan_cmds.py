@@ -76,6 +76,13 @@ def load_calibrated_policy(
     return plan, build_policy(plan, priced), warnings, calibrated
 
 
+def _calibration_warnings(calibrated: dict[str, Any]) -> None:
+    """Say on stderr, per pool, why a plan's calibration does not hold (the GPU, TP or a fitted value changed)."""
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings([f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note])
+
+
 def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
     """salt_ref -> salt, or None when no secret is given (an error when ``required`` and a tenant is salted)."""
     from quotacalc.core.salts import derive_salts
@@ -135,6 +142,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
     result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas, pool_warnings=pool_warnings)
     if strict:
         result = _strict(result)
+    _calibration_warnings(calibrated)
     errors = result.count("error")
     if as_json:
         emit_json(
@@ -312,6 +320,7 @@ def size_platform(
         hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     result = size_plan(policy, pool=pool)
+    _calibration_warnings(calibrated)
     if as_json:
         emit_json(
             {
