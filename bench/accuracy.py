@@ -7,7 +7,8 @@ Usage (from the repo root, quotacalc installed):
 For every measured point it prints the prediction at the default efficiencies and overheads, the
 measurement and the relative error, then the summary: mean absolute error of decode ITL and of
 TTFT, median absolute error of the KV pool, on the points the defaults were fitted on and on the
-held-out points separately. Prediction per kind:
+held-out points separately, then the same errors per GPU (every point, fitted or not). Prediction
+per kind:
 
 - itl: ReplicaModel.loaded_itl_s(concurrency, prompt, output) (the other requests' prefills
   interleaved);
@@ -30,6 +31,7 @@ import yaml
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.memory import GIB
 from quotacalc.core.replica import ReplicaModel, replica_model
+from quotacalc.core.weights import engine_padding_bytes_per_gpu
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "measurements"
 
@@ -38,15 +40,24 @@ def load(name: str) -> list[dict[str, Any]]:
     return yaml.safe_load((DATA / name).read_text())["points"]
 
 
+ROOT = DATA.parent.parent.parent
+
+
+def model_of_point(point: dict[str, Any]) -> str:
+    """A shipped model's name, or a config under tests/data/ (a path from the repository root)."""
+    model = point["model"]
+    return str(ROOT / model) if model.startswith("tests/") else model
+
+
 def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
     fields = {
-        "model": point["model"],
+        "model": model_of_point(point),
         "gpu": point["gpu"],
         "tp": point["tp"],
         "weight_dtype": point.get("weight_dtype"),
         "kv_dtype": point.get("kv_dtype"),
     }
-    for key in ("memory_utilization", "max_num_batched_tokens"):
+    for key in ("memory_utilization", "max_num_batched_tokens", "mxfp4_moe_backend"):
         if point.get(key) is not None:
             fields[key] = point[key]
     return Deployment(**fields, **overrides)
@@ -86,25 +97,51 @@ def predict_pool(point: dict[str, Any], **overrides: Any) -> tuple[float, float,
 def weight_rows() -> list[tuple[str, float, float]]:
     """(id, predicted GiB per GPU, vLLM's 'Model loading took' GiB) for every weight log."""
     logs = yaml.safe_load((DATA / "kv_pool.yaml").read_text()).get("weight_logs", [])
-    return [
-        (log["id"], price(resolve(deployment_of(log))).weight_bytes_per_gpu / GIB, log["weights_gib"]) for log in logs
-    ]
+    return [(log["id"], resident_weights_gib(log), log["weights_gib"]) for log in logs]
+
+
+def resident_weights_gib(point: dict[str, Any]) -> float:
+    """quotacalc's weights per GPU as the engine holds them (padding included), without pricing: a log
+    whose pool came out negative still has weights to compare."""
+    inputs = resolve(deployment_of(point))
+    layout, deployment = inputs.weights, inputs.deployment
+    checkpoint = layout.weight_bytes(inputs.arch.params_by_group()) / deployment.tp
+    return (checkpoint + engine_padding_bytes_per_gpu(inputs.arch, layout, deployment, inputs.gpu)) / GIB
 
 
 def rows() -> list[tuple[str, str, str, float, float, bool]]:
     """(group, id, unit, predicted, measured, held_out) for every point."""
+    return [row[:6] for row in gpu_rows()]
+
+
+def gpu_rows() -> list[tuple[str, str, str, float, float, bool, str]]:
+    """rows() with each point's GPU (catalog key) appended."""
     out = []
     for point in load("decode_itl.yaml"):
         unit = "ITL s" if point["kind"] == "itl" else "e2e s"
-        out.append(
-            ("ITL", point["id"], unit, predict_decode(point), measured_decode(point), bool(point.get("held_out")))
-        )
+        held = bool(point.get("held_out"))
+        out.append(("ITL", point["id"], unit, predict_decode(point), measured_decode(point), held, point["gpu"]))
     for point in load("ttft.yaml"):
-        out.append(("TTFT", point["id"], "s", predict_ttft(point), point["ttft_s"], bool(point.get("held_out"))))
+        held = bool(point.get("held_out"))
+        out.append(("TTFT", point["id"], "s", predict_ttft(point), point["ttft_s"], held, point["gpu"]))
     for point in load("kv_pool.yaml"):
         predicted, measured, unit = predict_pool(point)
-        out.append(("KV pool", point["id"], unit, predicted, measured, bool(point.get("held_out"))))
+        out.append(("KV pool", point["id"], unit, predicted, measured, bool(point.get("held_out")), point["gpu"]))
     return out
+
+
+def per_gpu(table: list[tuple[str, str, str, float, float, bool, str]]) -> dict[str, dict[str, tuple[float, int]]]:
+    """GPU -> group -> (absolute error, number of points) over every point of that GPU: the mean for ITL
+    and TTFT, the median for the KV pool, as in summary()."""
+    result: dict[str, dict[str, tuple[float, int]]] = {}
+    for gpu in sorted({row[6] for row in table}):
+        for group, stat in (("ITL", statistics.mean), ("TTFT", statistics.mean), ("KV pool", statistics.median)):
+            errors = [
+                abs(pred / meas - 1) for g, _, _, pred, meas, _, row_gpu in table if g == group and row_gpu == gpu
+            ]
+            if errors:
+                result.setdefault(gpu, {})[group] = (stat(errors), len(errors))
+    return result
 
 
 def summary(table: list[tuple[str, str, str, float, float, bool]], held_out: bool | None) -> dict[str, float]:
@@ -121,7 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    table = rows()
+    with_gpu = gpu_rows()
+    table = [row[:6] for row in with_gpu]
     if args.markdown:
         print("| kind | point | set | unit | predicted | measured | error |")
         print("|---|---|---|---|---:|---:|---:|")
@@ -135,6 +173,14 @@ def main() -> None:
             s = summary(table, held)
             print(f"| {label} | {s.get('ITL', 0):.1%} | {s.get('TTFT', 0):.1%} | {s.get('KV pool', 0):.1%} |")
         print()
+        print(
+            "| GPU (all points) | ITL mean abs. error (points) | TTFT mean abs. error (points) | KV pool median abs. error (points) |"
+        )
+        print("|---|---:|---:|---:|")
+        for gpu, groups in per_gpu(with_gpu).items():
+            cells = [f"{groups[g][0]:.1%} ({groups[g][1]})" if g in groups else "-" for g in ("ITL", "TTFT", "KV pool")]
+            print(f"| {gpu} | " + " | ".join(cells) + " |")
+        print()
         print("| weight log | quotacalc GiB/GPU | vLLM 'Model loading took' GiB | error |")
         print("|---|---:|---:|---:|")
         for ident, pred, meas in weight_rows():
@@ -146,6 +192,8 @@ def main() -> None:
     for label, held in (("fit", False), ("held out", True), ("all", None)):
         s = summary(table, held)
         print(f"{label:9s} " + "  ".join(f"{key} {value:.1%}" for key, value in s.items()))
+    for gpu, groups in per_gpu(with_gpu).items():
+        print(f"{gpu:14s} " + "  ".join(f"{g} {err:.1%} ({n})" for g, (err, n) in groups.items()))
 
 
 if __name__ == "__main__":

@@ -262,6 +262,27 @@ def test_price_says_whether_a_plan_is_calibrated(run_cli, plan):
     assert uncalibrated["calibrated"] is None
 
 
+def test_kv_says_whether_a_plan_is_calibrated_as_price_does(run_cli, plan):
+    """kv --json carries the same ``calibrated`` key as price and size: the summary, or null with the reason."""
+    bench = plan.parent / SYNTHETIC_CSV.name
+    assert run_cli("calibrate", plan, "--bench", bench, "--write", plan)[0] == 0
+    code, out, err = run_cli("kv", plan, "--context", "8192", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    price_doc = json.loads(run_cli("price", plan, "--json")[1])
+    assert doc["calibrated"] == price_doc["calibrated"]
+    assert doc["calibrated"]["sources"] == [bench.name] and doc["calibrated"]["rows"] == 6
+    # On another TP the calibration does not hold: null, and the warning names what changed.
+    moved = json.loads(run_cli("kv", plan, "--context", "8192", "--tp", "8", "--kv-pool-tokens", "600000", "--json")[1])
+    assert moved["calibrated"] is None
+    assert any("tp 4 -> 8" in warning for warning in moved["warnings"])
+    # Without a plan there is no calibration to report, and the key is still there.
+    bare = json.loads(
+        run_cli("kv", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100", "--context", "100", "--json")[1]
+    )
+    assert "calibrated" in bare and bare["calibrated"] is None
+
+
 def test_write_a_new_plan_from_flags(run_cli, tmp_path):
     target = tmp_path / "new" / "plan.yaml"
     args = (

@@ -188,3 +188,36 @@ def test_compare_turns_input_errors_into_rows_and_keeps_usage_errors():
 
     with pytest.raises(UsageError):
         compare([_deployment("x", 1)], typo)
+
+
+def test_a_measured_pool_is_kept_where_measured_and_estimated_elsewhere_with_a_warning(run_cli, tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "llama-3.3-70b-h100.yaml"
+    document = _json(run_cli, "price", str(example), "--gpu", "h100-sxm,h200", "--tp", "4,8", "--json")
+    rows = {(row["gpu"], row["tp"]): row for row in document["rows"]}
+    # The plan's pool was measured on h100-sxm at TP 4 (its kv_pool_measured_with): kept there, unwarned.
+    measured = rows[("h100-sxm", 4)]
+    assert (measured["kv_pool_tokens"], measured["kv_pool_source"], measured["warnings"]) == (646503, "measured", [])
+    # Elsewhere the pool is the estimate the plan would give without its measurement, and the row says so.
+    unmeasured = tmp_path / "unmeasured.yaml"
+    unmeasured.write_text(
+        "".join(line for line in example.read_text().splitlines(True) if not line.startswith("kv_pool")),
+        encoding="utf-8",
+    )
+    changes = {
+        ("h100-sxm", 8): "tp 4 -> 8",
+        ("h200", 4): "gpu h100-sxm -> h200",
+        ("h200", 8): "gpu h100-sxm -> h200, tp 4 -> 8",
+    }
+    for (gpu, tp), changed in changes.items():
+        row = rows[(gpu, tp)]
+        alone = _json(run_cli, "price", str(unmeasured), "--gpu", gpu, "--tp", str(tp), "--json")
+        assert row["feasible"] and row["kv_pool_source"] == "estimated"
+        assert row["kv_pool_tokens"] == alone["results"]["kv_pool_tokens"]
+        assert row["warnings"][0] == (
+            f"KV pool estimated: the measured pool of 646,503 tokens was measured on another deployment ({changed})"
+        )
+    # --strict counts those warnings: a CI gate learns that some rows rest on an estimate.
+    code, _, err = run_cli("price", str(example), "--gpu", "h100-sxm,h200", "--tp", "4", "--strict")
+    assert code == EXIT_INVALID_INPUT and "1 deployment(s) with warnings under --strict" in err

@@ -140,6 +140,24 @@ def test_missing_secret_is_one_line_and_writes_nothing(run_cli, tmp_path: Path) 
     assert not out_dir.exists()
 
 
+def test_targets_without_salts_need_no_secret(run_cli, tmp_path: Path, monkeypatch) -> None:
+    # vLLM and the Inference Extension take the salt from the request and LiteLLM cannot inject one, so
+    # their files carry no salt: they generate without the secret, byte-identical to the example made with it.
+    monkeypatch.delenv("QUOTACALC_SALT_SECRET", raising=False)
+    out_dir = tmp_path / "out"
+    code, _, err = run_cli("generate", PLATFORM, "--out", out_dir, "--target", "vllm,gie,litellm")
+    assert code == 0, err
+    for target in ("vllm", "gie", "litellm"):
+        generated = tree(out_dir / target)
+        assert generated and generated == tree(EXAMPLES / "platform" / target)
+    for target in ("envoy", "kong", "canonical"):
+        line = one_line_error(
+            *run_cli("generate", PLATFORM, "--out", tmp_path / target, "--target", f"vllm,{target}"), EXIT_USAGE
+        )
+        assert line.startswith("--salt-secret-file: 6 salted tenants")
+        assert not (tmp_path / target).exists()
+
+
 def test_empty_or_missing_secret_file(run_cli, tmp_path: Path) -> None:
     empty = tmp_path / "empty.secret"
     empty.write_text("\n", encoding="utf-8")

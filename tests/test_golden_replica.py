@@ -216,13 +216,16 @@ def test_runtime_reserve_modelled_and_given():
     arch = toy_arch(DenseMLP(hidden_size=1024, intermediate_size=4096))
     deployment = Deployment(model="m", gpu="toy", tp=2, max_num_batched_tokens=1000)
     reserve = memory.runtime_reserve(arch, deployment, GPU)
-    # 0.1 GiB base + 1.25 GiB per other GPU of the TP group + the larger of 1,000 tokens x 28,672 B of
-    # activations and the profiling sampler's min(1,024 sequences, 1,000 tokens) x 1,000 vocab x 32 B.
-    assert reserve.base_bytes == pytest.approx(0.1 * GIB)
-    assert reserve.tp_comm_bytes == pytest.approx(1.25 * GIB * 1)
+    # 0.13 GiB base + 0.41 GiB per doubling of TP (one at TP 2) + the larger of 1,000 tokens x 28,672 B of
+    # activations and the profiling sampler's min(1,024 sequences, 1,000 tokens) x 1,000 vocab x 39 B.
+    assert reserve.base_bytes == pytest.approx(0.13 * GIB)
+    assert reserve.tp_comm_bytes == pytest.approx(0.41 * GIB * 1)
     assert reserve.activation_bytes == 1000 * 28_672
-    assert reserve.sampler_bytes == 1000 * 1000 * 32
-    assert reserve.total_bytes == pytest.approx(0.1 * GIB + 1.25 * GIB + max(28_672_000, 32_000_000))
+    assert reserve.sampler_bytes == 1000 * 1000 * 39
+    assert reserve.total_bytes == pytest.approx(0.13 * GIB + 0.41 * GIB + max(28_672_000, 39_000_000))
+    # TP 8 is three doublings: 1.23 GiB, where 1.25 GiB for each of 7 peers gave 8.75 GiB.
+    wide = memory.runtime_reserve(arch, deployment.model_copy(update={"tp": 8}), GPU)
+    assert wide.tp_comm_bytes == pytest.approx(3 * 0.41 * GIB)
     assert reserve.given is False and reserve.max_num_batched_tokens == 1000
     given = memory.runtime_reserve(arch, deployment.model_copy(update={"runtime_reserve_gib": 5.5}), GPU)
     assert given.given is True and given.total_bytes == 5.5 * GIB

@@ -99,7 +99,7 @@ FLOAT_FLAGS = (
     "--cached-prompt-weight",
     "--burst-s",
     "--reserve-base-gib",
-    "--reserve-per-tp-peer-gib",
+    "--reserve-per-tp-doubling-gib",
     "--step-overhead-s",
     "--sequence-overhead-s",
     "--request-overhead-s",
@@ -134,7 +134,7 @@ FLAG_CASES = [
             "--request-overhead-s",
             "--allreduce-latency-s",
             "--reserve-base-gib",
-            "--reserve-per-tp-peer-gib",
+            "--reserve-per-tp-doubling-gib",
         )
     ),
     flag_case("--pricing-basis=bogus", (*L, "--pricing-basis", "bogus"), USAGE, "--pricing-basis"),

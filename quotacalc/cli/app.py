@@ -245,7 +245,7 @@ def kv_command(
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
-    deployment, _, _ = _load(plan, deployment_flags, pool=pool)
+    deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
     if context is None:
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
@@ -253,15 +253,17 @@ def kv_command(
     if context > MAX_CONTEXT_TOKENS:
         raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
     result = request_kv(_price(deployment), context)
+    calibration = plan_calibration(plan_file, result.replica.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
 
-        emit_json(kv_json(result, explain=explain))
+        emit_json(kv_json(result, explain=explain, calibration=calibration))
     else:
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
-    _warn(result.replica.warnings, strict=strict, printed=not as_json)
+    warnings = result.replica.warnings
+    _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 
 @commands.command("models")

@@ -78,6 +78,12 @@ def calibrate_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")
     ] = False,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool", help="platform plan: the pool whose deployment is calibrated (and written with --write)"
+        ),
+    ] = None,
     *,
     deployment_flags,
 ):
@@ -88,21 +94,30 @@ def calibrate_command(
     from quotacalc.core.calibrate import calibrate, provenance
     from quotacalc.errors import UsageError
     from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
-    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.resolve import resolve
 
     if not bench and not log:
         raise UsageError("nothing to calibrate on", field="--bench", fix="give --bench FILE and/or --log FILE")
-    from quotacalc.inputs.plan import is_platform_file
+    from quotacalc.inputs.plan import deployment_source, is_platform_file
 
-    for path in (plan, write):
-        if path and os.path.isfile(path) and is_platform_file(path):
-            raise UsageError(
-                "is a platform plan: calibrate reads and writes one deployment's plan",
-                source=path,
-                fix="calibrate a flat plan of the pool's deployment (its keys at the top level)",
-            )
-    plan_file = load_plan_file(plan) if plan else None
+    if pool is not None and not plan:
+        raise UsageError("needs a plan file", field="--pool", fix="give the platform plan before the options")
+    plan_file = deployment_source(plan, pool) if plan else None
+    platform = bool(plan) and is_platform_file(plan)
+    if platform and pool is None:
+        pool = _only_pool(plan)
+    if write and os.path.isfile(write) and is_platform_file(write) != platform:
+        raise UsageError(
+            "is a platform plan: calibrate writes a pool's values into the platform plan it read"
+            if not platform
+            else "is a flat plan: a platform pool's values go into a platform plan",
+            source=write,
+            field="--write",
+            fix="give the platform plan as the plan to calibrate, with --pool NAME"
+            if not platform
+            else "write into the platform plan (or a new file: a copy of it)",
+        )
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     points, notes, files = [], [], []
     for path in bench or ():
@@ -122,17 +137,19 @@ def calibrate_command(
     result = calibrate(inputs, points, parameters=parameters, kv_reading=reading)
     records = [_file_record(path, rows, write) for path, rows in files]
     section = provenance(result, inputs, records, _version())
-    if write is not None:
+    if write is not None and platform:
+        _write_pool(write, plan, pool, deployment, deployment_flags, result.fitted_values, section)
+    elif write is not None:
         _write_plan(write, plan, deployment, deployment_flags, result.fitted_values, section)
     if as_json:
         from quotacalc.cli.calibrate_out import calibrate_json
         from quotacalc.cli.json_out import emit_json
 
-        emit_json(calibrate_json(result, section, notes, written=write))
+        emit_json(calibrate_json(result, section, notes, written=write, pool=pool if platform else None))
     else:
         from quotacalc.cli.calibrate_out import calibrate_table
 
-        calibrate_table(result, inputs, notes, written=write)
+        calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
 
 
 def _write_plan(
@@ -175,6 +192,60 @@ def _write_plan(
             handle.write(updated)
         written = load_plan_file(probe)
         build_deployment(written.deployment, {}, source=path)
+    finally:
+        Path(probe).unlink(missing_ok=True)
+    write_text_atomic(target, updated)
+
+
+def _only_pool(path: str) -> str:
+    """The name of a platform plan's one pool (deployment_source has already refused several without --pool)."""
+    from quotacalc.inputs.plan import _pool_names, read_document
+
+    return _pool_names(read_document(path))[0]
+
+
+def _write_pool(
+    path: str,
+    plan: str,
+    pool: str,
+    deployment: Deployment,
+    given: dict[str, Any],
+    values: dict[str, Any],
+    section,
+) -> None:
+    """Set the given flags and fitted keys in pool ``pool``'s ``deployment`` of platform plan ``path`` (a
+    copy of ``plan`` when new) and its ``calibration:`` section, atomically, once the result reads back."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from quotacalc.core.calibrate import merge_provenance
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.fileio import write_text_atomic
+    from quotacalc.inputs.plan import _pool_names, deployment_source, load_plan, read_document
+    from quotacalc.inputs.plan_write import set_pool_keys
+
+    target = Path(path)
+    if target.is_dir():
+        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    source = path if target.exists() else plan
+    previous = deployment_source(source, pool).calibration  # names the file and --pool when the pool is not there
+    names = _pool_names(read_document(source))
+    text = Path(source).read_text(encoding="utf-8")
+    dumped = deployment.model_dump(mode="json")
+    keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
+    keys.update(values)
+    calibration = merge_provenance(previous, section).model_dump(mode="json")
+    updated = set_pool_keys(text, names.index(pool), keys, calibration, source=path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+        load_plan(probe)  # the whole plan still reads (references, measured pools)
+        deployment_source(probe, pool)
+    except QuotacalcError as error:
+        raise type(error)(error.problem, source=path, field=error.field, fix=error.fix) from None
     finally:
         Path(probe).unlink(missing_ok=True)
     write_text_atomic(target, updated)

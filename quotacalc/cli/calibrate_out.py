@@ -13,11 +13,18 @@ if TYPE_CHECKING:
 
 
 def calibrate_json(
-    result: CalibrationResult, section: CalibrationProvenance, notes: list[str], *, written: str | None
+    result: CalibrationResult,
+    section: CalibrationProvenance,
+    notes: list[str],
+    *,
+    written: str | None,
+    pool: str | None = None,
 ) -> dict[str, Any]:
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "command": "calibrate",
+        # The platform plan's pool calibrated (and written with --write); null for a flat plan.
+        "pool": pool,
         "results": result.model_dump(mode="json", exclude={"deployment", "warnings"}),
         "calibration": section.model_dump(mode="json"),
         "written": written,
@@ -37,7 +44,14 @@ def _percent(error: float | None) -> str:
     return "-" if error is None else f"{error:+.1%}"
 
 
-def calibrate_table(result: CalibrationResult, inputs: PricingInputs, notes: list[str], *, written: str | None) -> None:
+def calibrate_table(
+    result: CalibrationResult,
+    inputs: PricingInputs,
+    notes: list[str],
+    *,
+    written: str | None,
+    pool: str | None = None,
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -113,6 +127,7 @@ def calibrate_table(result: CalibrationResult, inputs: PricingInputs, notes: lis
     for note in notes:
         console.print(note, style="dim", markup=False)
     if written:
-        console.print(f"wrote the fitted values and their provenance into {written}", markup=False)
+        where = f"{written}, pool '{pool}'" if pool else written
+        console.print(f"wrote the fitted values and their provenance into {where}", markup=False)
     else:
         console.print("--write PLAN saves these values with their provenance", style="dim", markup=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from quotacalc.errors import UsageError
+from quotacalc.errors import QuotacalcError, UsageError
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -101,17 +101,26 @@ def run_comparison(
         return calibration_status(section, priced.inputs)[0] is not None
 
     def evaluate(deployment):
-        # A plan's measured pool holds for the deployment it was measured on: elsewhere the row says why not.
+        # A plan's measured pool holds for the deployment it was measured on. Elsewhere a comparison still
+        # wants the row (sales compare GPUs before anyone measures them): the pool is estimated, and the
+        # row's warning says which measurement it replaces.
+        replaced = None
         if flags.get("kv_pool_tokens") is None:
-            check_measured_pool(deployment, source=plan)
-        return price(resolve(deployment))
+            try:
+                check_measured_pool(deployment, source=plan)
+            except QuotacalcError as error:
+                replaced = error.problem
+                deployment = deployment.model_copy(update={"kv_pool_tokens": None, "kv_pool_measured_with": None})
+        priced = price(resolve(deployment))
+        if replaced is None:
+            return priced
+        note = f"KV pool estimated: {replaced}"
+        return priced.model_copy(update={"warnings": (note, *priced.warnings)})
 
     rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], tenant, rows, output_format)
     warned = [row for row in rows if row.warnings]
     if strict and warned:
-        from quotacalc.errors import QuotacalcError
-
         raise QuotacalcError(
             f"{len(warned)} deployment(s) with warnings under --strict", field="--strict", fix="see each row's notes"
         )

@@ -81,7 +81,7 @@ def _document(
 ) -> dict:
     """The envelope every command shares; the explain steps only when asked for, the inputs once.
 
-    price and size say whether a plan's calibration holds (``calibrated``, null when none does).
+    price, size and kv say whether a plan's calibration holds (``calibrated``, null when none does).
     """
     document = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **body}
     warnings = list(result.warnings)
@@ -112,13 +112,15 @@ def size_json(result: SizeResult, *, explain: bool = False, calibration: Calibra
     return _document("size", body, result.replica, steps, explain, calibration)
 
 
-def kv_json(result: RequestKvResult, *, explain: bool = False) -> dict[str, Any]:
+def kv_json(
+    result: RequestKvResult, *, explain: bool = False, calibration: Calibration = (None, None)
+) -> dict[str, Any]:
     body = {
         "results": result.model_dump(mode="json", exclude={"steps", "replica"}),
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
-    return _document("kv", body, result.replica, steps, explain)
+    return _document("kv", body, result.replica, steps, explain, calibration)
 
 
 def listing_json(command: str, key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -52,13 +52,35 @@ def load_priced_policy(
     path: str, deployment_flags: dict[str, Any] | None = None
 ) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]]]:
     """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings."""
-    from quotacalc.core.policy import build_policy
-    from quotacalc.inputs.plan import load_plan
+    plan, policy, warnings, _ = load_calibrated_policy(path, deployment_flags)
+    return plan, policy, warnings
 
-    plan, platform = load_plan(path)
+
+def load_calibrated_policy(
+    path: str, deployment_flags: dict[str, Any] | None = None
+) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]], dict[str, Any]]:
+    """``load_priced_policy``, and whether each pool's calibration holds for the deployment priced:
+    pool name -> (the ``calibrated`` summary or None, why it does not hold or None), as price says it."""
+    from quotacalc.core.policy import build_policy
+    from quotacalc.inputs.plan import load_plan_calibrations
+
+    plan, platform, sections = load_plan_calibrations(path)
     priced = price_pools(plan, deployment_flags, source=path, platform=platform)
     warnings = {name: replica.warnings for name, replica in priced.items() if replica.warnings}
-    return plan, build_policy(plan, priced), warnings
+    calibrated: dict[str, Any] = {name: (None, None) for name in priced}
+    if any(section is not None for section in sections.values()):
+        from quotacalc.core.calibrate import calibration_status
+
+        for name, replica in priced.items():
+            calibrated[name] = calibration_status(sections.get(name), replica.inputs)
+    return plan, build_policy(plan, priced), warnings, calibrated
+
+
+def _calibration_warnings(calibrated: dict[str, Any]) -> None:
+    """Say on stderr, per pool, why a plan's calibration does not hold (the GPU, TP or a fitted value changed)."""
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings([f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note])
 
 
 def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
@@ -115,11 +137,12 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
 
     if not reversal_replicas > 0:
         raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
-    _, policy, pool_warnings = load_priced_policy(path)
+    _, policy, pool_warnings, calibrated = load_calibrated_policy(path)
     salts = _salts(policy, secret_file, required=False)
     result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas, pool_warnings=pool_warnings)
     if strict:
         result = _strict(result)
+    _calibration_warnings(calibrated)
     errors = result.count("error")
     if as_json:
         emit_json(
@@ -133,6 +156,8 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
                 "reversal_replicas": result.reversal_replicas,
                 "salts_checked": result.salts_checked,
                 "findings": [finding.model_dump() for finding in result.findings],
+                # Each pool's calibration (quotacalc calibrate --write) as price reports it; null: none holds.
+                "calibrated": {name: summary for name, (summary, _) in calibrated.items()},
             }
         )
     else:
@@ -211,12 +236,13 @@ def generate(
 ) -> int:
     """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code."""
     from quotacalc.core.checks import check_plan
-    from quotacalc.exporters.base import ExportOptions, GeneratedFile
+    from quotacalc.exporters.base import SALTED_TARGETS, ExportOptions, GeneratedFile
     from quotacalc.exporters.writer import check_files, write_files
 
     names, explicit = _targets(target)
     _, policy, pool_warnings = load_priced_policy(path)
-    salts = _salts(policy, secret_file, required=True) or {}
+    needs_salts = any(name in SALTED_TARGETS for name in names)
+    salts = _salts(policy, secret_file, required=needs_salts) or {}
     result = check_plan(policy, salts=salts if salts else None, pool_warnings=pool_warnings)
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
@@ -286,7 +312,7 @@ def size_platform(
     """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals."""
     from quotacalc.core.plan_size import size_plan
 
-    plan, policy = load_policy(path, deployment_flags)
+    plan, policy, _, calibrated = load_calibrated_policy(path, deployment_flags)
     if pool is not None and pool not in [entry.name for entry in plan.pools]:
         from quotacalc.errors import close_names
 
@@ -295,6 +321,7 @@ def size_platform(
         hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     result = size_plan(policy, pool=pool)
+    _calibration_warnings(calibrated)
     if as_json:
         emit_json(
             {
@@ -305,18 +332,21 @@ def size_platform(
                 "tenants": [row.model_dump() for row in result.tenants],
                 "totals": result.totals.model_dump(),
                 "pools": [
-                    entry.model_dump(
-                        include={
-                            "name",
-                            "role",
-                            "replicas",
-                            "output_weight",
-                            "replica_units_per_s",
-                            "capacity_units_per_s",
-                            "usd_per_replica_month",
-                            "usd_per_month",
-                        }
-                    )
+                    {
+                        **entry.model_dump(
+                            include={
+                                "name",
+                                "role",
+                                "replicas",
+                                "output_weight",
+                                "replica_units_per_s",
+                                "capacity_units_per_s",
+                                "usd_per_replica_month",
+                                "usd_per_month",
+                            }
+                        ),
+                        "calibrated": calibrated[entry.name][0],
+                    }
                     for entry in policy.pools
                 ],
                 "formulas": _SIZE_FORMULAS,

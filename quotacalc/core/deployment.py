@@ -112,14 +112,19 @@ class Deployment(BaseModel):
         "default: a model of TP, max_num_batched_tokens and max_num_seqs fitted on vLLM start-up logs",
     )
     reserve_base_gib: float = Field(
-        0.1,
-        description="modelled reserve per GPU beside the profiling peak: non-torch memory (CUDA context, "
-        "allocator), GiB (fitted on vLLM logs)",
+        0.13,
+        description="modelled reserve per GPU beside the profiling peak: vLLM's non-torch memory on one GPU "
+        "(CUDA context, allocator, cuBLAS workspaces), GiB (vLLM 0.11 logs, docs/accuracy.md)",
     )
-    reserve_per_tp_peer_gib: float = Field(
-        1.25,
-        description="modelled reserve per GPU for each other GPU of its TP group: communication buffers, GiB "
-        "(fitted on vLLM start-up logs, docs/accuracy.md)",
+    reserve_per_tp_doubling_gib: float = Field(
+        0.41,
+        description="modelled reserve per GPU added by each doubling of TP: NCCL and custom all-reduce buffers, "
+        "GiB x log2(TP) (fitted on vLLM start-up logs, bench/fit_reserve.py, docs/accuracy.md)",
+    )
+    mxfp4_moe_backend: str | None = Field(
+        None,
+        description="vLLM's MXFP4 MoE kernel backend (triton, marlin, flashinfer-trtllm, flashinfer-cutlass, rocm), "
+        "which sets how much it pads MXFP4 experts; default: vLLM's choice for the GPU",
     )
     max_num_batched_tokens: int | None = Field(
         None,
@@ -191,6 +196,18 @@ class Deployment(BaseModel):
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
+    @field_validator("mxfp4_moe_backend")
+    @classmethod
+    def _mxfp4_backend(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from quotacalc.core.weights import MXFP4_MOE_PADDING
+
+        name = value.strip().lower()
+        if name not in MXFP4_MOE_PADDING:
+            raise ValueError(f"must be one of {', '.join(MXFP4_MOE_PADDING)}, got {value!r}")
+        return name
+
     @field_validator("mfu", "mbu", "ceiling", "memory_utilization")
     @classmethod
     def _unit_interval(cls, value: float) -> float:
@@ -205,7 +222,7 @@ class Deployment(BaseModel):
         "gpu_hour_usd",
         "runtime_reserve_gib",
         "reserve_base_gib",
-        "reserve_per_tp_peer_gib",
+        "reserve_per_tp_doubling_gib",
         "expert_skew",
         "step_overhead_s",
         "sequence_overhead_s",
@@ -278,7 +295,7 @@ _DEPLOYMENT_LIMITS = {
     "expert_skew": MAX_EXPERT_SKEW,
     "burst_s": MAX_BURST_S,
     "reserve_base_gib": MAX_RESERVE_GIB,
-    "reserve_per_tp_peer_gib": MAX_RESERVE_GIB,
+    "reserve_per_tp_doubling_gib": MAX_RESERVE_GIB,
     "max_num_batched_tokens": MAX_CONTEXT_TOKENS,
     "max_num_seqs": MAX_BATCH,
     "load_prompt_tokens": MAX_CONTEXT_TOKENS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -138,9 +139,11 @@ def activation_bytes_per_token_per_gpu(arch: ModelArch, tp: int) -> float:
 #: Bytes one logit occupies at the peak of vLLM's profiling sampler run: the fp32 logits, the
 #: temperature-scaled copy, top-k/top-p's sorted values (4 B) and int64 indices (8 B), softmax and
 #: cumulative probabilities, masks. vLLM's profile_run samples min(max_num_seqs, max_num_batched_tokens)
-#: requests over the whole vocabulary after the forward pass (gpu_model_runner._dummy_sampler_run);
-#: 32 B reproduces the reserve gpt-oss-120b's two H100 logs imply (docs/accuracy.md).
-VLLM_SAMPLER_BYTES_PER_LOGIT = 32
+#: requests over the whole vocabulary after the forward pass (gpu_model_runner._dummy_sampler_run).
+#: Measured, not fitted on the pool points: vLLM 0.11's 'peak activation' on H100 at 1,024 sequences is
+#: 4.76 GiB for Llama 3.1 8B (128,256 tokens), 5.64 GiB for Qwen3-32B (151,936) and 7.38 GiB for
+#: gpt-oss (201,088): 38.9, 38.9 and 38.5 B a logit (llm-d/llm-d-benchmark empirical-vllm-memory-results.md).
+VLLM_SAMPLER_BYTES_PER_LOGIT = 39
 
 
 def sampler_bytes_per_gpu(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> float:
@@ -155,6 +158,7 @@ class RuntimeReserve(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True)
 
     base_bytes: float
+    #: reserve_per_tp_doubling × log2(TP): NCCL and custom all-reduce buffers.
     tp_comm_bytes: float
     activation_bytes: float
     #: The profiling sampler's peak; it runs after the forward pass, so only the larger of the two counts.
@@ -168,10 +172,22 @@ class RuntimeReserve(BaseModel):
         return self.base_bytes + self.tp_comm_bytes + max(self.activation_bytes, self.sampler_bytes)
 
 
+def tp_comm_bytes_per_gpu(deployment: Deployment) -> float:
+    """Communication buffers per GPU under TP: reserve_per_tp_doubling × log2(TP).
+
+    Logarithmic, not linear in the peers: vLLM 0.11's non-torch memory on H100 is 0.13-0.14 GiB at TP 1
+    and 0.54-0.55 GiB at TP 2 (llm-d logs), and a ring all-reduce talks to two neighbours whatever the
+    group size, so buffers grow with NCCL's channels and algorithms, not with one set per peer; a term
+    linear in TP − 1 fitted on TP 1-4 extrapolates to 8.75 GiB per GPU at TP 8 (bench/fit_reserve.py).
+    """
+    return deployment.reserve_per_tp_doubling_gib * GIB * math.log2(deployment.tp)
+
+
 def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> RuntimeReserve:
-    """What the engine keeps per GPU beside weights and KV: CUDA context, graphs and sampler (base),
-    communication buffers under TP, and the peak of its profiling run: the forward pass's activations at
-    max_num_batched_tokens or, if larger, the sampler's logits over the vocabulary."""
+    """What the engine keeps per GPU beside weights and KV: non-torch memory (base), communication
+    buffers under TP, and the peak of its profiling run: the forward pass's activations at
+    max_num_batched_tokens or, if larger, the sampler's logits over the vocabulary. CUDA graphs are not
+    in it: vLLM up to 0.11 captures them after sizing the KV pool (docs/accuracy.md)."""
     tokens = max_num_batched_tokens(deployment, gpu)
     if deployment.runtime_reserve_gib is not None:
         return RuntimeReserve(
@@ -184,7 +200,7 @@ def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> Ru
         )
     return RuntimeReserve(
         base_bytes=deployment.reserve_base_gib * GIB,
-        tp_comm_bytes=deployment.reserve_per_tp_peer_gib * GIB * (deployment.tp - 1),
+        tp_comm_bytes=tp_comm_bytes_per_gpu(deployment),
         activation_bytes=tokens * activation_bytes_per_token_per_gpu(arch, deployment.tp),
         sampler_bytes=sampler_bytes_per_gpu(arch, deployment, gpu),
         max_num_batched_tokens=tokens,

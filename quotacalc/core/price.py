@@ -26,7 +26,7 @@ from quotacalc.core.replica import (
     expected_distinct_experts,
     replica_model,
 )
-from quotacalc.core.weights import WeightLayout
+from quotacalc.core.weights import WeightLayout, engine_padding_bytes_per_gpu, vllm_default_mxfp4_backend
 from quotacalc.errors import QuotacalcError
 
 SECONDS_PER_HOUR = 3600
@@ -219,6 +219,18 @@ def _weights_section(x: _Explainer) -> None:
         substituted=f"{layout.describe(params_by_group)} ({layout.source})",
         unit="B",
     )
+    padding = engine_padding_bytes_per_gpu(arch, layout, deployment, x.inputs.gpu)
+    if padding:
+        backend = deployment.mxfp4_moe_backend or vllm_default_mxfp4_backend(x.inputs.gpu.id, x.inputs.gpu.vendor)
+        x.record(
+            "weight_bytes_per_gpu",
+            weight_bytes / deployment.tp + padding,
+            formula="weight_bytes / TP + the engine's padding of MXFP4 experts",
+            substituted=f"{fmt(weight_bytes)} / {deployment.tp} + {fmt(padding)}",
+            unit="B",
+            note=f"vLLM's {backend} MoE backend rounds the experts' sizes up for its kernels (core/weights.py)",
+        )
+        return
     x.record(
         "weight_bytes_per_gpu",
         weight_bytes / deployment.tp,
@@ -280,7 +292,7 @@ def _pool_section(x: _Explainer) -> float:
         x.record(
             "runtime_reserve_bytes_per_gpu",
             reserve.total_bytes,
-            formula="reserve_base + reserve_per_tp_peer × (TP − 1) + max(max_num_batched_tokens × "
+            formula="reserve_base + reserve_per_tp_doubling × log2(TP) + max(max_num_batched_tokens × "
             "(4 × ffn_width / TP + 6 × hidden) × 2 B, min(max_num_seqs, max_num_batched_tokens) × vocab × "
             f"{memory.VLLM_SAMPLER_BYTES_PER_LOGIT} B)",
             substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + max("
@@ -288,7 +300,7 @@ def _pool_section(x: _Explainer) -> float:
             f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}, "
             f"{fmt(reserve.sampler_bytes)})",
             unit="B",
-            note="base and per-peer terms fitted on vLLM start-up logs (docs/accuracy.md); the last term is the "
+            note="base and per-doubling terms fitted on vLLM start-up logs (docs/accuracy.md); the last term is the "
             "profiling run's peak: the forward pass's activations or the sampler's logits, whichever is larger",
         )
     weight_bytes_per_gpu = x.figures["weight_bytes_per_gpu"]

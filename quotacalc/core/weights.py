@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
-from quotacalc.core.arch import ParamGroup
+from quotacalc.core.arch import ModelArch, ParamGroup
+
+if TYPE_CHECKING:
+    from quotacalc.catalog.gpus import GpuSpec
+    from quotacalc.core.deployment import Deployment
 
 
 class GroupStorage(BaseModel):
@@ -53,3 +59,76 @@ def uniform_layout(dtype: str, bytes_per_param: float, compute_dtype: str, sourc
     """Every parameter in one dtype (the method's simplification for an explicit ``--weight-dtype``)."""
     storage = GroupStorage(dtype=dtype, bytes_per_param=bytes_per_param)
     return WeightLayout(groups={group: storage for group in ParamGroup}, compute_dtype=compute_dtype, source=source)
+
+
+# --------------------------------------------------------------------------- engine padding
+
+#: How vLLM pads MXFP4 MoE expert matrices for its kernels: (multiple the per-rank intermediate size
+#: is rounded up to, multiple the hidden size is rounded up to), by MoE backend. Source:
+#: vllm/model_executor/layers/quantization/mxfp4.py, Mxfp4MoEMethod.create_weights (vLLM 0.10-0.15):
+#: Marlin ("n % 256 == 0 and k % 128 == 0": intermediate to 128, hidden to 256); FlashInfer TRT-LLM
+#: on SM100 (both to 256); FlashInfer CUTLASS on SM100 / SM90 (both to 128); ROCm
+#: (mxfp4_utils.get_padding_alignment: 128 below gfx950); Triton (intermediate to 64, hidden kept).
+#: Weights and their e8m0 scales grow by the same factor; gpt-oss (hidden 2,880, intermediate 2,880)
+#: gains 9.0% of its expert bytes under Marlin, 13.8% under TRT-LLM, nothing under Triton.
+MXFP4_MOE_PADDING: dict[str, tuple[int, int]] = {
+    "triton": (64, 1),
+    "marlin": (128, 256),
+    "flashinfer-trtllm": (256, 256),
+    "flashinfer-cutlass": (128, 128),
+    "rocm": (128, 128),
+}
+
+
+def vllm_default_mxfp4_backend(gpu_id: str, vendor: str) -> str:
+    """The MXFP4 MoE backend vLLM picks by default (mxfp4.py get_mxfp4_backend, with its bundled kernels).
+
+    Hopper (SM90) runs the Triton kernels (vLLM 0.11+ images; a pip install without triton_kernels
+    falls back to Marlin), Blackwell (SM100) FlashInfer's TRT-LLM kernels, AMD the ROCm path, and
+    Ampere/Ada, which the Triton kernels do not support (they need SM90-SM100), Marlin.
+    """
+    if vendor == "amd":
+        return "rocm"
+    if gpu_id.startswith(("h100", "h200", "h20")):
+        return "triton"
+    if gpu_id.startswith(("b200", "gb200", "b300", "gb300")):
+        return "flashinfer-trtllm"
+    return "marlin"
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def mxfp4_padding_factor(hidden_size: int, intermediate_per_rank: int, backend: str) -> float:
+    """Padded over checkpoint size of one MXFP4 expert's matrices under a vLLM MoE backend."""
+    intermediate_multiple, hidden_multiple = MXFP4_MOE_PADDING[backend]
+    padded = _round_up(intermediate_per_rank, intermediate_multiple) * _round_up(hidden_size, hidden_multiple)
+    return padded / (intermediate_per_rank * hidden_size)
+
+
+def mxfp4_padding_bytes_per_gpu(
+    arch: ModelArch, layout: WeightLayout, tp: int, expert_parallel: bool, backend: str
+) -> float:
+    """Bytes per GPU vLLM adds to MXFP4 routed experts by padding them for its kernels (0 otherwise)."""
+    if layout.storage(ParamGroup.ROUTED_EXPERTS).dtype != "mxfp4":
+        return 0.0
+    bytes_per_param = layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
+    extra = 0.0
+    for moe in arch.moe_layers():
+        width = moe.expert_width or moe.hidden_size
+        # Tensor parallel splits every expert's intermediate; expert parallel keeps experts whole.
+        intermediate = moe.expert_intermediate_size if expert_parallel else moe.expert_intermediate_size // tp
+        if intermediate <= 0:
+            continue
+        factor = mxfp4_padding_factor(width, intermediate, backend)
+        matrices = 3 if moe.gated else 2
+        expert_bytes = matrices * width * moe.expert_intermediate_size * bytes_per_param * moe.num_experts
+        extra += expert_bytes * (factor - 1) / tp
+    return extra
+
+
+def engine_padding_bytes_per_gpu(arch: ModelArch, layout: WeightLayout, deployment: Deployment, gpu: GpuSpec) -> float:
+    """Bytes per GPU the engine adds to the checkpoint's weights for its kernels (MXFP4 expert padding)."""
+    backend = deployment.mxfp4_moe_backend or vllm_default_mxfp4_backend(gpu.id, gpu.vendor)
+    return mxfp4_padding_bytes_per_gpu(arch, layout, deployment.tp, deployment.expert_parallel, backend)

@@ -60,3 +60,7 @@ TARGET_MODULES = {
     "vllm": "quotacalc.exporters.vllm",
     "gie": "quotacalc.exporters.gie",
 }
+
+#: Targets whose files carry the tenants' cache salts, so generating them needs the salt secret.
+#: vLLM and the Inference Extension take the salt from the request; LiteLLM cannot inject one.
+SALTED_TARGETS = frozenset({"canonical", "envoy", "kong"})

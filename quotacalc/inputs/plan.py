@@ -57,6 +57,12 @@ class PoolFile(Pool):
         default_factory=DeploymentKeys,
         description="how each replica serves its model (the keys of a flat plan); merged over the plan's `deployment`",
     )
+    # Typed loosely here (checked as core.calibrate.CalibrationProvenance when read), so that reading a
+    # plan without one does not import the calibration module.
+    calibration: dict[str, Any] | None = Field(
+        None,
+        description="written by `quotacalc calibrate --pool NAME --write`: where the pool's fitted values come from",
+    )
 
 
 class PlatformPlanFile(Plan):
@@ -227,7 +233,23 @@ def deployment_source(path: str, pool: str | None) -> PlanFile:
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     index = names.index(pool)
     values = _merged_deployment(document, index, path)
-    return PlanFile(deployment=values, tenant=None)
+    return PlanFile(deployment=values, tenant=None, calibration=pool_calibration(file, index, path))
+
+
+def pool_calibration(file: PlatformPlanFile, index: int, path: str) -> Any:
+    """The ``calibration:`` section of pool ``index``, validated (a CalibrationProvenance), or None."""
+    section = file.pools[index].calibration
+    if section is None:
+        return None
+    from quotacalc.core.calibrate import CalibrationProvenance
+    from quotacalc.inputs.deployment import _one_line_validation_error
+
+    try:
+        return CalibrationProvenance.model_validate(section)
+    except ValidationError as error:
+        raise _one_line_validation_error(
+            error, CalibrationProvenance, source=path, from_flags=set(), prefix=f"pools[{index}].calibration."
+        ) from None
 
 
 def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
@@ -378,6 +400,10 @@ def _context_limit(pool: Pool) -> int | None:
 
 def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
     """A platform plan document -> Plan, every reference checked."""
+    return _read_platform(document, path)[0]
+
+
+def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformPlanFile]:
     file = _validate_file(document, path)
     pools = []
     for index, pool_file in enumerate(file.pools):
@@ -395,7 +421,11 @@ def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
         with pool_errors(path, index):
             check_measured_pool(deployment, source=None)
-        pools.append(Pool.model_validate({**pool_file.model_dump(exclude={"deployment"}), "deployment": deployment}))
+        pools.append(
+            Pool.model_validate(
+                {**pool_file.model_dump(exclude={"deployment", "calibration"}), "deployment": deployment}
+            )
+        )
     plan = Plan(
         pools=tuple(pools),
         tiers=file.tiers,
@@ -405,7 +435,7 @@ def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
         tenant_header=file.tenant_header,
     )
     _check_references(plan, path)
-    return plan
+    return plan, file
 
 
 def flat_plan(flat: PlanFile, path: str) -> Plan:
@@ -442,12 +472,21 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
 
 def load_plan(path: str) -> tuple[Plan, bool]:
     """Any plan file as a Plan, and whether it was a platform plan."""
+    plan, platform, _ = load_plan_calibrations(path)
+    return plan, platform
+
+
+def load_plan_calibrations(path: str) -> tuple[Plan, bool, dict[str, Any]]:
+    """Any plan file as a Plan, whether it was a platform plan, and each pool's ``calibration:`` section
+    (a CalibrationProvenance or None; a flat plan's is its pool ``default``'s), the file read once."""
     document = read_document(path)
     if is_platform(document):
-        return read_platform_plan(document, path), True
+        plan, file = _read_platform(document, path)
+        return plan, True, {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
     from quotacalc.inputs.deployment import plan_file_from_document
 
-    return flat_plan(plan_file_from_document(document, path), path), False
+    flat = plan_file_from_document(document, path)
+    return flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration}
 
 
 def is_platform_file(path: str) -> bool:

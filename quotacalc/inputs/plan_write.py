@@ -70,3 +70,86 @@ def set_top_level_keys(text: str, values: dict[str, Any], *, source: str) -> str
         text = text.rstrip("\n") + "\n" if text.strip() else ""
         text += "".join(appended)
     return text
+
+
+def _line_after(text: str, index: int) -> int:
+    """Where a line may be inserted after the value ending at ``index``. A block collection's end mark is
+    the next token's position, after its indentation: the line start, pulled back over the blank and
+    comment lines before it (they belong to what follows)."""
+    line_start = text.rfind("\n", 0, index) + 1
+    if text[line_start:index].strip():
+        line_end = text.find("\n", index)
+        return len(text) if line_end < 0 else line_end + 1
+    lines = text[:line_start].splitlines(keepends=True)
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("#")):
+        line_start -= len(lines.pop())
+    return line_start
+
+
+def set_pool_keys(
+    text: str, pool_index: int, deployment: dict[str, Any], calibration: dict[str, Any], *, source: str
+) -> str:
+    """A platform plan's ``text`` with keys set in ``pools[pool_index].deployment`` (added when absent)
+    and its ``calibration`` section replaced; every other key and comment byte for byte.
+
+    A scalar is replaced where it stands; a new deployment key joins the pool's mapping in its own
+    style (flow ``{batch: 128, mfu: 0.5}`` or block); the calibration is written at the end of the pool.
+    """
+    if text and not text.endswith("\n"):
+        text += "\n"  # lines are inserted after the last one
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        raise QuotacalcError(f"malformed YAML: {getattr(error, 'problem', None) or error}", source=source) from None
+
+    def entries(node: yaml.Node) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        return {key.value: (key, value) for key, value in node.value if isinstance(key, yaml.ScalarNode)}
+
+    pools = entries(root).get("pools", (None, None))[1] if isinstance(root, yaml.MappingNode) else None
+    if not isinstance(pools, yaml.SequenceNode) or not 0 <= pool_index < len(pools.value):
+        raise QuotacalcError("no such pool in the file", source=source, field=f"pools[{pool_index}]")
+    pool = pools.value[pool_index]
+    if not isinstance(pool, yaml.MappingNode) or not pool.value:
+        raise QuotacalcError("expected a mapping (name, replicas, ...)", source=source, field=f"pools[{pool_index}]")
+    own = entries(pool)
+    indent = " " * pool.value[0][0].start_mark.column
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement); insertions at one place keep their order
+    mapping = own.get("deployment", (None, None))[1]
+    new: dict[str, Any] = {}
+    if mapping is not None and not isinstance(mapping, yaml.MappingNode):  # 'deployment:' left empty
+        start = mapping.start_mark.index
+        edits.append((start, mapping.end_mark.index, (" " if text[start - 1] == ":" else "") + _flow(deployment)))
+    elif mapping is not None:
+        present = entries(mapping)
+        for key, value in deployment.items():
+            node = present.get(key, (None, None))[1]
+            if isinstance(node, yaml.ScalarNode) and node.style not in ("|", ">"):
+                edits.append((node.start_mark.index, node.end_mark.index, _flow(value)))
+            else:
+                new[key] = value
+        if new and mapping.flow_style:
+            close = text.rfind("}", 0, mapping.end_mark.index)
+            pairs = ", ".join(f"{key}: {_flow(value)}" for key, value in new.items())
+            edits.append((close, close, (", " if mapping.value else "") + pairs))
+        elif new:
+            key_indent = " " * mapping.value[0][0].start_mark.column
+            at = _line_after(text, mapping.value[-1][1].end_mark.index)
+            lines = "".join(f"{key_indent}{key}: {_flow(value)}\n" for key, value in new.items())
+            edits.append((at, at, lines))
+    elif deployment:
+        at = _line_after(text, pool.value[-1][1].end_mark.index)
+        edits.append((at, at, f"{indent}deployment: {_flow(deployment)}\n"))
+    if "calibration" in own:
+        key_node, value_node = own["calibration"]
+        start = text.rfind("\n", 0, key_node.start_mark.index) + 1
+        end = _line_after(text, value_node.end_mark.index)
+        edits.append((start, end, ""))
+    last = [value for key, value in pool.value if key.value != "calibration"][-1]
+    at = _line_after(text, last.end_mark.index)
+    block = "".join(f"{indent}{line}\n" for line in _block("calibration", calibration).splitlines())
+    edits.append((at, at, block))
+    # From the end, so earlier positions hold; of two insertions at one place the first added comes first.
+    ordered = sorted(enumerate(edits), key=lambda item: (item[1][0], item[1][1], item[0]), reverse=True)
+    for _, (start, end, replacement) in ordered:
+        text = text[:start] + replacement + text[end:]
+    return text

@@ -1,0 +1,129 @@
+"""Issue 7's target on real runs: "calibrated on two points of a deployment, its other points within 5%".
+
+The measurements are NVIDIA NIM's published runs (tests/data/measurements/decode_itl.yaml and ttft.yaml,
+each with its source). The two points are chosen by a rule fixed before looking at the errors, the one a
+user sweeping concurrency would run, never the best pair found by search:
+
+- the workload shape (prompt/output lengths) whose highest-concurrency run is the highest among the
+  deployment's fit points (held-out points are never fitted);
+- its concurrency-1 run (ITL, and the TTFT of that prompt length) and that highest-concurrency run (ITL);
+- ``calibrate``'s default parameters (what the two runs determine).
+
+Every other point of the deployment, fit and held out, is then predicted. The target is met where it is
+(asserted within 5%); where it is not, the misses are the ones docs/accuracy.md ("Calibrated on two
+points") lists, each within the bound stated there, so a change to the model that moves them fails here
+and the page is updated with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quotacalc.core.calibrate import BenchmarkPoint, calibrate, predictions
+from quotacalc.core.deployment import Deployment
+
+DATA = Path(__file__).parent / "data" / "measurements"
+TARGET = 0.05
+#: docs/accuracy.md's misses: point id -> the largest |error| the page states for it.
+KNOWN_MISSES = {
+    "Llama-3.3-70B-Instruct": {
+        "nim-70b-tp2-5000-500-c1": 0.065,
+        "nim-70b-tp2-5000-500-c5": 0.10,
+        "nim-70b-tp2-5000-500-c25": 0.16,
+        "nim-70b-tp2-200-200-c50": 0.065,
+        "nim-70b-tp2-200-200-c150": 0.07,
+        "nim-70b-tp2-20000-2000-c5": 0.085,
+        "nim-70b-tp2-ttft-200": 0.19,
+        "nim-70b-tp2-ttft-1000": 0.07,
+    },
+    "Llama-3.1-8B-Instruct": {
+        "nim-8b-tp1-5000-500-c5": 0.08,
+        "nim-8b-tp1-ttft-500": 0.07,
+        "nim-8b-tp1-ttft-1000": 0.18,
+        "nim-8b-tp1-ttft-5000": 0.14,
+    },
+}
+DEPLOYMENTS = {
+    "Llama-3.3-70B-Instruct": Deployment(
+        model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", kv_dtype="fp8"
+    ),
+    "Llama-3.1-8B-Instruct": Deployment(
+        model="Llama-3.1-8B-Instruct", gpu="h100-sxm", tp=1, weight_dtype="fp8", kv_dtype="fp8"
+    ),
+}
+
+
+def _points(model: str) -> list[tuple[str, bool, BenchmarkPoint]]:
+    """(id, held out, point) for every NIM ITL and TTFT measurement of ``model``."""
+    itl = yaml.safe_load((DATA / "decode_itl.yaml").read_text(encoding="utf-8"))["points"]
+    ttft = yaml.safe_load((DATA / "ttft.yaml").read_text(encoding="utf-8"))["points"]
+    out = []
+    for entry in itl:
+        if entry["model"] == model and entry["kind"] == "itl" and entry["source"] == "nim-1.0":
+            point = BenchmarkPoint(
+                source="decode_itl.yaml",
+                row=entry["id"],
+                concurrency=entry["concurrency"],
+                prompt_tokens=entry["prompt_tokens"],
+                output_tokens=entry["output_tokens"],
+                itl_s=entry["itl_s"],
+            )
+            out.append((entry["id"], entry.get("held_out", False), point))
+    for entry in ttft:
+        if entry["model"] == model:
+            point = BenchmarkPoint(
+                source="ttft.yaml",
+                row=entry["id"],
+                concurrency=1,
+                prompt_tokens=entry["prompt_tokens"],
+                output_tokens=1,
+                ttft_s=entry["ttft_s"],
+            )
+            out.append((entry["id"], entry.get("held_out", False), point))
+    return out
+
+
+def two_point_rule(points: list[tuple[str, bool, BenchmarkPoint]]) -> tuple[list[str], list[BenchmarkPoint]]:
+    """The module docstring's rule: the ids used and the two runs to calibrate on."""
+    fit_itl = [(ident, point) for ident, held_out, point in points if not held_out and point.itl_s is not None]
+    high_id, high = max(fit_itl, key=lambda item: item[1].concurrency)
+    low_id, low = next(
+        (ident, point)
+        for ident, point in fit_itl
+        if point.concurrency == 1
+        and (point.prompt_tokens, point.output_tokens) == (high.prompt_tokens, high.output_tokens)
+    )
+    ttft_id, ttft = next(
+        (ident, point)
+        for ident, held_out, point in points
+        if not held_out and point.ttft_s is not None and point.prompt_tokens == high.prompt_tokens
+    )
+    return [low_id, high_id, ttft_id], [low.model_copy(update={"ttft_s": ttft.ttft_s}), high]
+
+
+@pytest.mark.parametrize("model", list(DEPLOYMENTS))
+def test_two_runs_predict_the_deployments_other_points(model):
+    from quotacalc.inputs.resolve import resolve
+
+    inputs = resolve(DEPLOYMENTS[model])
+    points = _points(model)
+    used, runs = two_point_rule(points)
+    # The rule picks, for both deployments, a sweep's first and last run of one workload.
+    assert runs[0].concurrency == 1 and runs[1].concurrency > 1 and runs[0].ttft_s is not None
+    result = calibrate(inputs, runs)
+    values = {parameter.name: parameter.after for parameter in result.parameters}
+    others = [(ident, point) for ident, _, point in points if ident not in used]
+    predicted = predictions(inputs, values, [point for _, point in others])
+    errors = {
+        ident: value / next(iter(point.measured().values())) - 1
+        for (ident, point), value in zip(others, predicted, strict=True)
+    }
+    misses = {ident for ident, error in errors.items() if abs(error) > TARGET}
+    assert misses == set(KNOWN_MISSES[model]), {ident: f"{errors[ident]:+.1%}" for ident in misses}
+    for ident, bound in KNOWN_MISSES[model].items():
+        assert abs(errors[ident]) <= bound, (ident, errors[ident])
+    # Within the target: the rest, most of the deployment's points.
+    assert len(errors) - len(misses) >= len(errors) // 2
