@@ -1,4 +1,4 @@
-"""Every plan finding, in full: severity, code, subject, message, fix and figures, worked out by hand.
+"""Every plan finding, in full (and the plan's size totals): severity, code, subject, message, fix and figures, worked out by hand.
 
 The policies are built by hand (no plan file, no pricing): one standard pool of 4 replicas selling
 10,000 units/s each at the ceiling (40,000 units/s, 100,000 KV tokens per replica, 32,768 tokens of
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from quotacalc.core.checks import Finding, check_plan
 from quotacalc.core.plan import Oversubscription
+from quotacalc.core.plan_size import size_plan
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy, RetryAfter, TenantPolicy, UnitWeights
 from quotacalc.core.salts import looks_like_salt
 
@@ -65,6 +66,7 @@ def tenant(
     name: str,
     units_per_s: float = 1_000.0,
     *,
+    pool: str = "shared",
     tier: str = "std",
     long: bool = False,
     placement: str = "shared",
@@ -76,8 +78,8 @@ def tenant(
     return TenantPolicy(
         name=name,
         tier=tier,
-        pool="shared",
-        long_context_pool="long" if long else None,
+        pool=pool,
+        long_context_pool=("long" if pool == "shared" else f"{pool}-long") if long else None,
         route_above_prompt_tokens=32_768 if long else None,
         placement=placement,
         bucket_rate_units_per_s=units_per_s,
@@ -411,3 +413,26 @@ def test_findings_are_errors_then_warnings_then_infos_each_in_plan_order():
     ]
     assert found(result, "pool-price")[0].subject == "pools.shared"
     assert (result.count("error"), result.count("warning"), result.count("info")) == (1, 3, 1)
+
+
+# --------------------------------------------------------------------------- size: what the pools cost
+
+
+def test_a_pool_filter_counts_the_pool_and_the_long_context_pools_its_tenants_use():
+    one_replica = {"replicas": 1, "capacity_units_per_s": 10_000.0, "usd_per_month": 7_200.0}
+    other = SHARED.model_copy(update={"name": "other", "long_context_pool": "other-long", **one_replica})
+    other_long = LONG.model_copy(update={"name": "other-long", **one_replica})
+    idle = SHARED.model_copy(update={"name": "idle", "long_context_pool": None, **one_replica})
+    plan = policy(
+        tenant("a", long=True),
+        tenant("b", pool="other", long=True),
+        pools=(SHARED, LONG, other, other_long, idle),
+    )
+    # Every pool, used or not: $28,800 + $14,400 + 3 × $7,200.
+    assert size_plan(plan).totals.pools_usd_per_month == 64_800
+    # The shared pool and the long-context pool its tenant routes to: $28,800 + $14,400.
+    shared = size_plan(plan, pool="shared")
+    assert [row.name for row in shared.tenants] == ["a"]
+    assert shared.totals.pools_usd_per_month == 43_200
+    # The other pool and its own long-context pool: 2 × $7,200.
+    assert size_plan(plan, pool="other").totals.pools_usd_per_month == 14_400
