@@ -446,3 +446,45 @@ def test_a_per_request_dump_is_refused_before_the_fit(inputs):
     point = synthetic(inputs, TRUTH, runs=[(1, 100, 10)])[0]
     with pytest.raises(QuotacalcError, match="1,001 benchmark runs: calibrate takes at most 1,000"):
         calibrate(inputs, [point] * 1001)
+
+
+def test_kv_reserve_from_pool_tokens_and_the_log_bounds(inputs):
+    from quotacalc.core.price import price
+
+    weights = price(inputs).weight_bytes_per_gpu
+    budget = 0.9 * inputs.gpu.memory_bytes
+    # Llama 3.3 70B, BF16 KV over TP 4: 80 layers × 8 KV heads × 128 × 2 (K and V) × 2 B / 4 = 81,920 B per token.
+    tokens_only = kv_pool_fit(inputs, KvPoolReading(source="serve.log", kv_pool_tokens=262_144))
+    assert tokens_only.runtime_reserve_gib == pytest.approx((budget - weights - 262_144 * 81_920) / GIB, rel=1e-3)
+    assert tokens_only.note == (
+        "runtime reserve = memory_utilization × HBM − weights per GPU − pool tokens × KV bytes per token per GPU"
+    )
+    assert tokens_only.available_kv_gib is None and tokens_only.kv_pool_measured_with["tp"] == 4
+    memory_only = kv_pool_fit(inputs, KvPoolReading(source="serve.log", available_kv_gib=30.0))
+    assert memory_only.note == "runtime reserve = memory_utilization × HBM − weights per GPU − available KV memory"
+    assert memory_only.available_kv_gib == 30.0 and memory_only.kv_pool_measured_with is None
+    nothing = kv_pool_fit(inputs, KvPoolReading(source="serve.log"))
+    assert (nothing.runtime_reserve_gib, nothing.note, nothing.kv_pool_measured_with) == (None, "", None)
+    # A reserve of half a GiB is small, not negative: accepted.
+    small = kv_pool_fit(inputs, KvPoolReading(source="serve.log", available_kv_gib=(budget - weights) / GIB - 0.5))
+    assert small.runtime_reserve_gib == pytest.approx(0.5, rel=1e-6)
+    with pytest.raises(QuotacalcError) as error:
+        kv_pool_fit(inputs, KvPoolReading(source="x.log", available_kv_gib=90.0))
+    line = str(error.value)
+    assert line.startswith("x.log: the log's KV pool is larger than h100-sxm's memory less the weights (-")
+    assert line.endswith(
+        " GiB reserve) (check that the log is from this deployment (GPU, TP, weight dtype, gpu-memory-utilization))"
+    )
+    # The log's own KV per token (memory / tokens) within 0.8-1.25 of the model's is block rounding, not a mismatch:
+    # 16 GiB / 262,144 = 65,536 B = 0.8 × 81,920; 25 GiB / 262,144 = 102,400 B = 1.25 × 81,920.
+    for gib in (16.0, 25.0):
+        assert (
+            kv_pool_fit(inputs, KvPoolReading(source="s.log", kv_pool_tokens=262_144, available_kv_gib=gib)).mismatch
+            is None
+        )
+    # 30 GiB / 262,144 = 122,880 B = 1.5 × 81,920.
+    off = kv_pool_fit(inputs, KvPoolReading(source="s.log", kv_pool_tokens=262_144, available_kv_gib=30.0))
+    assert off.mismatch == (
+        "s.log: the log's pool holds 122,880 B of KV per token per GPU where this deployment needs 81,920 B: "
+        "is the log from this model, TP and KV dtype?"
+    )

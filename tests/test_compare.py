@@ -10,12 +10,13 @@ import csv
 import io
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.compare import PRICE_KEYS, SIZE_KEYS, compare
-from quotacalc.core.deployment import Deployment
+from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE, QuotacalcError, UsageError
 
 MODEL = ("--model", "Llama-3.3-70B-Instruct", "--weight-dtype", "fp8", "--kv-dtype", "bf16", "--context", "1700")
@@ -221,3 +222,77 @@ def test_a_measured_pool_is_kept_where_measured_and_estimated_elsewhere_with_a_w
     # --strict counts those warnings: a CI gate learns that some rows rest on an estimate.
     code, _, err = run_cli("price", str(example), "--gpu", "h100-sxm,h200", "--tp", "4", "--strict")
     assert code == EXIT_INVALID_INPUT and "1 deployment(s) with warnings under --strict" in err
+
+
+def _priced(**overrides):
+    """A stand-in for PriceResult with the attributes a row copies (the row takes them as given)."""
+    figures = {
+        "usd_per_million_prompt_tokens": 0.25,
+        "usd_per_million_output_tokens": 1.5,
+        "output_weight": 6.0,
+        "replica_units_per_s": 4000.0,
+        "kv_pool_tokens": 90_000,
+        "kv_pool_source": "measured",
+        "dedicated_usd_per_month": 14_400.0,
+        "warnings": ("a warning the price carried",),
+    }
+    return SimpleNamespace(**{**figures, **overrides})
+
+
+def _sized():
+    return SimpleNamespace(
+        units_per_s=1000.0,
+        replicas=0.25,
+        shared_usd_per_month=3600.0,
+        dedicated_replicas=1,
+        dedicated_total_usd_per_month=14_400.0,
+    )
+
+
+def test_a_feasible_row_copies_the_price_and_the_calibration():
+    rows = compare([_deployment("x", 8)], lambda deployment: _priced(), is_calibrated=lambda priced: True)
+    row = rows[0]
+    assert (row.gpu, row.tp, row.feasible, row.reason) == ("x", 8, True, None)
+    assert row.kv_pool_source == "measured" and row.kv_pool_tokens == 90_000
+    assert row.warnings == ("a warning the price carried",)
+    assert row.calibrated is True
+    assert row.usd_per_million_prompt_tokens == 0.25 and row.dedicated_usd_per_month == 14_400.0
+    # No tenant: no size figures.
+    assert row.units_per_s is None and row.replicas is None
+
+
+def test_a_row_is_uncalibrated_unless_the_caller_says_otherwise():
+    assert compare([_deployment("x", 8)], lambda deployment: _priced())[0].calibrated is False
+    estimated = compare([_deployment("x", 8)], lambda d: _priced(kv_pool_source="estimated"), is_calibrated=bool)
+    assert estimated[0].kv_pool_source == "estimated" and estimated[0].calibrated is True
+    assert compare([_deployment("x", 8)], lambda d: _priced(), is_calibrated=lambda p: False)[0].calibrated is False
+
+
+def test_sizing_uses_the_given_function_and_only_with_a_tenant():
+    tenant = Tenant(rps=1, prompt_tokens=800, output_tokens=200)
+    calls = []
+
+    def size(priced, sized_tenant):
+        calls.append(sized_tenant)
+        return _sized()
+
+    (row,) = compare([_deployment("x", 8)], lambda d: _priced(), tenant, size=size)
+    assert calls == [tenant]
+    assert (row.units_per_s, row.replicas, row.dedicated_replicas) == (1000.0, 0.25, 1)
+    assert row.shared_usd_per_month == 3600.0 and row.dedicated_total_usd_per_month == 14_400.0
+    # A size function but no tenant: nothing to size.
+    (row,) = compare([_deployment("x", 8)], lambda d: _priced(), None, size=size)
+    assert calls == [tenant] and row.units_per_s is None
+
+
+def test_size_rows_put_the_tenant_columns_before_reason_and_warnings():
+    row = compare([_deployment("x", 8)], lambda d: _priced())[0]
+    assert row.keys_for("price") == PRICE_KEYS
+    assert row.keys_for("size") == (
+        *("gpu", "tp", "feasible", "usd_per_million_prompt_tokens", "usd_per_million_output_tokens"),
+        *("output_weight", "replica_units_per_s", "kv_pool_tokens", "kv_pool_source", "dedicated_usd_per_month"),
+        "calibrated",
+        *("units_per_s", "replicas", "shared_usd_per_month", "dedicated_replicas", "dedicated_total_usd_per_month"),
+        "reason",
+        "warnings",
+    )

@@ -865,6 +865,37 @@ def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
     ) as error:
         size_tenant(replica, Tenant(rps=1, prompt_tokens=4001, output_tokens=1000))
     assert error.value.field == "prompt_tokens"
+    # 5,001 / 5,000 = 100.02%, shown rounded; the fix names every way to make room.
+    assert str(error.value) == (
+        "prompt_tokens: one request of 5,001 tokens needs 100% of the replica's KV pool (5,000 tokens) "
+        "(shorten the tenant's requests, raise --tp, use --kv-dtype fp8, or a GPU with more memory)"
+    )
+
+
+def test_the_shortest_requests_are_sized_at_their_own_length():
+    replica = price(toy_inputs(kv_pool_tokens=5000, batch=1))
+    # One output token and no prompt: a request of 1 token, 1/5,000 of a 5,000-token pool (full attention).
+    one = size_tenant(replica, Tenant(rps=1, prompt_tokens=0, output_tokens=1))
+    assert one.request_pool_share == pytest.approx(1 / 5000, rel=1e-12)
+    # No prompt, or under one token of it: charged at the parameter-only cost of 1 unit per prompt token.
+    for prompt_tokens in (0, 0.4):
+        sized = size_tenant(replica, Tenant(rps=1, prompt_tokens=prompt_tokens, output_tokens=1))
+        assert {step.name: step.value for step in sized.steps}["prompt_token_units"] == 1.0
+    # A one-token prompt is charged at its cost inside a 1-token prompt, as kv reports it (above 1: it
+    # attends to itself), not a 2-token one.
+    sized = size_tenant(replica, Tenant(rps=1, prompt_tokens=1, output_tokens=0))
+    at_one = request_kv(replica, 1).prompt_token_units_at_context
+    assert at_one > 1 and at_one < request_kv(replica, 2).prompt_token_units_at_context
+    assert {step.name: step.value for step in sized.steps}["prompt_token_units"] == at_one
+
+
+def test_request_kv_refuses_a_context_above_the_models_maximum():
+    arch = toy_dense().model_copy(update={"max_context_tokens": 512})
+    replica = price(toy_inputs(arch=arch, context=512))
+    with pytest.raises(QuotacalcError) as error:
+        request_kv(replica, 1000)
+    assert str(error.value) == "context: 1,000 tokens exceed toy's maximum context of 512 (at most 512 tokens)"
+    assert request_kv(replica, 512).context_tokens == 512
 
 
 def test_request_kv_steps_are_named_for_their_figures(toy):

@@ -233,3 +233,179 @@ def test_explicit_dtype_and_its_fallback():
     # An A100 has no fp8 tensor cores: fp8 weights run as bf16 matmuls (weight-only).
     ampere = explicit_layout(DTYPES["fp8"], gpu_supports=lambda d: d in ("bf16", "fp16", "int8", "tf32"))
     assert ampere.compute_dtype == "bf16"
+
+
+# Malformed configs: each error names the file, the field under quantization_config, and what was
+# wrong, in one line (``source: field: problem (fix)``, quotacalc.errors.QuotacalcError.one_line).
+
+
+def error_line(config) -> str:
+    with pytest.raises(QuotacalcError) as error:
+        layout(config)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "line"),
+    [
+        # A group size is a positive integer or -1; 0 would divide by zero, a string or a float is a typo.
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 0},
+            "config.json: quantization_config.group_size: must be a positive integer or -1 (per channel), got 0",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": -2},
+            "config.json: quantization_config.group_size: must be a positive integer or -1 (per channel), got -2",
+        ),
+        # AWQ's own spelling is reported under the canonical name group_size.
+        (
+            {"quant_method": "awq", "q_group_size": 0},
+            "config.json: quantization_config.group_size: must be a positive integer or -1 (per channel), got 0",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": "128"},
+            "config.json: quantization_config.group_size: must be an integer, got '128'",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 1.5},
+            "config.json: quantization_config.group_size: must be an integer, got 1.5",
+        ),
+        # The field named is the key the file used.
+        (
+            {"quant_method": "awq", "q_group_size": "64"},
+            "config.json: quantization_config.q_group_size: must be an integer, got '64'",
+        ),
+        (
+            {"quant_method": "awq", "bits": "4"},
+            "config.json: quantization_config.bits: must be an integer, got '4'",
+        ),
+        # true is an int to Python, not a bit width.
+        (
+            {"quant_method": "gptq", "bits": True},
+            "config.json: quantization_config.bits: must be an integer, got True",
+        ),
+        (
+            {"quant_method": "awq", "w_bit": 4.0},
+            "config.json: quantization_config.w_bit: must be an integer, got 4.0",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 3, "group_size": 128},
+            "config.json: quantization_config.bits: 3-bit gptq is not priced yet (4 and 8 bits are)",
+        ),
+        (
+            {"quant_method": 5},
+            "config.json: quantization_config.quant_method: must be a string, got 5",
+        ),
+        (
+            {"quant_method": "zip"},
+            "config.json: quantization_config.quant_method: quantization method 'zip' is not understood "
+            "(pass --weight-dtype to price it anyway)",
+        ),
+    ],
+)
+def test_malformed_numbers_are_named(config, line):
+    assert error_line(config) == line
+
+
+BLOCK_PROBLEM = (
+    "config.json: quantization_config.weight_block_size: must be two positive integers [rows, columns], got "
+)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        [0, 128],  # a zero side would divide by zero
+        [128, 0],
+        [-128, 128],
+        [128],  # one side only
+        [128, 128, 128],  # three sides
+        5,  # not a list
+        "128x128",
+        ["a", "b"],
+        [True, 128],  # true is not a side length
+        [128.0, 128],
+    ],
+)
+def test_malformed_fp8_blocks_are_named(block):
+    assert error_line({"quant_method": "fp8", "weight_block_size": block}) == BLOCK_PROBLEM + repr(block)
+
+
+def test_smallest_groups_and_blocks_are_accepted():
+    # A group of 1 weight: 0.5 B + (2 B scale + 0.5 B zero) / 1 = 3 B per parameter.
+    (stored,) = linear_bytes(layout({"quant_method": "gptq", "bits": 4, "group_size": 1}))
+    assert stored == 3.0
+    # A 1x128 block: 1 B + 4 B / 128.
+    (stored,) = linear_bytes(layout({"quant_method": "fp8", "weight_block_size": [1, 128]}))
+    assert stored == 1 + 4 / 128
+
+
+def test_per_channel_scales_cover_the_inputs_of_a_row():
+    # group_size -1: one scale per output row of per_channel_inputs weights; 0.5 B + 2.5 B / 4096 at 4 bits.
+    result = layout({"quant_method": "gptq", "bits": 4, "group_size": -1})
+    (stored,) = linear_bytes(result)
+    assert stored == 0.5 + 2.5 / 4096
+    assert result.source == (
+        "checkpoint quantization_config: gptq int4, fp16 scale + 4-bit zero per channel (4096 inputs per scale)"
+    )
+    # At 8 bits, a 5120-wide model: 1 B + 2 B / 5120.
+    wide = checkpoint_layout(
+        {"quant_method": "gptq", "bits": 8, "group_size": -1},
+        BF16,
+        source="config.json",
+        gpu_supports=hopper,
+        per_channel_inputs=5120,
+    )
+    (stored,) = linear_bytes(wide)
+    assert stored == 1 + 2 / 5120
+    assert wide.source == "checkpoint quantization_config: gptq int8, fp16 scale per channel (5120 inputs per scale)"
+
+
+@pytest.mark.parametrize(
+    ("config_groups", "line"),
+    [
+        (
+            [1],
+            "config.json: quantization_config.config_groups: must be an object of named groups, got list",
+        ),
+        ("int4", "config.json: quantization_config.config_groups: must be an object of named groups, got str"),
+        ({"group_0": 5}, "config.json: quantization_config.config_groups.group_0: must be an object"),
+        (
+            {"group_0": {"weights": [4]}},
+            "config.json: quantization_config.config_groups.group_0.weights: must be an object",
+        ),
+    ],
+)
+def test_malformed_compressed_tensors_groups_are_named(config_groups, line):
+    assert error_line({"quant_method": "compressed-tensors", "config_groups": config_groups}) == line
+
+
+def test_an_empty_compressed_tensors_group_is_skipped():
+    # A group stated as null says nothing; the next group's weights are read (4-bit int: 0.5 B).
+    config = compressed(4, "int")
+    config["config_groups"] = {"unused": None, **config["config_groups"]}
+    (stored,) = linear_bytes(layout(config))
+    assert stored == 0.5
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("modules_to_not_convert", "lm_head"),  # a string, not a list of one
+        ("modules_to_not_convert", [1]),
+        ("ignore", ["lm_head", None]),
+        ("ignore", {"lm_head": True}),
+    ],
+)
+def test_malformed_module_lists_are_named(key, value):
+    assert error_line({"quant_method": "awq", key: value}) == (
+        f"config.json: quantization_config.{key}: must be a list of module names"
+    )
+
+
+@pytest.mark.parametrize("config", ["gptq", ["gptq"], 4])
+def test_a_quantization_config_that_is_not_an_object_is_named(config):
+    with pytest.raises(QuotacalcError) as error:
+        layout(config)
+    assert error.value.field == "quantization_config"
+    assert str(error.value) == f"config.json: quantization_config: must be an object, got {type(config).__name__}"

@@ -430,3 +430,98 @@ def test_engine_max_num_seqs_never_above_the_deployments_own(tmp_path: Path) -> 
     pools = {pool.name: pool for pool in policy.pools}
     assert pools["shared"].engine.max_num_seqs == 64
     assert pools["acme-dedicated"].engine.max_num_seqs == 128
+
+
+# --- build_policy: what passes through, and the sizes it caches -------------------------------------
+
+
+def test_pools_carry_their_routes_and_engine_settings(worked_example_price) -> None:
+    deployment, replica = worked_example_price
+    plan = Plan(
+        pools=(
+            Pool(
+                name="main",
+                deployment=deployment,
+                replicas=2,
+                long_context_pool="long",
+                route_above_prompt_tokens=32768,
+            ),
+            Pool(name="long", role="long_context", deployment=deployment, replicas=1),
+            Pool(name="spare", deployment=deployment.model_copy(update={"max_num_seqs": 512}), replicas=1),
+        ),
+        tiers=(tier("gold", priority=0), tier("silver", priority=1)),
+        tenants=(
+            PlanTenant(name="a", tier="gold", units_per_s=1000),
+            PlanTenant(name="b", tier="silver", units_per_s=1000),
+        ),
+        public_prefixes=("system-prompt-v1",),
+    )
+    policy = build_policy(plan, {"main": replica, "long": replica, "spare": replica})
+    pools = {pool.name: pool for pool in policy.pools}
+    assert (pools["main"].long_context_pool, pools["main"].route_above_prompt_tokens) == ("long", 32768)
+    assert (pools["long"].long_context_pool, pools["long"].route_above_prompt_tokens) == (None, None)
+    assert all(pool.usd_per_unit == replica.usd_per_unit for pool in policy.pools)
+    assert policy.public_prefixes == ("system-prompt-v1",)
+    # Two tiers of different priority on a pool: the engine orders by priority; a pool no tier routes to
+    # has one priority or none, first come first served.
+    assert pools["main"].engine.scheduling_policy == pools["long"].engine.scheduling_policy == "priority"
+    assert pools["spare"].engine.scheduling_policy == "fcfs"
+    # No tier routes to "spare": it serves what it can, the model's 131,072 tokens (its pool holds 646,503).
+    assert pools["spare"].engine.max_model_len == 131072
+    # Its engine's own max_num_seqs (512) is above the decode batch (128): the batch the price assumed
+    # (646,503 / 1,700 = 380 sequences resident) bounds it.
+    assert pools["spare"].engine.max_num_seqs == 128
+    # Tenants: a contract is a contract; each tenant routes with its pool.
+    assert {tenant.rate_source for tenant in policy.tenants} == {"contract"}
+    assert {(t.long_context_pool, t.route_above_prompt_tokens) for t in policy.tenants} == {("long", 32768)}
+
+
+def test_prompt_units_are_cached_per_rounded_prompt_but_never_across_one_token(worked_example_price) -> None:
+    from quotacalc.core.policy import prompt_token_units
+
+    deployment, replica = worked_example_price
+    at_one = prompt_token_units(replica, 1)
+    # A one-token prompt attends to itself: above 1 unit, below a two-token prompt's.
+    assert 1 < at_one < prompt_token_units(replica, 2)
+    assert prompt_token_units(replica, 0.5) == prompt_token_units(replica, 0) == 1.0
+
+    def traffic_tenant(name: str, prompt_tokens: float) -> PlanTenant:
+        return PlanTenant(
+            name=name, tier="gold", traffic={"rps": 1, "prompt_tokens": prompt_tokens, "output_tokens": 0}
+        )
+
+    # In either order, a prompt under one token is charged 1 unit per token, and a 1-token prompt its own cost:
+    # 1 req/s × 0.6 tokens × 1 unit = 0.6 units/s; 1 req/s × 1 token × at_one.
+    for order in (("one", "part"), ("part", "one")):
+        tenants = [traffic_tenant(name, 1 if name == "one" else 0.6) for name in order]
+        rates = {
+            t.name: t.bucket_rate_units_per_s
+            for t in build_policy(one_pool_plan(deployment, tenants), {"main": replica}).tenants
+        }
+        assert rates == {"one": at_one, "part": pytest.approx(0.6, rel=1e-12)}, order
+
+
+def test_traffic_units_default_to_one_unit_per_prompt_token() -> None:
+    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.policy import traffic_units_per_s
+
+    # 2 req/s × (100 prompt × (1 − 0.2) × 1 + 100 × 0.2 × 0.1 + 3 × 10 output) = 2 × (80 + 2 + 30) = 224.
+    traffic = Tenant(rps=2, prompt_tokens=100, output_tokens=10, cached_fraction=0.2)
+    assert traffic_units_per_s(traffic, 0.1, 3.0) == pytest.approx(224, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("model", "served"),
+    [
+        ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"),  # a hub id, as clients send it
+        ("/models/llama-70b/", "llama-70b"),
+        ("./llama-70b", "llama-70b"),
+        ("~/llama-70b", "llama-70b"),
+        ("models/org/Phi-X", "Phi-X"),  # the last component, whatever it ends with
+        (".llama", ".llama"),
+    ],
+)
+def test_served_model_name_of_a_path_is_its_last_component(model: str, served: str) -> None:
+    from quotacalc.core.policy import _served_model_name
+
+    assert _served_model_name(model) == served

@@ -17,6 +17,8 @@ from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 from quotacalc.core.tenant import whole_replicas
 
 Severity = Literal["error", "warning", "info"]
+#: Findings are listed errors first, then warnings, then infos.
+_SEVERITY_ORDER: tuple[Severity, ...] = ("error", "warning", "info")
 
 #: A tenant whose load exceeds this many replicas triggers the reversal condition (docs/method.md §6).
 DEFAULT_REVERSAL_REPLICAS = 2.0
@@ -52,7 +54,7 @@ def _usd(value: float) -> str:
     return f"${value:,.0f}"
 
 
-def _capacity(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
+def _capacity(policy: QuotaPolicy) -> list[Finding]:
     findings = []
     ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
     for pool in policy.pools:
@@ -122,14 +124,17 @@ def _routes(tenant: TenantPolicy) -> list[str]:
 
 def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
     findings = []
-    seen: set[tuple[str, str, str]] = set()
+    # Each finding is about a tier (on a pool), not a tenant: said once for all the tier's tenants.
+    kv_seen: set[tuple[str, str]] = set()
+    context_seen: set[tuple[str, str]] = set()
+    cap_seen: set[str] = set()
     for tenant in policy.tenants:
         for pool_name in _routes(tenant):
             pool = pools[pool_name]
-            if (key := ("kv", tenant.tier, pool_name)) not in seen and tenant.kv_cap_tokens_per_replica > (
+            if (key := (tenant.tier, pool_name)) not in kv_seen and tenant.kv_cap_tokens_per_replica > (
                 pool.kv_pool_tokens
             ):
-                seen.add(key)
+                kv_seen.add(key)
                 findings.append(
                     Finding(
                         severity="error",
@@ -147,10 +152,10 @@ def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Find
                     )
                 )
         served_by = pools[tenant.long_context_pool] if tenant.long_context_pool else pools[tenant.pool]
-        if (key := ("context", tenant.tier, served_by.name)) not in seen and tenant.max_context_tokens > (
+        if (key := (tenant.tier, served_by.name)) not in context_seen and tenant.max_context_tokens > (
             served_by.max_context_tokens
         ):
-            seen.add(key)
+            context_seen.add(key)
             findings.append(
                 Finding(
                     severity="error",
@@ -167,10 +172,8 @@ def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Find
                     },
                 )
             )
-        if (key := ("cap-below-context", tenant.tier, "")) not in seen and (
-            tenant.kv_cap_tokens_per_replica < tenant.max_context_tokens
-        ):
-            seen.add(key)
+        if tenant.tier not in cap_seen and tenant.kv_cap_tokens_per_replica < tenant.max_context_tokens:
+            cap_seen.add(tenant.tier)
             findings.append(
                 Finding(
                     severity="warning",
@@ -300,11 +303,11 @@ def check_plan(
             for name, warnings in (pool_warnings or {}).items()
             for warning in warnings
         ),
-        *_capacity(policy, pools),
+        *_capacity(policy),
         *_tier_limits(policy, pools),
         *_placement(policy, pools, reversal_replicas),
         *_salts(policy, salts),
     ]
-    order = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda finding: order[finding.severity])  # stable: plan order within a severity
+    # A stable sort: within a severity, findings keep the plan's order.
+    findings.sort(key=lambda finding: _SEVERITY_ORDER.index(finding.severity))
     return CheckResult(findings=tuple(findings), reversal_replicas=reversal_replicas, salts_checked=salts is not None)

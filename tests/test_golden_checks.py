@@ -1,0 +1,438 @@
+"""Every plan finding, in full (and the plan's size totals): severity, code, subject, message, fix and figures, worked out by hand.
+
+The policies are built by hand (no plan file, no pricing): one standard pool of 4 replicas selling
+10,000 units/s each at the ceiling (40,000 units/s, 100,000 KV tokens per replica, 32,768 tokens of
+context, $7,200 per replica-month) and a long-context pool of 2 replicas of 5,000 units/s (W 4.5,
+300,000 KV tokens, 131,072 tokens of context). docs/method.md §2-§6 give the rules the findings apply.
+"""
+
+from __future__ import annotations
+
+from quotacalc.core.checks import Finding, check_plan
+from quotacalc.core.plan import Oversubscription
+from quotacalc.core.plan_size import size_plan
+from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy, RetryAfter, TenantPolicy, UnitWeights
+from quotacalc.core.salts import looks_like_salt
+
+
+def _engine(max_model_len: int) -> EngineSettings:
+    return EngineSettings(
+        model="m",
+        served_model_name="m",
+        tensor_parallel_size=4,
+        max_model_len=max_model_len,
+        max_num_seqs=64,
+        max_num_batched_tokens=8192,
+        gpu_memory_utilization=0.9,
+        kv_cache_dtype="auto",
+        enable_prefix_caching=True,
+        scheduling_policy="priority",
+    )
+
+
+SHARED = PoolPolicy(
+    name="shared",
+    role="standard",
+    replicas=4,
+    gpu="h100-sxm",
+    gpus_per_replica=4,
+    output_weight=3.0,
+    replica_units_per_s=10_000.0,
+    capacity_units_per_s=40_000.0,
+    kv_pool_tokens=100_000,
+    max_context_tokens=32_768,
+    long_context_pool="long",
+    route_above_prompt_tokens=32_768,
+    usd_per_month=4 * 7_200.0,
+    engine=_engine(32_768),
+)
+LONG = PoolPolicy(
+    name="long",
+    role="long_context",
+    replicas=2,
+    gpu="h100-sxm",
+    gpus_per_replica=4,
+    output_weight=4.5,
+    replica_units_per_s=5_000.0,
+    capacity_units_per_s=10_000.0,
+    kv_pool_tokens=300_000,
+    max_context_tokens=131_072,
+    usd_per_month=2 * 7_200.0,
+    engine=_engine(131_072),
+)
+
+
+def tenant(
+    name: str,
+    units_per_s: float = 1_000.0,
+    *,
+    pool: str = "shared",
+    tier: str = "std",
+    long: bool = False,
+    placement: str = "shared",
+    kv_cap: int = 50_000,
+    max_context: int = 16_384,
+    salted: bool = False,
+    lora: tuple[str, ...] = (),
+) -> TenantPolicy:
+    return TenantPolicy(
+        name=name,
+        tier=tier,
+        pool=pool,
+        long_context_pool=("long" if pool == "shared" else f"{pool}-long") if long else None,
+        route_above_prompt_tokens=32_768 if long else None,
+        placement=placement,
+        bucket_rate_units_per_s=units_per_s,
+        bucket_depth_units=60 * units_per_s,
+        weights=UnitWeights(cached_prompt=0.1, output=3.0),
+        kv_cap_tokens_per_replica=kv_cap,
+        max_context_tokens=max_context,
+        max_output_tokens=4096,
+        max_concurrent_sequences=16,
+        priority=1,
+        retry_after=RetryAfter(bucket_rate_units_per_s=units_per_s, max_s=60),
+        cache_isolation="salted" if salted else "shared",
+        salt_ref=name if salted else None,
+        lora_adapters=lora,
+    )
+
+
+def policy(*tenants: TenantPolicy, pools=(SHARED, LONG), ratio: float | None = None) -> QuotaPolicy:
+    return QuotaPolicy(
+        tenant_header="x-tenant-id",
+        pools=pools,
+        tiers=(),
+        tenants=tenants,
+        oversubscription=Oversubscription(ratio=ratio, source="usage logs") if ratio else None,
+    )
+
+
+def found(result, code: str) -> list[Finding]:
+    return [finding for finding in result.findings if finding.code == code]
+
+
+NO_RATIO = Finding(
+    severity="info",
+    code="oversubscription",
+    subject="oversubscription",
+    message="no oversubscription assumed: capacity is checked against units sold one for one",
+    fix="measure the ratio (sum of per-tenant peaks / fleet peak) from usage data to sell more",
+)
+SALTS_UNCHECKED = Finding(
+    severity="info",
+    code="salts-unchecked",
+    subject="tenants",
+    message=(
+        "no salt secret given: LoRA adapter names were checked against tenant names and a salt's shape only, "
+        "not against the salts themselves"
+    ),
+    fix="set QUOTACALC_SALT_SECRET or pass --salt-secret-file to check the salts",
+)
+
+
+# --------------------------------------------------------------------------- capacity (§5)
+
+
+def test_a_sound_plan_reports_each_pool_and_what_was_assumed():
+    # The long-context pool comes first: the standard pool after it is still checked.
+    result = check_plan(policy(tenant("a", 12_000, salted=True), tenant("b", 8_000), pools=(LONG, SHARED)))
+    assert result.findings == (
+        Finding(
+            severity="info",
+            code="long-context-capacity",
+            subject="pools.long",
+            # 2 replicas × 5,000 units/s = 10,000.
+            message=(
+                "long-context pool: 10,000 units/s at the ceiling (2 replicas, W 4.50); the plan does not say what "
+                "share of each tenant's units arrives above the threshold, so its load is not checked"
+            ),
+            figures={"capacity_units_per_s": 10_000.0},
+        ),
+        Finding(
+            severity="info",
+            code="capacity",
+            subject="pools.shared",
+            # 12,000 + 8,000 = 20,000 of 4 × 10,000 = 40,000: 50%.
+            message="20,000 of 40,000 units/s sold (50%, 4 replicas at the ceiling)",
+            figures={"units_sold_per_s": 20_000.0, "capacity_units_per_s": 40_000.0, "ratio": 1.0},
+        ),
+        NO_RATIO,
+        SALTS_UNCHECKED,
+    )
+    assert result.count("info") == 4 and result.count("warning") == result.count("error") == 0
+    assert result.salts_checked is False and result.reversal_replicas == 2.0
+
+
+def test_a_measured_ratio_raises_the_limit():
+    result = check_plan(policy(tenant("a", 12_000), tenant("b", 8_000), ratio=1.25))
+    # 40,000 × 1.25 = 50,000 units/s may be sold; 20,000 is 40% of it.
+    assert found(result, "capacity") == [
+        Finding(
+            severity="info",
+            code="capacity",
+            subject="pools.shared",
+            message="20,000 of 50,000 units/s sold (40%, 4 replicas at the ceiling × measured oversubscription 1.25)",
+            figures={"units_sold_per_s": 20_000.0, "capacity_units_per_s": 40_000.0, "ratio": 1.25},
+        )
+    ]
+    assert found(result, "oversubscription") == []
+
+
+def test_selling_exactly_the_capacity_is_not_overselling():
+    result = check_plan(policy(*(tenant(name, 10_000) for name in "abcd")))
+    (capacity,) = found(result, "capacity")
+    assert capacity.severity == "info"
+    assert capacity.message == "40,000 of 40,000 units/s sold (100%, 4 replicas at the ceiling)"
+    assert found(result, "oversold") == []
+
+
+def test_an_oversold_pool_says_how_many_replicas_it_needs():
+    result = check_plan(policy(*(tenant(name, 10_000) for name in "abcde")))
+    # 50,000 / 10,000 = 5 replicas exactly (float noise must not make it 6).
+    assert found(result, "oversold") == [
+        Finding(
+            severity="error",
+            code="oversold",
+            subject="pools.shared",
+            message="50,000 units/s sold, above the capacity of 40,000 units/s (4 replicas × 10,000 at the ceiling)",
+            fix="raise replicas to 5, move tenants, or measure an oversubscription ratio",
+            figures={"units_sold_per_s": 50_000.0, "capacity_units_per_s": 40_000.0, "ratio": 1.0},
+        )
+    ]
+    # With a measured ratio of 1.25: 60,000 sold > 50,000; 60,000 / (10,000 × 1.25) = 4.8 -> 5 replicas.
+    (oversold,) = found(check_plan(policy(*(tenant(name, 10_000) for name in "abcdef"), ratio=1.25)), "oversold")
+    assert oversold.message == (
+        "60,000 units/s sold, above the capacity of 50,000 units/s "
+        "(4 replicas × 10,000 at the ceiling × measured oversubscription 1.25)"
+    )
+    assert oversold.fix == "raise replicas to 5, move tenants, or measure an oversubscription ratio"
+
+
+# --------------------------------------------------------------------------- tier limits (§3)
+
+
+def test_a_kv_cap_above_the_pool_is_said_once_per_tier_and_pool():
+    # 150,000 > the standard pool's 100,000 (the long pool's 300,000 holds it); two tenants, one finding.
+    result = check_plan(policy(tenant("a", tier="gold", kv_cap=150_000), tenant("b", tier="gold", kv_cap=150_000)))
+    assert found(result, "kv-cap") == [
+        Finding(
+            severity="error",
+            code="kv-cap",
+            subject="tiers.gold",
+            message="KV cap of 150,000 tokens per replica exceeds pool 'shared', whose replicas hold 100,000 tokens",
+            fix="lower kv_cap_tokens_per_replica, or serve the tier from a pool with more KV",
+            figures={"kv_cap_tokens_per_replica": 150_000.0, "kv_pool_tokens": 100_000.0},
+        )
+    ]
+    # A cap of exactly the pool fits.
+    assert found(check_plan(policy(tenant("a", kv_cap=100_000))), "kv-cap") == []
+
+
+def test_a_kv_cap_is_checked_on_the_long_context_pool_too():
+    # 350,000 exceeds both pools (100,000 and 300,000): one finding per pool the tier routes to.
+    result = check_plan(policy(tenant("a", tier="gold", long=True, kv_cap=350_000, max_context=100_000)))
+    assert [(f.message, f.figures) for f in found(result, "kv-cap")] == [
+        (
+            "KV cap of 350,000 tokens per replica exceeds pool 'shared', whose replicas hold 100,000 tokens",
+            {"kv_cap_tokens_per_replica": 350_000.0, "kv_pool_tokens": 100_000.0},
+        ),
+        (
+            "KV cap of 350,000 tokens per replica exceeds pool 'long', whose replicas hold 300,000 tokens",
+            {"kv_cap_tokens_per_replica": 350_000.0, "kv_pool_tokens": 300_000.0},
+        ),
+    ]
+
+
+def test_max_context_is_checked_on_the_pool_that_serves_the_long_prompts():
+    # 100,000 tokens: above the standard pool's 32,768, within the long pool's 131,072, where they go.
+    routed = check_plan(policy(tenant("a", long=True, kv_cap=100_000, max_context=100_000)))
+    assert found(routed, "max-context") == []
+    # 200,000 tokens: above the long pool too; two tenants of the tier, one finding.
+    too_long = [tenant(name, tier="gold", long=True, kv_cap=200_000, max_context=200_000) for name in "ab"]
+    assert found(check_plan(policy(*too_long)), "max-context") == [
+        Finding(
+            severity="error",
+            code="max-context",
+            subject="tiers.gold",
+            message=(
+                "max context of 200,000 tokens is above what pool 'long' serves "
+                "(131,072 tokens: the model's maximum, capped by its KV pool)"
+            ),
+            fix="lower max_context_tokens, or route the tier's long prompts to a pool that serves them",
+            figures={"max_context_tokens": 200_000.0, "pool_max_context_tokens": 131_072.0},
+        )
+    ]
+    # Without a long-context route, the standard pool (32,768 tokens) serves all of it.
+    (unrouted,) = found(check_plan(policy(tenant("a", max_context=40_000))), "max-context")
+    assert unrouted.figures == {"max_context_tokens": 40_000.0, "pool_max_context_tokens": 32_768.0}
+
+
+def test_a_kv_cap_below_the_max_context_warns_once_per_tier():
+    result = check_plan(policy(*(tenant(name, tier="lite", kv_cap=16_384, max_context=32_768) for name in "ab")))
+    assert found(result, "kv-cap-below-context") == [
+        Finding(
+            severity="warning",
+            code="kv-cap-below-context",
+            subject="tiers.lite",
+            message=(
+                "KV cap of 16,384 tokens is below the max context of 32,768: "
+                "a request at the max context can never be admitted"
+            ),
+            fix="raise kv_cap_tokens_per_replica to at least max_context_tokens",
+        )
+    ]
+    # A cap of exactly the max context admits a request at the max context.
+    assert found(check_plan(policy(tenant("a", kv_cap=32_768, max_context=32_768))), "kv-cap-below-context") == []
+
+
+# --------------------------------------------------------------------------- placement and reversal (§6)
+
+
+def test_a_dedicated_tenant_sharing_its_pool_names_the_others():
+    result = check_plan(policy(tenant("d", placement="dedicated"), tenant("a"), tenant("b")))
+    assert found(result, "dedicated-shared") == [
+        Finding(
+            severity="error",
+            code="dedicated-shared",
+            subject="tenants.d",
+            message="placement is dedicated, but pool 'shared' also serves a, b",
+            fix="give the tenant a pool of its own, or make it shared",
+        )
+    ]
+    # Alone on its pool, a dedicated tenant is fine (and never a reversal, however large).
+    alone = check_plan(policy(tenant("d", 30_000, placement="dedicated")))
+    assert found(alone, "dedicated-shared") == found(alone, "reversal") == []
+
+
+def test_a_large_shared_tenant_is_told_what_a_dedicated_pool_costs():
+    result = check_plan(policy(tenant("big", 25_000)))
+    # 25,000 / 10,000 = 2.5 replicas >= 2; dedicated: 3 replicas × ($28,800 / 4 = $7,200) = $21,600;
+    # its share of the shared pool: 2.5 × $7,200 = $18,000.
+    assert found(result, "reversal") == [
+        Finding(
+            severity="warning",
+            code="reversal",
+            subject="tenants.big",
+            message=(
+                "load of 2.50 replicas (25,000 units/s) on pool 'shared': sharing buys little multiplexing at this "
+                "size; a dedicated pool of 3 replicas costs $21,600/month (its shared share: $18,000/month)"
+            ),
+            fix="give it a dedicated pool of 3 replicas (placement: dedicated)",
+            figures={
+                "replicas": 2.5,
+                "dedicated_replicas": 3.0,
+                "dedicated_usd_per_month": 21_600.0,
+                "shared_usd_per_month": 18_000.0,
+            },
+        )
+    ]
+    # The threshold is inclusive: 20,000 units/s is 2.0 replicas, and warns; 19,999 does not.
+    (at_threshold,) = found(check_plan(policy(tenant("t", 20_000))), "reversal")
+    assert at_threshold.figures["dedicated_replicas"] == 2 and at_threshold.figures["shared_usd_per_month"] == 14_400
+    assert found(check_plan(policy(tenant("t", 19_999))), "reversal") == []
+    assert found(check_plan(policy(tenant("big", 25_000)), reversal_replicas=3.0), "reversal") == []
+
+
+# --------------------------------------------------------------------------- salts and LoRA names (§4)
+
+SALT_SHAPED = "0123456789abcdef" * 4
+
+
+def test_looks_like_salt_is_64_lower_case_hex_digits():
+    assert looks_like_salt(SALT_SHAPED) is True
+    assert looks_like_salt("abc") is False  # hex, but short
+    assert looks_like_salt(SALT_SHAPED + "0") is False
+    assert looks_like_salt("g" * 64) is False  # 64, but not hex
+    assert looks_like_salt("X" * 64) is False
+    assert looks_like_salt(SALT_SHAPED.upper()) is False  # HMAC hex digests are lower case
+
+
+def test_a_salt_shaped_adapter_name_warns_until_tenants_are_salted():
+    unsalted = check_plan(policy(tenant("a", lora=(SALT_SHAPED,)), tenant("b")))
+    shape = Finding(
+        severity="warning",
+        code="lora-salt-shape",
+        subject="tenants.a",
+        message=f"LoRA adapter '{SALT_SHAPED}' has a salt's shape (64 hex digits) and could equal one",
+        fix="rename the adapter",
+    )
+    assert found(unsalted, "lora-salt-shape") == [shape]
+    # Nothing is salted: no salts to check, and nothing said about them.
+    assert found(unsalted, "salts-unchecked") == []
+    salted = check_plan(policy(tenant("a", lora=(SALT_SHAPED,)), tenant("b", salted=True)))
+    assert found(salted, "lora-salt-shape") == [shape.model_copy(update={"severity": "error"})]
+    assert found(salted, "salts-unchecked") == [SALTS_UNCHECKED]
+
+
+def test_an_adapter_named_like_a_tenant_warns():
+    result = check_plan(policy(tenant("a", lora=("b",)), tenant("b")))
+    assert found(result, "lora-tenant-name") == [
+        Finding(
+            severity="warning",
+            code="lora-tenant-name",
+            subject="tenants.a",
+            message="LoRA adapter 'b' is also a tenant's name (the key of its salt reference)",
+            fix="rename the adapter so adapter names and tenant names never mix",
+        )
+    ]
+
+
+def test_a_salt_equal_to_an_adapter_name_is_an_error_that_never_shows_the_salt():
+    result = check_plan(
+        policy(tenant("a", salted=True), tenant("b", lora=(SALT_SHAPED,))),
+        salts={"a": SALT_SHAPED},
+    )
+    assert found(result, "salt-lora") == [
+        Finding(
+            severity="error",
+            code="salt-lora",
+            subject="tenants.a",
+            message="its cache salt equals a LoRA adapter name of tenant 'b'",
+            fix="rename the adapter, or rotate the salt secret",
+        )
+    ]
+    assert result.salts_checked is True and found(result, "salts-unchecked") == []
+
+
+# --------------------------------------------------------------------------- order
+
+
+def test_findings_are_errors_then_warnings_then_infos_each_in_plan_order():
+    # big: 45,000 units/s, more than the pool's 40,000 (an error) and 4.5 replicas (a reversal warning);
+    # the pool's pricing warnings come first in the plan, the capacity error and the infos after them.
+    result = check_plan(
+        policy(tenant("big", 45_000), pools=(SHARED,)),
+        pool_warnings={"shared": ("first pricing warning", "second pricing warning")},
+    )
+    assert [(f.severity, f.code, f.message if f.code == "pool-price" else "") for f in result.findings] == [
+        ("error", "oversold", ""),
+        ("warning", "pool-price", "first pricing warning"),
+        ("warning", "pool-price", "second pricing warning"),
+        ("warning", "reversal", ""),
+        ("info", "oversubscription", ""),
+    ]
+    assert found(result, "pool-price")[0].subject == "pools.shared"
+    assert (result.count("error"), result.count("warning"), result.count("info")) == (1, 3, 1)
+
+
+# --------------------------------------------------------------------------- size: what the pools cost
+
+
+def test_a_pool_filter_counts_the_pool_and_the_long_context_pools_its_tenants_use():
+    one_replica = {"replicas": 1, "capacity_units_per_s": 10_000.0, "usd_per_month": 7_200.0}
+    other = SHARED.model_copy(update={"name": "other", "long_context_pool": "other-long", **one_replica})
+    other_long = LONG.model_copy(update={"name": "other-long", **one_replica})
+    idle = SHARED.model_copy(update={"name": "idle", "long_context_pool": None, **one_replica})
+    plan = policy(
+        tenant("a", long=True),
+        tenant("b", pool="other", long=True),
+        pools=(SHARED, LONG, other, other_long, idle),
+    )
+    # Every pool, used or not: $28,800 + $14,400 + 3 × $7,200.
+    assert size_plan(plan).totals.pools_usd_per_month == 64_800
+    # The shared pool and the long-context pool its tenant routes to: $28,800 + $14,400.
+    shared = size_plan(plan, pool="shared")
+    assert [row.name for row in shared.tenants] == ["a"]
+    assert shared.totals.pools_usd_per_month == 43_200
+    # The other pool and its own long-context pool: 2 × $7,200.
+    assert size_plan(plan, pool="other").totals.pools_usd_per_month == 14_400
