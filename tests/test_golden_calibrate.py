@@ -180,6 +180,16 @@ def test_a_start_outside_the_bounds_is_clipped_into_them(inputs):
     assert 0.02 <= values[0] <= 1.0
 
 
+def test_a_fit_of_exact_figures_stops_on_its_step_size(inputs):
+    # Two ITLs measured exactly at MBU 0.5, one parameter: each step of the trust region halves the
+    # error (or better), so the step falls below 1e-10 of MBU within tens of evaluations. Without the
+    # step-size criterion the cost and gradient tests (1e-12) would keep it going for hundreds.
+    points = synthetic(inputs, {"mbu": 0.5}, [(1, 1000, 200), (8, 100, 100)], ttft=False)
+    values, result = _fit(_Predictor(inputs), ["mbu"], [inputs.deployment.mbu], points)
+    assert values[0] == pytest.approx(0.5, rel=1e-4)  # the pull towards the start (0.75) moves it ~3e-5
+    assert result.nfev <= 30
+
+
 # --------------------------------------------------------------------------- identifiability
 
 
