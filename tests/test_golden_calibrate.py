@@ -337,6 +337,30 @@ def test_a_parameter_at_either_bound_is_flagged_in_words(inputs):
     assert result.fitted_values == {"mbu": 1.0}
 
 
+def test_two_points_each_predicted_by_a_fit_on_the_other(inputs):
+    # MBU 0.6, two ITLs at concurrency 1; the second measured 10% slow. Fitted on the first alone, MBU
+    # comes back (the pull towards the start moves it ~1e-4), so the second is predicted at its true
+    # ITL: leave-one-out error 1/1.1 − 1 = −9.09%.
+    exact = synthetic(inputs, {"mbu": 0.6}, [(1, 1000, 200), (1, 4000, 200)], ttft=False)
+    points = [exact[0], exact[1].model_copy(update={"itl_s": exact[1].itl_s * 1.1})]
+    result = calibrate(inputs, points, parameters=["mbu"])
+    first, second = result.points
+    assert second.leave_one_out_error == pytest.approx(1 / 1.1 - 1, abs=1e-3)
+    assert first.leave_one_out_error > 0.05  # fitted on the slow run alone, the first comes out slow
+    assert result.rms_leave_one_out_error == pytest.approx(
+        math.sqrt((first.leave_one_out_error**2 + second.leave_one_out_error**2) / 2), rel=1e-12
+    )
+
+
+def test_sixty_runs_are_each_left_out(inputs):
+    runs = [(1 + n % 8, 500 + 50 * n, 100) for n in range(60)]
+    points = synthetic(inputs, {"mbu": 0.81}, runs, ttft=False)
+    result = calibrate(inputs, points, parameters=["mbu"])
+    assert result.warnings == ()
+    # Exact figures: each run is predicted by the other 59 within the pull's ~1e-5.
+    assert all(abs(fit.leave_one_out_error) < 1e-4 for fit in result.points)
+
+
 def test_more_runs_than_the_leave_one_out_limit_say_so(inputs):
     # 61 runs, ITL only, one parameter: fitted once, not left out one by one.
     runs = [(1 + n % 8, 500 + 50 * n, 100) for n in range(61)]
@@ -359,6 +383,22 @@ def test_reserve_from_the_available_memory(inputs):
     assert kv.note == "runtime reserve = memory_utilization × HBM − weights per GPU − available KV memory"
     assert (kv.source, kv.available_kv_gib, kv.kv_pool_tokens) == ("serve.log", 40.0, None)
     assert kv.kv_pool_measured_with is None and kv.mismatch is None
+
+
+def test_the_reserve_counts_the_weights_the_engine_pads():
+    from quotacalc.core.weights import engine_padding_bytes_per_gpu
+    from quotacalc.inputs.resolve import resolve
+
+    # gpt-oss-120b on one B200: vLLM pads the MXFP4 experts for its kernels; the resident weights are
+    # the checkpoint's 65,190,340,224 B plus that padding, as price subtracts them.
+    gpt = resolve(Deployment(model="gpt-oss-120b", gpu="b200", tp=1))
+    padding = engine_padding_bytes_per_gpu(gpt.arch, gpt.weights, gpt.deployment, gpt.gpu)
+    assert padding > 0
+    resident = 65_190_340_224 + padding
+    assert weights_per_gpu(gpt) == resident
+    expected = (0.9 * gpt.gpu.memory_bytes - resident - 50 * GIB) / GIB
+    kv = kv_pool_fit(gpt, KvPoolReading(source="serve.log", available_kv_gib=50.0))
+    assert kv.runtime_reserve_gib == _significant(expected)
 
 
 def test_reserve_from_the_pool_tokens(inputs):
@@ -433,6 +473,7 @@ def test_calibrate_writes_the_logs_values(inputs):
     reading = KvPoolReading(source="serve.log", available_kv_gib=40.0, kv_pool_tokens=524_288)
     result = calibrate(inputs, [], parameters=[], kv_reading=reading)
     kv = kv_pool_fit(inputs, reading)
+    assert result.kv_pool == kv
     assert result.fitted_values == {
         "runtime_reserve_gib": kv.runtime_reserve_gib,
         "kv_pool_tokens": 524_288,
