@@ -431,6 +431,9 @@ def test_a_reserve_under_a_gib_is_taken_and_a_negative_one_refused(inputs):
     free_gib = (0.9 * 85_029_158_912 - weights_per_gpu(inputs)) / GIB  # ≈ 54.84 GiB for KV and the reserve
     kv = kv_pool_fit(inputs, KvPoolReading(source="serve.log", available_kv_gib=free_gib - 0.5))
     assert kv.runtime_reserve_gib == pytest.approx(0.5, rel=1e-6)
+    # A pool of all the free memory: no reserve at all, which is not an error (GiB is a power of two, so
+    # free_gib × GiB gives the free bytes back exactly).
+    assert kv_pool_fit(inputs, KvPoolReading(source="serve.log", available_kv_gib=free_gib)).runtime_reserve_gib == 0.0
     with pytest.raises(QuotacalcError) as caught:
         kv_pool_fit(inputs, KvPoolReading(source="big.log", available_kv_gib=free_gib + 1.0))
     error = caught.value
