@@ -238,6 +238,19 @@ def test_weak_but_separable_overheads_are_not_flagged(inputs):
     assert result.warnings == ()
 
 
+def test_fewer_measured_figures_than_parameters_are_named(inputs):
+    # One run measures two figures (its TTFT and its ITL); four parameters cannot all be determined by
+    # two equations, whatever the Jacobian's two singular values are.
+    points = synthetic(inputs, TRUTH, [(1, 1000, 200)])
+    assert len(points) == 1 and len(points[0].measured()) == 2
+    result = calibrate(inputs, points, parameters=["mfu", "mbu", "step_overhead_s", "request_overhead_s"])
+    assert result.warnings == (
+        "2 measured figures cannot determine 4 parameters (mfu, mbu, step_overhead_s, request_overhead_s): "
+        "the fit keeps the undetermined ones near their starting values; add runs at other concurrencies and "
+        "prompt lengths, or fit fewer parameters (--fit)",
+    )
+
+
 def test_identifiable_points_give_no_warning(inputs):
     points = synthetic(inputs, TRUTH, [(1, 1000, 200), (64, 4000, 500), (8, 2000, 400)])
     result = calibrate(inputs, points, parameters=["mfu", "mbu", "step_overhead_s", "request_overhead_s"])

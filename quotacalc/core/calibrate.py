@@ -286,6 +286,14 @@ def _identifiability_warnings(names: Sequence[str], jacobian) -> list[str]:
     if len(names) < 2:
         return []
     scaled = np.asarray(jacobian) * np.array([_SCALE[name] for name in names])
+    figures = scaled.shape[0]
+    if figures < len(names):
+        # Fewer equations than unknowns: some direction is free whatever the singular values say.
+        return [
+            f"{figures} measured figures cannot determine {len(names)} parameters ({', '.join(names)}): the fit "
+            "keeps the undetermined ones near their starting values; add runs at other concurrencies and prompt "
+            "lengths, or fit fewer parameters (--fit)"
+        ]
     _, singular, vt = np.linalg.svd(scaled, full_matrices=False)
     if singular[0] == 0 or singular[-1] / singular[0] > 1e-4:
         return []
