@@ -12,6 +12,13 @@ Usage (from the repository root, after ``mutmut run`` has generated ``mutants/``
     python scripts/mutation_tally.py [--previous OLD/mutants] --to-run      # names to pass to mutmut run
     python scripts/mutation_tally.py [--previous OLD/mutants] [--markdown]  # the per-module table
     python scripts/mutation_tally.py [--previous OLD/mutants] --survivors    # surviving names
+    python scripts/mutation_tally.py --keep-verdicts-for-new-tests          # see below
+
+mutmut resets every verdict when ``pytest_add_cli_args_test_selection`` changes, even when the change
+only adds test files. Adding tests can only turn survivors into kills, so after adding files to the
+selection ``--keep-verdicts-for-new-tests`` records the new selection's fingerprint as the one the
+verdicts were made under; the next ``mutmut run`` then collects the new tests' coverage and keeps
+the verdicts (re-run the survivors by name to give the new tests their chance).
 """
 
 from __future__ import annotations
@@ -99,6 +106,23 @@ def table(results: dict[str, tuple[str, bool]], *, markdown: bool) -> str:
     return "\n".join(lines)
 
 
+def keep_verdicts(stats_path: Path) -> int:
+    """Write the current selection's fingerprint into mutmut's stats, so its verdicts are not reset."""
+    from mutmut.configuration import config
+
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    fingerprint = config().config_fingerprint()
+    old = stats.get("config_fingerprint", {})
+    changed = sorted(group for group in fingerprint if old.get(group) != fingerprint[group])
+    if set(changed) - {"test_selection"}:
+        print(f"more than the test selection changed ({', '.join(changed)}): verdicts must be redone", file=sys.stderr)
+        return 1
+    stats["config_fingerprint"] = fingerprint
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+    print("test selection recorded" if changed else "nothing to record: the selection is unchanged")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"), help="this run's mutants/ directory")
@@ -106,7 +130,14 @@ def main() -> int:
     parser.add_argument("--to-run", action="store_true", help="print the mutants this run must still run")
     parser.add_argument("--survivors", action="store_true", help="print the surviving mutants")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--keep-verdicts-for-new-tests",
+        action="store_true",
+        help="record the current test selection as the verdicts' own (after only adding test files)",
+    )
     args = parser.parse_args()
+    if args.keep_verdicts_for_new_tests:
+        return keep_verdicts(args.mutants / "mutmut-stats.json")
     current, current_hashes = read_meta(args.mutants)
     if not current:
         print(f"no mutmut results under {args.mutants}", file=sys.stderr)

@@ -50,3 +50,27 @@ def test_kills_of_unchanged_functions_carry_over_and_everything_else_reruns(tmp_
     last = tally.table(results, markdown=True).splitlines()[-1]
     assert last == "| **all** | 5 | 1 | 1 | 0 | 3 | 1 | 50.0% |"
     assert tally.module_of(m + "xǁToyǁstep__mutmut_4") == "quotacalc.core.toy"
+
+
+def test_keeping_verdicts_records_only_a_changed_test_selection(tmp_path, monkeypatch, capsys):
+    import mutmut.configuration
+
+    stats = tmp_path / "mutmut-stats.json"
+    old = {"test_execution": "a", "test_selection": "b", "timeout": "c", "type_check": "d"}
+    stats.write_text(json.dumps({"config_fingerprint": old, "duration_by_test": {"t": 1.0}}), encoding="utf-8")
+
+    fingerprint = {**old, "test_selection": "new"}
+
+    class Config:
+        def config_fingerprint(self):
+            return dict(fingerprint)
+
+    monkeypatch.setattr(mutmut.configuration, "config", lambda: Config())
+    assert tally.keep_verdicts(stats) == 0
+    saved = json.loads(stats.read_text(encoding="utf-8"))
+    assert saved == {"config_fingerprint": fingerprint, "duration_by_test": {"t": 1.0}}
+    # Another change (how every test runs) can flip any verdict: refused, nothing written.
+    fingerprint["test_execution"] = "other"
+    assert tally.keep_verdicts(stats) == 1
+    assert json.loads(stats.read_text(encoding="utf-8")) == saved
+    assert "more than the test selection changed (test_execution)" in capsys.readouterr().err
