@@ -368,6 +368,15 @@ def test_mamba_state_whole_and_per_gpu():
     assert m2.state_elements_per_sequence_per_gpu(2) == 3 * (64 + 2 * 16) + 2 * 32 * 16
     # TP 4: fewer groups than ranks: each rank keeps one replicated group.
     assert m2.state_elements_per_sequence_per_gpu(4) == 3 * (32 + 2 * 16) + 1 * 32 * 16
+    # Several groups per rank (Nemotron-H has 8): 8 groups over TP 2 leave 4 per rank, 4 x 2 x 16 = 128
+    # B and C channels beside 64 of the 128 inner ones.
+    grouped = Mamba2Mixer(hidden_size=64, num_heads=4, head_dim=32, n_groups=8, d_state=16, d_conv=4)
+    assert grouped.state_elements_per_sequence_per_gpu(2) == 3 * (64 + 2 * 4 * 16) + 2 * 32 * 16 == 1600
+    # TP 3 is refused by tp_problem (4 heads); at TP 4 two groups per rank, one head per rank.
+    assert grouped.state_elements_per_sequence_per_gpu(4) == 3 * (32 + 2 * 2 * 16) + 1 * 32 * 16 == 800
+    # Element counts are whole numbers (they size byte buffers): never a float, even where the division is exact.
+    for mixer, tp in ((m2, 2), (m2, 4), (grouped, 2), (grouped, 4), (m1, 3)):
+        assert type(mixer.state_elements_per_sequence_per_gpu(tp)) is int
     for mixer in (m1, m2):
         assert mixer.cache_elements_per_token() == 0 == mixer.cache_elements_per_token_per_gpu(2)
         assert mixer.cached_tokens(99) == 0 and mixer.attended_tokens(99) == 0
