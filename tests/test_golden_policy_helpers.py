@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from quotacalc.catalog.dtypes import DTYPES
-from quotacalc.core.policy import _ceil, _kv_cache_dtype, _served_model_name
+from quotacalc.core.policy import _ceil, _engine, _kv_cache_dtype, _served_model_name, pool_max_context_tokens
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,45 @@ def test_ceil_forgives_only_float_noise():
     # The tolerance scales with the value: 1e-9 relative above 1, 1e-9 absolute below.
     assert _ceil(1e6 + 1e-4) == 1_000_000 and _ceil(1e6 + 1e-2) == 1_000_001
     assert _ceil(0.5) == 1 and _ceil(1.5e-9) == 1 and _ceil(0.5e-9) == 0
+
+
+def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seqs=None):
+    deployment = SimpleNamespace(
+        model="org/model",
+        tp=2,
+        batch=batch,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=4096,
+        memory_utilization=0.9,
+        kv_dtype=None,
+    )
+    replica = SimpleNamespace(
+        inputs=SimpleNamespace(arch=SimpleNamespace(max_context_tokens=model_max), deployment=deployment, gpu=None),
+        kv_pool_tokens=pool_tokens,
+        max_resident_sequences=resident,
+    )
+    return SimpleNamespace(deployment=deployment), replica
+
+
+def test_pool_max_context_is_the_model_maximum_within_the_pool():
+    _, replica = _pool_and_replica(model_max=131_072, pool_tokens=40_000, resident=8)
+    assert pool_max_context_tokens(replica) == 40_000  # the pool holds less than the model allows
+    _, replica = _pool_and_replica(model_max=8_192, pool_tokens=40_000, resident=8)
+    assert pool_max_context_tokens(replica) == 8_192
+    # A config that states no maximum: the pool is the only limit.
+    _, replica = _pool_and_replica(model_max=None, pool_tokens=40_000, resident=8)
+    assert pool_max_context_tokens(replica) == 40_000
+
+
+def test_engine_batch_is_the_priced_batch_within_the_pool_and_never_zero():
+    # The pool holds one sequence at the mean context: the engine runs one, not the priced 64.
+    pool, replica = _pool_and_replica(model_max=8_192, pool_tokens=9_000, resident=1)
+    engine = _engine(pool, replica, [])
+    assert engine.max_num_seqs == 1
+    assert engine.max_model_len == 8_192 and engine.max_num_batched_tokens == 4096
+    # None resident (a context longer than the pool at the mean): still one sequence, not zero.
+    pool, replica = _pool_and_replica(model_max=8_192, pool_tokens=9_000, resident=0)
+    assert _engine(pool, replica, []).max_num_seqs == 1
+    # The deployment's own max_num_seqs caps it too.
+    pool, replica = _pool_and_replica(model_max=8_192, pool_tokens=900_000, resident=300, max_num_seqs=32)
+    assert _engine(pool, replica, []).max_num_seqs == 32
