@@ -63,6 +63,10 @@ def test_one_pool_counts_its_tenants_long_context_pools_only():
     assert sized.totals.pools_usd_per_month == 1000 + 500
     # std-b: itself and stark's long2 = $1,100.
     assert size_plan(POLICY, pool="std-b").totals.pools_usd_per_month == 700 + 400
+    # A pool with no tenant of its own still costs its replicas when it is the one asked for.
+    unused = size_plan(POLICY, pool="unused")
+    assert unused.tenants == () and unused.totals.pools_usd_per_month == 300
+    assert size_plan(POLICY, pool="long").totals.pools_usd_per_month == 500
 
 
 @pytest.mark.parametrize(

@@ -79,11 +79,16 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
                 dedicated_usd_per_month=whole * per_replica,
             )
         )
-    listed = {row.pool for row in rows} | {
-        entry.long_context_pool
-        for entry in policy.tenants
-        if entry.long_context_pool and entry.pool in {r.pool for r in rows}
-    }
+    # The pool asked for costs what it costs even with no tenant of its own (a long-context pool).
+    listed = (
+        {row.pool for row in rows}
+        | ({pool} if pool is not None else set())
+        | {
+            entry.long_context_pool
+            for entry in policy.tenants
+            if entry.long_context_pool and entry.pool in {r.pool for r in rows}
+        }
+    )
     totals = PlanSizeTotals(
         tenants=len(rows),
         units_sold_per_s=math.fsum(row.units_per_s for row in rows),
