@@ -930,3 +930,161 @@ def test_plan_numbers_must_be_finite_and_positive():
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="must be a positive finite number"):
             _finite_positive(bad)
+
+
+# --------------------------------------------------------------------------- bounds' messages
+
+
+def test_bounds_name_the_limit_and_the_value():
+    from quotacalc.core.deployment import _at_most, _digits, _fraction
+
+    assert _at_most(8, 8) == 8  # the limit itself is allowed
+    with pytest.raises(ValueError, match=r"^must be at most 8, got 9$"):
+        _at_most(9, 8)
+    with pytest.raises(ValueError, match=r"^must be at most 1,000, got 1000.5$"):
+        _at_most(1000.5, 1000)
+    # Up to 10**20 an integer is shown; above it, only its length (a 400-digit flag is not echoed).
+    with pytest.raises(ValueError, match=r"^must be at most 1,000, got 100000000000000000000$"):
+        _at_most(10**20, 1000)
+    with pytest.raises(ValueError, match=r"^must be at most 1,000, got a 22-digit number$"):
+        _at_most(10**21, 1000)
+    with pytest.raises(ValueError, match=r"^must be at most 1,000, got a 401-digit number$"):
+        _at_most(10**400, 1000)
+    assert _digits(10**400) == "401"
+    assert _fraction(1.0) == 1.0 and _fraction(0.0, allow_zero=True) == 0.0
+    with pytest.raises(ValueError, match=r"^must be in \(0, 1\], got 0.0$"):
+        _fraction(0.0)
+    with pytest.raises(ValueError, match=r"^must be in \[0, 1\], got 1.5$"):
+        _fraction(1.5, allow_zero=True)
+    with pytest.raises(ValueError, match=r"^must be in \(0, 1\], got -0.1$"):
+        _fraction(-0.1)
+
+
+# --------------------------------------------------------------------------- fmt, the explain steps' numbers
+
+
+@pytest.mark.parametrize(
+    ("number", "shown"),
+    [
+        (0, "0"),
+        (1, "1"),
+        (2.0, "2"),
+        (1e6, "1,000,000"),  # whole numbers: grouped digits
+        (1.5, "1.5"),  # from 1: four decimals, zeros dropped
+        (1.0005, "1.0005"),
+        (1.23456, "1.2346"),
+        (999_999.5, "999999.5"),
+        (1_234_567.5, "1.235e+06"),  # from 1e6: four significant digits, scientific
+        (0.5, "0.5"),  # under 1: four significant digits
+        (0.123456, "0.1235"),
+        (0.001, "0.001"),
+        (0.00025, "0.00025"),
+        (-2.5e-4, "-0.00025"),
+    ],
+)
+def test_fmt_branches(number, shown):
+    from quotacalc.core.explain import fmt
+
+    assert fmt(number) == shown
+
+
+# --------------------------------------------------------------------------- MXFP4 expert padding (vLLM's kernels)
+
+
+def _mxfp4(*moes):
+    """A stand-in model of these MoE layers whose routed experts are stored in MXFP4 (4.25 bits)."""
+    from types import SimpleNamespace
+
+    storage = SimpleNamespace(dtype="mxfp4", bytes_per_param=4.25 / 8)
+    return SimpleNamespace(moe_layers=lambda: list(moes)), SimpleNamespace(storage=lambda group: storage)
+
+
+def test_vllm_default_mxfp4_backend_by_gpu():
+    from quotacalc.core.weights import vllm_default_mxfp4_backend
+
+    for gpu_id in ("h100-sxm", "h100-pcie", "h200", "h20"):
+        assert vllm_default_mxfp4_backend(gpu_id, "nvidia") == "triton"
+    for gpu_id in ("b200", "gb200", "b300", "gb300"):
+        assert vllm_default_mxfp4_backend(gpu_id, "nvidia") == "flashinfer-trtllm"
+    for gpu_id in ("a100-80gb-sxm", "l40s", "l4"):
+        assert vllm_default_mxfp4_backend(gpu_id, "nvidia") == "marlin"
+    assert vllm_default_mxfp4_backend("mi300x", "amd") == "rocm"
+
+
+def test_round_up_to_a_multiple():
+    from quotacalc.core.weights import _round_up
+
+    assert _round_up(2880, 64) == 2880 and _round_up(2880, 128) == 2944 and _round_up(2880, 256) == 3072
+    assert _round_up(1, 128) == 128 and _round_up(128, 128) == 128 and _round_up(1440, 128) == 1536
+
+
+def test_mxfp4_padding_of_gpt_oss_sized_experts_by_hand():
+    from quotacalc.core.weights import mxfp4_padding_bytes_per_gpu
+
+    # gpt-oss-120b's experts: hidden 2,880, intermediate 2,880, gated (3 matrices), 128 per layer.
+    moe = MoE(hidden_size=2880, num_experts=128, top_k=4, expert_intermediate_size=2880)
+    arch, layout = _mxfp4(moe)
+    expert_bytes = 3 * 2880 * 2880 * (4.25 / 8) * 128  # 1,692,057,600 B per layer
+    assert expert_bytes == 1_692_057_600
+    # Marlin at TP 1: intermediate 2,880 -> 2,944 (x128), hidden 2,880 -> 3,072 (x256).
+    marlin = expert_bytes * (2944 * 3072 / (2880 * 2880) - 1)
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 1, False, "marlin") == pytest.approx(marlin, rel=1e-12)
+    # TP 2 splits the intermediate: 1,440 per rank -> 1,536; the padded bytes are split over 2 GPUs.
+    tp2 = expert_bytes * (1536 * 3072 / (1440 * 2880) - 1) / 2
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 2, False, "marlin") == pytest.approx(tp2, rel=1e-12)
+    # Expert parallel keeps each expert whole (2,880), and the experts are spread over the 2 GPUs.
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 2, True, "marlin") == pytest.approx(marlin / 2, rel=1e-12)
+    # Triton pads the intermediate to 64 (2,880 is 45 x 64) and keeps the hidden size: nothing added.
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 1, False, "triton") == 0.0
+    # Ungated experts have two matrices, not three.
+    plain = MoE(hidden_size=2880, num_experts=128, top_k=4, expert_intermediate_size=2880, gated=False)
+    arch, layout = _mxfp4(plain)
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 1, False, "marlin") == pytest.approx(marlin * 2 / 3, rel=1e-12)
+
+
+def test_mxfp4_padding_skips_experts_split_below_one_channel_and_sums_layers():
+    from quotacalc.core.weights import mxfp4_padding_bytes_per_gpu
+
+    # Intermediate 2 over TP 2: one channel per rank, padded to 128 (x128) and the hidden 256 -> 256.
+    narrow = MoE(hidden_size=256, num_experts=2, top_k=1, expert_intermediate_size=2)
+    # Intermediate 1 over TP 2: nothing per rank (0 channels): no padding from this layer.
+    empty = MoE(hidden_size=256, num_experts=2, top_k=1, expert_intermediate_size=1)
+    arch, layout = _mxfp4(empty, narrow)
+    narrow_bytes = 3 * 256 * 2 * (4.25 / 8) * 2
+    expected = narrow_bytes * (128 * 256 / (1 * 256) - 1) / 2
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 2, False, "marlin") == pytest.approx(expected, rel=1e-12)
+    # Not MXFP4: nothing.
+    from types import SimpleNamespace
+
+    bf16 = SimpleNamespace(storage=lambda group: SimpleNamespace(dtype="bf16", bytes_per_param=2))
+    assert mxfp4_padding_bytes_per_gpu(arch, bf16, 2, False, "marlin") == 0.0
+
+
+def test_engine_padding_follows_the_deployment_backend_or_the_gpus_default():
+    from types import SimpleNamespace
+
+    from quotacalc.core.weights import engine_padding_bytes_per_gpu, mxfp4_padding_bytes_per_gpu
+
+    moe = MoE(hidden_size=2880, num_experts=128, top_k=4, expert_intermediate_size=2880)
+    arch, layout = _mxfp4(moe)
+
+    def deployment(backend, expert_parallel=False):
+        return SimpleNamespace(mxfp4_moe_backend=backend, tp=2, expert_parallel=expert_parallel)
+
+    a100 = SimpleNamespace(id="a100-80gb-sxm", vendor="nvidia")
+    mi300 = SimpleNamespace(id="mi300x", vendor="amd")
+    assert engine_padding_bytes_per_gpu(arch, layout, deployment(None), a100) == mxfp4_padding_bytes_per_gpu(
+        arch, layout, 2, False, "marlin"
+    )
+    assert engine_padding_bytes_per_gpu(arch, layout, deployment(None), mi300) == mxfp4_padding_bytes_per_gpu(
+        arch, layout, 2, False, "rocm"
+    )
+    # The deployment's backend wins over the GPU's default: Triton pads 1,440 channels per rank to 1,472 (x64).
+    triton = 1_692_057_600 * (1472 / 1440 - 1) / 2
+    assert engine_padding_bytes_per_gpu(arch, layout, deployment("triton"), a100) == pytest.approx(triton, rel=1e-12)
+    assert engine_padding_bytes_per_gpu(arch, layout, deployment(None, True), a100) == mxfp4_padding_bytes_per_gpu(
+        arch, layout, 2, True, "marlin"
+    )
+    assert mxfp4_padding_bytes_per_gpu(arch, layout, 2, True, "marlin") != mxfp4_padding_bytes_per_gpu(
+        arch, layout, 2, False, "marlin"
+    )
