@@ -30,8 +30,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-#: mutmut's exit-code meanings (mutmut/stats.py): 1 and 3 kill, 0 survives, 5 and 33 mean no test covers it.
-KILLED, SURVIVED, NO_TESTS = {1, 3}, {0}, {5, 33}
+#: mutmut's exit-code meanings (mutmut/stats.py): 1 and 3 kill, 0 survives, 5 and 33 mean no test covers it;
+#: the timeouts (a mutant that loops forever, stopped by its CPU-time limit) are caught, as kills are.
+KILLED, SURVIVED, NO_TESTS, TIMEOUT = {1, 3}, {0}, {5, 33}, {24, -24, 36, 152, 255}
 MUTANT_SUFFIX = re.compile(r"__mutmut_\d+$")
 
 
@@ -66,7 +67,7 @@ def verdicts(
     for mutant, code in current.items():
         function = function_of(mutant)
         unchanged = function in previous_hashes and previous_hashes[function] == current_hashes.get(function)
-        if code is None and unchanged and previous.get(mutant) in KILLED:
+        if code is None and unchanged and previous.get(mutant) in KILLED | TIMEOUT:
             result[mutant] = ("killed", True)
         elif code is None:
             result[mutant] = ("not run", False)
@@ -76,6 +77,8 @@ def verdicts(
             result[mutant] = ("survived", False)
         elif code in NO_TESTS:
             result[mutant] = ("no tests", False)
+        elif code in TIMEOUT:
+            result[mutant] = ("timeout", False)
         else:
             result[mutant] = (f"exit {code}", False)
     return result
@@ -89,14 +92,14 @@ def table(results: dict[str, tuple[str, bool]], *, markdown: bool) -> str:
         counts[status] += 1
         counts["carried"] += carried
     total = sum(by_module.values(), Counter())
-    columns = ("mutants", "killed", "survived", "no tests", "not run", "carried")
+    columns = ("mutants", "killed", "timeout", "survived", "no tests", "not run", "carried")
     rows = [(module, by_module[module]) for module in sorted(by_module)] + [("all", total)]
     lines = []
     if markdown:
-        lines += ["| module | " + " | ".join(columns) + " | killed % |", "|---" + "|---:" * (len(columns) + 1) + "|"]
+        lines += ["| module | " + " | ".join(columns) + " | caught % |", "|---" + "|---:" * (len(columns) + 1) + "|"]
     for module, counts in rows:
         run = counts["mutants"] - counts["not run"]
-        share = f"{100 * counts['killed'] / run:.1f}%" if run else "-"
+        share = f"{100 * (counts['killed'] + counts['timeout']) / run:.1f}%" if run else "-"
         cells = [str(counts[column]) for column in columns]
         if markdown:
             name = f"**{module}**" if module == "all" else module

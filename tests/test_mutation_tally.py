@@ -34,6 +34,7 @@ def test_kills_of_unchanged_functions_carry_over_and_everything_else_reruns(tmp_
             m + "x_same__mutmut_3": None,  # no tests before: must run again
             m + "x_edited__mutmut_1": None,  # its function changed: must run again
             m + "x_added__mutmut_1": 0,  # run now: this run's verdict
+            m + "x_added__mutmut_2": 24,  # looped until its CPU-time limit: caught
         },
         {"x_same": "aaa", "x_edited": "ccc", "x_added": "ddd"},
     )
@@ -45,10 +46,11 @@ def test_kills_of_unchanged_functions_carry_over_and_everything_else_reruns(tmp_
         m + "x_same__mutmut_3": ("not run", False),
         m + "x_edited__mutmut_1": ("not run", False),
         m + "x_added__mutmut_1": ("survived", False),
+        m + "x_added__mutmut_2": ("timeout", False),
     }
-    # 1 killed of the 2 with a verdict: 50.0%; 3 still to run.
+    # 1 killed and 1 timed out of the 3 with a verdict: 66.7% caught; 3 still to run.
     last = tally.table(results, markdown=True).splitlines()[-1]
-    assert last == "| **all** | 5 | 1 | 1 | 0 | 3 | 1 | 50.0% |"
+    assert last == "| **all** | 6 | 1 | 1 | 1 | 0 | 3 | 1 | 66.7% |"
     assert tally.module_of(m + "xǁToyǁstep__mutmut_4") == "quotacalc.core.toy"
 
 
