@@ -951,6 +951,9 @@ def test_bounds_name_the_limit_and_the_value():
     with pytest.raises(ValueError, match=r"^must be at most 1,000, got a 401-digit number$"):
         _at_most(10**400, 1000)
     assert _digits(10**400) == "401"
+    with pytest.raises(ValueError, match=r"^must be at most 1,000, got a 21-digit number$"):
+        _at_most(10**20 + 1, 1000)  # just above 10**20: its length, not its digits
+    assert _digits(10**5000) == "more than 4,300"  # Python refuses to print an int that long
     assert _fraction(1.0) == 1.0 and _fraction(0.0, allow_zero=True) == 0.0
     with pytest.raises(ValueError, match=r"^must be in \(0, 1\], got 0.0$"):
         _fraction(0.0)
@@ -1088,3 +1091,24 @@ def test_engine_padding_follows_the_deployment_backend_or_the_gpus_default():
     assert mxfp4_padding_bytes_per_gpu(arch, layout, 2, True, "marlin") != mxfp4_padding_bytes_per_gpu(
         arch, layout, 2, False, "marlin"
     )
+
+
+def test_weight_layout_label_sums_each_dtype_over_its_groups():
+    from quotacalc.core.weights import GroupStorage, WeightLayout
+
+    fp4 = GroupStorage(dtype="mxfp4", bytes_per_param=4.25 / 8)
+    bf16 = GroupStorage(dtype="bf16", bytes_per_param=2)
+    fp8 = GroupStorage(dtype="fp8", bytes_per_param=1)
+    groups = {group: bf16 for group in ParamGroup}
+    groups[ParamGroup.ROUTED_EXPERTS] = fp4
+    groups[ParamGroup.ATTENTION] = fp8
+    layout = WeightLayout(groups=groups, compute_dtype="bf16", source="test")
+    counts = {
+        ParamGroup.ROUTED_EXPERTS: 900,
+        ParamGroup.ATTENTION: 40,
+        ParamGroup.EMBEDDING: 30,
+        ParamGroup.LM_HEAD: 30,
+    }
+    # bf16 holds 30 + 30 = 60 parameters, more than fp8's 40: mxfp4 90.0%, then bf16, then fp8.
+    assert layout.describe(counts) == "mxfp4 (90.0% of params), bf16/fp8 rest"
+    assert layout.describe({ParamGroup.ROUTED_EXPERTS: 5, ParamGroup.EMBEDDING: 0}) == "mxfp4"

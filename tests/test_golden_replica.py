@@ -230,3 +230,36 @@ def test_runtime_reserve_modelled_and_given():
     given = memory.runtime_reserve(arch, deployment.model_copy(update={"runtime_reserve_gib": 5.5}), GPU)
     assert given.given is True and given.total_bytes == 5.5 * GIB
     assert given.tp_comm_bytes == 0 and given.activation_bytes == 0 and given.max_num_batched_tokens == 1000
+
+
+def test_full_load_of_one_sequence():
+    # max_num_seqs 1: one request of 100 + 20 tokens at a time, at 110 tokens of context:
+    #   memory (1e9 + 1e6 + 110,000 + 5,000 + 100 x 200) / 1e11 = 0.01001135 s (compute 0.00100016 s)
+    #   + 0.001 + 1e-5 + 4 x (1e-5 + 1e-8) = 0.01106139 s a step, plus 1/20 of its own prefill (0.100011575 s).
+    one = replace(MODEL, max_num_seqs=1)
+    assert one.max_load_batch(100, 20) == 1
+    assert one.max_load_output_tokens_per_s(100, 20) == pytest.approx(1 / (0.01106139 + 0.100011575 / 20), rel=1e-9)
+
+
+def test_replica_model_takes_the_engines_max_num_seqs():
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    # Llama 3.1 8B BF16 on an A100 80GB: its pool holds thousands of 128-token requests, but vLLM's default
+    # max_num_seqs there is 256 (1,024 only on GPUs of 70 GiB or more other than the A100); given, it wins.
+    short = {
+        "model": "Llama-3.1-8B-Instruct",
+        "gpu": "a100-80gb-sxm",
+        "load_prompt_tokens": 100,
+        "load_output_tokens": 28,
+    }
+    figures = {step.name: step for step in price(resolve(Deployment(**short))).steps}
+    assert figures["max_load_batch"].value == 256
+    assert "256 (vLLM default)" in figures["max_load_batch"].substituted
+    given = {step.name: step for step in price(resolve(Deployment(**short, max_num_seqs=300))).steps}
+    assert given["max_load_batch"].value == 300 and "300 (given)" in given["max_load_batch"].substituted
+    # The all-reduce latency's source: the GPU catalog's, or the deployment's own.
+    tp2 = {step.name: step for step in price(resolve(Deployment(**short, tp=2))).steps}
+    assert "(a100-80gb-sxm catalog)" in tp2["allreduce_s"].substituted
+    mine = {step.name: step for step in price(resolve(Deployment(**short, tp=2, allreduce_latency_s=2e-5))).steps}
+    assert "(given)" in mine["allreduce_s"].substituted
