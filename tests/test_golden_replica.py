@@ -263,3 +263,20 @@ def test_replica_model_takes_the_engines_max_num_seqs():
     assert "(a100-80gb-sxm catalog)" in tp2["allreduce_s"].substituted
     mine = {step.name: step for step in price(resolve(Deployment(**short, tp=2, allreduce_latency_s=2e-5))).steps}
     assert "(given)" in mine["allreduce_s"].substituted
+
+
+def test_expert_touch_step_shows_its_own_numbers():
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    # gpt-oss-120b: 128 experts, top 4; at the default batch 32 and uniform routing the step substitutes them.
+    steps = {
+        step.name: step for step in price(resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", batch=32))).steps
+    }
+    assert steps["expected_experts_touched"].substituted == "128 × (1 − (1 − 4/128)^32)"
+    assert steps["expected_experts_touched"].value == pytest.approx(128 * (1 - (1 - 4 / 128) ** 32))
+    skewed = {
+        step.name: step
+        for step in price(resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", batch=32, expert_skew=1.0))).steps
+    }
+    assert skewed["expected_experts_touched"].substituted == "E=128, k=4, B=32, skew=1.0"
