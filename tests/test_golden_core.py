@@ -1112,3 +1112,11 @@ def test_weight_layout_label_sums_each_dtype_over_its_groups():
     # bf16 holds 30 + 30 = 60 parameters, more than fp8's 40: mxfp4 90.0%, then bf16, then fp8.
     assert layout.describe(counts) == "mxfp4 (90.0% of params), bf16/fp8 rest"
     assert layout.describe({ParamGroup.ROUTED_EXPERTS: 5, ParamGroup.EMBEDDING: 0}) == "mxfp4"
+
+
+def test_kv_heads_per_rank_is_a_whole_count():
+    from quotacalc.core.arch import kv_heads_per_rank
+
+    assert kv_heads_per_rank(8, 2) == 4 and type(kv_heads_per_rank(8, 2)) is int
+    assert kv_heads_per_rank(8, 8) == 1 and kv_heads_per_rank(8, 16) == 1  # replicated below one per rank
+    assert type(kv_heads_per_rank(8, 16)) is int

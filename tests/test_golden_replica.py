@@ -190,6 +190,9 @@ def test_vllm_default_token_budget():
     deployment = Deployment(model="m", gpu="toy")
     assert memory.max_num_batched_tokens(deployment, GPU) == 8192
     assert memory.max_num_batched_tokens(deployment.model_copy(update={"max_num_batched_tokens": 512}), GPU) == 512
+    # max_num_seqs follows the same rule: 1,024 from the threshold up (A100 aside), else 256.
+    assert memory.vllm_default_max_num_seqs(edge) == 1024 and memory.vllm_default_max_num_seqs(below) == 256
+    assert memory.vllm_default_max_num_seqs(GPU.model_copy(update={"id": "a100-80gb-sxm"})) == 256
 
 
 def test_feed_forward_width_and_activations():
