@@ -177,7 +177,7 @@ GPU = GpuSpec(
 )
 
 
-def test_vllm_default_token_budget():
+def test_vllm_default_token_budget_and_max_num_seqs():
     # vLLM's 'vllm serve' default: 8,192 on GPUs of 70 GiB or more (A100 aside), else 2,048.
     assert memory.vllm_default_max_num_batched_tokens(GPU) == 8192
     # The threshold itself counts as large.
