@@ -283,3 +283,16 @@ def test_expert_touch_step_shows_its_own_numbers():
         for step in price(resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", batch=32, expert_skew=1.0))).steps
     }
     assert skewed["expected_experts_touched"].substituted == "E=128, k=4, B=32, skew=1.0"
+
+
+def test_engine_prompt_token_is_one_full_chunk_on_an_idle_replica_by_hand():
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    # Llama 3.1 8B, FP8 on one H100 (no all-reduce): a chunk of the 8,192-token budget, each token
+    # attending (8,192 + 1) / 2 = 4,096.5 earlier ones at 2 x 32 heads x (128 + 128) x 32 layers =
+    # 524,288 FLOPs each, besides 2 x 8,030,261,248 for the parameters; compute-bound at 1,979e12 x 0.5;
+    # plus the 1.2 ms step overhead; divided by the chunk.
+    result = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype="fp8")))
+    compute_s = 8192 * (2 * 8_030_261_248 + 524_288 * 4096.5) / (1979e12 * 0.5)
+    assert result.engine_prompt_token_s == pytest.approx((compute_s + 0.0012) / 8192, rel=1e-9)
