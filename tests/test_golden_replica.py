@@ -296,3 +296,15 @@ def test_engine_prompt_token_is_one_full_chunk_on_an_idle_replica_by_hand():
     result = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype="fp8")))
     compute_s = 8192 * (2 * 8_030_261_248 + 524_288 * 4096.5) / (1979e12 * 0.5)
     assert result.engine_prompt_token_s == pytest.approx((compute_s + 0.0012) / 8192, rel=1e-9)
+
+
+def test_padded_weights_per_gpu_of_gpt_oss_at_tp2_by_hand():
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    # gpt-oss-120b (65,190,340,224 B of checkpoint; 36 layers of 128 MXFP4 experts, 2,880 x 2,880, gated:
+    # 1,692,057,600 B a layer) on 2 A100s: vLLM's Marlin backend pads each rank's 1,440 channels to 1,536
+    # and the hidden 2,880 to 3,072.
+    result = price(resolve(Deployment(model="gpt-oss-120b", gpu="a100-80gb-sxm", tp=2)))
+    padding = 36 * 1_692_057_600 * (1536 * 3072 / (1440 * 2880) - 1) / 2
+    assert result.weight_bytes_per_gpu == pytest.approx(65_190_340_224 / 2 + padding, rel=1e-12)
