@@ -77,7 +77,7 @@ def run_comparison(
     from quotacalc.cli.compare_out import render_comparison
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment, build_tenant, check_measured_pool
+    from quotacalc.inputs.deployment import build_deployment, build_tenant, measured_pool_mismatch
     from quotacalc.inputs.plan import deployment_source
     from quotacalc.inputs.resolve import resolve
 
@@ -104,18 +104,12 @@ def run_comparison(
         # A plan's measured pool holds for the deployment it was measured on. Elsewhere a comparison still
         # wants the row (sales compare GPUs before anyone measures them): the pool is estimated, and the
         # row's warning says which measurement it replaces.
-        replaced = None
-        if flags.get("kv_pool_tokens") is None:
-            try:
-                check_measured_pool(deployment, source=plan)
-            except QuotacalcError as error:
-                replaced = error.problem
-                deployment = deployment.model_copy(update={"kv_pool_tokens": None, "kv_pool_measured_with": None})
-        priced = price(resolve(deployment))
-        if replaced is None:
-            return priced
-        note = f"KV pool estimated: {replaced}"
-        return priced.model_copy(update={"warnings": (note, *priced.warnings)})
+        mismatch = measured_pool_mismatch(deployment) if flags.get("kv_pool_tokens") is None else None
+        if mismatch is None:
+            return price(resolve(deployment))
+        estimated = deployment.model_copy(update={"kv_pool_tokens": None, "kv_pool_measured_with": None})
+        priced = price(resolve(estimated))
+        return priced.model_copy(update={"warnings": (f"KV pool estimated: {mismatch}", *priced.warnings)})
 
     rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], tenant, rows, output_format)

@@ -190,11 +190,11 @@ def _dtype_name(name: str | None) -> str | None:
     return None if name in (None, "auto") else dtype_by_name(name).name
 
 
-def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
-    """Raise if a measured pool is used on a deployment other than the one it was measured on."""
+def measured_pool_mismatch(deployment: Deployment) -> str | None:
+    """Why a measured pool does not hold for this deployment (what changed since it was measured), or None."""
     measured = deployment.kv_pool_measured_with
     if deployment.kv_pool_tokens is None or measured is None:
-        return
+        return None
     now = {
         "gpu": _gpu_id(deployment.gpu),
         "tp": deployment.tp,
@@ -212,10 +212,20 @@ def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
         "max_num_batched_tokens": _batched_tokens(measured.max_num_batched_tokens, measured.gpu),
     }
     changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
-    if changed:
+    if not changed:
+        return None
+    return (
+        f"the measured pool of {deployment.kv_pool_tokens:,} tokens was measured on another deployment "
+        f"({', '.join(changed)})"
+    )
+
+
+def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
+    """Raise if a measured pool is used on a deployment other than the one it was measured on."""
+    mismatch = measured_pool_mismatch(deployment)
+    if mismatch is not None:
         raise QuotacalcError(
-            f"the measured pool of {deployment.kv_pool_tokens:,} tokens was measured on another deployment "
-            f"({', '.join(changed)})",
+            mismatch,
             source=source,
             field="kv_pool_tokens",
             fix="measure the pool on this deployment, remove kv_pool_tokens to estimate it, or give --kv-pool-tokens",
