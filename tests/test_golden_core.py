@@ -693,8 +693,9 @@ def test_moe_layers_of_different_shapes_are_refused():
     arch = arch.model_copy(
         update={"layers": (arch.layers[0], arch.layers[1].model_copy(update={"feed_forward": small}))}
     )
-    with pytest.raises(QuotacalcError, match="different shapes"):
+    with pytest.raises(QuotacalcError, match="different shapes") as refused:
         price(toy_inputs(arch=arch))
+    assert refused.value.field == "model"
 
 
 # --------------------------------------------------------------------------- a hybrid's state in the price
