@@ -488,3 +488,43 @@ def test_kv_reserve_from_pool_tokens_and_the_log_bounds(inputs):
         "s.log: the log's pool holds 122,880 B of KV per token per GPU where this deployment needs 81,920 B: "
         "is the log from this model, TP and KV dtype?"
     )
+
+
+# --------------------------------------------------------------------------- the benchmarked model
+
+
+def test_a_benchmark_of_another_model_is_named(inputs):
+    runs = synthetic(inputs, TRUTH)
+    ours = [point.model_copy(update={"model": "meta-llama/Llama-3.3-70B-Instruct"}) for point in runs]
+    assert calibrate(inputs, ours).warnings == ()
+    # A quantized checkpoint extends the name: still this model.
+    fp8 = [point.model_copy(update={"model": "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"}) for point in runs]
+    assert calibrate(inputs, fp8).warnings == ()
+    other = [*runs[:-1], runs[-1].model_copy(update={"model": "meta-llama/Llama-3.1-8B-Instruct"})]
+    warnings = calibrate(inputs, other).warnings
+    assert warnings[0] == (
+        "synthetic: benchmarked model 'meta-llama/Llama-3.1-8B-Instruct' is not this deployment's "
+        "Llama-3.3-70B-Instruct: calibrate against the plan of the deployment that ran it (ignore if it is a served alias)"
+    )
+
+
+def test_strict_refuses_to_write_a_calibration_with_warnings(run_cli, tmp_path):
+    # The synthetic runs with a Llama 3.1 8B model_id: a warning, so --strict exits 1 and writes nothing.
+    rows = [json.loads(line) for line in SYNTHETIC_JSONL.read_text(encoding="utf-8").splitlines() if line.strip()]
+    bench = tmp_path / "other-model.jsonl"
+    bench.write_text(
+        "".join(json.dumps({**row, "model_id": "meta-llama/Llama-3.1-8B-Instruct"}) + "\n" for row in rows),
+        encoding="utf-8",
+    )
+    target = tmp_path / "calibrated.yaml"
+    code, out, err = run_cli("calibrate", PLAN, "--bench", bench, "--write", target, "--strict")
+    assert code == 1 and out == "" and not target.exists()
+    assert "benchmarked model 'meta-llama/Llama-3.1-8B-Instruct'" in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith("--strict: 1 warning(s) under --strict (see the warnings above; nothing was written)")
+    )
+    # Without the warning --strict changes nothing.
+    code, _, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_JSONL, "--write", target, "--strict")
+    assert code == 0 and target.exists(), err

@@ -115,6 +115,7 @@ def test_vllm_result_means_per_request(json_file):
     # 102,400 input tokens over 100 completed requests: 1,024 per request; 25,600 / 100 = 256.
     assert (point.concurrency, point.prompt_tokens, point.output_tokens) == (16, 1024, 256)
     assert point.ttft_s == pytest.approx(0.250) and point.itl_s == pytest.approx(0.0215)  # the means, not medians
+    assert point.model == "meta-llama/Llama-3.3-70B-Instruct"  # model_id: calibrate compares it with the plan's
 
 
 @pytest.fixture

@@ -84,6 +84,10 @@ def calibrate_command(
             "--pool", help="platform plan: the pool whose deployment is calibrated (and written with --write)"
         ),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="turn every warning into an error (exit 1) before anything is written, for CI"),
+    ] = False,
     *,
     deployment_flags,
 ):
@@ -135,6 +139,17 @@ def calibrate_command(
             raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
     inputs = resolve(deployment)
     result = calibrate(inputs, points, parameters=parameters, kv_reading=reading)
+    if strict and (notes or result.warnings):
+        from quotacalc.cli.streams import print_warnings
+        from quotacalc.errors import QuotacalcError
+
+        warnings = (*notes, *result.warnings)
+        print_warnings(warnings)
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict",
+            field="--strict",
+            fix="see the warnings above; nothing was written",
+        )
     records = [_file_record(path, rows, write) for path, rows in files]
     section = provenance(result, inputs, records, _version())
     if write is not None and platform:

@@ -83,6 +83,7 @@ class BenchmarkPoint(BaseModel):
     output_tokens: float = Field(ge=1, le=100_000_000, description="mean output tokens per request")
     ttft_s: float | None = Field(None, gt=0, le=86_400, description="mean time to first token, s")
     itl_s: float | None = Field(None, gt=0, le=3_600, description="mean inter-token latency, s")
+    model: str | None = Field(None, max_length=1000, description="the model the file says it benchmarked (model_id)")
 
     def measured(self) -> dict[str, float]:
         return {name: value for name in ("ttft_s", "itl_s") if (value := getattr(self, name)) is not None}
@@ -436,6 +437,30 @@ def _point_fits(
     return fits
 
 
+def _model_key(name: str) -> str:
+    """A model name's last path part, lower case: 'meta-llama/Llama-3.3-70B-Instruct' -> 'llama-3.3-70b-instruct'."""
+    return name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+def benchmarked_model_warnings(inputs: PricingInputs, points: Sequence[BenchmarkPoint]) -> list[str]:
+    """A warning for each benchmarked model that is not the deployment's: its runs calibrate nothing here.
+
+    Names match when one contains the other ('Llama-3.3-70B-Instruct' and
+    'RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic'): quantized checkpoints extend the name.
+    """
+    ours = {_model_key(inputs.deployment.model), _model_key(inputs.arch.name)}
+    warnings = []
+    for benchmarked in sorted({point.model for point in points if point.model}):
+        theirs = _model_key(benchmarked)
+        if not any(mine in theirs or theirs in mine for mine in ours):
+            files = ", ".join(sorted({point.source for point in points if point.model == benchmarked}))
+            warnings.append(
+                f"{files}: benchmarked model '{benchmarked}' is not this deployment's {inputs.arch.name}: "
+                "calibrate against the plan of the deployment that ran it (ignore if it is a served alias)"
+            )
+    return warnings
+
+
 def calibrate(
     inputs: PricingInputs,
     points: Sequence[BenchmarkPoint],
@@ -456,7 +481,7 @@ def calibrate(
             field="--bench",
             fix="give one row per run (mean figures), not one per request",
         )
-    warnings: list[str] = []
+    warnings: list[str] = benchmarked_model_warnings(inputs, points)
     before = [_current(inputs, name) for name in names]
     after = before
     fitted_values: dict[str, object] = {}

@@ -210,12 +210,15 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
     for key, name in (("mean_ttft_ms", "ttft_s"), ("mean_itl_ms", "itl_s")):
         if result.get(key) is not None:
             values[name] = _number(result[key], path, field(key)) / 1000
+    if isinstance(result.get("model_id"), str):
+        values["model"] = result["model_id"]
     keys = {
         "concurrency": "max_concurrency",
         "prompt_tokens": "total_input_tokens",
         "output_tokens": "total_output_tokens",
         "ttft_s": "mean_ttft_ms",
         "itl_s": "mean_itl_ms",
+        "model": "model_id",
     }
     return _point(path, row, keys, **values)
 
