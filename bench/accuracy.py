@@ -57,7 +57,13 @@ def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
         "weight_dtype": point.get("weight_dtype"),
         "kv_dtype": point.get("kv_dtype"),
     }
-    for key in ("memory_utilization", "max_num_batched_tokens", "mxfp4_moe_backend"):
+    for key in (
+        "memory_utilization",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "mxfp4_moe_backend",
+        "sampler_bytes_per_logit",
+    ):
         if point.get(key) is not None:
             fields[key] = point[key]
     return Deployment(**fields, **overrides)

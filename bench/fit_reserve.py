@@ -7,10 +7,13 @@ Usage (from the repo root, quotacalc installed):
 Only the points not marked held_out are used. Three steps, each printed with its data:
 
 1. The sampler's bytes per logit, from the logs that give vLLM's profiling peak ('peak activation'):
-   peak / (min(max_num_seqs, max_num_batched_tokens) × vocabulary). It is the peak's whole story
-   when the sampler's logits outgrow the forward pass's activations, as they do at vLLM's defaults.
-2. The non-torch terms, from the logs that give vLLM's 'non-torch memory' directly, in two forms:
-   base + c × log2(TP) and base + c × (TP − 1) (the same through TP 2, apart above it).
+   peak / (min(max_num_seqs, max_num_batched_tokens) × vocabulary), for each kind of top-k/top-p
+   sampler the logs ran (the point's sampler_bytes_per_logit: 39 B where it sorts the vocabulary,
+   15.4 B where it does not). It is the peak's whole story when the sampler's logits outgrow the
+   forward pass's activations, as they do at vLLM's defaults.
+2. The non-torch terms, from the vLLM 0.11 logs that give vLLM's 'non-torch memory' directly, in two
+   forms: base + c × log2(TP) and base + c × (TP − 1) (the same through TP 2, apart above it). Logs
+   of other versions are printed, not fitted (vLLM 0.18 raised its TP-1 figure from 0.13 to 0.25 GiB).
 3. The same two terms fitted on every fit point's reserve, measured as memory_utilization × HBM −
    weights − available KV memory (vLLM's weights where the log gives them, else quotacalc's), less the
    modelled profiling peak: least absolute deviations over a grid, so one odd log cannot drag the fit.
@@ -37,6 +40,9 @@ from quotacalc import price, resolve
 from quotacalc.core import memory
 from quotacalc.core.deployment import GIB
 
+#: The vLLM version whose non-torch memory the defaults model (the fit logs' sampler constant was measured there too).
+NON_TORCH_VERSION = "0.11"
+
 FORMS = {"log2(TP)": lambda tp: math.log2(tp), "TP - 1": lambda tp: tp - 1}
 
 
@@ -58,6 +64,7 @@ def profile(point: dict[str, Any]) -> dict[str, float]:
         "kv_per_token": memory.kv_bytes_per_token_per_gpu(arch, inputs.kv_dtype.bytes_per_element, deployment.tp),
         "activation": reserve.activation_bytes / GIB,
         "logits": seqs * arch.vocab_size,
+        "per_logit": deployment.sampler_bytes_per_logit,
     }
 
 
@@ -75,21 +82,29 @@ def main() -> None:
     points = fit_points()
     views = {point["id"]: profile(point) for point in points}
 
-    print("1. sampler bytes per logit (profiling peak / (sequences × vocabulary))")
-    per_logit = []
+    print("1. sampler bytes per logit (profiling peak / (sequences × vocabulary)), by the sampler each log ran")
+    per_logit: dict[float, list[float]] = {}
     for point in points:
         if point.get("torch_peak_gib") is None:
             continue
         view = views[point["id"]]
         value = point["torch_peak_gib"] * GIB / view["logits"]
-        per_logit.append(value)
+        per_logit.setdefault(view["per_logit"], []).append(value)
         print(f"   {point['id']:40s} peak {point['torch_peak_gib']:5.2f} GiB  {value:5.1f} B/logit")
-    print(f"   mean {statistics.mean(per_logit):.1f} B/logit (quotacalc: {memory.VLLM_SAMPLER_BYTES_PER_LOGIT})")
+    for modelled, values in sorted(per_logit.items(), reverse=True):
+        print(f"   mean {statistics.mean(values):.1f} B/logit over {len(values)} logs (quotacalc: {modelled:g})")
 
-    print("2. non-torch memory by TP (vLLM's own figure)")
-    logged = [(point["tp"], point["non_torch_gib"]) for point in points if point.get("non_torch_gib") is not None]
-    for tp, value in logged:
-        print(f"   TP {tp}: {value:.2f} GiB")
+    print("2. non-torch memory by TP (vLLM's own figure; the vLLM 0.11 logs are fitted)")
+    logged = []
+    for point in points:
+        if point.get("non_torch_gib") is None:
+            continue
+        fitted = str(point.get("vllm_version", "")).startswith(NON_TORCH_VERSION)
+        print(
+            f"   TP {point['tp']}: {point['non_torch_gib']:.2f} GiB  (vLLM {point.get('vllm_version')}{'' if fitted else ', not fitted'})"
+        )
+        if fitted:
+            logged.append((point["tp"], point["non_torch_gib"]))
     base = statistics.mean(value for tp, value in logged if tp == 1)
     above = [(tp, value) for tp, value in logged if tp > 1]
     for name, f in FORMS.items():
@@ -102,7 +117,7 @@ def main() -> None:
     rows = []
     for point in points:
         view = views[point["id"]]
-        peak = max(view["activation"], view["logits"] * memory.VLLM_SAMPLER_BYTES_PER_LOGIT / GIB)
+        peak = max(view["activation"], view["logits"] * view["per_logit"] / GIB)
         reserve = measured_reserve(point, view)
         kv = view["budget"] - (point.get("weights_gib") or view["weights"]) - reserve
         rows.append((point, reserve - peak, kv))

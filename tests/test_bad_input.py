@@ -180,6 +180,12 @@ def test_negative_gpu_hour_usd(run_cli):
     assert_one_line_error(*result, INVALID, "--gpu-hour-usd", "negative")
 
 
+@pytest.mark.parametrize(("value", "needle"), [("0", "positive"), ("-15.4", "positive"), ("1001", "at most 1,000")])
+def test_sampler_bytes_per_logit_out_of_range(run_cli, value, needle):
+    result = run_cli("price", *M4, "--sampler-bytes-per-logit", value)
+    assert_one_line_error(*result, INVALID, "--sampler-bytes-per-logit", needle)
+
+
 @pytest.mark.parametrize(
     ("flag", "field", "value", "suggestion"),
     [

@@ -8,6 +8,7 @@ where a test checks a relation, the hand computation is in the test.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -210,6 +211,57 @@ def test_kv_memory_of_llama_70b_fp8_at_tp2_held_out():
         resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", kv_dtype="bf16"))
     )
     assert result.kv_pool_bytes_per_gpu / GIB == pytest.approx(32.0, rel=0.10)
+
+
+DENNISLEE = (
+    "github.com/dennislee22/vLLM-benchmarking log/ (vLLM 0.10.1.1, Qwen2-7B-Instruct BF16, 2,048 batched tokens)"
+)
+QWEN2_7B = Path(__file__).resolve().parent / "data" / "configs" / "qwen2_7b_instruct" / "config.json"
+
+
+def test_kv_memory_with_flashinfer_sampler_on_a100_held_out():
+    """DENNISLEE vllm-7B-1gpuA10080GB-0.25GRAM.log: one A100 80GB at util 0.25, 'Using FlashInfer for top-p &
+    top-k sampling.', 'Available KV cache memory: 5.01 GiB' (held out). FlashInfer's sampler does not sort the
+    vocabulary: 15.4 B a logit (measured on vLLM 0.19, quotacalc/core/memory.py), not the sorting sampler's 39.
+
+    By hand: 0.25 x 79.15 GiB - 7,615,616,512 x 2 B of weights - (0.13 GiB + max(forward 2,048 x (4 x 18,944
+    + 6 x 3,584) x 2 B = 0.37 GiB, sampler 256 x 152,064 x 15.4 B = 0.56 GiB)) = 4.91 GiB (-2%); at 39 B a
+    logit the sampler is 1.41 GiB and the estimate 4.06 GiB (-19%)."""
+    a100 = 84_987_740_160  # a100-80gb-sxm, bytes
+    weights = 7_615_616_512 * 2
+    sampler = 256 * 152_064 * 15.4
+    deployment = Deployment(
+        model=str(QWEN2_7B), gpu="a100-80gb-sxm", memory_utilization=0.25, sampler_bytes_per_logit=15.4
+    )
+    result = price(resolve(deployment))
+    assert result.kv_pool_bytes_per_gpu == pytest.approx(0.25 * a100 - weights - 0.13 * GIB - sampler)
+    assert result.kv_pool_bytes_per_gpu / GIB == pytest.approx(5.01, rel=0.03)
+    sorting = price(resolve(deployment.model_copy(update={"sampler_bytes_per_logit": 39.0})))
+    assert sorting.kv_pool_bytes_per_gpu / GIB == pytest.approx(5.01 * 0.81, rel=0.01)
+
+
+def test_the_sorting_sampler_costs_what_the_two_node_log_shows_held_out():
+    """DENNISLEE: the same model at TP 2 and util 0.5, once on one node with FlashInfer's sampler ('Available KV
+    cache memory: 31.83 GiB' of an A100 80GB's 39.58 GiB budget) and once over two nodes whose install lacks
+    FlashInfer ('Falling back to the PyTorch-native implementation of top-p & top-k sampling.': 11.03 GiB of an
+    A100 40GB's 19.70). The logs leave 0.62 and 1.55 GiB beside the 7.12 GiB of weights; the sorting sampler's
+    256 x 152,064 x (39 - 15.4) B = 0.85 GiB accounts for most of the 0.93 GiB between them. Both held out."""
+    one_node = Deployment(
+        model=str(QWEN2_7B), gpu="a100-80gb-sxm", tp=2, memory_utilization=0.5, sampler_bytes_per_logit=15.4
+    )
+    two_nodes = Deployment(model=str(QWEN2_7B), gpu="a100-40gb-sxm", tp=2, memory_utilization=0.5)
+    assert price(resolve(one_node)).kv_pool_bytes_per_gpu / GIB == pytest.approx(31.83, rel=0.03)
+    assert price(resolve(two_nodes)).kv_pool_bytes_per_gpu / GIB == pytest.approx(11.03, rel=0.05)
+
+
+def test_sampler_bytes_per_logit_default_and_bad_values():
+    """The default is the sorting sampler's measured 39 B; a sampler holds some bytes per logit, and not a kilobyte."""
+    from quotacalc.core import memory
+
+    assert Deployment(model="m", gpu="h100-sxm").sampler_bytes_per_logit == memory.VLLM_SAMPLER_BYTES_PER_LOGIT
+    for bad in (0, -15.4, 1001):
+        with pytest.raises(ValueError, match="sampler_bytes_per_logit"):
+            Deployment(model="m", gpu="h100-sxm", sampler_bytes_per_logit=bad)
 
 
 def test_reserve_grows_with_log2_tp_and_batched_tokens():

@@ -23,6 +23,8 @@ MAX_GPU_HOUR_USD = 1_000_000
 MAX_HOURS_PER_MONTH = 744  # 31 days
 MAX_RESERVE_GIB = 10_000
 MAX_EXPERT_SKEW = 100
+#: Bytes a logit holds in the profiling sampler: no sampler keeps a kilobyte per vocabulary entry (vLLM's take 15-39).
+MAX_SAMPLER_BYTES_PER_LOGIT = 1_000
 MAX_BURST_S = 366 * 86_400  # a year
 #: An engine overhead (per step, sequence or request) or an all-reduce of a minute is no engine's.
 MAX_OVERHEAD_S = 60
@@ -120,6 +122,12 @@ class Deployment(BaseModel):
         0.41,
         description="modelled reserve per GPU added by each doubling of TP: NCCL and custom all-reduce buffers, "
         "GiB x log2(TP) (fitted on vLLM start-up logs, bench/fit_reserve.py, docs/accuracy.md)",
+    )
+    sampler_bytes_per_logit: float = Field(
+        39.0,
+        description="bytes one logit holds at the peak of vLLM's profiling sampler run, B: 39 where top-k/top-p "
+        "sorts the vocabulary (the PyTorch sampler, vLLM 0.11's default), about 15 where it does not (FlashInfer's "
+        "sampler, logged 'Using FlashInfer for top-p & top-k sampling'; vLLM 0.19) (docs/accuracy.md)",
     )
     mxfp4_moe_backend: str | None = Field(
         None,
@@ -235,7 +243,7 @@ class Deployment(BaseModel):
             raise ValueError(f"must not be negative, got {value}")
         return value
 
-    @field_validator("hours_per_month", "burst_s")
+    @field_validator("hours_per_month", "burst_s", "sampler_bytes_per_logit")
     @classmethod
     def _positive_float(cls, value: float) -> float:
         if value <= 0:
@@ -296,6 +304,7 @@ _DEPLOYMENT_LIMITS = {
     "burst_s": MAX_BURST_S,
     "reserve_base_gib": MAX_RESERVE_GIB,
     "reserve_per_tp_doubling_gib": MAX_RESERVE_GIB,
+    "sampler_bytes_per_logit": MAX_SAMPLER_BYTES_PER_LOGIT,
     "max_num_batched_tokens": MAX_CONTEXT_TOKENS,
     "max_num_seqs": MAX_BATCH,
     "load_prompt_tokens": MAX_CONTEXT_TOKENS,

@@ -294,7 +294,7 @@ def _pool_section(x: _Explainer) -> float:
             reserve.total_bytes,
             formula="reserve_base + reserve_per_tp_doubling × log2(TP) + max(max_num_batched_tokens × "
             "(4 × ffn_width / TP + 6 × hidden) × 2 B, min(max_num_seqs, max_num_batched_tokens) × vocab × "
-            f"{memory.VLLM_SAMPLER_BYTES_PER_LOGIT} B)",
+            f"{fmt(deployment.sampler_bytes_per_logit)} B)",
             substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)} + max("
             f"{fmt(reserve.max_num_batched_tokens)} ({source}) × "
             f"{fmt(memory.activation_bytes_per_token_per_gpu(arch, deployment.tp))}, "

@@ -83,8 +83,9 @@ MXFP4_MOE_PADDING: dict[str, tuple[int, int]] = {
 def vllm_default_mxfp4_backend(gpu_id: str, vendor: str) -> str:
     """The MXFP4 MoE backend vLLM picks by default (mxfp4.py get_mxfp4_backend, with its bundled kernels).
 
-    Hopper (SM90) runs the Triton kernels (vLLM 0.11+ images; a pip install without triton_kernels
-    falls back to Marlin), Blackwell (SM100) FlashInfer's TRT-LLM kernels, AMD the ROCm path, and
+    Hopper (SM90) runs the Triton kernels (vLLM 0.11+ images, pip installs from 0.11.1, when triton_kernels
+    became a dependency, vLLM PR 27370; a pip install of 0.11.0 or earlier has no triton_kernels and falls
+    back to Marlin), Blackwell (SM100) FlashInfer's TRT-LLM kernels, AMD the ROCm path, and
     Ampere/Ada, which the Triton kernels do not support (they need SM90-SM100), Marlin.
     """
     if vendor == "amd":
