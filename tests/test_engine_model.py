@@ -202,6 +202,20 @@ def test_kv_memory_of_qwen3_32b_at_tp2():
     assert result.kv_pool_bytes_per_gpu / GIB == pytest.approx(34.49, rel=0.01)
 
 
+def test_llama2_7b_fixture_has_the_published_parameter_count():
+    """tests/data/configs/llama2_7b (TensorRT-LLM's Llama 2 7B runs in decode_itl.yaml and ttft.yaml): by
+    hand, embeddings and head 2 x 32,000 x 4,096 = 262,144,000; each of 32 layers 4 x 4,096^2 (attention)
+    + 3 x 4,096 x 11,008 (MLP) + 2 x 4,096 (norms) = 202,383,360; final norm 4,096: 6,738,415,616
+    (Llama 2's '7B')."""
+    from pathlib import Path
+
+    from quotacalc.inputs.resolve import load_arch
+
+    arch, _ = load_arch(str(Path(__file__).resolve().parent / "data" / "configs" / "llama2_7b"))
+    assert arch.total_params() == 2 * 32_000 * 4_096 + 32 * (4 * 4_096**2 + 3 * 4_096 * 11_008 + 2 * 4_096) + 4_096
+    assert arch.total_params() == 6_738_415_616
+
+
 def test_kv_memory_of_llama_70b_fp8_at_tp2_held_out():
     """LLMD: Llama 3.3 70B FP8-dynamic on two H100: 'Available KV cache memory: 32.0 GiB' (held out).
     The estimate is 3.5% over: --weight-dtype fp8 counts the BF16 embeddings and LM head at one byte
