@@ -34,7 +34,7 @@ def error(point: dict[str, Any], **overrides: Any) -> float:
 
 def matching_mbu(point: dict[str, Any], **overrides: Any) -> float:
     """The MBU at which the prediction equals the measurement (bisection; the error falls as MBU rises)."""
-    low, high = 0.2, 1.0
+    low, high = 0.02, 1.0
     for _ in range(40):
         middle = (low + high) / 2
         if error(point, mbu=middle, **overrides) > 0:
