@@ -7,12 +7,14 @@ Usage (from the repo root, quotacalc installed):
 For every measured point it prints the prediction at the default efficiencies and overheads, the
 measurement and the relative error, then the summary: mean absolute error of decode ITL and of
 TTFT, median absolute error of the KV pool, on the points the defaults were fitted on and on the
-held-out points separately, then the same errors per GPU (every point, fitted or not). Prediction
-per kind:
+held-out points separately, then the same errors per GPU (every point, fitted or not), then the
+signed mean error per engine, engine version, weight dtype and GPU (positive: the model is slower than measured).
+Prediction per kind:
 
 - itl: ReplicaModel.loaded_itl_s(concurrency, prompt, output) (the other requests' prefills
   interleaved);
-- e2e_latency (a fixed batch from an empty engine): prefill of batch × prompt tokens, then
+- e2e_latency (a fixed batch from an empty engine): one prefill step of the batch's prompts (each
+  prompt attends only to itself: batch × one prompt's FLOPs, or one read of the weights), then
   (output − 1) decode steps at batch, context prompt + output / 2;
 - ttft: ReplicaModel.ttft_s(prompt);
 - kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU);
@@ -81,7 +83,16 @@ def predict_decode(point: dict[str, Any], **overrides: Any) -> float:
         return model.loaded_itl_s(point["concurrency"], prompt, output)
     batch = point["batch"]
     context = prompt + output / 2
-    return model.prefill_time_s(batch * prompt, 0) + (output - 1) * model.step_time_s(batch, context)
+    return batch_prefill_s(model, batch, prompt) + (output - 1) * model.step_time_s(batch, context)
+
+
+def batch_prefill_s(model: ReplicaModel, batch: int, prompt_tokens: int) -> float:
+    """One prefill step of ``batch`` prompts together: each attends only to its own tokens, so the FLOPs
+    are ``batch`` times one prompt's (one sequence of batch × prompt tokens would charge attention over
+    all of them), or one read of the weights if that is longer; plus the step overhead and all-reduces."""
+    compute_s = batch * model.prefill_compute_s(prompt_tokens)
+    read_s = model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
+    return max(compute_s, read_s) + model.step_overhead_s + model.allreduce_s(batch * prompt_tokens)
 
 
 def measured_decode(point: dict[str, Any]) -> float:
@@ -150,6 +161,30 @@ def per_gpu(table: list[tuple[str, str, str, float, float, bool, str]]) -> dict[
     return result
 
 
+def engine_rows() -> list[tuple[str, str, str, str, float]]:
+    """(group, engine, version and weight dtype, GPU, id, signed error) for every ITL and TTFT point."""
+    out = []
+    for name, group in (("decode_itl.yaml", "ITL"), ("ttft.yaml", "TTFT")):
+        for point in load(name):
+            if group == "ITL":
+                predicted, measured = predict_decode(point), measured_decode(point)
+            else:
+                predicted, measured = predict_ttft(point), point["ttft_s"]
+            engine = f"{point['engine']} {point.get('engine_version', '?')}, {point.get('weight_dtype') or 'default'}"
+            out.append((group, engine, point["gpu"], point["id"], predicted / measured - 1))
+    return out
+
+
+def per_engine(table: list[tuple[str, str, str, str, float]]) -> list[tuple[str, str, str, float, float, int]]:
+    """(group, engine/version/weights, GPU, signed mean error, mean absolute error, points), grouped."""
+    keys = sorted({(group, engine, gpu) for group, engine, gpu, _, _ in table})
+    out = []
+    for key in keys:
+        errors = [error for group, engine, gpu, _, error in table if (group, engine, gpu) == key]
+        out.append((*key, statistics.mean(errors), statistics.mean(abs(e) for e in errors), len(errors)))
+    return out
+
+
 def summary(table: list[tuple[str, str, str, float, float, bool]], held_out: bool | None) -> dict[str, float]:
     chosen = [row for row in table if held_out is None or row[5] == held_out]
     result = {}
@@ -187,6 +222,11 @@ def main() -> None:
             cells = [f"{groups[g][0]:.1%} ({groups[g][1]})" if g in groups else "-" for g in ("ITL", "TTFT", "KV pool")]
             print(f"| {gpu} | " + " | ".join(cells) + " |")
         print()
+        print("| kind | engine and version, weights | GPU | signed mean error | mean abs. error | points |")
+        print("|---|---|---|---:|---:|---:|")
+        for group, engine, gpu, signed, absolute, count in per_engine(engine_rows()):
+            print(f"| {group} | {engine} | {gpu} | {signed:+.1%} | {absolute:.1%} | {count} |")
+        print()
         print("| weight log | quotacalc GiB/GPU | vLLM 'Model loading took' GiB | error |")
         print("|---|---:|---:|---:|")
         for ident, pred, meas in weight_rows():
@@ -200,6 +240,8 @@ def main() -> None:
         print(f"{label:9s} " + "  ".join(f"{key} {value:.1%}" for key, value in s.items()))
     for gpu, groups in per_gpu(with_gpu).items():
         print(f"{gpu:14s} " + "  ".join(f"{g} {err:.1%} ({n})" for g, (err, n) in groups.items()))
+    for group, engine, gpu, signed, absolute, count in per_engine(engine_rows()):
+        print(f"{group:5s} {engine:30s} {gpu:14s} signed {signed:+7.1%}  abs {absolute:6.1%}  ({count})")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def _points(model: str) -> list[tuple[str, bool, BenchmarkPoint]]:
             )
             out.append((entry["id"], entry.get("held_out", False), point))
     for entry in ttft:
-        if entry["model"] == model:
+        if entry["model"] == model and entry["source"] == "nim-1.0":
             point = BenchmarkPoint(
                 source="ttft.yaml",
                 row=entry["id"],
