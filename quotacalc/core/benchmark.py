@@ -98,6 +98,7 @@ def closed_loop(
     decoding: deque[list] = deque()
     decoding_requests = 0
     first_steps_sum = 0  # Σ requests × first-token step over the decoding cohorts
+    part_prefilled = 0  # requests whose prompt is part-prefilled: they hold a sequence slot
     if start == "lockstep":
         pending.append([concurrency, 0, 0.0, 0])
     else:
@@ -122,21 +123,17 @@ def closed_loop(
         # Mean context of the decodes in the next step: prompt + tokens generated so far.
         context = prompt + steps + 1 - first_steps_sum / decoding_requests if decoding_requests else 0.0
         budget = budget_per_step - decoding_requests
-        running = decoding_requests + sum(c[0] for c in pending if c[1] > 0)
-        slots = max_seqs - running
+        slots = max_seqs - decoding_requests - part_prefilled
         if budget > 0 and pending and (pending[0][1] > 0 or slots > 0):
             compute_s = 0.0
             tokens = 0
             finished_prefill: list[list] = []
-            kept: deque[list] = deque()
-            while pending:
-                cohort = pending.popleft()
+            # First come first served: the head cohorts take the budget; the rest wait, untouched.
+            while budget > 0 and pending:
+                cohort = pending[0]
                 requests, done, sent, cycle = cohort
                 admitted = requests if done > 0 else min(requests, slots)
-                if budget <= 0 or admitted <= 0:
-                    kept.append(cohort)
-                    kept.extend(pending)
-                    pending.clear()
+                if admitted <= 0:
                     break
                 left = prompt - done
                 whole = min(admitted, budget // left)
@@ -145,19 +142,29 @@ def closed_loop(
                     tokens += whole * left
                     budget -= whole * left
                     finished_prefill.append([whole, 0, sent, 0.0, cycle])
-                rest = requests - whole
-                if rest and whole < admitted and budget > 0:
+                    if done:
+                        part_prefilled -= whole
+                    else:
+                        slots -= whole
+                    requests -= whole
+                    if not requests:
+                        pending.popleft()
+                        continue
+                    cohort[0] = requests
+                if budget > 0 and whole < admitted:
                     # One request takes what is left of the budget: a chunk of its prompt.
                     compute_s += model.prefill_compute_s(budget, done)
                     tokens += budget
-                    kept.append([1, done + budget, sent, cycle])
+                    if requests == 1:
+                        cohort[1] = done + budget
+                    else:
+                        cohort[0] = requests - 1
+                        pending.appendleft([1, done + budget, sent, cycle])
+                    if not done:
+                        slots -= 1
+                        part_prefilled += 1
                     budget = 0
-                    rest -= 1
-                if done == 0:
-                    slots -= requests - rest
-                if rest:
-                    kept.append([rest, done, sent, cycle])
-            pending = kept
+                break
             now += model.mixed_step_time_s(decoding_requests, context, compute_s, tokens)
             steps += 1
             for cohort in finished_prefill:
