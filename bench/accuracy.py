@@ -20,9 +20,10 @@ per kind:
 - weight logs: quotacalc's weight bytes per GPU against vLLM's 'Model loading took' figure.
 
 ``--closed-loop`` compares, instead, three models of a closed-loop benchmark run at concurrency C:
-the steady-state ITL above (``loaded_itl_s``, with the idle replica's TTFT), and the step-by-step
+the steady-state ITL above (``loaded_itl_s``, with the idle replica's TTFT), the step-by-step
 simulation of quotacalc.core.benchmark started in lock-step (every client at once) or spread
-(the clients evenly apart), on every ITL point at C > 1 and the runs of ``closed_loop.yaml``
+(the clients evenly apart), and a blend (lock-step while every client's prompt fits one step's
+token budget beside the decodes, spread beyond), on every ITL point at C > 1 and the runs of ``closed_loop.yaml``
 (TTFT and ITL at C > 1, never fitted to); then what each gives in tests/test_calibrate_real.py's
 two-point calibration (calibrate's ITL predictor swapped for the duration).
 """
@@ -163,7 +164,12 @@ def summary(table: list[tuple[str, str, str, float, float, bool]], held_out: boo
     return result
 
 
-ITL_MODELS = ("steady", "lockstep", "spread")
+ITL_MODELS = ("steady", "lockstep", "spread", "blend")
+
+
+def blend_start(model: ReplicaModel, concurrency: int, prompt: float) -> str:
+    """The blend: lock-step while every client's prompt fits one step's token budget beside the decodes."""
+    return "lockstep" if concurrency * prompt <= model.max_num_batched_tokens - concurrency else "spread"
 
 
 def closed_loop_predictions(model: ReplicaModel, concurrency: int, prompt: float, output: float) -> dict[str, tuple]:
@@ -173,6 +179,7 @@ def closed_loop_predictions(model: ReplicaModel, concurrency: int, prompt: float
     for start in ("lockstep", "spread"):
         run = closed_loop(model, concurrency, prompt, output, start)
         out[start] = (run.mean_ttft_s, run.mean_itl_s)
+    out["blend"] = out[blend_start(model, concurrency, prompt)]
     return out
 
 
@@ -216,7 +223,8 @@ def two_point_results() -> dict[str, dict[str, tuple[int, int, dict[str, float]]
         def itl(model: ReplicaModel, point) -> float:
             if name == "steady":
                 return model.loaded_itl_s(point.concurrency, point.prompt_tokens, point.output_tokens)
-            return closed_loop(model, point.concurrency, point.prompt_tokens, point.output_tokens, name).mean_itl_s
+            start = blend_start(model, point.concurrency, point.prompt_tokens) if name == "blend" else name
+            return closed_loop(model, point.concurrency, point.prompt_tokens, point.output_tokens, start).mean_itl_s
 
         return itl
 
@@ -247,8 +255,8 @@ def two_point_results() -> dict[str, dict[str, tuple[int, int, dict[str, float]]
 def print_closed_loop(markdown: bool) -> None:
     rows = closed_loop_rows()
     if markdown:
-        print("| run | engine | set | pool | TTFT measured | steady (idle TTFT) | lock-step | spread |")
-        print("|---|---|---|---|---:|---:|---:|---:|")
+        print("| run | engine | set | pool | TTFT measured | steady (idle TTFT) | lock-step | spread | blend |")
+        print("|---|---|---|---|---:|---:|---:|---:|---:|")
     for ident, engine, mark, pool, ttft, itl, predicted in rows:
         cells = [f"{predicted[m][1] / itl - 1:+.1%}" for m in ITL_MODELS]
         tcells = [f"{predicted[m][0] / ttft - 1:+.0%}" if ttft else "-" for m in ITL_MODELS]
