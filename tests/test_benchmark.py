@@ -107,6 +107,22 @@ def test_prompts_that_do_not_fit_one_step_are_chunked_and_split_the_cohort():
     assert run.max_cohorts == 2
 
 
+def test_a_cohort_split_mid_prompt_keeps_its_part_prefilled_request_first():
+    # 4 clients, 40-token prompts, 2 output tokens, 100 tokens a step (2 cycles):
+    #   step 1: A, B whole (80) + 20 of C; D waits behind C: 0.101;
+    #   step 2: A, B decode (context 41) + C's last 20 + D's 40: 0.010082 + 0.001 + 0.060 = 0.071082
+    #           -> A, B finish (A', B' sent), C and D get their first tokens together;
+    #   steps 3-5: two decode and two prompts ride along: 0.010082 + 0.001 + 0.080 = 0.091082 each.
+    # Measured (A', B', C', D'): each waits one such step for its first token and has one such gap.
+    run = closed_loop(MODEL, 4, 40, 2, "lockstep", cycles=2)
+    assert run.requests_measured == 4
+    assert run.mean_ttft_s == pytest.approx(0.005 + 0.091082)
+    assert run.mean_itl_s == pytest.approx(0.091082)
+    assert run.engine_steps == 5
+    # After step 1: A and B decoding, C part-prefilled, D waiting.
+    assert run.max_cohorts == 3
+
+
 def test_the_sequence_cap_makes_requests_wait():
     # max_num_seqs 2, 3 clients, 10-token prompts, 2 output tokens, 2 cycles:
     #   step 1: A, B admitted and prefilled (20 tokens): 0.021; C waits for a slot;
