@@ -3,6 +3,7 @@
 Usage (from the repo root, quotacalc installed):
 
     python bench/accuracy.py [--markdown] [--set fit|held_out|all]
+    python bench/accuracy.py --closed-loop [--markdown]
 
 For every measured point it prints the prediction at the default efficiencies and overheads, the
 measurement and the relative error, then the summary: mean absolute error of decode ITL and of
@@ -19,6 +20,14 @@ Prediction per kind:
 - ttft: ReplicaModel.ttft_s(prompt);
 - kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU);
 - weight logs: quotacalc's weight bytes per GPU against vLLM's 'Model loading took' figure.
+
+``--closed-loop`` compares, instead, three models of a closed-loop benchmark run at concurrency C:
+the steady-state ITL above (``loaded_itl_s``, with the idle replica's TTFT), the step-by-step
+simulation of quotacalc.core.benchmark started in lock-step (every client at once) or spread
+(the clients evenly apart), and a blend (lock-step while every client's prompt fits one step's
+token budget beside the decodes, spread beyond), on every ITL point at C > 1 and the runs of ``closed_loop.yaml``
+(TTFT and ITL at C > 1, never fitted to); then what each gives in tests/test_calibrate_real.py's
+two-point calibration (calibrate's ITL predictor swapped for the duration).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import Any
 import yaml
 
 from quotacalc import Deployment, price, resolve
+from quotacalc.core.benchmark import closed_loop
 from quotacalc.core.memory import GIB
 from quotacalc.core.replica import ReplicaModel, replica_model
 from quotacalc.core.weights import engine_padding_bytes_per_gpu
@@ -195,10 +205,158 @@ def summary(table: list[tuple[str, str, str, float, float, bool]], held_out: boo
     return result
 
 
+ITL_MODELS = ("steady", "lockstep", "spread", "blend")
+
+
+def blend_start(model: ReplicaModel, concurrency: int, prompt: float) -> str:
+    """The blend: lock-step while every client's prompt fits one step's token budget beside the decodes."""
+    return "lockstep" if concurrency * prompt <= model.max_num_batched_tokens - concurrency else "spread"
+
+
+def closed_loop_predictions(model: ReplicaModel, concurrency: int, prompt: float, output: float) -> dict[str, tuple]:
+    """ITL model -> (TTFT, ITL) of a closed-loop run: the steady-state formula with the idle TTFT, and the
+    simulation from either start."""
+    out = {"steady": (model.ttft_s(round(prompt)), model.loaded_itl_s(concurrency, prompt, output))}
+    for start in ("lockstep", "spread"):
+        run = closed_loop(model, concurrency, prompt, output, start)
+        out[start] = (run.mean_ttft_s, run.mean_itl_s)
+    out["blend"] = out[blend_start(model, concurrency, prompt)]
+    return out
+
+
+def closed_loop_rows() -> list[tuple[str, str, str, str, float | None, float, dict[str, tuple]]]:
+    """(id, engine, set, pool, measured TTFT or None, measured ITL, predictions) for every run at C > 1."""
+    runs = [(p, "held out" if p.get("held_out") else "fit") for p in load("decode_itl.yaml") if p["kind"] == "itl"]
+    runs += [(p, "check") for p in load("closed_loop.yaml")]
+    rows = []
+    for point, mark in runs:
+        if point["concurrency"] == 1:
+            continue
+        inputs = resolve(deployment_of(point))
+        priced = price(inputs)
+        model = replica_model(inputs, priced.kv_pool_bytes_per_gpu)
+        fits = point["concurrency"] * (point["prompt_tokens"] + point["output_tokens"]) <= priced.kv_pool_tokens
+        predicted = closed_loop_predictions(model, point["concurrency"], point["prompt_tokens"], point["output_tokens"])
+        rows.append(
+            (
+                point["id"],
+                point["engine"],
+                mark,
+                "fits" if fits else "queues",
+                point.get("ttft_s"),
+                point["itl_s"],
+                predicted,
+            )
+        )
+    return rows
+
+
+def two_point_results() -> dict[str, dict[str, tuple[int, int, dict[str, float]]]]:
+    """ITL model -> deployment -> (points within 5%, points, the misses), by tests/test_calibrate_real.py's rule."""
+    import sys
+
+    from quotacalc.core import calibrate as calibration
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_calibrate_real as real
+
+    def predictor(name: str):
+        def itl(model: ReplicaModel, point) -> float:
+            if name == "steady":
+                return model.loaded_itl_s(point.concurrency, point.prompt_tokens, point.output_tokens)
+            start = blend_start(model, point.concurrency, point.prompt_tokens) if name == "blend" else name
+            return closed_loop(model, point.concurrency, point.prompt_tokens, point.output_tokens, start).mean_itl_s
+
+        return itl
+
+    original = calibration.PREDICTORS["itl_s"]
+    results: dict[str, dict[str, tuple[int, int, dict[str, float]]]] = {}
+    try:
+        for name in ITL_MODELS:
+            calibration.PREDICTORS["itl_s"] = predictor(name)
+            for model_name, deployment in real.DEPLOYMENTS.items():
+                inputs = resolve(deployment)
+                points = real._points(model_name)
+                used, runs = real.two_point_rule(points)
+                fitted = calibration.calibrate(inputs, runs)
+                values = {parameter.name: parameter.after for parameter in fitted.parameters}
+                others = [(ident, point) for ident, _, point in points if ident not in used]
+                predicted = calibration.predictions(inputs, values, [point for _, point in others])
+                errors = {
+                    ident: value / next(iter(point.measured().values())) - 1
+                    for (ident, point), value in zip(others, predicted, strict=True)
+                }
+                misses = {ident: error for ident, error in errors.items() if abs(error) > real.TARGET}
+                results.setdefault(name, {})[model_name] = (len(errors) - len(misses), len(errors), misses)
+    finally:
+        calibration.PREDICTORS["itl_s"] = original
+    return results
+
+
+def print_closed_loop(markdown: bool) -> None:
+    rows = closed_loop_rows()
+    if markdown:
+        print("| run | engine | set | pool | TTFT measured | steady (idle TTFT) | lock-step | spread | blend |")
+        print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for ident, engine, mark, pool, ttft, itl, predicted in rows:
+        cells = [f"{predicted[m][1] / itl - 1:+.1%}" for m in ITL_MODELS]
+        tcells = [f"{predicted[m][0] / ttft - 1:+.0%}" if ttft else "-" for m in ITL_MODELS]
+        both = [f"{c} / {t}" for c, t in zip(cells, tcells, strict=True)]
+        measured = f"{ttft * 1e3:.0f} ms" if ttft else "-"
+        if markdown:
+            print(f"| {ident} | {engine} | {mark} | {pool} | {measured} | " + " | ".join(both) + " |")
+        else:
+            print(f"{ident:34s} {engine:12s} {mark:8s} {pool:6s} TTFT {measured:>9s}  " + "  ".join(both))
+    print()
+    if markdown:
+        print(
+            "| runs (C > 1, requests fit the pool) | n | "
+            + " | ".join(f"{m} ITL / TTFT MAE" for m in ITL_MODELS)
+            + " |"
+        )
+        print("|---|---:|" + "---:|" * len(ITL_MODELS))
+    groups = {
+        "decode_itl.yaml, fit": lambda r: r[2] == "fit",
+        "decode_itl.yaml, held out": lambda r: r[2] == "held out",
+        "closed_loop.yaml, NIM (TensorRT-LLM)": lambda r: r[2] == "check" and r[1] == "tensorrt-llm",
+        "closed_loop.yaml, vLLM": lambda r: r[2] == "check" and r[1] == "vllm",
+    }
+    for label, chosen in groups.items():
+        selected = [r for r in rows if chosen(r) and r[3] == "fits"]
+        cells = []
+        for m in ITL_MODELS:
+            itl = statistics.mean(abs(r[6][m][1] / r[5] - 1) for r in selected)
+            ttfts = [abs(r[6][m][0] / r[4] - 1) for r in selected if r[4]]
+            cells.append(f"{itl:.1%} / {statistics.mean(ttfts):.0%}" if ttfts else f"{itl:.1%} / -")
+        if markdown:
+            print(f"| {label} | {len(selected)} | " + " | ".join(cells) + " |")
+        else:
+            print(
+                f"{label:40s} n={len(selected):3d} "
+                + "  ".join(f"{m} {c}" for m, c in zip(ITL_MODELS, cells, strict=True))
+            )
+    print()
+    results = two_point_results()
+    if markdown:
+        print("| ITL model | deployment | other points within 5% | misses |")
+        print("|---|---|---:|---|")
+    for name, deployments in results.items():
+        for model_name, (within, total, misses) in deployments.items():
+            listed = ", ".join(f"{ident} {error:+.1%}" for ident, error in misses.items())
+            if markdown:
+                print(f"| {name} | {model_name} | {within} of {total} | {listed} |")
+            else:
+                print(f"{name:9s} {model_name:24s} {within}/{total} within 5%: {listed}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--closed-loop", action="store_true", help="compare the closed-loop models instead")
     args = parser.parse_args()
+    if args.closed_loop:
+        print_closed_loop(args.markdown)
+        return
     with_gpu = gpu_rows()
     table = [row[:6] for row in with_gpu]
     if args.markdown:

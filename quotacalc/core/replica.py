@@ -217,16 +217,29 @@ class ReplicaModel:
 
     def prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
         """One prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine step on an idle replica."""
-        attended = context_tokens + (tokens + 1) / 2
-        attention = self.attention_flops_per_attended_token * attended
-        for window, _, flops_per_token in self._windows:
-            attention += flops_per_token * (attended if attended < window else window)
-        compute_s = tokens * (self.flops_per_token + attention) * self._seconds_per_flop
-        read_s = self.weight_bytes_per_gpu * self._seconds_per_byte
+        return self.mixed_step_time_s(0, 0.0, self.prefill_compute_s(tokens, context_tokens), tokens)
+
+    def mixed_step_time_s(
+        self, batch: int, context_tokens: float, prefill_compute_s: float, prefill_tokens: int
+    ) -> float:
+        """One engine step of ``batch`` decodes (mean context ``context_tokens``) and prefill chunks of
+        ``prefill_tokens`` in all, whose FLOP time is ``prefill_compute_s`` (chunked prefill).
+
+        Without decodes it is a prefill step: its FLOPs or one read of the weights, whichever is longer.
+        With decodes the chunks ride in the decode step: their FLOPs and all-reduce traffic on top
+        (the weights are read once per step anyway), as :meth:`interleaved_prefill_s` charges them.
+        """
+        if batch == 0:
+            read_s = self.weight_bytes_per_gpu * self._seconds_per_byte
+            return (
+                (prefill_compute_s if prefill_compute_s > read_s else read_s)
+                + self.step_overhead_s
+                + self.allreduces_per_step * (self.allreduce_latency_s + prefill_tokens * self.allreduce_s_per_token)
+            )
         return (
-            (compute_s if compute_s > read_s else read_s)
-            + self.step_overhead_s
-            + self.allreduces_per_step * (self.allreduce_latency_s + tokens * self.allreduce_s_per_token)
+            self.step_time_s(batch, context_tokens)
+            + prefill_compute_s
+            + self.allreduces_per_step * prefill_tokens * self.allreduce_s_per_token
         )
 
     def ttft_s(self, prompt_tokens: int) -> float:
