@@ -84,6 +84,15 @@ def calibrate_command(
             "--pool", help="platform plan: the pool whose deployment is calibrated (and written with --write)"
         ),
     ] = None,
+    ttft_under_load: Annotated[
+        str,
+        typer.Option(
+            "--ttft-under-load",
+            help="TTFTs measured at concurrency > 1: 'lockstep' predicts them as a closed loop whose clients' "
+            "prompts are prefilled together (fixed lengths: vllm bench serve's random dataset, GuideLLM's "
+            "synthetic data) and fits them; 'ignore' leaves them out (varied lengths, e.g. ShareGPT)",
+        ),
+    ] = "lockstep",
     strict: Annotated[
         bool,
         typer.Option("--strict", help="turn every warning into an error (exit 1) before anything is written, for CI"),
@@ -137,8 +146,10 @@ def calibrate_command(
         parameters = [name.strip() for name in fit.split(",") if name.strip()]
         if not parameters:
             raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
+    if ttft_under_load not in ("lockstep", "ignore"):
+        raise UsageError(f"unknown value '{ttft_under_load}'", field="--ttft-under-load", fix="give lockstep or ignore")
     inputs = resolve(deployment)
-    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading)
+    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading, ttft_under_load=ttft_under_load)
     if strict and (notes or result.warnings):
         from quotacalc.cli.streams import print_warnings
         from quotacalc.errors import QuotacalcError

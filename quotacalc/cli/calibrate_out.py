@@ -98,7 +98,12 @@ def calibrate_table(
             )
         console.print(points)
         console.print(
-            "errors are predicted / measured − 1; 'left out': predicted by a fit on the other points",
+            "errors are predicted / measured − 1; 'left out': predicted by a fit on the other points; "
+            + (
+                "TTFT at conc. > 1: the clients' prompts prefilled together (lock-step closed loop)"
+                if result.ttft_under_load == "lockstep"
+                else "TTFT at conc. > 1 ignored (--ttft-under-load ignore)"
+            ),
             style="dim",
             markup=False,
         )

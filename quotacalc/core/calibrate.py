@@ -62,11 +62,16 @@ PRIOR_WEIGHT = 0.003
 MAX_POINTS = 1000
 #: Leave-one-out refits once per point: up to this many points (quadratic cost beyond).
 MAX_LEAVE_ONE_OUT_POINTS = 60
+#: A TTFT run at concurrency > 1 is simulated (core/benchmark.py) at each step of the fit: its cost grows
+#: with the prefill chunks of all its clients; 20,000 is 2,500 clients of 64K-token prompts (~0.1 s a run).
+MAX_SIMULATED_PREFILL_CHUNKS = 20_000
 #: soft_l1's scale: residuals (relative errors) beyond ~5% count less than quadratically, so one
 #: bad run (a noisy neighbour, a warm-up) does not drag the fit.
 ROBUST_SCALE = 0.05
 
 Quantity = Literal["ttft_s", "itl_s"]
+#: How a TTFT measured at concurrency > 1 is used: predicted as a lock-step closed loop and fitted, or ignored.
+TtftUnderLoad = Literal["lockstep", "ignore"]
 
 
 class BenchmarkPoint(BaseModel):
@@ -159,6 +164,8 @@ class CalibrationResult(BaseModel):
     fitted_values: dict[str, object]
     deployment: Deployment
     warnings: tuple[str, ...]
+    #: What the fit did with TTFTs measured at concurrency > 1 (:data:`TtftUnderLoad`).
+    ttft_under_load: TtftUnderLoad = "lockstep"
 
 
 # --------------------------------------------------------------------------- predictions
@@ -172,12 +179,35 @@ def predict_itl_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
 
 
 def predict_ttft_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
-    """Mean time to first token: the replica model's TTFT of the prompt (request overhead, prefill chunks).
+    """Mean time to first token of a closed-loop run at ``point.concurrency``.
 
-    Queueing behind other requests' prefills at higher concurrency is not modelled: TTFT points
-    measured at a concurrency well above 1 come out long, and the fit says so in their errors.
+    At concurrency 1, the replica model's TTFT of the prompt (request overhead, prefill chunks on an
+    idle replica). Above, the run simulated from a lock-step start (core/benchmark.py): with the
+    fixed lengths of ``vllm bench serve``'s random dataset or GuideLLM's synthetic data every client's
+    prompt is prefilled with the others', so a request waits for theirs (vLLM's runs: within 14%,
+    where the idle-replica TTFT is 62-89% short; docs/accuracy.md).
     """
-    return model.ttft_s(point.prompt_tokens)
+    if point.concurrency == 1:
+        return model.ttft_s(point.prompt_tokens)
+    from quotacalc.core.benchmark import closed_loop
+
+    return closed_loop(model, point.concurrency, point.prompt_tokens, point.output_tokens, "lockstep").mean_ttft_s
+
+
+def check_simulated_runs(max_num_batched_tokens: int, points: Sequence[BenchmarkPoint]) -> None:
+    """Refuse a TTFT run too large to simulate many times in a fit (its clients' prefill chunks, summed)."""
+    for point in points:
+        if point.ttft_s is None or point.concurrency == 1:
+            continue
+        chunks = point.concurrency * math.ceil(point.prompt_tokens / max_num_batched_tokens)
+        if chunks > MAX_SIMULATED_PREFILL_CHUNKS:
+            raise QuotacalcError(
+                f"{point.concurrency:,} clients of {point.prompt_tokens:,.0f}-token prompts: {chunks:,} prefill "
+                f"chunks a cycle, above the {MAX_SIMULATED_PREFILL_CHUNKS:,} calibrate simulates",
+                source=point.source,
+                field=f"{point.row}: concurrency" if point.row else "concurrency",
+                fix="calibrate on runs of fewer clients or shorter prompts",
+            )
 
 
 PREDICTORS: dict[str, Callable[[ReplicaModel, BenchmarkPoint], float]] = {
@@ -467,8 +497,19 @@ def calibrate(
     *,
     parameters: Sequence[str] | None = None,
     kv_reading: KvPoolReading | None = None,
+    ttft_under_load: TtftUnderLoad = "lockstep",
 ) -> CalibrationResult:
-    """Fit ``parameters`` (default: those the points measure) to the points; read the pool from the log."""
+    """Fit ``parameters`` (default: those the points measure) to the points; read the pool from the log.
+
+    ``ttft_under_load="ignore"`` leaves out every TTFT measured at concurrency > 1 (runs whose prompt
+    lengths varied do not stay in lock-step, and no engine-independent model predicts their TTFT).
+    """
+    if ttft_under_load == "ignore":
+        points = [
+            point.model_copy(update={"ttft_s": None}) if point.concurrency > 1 else point
+            for point in points
+            if point.concurrency == 1 or point.itl_s is not None
+        ]
     names = tuple(parameters) if parameters is not None else informed_parameters(points)
     unknown = [name for name in names if name not in BOUNDS]
     if unknown:
@@ -481,6 +522,9 @@ def calibrate(
             field="--bench",
             fix="give one row per run (mean figures), not one per request",
         )
+    from quotacalc.core.memory import max_num_batched_tokens
+
+    check_simulated_runs(max_num_batched_tokens(inputs.deployment, inputs.gpu), points)
     warnings: list[str] = benchmarked_model_warnings(inputs, points)
     before = [_current(inputs, name) for name in names]
     after = before
@@ -532,6 +576,7 @@ def calibrate(
         fitted_values=fitted_values,
         deployment=inputs.deployment.model_copy(update=dict(zip(names, after, strict=True))),
         warnings=tuple(warnings),
+        ttft_under_load=ttft_under_load,
     )
 
 
