@@ -88,6 +88,22 @@ def test_two_clients_spread_apart():
     assert run.requests_measured == 4
 
 
+def test_clients_spread_over_fewer_output_tokens_than_clients_share_cohorts():
+    # 4 clients over an output of 3: client i starts 1 + 2i // 4 tokens in (1, 1, 2, 2), two cohorts of
+    # two, each stepping as one client of the two-client spread run above does, at twice the batch:
+    #   step 1: all 4 decode, contexts 12, 12, 11, 11: 0.010 + 4 x 11.5e-6 + 0.001 = 0.011046 -> X finishes;
+    #   step 2: Y decodes (2 at context 12) + X's 2 new prompts (20 tokens): 0.011024 + 0.020 = 0.031024;
+    #   step 3: X' decodes (2 at context 11) + Y's 2 new prompts: 0.011022 + 0.020 = 0.031022;
+    #   step 4: as step 1 (0.011046), and so on every 3 steps.
+    # X's requests: TTFT 0.005 + 0.031024, gaps 0.031022 and 0.011046; Y's: 0.005 + 0.031022, gaps
+    # 0.011046 and 0.031024.
+    run = closed_loop(MODEL, 4, 10, 3, "spread")
+    assert run.max_cohorts == 2
+    assert run.requests_measured == 8
+    assert run.mean_ttft_s == pytest.approx(0.005 + (0.031024 + 0.031022) / 2)
+    assert run.mean_itl_s == pytest.approx((0.031022 + 0.011046 + 0.011046 + 0.031024) / 4)
+
+
 def test_prompts_that_do_not_fit_one_step_are_chunked_and_split_the_cohort():
     # 3 clients, 40-token prompts, 2 output tokens, 100 tokens a step (2 cycles: the second is measured).
     #   step 1: A and B whole (80) + 20 of C: 0.1 + 0.001 = 0.101 -> A, B first tokens;
