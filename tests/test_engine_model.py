@@ -236,7 +236,7 @@ QWEN2_7B = Path(__file__).resolve().parent / "data" / "configs" / "qwen2_7b_inst
 def test_kv_memory_with_flashinfer_sampler_on_a100_held_out():
     """DENNISLEE vllm-7B-1gpuA10080GB-0.25GRAM.log: one A100 80GB at util 0.25, 'Using FlashInfer for top-p &
     top-k sampling.', 'Available KV cache memory: 5.01 GiB' (held out). FlashInfer's sampler does not sort the
-    vocabulary: 15.4 B a logit (measured on vLLM 0.19, quotacalc/core/memory.py), not the sorting sampler's 39.
+    vocabulary: 15.4 B a logit (measured on vLLM 0.19, quotacalc/core/deployment.py), not the sorting sampler's 39.
 
     By hand: 0.25 x 79.15 GiB - 7,615,616,512 x 2 B of weights - (0.13 GiB + max(forward 2,048 x (4 x 18,944
     + 6 x 3,584) x 2 B = 0.37 GiB, sampler 256 x 152,064 x 15.4 B = 0.56 GiB)) = 4.91 GiB (-2%); at 39 B a
@@ -269,10 +269,9 @@ def test_the_sorting_sampler_costs_what_the_two_node_log_shows_held_out():
 
 
 def test_sampler_bytes_per_logit_default_and_bad_values():
-    """The default is the sorting sampler's measured 39 B; a sampler holds some bytes per logit, and not a kilobyte."""
-    from quotacalc.core import memory
-
-    assert Deployment(model="m", gpu="h100-sxm").sampler_bytes_per_logit == memory.VLLM_SAMPLER_BYTES_PER_LOGIT
+    """The default is the sorting sampler's measured 39 B (38.9, 38.9 and 38.5 B a logit in vLLM 0.11's logs,
+    cited at core/deployment.py's VLLM_SAMPLER_BYTES_PER_LOGIT); a sampler holds some bytes per logit, not a kilobyte."""
+    assert Deployment(model="m", gpu="h100-sxm").sampler_bytes_per_logit == 39
     for bad in (0, -15.4, 1001):
         with pytest.raises(ValueError, match="sampler_bytes_per_logit"):
             Deployment(model="m", gpu="h100-sxm", sampler_bytes_per_logit=bad)

@@ -104,7 +104,9 @@ def calibrate_command(
 
     ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``).
     """
-    from quotacalc.core.calibrate import calibrate, provenance
+    from typing import get_args
+
+    from quotacalc.core.calibrate import TtftUnderLoad, calibrate, provenance
     from quotacalc.errors import UsageError
     from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
     from quotacalc.inputs.deployment import build_deployment
@@ -146,8 +148,12 @@ def calibrate_command(
         parameters = [name.strip() for name in fit.split(",") if name.strip()]
         if not parameters:
             raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
-    if ttft_under_load not in ("lockstep", "ignore"):
-        raise UsageError(f"unknown value '{ttft_under_load}'", field="--ttft-under-load", fix="give lockstep or ignore")
+    if ttft_under_load not in get_args(TtftUnderLoad):
+        raise UsageError(
+            f"unknown value '{ttft_under_load}'",
+            field="--ttft-under-load",
+            fix=f"give {' or '.join(get_args(TtftUnderLoad))}",
+        )
     inputs = resolve(deployment)
     result = calibrate(inputs, points, parameters=parameters, kv_reading=reading, ttft_under_load=ttft_under_load)
     if strict and (notes or result.warnings):

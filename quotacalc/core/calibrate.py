@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quotacalc.core.benchmark import closed_loop
 from quotacalc.core.deployment import GIB, Deployment
 from quotacalc.errors import QuotacalcError
 
@@ -189,8 +190,6 @@ def predict_ttft_s(model: ReplicaModel, point: BenchmarkPoint) -> float:
     """
     if point.concurrency == 1:
         return model.ttft_s(point.prompt_tokens)
-    from quotacalc.core.benchmark import closed_loop
-
     return closed_loop(model, point.concurrency, point.prompt_tokens, point.output_tokens, "lockstep").mean_ttft_s
 
 

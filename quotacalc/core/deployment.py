@@ -26,6 +26,18 @@ MAX_EXPERT_SKEW = 100
 #: Bytes a logit holds in the profiling sampler: no sampler keeps a kilobyte per vocabulary entry (vLLM's take 15-39).
 MAX_SAMPLER_BYTES_PER_LOGIT = 1_000
 MAX_BURST_S = 366 * 86_400  # a year
+#: Bytes one logit occupies at the peak of vLLM's profiling sampler run when its top-k/top-p sorts the
+#: vocabulary (the PyTorch sampler): the fp32 logits, the temperature-scaled copy, the sorted values (4 B) and
+#: int64 indices (8 B), softmax and cumulative probabilities, masks. vLLM's profile_run samples
+#: min(max_num_seqs, max_num_batched_tokens) requests over the whole vocabulary after the forward pass
+#: (gpu_model_runner._dummy_sampler_run). Measured, not fitted on the pool points: vLLM 0.11's 'peak activation'
+#: on H100 at 1,024 sequences is 4.76 GiB for Llama 3.1 8B (128,256 tokens), 5.64 GiB for Qwen3-32B (151,936)
+#: and 7.38 GiB for gpt-oss (201,088): 38.9, 38.9 and 38.5 B a logit (llm-d/llm-d-benchmark
+#: empirical-vllm-memory-results.md). Where top-k/top-p does not sort (FlashInfer's sampler, logged as 'Using
+#: FlashInfer for top-p & top-k sampling.'), vLLM 0.19's 'torch peak memory increase' on H100 at 1,024 sequences
+#: is 1.89 GiB for Llama 3.1 8B and 2.21 GiB for Qwen2.5-7B (152,064 tokens): 15.5 and 15.2 B a logit, about
+#: 15.4 (llm-d-incubation/llm-d-planner accuracy/accuracy_report.md); give it as sampler_bytes_per_logit.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 39.0
 #: An engine overhead (per step, sequence or request) or an all-reduce of a minute is no engine's.
 MAX_OVERHEAD_S = 60
 MAX_RPS = 10**9
@@ -124,7 +136,7 @@ class Deployment(BaseModel):
         "GiB x log2(TP) (fitted on vLLM start-up logs, bench/fit_reserve.py, docs/accuracy.md)",
     )
     sampler_bytes_per_logit: float = Field(
-        39.0,
+        VLLM_SAMPLER_BYTES_PER_LOGIT,
         description="bytes one logit holds at the peak of vLLM's profiling sampler run, B: 39 where top-k/top-p "
         "sorts the vocabulary (the PyTorch sampler, vLLM 0.11's default), about 15 where it does not (FlashInfer's "
         "sampler, logged 'Using FlashInfer for top-p & top-k sampling'; vLLM 0.19) (docs/accuracy.md)",

@@ -136,24 +136,6 @@ def activation_bytes_per_token_per_gpu(arch: ModelArch, tp: int) -> float:
     return (4 * feed_forward_width(arch) / tp + 6 * arch.hidden_size) * 2
 
 
-#: Bytes one logit occupies at the peak of vLLM's profiling sampler run when its top-k/top-p sorts the
-#: vocabulary (the PyTorch sampler): the fp32 logits, the temperature-scaled copy, the sorted values (4 B) and
-#: int64 indices (8 B), softmax and cumulative probabilities, masks. vLLM's profile_run samples
-#: min(max_num_seqs, max_num_batched_tokens) requests over the whole vocabulary after the forward pass
-#: (gpu_model_runner._dummy_sampler_run). Measured, not fitted on the pool points: vLLM 0.11's 'peak activation'
-#: on H100 at 1,024 sequences is 4.76 GiB for Llama 3.1 8B (128,256 tokens), 5.64 GiB for Qwen3-32B (151,936)
-#: and 7.38 GiB for gpt-oss (201,088): 38.9, 38.9 and 38.5 B a logit (llm-d/llm-d-benchmark
-#: empirical-vllm-memory-results.md). The deployment's sampler_bytes_per_logit defaults to it.
-VLLM_SAMPLER_BYTES_PER_LOGIT = 39
-
-#: The same where top-k/top-p does not sort the vocabulary (FlashInfer's rejection sampler, which vLLM logs as
-#: 'Using FlashInfer for top-p & top-k sampling.'): the logits, FlashInfer's top-k-masked copy and its
-#: probabilities, about 12-16 B. Measured: vLLM 0.19's 'torch peak memory increase' on H100 at 1,024 sequences
-#: is 1.89 GiB for Llama 3.1 8B and 2.21 GiB for Qwen2.5-7B (152,064 tokens): 15.5 and 15.2 B a logit
-#: (llm-d-incubation/llm-d-planner accuracy/accuracy_report.md).
-VLLM_UNSORTED_SAMPLER_BYTES_PER_LOGIT = 15.4
-
-
 def sampler_bytes_per_gpu(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> float:
     """Peak bytes of the profiling run's sampler: every dummy request's logits over the vocabulary."""
     requests = min(max_num_seqs(deployment, gpu), max_num_batched_tokens(deployment, gpu))
