@@ -463,18 +463,19 @@ def test_measured_pool_holds_only_where_it_was_measured(run_cli, tmp_path):
     ("model", "tp"), [("gemma-3-27b-it", 2), ("Mixtral-8x7B-v0.1", 2), ("AI21-Jamba-1.5-Mini", 2), ("DeepSeek-V3", 8)]
 )
 def test_the_fast_step_is_the_explained_one(model, tp):
-    """step_time_s inlines the sums for speed: it must equal roofline + overheads + all-reduces, term by term."""
+    """step_time_s inlines the sums for speed: it must equal the engine's roofline + overheads + all-reduces, term by
+    term."""
     replica = model_for(model=model, gpu="h200", tp=tp)
     for batch, context in ((1, 10), (7, 900), (64, 4096), (256, 60000)):
         expected = (
-            replica.roofline_step_time_s(batch, context)
+            replica.engine_decode_step_s(batch, context)
             + replica.step_overhead_s
             + batch * replica.sequence_overhead_s
             + replica.allreduce_s(batch)
         )
         assert replica.step_time_s(batch, context) == pytest.approx(expected, rel=1e-12)
         prefill = (
-            replica.roofline_prefill_time_s(batch * 3, context)
+            max(replica.prefill_compute_s(batch * 3, context), replica.prefill_weight_read_s())
             + replica.step_overhead_s
             + replica.allreduce_s(batch * 3)
         )
