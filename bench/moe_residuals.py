@@ -53,14 +53,14 @@ def main() -> None:
     points = [(point, moe_shape(point)) for point in load("decode_itl.yaml")]
     moe = [(point, shape) for point, shape in points if shape[0] > 0]
     print(
-        f"{'point':44s} {'set':4s} {'engine':22s} {'GPU':8s} {'TP':>2s} {'C/B':>4s} {'MoE L':>5s} {'E/k':>7s}"
+        f"{'point':44s} {'set':4s} {'engine':22s} {'GPU':13s} {'TP':>2s} {'C/B':>4s} {'MoE L':>5s} {'E/k':>7s}"
         f" {'w/TP':>5s} {'error':>7s} {'gap ms':>7s} {'us/MoE L':>8s}"
     )
     for point, (layers, experts, top_k, width) in moe:
         gap = gap_per_step_s(point)
         engine = f"{point['engine']} {point.get('engine_version', '?')}"
         print(
-            f"{point['id']:44s} {'H' if point.get('held_out') else 'fit':4s} {engine:22s} {point['gpu']:8s}"
+            f"{point['id']:44s} {'H' if point.get('held_out') else 'fit':4s} {engine:22s} {point['gpu']:13s}"
             f" {point['tp']:2d} {point.get('concurrency', point.get('batch')):4d} {layers:5d}"
             f" {experts:3d}/{top_k:<3d} {width // point['tp']:5d} {error(point):+7.1%} {gap * 1e3:+7.2f}"
             f" {gap / layers * 1e6:+8.1f}"
