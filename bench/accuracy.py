@@ -101,8 +101,9 @@ def batch_prefill_s(model: ReplicaModel, batch: int, prompt_tokens: int) -> floa
     are ``batch`` times one prompt's (one sequence of batch × prompt tokens would charge attention over
     all of them), or one read of the weights if that is longer; plus the step overhead and all-reduces."""
     compute_s = batch * model.prefill_compute_s(prompt_tokens)
-    read_s = model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
-    return max(compute_s, read_s) + model.step_overhead_s + model.allreduce_s(batch * prompt_tokens)
+    return (
+        max(compute_s, model.prefill_weight_read_s()) + model.step_overhead_s + model.allreduce_s(batch * prompt_tokens)
+    )
 
 
 def measured_decode(point: dict[str, Any]) -> float:

@@ -26,7 +26,12 @@ from quotacalc.core.replica import (
     expected_distinct_experts,
     replica_model,
 )
-from quotacalc.core.weights import WeightLayout, engine_padding_bytes_per_gpu, vllm_default_mxfp4_backend
+from quotacalc.core.weights import (
+    WeightLayout,
+    engine_padding_bytes_per_gpu,
+    engine_read,
+    vllm_default_mxfp4_backend,
+)
 from quotacalc.errors import QuotacalcError
 
 SECONDS_PER_HOUR = 3600
@@ -99,6 +104,10 @@ class PriceResult(BaseModel):
     decode_batch: int
     decode_overhead_s: float
     allreduce_s: float
+    #: Weight bytes an engine's decode step reads per GPU (decode_weight_bytes_per_gpu less what it skips).
+    engine_decode_weight_bytes_per_gpu: float
+    #: decode_step_s over the weights an engine reads (itl_s without its overheads).
+    engine_decode_step_s: float
     itl_s: float
     engine_prompt_token_s: float
     ttft_s: float
@@ -534,12 +543,35 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         note="two all-reduces per layer under tensor parallelism, none at TP 1; "
         f"interconnect {fmt(gpu.interconnect_bandwidth_bytes_per_s)} B/s one way ({gpu.id} catalog)",
     )
+    tp = deployment.tp
+    read = engine_read(arch, inputs.weights)
+    engine_weights = x.record(
+        "engine_decode_weight_bytes_per_gpu",
+        model.engine_weight_read_bytes_per_gpu(batch),
+        formula="decode weight bytes read per GPU − (input embedding table, untied + vision tower − LM head read at "
+        "16 bits under a quantized --weight-dtype) / TP",
+        substituted=f"{fmt(x.figures['decode_weight_bytes_per_gpu'])} − ({fmt(read.embedding_bytes)} + "
+        f"{fmt(read.vision_bytes)} − {fmt(read.lm_head_upcast_bytes)}) / {tp}",
+        unit="B",
+        note="the weights an engine's decode step reads: it gathers only the batch's rows of the embedding table, "
+        "skips the vision tower on text and runs the LM head unquantized",
+    )
+    engine_step = x.record(
+        "engine_decode_step_s",
+        model.engine_decode_step_s(batch, deployment.context),
+        formula="max((engine_decode_weight_bytes_per_gpu + decode_kv_bytes_per_gpu) / effective_bandwidth_per_gpu, "
+        "decode_compute_s)",
+        substituted=f"max(({fmt(engine_weights)} + {fmt(x.figures['decode_kv_bytes_per_gpu'])}) / "
+        f"{fmt(x.figures['effective_bandwidth_per_gpu'])}, "
+        f"{fmt(x.figures['decode_compute_s'])})",
+        unit="s",
+        note="decode_step_s over the weights an engine reads",
+    )
     x.record(
         "itl_s",
         model.step_time_s(batch, deployment.context),
-        formula="decode_step_s + decode_overhead_s + allreduce_s",
-        substituted=f"{fmt(x.figures['decode_step_s'])} + {fmt(x.figures['decode_overhead_s'])} + "
-        f"{fmt(x.figures['allreduce_s'])}",
+        formula="engine_decode_step_s + decode_overhead_s + allreduce_s",
+        substituted=f"{fmt(engine_step)} + {fmt(x.figures['decode_overhead_s'])} + {fmt(x.figures['allreduce_s'])}",
         unit="s",
         note="the engine's decode step: the inter-token latency a user measures at this batch, without prefills "
         "interleaved",
@@ -694,6 +726,8 @@ def price(inputs: PricingInputs) -> PriceResult:
         decode_batch=batch,
         decode_overhead_s=f["decode_overhead_s"],
         allreduce_s=f["allreduce_s"],
+        engine_decode_weight_bytes_per_gpu=f["engine_decode_weight_bytes_per_gpu"],
+        engine_decode_step_s=f["engine_decode_step_s"],
         itl_s=f["itl_s"],
         engine_prompt_token_s=f["engine_prompt_token_s"],
         ttft_s=f["ttft_s"],

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from quotacalc.core import memory
 from quotacalc.core.arch import ModelArch, MoE, ParamGroup
+from quotacalc.core.weights import engine_read
 
 if TYPE_CHECKING:
     from quotacalc.core.price import PricingInputs
@@ -117,6 +118,10 @@ class ReplicaModel:
     max_num_seqs: int = 1024
     #: Weight bytes a decode step reads when they do not depend on the batch (dense models), else None.
     fixed_decode_weight_bytes_per_gpu: float | None = None
+    #: What an engine's forward pass reads beside the stored weights the roofline counts, per GPU (negative:
+    #: fewer): no input embedding table (it gathers the batch's rows) or vision tower, a 16-bit LM head under
+    #: a quantized --weight-dtype (weights.engine_read). The engine's steps use it, the roofline does not.
+    engine_read_delta_bytes_per_gpu: float = 0.0
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
     # attention coefficients side by side.
     _seconds_per_byte: float = field(init=False, repr=False, compare=False)
@@ -124,6 +129,7 @@ class ReplicaModel:
     _windows: tuple[tuple[int, float, float], ...] = field(init=False, repr=False, compare=False)
     _per_step_s: float = field(init=False, repr=False, compare=False)
     _per_sequence_s: float = field(init=False, repr=False, compare=False)
+    _fixed_engine_read_bytes: float | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kv = dict(self.sliding_kv)
@@ -132,6 +138,10 @@ class ReplicaModel:
         object.__setattr__(self, "_seconds_per_byte", 1 / self.bandwidth_bytes_per_s)
         object.__setattr__(self, "_seconds_per_flop", 1 / self.compute_flops_per_s)
         object.__setattr__(self, "_windows", windows)
+        fixed = self.fixed_decode_weight_bytes_per_gpu
+        object.__setattr__(
+            self, "_fixed_engine_read_bytes", None if fixed is None else fixed + self.engine_read_delta_bytes_per_gpu
+        )
         object.__setattr__(
             self, "_per_step_s", self.step_overhead_s + self.allreduces_per_step * self.allreduce_latency_s
         )
@@ -193,18 +203,32 @@ class ReplicaModel:
 
     # ------------------------------------------------------------------ engine
 
+    def engine_weight_read_bytes_per_gpu(self, batch: int) -> float:
+        """Weight bytes one engine step of ``batch`` decodes reads on one GPU (the roofline's, less what it skips)."""
+        return self.decode_weight_bytes_per_gpu_at(batch) + self.engine_read_delta_bytes_per_gpu
+
+    def engine_decode_step_s(self, batch: int, context_tokens: float) -> float:
+        """The roofline step over the weights the engine reads: max(memory, compute), no overheads."""
+        read = self.engine_weight_read_bytes_per_gpu(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
+        return max(read / self.bandwidth_bytes_per_s, self.decode_compute_s(batch, context_tokens))
+
+    def prefill_weight_read_s(self) -> float:
+        """One read of every weight a prefill step touches (all experts), as the engine reads them."""
+        return (self.weight_bytes_per_gpu + self.engine_read_delta_bytes_per_gpu) * self._seconds_per_byte
+
     def allreduce_s(self, tokens: int) -> float:
         """The tensor-parallel all-reduces of one forward pass over ``tokens`` tokens."""
         return self.allreduces_per_step * (self.allreduce_latency_s + tokens * self.allreduce_s_per_token)
 
     def step_time_s(self, batch: int, context_tokens: float) -> float:
-        """One decode step as an engine runs it: roofline + step overhead + all-reduces (the inter-token latency).
+        """One decode step as an engine runs it: engine_decode_step_s + step overhead + all-reduces (the inter-token
+        latency).
 
-        The simulator's hot path: the same sums as decode_memory_s and decode_compute_s, inlined.
+        The simulator's hot path: the same sums as engine_decode_step_s, inlined.
         """
-        weights = self.fixed_decode_weight_bytes_per_gpu
+        weights = self._fixed_engine_read_bytes
         if weights is None:
-            weights = self.decode_weight_bytes_per_gpu_at(batch)
+            weights = self.decode_weight_bytes_per_gpu_at(batch) + self.engine_read_delta_bytes_per_gpu
         kv = self.kv_bytes_per_token_per_gpu * context_tokens + self.state_bytes_per_sequence_per_gpu
         attention = self.attention_flops_per_attended_token * context_tokens
         for window, kv_per_token, flops_per_token in self._windows:
@@ -230,7 +254,7 @@ class ReplicaModel:
         (the weights are read once per step anyway), as :meth:`interleaved_prefill_s` charges them.
         """
         if batch == 0:
-            read_s = self.weight_bytes_per_gpu * self._seconds_per_byte
+            read_s = self.prefill_weight_read_s()
             return (
                 (prefill_compute_s if prefill_compute_s > read_s else read_s)
                 + self.step_overhead_s
@@ -356,4 +380,5 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         max_num_batched_tokens=memory.max_num_batched_tokens(deployment, gpu),
         max_num_seqs=memory.max_num_seqs(deployment, gpu),
         fixed_decode_weight_bytes_per_gpu=None if arch.moe_layers() else weight_bytes / tp,
+        engine_read_delta_bytes_per_gpu=engine_read(arch, layout).delta_bytes / tp,
     )

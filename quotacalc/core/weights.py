@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -32,6 +33,10 @@ class WeightLayout(BaseModel):
     compute_dtype: str
     #: Where the layout came from, for --explain.
     source: str
+    #: Bytes per parameter an engine runs the LM head in, where that differs from its stored dtype above: an
+    #: explicit quantized --weight-dtype stores every parameter in it (docs/method.md's simplification, which
+    #: its worked example's weights rest on), but engines leave the LM head unquantized (None: as stored).
+    engine_lm_head_bytes_per_param: float | None = None
 
     def storage(self, group: ParamGroup) -> GroupStorage:
         return self.groups[group]
@@ -55,10 +60,61 @@ class WeightLayout(BaseModel):
         return f"{main} ({share:.1%} of params), {'/'.join(dtype for dtype, _ in ranked[1:])} rest"
 
 
-def uniform_layout(dtype: str, bytes_per_param: float, compute_dtype: str, source: str) -> WeightLayout:
+def uniform_layout(
+    dtype: str,
+    bytes_per_param: float,
+    compute_dtype: str,
+    source: str,
+    engine_lm_head_bytes_per_param: float | None = None,
+) -> WeightLayout:
     """Every parameter in one dtype (the method's simplification for an explicit ``--weight-dtype``)."""
     storage = GroupStorage(dtype=dtype, bytes_per_param=bytes_per_param)
-    return WeightLayout(groups={group: storage for group in ParamGroup}, compute_dtype=compute_dtype, source=source)
+    return WeightLayout(
+        groups={group: storage for group in ParamGroup},
+        compute_dtype=compute_dtype,
+        source=source,
+        engine_lm_head_bytes_per_param=engine_lm_head_bytes_per_param,
+    )
+
+
+#: Bytes per parameter of the LM head in an engine serving a quantized --weight-dtype: 16-bit. vLLM's
+#: quantization methods (fp8, int8, AWQ, GPTQ, ...) apply to linear layers, and its ParallelLMHead is a
+#: vocabulary embedding, not a LinearBase, so `--quantization fp8` leaves it unquantized; NVIDIA ModelOpt's
+#: default quantization configs (TensorRT-LLM and NIM checkpoints) disable '*lm_head*'.
+ENGINE_LM_HEAD_BYTES_PER_PARAM = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRead:
+    """How a text forward pass in an engine reads the weights differently from one read of every stored byte
+    (docs/method.md's roofline), whole model, bytes."""
+
+    #: The input embedding table (untied), which the engine does not read: it gathers the batch's rows.
+    embedding_bytes: float
+    #: The vision tower, which runs on image tokens only.
+    vision_bytes: float
+    #: What reading the LM head at 16 bits adds where an explicit quantized --weight-dtype stores it smaller.
+    lm_head_upcast_bytes: float
+
+    @property
+    def delta_bytes(self) -> float:
+        """Bytes read beside the stored weights (negative: fewer)."""
+        return self.lm_head_upcast_bytes - self.embedding_bytes - self.vision_bytes
+
+
+def engine_read(arch: ModelArch, layout: WeightLayout) -> EngineRead:
+    """What an engine's forward pass skips of the stored weights, and what it reads wider (tied: the head reads
+    the embedding table, so the table is read, at 16 bits)."""
+    params = arch.params_by_group()
+    embedding = 0.0
+    if not arch.tie_word_embeddings:
+        embedding = params[ParamGroup.EMBEDDING] * layout.storage(ParamGroup.EMBEDDING).bytes_per_param
+    upcast = 0.0
+    if layout.engine_lm_head_bytes_per_param is not None:
+        head = ParamGroup.EMBEDDING if arch.tie_word_embeddings else ParamGroup.LM_HEAD
+        upcast = params[head] * (layout.engine_lm_head_bytes_per_param - layout.storage(head).bytes_per_param)
+    vision = params[ParamGroup.VISION] * layout.storage(ParamGroup.VISION).bytes_per_param
+    return EngineRead(embedding_bytes=embedding, vision_bytes=vision, lm_head_upcast_bytes=upcast)
 
 
 # --------------------------------------------------------------------------- engine padding

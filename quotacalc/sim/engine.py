@@ -39,7 +39,7 @@ class Replica:
         self.max_num_seqs = pool.max_num_seqs
         self.max_batched_tokens = pool.max_num_batched_tokens
         self.by_priority = order == "priority"
-        self.weight_read_s = self.model.weight_bytes_per_gpu / self.model.bandwidth_bytes_per_s
+        self.weight_read_s = self.model.prefill_weight_read_s()
         # Engine-overhead models (when the replica model has them) charge a chunk's tensor-parallel
         # all-reduce traffic per token; the roofline model has none.
         self.allreduce_s_per_prefill_token = getattr(self.model, "allreduces_per_step", 0) * getattr(
