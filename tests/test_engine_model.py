@@ -101,6 +101,53 @@ def test_vllm_ci_latency(gpu, model, tp, latency_s, build, tolerance):
     assert predicted == pytest.approx(latency_s, rel=tolerance)
 
 
+# --------------------------------------------------------------------------- MoE decode (docs/accuracy.md)
+
+INFERENCEX_828 = "https://github.com/SemiAnalysisAI/InferenceX/issues/828"
+GPT_OSS_H100 = dict(model="gpt-oss-120b", gpu="h100-sxm", kv_dtype="bf16", mxfp4_moe_backend="marlin")
+
+
+@pytest.mark.parametrize(
+    ("tp", "concurrency", "prompt", "output", "measured_s"),
+    [(8, 4, 922, 922, 0.00372), (4, 4, 7373, 922, 0.0045), (2, 64, 922, 922, 0.01521)],
+)
+def test_itl_gpt_oss_120b_on_h100(tp, concurrency, prompt, output, measured_s):
+    """gpt-oss-120b (MXFP4 experts, Marlin) on H100 at TP 2-8, vLLM 0.15.1 (InferenceX issue 828: 1K/1K and 8K/1K
+    at 0.9 of the nominal lengths, 'TPOT (ms)'). Fit points of the MoE evidence. The model is 10-14% fast at TP 4-8
+    and low concurrency (about 14 us per MoE layer that vLLM spends beside the roofline) and 5% slow at TP 2
+    with 64 requests, so the tolerance is 15%, not the 10% target; no MoE term is fitted (docs/accuracy.md)."""
+    replica = model_for(tp=tp, **GPT_OSS_H100)
+    assert replica.loaded_itl_s(concurrency, prompt, output) == pytest.approx(measured_s, rel=0.15)
+
+
+def test_deepseek_r1_misses_a_fixed_cost_per_step_on_any_gpu_held_out():
+    """DeepSeek-R1 FP8 at TP 8, SGLang 0.5.9, 4 requests of 1K/1K (InferenceX run 23552373331, mean TPOT): 10.29 ms
+    on H200, 8.76 ms on B200. The B200 reads 1.6x faster (7.7 against 4.8 TB/s), yet the measured step is only
+    1.5 ms shorter, and the model misses both by about the same fixed time: 3.1 ms on H200, 3.5 ms on B200,
+    50-60 us per MoE layer. Held out: pinned where it is so that a change that moves it is seen (docs/accuracy.md)."""
+    gaps = {}
+    for gpu, measured_s in (("h200", 0.01029), ("b200", 0.00876)):
+        replica = model_for(model="DeepSeek-V3", gpu=gpu, tp=8, weight_dtype="fp8", kv_dtype="bf16")
+        gaps[gpu] = measured_s - replica.loaded_itl_s(4, 922, 922)
+    assert 0.0025 < gaps["h200"] < 0.0040
+    assert 0.0025 < gaps["b200"] < 0.0045
+    assert abs(gaps["h200"] - gaps["b200"]) < 0.001
+
+
+def test_qwen3_30b_a3b_fixture_has_the_published_parameter_count():
+    """tests/data/configs/qwen3_30b_a3b (vLLM PR 23151's H100 run in decode_itl.yaml): llama.cpp's load log of the
+    model (ollama issue 10458) prints 'model params = 30.53 B'. By hand: embeddings and head 2 x 151,936 x 2,048
+    = 622,329,856; each of 48 layers: attention 2,048 x 32 x 128 (q) + 2 x 2,048 x 4 x 128 (k, v) + 32 x 128 x
+    2,048 (o) + 2 x 128 (q/k norms) = 18,874,624; router 2,048 x 128 = 262,144; experts 128 x 3 x 2,048 x 768 =
+    603,979,776; norms 2 x 2,048; final norm 2,048: 30,532,122,624."""
+    from quotacalc.inputs.resolve import load_arch
+
+    arch, _ = load_arch(str(Path(__file__).resolve().parent / "data" / "configs" / "qwen3_30b_a3b"))
+    layer = 2_048 * 32 * 128 + 2 * 2_048 * 4 * 128 + 32 * 128 * 2_048 + 2 * 128 + 2_048 * 128
+    layer += 128 * 3 * 2_048 * 768 + 2 * 2_048
+    assert arch.total_params() == 2 * 151_936 * 2_048 + 48 * layer + 2_048 == 30_532_122_624
+
+
 # --------------------------------------------------------------------------- TTFT (20%)
 
 
