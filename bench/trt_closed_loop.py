@@ -38,6 +38,9 @@ whose requests fit the pool; never fitted to):
    compute): the weights read once for both), alone and with the oracle.
 3. tests/test_calibrate_real.py's two-point calibration with calibrate's ITL predictor swapped for the
    oracle model (the fit runs and every predicted run get their own measured TTFT under load).
+4. A smooth ridge for a prefill step on an idle replica (the idle TTFT): (compute^k + weight read^k)^(1/k)
+   instead of max(), the exponent chosen by the TTFT mean absolute error on ttft.yaml's fit points only,
+   then the held-out points' error and the two-point calibration with calibrate's TTFT predictor swapped.
 """
 
 from __future__ import annotations
@@ -155,14 +158,16 @@ def itl_rows(runs: list[tuple[dict, ReplicaModel]]) -> list[tuple[str, int, dict
     return rows
 
 
-def two_point(variant: str) -> dict[str, tuple[int, int, dict[str, float]]]:
-    """tests/test_calibrate_real.py's rule with calibrate's ITL predictor swapped for ``variant``."""
+def two_point(
+    variant: str, itl_s: Callable[[ReplicaModel, object], float] | None = None
+) -> dict[str, tuple[int, int, dict[str, float]]]:
+    """tests/test_calibrate_real.py's rule with calibrate's ITL predictor swapped for ``variant`` (or ``itl_s``)."""
     sys.path.insert(0, str(accuracy.ROOT / "tests"))
     import test_calibrate_real as real
 
     from quotacalc.core import calibrate as calibration
 
-    oracle, mixed = VARIANTS[variant]
+    oracle, mixed = VARIANTS.get(variant, (False, False))
     measured = {
         (p["model"], p["concurrency"], p["prompt_tokens"], p["output_tokens"]): p["ttft_s"]
         for p in accuracy.load("closed_loop.yaml")
@@ -177,7 +182,7 @@ def two_point(variant: str) -> dict[str, tuple[int, int, dict[str, float]]]:
         )
 
     original: Callable = calibration.PREDICTORS["itl_s"]
-    calibration.PREDICTORS["itl_s"] = itl
+    calibration.PREDICTORS["itl_s"] = itl_s or itl
     results = {}
     try:
         for name, deployment in real.DEPLOYMENTS.items():
@@ -198,6 +203,102 @@ def two_point(variant: str) -> dict[str, tuple[int, int, dict[str, float]]]:
     finally:
         calibration.PREDICTORS["itl_s"] = original
     return results
+
+
+#: Exponents of the smooth ridge tried (None: the model's max()).
+RIDGE_EXPONENTS: tuple[float | None, ...] = (None, 2.0, 2.5, 3.0, 3.5, 4.0, 6.0)
+
+
+def smooth_ttft_s(model: ReplicaModel, prompt_tokens: float, exponent: float | None) -> float:
+    """ReplicaModel.ttft_s with each idle prefill step's max(FLOP time, weight read) replaced by their
+    ``exponent``-norm (compute and memory traffic overlapping imperfectly near the ridge point)."""
+    if exponent is None:
+        return model.ttft_s(round(prompt_tokens))
+    total, done, prompt = model.request_overhead_s, 0, round(prompt_tokens)
+    read_s = model.prefill_weight_read_s()
+    while done < prompt:
+        chunk = min(model.max_num_batched_tokens, prompt - done)
+        compute_s = model.prefill_compute_s(chunk, done)
+        total += (compute_s**exponent + read_s**exponent) ** (1 / exponent) + model.step_overhead_s
+        total += model.allreduce_s(chunk)
+        done += chunk
+    return total
+
+
+def ridge_rows() -> list[tuple[float | None, float, float]]:
+    """(exponent, TTFT mean absolute error on ttft.yaml's fit points, on its held-out points)."""
+    points = [(point, accuracy.model_of(point)) for point in accuracy.load("ttft.yaml")]
+    out = []
+    for exponent in RIDGE_EXPONENTS:
+        errors = {True: [], False: []}
+        for point, model in points:
+            predicted = smooth_ttft_s(model, point["prompt_tokens"], exponent)
+            errors[bool(point.get("held_out"))].append(abs(predicted / point["ttft_s"] - 1))
+        out.append((exponent, statistics.mean(errors[False]), statistics.mean(errors[True])))
+    return out
+
+
+def smooth_step_s(model: ReplicaModel, batch: int, context: float, exponent: float | None) -> float:
+    """ReplicaModel.step_time_s with the decode step's max(memory, compute) replaced by their ``exponent``-norm."""
+    if exponent is None:
+        return model.step_time_s(batch, context)
+    read_s = (
+        model.engine_weight_read_bytes_per_gpu(batch) + batch * model.sequence_kv_bytes_per_gpu(context)
+    ) / model.bandwidth_bytes_per_s
+    compute_s = model.decode_compute_s(batch, context)
+    return (
+        (read_s**exponent + compute_s**exponent) ** (1 / exponent)
+        + model.step_overhead_s
+        + batch * model.sequence_overhead_s
+        + model.allreduce_s(batch)
+    )
+
+
+def smooth_loaded_itl_s(model: ReplicaModel, concurrency: int, prompt: float, output: float, exponent) -> float:
+    """ReplicaModel.loaded_itl_s over smooth_step_s."""
+    step = smooth_step_s(model, concurrency, prompt + output / 2, exponent)
+    return step + (concurrency - 1) / output * model.interleaved_prefill_s(round(prompt))
+
+
+def decode_rows(exponent: float | None) -> tuple[float, float]:
+    """decode_itl.yaml's ITL mean absolute error (fit, held out) with the smooth decode step, as bench/accuracy.py
+    predicts each kind."""
+    errors = {True: [], False: []}
+    for point in accuracy.load("decode_itl.yaml"):
+        model = accuracy.model_of(point)
+        prompt, output = point["prompt_tokens"], point["output_tokens"]
+        if point["kind"] == "itl":
+            predicted = smooth_loaded_itl_s(model, point["concurrency"], prompt, output, exponent)
+        else:
+            batch = point["batch"]
+            step = smooth_step_s(model, batch, prompt + output / 2, exponent)
+            predicted = accuracy.batch_prefill_s(model, batch, prompt) + (output - 1) * step
+        errors[bool(point.get("held_out"))].append(abs(predicted / accuracy.measured_decode(point) - 1))
+    return statistics.mean(errors[False]), statistics.mean(errors[True])
+
+
+def two_point_ridge(
+    exponent: float | None, itl_variant: str, decode_too: bool = False
+) -> dict[str, tuple[int, int, dict[str, float]]]:
+    """two_point(itl_variant) with calibrate's TTFT at concurrency 1 from smooth_ttft_s (and, ``decode_too``,
+    its steady ITL from smooth_loaded_itl_s)."""
+    from quotacalc.core import calibrate as calibration
+
+    original: Callable = calibration.PREDICTORS["ttft_s"]
+
+    def ttft(model: ReplicaModel, point) -> float:
+        if point.concurrency == 1:
+            return smooth_ttft_s(model, point.prompt_tokens, exponent)
+        return original(model, point)
+
+    def itl(model: ReplicaModel, point) -> float:
+        return smooth_loaded_itl_s(model, point.concurrency, point.prompt_tokens, point.output_tokens, exponent)
+
+    calibration.PREDICTORS["ttft_s"] = ttft
+    try:
+        return two_point(itl_variant, itl if decode_too else None)
+    finally:
+        calibration.PREDICTORS["ttft_s"] = original
 
 
 def main() -> None:
@@ -246,6 +347,38 @@ def main() -> None:
         print("\n| ITL model | deployment | within 5% | misses |\n|---|---|---:|---|")
     for variant in VARIANTS:
         for name, (within, total, misses) in two_point(variant).items():
+            listed = ", ".join(f"{ident} {error:+.1%}" for ident, error in misses.items())
+            if args.markdown:
+                print(f"| {variant} | {name} | {within} of {total} | {listed} |")
+            else:
+                print(f"{variant:15s} {name:24s} {within}/{total}: {listed}")
+    print()
+
+    ridges = ridge_rows()
+    best = min(ridges, key=lambda row: row[1])[0]
+    print(
+        f"Smooth ridge for an idle prefill step: TTFT mean absolute error (ttft.yaml); best on fit points: k = {best}"
+    )
+    if args.markdown:
+        print("\n| exponent k | fit | held out |\n|---|---:|---:|")
+    for exponent, fit_error, held_error in ridges:
+        label = "max() (today)" if exponent is None else f"{exponent:g}"
+        if args.markdown:
+            print(f"| {label} | {fit_error:.1%} | {held_error:.1%} |")
+        else:
+            print(f"k {label:14s} fit {fit_error:.1%}  held out {held_error:.1%}")
+    print()
+    fit_itl, held_itl = decode_rows(best)
+    today_fit, today_held = decode_rows(None)
+    print(
+        f"(the same exponent in the decode step too: decode_itl.yaml ITL mean absolute error fit {today_fit:.2%} -> "
+        f"{fit_itl:.2%}, held out {today_held:.2%} -> {held_itl:.2%})"
+    )
+    print(f"Two-point calibration with the smooth ridge (k = {best}) in calibrate's TTFT")
+    if args.markdown:
+        print("\n| ITL model | deployment | within 5% | misses |\n|---|---|---:|---|")
+    for variant, decode_too in (("steady", False), ("oracle TTFT", False), ("steady, smooth decode too", True)):
+        for name, (within, total, misses) in two_point_ridge(best, variant, decode_too).items():
             listed = ", ".join(f"{ident} {error:+.1%}" for ident, error in misses.items())
             if args.markdown:
                 print(f"| {variant} | {name} | {within} of {total} | {listed} |")
