@@ -59,7 +59,7 @@ from quotacalc import price, resolve
 from quotacalc.core.benchmark import closed_loop
 from quotacalc.core.replica import ReplicaModel, replica_model
 
-#: Fixed-point iterations of the closed-loop ITL (damped by half; converges to 1e-9 within 60).
+#: Fixed-point iterations of the closed-loop ITL, damped by half (on NIM's runs 80 and 400 agree exactly).
 ITERATIONS = 80
 
 
