@@ -16,7 +16,7 @@ import pytest
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.arch import ParamGroup
 from quotacalc.core.replica import replica_model
-from quotacalc.core.weights import engine_read
+from quotacalc.core.weights import EngineRead, engine_read
 
 # Llama 3.1 8B (models/Llama-3.1-8B-Instruct/config.json): vocabulary 128,256, hidden 4,096, untied;
 # 8,030,261,248 parameters; KV 2 × 32 layers × 8 heads × 128 × 2 B = 131,072 B a token in BF16.
@@ -67,6 +67,7 @@ def test_explicit_int4_head_upcast_is_one_and_a_half_bytes_a_parameter():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_no_upcast_at_16_bits_or_wider(dtype):
     inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype=dtype))
+    assert inputs.weights.engine_lm_head_bytes_per_param is None  # engines run the head as stored
     read = engine_read(inputs.arch, inputs.weights)
     assert read.lm_head_upcast_bytes == 0
     assert read.delta_bytes == -read.embedding_bytes
@@ -84,6 +85,11 @@ def test_tied_head_reads_the_table_at_16_bits_and_skips_the_vision_tower():
     assert read.vision_bytes == vision_params * 1
     model = replica_model(inputs, price(inputs).kv_pool_bytes_per_gpu)
     assert model.engine_read_delta_bytes_per_gpu == pytest.approx((262_208 * 5_376 - vision_params) / 2)
+    # In the checkpoint's BF16 the tower is 2 bytes a parameter and the head is read as stored.
+    stored = resolve(Deployment(model="gemma-3-27b-it", gpu="h100-sxm", tp=2))
+    assert engine_read(stored.arch, stored.weights) == EngineRead(
+        embedding_bytes=0, vision_bytes=vision_params * 2, lm_head_upcast_bytes=0
+    )
 
 
 def test_checkpoint_quantization_keeps_its_own_head():
