@@ -180,6 +180,21 @@ def test_help_states_units(run_cli, flag, unit):
     assert unit in after, (flag, after)
 
 
+def _commands() -> list[str]:
+    from quotacalc.cli.app import commands
+
+    return list(commands)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_help_shows_no_developer_notes(run_cli, command):
+    """A docstring's notes for developers (reST literals, module paths) stay out of --help."""
+    code, out, _ = run_cli(command, "--help")
+    assert code == 0 and "Usage" in out
+    for leak in ("``", "cli/app.py", "deployment_flags", "with_options"):
+        assert leak not in out, (command, leak)
+
+
 @pytest.mark.parametrize("args", [(), ("price",), ("kv",), ("models",), ("gpus",)])
 def test_no_help_shows_bool_placeholders(run_cli, args):
     _, out, _ = run_cli(*args, "--help")

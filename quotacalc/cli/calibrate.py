@@ -102,7 +102,9 @@ def calibrate_command(
 ):
     """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log.
 
-    ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``).
+    \f
+    ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``); the form feed
+    above keeps this line out of ``--help``.
     """
     from typing import get_args
 
