@@ -597,3 +597,32 @@ def test_ttfts_under_load_can_be_ignored(inputs, run_cli):
     code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--ttft-under-load", "queue")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "--ttft-under-load: unknown value 'queue' (give lockstep or ignore)" in err
+
+
+def test_runs_of_another_deployment_are_flagged(inputs):
+    """NIM's runs are of TP 2 with an FP8 cache (examples/calibration/nim-llama-3.3-70b-h100-tp2.csv's header);
+    calibrated against the TP 4, BF16-cache fixture the defaults miss them by more than any dense deployment in
+    docs/accuracy.md, and the result says which deployment to check. Against their own deployment it does not."""
+    from quotacalc.inputs.benchmarks import read_benchmark
+    from quotacalc.inputs.resolve import resolve
+
+    points, _ = read_benchmark(str(EXAMPLES / "nim-llama-3.3-70b-h100-tp2.csv"))
+    wrong = calibrate(inputs, points)
+    assert wrong.rms_error_before > 0.35
+    assert wrong.warnings[0].startswith(f"the runs are {wrong.rms_error_before:.0%} (RMS) from this deployment's")
+    assert "Llama-3.3-70B-Instruct at TP 4 on h100-sxm, fp8 weights, bf16 KV" in wrong.warnings[0]
+    right = calibrate(
+        resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", kv_dtype="fp8")),
+        points,
+    )
+    assert right.rms_error_before < 0.35
+    assert not any("(RMS) from this deployment" in warning for warning in right.warnings)
+
+
+def test_the_mismatch_threshold_is_strict(inputs):
+    from quotacalc.core.calibrate import MISMATCH_RMS_ERROR_BEFORE, deployment_mismatch_warning
+
+    assert MISMATCH_RMS_ERROR_BEFORE == 0.35  # above docs/accuracy.md's worst dense deployment, 31%
+    assert deployment_mismatch_warning(inputs, None) is None
+    assert deployment_mismatch_warning(inputs, 0.35) is None
+    assert deployment_mismatch_warning(inputs, 0.3501).startswith("the runs are 35% (RMS)")

@@ -342,11 +342,15 @@ def test_a_parameter_at_either_bound_is_flagged_in_words(inputs):
     result = calibrate(inputs, slow, parameters=["mfu"])
     (mfu,) = result.parameters
     assert (mfu.after, mfu.at_bound) == (0.02, True)
-    assert result.warnings == ("mfu stopped at its bound 0.02: the model cannot follow these points there",)
+    # Runs a hundred (or a third) times off the defaults are flagged as another deployment's first.
+    mismatch, bound = result.warnings
+    assert mismatch.startswith("the runs are ") and "(RMS) from this deployment's defaults" in mismatch
+    assert bound == "mfu stopped at its bound 0.02: the model cannot follow these points there"
     itl = synthetic(inputs, TRUTH, [(1, 1000, 200), (8, 1000, 200)], ttft=False)
     fast = [p.model_copy(update={"itl_s": p.itl_s / 3}) for p in itl]
     result = calibrate(inputs, fast, parameters=["mbu"])
-    assert result.warnings == ("mbu stopped at its bound 1: the model cannot follow these points there",)
+    assert result.warnings[1:] == ("mbu stopped at its bound 1: the model cannot follow these points there",)
+    assert "(RMS) from this deployment's defaults" in result.warnings[0]
     assert result.fitted_values == {"mbu": 1.0}
 
 

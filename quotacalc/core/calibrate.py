@@ -490,6 +490,25 @@ def benchmarked_model_warnings(inputs: PricingInputs, points: Sequence[Benchmark
     return warnings
 
 
+#: Root mean square relative error of the runs at the defaults above which they probably come from another
+#: deployment than the one being calibrated (another TP, GPU or dtype): above every dense deployment's in
+#: docs/accuracy.md (the worst, 31%, is TensorRT-LLM v0.5's two first-token latencies on A100).
+MISMATCH_RMS_ERROR_BEFORE = 0.35
+
+
+def deployment_mismatch_warning(inputs: PricingInputs, rms_error_before: float | None) -> str | None:
+    """A warning when the runs are further from the defaults than a matching deployment has been seen to be."""
+    if rms_error_before is None or rms_error_before <= MISMATCH_RMS_ERROR_BEFORE:
+        return None
+    deployment = inputs.deployment
+    return (
+        f"the runs are {rms_error_before:.0%} (RMS) from this deployment's defaults, more than any dense deployment "
+        f"in docs/accuracy.md: check that {inputs.arch.name} at TP {deployment.tp} on {inputs.gpu.id}, "
+        f"{inputs.weights.describe(inputs.arch.params_by_group())} weights, {inputs.kv_dtype.name} KV, is what ran them "
+        "(a benchmark file does not say; give the plan or flags of that deployment)"
+    )
+
+
 def calibrate(
     inputs: PricingInputs,
     points: Sequence[BenchmarkPoint],
@@ -565,10 +584,14 @@ def calibrate(
             fitted_values["kv_pool_tokens"] = kv.kv_pool_tokens
             fitted_values["kv_pool_measured_with"] = kv.kv_pool_measured_with
     loo_errors = [fit.leave_one_out_error for fit in point_fits if fit.leave_one_out_error is not None]
+    rms_error_before = _rms([fit.error_before for fit in point_fits])
+    mismatch = deployment_mismatch_warning(inputs, rms_error_before)
+    if mismatch:
+        warnings.insert(0, mismatch)
     return CalibrationResult(
         parameters=tuple(parameter_fits),
         points=tuple(point_fits),
-        rms_error_before=_rms([fit.error_before for fit in point_fits]),
+        rms_error_before=rms_error_before,
         rms_error_after=_rms([fit.error_after for fit in point_fits]),
         rms_leave_one_out_error=_rms(loo_errors),
         kv_pool=kv,
