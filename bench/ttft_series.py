@@ -11,7 +11,9 @@ and MFU that fit the series' non-held-out points best (grid, mean absolute relat
 errors of every point there (held-out points marked H: predicted, never fitted). Then a model-free
 reading of the longest two prompts: the marginal cost per prompt token, and the MFU it implies (the
 FLOPs per token of the model at the mean attended length, against the GPU's peak for the weights'
-compute dtype). A diagnostic only: nothing here changes a default.
+compute dtype). Last, every pair of TTFT points of one harness on two GPUs (same source, engine release,
+model, TP, weights and prompt): the measured ratio against the model's. A diagnostic only: nothing here
+changes a default.
 """
 
 from __future__ import annotations
@@ -98,6 +100,28 @@ def main() -> None:
             f"  longest two prompts: {per_token_s * 1e6:.1f} us a prompt token, MFU {implied:.2f} of the peak"
             " (model-free but for the FLOPs per token)"
         )
+    print()
+    gpu_pairs()
+
+
+def gpu_pairs() -> None:
+    """Same harness, two GPUs: measured and predicted TTFT ratios (first GPU / second)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for point in load("ttft.yaml"):
+        key = (*series_key(point)[:4], point["tp"], point.get("weight_dtype"), point["prompt_tokens"])
+        groups.setdefault(key, []).append(point)
+    print("Same harness, two GPUs (TTFT ratio first / second; effect = measured / predicted - 1):")
+    for points in groups.values():
+        for i, first in enumerate(points):
+            for second in points[i + 1 :]:
+                if first["gpu"] == second["gpu"]:
+                    continue
+                measured = first["ttft_s"] / second["ttft_s"]
+                predicted = predict_ttft(first) / predict_ttft(second)
+                print(
+                    f"  {first['id']:42s} {second['id']:42s} measured {measured:.3f} model {predicted:.3f}"
+                    f" effect {measured / predicted - 1:+.1%}"
+                )
 
 
 if __name__ == "__main__":
