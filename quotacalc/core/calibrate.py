@@ -491,8 +491,9 @@ def benchmarked_model_warnings(inputs: PricingInputs, points: Sequence[Benchmark
 
 
 #: Root mean square relative error of the runs at the defaults above which they probably come from another
-#: deployment than the one being calibrated (another TP, GPU or dtype): above every dense deployment's in
-#: docs/accuracy.md (the worst, 31%, is TensorRT-LLM v0.5's two first-token latencies on A100).
+#: deployment than the one being calibrated (another TP, GPU or dtype; a TP 4 deployment calibrated on NIM's
+#: TP 2 runs is 37% off): above every dense deployment's in docs/accuracy.md but one (TensorRT-LLM 0.9.0's
+#: Mistral 7B on H200, 36%, whose step is not bandwidth-bound; the next is 31%). A warning, not an error.
 MISMATCH_RMS_ERROR_BEFORE = 0.35
 
 
@@ -502,8 +503,8 @@ def deployment_mismatch_warning(inputs: PricingInputs, rms_error_before: float |
         return None
     deployment = inputs.deployment
     return (
-        f"the runs are {rms_error_before:.0%} (RMS) from this deployment's defaults, more than any dense deployment "
-        f"in docs/accuracy.md: check that {inputs.arch.name} at TP {deployment.tp} on {inputs.gpu.id}, "
+        f"the runs are {rms_error_before:.0%} (RMS) from this deployment's defaults, more than all but one dense "
+        f"deployment in docs/accuracy.md: check that {inputs.arch.name} at TP {deployment.tp} on {inputs.gpu.id}, "
         f"{inputs.weights.describe(inputs.arch.params_by_group())} weights, {inputs.kv_dtype.name} KV, is what ran them "
         "(a benchmark file does not say; give the plan or flags of that deployment)"
     )
