@@ -67,7 +67,7 @@ def test_explicit_int4_head_upcast_is_one_and_a_half_bytes_a_parameter():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_no_upcast_at_16_bits_or_wider(dtype):
     inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype=dtype))
-    assert inputs.weights.engine_lm_head_bytes_per_param is None  # engines run the head as stored
+    assert inputs.weights.engine_vocab_bytes_per_param is None  # engines run the head as stored
     read = engine_read(inputs.arch, inputs.weights)
     assert read.lm_head_upcast_bytes == 0
     assert read.delta_bytes == -read.embedding_bytes

@@ -33,10 +33,11 @@ class WeightLayout(BaseModel):
     compute_dtype: str
     #: Where the layout came from, for --explain.
     source: str
-    #: Bytes per parameter an engine runs the LM head in, where that differs from its stored dtype above: an
-    #: explicit quantized --weight-dtype stores every parameter in it (docs/method.md's simplification, which
-    #: its worked example's weights rest on), but engines leave the LM head unquantized (None: as stored).
-    engine_lm_head_bytes_per_param: float | None = None
+    #: Bytes per parameter an engine runs the vocabulary matrices (embedding table, LM head) in, where that
+    #: differs from their stored dtype above: an explicit quantized --weight-dtype stores every parameter in it
+    #: (docs/method.md's simplification, which its worked example's weights and KV pool rest on), but engines
+    #: leave both unquantized (None: as stored). Only the engine's decode read uses it (engine_read).
+    engine_vocab_bytes_per_param: float | None = None
 
     def storage(self, group: ParamGroup) -> GroupStorage:
         return self.groups[group]
@@ -65,7 +66,7 @@ def uniform_layout(
     bytes_per_param: float,
     compute_dtype: str,
     source: str,
-    engine_lm_head_bytes_per_param: float | None = None,
+    engine_vocab_bytes_per_param: float | None = None,
 ) -> WeightLayout:
     """Every parameter in one dtype (the method's simplification for an explicit ``--weight-dtype``)."""
     storage = GroupStorage(dtype=dtype, bytes_per_param=bytes_per_param)
@@ -73,15 +74,19 @@ def uniform_layout(
         groups={group: storage for group in ParamGroup},
         compute_dtype=compute_dtype,
         source=source,
-        engine_lm_head_bytes_per_param=engine_lm_head_bytes_per_param,
+        engine_vocab_bytes_per_param=engine_vocab_bytes_per_param,
     )
 
 
-#: Bytes per parameter of the LM head in an engine serving a quantized --weight-dtype: 16-bit. vLLM's
-#: quantization methods (fp8, int8, AWQ, GPTQ, ...) apply to linear layers, and its ParallelLMHead is a
-#: vocabulary embedding, not a LinearBase, so `--quantization fp8` leaves it unquantized; NVIDIA ModelOpt's
-#: default quantization configs (TensorRT-LLM and NIM checkpoints) disable '*lm_head*'.
-ENGINE_LM_HEAD_BYTES_PER_PARAM = 2.0
+#: Bytes per parameter of the embedding table and LM head in an engine serving a quantized --weight-dtype:
+#: 16-bit. vLLM's quantization methods (fp8, int8, AWQ, GPTQ, ...) apply to linear layers, and its
+#: VocabParallelEmbedding and ParallelLMHead are not LinearBase, so `--quantization fp8` leaves both
+#: unquantized; NVIDIA ModelOpt's default quantization configs (TensorRT-LLM and NIM checkpoints) disable
+#: '*lm_head*', and AWQ/GPTQ checkpoints keep both in FP16. Measured: vLLM 0.11 loads
+#: RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic at TP 2 in 33.88 GiB a GPU ('Model loading took'; llm-d
+#: empirical-vllm-memory-results.md), 32.85 GiB with every parameter at one byte, 33.83 with the table and
+#: head at two (tests/data/measurements/kv_pool.yaml, llmd-llama-3.3-70b-fp8-tp2-h100).
+ENGINE_VOCAB_BYTES_PER_PARAM = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +115,9 @@ def engine_read(arch: ModelArch, layout: WeightLayout) -> EngineRead:
     if not arch.tie_word_embeddings:
         embedding = params[ParamGroup.EMBEDDING] * layout.storage(ParamGroup.EMBEDDING).bytes_per_param
     upcast = 0.0
-    if layout.engine_lm_head_bytes_per_param is not None:
+    if layout.engine_vocab_bytes_per_param is not None:
         head = ParamGroup.EMBEDDING if arch.tie_word_embeddings else ParamGroup.LM_HEAD
-        upcast = params[head] * (layout.engine_lm_head_bytes_per_param - layout.storage(head).bytes_per_param)
+        upcast = params[head] * (layout.engine_vocab_bytes_per_param - layout.storage(head).bytes_per_param)
     vision = params[ParamGroup.VISION] * layout.storage(ParamGroup.VISION).bytes_per_param
     return EngineRead(embedding_bytes=embedding, vision_bytes=vision, lm_head_upcast_bytes=upcast)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from quotacalc.catalog.dtypes import Dtype, dtype_by_name
 from quotacalc.core.arch import ParamGroup
-from quotacalc.core.weights import ENGINE_LM_HEAD_BYTES_PER_PARAM, GroupStorage, WeightLayout, uniform_layout
+from quotacalc.core.weights import ENGINE_VOCAB_BYTES_PER_PARAM, GroupStorage, WeightLayout, uniform_layout
 from quotacalc.errors import QuotacalcError
 
 #: Groups a weight-quantization method converts by default.
@@ -197,13 +197,13 @@ def checkpoint_layout(
 
 
 def explicit_layout(dtype: Dtype, *, gpu_supports) -> WeightLayout:
-    quantized = dtype.bytes_per_element < ENGINE_LM_HEAD_BYTES_PER_PARAM
+    quantized = dtype.bytes_per_element < ENGINE_VOCAB_BYTES_PER_PARAM
     return uniform_layout(
         dtype.name,
         dtype.bytes_per_element,
         _compute(dtype, gpu_supports),
         f"--weight-dtype {dtype.name}",
-        engine_lm_head_bytes_per_param=ENGINE_LM_HEAD_BYTES_PER_PARAM if quantized else None,
+        engine_vocab_bytes_per_param=ENGINE_VOCAB_BYTES_PER_PARAM if quantized else None,
     )
 
 
