@@ -500,6 +500,9 @@ def test_a_benchmark_of_another_model_is_named(inputs):
     # A quantized checkpoint extends the name: still this model.
     fp8 = [point.model_copy(update={"model": "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"}) for point in runs]
     assert calibrate(inputs, fp8).warnings == ()
+    # A local path names the model in its last part, whatever the directories above it are called.
+    in_a_folder = [*runs[:-1], runs[-1].model_copy(update={"model": "/data/llama-3.3-70b-instruct/Qwen3-8B"})]
+    assert "benchmarked model '/data/llama-3.3-70b-instruct/Qwen3-8B'" in calibrate(inputs, in_a_folder).warnings[0]
     other = [*runs[:-1], runs[-1].model_copy(update={"model": "meta-llama/Llama-3.1-8B-Instruct"})]
     warnings = calibrate(inputs, other).warnings
     assert warnings[0] == (
@@ -629,3 +632,27 @@ def test_the_mismatch_threshold_is_strict(inputs):
     assert deployment_mismatch_warning(inputs, None) is None
     assert deployment_mismatch_warning(inputs, 0.35) is None
     assert deployment_mismatch_warning(inputs, 0.3501).startswith("the runs are 35% (RMS)")
+
+
+def test_ignoring_ttfts_under_load_keeps_an_idle_ttft_without_an_itl(inputs):
+    """Under 'ignore' a run at concurrency 1 keeps its TTFT even when it measured no ITL; a run at concurrency
+    8 that measured only a TTFT is left out whole."""
+    runs = synthetic(inputs, TRUTH, [(1, 1000, 200), (1, 4000, 200), (8, 2000, 400)])
+    ttft_only = [point.model_copy(update={"itl_s": None}) for point in runs]
+    ignored = calibrate(inputs, ttft_only, ttft_under_load="ignore")
+    assert [(fit.row, fit.quantity) for fit in ignored.points] == [("run 1", "ttft_s"), ("run 2", "ttft_s")]
+
+
+def test_a_ttft_at_concurrency_two_is_the_lock_step_one(inputs):
+    """From two clients on, a run's TTFT is the lock-step closed loop's (both prompts prefilled together), longer
+    than one prompt's on an idle replica; at one client it is the idle replica's."""
+    from quotacalc.core.benchmark import closed_loop
+    from quotacalc.core.calibrate import predict_ttft_s
+    from quotacalc.core.replica import replica_model
+
+    model = replica_model(inputs, 0.0)
+    pair = BenchmarkPoint(source="t", row="r", concurrency=2, prompt_tokens=6000, output_tokens=100, ttft_s=1.0)
+    lock_step = closed_loop(model, 2, 6000, 100, "lockstep").mean_ttft_s
+    assert predict_ttft_s(model, pair) == lock_step > model.ttft_s(6000)
+    alone = pair.model_copy(update={"concurrency": 1})
+    assert predict_ttft_s(model, alone) == model.ttft_s(6000)
