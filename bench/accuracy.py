@@ -252,6 +252,26 @@ def closed_loop_rows() -> list[tuple[str, str, str, str, float | None, float, di
     return rows
 
 
+def two_point_outcome(real: Any, model_name: str, deployment: Deployment) -> tuple[int, int, dict[str, float]]:
+    """tests/test_calibrate_real.py's rule (module ``real``) on one deployment, with calibrate's predictors as they
+    are now: (other points within 5%, other points, the misses by id)."""
+    from quotacalc.core import calibrate as calibration
+
+    inputs = resolve(deployment)
+    points = real._points(model_name)
+    used, runs = real.two_point_rule(points)
+    fitted = calibration.calibrate(inputs, runs)
+    values = {parameter.name: parameter.after for parameter in fitted.parameters}
+    others = [(ident, point) for ident, _, point in points if ident not in used]
+    predicted = calibration.predictions(inputs, values, [point for _, point in others])
+    errors = {
+        ident: value / next(iter(point.measured().values())) - 1
+        for (ident, point), value in zip(others, predicted, strict=True)
+    }
+    misses = {ident: error for ident, error in errors.items() if abs(error) > real.TARGET}
+    return len(errors) - len(misses), len(errors), misses
+
+
 def two_point_results() -> dict[str, dict[str, tuple[int, int, dict[str, float]]]]:
     """ITL model -> deployment -> (points within 5%, points, the misses), by tests/test_calibrate_real.py's rule."""
     import sys
@@ -276,19 +296,7 @@ def two_point_results() -> dict[str, dict[str, tuple[int, int, dict[str, float]]
         for name in ITL_MODELS:
             calibration.PREDICTORS["itl_s"] = predictor(name)
             for model_name, deployment in real.DEPLOYMENTS.items():
-                inputs = resolve(deployment)
-                points = real._points(model_name)
-                used, runs = real.two_point_rule(points)
-                fitted = calibration.calibrate(inputs, runs)
-                values = {parameter.name: parameter.after for parameter in fitted.parameters}
-                others = [(ident, point) for ident, _, point in points if ident not in used]
-                predicted = calibration.predictions(inputs, values, [point for _, point in others])
-                errors = {
-                    ident: value / next(iter(point.measured().values())) - 1
-                    for (ident, point), value in zip(others, predicted, strict=True)
-                }
-                misses = {ident: error for ident, error in errors.items() if abs(error) > real.TARGET}
-                results.setdefault(name, {})[model_name] = (len(errors) - len(misses), len(errors), misses)
+                results.setdefault(name, {})[model_name] = two_point_outcome(real, model_name, deployment)
     finally:
         calibration.PREDICTORS["itl_s"] = original
     return results

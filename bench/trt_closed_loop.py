@@ -187,19 +187,7 @@ def two_point(
     try:
         for name, deployment in real.DEPLOYMENTS.items():
             current["model"] = name
-            inputs = resolve(deployment)
-            points = real._points(name)
-            used, runs = real.two_point_rule(points)
-            fitted = calibration.calibrate(inputs, runs)
-            values = {parameter.name: parameter.after for parameter in fitted.parameters}
-            others = [(ident, point) for ident, _, point in points if ident not in used]
-            predicted = calibration.predictions(inputs, values, [point for _, point in others])
-            errors = {
-                ident: value / next(iter(point.measured().values())) - 1
-                for (ident, point), value in zip(others, predicted, strict=True)
-            }
-            misses = {ident: error for ident, error in errors.items() if abs(error) > real.TARGET}
-            results[name] = (len(errors) - len(misses), len(errors), misses)
+            results[name] = accuracy.two_point_outcome(real, name, deployment)
     finally:
         calibration.PREDICTORS["itl_s"] = original
     return results
