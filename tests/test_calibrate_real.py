@@ -40,10 +40,8 @@ KNOWN_MISSES = {
         "nim-70b-tp2-ttft-1000": 0.07,
     },
     "Llama-3.1-8B-Instruct": {
-        "nim-8b-tp1-5000-500-c5": 0.08,
-        "nim-8b-tp1-ttft-500": 0.07,
-        "nim-8b-tp1-ttft-1000": 0.18,
-        "nim-8b-tp1-ttft-5000": 0.14,
+        "nim-8b-tp1-5000-500-c5": 0.085,
+        "nim-8b-tp1-ttft-20000": 0.145,
     },
 }
 DEPLOYMENTS = {

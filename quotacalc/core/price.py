@@ -22,6 +22,7 @@ from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
     ReplicaModel,
+    engine_compute,
     expected_busiest_rank_experts,
     expected_distinct_experts,
     replica_model,
@@ -106,9 +107,13 @@ class PriceResult(BaseModel):
     allreduce_s: float
     #: Weight bytes an engine's decode step reads per GPU (decode_weight_bytes_per_gpu less what it skips).
     engine_decode_weight_bytes_per_gpu: float
-    #: decode_step_s over the weights an engine reads (itl_s without its overheads).
+    #: decode_compute_s without FLOPs for the embedding table, which an engine gathers.
+    engine_decode_compute_s: float
+    #: decode_step_s over the weights an engine reads and the FLOPs it computes (itl_s without its overheads).
     engine_decode_step_s: float
     itl_s: float
+    #: FLOPs of one prompt token in an engine's prefill before attention (no embedding or LM head matmul).
+    engine_flops_per_prompt_token: float
     engine_prompt_token_s: float
     ttft_s: float
     pricing_basis: Literal["roofline", "engine"]
@@ -556,16 +561,29 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         note="the weights an engine's decode step reads: it gathers only the batch's rows of the embedding table, "
         "skips the vision tower on text and runs the LM head unquantized",
     )
+    compute = engine_compute(arch)
+    rate = f"({tp} × {fmt(x.figures['peak_flops_per_gpu'])} × {deployment.mfu})"
+    engine_compute_s = x.record(
+        "engine_decode_compute_s",
+        model.engine_decode_compute_s(batch, deployment.context),
+        formula="batch × (2 × (active_params − embedding table − LM head + vocabulary × hidden) + attention FLOPs "
+        "at context) / (TP × peak_flops × MFU)",
+        substituted=f"{batch} × (2 × {fmt(compute.params_per_token)} + "
+        f"{fmt(model.attention_flops(deployment.context))}) / {rate}",
+        unit="s",
+        note="decode_compute_s as an engine computes it: a token's embedding row is gathered, not multiplied; "
+        "its logits are",
+    )
     engine_step = x.record(
         "engine_decode_step_s",
         model.engine_decode_step_s(batch, deployment.context),
         formula="max((engine_decode_weight_bytes_per_gpu + decode_kv_bytes_per_gpu) / effective_bandwidth_per_gpu, "
-        "decode_compute_s)",
+        "engine_decode_compute_s)",
         substituted=f"max(({fmt(engine_weights)} + {fmt(x.figures['decode_kv_bytes_per_gpu'])}) / "
         f"{fmt(x.figures['effective_bandwidth_per_gpu'])}, "
-        f"{fmt(x.figures['decode_compute_s'])})",
+        f"{fmt(engine_compute_s)})",
         unit="s",
-        note="decode_step_s over the weights an engine reads",
+        note="decode_step_s over the weights an engine reads and the FLOPs it computes",
     )
     x.record(
         "itl_s",
@@ -578,18 +596,28 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     )
     chunk = model.max_num_batched_tokens
     x.record(
+        "engine_flops_per_prompt_token",
+        model.prefill_flops_per_token,
+        formula="2 × (active_params − embedding table − LM head)",
+        substituted=f"2 × {fmt(compute.params_per_prompt_token)}",
+        unit="FLOP",
+        note="what a prompt token multiplies in an engine's prefill, before attention: its embedding row is "
+        f"gathered, and only a chunk's last token computes logits (2 × {fmt(compute.logits_params)} FLOPs once "
+        "a chunk); prompt_token_s keeps 2 × active_params (docs/method.md)",
+    )
+    x.record(
         "engine_prompt_token_s",
         model.prefill_time_s(chunk, 0) / chunk,
-        formula="prefill_time(max_num_batched_tokens) / max_num_batched_tokens (a full chunk: FLOPs, attention "
-        "within it, overhead and all-reduces)",
+        formula="prefill_time(max_num_batched_tokens) / max_num_batched_tokens (a full chunk: "
+        "engine_flops_per_prompt_token, attention within it, overhead and all-reduces)",
         substituted=f"prefill_time({fmt(chunk)}) / {fmt(chunk)}",
         unit="s",
     )
     x.record(
         "ttft_s",
         model.ttft_s(deployment.context),
-        formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs, one weight read) + "
-        "step_overhead_s + all-reduces)",
+        formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs at "
+        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
@@ -727,8 +755,10 @@ def price(inputs: PricingInputs) -> PriceResult:
         decode_overhead_s=f["decode_overhead_s"],
         allreduce_s=f["allreduce_s"],
         engine_decode_weight_bytes_per_gpu=f["engine_decode_weight_bytes_per_gpu"],
+        engine_decode_compute_s=f["engine_decode_compute_s"],
         engine_decode_step_s=f["engine_decode_step_s"],
         itl_s=f["itl_s"],
+        engine_flops_per_prompt_token=f["engine_flops_per_prompt_token"],
         engine_prompt_token_s=f["engine_prompt_token_s"],
         ttft_s=f["ttft_s"],
         pricing_basis=f["pricing_basis"],

@@ -122,6 +122,12 @@ class ReplicaModel:
     #: fewer): no input embedding table (it gathers the batch's rows) or vision tower, a 16-bit LM head under
     #: a quantized --weight-dtype (weights.engine_read). The engine's steps use it, the roofline does not.
     engine_read_delta_bytes_per_gpu: float = 0.0
+    #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
+    #: which it gathers (engine_flops). None: flops_per_token.
+    engine_flops_per_token: float | None = None
+    #: FLOPs of one token's logits (2 × vocabulary × hidden): an engine's prefill computes them for a
+    #: chunk's last token only, so a prompt token costs engine_flops_per_token less these.
+    logits_flops_per_token: float = 0.0
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
     # attention coefficients side by side.
     _seconds_per_byte: float = field(init=False, repr=False, compare=False)
@@ -130,8 +136,13 @@ class ReplicaModel:
     _per_step_s: float = field(init=False, repr=False, compare=False)
     _per_sequence_s: float = field(init=False, repr=False, compare=False)
     _fixed_engine_read_bytes: float | None = field(init=False, repr=False, compare=False)
+    #: FLOPs of one prompt token in an engine's prefill (engine_flops_per_token − logits_flops_per_token).
+    prefill_flops_per_token: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.engine_flops_per_token is None:
+            object.__setattr__(self, "engine_flops_per_token", self.flops_per_token)
+        object.__setattr__(self, "prefill_flops_per_token", self.engine_flops_per_token - self.logits_flops_per_token)
         kv = dict(self.sliding_kv)
         attention = dict(self.sliding_attention)
         windows = tuple((w, kv.get(w, 0.0), attention.get(w, 0.0)) for w in sorted(set(kv) | set(attention)))
@@ -191,9 +202,11 @@ class ReplicaModel:
         return max(self.decode_memory_s(batch, context_tokens), self.decode_compute_s(batch, context_tokens))
 
     def prefill_compute_s(self, tokens: int, context_tokens: float = 0) -> float:
-        """FLOP time of ``tokens`` new prompt tokens after ``context_tokens`` cached (each attends half the chunk)."""
+        """FLOP time of a prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine computes it:
+        each token attends half the chunk, and only the last one's logits are computed."""
         mean_attended = context_tokens + (tokens + 1) / 2
-        return tokens * (self.flops_per_token + self.attention_flops(mean_attended)) / self.compute_flops_per_s
+        flops = tokens * (self.prefill_flops_per_token + self.attention_flops(mean_attended))
+        return (flops + self.logits_flops_per_token) / self.compute_flops_per_s
 
     def roofline_prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
         """One prefill chunk alone: its FLOPs, or one read of the weights, whichever is longer."""
@@ -207,10 +220,15 @@ class ReplicaModel:
         """Weight bytes one engine step of ``batch`` decodes reads on one GPU (the roofline's, less what it skips)."""
         return self.decode_weight_bytes_per_gpu_at(batch) + self.engine_read_delta_bytes_per_gpu
 
+    def engine_decode_compute_s(self, batch: int, context_tokens: float) -> float:
+        """decode_compute_s as an engine computes it: no FLOPs for the embedding table it gathers."""
+        return batch * (self.engine_flops_per_token + self.attention_flops(context_tokens)) / self.compute_flops_per_s
+
     def engine_decode_step_s(self, batch: int, context_tokens: float) -> float:
-        """The roofline step over the weights the engine reads: max(memory, compute), no overheads."""
+        """The roofline step over the weights the engine reads and the FLOPs it computes: max(memory, compute),
+        no overheads."""
         read = self.engine_weight_read_bytes_per_gpu(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
-        return max(read / self.bandwidth_bytes_per_s, self.decode_compute_s(batch, context_tokens))
+        return max(read / self.bandwidth_bytes_per_s, self.engine_decode_compute_s(batch, context_tokens))
 
     def prefill_weight_read_s(self) -> float:
         """One read of every weight a prefill step touches (all experts), as the engine reads them."""
@@ -236,7 +254,7 @@ class ReplicaModel:
             kv += kv_per_token * attended
             attention += flops_per_token * attended
         memory_s = (weights + batch * kv) * self._seconds_per_byte
-        compute_s = batch * (self.flops_per_token + attention) * self._seconds_per_flop
+        compute_s = batch * (self.engine_flops_per_token + attention) * self._seconds_per_flop
         return (memory_s if memory_s > compute_s else compute_s) + self._per_step_s + batch * self._per_sequence_s
 
     def prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
@@ -336,6 +354,30 @@ def decode_weight_reader(inputs: PricingInputs) -> Callable[[int], float]:
     return decode_weight_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class EngineCompute:
+    """Parameters a text token runs through in an engine, where it differs from docs/method.md's 2 × active."""
+
+    #: One decode token: the active parameters less the input embedding table, whose row is gathered, not
+    #: multiplied (the LM head stays: every decode token computes its logits; tied, the table is the head).
+    params_per_token: int
+    #: The LM head (vocabulary × hidden): a prefill chunk computes logits for its last token only (vLLM's
+    #: ``logits_indices``; TensorRT-LLM without ``gather_context_logits``), so a prompt token skips it.
+    logits_params: int
+
+    @property
+    def params_per_prompt_token(self) -> int:
+        return self.params_per_token - self.logits_params
+
+
+def engine_compute(arch: ModelArch) -> EngineCompute:
+    """What a text token multiplies in an engine (the vision tower is already idle in the active parameters)."""
+    active = arch.active_params_by_group()
+    logits = arch.vocab_size * arch.hidden_size
+    vocab_matrices = active.get(ParamGroup.EMBEDDING, 0) + active.get(ParamGroup.LM_HEAD, 0)
+    return EngineCompute(params_per_token=sum(active.values()) - vocab_matrices + logits, logits_params=logits)
+
+
 def allreduces_per_step(arch: ModelArch, tp: int) -> int:
     """Two all-reduces per layer (after attention and after the feed-forward block) under TP; none at TP 1."""
     return 2 * len(arch.layers) if tp > 1 else 0
@@ -357,8 +399,11 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
     growing = [m for m in mixers if m.grows_with_context()]
     windowed = [m for m in mixers if not m.grows_with_context() and m.cache_elements_per_token() > 0]
     weight_bytes = layout.weight_bytes(arch.params_by_group())
+    engine_flops = engine_compute(arch)
     return ReplicaModel(
         flops_per_token=2 * arch.active_params(),
+        engine_flops_per_token=2 * engine_flops.params_per_token,
+        logits_flops_per_token=2 * engine_flops.logits_params,
         attention_flops_per_attended_token=sum(m.attention_flops_per_token(1) for m in growing),
         sliding_attention=_by_window([(m.window_tokens, m.attention_flops_per_token(1)) for m in windowed]),
         compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu,

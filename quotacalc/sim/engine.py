@@ -152,7 +152,10 @@ class Replica:
             for request in self.prefilling:
                 tokens = min(request.prefill_left, budget)
                 done = request.kv_alloc - request.prefill_left
-                prefill_flops += tokens * (model.flops_per_token + model.attention_flops(done + (tokens + 1) / 2))
+                prefill_flops += (
+                    tokens * (model.prefill_flops_per_token + model.attention_flops(done + (tokens + 1) / 2))
+                    + model.logits_flops_per_token
+                )
                 chunk_tokens += tokens
                 done_weighted += done * tokens
                 chunks.append((request, tokens))

@@ -1,0 +1,124 @@
+"""The FLOPs an engine computes for a text token, against docs/method.md's 2 × active parameters.
+
+A token's embedding row is gathered, not multiplied; every decode token computes its logits (the LM head,
+vocabulary × hidden; tied, the table is the head), but a prefill chunk computes them for its last token
+only (vLLM's ``logits_indices``; TensorRT-LLM without ``gather_context_logits``). The method's
+``prompt_token_s`` keeps 2 × active parameters. Every expected figure is computed by hand from the
+model's config.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quotacalc import Deployment, price, resolve
+from quotacalc.core.replica import EngineCompute, engine_compute
+
+# Llama 3.1 8B (models/Llama-3.1-8B-Instruct/config.json): 8,030,261,248 parameters, untied, vocabulary
+# 128,256 x hidden 4,096 = 525,336,576 in the table and as many in the head.
+LLAMA8_PARAMS = 8_030_261_248
+LLAMA8_VOCAB_MATRIX = 128_256 * 4_096
+H100_FP8_FLOPS = 1979e12
+
+
+def arch_of(model: str, **fields):
+    return resolve(Deployment(model=model, gpu="h100-sxm", **fields)).arch
+
+
+def test_untied_model_drops_the_table_and_keeps_the_head_for_decode_only():
+    compute = engine_compute(arch_of("Llama-3.1-8B-Instruct"))
+    assert compute == EngineCompute(
+        params_per_token=LLAMA8_PARAMS - LLAMA8_VOCAB_MATRIX, logits_params=LLAMA8_VOCAB_MATRIX
+    )
+    assert compute.params_per_prompt_token == LLAMA8_PARAMS - 2 * LLAMA8_VOCAB_MATRIX == 6_979_588_096
+
+
+def test_tied_model_multiplies_the_table_as_its_head():
+    """Gemma 3 27B ties its head to the 262,208 x 5,376 table: a decode token runs every active parameter
+    (the table once, as the head); a prompt token all but the table."""
+    arch = arch_of("gemma-3-27b-it", tp=2)
+    table = 262_208 * 5_376
+    assert arch.tie_word_embeddings
+    compute = engine_compute(arch)
+    assert compute.params_per_token == arch.active_params()
+    assert compute.logits_params == table
+    assert compute.params_per_prompt_token == arch.active_params() - table
+
+
+def test_moe_keeps_its_routed_experts_at_top_k():
+    """gpt-oss-120b: untied 201,088 x 2,880 matrices are a tenth of its 5.7e9 active parameters."""
+    arch = arch_of("gpt-oss-120b", tp=2)
+    matrix = 201_088 * 2_880
+    compute = engine_compute(arch)
+    assert compute.params_per_token == arch.active_params() - matrix
+    assert compute.params_per_prompt_token == arch.active_params() - 2 * matrix
+
+
+def test_ttft_charges_the_logits_once_a_chunk():
+    """Llama 3.1 8B FP8 on one H100, a 16,384-token prompt: two chunks of 8,192 (vLLM's default budget
+    there), each compute-bound; the second attends the first's 8,192 cached tokens. Each token attends at
+    2 x 32 heads x (128 + 128) x 32 layers = 524,288 FLOPs an attended token."""
+    result = price(
+        resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype="fp8", context=16384))
+    )
+    rate = H100_FP8_FLOPS * 0.5
+    per_token = 2 * (LLAMA8_PARAMS - 2 * LLAMA8_VOCAB_MATRIX)
+    logits = 2 * LLAMA8_VOCAB_MATRIX
+    first = (8192 * (per_token + 524_288 * 4096.5) + logits) / rate
+    second = (8192 * (per_token + 524_288 * (8192 + 4096.5)) + logits) / rate
+    assert result.engine_flops_per_prompt_token == per_token
+    assert result.ttft_s == pytest.approx(0.005 + first + 0.0012 + second + 0.0012, rel=1e-9)
+    # The method's prompt token is untouched: 2 x every active parameter.
+    assert result.prompt_token_s == pytest.approx(2 * LLAMA8_PARAMS / rate, rel=1e-9)
+
+
+def test_engine_decode_compute_skips_the_embedding_gather():
+    """At batch 1,024 of 100-token contexts the FP8 8B step is compute-bound on FLOPs alone."""
+    result = price(
+        resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype="fp8", batch=1024, context=100))
+    )
+    rate = H100_FP8_FLOPS * 0.5
+    attention = 524_288 * 100
+    assert result.decode_compute_s == pytest.approx(1024 * (2 * LLAMA8_PARAMS + attention) / rate, rel=1e-9)
+    engine = 1024 * (2 * (LLAMA8_PARAMS - LLAMA8_VOCAB_MATRIX) + attention) / rate
+    assert result.engine_decode_compute_s == pytest.approx(engine, rel=1e-9)
+    assert result.engine_decode_step_s == pytest.approx(max(engine, result.decode_memory_s), rel=1e-6)
+
+
+def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops():
+    """One 4,000-token request alone on one H100 (Llama 3.1 8B BF16, 989.5 TFLOPS): one compute-bound chunk, so its first
+    token comes after 4,000 prompt tokens at 2 x 6,979,588,096 FLOPs, their attention, one token's logits,
+    the step overhead and the request overhead (docs/accuracy.md's TTFT)."""
+    from quotacalc.inputs.scenario import scenario_from_dict
+    from quotacalc.sim.events import Simulation, build_setup
+
+    workload = {
+        "arrival": {"kind": "poisson", "rate_rps": 1},
+        "prompt_tokens": {"kind": "fixed", "tokens": 4000},
+        "output_tokens": {"kind": "fixed", "tokens": 2},
+        "max_tokens": 2,
+    }
+    tier = {
+        "name": "open",
+        "max_context_tokens": 131072,
+        "kv_cap_tokens_per_replica": 10_000_000,
+        "max_concurrent_sequences": 1000,
+        "max_output_tokens": 100,
+        "priority": 0,
+    }
+    document = {
+        "plan": {
+            "pools": [
+                {"name": "p", "replicas": 1, "deployment": {"model": "Llama-3.1-8B-Instruct", "gpu": "h100-sxm"}}
+            ],
+            "tiers": [tier],
+            "tenants": [{"name": "t", "tier": "open", "units_per_s": 1e9}],
+        },
+        "workload": {"tenants": [{"tenant": "t", **workload}]},
+        "requests": 1,
+    }
+    result = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair").run()
+    flops = 4000 * (2 * (LLAMA8_PARAMS - 2 * LLAMA8_VOCAB_MATRIX) + 524_288 * 2000.5) + 2 * LLAMA8_VOCAB_MATRIX
+    bf16_rate = 989.5e12 * 0.5
+    assert flops / bf16_rate > LLAMA8_PARAMS * 2 / (3.35e12 * 0.75)  # compute-bound: above one weight read
+    assert result.ttft_p50_s == pytest.approx(0.005 + flops / bf16_rate + 0.0012, rel=1e-9)
