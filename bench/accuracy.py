@@ -43,7 +43,7 @@ from quotacalc import Deployment, price, resolve
 from quotacalc.core.benchmark import closed_loop
 from quotacalc.core.memory import GIB
 from quotacalc.core.replica import ReplicaModel, replica_model
-from quotacalc.core.weights import engine_padding_bytes_per_gpu
+from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "measurements"
 
@@ -129,12 +129,13 @@ def weight_rows() -> list[tuple[str, float, float]]:
 
 
 def resident_weights_gib(point: dict[str, Any]) -> float:
-    """quotacalc's weights per GPU as the engine holds them (padding included), without pricing: a log
+    """quotacalc's weights per GPU as the engine holds them (replicated layers and padding included), without
+    pricing: a log
     whose pool came out negative still has weights to compare."""
     inputs = resolve(deployment_of(point))
     layout, deployment = inputs.weights, inputs.deployment
     checkpoint = layout.weight_bytes(inputs.arch.params_by_group()) / deployment.tp
-    return (checkpoint + engine_padding_bytes_per_gpu(inputs.arch, layout, deployment, inputs.gpu)) / GIB
+    return (checkpoint + engine_extra_bytes_per_gpu(inputs.arch, layout, deployment, inputs.gpu)) / GIB
 
 
 def rows() -> list[tuple[str, str, str, float, float, bool]]:

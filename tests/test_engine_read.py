@@ -94,18 +94,27 @@ def test_tied_head_reads_the_table_at_16_bits_and_skips_the_vision_tower():
 
 def test_checkpoint_quantization_keeps_its_own_head():
     """DeepSeek-V3's checkpoint quantizes linear layers to FP8 and keeps its head and table in BF16
-    (vocabulary 129,280, hidden 7,168, untied): nothing is upcast, the BF16 table is skipped."""
+    (vocabulary 129,280, hidden 7,168, untied): nothing is upcast, the BF16 table is skipped, and the
+    layers vLLM keeps whole on every rank are read whole."""
     inputs = resolve(Deployment(model="DeepSeek-V3", gpu="h200", tp=8))
     read = engine_read(inputs.arch, inputs.weights)
     assert read.lm_head_upcast_bytes == 0
     assert read.embedding_bytes == 129_280 * 7_168 * 2
     model = replica_model(inputs, price(inputs).kv_pool_bytes_per_gpu)
+    # Every rank also reads its whole copy of what the engine replicates: 61 MLA layers' down-projections
+    # and norms (7,168 x 1,536 + 1,536 + 7,168 x (512 + 64) + 512) and 58 routers (7,168 x 256), each at its
+    # group's stored bytes, beyond the 1/8 share the roofline counts.
+    mla, routers = 61 * (7_168 * 1_536 + 1_536 + 7_168 * 576 + 512), 58 * 7_168 * 256
+    assert inputs.arch.replicated_params_by_group() == {ParamGroup.ATTENTION: mla, ParamGroup.ROUTER: routers}
+    replicated = mla * inputs.weights.storage(ParamGroup.ATTENTION).bytes_per_param + routers * (
+        inputs.weights.storage(ParamGroup.ROUTER).bytes_per_param
+    )
     for batch in (1, 64):
         assert model.engine_weight_read_bytes_per_gpu(batch) == pytest.approx(
-            model.decode_weight_bytes_per_gpu_at(batch) - 129_280 * 7_168 * 2 / 8
+            model.decode_weight_bytes_per_gpu_at(batch) - 129_280 * 7_168 * 2 / 8 + replicated * (1 - 1 / 8)
         )
     assert model.prefill_weight_read_s() == pytest.approx(
-        (model.weight_bytes_per_gpu - 129_280 * 7_168 * 2 / 8) / model.bandwidth_bytes_per_s
+        (model.weight_bytes_per_gpu - 129_280 * 7_168 * 2 / 8 + replicated * (1 - 1 / 8)) / model.bandwidth_bytes_per_s
     )
 
 
@@ -131,3 +140,40 @@ def test_bf16_vllm_single_user_steps_within_ten_percent(point_id):
 
     point = next(p for p in load("decode_itl.yaml") if p["id"] == point_id)
     assert predict_decode(point) / measured_decode(point) - 1 == pytest.approx(0, abs=0.10)
+
+
+def test_dense_models_replicate_nothing_so_the_worked_example_holds():
+    """Llama 3.3 70B FP8 at TP 4 (docs/method.md's worked example): 70,553,706,496 B / 4 a GPU, nothing whole."""
+    inputs = resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8"))
+    assert inputs.arch.replicated_params_by_group() == {}
+    assert price(inputs).weight_bytes_per_gpu == 70_553_706_496 / 4
+
+
+def test_moe_router_is_whole_on_every_rank():
+    """Mixtral 8x7B BF16 at TP 2: 32 routers of 4,096 x 8 at 2 B, half of them beyond each rank's share."""
+    inputs = resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=2))
+    routers = 32 * 4_096 * 8
+    assert inputs.arch.replicated_params_by_group() == {ParamGroup.ROUTER: routers}
+    result = price(inputs)
+    assert result.weight_bytes_per_gpu == pytest.approx(result.weight_bytes / 2 + routers * 2 / 2, rel=1e-12)
+    # At TP 1 (on a 141 GB H200) there is nothing beyond the one copy.
+    assert price(resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h200"))).weight_bytes_per_gpu == (
+        result.weight_bytes
+    )
+
+
+def test_mla_without_a_query_latent_replicates_only_the_kv_down_projection():
+    """DeepSeek-V2-Lite's shape (no q_lora_rank): the query projection is split by heads; the KV
+    down-projection, 2,048 x (512 + 64), and its 512-wide norm are whole."""
+    from quotacalc.core.arch import MLAAttention
+
+    mla = MLAAttention(
+        hidden_size=2048,
+        num_heads=16,
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    )
+    assert mla.replicated_params() == {ParamGroup.ATTENTION: 2048 * 576 + 512}

@@ -66,7 +66,12 @@ def test_expert_parallel_names_whole_experts_per_rank():
 def test_padding_note_names_the_backend(gpu, backend, expected):
     steps = steps_of(model="gpt-oss-120b", gpu=gpu, tp=2, mxfp4_moe_backend=backend)
     note = steps["weight_bytes_per_gpu"].note
-    assert note == f"vLLM's {expected} MoE backend rounds the experts' sizes up for its kernels (core/weights.py)"
+    # gpt-oss's BF16 routers, 36 x (2,880 x 128 + 128) x 2 B, are whole on both ranks.
+    assert note == (
+        "26,551,296 B of layers the engine keeps whole on every rank (MLA latent down-projections, MoE routers: "
+        "ReplicatedLinear in vLLM and SGLang) add (1 − 1/TP) of themselves; "
+        f"vLLM's {expected} MoE backend rounds the experts' sizes up for its kernels (core/weights.py)"
+    )
 
 
 # --------------------------------------------------------------------------- KV and state, in words

@@ -93,6 +93,10 @@ class TokenMixer(_Spec, ABC):
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
 
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        """Parameters every tensor-parallel rank holds whole instead of a 1/TP share (none by default)."""
+        return {}
+
     @abstractmethod
     def attended_tokens(self, context_tokens: int) -> int:
         """Keys an output token attends to at ``context_tokens``."""
@@ -243,6 +247,13 @@ class MLAAttention(_GrowingCache, _NoState, TokenMixer):
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
         return self.cache_elements_per_token()
 
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        # The down-projections to the query and KV latents and their norms: ReplicatedLinear in vLLM's
+        # and SGLang's deepseek_v2.py (q_a_proj, kv_a_proj_with_mqa, or their fused form), not split by heads.
+        q_down = self.hidden_size * self.q_lora_rank + self.q_lora_rank if self.q_lora_rank else 0
+        kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        return {ParamGroup.ATTENTION: q_down + kv_down}
+
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         # Queries and keys carry the rope dimensions too: QK^T runs over nope + rope per head.
         qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -387,6 +398,10 @@ class FeedForwardBlock(_Spec, ABC):
     def tp_problem(self, tp: int) -> str | None:
         """Why ``tp`` cannot split this block evenly, or None."""
 
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        """Parameters every tensor-parallel rank holds whole instead of a 1/TP share (none by default)."""
+        return {}
+
 
 class DenseMLP(FeedForwardBlock):
     """A feed-forward block every token runs through."""
@@ -461,6 +476,10 @@ class MoE(FeedForwardBlock):
     def active_params(self) -> dict[ParamGroup, int]:
         return {**self._fixed_params(), ParamGroup.ROUTED_EXPERTS: self.top_k * self.expert_params()}
 
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        # The router (and a shared-expert gate): ReplicatedLinear in vLLM's and SGLang's MoE models.
+        return {ParamGroup.ROUTER: self._fixed_params()[ParamGroup.ROUTER]}
+
     def tp_problem(self, tp: int) -> str | None:
         return None
 
@@ -487,6 +506,11 @@ class Layer(_Spec):
         mixer = self.mixer.params() if self.mixer else {}
         ffn = self.feed_forward.active_params() if self.feed_forward else {}
         return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        mixer = self.mixer.replicated_params() if self.mixer else {}
+        ffn = self.feed_forward.replicated_params() if self.feed_forward else {}
+        return _add(mixer, ffn)
 
 
 def _add(*parts: dict[ParamGroup, int]) -> dict[ParamGroup, int]:
@@ -541,6 +565,11 @@ class ModelArch(_Spec):
     def active_params_by_group(self) -> dict[ParamGroup, int]:
         """Parameters one text token runs through: routed experts at top-k; the vision tower is idle."""
         return dict(self._active_params_by_group)
+
+    def replicated_params_by_group(self) -> dict[ParamGroup, int]:
+        """Parameters an engine keeps whole on every tensor-parallel rank (MLA's latent down-projections,
+        MoE routers): under TP each GPU holds them in full, not a 1/TP share."""
+        return _add(*(layer.replicated_params() for layer in self.layers))
 
     def total_params(self) -> int:
         return sum(self.params_by_group().values())

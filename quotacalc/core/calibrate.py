@@ -385,12 +385,12 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     from quotacalc.core import memory
 
     deployment, gpu = inputs.deployment, inputs.gpu
-    from quotacalc.core.weights import engine_padding_bytes_per_gpu
+    from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
     # The same resident weights price subtracts, so the reserve fitted here reproduces the log's pool there.
     weight_bytes_per_gpu = inputs.weights.weight_bytes(
         inputs.arch.params_by_group()
-    ) / deployment.tp + engine_padding_bytes_per_gpu(inputs.arch, inputs.weights, deployment, gpu)
+    ) / deployment.tp + engine_extra_bytes_per_gpu(inputs.arch, inputs.weights, deployment, gpu)
     budget = deployment.memory_utilization * gpu.memory_bytes
     kv_b = inputs.kv_dtype.bytes_per_element
     per_token = memory.kv_bytes_per_token_per_gpu(inputs.arch, kv_b, deployment.tp)

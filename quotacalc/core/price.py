@@ -31,6 +31,7 @@ from quotacalc.core.weights import (
     WeightLayout,
     engine_padding_bytes_per_gpu,
     engine_read,
+    replicated_extra_bytes_per_gpu,
     vllm_default_mxfp4_backend,
 )
 from quotacalc.errors import QuotacalcError
@@ -234,23 +235,33 @@ def _weights_section(x: _Explainer) -> None:
         unit="B",
     )
     padding = engine_padding_bytes_per_gpu(arch, layout, deployment, x.inputs.gpu)
-    if padding:
-        backend = deployment.mxfp4_moe_backend or vllm_default_mxfp4_backend(x.inputs.gpu.id, x.inputs.gpu.vendor)
+    replicated = replicated_extra_bytes_per_gpu(arch, layout, deployment.tp)
+    if not padding and not replicated:
         x.record(
             "weight_bytes_per_gpu",
-            weight_bytes / deployment.tp + padding,
-            formula="weight_bytes / TP + the engine's padding of MXFP4 experts",
-            substituted=f"{fmt(weight_bytes)} / {deployment.tp} + {fmt(padding)}",
+            weight_bytes / deployment.tp,
+            formula="weight_bytes / TP",
+            substituted=f"{fmt(weight_bytes)} / {deployment.tp}",
             unit="B",
-            note=f"vLLM's {backend} MoE backend rounds the experts' sizes up for its kernels (core/weights.py)",
         )
         return
+    notes = []
+    if replicated:
+        replicated_bytes = layout.weight_bytes(arch.replicated_params_by_group())
+        notes.append(
+            f"{fmt(replicated_bytes)} B of layers the engine keeps whole on every rank (MLA latent "
+            "down-projections, MoE routers: ReplicatedLinear in vLLM and SGLang) add (1 − 1/TP) of themselves"
+        )
+    if padding:
+        backend = deployment.mxfp4_moe_backend or vllm_default_mxfp4_backend(x.inputs.gpu.id, x.inputs.gpu.vendor)
+        notes.append(f"vLLM's {backend} MoE backend rounds the experts' sizes up for its kernels (core/weights.py)")
     x.record(
         "weight_bytes_per_gpu",
-        weight_bytes / deployment.tp,
-        formula="weight_bytes / TP",
-        substituted=f"{fmt(weight_bytes)} / {deployment.tp}",
+        weight_bytes / deployment.tp + replicated + padding,
+        formula="weight_bytes / TP + replicated layers' full copies + the engine's padding of MXFP4 experts",
+        substituted=f"{fmt(weight_bytes)} / {deployment.tp} + {fmt(replicated)} + {fmt(padding)}",
         unit="B",
+        note="; ".join(notes),
     )
 
 
@@ -554,9 +565,10 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "engine_decode_weight_bytes_per_gpu",
         model.engine_weight_read_bytes_per_gpu(batch),
         formula="decode weight bytes read per GPU − (input embedding table, untied + vision tower − LM head read at "
-        "16 bits under a quantized --weight-dtype) / TP",
+        "16 bits under a quantized --weight-dtype) / TP + replicated layers' full copies",
         substituted=f"{fmt(x.figures['decode_weight_bytes_per_gpu'])} − ({fmt(read.embedding_bytes)} + "
-        f"{fmt(read.vision_bytes)} − {fmt(read.lm_head_upcast_bytes)}) / {tp}",
+        f"{fmt(read.vision_bytes)} − {fmt(read.lm_head_upcast_bytes)}) / {tp} + "
+        f"{fmt(replicated_extra_bytes_per_gpu(arch, inputs.weights, tp))}",
         unit="B",
         note="the weights an engine's decode step reads: it gathers only the batch's rows of the embedding table, "
         "skips the vision tower on text and runs the LM head unquantized",

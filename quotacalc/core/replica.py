@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from quotacalc.core import memory
 from quotacalc.core.arch import ModelArch, MoE, ParamGroup
-from quotacalc.core.weights import engine_read
+from quotacalc.core.weights import engine_read, replicated_extra_bytes_per_gpu
 
 if TYPE_CHECKING:
     from quotacalc.core.price import PricingInputs
@@ -120,7 +120,8 @@ class ReplicaModel:
     fixed_decode_weight_bytes_per_gpu: float | None = None
     #: What an engine's forward pass reads beside the stored weights the roofline counts, per GPU (negative:
     #: fewer): no input embedding table (it gathers the batch's rows) or vision tower, a 16-bit LM head under
-    #: a quantized --weight-dtype (weights.engine_read). The engine's steps use it, the roofline does not.
+    #: a quantized --weight-dtype (weights.engine_read), and the whole of the layers it keeps on every rank
+    #: (weights.replicated_extra_bytes_per_gpu). The engine's steps use it, the roofline does not.
     engine_read_delta_bytes_per_gpu: float = 0.0
     #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
     #: which it gathers (engine_flops). None: flops_per_token.
@@ -374,7 +375,7 @@ def engine_compute(arch: ModelArch) -> EngineCompute:
     """What a text token multiplies in an engine (the vision tower is already idle in the active parameters)."""
     active = arch.active_params_by_group()
     logits = arch.vocab_size * arch.hidden_size
-    vocab_matrices = active.get(ParamGroup.EMBEDDING, 0) + active.get(ParamGroup.LM_HEAD, 0)
+    vocab_matrices = active[ParamGroup.EMBEDDING] + active[ParamGroup.LM_HEAD]
     return EngineCompute(params_per_token=sum(active.values()) - vocab_matrices + logits, logits_params=logits)
 
 
@@ -425,5 +426,6 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         max_num_batched_tokens=memory.max_num_batched_tokens(deployment, gpu),
         max_num_seqs=memory.max_num_seqs(deployment, gpu),
         fixed_decode_weight_bytes_per_gpu=None if arch.moe_layers() else weight_bytes / tp,
-        engine_read_delta_bytes_per_gpu=engine_read(arch, layout).delta_bytes / tp,
+        engine_read_delta_bytes_per_gpu=engine_read(arch, layout).delta_bytes / tp
+        + replicated_extra_bytes_per_gpu(arch, layout, tp),
     )

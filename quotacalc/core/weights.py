@@ -194,3 +194,17 @@ def engine_padding_bytes_per_gpu(arch: ModelArch, layout: WeightLayout, deployme
     """Bytes per GPU the engine adds to the checkpoint's weights for its kernels (MXFP4 expert padding)."""
     backend = deployment.mxfp4_moe_backend or vllm_default_mxfp4_backend(gpu.id, gpu.vendor)
     return mxfp4_padding_bytes_per_gpu(arch, layout, deployment.tp, deployment.expert_parallel, backend)
+
+
+def replicated_extra_bytes_per_gpu(arch: ModelArch, layout: WeightLayout, tp: int) -> float:
+    """Bytes each GPU holds beyond its 1/TP share because the engine keeps some layers whole on every rank
+    (``ModelArch.replicated_params_by_group``): their bytes × (1 − 1/TP)."""
+    return layout.weight_bytes(arch.replicated_params_by_group()) * (1 - 1 / tp)
+
+
+def engine_extra_bytes_per_gpu(arch: ModelArch, layout: WeightLayout, deployment: Deployment, gpu: GpuSpec) -> float:
+    """Bytes per GPU an engine holds beside weight_bytes / TP: the layers it replicates on every rank, and its
+    padding of MXFP4 experts."""
+    return replicated_extra_bytes_per_gpu(arch, layout, deployment.tp) + engine_padding_bytes_per_gpu(
+        arch, layout, deployment, gpu
+    )
