@@ -177,3 +177,15 @@ def test_mla_without_a_query_latent_replicates_only_the_kv_down_projection():
         v_head_dim=128,
     )
     assert mla.replicated_params() == {ParamGroup.ATTENTION: 2048 * 576 + 512}
+
+
+def test_hybrid_layers_without_a_mixer_replicate_their_router():
+    """Nemotron-3-Nano's pattern (tests/data/configs/nemotron_h_moe) has 23 MoE layers with no token mixer
+    and Mamba layers with no feed-forward block: only the 23 routers (2,688 x 128) are whole on every rank."""
+    from quotacalc.inputs.resolve import load_arch
+
+    config = Path(__file__).parent / "data" / "configs" / "nemotron_h_moe"
+    arch, _ = load_arch(str(config))
+    assert any(layer.mixer is None for layer in arch.layers)
+    assert any(layer.feed_forward is None for layer in arch.layers)
+    assert arch.replicated_params_by_group() == {ParamGroup.ROUTER: 23 * 2_688 * 128}
