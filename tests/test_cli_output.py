@@ -187,6 +187,18 @@ def test_table_output_has_key_rows(run_cli, monkeypatch, command, rows):
     assert "How each figure is derived" not in out  # only with --explain
 
 
+def test_weights_row_shows_what_the_engine_adds_beside_the_split(run_cli, monkeypatch):
+    """A dense model's weights per GPU are the split alone; DeepSeek-V3 at TP 8 adds 7/8 of the layers every
+    rank keeps whole (MLA down-projections and routers: 1.137 GB in the checkpoint's dtypes, 994.6 MB)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(*COMMANDS["price"])
+    assert code == 0, err
+    assert "70.6 GB / TP 4 " in out and "engine" not in out.split("weights per GPU")[1].splitlines()[0]
+    code, out, err = run_cli("price", "--model", "DeepSeek-V3", "--gpu", "h200", "--tp", "8")
+    assert code == 0, err
+    assert "673.2 GB / TP 8 + 994.6 MB engine" in out
+
+
 def test_explain_prints_substituted_formulas(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     code, out, err = run_cli(*COMMANDS["price"], "--explain")

@@ -99,12 +99,12 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     _add_row(table, "parameters (total)", f"{result.total_params:,}", result.inputs.arch.model_type)
     if result.active_params != result.total_params:
         _add_row(table, "parameters (active)", f"{result.active_params:,}", "per text token")
-    _add_row(
-        table,
-        "weights per GPU",
-        units.data_bytes(result.weight_bytes_per_gpu),
-        f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}",
-    )
+    split = f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}"
+    # Layers the engine keeps whole on every rank, and MXFP4 padding (--explain: weight_bytes_per_gpu).
+    engine_extra_bytes = result.weight_bytes_per_gpu - result.weight_bytes / d.tp
+    if engine_extra_bytes > 0.5:
+        split += f" + {units.data_bytes(engine_extra_bytes)} engine"
+    _add_row(table, "weights per GPU", units.data_bytes(result.weight_bytes_per_gpu), split)
     _add_row(
         table,
         "KV per token",
