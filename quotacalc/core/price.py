@@ -571,7 +571,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         f"{fmt(replicated_extra_bytes_per_gpu(arch, inputs.weights, tp))}",
         unit="B",
         note="the weights an engine's decode step reads: it gathers only the batch's rows of the embedding table, "
-        "skips the vision tower on text and runs the LM head unquantized",
+        "skips the vision tower on text, runs the LM head unquantized and reads whole the layers every rank holds "
+        "whole",
     )
     compute = engine_compute(arch)
     rate = f"({tp} × {fmt(x.figures['peak_flops_per_gpu'])} × {deployment.mfu})"
