@@ -14,10 +14,6 @@ Part 2: the candidate term, a fixed time per MoE layer per forward pass added to
 held-out ones (DeepSeek apart) and the held-out DeepSeek points, for x from 0 to 60 us, and the x that
 minimises the fit points' error. A diagnostic only: nothing here changes a default. Dense models have no
 MoE layers, so their figures cannot move.
-
-Part 3: the MoE runs kept beside the accuracy sets (tests/data/measurements/moe_evidence.yaml: SGLang on B200),
-listed as in part 1, their MAE under the same scan (the last columns of part 2), and their first tokens on an
-idle replica: measured, predicted, and the gap.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-import yaml
-from accuracy import DATA, deployment_of, load, measured_decode, predict_decode, predict_ttft
+from accuracy import deployment_of, load, measured_decode, predict_decode
 
 from quotacalc import resolve
 from quotacalc.core.deployment import Deployment
@@ -54,12 +49,9 @@ def gap_per_step_s(point: dict[str, Any]) -> float:
     return gap if point["kind"] == "itl" else gap / point["output_tokens"]
 
 
-def evidence() -> dict[str, list[dict[str, Any]]]:
-    """The MoE runs kept beside the accuracy sets: decode ``points`` and idle-replica ``ttft_points``."""
-    return yaml.safe_load((DATA / "moe_evidence.yaml").read_text())
-
-
-def print_points(moe: list[tuple[dict[str, Any], tuple[int, int, int, int]]]) -> None:
+def main() -> None:
+    points = [(point, moe_shape(point)) for point in load("decode_itl.yaml")]
+    moe = [(point, shape) for point, shape in points if shape[0] > 0]
     print(
         f"{'point':44s} {'set':4s} {'engine':22s} {'GPU':13s} {'TP':>2s} {'C/B':>4s} {'MoE L':>5s} {'E/k':>7s}"
         f" {'w/TP':>5s} {'error':>7s} {'gap ms':>7s} {'us/MoE L':>8s}"
@@ -73,56 +65,28 @@ def print_points(moe: list[tuple[dict[str, Any], tuple[int, int, int, int]]]) ->
             f" {experts:3d}/{top_k:<3d} {width // point['tp']:5d} {error(point):+7.1%} {gap * 1e3:+7.2f}"
             f" {gap / layers * 1e6:+8.1f}"
         )
-
-
-def main() -> None:
-    points = [(point, moe_shape(point)) for point in load("decode_itl.yaml")]
-    moe = [(point, shape) for point, shape in points if shape[0] > 0]
-    print_points(moe)
-    beside = evidence()
-    extra = [point for point in beside["points"] if moe_shape(point)[0] > 0]
     fit = [p for p, _ in moe if not p.get("held_out")]
     held = [p for p, _ in moe if p.get("held_out") and p["model"] != "DeepSeek-V3"]
     deepseek = [p for p, _ in moe if p["model"] == "DeepSeek-V3"]
     print(
         f"\nA fixed time per MoE layer per forward pass (fit: {len(fit)} non-held-out MoE points;"
-        f" held out: {len(held)}, DeepSeek apart; DeepSeek: {len(deepseek)}, all held out;"
-        f" beside: {len(extra)} points of moe_evidence.yaml)"
+        f" held out: {len(held)}, DeepSeek apart; DeepSeek: {len(deepseek)}, all held out)"
     )
-    print(
-        f"{'x us':>5s} {'fit MAE':>8s} {'fit signed':>10s} {'held MAE':>9s} {'DeepSeek MAE':>12s} {'signed':>7s}"
-        f" {'beside MAE':>10s} {'signed':>7s}"
-    )
+    print(f"{'x us':>5s} {'fit MAE':>8s} {'fit signed':>10s} {'held MAE':>9s} {'DeepSeek MAE':>12s} {'signed':>7s}")
     scan = []
     for per_layer_us in (0, 2, 4, 6, 8, 10, 12, 15, 20, 30, 45, 60):
         x = per_layer_us * 1e-6
         errors = {
-            name: [error(p, x) for p in group]
-            for name, group in (("fit", fit), ("held", held), ("ds", deepseek), ("beside", extra))
+            name: [error(p, x) for p in group] for name, group in (("fit", fit), ("held", held), ("ds", deepseek))
         }
         mae = {name: statistics.mean(abs(e) for e in values) for name, values in errors.items()}
         scan.append((mae["fit"], per_layer_us))
         print(
             f"{per_layer_us:5d} {mae['fit']:8.1%} {statistics.mean(errors['fit']):+10.1%} {mae['held']:9.1%}"
             f" {mae['ds']:12.1%} {statistics.mean(errors['ds']):+7.1%}"
-            f" {mae['beside']:10.1%} {statistics.mean(errors['beside']):+7.1%}"
         )
     best_mae, best_us = min(scan)
     print(f"best on the fit points: {best_us} us per MoE layer ({best_mae:.1%} MAE)")
-
-    print("\nBeside the accuracy sets (moe_evidence.yaml): decode")
-    print_points([(point, moe_shape(point)) for point in extra])
-    print("\nBeside the accuracy sets: first token on an idle replica")
-    print(
-        f"{'point':44s} {'set':4s} {'prompt':>6s} {'measured ms':>11s} {'predicted ms':>12s} {'gap ms':>7s} {'error':>7s}"
-    )
-    for point in beside["ttft_points"]:
-        predicted = predict_ttft(point)
-        print(
-            f"{point['id']:44s} {'H' if point.get('held_out') else 'fit':4s} {point['prompt_tokens']:6d}"
-            f" {point['ttft_s'] * 1e3:11.1f} {predicted * 1e3:12.1f} {(point['ttft_s'] - predicted) * 1e3:+7.1f}"
-            f" {predicted / point['ttft_s'] - 1:+7.1%}"
-        )
 
 
 if __name__ == "__main__":
