@@ -122,3 +122,49 @@ def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops():
     bf16_rate = 989.5e12 * 0.5
     assert flops / bf16_rate > LLAMA8_PARAMS * 2 / (3.35e12 * 0.75)  # compute-bound: above one weight read
     assert result.ttft_p50_s == pytest.approx(0.005 + flops / bf16_rate + 0.0012, rel=1e-9)
+
+
+def test_moe_slots_add_to_every_forward_pass_by_hand():
+    """Mixtral 8x7B BF16 at TP 2 on H100: 32 MoE layers of top 2 = 64 routed-expert slots a forward pass, x log2(2)
+    = 1, at the default 2 us each: 0.128 ms in every decode step and every prefill chunk; at TP 4, twice that. A
+    dense model has none, nor a MoE at TP 1, and the method's roofline decode_step_s never has it."""
+    mixtral = price(resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=2, batch=8, context=1000)))
+    assert mixtral.moe_overhead_s == pytest.approx(64 * 2e-6)
+    assert mixtral.decode_overhead_s == pytest.approx(0.0012 + 64 * 2e-6 + 8 * 0.00001)
+    assert mixtral.itl_s == pytest.approx(
+        mixtral.engine_decode_step_s + mixtral.decode_overhead_s + mixtral.allreduce_s, rel=1e-12
+    )
+    # Set to zero, the ITL drops by exactly that time; the roofline step does not move.
+    plain = price(
+        resolve(
+            Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=2, batch=8, context=1000, moe_slot_overhead_s=0.0)
+        )
+    )
+    assert mixtral.itl_s - plain.itl_s == pytest.approx(64 * 2e-6, rel=1e-9)
+    assert mixtral.ttft_s - plain.ttft_s == pytest.approx(64 * 2e-6, rel=1e-9)  # one chunk of 1,000 tokens
+    assert mixtral.decode_step_s == plain.decode_step_s
+    tp4 = price(resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=4)))
+    assert tp4.moe_overhead_s == pytest.approx(64 * 2 * 2e-6)
+    dense = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm")))
+    assert dense.moe_overhead_s == 0.0
+    one_gpu = price(resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h200")))
+    assert one_gpu.moe_overhead_s == 0.0
+
+
+def test_calibrate_recovers_a_moe_slot_overhead():
+    """Runs measured as the model predicts them at 10 us a slot (Mixtral at TP 2): --fit moe_slot_overhead_s
+    gives 10 us back from the 2 us default."""
+    from quotacalc.core.calibrate import BenchmarkPoint, calibrate, predictions
+
+    inputs = resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=2))
+    blank = [
+        BenchmarkPoint(source="b.csv", row=f"r{c}", concurrency=c, prompt_tokens=500.0, output_tokens=300.0, itl_s=1.0)
+        for c in (1, 2, 4, 8, 16, 32, 64)
+    ]
+    measured = predictions(inputs, {"moe_slot_overhead_s": 1e-5}, blank)
+    points = [b.model_copy(update={"itl_s": value}) for b, value in zip(blank, measured, strict=True)]
+    result = calibrate(inputs, points, parameters=["moe_slot_overhead_s"])
+    (fitted,) = result.parameters
+    assert fitted.name == "moe_slot_overhead_s" and fitted.before == 2e-6
+    # Within the fit's weak pull towards the 2 us start (0.3% of one figure's error per 2 us).
+    assert fitted.after == pytest.approx(1e-5, rel=2e-2)

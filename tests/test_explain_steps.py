@@ -42,7 +42,11 @@ def evaluate(text: str) -> float:
         expression = _THOUSANDS.sub("", expression)
     expression = expression.replace("×", "*").replace("−", "-").replace("^", "**").replace("E/EP", "")
     return float(
-        eval(expression, {"__builtins__": {}}, {"max": max, "min": min, "floor": math.floor, "ceil": math.ceil})
+        eval(
+            expression,
+            {"__builtins__": {}},
+            {"max": max, "min": min, "floor": math.floor, "ceil": math.ceil, "log2": math.log2},
+        )
     )
 
 

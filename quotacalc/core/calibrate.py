@@ -38,6 +38,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "allreduce_latency_s": (0.0, 1e-3),
     # What each sequence of a decode batch adds to a step (sampling, detokenisation): microseconds.
     "sequence_overhead_s": (0.0, 1e-3),
+    # What one routed-expert slot of one MoE layer adds to a forward pass: microseconds.
+    "moe_slot_overhead_s": (0.0, 1e-4),
 }
 #: The size of a typical change of each parameter: the optimiser's scale, and the identifiability test's.
 _SCALE = {
@@ -47,6 +49,7 @@ _SCALE = {
     "request_overhead_s": 1e-2,
     "allreduce_latency_s": 1e-5,
     "sequence_overhead_s": 1e-5,
+    "moe_slot_overhead_s": 1e-6,
 }
 #: How far a parameter plausibly sits from its default: the unit of the fit's pull towards the default.
 PRIOR_SPREAD = {
@@ -56,6 +59,7 @@ PRIOR_SPREAD = {
     "request_overhead_s": 3e-2,
     "allreduce_latency_s": 2e-5,
     "sequence_overhead_s": 2e-5,
+    "moe_slot_overhead_s": 2e-6,
 }
 #: A parameter one spread from its starting value costs what a 0.3% error on one measured figure costs.
 PRIOR_WEIGHT = 0.003
@@ -242,12 +246,18 @@ class _Predictor:
 
         self.deployment = inputs.deployment
         self.model = replica_model(inputs, 0.0)
+        # The model holds the MoE layers' time per forward pass; the deployment, its time per routed-expert slot.
+        from quotacalc.core.replica import moe_slots
+
+        self.moe_slots = moe_slots(inputs.arch, inputs.deployment.tp)
 
     def __call__(self, values: dict[str, float], points: Sequence[BenchmarkPoint]) -> list[float]:
         from dataclasses import replace
 
         base, model = self.deployment, self.model
         overheads = {name: value for name, value in values.items() if name not in ("mfu", "mbu")}
+        if "moe_slot_overhead_s" in overheads:
+            overheads["moe_overhead_s"] = overheads.pop("moe_slot_overhead_s") * self.moe_slots
         model = replace(
             model,
             compute_flops_per_s=model.compute_flops_per_s * values.get("mfu", base.mfu) / base.mfu,

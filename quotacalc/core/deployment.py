@@ -178,6 +178,11 @@ class Deployment(BaseModel):
     request_overhead_s: float = Field(
         0.005, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
     )
+    moe_slot_overhead_s: float = Field(
+        2e-6,
+        description="time each routed-expert slot (top-k) of each MoE layer adds to an engine forward pass per "
+        "doubling of TP, beside the roofline: routing, token permutation, narrow expert-GEMM tiles, s",
+    )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
     )
@@ -247,6 +252,7 @@ class Deployment(BaseModel):
         "step_overhead_s",
         "sequence_overhead_s",
         "request_overhead_s",
+        "moe_slot_overhead_s",
         "allreduce_latency_s",
     )
     @classmethod
@@ -324,5 +330,6 @@ _DEPLOYMENT_LIMITS = {
     "step_overhead_s": MAX_OVERHEAD_S,
     "sequence_overhead_s": MAX_OVERHEAD_S,
     "request_overhead_s": MAX_OVERHEAD_S,
+    "moe_slot_overhead_s": MAX_OVERHEAD_S,
     "allreduce_latency_s": MAX_OVERHEAD_S,
 }

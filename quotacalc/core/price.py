@@ -104,6 +104,8 @@ class PriceResult(BaseModel):
     decode_step_s: float
     #: Batch the decode figures are at: --batch, or the largest the KV pool holds when that is smaller.
     decode_batch: int
+    #: What the MoE layers add to each forward pass beside the roofline (0 for dense models).
+    moe_overhead_s: float
     decode_overhead_s: float
     allreduce_s: float
     #: Weight bytes an engine's decode step reads per GPU (decode_weight_bytes_per_gpu less what it skips).
@@ -539,12 +541,22 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     inputs, model = x.inputs, x.model
     assert model is not None
     deployment, gpu, arch = inputs.deployment, inputs.gpu, inputs.arch
+    slots = sum(moe.top_k for moe in arch.moe_layers())
+    moe_overhead_s = x.record(
+        "moe_overhead_s",
+        model.moe_overhead_s,
+        formula="Σ_MoE layers top_k × log2(TP) × moe_slot_overhead_s (routing, token permutation, narrow "
+        "expert-GEMM tiles, once a forward pass)",
+        substituted=f"{slots} × log2({deployment.tp}) × {fmt(deployment.moe_slot_overhead_s)}",
+        unit="s",
+        note="0 for dense models; default fitted on the MoE decode latencies' fit points (docs/accuracy.md)",
+    )
     x.record(
         "decode_overhead_s",
-        model.step_overhead_s + batch * model.sequence_overhead_s,
-        formula="step_overhead_s + batch × sequence_overhead_s (scheduling and launches once a step; sampling and "
-        "bookkeeping per sequence)",
-        substituted=f"{fmt(model.step_overhead_s)} + {batch} × {fmt(model.sequence_overhead_s)}",
+        model.step_overhead_s + moe_overhead_s + batch * model.sequence_overhead_s,
+        formula="step_overhead_s + moe_overhead_s + batch × sequence_overhead_s (scheduling and launches once a "
+        "step; sampling and bookkeeping per sequence)",
+        substituted=f"{fmt(model.step_overhead_s)} + {fmt(moe_overhead_s)} + {batch} × {fmt(model.sequence_overhead_s)}",
         unit="s",
         note="defaults fitted on NIM and vLLM CI decode latencies (docs/accuracy.md)",
     )
@@ -630,7 +642,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs at "
-        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + all-reduces)",
+        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + moe_overhead_s + all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
@@ -765,6 +777,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         decode_bound=f["decode_bound"],
         decode_step_s=f["decode_step_s"],
         decode_batch=batch,
+        moe_overhead_s=f["moe_overhead_s"],
         decode_overhead_s=f["decode_overhead_s"],
         allreduce_s=f["allreduce_s"],
         engine_decode_weight_bytes_per_gpu=f["engine_decode_weight_bytes_per_gpu"],

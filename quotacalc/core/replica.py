@@ -123,6 +123,10 @@ class ReplicaModel:
     #: a quantized --weight-dtype (weights.engine_read), and the whole of the layers it keeps on every rank
     #: (weights.replicated_extra_bytes_per_gpu). The engine's steps use it, the roofline does not.
     engine_read_delta_bytes_per_gpu: float = 0.0
+    #: What the MoE layers add to every forward pass beside the roofline: Σ over MoE layers of top-k × log2(TP) ×
+    #: moe_slot_overhead_s (routing, permutation, narrow expert-GEMM tiles; docs/accuracy.md, "A fixed cost per
+    #: routed-expert slot"). 0 for dense models and at TP 1.
+    moe_overhead_s: float = 0.0
     #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
     #: which it gathers (engine_flops). None: flops_per_token.
     engine_flops_per_token: float | None = None
@@ -155,7 +159,9 @@ class ReplicaModel:
             self, "_fixed_engine_read_bytes", None if fixed is None else fixed + self.engine_read_delta_bytes_per_gpu
         )
         object.__setattr__(
-            self, "_per_step_s", self.step_overhead_s + self.allreduces_per_step * self.allreduce_latency_s
+            self,
+            "_per_step_s",
+            self.step_overhead_s + self.moe_overhead_s + self.allreduces_per_step * self.allreduce_latency_s,
         )
         object.__setattr__(
             self,
@@ -277,6 +283,7 @@ class ReplicaModel:
             return (
                 (prefill_compute_s if prefill_compute_s > read_s else read_s)
                 + self.step_overhead_s
+                + self.moe_overhead_s
                 + self.allreduces_per_step * (self.allreduce_latency_s + prefill_tokens * self.allreduce_s_per_token)
             )
         return (
@@ -379,6 +386,15 @@ def engine_compute(arch: ModelArch) -> EngineCompute:
     return EngineCompute(params_per_token=sum(active.values()) - vocab_matrices + logits, logits_params=logits)
 
 
+def moe_slots(arch: ModelArch, tp: int) -> float:
+    """Routed-expert slots of one forward pass, weighted by log2(TP): Σ over MoE layers of top-k × log2(TP).
+
+    The fixed MoE cost the fit points show grows with the TP degree (none at TP 1, where expert GEMMs run whole):
+    a form fitted, not derived (docs/accuracy.md, "A fixed cost per routed-expert slot").
+    """
+    return sum(moe.top_k for moe in arch.moe_layers()) * math.log2(tp)
+
+
 def allreduces_per_step(arch: ModelArch, tp: int) -> int:
     """Two all-reduces per layer (after attention and after the feed-forward block) under TP; none at TP 1."""
     return 2 * len(arch.layers) if tp > 1 else 0
@@ -416,6 +432,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         decode_weight_bytes_per_gpu_at=decode_weight_reader(inputs),
         kv_pool_bytes_per_gpu=kv_pool_bytes_per_gpu,
         step_overhead_s=deployment.step_overhead_s,
+        moe_overhead_s=deployment.moe_slot_overhead_s * moe_slots(arch, tp),
         sequence_overhead_s=deployment.sequence_overhead_s,
         allreduces_per_step=allreduces_per_step(arch, tp),
         allreduce_latency_s=deployment.allreduce_latency_s
