@@ -104,6 +104,7 @@ FLOAT_FLAGS = (
     "--sequence-overhead-s",
     "--request-overhead-s",
     "--allreduce-latency-s",
+    "--moe-slot-overhead-s",
 )
 FLAG_CASES = [
     # NaN and infinities reach no formula: pydantic refuses them where they enter.
@@ -142,6 +143,21 @@ FLAG_CASES = [
     flag_case("--burst-s=1e308", (*L, "--burst-s", "1e308"), INVALID, "--burst-s", "at most"),
     flag_case("--hours-per-month=745", (*L, "--hours-per-month", "745"), INVALID, "--hours-per-month", "744"),
     flag_case("--expert-skew=101", (*MIX, "--expert-skew", "101"), INVALID, "--expert-skew", "at most 100"),
+    # A slot's cost in seconds where microseconds were meant: refused, not priced as hours of ITL.
+    flag_case(
+        "--moe-slot-overhead-s=5",
+        (*MIX, "--moe-slot-overhead-s", "5"),
+        INVALID,
+        "--moe-slot-overhead-s",
+        "at most 0.001",
+    ),
+    flag_case(
+        "--moe-slot-overhead-s=-1e-6",
+        (*MIX, "--moe-slot-overhead-s", "-1e-6"),
+        INVALID,
+        "--moe-slot-overhead-s",
+        "negative",
+    ),
     flag_case("--tp=2048", (*L, "--tp", "2048"), INVALID, "--tp", "at most 1,024"),
     flag_case("--batch=1000001", (*L, "--batch", "1000001"), INVALID, "--batch", "at most 1,000,000"),
     flag_case("--context=1e8+1", (*L, "--context", "100000001"), INVALID, "--context", "at most"),
