@@ -128,7 +128,7 @@ class ReplicaModel:
     #: routed-expert slot"). 0 for dense models and at TP 1.
     moe_overhead_s: float = 0.0
     #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
-    #: which it gathers (engine_flops). None: flops_per_token.
+    #: which it gathers (engine_compute). None: flops_per_token.
     engine_flops_per_token: float | None = None
     #: FLOPs of one token's logits (2 × vocabulary × hidden): an engine's prefill computes them for a
     #: chunk's last token only, so a prompt token costs engine_flops_per_token less these.
