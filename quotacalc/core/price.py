@@ -26,6 +26,7 @@ from quotacalc.core.replica import (
     expected_busiest_rank_experts,
     expected_distinct_experts,
     replica_model,
+    routed_expert_slots,
 )
 from quotacalc.core.weights import (
     WeightLayout,
@@ -541,7 +542,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     inputs, model = x.inputs, x.model
     assert model is not None
     deployment, gpu, arch = inputs.deployment, inputs.gpu, inputs.arch
-    slots = sum(moe.top_k for moe in arch.moe_layers())
+    slots = routed_expert_slots(arch)
     moe_overhead_s = x.record(
         "moe_overhead_s",
         model.moe_overhead_s,

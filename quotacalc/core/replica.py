@@ -386,13 +386,18 @@ def engine_compute(arch: ModelArch) -> EngineCompute:
     return EngineCompute(params_per_token=sum(active.values()) - vocab_matrices + logits, logits_params=logits)
 
 
+def routed_expert_slots(arch: ModelArch) -> int:
+    """Routed-expert slots a token fills in one forward pass: Σ over MoE layers of top-k."""
+    return sum(moe.top_k for moe in arch.moe_layers())
+
+
 def moe_slots(arch: ModelArch, tp: int) -> float:
-    """Routed-expert slots of one forward pass, weighted by log2(TP): Σ over MoE layers of top-k × log2(TP).
+    """Routed-expert slots of one forward pass, weighted by log2(TP): what moe_slot_overhead_s multiplies.
 
     The fixed MoE cost the fit points show grows with the TP degree (none at TP 1, where expert GEMMs run whole):
     a form fitted, not derived (docs/accuracy.md, "A fixed cost per routed-expert slot").
     """
-    return sum(moe.top_k for moe in arch.moe_layers()) * math.log2(tp)
+    return routed_expert_slots(arch) * math.log2(tp)
 
 
 def allreduces_per_step(arch: ModelArch, tp: int) -> int:
