@@ -168,3 +168,27 @@ def test_calibrate_recovers_a_moe_slot_overhead():
     assert fitted.name == "moe_slot_overhead_s" and fitted.before == 2e-6
     # Within the fit's weak pull towards the 2 us start (0.3% of one figure's error per 2 us).
     assert fitted.after == pytest.approx(1e-5, rel=2e-2)
+
+
+def test_calibrate_says_when_the_runs_cannot_move_a_parameter():
+    """A dense model has no MoE slots, and TP 1 no all-reduces: fitting either says so instead of reporting a fit."""
+    from quotacalc.core.calibrate import BenchmarkPoint, calibrate
+
+    inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm"))
+    points = [
+        BenchmarkPoint(source="b.csv", row=f"r{c}", concurrency=c, prompt_tokens=500.0, output_tokens=300.0, itl_s=i)
+        for c, i in ((1, 0.0075), (32, 0.0095))
+    ]
+    result = calibrate(inputs, points, parameters=["mbu", "moe_slot_overhead_s", "allreduce_latency_s"])
+    assert (
+        "moe_slot_overhead_s, allreduce_latency_s: Llama-3.1-8B-Instruct at TP 1 has no such term (MoE slots need MoE "
+        "layers and TP > 1, all-reduces TP > 1), so the runs cannot move it: left at its starting value; drop it "
+        "from --fit"
+    ) in result.warnings
+    # Mixtral at TP 2 has both: no such warning.
+    mixtral = resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=2))
+    both = calibrate(mixtral, points, parameters=["mbu", "moe_slot_overhead_s", "allreduce_latency_s"])
+    assert not any("has no such term" in warning for warning in both.warnings)
+    values = {parameter.name: parameter for parameter in result.parameters}
+    assert values["moe_slot_overhead_s"].after == values["moe_slot_overhead_s"].before == 2e-6
+    assert values["mbu"].after != values["mbu"].before  # the one it can move is fitted

@@ -520,6 +520,25 @@ def deployment_mismatch_warning(inputs: PricingInputs, rms_error_before: float |
     )
 
 
+def absent_term_warnings(inputs: PricingInputs, names: Sequence[str]) -> list[str]:
+    """Parameters of a term this deployment does not have, which no run can move: MoE slots on a dense model or
+    at TP 1, all-reduces at TP 1."""
+    from quotacalc.core.replica import allreduces_per_step, moe_slots
+
+    tp = inputs.deployment.tp
+    absent = {
+        "moe_slot_overhead_s": moe_slots(inputs.arch, tp) == 0,
+        "allreduce_latency_s": allreduces_per_step(inputs.arch, tp) == 0,
+    }
+    unused = [name for name in names if absent.get(name)]
+    if not unused:
+        return []
+    return [
+        f"{', '.join(unused)}: {inputs.arch.name} at TP {tp} has no such term (MoE slots need MoE layers and TP > 1, "
+        "all-reduces TP > 1), so the runs cannot move it: left at its starting value; drop it from --fit"
+    ]
+
+
 def calibrate(
     inputs: PricingInputs,
     points: Sequence[BenchmarkPoint],
@@ -554,7 +573,7 @@ def calibrate(
     from quotacalc.core.memory import max_num_batched_tokens
 
     check_simulated_runs(max_num_batched_tokens(inputs.deployment, inputs.gpu), points)
-    warnings: list[str] = benchmarked_model_warnings(inputs, points)
+    warnings: list[str] = benchmarked_model_warnings(inputs, points) + absent_term_warnings(inputs, names)
     before = [_current(inputs, name) for name in names]
     after = before
     fitted_values: dict[str, object] = {}
