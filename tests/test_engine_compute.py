@@ -85,10 +85,12 @@ def test_engine_decode_compute_skips_the_embedding_gather():
     assert result.engine_decode_step_s == pytest.approx(max(engine, result.decode_memory_s), rel=1e-6)
 
 
-def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops():
+@pytest.mark.parametrize("prefill_layer_overhead_s", [0.0, 1e-3])
+def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops(prefill_layer_overhead_s):
     """One 4,000-token request alone on one H100 (Llama 3.1 8B BF16, 989.5 TFLOPS): one compute-bound chunk, so its first
     token comes after 4,000 prompt tokens at 2 x 6,979,588,096 FLOPs, their attention, one token's logits,
-    the step overhead and the request overhead (docs/accuracy.md's TTFT)."""
+    the step overhead and the request overhead (docs/accuracy.md's TTFT), and, for an eager prefill, 32 layers x
+    prefill_layer_overhead_s."""
     from quotacalc.inputs.scenario import scenario_from_dict
     from quotacalc.sim.events import Simulation, build_setup
 
@@ -109,7 +111,15 @@ def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops():
     document = {
         "plan": {
             "pools": [
-                {"name": "p", "replicas": 1, "deployment": {"model": "Llama-3.1-8B-Instruct", "gpu": "h100-sxm"}}
+                {
+                    "name": "p",
+                    "replicas": 1,
+                    "deployment": {
+                        "model": "Llama-3.1-8B-Instruct",
+                        "gpu": "h100-sxm",
+                        "prefill_layer_overhead_s": prefill_layer_overhead_s,
+                    },
+                }
             ],
             "tiers": [tier],
             "tenants": [{"name": "t", "tier": "open", "units_per_s": 1e9}],
@@ -121,7 +131,8 @@ def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops():
     flops = 4000 * (2 * (LLAMA8_PARAMS - 2 * LLAMA8_VOCAB_MATRIX) + 524_288 * 2000.5) + 2 * LLAMA8_VOCAB_MATRIX
     bf16_rate = 989.5e12 * 0.5
     assert flops / bf16_rate > LLAMA8_PARAMS * 2 / (3.35e12 * 0.75)  # compute-bound: above one weight read
-    assert result.ttft_p50_s == pytest.approx(0.005 + flops / bf16_rate + 0.0012, rel=1e-9)
+    eager_s = 32 * prefill_layer_overhead_s
+    assert result.ttft_p50_s == pytest.approx(0.005 + flops / bf16_rate + 0.0012 + eager_s, rel=1e-9)
 
 
 def test_moe_slots_add_to_every_forward_pass_by_hand():
@@ -192,3 +203,50 @@ def test_calibrate_says_when_the_runs_cannot_move_a_parameter():
     values = {parameter.name: parameter for parameter in result.parameters}
     assert values["moe_slot_overhead_s"].after == values["moe_slot_overhead_s"].before == 2e-6
     assert values["mbu"].after != values["mbu"].before  # the one it can move is fitted
+
+
+def test_prefill_layer_overhead_adds_to_every_forward_pass_that_carries_prompt_tokens_by_hand():
+    """Llama 3.3 70B (80 layers) at 1 ms a layer: 80 ms once a prefill chunk. A 20,000-token prompt in chunks of
+    8,192 (H100's default budget) pays it three times; a decode-only step never; a prompt prefilled inside decode
+    steps pays it once (loaded ITL); the method's roofline figures do not move."""
+    base = Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", batch=16, context=1000)
+    eager = base.model_copy(update={"prefill_layer_overhead_s": 1e-3})
+    plain_result, eager_result = price(resolve(base)), price(resolve(eager))
+    assert plain_result.prefill_overhead_s == 0.0
+    assert eager_result.prefill_overhead_s == pytest.approx(80 * 1e-3)
+    assert eager_result.ttft_s - plain_result.ttft_s == pytest.approx(0.080, rel=1e-9)  # one 1,000-token chunk
+    assert eager_result.itl_s == plain_result.itl_s
+    assert eager_result.decode_step_s == plain_result.decode_step_s
+    assert eager_result.prompt_token_s == plain_result.prompt_token_s
+    from quotacalc.core.replica import replica_model
+
+    plain = replica_model(resolve(base), plain_result.kv_pool_bytes_per_gpu)
+    model = replica_model(resolve(eager), eager_result.kv_pool_bytes_per_gpu)
+    assert model.ttft_s(20_000) - plain.ttft_s(20_000) == pytest.approx(3 * 0.080, rel=1e-9)  # ceil(20000 / 8192)
+    assert model.step_time_s(16, 1000) == plain.step_time_s(16, 1000)
+    assert model.mixed_step_time_s(16, 1000, 0.0, 0) == plain.mixed_step_time_s(16, 1000, 0.0, 0)
+    assert model.mixed_step_time_s(16, 1000, 0.01, 512) - plain.mixed_step_time_s(16, 1000, 0.01, 512) == (
+        pytest.approx(0.080, rel=1e-9)
+    )
+    # At concurrency 25 with 1,000-token outputs each step carries 24/1000 of a prefill: 24 / 1000 x 80 ms more.
+    extra = model.loaded_itl_s(25, 500, 1000) - plain.loaded_itl_s(25, 500, 1000)
+    assert extra == pytest.approx(24 / 1000 * 0.080, rel=1e-9)
+
+
+def test_calibrate_recovers_a_prefill_layer_overhead():
+    """First tokens at three prompt lengths measured as the model predicts them at 0.9 ms a layer (Llama 3.1 8B,
+    32 layers: 28.8 ms a chunk), request overhead fixed: --fit mfu,prefill_layer_overhead_s gives 0.9 ms back."""
+    from quotacalc.core.calibrate import BenchmarkPoint, calibrate, predictions
+
+    inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm"))
+    blank = [
+        BenchmarkPoint(source="b.csv", row=f"r{p}", concurrency=1, prompt_tokens=p, output_tokens=1.0, ttft_s=1.0)
+        for p in (128.0, 1024.0, 4096.0)
+    ]
+    measured = predictions(inputs, {"prefill_layer_overhead_s": 9e-4, "mfu": 0.4}, blank)
+    points = [b.model_copy(update={"ttft_s": value}) for b, value in zip(blank, measured, strict=True)]
+    result = calibrate(inputs, points, parameters=["mfu", "prefill_layer_overhead_s"])
+    fitted = {parameter.name: parameter for parameter in result.parameters}
+    assert fitted["prefill_layer_overhead_s"].before == 0.0
+    assert fitted["prefill_layer_overhead_s"].after == pytest.approx(9e-4, rel=2e-2)
+    assert fitted["mfu"].after == pytest.approx(0.4, rel=2e-2)

@@ -265,7 +265,7 @@ def test_unknown_parameters_are_named_with_the_choices(inputs):
         calibrate(inputs, [point()], parameters=["batch", "mfu", "tp"])
     assert caught.value.one_line() == (
         "--fit: cannot fit batch, tp (choose from mfu, mbu, step_overhead_s, request_overhead_s, "
-        "allreduce_latency_s, sequence_overhead_s, moe_slot_overhead_s)"
+        "allreduce_latency_s, sequence_overhead_s, moe_slot_overhead_s, prefill_layer_overhead_s)"
     )
 
 

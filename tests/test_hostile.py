@@ -105,6 +105,7 @@ FLOAT_FLAGS = (
     "--request-overhead-s",
     "--allreduce-latency-s",
     "--moe-slot-overhead-s",
+    "--prefill-layer-overhead-s",
 )
 FLAG_CASES = [
     # NaN and infinities reach no formula: pydantic refuses them where they enter.
@@ -156,6 +157,21 @@ FLAG_CASES = [
         (*MIX, "--moe-slot-overhead-s", "-1e-6"),
         INVALID,
         "--moe-slot-overhead-s",
+        "negative",
+    ),
+    # A layer's eager-prefill cost in seconds where milliseconds were meant: refused, not a TTFT of minutes.
+    flag_case(
+        "--prefill-layer-overhead-s=1",
+        (*L, "--prefill-layer-overhead-s", "1"),
+        INVALID,
+        "--prefill-layer-overhead-s",
+        "at most 0.01",
+    ),
+    flag_case(
+        "--prefill-layer-overhead-s=-1e-3",
+        (*L, "--prefill-layer-overhead-s", "-1e-3"),
+        INVALID,
+        "--prefill-layer-overhead-s",
         "negative",
     ),
     flag_case("--tp=2048", (*L, "--tp", "2048"), INVALID, "--tp", "at most 1,024"),

@@ -40,6 +40,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "sequence_overhead_s": (0.0, 1e-3),
     # What one routed-expert slot of one MoE layer adds to a forward pass: microseconds.
     "moe_slot_overhead_s": (0.0, 1e-4),
+    # What one layer adds to a forward pass that carries prompt tokens (eager prefill): at most milliseconds.
+    "prefill_layer_overhead_s": (0.0, 5e-3),
 }
 #: The size of a typical change of each parameter: the optimiser's scale, and the identifiability test's.
 _SCALE = {
@@ -50,6 +52,7 @@ _SCALE = {
     "allreduce_latency_s": 1e-5,
     "sequence_overhead_s": 1e-5,
     "moe_slot_overhead_s": 1e-6,
+    "prefill_layer_overhead_s": 1e-4,
 }
 #: How far a parameter plausibly sits from its default: the unit of the fit's pull towards the default.
 PRIOR_SPREAD = {
@@ -60,6 +63,7 @@ PRIOR_SPREAD = {
     "allreduce_latency_s": 2e-5,
     "sequence_overhead_s": 2e-5,
     "moe_slot_overhead_s": 2e-6,
+    "prefill_layer_overhead_s": 5e-4,
 }
 #: A parameter one spread from its starting value costs what a 0.3% error on one measured figure costs.
 PRIOR_WEIGHT = 0.003
@@ -250,6 +254,7 @@ class _Predictor:
         from quotacalc.core.replica import moe_slots
 
         self.moe_slots = moe_slots(inputs.arch, inputs.deployment.tp)
+        self.layers = len(inputs.arch.layers)
 
     def __call__(self, values: dict[str, float], points: Sequence[BenchmarkPoint]) -> list[float]:
         from dataclasses import replace
@@ -258,6 +263,8 @@ class _Predictor:
         overheads = {name: value for name, value in values.items() if name not in ("mfu", "mbu")}
         if "moe_slot_overhead_s" in overheads:
             overheads["moe_overhead_s"] = overheads.pop("moe_slot_overhead_s") * self.moe_slots
+        if "prefill_layer_overhead_s" in overheads:
+            overheads["prefill_overhead_s"] = overheads.pop("prefill_layer_overhead_s") * self.layers
         model = replace(
             model,
             compute_flops_per_s=model.compute_flops_per_s * values.get("mfu", base.mfu) / base.mfu,

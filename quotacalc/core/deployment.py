@@ -42,6 +42,8 @@ VLLM_SAMPLER_BYTES_PER_LOGIT = 39.0
 MAX_OVERHEAD_S = 60
 #: One routed-expert slot of one MoE layer costs microseconds (2 us fitted); a millisecond each is a unit slip.
 MAX_MOE_SLOT_OVERHEAD_S = 1e-3
+#: An eager prefill costs about a millisecond a layer on SGLang (docs/accuracy.md); 10 ms a layer is a unit slip.
+MAX_PREFILL_LAYER_OVERHEAD_S = 1e-2
 MAX_RPS = 10**9
 MAX_TOKENS_PER_REQUEST = 100_000_000
 
@@ -185,6 +187,11 @@ class Deployment(BaseModel):
         description="time each routed-expert slot (top-k) of each MoE layer adds to an engine forward pass per "
         "doubling of TP, beside the roofline: routing, token permutation, narrow expert-GEMM tiles, s",
     )
+    prefill_layer_overhead_s: float = Field(
+        0.0,
+        description="time each layer adds to every forward pass that carries prompt tokens, beside the roofline: "
+        "an eager prefill's kernel launches and rank synchronisation (engines that run prefill without CUDA graphs), s",
+    )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
     )
@@ -255,6 +262,7 @@ class Deployment(BaseModel):
         "sequence_overhead_s",
         "request_overhead_s",
         "moe_slot_overhead_s",
+        "prefill_layer_overhead_s",
         "allreduce_latency_s",
     )
     @classmethod
@@ -333,5 +341,6 @@ _DEPLOYMENT_LIMITS = {
     "sequence_overhead_s": MAX_OVERHEAD_S,
     "request_overhead_s": MAX_OVERHEAD_S,
     "moe_slot_overhead_s": MAX_MOE_SLOT_OVERHEAD_S,
+    "prefill_layer_overhead_s": MAX_PREFILL_LAYER_OVERHEAD_S,
     "allreduce_latency_s": MAX_OVERHEAD_S,
 }

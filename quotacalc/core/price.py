@@ -118,6 +118,8 @@ class PriceResult(BaseModel):
     itl_s: float
     #: FLOPs of one prompt token in an engine's prefill before attention (no embedding or LM head matmul).
     engine_flops_per_prompt_token: float
+    #: What each forward pass carrying prompt tokens adds beside the roofline (eager prefill; 0 by default).
+    prefill_overhead_s: float
     engine_prompt_token_s: float
     ttft_s: float
     pricing_basis: Literal["roofline", "engine"]
@@ -632,6 +634,15 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "a chunk); prompt_token_s keeps 2 × active_params (docs/method.md)",
     )
     x.record(
+        "prefill_overhead_s",
+        model.prefill_overhead_s,
+        formula="layers × prefill_layer_overhead_s (an eager prefill's launches and rank synchronisation, once a "
+        "forward pass that carries prompt tokens)",
+        substituted=f"{len(arch.layers)} × {fmt(deployment.prefill_layer_overhead_s)}",
+        unit="s",
+        note="0 for engines that capture or compile their prefill (docs/accuracy.md)",
+    )
+    x.record(
         "engine_prompt_token_s",
         model.prefill_time_s(chunk, 0) / chunk,
         formula="prefill_time(max_num_batched_tokens) / max_num_batched_tokens (a full chunk: "
@@ -643,7 +654,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs at "
-        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + moe_overhead_s + all-reduces)",
+        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + moe_overhead_s + prefill_overhead_s + "
+        "all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
@@ -786,6 +798,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         engine_decode_step_s=f["engine_decode_step_s"],
         itl_s=f["itl_s"],
         engine_flops_per_prompt_token=f["engine_flops_per_prompt_token"],
+        prefill_overhead_s=f["prefill_overhead_s"],
         engine_prompt_token_s=f["engine_prompt_token_s"],
         ttft_s=f["ttft_s"],
         pricing_basis=f["pricing_basis"],

@@ -127,6 +127,10 @@ class ReplicaModel:
     #: moe_slot_overhead_s (routing, permutation, narrow expert-GEMM tiles; docs/accuracy.md, "A fixed cost per
     #: routed-expert slot"). 0 for dense models and at TP 1.
     moe_overhead_s: float = 0.0
+    #: What every forward pass that carries prompt tokens adds beside the roofline: layers ×
+    #: prefill_layer_overhead_s (an eager prefill's launches and rank synchronisation; docs/accuracy.md). 0 for
+    #: engines that capture or compile their prefill.
+    prefill_overhead_s: float = 0.0
     #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
     #: which it gathers (engine_compute). None: flops_per_token.
     engine_flops_per_token: float | None = None
@@ -278,17 +282,20 @@ class ReplicaModel:
         With decodes the chunks ride in the decode step: their FLOPs and all-reduce traffic on top
         (the weights are read once per step anyway), as :meth:`interleaved_prefill_s` charges them.
         """
+        prefill_overhead_s = self.prefill_overhead_s if prefill_tokens > 0 else 0.0
         if batch == 0:
             read_s = self.prefill_weight_read_s()
             return (
                 (prefill_compute_s if prefill_compute_s > read_s else read_s)
                 + self.step_overhead_s
                 + self.moe_overhead_s
+                + prefill_overhead_s
                 + self.allreduces_per_step * (self.allreduce_latency_s + prefill_tokens * self.allreduce_s_per_token)
             )
         return (
             self.step_time_s(batch, context_tokens)
             + prefill_compute_s
+            + prefill_overhead_s
             + self.allreduces_per_step * prefill_tokens * self.allreduce_s_per_token
         )
 
@@ -304,11 +311,13 @@ class ReplicaModel:
     def interleaved_prefill_s(self, prompt_tokens: int) -> float:
         """What one prompt's prefill adds to the decode steps it rides in (chunked prefill).
 
-        Its FLOPs and its all-reduce traffic; the weights are read once per step anyway and the
-        step overhead is the decode step's, so neither is charged again.
+        Its FLOPs, its all-reduce traffic and the prefill overhead of the forward pass it rides in; the
+        weights are read once per step anyway and the step overhead is the decode step's, so neither is
+        charged again.
         """
         return (
             self.prefill_compute_s(prompt_tokens)
+            + self.prefill_overhead_s
             + self.allreduces_per_step * prompt_tokens * self.allreduce_s_per_token
         )
 
@@ -438,6 +447,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         kv_pool_bytes_per_gpu=kv_pool_bytes_per_gpu,
         step_overhead_s=deployment.step_overhead_s,
         moe_overhead_s=deployment.moe_slot_overhead_s * moe_slots(arch, tp),
+        prefill_overhead_s=deployment.prefill_layer_overhead_s * len(arch.layers),
         sequence_overhead_s=deployment.sequence_overhead_s,
         allreduces_per_step=allreduces_per_step(arch, tp),
         allreduce_latency_s=deployment.allreduce_latency_s

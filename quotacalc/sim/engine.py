@@ -39,12 +39,6 @@ class Replica:
         self.max_num_seqs = pool.max_num_seqs
         self.max_batched_tokens = pool.max_num_batched_tokens
         self.by_priority = order == "priority"
-        self.weight_read_s = self.model.prefill_weight_read_s()
-        # Engine-overhead models (when the replica model has them) charge a chunk's tensor-parallel
-        # all-reduce traffic per token; the roofline model has none.
-        self.allreduce_s_per_prefill_token = getattr(self.model, "allreduces_per_step", 0) * getattr(
-            self.model, "allreduce_s_per_token", 0.0
-        )
         self.waiting: list[tuple[tuple[int, ...], int, Request]] = []
         self.n_waiting = 0
         self.prefilling: list[Request] = []
@@ -166,11 +160,7 @@ class Replica:
                 # The decode half of the step reads the weights and pays the step's overheads; the
                 # chunk adds its compute (and its all-reduce traffic, where the model has one).
                 context = (self.kv_decode_static + n_decode * self.counter) / n_decode
-                dt = (
-                    model.step_time_s(n_decode, context)
-                    + prefill_flops / model.compute_flops_per_s
-                    + chunk_tokens * self.allreduce_s_per_prefill_token
-                )
+                dt = model.mixed_step_time_s(n_decode, context, prefill_flops / model.compute_flops_per_s, chunk_tokens)
             else:
                 dt = model.prefill_time_s(chunk_tokens, done_weighted / chunk_tokens)
             k = 1
