@@ -284,6 +284,11 @@ BAD_PLANS = [
         "pools[1].deployment.tp: must be a positive integer, got 0",
     ),
     ("bad default", lambda d: d["deployment"].update(ceiling=2), "deployment.ceiling: must be in (0, 1], got 2"),
+    (
+        "unknown engine",
+        lambda d: d["pools"][0]["deployment"].update(engine="sglng"),
+        "pools[0].deployment.engine: unknown engine 'sglng'; choose from generic, sglang",
+    ),
     ("no model anywhere", lambda d: d["deployment"].pop("model"), "pools[0].deployment.model: is required"),
     (
         "tier key on a deployment",

@@ -293,6 +293,14 @@ def gpus_command(
     gpus_listing(as_json=as_json, sources=sources)
 
 
+@commands.command("engines")
+def engines_command(as_json: JsonOption = False):
+    """List the engine profiles: the engine-model defaults each serving engine changes, with their source."""
+    from quotacalc.cli.listings import engines_listing
+
+    engines_listing(as_json=as_json)
+
+
 SecretFileOption = Annotated[
     str | None,
     typer.Option("--salt-secret-file", help="file holding the salt secret (else $QUOTACALC_SALT_SECRET)"),

@@ -45,3 +45,15 @@ def gpus_listing(*, as_json: bool, sources: bool) -> None:
     from quotacalc.cli.tables import gpus_table
 
     gpus_table(catalog, sources=sources)
+
+
+def engines_listing(*, as_json: bool) -> None:
+    from quotacalc.catalog.engines import load_engine_catalog
+
+    catalog = load_engine_catalog()
+    if as_json:
+        emit_json(listing_json("engines", "engines", [engine.model_dump() for engine in catalog.engines.values()]))
+        return
+    from quotacalc.cli.tables import engines_table
+
+    engines_table(catalog)

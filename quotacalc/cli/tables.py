@@ -18,6 +18,7 @@ from quotacalc.core.deployment import GIB
 from quotacalc.errors import printable
 
 if TYPE_CHECKING:  # each command imports only the core modules it runs
+    from quotacalc.catalog.engines import EngineCatalog
     from quotacalc.catalog.gpus import GpuCatalog
     from quotacalc.core.explain import Step
     from quotacalc.core.kv import RequestKvResult
@@ -328,6 +329,21 @@ def models_table(rows: list[dict]) -> None:
         )
     table.caption = "KV B/token: bf16 KV growth per token at long context. Hub ids: quotacalc models --json."
     _print_table(_console(), table)
+
+
+def engines_table(catalog: EngineCatalog) -> None:
+    """The engine catalog, one row per engine (what it changes in the engine model's defaults), then each source."""
+    table = Table(title="Engine profiles (an input given explicitly still wins)", title_justify="left")
+    for column in ("id", "changes", "aliases"):
+        table.add_column(column, overflow="fold", no_wrap=column != "aliases")
+    for engine in catalog.engines.values():
+        changes = ", ".join(f"{name} {value:g}" for name, value in engine.defaults.given().items())
+        _add_row(table, engine.id, changes or "none (the defaults)", ", ".join(engine.aliases) or "-")
+    console = _console()
+    _print_table(console, table)
+    for engine in catalog.engines.values():
+        console.print(f"[bold]{engine.id}[/]: {escape(engine.name)}")
+        console.print(f"  {escape(engine.source)}")
 
 
 def gpus_table(catalog: GpuCatalog, *, sources: bool) -> None:

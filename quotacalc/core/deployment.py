@@ -8,8 +8,9 @@ default; nothing the core uses is a buried constant. Loading them from files and
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 GIB = 2**30
 
@@ -171,6 +172,11 @@ class Deployment(BaseModel):
         strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
         description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
     )
+    engine: str = Field(
+        "generic",
+        description="serving engine whose engine-model defaults apply ('quotacalc engines'): generic (vLLM, NIM / "
+        "TensorRT-LLM) or sglang; an input given explicitly still wins",
+    )
     step_overhead_s: float = Field(
         0.0012, description="fixed time of each engine step beside the roofline: scheduling, launches, s"
     )
@@ -208,6 +214,25 @@ class Deployment(BaseModel):
         0.1, description="units charged per prompt token served from the prefix cache, in [0, 1]"
     )
     burst_s: float = Field(60, description="token-bucket depth, s of contracted units")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, data: Any) -> Any:
+        """The engine profile's defaults for the inputs not given: an explicit value wins over the profile."""
+        if not isinstance(data, dict) or not isinstance(data.get("engine"), str):
+            return data
+        profile = _engine_profile(data["engine"])
+        return data if profile is None else {**profile.defaults.given(), **data}
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        profile = _engine_profile(value)
+        if profile is None:
+            from quotacalc.catalog.engines import load_engine_catalog
+
+            raise ValueError(f"unknown engine {value!r}; choose from {', '.join(load_engine_catalog().engines)}")
+        return profile.id
 
     @field_validator("model", "gpu")
     @classmethod
@@ -288,6 +313,17 @@ class Deployment(BaseModel):
     def load_prompt(self) -> int:
         """Prompt tokens per request of the full-load workload."""
         return self.load_prompt_tokens if self.load_prompt_tokens is not None else self.context
+
+
+def _engine_profile(name: str):
+    """The catalog's profile for an engine id or alias, or None."""
+    from quotacalc.catalog.engines import load_engine_catalog
+    from quotacalc.errors import QuotacalcError
+
+    try:
+        return load_engine_catalog().get(name)
+    except QuotacalcError:
+        return None
 
 
 class Tenant(BaseModel):

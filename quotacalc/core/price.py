@@ -640,7 +640,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "forward pass that carries prompt tokens)",
         substituted=f"{len(arch.layers)} × {fmt(deployment.prefill_layer_overhead_s)}",
         unit="s",
-        note="0 for engines that capture or compile their prefill (docs/accuracy.md)",
+        note=f"engine {deployment.engine}; 0 for engines that capture or compile their prefill, SGLang's fitted on "
+        "its first-token latencies ('quotacalc engines', docs/accuracy.md)",
     )
     x.record(
         "engine_prompt_token_s",

@@ -53,10 +53,14 @@ def build_spec_document(model: ShippedModel) -> dict[str, Any]:
 
 def shipped_yaml_files() -> list[Path]:
     """The YAML catalogs that ship with a pre-parsed JSON twin."""
-    from quotacalc.catalog import gpus
+    from quotacalc.catalog import engines, gpus
     from quotacalc.catalog.models import INDEX_FILE, shipped_models_dir
 
-    return [Path(gpus.__file__).with_name(gpus.CATALOG_FILE), shipped_models_dir() / INDEX_FILE]
+    return [
+        Path(gpus.__file__).with_name(gpus.CATALOG_FILE),
+        Path(engines.__file__).with_name(engines.CATALOG_FILE),
+        shipped_models_dir() / INDEX_FILE,
+    ]
 
 
 def build_twin_document(path: Path) -> dict[str, Any]:

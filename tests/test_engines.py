@@ -1,0 +1,108 @@
+"""The engine catalog (quotacalc/catalog/engines.yaml): a profile sets the engine-model defaults a serving engine
+changes, an input given explicitly wins, and a bad name or entry is one line naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from quotacalc import Deployment
+from quotacalc.catalog.engines import EngineDefaults, load_engine_catalog, parse_engine_catalog
+from quotacalc.errors import QuotacalcError
+
+LLAMA8 = dict(model="Llama-3.1-8B-Instruct", gpu="h100-sxm")
+
+
+def sglang_layer_s() -> float:
+    """The catalog's own figure (the test checks how it is applied, not what was fitted)."""
+    value = load_engine_catalog().get("sglang").defaults.prefill_layer_overhead_s
+    assert value is not None and value > 0
+    return value
+
+
+def test_a_profile_fills_the_inputs_it_names_and_an_explicit_value_wins():
+    layer_s = sglang_layer_s()
+    assert Deployment(**LLAMA8, engine="sglang").prefill_layer_overhead_s == layer_s
+    assert Deployment(**LLAMA8, engine="SGLang ").engine == "sglang"  # ids and aliases, any case
+    assert Deployment(**LLAMA8, engine="sglang", prefill_layer_overhead_s=0.0).prefill_layer_overhead_s == 0.0
+    # The inputs it does not name keep their own defaults.
+    plain, sglang = Deployment(**LLAMA8), Deployment(**LLAMA8, engine="sglang")
+    assert plain.model_dump(exclude={"engine", "prefill_layer_overhead_s"}) == sglang.model_dump(
+        exclude={"engine", "prefill_layer_overhead_s"}
+    )
+    # vLLM and TensorRT-LLM are what the defaults were fitted on: the generic profile, which changes nothing.
+    for alias in ("vllm", "tensorrt-llm", "nim"):
+        assert Deployment(**LLAMA8, engine=alias) == plain
+
+
+def test_every_profile_names_only_deployment_inputs():
+    """A profile key that is not a Deployment field would never apply: the schemas keep them the same."""
+    assert set(EngineDefaults.model_fields) <= set(Deployment.model_fields)
+    for engine in load_engine_catalog().engines.values():
+        assert engine.source.strip(), engine.id
+        for name, value in engine.defaults.given().items():
+            Deployment(**LLAMA8, **{name: value})  # within the input's own bounds
+
+
+def test_the_eager_prefill_reaches_the_first_token_by_hand(run_cli):
+    """Llama 3.1 8B has 32 layers: on SGLang its first token pays 32 x the profile's per-layer time once a chunk."""
+    layer_s = sglang_layer_s()
+    base = ("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--context", "1000", "--json")
+    figures = {}
+    for engine in ("generic", "sglang"):
+        code, out, err = run_cli(*base, "--engine", engine)
+        assert code == 0, err
+        document = json.loads(out)
+        assert document["inputs"]["deployment"]["engine"] == engine
+        figures[engine] = document["results"]
+    assert figures["sglang"]["prefill_overhead_s"] == pytest.approx(32 * layer_s)
+    assert figures["sglang"]["ttft_s"] - figures["generic"]["ttft_s"] == pytest.approx(32 * layer_s, rel=1e-9)
+    assert figures["sglang"]["itl_s"] == figures["generic"]["itl_s"]
+
+
+def test_unknown_engine_is_one_line_naming_the_flag_and_the_choices(run_cli):
+    code, out, err = run_cli("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--engine", "sglng")
+    assert code == 1 and out == ""
+    assert err.strip() == "quotacalc: error: --engine: unknown engine 'sglng'; choose from generic, sglang"
+
+
+def test_engines_listing_as_json_and_table(run_cli):
+    code, out, err = run_cli("engines", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["command"] == "engines" and document["schema_version"] == 2
+    by_id = {engine["id"]: engine for engine in document["engines"]}
+    assert set(by_id) == set(load_engine_catalog().engines)
+    assert by_id["sglang"]["defaults"]["prefill_layer_overhead_s"] == sglang_layer_s()
+    code, out, err = run_cli("engines")
+    assert code == 0 and "sglang" in out and "prefill_layer_overhead_s" in out
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ({"engines": {"x": {"name": "X", "defaults": {"mfu": 0.4}, "source": "s"}}}, "engines.x.defaults.mfu"),
+        (
+            {"engines": {"x": {"name": "X", "defaults": {"request_overhead_s": -1}, "source": "s"}}},
+            "engines.x.defaults.request_overhead_s",
+        ),
+        ({"engines": {"x": {"name": "X", "defaults": {}}}}, "engines.x.source"),
+        ({"gpus": {}}, None),
+    ],
+)
+def test_a_bad_catalog_entry_names_its_field(document, expected):
+    with pytest.raises(QuotacalcError) as caught:
+        parse_engine_catalog(document, "engines.yaml")
+    assert caught.value.source == "engines.yaml"
+    assert caught.value.field == expected
+
+
+def test_the_shipped_catalog_parses_as_written():
+    from pathlib import Path
+
+    import quotacalc.catalog.engines as engines
+
+    path = Path(engines.__file__).with_name(engines.CATALOG_FILE)
+    assert parse_engine_catalog(yaml.safe_load(path.read_text(encoding="utf-8")), str(path)) == load_engine_catalog()
