@@ -15,9 +15,12 @@ Prediction per kind:
 - itl: ReplicaModel.loaded_itl_s(concurrency, prompt, output) (the other requests' prefills
   interleaved);
 - e2e_latency (a fixed batch from an empty engine): one prefill step of the batch's prompts (each
-  prompt attends only to itself: batch × one prompt's FLOPs, or one read of the weights), then
-  (output − 1) decode steps at batch, context prompt + output / 2;
-- ttft: ReplicaModel.ttft_s(prompt);
+  prompt attends only to itself: batch × one prompt's FLOPs, or one read of the weights, and the
+  prefill pass's overheads), then (output − 1) decode steps at batch, context prompt + output / 2;
+- ttft: ReplicaModel.ttft_s(prompt); a point measured on the engine alone (``engine_only``: no API
+  server or tokenizer) without the request overhead it does not pay.
+
+Each point is priced with its engine's profile (``engine``: quotacalc/catalog/engines.yaml).
 - kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU);
 - weight logs: quotacalc's weight bytes per GPU against vLLM's 'Model loading took' figure.
 
@@ -68,6 +71,7 @@ def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
         "tp": point["tp"],
         "weight_dtype": point.get("weight_dtype"),
         "kv_dtype": point.get("kv_dtype"),
+        "engine": point.get("engine", "generic"),
     }
     for key in (
         "memory_utilization",
@@ -99,11 +103,9 @@ def predict_decode(point: dict[str, Any], **overrides: Any) -> float:
 def batch_prefill_s(model: ReplicaModel, batch: int, prompt_tokens: int) -> float:
     """One prefill step of ``batch`` prompts together: each attends only to its own tokens, so the FLOPs
     are ``batch`` times one prompt's (one sequence of batch × prompt tokens would charge attention over
-    all of them), or one read of the weights if that is longer; plus the step overhead and all-reduces."""
-    compute_s = batch * model.prefill_compute_s(prompt_tokens)
-    return (
-        max(compute_s, model.prefill_weight_read_s()) + model.step_overhead_s + model.allreduce_s(batch * prompt_tokens)
-    )
+    all of them), or one read of the weights if that is longer; plus the prefill pass's overheads and
+    all-reduces."""
+    return model.mixed_step_time_s(0, 0.0, batch * model.prefill_compute_s(prompt_tokens), batch * prompt_tokens)
 
 
 def measured_decode(point: dict[str, Any]) -> float:
@@ -111,7 +113,9 @@ def measured_decode(point: dict[str, Any]) -> float:
 
 
 def predict_ttft(point: dict[str, Any], **overrides: Any) -> float:
-    return model_of(point, **overrides).ttft_s(point["prompt_tokens"])
+    model = model_of(point, **overrides)
+    ttft_s = model.ttft_s(point["prompt_tokens"])
+    return ttft_s - model.request_overhead_s if point.get("engine_only") else ttft_s
 
 
 def predict_pool(point: dict[str, Any], **overrides: Any) -> tuple[float, float, str]:

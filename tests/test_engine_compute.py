@@ -67,7 +67,8 @@ def test_ttft_charges_the_logits_once_a_chunk():
     first = (8192 * (per_token + 524_288 * 4096.5) + logits) / rate
     second = (8192 * (per_token + 524_288 * (8192 + 4096.5)) + logits) / rate
     assert result.engine_flops_per_prompt_token == per_token
-    assert result.ttft_s == pytest.approx(0.005 + first + 0.0012 + second + 0.0012, rel=1e-9)
+    # Each chunk pays the step overhead (1.2 ms) and 32 layers x 90 us; the request, 3 ms once.
+    assert result.ttft_s == pytest.approx(0.003 + first + 0.0012 + 0.00288 + second + 0.0012 + 0.00288, rel=1e-9)
     # The method's prompt token is untouched: 2 x every active parameter.
     assert result.prompt_token_s == pytest.approx(2 * LLAMA8_PARAMS / rate, rel=1e-9)
 
@@ -85,12 +86,12 @@ def test_engine_decode_compute_skips_the_embedding_gather():
     assert result.engine_decode_step_s == pytest.approx(max(engine, result.decode_memory_s), rel=1e-6)
 
 
-@pytest.mark.parametrize("prefill_layer_overhead_s", [0.0, 1e-3])
+@pytest.mark.parametrize("prefill_layer_overhead_s", [9e-5, 1e-3])
 def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops(prefill_layer_overhead_s):
     """One 4,000-token request alone on one H100 (Llama 3.1 8B BF16, 989.5 TFLOPS): one compute-bound chunk, so its first
     token comes after 4,000 prompt tokens at 2 x 6,979,588,096 FLOPs, their attention, one token's logits,
-    the step overhead and the request overhead (docs/accuracy.md's TTFT), and, for an eager prefill, 32 layers x
-    prefill_layer_overhead_s."""
+    the step overhead and the request overhead (docs/accuracy.md's TTFT), and 32 layers x prefill_layer_overhead_s
+    (90 us by default; an eager prefill's 1 ms)."""
     from quotacalc.inputs.scenario import scenario_from_dict
     from quotacalc.sim.events import Simulation, build_setup
 
@@ -132,7 +133,7 @@ def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops(prefill_laye
     bf16_rate = 989.5e12 * 0.5
     assert flops / bf16_rate > LLAMA8_PARAMS * 2 / (3.35e12 * 0.75)  # compute-bound: above one weight read
     eager_s = 32 * prefill_layer_overhead_s
-    assert result.ttft_p50_s == pytest.approx(0.005 + flops / bf16_rate + 0.0012 + eager_s, rel=1e-9)
+    assert result.ttft_p50_s == pytest.approx(0.003 + flops / bf16_rate + 0.0012 + eager_s, rel=1e-9)
 
 
 def test_moe_slots_add_to_every_forward_pass_by_hand():
@@ -205,11 +206,19 @@ def test_calibrate_says_when_the_runs_cannot_move_a_parameter():
     assert values["mbu"].after != values["mbu"].before  # the one it can move is fitted
 
 
-def test_prefill_layer_overhead_adds_to_every_forward_pass_that_carries_prompt_tokens_by_hand():
-    """Llama 3.3 70B (80 layers) at 1 ms a layer: 80 ms once a prefill chunk. A 20,000-token prompt in chunks of
-    8,192 (H100's default budget) pays it three times; a decode-only step never; a prompt prefilled inside decode
-    steps pays it once (loaded ITL); the method's roofline figures do not move."""
-    base = Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", batch=16, context=1000)
+def test_prefill_layer_overhead_adds_to_every_prefill_pass_by_hand():
+    """Llama 3.3 70B (80 layers): 90 us a layer by default, 7.2 ms once a prefill chunk; at 1 ms a layer, 80 ms.
+    A 20,000-token prompt in chunks of 8,192 (H100's default budget) pays it three times; a decode-only step never.
+    A prompt prefilled among decodes pays none where prefill rides in the decode step (mixed_prefill, the default)
+    and its own pass's where it does not (SGLang); the method's roofline figures never move."""
+    base = Deployment(
+        model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", batch=16, context=1000,
+        prefill_layer_overhead_s=0.0,
+    )  # fmt: skip
+    assert price(resolve(base.model_copy(update={"prefill_layer_overhead_s": 9e-5}))).prefill_overhead_s == (
+        pytest.approx(80 * 9e-5)
+    )
+    assert Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm").prefill_layer_overhead_s == 9e-5
     eager = base.model_copy(update={"prefill_layer_overhead_s": 1e-3})
     plain_result, eager_result = price(resolve(base)), price(resolve(eager))
     assert plain_result.prefill_overhead_s == 0.0
@@ -220,17 +229,26 @@ def test_prefill_layer_overhead_adds_to_every_forward_pass_that_carries_prompt_t
     assert eager_result.prompt_token_s == plain_result.prompt_token_s
     from quotacalc.core.replica import replica_model
 
-    plain = replica_model(resolve(base), plain_result.kv_pool_bytes_per_gpu)
-    model = replica_model(resolve(eager), eager_result.kv_pool_bytes_per_gpu)
+    def model_of(deployment):
+        return replica_model(resolve(deployment), price(resolve(deployment)).kv_pool_bytes_per_gpu)
+
+    plain, model = model_of(base), model_of(eager)
     assert model.ttft_s(20_000) - plain.ttft_s(20_000) == pytest.approx(3 * 0.080, rel=1e-9)  # ceil(20000 / 8192)
     assert model.step_time_s(16, 1000) == plain.step_time_s(16, 1000)
     assert model.mixed_step_time_s(16, 1000, 0.0, 0) == plain.mixed_step_time_s(16, 1000, 0.0, 0)
-    assert model.mixed_step_time_s(16, 1000, 0.01, 512) - plain.mixed_step_time_s(16, 1000, 0.01, 512) == (
+    # Mixed: a chunk riding in a decode step adds its FLOPs, no pass of its own.
+    assert model.mixed_step_time_s(16, 1000, 0.01, 512) == plain.mixed_step_time_s(16, 1000, 0.01, 512)
+    assert model.loaded_itl_s(25, 500, 1000) == plain.loaded_itl_s(25, 500, 1000)
+    # Not mixed: each prefill is a pass the decodes wait for, 80 ms; at concurrency 25 with 1,000-token outputs
+    # each step carries 24/1000 of a prefill.
+    apart = model_of(eager.model_copy(update={"mixed_prefill": False}))
+    assert apart.mixed_step_time_s(16, 1000, 0.01, 512) - plain.mixed_step_time_s(16, 1000, 0.01, 512) == (
         pytest.approx(0.080, rel=1e-9)
     )
-    # At concurrency 25 with 1,000-token outputs each step carries 24/1000 of a prefill: 24 / 1000 x 80 ms more.
-    extra = model.loaded_itl_s(25, 500, 1000) - plain.loaded_itl_s(25, 500, 1000)
-    assert extra == pytest.approx(24 / 1000 * 0.080, rel=1e-9)
+    assert apart.loaded_itl_s(25, 500, 1000) - plain.loaded_itl_s(25, 500, 1000) == pytest.approx(
+        24 / 1000 * 0.080, rel=1e-9
+    )
+    assert apart.ttft_s(20_000) == model.ttft_s(20_000)
 
 
 def test_calibrate_recovers_a_prefill_layer_overhead():
@@ -247,6 +265,6 @@ def test_calibrate_recovers_a_prefill_layer_overhead():
     points = [b.model_copy(update={"ttft_s": value}) for b, value in zip(blank, measured, strict=True)]
     result = calibrate(inputs, points, parameters=["mfu", "prefill_layer_overhead_s"])
     fitted = {parameter.name: parameter for parameter in result.parameters}
-    assert fitted["prefill_layer_overhead_s"].before == 0.0
+    assert fitted["prefill_layer_overhead_s"].before == 9e-5  # the default
     assert fitted["prefill_layer_overhead_s"].after == pytest.approx(9e-4, rel=2e-2)
     assert fitted["mfu"].after == pytest.approx(0.4, rel=2e-2)

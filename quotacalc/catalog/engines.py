@@ -22,8 +22,9 @@ class EngineDefaults(BaseModel):
     request_overhead_s: NonNegativeFloat | None = None
     moe_slot_overhead_s: NonNegativeFloat | None = None
     prefill_layer_overhead_s: NonNegativeFloat | None = None
+    mixed_prefill: bool | None = None
 
-    def given(self) -> dict[str, float]:
+    def given(self) -> dict[str, float | bool]:
         """The inputs this profile sets."""
         return {name: value for name, value in self.model_dump().items() if value is not None}
 

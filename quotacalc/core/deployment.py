@@ -186,7 +186,7 @@ class Deployment(BaseModel):
         "detokenisation and bookkeeping, s",
     )
     request_overhead_s: float = Field(
-        0.005, description="fixed time to first token beside the prefill: API server, tokenizer, scheduling, s"
+        0.003, description="fixed time to first token beside the prefill passes: API server, tokenizer, scheduling, s"
     )
     moe_slot_overhead_s: float = Field(
         2e-6,
@@ -194,9 +194,15 @@ class Deployment(BaseModel):
         "doubling of TP, beside the roofline: routing, token permutation, narrow expert-GEMM tiles, s",
     )
     prefill_layer_overhead_s: float = Field(
-        0.0,
-        description="time each layer adds to every forward pass that carries prompt tokens, beside the roofline: "
-        "an eager prefill's kernel launches and rank synchronisation (engines that run prefill without CUDA graphs), s",
+        9e-5,
+        description="time each layer adds to a prefill forward pass beside the roofline: its small kernels' fixed "
+        "cost (norms, rotary, attention set-up), and an eager engine's launches and rank synchronisation, s",
+    )
+    mixed_prefill: bool = Field(
+        True,
+        description="prefill chunks ride in decode steps (vLLM chunked prefill, TensorRT-LLM in-flight batching), so a "
+        "prompt adds no prefill pass of its own to the decodes; off: each prefill is a forward pass the decodes "
+        "wait for (SGLang without --enable-mixed-chunk)",
     )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"

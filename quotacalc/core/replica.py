@@ -127,10 +127,12 @@ class ReplicaModel:
     #: moe_slot_overhead_s (routing, permutation, narrow expert-GEMM tiles; docs/accuracy.md, "A fixed cost per
     #: routed-expert slot"). 0 for dense models and at TP 1.
     moe_overhead_s: float = 0.0
-    #: What every forward pass that carries prompt tokens adds beside the roofline: layers ×
-    #: prefill_layer_overhead_s (an eager prefill's launches and rank synchronisation; docs/accuracy.md). 0 for
-    #: engines that capture or compile their prefill.
+    #: What a prefill forward pass adds beside the roofline: layers × prefill_layer_overhead_s (small kernels'
+    #: fixed cost; an eager engine's launches and rank synchronisation; docs/accuracy.md).
     prefill_overhead_s: float = 0.0
+    #: Prefill chunks ride in decode steps (one forward pass for both), so a prompt prefilled among decodes adds
+    #: its FLOPs but no prefill pass; False: each prefill is a pass of its own, prefill_overhead_s included.
+    mixed_prefill: bool = True
     #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
     #: which it gathers (engine_compute). None: flops_per_token.
     engine_flops_per_token: float | None = None
@@ -144,6 +146,8 @@ class ReplicaModel:
     _windows: tuple[tuple[int, float, float], ...] = field(init=False, repr=False, compare=False)
     _per_step_s: float = field(init=False, repr=False, compare=False)
     _per_sequence_s: float = field(init=False, repr=False, compare=False)
+    #: What a prompt prefilled among decodes adds beside its FLOPs: its own pass's overhead unless mixed.
+    _rider_overhead_s: float = field(init=False, repr=False, compare=False)
     _fixed_engine_read_bytes: float | None = field(init=False, repr=False, compare=False)
     #: FLOPs of one prompt token in an engine's prefill (engine_flops_per_token − logits_flops_per_token).
     prefill_flops_per_token: float = field(init=False, repr=False, compare=False)
@@ -167,6 +171,7 @@ class ReplicaModel:
             "_per_step_s",
             self.step_overhead_s + self.moe_overhead_s + self.allreduces_per_step * self.allreduce_latency_s,
         )
+        object.__setattr__(self, "_rider_overhead_s", 0.0 if self.mixed_prefill else self.prefill_overhead_s)
         object.__setattr__(
             self,
             "_per_sequence_s",
@@ -282,20 +287,19 @@ class ReplicaModel:
         With decodes the chunks ride in the decode step: their FLOPs and all-reduce traffic on top
         (the weights are read once per step anyway), as :meth:`interleaved_prefill_s` charges them.
         """
-        prefill_overhead_s = self.prefill_overhead_s if prefill_tokens > 0 else 0.0
         if batch == 0:
             read_s = self.prefill_weight_read_s()
             return (
                 (prefill_compute_s if prefill_compute_s > read_s else read_s)
                 + self.step_overhead_s
                 + self.moe_overhead_s
-                + prefill_overhead_s
+                + (self.prefill_overhead_s if prefill_tokens > 0 else 0.0)
                 + self.allreduces_per_step * (self.allreduce_latency_s + prefill_tokens * self.allreduce_s_per_token)
             )
         return (
             self.step_time_s(batch, context_tokens)
             + prefill_compute_s
-            + prefill_overhead_s
+            + (self._rider_overhead_s if prefill_tokens > 0 else 0.0)
             + self.allreduces_per_step * prefill_tokens * self.allreduce_s_per_token
         )
 
@@ -311,13 +315,13 @@ class ReplicaModel:
     def interleaved_prefill_s(self, prompt_tokens: int) -> float:
         """What one prompt's prefill adds to the decode steps it rides in (chunked prefill).
 
-        Its FLOPs, its all-reduce traffic and the prefill overhead of the forward pass it rides in; the
-        weights are read once per step anyway and the step overhead is the decode step's, so neither is
-        charged again.
+        Its FLOPs and its all-reduce traffic; the weights are read once per step anyway and the step
+        overhead is the decode step's, so neither is charged again. An engine that does not mix prefill
+        into decode steps runs it as a pass of its own, whose prefill overhead the decodes wait for too.
         """
         return (
             self.prefill_compute_s(prompt_tokens)
-            + self.prefill_overhead_s
+            + self._rider_overhead_s
             + self.allreduces_per_step * prompt_tokens * self.allreduce_s_per_token
         )
 
@@ -448,6 +452,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         step_overhead_s=deployment.step_overhead_s,
         moe_overhead_s=deployment.moe_slot_overhead_s * moe_slots(arch, tp),
         prefill_overhead_s=deployment.prefill_layer_overhead_s * len(arch.layers),
+        mixed_prefill=deployment.mixed_prefill,
         sequence_overhead_s=deployment.sequence_overhead_s,
         allreduces_per_step=allreduces_per_step(arch, tp),
         allreduce_latency_s=deployment.allreduce_latency_s
