@@ -26,7 +26,7 @@ DESCRIPTIVE = {
     "request_kv_bytes",  # "5,000 tokens, 131,072 B/token at long context"
     "request_kv_bytes_per_gpu",  # "TP 2"
     "engine_prompt_token_s",  # "prefill_time(8,192) / 8,192": the replica model's chunk time
-    "ttft_s",  # "0.005 + 1 chunk(s) of ≤ 8,192 tokens over a 1,700-token prompt"
+    "ttft_s",  # "0.003 + 1 chunk(s) of ≤ 8,192 tokens over a 1,700-token prompt"
     "max_load_batch",  # "requests of 1,700 + 128 tokens at their full length"
     "max_load_output_tokens_per_s",  # "B = 300, prompt 1,700, output 128"
     "prompt_token_units",  # "at a 1,800-token prompt": kv's prompt_token_units_at_context
