@@ -107,3 +107,42 @@ def test_a_broken_inference_pool_is_rejected():
     manifest["spec"]["endpointPickerRef"] = {"name": "epp"}  # a Service needs a port: a CEL rule
     problems = validate_manifest(manifest)
     assert len(problems) == 2, problems
+
+
+def test_a_pool_priced_as_another_engine_gets_no_vllm_file_and_the_limit_says_so():
+    """A plan's pool on SGLang (engine: sglang) is not started by vllm serve: its file is left out, by name."""
+    policy = platform_policy()
+    long = next(pool for pool in policy.pools if pool.name == "long")
+    policy = policy.model_copy(
+        update={
+            "pools": tuple(
+                pool.model_copy(update={"serving_engine": "sglang"}) if pool is long else pool for pool in policy.pools
+            )
+        }
+    )
+    result = vllm.export(policy, {}, ExportOptions())
+    assert [f.path for f in result.files] == ["vllm/standard.yaml"]
+    assert any(line.startswith("No vllm serve file for long (sglang)") for line in result.limits)
+    assert not any("No vllm serve file" in line for line in vllm.export(platform_policy(), {}, ExportOptions()).limits)
+
+
+def test_the_plan_carries_each_pools_engine_into_the_policy(tmp_path, run_cli):
+    """engine: sglang on a plan's pool reaches the policy (serving_engine) and the vLLM target leaves it out."""
+    root = Path(__file__).resolve().parent.parent
+    document = yaml.safe_load((root / "examples" / "platform.yaml").read_text(encoding="utf-8"))
+    pool = document["pools"][-1]
+    pool.setdefault("deployment", {})["engine"] = "sglang"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document), encoding="utf-8")
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 64, encoding="utf-8")
+    out = tmp_path / "out"
+    code, _, err = run_cli("generate", plan, "--out", out, "--salt-secret-file", secret)
+    assert code == 0, err
+    policy = json.loads((out / "canonical" / "policy.json").read_text(encoding="utf-8"))
+    engines = {entry["name"]: entry["serving_engine"] for entry in policy["pools"]}
+    assert engines[pool["name"]] == "sglang" and set(engines.values()) == {"generic", "sglang"}
+    assert not (out / "vllm" / f"{pool['name']}.yaml").exists()
+    assert sorted(path.name for path in (out / "vllm").glob("*.yaml")) == sorted(
+        f"{name}.yaml" for name, engine in engines.items() if engine == "generic"
+    )

@@ -78,6 +78,11 @@ class PoolPolicy(_Frozen):
     usd_per_replica_month: float | None = Field(None, description="one replica: GPUs × $/GPU-hour × hours/month")
     usd_per_month: float = Field(description="the pool's replicas, used or not")
     usd_per_unit: float | None = Field(None, description="price of one unit at the utilisation ceiling, USD")
+    serving_engine: str = Field(
+        "generic",
+        description="the engine profile the pool is priced with ('quotacalc engines'); engine settings are "
+        "vLLM's, written for generic pools only",
+    )
     engine: EngineSettings
 
 
@@ -330,6 +335,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 usd_per_replica_month=replica.dedicated_usd_per_month,
                 usd_per_month=pool.replicas * replica.dedicated_usd_per_month,
                 usd_per_unit=replica.usd_per_unit,
+                serving_engine=pool.deployment.engine,
                 engine=_engine(pool, replica, routed[pool.name]),
             )
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from quotacalc.core.policy import EngineSettings, QuotaPolicy
+from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters._text import yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
@@ -38,8 +38,12 @@ def engine_config(engine: EngineSettings) -> dict:
 
 
 def documents(policy: QuotaPolicy) -> dict[str, dict]:
-    """Each pool's config file, by path."""
-    return {f"vllm/{pool.name}.yaml": engine_config(pool.engine) for pool in policy.pools}
+    """Each vLLM pool's config file, by path: a pool priced as another engine (SGLang) gets none."""
+    return {f"vllm/{pool.name}.yaml": engine_config(pool.engine) for pool in policy.pools if _runs_vllm(pool)}
+
+
+def _runs_vllm(pool: PoolPolicy) -> bool:
+    return pool.serving_engine == "generic"
 
 
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
@@ -65,6 +69,12 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "cache_salt and priority are per request: the gateway sets them (vLLM trusts whatever the request body says).",
         "Fairness: vLLM orders by priority then arrival (or fcfs); a tenant's share is kept only by the gateway's fair queueing.",
     ]
+    others = [f"{pool.name} ({pool.serving_engine})" for pool in policy.pools if not _runs_vllm(pool)]
+    if others:
+        limits.append(
+            f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine; start it "
+            "with the same context, batch and memory settings (the canonical target's engine block)."
+        )
     adapters = sorted({adapter for tenant in policy.tenants for adapter in tenant.lora_adapters})
     if adapters:
         limits.append(
