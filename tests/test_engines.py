@@ -108,3 +108,13 @@ def test_the_shipped_catalog_parses_as_written():
 
     path = Path(engines.__file__).with_name(engines.CATALOG_FILE)
     assert parse_engine_catalog(yaml.safe_load(path.read_text(encoding="utf-8")), str(path)) == load_engine_catalog()
+
+
+def test_tables_name_a_profiled_engine_and_leave_the_generic_one_unsaid(run_cli):
+    base = ("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm")
+    code, out, _ = run_cli(*base, "--engine", "sglang")
+    assert code == 0 and "$2.5/GPU-h, engine sglang" in out
+    code, out, _ = run_cli(*base, "--gpu", "h100-sxm,h200", "--engine", "sglang", "--format", "markdown")
+    assert code == 0 and out.splitlines()[0].endswith("$2.5/GPU-h, engine sglang**")
+    code, out, _ = run_cli(*base)
+    assert code == 0 and "engine" not in out.splitlines()[0]

@@ -65,7 +65,7 @@ def _title(command: Command, deployment: Deployment, tenant: Tenant | None) -> s
     d = deployment
     title = (
         f"{d.model}: batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, "
-        f"${d.gpu_hour_usd}/GPU-h"
+        f"${d.gpu_hour_usd}/GPU-h{units.engine_note(d.engine)}"
     )
     if command == "size" and tenant is not None:
         title = (

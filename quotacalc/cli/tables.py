@@ -92,6 +92,7 @@ def _header(result: PriceResult) -> str:
     return (
         f"{inputs.arch.name} on {d.tp}× {inputs.gpu.id}: weights {inputs.weights.describe(inputs.arch.params_by_group())}, KV {inputs.kv_dtype.name}, "
         f"batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, ${d.gpu_hour_usd}/GPU-h"
+        f"{units.engine_note(d.engine)}"
     )
 
 

@@ -63,3 +63,8 @@ def render(value: float, unit: str) -> str:
     if unit == "FLOP":
         return f"{value / 1e9:.3g} GFLOP"
     return f"{number(value)} {unit}".strip()
+
+
+def engine_note(engine: str) -> str:
+    """', engine X' where a deployment is priced with an engine profile other than the generic one."""
+    return "" if engine == "generic" else f", engine {engine}"

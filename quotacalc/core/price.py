@@ -636,12 +636,12 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     x.record(
         "prefill_overhead_s",
         model.prefill_overhead_s,
-        formula="layers × prefill_layer_overhead_s (an eager prefill's launches and rank synchronisation, once a "
-        "forward pass that carries prompt tokens)",
+        formula="layers × prefill_layer_overhead_s (a prefill pass's small kernels, and an eager engine's launches "
+        "and rank synchronisation; once a prefill pass)",
         substituted=f"{len(arch.layers)} × {fmt(deployment.prefill_layer_overhead_s)}",
         unit="s",
-        note=f"engine {deployment.engine}; 0 for engines that capture or compile their prefill, SGLang's fitted on "
-        "its first-token latencies ('quotacalc engines', docs/accuracy.md)",
+        note=f"engine {deployment.engine} ('quotacalc engines'); fitted on first-token latencies (docs/accuracy.md)"
+        + ("" if deployment.mixed_prefill else "; not mixed: decodes wait for each prefill pass"),
     )
     x.record(
         "engine_prompt_token_s",
