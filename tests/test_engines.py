@@ -118,3 +118,15 @@ def test_tables_name_a_profiled_engine_and_leave_the_generic_one_unsaid(run_cli)
     assert code == 0 and out.splitlines()[0].endswith("$2.5/GPU-h, engine sglang**")
     code, out, _ = run_cli(*base)
     assert code == 0 and "engine" not in out.splitlines()[0]
+
+
+def test_the_catalog_finds_ids_and_aliases_and_suggests_close_ones():
+    catalog = load_engine_catalog()
+    assert catalog.find(" VLLM ").id == "generic" and catalog.find("sglang").id == "sglang"
+    assert catalog.find("sglng") is None
+    with pytest.raises(QuotacalcError) as caught:
+        catalog.get("sglng")
+    assert (caught.value.field, caught.value.fix) == ("engine", "did you mean sglang?")
+    with pytest.raises(QuotacalcError) as caught:
+        catalog.get("zzz")
+    assert caught.value.fix == "one of generic, sglang ('quotacalc engines')"

@@ -46,12 +46,17 @@ class EngineCatalog(BaseModel):
 
     engines: dict[str, EngineProfile]
 
+    def find(self, name: str) -> EngineProfile | None:
+        """The engine whose id or alias is ``name`` (case-insensitive), or None."""
+        key = name.strip().lower()
+        return next((engine for engine in self.engines.values() if key == engine.id or key in engine.aliases), None)
+
     def get(self, name: str) -> EngineProfile:
         """Find an engine by id or alias (case-insensitive), suggesting close ids when unknown."""
+        engine = self.find(name)
+        if engine is not None:
+            return engine
         key = name.strip().lower()
-        for engine in self.engines.values():
-            if key == engine.id or key in engine.aliases:
-                return engine
         names = [*self.engines, *(alias for engine in self.engines.values() for alias in engine.aliases)]
         close = close_names(key, names, n=3, cutoff=0.5)
         fix = (

@@ -8,9 +8,12 @@ default; nothing the core uses is a buried constant. Loading them from files and
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from quotacalc.catalog.engines import EngineProfile
 
 GIB = 2**30
 
@@ -321,15 +324,11 @@ class Deployment(BaseModel):
         return self.load_prompt_tokens if self.load_prompt_tokens is not None else self.context
 
 
-def _engine_profile(name: str):
+def _engine_profile(name: str) -> EngineProfile | None:
     """The catalog's profile for an engine id or alias, or None."""
     from quotacalc.catalog.engines import load_engine_catalog
-    from quotacalc.errors import QuotacalcError
 
-    try:
-        return load_engine_catalog().get(name)
-    except QuotacalcError:
-        return None
+    return load_engine_catalog().find(name)
 
 
 class Tenant(BaseModel):
