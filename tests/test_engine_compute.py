@@ -245,6 +245,12 @@ def test_prefill_layer_overhead_adds_to_every_prefill_pass_by_hand():
     assert apart.mixed_step_time_s(16, 1000, 0.01, 512) - plain.mixed_step_time_s(16, 1000, 0.01, 512) == (
         pytest.approx(0.080, rel=1e-9)
     )
+    # A decode step without prefill tokens runs no prefill pass, mixed or not; one prompt token is a pass.
+    assert apart.mixed_step_time_s(16, 1000, 0.0, 0) == apart.step_time_s(16, 1000)
+    assert model.mixed_step_time_s(16, 1000, 0.0, 0) == model.step_time_s(16, 1000)
+    assert apart.mixed_step_time_s(16, 1000, 1e-5, 1) - plain.mixed_step_time_s(16, 1000, 1e-5, 1) == (
+        pytest.approx(0.080, rel=1e-9)
+    )
     assert apart.loaded_itl_s(25, 500, 1000) - plain.loaded_itl_s(25, 500, 1000) == pytest.approx(
         24 / 1000 * 0.080, rel=1e-9
     )

@@ -293,7 +293,7 @@ class ReplicaModel:
                 (prefill_compute_s if prefill_compute_s > read_s else read_s)
                 + self.step_overhead_s
                 + self.moe_overhead_s
-                + (self.prefill_overhead_s if prefill_tokens > 0 else 0.0)
+                + self.prefill_overhead_s
                 + self.allreduces_per_step * (self.allreduce_latency_s + prefill_tokens * self.allreduce_s_per_token)
             )
         return (
