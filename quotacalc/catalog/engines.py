@@ -5,9 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat
 
-from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.catalog.entries import find_named, get_named, parse_entries
 
 CATALOG_FILE = "engines.yaml"
 
@@ -48,36 +48,17 @@ class EngineCatalog(BaseModel):
 
     def find(self, name: str) -> EngineProfile | None:
         """The engine whose id or alias is ``name`` (case-insensitive), or None."""
-        key = name.strip().lower()
-        return next((engine for engine in self.engines.values() if key == engine.id or key in engine.aliases), None)
+        return find_named(self.engines, name)
 
     def get(self, name: str) -> EngineProfile:
         """Find an engine by id or alias (case-insensitive), suggesting close ids when unknown."""
-        engine = self.find(name)
-        if engine is not None:
-            return engine
-        key = name.strip().lower()
-        names = [*self.engines, *(alias for engine in self.engines.values() for alias in engine.aliases)]
-        close = close_names(key, names, n=3, cutoff=0.5)
-        fix = (
-            f"did you mean {', '.join(close)}?" if close else f"one of {', '.join(self.engines)} ('quotacalc engines')"
-        )
-        raise UsageError(f"unknown engine '{name}'", field="engine", fix=fix)
+        listing = f"one of {', '.join(self.engines)} ('quotacalc engines')"
+        return get_named(self.engines, name, what="engine", field="engine", listing=listing)
 
 
 def parse_engine_catalog(document: object, source: str) -> EngineCatalog:
     """Validate a parsed engine catalog; errors name the entry and field."""
-    if not isinstance(document, dict) or not isinstance(document.get("engines"), dict):
-        raise QuotacalcError("expected a mapping with an 'engines' key", source=source)
-    engines = {}
-    for engine_id, entry in document["engines"].items():
-        try:
-            engines[engine_id] = EngineProfile.model_validate({"id": engine_id, **(entry or {})})
-        except ValidationError as error:
-            first = error.errors()[0]
-            field = ".".join(str(part) for part in ("engines", engine_id, *first["loc"]))
-            raise QuotacalcError(first["msg"], source=source, field=field) from None
-    return EngineCatalog(engines=engines)
+    return EngineCatalog(engines=parse_entries(document, "engines", EngineProfile, source))
 
 
 @lru_cache(maxsize=1)

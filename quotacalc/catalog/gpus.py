@@ -5,9 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.catalog.entries import get_named, parse_entries
 
 CATALOG_FILE = "gpus.yaml"
 
@@ -59,29 +59,12 @@ class GpuCatalog(BaseModel):
 
     def get(self, name: str) -> GpuSpec:
         """Find a GPU by id or alias (case-insensitive), suggesting close ids when unknown."""
-        key = name.strip().lower()
-        for gpu in self.gpus.values():
-            if key == gpu.id or key in gpu.aliases:
-                return gpu
-        names = [*self.gpus, *(alias for gpu in self.gpus.values() for alias in gpu.aliases)]
-        close = close_names(key, names, n=3, cutoff=0.5)
-        fix = f"did you mean {', '.join(close)}?" if close else "run 'quotacalc gpus' for the catalog"
-        raise UsageError(f"unknown GPU '{name}'", field="gpu", fix=fix)
+        return get_named(self.gpus, name, what="GPU", field="gpu", listing="run 'quotacalc gpus' for the catalog")
 
 
 def parse_catalog(document: object, source: str) -> GpuCatalog:
     """Validate a parsed catalog document; errors name the entry and field."""
-    if not isinstance(document, dict) or not isinstance(document.get("gpus"), dict):
-        raise QuotacalcError("expected a mapping with a 'gpus' key", source=source)
-    gpus = {}
-    for gpu_id, entry in document["gpus"].items():
-        try:
-            gpus[gpu_id] = GpuSpec.model_validate({"id": gpu_id, **(entry or {})})
-        except ValidationError as error:
-            first = error.errors()[0]
-            field = ".".join(str(part) for part in ("gpus", gpu_id, *first["loc"]))
-            raise QuotacalcError(first["msg"], source=source, field=field) from None
-    return GpuCatalog(gpus=gpus)
+    return GpuCatalog(gpus=parse_entries(document, "gpus", GpuSpec, source))
 
 
 @lru_cache(maxsize=1)
