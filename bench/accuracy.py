@@ -44,6 +44,7 @@ import yaml
 
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.benchmark import closed_loop
+from quotacalc.core.deployment import GENERIC_ENGINE
 from quotacalc.core.memory import GIB
 from quotacalc.core.replica import ReplicaModel, replica_model
 from quotacalc.core.weights import engine_extra_bytes_per_gpu
@@ -71,7 +72,7 @@ def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
         "tp": point["tp"],
         "weight_dtype": point.get("weight_dtype"),
         "kv_dtype": point.get("kv_dtype"),
-        "engine": point.get("engine", "generic"),
+        "engine": point.get("engine", GENERIC_ENGINE),
     }
     for key in (
         "memory_utilization",
@@ -82,7 +83,7 @@ def deployment_of(point: dict[str, Any], **overrides: Any) -> Deployment:
     ):
         if point.get(key) is not None:
             fields[key] = point[key]
-    return Deployment(**fields, **overrides)
+    return Deployment(**{**fields, **overrides})
 
 
 def model_of(point: dict[str, Any], **overrides: Any) -> ReplicaModel:

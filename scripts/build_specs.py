@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quotacalc.catalog.gpus import preparsed_twin
+from quotacalc.catalog.entries import preparsed_twin
 from quotacalc.catalog.models import shipped_models, shipped_specs_dir
 from quotacalc.fileio import write_text_atomic
 from quotacalc.inputs.shipped_specs import (

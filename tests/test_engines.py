@@ -33,6 +33,9 @@ def test_a_profile_fills_the_inputs_it_names_and_an_explicit_value_wins():
     assert plain.model_dump(exclude=named) == sglang.model_dump(exclude=named)
     assert sglang.mixed_prefill is False and plain.mixed_prefill is True
     # vLLM and TensorRT-LLM are what the defaults were fitted on: the generic profile, which changes nothing.
+    from quotacalc.core.deployment import GENERIC_ENGINE
+
+    assert plain.engine == GENERIC_ENGINE and load_engine_catalog().get(GENERIC_ENGINE).defaults.given() == {}
     for alias in ("vllm", "tensorrt-llm", "nim"):
         assert Deployment(**LLAMA8, engine=alias) == plain
 

@@ -71,7 +71,7 @@ def test_first_call_on_a_fresh_machine_imports_no_transformers(tmp_path):
 
 def test_catalog_twins_match_their_yaml():
     """The pre-parsed JSON twins of gpus.yaml and models/index.yaml equal a strict parse of the YAML."""
-    from quotacalc.catalog.gpus import preparsed_twin
+    from quotacalc.catalog.entries import preparsed_twin
     from quotacalc.inputs.shipped_specs import build_twin_document, shipped_yaml_files, twin_text
 
     for path in shipped_yaml_files():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat
 
-from quotacalc.catalog.entries import find_named, get_named, parse_entries
+from quotacalc.catalog.entries import find_named, get_named, load_shipped_yaml, parse_entries
 
 CATALOG_FILE = "engines.yaml"
 
@@ -64,8 +64,5 @@ def parse_engine_catalog(document: object, source: str) -> EngineCatalog:
 @lru_cache(maxsize=1)
 def load_engine_catalog() -> EngineCatalog:
     """The shipped engine catalog."""
-    from quotacalc.cache import load_yaml_file_cached
-    from quotacalc.catalog.gpus import preparsed_twin
-
     path = Path(__file__).with_name(CATALOG_FILE)
-    return parse_engine_catalog(load_yaml_file_cached(path, preparsed_twin(path)), str(path))
+    return parse_engine_catalog(load_shipped_yaml(path), str(path))

@@ -1,7 +1,9 @@
-"""What the shipped catalogs share: entries keyed by id, validated where they are read, found by id or alias."""
+"""What the shipped catalogs share: their YAML read through a pre-parsed twin, entries keyed by id and validated
+where they are read, found by id or alias."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -16,6 +18,18 @@ class Named(Protocol):
 
 Entry = TypeVar("Entry", bound=BaseModel)
 Found = TypeVar("Found", bound=Named)
+
+
+def preparsed_twin(path: Path) -> Path:
+    """Where the pre-parsed JSON of a shipped YAML catalog lives (built by scripts/build_specs.py)."""
+    return Path(__file__).resolve().parent / "specs" / "catalogs" / f"{path.parent.name}-{path.stem}.json"
+
+
+def load_shipped_yaml(path: Path) -> object:
+    """A shipped YAML catalog, parsed (from its pre-parsed twin or the cache when they hold its bytes)."""
+    from quotacalc.cache import load_yaml_file_cached
+
+    return load_yaml_file_cached(path, preparsed_twin(path))
 
 
 def parse_entries(document: object, key: str, model: type[Entry], source: str) -> dict[str, Entry]:

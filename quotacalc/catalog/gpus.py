@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from quotacalc.catalog.entries import get_named, parse_entries
+from quotacalc.catalog.entries import get_named, load_shipped_yaml, parse_entries
 
 CATALOG_FILE = "gpus.yaml"
 
@@ -70,12 +70,5 @@ def parse_catalog(document: object, source: str) -> GpuCatalog:
 @lru_cache(maxsize=1)
 def load_gpu_catalog() -> GpuCatalog:
     """The shipped GPU catalog."""
-    from quotacalc.cache import load_yaml_file_cached
-
     path = Path(__file__).with_name(CATALOG_FILE)
-    return parse_catalog(load_yaml_file_cached(path, preparsed_twin(path)), str(path))
-
-
-def preparsed_twin(path: Path) -> Path:
-    """Where the pre-parsed JSON of a shipped YAML catalog lives (built by scripts/build_specs.py)."""
-    return Path(__file__).resolve().parent / "specs" / "catalogs" / f"{path.parent.name}-{path.stem}.json"
+    return parse_catalog(load_shipped_yaml(path), str(path))

@@ -37,11 +37,10 @@ def shipped_specs_dir() -> Path:
 @lru_cache(maxsize=1)
 def shipped_models() -> tuple[ShippedModel, ...]:
     """Every shipped model, in index order."""
-    from quotacalc.cache import load_yaml_file_cached
-    from quotacalc.catalog.gpus import preparsed_twin
+    from quotacalc.catalog.entries import load_shipped_yaml
 
     folder = shipped_models_dir()
-    index = load_yaml_file_cached(folder / INDEX_FILE, preparsed_twin(folder / INDEX_FILE))
+    index = load_shipped_yaml(folder / INDEX_FILE)
     return tuple(
         ShippedModel(name=name, config_path=folder / name / "config.json", hf_ids=tuple(ids or ()))
         for name, ids in index.items()

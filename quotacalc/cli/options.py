@@ -15,6 +15,8 @@ from typing import Annotated, Any, Union
 
 import typer
 
+from quotacalc.cli import units
+
 if typing.TYPE_CHECKING:
     from pydantic import BaseModel
 
@@ -55,7 +57,7 @@ def option_parameters(
             flag = f"{flag}/--no-{flag.removeprefix('--')}"
         # The default is shown from the model (the option's own default is None: 'not given').
         stated = field.default not in (None, PydanticUndefined)
-        default = f"  [default: {_shown_default(field.default)}]" if stated else ""
+        default = f"  [default: {units.setting(field.default)}]" if stated else ""
         listed = "; a comma-separated list compares each" if name in lists else ""
         kind = str if name in lists else plain
         strict = {"parser": whole_number, "metavar": "<int>"} if kind is int else {}
@@ -75,12 +77,6 @@ def whole_number(text: str) -> int:
         return int(text)
     except ValueError:  # more digits than Python converts (4,300)
         raise typer.BadParameter(f"has {len(text):,} digits; far out of range") from None
-
-
-def _shown_default(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callable], Callable]:

@@ -338,17 +338,13 @@ def engines_table(catalog: EngineCatalog) -> None:
     for column in ("id", "changes", "aliases"):
         table.add_column(column, overflow="fold", no_wrap=column != "aliases")
     for engine in catalog.engines.values():
-        changes = ", ".join(f"{name} {_shown(value)}" for name, value in engine.defaults.given().items())
+        changes = ", ".join(f"{name} {units.setting(value)}" for name, value in engine.defaults.given().items())
         _add_row(table, engine.id, changes or "none (the defaults)", ", ".join(engine.aliases) or "-")
     console = _console()
     _print_table(console, table)
     for engine in catalog.engines.values():
         console.print(f"[bold]{engine.id}[/]: {escape(engine.name)}")
         console.print(f"  {escape(engine.source)}")
-
-
-def _shown(value: float | bool) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else f"{value:g}"
 
 
 def gpus_table(catalog: GpuCatalog, *, sources: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 def seconds(value: float) -> str:
@@ -67,4 +68,13 @@ def render(value: float, unit: str) -> str:
 
 def engine_note(engine: str) -> str:
     """', engine X' where a deployment is priced with an engine profile other than the generic one."""
-    return "" if engine == "generic" else f", engine {engine}"
+    from quotacalc.core.deployment import GENERIC_ENGINE
+
+    return "" if engine == GENERIC_ENGINE else f", engine {engine}"
+
+
+def setting(value: Any) -> str:
+    """An input's value as help and listings show it: switches on/off, floats compact."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -40,7 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "sequence_overhead_s": (0.0, 1e-3),
     # What one routed-expert slot of one MoE layer adds to a forward pass: microseconds.
     "moe_slot_overhead_s": (0.0, 1e-4),
-    # What one layer adds to a forward pass that carries prompt tokens (eager prefill): at most milliseconds.
+    # What one layer adds to a prefill pass: microseconds, about a millisecond where prefill runs eagerly.
     "prefill_layer_overhead_s": (0.0, 5e-3),
 }
 #: The size of a typical change of each parameter: the optimiser's scale, and the identifiability test's.

@@ -48,6 +48,8 @@ MAX_OVERHEAD_S = 60
 MAX_MOE_SLOT_OVERHEAD_S = 1e-3
 #: An eager prefill costs about a millisecond a layer on SGLang (docs/accuracy.md); 10 ms a layer is a unit slip.
 MAX_PREFILL_LAYER_OVERHEAD_S = 1e-2
+#: The engine profile that changes no default (vLLM, NIM / TensorRT-LLM: what the defaults were fitted on).
+GENERIC_ENGINE = "generic"
 MAX_RPS = 10**9
 MAX_TOKENS_PER_REQUEST = 100_000_000
 
@@ -176,7 +178,7 @@ class Deployment(BaseModel):
         description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
     )
     engine: str = Field(
-        "generic",
+        GENERIC_ENGINE,
         description="serving engine whose engine-model defaults apply ('quotacalc engines'): generic (vLLM, NIM / "
         "TensorRT-LLM) or sglang; an input given explicitly still wins",
     )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core import memory
-from quotacalc.core.deployment import Tenant
+from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class PoolPolicy(_Frozen):
     usd_per_month: float = Field(description="the pool's replicas, used or not")
     usd_per_unit: float | None = Field(None, description="price of one unit at the utilisation ceiling, USD")
     serving_engine: str = Field(
-        "generic",
+        GENERIC_ENGINE,
         description="the engine profile the pool is priced with ('quotacalc engines'); engine settings are "
         "vLLM's, written for generic pools only",
     )

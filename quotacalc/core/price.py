@@ -118,7 +118,7 @@ class PriceResult(BaseModel):
     itl_s: float
     #: FLOPs of one prompt token in an engine's prefill before attention (no embedding or LM head matmul).
     engine_flops_per_prompt_token: float
-    #: What each forward pass carrying prompt tokens adds beside the roofline (eager prefill; 0 by default).
+    #: What each prefill pass adds beside the roofline: layers × prefill_layer_overhead_s.
     prefill_overhead_s: float
     engine_prompt_token_s: float
     ttft_s: float

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from quotacalc.core.deployment import GENERIC_ENGINE
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters._text import yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
@@ -43,7 +44,7 @@ def documents(policy: QuotaPolicy) -> dict[str, dict]:
 
 
 def _runs_vllm(pool: PoolPolicy) -> bool:
-    return pool.serving_engine == "generic"
+    return pool.serving_engine == GENERIC_ENGINE
 
 
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
