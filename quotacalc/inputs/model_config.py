@@ -186,7 +186,14 @@ def _transformers_stamp() -> str:
 
 
 #: Keys that hold a nested object in every config that has them.
-_SUB_CONFIGS = ("quantization_config", "text_config", "vision_config", "rope_scaling", "rope_parameters")
+_SUB_CONFIGS = (
+    "quantization_config",
+    "text_config",
+    "vision_config",
+    "audio_config",
+    "rope_scaling",
+    "rope_parameters",
+)
 
 
 def autoconfig_document(raw: dict[str, Any], source_name: str) -> dict[str, Any]:
@@ -301,7 +308,9 @@ def _given_keys(config: Any, raw: dict[str, Any], prefix: str = "") -> set[str]:
     given = set()
     for key, value in raw.items():
         given.update({prefix + key, prefix + aliases.get(key, key)})
-        nested = getattr(config, key, None)
+        # Only an object can be a sub-config; reading every attribute would trip heterogeneous configs (Gemma 4),
+        # whose per-layer attributes refuse a global read.
+        nested = getattr(config, key, None) if isinstance(value, dict) else None
         if isinstance(value, dict) and hasattr(type(nested), "attribute_map"):
             given |= _given_keys(nested, value, f"{prefix}{key}.")
     return given
@@ -317,7 +326,7 @@ def _resolved_dict(config: Any) -> dict[str, Any]:
             except AttributeError:
                 continue
     for key in list(document):
-        nested = getattr(config, key, None)
+        nested = getattr(config, key, None) if isinstance(document[key], dict) else None
         if hasattr(nested, "to_dict") and hasattr(type(nested), "attribute_map"):
             document[key] = _resolved_dict(nested)
     return document
