@@ -158,3 +158,179 @@ def test_gemma4_missing_hidden_size_fails_in_one_line(tmp_path):
         load_arch(_write_config(tmp_path, "gemma4_31b", drop))
     message = str(caught.value)
     assert "\n" not in message and "text_config.hidden_size" in message and "missing" in message
+
+
+# --------------------------------------------------------------------------- plain decoders (DecoderFamily)
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds"),
+    [
+        ("olmo2_7b", {"full_attention": 32}),
+        # Three sliding layers, then one full (Olmo3Config's default pattern, stated in layer_types).
+        ("olmo3_7b", {"sliding_attention": 24, "full_attention": 8}),
+        ("smollm3_3b", {"full_attention": 36}),
+        ("seed_oss_36b", {"full_attention": 64}),
+        # "LLLG": three local layers, one global.
+        ("exaone4_32b", {"sliding_attention": 48, "full_attention": 16}),
+        ("ernie4_5_0p3b", {"full_attention": 18}),
+        ("cohere2_7b", {"sliding_attention": 24, "full_attention": 8}),
+        ("granitemoe_3b", {"full_attention": 32}),
+        # Its window (131,072) is no shorter than its context: full attention, with a note.
+        ("phimoe_42b", {"full_attention": 32}),
+        ("mistral3_24b", {"full_attention": 40}),
+    ],
+)
+def test_dense_family_layer_layout(folder, layer_kinds):
+    assert _arch(folder).mixer_counts() == layer_kinds
+
+
+@pytest.mark.parametrize(
+    ("folder", "kv_bytes"),
+    [
+        # Growing KV per token, bf16: full layers x KV heads x (K + V head_dim) x 2 bytes.
+        ("olmo2_7b", 32 * 32 * 256 * 2),  # 524,288
+        ("olmo3_7b", 8 * 32 * 256 * 2),  # 8 full layers of 32: 131,072
+        ("smollm3_3b", 36 * 4 * 256 * 2),  # NoPE layers cache K and V all the same: 73,728
+        ("seed_oss_36b", 64 * 8 * 256 * 2),  # 262,144
+        ("exaone4_32b", 16 * 8 * 256 * 2),  # 16 global layers: 65,536
+        ("ernie4_5_0p3b", 18 * 2 * 256 * 2),  # 18,432
+        ("cohere2_7b", 8 * 8 * 256 * 2),  # 8 global layers: 32,768
+        ("granitemoe_3b", 32 * 8 * 128 * 2),  # head_dim 1,536 / 24 = 64: 65,536
+        ("phimoe_42b", 32 * 8 * 256 * 2),  # 131,072
+        ("mistral3_24b", 40 * 8 * 256 * 2),  # 163,840
+    ],
+)
+def test_dense_family_kv_golden(folder, kv_bytes):
+    assert kv_bytes_per_token(_arch(folder), BF16_BYTES) == kv_bytes
+
+
+def test_olmo3_window_kv_golden():
+    """OLMo 3 7B at 8,192 tokens: 24 sliding layers x 32 KV heads x (128 + 128) x 4,096 window tokens
+    = 805,306,368 elements -> 1,610,612,736 bytes (the 8 full layers' KV is in the per-token figure)."""
+    assert window_bytes_per_sequence(_arch("olmo3_7b"), BF16_BYTES, 8_192) == 1_610_612_736
+
+
+def test_olmo2_qk_norms_span_the_whole_projection():
+    """OLMo 2 7B: q_norm over 32 x 128 and k_norm over 32 x 128, not one head_dim each.
+    Attention per layer: 4 x 4,096² + 4,096 + 4,096 = 67,117,056."""
+    attention = _arch("olmo2_7b").layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert attention == 4 * 4_096**2 + 4_096 + 4_096
+
+
+def test_cohere2_has_one_norm_per_layer():
+    """Command R7B runs attention and MLP in parallel after one weight-only LayerNorm: 4,096 per layer."""
+    assert _arch("cohere2_7b").layers[0].norm_params == 4_096
+
+
+def test_granitemoe_experts():
+    """Granite 3.1 3B-A800M: 40 experts of 512 (gated), top 8, router 1,536 x 40 without bias.
+
+    Per layer: routed 40 x 3 x 1,536 x 512 = 94,371,840; active 8 x 3 x 1,536 x 512 = 18,874,368.
+    """
+    moe = _arch("granitemoe_3b").moe_layers()
+    assert len(moe) == 32
+    assert moe[0].params() == {
+        ParamGroup.ROUTER: 61_440,
+        ParamGroup.SHARED_EXPERTS: 0,
+        ParamGroup.ROUTED_EXPERTS: 94_371_840,
+    }
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 18_874_368
+
+
+def test_phimoe_layernorm_and_head_biases():
+    """Phi-3.5-MoE: LayerNorms with biases (2 x 2 x 4,096 per layer, 2 x 4,096 final), a 32,064-entry bias on
+    the LM head, biased q/k/v/o, and 2 of 16 experts (3 x 4,096 x 6,400 each) active per token."""
+    arch = _arch("phimoe_42b")
+    assert arch.layers[0].norm_params == 16_384 and arch.final_norm_params == 8_192
+    assert arch.params_by_group()[ParamGroup.LM_HEAD] == 32_064 * 4_096 + 32_064
+    attention = arch.layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert attention == 2 * 4_096 * 4_096 + 2 * 4_096 * 1_024 + 4_096 + 2 * 1_024 + 4_096
+    assert arch.moe_layers()[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 2 * 3 * 4_096 * 6_400
+
+
+def test_mistral3_vision_tower_by_hand():
+    """Mistral 3's Pixtral tower and projector (vision hidden 1,024, 24 layers, MLP 4,096, patch 14; text 5,120).
+
+    Pixtral: patch conv 3 x 14² x 1,024 = 602,112; pre-norm 1,024; per layer 4 x 1,024² + 3 x 1,024 x 4,096
+    + 2 x 1,024 = 16,779,264, x 24 = 402,702,336. Projector: norm 1,024; merger (1,024 x 2²) x 1,024 = 4,194,304;
+    linear_1 1,024 x 5,120 = 5,242,880; linear_2 5,120² = 26,214,400. Total 438,958,080, idle for text tokens.
+    """
+    arch = _arch("mistral3_24b")
+    assert arch.vision_params == 438_958_080
+    assert arch.total_params() - arch.active_params() == 438_958_080
+
+
+def test_mistral3_top_level_tie_flag_decides(tmp_path):
+    """transformers ties the head when the wrapper's tie_word_embeddings (default true) says so; a config that
+    unties it gets a separate 131,072 x 5,120 head."""
+
+    def untie(config):
+        config["tie_word_embeddings"] = False
+
+    tied = _arch("mistral3_24b")
+    untied = load_arch(_write_config(tmp_path, "mistral3_24b", untie))[0]
+    assert not untied.tie_word_embeddings
+    assert untied.total_params() - tied.total_params() == 131_072 * 5_120
+
+
+@pytest.mark.parametrize(
+    ("folder", "field"),
+    [
+        ("olmo2_7b", "hidden_size"),
+        ("olmo3_7b", "num_hidden_layers"),
+        ("smollm3_3b", "num_attention_heads"),
+        ("seed_oss_36b", "hidden_size"),
+        ("exaone4_32b", "hidden_size"),
+        ("ernie4_5_0p3b", "hidden_size"),
+        ("cohere2_7b", "num_hidden_layers"),
+        ("granitemoe_3b", "num_local_experts"),
+        ("phimoe_42b", "num_local_experts"),
+        ("mistral3_24b", "text_config.hidden_size"),
+    ],
+)
+def test_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
+    def drop(config):
+        *parents, key = field.split(".")
+        target = config
+        for parent in parents:
+            target = target[parent]
+        del target[key]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, folder, drop))
+    message = str(caught.value)
+    assert "\n" not in message and field in message and "missing" in message
+
+
+def test_mistral3_with_an_unpriced_vision_tower_fails_in_one_line(tmp_path):
+    def swap(config):
+        config["vision_config"] = {"model_type": "siglip_vision_model"}
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "mistral3_24b", swap))
+    message = str(caught.value)
+    assert "\n" not in message and "vision_config.model_type" in message and "siglip_vision_model" in message
+
+
+def test_olmo3_layer_types_of_the_wrong_length_fail_in_one_line(tmp_path):
+    def shorten(config):
+        config["layer_types"] = config["layer_types"][:-1]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "olmo3_7b", shorten))
+    assert "\n" not in str(caught.value) and "layer_types" in str(caught.value)
+
+
+def test_exaone4_layer_count_against_layer_types_fails_in_one_line(tmp_path):
+    """Without num_hidden_layers the class default (32) meets 64 layer_types: transformers' validator refuses it,
+    and the line names the field and the cause, not the validator's header."""
+
+    def drop(config):
+        del config["num_hidden_layers"]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "exaone4_32b", drop))
+    message = str(caught.value)
+    assert "\n" not in message and ": num_hidden_layers: transformers rejects the config" in message
+    assert "must be equal to the number of `layer_types` (64)" in message

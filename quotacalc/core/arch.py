@@ -133,6 +133,8 @@ class _HeadAttention(_NoState, TokenMixer):
     o_bias: bool = False
     #: RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each.
     qk_norm: bool = False
+    #: The query and key norms span the whole projection (OLMo 2/3): heads x head_dim and KV heads x head_dim.
+    qk_norm_whole: bool = False
     #: Learned per-head attention sinks (gpt-oss).
     sinks: bool = False
     #: Values read through the key projection, no v_proj (Gemma 4's ``attention_k_eq_v`` full layers). The
@@ -149,7 +151,9 @@ class _HeadAttention(_NoState, TokenMixer):
         count = self.hidden_size * (q_out + k_out + v_out) + self.num_heads * self.v_head_dim * self.hidden_size
         count += (q_out + k_out + v_out) if self.qkv_bias else 0
         count += self.hidden_size if self.o_bias else 0
-        if self.qk_norm:
+        if self.qk_norm and self.qk_norm_whole:
+            count += q_out + k_out
+        elif self.qk_norm:
             count += self.head_dim if self.kv_shared else 2 * self.head_dim
         count += self.num_heads if self.sinks else 0
         return {ParamGroup.ATTENTION: count}
@@ -550,6 +554,8 @@ class ModelArch(_Spec):
     tie_word_embeddings: bool
     layers: tuple[Layer, ...] = Field(min_length=1)
     final_norm_params: NonNegativeInt
+    #: A bias on the LM head's logits (Phi-3.5-MoE's ``lm_head_bias``): one per vocabulary entry.
+    lm_head_bias: bool = False
     #: Whole vision tower plus projector, for multimodal models (runs on image tokens only); audio towers too.
     vision_params: NonNegativeInt = 0
     #: Per-layer input embeddings (Gemma 3n/4 "PLE"): a second table, ``vocab_size_per_layer_input`` rows of
@@ -567,7 +573,8 @@ class ModelArch(_Spec):
         embedding = self.vocab_size * self.hidden_size
         outer = {
             ParamGroup.EMBEDDING: embedding + self.per_layer_embedding_params,
-            ParamGroup.LM_HEAD: 0 if self.tie_word_embeddings else embedding,
+            ParamGroup.LM_HEAD: (0 if self.tie_word_embeddings else embedding)
+            + (self.vocab_size if self.lm_head_bias else 0),
             ParamGroup.NORM: self.final_norm_params,
             ParamGroup.VISION: self.vision_params,
         }

@@ -9,7 +9,7 @@ from quotacalc.errors import QuotacalcError
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
 #: Multimodal wrappers whose decoder sizes sit under ``text_config``.
-_WRAPPED_TYPES = frozenset({"gemma3", "gemma4"})
+_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "mistral3"})
 
 
 def check_arch(arch: ModelArch, source: str) -> None:
