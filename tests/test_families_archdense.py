@@ -46,6 +46,8 @@ def test_total_params_match_transformers(folder):
         # Five sliding layers, then one full, repeated (the last layer is full).
         ("gemma4_31b", {"sliding_attention": 50, "full_attention": 10}),
         ("gemma4_e4b", {"sliding_attention": 35, "full_attention": 7}),
+        # Four sliding layers, then one full.
+        ("gemma4_e2b", {"sliding_attention": 28, "full_attention": 7}),
         ("gemma4_26b_a4b_text", {"sliding_attention": 25, "full_attention": 5}),
     ],
 )
@@ -105,6 +107,20 @@ def test_gemma4_e4b_shared_layers_hold_no_kv():
     assert shared.kv_shared and shared.cache_elements_per_token() == 0
     # Only q_proj, o_proj and the query norm: 2 x 2,560 x 8 x 256 + 256.
     assert shared.params()[ParamGroup.ATTENTION] == 2 * 2_560 * 8 * 256 + 256
+
+
+def test_gemma4_e2b_shared_layers_run_double_wide_mlps():
+    """Gemma 4 E2B: 35 layers, the last 20 KV-shared, and those run a 2 x 6,144 = 12,288-wide MLP
+    (use_double_wide_mlp). One KV head each.
+
+    Layers 0-14 cache: 3 full (4, 9, 14) x 1 x (512 + 512) = 3,072 elements -> 6,144 bytes per token; 12 sliding
+    x 1 x (256 + 256) x 512 window tokens = 3,145,728 elements -> 6,291,456 bytes at 8,192 tokens.
+    """
+    arch = _arch("gemma4_e2b")
+    widths = [layer.feed_forward.intermediate_size for layer in arch.layers]
+    assert widths == [6_144] * 15 + [12_288] * 20
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 6_144
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 8_192) == 6_291_456
 
 
 def test_gemma4_e4b_per_layer_embeddings_are_gathered_not_read():
