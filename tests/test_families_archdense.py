@@ -350,3 +350,83 @@ def test_exaone4_layer_count_against_layer_types_fails_in_one_line(tmp_path):
     message = str(caught.value)
     assert "\n" not in message and ": num_hidden_layers: transformers rejects the config" in message
     assert "must be equal to the number of `layer_types` (64)" in message
+
+
+# --------------------------------------------------------------------------- older dense families
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds", "kv_bytes"),
+    [
+        # (layer kinds, growing KV per token in bf16: full layers x KV heads x (K + V head_dim) x 2 bytes)
+        ("gemma_7b", {"full_attention": 28}, 28 * 16 * 512 * 2),  # 458,752
+        ("glm4_9b", {"full_attention": 40}, 40 * 2 * 256 * 2),  # 40,960
+        ("cohere_104b", {"full_attention": 64}, 64 * 8 * 256 * 2),  # 262,144
+        # Every layer windowed at 4,096 (sliding_window, no layer_types): nothing grows past the window.
+        ("starcoder2_15b", {"sliding_attention": 40}, 0),
+        ("olmo_7b", {"full_attention": 32}, 32 * 32 * 256 * 2),  # 524,288
+        ("helium_2b", {"full_attention": 28}, 28 * 8 * 256 * 2),  # 114,688
+    ],
+)
+def test_older_dense_family_layout_and_kv(folder, layer_kinds, kv_bytes):
+    arch = _arch(folder)
+    assert arch.mixer_counts() == layer_kinds
+    assert kv_bytes_per_token(arch, BF16_BYTES) == kv_bytes
+
+
+def test_starcoder2_window_kv_and_plain_biased_mlp():
+    """StarCoder2-15B: a plain MLP with biases (c_fc 6,144 x 24,576 + 24,576, c_proj 24,576 x 6,144 + 6,144),
+    LayerNorms with biases (2 x 2 x 6,144 per layer). Window KV at 16,384 tokens: 40 layers x 4 KV heads
+    x (128 + 128) x 4,096 = 167,772,160 elements -> 335,544,320 bytes."""
+    arch = _arch("starcoder2_15b")
+    mlp = arch.layers[0].feed_forward
+    assert not mlp.gated and mlp.params()[ParamGroup.MLP] == 2 * 6_144 * 24_576 + 24_576 + 6_144
+    assert arch.layers[0].norm_params == 4 * 6_144 and arch.final_norm_params == 2 * 6_144
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 16_384) == 335_544_320
+
+
+def test_cohere_qk_norms_span_the_whole_projection():
+    """Command R+ (use_qk_norm): q_norm over 96 x 128, k_norm over 8 x 128; one LayerNorm weight per layer.
+    Attention: q 12,288 x 12,288, k and v 12,288 x 1,024 each, o 12,288 x 12,288, norms 12,288 + 1,024."""
+    arch = _arch("cohere_104b")
+    attention = arch.layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert attention == 2 * 12_288**2 + 2 * 12_288 * 1_024 + 12_288 + 1_024
+    assert arch.layers[0].norm_params == 12_288
+
+
+def test_olmo_layernorms_have_no_weights():
+    arch = _arch("olmo_7b")
+    assert arch.layers[0].norm_params == 0 and arch.final_norm_params == 0
+
+
+@pytest.mark.parametrize(
+    ("folder", "field"),
+    [
+        ("gemma_7b", "hidden_size"),
+        ("glm4_9b", "num_attention_heads"),
+        ("cohere_104b", "num_hidden_layers"),
+        ("starcoder2_15b", "hidden_size"),
+        ("olmo_7b", "num_hidden_layers"),
+        ("helium_2b", "hidden_size"),
+    ],
+)
+def test_older_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
+    def drop(config):
+        del config[field]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, folder, drop))
+    message = str(caught.value)
+    assert "\n" not in message and field in message and "missing" in message
+
+
+def test_a_dense_family_with_experts_is_refused(tmp_path):
+    """A glm4 config carrying 8 experts is a relabelled MoE config: refused, naming the field."""
+
+    def relabel(config):
+        config["num_experts"] = 8
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "glm4_9b", relabel))
+    message = str(caught.value)
+    assert "\n" not in message and "num_experts" in message and "glm4" in message

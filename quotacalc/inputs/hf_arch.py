@@ -146,7 +146,7 @@ class AttentionTraits:
 
     qkv_bias: bool | str = False
     o_bias: bool | str = False
-    qk_norm: bool = False
+    qk_norm: bool | str = False
     #: Query and key norms over the whole projection, not per head (OLMo 2/3).
     qk_norm_whole: bool = False
     sinks: bool = False
@@ -165,7 +165,7 @@ def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]
         v_head_dim=head_dim,
         qkv_bias=_bias(view, traits.qkv_bias),
         o_bias=_bias(view, traits.o_bias),
-        qk_norm=traits.qk_norm,
+        qk_norm=_bias(view, traits.qk_norm),
         qk_norm_whole=traits.qk_norm_whole,
         sinks=traits.sinks,
     )
@@ -235,16 +235,19 @@ class DecoderFamily:
     #: The final norm, in hidden sizes.
     final_norms: int = 1
     mlp_bias: bool | str = False
+    #: Gated MLP (gate, up, down) or plain (up, down: StarCoder2's c_fc and c_proj).
+    mlp_gated: bool = True
     #: A bias on the LM head (a config field name or a constant).
     lm_head_bias: bool | str = False
     #: Reads the feed-forward block of layer ``index`` (dense unless the family says otherwise).
     feed_forward: Callable[[ConfigView, int], DenseMLP | MoE] | None = None
 
 
-def dense_mlp(view: ConfigView, bias: bool = False) -> DenseMLP:
+def dense_mlp(view: ConfigView, bias: bool = False, gated: bool = True) -> DenseMLP:
     return DenseMLP(
         hidden_size=view.positive_int("hidden_size"),
         intermediate_size=view.positive_int("intermediate_size"),
+        gated=gated,
         bias=bias,
     )
 
@@ -253,7 +256,9 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
     notes: list[str] = []
     mixers = attention_mixers(view, family.attention, notes)
     norm_params = family.norms_per_layer * view.positive_int("hidden_size")
-    shared_mlp = dense_mlp(view, _bias(view, family.mlp_bias)) if family.feed_forward is None else None
+    shared_mlp = (
+        dense_mlp(view, _bias(view, family.mlp_bias), family.mlp_gated) if family.feed_forward is None else None
+    )
     layers = [
         Layer(
             mixer=mixer,
@@ -346,6 +351,29 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=1
     ),
     ("ministral3",): DecoderFamily(),
+    ("gemma",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias")),
+    ("helium",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias"), mlp_bias="mlp_bias"),
+    # GLM-4 (0414): biased q/k/v only, and norms after attention and MLP beside the usual two (four per layer).
+    ("glm4",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias"), norms_per_layer=4),
+    # Command R / R+: one weight-only LayerNorm per parallel block; use_qk_norm norms over the whole projection.
+    ("cohere",): DecoderFamily(
+        attention=AttentionTraits(
+            qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="use_qk_norm", qk_norm_whole=True
+        ),
+        norms_per_layer=1,
+    ),
+    # StarCoder2: LayerNorms with biases, a plain (ungated) MLP, use_bias on every projection.
+    ("starcoder2",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="use_bias", o_bias="use_bias"),
+        norms_per_layer=4,
+        final_norms=2,
+        mlp_bias="use_bias",
+        mlp_gated=False,
+    ),
+    # OLMo 1: LayerNorms without weights.
+    ("olmo",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=0, final_norms=0
+    ),
     ("granitemoe",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"),
         feed_forward=_local_experts_moe,
