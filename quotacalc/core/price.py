@@ -297,7 +297,7 @@ def _kv_section(x: _Explainer) -> None:
         x.record(
             "state_bytes_per_sequence",
             state,
-            formula="Σ_mamba layers ((d_conv − 1) × conv_channels + ssm state) × state_dtype_bytes",
+            formula="Σ_state layers ((d_conv − 1) × conv_channels + SSM or recurrent state) × state_dtype_bytes",
             substituted=f"{fmt(state / state_b)} values × {fmt(state_b)} B ({inputs.state_dtype.name})",
             unit="B",
         )

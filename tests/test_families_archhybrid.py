@@ -1,0 +1,169 @@
+"""Gated DeltaNet hybrids (Qwen3-Next) priced against transformers' own counts.
+
+``reference_params_archhybrid.json`` holds the parameter counts transformers 5.24 builds on the meta
+device for these folders of ``tests/data/configs`` (see ``tests/data/make_reference_params.py``);
+the state goldens follow vLLM's ``MambaStateShapeCalculator.gated_delta_net_state_shape``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.core.arch import FullAttention, GatedDeltaNetMixer, GatedFullAttention, ParamGroup
+from quotacalc.core.memory import kv_bytes_per_token, state_bytes_per_sequence
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.resolve import load_arch
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+REFERENCE = json.loads((DATA / "reference_params_archhybrid.json").read_text())["models"]
+BF16_BYTES = 2
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("folder", sorted(REFERENCE))
+def test_total_params_match_transformers(folder):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    assert arch.total_params() == REFERENCE[folder]["total_params"]
+
+
+@pytest.mark.parametrize("folder", sorted(REFERENCE))
+def test_tied_embeddings_match_transformers(folder):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    assert arch.tie_word_embeddings == REFERENCE[folder]["tie_word_embeddings"]
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds"),
+    [
+        # One full-attention layer in every four (full_attention_interval 4).
+        ("qwen3_next", {"gated_deltanet": 36, "gated_attention": 12}),
+    ],
+)
+def test_layer_layout(folder, layer_kinds):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    assert arch.mixer_counts() == layer_kinds
+    kinds = [layer.mixer.kind for layer in arch.layers]
+    assert kinds[:4] == ["gated_deltanet", "gated_deltanet", "gated_deltanet", "gated_attention"]
+
+
+def test_qwen3_next_cache_golden():
+    """Qwen3-Next-80B-A3B, bf16 cache and state, derived by hand.
+
+    KV per token: 12 full-attention layers x 2 KV heads x (256 K + 256 V) = 12,288 elements
+    -> 24,576 bytes. The 36 Gated DeltaNet layers hold no KV.
+    State per sequence, each Gated DeltaNet layer (vLLM's gated_delta_net_state_shape):
+      conv channels 2 x 16 key heads x 128 + 32 value heads x 128 = 8,192
+      conv state (4 - 1) x 8,192 = 24,576
+      recurrent state 32 value heads x 128 x 128 = 524,288
+      -> 548,864 elements x 36 layers = 19,759,104 elements -> 39,518,208 bytes.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 24_576
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 39_518_208
+
+
+def test_qwen3_next_state_per_gpu_splits_by_heads():
+    """TP 8: each rank holds 2 key heads and 4 value heads of every Gated DeltaNet layer.
+
+    Per layer per GPU: conv (4 - 1) x (2 x 2 x 128 + 4 x 128) = 3,072; recurrent 4 x 128 x 128 = 65,536;
+    68,608 x 36 layers = 2,469,888 elements -> 4,939,776 bytes.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
+    assert state_bytes_per_sequence(arch, BF16_BYTES, tp=8) == 4_939_776
+
+
+def test_qwen3_next_mixers_by_hand():
+    """Per-layer parameters of Qwen3-Next-80B-A3B's two mixers.
+
+    Gated DeltaNet: in_proj_qkvz 2,048 x (2 x 2,048 + 2 x 4,096) = 25,165,824; in_proj_ba 2,048 x 64
+    = 131,072; conv1d 8,192 x 4 = 32,768; dt_bias + A_log 64; gated norm 128; out_proj 4,096 x 2,048
+    = 8,388,608 -> 33,718,464.
+    Gated attention: q_proj 2,048 x (16 x 256 x 2) = 16,777,216; k_proj and v_proj 2,048 x 512 each
+    = 2,097,152; o_proj 4,096 x 2,048 = 8,388,608; q/k norms 2 x 256 -> 27,263,488.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
+    deltanet = next(layer.mixer for layer in arch.layers if isinstance(layer.mixer, GatedDeltaNetMixer))
+    attention = next(layer.mixer for layer in arch.layers if isinstance(layer.mixer, GatedFullAttention))
+    assert deltanet.params() == {ParamGroup.ATTENTION: 33_718_464}
+    assert attention.params() == {ParamGroup.ATTENTION: 27_263_488}
+    # The output gate widens q_proj only: the cache is plain GQA, and the layer's KV grows as full attention's.
+    assert attention.cache_elements_per_token() == 2 * (256 + 256)
+    assert isinstance(attention, FullAttention) and attention.grows_with_context()
+
+
+def test_qwen3_next_experts_by_hand():
+    """High-sparsity MoE in all 48 layers: 512 experts, 10 routed per token, one gated shared expert.
+
+    Per layer: routed 512 x 3 x 2,048 x 512 = 1,610,612,736; shared 3 x 2,048 x 512 = 3,145,728;
+    router 512 x 2,048 + shared-expert gate 2,048 = 1,050,624. Active routed: 10 x 3,145,728 = 31,457,280.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
+    moe = arch.moe_layers()
+    assert len(moe) == 48
+    assert moe[0].params() == {
+        ParamGroup.ROUTER: 1_050_624,
+        ParamGroup.SHARED_EXPERTS: 3_145_728,
+        ParamGroup.ROUTED_EXPERTS: 1_610_612_736,
+    }
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 31_457_280
+
+
+def test_tp_must_divide_the_linear_attention_heads():
+    """16 key heads: TP 32 cannot split them (vLLM divides both head counts by TP)."""
+    arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
+    deltanet = next(layer.mixer for layer in arch.layers if isinstance(layer.mixer, GatedDeltaNetMixer))
+    assert deltanet.tp_problem(8) is None
+    assert "16 linear-attention key heads" in deltanet.tp_problem(32)
+
+
+def _edited(tmp_path: Path, folder: str, edit) -> str:
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    edit(config)
+    target = tmp_path / f"{folder}-edited"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(config))
+    return str(target)
+
+
+@pytest.mark.parametrize(
+    ("folder", "path", "field"),
+    [
+        ("qwen3_next", ("linear_num_value_heads",), "linear_num_value_heads"),
+        ("qwen3_next", ("linear_key_head_dim",), "linear_key_head_dim"),
+        ("qwen3_next", ("num_experts",), "num_experts"),
+    ],
+)
+def test_missing_size_fails_in_one_line(tmp_path, folder, path, field):
+    def drop(config):
+        parent = config
+        for key in path[:-1]:
+            parent = parent[key]
+        del parent[path[-1]]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_edited(tmp_path, folder, drop))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert field in message and "missing" in message
+
+
+@pytest.mark.parametrize(("folder", "prefix"), [("qwen3_next", "")])
+def test_value_heads_not_a_multiple_of_key_heads_fails(tmp_path, folder, prefix):
+    """Each key head serves a whole group of value heads; 16 key heads cannot serve 24."""
+
+    def edit(config):
+        (config["text_config"] if prefix else config)["linear_num_value_heads"] = 24
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_edited(tmp_path, folder, edit))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"{prefix}linear_num_value_heads" in message and "16 linear-attention key heads" in message
