@@ -1,4 +1,4 @@
-"""Gated DeltaNet hybrids (Qwen3-Next) priced against transformers' own counts.
+"""Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 dense and MoE) priced against transformers' own counts.
 
 ``reference_params_archhybrid.json`` holds the parameter counts transformers 5.24 builds on the meta
 device for these folders of ``tests/data/configs`` (see ``tests/data/make_reference_params.py``);
@@ -45,6 +45,9 @@ def test_tied_embeddings_match_transformers(folder):
     [
         # One full-attention layer in every four (full_attention_interval 4).
         ("qwen3_next", {"gated_deltanet": 36, "gated_attention": 12}),
+        ("qwen3_5", {"gated_deltanet": 48, "gated_attention": 16}),
+        ("qwen3_5_moe", {"gated_deltanet": 30, "gated_attention": 10}),
+        ("qwen3_5_moe_text", {"gated_deltanet": 30, "gated_attention": 10}),
     ],
 )
 def test_layer_layout(folder, layer_kinds):
@@ -78,6 +81,18 @@ def test_qwen3_next_state_per_gpu_splits_by_heads():
     """
     arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
     assert state_bytes_per_sequence(arch, BF16_BYTES, tp=8) == 4_939_776
+
+
+def test_qwen3_5_cache_golden():
+    """Qwen3.5-27B: 48 value heads per Gated DeltaNet layer, 4 KV heads per attention layer.
+
+    KV per token: 16 layers x 4 KV heads x 512 = 32,768 elements -> 65,536 bytes.
+    State per layer: conv (4 - 1) x (2 x 16 x 128 + 48 x 128 = 10,240) = 30,720, recurrent
+    48 x 128 x 128 = 786,432; 817,152 x 48 layers = 39,223,296 elements -> 78,446,592 bytes.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_5"))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 65_536
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 78_446_592
 
 
 def test_qwen3_next_mixers_by_hand():
@@ -116,6 +131,32 @@ def test_qwen3_next_experts_by_hand():
     assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 31_457_280
 
 
+def test_qwen3_5_vision_tower_by_hand():
+    """Qwen3.5's vision tower (hidden 1,152, 27 blocks, MLP 4,304, patch 16 x 16 x 2 frames, merge 2 x 2).
+
+    Patch embedding 3 x 2 x 16 x 16 x 1,152 + 1,152 = 1,770,624; positions 2,304 x 1,152 = 2,654,208.
+    Each block: 2 LayerNorms 4,608; qkv 1,152 x 3,456 + 3,456 = 3,984,768; proj 1,152^2 + 1,152
+    = 1,328,256; MLP 2 x 1,152 x 4,304 + 4,304 + 1,152 = 9,921,872 -> 15,239,504; x 27 = 411,466,608.
+    Merger (4 patches: 4,608 wide) into the 5,120-wide text model: LayerNorm 2,304; fc1 4,608^2 + 4,608
+    = 21,238,272; fc2 4,608 x 5,120 + 5,120 = 23,598,080 -> 44,838,656. Total 460,730,096.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_5"))
+    assert arch.vision_params == 460_730_096
+    assert arch.active_params_by_group().get(ParamGroup.VISION, 0) == 0
+
+
+def test_qwen3_5_moe_experts_every_layer():
+    """Qwen3.5-35B-A3B: 256 experts of 512 in every one of 40 layers, 8 routed per token.
+
+    Active routed per layer 8 x 3 x 2,048 x 512 = 25,165,824, out of 256 x 3,145,728 = 805,306,368.
+    """
+    arch, _ = load_arch(str(CONFIGS / "qwen3_5_moe"))
+    moe = arch.moe_layers()
+    assert len(moe) == 40 and moe[0].num_shared_experts == 1 and moe[0].shared_expert_gate
+    assert moe[0].params()[ParamGroup.ROUTED_EXPERTS] == 805_306_368
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 25_165_824
+
+
 def test_tp_must_divide_the_linear_attention_heads():
     """16 key heads: TP 32 cannot split them (vLLM divides both head counts by TP)."""
     arch, _ = load_arch(str(CONFIGS / "qwen3_next"))
@@ -139,6 +180,11 @@ def _edited(tmp_path: Path, folder: str, edit) -> str:
         ("qwen3_next", ("linear_num_value_heads",), "linear_num_value_heads"),
         ("qwen3_next", ("linear_key_head_dim",), "linear_key_head_dim"),
         ("qwen3_next", ("num_experts",), "num_experts"),
+        ("qwen3_5", ("text_config", "linear_num_key_heads"), "text_config.linear_num_key_heads"),
+        ("qwen3_5_moe", ("text_config", "num_experts"), "text_config.num_experts"),
+        # Without its own sizes transformers would build its default vision tower.
+        ("qwen3_5", ("vision_config", "depth"), "vision_config.depth"),
+        ("qwen3_5_moe_text", ("linear_value_head_dim",), "linear_value_head_dim"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, path, field):
@@ -155,7 +201,7 @@ def test_missing_size_fails_in_one_line(tmp_path, folder, path, field):
     assert field in message and "missing" in message
 
 
-@pytest.mark.parametrize(("folder", "prefix"), [("qwen3_next", "")])
+@pytest.mark.parametrize(("folder", "prefix"), [("qwen3_next", ""), ("qwen3_5", "text_config.")])
 def test_value_heads_not_a_multiple_of_key_heads_fails(tmp_path, folder, prefix):
     """Each key head serves a whole group of value heads; 16 key heads cannot serve 24."""
 
@@ -167,3 +213,14 @@ def test_value_heads_not_a_multiple_of_key_heads_fails(tmp_path, folder, prefix)
     message = str(caught.value)
     assert "\n" not in message
     assert f"{prefix}linear_num_value_heads" in message and "16 linear-attention key heads" in message
+
+
+def test_dense_qwen3_5_with_experts_is_refused(tmp_path):
+    """Experts in a dense qwen3_5 text config would be ignored by transformers: a relabelled MoE config."""
+
+    def edit(config):
+        config["text_config"]["num_experts"] = 256
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_edited(tmp_path, "qwen3_5", edit))
+    assert "text_config.num_experts" in str(caught.value) and "qwen3_5_moe" in str(caught.value)

@@ -7,7 +7,7 @@ from quotacalc.core.arch import ModelArch
 from quotacalc.errors import QuotacalcError
 
 #: Multimodal wrappers whose text model's fields sit under ``text_config``.
-_TEXT_CONFIG_WRAPPERS = frozenset({"gemma3"})
+_TEXT_CONFIG_WRAPPERS = frozenset({"gemma3", "qwen3_5", "qwen3_5_moe"})
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
 

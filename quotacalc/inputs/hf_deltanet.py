@@ -1,4 +1,4 @@
-"""Readers for the Gated DeltaNet hybrids: Qwen3-Next.
+"""Readers for the Gated DeltaNet hybrids: Qwen3-Next and Qwen3.5 (dense and MoE).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``). Layers are
 Gated DeltaNet linear attention or gated full attention, as ``layer_types`` lists them (transformers
@@ -120,3 +120,83 @@ def read_qwen3_next(view: ConfigView, name: str) -> ModelArch:
         return moe if sparse[index] else dense
 
     return finish_arch(view, name, _hybrid_layers(view, feed_forward), _notes(view))
+
+
+# --------------------------------------------------------------------------- Qwen3.5
+
+
+def qwen3_5_vision_params(vision: ConfigView) -> int:
+    """Qwen3.5's vision tower: a 3-D patch embedding, learned positions, ViT blocks, and the patch merger
+    that projects ``spatial_merge_size``² patches into the text model (``out_hidden_size``)."""
+    # The tower's sizes must be stated: without a vision_config transformers builds its default tower.
+    hidden = vision.stated_int("hidden_size")
+    inter = vision.stated_int("intermediate_size")
+    depth = vision.stated_int("depth")
+    patch = vision.positive_int("patch_size")
+    temporal = vision.positive_int("temporal_patch_size")
+    channels = vision.positive_int("in_channels")
+    merged = hidden * vision.positive_int("spatial_merge_size") ** 2
+    patch_embed = channels * temporal * patch * patch * hidden + hidden
+    positions = vision.positive_int("num_position_embeddings") * hidden
+    # Two LayerNorms, qkv and proj with biases, a two-matrix MLP with biases.
+    block = 2 * 2 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden)
+    block += hidden * inter + inter + inter * hidden + hidden
+    out = vision.stated_int("out_hidden_size")
+    merger = 2 * hidden + merged * merged + merged + merged * out + out
+    return patch_embed + positions + depth * block + merger
+
+
+def _qwen3_5_dense(text: ConfigView) -> Callable[[int], DenseMLP]:
+    """Qwen3.5 dense: the same SwiGLU MLP in every layer; experts in its config would be ignored."""
+    experts = text.get("num_experts", 0)
+    if isinstance(experts, int) and experts > 1:
+        raise text.fail(
+            "num_experts",
+            f"{experts} experts, but Qwen3.5 dense has no experts and would ignore them",
+            "use model_type qwen3_5_moe (qwen3_5_moe_text) for the mixture-of-experts model",
+        )
+    mlp = _dense_mlp(text)
+    return lambda index: mlp
+
+
+def _qwen3_5_moe(text: ConfigView) -> Callable[[int], MoE]:
+    """Qwen3.5 MoE: experts and a gated shared expert in every layer."""
+    experts = _stated_experts(text)
+    if not experts:
+        raise text.fail("num_experts", "is 0, but every Qwen3.5-MoE layer routes to experts")
+    moe = _qwen_gated_moe(text, experts)
+    return lambda index: moe
+
+
+def _read_qwen3_5(view: ConfigView, name: str, feed_forward_of: Callable[[ConfigView], Callable]) -> ModelArch:
+    """The multimodal wrapper: the text model under ``text_config``, the vision tower counted beside it."""
+    text = view.sub("text_config")
+    vision_params = qwen3_5_vision_params(view.sub("vision_config"))
+    layers = _hybrid_layers(text, feed_forward_of(text))
+    arch = finish_arch(text, name, layers, _notes(text), dtype_views=(view,), vision_params=vision_params)
+    # The wrapper's own tie_word_embeddings is what transformers ties by (its default is False).
+    return arch.model_copy(
+        update={"tie_word_embeddings": view.flag("tie_word_embeddings"), "model_type": view.get("model_type")}
+    )
+
+
+@reads("qwen3_5")
+def read_qwen3_5(view: ConfigView, name: str) -> ModelArch:
+    return _read_qwen3_5(view, name, _qwen3_5_dense)
+
+
+@reads("qwen3_5_moe")
+def read_qwen3_5_moe(view: ConfigView, name: str) -> ModelArch:
+    return _read_qwen3_5(view, name, _qwen3_5_moe)
+
+
+@reads("qwen3_5_text")
+def read_qwen3_5_text(view: ConfigView, name: str) -> ModelArch:
+    """A text-only Qwen3.5 checkpoint (``Qwen3_5ForCausalLM``): no vision tower."""
+    return finish_arch(view, name, _hybrid_layers(view, _qwen3_5_dense(view)), _notes(view))
+
+
+@reads("qwen3_5_moe_text")
+def read_qwen3_5_moe_text(view: ConfigView, name: str) -> ModelArch:
+    """A text-only Qwen3.5-MoE checkpoint (``Qwen3_5MoeForCausalLM``): no vision tower."""
+    return finish_arch(view, name, _hybrid_layers(view, _qwen3_5_moe(view)), _notes(view))
