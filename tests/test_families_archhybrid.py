@@ -1,4 +1,4 @@
-"""Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 dense and MoE) priced against transformers' own counts.
+"""Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 dense and MoE, OLMo Hybrid) priced against transformers' own counts.
 
 ``reference_params_archhybrid.json`` holds the parameter counts transformers 5.24 builds on the meta
 device for these folders of ``tests/data/configs`` (see ``tests/data/make_reference_params.py``);
@@ -48,13 +48,17 @@ def test_tied_embeddings_match_transformers(folder):
         ("qwen3_5", {"gated_deltanet": 48, "gated_attention": 16}),
         ("qwen3_5_moe", {"gated_deltanet": 30, "gated_attention": 10}),
         ("qwen3_5_moe_text", {"gated_deltanet": 30, "gated_attention": 10}),
+        # OLMo Hybrid's attention has no output gate: plain full attention.
+        ("olmo_hybrid", {"gated_deltanet": 24, "full_attention": 8}),
     ],
 )
 def test_layer_layout(folder, layer_kinds):
     arch, _ = load_arch(str(CONFIGS / folder))
     assert arch.mixer_counts() == layer_kinds
+    # The fourth layer of every four is the attention layer.
     kinds = [layer.mixer.kind for layer in arch.layers]
-    assert kinds[:4] == ["gated_deltanet", "gated_deltanet", "gated_deltanet", "gated_attention"]
+    attention = [kind for kind in layer_kinds if kind != "gated_deltanet"]
+    assert kinds[:4] == ["gated_deltanet"] * 3 + attention
 
 
 def test_qwen3_next_cache_golden():
@@ -93,6 +97,26 @@ def test_qwen3_5_cache_golden():
     arch, _ = load_arch(str(CONFIGS / "qwen3_5"))
     assert kv_bytes_per_token(arch, BF16_BYTES) == 65_536
     assert state_bytes_per_sequence(arch, BF16_BYTES) == 78_446_592
+
+
+def test_olmo_hybrid_cache_golden():
+    """OLMo Hybrid 7B (transformers' defaults): 30 key and value heads, key dim 96, value dim 192.
+
+    KV per token: 8 full-attention layers x 30 KV heads x (128 + 128) = 61,440 elements -> 122,880 bytes.
+    State per layer: conv (4 - 1) x (2 x 30 x 96 + 30 x 192 = 11,520) = 34,560, recurrent 30 x 192 x 96
+    = 552,960; 587,520 x 24 layers = 14,100,480 elements -> 28,200,960 bytes.
+    """
+    arch, _ = load_arch(str(CONFIGS / "olmo_hybrid"))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 122_880
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 28_200_960
+
+
+def test_olmo_hybrid_whole_projection_qk_norms_counted_with_the_norms():
+    """OLMo Hybrid RMSNorms the whole query and key projections (30 x 128 values each), after attention and
+    after the MLP: an attention layer's norms are 2 x 3,840 + (30 + 30) x 128 = 15,360; a linear one's 7,680."""
+    arch, _ = load_arch(str(CONFIGS / "olmo_hybrid"))
+    norms = {layer.mixer.kind: layer.norm_params for layer in arch.layers}
+    assert norms == {"gated_deltanet": 7_680, "full_attention": 15_360}
 
 
 def test_qwen3_next_mixers_by_hand():
@@ -185,6 +209,7 @@ def _edited(tmp_path: Path, folder: str, edit) -> str:
         # Without its own sizes transformers would build its default vision tower.
         ("qwen3_5", ("vision_config", "depth"), "vision_config.depth"),
         ("qwen3_5_moe_text", ("linear_value_head_dim",), "linear_value_head_dim"),
+        ("olmo_hybrid", ("intermediate_size",), "intermediate_size"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, path, field):
@@ -224,3 +249,14 @@ def test_dense_qwen3_5_with_experts_is_refused(tmp_path):
     with pytest.raises(QuotacalcError) as caught:
         load_arch(_edited(tmp_path, "qwen3_5", edit))
     assert "text_config.num_experts" in str(caught.value) and "qwen3_5_moe" in str(caught.value)
+
+
+def test_unknown_layer_type_fails_in_one_line(tmp_path):
+    def edit(config):
+        config["layer_types"][0] = "sliding_attention"
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_edited(tmp_path, "olmo_hybrid", edit))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "layer_types" in message and "sliding_attention" in message

@@ -1,8 +1,8 @@
-"""Readers for the Gated DeltaNet hybrids: Qwen3-Next and Qwen3.5 (dense and MoE).
+"""Readers for the Gated DeltaNet hybrids: Qwen3-Next, Qwen3.5 (dense and MoE) and OLMo Hybrid.
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``). Layers are
-Gated DeltaNet linear attention or gated full attention, as ``layer_types`` lists them (transformers
-derives it from ``full_attention_interval`` when the file does not list it). The full-attention
+Gated DeltaNet linear attention or full attention, as ``layer_types`` lists them (Qwen's configs may
+give ``full_attention_interval`` instead, from which transformers derives it). Qwen's full-attention
 layers project a sigmoid output gate with the queries (q_proj twice as wide) and RMSNorm queries
 and keys; the MoE blocks have a gated shared expert. Multi-token-prediction layers
 (``mtp_num_hidden_layers``) are not built by transformers and are not counted.
@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from quotacalc.core.arch import DenseMLP, GatedDeltaNetMixer, GatedFullAttention, Layer, ModelArch, MoE
+from quotacalc.core.arch import (
+    DenseMLP,
+    FullAttention,
+    GatedDeltaNetMixer,
+    GatedFullAttention,
+    Layer,
+    ModelArch,
+    MoE,
+)
 from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
 from quotacalc.inputs.hf_hybrid import block_types
 
@@ -200,3 +208,47 @@ def read_qwen3_5_text(view: ConfigView, name: str) -> ModelArch:
 def read_qwen3_5_moe_text(view: ConfigView, name: str) -> ModelArch:
     """A text-only Qwen3.5-MoE checkpoint (``Qwen3_5MoeForCausalLM``): no vision tower."""
     return finish_arch(view, name, _hybrid_layers(view, _qwen3_5_moe(view)), _notes(view))
+
+
+# --------------------------------------------------------------------------- OLMo Hybrid
+
+
+@reads("olmo_hybrid")
+def read_olmo_hybrid(view: ConfigView, name: str) -> ModelArch:
+    """Gated DeltaNet or plain attention per ``layer_types``, a SwiGLU MLP in every layer.
+
+    Attention layers norm after attention and after the MLP (OLMo 2's order) and RMSNorm the whole query
+    and key projections (heads x head_dim each, not per head): those norms are counted with the layer's
+    norms. The linear-attention sizes default to ones transformers derives from the stated hidden size and
+    heads (``0.75 x hidden / heads`` key dim, twice that for values), never to another model's.
+    """
+    hidden = view.stated_int("hidden_size")
+    heads = view.stated_int("num_attention_heads")
+    kv_heads = view.positive_int("num_key_value_heads", heads)
+    head_dim = head_dim_of(view, hidden, heads)
+    bias = view.flag("attention_bias")
+    attention = FullAttention(
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        qkv_bias=bias,
+        o_bias=bias,
+    )
+    deltanet = GatedDeltaNetMixer(
+        hidden_size=hidden,
+        num_k_heads=view.positive_int("linear_num_key_heads"),
+        num_v_heads=view.positive_int("linear_num_value_heads"),
+        head_k_dim=view.positive_int("linear_key_head_dim"),
+        head_v_dim=view.positive_int("linear_value_head_dim"),
+        d_conv=view.positive_int("linear_conv_kernel_dim"),
+    )
+    mlp = _dense_mlp(view)
+    qk_norms = (heads + kv_heads) * head_dim
+    blocks = {
+        _LINEAR: Layer(mixer=deltanet, feed_forward=mlp, norm_params=2 * hidden),
+        _ATTENTION: Layer(mixer=attention, feed_forward=mlp, norm_params=2 * hidden + qk_norms),
+    }
+    types = block_types(view, view.stated_int("num_hidden_layers"), {_LINEAR, _ATTENTION})
+    return finish_arch(view, name, [blocks[kind] for kind in types], [])
