@@ -1,4 +1,4 @@
-"""Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 dense and MoE, OLMo Hybrid) priced against transformers' own counts.
+"""Delta-rule hybrids (Qwen3-Next, Qwen3.5 dense and MoE, OLMo Hybrid, Kimi Linear) priced against transformers' own counts.
 
 ``reference_params_archhybrid.json`` holds the parameter counts transformers 5.24 builds on the meta
 device for these folders of ``tests/data/configs`` (see ``tests/data/make_reference_params.py``);
@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc.core.arch import FullAttention, GatedDeltaNetMixer, GatedFullAttention, ParamGroup
+from quotacalc.core.arch import (
+    FullAttention,
+    GatedDeltaNetMixer,
+    GatedFullAttention,
+    KimiDeltaAttentionMixer,
+    ParamGroup,
+)
 from quotacalc.core.memory import kv_bytes_per_token, state_bytes_per_sequence
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
@@ -50,6 +56,8 @@ def test_tied_embeddings_match_transformers(folder):
         ("qwen3_5_moe_text", {"gated_deltanet": 30, "gated_attention": 10}),
         # OLMo Hybrid's attention has no output gate: plain full attention.
         ("olmo_hybrid", {"gated_deltanet": 24, "full_attention": 8}),
+        # MLA at the 1-based layers 4, 8, ..., 24 and 27 (linear_attn_config.full_attn_layers).
+        ("kimi_linear", {"kda": 20, "mla": 7}),
     ],
 )
 def test_layer_layout(folder, layer_kinds):
@@ -57,8 +65,8 @@ def test_layer_layout(folder, layer_kinds):
     assert arch.mixer_counts() == layer_kinds
     # The fourth layer of every four is the attention layer.
     kinds = [layer.mixer.kind for layer in arch.layers]
-    attention = [kind for kind in layer_kinds if kind != "gated_deltanet"]
-    assert kinds[:4] == ["gated_deltanet"] * 3 + attention
+    linear, attention = list(layer_kinds)
+    assert kinds[:4] == [linear] * 3 + [attention]
 
 
 def test_qwen3_next_cache_golden():
@@ -117,6 +125,45 @@ def test_olmo_hybrid_whole_projection_qk_norms_counted_with_the_norms():
     arch, _ = load_arch(str(CONFIGS / "olmo_hybrid"))
     norms = {layer.mixer.kind: layer.norm_params for layer in arch.layers}
     assert norms == {"gated_deltanet": 7_680, "full_attention": 15_360}
+
+
+def test_kimi_linear_cache_golden():
+    """Kimi-Linear-48B-A3B: 7 MLA layers cache a latent; 20 KDA layers hold state, its recurrent part in fp32.
+
+    KV per token: 7 x (512 latent + 64 rope) = 4,032 elements -> 8,064 bytes at bf16.
+    State per KDA layer (vLLM's kda_state_shape and kda_state_dtype): conv (4 - 1) x 3 x 32 heads x 128
+    = 36,864 values at the state dtype; recurrent 32 x 128 x 128 = 524,288 values in fp32.
+    bf16 state: 20 x (36,864 x 2 + 524,288 x 4) = 20 x 2,170,880 = 43,417,600 bytes;
+    fp32 state: 20 x (36,864 x 4 + 524,288 x 4) = 44,892,160 bytes; TP 4: 8 heads a rank, a quarter.
+    """
+    arch, _ = load_arch(str(CONFIGS / "kimi_linear"))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 8_064
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 43_417_600
+    assert state_bytes_per_sequence(arch, 4) == 44_892_160
+    assert state_bytes_per_sequence(arch, BF16_BYTES, tp=4) == 43_417_600 / 4
+
+
+def test_kimi_linear_layers_by_hand():
+    """Kimi-Linear-48B-A3B's KDA layer and experts.
+
+    KDA (hidden 2,304, 32 heads of 128 = 4,096 channels): q, k, v 3 x 2,304 x 4,096 = 28,311,552; their convs
+    3 x 4,096 x 4 = 49,152; forget gate 2,304 x 128 + 128 x 4,096 + dt_bias 4,096 + A_log 32 = 823,328; beta
+    2,304 x 32 = 73,728; output gate 2,304 x 128 + 128 x 4,096 = 819,200; norm 128; o_proj 4,096 x 2,304
+    = 9,437,184 -> 39,514,272.
+    Experts in layers 2-27: routed 256 x 3 x 2,304 x 1,024 = 1,811,939,328; shared 3 x 2,304 x 1,024
+    = 7,077,888; router 256 x 2,304 = 589,824; 8 routed per token: 56,623,104.
+    """
+    arch, _ = load_arch(str(CONFIGS / "kimi_linear"))
+    kda = next(layer.mixer for layer in arch.layers if isinstance(layer.mixer, KimiDeltaAttentionMixer))
+    assert kda.params() == {ParamGroup.ATTENTION: 39_514_272}
+    moe = arch.moe_layers()
+    assert len(moe) == 26 and arch.layers[0].feed_forward.kind == "dense"
+    assert moe[0].params() == {
+        ParamGroup.ROUTER: 589_824,
+        ParamGroup.SHARED_EXPERTS: 7_077_888,
+        ParamGroup.ROUTED_EXPERTS: 1_811_939_328,
+    }
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 56_623_104
 
 
 def test_qwen3_next_mixers_by_hand():
@@ -210,6 +257,10 @@ def _edited(tmp_path: Path, folder: str, edit) -> str:
         ("qwen3_5", ("vision_config", "depth"), "vision_config.depth"),
         ("qwen3_5_moe_text", ("linear_value_head_dim",), "linear_value_head_dim"),
         ("olmo_hybrid", ("intermediate_size",), "intermediate_size"),
+        ("kimi_linear", ("linear_attn_config", "num_heads"), "linear_attn_config.num_heads"),
+        # Without the layer lists transformers would invent an MLA-every-fourth-layer pattern.
+        ("kimi_linear", ("linear_attn_config", "full_attn_layers"), "linear_attn_config.full_attn_layers"),
+        ("kimi_linear", ("num_experts",), "num_experts"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, path, field):
@@ -260,3 +311,16 @@ def test_unknown_layer_type_fails_in_one_line(tmp_path):
     message = str(caught.value)
     assert "\n" not in message
     assert "layer_types" in message and "sliding_attention" in message
+
+
+def test_kimi_attention_bias_is_refused_not_miscounted(tmp_path):
+    """attention_bias would bias Kimi's MLA down-projections too, which the MLA spec does not count."""
+
+    def edit(config):
+        config["attention_bias"] = True
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_edited(tmp_path, "kimi_linear", edit))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "attention_bias" in message

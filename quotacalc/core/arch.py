@@ -89,6 +89,12 @@ class TokenMixer(_Spec, ABC):
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         """The same on one of ``tp`` GPUs."""
 
+    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+        """Bytes of that fixed state, whole replica (``tp`` None) or on one of ``tp`` GPUs: every value at the
+        state dtype, unless the kind keeps part of it at a fixed dtype."""
+        elements = self.state_elements_per_sequence() if tp is None else self.state_elements_per_sequence_per_gpu(tp)
+        return elements * state_bytes_per_element
+
     @abstractmethod
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
@@ -442,6 +448,64 @@ class GatedDeltaNetMixer(_StateSpace):
         return None
 
 
+#: vLLM keeps Kimi Delta Attention's recurrent state in fp32 whatever the cache dtype (``kda_state_dtype``).
+KDA_RECURRENT_STATE_BYTES = 4
+
+
+class KimiDeltaAttentionMixer(_StateSpace):
+    """Kimi Delta Attention (Kimi Linear): a gated delta rule with a decay per channel, not per head.
+
+    q, k and v have ``num_heads x head_dim`` channels each, behind short convolutions; the forget gate
+    and the output gate are low-rank (hidden -> head_dim -> channels). Per sequence vLLM keeps, as
+    ``MambaStateShapeCalculator.kda_state_shape`` sizes it, ``d_conv - 1`` past inputs of the q, k, v
+    channels at the state dtype and a ``num_heads x head_dim x head_dim`` recurrent state in fp32,
+    both split over TP by heads. Parameters in the attention group, as for Gated DeltaNet.
+    """
+
+    kind: Literal["kda"] = "kda"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    head_dim: PositiveInt
+    d_conv: PositiveInt
+
+    @property
+    def channels(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def params(self) -> dict[ParamGroup, int]:
+        channels, head_dim, hidden = self.channels, self.head_dim, self.hidden_size
+        count = 3 * hidden * channels  # q, k, v
+        count += 3 * channels * self.d_conv  # their short convolutions, no bias
+        count += hidden * head_dim + head_dim * channels + channels + self.num_heads  # forget gate, dt_bias, A_log
+        count += hidden * self.num_heads  # beta
+        count += hidden * head_dim + head_dim * channels  # output gate
+        count += head_dim  # gated RMSNorm, shared by the heads
+        count += channels * hidden
+        return {ParamGroup.ATTENTION: count}
+
+    def _conv_elements(self, tp: int) -> int:
+        return (self.d_conv - 1) * 3 * (self.num_heads // tp) * self.head_dim
+
+    def _recurrent_elements(self, tp: int) -> int:
+        return (self.num_heads // tp) * self.head_dim * self.head_dim
+
+    def state_elements_per_sequence(self) -> int:
+        return self._conv_elements(1) + self._recurrent_elements(1)
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self._conv_elements(tp) + self._recurrent_elements(tp)
+
+    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+        ranks = tp or 1
+        return (
+            self._conv_elements(ranks) * state_bytes_per_element
+            + self._recurrent_elements(ranks) * KDA_RECURRENT_STATE_BYTES
+        )
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the {self.num_heads} linear-attention heads" if self.num_heads % tp else None
+
+
 Mixer = Annotated[
     Union[
         FullAttention,
@@ -451,6 +515,7 @@ Mixer = Annotated[
         Mamba1Mixer,
         Mamba2Mixer,
         GatedDeltaNetMixer,
+        KimiDeltaAttentionMixer,
     ],
     Field(discriminator="kind"),
 ]

@@ -1,4 +1,4 @@
-"""Readers for the Gated DeltaNet hybrids: Qwen3-Next, Qwen3.5 (dense and MoE) and OLMo Hybrid.
+"""Readers for the delta-rule hybrids: Qwen3-Next, Qwen3.5 (dense and MoE), OLMo Hybrid, Kimi Linear.
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``). Layers are
 Gated DeltaNet linear attention or full attention, as ``layer_types`` lists them (Qwen's configs may
@@ -17,10 +17,13 @@ from quotacalc.core.arch import (
     FullAttention,
     GatedDeltaNetMixer,
     GatedFullAttention,
+    KimiDeltaAttentionMixer,
     Layer,
+    MLAAttention,
     ModelArch,
     MoE,
 )
+from quotacalc.errors import UnsupportedArchitecture
 from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
 from quotacalc.inputs.hf_hybrid import block_types
 
@@ -252,3 +255,107 @@ def read_olmo_hybrid(view: ConfigView, name: str) -> ModelArch:
     }
     types = block_types(view, view.stated_int("num_hidden_layers"), {_LINEAR, _ATTENTION})
     return finish_arch(view, name, [blocks[kind] for kind in types], [])
+
+
+# --------------------------------------------------------------------------- Kimi Linear
+
+
+def _stated_linear(view: ConfigView, nested: str, key: str) -> int:
+    """A Kimi Delta Attention size, stated as ``linear_attn_config.<nested>`` (the published form) or ``key``."""
+    section = view.get("linear_attn_config")
+    stated = (
+        view.given_keys is None
+        or view.prefix + key in view.given_keys
+        or (isinstance(section, dict) and section.get(nested) is not None)
+    )
+    if not stated:
+        raise view.fail(
+            f"linear_attn_config.{nested}", "missing from the config", "a model config must state its own sizes"
+        )
+    return view.positive_int(key)
+
+
+def _kimi_layer_kinds(view: ConfigView, layer_count: int) -> tuple[list[str], list[str]]:
+    """Each layer's mixer and feed-forward kind, as transformers resolved them from the stated layer lists."""
+    section = view.get("linear_attn_config")
+    listed = isinstance(section, dict) and section.get("kda_layers") and section.get("full_attn_layers")
+    if view.given_keys is not None and "layer_types" not in view.given_keys and not listed:
+        # transformers would invent a pattern (MLA every fourth layer) that belongs to no released model.
+        raise view.fail(
+            "linear_attn_config.full_attn_layers", "missing from the config", "state kda_layers and full_attn_layers"
+        )
+    mixers = block_types(view, layer_count, {_LINEAR, _ATTENTION})
+    ffns = view.get("mlp_layer_types")
+    if not isinstance(ffns, list) or len(ffns) != layer_count or not set(ffns) <= {"dense", "sparse"}:
+        raise view.fail("mlp_layer_types", f"must list 'dense' or 'sparse' for each of the {layer_count} layers")
+    return mixers, ffns
+
+
+@reads("kimi_linear")
+def read_kimi_linear(view: ConfigView, name: str) -> ModelArch:
+    """Kimi Delta Attention or MLA per layer; a dense SwiGLU MLP for the first ``first_k_dense_replace`` layers,
+    then experts with shared experts (as transformers lists them in ``mlp_layer_types``).
+
+    The MLA layers are DeepSeek's (no query LoRA in the released model), so their cache is the latent plus
+    the rope dims per token, as vLLM caches MLA even where Kimi skips the rotation (``mla_use_nope``).
+    """
+    hidden = view.stated_int("hidden_size")
+    layer_count = view.stated_int("num_hidden_layers")
+    if view.flag("attention_bias"):
+        raise UnsupportedArchitecture(
+            "attention_bias also biases Kimi's MLA down-projections, which quotacalc does not count yet",
+            source=view.source,
+            field=view.prefix + "attention_bias",
+        )
+    mixers, ffns = _kimi_layer_kinds(view, layer_count)
+    built: dict[str, object] = {}
+    if _ATTENTION in mixers:
+        built[_ATTENTION] = MLAAttention(
+            hidden_size=hidden,
+            num_heads=view.stated_int("num_attention_heads"),
+            q_lora_rank=view.get("q_lora_rank") or None,
+            kv_lora_rank=view.positive_int("kv_lora_rank"),
+            qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),
+            qk_rope_head_dim=view.positive_int("qk_rope_head_dim"),
+            v_head_dim=view.positive_int("v_head_dim"),
+        )
+    if _LINEAR in mixers:
+        built[_LINEAR] = KimiDeltaAttentionMixer(
+            hidden_size=hidden,
+            num_heads=_stated_linear(view, "num_heads", "linear_num_heads"),
+            head_dim=_stated_linear(view, "head_dim", "linear_head_dim"),
+            d_conv=view.positive_int("linear_conv_kernel_dim"),
+        )
+    if "sparse" in ffns:
+        built["sparse"] = _kimi_moe(view)
+    if "dense" in ffns:
+        built["dense"] = _dense_mlp(view)
+    layers = [
+        Layer(mixer=built[mixer], feed_forward=built[ffn], norm_params=2 * hidden)
+        for mixer, ffn in zip(mixers, ffns, strict=True)
+    ]
+    notes = []
+    if view.get("num_nextn_predict_layers"):
+        notes.append("multi-token-prediction layers are not counted (transformers does not build them)")
+    if _LINEAR in mixers:
+        notes.append(
+            "Kimi Delta Attention's recurrent state is held in fp32 whatever the state dtype, as vLLM holds it"
+        )
+    return finish_arch(view, name, layers, notes)
+
+
+def _kimi_moe(view: ConfigView) -> MoE:
+    """Routed experts and ``n_shared_experts`` shared ones of the same width (one MLP that many times wide)."""
+    if view.given_keys is not None and not {"num_experts", "num_local_experts"} & view.given_keys:
+        raise view.fail("num_experts", "missing from the config", "a mixture-of-experts config states its experts")
+    # transformers reads the released num_shared_experts as n_shared_experts.
+    shared = view.get("n_shared_experts", 0)
+    width = view.positive_int("moe_intermediate_size")
+    return MoE(
+        hidden_size=view.stated_int("hidden_size"),
+        num_experts=view.positive_int("num_local_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=width,
+        num_shared_experts=1,
+        shared_intermediate_size=width * shared,
+    )
