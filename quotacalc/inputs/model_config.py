@@ -257,6 +257,8 @@ _EXPERTS_KEY = {
     "qwen3_moe": "num_experts",
     "deepseek_v2": "n_routed_experts",
     "deepseek_v3": "n_routed_experts",
+    "glm4_moe": "n_routed_experts",
+    "glm4_moe_lite": "n_routed_experts",
 }
 _DENSE_TYPES = frozenset({"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"})
 
