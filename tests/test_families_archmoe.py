@@ -1,4 +1,4 @@
-"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite) priced
+"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite) and MiniMax-M2 priced
 against transformers' own counts, with cache and active-parameter goldens derived by hand.
 
 ``reference_params_archmoe.json`` holds the counts transformers 5.24 builds on the meta device for
@@ -50,6 +50,7 @@ def test_total_params_match_transformers(folder):
         ("glm4_5_air", {"full_attention": 46}, [0]),  # first_k_dense_replace 1
         ("glm4_6", {"full_attention": 92}, [0, 1, 2]),  # first_k_dense_replace 3
         ("glm4_7_flash", {"mla": 47}, [0]),
+        ("minimax_m2", {"full_attention": 62}, []),
     ],
 )
 def test_layer_layout(folder, layer_kinds, dense_layers):
@@ -71,6 +72,8 @@ def test_layer_layout(folder, layer_kinds, dense_layers):
         ("glm4_6", 376_832),
         # MLA: 47 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) = 27,072 elements -> 54,144 bytes.
         ("glm4_7_flash", 54_144),
+        # 62 layers x 8 KV heads x 256 = 126,976 elements -> 253,952 bytes.
+        ("minimax_m2", 253_952),
     ],
 )
 def test_kv_bytes_per_token_golden(folder, kv_bytes):
@@ -118,6 +121,23 @@ def test_glm4_6_qk_norm_adds_two_head_dims():
     assert attention.params()[ParamGroup.ATTENTION] == 5120 * 14336 + 14336 + 12288 * 5120 + 256
 
 
+def test_minimax_m2_per_layer_qk_norm_and_experts():
+    """MiniMax-M2's q/k norms span the whole projection: 48 x 128 + 8 x 128 = 7,168 weights per layer.
+
+    Attention: 3,072 x (6,144 + 2 x 1,024) + 6,144 x 3,072 + 7,168 = 44,047,360.
+    Experts: 8 of 256, each 3 x 3,072 x 1,536 = 14,155,776 -> 113,246,208 active; router 256 x 3,072 = 786,432;
+    no shared expert.
+    """
+    arch = _arch("minimax_m2")
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 44_047_360}
+    moe = arch.moe_layers()[0]
+    assert moe.active_params() == {
+        ParamGroup.ROUTER: 786_432,
+        ParamGroup.SHARED_EXPERTS: 0,
+        ParamGroup.ROUTED_EXPERTS: 113_246_208,
+    }
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -144,6 +164,8 @@ def _one_line_error(path: str) -> str:
         ("glm4_5_air", "n_routed_experts"),  # the class default (128) would price GLM-4.5-Air's experts
         ("glm4_6", "hidden_size"),
         ("glm4_7_flash", "n_routed_experts"),
+        ("minimax_m2", "num_local_experts"),
+        ("minimax_m2", "num_hidden_layers"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, key):
@@ -155,6 +177,16 @@ def test_glm4_moe_lite_dense_prefix_disagreeing_with_layer_types(tmp_path):
     """transformers builds mlp_layer_types (one dense layer by default), vLLM reads first_k_dense_replace: refused."""
     message = _one_line_error(_config_with(tmp_path, "glm4_7_flash", lambda c: c.update(first_k_dense_replace=3)))
     assert "first_k_dense_replace" in message and "mlp_layer_types" in message
+
+
+def test_minimax_m2_per_head_qk_norm_is_refused(tmp_path):
+    message = _one_line_error(_config_with(tmp_path, "minimax_m2", lambda c: c.update(qk_norm_type="per_head")))
+    assert "qk_norm_type" in message
+
+
+def test_minimax_m2_lightning_layers_are_refused(tmp_path):
+    message = _one_line_error(_config_with(tmp_path, "minimax_m2", lambda c: c["attn_type_list"].__setitem__(0, 0)))
+    assert "attn_type_list" in message
 
 
 def test_glm4_moe_negative_dense_prefix(tmp_path):

@@ -135,6 +135,9 @@ class _HeadAttention(_NoState, TokenMixer):
     qk_norm: bool = False
     #: Learned per-head attention sinks (gpt-oss).
     sinks: bool = False
+    #: RMSNorm over the whole q and k projections before they split into heads (MiniMax-M2's
+    #: ``qk_norm_type: per_layer``): (heads + KV heads) x head_dim weights, not 2 x head_dim.
+    qk_norm_over_heads: bool = False
 
     def params(self) -> dict[ParamGroup, int]:
         q_out = self.num_heads * self.head_dim
@@ -145,6 +148,7 @@ class _HeadAttention(_NoState, TokenMixer):
         count += self.hidden_size if self.o_bias else 0
         count += 2 * self.head_dim if self.qk_norm else 0
         count += self.num_heads if self.sinks else 0
+        count += (self.num_heads + self.num_kv_heads) * self.head_dim if self.qk_norm_over_heads else 0
         return {ParamGroup.ATTENTION: count}
 
     def cache_elements_per_token(self) -> int:

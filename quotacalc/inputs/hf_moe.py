@@ -1,5 +1,5 @@
 """Readers for mixture-of-experts families beyond Mixtral, Qwen-MoE and DeepSeek: GLM-4.5/4.6/4.7
-(``glm4_moe``) and GLM-4.7-Flash (``glm4_moe_lite``).
+(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``) and MiniMax-M2.
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``): which layers
 are dense and which hold experts, and every bias and norm those modules build. Routers' score
@@ -123,4 +123,49 @@ def read_glm4_moe_lite(view: ConfigView, name: str) -> ModelArch:
     layers = [
         Layer(mixer=mla, feed_forward=moe if kind == "sparse" else dense, norm_params=2 * hidden) for kind in kinds
     ]
+    return finish_arch(view, name, layers, _mtp_notes(view))
+
+
+# --------------------------------------------------------------------------- MiniMax-M2
+
+
+@reads("minimax_m2")
+def read_minimax_m2(view: ConfigView, name: str) -> ModelArch:
+    """Full attention in every layer, q/k RMSNorm over the whole projection (``qk_norm_type: per_layer``),
+    and experts of ``intermediate_size`` in every layer, no shared expert, no biases.
+
+    transformers builds the q/k norms whatever ``use_qk_norm`` says, as vLLM's minimax_m2.py does.
+    """
+    layer_count = view.stated_int("num_hidden_layers")
+    hidden = view.stated_int("hidden_size")
+    norm_type = view.get("qk_norm_type", "per_layer")
+    if norm_type != "per_layer":
+        raise UnsupportedArchitecture(
+            f"qk_norm_type '{norm_type}' is not what transformers builds for minimax_m2",
+            source=view.source,
+            field=view.prefix + "qk_norm_type",
+            fix="MiniMax-M2 normalises q and k per layer ('per_layer')",
+        )
+    attn_types = view.get("attn_type_list")
+    if isinstance(attn_types, list) and any(kind != 1 for kind in attn_types):
+        # MiniMax-01's lightning (linear) attention layers: a different model, with a state per sequence.
+        raise UnsupportedArchitecture(
+            "attn_type_list marks lightning-attention layers, which minimax_m2 does not build",
+            source=view.source,
+            field=view.prefix + "attn_type_list",
+        )
+    if view.get("shared_intermediate_size", 0):
+        raise UnsupportedArchitecture(
+            "a shared expert is not built by transformers' minimax_m2",
+            source=view.source,
+            field=view.prefix + "shared_intermediate_size",
+        )
+    attention = FullAttention(**_attention_sizes(view), qk_norm_over_heads=True)
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=view.positive_int("num_local_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("intermediate_size"),
+    )
+    layers = [Layer(mixer=attention, feed_forward=moe, norm_params=2 * hidden) for _ in range(layer_count)]
     return finish_arch(view, name, layers, _mtp_notes(view))
