@@ -1,4 +1,4 @@
-"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite) and MiniMax-M2 priced
+"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2 and Llama 4 priced
 against transformers' own counts, with cache and active-parameter goldens derived by hand.
 
 ``reference_params_archmoe.json`` holds the counts transformers 5.24 builds on the meta device for
@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc.core.arch import DenseMLP, MoE, ParamGroup
-from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, MoE, ParamGroup
+from quotacalc.core.memory import (
+    attention_flops_per_output_token,
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu,
+    request_kv_bytes,
+    window_bytes_per_sequence,
+)
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
 
@@ -51,6 +57,10 @@ def test_total_params_match_transformers(folder):
         ("glm4_6", {"full_attention": 92}, [0, 1, 2]),  # first_k_dense_replace 3
         ("glm4_7_flash", {"mla": 47}, [0]),
         ("minimax_m2", {"full_attention": 62}, []),
+        # Chunked local attention on 3 of every 4 layers (no_rope_layers 1, 1, 1, 0).
+        ("llama4_scout", {"chunked_attention": 36, "full_attention": 12}, []),
+        # Maverick: experts on every other layer (interleave_moe_layer_step 2), dense MLPs between.
+        ("llama4_maverick_text", {"chunked_attention": 36, "full_attention": 12}, list(range(0, 48, 2))),
     ],
 )
 def test_layer_layout(folder, layer_kinds, dense_layers):
@@ -58,6 +68,16 @@ def test_layer_layout(folder, layer_kinds, dense_layers):
     assert arch.mixer_counts() == layer_kinds
     assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.feed_forward, DenseMLP)] == dense_layers
     assert all(isinstance(layer.feed_forward, (DenseMLP, MoE)) for layer in arch.layers)
+
+
+def test_llama4_chunked_layers_are_the_rope_layers():
+    """Layers 3, 7, 11, ... (no_rope_layers 0) attend over the whole context; the others within a chunk."""
+    arch = _arch("llama4_scout")
+    full = [i for i, layer in enumerate(arch.layers) if layer.mixer.kind == "full_attention"]
+    assert full == list(range(3, 48, 4))
+    assert {layer.mixer.chunk_tokens for layer in arch.layers if isinstance(layer.mixer, ChunkedLocalAttention)} == {
+        8192
+    }
 
 
 # --------------------------------------------------------------------------- KV goldens
@@ -74,6 +94,8 @@ def test_layer_layout(folder, layer_kinds, dense_layers):
         ("glm4_7_flash", 54_144),
         # 62 layers x 8 KV heads x 256 = 126,976 elements -> 253,952 bytes.
         ("minimax_m2", 253_952),
+        # Only the 12 full-attention layers grow: 12 x 8 x 256 = 24,576 elements -> 49,152 bytes.
+        ("llama4_scout", 49_152),
     ],
 )
 def test_kv_bytes_per_token_golden(folder, kv_bytes):
@@ -86,6 +108,44 @@ def test_glm_kv_per_gpu_splits_heads():
     arch = _arch("glm4_6")
     assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 8) == 47_104
     assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 16) == 47_104
+
+
+def test_llama4_chunked_cache_is_bounded_by_one_chunk():
+    """Llama 4 Scout at 100,000 tokens, bf16.
+
+    Chunked layers hold at most one chunk (vLLM's ChunkedLocalAttentionSpec frees past chunks):
+    36 layers x 8 KV heads x 256 x 8,192 tokens x 2 bytes = 1,207,959,552 bytes; the 12 full layers
+    hold all 100,000 tokens: 49,152 x 100,000 = 4,915,200,000 bytes. Below one chunk, every token:
+    at 1,000 tokens 36 x 8 x 256 x 1,000 x 2 = 147,456,000 bytes.
+    """
+    arch = _arch("llama4_scout")
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 100_000) == 1_207_959_552
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 1_000) == 147_456_000
+    assert request_kv_bytes(arch, 100_000, BF16_BYTES, BF16_BYTES) == 4_915_200_000 + 1_207_959_552
+
+
+def test_chunked_attention_attends_from_its_chunk_start():
+    """Chunk 8,192: the 10,000th token sees tokens 8,193..10,000 = 1,808 of them, not 8,192.
+
+    Mean over a 10,000-token prompt: one full chunk (1 + ... + 8,192 = 33,558,528) and 1,808 tokens
+    of the next (1 + ... + 1,808 = 1,635,336): 35,193,864 / 10,000 = 3,519.3864.
+    """
+    mixer = next(
+        layer.mixer for layer in _arch("llama4_scout").layers if isinstance(layer.mixer, ChunkedLocalAttention)
+    )
+    assert mixer.attended_tokens(10_000) == 1_808
+    assert mixer.attended_tokens(8_192) == 8_192
+    assert mixer.attended_tokens(8_193) == 1
+    assert mixer.cached_tokens(10_000) == 8_192
+    assert mixer.mean_prompt_attended_tokens(10_000) == pytest.approx(3_519.3864)
+    assert mixer.mean_prompt_attended_tokens(100) == pytest.approx(101 / 2)
+
+
+def test_llama4_output_token_attention_flops():
+    """At 10,000 tokens: 12 full layers attend 10,000 keys, 36 chunked ones 1,808.
+    Per key per layer 2 x 40 heads x (128 + 128) = 20,480 FLOPs:
+    20,480 x (12 x 10,000 + 36 x 1,808) = 3,790,602,240."""
+    assert attention_flops_per_output_token(_arch("llama4_scout"), 10_000) == 3_790_602_240
 
 
 # --------------------------------------------------------------------------- parameters by hand
@@ -138,6 +198,38 @@ def test_minimax_m2_per_layer_qk_norm_and_experts():
     }
 
 
+def test_llama4_scout_params_by_hand():
+    """Llama 4 Scout: 16 experts of 8,192, top 1, and a shared expert in every one of 48 layers.
+
+    Routed: 48 x 16 x 3 x 5,120 x 8,192 = 96,636,764,160; active 1 of 16 -> 6,039,797,760, and the
+    shared expert the same again. Router 48 x 16 x 5,120 = 3,932,160.
+    Vision tower (hidden 1,408, 34 layers, MLP 5,632, 16 heads, 336 px / 14 px patches):
+      patch 3 x 14 x 14 x 1,408 = 827,904; class 1,408; positions (24^2 + 1) x 1,408 = 812,416;
+      pre/post LayerNorms 4 x 1,408 = 5,632;
+      per layer 4 x (1,408^2 + 1,408) + 2 x 1,408 x 5,632 + 5,632 + 1,408 + 4 x 1,408 = 23,882,240 -> x 34 = 811,996,160;
+      adapter 5,632 x 4,096 + 4,096^2 = 39,845,888; projector 4,096 x 5,120 = 20,971,520.
+      Sum 871,932,416 (the vision table quoted in SOURCES.md has the same figures per tensor).
+    """
+    arch = _arch("llama4_scout")
+    groups = arch.params_by_group()
+    assert groups[ParamGroup.ROUTED_EXPERTS] == 96_636_764_160
+    assert groups[ParamGroup.SHARED_EXPERTS] == 6_039_797_760
+    assert groups[ParamGroup.ROUTER] == 3_932_160
+    assert arch.active_params_by_group()[ParamGroup.ROUTED_EXPERTS] == 6_039_797_760
+    assert arch.vision_params == 871_932_416
+    assert arch.active_params_by_group()[ParamGroup.VISION] == 0
+
+
+def test_llama4_maverick_dense_layers_use_intermediate_size_mlp():
+    """Maverick's 24 dense layers: 3 x 5,120 x 16,384 = 251,658,240 each; its 24 MoE layers hold 128
+    experts of 8,192 (+ a shared one), top 1."""
+    arch = _arch("llama4_maverick_text")
+    assert arch.layers[0].feed_forward.params() == {ParamGroup.MLP: 251_658_240}
+    moe = arch.moe_layers()
+    assert len(moe) == 24 and moe[0].num_experts == 128 and moe[0].top_k == 1
+    assert moe[0].params()[ParamGroup.SHARED_EXPERTS] == 3 * 5120 * 8192
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -166,11 +258,24 @@ def _one_line_error(path: str) -> str:
         ("glm4_7_flash", "n_routed_experts"),
         ("minimax_m2", "num_local_experts"),
         ("minimax_m2", "num_hidden_layers"),
+        ("llama4_maverick_text", "num_local_experts"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, key):
     message = _one_line_error(_config_with(tmp_path, folder, lambda c: c.pop(key)))
     assert key in message and "missing" in message
+
+
+def test_llama4_text_config_missing_size_names_the_nested_field(tmp_path):
+    message = _one_line_error(_config_with(tmp_path, "llama4_scout", lambda c: c["text_config"].pop("hidden_size")))
+    assert "text_config.hidden_size" in message and "missing" in message
+
+
+def test_llama4_heads_not_dividing_names_the_nested_field(tmp_path):
+    message = _one_line_error(
+        _config_with(tmp_path, "llama4_scout", lambda c: c["text_config"].update(num_key_value_heads=7))
+    )
+    assert "text_config.num_key_value_heads" in message
 
 
 def test_glm4_moe_lite_dense_prefix_disagreeing_with_layer_types(tmp_path):

@@ -12,7 +12,7 @@ MAX_EXPERTS = 65_536
 
 def check_arch(arch: ModelArch, source: str) -> None:
     """Raise a one-line error naming the config field whose relation to another does not hold."""
-    prefix = "text_config." if arch.model_type == "gemma3" else ""
+    prefix = "text_config." if arch.model_type in ("gemma3", "llama4") else ""
     seen: set[int] = set()
     for layer in arch.layers:
         for part in (layer.mixer, layer.feed_forward):

@@ -1,5 +1,5 @@
 """Readers for mixture-of-experts families beyond Mixtral, Qwen-MoE and DeepSeek: GLM-4.5/4.6/4.7
-(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``) and MiniMax-M2.
+(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``), MiniMax-M2 and Llama 4 (text and multimodal).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``): which layers
 are dense and which hold experts, and every bias and norm those modules build. Routers' score
@@ -9,7 +9,7 @@ counted (one float per expert per layer); multi-token-prediction layers are not 
 
 from __future__ import annotations
 
-from quotacalc.core.arch import DenseMLP, FullAttention, Layer, MLAAttention, ModelArch, MoE
+from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, FullAttention, Layer, MLAAttention, ModelArch, MoE
 from quotacalc.errors import UnsupportedArchitecture
 from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
 
@@ -169,3 +169,96 @@ def read_minimax_m2(view: ConfigView, name: str) -> ModelArch:
     )
     layers = [Layer(mixer=attention, feed_forward=moe, norm_params=2 * hidden) for _ in range(layer_count)]
     return finish_arch(view, name, layers, _mtp_notes(view))
+
+
+# --------------------------------------------------------------------------- Llama 4
+
+
+def _llama4_layers(view: ConfigView) -> tuple[list[Layer], list[str]]:
+    """Chunked-local or full attention per ``layer_types``; experts with a shared expert on ``moe_layers``,
+    a dense MLP of ``intermediate_size_mlp`` elsewhere. The q/k L2 norm has no weights."""
+    layer_count = view.stated_int("num_hidden_layers")
+    hidden = view.stated_int("hidden_size")
+    bias = view.flag("attention_bias")
+    sizes = _attention_sizes(view)
+    kinds = view.get("layer_types")
+    if not isinstance(kinds, list) or len(kinds) != layer_count:
+        raise view.fail("layer_types", f"must list one type per layer ({layer_count})")
+    chunk = view.get("attention_chunk_size")
+    max_context = view.get("max_position_embeddings")
+    notes: list[str] = []
+    mixers = {"full_attention": FullAttention(**sizes, qkv_bias=bias, o_bias=bias)}
+    if "chunked_attention" in kinds:
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
+            raise view.fail("attention_chunk_size", f"must be a positive number of tokens, got {chunk!r}")
+        if max_context and chunk >= max_context:
+            mixers["chunked_attention"] = mixers["full_attention"]
+            notes.append(f"attention chunk {chunk} >= max context {max_context}: those layers priced as full")
+        else:
+            mixers["chunked_attention"] = ChunkedLocalAttention(**sizes, qkv_bias=bias, o_bias=bias, chunk_tokens=chunk)
+    for index, kind in enumerate(kinds):
+        if kind not in mixers:
+            raise UnsupportedArchitecture(
+                f"layer {index} has type '{kind}', which quotacalc cannot price for llama4",
+                source=view.source,
+                field=view.prefix + "layer_types",
+            )
+    moe_layers = view.get("moe_layers")
+    if not isinstance(moe_layers, list) or any(not isinstance(i, int) or isinstance(i, bool) for i in moe_layers):
+        raise view.fail("moe_layers", "must list the indices of the layers that hold experts")
+    expert_width = view.positive_int("intermediate_size")
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=view.positive_int("num_local_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=expert_width,
+        num_shared_experts=1,
+        shared_intermediate_size=expert_width,
+    )
+    dense = DenseMLP(hidden_size=hidden, intermediate_size=view.positive_int("intermediate_size_mlp"))
+    sparse = set(moe_layers)
+    layers = [
+        Layer(mixer=mixers[kind], feed_forward=moe if index in sparse else dense, norm_params=2 * hidden)
+        for index, kind in enumerate(kinds)
+    ]
+    return layers, notes
+
+
+@reads("llama4_text")
+def read_llama4_text(view: ConfigView, name: str) -> ModelArch:
+    """Llama 4's language model alone (``Llama4ForCausalLM``)."""
+    layers, notes = _llama4_layers(view)
+    return finish_arch(view, name, layers, notes)
+
+
+def llama4_vision_params(vision: ConfigView, text_hidden: int) -> int:
+    """Llama 4's vision tower (unfold patch embedding, class and position embeddings, LayerNorm encoder,
+    pixel-shuffle MLP adapter) plus the projector into the text model."""
+    hidden = vision.stated_int("hidden_size")
+    heads = vision.positive_int("num_attention_heads")
+    inner = vision.positive_int("intermediate_size")
+    layers = vision.stated_int("num_hidden_layers")
+    patch = vision.positive_int("patch_size")
+    channels = vision.positive_int("num_channels", 3)
+    if hidden % heads:
+        raise vision.fail("num_attention_heads", f"{heads} heads do not divide the hidden size {hidden}")
+    positions = (vision.positive_int("image_size") // patch) ** 2 + 1  # patches and the class token
+    embeddings = channels * patch * patch * hidden + hidden + positions * hidden + 2 * 2 * hidden
+    attention = 4 * (hidden * hidden + hidden)  # q, k, v, o, all biased; heads x head_dim = hidden
+    mlp = hidden * inner + inner + inner * hidden + hidden
+    per_layer = attention + mlp + 2 * 2 * hidden
+    adapter = inner * vision.positive_int("projector_input_dim") + vision.positive_int("projector_output_dim") ** 2
+    projector = vision.positive_int("vision_output_dim") * text_hidden
+    return embeddings + layers * per_layer + adapter + projector
+
+
+@reads("llama4")
+def read_llama4(view: ConfigView, name: str) -> ModelArch:
+    """Llama 4 Scout / Maverick as published (``Llama4ForConditionalGeneration``): the text model in
+    ``text_config``, the vision tower and projector counted in ``vision_params``."""
+    text = view.sub("text_config")
+    layers, notes = _llama4_layers(text)
+    vision_params = llama4_vision_params(view.sub("vision_config"), text.stated_int("hidden_size"))
+    arch = finish_arch(text, name, layers, notes, dtype_views=(view,), vision_params=vision_params)
+    tied = view.flag("tie_word_embeddings", text.flag("tie_word_embeddings"))
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "llama4"})
