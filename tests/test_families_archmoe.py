@@ -1,5 +1,5 @@
-"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2 and Llama 4 priced
-against transformers' own counts, with cache and active-parameter goldens derived by hand.
+"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2, Llama 4 and dots.llm1
+priced against transformers' own counts, with cache and active-parameter goldens derived by hand.
 
 ``reference_params_archmoe.json`` holds the counts transformers 5.24 builds on the meta device for
 the folders of ``tests/data/configs`` named in it (``tests/data/make_reference_params.py`` run on a
@@ -259,6 +259,7 @@ def _one_line_error(path: str) -> str:
         ("minimax_m2", "num_local_experts"),
         ("minimax_m2", "num_hidden_layers"),
         ("llama4_maverick_text", "num_local_experts"),
+        ("dots1", "n_routed_experts"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, key):
@@ -297,3 +298,26 @@ def test_minimax_m2_lightning_layers_are_refused(tmp_path):
 def test_glm4_moe_negative_dense_prefix(tmp_path):
     message = _one_line_error(_config_with(tmp_path, "glm4_6", lambda c: c.update(first_k_dense_replace=-1)))
     assert "first_k_dense_replace" in message
+
+
+# --------------------------------------------------------------------------- dots.llm1
+
+
+def test_dots1_layout_cache_and_attention_by_hand():
+    """dots.llm1: layer 0 dense, 61 MoE layers; 32 KV heads (no grouping), head_dim 128.
+
+    KV: 62 layers x 32 x (128 + 128) = 507,904 elements -> 1,015,808 bytes per token (bf16).
+    Attention per layer: 4 x 4,096 x 4,096 = 67,108,864, plus per-head q/k norms 2 x 128 = 67,109,120.
+    Per MoE layer active: 6 of 128 experts 6 x 3 x 4,096 x 1,408 = 103,809,024; two shared 2 x 3 x 4,096 x 1,408
+    = 34,603,008; router 128 x 4,096 = 524,288.
+    """
+    arch = _arch("dots1")
+    assert arch.mixer_counts() == {"full_attention": 62}
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.feed_forward, DenseMLP)] == [0]
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 1_015_808
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 67_109_120}
+    assert arch.moe_layers()[0].active_params() == {
+        ParamGroup.ROUTER: 524_288,
+        ParamGroup.SHARED_EXPERTS: 34_603_008,
+        ParamGroup.ROUTED_EXPERTS: 103_809_024,
+    }

@@ -1,5 +1,6 @@
 """Readers for mixture-of-experts families beyond Mixtral, Qwen-MoE and DeepSeek: GLM-4.5/4.6/4.7
-(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``), MiniMax-M2 and Llama 4 (text and multimodal).
+(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``), MiniMax-M2, Llama 4 (text and multimodal) and
+dots.llm1 (``dots1``).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``): which layers
 are dense and which hold experts, and every bias and norm those modules build. Routers' score
@@ -11,7 +12,15 @@ from __future__ import annotations
 
 from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, FullAttention, Layer, MLAAttention, ModelArch, MoE
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
+from quotacalc.inputs.hf_arch import (
+    AttentionTraits,
+    ConfigView,
+    DecoderFamily,
+    finish_arch,
+    head_dim_of,
+    read_decoder,
+    reads,
+)
 
 
 def _attention_sizes(view: ConfigView) -> dict[str, int]:
@@ -262,3 +271,28 @@ def read_llama4(view: ConfigView, name: str) -> ModelArch:
     arch = finish_arch(text, name, layers, notes, dtype_views=(view,), vision_params=vision_params)
     tied = view.flag("tie_word_embeddings", text.flag("tie_word_embeddings"))
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "llama4"})
+
+
+# --------------------------------------------------------------------------- dots.llm1
+
+
+def _dots1_feed_forward(view: ConfigView, index: int) -> DenseMLP | MoE:
+    if index < _dense_prefix(view, view.stated_int("num_hidden_layers")):
+        return DenseMLP(
+            hidden_size=view.stated_int("hidden_size"), intermediate_size=view.positive_int("intermediate_size")
+        )
+    return _glm_moe(view)
+
+
+#: dots.llm1: GLM-4.5's layout (dense first layers, routed + shared experts) with q/k/v/o all biased by
+#: ``attention_bias`` and per-head q/k RMSNorm always; full or sliding layers as ``layer_types`` resolves.
+_DOTS1 = DecoderFamily(
+    attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True),
+    feed_forward=_dots1_feed_forward,
+)
+
+
+@reads("dots1")
+def read_dots1(view: ConfigView, name: str) -> ModelArch:
+    """rednote-hilab's dots.llm1 (``Dots1ForCausalLM``)."""
+    return read_decoder(view, name, _DOTS1)

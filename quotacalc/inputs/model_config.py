@@ -261,6 +261,7 @@ _EXPERTS_KEY = {
     "glm4_moe_lite": "n_routed_experts",
     "minimax_m2": "num_local_experts",
     "llama4_text": "num_local_experts",
+    "dots1": "n_routed_experts",
 }
 _DENSE_TYPES = frozenset({"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"})
 
