@@ -1,5 +1,5 @@
-"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2, Llama 4 and dots.llm1
-priced against transformers' own counts, with cache and active-parameter goldens derived by hand.
+"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2, Llama 4, dots.llm1 and
+ERNIE 4.5 priced against transformers' own counts, with cache and active-parameter goldens derived by hand.
 
 ``reference_params_archmoe.json`` holds the counts transformers 5.24 builds on the meta device for
 the folders of ``tests/data/configs`` named in it (``tests/data/make_reference_params.py`` run on a
@@ -260,6 +260,7 @@ def _one_line_error(path: str) -> str:
         ("minimax_m2", "num_hidden_layers"),
         ("llama4_maverick_text", "num_local_experts"),
         ("dots1", "n_routed_experts"),
+        ("ernie4_5_21b_a3b", "moe_num_experts"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, key):
@@ -300,7 +301,7 @@ def test_glm4_moe_negative_dense_prefix(tmp_path):
     assert "first_k_dense_replace" in message
 
 
-# --------------------------------------------------------------------------- dots.llm1
+# --------------------------------------------------------------------------- dots.llm1 and ERNIE 4.5
 
 
 def test_dots1_layout_cache_and_attention_by_hand():
@@ -321,3 +322,28 @@ def test_dots1_layout_cache_and_attention_by_hand():
         ParamGroup.SHARED_EXPERTS: 34_603_008,
         ParamGroup.ROUTED_EXPERTS: 103_809_024,
     }
+
+
+def test_ernie4_5_moe_layout_cache_and_experts_by_hand():
+    """ERNIE-4.5-21B-A3B: layer 0 dense (moe_layer_start_index 1), 27 MoE layers, tied embeddings.
+
+    KV: 28 layers x 4 KV heads x 256 = 28,672 elements -> 57,344 bytes per token (bf16).
+    Per MoE layer: router 64 x 2,560 + its e_score_correction_bias, a parameter here, 64 = 163,904;
+    two shared experts 2 x 3 x 2,560 x 1,536 = 23,592,960; 6 of 64 routed 6 x 3 x 2,560 x 1,536 = 70,778,880.
+    """
+    arch = _arch("ernie4_5_21b_a3b")
+    assert arch.mixer_counts() == {"full_attention": 28}
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.feed_forward, DenseMLP)] == [0]
+    assert arch.tie_word_embeddings
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 57_344
+    assert arch.moe_layers()[0].active_params() == {
+        ParamGroup.ROUTER: 163_904,
+        ParamGroup.SHARED_EXPERTS: 23_592_960,
+        ParamGroup.ROUTED_EXPERTS: 70_778_880,
+    }
+
+
+def test_ernie4_5_moe_biases_are_refused(tmp_path):
+    """use_bias biases the LM head too, which is not counted: refused rather than priced short."""
+    message = _one_line_error(_config_with(tmp_path, "ernie4_5_21b_a3b", lambda c: c.update(use_bias=True)))
+    assert "use_bias" in message

@@ -1,11 +1,11 @@
 """Readers for mixture-of-experts families beyond Mixtral, Qwen-MoE and DeepSeek: GLM-4.5/4.6/4.7
-(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``), MiniMax-M2, Llama 4 (text and multimodal) and
-dots.llm1 (``dots1``).
+(``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``), MiniMax-M2, Llama 4 (text and multimodal),
+dots.llm1 (``dots1``) and ERNIE 4.5 MoE (``ernie4_5_moe``).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``): which layers
 are dense and which hold experts, and every bias and norm those modules build. Routers' score
 correction biases (``e_score_correction_bias``) are buffers there, not parameters, and are not
-counted (one float per expert per layer); multi-token-prediction layers are not built, so not counted.
+counted (one float per expert per layer), except ERNIE's, a parameter; multi-token-prediction layers are not built, so not counted.
 """
 
 from __future__ import annotations
@@ -296,3 +296,47 @@ _DOTS1 = DecoderFamily(
 def read_dots1(view: ConfigView, name: str) -> ModelArch:
     """rednote-hilab's dots.llm1 (``Dots1ForCausalLM``)."""
     return read_decoder(view, name, _DOTS1)
+
+
+# --------------------------------------------------------------------------- ERNIE 4.5 MoE
+
+
+def _ernie_feed_forward(view: ConfigView, index: int) -> DenseMLP | MoE:
+    """Experts on every ``moe_layer_interval``-th layer from ``moe_layer_start_index`` to ``moe_layer_end_index``
+    (the last layer when -1); the router's ``e_score_correction_bias`` is a parameter here (one per expert),
+    counted as a router bias; ``moe_num_shared_experts`` shared experts of the experts' width."""
+    interval = view.positive_int("moe_layer_interval", 1)
+    start = view.get("moe_layer_start_index", 0)
+    end = view.get("moe_layer_end_index", -1)
+    end = view.stated_int("num_hidden_layers") - 1 if end == -1 else end
+    if not ((index + 1) % interval == 0 and start <= index <= end):
+        return DenseMLP(
+            hidden_size=view.stated_int("hidden_size"), intermediate_size=view.positive_int("intermediate_size")
+        )
+    width = view.positive_int("moe_intermediate_size")
+    shared = view.get("moe_num_shared_experts", 0)
+    return MoE(
+        hidden_size=view.stated_int("hidden_size"),
+        num_experts=view.positive_int("moe_num_experts"),
+        top_k=view.positive_int("moe_k"),
+        expert_intermediate_size=width,
+        router_bias=True,
+        num_shared_experts=shared,
+        shared_intermediate_size=width,
+    )
+
+
+_ERNIE = DecoderFamily(feed_forward=_ernie_feed_forward)
+
+
+@reads("ernie4_5_moe")
+def read_ernie4_5_moe(view: ConfigView, name: str) -> ModelArch:
+    """Baidu's ERNIE 4.5 MoE (``Ernie4_5_MoeForCausalLM``): GQA without biases, experts on a layer range."""
+    if view.flag("use_bias"):
+        # transformers then biases the LM head too (vocabulary-sized), which ModelArch does not count.
+        raise UnsupportedArchitecture(
+            "use_bias (biases on every projection and the LM head) is not priced yet",
+            source=view.source,
+            field=view.prefix + "use_bias",
+        )
+    return read_decoder(view, name, _ERNIE, tie_default=True)
