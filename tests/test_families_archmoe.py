@@ -1,5 +1,5 @@
-"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2, Llama 4, dots.llm1 and
-ERNIE 4.5 priced against transformers' own counts, with cache and active-parameter goldens derived by hand.
+"""MoE families GLM-4.5/4.6 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), MiniMax-M2, Llama 4, dots.llm1,
+ERNIE 4.5 and Hunyuan-A13B priced against transformers' own counts, with cache and active-parameter goldens derived by hand.
 
 ``reference_params_archmoe.json`` holds the counts transformers 5.24 builds on the meta device for
 the folders of ``tests/data/configs`` named in it (``tests/data/make_reference_params.py`` run on a
@@ -261,6 +261,7 @@ def _one_line_error(path: str) -> str:
         ("llama4_maverick_text", "num_local_experts"),
         ("dots1", "n_routed_experts"),
         ("ernie4_5_21b_a3b", "moe_num_experts"),
+        ("hunyuan_a13b", "num_experts"),
     ],
 )
 def test_missing_size_fails_in_one_line(tmp_path, folder, key):
@@ -301,7 +302,7 @@ def test_glm4_moe_negative_dense_prefix(tmp_path):
     assert "first_k_dense_replace" in message
 
 
-# --------------------------------------------------------------------------- dots.llm1 and ERNIE 4.5
+# --------------------------------------------------------------------------- dots.llm1, ERNIE 4.5, Hunyuan
 
 
 def test_dots1_layout_cache_and_attention_by_hand():
@@ -347,3 +348,37 @@ def test_ernie4_5_moe_biases_are_refused(tmp_path):
     """use_bias biases the LM head too, which is not counted: refused rather than priced short."""
     message = _one_line_error(_config_with(tmp_path, "ernie4_5_21b_a3b", lambda c: c.update(use_bias=True)))
     assert "use_bias" in message
+
+
+def test_hunyuan_a13b_layout_cache_and_experts_by_hand():
+    """Hunyuan-A13B: 64 experts of 3,072 in all 32 layers, top 8, one shared MLP, tied embeddings.
+
+    KV: 32 layers x 8 KV heads x 256 = 65,536 elements -> 131,072 bytes per token (bf16).
+    Attention per layer: 4,096 x (4,096 + 2 x 1,024) + 4,096 x 4,096 + q/k norms 2 x 128 = 41,943,296.
+    Per layer active: 8 x 3 x 4,096 x 3,072 = 301,989,888 routed; shared 37,748,736; router 64 x 4,096 = 262,144.
+    """
+    arch = _arch("hunyuan_a13b")
+    assert arch.mixer_counts() == {"full_attention": 32}
+    assert len(arch.moe_layers()) == 32 and arch.tie_word_embeddings
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 131_072
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 41_943_296}
+    assert arch.moe_layers()[0].active_params() == {
+        ParamGroup.ROUTER: 262_144,
+        ParamGroup.SHARED_EXPERTS: 37_748_736,
+        ParamGroup.ROUTED_EXPERTS: 301_989_888,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        # vLLM reads moe_intermediate_size per layer; transformers builds experts of intermediate_size.
+        (lambda c: c.update(moe_intermediate_size=[1536] * 32), "moe_intermediate_size"),
+        (lambda c: c.update(num_shared_expert=[2] * 32), "num_shared_expert"),
+        (lambda c: c.update(use_cla=True), "use_cla"),
+        (lambda c: c.update(moe_topk=[8] * 31), "moe_topk"),
+    ],
+)
+def test_hunyuan_configs_transformers_and_vllm_read_differently_are_refused(tmp_path, change, field):
+    message = _one_line_error(_config_with(tmp_path, "hunyuan_a13b", change))
+    assert field in message

@@ -1,6 +1,6 @@
 """Readers for mixture-of-experts families beyond Mixtral, Qwen-MoE and DeepSeek: GLM-4.5/4.6/4.7
 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``), MiniMax-M2, Llama 4 (text and multimodal),
-dots.llm1 (``dots1``) and ERNIE 4.5 MoE (``ernie4_5_moe``).
+dots.llm1 (``dots1``), ERNIE 4.5 MoE (``ernie4_5_moe``) and Hunyuan-A13B (``hunyuan_v1_moe``).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``): which layers
 are dense and which hold experts, and every bias and norm those modules build. Routers' score
@@ -340,3 +340,69 @@ def read_ernie4_5_moe(view: ConfigView, name: str) -> ModelArch:
             field=view.prefix + "use_bias",
         )
     return read_decoder(view, name, _ERNIE, tie_default=True)
+
+
+# --------------------------------------------------------------------------- Hunyuan (A13B)
+
+
+def _per_layer(view: ConfigView, key: str, layers: int, default: int) -> list[int]:
+    """An int for every layer, or a list with one per layer (Hunyuan states several sizes per layer)."""
+    value = view.get(key, default)
+    values = value if isinstance(value, list) else [value] * layers
+    if len(values) != layers or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
+        raise view.fail(key, f"must be a positive integer or a list of one per layer ({layers})")
+    return values
+
+
+@reads("hunyuan_v1_moe")
+def read_hunyuan_v1_moe(view: ConfigView, name: str) -> ModelArch:
+    """Tencent's Hunyuan MoE (``HunYuanMoEV1ForCausalLM``): GQA with per-head q/k RMSNorm (built whatever
+    ``use_qk_norm`` says) and ``attention_bias`` on q, k, v and o; in every layer ``num_experts`` experts of
+    ``intermediate_size`` (top ``moe_topk``, per layer if a list) beside one shared MLP of the same width.
+
+    transformers builds experts of ``intermediate_size`` and one shared MLP, where vLLM reads
+    ``moe_intermediate_size`` and ``num_shared_expert`` per layer, and it has no cross-layer KV sharing
+    (``use_cla``): configs where the two would differ are refused.
+    """
+    layer_count = view.stated_int("num_hidden_layers")
+    hidden = view.stated_int("hidden_size")
+    if view.flag("use_cla"):
+        raise UnsupportedArchitecture(
+            "cross-layer attention (KV shared between layers) is not priced yet",
+            source=view.source,
+            field=view.prefix + "use_cla",
+        )
+    width = view.positive_int("intermediate_size")
+    if any(size != width for size in _per_layer(view, "moe_intermediate_size", layer_count, width)):
+        raise view.fail(
+            "moe_intermediate_size",
+            f"differs from intermediate_size {width}: transformers builds experts of intermediate_size, vLLM of this",
+            "state the same width in both",
+        )
+    if any(count != 1 for count in _per_layer(view, "num_shared_expert", layer_count, 1)):
+        raise view.fail("num_shared_expert", "must be 1 in every layer: transformers builds one shared MLP")
+    experts = view.get("num_experts")
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts <= 0:
+        raise view.fail("num_experts", f"must be one positive number of experts for every layer, got {experts!r}")
+    attention = FullAttention(
+        **_attention_sizes(view),
+        qkv_bias=view.flag("attention_bias"),
+        o_bias=view.flag("attention_bias"),
+        qk_norm=True,
+    )
+    layers = [
+        Layer(
+            mixer=attention,
+            feed_forward=MoE(
+                hidden_size=hidden,
+                num_experts=experts,
+                top_k=top_k,
+                expert_intermediate_size=width,
+                num_shared_experts=1,
+                shared_intermediate_size=width,
+            ),
+            norm_params=2 * hidden,
+        )
+        for top_k in _per_layer(view, "moe_topk", layer_count, 1)
+    ]
+    return finish_arch(view, name, layers, [])

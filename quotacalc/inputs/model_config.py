@@ -263,6 +263,7 @@ _EXPERTS_KEY = {
     "llama4_text": "num_local_experts",
     "dots1": "n_routed_experts",
     "ernie4_5_moe": "moe_num_experts",
+    "hunyuan_v1_moe": "num_experts",
 }
 _DENSE_TYPES = frozenset({"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"})
 
