@@ -382,3 +382,18 @@ def test_hunyuan_a13b_layout_cache_and_experts_by_hand():
 def test_hunyuan_configs_transformers_and_vllm_read_differently_are_refused(tmp_path, change, field):
     message = _one_line_error(_config_with(tmp_path, "hunyuan_a13b", change))
     assert field in message
+
+
+def test_llama4_chunk_zero_fails_in_one_line(tmp_path):
+    message = _one_line_error(
+        _config_with(tmp_path, "llama4_maverick_text", lambda c: c.update(attention_chunk_size=0))
+    )
+    assert "attention_chunk_size" in message
+
+
+def test_llama4_chunk_not_below_max_context_is_full_attention(tmp_path):
+    """A chunk as long as the whole context bounds nothing: those layers are full attention, and the note says so."""
+    path = _config_with(tmp_path, "llama4_maverick_text", lambda c: c.update(max_position_embeddings=8192))
+    arch, _ = load_arch(path)
+    assert arch.mixer_counts() == {"full_attention": 48}
+    assert any("attention chunk 8192" in note for note in arch.notes)
