@@ -133,28 +133,38 @@ class _HeadAttention(_NoState, TokenMixer):
     o_bias: bool = False
     #: RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each.
     qk_norm: bool = False
+    #: The query and key norms span the whole projection (OLMo 2/3, MiniMax-M2's ``qk_norm_type: per_layer``):
+    #: heads x head_dim and KV heads x head_dim.
+    qk_norm_whole: bool = False
     #: Learned per-head attention sinks (gpt-oss).
     sinks: bool = False
-    #: RMSNorm over the whole q and k projections before they split into heads (MiniMax-M2's
-    #: ``qk_norm_type: per_layer``): (heads + KV heads) x head_dim weights, not 2 x head_dim.
-    qk_norm_over_heads: bool = False
+    #: Values read through the key projection, no v_proj (Gemma 4's ``attention_k_eq_v`` full layers). The
+    #: cache still holds K and V: V is the key before its norm and rotation (vLLM loads K into the V slot).
+    k_eq_v: bool = False
+    #: Reads the K and V an earlier layer of its kind cached (Gemma 4's ``num_kv_shared_layers``): no K/V
+    #: projections or key norm of its own, and no cache (vLLM's ``kv_sharing_target_layer_name``).
+    kv_shared: bool = False
 
     def params(self) -> dict[ParamGroup, int]:
         q_out = self.num_heads * self.head_dim
-        k_out = self.num_kv_heads * self.head_dim
-        v_out = self.num_kv_heads * self.v_head_dim
+        k_out = 0 if self.kv_shared else self.num_kv_heads * self.head_dim
+        v_out = 0 if self.kv_shared or self.k_eq_v else self.num_kv_heads * self.v_head_dim
         count = self.hidden_size * (q_out + k_out + v_out) + self.num_heads * self.v_head_dim * self.hidden_size
         count += (q_out + k_out + v_out) if self.qkv_bias else 0
         count += self.hidden_size if self.o_bias else 0
-        count += 2 * self.head_dim if self.qk_norm else 0
+        if self.qk_norm and self.qk_norm_whole:
+            count += q_out + k_out
+        elif self.qk_norm:
+            count += self.head_dim if self.kv_shared else 2 * self.head_dim
         count += self.num_heads if self.sinks else 0
-        count += (self.num_heads + self.num_kv_heads) * self.head_dim if self.qk_norm_over_heads else 0
         return {ParamGroup.ATTENTION: count}
 
     def cache_elements_per_token(self) -> int:
-        return self.num_kv_heads * (self.head_dim + self.v_head_dim)
+        return 0 if self.kv_shared else self.num_kv_heads * (self.head_dim + self.v_head_dim)
 
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        if self.kv_shared:
+            return 0
         return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.v_head_dim)
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:
@@ -483,6 +493,8 @@ class MoE(FeedForwardBlock):
     shared_intermediate_size: NonNegativeInt = 0
     #: Sigmoid gate on the shared expert's output (Qwen2-MoE).
     shared_expert_gate: bool = False
+    #: A learned scale on the router's input (hidden) and on each expert's weight (Gemma 4's router).
+    router_scales: bool = False
     #: Width the routed experts run at when it differs from the model's (Nemotron-H's
     #: ``moe_latent_size``): always-active projections go down to it and back.
     expert_width: PositiveInt | None = None
@@ -500,6 +512,7 @@ class MoE(FeedForwardBlock):
         router = self.hidden_size * self.num_experts
         router += self.num_experts if self.router_bias else 0
         router += self.hidden_size if self.shared_expert_gate else 0
+        router += (self.hidden_size + self.num_experts) if self.router_scales else 0
         # Shared experts have the same MLP shape as the routed ones (gated or plain).
         matrices = 3 if self.gated else 2
         shared = matrices * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts
@@ -536,21 +549,28 @@ class Layer(_Spec):
     mixer: Mixer | None
     feed_forward: FeedForward | None
     norm_params: NonNegativeInt
+    #: The gate and projection that add this layer's slice of the per-layer input embedding (Gemma 3n/4);
+    #: ReplicatedLinear in vLLM, so every TP rank holds them whole.
+    per_layer_input_params: NonNegativeInt = 0
+
+    def _own_params(self) -> dict[ParamGroup, int]:
+        own = {ParamGroup.NORM: self.norm_params}
+        return {**own, ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else own
 
     def params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.params() if self.mixer else {}
         ffn = self.feed_forward.params() if self.feed_forward else {}
-        return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+        return _add(mixer, ffn, self._own_params())
 
     def active_params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.params() if self.mixer else {}
         ffn = self.feed_forward.active_params() if self.feed_forward else {}
-        return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+        return _add(mixer, ffn, self._own_params())
 
     def replicated_params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.replicated_params() if self.mixer else {}
         ffn = self.feed_forward.replicated_params() if self.feed_forward else {}
-        return _add(mixer, ffn)
+        return _add(mixer, ffn, {ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else {})
 
 
 def _add(*parts: dict[ParamGroup, int]) -> dict[ParamGroup, int]:
@@ -571,8 +591,15 @@ class ModelArch(_Spec):
     tie_word_embeddings: bool
     layers: tuple[Layer, ...] = Field(min_length=1)
     final_norm_params: NonNegativeInt
-    #: Whole vision tower plus projector, for multimodal models (runs on image tokens only).
+    #: A bias on the LM head's logits (Phi-3.5-MoE's ``lm_head_bias``): one per vocabulary entry.
+    lm_head_bias: bool = False
+    #: Whole vision tower plus projector, for multimodal models (runs on image tokens only); audio towers too.
     vision_params: NonNegativeInt = 0
+    #: Per-layer input embeddings (Gemma 3n/4 "PLE"): a second table, ``vocab_size_per_layer_input`` rows of
+    #: layers x per-layer width, gathered per token like the input embedding (so in the embedding group).
+    per_layer_embedding_params: NonNegativeInt = 0
+    #: The model-level projection of the hidden state into every layer's per-layer input, and its norm.
+    per_layer_projection_params: NonNegativeInt = 0
     #: Checkpoint dtype of unquantized weights (``torch_dtype``/``dtype`` in the config).
     checkpoint_dtype: str = "bf16"
     max_context_tokens: PositiveInt | None = None
@@ -581,12 +608,16 @@ class ModelArch(_Spec):
 
     def _outer_params(self) -> dict[ParamGroup, int]:
         embedding = self.vocab_size * self.hidden_size
-        return {
-            ParamGroup.EMBEDDING: embedding,
-            ParamGroup.LM_HEAD: 0 if self.tie_word_embeddings else embedding,
+        outer = {
+            ParamGroup.EMBEDDING: embedding + self.per_layer_embedding_params,
+            ParamGroup.LM_HEAD: (0 if self.tie_word_embeddings else embedding)
+            + (self.vocab_size if self.lm_head_bias else 0),
             ParamGroup.NORM: self.final_norm_params,
             ParamGroup.VISION: self.vision_params,
         }
+        return _add(
+            outer, {ParamGroup.MLP: self.per_layer_projection_params} if self.per_layer_projection_params else {}
+        )
 
     # A frozen model's sums never change: compute them once (cached_property writes __dict__ directly).
     @cached_property
@@ -595,7 +626,10 @@ class ModelArch(_Spec):
 
     @cached_property
     def _active_params_by_group(self) -> dict[ParamGroup, int]:
-        outer = {**self._outer_params(), ParamGroup.VISION: 0}
+        # A per-layer input embedding is gathered, never multiplied: no FLOPs, unlike a (tied) vocabulary table.
+        outer = _add(
+            {**self._outer_params(), ParamGroup.VISION: 0}, {ParamGroup.EMBEDDING: -self.per_layer_embedding_params}
+        )
         return _add(outer, *(layer.active_params() for layer in self.layers))
 
     def params_by_group(self) -> dict[ParamGroup, int]:
@@ -603,7 +637,8 @@ class ModelArch(_Spec):
         return dict(self._params_by_group)
 
     def active_params_by_group(self) -> dict[ParamGroup, int]:
-        """Parameters one text token runs through: routed experts at top-k; the vision tower is idle."""
+        """Parameters one text token runs through: routed experts at top-k; the vision tower and any per-layer
+        input embedding (gathered, not multiplied) idle."""
         return dict(self._active_params_by_group)
 
     def replicated_params_by_group(self) -> dict[ParamGroup, int]:

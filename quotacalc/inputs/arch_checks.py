@@ -8,11 +8,13 @@ from quotacalc.errors import QuotacalcError
 
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
+#: Multimodal wrappers whose decoder sizes sit under ``text_config``.
+_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "mistral3", "llama4"})
 
 
 def check_arch(arch: ModelArch, source: str) -> None:
     """Raise a one-line error naming the config field whose relation to another does not hold."""
-    prefix = "text_config." if arch.model_type in ("gemma3", "llama4") else ""
+    prefix = "text_config." if arch.model_type in _WRAPPED_TYPES else ""
     seen: set[int] = set()
     for layer in arch.layers:
         for part in (layer.mixer, layer.feed_forward):

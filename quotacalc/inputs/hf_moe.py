@@ -169,7 +169,7 @@ def read_minimax_m2(view: ConfigView, name: str) -> ModelArch:
             source=view.source,
             field=view.prefix + "shared_intermediate_size",
         )
-    attention = FullAttention(**_attention_sizes(view), qk_norm_over_heads=True)
+    attention = FullAttention(**_attention_sizes(view), qk_norm=True, qk_norm_whole=True)
     moe = MoE(
         hidden_size=hidden,
         num_experts=view.positive_int("num_local_experts"),
