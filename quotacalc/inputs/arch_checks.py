@@ -9,7 +9,7 @@ from quotacalc.errors import QuotacalcError
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
 #: Multimodal wrappers whose decoder sizes sit under ``text_config``.
-_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "mistral3", "qwen3_5", "qwen3_5_moe"})
+_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "llama4", "mistral3", "qwen3_5", "qwen3_5_moe"})
 
 
 def check_arch(arch: ModelArch, source: str) -> None:
