@@ -430,3 +430,19 @@ def test_a_dense_family_with_experts_is_refused(tmp_path):
         load_arch(_write_config(tmp_path, "glm4_9b", relabel))
     message = str(caught.value)
     assert "\n" not in message and "num_experts" in message and "glm4" in message
+
+
+@pytest.mark.parametrize(
+    ("folder", "edit", "field"),
+    [
+        # Gemma 4 names its top-k top_k_experts, and its full layers' KV heads num_global_key_value_heads.
+        ("gemma4_26b_a4b_text", {"top_k_experts": 200}, "top_k_experts"),
+        ("gemma4_26b_a4b_text", {"num_global_key_value_heads": 3}, "num_global_key_value_heads"),
+        ("granitemoe_3b", {"num_experts_per_tok": 41}, "num_experts_per_tok"),
+    ],
+)
+def test_inconsistent_sizes_name_the_family_field(tmp_path, folder, edit, field):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, folder, lambda config: config.update(edit)))
+    message = str(caught.value)
+    assert "\n" not in message and f": {field}: " in message

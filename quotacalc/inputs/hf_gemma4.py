@@ -101,6 +101,15 @@ def read_gemma4_text(view: ConfigView, name: str, **finish) -> ModelArch:
         per_layer_width = view.positive_int("hidden_size_per_layer_input")
     norms = (7 if moe_block else 4) * hidden + (hidden if per_layer_width else 0)
     layers = []
+    for sizes in overrides.values():
+        layer_kv_heads = sizes.get("num_key_value_heads", kv_heads)
+        if layer_kv_heads > heads or heads % layer_kv_heads:
+            # transformers derives these overrides from num_global_key_value_heads (on K = V models).
+            raise view.fail(
+                "num_global_key_value_heads",
+                f"{layer_kv_heads} KV heads on the full layers do not divide the {heads} attention heads",
+                "each KV head serves a whole group of query heads",
+            )
     for index, kind in enumerate(kinds):
         sizes = overrides.get(index, {})
         layer_head_dim = sizes.get("head_dim", head_dim)
