@@ -366,6 +366,10 @@ def test_exaone4_layer_count_against_layer_types_fails_in_one_line(tmp_path):
         ("starcoder2_15b", {"sliding_attention": 40}, 0),
         ("olmo_7b", {"full_attention": 32}, 32 * 32 * 256 * 2),  # 524,288
         ("helium_2b", {"full_attention": 28}, 28 * 8 * 256 * 2),  # 114,688
+        ("arcee_afm_4p5b", {"full_attention": 36}, 36 * 4 * 256 * 2),  # 73,728
+        ("glm_9b", {"full_attention": 40}, 40 * 2 * 256 * 2),  # 40,960
+        ("hunyuan_7b", {"full_attention": 32}, 32 * 8 * 256 * 2),  # 131,072
+        ("phi_2", {"full_attention": 32}, 32 * 32 * 160 * 2),  # head_dim 2,560 / 32 = 80: 327,680
     ],
 )
 def test_older_dense_family_layout_and_kv(folder, layer_kinds, kv_bytes):
@@ -408,6 +412,10 @@ def test_olmo_layernorms_have_no_weights():
         ("starcoder2_15b", "hidden_size"),
         ("olmo_7b", "num_hidden_layers"),
         ("helium_2b", "hidden_size"),
+        ("arcee_afm_4p5b", "num_hidden_layers"),
+        ("glm_9b", "hidden_size"),
+        ("hunyuan_7b", "num_attention_heads"),
+        ("phi_2", "hidden_size"),
     ],
 )
 def test_older_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
@@ -446,3 +454,21 @@ def test_inconsistent_sizes_name_the_family_field(tmp_path, folder, edit, field)
         load_arch(_write_config(tmp_path, folder, lambda config: config.update(edit)))
     message = str(caught.value)
     assert "\n" not in message and f": {field}: " in message
+
+
+def test_phi_biases_by_hand():
+    """Phi-2: one LayerNorm (2 x 2,560) per parallel block, a biased plain MLP (2 x 2,560 x 10,240 + 10,240 + 2,560),
+    biased q/k/v/dense (4 x 2,560² + 4 x 2,560), a 51,200-entry bias on the LM head."""
+    arch = _arch("phi_2")
+    layer = arch.layers[0]
+    assert layer.norm_params == 5_120 and arch.final_norm_params == 5_120
+    assert layer.feed_forward.params()[ParamGroup.MLP] == 2 * 2_560 * 10_240 + 10_240 + 2_560
+    assert layer.mixer.params()[ParamGroup.ATTENTION] == 4 * 2_560**2 + 4 * 2_560
+    assert arch.params_by_group()[ParamGroup.LM_HEAD] == 51_200 * 2_560 + 51_200
+
+
+def test_phi_qk_layernorm_is_refused_not_ignored(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "phi_2", lambda config: config.update(qk_layernorm=True)))
+    message = str(caught.value)
+    assert "\n" not in message and ": qk_layernorm: " in message and "not price" in message
