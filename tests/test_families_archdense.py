@@ -370,6 +370,7 @@ def test_exaone4_layer_count_against_layer_types_fails_in_one_line(tmp_path):
         ("glm_9b", {"full_attention": 40}, 40 * 2 * 256 * 2),  # 40,960
         ("hunyuan_7b", {"full_attention": 32}, 32 * 8 * 256 * 2),  # 131,072
         ("phi_2", {"full_attention": 32}, 32 * 32 * 160 * 2),  # head_dim 2,560 / 32 = 80: 327,680
+        ("nemotron_8b", {"full_attention": 32}, 32 * 32 * 256 * 2),  # 524,288
     ],
 )
 def test_older_dense_family_layout_and_kv(folder, layer_kinds, kv_bytes):
@@ -416,6 +417,7 @@ def test_olmo_layernorms_have_no_weights():
         ("glm_9b", "hidden_size"),
         ("hunyuan_7b", "num_attention_heads"),
         ("phi_2", "hidden_size"),
+        ("nemotron_8b", "num_hidden_layers"),
     ],
 )
 def test_older_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
@@ -472,3 +474,11 @@ def test_phi_qk_layernorm_is_refused_not_ignored(tmp_path):
         load_arch(_write_config(tmp_path, "phi_2", lambda config: config.update(qk_layernorm=True)))
     message = str(caught.value)
     assert "\n" not in message and ": qk_layernorm: " in message and "not price" in message
+
+
+def test_nemotron_layernorm1p_biases_and_plain_mlp():
+    """Nemotron: LayerNorm1P has a weight and a bias (2 x 2 x 4,096 per layer, 2 x 4,096 final); the ReLU² MLP is
+    plain, up and down only (2 x 4,096 x 16,384)."""
+    arch = _arch("nemotron_8b")
+    assert arch.layers[0].norm_params == 16_384 and arch.final_norm_params == 8_192
+    assert arch.layers[0].feed_forward.params()[ParamGroup.MLP] == 2 * 4_096 * 16_384

@@ -397,6 +397,14 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
         lm_head_bias=True,
         unpriced_flags=("qk_layernorm",),
     ),
+    # Nemotron (3/4, Minitron): LayerNorm1P with biases, a plain ReLU² MLP.
+    ("nemotron",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"),
+        norms_per_layer=4,
+        final_norms=2,
+        mlp_bias="mlp_bias",
+        mlp_gated=False,
+    ),
     # OLMo 1: LayerNorms without weights.
     ("olmo",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=0, final_norms=0
