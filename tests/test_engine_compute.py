@@ -130,7 +130,9 @@ def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops(prefill_laye
     }
     result = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair").run()
     flops = 4000 * (2 * (LLAMA8_PARAMS - 2 * LLAMA8_VOCAB_MATRIX) + 524_288 * 2000.5) + 2 * LLAMA8_VOCAB_MATRIX
-    bf16_rate = 989.5e12 * 0.5
+    # MFU 0.5 is stated on the H100 at FP8; at BF16 its best matmul reaches 80.3% of the peak against 70.9% at FP8
+    # (catalog/gpus.yaml's matmul_efficiency, from a public MAMF table).
+    bf16_rate = 989.5e12 * 0.5 * (0.803 / 0.709)
     assert flops / bf16_rate > LLAMA8_PARAMS * 2 / (3.35e12 * 0.75)  # compute-bound: above one weight read
     eager_s = 32 * prefill_layer_overhead_s
     assert result.ttft_p50_s == pytest.approx(0.003 + flops / bf16_rate + 0.0012 + eager_s, rel=1e-9)

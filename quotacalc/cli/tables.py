@@ -115,7 +115,10 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     )
     if result.state_bytes_per_sequence:
         _add_row(
-            table, "state per sequence", units.data_bytes(result.state_bytes_per_sequence), "Mamba conv + SSM state"
+            table,
+            "state per sequence",
+            units.data_bytes(result.state_bytes_per_sequence),
+            "conv + SSM or recurrent state",
         )
     _add_row(table, "prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
     _add_row(
@@ -285,7 +288,7 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     if result.window_kv_bytes:
         _add_row(table, "of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
     if result.state_bytes:
-        _add_row(table, "of which SSM state", units.data_bytes(result.state_bytes), "fixed per sequence")
+        _add_row(table, "of which state (SSM, recurrent)", units.data_bytes(result.state_bytes), "fixed per sequence")
     _add_row(
         table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"
     )
@@ -307,7 +310,14 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
 # --------------------------------------------------------------------------- catalogs
 
 
-_SHORT_KIND = {"full_attention": "full", "sliding_attention": "sliding", "mamba1": "mamba", "mamba2": "mamba2"}
+_SHORT_KIND = {
+    "full_attention": "full",
+    "sliding_attention": "sliding",
+    "mamba1": "mamba",
+    "mamba2": "mamba2",
+    "gated_attention": "gated",
+    "gated_deltanet": "deltanet",
+}
 
 
 def models_table(rows: list[dict]) -> None:
@@ -349,8 +359,13 @@ def engines_table(catalog: EngineCatalog) -> None:
 
 def gpus_table(catalog: GpuCatalog, *, sources: bool) -> None:
     """The GPU catalog, one row per GPU; with ``sources``, where each figure comes from."""
-    table = Table(title="GPU catalog (dense peak; efficiencies are deployment inputs)", title_justify="left")
-    for column in ("id", "name", "memory", "bandwidth", "fp8 TFLOPS", "bf16 TFLOPS", "fp4 TFLOPS"):
+    reference = catalog.mfu_reference
+    table = Table(
+        title="GPU catalog (dense peak; efficiencies are deployment inputs; matmul: the share of the peak the best "
+        f"matmul reaches, which scales MFU against the {reference.gpu} at {reference.dtype})",
+        title_justify="left",
+    )
+    for column in ("id", "name", "memory", "bandwidth", "fp8 TFLOPS", "bf16 TFLOPS", "fp4 TFLOPS", "matmul bf16/fp8"):
         table.add_column(
             column, justify="left" if column in ("id", "name") else "right", no_wrap=column != "name", overflow="fold"
         )
@@ -363,11 +378,14 @@ def gpus_table(catalog: GpuCatalog, *, sources: bool) -> None:
             f"{gpu.memory_bytes / GIB:.2f} GiB",
             f"{gpu.memory_bandwidth_bytes_per_s / 1e12:.3g} TB/s",
             *(f"{tflops[key]:g}" if key in tflops else "-" for key in ("fp8", "bf16", "fp4")),
+            "/".join(
+                f"{gpu.matmul_efficiency[key]:.1%}" if key in gpu.matmul_efficiency else "-" for key in ("bf16", "fp8")
+            ),
         )
     console = _console()
     _print_table(console, table)
     if sources:
         for gpu in catalog.gpus.values():
             console.print(f"[bold]{gpu.id}[/]")
-            for figure, source in gpu.sources.model_dump().items():
+            for figure, source in gpu.sources.model_dump(exclude_none=True).items():
                 console.print(f"  {figure}: {escape(source)}")

@@ -1,7 +1,7 @@
 """Model architecture as per-layer specs, each knowing its parameters, FLOPs and cache bytes.
 
 As in vLLM's ``kv_cache_interface``, every kind of token mixer (full attention, sliding-window
-attention, MLA, Mamba state) carries its own cache rule, and every kind of feed-forward block
+attention, MLA, Mamba and Gated DeltaNet state) carries its own cache rule, and every kind of feed-forward block
 (dense MLP, mixture of experts) its own parameter rule. A model is a list of layers; figures for
 the model are sums over them, so a new architecture is a new spec, not a branch.
 """
@@ -88,6 +88,12 @@ class TokenMixer(_Spec, ABC):
     @abstractmethod
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         """The same on one of ``tp`` GPUs."""
+
+    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+        """Bytes of that fixed state, whole replica (``tp`` None) or on one of ``tp`` GPUs: every value at the
+        state dtype, unless the kind keeps part of it at a fixed dtype."""
+        elements = self.state_elements_per_sequence() if tp is None else self.state_elements_per_sequence_per_gpu(tp)
+        return elements * state_bytes_per_element
 
     @abstractmethod
     def attention_flops_per_token(self, attended_tokens: float) -> float:
@@ -199,6 +205,20 @@ class FullAttention(_GrowingCache, _HeadAttention):
     """Multi-head / grouped-query attention whose KV grows with every token of context."""
 
     kind: Literal["full_attention"] = "full_attention"
+
+
+class GatedFullAttention(FullAttention):
+    """Full attention with a sigmoid gate on its output, projected with the queries (Qwen3-Next, Qwen3.5).
+
+    q_proj is twice as wide (queries and gate); the cache and the attention FLOPs are full attention's.
+    """
+
+    kind: Literal["gated_attention"] = "gated_attention"  # type: ignore[assignment]
+
+    def params(self) -> dict[ParamGroup, int]:
+        gate = self.hidden_size * self.num_heads * self.head_dim
+        gate += self.num_heads * self.head_dim if self.qkv_bias else 0
+        return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + gate}
 
 
 class SlidingWindowAttention(_HeadAttention):
@@ -385,8 +405,131 @@ class Mamba2Mixer(_StateSpace):
         return f"does not divide the {self.num_heads} Mamba heads" if self.num_heads % tp else None
 
 
+class GatedDeltaNetMixer(_StateSpace):
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a fixed matrix state per value head.
+
+    Per sequence vLLM keeps, as ``MambaStateShapeCalculator.gated_delta_net_state_shape`` sizes it,
+    a short-conv state of ``d_conv - 1`` past inputs over the q, k and v channels
+    (``2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim``) and a recurrent state of
+    ``num_v_heads x head_v_dim x head_k_dim``; both split over TP by heads, nothing grows with context.
+    Its parameters sit in the attention group: checkpoints name the module ``linear_attn``, and
+    quantization configs name it so. As for Mamba, the state update's own FLOPs (a few per state
+    value per token, independent of context) are not counted; the projections are, as parameters.
+    """
+
+    kind: Literal["gated_deltanet"] = "gated_deltanet"
+    hidden_size: PositiveInt
+    num_k_heads: PositiveInt
+    num_v_heads: PositiveInt
+    head_k_dim: PositiveInt
+    head_v_dim: PositiveInt
+    d_conv: PositiveInt
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_k_heads * self.head_k_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_v_heads * self.head_v_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def params(self) -> dict[ParamGroup, int]:
+        # q, k, v, the output gate z, and per value head beta and the decay a (fused or split, the same count).
+        count = self.hidden_size * (2 * self.key_dim + 2 * self.value_dim + 2 * self.num_v_heads)
+        count += self.conv_dim * self.d_conv  # depthwise short conv, no bias
+        count += 2 * self.num_v_heads  # dt_bias, A_log
+        count += self.head_v_dim  # gated RMSNorm, shared by the value heads
+        count += self.value_dim * self.hidden_size
+        return {ParamGroup.ATTENTION: count}
+
+    def state_elements_per_sequence(self) -> int:
+        return (self.d_conv - 1) * self.conv_dim + self.num_v_heads * self.head_v_dim * self.head_k_dim
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        conv_per_rank = (2 * (self.num_k_heads // tp) * self.head_k_dim) + (self.num_v_heads // tp) * self.head_v_dim
+        return (self.d_conv - 1) * conv_per_rank + (self.num_v_heads // tp) * self.head_v_dim * self.head_k_dim
+
+    def tp_problem(self, tp: int) -> str | None:
+        if self.num_k_heads % tp:
+            return f"does not divide the {self.num_k_heads} linear-attention key heads"
+        if self.num_v_heads % tp:
+            return f"does not divide the {self.num_v_heads} linear-attention value heads"
+        return None
+
+
+#: vLLM keeps Kimi Delta Attention's recurrent state in fp32 whatever the cache dtype (``kda_state_dtype``).
+KDA_RECURRENT_STATE_BYTES = 4
+
+
+class KimiDeltaAttentionMixer(_StateSpace):
+    """Kimi Delta Attention (Kimi Linear): a gated delta rule with a decay per channel, not per head.
+
+    q, k and v have ``num_heads x head_dim`` channels each, behind short convolutions; the forget gate
+    and the output gate are low-rank (hidden -> head_dim -> channels). Per sequence vLLM keeps, as
+    ``MambaStateShapeCalculator.kda_state_shape`` sizes it, ``d_conv - 1`` past inputs of the q, k, v
+    channels at the state dtype and a ``num_heads x head_dim x head_dim`` recurrent state in fp32,
+    both split over TP by heads. Parameters in the attention group, as for Gated DeltaNet.
+    """
+
+    kind: Literal["kda"] = "kda"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    head_dim: PositiveInt
+    d_conv: PositiveInt
+
+    @property
+    def channels(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def params(self) -> dict[ParamGroup, int]:
+        channels, head_dim, hidden = self.channels, self.head_dim, self.hidden_size
+        count = 3 * hidden * channels  # q, k, v
+        count += 3 * channels * self.d_conv  # their short convolutions, no bias
+        count += hidden * head_dim + head_dim * channels + channels + self.num_heads  # forget gate, dt_bias, A_log
+        count += hidden * self.num_heads  # beta
+        count += hidden * head_dim + head_dim * channels  # output gate
+        count += head_dim  # gated RMSNorm, shared by the heads
+        count += channels * hidden
+        return {ParamGroup.ATTENTION: count}
+
+    def _conv_elements(self, tp: int) -> int:
+        return (self.d_conv - 1) * 3 * (self.num_heads // tp) * self.head_dim
+
+    def _recurrent_elements(self, tp: int) -> int:
+        return (self.num_heads // tp) * self.head_dim * self.head_dim
+
+    def state_elements_per_sequence(self) -> int:
+        return self._conv_elements(1) + self._recurrent_elements(1)
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self._conv_elements(tp) + self._recurrent_elements(tp)
+
+    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+        ranks = tp or 1
+        return (
+            self._conv_elements(ranks) * state_bytes_per_element
+            + self._recurrent_elements(ranks) * KDA_RECURRENT_STATE_BYTES
+        )
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the {self.num_heads} linear-attention heads" if self.num_heads % tp else None
+
+
 Mixer = Annotated[
-    Union[FullAttention, SlidingWindowAttention, MLAAttention, Mamba1Mixer, Mamba2Mixer],
+    Union[
+        FullAttention,
+        GatedFullAttention,
+        SlidingWindowAttention,
+        MLAAttention,
+        Mamba1Mixer,
+        Mamba2Mixer,
+        GatedDeltaNetMixer,
+        KimiDeltaAttentionMixer,
+    ],
     Field(discriminator="kind"),
 ]
 

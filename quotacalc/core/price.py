@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
@@ -61,6 +61,9 @@ class PricingInputs(BaseModel):
     weights: WeightLayout
     kv_dtype: Dtype
     state_dtype: Dtype
+    #: The GPU catalog's matmul efficiency at the compute dtype over the MFU reference's (catalog/gpus.yaml):
+    #: what the stated MFU is multiplied by on this GPU and dtype. 1 on the reference, or where unknown.
+    mfu_scale: float = Field(1.0, gt=0)
 
 
 class ExpertTraffic(BaseModel):
@@ -92,6 +95,8 @@ class PriceResult(BaseModel):
     kv_bytes_per_token_per_gpu: float
     state_bytes_per_sequence: float
     peak_flops_per_gpu: float
+    #: What the stated MFU is multiplied by on this GPU and dtype (PricingInputs.mfu_scale).
+    mfu_scale: float
     compute_dtype: str
     effective_bandwidth_per_gpu: float
     prompt_token_s: float
@@ -297,10 +302,19 @@ def _kv_section(x: _Explainer) -> None:
         x.record(
             "state_bytes_per_sequence",
             state,
-            formula="Σ_mamba layers ((d_conv − 1) × conv_channels + ssm state) × state_dtype_bytes",
-            substituted=f"{fmt(state / state_b)} values × {fmt(state_b)} B ({inputs.state_dtype.name})",
+            formula="Σ_state layers ((d_conv − 1) × conv_channels + SSM or recurrent state) × state_dtype_bytes",
+            substituted=_state_substituted(arch, state, state_b, inputs.state_dtype.name),
             unit="B",
         )
+
+
+def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name: str) -> str:
+    values = memory.state_elements_per_sequence(arch)
+    text = f"{fmt(values)} values × {fmt(state_b)} B ({dtype_name})"
+    if state != values * state_b:
+        # Kimi Delta Attention's recurrent state is fp32 whatever the state dtype (as vLLM keeps it).
+        text += f", fixed-dtype parts (KDA's fp32 recurrent state) at their own size: {fmt(state)} B"
+    return text
 
 
 def _pool_section(x: _Explainer) -> float:
@@ -379,11 +393,23 @@ def _compute_section(x: _Explainer) -> None:
     tp, context = deployment.tp, deployment.context
     peak = inputs.gpu.peak_flops_per_s(layout.compute_dtype)
     x.figures["peak_flops_per_gpu"] = peak
-    rate = f"({tp} × {fmt(peak)} ({layout.compute_dtype}) × {deployment.mfu})"
+    dtype, efficiency = layout.compute_dtype, inputs.gpu.matmul_efficiency.get(layout.compute_dtype)
+    x.record(
+        "mfu_scale",
+        inputs.mfu_scale,
+        formula="matmul_efficiency(GPU, compute_dtype) / matmul_efficiency(MFU reference)",
+        substituted="1" if efficiency is None else f"{efficiency} / {efficiency / inputs.mfu_scale:.4g}",
+        unit="",
+        note=f"the share of its {dtype} peak the {inputs.gpu.id}'s best matmul reaches, over the H100 SXM's at FP8 "
+        "where MFU is stated (catalog/gpus.yaml, docs/method.md)"
+        + (f"; no measured {dtype} matmul efficiency for this GPU" if efficiency is None else ""),
+    )
+    rate = f"({tp} × {fmt(peak)} ({layout.compute_dtype}) × {deployment.mfu} × {inputs.mfu_scale:.4g})"
+    x.figures["compute_rate"] = rate
     x.record(
         "prompt_token_s",
         model.flops_per_token / model.compute_flops_per_s,
-        formula="2 × active_params / (TP × peak_flops(compute_dtype) × MFU)",
+        formula="2 × active_params / (TP × peak_flops(compute_dtype) × MFU × mfu_scale)",
         substituted=f"2 × {fmt(x.figures['active_params'])} / {rate}",
         unit="s",
     )
@@ -397,7 +423,7 @@ def _compute_section(x: _Explainer) -> None:
     x.record(
         "prompt_token_at_context_s",
         (model.flops_per_token + attention) / model.compute_flops_per_s,
-        formula="(2 × active_params + attention_flops_per_prompt_token) / (TP × peak_flops × MFU)",
+        formula="(2 × active_params + attention_flops_per_prompt_token) / (TP × peak_flops × MFU × mfu_scale)",
         substituted=f"(2 × {fmt(x.figures['active_params'])} + {fmt(attention)}) / {rate}",
         unit="s",
         note="what a prompt token costs inside a prompt of --context tokens; prompt_token_s leaves attention out",
@@ -522,9 +548,9 @@ def _decode_section(x: _Explainer, batch: int) -> None:
     compute_s = x.record(
         "decode_compute_s",
         model.decode_compute_s(batch, context),
-        formula="batch × (2 × active_params + attention FLOPs at context) / (TP × peak_flops × MFU)",
+        formula="batch × (2 × active_params + attention FLOPs at context) / (TP × peak_flops × MFU × mfu_scale)",
         substituted=f"{batch} × (2 × {fmt(x.figures['active_params'])} + {fmt(model.attention_flops(context))}) / "
-        f"({deployment.tp} × {fmt(x.figures['peak_flops_per_gpu'])} × {deployment.mfu})",
+        f"{x.figures['compute_rate']}",
         unit="s",
     )
     bound = "memory" if memory_s >= compute_s else "compute"
@@ -590,12 +616,12 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "whole",
     )
     compute = engine_compute(arch)
-    rate = f"({tp} × {fmt(x.figures['peak_flops_per_gpu'])} × {deployment.mfu})"
+    rate = x.figures["compute_rate"]
     engine_compute_s = x.record(
         "engine_decode_compute_s",
         model.engine_decode_compute_s(batch, deployment.context),
         formula="batch × (2 × (active_params − embedding table − LM head + vocabulary × hidden) + attention FLOPs "
-        "at context) / (TP × peak_flops × MFU)",
+        "at context) / (TP × peak_flops × MFU × mfu_scale)",
         substituted=f"{batch} × (2 × {fmt(compute.params_per_token)} + "
         f"{fmt(model.attention_flops(deployment.context))}) / {rate}",
         unit="s",
@@ -779,6 +805,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         kv_bytes_per_token_per_gpu=f["kv_bytes_per_token_per_gpu"],
         state_bytes_per_sequence=f["state_bytes_per_sequence"],
         peak_flops_per_gpu=f["peak_flops_per_gpu"],
+        mfu_scale=f["mfu_scale"],
         compute_dtype=inputs.weights.compute_dtype,
         effective_bandwidth_per_gpu=f["effective_bandwidth_per_gpu"],
         prompt_token_s=f["prompt_token_s"],

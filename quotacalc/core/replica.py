@@ -84,7 +84,7 @@ class ReplicaModel:
     attention_flops_per_attended_token: float
     #: (window, FLOPs per attended token summed over the sliding layers with that window).
     sliding_attention: tuple[tuple[int, float], ...]
-    #: TP × peak FLOP/s × MFU.
+    #: TP × peak FLOP/s × MFU × the GPU's MFU scale (its matmul efficiency over the reference's).
     compute_flops_per_s: float
     #: Peak HBM bandwidth × MBU, per GPU.
     bandwidth_bytes_per_s: float
@@ -441,7 +441,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         logits_flops_per_token=2 * engine_flops.logits_params,
         attention_flops_per_attended_token=sum(m.attention_flops_per_token(1) for m in growing),
         sliding_attention=_by_window([(m.window_tokens, m.attention_flops_per_token(1)) for m in windowed]),
-        compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu,
+        compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu * inputs.mfu_scale,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
         sliding_kv=_by_window([(m.window_tokens, m.cache_elements_per_token_per_gpu(tp) * kv_b) for m in windowed]),

@@ -9,7 +9,7 @@ from quotacalc.errors import QuotacalcError
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
 #: Multimodal wrappers whose decoder sizes sit under ``text_config``.
-_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "mistral3"})
+_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "mistral3", "qwen3_5", "qwen3_5_moe"})
 #: Where a family states its expert count and top-k, when not as ``num_experts`` / ``num_experts_per_tok``.
 _EXPERT_FIELDS = {
     "gemma4": ("num_experts", "top_k_experts"),
@@ -55,6 +55,15 @@ def _check_part(part: object, source: str, prefix: str, expert_fields: tuple[str
     if heads and groups and heads % groups:
         raise QuotacalcError(
             f"{groups} Mamba groups do not divide the {heads} Mamba heads", source=source, field=f"{prefix}n_groups"
+        )
+    k_heads = getattr(part, "num_k_heads", None)
+    v_heads = getattr(part, "num_v_heads", None)
+    if k_heads and v_heads and v_heads % k_heads:
+        raise QuotacalcError(
+            f"{k_heads} linear-attention key heads do not divide the {v_heads} value heads",
+            source=source,
+            field=f"{prefix}linear_num_value_heads",
+            fix="each key head serves a whole group of value heads",
         )
     experts = getattr(part, "num_experts", None)
     top_k = getattr(part, "top_k", None)

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import stat
+import warnings
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -221,8 +222,12 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
             raise QuotacalcError(f"must be an object, got {type(raw[key]).__name__}", source=source_name, field=key)
     fields = {key: value for key, value in raw.items() if key != "model_type"}
     try:
-        config = AutoConfig.for_model(model_type, **fields)
-        resolved = _resolved_dict(config)
+        with warnings.catch_warnings():
+            # transformers' deprecation notices (Kimi Linear's `rope_scaling: null` sets a deprecated
+            # property) are about its own API, not the user's config: the CLI prints one line or none.
+            warnings.simplefilter("ignore", FutureWarning)
+            config = AutoConfig.for_model(model_type, **fields)
+            resolved = _resolved_dict(config)
     except ValueError as error:
         if "Unrecognized" in str(error) or "model_type" in str(error):
             raise QuotacalcError(

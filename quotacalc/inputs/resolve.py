@@ -45,7 +45,8 @@ def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
 
 def resolve(deployment: Deployment) -> PricingInputs:
     """Everything ``price`` needs, looked up and validated once."""
-    gpu = load_gpu_catalog().get(deployment.gpu)
+    catalog = load_gpu_catalog()
+    gpu = catalog.get(deployment.gpu)
     arch, resolved = load_arch(deployment.model)
     native = dtype_by_name(arch.checkpoint_dtype)
     if deployment.weight_dtype is not None:
@@ -68,5 +69,11 @@ def resolve(deployment: Deployment) -> PricingInputs:
         else dtype_by_name(deployment.state_dtype, field="state_dtype")
     )
     return PricingInputs(
-        deployment=deployment, arch=arch, gpu=gpu, weights=weights, kv_dtype=kv_dtype, state_dtype=state_dtype
+        deployment=deployment,
+        arch=arch,
+        gpu=gpu,
+        weights=weights,
+        kv_dtype=kv_dtype,
+        state_dtype=state_dtype,
+        mfu_scale=catalog.mfu_scale(gpu, weights.compute_dtype),
     )
