@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from quotacalc import Deployment, price, resolve
 from quotacalc.core.arch import ParamGroup
 from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
 from quotacalc.core.weights import engine_read, uniform_layout
@@ -482,3 +483,13 @@ def test_nemotron_layernorm1p_biases_and_plain_mlp():
     arch = _arch("nemotron_8b")
     assert arch.layers[0].norm_params == 16_384 and arch.final_norm_params == 8_192
     assert arch.layers[0].feed_forward.params()[ParamGroup.MLP] == 2 * 4_096 * 16_384
+
+
+def test_gemma4_replicated_per_layer_gates_are_named_in_explain():
+    """E4B at TP 8: the per-layer input gate and projection (2 x 2,560 x 256 a layer, x 42 = 55,050,240 params,
+    110,100,480 B in bf16) are ReplicatedLinear in vLLM, whole on every rank: + 7/8 of them, 96,337,920 B."""
+    result = price(resolve(Deployment(model=str(CONFIGS / "gemma4_e4b"), gpu="h100-sxm", tp=8)))
+    step = {step.name: step for step in result.steps}["weight_bytes_per_gpu"]
+    assert step.substituted.endswith(" / 8 + 96,337,920 + 0")
+    assert step.note.startswith("110,100,480 B of layers the engine keeps whole on every rank")
+    assert "Gemma 4's per-layer input gates and projections" in step.note
