@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from quotacalc import Deployment, price, resolve
 from quotacalc.core.arch import ParamGroup
 from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
 from quotacalc.core.weights import engine_read, uniform_layout
@@ -366,6 +367,11 @@ def test_exaone4_layer_count_against_layer_types_fails_in_one_line(tmp_path):
         ("starcoder2_15b", {"sliding_attention": 40}, 0),
         ("olmo_7b", {"full_attention": 32}, 32 * 32 * 256 * 2),  # 524,288
         ("helium_2b", {"full_attention": 28}, 28 * 8 * 256 * 2),  # 114,688
+        ("arcee_afm_4p5b", {"full_attention": 36}, 36 * 4 * 256 * 2),  # 73,728
+        ("glm_9b", {"full_attention": 40}, 40 * 2 * 256 * 2),  # 40,960
+        ("hunyuan_7b", {"full_attention": 32}, 32 * 8 * 256 * 2),  # 131,072
+        ("phi_2", {"full_attention": 32}, 32 * 32 * 160 * 2),  # head_dim 2,560 / 32 = 80: 327,680
+        ("nemotron_8b", {"full_attention": 32}, 32 * 32 * 256 * 2),  # 524,288
     ],
 )
 def test_older_dense_family_layout_and_kv(folder, layer_kinds, kv_bytes):
@@ -408,6 +414,11 @@ def test_olmo_layernorms_have_no_weights():
         ("starcoder2_15b", "hidden_size"),
         ("olmo_7b", "num_hidden_layers"),
         ("helium_2b", "hidden_size"),
+        ("arcee_afm_4p5b", "num_hidden_layers"),
+        ("glm_9b", "hidden_size"),
+        ("hunyuan_7b", "num_attention_heads"),
+        ("phi_2", "hidden_size"),
+        ("nemotron_8b", "num_hidden_layers"),
     ],
 )
 def test_older_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
@@ -430,3 +441,55 @@ def test_a_dense_family_with_experts_is_refused(tmp_path):
         load_arch(_write_config(tmp_path, "glm4_9b", relabel))
     message = str(caught.value)
     assert "\n" not in message and "num_experts" in message and "glm4" in message
+
+
+@pytest.mark.parametrize(
+    ("folder", "edit", "field"),
+    [
+        # Gemma 4 names its top-k top_k_experts, and its full layers' KV heads num_global_key_value_heads.
+        ("gemma4_26b_a4b_text", {"top_k_experts": 200}, "top_k_experts"),
+        ("gemma4_26b_a4b_text", {"num_global_key_value_heads": 3}, "num_global_key_value_heads"),
+        ("granitemoe_3b", {"num_experts_per_tok": 41}, "num_experts_per_tok"),
+    ],
+)
+def test_inconsistent_sizes_name_the_family_field(tmp_path, folder, edit, field):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, folder, lambda config: config.update(edit)))
+    message = str(caught.value)
+    assert "\n" not in message and f": {field}: " in message
+
+
+def test_phi_biases_by_hand():
+    """Phi-2: one LayerNorm (2 x 2,560) per parallel block, a biased plain MLP (2 x 2,560 x 10,240 + 10,240 + 2,560),
+    biased q/k/v/dense (4 x 2,560² + 4 x 2,560), a 51,200-entry bias on the LM head."""
+    arch = _arch("phi_2")
+    layer = arch.layers[0]
+    assert layer.norm_params == 5_120 and arch.final_norm_params == 5_120
+    assert layer.feed_forward.params()[ParamGroup.MLP] == 2 * 2_560 * 10_240 + 10_240 + 2_560
+    assert layer.mixer.params()[ParamGroup.ATTENTION] == 4 * 2_560**2 + 4 * 2_560
+    assert arch.params_by_group()[ParamGroup.LM_HEAD] == 51_200 * 2_560 + 51_200
+
+
+def test_phi_qk_layernorm_is_refused_not_ignored(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "phi_2", lambda config: config.update(qk_layernorm=True)))
+    message = str(caught.value)
+    assert "\n" not in message and ": qk_layernorm: " in message and "not price" in message
+
+
+def test_nemotron_layernorm1p_biases_and_plain_mlp():
+    """Nemotron: LayerNorm1P has a weight and a bias (2 x 2 x 4,096 per layer, 2 x 4,096 final); the ReLU² MLP is
+    plain, up and down only (2 x 4,096 x 16,384)."""
+    arch = _arch("nemotron_8b")
+    assert arch.layers[0].norm_params == 16_384 and arch.final_norm_params == 8_192
+    assert arch.layers[0].feed_forward.params()[ParamGroup.MLP] == 2 * 4_096 * 16_384
+
+
+def test_gemma4_replicated_per_layer_gates_are_named_in_explain():
+    """E4B at TP 8: the per-layer input gate and projection (2 x 2,560 x 256 a layer, x 42 = 55,050,240 params,
+    110,100,480 B in bf16) are ReplicatedLinear in vLLM, whole on every rank: + 7/8 of them, 96,337,920 B."""
+    result = price(resolve(Deployment(model=str(CONFIGS / "gemma4_e4b"), gpu="h100-sxm", tp=8)))
+    step = {step.name: step for step in result.steps}["weight_bytes_per_gpu"]
+    assert step.substituted.endswith(" / 8 + 96,337,920 + 0")
+    assert step.note.startswith("110,100,480 B of layers the engine keeps whole on every rank")
+    assert "Gemma 4's per-layer input gates and projections" in step.note

@@ -258,9 +258,12 @@ def _weights_section(x: _Explainer) -> None:
     notes = []
     if replicated:
         replicated_bytes = layout.weight_bytes(arch.replicated_params_by_group())
+        kinds = "MLA latent down-projections, MoE routers"
+        if any(layer.per_layer_input_params for layer in arch.layers):
+            kinds += ", Gemma 4's per-layer input gates and projections"
         notes.append(
-            f"{fmt(replicated_bytes)} B of layers the engine keeps whole on every rank (MLA latent "
-            "down-projections, MoE routers: ReplicatedLinear in vLLM and SGLang) add (1 − 1/TP) of themselves"
+            f"{fmt(replicated_bytes)} B of layers the engine keeps whole on every rank ({kinds}: "
+            "ReplicatedLinear in vLLM and SGLang) add (1 − 1/TP) of themselves"
         )
     if padding:
         backend = deployment.mxfp4_moe_backend or vllm_default_mxfp4_backend(x.inputs.gpu.id, x.inputs.gpu.vendor)

@@ -10,6 +10,13 @@ from quotacalc.errors import QuotacalcError
 MAX_EXPERTS = 65_536
 #: Multimodal wrappers whose decoder sizes sit under ``text_config``.
 _WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "llama4", "mistral3", "qwen3_5", "qwen3_5_moe"})
+#: Where a family states its expert count and top-k, when not as ``num_experts`` / ``num_experts_per_tok``.
+_EXPERT_FIELDS = {
+    "gemma4": ("num_experts", "top_k_experts"),
+    "gemma4_text": ("num_experts", "top_k_experts"),
+    "granitemoe": ("num_local_experts", "num_experts_per_tok"),
+    "phimoe": ("num_local_experts", "num_experts_per_tok"),
+}
 
 
 def check_arch(arch: ModelArch, source: str) -> None:
@@ -21,10 +28,12 @@ def check_arch(arch: ModelArch, source: str) -> None:
             if part is None or id(part) in seen:
                 continue
             seen.add(id(part))
-            _check_part(part, source, prefix)
+            _check_part(
+                part, source, prefix, _EXPERT_FIELDS.get(arch.model_type, ("num_experts", "num_experts_per_tok"))
+            )
 
 
-def _check_part(part: object, source: str, prefix: str) -> None:
+def _check_part(part: object, source: str, prefix: str, expert_fields: tuple[str, str]) -> None:
     heads = getattr(part, "num_heads", None)
     kv_heads = getattr(part, "num_kv_heads", None)
     if heads and kv_heads:
@@ -63,12 +72,12 @@ def _check_part(part: object, source: str, prefix: str) -> None:
             raise QuotacalcError(
                 f"{experts:,} experts is more than quotacalc prices ({MAX_EXPERTS:,})",
                 source=source,
-                field=f"{prefix}num_experts",
+                field=f"{prefix}{expert_fields[0]}",
             )
         if top_k > experts:
             raise QuotacalcError(
                 f"routes each token to {top_k} experts, but there are only {experts}",
                 source=source,
-                field=f"{prefix}num_experts_per_tok",
+                field=f"{prefix}{expert_fields[1]}",
                 fix="top-k is at most the number of experts",
             )

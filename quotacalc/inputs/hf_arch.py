@@ -239,6 +239,8 @@ class DecoderFamily:
     mlp_gated: bool = True
     #: A bias on the LM head (a config field name or a constant).
     lm_head_bias: bool | str = False
+    #: Config flags that build layers this family's spec does not price (refused when set, never ignored).
+    unpriced_flags: tuple[str, ...] = ()
     #: Reads the feed-forward block of layer ``index`` (dense unless the family says otherwise).
     feed_forward: Callable[[ConfigView, int], DenseMLP | MoE] | None = None
 
@@ -253,6 +255,11 @@ def dense_mlp(view: ConfigView, bias: bool = False, gated: bool = True) -> Dense
 
 
 def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: Any) -> ModelArch:
+    for flag in family.unpriced_flags:
+        if view.flag(flag):
+            raise UnsupportedArchitecture(
+                f"{flag} adds layers quotacalc does not price yet", source=view.source, field=view.prefix + flag
+            )
     notes: list[str] = []
     mixers = attention_mixers(view, family.attention, notes)
     norm_params = family.norms_per_layer * view.positive_int("hidden_size")
@@ -368,6 +375,34 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
         norms_per_layer=4,
         final_norms=2,
         mlp_bias="use_bias",
+        mlp_gated=False,
+    ),
+    # AFM (Arcee): a plain ReLU² MLP.
+    ("arcee",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"),
+        mlp_bias="mlp_bias",
+        mlp_gated=False,
+    ),
+    ("glm",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias")),
+    ("hunyuan_v1_dense",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True)
+    ),
+    # Phi-1/1.5/2: one LayerNorm (weight and bias) per parallel block, biases everywhere, a plain MLP, a biased head.
+    ("phi",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias=True, o_bias=True),
+        norms_per_layer=2,
+        final_norms=2,
+        mlp_bias=True,
+        mlp_gated=False,
+        lm_head_bias=True,
+        unpriced_flags=("qk_layernorm",),
+    ),
+    # Nemotron (3/4, Minitron): LayerNorm1P with biases, a plain ReLU² MLP.
+    ("nemotron",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"),
+        norms_per_layer=4,
+        final_norms=2,
+        mlp_bias="mlp_bias",
         mlp_gated=False,
     ),
     # OLMo 1: LayerNorms without weights.

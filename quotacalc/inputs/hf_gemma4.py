@@ -100,7 +100,25 @@ def read_gemma4_text(view: ConfigView, name: str, **finish) -> ModelArch:
     if per_layer_width:
         per_layer_width = view.positive_int("hidden_size_per_layer_input")
     norms = (7 if moe_block else 4) * hidden + (hidden if per_layer_width else 0)
+    if first_shared < layers_count:
+        notes.append(
+            f"the last {layers_count - first_shared} layers reuse earlier layers' K/V: no cache of their own "
+            "(vLLM's KV sharing)"
+        )
+    if k_eq_v and "full_attention" in kinds:
+        notes.append("full layers have no v_proj (K = V) but cache K and V, as vLLM does")
+    if moe_block:
+        notes.append("the dense MLP beside the experts is priced as one always-active shared expert")
     layers = []
+    for sizes in overrides.values():
+        layer_kv_heads = sizes.get("num_key_value_heads", kv_heads)
+        if layer_kv_heads > heads or heads % layer_kv_heads:
+            # transformers derives these overrides from num_global_key_value_heads (on K = V models).
+            raise view.fail(
+                "num_global_key_value_heads",
+                f"{layer_kv_heads} KV heads on the full layers do not divide the {heads} attention heads",
+                "each KV head serves a whole group of query heads",
+            )
     for index, kind in enumerate(kinds):
         sizes = overrides.get(index, {})
         layer_head_dim = sizes.get("head_dim", head_dim)
@@ -145,10 +163,13 @@ def read_gemma4_text(view: ConfigView, name: str, **finish) -> ModelArch:
     if not per_layer_width:
         return arch
     per_layer_inputs = layers_count * per_layer_width
+    table = view.positive_int("vocab_size_per_layer_input") * per_layer_inputs
+    note = f"per-layer input embeddings ({table:,} parameters) are gathered per token: stored, not read per step"
     return arch.model_copy(
         update={
-            "per_layer_embedding_params": view.positive_int("vocab_size_per_layer_input") * per_layer_inputs,
+            "per_layer_embedding_params": table,
             "per_layer_projection_params": hidden * per_layer_inputs,
+            "notes": (*arch.notes, note),
         }
     )
 

@@ -285,7 +285,7 @@ _EXPERTS_KEY = {
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
     | {"olmo2", "olmo3", "smollm3", "seed_oss", "exaone4", "ernie4_5", "cohere2", "ministral3"}
-    | {"gemma", "helium", "glm4", "cohere", "starcoder2", "olmo"}
+    | {"gemma", "helium", "glm4", "cohere", "starcoder2", "olmo", "arcee", "glm", "hunyuan_v1_dense", "phi", "nemotron"}
 )
 
 
