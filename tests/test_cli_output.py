@@ -243,8 +243,13 @@ def test_models_table(run_cli, monkeypatch):
 def test_gpus_json_catalog_with_sources(run_cli):
     code, out, err = run_cli("gpus", "--json")
     assert code == 0, err
-    gpus = {gpu["id"]: gpu for gpu in json.loads(out)["gpus"]}
+    document = json.loads(out)
+    gpus = {gpu["id"]: gpu for gpu in document["gpus"]}
     assert set(gpus) >= CATALOG_GPUS, f"missing: {sorted(CATALOG_GPUS - set(gpus))}"
+    # MFU's reference, and the matmul efficiencies measured against it (each with its source).
+    assert document["mfu_reference"] == {"gpu": "h100-sxm", "dtype": "fp8"}
+    assert gpus["a100-80gb-sxm"]["matmul_efficiency"]["bf16"] == 0.869
+    assert "Maximum Achievable Matmul FLOPS" in gpus["a100-80gb-sxm"]["sources"]["matmul_efficiency"]
     for gpu_id, gpu in gpus.items():
         assert gpu["memory_bytes"] > 0 and gpu["memory_bandwidth_bytes_per_s"] > 0, gpu_id
         assert gpu["dense_tflops"] and all(v > 0 for v in gpu["dense_tflops"].values()), gpu_id

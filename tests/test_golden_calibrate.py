@@ -12,6 +12,7 @@ import pytest
 
 from quotacalc.core.calibrate import (
     BOUNDS,
+    ENGINE_MODEL_REVISION,
     PRIOR_SPREAD,
     PRIOR_WEIGHT,
     BenchmarkPoint,
@@ -515,9 +516,10 @@ def test_calibrate_writes_the_logs_values(inputs):
 ON = CalibratedOn(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16")
 
 
-def section(rows, fit, loo, parameters, files=("b.csv",), on=ON) -> CalibrationProvenance:
+def section(rows, fit, loo, parameters, files=("b.csv",), on=ON, engine_model=ENGINE_MODEL_REVISION):
     return CalibrationProvenance(
         quotacalc_version="1.0",
+        engine_model=engine_model,
         files=tuple(CalibratedFile(path=path, sha256="0" * 64, rows=()) for path in files),
         rows=rows,
         parameters=parameters,
@@ -534,6 +536,7 @@ def test_provenance_rounds_the_errors_to_three_digits(inputs):
     written = provenance(result, inputs, files, "9.9")
     assert (written.fit_rms_error, written.leave_one_out_rms_error) == (0.0123, 0.0235)
     assert written.rows == 2 and written.quotacalc_version == "9.9" and written.calibrated_on == ON
+    assert written.engine_model == ENGINE_MODEL_REVISION == 2
     assert written.parameters == result.fitted_values
     none = provenance(result.model_copy(update={"rms_leave_one_out_error": None}), inputs, files, "9.9")
     assert none.leave_one_out_rms_error is None
@@ -581,6 +584,24 @@ def test_status_names_every_change(inputs):
         "Llama-3.3-70B-Instruct; gpu a100-sxm -> h100-sxm; weight_dtype bf16 -> fp8; kv_dtype fp8 -> bf16; "
         f"mbu 0.7 -> {inputs.deployment.mbu}; no_such_field 1 -> None)"
     )
+
+
+@pytest.mark.parametrize(("fitted_under", "shown"), [(None, "unrecorded"), (1, "1")])
+def test_a_calibration_under_an_earlier_engine_model_no_longer_holds(inputs, fitted_under, shown):
+    # Same deployment, same values: what changed is what the values mean (mfu_scale, the per-layer prefill cost).
+    mbu = inputs.deployment.mbu
+    summary, why = calibration_status(section(2, 0.01, 0.02, {"mbu": mbu}, engine_model=fitted_under), inputs)
+    assert summary is None
+    assert why == (
+        "not calibrated: the plan's calibration holds for what it was fitted on (engine model revision "
+        f"{shown} -> 2: the same values now predict other figures; re-run quotacalc calibrate)"
+    )
+
+
+def test_a_log_after_a_benchmark_under_an_earlier_engine_model_starts_afresh():
+    old = section(6, 0.01, 0.02, {"mbu": 0.7}, engine_model=None)
+    log = section(0, None, None, {"kv_pool_tokens": 1000}, files=("s.log",))
+    assert merge_provenance(old, log) == log
 
 
 def test_status_when_the_calibration_holds(inputs):

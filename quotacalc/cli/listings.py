@@ -40,7 +40,9 @@ def gpus_listing(*, as_json: bool, sources: bool) -> None:
 
     catalog = load_gpu_catalog()
     if as_json:
-        emit_json(listing_json("gpus", "gpus", [gpu.model_dump() for gpu in catalog.gpus.values()]))
+        document = listing_json("gpus", "gpus", [gpu.model_dump() for gpu in catalog.gpus.values()])
+        # What matmul_efficiency is measured against: MFU is stated on this GPU and dtype.
+        emit_json({**document, "mfu_reference": catalog.mfu_reference.model_dump()})
         return
     from quotacalc.cli.tables import gpus_table
 

@@ -115,7 +115,10 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     )
     if result.state_bytes_per_sequence:
         _add_row(
-            table, "state per sequence", units.data_bytes(result.state_bytes_per_sequence), "Mamba conv + SSM state"
+            table,
+            "state per sequence",
+            units.data_bytes(result.state_bytes_per_sequence),
+            "conv + SSM or recurrent state",
         )
     _add_row(table, "prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
     _add_row(
@@ -285,7 +288,7 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     if result.window_kv_bytes:
         _add_row(table, "of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
     if result.state_bytes:
-        _add_row(table, "of which SSM state", units.data_bytes(result.state_bytes), "fixed per sequence")
+        _add_row(table, "of which state (SSM, recurrent)", units.data_bytes(result.state_bytes), "fixed per sequence")
     _add_row(
         table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"
     )
@@ -307,7 +310,14 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
 # --------------------------------------------------------------------------- catalogs
 
 
-_SHORT_KIND = {"full_attention": "full", "sliding_attention": "sliding", "mamba1": "mamba", "mamba2": "mamba2"}
+_SHORT_KIND = {
+    "full_attention": "full",
+    "sliding_attention": "sliding",
+    "mamba1": "mamba",
+    "mamba2": "mamba2",
+    "gated_attention": "gated",
+    "gated_deltanet": "deltanet",
+}
 
 
 def models_table(rows: list[dict]) -> None:

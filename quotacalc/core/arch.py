@@ -1,7 +1,7 @@
 """Model architecture as per-layer specs, each knowing its parameters, FLOPs and cache bytes.
 
 As in vLLM's ``kv_cache_interface``, every kind of token mixer (full attention, sliding-window
-attention, MLA, Mamba state) carries its own cache rule, and every kind of feed-forward block
+attention, MLA, Mamba and Gated DeltaNet state) carries its own cache rule, and every kind of feed-forward block
 (dense MLP, mixture of experts) its own parameter rule. A model is a list of layers; figures for
 the model are sums over them, so a new architecture is a new spec, not a branch.
 """
@@ -89,6 +89,12 @@ class TokenMixer(_Spec, ABC):
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         """The same on one of ``tp`` GPUs."""
 
+    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+        """Bytes of that fixed state, whole replica (``tp`` None) or on one of ``tp`` GPUs: every value at the
+        state dtype, unless the kind keeps part of it at a fixed dtype."""
+        elements = self.state_elements_per_sequence() if tp is None else self.state_elements_per_sequence_per_gpu(tp)
+        return elements * state_bytes_per_element
+
     @abstractmethod
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         """FLOPs of QK^T and AV for one query attending ``attended_tokens`` keys."""
@@ -133,24 +139,38 @@ class _HeadAttention(_NoState, TokenMixer):
     o_bias: bool = False
     #: RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each.
     qk_norm: bool = False
+    #: The query and key norms span the whole projection (OLMo 2/3, MiniMax-M2's ``qk_norm_type: per_layer``):
+    #: heads x head_dim and KV heads x head_dim.
+    qk_norm_whole: bool = False
     #: Learned per-head attention sinks (gpt-oss).
     sinks: bool = False
+    #: Values read through the key projection, no v_proj (Gemma 4's ``attention_k_eq_v`` full layers). The
+    #: cache still holds K and V: V is the key before its norm and rotation (vLLM loads K into the V slot).
+    k_eq_v: bool = False
+    #: Reads the K and V an earlier layer of its kind cached (Gemma 4's ``num_kv_shared_layers``): no K/V
+    #: projections or key norm of its own, and no cache (vLLM's ``kv_sharing_target_layer_name``).
+    kv_shared: bool = False
 
     def params(self) -> dict[ParamGroup, int]:
         q_out = self.num_heads * self.head_dim
-        k_out = self.num_kv_heads * self.head_dim
-        v_out = self.num_kv_heads * self.v_head_dim
+        k_out = 0 if self.kv_shared else self.num_kv_heads * self.head_dim
+        v_out = 0 if self.kv_shared or self.k_eq_v else self.num_kv_heads * self.v_head_dim
         count = self.hidden_size * (q_out + k_out + v_out) + self.num_heads * self.v_head_dim * self.hidden_size
         count += (q_out + k_out + v_out) if self.qkv_bias else 0
         count += self.hidden_size if self.o_bias else 0
-        count += 2 * self.head_dim if self.qk_norm else 0
+        if self.qk_norm and self.qk_norm_whole:
+            count += q_out + k_out
+        elif self.qk_norm:
+            count += self.head_dim if self.kv_shared else 2 * self.head_dim
         count += self.num_heads if self.sinks else 0
         return {ParamGroup.ATTENTION: count}
 
     def cache_elements_per_token(self) -> int:
-        return self.num_kv_heads * (self.head_dim + self.v_head_dim)
+        return 0 if self.kv_shared else self.num_kv_heads * (self.head_dim + self.v_head_dim)
 
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        if self.kv_shared:
+            return 0
         return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.v_head_dim)
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:
@@ -188,6 +208,20 @@ class FullAttention(_GrowingCache, _HeadAttention):
     kind: Literal["full_attention"] = "full_attention"
 
 
+class GatedFullAttention(FullAttention):
+    """Full attention with a sigmoid gate on its output, projected with the queries (Qwen3-Next, Qwen3.5).
+
+    q_proj is twice as wide (queries and gate); the cache and the attention FLOPs are full attention's.
+    """
+
+    kind: Literal["gated_attention"] = "gated_attention"  # type: ignore[assignment]
+
+    def params(self) -> dict[ParamGroup, int]:
+        gate = self.hidden_size * self.num_heads * self.head_dim
+        gate += self.num_heads * self.head_dim if self.qkv_bias else 0
+        return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + gate}
+
+
 class SlidingWindowAttention(_HeadAttention):
     """Attention over the last ``window_tokens`` only: its KV stops growing at the window.
 
@@ -209,6 +243,42 @@ class SlidingWindowAttention(_HeadAttention):
 
     def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
         return mean_attended_tokens(context_tokens, self.window_tokens)
+
+
+class ChunkedLocalAttention(_HeadAttention):
+    """Attention inside fixed chunks of ``chunk_tokens`` (Llama 4's ``attention_chunk_size``): a token
+    attends only to the earlier tokens of its own chunk.
+
+    vLLM gives these layers a ``ChunkedLocalAttentionSpec``, which frees the blocks of past chunks, so
+    a sequence holds at most one chunk of KV per layer: priced as a window whose bound is the chunk
+    (``window_tokens``, what the replica model's windowed layers read). The cache bound is the worst
+    point of each chunk; attention is counted exactly, from the start of the token's chunk.
+    """
+
+    kind: Literal["chunked_attention"] = "chunked_attention"
+    chunk_tokens: PositiveInt
+
+    @property
+    def window_tokens(self) -> int:
+        """The most tokens one sequence holds in this layer: one chunk."""
+        return self.chunk_tokens
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        return min(context_tokens, self.chunk_tokens)
+
+    def grows_with_context(self) -> bool:
+        return False
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        # The token at position n (1-based) sees positions from its chunk's start to itself.
+        return (context_tokens - 1) % self.chunk_tokens + 1 if context_tokens > 0 else 0
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        if context_tokens <= 0:
+            return 0.0
+        full_chunks, rest = divmod(context_tokens, self.chunk_tokens)
+        total = full_chunks * self.chunk_tokens * (self.chunk_tokens + 1) / 2 + rest * (rest + 1) / 2
+        return total / context_tokens
 
 
 class MLAAttention(_GrowingCache, _NoState, TokenMixer):
@@ -372,8 +442,132 @@ class Mamba2Mixer(_StateSpace):
         return f"does not divide the {self.num_heads} Mamba heads" if self.num_heads % tp else None
 
 
+class GatedDeltaNetMixer(_StateSpace):
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a fixed matrix state per value head.
+
+    Per sequence vLLM keeps, as ``MambaStateShapeCalculator.gated_delta_net_state_shape`` sizes it,
+    a short-conv state of ``d_conv - 1`` past inputs over the q, k and v channels
+    (``2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim``) and a recurrent state of
+    ``num_v_heads x head_v_dim x head_k_dim``; both split over TP by heads, nothing grows with context.
+    Its parameters sit in the attention group: checkpoints name the module ``linear_attn``, and
+    quantization configs name it so. As for Mamba, the state update's own FLOPs (a few per state
+    value per token, independent of context) are not counted; the projections are, as parameters.
+    """
+
+    kind: Literal["gated_deltanet"] = "gated_deltanet"
+    hidden_size: PositiveInt
+    num_k_heads: PositiveInt
+    num_v_heads: PositiveInt
+    head_k_dim: PositiveInt
+    head_v_dim: PositiveInt
+    d_conv: PositiveInt
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_k_heads * self.head_k_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_v_heads * self.head_v_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def params(self) -> dict[ParamGroup, int]:
+        # q, k, v, the output gate z, and per value head beta and the decay a (fused or split, the same count).
+        count = self.hidden_size * (2 * self.key_dim + 2 * self.value_dim + 2 * self.num_v_heads)
+        count += self.conv_dim * self.d_conv  # depthwise short conv, no bias
+        count += 2 * self.num_v_heads  # dt_bias, A_log
+        count += self.head_v_dim  # gated RMSNorm, shared by the value heads
+        count += self.value_dim * self.hidden_size
+        return {ParamGroup.ATTENTION: count}
+
+    def state_elements_per_sequence(self) -> int:
+        return (self.d_conv - 1) * self.conv_dim + self.num_v_heads * self.head_v_dim * self.head_k_dim
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        conv_per_rank = (2 * (self.num_k_heads // tp) * self.head_k_dim) + (self.num_v_heads // tp) * self.head_v_dim
+        return (self.d_conv - 1) * conv_per_rank + (self.num_v_heads // tp) * self.head_v_dim * self.head_k_dim
+
+    def tp_problem(self, tp: int) -> str | None:
+        if self.num_k_heads % tp:
+            return f"does not divide the {self.num_k_heads} linear-attention key heads"
+        if self.num_v_heads % tp:
+            return f"does not divide the {self.num_v_heads} linear-attention value heads"
+        return None
+
+
+#: vLLM keeps Kimi Delta Attention's recurrent state in fp32 whatever the cache dtype (``kda_state_dtype``).
+KDA_RECURRENT_STATE_BYTES = 4
+
+
+class KimiDeltaAttentionMixer(_StateSpace):
+    """Kimi Delta Attention (Kimi Linear): a gated delta rule with a decay per channel, not per head.
+
+    q, k and v have ``num_heads x head_dim`` channels each, behind short convolutions; the forget gate
+    and the output gate are low-rank (hidden -> head_dim -> channels). Per sequence vLLM keeps, as
+    ``MambaStateShapeCalculator.kda_state_shape`` sizes it, ``d_conv - 1`` past inputs of the q, k, v
+    channels at the state dtype and a ``num_heads x head_dim x head_dim`` recurrent state in fp32,
+    both split over TP by heads. Parameters in the attention group, as for Gated DeltaNet.
+    """
+
+    kind: Literal["kda"] = "kda"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    head_dim: PositiveInt
+    d_conv: PositiveInt
+
+    @property
+    def channels(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def params(self) -> dict[ParamGroup, int]:
+        channels, head_dim, hidden = self.channels, self.head_dim, self.hidden_size
+        count = 3 * hidden * channels  # q, k, v
+        count += 3 * channels * self.d_conv  # their short convolutions, no bias
+        count += hidden * head_dim + head_dim * channels + channels + self.num_heads  # forget gate, dt_bias, A_log
+        count += hidden * self.num_heads  # beta
+        count += hidden * head_dim + head_dim * channels  # output gate
+        count += head_dim  # gated RMSNorm, shared by the heads
+        count += channels * hidden
+        return {ParamGroup.ATTENTION: count}
+
+    def _conv_elements(self, tp: int) -> int:
+        return (self.d_conv - 1) * 3 * (self.num_heads // tp) * self.head_dim
+
+    def _recurrent_elements(self, tp: int) -> int:
+        return (self.num_heads // tp) * self.head_dim * self.head_dim
+
+    def state_elements_per_sequence(self) -> int:
+        return self._conv_elements(1) + self._recurrent_elements(1)
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self._conv_elements(tp) + self._recurrent_elements(tp)
+
+    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+        ranks = tp or 1
+        return (
+            self._conv_elements(ranks) * state_bytes_per_element
+            + self._recurrent_elements(ranks) * KDA_RECURRENT_STATE_BYTES
+        )
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the {self.num_heads} linear-attention heads" if self.num_heads % tp else None
+
+
 Mixer = Annotated[
-    Union[FullAttention, SlidingWindowAttention, MLAAttention, Mamba1Mixer, Mamba2Mixer],
+    Union[
+        FullAttention,
+        GatedFullAttention,
+        SlidingWindowAttention,
+        ChunkedLocalAttention,
+        MLAAttention,
+        Mamba1Mixer,
+        Mamba2Mixer,
+        GatedDeltaNetMixer,
+        KimiDeltaAttentionMixer,
+    ],
     Field(discriminator="kind"),
 ]
 
@@ -443,6 +637,8 @@ class MoE(FeedForwardBlock):
     shared_intermediate_size: NonNegativeInt = 0
     #: Sigmoid gate on the shared expert's output (Qwen2-MoE).
     shared_expert_gate: bool = False
+    #: A learned scale on the router's input (hidden) and on each expert's weight (Gemma 4's router).
+    router_scales: bool = False
     #: Width the routed experts run at when it differs from the model's (Nemotron-H's
     #: ``moe_latent_size``): always-active projections go down to it and back.
     expert_width: PositiveInt | None = None
@@ -460,6 +656,7 @@ class MoE(FeedForwardBlock):
         router = self.hidden_size * self.num_experts
         router += self.num_experts if self.router_bias else 0
         router += self.hidden_size if self.shared_expert_gate else 0
+        router += (self.hidden_size + self.num_experts) if self.router_scales else 0
         # Shared experts have the same MLP shape as the routed ones (gated or plain).
         matrices = 3 if self.gated else 2
         shared = matrices * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts
@@ -496,21 +693,28 @@ class Layer(_Spec):
     mixer: Mixer | None
     feed_forward: FeedForward | None
     norm_params: NonNegativeInt
+    #: The gate and projection that add this layer's slice of the per-layer input embedding (Gemma 3n/4);
+    #: ReplicatedLinear in vLLM, so every TP rank holds them whole.
+    per_layer_input_params: NonNegativeInt = 0
+
+    def _own_params(self) -> dict[ParamGroup, int]:
+        own = {ParamGroup.NORM: self.norm_params}
+        return {**own, ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else own
 
     def params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.params() if self.mixer else {}
         ffn = self.feed_forward.params() if self.feed_forward else {}
-        return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+        return _add(mixer, ffn, self._own_params())
 
     def active_params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.params() if self.mixer else {}
         ffn = self.feed_forward.active_params() if self.feed_forward else {}
-        return _add(mixer, ffn, {ParamGroup.NORM: self.norm_params})
+        return _add(mixer, ffn, self._own_params())
 
     def replicated_params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.replicated_params() if self.mixer else {}
         ffn = self.feed_forward.replicated_params() if self.feed_forward else {}
-        return _add(mixer, ffn)
+        return _add(mixer, ffn, {ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else {})
 
 
 def _add(*parts: dict[ParamGroup, int]) -> dict[ParamGroup, int]:
@@ -531,8 +735,15 @@ class ModelArch(_Spec):
     tie_word_embeddings: bool
     layers: tuple[Layer, ...] = Field(min_length=1)
     final_norm_params: NonNegativeInt
-    #: Whole vision tower plus projector, for multimodal models (runs on image tokens only).
+    #: A bias on the LM head's logits (Phi-3.5-MoE's ``lm_head_bias``): one per vocabulary entry.
+    lm_head_bias: bool = False
+    #: Whole vision tower plus projector, for multimodal models (runs on image tokens only); audio towers too.
     vision_params: NonNegativeInt = 0
+    #: Per-layer input embeddings (Gemma 3n/4 "PLE"): a second table, ``vocab_size_per_layer_input`` rows of
+    #: layers x per-layer width, gathered per token like the input embedding (so in the embedding group).
+    per_layer_embedding_params: NonNegativeInt = 0
+    #: The model-level projection of the hidden state into every layer's per-layer input, and its norm.
+    per_layer_projection_params: NonNegativeInt = 0
     #: Checkpoint dtype of unquantized weights (``torch_dtype``/``dtype`` in the config).
     checkpoint_dtype: str = "bf16"
     max_context_tokens: PositiveInt | None = None
@@ -541,12 +752,16 @@ class ModelArch(_Spec):
 
     def _outer_params(self) -> dict[ParamGroup, int]:
         embedding = self.vocab_size * self.hidden_size
-        return {
-            ParamGroup.EMBEDDING: embedding,
-            ParamGroup.LM_HEAD: 0 if self.tie_word_embeddings else embedding,
+        outer = {
+            ParamGroup.EMBEDDING: embedding + self.per_layer_embedding_params,
+            ParamGroup.LM_HEAD: (0 if self.tie_word_embeddings else embedding)
+            + (self.vocab_size if self.lm_head_bias else 0),
             ParamGroup.NORM: self.final_norm_params,
             ParamGroup.VISION: self.vision_params,
         }
+        return _add(
+            outer, {ParamGroup.MLP: self.per_layer_projection_params} if self.per_layer_projection_params else {}
+        )
 
     # A frozen model's sums never change: compute them once (cached_property writes __dict__ directly).
     @cached_property
@@ -555,7 +770,10 @@ class ModelArch(_Spec):
 
     @cached_property
     def _active_params_by_group(self) -> dict[ParamGroup, int]:
-        outer = {**self._outer_params(), ParamGroup.VISION: 0}
+        # A per-layer input embedding is gathered, never multiplied: no FLOPs, unlike a (tied) vocabulary table.
+        outer = _add(
+            {**self._outer_params(), ParamGroup.VISION: 0}, {ParamGroup.EMBEDDING: -self.per_layer_embedding_params}
+        )
         return _add(outer, *(layer.active_params() for layer in self.layers))
 
     def params_by_group(self) -> dict[ParamGroup, int]:
@@ -563,7 +781,8 @@ class ModelArch(_Spec):
         return dict(self._params_by_group)
 
     def active_params_by_group(self) -> dict[ParamGroup, int]:
-        """Parameters one text token runs through: routed experts at top-k; the vision tower is idle."""
+        """Parameters one text token runs through: routed experts at top-k; the vision tower and any per-layer
+        input embedding (gathered, not multiplied) idle."""
         return dict(self._active_params_by_group)
 
     def replicated_params_by_group(self) -> dict[ParamGroup, int]:

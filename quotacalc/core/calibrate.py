@@ -677,6 +677,13 @@ class CalibratedOn(BaseModel):
     kv_dtype: str | None
 
 
+#: The engine model's revision: bumped whenever the same fitted values start to predict different figures, so a
+#: plan calibrated under an earlier one says it is no longer calibrated. 2: a prefill pass's per-layer cost
+#: (request_overhead_s 5 ms -> 3 ms) and MFU scaled by the GPU's matmul efficiency (mfu_scale); plans written
+#: before record none.
+ENGINE_MODEL_REVISION = 2
+
+
 class CalibrationProvenance(BaseModel):
     """The ``calibration:`` section of a plan: where its fitted values come from. No date: the same
     files and plan always write the same section."""
@@ -684,6 +691,9 @@ class CalibrationProvenance(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     quotacalc_version: str
+    engine_model: int | None = Field(
+        None, description="ENGINE_MODEL_REVISION the values were fitted under (absent: before revisions were recorded)"
+    )
     files: tuple[CalibratedFile, ...] = Field(min_length=1)
     rows: int = Field(ge=0, description="benchmark points fitted")
     parameters: dict[str, object] = Field(description="the values written into the plan by this calibration")
@@ -699,6 +709,7 @@ def provenance(
     deployment = inputs.deployment
     return CalibrationProvenance(
         quotacalc_version=version,
+        engine_model=ENGINE_MODEL_REVISION,
         files=tuple(files),
         rows=len({(point.source, point.row) for point in result.points}),
         parameters=dict(result.fitted_values),
@@ -718,8 +729,13 @@ def provenance(
 
 def merge_provenance(previous: CalibrationProvenance | None, current: CalibrationProvenance) -> CalibrationProvenance:
     """The section to write when the plan already has one: a log calibrated after a benchmark (or the
-    other way round) on the same deployment adds to it; on another deployment it starts afresh."""
-    if previous is None or previous.calibrated_on != current.calibrated_on:
+    other way round) on the same deployment adds to it; on another deployment, or after a calibration under an
+    earlier engine model, it starts afresh."""
+    if (
+        previous is None
+        or previous.calibrated_on != current.calibrated_on
+        or previous.engine_model != current.engine_model
+    ):
         return current
     paths = {file.path for file in current.files}
     fitted_again = current.rows > 0
@@ -771,6 +787,12 @@ def calibration_status(
         for name, value in section.parameters.items()
         if not _same(value, getattr(deployment, name, None))
     ]
+    if section.engine_model != ENGINE_MODEL_REVISION:
+        fitted_under = "unrecorded" if section.engine_model is None else section.engine_model
+        changed.append(
+            f"engine model revision {fitted_under} -> {ENGINE_MODEL_REVISION}: the same values now predict other "
+            "figures; re-run quotacalc calibrate"
+        )
     if changed:
         return None, f"not calibrated: the plan's calibration holds for what it was fitted on ({'; '.join(changed)})"
     summary = {

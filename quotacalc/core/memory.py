@@ -37,10 +37,13 @@ def kv_bytes_per_token_per_gpu(arch: ModelArch, kv_bytes_per_element: float, tp:
 
 
 def state_bytes_per_sequence(arch: ModelArch, state_bytes_per_element: float, tp: int | None = None) -> float:
-    """Fixed state (Mamba conv + SSM) one sequence holds, whole replica or per GPU."""
-    if tp is None:
-        return sum(m.state_elements_per_sequence() for m in _mixers(arch)) * state_bytes_per_element
-    return sum(m.state_elements_per_sequence_per_gpu(tp) for m in _mixers(arch)) * state_bytes_per_element
+    """Fixed state (Mamba, Gated DeltaNet: conv + recurrent) one sequence holds, whole replica or per GPU."""
+    return sum(m.state_bytes_per_sequence(state_bytes_per_element, tp) for m in _mixers(arch))
+
+
+def state_elements_per_sequence(arch: ModelArch) -> int:
+    """Values of fixed state one sequence holds, whole replica (whatever dtype each is kept in)."""
+    return sum(m.state_elements_per_sequence() for m in _mixers(arch))
 
 
 def window_bytes_per_sequence(arch: ModelArch, kv_bytes_per_element: float, context_tokens: int) -> float:

@@ -302,10 +302,19 @@ def _kv_section(x: _Explainer) -> None:
         x.record(
             "state_bytes_per_sequence",
             state,
-            formula="Σ_mamba layers ((d_conv − 1) × conv_channels + ssm state) × state_dtype_bytes",
-            substituted=f"{fmt(state / state_b)} values × {fmt(state_b)} B ({inputs.state_dtype.name})",
+            formula="Σ_state layers ((d_conv − 1) × conv_channels + SSM or recurrent state) × state_dtype_bytes",
+            substituted=_state_substituted(arch, state, state_b, inputs.state_dtype.name),
             unit="B",
         )
+
+
+def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name: str) -> str:
+    values = memory.state_elements_per_sequence(arch)
+    text = f"{fmt(values)} values × {fmt(state_b)} B ({dtype_name})"
+    if state != values * state_b:
+        # Kimi Delta Attention's recurrent state is fp32 whatever the state dtype (as vLLM keeps it).
+        text += f", fixed-dtype parts (KDA's fp32 recurrent state) at their own size: {fmt(state)} B"
+    return text
 
 
 def _pool_section(x: _Explainer) -> float:

@@ -94,7 +94,8 @@ class EngineRead:
     """How a text forward pass in an engine reads the weights differently from one read of every stored byte
     (docs/method.md's roofline), whole model, bytes."""
 
-    #: The input embedding table (untied), which the engine does not read: it gathers the batch's rows.
+    #: The input embedding table (untied) and any per-layer input embedding, which the engine does not read:
+    #: it gathers the batch's rows.
     embedding_bytes: float
     #: The vision tower, which runs on image tokens only.
     vision_bytes: float
@@ -111,13 +112,14 @@ def engine_read(arch: ModelArch, layout: WeightLayout) -> EngineRead:
     """What an engine's forward pass skips of the stored weights, and what it reads wider (tied: the head reads
     the embedding table, so the table is read, at 16 bits)."""
     params = arch.params_by_group()
-    embedding = 0.0
-    if not arch.tie_word_embeddings:
-        embedding = params[ParamGroup.EMBEDDING] * layout.storage(ParamGroup.EMBEDDING).bytes_per_param
+    # Gathered tables: the input embedding unless tied to the head, and any per-layer input embedding (Gemma 4).
+    gathered = params[ParamGroup.EMBEDDING] - (arch.vocab_size * arch.hidden_size if arch.tie_word_embeddings else 0)
+    embedding = gathered * layout.storage(ParamGroup.EMBEDDING).bytes_per_param
     upcast = 0.0
     if layout.engine_vocab_bytes_per_param is not None:
         head = ParamGroup.EMBEDDING if arch.tie_word_embeddings else ParamGroup.LM_HEAD
-        upcast = params[head] * (layout.engine_vocab_bytes_per_param - layout.storage(head).bytes_per_param)
+        head_params = arch.vocab_size * arch.hidden_size
+        upcast = head_params * (layout.engine_vocab_bytes_per_param - layout.storage(head).bytes_per_param)
     vision = params[ParamGroup.VISION] * layout.storage(ParamGroup.VISION).bytes_per_param
     return EngineRead(embedding_bytes=embedding, vision_bytes=vision, lm_head_upcast_bytes=upcast)
 

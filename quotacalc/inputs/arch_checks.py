@@ -8,11 +8,13 @@ from quotacalc.errors import QuotacalcError
 
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
+#: Multimodal wrappers whose decoder sizes sit under ``text_config``.
+_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "llama4", "mistral3", "qwen3_5", "qwen3_5_moe"})
 
 
 def check_arch(arch: ModelArch, source: str) -> None:
     """Raise a one-line error naming the config field whose relation to another does not hold."""
-    prefix = "text_config." if arch.model_type == "gemma3" else ""
+    prefix = "text_config." if arch.model_type in _WRAPPED_TYPES else ""
     seen: set[int] = set()
     for layer in arch.layers:
         for part in (layer.mixer, layer.feed_forward):
@@ -44,6 +46,15 @@ def _check_part(part: object, source: str, prefix: str) -> None:
     if heads and groups and heads % groups:
         raise QuotacalcError(
             f"{groups} Mamba groups do not divide the {heads} Mamba heads", source=source, field=f"{prefix}n_groups"
+        )
+    k_heads = getattr(part, "num_k_heads", None)
+    v_heads = getattr(part, "num_v_heads", None)
+    if k_heads and v_heads and v_heads % k_heads:
+        raise QuotacalcError(
+            f"{k_heads} linear-attention key heads do not divide the {v_heads} value heads",
+            source=source,
+            field=f"{prefix}linear_num_value_heads",
+            fix="each key head serves a whole group of value heads",
         )
     experts = getattr(part, "num_experts", None)
     top_k = getattr(part, "top_k", None)

@@ -146,7 +146,9 @@ class AttentionTraits:
 
     qkv_bias: bool | str = False
     o_bias: bool | str = False
-    qk_norm: bool = False
+    qk_norm: bool | str = False
+    #: Query and key norms over the whole projection, not per head (OLMo 2/3).
+    qk_norm_whole: bool = False
     sinks: bool = False
 
 
@@ -163,7 +165,8 @@ def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]
         v_head_dim=head_dim,
         qkv_bias=_bias(view, traits.qkv_bias),
         o_bias=_bias(view, traits.o_bias),
-        qk_norm=traits.qk_norm,
+        qk_norm=_bias(view, traits.qk_norm),
+        qk_norm_whole=traits.qk_norm_whole,
         sinks=traits.sinks,
     )
     window = view.get("sliding_window")
@@ -227,16 +230,24 @@ class DecoderFamily:
     """A transformer decoder family: attention traits, norms per layer, and how its MLPs are laid out."""
 
     attention: AttentionTraits = AttentionTraits()
+    #: Norm weights per layer, in hidden sizes (a LayerNorm with a bias counts two).
     norms_per_layer: int = 2
+    #: The final norm, in hidden sizes.
+    final_norms: int = 1
     mlp_bias: bool | str = False
+    #: Gated MLP (gate, up, down) or plain (up, down: StarCoder2's c_fc and c_proj).
+    mlp_gated: bool = True
+    #: A bias on the LM head (a config field name or a constant).
+    lm_head_bias: bool | str = False
     #: Reads the feed-forward block of layer ``index`` (dense unless the family says otherwise).
     feed_forward: Callable[[ConfigView, int], DenseMLP | MoE] | None = None
 
 
-def dense_mlp(view: ConfigView, bias: bool = False) -> DenseMLP:
+def dense_mlp(view: ConfigView, bias: bool = False, gated: bool = True) -> DenseMLP:
     return DenseMLP(
         hidden_size=view.positive_int("hidden_size"),
         intermediate_size=view.positive_int("intermediate_size"),
+        gated=gated,
         bias=bias,
     )
 
@@ -245,7 +256,9 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
     notes: list[str] = []
     mixers = attention_mixers(view, family.attention, notes)
     norm_params = family.norms_per_layer * view.positive_int("hidden_size")
-    shared_mlp = dense_mlp(view, _bias(view, family.mlp_bias)) if family.feed_forward is None else None
+    shared_mlp = (
+        dense_mlp(view, _bias(view, family.mlp_bias), family.mlp_gated) if family.feed_forward is None else None
+    )
     layers = [
         Layer(
             mixer=mixer,
@@ -254,7 +267,10 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
         )
         for index, mixer in enumerate(mixers)
     ]
-    return finish_arch(view, name, layers, notes, **finish)
+    if family.final_norms != 1:
+        finish.setdefault("final_norm", family.final_norms * view.positive_int("hidden_size"))
+    arch = finish_arch(view, name, layers, notes, **finish)
+    return arch.model_copy(update={"lm_head_bias": True}) if _bias(view, family.lm_head_bias) else arch
 
 
 def _local_experts_moe(view: ConfigView, index: int, *, biased: bool = False) -> MoE:
@@ -314,7 +330,68 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
     ("gemma3_text",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True), norms_per_layer=4
     ),
+    # Dense families read like the above (branch archdense). OLMo 2/3 and EXAONE 4 norm each block's output
+    # (post-attention and post-MLP norms, none before); OLMo 3 and EXAONE 4 take sliding layers from layer_types.
+    ("olmo2", "olmo3"): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True, qk_norm_whole=True)
+    ),
+    # SmolLM3's NoPE layers (no_rope_layers) change no parameter and no cache.
+    ("smollm3",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), mlp_bias="mlp_bias"
+    ),
+    ("seed_oss",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_out_bias"), mlp_bias="mlp_bias"
+    ),
+    ("exaone4",): DecoderFamily(attention=AttentionTraits(qk_norm=True)),
+    ("ernie4_5",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="use_bias", o_bias="use_bias"), mlp_bias="use_bias"
+    ),
+    # Command R7B / A: attention and MLP in parallel after one LayerNorm (weight only) per layer.
+    ("cohere2",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=1
+    ),
+    ("ministral3",): DecoderFamily(),
+    ("gemma",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias")),
+    ("helium",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias"), mlp_bias="mlp_bias"),
+    # GLM-4 (0414): biased q/k/v only, and norms after attention and MLP beside the usual two (four per layer).
+    ("glm4",): DecoderFamily(attention=AttentionTraits(qkv_bias="attention_bias"), norms_per_layer=4),
+    # Command R / R+: one weight-only LayerNorm per parallel block; use_qk_norm norms over the whole projection.
+    ("cohere",): DecoderFamily(
+        attention=AttentionTraits(
+            qkv_bias="attention_bias", o_bias="attention_bias", qk_norm="use_qk_norm", qk_norm_whole=True
+        ),
+        norms_per_layer=1,
+    ),
+    # StarCoder2: LayerNorms with biases, a plain (ungated) MLP, use_bias on every projection.
+    ("starcoder2",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="use_bias", o_bias="use_bias"),
+        norms_per_layer=4,
+        final_norms=2,
+        mlp_bias="use_bias",
+        mlp_gated=False,
+    ),
+    # OLMo 1: LayerNorms without weights.
+    ("olmo",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"), norms_per_layer=0, final_norms=0
+    ),
+    ("granitemoe",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"),
+        feed_forward=_local_experts_moe,
+    ),
+    # Phi-3.5-MoE: LayerNorms with biases (two weights each), and a bias on the LM head.
+    ("phimoe",): DecoderFamily(
+        attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias"),
+        norms_per_layer=4,
+        final_norms=2,
+        feed_forward=_local_experts_moe,
+        lm_head_bias="lm_head_bias",
+    ),
 }
+
+
+def decoder_family(model_type: object) -> DecoderFamily | None:
+    """The plain decoder family registered for ``model_type`` (for a multimodal wrapper's text model), or None."""
+    return next((family for types, family in _DECODERS.items() if model_type in types), None)
 
 
 def _register_decoders() -> None:

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import stat
+import warnings
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,14 @@ def _transformers_stamp() -> str:
 
 
 #: Keys that hold a nested object in every config that has them.
-_SUB_CONFIGS = ("quantization_config", "text_config", "vision_config", "rope_scaling", "rope_parameters")
+_SUB_CONFIGS = (
+    "quantization_config",
+    "text_config",
+    "vision_config",
+    "audio_config",
+    "rope_scaling",
+    "rope_parameters",
+)
 
 
 def autoconfig_document(raw: dict[str, Any], source_name: str) -> dict[str, Any]:
@@ -214,8 +222,12 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
             raise QuotacalcError(f"must be an object, got {type(raw[key]).__name__}", source=source_name, field=key)
     fields = {key: value for key, value in raw.items() if key != "model_type"}
     try:
-        config = AutoConfig.for_model(model_type, **fields)
-        resolved = _resolved_dict(config)
+        with warnings.catch_warnings():
+            # transformers' deprecation notices (Kimi Linear's `rope_scaling: null` sets a deprecated
+            # property) are about its own API, not the user's config: the CLI prints one line or none.
+            warnings.simplefilter("ignore", FutureWarning)
+            config = AutoConfig.for_model(model_type, **fields)
+            resolved = _resolved_dict(config)
     except ValueError as error:
         if "Unrecognized" in str(error) or "model_type" in str(error):
             raise QuotacalcError(
@@ -238,11 +250,14 @@ def _rejected_by_transformers(error: Exception, source: str) -> QuotacalcError:
     text = str(error)
     field = re.search(r"field '([^']+)'", text)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    problem = lines[-1] if field and len(lines) > 1 else (lines[0] if lines else type(error).__name__)
+    # A class validator's message is a header ending in ':' with the cause on the last line.
+    headed = len(lines) > 1 and (field or lines[0].endswith(":"))
+    problem = lines[-1] if headed else (lines[0] if lines else type(error).__name__)
     problem = re.sub(r"^\w+Error: ", "", problem)
-    return QuotacalcError(
-        f"transformers rejects the config: {problem}", source=source, field=field.group(1) if field else None
-    )
+    named = field.group(1) if field else None
+    if named is None and (quoted := re.search(r"`(\w+)`", problem)):
+        named = quoted.group(1)
+    return QuotacalcError(f"transformers rejects the config: {problem}", source=source, field=named)
 
 
 #: Suffixes of the model classes an ``architectures`` entry names, leaving the family (LlamaForCausalLM -> Llama).
@@ -257,8 +272,21 @@ _EXPERTS_KEY = {
     "qwen3_moe": "num_experts",
     "deepseek_v2": "n_routed_experts",
     "deepseek_v3": "n_routed_experts",
+    "granitemoe": "num_local_experts",
+    "phimoe": "num_local_experts",
+    "glm4_moe": "n_routed_experts",
+    "glm4_moe_lite": "n_routed_experts",
+    "minimax_m2": "num_local_experts",
+    "llama4_text": "num_local_experts",
+    "dots1": "n_routed_experts",
+    "ernie4_5_moe": "moe_num_experts",
+    "hunyuan_v1_moe": "num_experts",
 }
-_DENSE_TYPES = frozenset({"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"})
+_DENSE_TYPES = frozenset(
+    {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
+    | {"olmo2", "olmo3", "smollm3", "seed_oss", "exaone4", "ernie4_5", "cohere2", "ministral3"}
+    | {"gemma", "helium", "glm4", "cohere", "starcoder2", "olmo"}
+)
 
 
 def check_family(raw: dict[str, Any], config_class: str, source: str) -> None:
@@ -301,7 +329,9 @@ def _given_keys(config: Any, raw: dict[str, Any], prefix: str = "") -> set[str]:
     given = set()
     for key, value in raw.items():
         given.update({prefix + key, prefix + aliases.get(key, key)})
-        nested = getattr(config, key, None)
+        # Only an object can be a sub-config; reading every attribute would trip heterogeneous configs (Gemma 4),
+        # whose per-layer attributes refuse a global read.
+        nested = getattr(config, key, None) if isinstance(value, dict) else None
         if isinstance(value, dict) and hasattr(type(nested), "attribute_map"):
             given |= _given_keys(nested, value, f"{prefix}{key}.")
     return given
@@ -317,7 +347,7 @@ def _resolved_dict(config: Any) -> dict[str, Any]:
             except AttributeError:
                 continue
     for key in list(document):
-        nested = getattr(config, key, None)
+        nested = getattr(config, key, None) if isinstance(document[key], dict) else None
         if hasattr(nested, "to_dict") and hasattr(type(nested), "attribute_map"):
             document[key] = _resolved_dict(nested)
     return document

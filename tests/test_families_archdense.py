@@ -1,0 +1,432 @@
+"""Dense-decoder families (Gemma 4, ...) priced against transformers' own counts.
+
+``reference_params_archdense.json`` holds the parameter counts transformers 5.24 builds on the meta device
+for each of these folders of ``tests/data/configs`` (``make_reference_params.count`` on each folder; see
+``tests/data/make_reference_params.py``). KV goldens are derived by hand in each test's docstring.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.core.arch import ParamGroup
+from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
+from quotacalc.core.weights import engine_read, uniform_layout
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.resolve import load_arch
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+REFERENCE = json.loads((DATA / "reference_params_archdense.json").read_text())["models"]
+BF16_BYTES = 2
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _arch(folder: str):
+    return load_arch(str(CONFIGS / folder))[0]
+
+
+@pytest.mark.parametrize("folder", sorted(REFERENCE))
+def test_total_params_match_transformers(folder):
+    arch = _arch(folder)
+    assert arch.total_params() == REFERENCE[folder]["total_params"]
+    assert arch.tie_word_embeddings == REFERENCE[folder]["tie_word_embeddings"]
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds"),
+    [
+        # Five sliding layers, then one full, repeated (the last layer is full).
+        ("gemma4_31b", {"sliding_attention": 50, "full_attention": 10}),
+        ("gemma4_e4b", {"sliding_attention": 35, "full_attention": 7}),
+        # Four sliding layers, then one full.
+        ("gemma4_e2b", {"sliding_attention": 28, "full_attention": 7}),
+        ("gemma4_26b_a4b_text", {"sliding_attention": 25, "full_attention": 5}),
+    ],
+)
+def test_layer_layout(folder, layer_kinds):
+    assert _arch(folder).mixer_counts() == layer_kinds
+
+
+def _write_config(tmp_path: Path, folder: str, edit) -> str:
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    edit(config)
+    target = tmp_path / f"{folder}-edited"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(config))
+    return str(target)
+
+
+# --------------------------------------------------------------------------- Gemma 4
+
+
+def test_gemma4_31b_kv_golden():
+    """Gemma 4 31B: full layers have their own heads (global_head_dim 512, 4 KV heads), sliding ones 16 x 256.
+
+    Growing KV per token: 10 full layers x 4 KV heads x (512 K + 512 V) = 40,960 elements -> 81,920 bytes.
+    (Full layers have K = V weights, no v_proj, but vLLM caches V beside K all the same.)
+    Window KV at 8,192 tokens: 50 sliding layers x 16 x (256 + 256) x 1,024 window tokens
+    = 419,430,400 elements -> 838,860,800 bytes.
+    At TP 8 the 4 full-layer KV heads are fewer than the ranks: each rank holds one, 10 x 1 x 1,024 x 2 = 20,480.
+    """
+    arch = _arch("gemma4_31b")
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 81_920
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 8_192) == 838_860_800
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, tp=8) == 20_480
+
+
+def test_gemma4_31b_full_layers_have_no_v_proj():
+    """A full layer (k_eq_v): q 5,376 x 32 x 512, k 5,376 x 4 x 512, o 32 x 512 x 5,376, q/k norms 2 x 512;
+    a sliding layer: q 5,376 x 32 x 256, k and v 5,376 x 16 x 256 each, o, q/k norms 2 x 256."""
+    arch = _arch("gemma4_31b")
+    full = arch.layers[5].mixer.params()[ParamGroup.ATTENTION]
+    sliding = arch.layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert full == 5_376 * 32 * 512 + 5_376 * 4 * 512 + 32 * 512 * 5_376 + 2 * 512
+    assert sliding == 5_376 * 32 * 256 + 2 * 5_376 * 16 * 256 + 32 * 256 * 5_376 + 2 * 256
+
+
+def test_gemma4_e4b_shared_layers_hold_no_kv():
+    """Gemma 4 E4B: 42 layers, the last 18 reuse the K/V of layers 0-23, and vLLM gives them no cache.
+
+    Layers 0-23 hold 4 full layers (5, 11, 17, 23) and 20 sliding ones; 2 KV heads each.
+    Growing KV per token: 4 x 2 x (512 + 512) = 8,192 elements -> 16,384 bytes (7 full layers without
+    sharing would be 28,672). Window KV at 8,192 tokens: 20 x 2 x (256 + 256) x 512 = 10,485,760 elements
+    -> 20,971,520 bytes.
+    """
+    arch = _arch("gemma4_e4b")
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 16_384
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 8_192) == 20_971_520
+    shared = arch.layers[24].mixer
+    assert shared.kv_shared and shared.cache_elements_per_token() == 0
+    # Only q_proj, o_proj and the query norm: 2 x 2,560 x 8 x 256 + 256.
+    assert shared.params()[ParamGroup.ATTENTION] == 2 * 2_560 * 8 * 256 + 256
+
+
+def test_gemma4_e2b_shared_layers_run_double_wide_mlps():
+    """Gemma 4 E2B: 35 layers, the last 20 KV-shared, and those run a 2 x 6,144 = 12,288-wide MLP
+    (use_double_wide_mlp). One KV head each.
+
+    Layers 0-14 cache: 3 full (4, 9, 14) x 1 x (512 + 512) = 3,072 elements -> 6,144 bytes per token; 12 sliding
+    x 1 x (256 + 256) x 512 window tokens = 3,145,728 elements -> 6,291,456 bytes at 8,192 tokens.
+    """
+    arch = _arch("gemma4_e2b")
+    widths = [layer.feed_forward.intermediate_size for layer in arch.layers]
+    assert widths == [6_144] * 15 + [12_288] * 20
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 6_144
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 8_192) == 6_291_456
+
+
+def test_gemma4_e4b_per_layer_embeddings_are_gathered_not_read():
+    """E4B's per-layer input table: 262,144 rows x 42 layers x 256 = 2,818,572,288 parameters, in the
+    embedding group; a decode step gathers its rows, so the engine reads none of it (the main table is
+    tied to the head, so that one is read), and no FLOPs are spent on it."""
+    arch = _arch("gemma4_e4b")
+    assert arch.per_layer_embedding_params == 2_818_572_288
+    assert arch.params_by_group()[ParamGroup.EMBEDDING] == 262_144 * 2_560 + 2_818_572_288
+    layout = uniform_layout("bf16", 2.0, "bf16", "test")
+    assert engine_read(arch, layout).embedding_bytes == 2_818_572_288 * 2
+    # Nor does a token multiply it: the active parameters keep only the (tied) vocabulary table.
+    assert arch.active_params_by_group()[ParamGroup.EMBEDDING] == 262_144 * 2_560
+
+
+def test_gemma4_26b_a4b_experts():
+    """Gemma 4 26B-A4B: in each of 30 layers a 128-expert block (top 8, 704 wide) beside a 2,112-wide MLP.
+
+    Per layer: routed 128 x 3 x 2,816 x 704 = 761,266,176; the dense MLP, priced as one shared expert,
+    3 x 2,816 x 2,112 = 17,842,176; router 2,816 x 128 + 2,816 (input scale) + 128 (per-expert scale)
+    = 363,392. Active: 8 routed experts, 47,579,136.
+    """
+    arch = _arch("gemma4_26b_a4b_text")
+    moe = arch.moe_layers()
+    assert len(moe) == 30
+    assert moe[0].params() == {
+        ParamGroup.ROUTER: 363_392,
+        ParamGroup.SHARED_EXPERTS: 17_842_176,
+        ParamGroup.ROUTED_EXPERTS: 761_266_176,
+    }
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 8 * 3 * 2_816 * 704
+
+
+def test_gemma4_kv_sharing_without_a_producer_fails_in_one_line(tmp_path):
+    """Sharing every layer's K/V leaves no layer to compute them."""
+
+    def share_all(config):
+        config["text_config"]["num_kv_shared_layers"] = 42
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "gemma4_e4b", share_all))
+    message = str(caught.value)
+    assert "\n" not in message and "text_config.num_kv_shared_layers" in message
+
+
+def test_gemma4_missing_hidden_size_fails_in_one_line(tmp_path):
+    def drop(config):
+        del config["text_config"]["hidden_size"]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "gemma4_31b", drop))
+    message = str(caught.value)
+    assert "\n" not in message and "text_config.hidden_size" in message and "missing" in message
+
+
+# --------------------------------------------------------------------------- plain decoders (DecoderFamily)
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds"),
+    [
+        ("olmo2_7b", {"full_attention": 32}),
+        # Three sliding layers, then one full (Olmo3Config's default pattern, stated in layer_types).
+        ("olmo3_7b", {"sliding_attention": 24, "full_attention": 8}),
+        ("smollm3_3b", {"full_attention": 36}),
+        ("seed_oss_36b", {"full_attention": 64}),
+        # "LLLG": three local layers, one global.
+        ("exaone4_32b", {"sliding_attention": 48, "full_attention": 16}),
+        ("ernie4_5_0p3b", {"full_attention": 18}),
+        ("cohere2_7b", {"sliding_attention": 24, "full_attention": 8}),
+        ("granitemoe_3b", {"full_attention": 32}),
+        # Its window (131,072) is no shorter than its context: full attention, with a note.
+        ("phimoe_42b", {"full_attention": 32}),
+        ("mistral3_24b", {"full_attention": 40}),
+    ],
+)
+def test_dense_family_layer_layout(folder, layer_kinds):
+    assert _arch(folder).mixer_counts() == layer_kinds
+
+
+@pytest.mark.parametrize(
+    ("folder", "kv_bytes"),
+    [
+        # Growing KV per token, bf16: full layers x KV heads x (K + V head_dim) x 2 bytes.
+        ("olmo2_7b", 32 * 32 * 256 * 2),  # 524,288
+        ("olmo3_7b", 8 * 32 * 256 * 2),  # 8 full layers of 32: 131,072
+        ("smollm3_3b", 36 * 4 * 256 * 2),  # NoPE layers cache K and V all the same: 73,728
+        ("seed_oss_36b", 64 * 8 * 256 * 2),  # 262,144
+        ("exaone4_32b", 16 * 8 * 256 * 2),  # 16 global layers: 65,536
+        ("ernie4_5_0p3b", 18 * 2 * 256 * 2),  # 18,432
+        ("cohere2_7b", 8 * 8 * 256 * 2),  # 8 global layers: 32,768
+        ("granitemoe_3b", 32 * 8 * 128 * 2),  # head_dim 1,536 / 24 = 64: 65,536
+        ("phimoe_42b", 32 * 8 * 256 * 2),  # 131,072
+        ("mistral3_24b", 40 * 8 * 256 * 2),  # 163,840
+    ],
+)
+def test_dense_family_kv_golden(folder, kv_bytes):
+    assert kv_bytes_per_token(_arch(folder), BF16_BYTES) == kv_bytes
+
+
+def test_olmo3_window_kv_golden():
+    """OLMo 3 7B at 8,192 tokens: 24 sliding layers x 32 KV heads x (128 + 128) x 4,096 window tokens
+    = 805,306,368 elements -> 1,610,612,736 bytes (the 8 full layers' KV is in the per-token figure)."""
+    assert window_bytes_per_sequence(_arch("olmo3_7b"), BF16_BYTES, 8_192) == 1_610_612_736
+
+
+def test_olmo2_qk_norms_span_the_whole_projection():
+    """OLMo 2 7B: q_norm over 32 x 128 and k_norm over 32 x 128, not one head_dim each.
+    Attention per layer: 4 x 4,096² + 4,096 + 4,096 = 67,117,056."""
+    attention = _arch("olmo2_7b").layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert attention == 4 * 4_096**2 + 4_096 + 4_096
+
+
+def test_cohere2_has_one_norm_per_layer():
+    """Command R7B runs attention and MLP in parallel after one weight-only LayerNorm: 4,096 per layer."""
+    assert _arch("cohere2_7b").layers[0].norm_params == 4_096
+
+
+def test_granitemoe_experts():
+    """Granite 3.1 3B-A800M: 40 experts of 512 (gated), top 8, router 1,536 x 40 without bias.
+
+    Per layer: routed 40 x 3 x 1,536 x 512 = 94,371,840; active 8 x 3 x 1,536 x 512 = 18,874,368.
+    """
+    moe = _arch("granitemoe_3b").moe_layers()
+    assert len(moe) == 32
+    assert moe[0].params() == {
+        ParamGroup.ROUTER: 61_440,
+        ParamGroup.SHARED_EXPERTS: 0,
+        ParamGroup.ROUTED_EXPERTS: 94_371_840,
+    }
+    assert moe[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 18_874_368
+
+
+def test_phimoe_layernorm_and_head_biases():
+    """Phi-3.5-MoE: LayerNorms with biases (2 x 2 x 4,096 per layer, 2 x 4,096 final), a 32,064-entry bias on
+    the LM head, biased q/k/v/o, and 2 of 16 experts (3 x 4,096 x 6,400 each) active per token."""
+    arch = _arch("phimoe_42b")
+    assert arch.layers[0].norm_params == 16_384 and arch.final_norm_params == 8_192
+    assert arch.params_by_group()[ParamGroup.LM_HEAD] == 32_064 * 4_096 + 32_064
+    attention = arch.layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert attention == 2 * 4_096 * 4_096 + 2 * 4_096 * 1_024 + 4_096 + 2 * 1_024 + 4_096
+    assert arch.moe_layers()[0].active_params()[ParamGroup.ROUTED_EXPERTS] == 2 * 3 * 4_096 * 6_400
+
+
+def test_mistral3_vision_tower_by_hand():
+    """Mistral 3's Pixtral tower and projector (vision hidden 1,024, 24 layers, MLP 4,096, patch 14; text 5,120).
+
+    Pixtral: patch conv 3 x 14² x 1,024 = 602,112; pre-norm 1,024; per layer 4 x 1,024² + 3 x 1,024 x 4,096
+    + 2 x 1,024 = 16,779,264, x 24 = 402,702,336. Projector: norm 1,024; merger (1,024 x 2²) x 1,024 = 4,194,304;
+    linear_1 1,024 x 5,120 = 5,242,880; linear_2 5,120² = 26,214,400. Total 438,958,080, idle for text tokens.
+    """
+    arch = _arch("mistral3_24b")
+    assert arch.vision_params == 438_958_080
+    assert arch.total_params() - arch.active_params() == 438_958_080
+
+
+def test_mistral3_top_level_tie_flag_decides(tmp_path):
+    """transformers ties the head when the wrapper's tie_word_embeddings (default true) says so; a config that
+    unties it gets a separate 131,072 x 5,120 head."""
+
+    def untie(config):
+        config["tie_word_embeddings"] = False
+
+    tied = _arch("mistral3_24b")
+    untied = load_arch(_write_config(tmp_path, "mistral3_24b", untie))[0]
+    assert not untied.tie_word_embeddings
+    assert untied.total_params() - tied.total_params() == 131_072 * 5_120
+
+
+@pytest.mark.parametrize(
+    ("folder", "field"),
+    [
+        ("olmo2_7b", "hidden_size"),
+        ("olmo3_7b", "num_hidden_layers"),
+        ("smollm3_3b", "num_attention_heads"),
+        ("seed_oss_36b", "hidden_size"),
+        ("exaone4_32b", "hidden_size"),
+        ("ernie4_5_0p3b", "hidden_size"),
+        ("cohere2_7b", "num_hidden_layers"),
+        ("granitemoe_3b", "num_local_experts"),
+        ("phimoe_42b", "num_local_experts"),
+        ("mistral3_24b", "text_config.hidden_size"),
+    ],
+)
+def test_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
+    def drop(config):
+        *parents, key = field.split(".")
+        target = config
+        for parent in parents:
+            target = target[parent]
+        del target[key]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, folder, drop))
+    message = str(caught.value)
+    assert "\n" not in message and field in message and "missing" in message
+
+
+def test_mistral3_with_an_unpriced_vision_tower_fails_in_one_line(tmp_path):
+    def swap(config):
+        config["vision_config"] = {"model_type": "siglip_vision_model"}
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "mistral3_24b", swap))
+    message = str(caught.value)
+    assert "\n" not in message and "vision_config.model_type" in message and "siglip_vision_model" in message
+
+
+def test_olmo3_layer_types_of_the_wrong_length_fail_in_one_line(tmp_path):
+    def shorten(config):
+        config["layer_types"] = config["layer_types"][:-1]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "olmo3_7b", shorten))
+    assert "\n" not in str(caught.value) and "layer_types" in str(caught.value)
+
+
+def test_exaone4_layer_count_against_layer_types_fails_in_one_line(tmp_path):
+    """Without num_hidden_layers the class default (32) meets 64 layer_types: transformers' validator refuses it,
+    and the line names the field and the cause, not the validator's header."""
+
+    def drop(config):
+        del config["num_hidden_layers"]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "exaone4_32b", drop))
+    message = str(caught.value)
+    assert "\n" not in message and ": num_hidden_layers: transformers rejects the config" in message
+    assert "must be equal to the number of `layer_types` (64)" in message
+
+
+# --------------------------------------------------------------------------- older dense families
+
+
+@pytest.mark.parametrize(
+    ("folder", "layer_kinds", "kv_bytes"),
+    [
+        # (layer kinds, growing KV per token in bf16: full layers x KV heads x (K + V head_dim) x 2 bytes)
+        ("gemma_7b", {"full_attention": 28}, 28 * 16 * 512 * 2),  # 458,752
+        ("glm4_9b", {"full_attention": 40}, 40 * 2 * 256 * 2),  # 40,960
+        ("cohere_104b", {"full_attention": 64}, 64 * 8 * 256 * 2),  # 262,144
+        # Every layer windowed at 4,096 (sliding_window, no layer_types): nothing grows past the window.
+        ("starcoder2_15b", {"sliding_attention": 40}, 0),
+        ("olmo_7b", {"full_attention": 32}, 32 * 32 * 256 * 2),  # 524,288
+        ("helium_2b", {"full_attention": 28}, 28 * 8 * 256 * 2),  # 114,688
+    ],
+)
+def test_older_dense_family_layout_and_kv(folder, layer_kinds, kv_bytes):
+    arch = _arch(folder)
+    assert arch.mixer_counts() == layer_kinds
+    assert kv_bytes_per_token(arch, BF16_BYTES) == kv_bytes
+
+
+def test_starcoder2_window_kv_and_plain_biased_mlp():
+    """StarCoder2-15B: a plain MLP with biases (c_fc 6,144 x 24,576 + 24,576, c_proj 24,576 x 6,144 + 6,144),
+    LayerNorms with biases (2 x 2 x 6,144 per layer). Window KV at 16,384 tokens: 40 layers x 4 KV heads
+    x (128 + 128) x 4,096 = 167,772,160 elements -> 335,544,320 bytes."""
+    arch = _arch("starcoder2_15b")
+    mlp = arch.layers[0].feed_forward
+    assert not mlp.gated and mlp.params()[ParamGroup.MLP] == 2 * 6_144 * 24_576 + 24_576 + 6_144
+    assert arch.layers[0].norm_params == 4 * 6_144 and arch.final_norm_params == 2 * 6_144
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 16_384) == 335_544_320
+
+
+def test_cohere_qk_norms_span_the_whole_projection():
+    """Command R+ (use_qk_norm): q_norm over 96 x 128, k_norm over 8 x 128; one LayerNorm weight per layer.
+    Attention: q 12,288 x 12,288, k and v 12,288 x 1,024 each, o 12,288 x 12,288, norms 12,288 + 1,024."""
+    arch = _arch("cohere_104b")
+    attention = arch.layers[0].mixer.params()[ParamGroup.ATTENTION]
+    assert attention == 2 * 12_288**2 + 2 * 12_288 * 1_024 + 12_288 + 1_024
+    assert arch.layers[0].norm_params == 12_288
+
+
+def test_olmo_layernorms_have_no_weights():
+    arch = _arch("olmo_7b")
+    assert arch.layers[0].norm_params == 0 and arch.final_norm_params == 0
+
+
+@pytest.mark.parametrize(
+    ("folder", "field"),
+    [
+        ("gemma_7b", "hidden_size"),
+        ("glm4_9b", "num_attention_heads"),
+        ("cohere_104b", "num_hidden_layers"),
+        ("starcoder2_15b", "hidden_size"),
+        ("olmo_7b", "num_hidden_layers"),
+        ("helium_2b", "hidden_size"),
+    ],
+)
+def test_older_dense_family_missing_size_fails_in_one_line(tmp_path, folder, field):
+    def drop(config):
+        del config[field]
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, folder, drop))
+    message = str(caught.value)
+    assert "\n" not in message and field in message and "missing" in message
+
+
+def test_a_dense_family_with_experts_is_refused(tmp_path):
+    """A glm4 config carrying 8 experts is a relabelled MoE config: refused, naming the field."""
+
+    def relabel(config):
+        config["num_experts"] = 8
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "glm4_9b", relabel))
+    message = str(caught.value)
+    assert "\n" not in message and "num_experts" in message and "glm4" in message
