@@ -10,31 +10,18 @@ counted (one float per expert per layer), except ERNIE's, a parameter; multi-tok
 
 from __future__ import annotations
 
-from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, FullAttention, Layer, MLAAttention, ModelArch, MoE
+from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, FullAttention, Layer, ModelArch, MoE
 from quotacalc.errors import UnsupportedArchitecture
 from quotacalc.inputs.hf_arch import (
     AttentionTraits,
     ConfigView,
     DecoderFamily,
+    attention_sizes,
     finish_arch,
-    head_dim_of,
+    mla_attention,
     read_decoder,
     reads,
 )
-
-
-def _attention_sizes(view: ConfigView) -> dict[str, int]:
-    """Heads and widths every family here states itself (class defaults belong to another model)."""
-    hidden = view.stated_int("hidden_size")
-    heads = view.stated_int("num_attention_heads")
-    head_dim = head_dim_of(view, hidden, heads)
-    return dict(
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=view.positive_int("num_key_value_heads", heads),
-        head_dim=head_dim,
-        v_head_dim=head_dim,
-    )
 
 
 def _mtp_notes(view: ConfigView) -> list[str]:
@@ -79,7 +66,7 @@ def read_glm4_moe(view: ConfigView, name: str) -> ModelArch:
     layer_count = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
     attention = FullAttention(
-        **_attention_sizes(view), qkv_bias=view.flag("attention_bias"), qk_norm=view.flag("use_qk_norm")
+        **attention_sizes(view), qkv_bias=view.flag("attention_bias"), qk_norm=view.flag("use_qk_norm")
     )
     first_dense = _dense_prefix(view, layer_count)
     moe, dense = _glm_moe(view), DenseMLP(hidden_size=hidden, intermediate_size=view.positive_int("intermediate_size"))
@@ -119,15 +106,7 @@ def read_glm4_moe_lite(view: ConfigView, name: str) -> ModelArch:
             f"(transformers builds mlp_layer_types, vLLM reads first_k_dense_replace)",
             "state mlp_layer_types to match first_k_dense_replace",
         )
-    mla = MLAAttention(
-        hidden_size=hidden,
-        num_heads=view.stated_int("num_attention_heads"),
-        q_lora_rank=view.get("q_lora_rank") or None,
-        kv_lora_rank=view.positive_int("kv_lora_rank"),
-        qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),
-        qk_rope_head_dim=view.positive_int("qk_rope_head_dim"),
-        v_head_dim=view.positive_int("v_head_dim"),
-    )
+    mla = mla_attention(view)
     moe, dense = _glm_moe(view), DenseMLP(hidden_size=hidden, intermediate_size=view.positive_int("intermediate_size"))
     layers = [
         Layer(mixer=mla, feed_forward=moe if kind == "sparse" else dense, norm_params=2 * hidden) for kind in kinds
@@ -169,7 +148,7 @@ def read_minimax_m2(view: ConfigView, name: str) -> ModelArch:
             source=view.source,
             field=view.prefix + "shared_intermediate_size",
         )
-    attention = FullAttention(**_attention_sizes(view), qk_norm=True, qk_norm_whole=True)
+    attention = FullAttention(**attention_sizes(view), qk_norm=True, qk_norm_whole=True)
     moe = MoE(
         hidden_size=hidden,
         num_experts=view.positive_int("num_local_experts"),
@@ -189,7 +168,7 @@ def _llama4_layers(view: ConfigView) -> tuple[list[Layer], list[str]]:
     layer_count = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
     bias = view.flag("attention_bias")
-    sizes = _attention_sizes(view)
+    sizes = attention_sizes(view)
     kinds = view.get("layer_types")
     if not isinstance(kinds, list) or len(kinds) != layer_count:
         raise view.fail("layer_types", f"must list one type per layer ({layer_count})")
@@ -385,7 +364,7 @@ def read_hunyuan_v1_moe(view: ConfigView, name: str) -> ModelArch:
     if isinstance(experts, bool) or not isinstance(experts, int) or experts <= 0:
         raise view.fail("num_experts", f"must be one positive number of experts for every layer, got {experts!r}")
     attention = FullAttention(
-        **_attention_sizes(view),
+        **attention_sizes(view),
         qkv_bias=view.flag("attention_bias"),
         o_bias=view.flag("attention_bias"),
         qk_norm=True,
