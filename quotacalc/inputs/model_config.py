@@ -236,17 +236,18 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
                 field="model_type",
                 fix="upgrade transformers, or check the config",
             ) from None
-        raise _rejected_by_transformers(error, source_name) from None
+        raise _rejected_by_transformers(error, source_name, raw) from None
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as error:  # its strict dataclasses, and any check of a config class, reject this input
-        raise _rejected_by_transformers(error, source_name) from None
+        raise _rejected_by_transformers(error, source_name, raw) from None
     check_family(raw, type(config).__name__, source_name)
     return resolved, type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw))
 
 
-def _rejected_by_transformers(error: Exception, source: str) -> QuotacalcError:
-    """transformers' validation message as one line naming the field it names."""
+def _rejected_by_transformers(error: Exception, source: str, raw: dict[str, Any]) -> QuotacalcError:
+    """transformers' validation message as one line naming the field it names: quoted, mentioned, or (when the
+    message names none, as a TypeError or a ZeroDivisionError does) the key without which it accepts the config."""
     text = str(error)
     field = re.search(r"field '([^']+)'", text)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -257,6 +258,16 @@ def _rejected_by_transformers(error: Exception, source: str) -> QuotacalcError:
     named = field.group(1) if field else None
     if named is None and (quoted := re.search(r"`(\w+)`", problem)):
         named = quoted.group(1)
+    if named is None:
+        named = _mentioned_key(problem, raw)
+    if named is None and (culprits := _culprits(raw)):
+        # The message names no field: the keys without which transformers accepts the config are the culprits.
+        named = culprits[0]
+        problem = f"{problem} (caused by {', '.join(culprits[:4])})"
+    elif named is None and (empty := _zero_or_null(raw)):
+        # No single key: a size the class divides or multiplies by, set to 0 or null, is the likely one.
+        named = empty[0]
+        problem = f"{problem} (check {', '.join(empty[:4])})"
     return QuotacalcError(f"transformers rejects the config: {problem}", source=source, field=named)
 
 
@@ -287,6 +298,64 @@ _DENSE_TYPES = frozenset(
     | {"olmo2", "olmo3", "smollm3", "seed_oss", "exaone4", "ernie4_5", "cohere2", "ministral3"}
     | {"gemma", "helium", "glm4", "cohere", "starcoder2", "olmo", "arcee", "glm", "hunyuan_v1_dense", "phi", "nemotron"}
 )
+
+
+#: A config has tens of keys: past this many, finding which one transformers rejects costs more than it tells.
+MAX_KEYS_TRIED = 300
+
+
+def _sections(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    text = raw.get("text_config")
+    return [("", raw), ("text_config.", text if isinstance(text, dict) else {})]
+
+
+def _culprits(raw: dict[str, Any]) -> list[str]:
+    """The keys (of the config, then of its text_config) without which AutoConfig accepts it: each is left out
+    in turn, its class default taken instead. Only on the error path."""
+    from transformers import AutoConfig
+
+    model_type = raw.get("model_type")
+    fields = {key: value for key, value in raw.items() if key != "model_type"}
+    found: list[str] = []
+    tried = 0
+    for prefix, section in _sections(raw):
+        for key in section:
+            if key == "model_type" or tried >= MAX_KEYS_TRIED:
+                continue
+            tried += 1
+            if prefix:
+                trial = {**fields, "text_config": {k: v for k, v in section.items() if k != key}}
+            else:
+                trial = {k: v for k, v in fields.items() if k != key}
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    AutoConfig.for_model(model_type, **trial)
+            except Exception:  # still rejected without this key: not the culprit
+                continue
+            found.append(prefix + key)
+    return found
+
+
+def _zero_or_null(raw: dict[str, Any]) -> list[str]:
+    """Keys (of the config, then of its text_config) set to 0 or null."""
+    return [
+        prefix + key
+        for prefix, section in _sections(raw)
+        for key, value in section.items()
+        if value is None or (value == 0 and type(value) is int)
+    ]
+
+
+def _mentioned_key(message: str, raw: dict[str, Any]) -> str | None:
+    """The first key of the config (then of its text_config) that the message names, as a word or in prose."""
+    words, spaced = set(re.findall(r"\w+", message)), message.lower()
+    for prefix, section in _sections(raw):
+        for key in section:
+            # hidden_size as transformers writes it in prose: "The hidden size (3) is not a multiple of ..."
+            if key in words or ("_" in key and key.replace("_", " ") in spaced):
+                return prefix + key
+    return None
 
 
 def check_family(raw: dict[str, Any], config_class: str, source: str) -> None:
