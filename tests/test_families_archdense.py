@@ -493,3 +493,42 @@ def test_gemma4_replicated_per_layer_gates_are_named_in_explain():
     assert step.substituted.endswith(" / 8 + 96,337,920 + 0")
     assert step.note.startswith("110,100,480 B of layers the engine keeps whole on every rank")
     assert "Gemma 4's per-layer input gates and projections" in step.note
+
+
+# --------------------------------------------------------------------------- EXAONE 4.5 (multimodal)
+
+
+def test_exaone4_5_layout_kv_and_vision_by_hand():
+    """EXAONE 4.5 at a public test's reduced depth: 4 text layers "LLLG", 2 vision blocks.
+
+    KV per token: 1 global layer x 8 KV heads x (128 + 128) x 2 B = 4,096 B.
+    Vision (hidden 2,048, 32 heads of 64, 8 KV heads, MLP 5,120, patch 14, temporal 2, merge 2, out 5,120):
+    patch 3 x 2 x 14² x 2,048 = 2,408,448; per block norms 4,096 + q/k/v 2,048 x 3,072 + 3,072 + proj 2,048²
+    + 2,048 + MLP 3 x 2,048 x 5,120 + 2 x 5,120 + 2,048 = 41,964,544, x 2 = 83,929,088; merger 2,048
+    + 8,192² + 8,192 + 8,192 x 5,120 + 5,120 = 109,067,264. Total 195,404,800.
+    """
+    arch = _arch("exaone4_5_reduced")
+    assert arch.mixer_counts() == {"sliding_attention": 3, "full_attention": 1}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 4_096
+    assert arch.vision_params == 195_404_800
+
+
+def test_exaone4_5_ties_by_the_wrappers_flag(tmp_path):
+    """transformers ties the head by the wrapper's tie_word_embeddings (default false), not text_config's:
+    a top-level true drops the 153,600 x 5,120 head (2,916,506,624 on the meta device, checked by hand here)."""
+    tied = load_arch(_write_config(tmp_path, "exaone4_5_reduced", lambda c: c.update(tie_word_embeddings=True)))[0]
+    assert tied.total_params() == 3_702_938_624 - 153_600 * 5_120
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda config: config["text_config"].pop("hidden_size"), "text_config.hidden_size"),
+        (lambda config: config["vision_config"].update(num_heads=30), "vision_config.num_heads"),
+    ],
+)
+def test_exaone4_5_bad_sizes_fail_in_one_line(tmp_path, edit, field):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "exaone4_5_reduced", edit))
+    message = str(caught.value)
+    assert "\n" not in message and f": {field}: " in message
