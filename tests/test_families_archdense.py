@@ -495,7 +495,7 @@ def test_gemma4_replicated_per_layer_gates_are_named_in_explain():
     assert "Gemma 4's per-layer input gates and projections" in step.note
 
 
-# --------------------------------------------------------------------------- EXAONE 4.5 (multimodal)
+# --------------------------------------------------------------------------- Qwen2.5-VL-style towers (Qwen2.5-VL, EXAONE 4.5)
 
 
 def test_exaone4_5_layout_kv_and_vision_by_hand():
@@ -532,3 +532,25 @@ def test_exaone4_5_bad_sizes_fail_in_one_line(tmp_path, edit, field):
         load_arch(_write_config(tmp_path, "exaone4_5_reduced", edit))
     message = str(caught.value)
     assert "\n" not in message and f": {field}: " in message
+
+
+def test_qwen2_5_vl_layout_kv_and_vision_by_hand():
+    """Qwen2.5-VL-7B, a flat published config (transformers moves the text sizes into text_config).
+
+    KV per token: 28 layers x 4 KV heads x (128 + 128) x 2 B = 57,344 B (use_sliding_window false: all full).
+    Vision (hidden 1,280, 16 heads, MLP 3,420, 32 blocks, out 3,584): patch 3 x 2 x 14² x 1,280 = 1,505,280;
+    per block norms 2,560 + q/k/v 1,280 x 3,840 + 3,840 + proj 1,280² + 1,280 + MLP 3 x 1,280 x 3,420 + 2 x 3,420
+    + 1,280 = 19,702,200, x 32 = 630,470,400; merger 1,280 + 5,120² + 5,120 + 5,120 x 3,584 + 3,584 = 44,574,464.
+    Total 676,550,144.
+    """
+    arch = _arch("qwen2_5_vl_7b")
+    assert arch.mixer_counts() == {"full_attention": 28}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 57_344
+    assert arch.vision_params == 676_550_144
+
+
+def test_qwen2_5_vl_flat_config_errors_name_the_top_level_field(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "qwen2_5_vl_7b", lambda config: config.pop("num_hidden_layers")))
+    message = str(caught.value)
+    assert "\n" not in message and ": num_hidden_layers: missing" in message
