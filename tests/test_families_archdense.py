@@ -554,3 +554,28 @@ def test_qwen2_5_vl_flat_config_errors_name_the_top_level_field(tmp_path):
         load_arch(_write_config(tmp_path, "qwen2_5_vl_7b", lambda config: config.pop("num_hidden_layers")))
     message = str(caught.value)
     assert "\n" not in message and ": num_hidden_layers: missing" in message
+
+
+def test_qwen3_vl_layout_kv_and_vision_by_hand():
+    """Qwen3-VL-8B: a Qwen3 decoder (36 layers, 8 KV heads of 128: 36 x 8 x 256 x 2 B = 147,456 B a token).
+
+    Vision (hidden 1,152, MLP 4,304, patch 16, 27 blocks, out 4,096, DeepStack at 8/16/24): patch conv
+    3 x 2 x 16² x 1,152 + 1,152 and position table 2,304 x 1,152: 4,424,832; per block LayerNorms 4,608 + q/k/v
+    1,152 x 3,456 + 3,456 + proj 1,152² + 1,152 + MLP 2 x 1,152 x 4,304 + 4,304 + 1,152 = 15,239,504, x 27
+    = 411,466,608; merger 2 x 1,152 + 4,608² + 4,608 + 4,608 x 4,096 + 4,096 = 40,119,040; three DeepStack
+    mergers, their LayerNorm over 4,608: 3 x 40,125,952 = 120,377,856. Total 576,388,336.
+    """
+    arch = _arch("qwen3_vl_8b")
+    assert arch.mixer_counts() == {"full_attention": 36}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 147_456
+    assert arch.vision_params == 576_388_336
+
+
+def test_qwen3_vl_bad_deepstack_list_fails_in_one_line(tmp_path):
+    def edit(config):
+        config["vision_config"]["deepstack_visual_indexes"] = 8
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "qwen3_vl_8b", edit))
+    message = str(caught.value)
+    assert "\n" not in message and "deepstack_visual_indexes" in message

@@ -1,5 +1,6 @@
-"""Vision-language wrappers with a Qwen2.5-VL-style vision tower, as transformers 5.24 builds them: Qwen2.5-VL
-(``qwen2_5_vl``, a Qwen2 decoder) and EXAONE 4.5 (``exaone4_5``, an EXAONE 4 decoder, grouped-query vision heads).
+"""Vision-language wrappers with a Qwen-VL-style vision tower, as transformers 5.24 builds them: Qwen2.5-VL
+(``qwen2_5_vl``, a Qwen2 decoder), EXAONE 4.5 (``exaone4_5``, an EXAONE 4 decoder, grouped-query vision heads)
+and Qwen3-VL (``qwen3_vl``, a Qwen3 decoder; its tower is counted by ``qwen3_vl_vision_params``).
 
 The tower: a 3-D patch convolution (no bias); per block two RMSNorms, a fused biased q/k/v, a biased output
 projection and a gated biased MLP; then the patch merger (RMSNorm and a two-layer MLP from
@@ -33,6 +34,27 @@ def qwen_vl_vision_params(vision: ConfigView) -> int:
     return embed + vision.positive_int("depth") * block + merger
 
 
+def qwen3_vl_vision_params(vision: ConfigView) -> int:
+    """Qwen3-VL's tower: a biased 3-D patch convolution, a learned position table, blocks with LayerNorms (weight
+    and bias), fused biased q/k/v, a biased output projection and a plain biased MLP; the patch merger (LayerNorm
+    before the merge) and one DeepStack merger per ``deepstack_visual_indexes`` entry (LayerNorm after it)."""
+    hidden = vision.positive_int("hidden_size")
+    inter = vision.positive_int("intermediate_size")
+    patch = vision.positive_int("patch_size")
+    embed = vision.positive_int("in_channels", 3) * vision.positive_int("temporal_patch_size") * patch * patch * hidden
+    embed += hidden + vision.positive_int("num_position_embeddings") * hidden
+    block = 4 * hidden + hidden * 3 * hidden + 3 * hidden + hidden * hidden + hidden
+    block += hidden * inter + inter + inter * hidden + hidden
+    merged = hidden * vision.positive_int("spatial_merge_size") ** 2
+    out = vision.positive_int("out_hidden_size")
+    merger_mlp = merged * merged + merged + merged * out + out
+    deepstack = vision.get("deepstack_visual_indexes") or []
+    if not isinstance(deepstack, list):
+        raise vision.fail("deepstack_visual_indexes", f"must list block indices, got {deepstack!r}")
+    mergers = (2 * hidden + merger_mlp) + len(deepstack) * (2 * merged + merger_mlp)
+    return embed + vision.positive_int("depth") * block + mergers
+
+
 def _text_view(view: ConfigView) -> ConfigView:
     """The decoder's sizes: under ``text_config``, or, in the flat files Qwen2.5-VL was published as, at the top
     level (transformers moves them into ``text_config``; errors then name the top-level field the file has)."""
@@ -42,14 +64,17 @@ def _text_view(view: ConfigView) -> ConfigView:
     return text
 
 
-def _read_wrapper(view: ConfigView, name: str, family: DecoderFamily | None, text: ConfigView) -> ModelArch:
+def _read_wrapper(
+    view: ConfigView, name: str, family: DecoderFamily | None, text: ConfigView, towers: int | None = None
+) -> ModelArch:
     if family is None:
         raise UnsupportedArchitecture(
             f"a {view.get('model_type')} text model of type '{text.get('model_type')}' is not priced yet",
             source=view.source,
             field="text_config.model_type",
         )
-    towers = qwen_vl_vision_params(view.sub("vision_config"))
+    if towers is None:
+        towers = qwen_vl_vision_params(view.sub("vision_config"))
     arch = read_decoder(text, name, family, dtype_views=(view,), vision_params=towers)
     # transformers ties by the wrapper's flag (default false; Qwen2.5-VL forwards an older text_config's true).
     tied = view.flag("tie_word_embeddings", False)
@@ -66,3 +91,11 @@ def read_qwen2_5_vl(view: ConfigView, name: str) -> ModelArch:
 def read_exaone4_5(view: ConfigView, name: str) -> ModelArch:
     text = view.sub("text_config")
     return _read_wrapper(view, name, decoder_family(text.get("model_type")), text)
+
+
+@reads("qwen3_vl")
+def read_qwen3_vl(view: ConfigView, name: str) -> ModelArch:
+    """Qwen3-VL's decoder is Qwen3's (per-head q/k norms); DeepStack adds vision features to early layers, no
+    weights of the decoder's own."""
+    towers = qwen3_vl_vision_params(view.sub("vision_config"))
+    return _read_wrapper(view, name, decoder_family("qwen3"), view.sub("text_config"), towers)
