@@ -579,3 +579,24 @@ def test_qwen3_vl_bad_deepstack_list_fails_in_one_line(tmp_path):
         load_arch(_write_config(tmp_path, "qwen3_vl_8b", edit))
     message = str(caught.value)
     assert "\n" not in message and "deepstack_visual_indexes" in message
+
+
+def test_qwen2_vl_layout_kv_and_vision_by_hand():
+    """Qwen2-VL-7B (flat config): the Qwen2.5-VL-7B decoder (57,344 B of KV a token) with the older tower.
+
+    Vision (embed_dim 1,280, MLP 4 x 1,280 = 5,120, 32 blocks, out 3,584): patch 3 x 2 x 14² x 1,280 = 1,505,280;
+    per block LayerNorms 5,120 + q/k/v 1,280 x 3,840 + 3,840 + proj 1,280² + 1,280 + MLP 2 x 1,280 x 5,120 + 5,120
+    + 1,280 = 19,677,440, x 32 = 629,678,080; merger 2,560 + 5,120² + 5,120 + 5,120 x 3,584 + 3,584 = 44,575,744.
+    Total 675,759,104.
+    """
+    arch = _arch("qwen2_vl_7b")
+    assert arch.mixer_counts() == {"full_attention": 28}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 57_344
+    assert arch.vision_params == 675_759_104
+
+
+def test_qwen2_vl_missing_vision_width_fails_in_one_line(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "qwen2_vl_7b", lambda config: config["vision_config"].update(mlp_ratio=0)))
+    message = str(caught.value)
+    assert "\n" not in message and "mlp_ratio" in message

@@ -1,5 +1,5 @@
-"""Vision-language wrappers with a Qwen-VL-style vision tower, as transformers 5.24 builds them: Qwen2.5-VL
-(``qwen2_5_vl``, a Qwen2 decoder), EXAONE 4.5 (``exaone4_5``, an EXAONE 4 decoder, grouped-query vision heads)
+"""Vision-language wrappers with a Qwen-VL-style vision tower, as transformers 5.24 builds them: Qwen2-VL
+(``qwen2_vl``) and Qwen2.5-VL (``qwen2_5_vl``), Qwen2 decoders, EXAONE 4.5 (``exaone4_5``, an EXAONE 4 decoder, grouped-query vision heads)
 and Qwen3-VL (``qwen3_vl``, a Qwen3 decoder; its tower is counted by ``qwen3_vl_vision_params``).
 
 The tower: a 3-D patch convolution (no bias); per block two RMSNorms, a fused biased q/k/v, a biased output
@@ -31,6 +31,22 @@ def qwen_vl_vision_params(vision: ConfigView) -> int:
     merged = hidden * vision.positive_int("spatial_merge_size") ** 2
     out = vision.positive_int("out_hidden_size")
     merger = hidden + merged * merged + merged + merged * out + out
+    return embed + vision.positive_int("depth") * block + merger
+
+
+def qwen2_vl_vision_params(vision: ConfigView) -> int:
+    """Qwen2-VL's tower: LayerNorms (weight and bias) instead of RMSNorms, a plain biased MLP of
+    ``embed_dim x mlp_ratio``, and a LayerNorm in the patch merger; the width is ``embed_dim``, ``hidden_size``
+    the text width it projects to."""
+    width = vision.positive_int("embed_dim")
+    inter = width * vision.positive_int("mlp_ratio")
+    patch = vision.positive_int("patch_size")
+    embed = vision.positive_int("in_channels", 3) * vision.positive_int("temporal_patch_size") * patch * patch * width
+    block = 4 * width + width * 3 * width + 3 * width + width * width + width
+    block += width * inter + inter + inter * width + width
+    merged = width * vision.positive_int("spatial_merge_size") ** 2
+    out = vision.positive_int("hidden_size")
+    merger = 2 * width + merged * merged + merged + merged * out + out
     return embed + vision.positive_int("depth") * block + merger
 
 
@@ -85,6 +101,13 @@ def _read_wrapper(
 def read_qwen2_5_vl(view: ConfigView, name: str) -> ModelArch:
     """Qwen2.5-VL's decoder is Qwen2's: biased q/k/v, unbiased output projection."""
     return _read_wrapper(view, name, decoder_family("qwen2"), _text_view(view))
+
+
+@reads("qwen2_vl")
+def read_qwen2_vl(view: ConfigView, name: str) -> ModelArch:
+    """Qwen2-VL: Qwen2's decoder, as Qwen2.5-VL's, with the older LayerNorm tower."""
+    towers = qwen2_vl_vision_params(view.sub("vision_config"))
+    return _read_wrapper(view, name, decoder_family("qwen2"), _text_view(view), towers)
 
 
 @reads("exaone4_5")
