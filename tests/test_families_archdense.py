@@ -600,3 +600,38 @@ def test_qwen2_vl_missing_vision_width_fails_in_one_line(tmp_path):
         load_arch(_write_config(tmp_path, "qwen2_vl_7b", lambda config: config["vision_config"].update(mlp_ratio=0)))
     message = str(caught.value)
     assert "\n" not in message and "mlp_ratio" in message
+
+
+# --------------------------------------------------------------------------- LLaVA-style wrappers
+
+
+def test_llava_clip_tower_by_hand():
+    """LLaVA 1.5 7B: CLIP ViT-L/14-336 (hidden 1,024, MLP 4,096, 24 layers, 577 positions) and a biased projector.
+
+    Embeddings: class 1,024 + patch 3 x 14² x 1,024 + positions 577 x 1,024 = 1,193,984; pre- and post-LayerNorm
+    2 x 2,048; per layer 4 x (1,024² + 1,024) + 4 x 1,024 + 2 x 1,024 x 4,096 + 4,096 + 1,024 = 12,596,224, x 24
+    = 302,309,376. Projector 1,024 x 4,096 + 4,096² + 2 x 4,096 = 20,979,712. Total 324,487,168. KV: 32 layers x 32
+    heads x 256 x 2 B = 524,288 B a token.
+    """
+    arch = _arch("llava_1_5_7b")
+    assert arch.vision_params == 324_487_168
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 524_288
+
+
+def test_llava_pixtral_tower_by_hand():
+    """Pixtral-12B (transformers' llava layout): Pixtral (hidden 1,024, 24 layers, patch 16): 3 x 16² x 1,024
+    + 1,024 + 24 x 16,779,264 = 403,489,792; projector 1,024 x 5,120 + 5,120² + 2 x 5,120 = 31,467,520.
+    KV: 40 layers x 8 KV heads x 256 x 2 B = 163,840 B a token."""
+    arch = _arch("pixtral_12b")
+    assert arch.vision_params == 434_957_312
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 163_840
+
+
+def test_llava_with_an_unpriced_tower_fails_in_one_line(tmp_path):
+    def swap(config):
+        config["vision_config"] = {"model_type": "siglip_vision_model"}
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "llava_1_5_7b", swap))
+    message = str(caught.value)
+    assert "\n" not in message and ": vision_config.model_type: " in message and "clip_vision_model" in message
