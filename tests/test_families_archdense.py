@@ -635,3 +635,31 @@ def test_llava_with_an_unpriced_tower_fails_in_one_line(tmp_path):
         load_arch(_write_config(tmp_path, "llava_1_5_7b", swap))
     message = str(caught.value)
     assert "\n" not in message and ": vision_config.model_type: " in message and "clip_vision_model" in message
+
+
+def test_internvl_tower_and_projector_by_hand():
+    """InternVL3-8B: InternViT-300M (hidden 1,024, MLP 4,096, 24 layers, 448² image in 14² patches: 1,024 patches).
+
+    Embeddings: class 1,024 + biased patch conv 3 x 14² x 1,024 + 1,024 + positions 1,025 x 1,024 = 1,653,760.
+    Per layer: q/k/v 3 x 1,024² + 3 x 1,024 (attention_bias) + output 1,024² + 1,024 + MLP 2 x 1,024 x 4,096
+    + 4,096 + 1,024 + two LayerNorms 4,096 + two layer scales 2,048 = 12,598,272, x 24 = 302,358,528; mean pooling,
+    no final norm. Projector over 2² shuffled patches (4,096 wide): LayerNorm 8,192 + 4,096 x 3,584 + 3,584
+    + 3,584² + 3,584 = 27,540,480. Total 331,552,768.
+    """
+    arch = _arch("internvl3_8b")
+    assert arch.vision_params == 331_552_768
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 28 * 4 * 256 * 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda config: config.update(downsample_ratio=0), "downsample_ratio"),
+        (lambda config: config["vision_config"].update(norm_type="batch_norm"), "vision_config.norm_type"),
+    ],
+)
+def test_internvl_bad_values_fail_in_one_line(tmp_path, edit, field):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "internvl3_8b", edit))
+    message = str(caught.value)
+    assert "\n" not in message and field in message

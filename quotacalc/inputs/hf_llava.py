@@ -1,7 +1,7 @@
-"""LLaVA-style wrappers (``llava``: LLaVA 1.5, Pixtral-12B in its transformers layout): a decoder under
-``text_config`` by its own family, a CLIP or Pixtral vision tower and a two-layer projector, as transformers 5.24
-builds them. The whole tower is built and counted, whichever layer the projector reads
-(``vision_feature_layer``)."""
+"""LLaVA-style wrappers, as transformers 5.24 builds them: a decoder under ``text_config`` by its own family, a
+vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout) takes a CLIP
+or Pixtral tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector. The whole tower is built
+and counted, whichever layer the projector reads (``vision_feature_layer``)."""
 
 from __future__ import annotations
 
@@ -56,3 +56,62 @@ def read_llava(view: ConfigView, name: str) -> ModelArch:
     # transformers ties by the wrapper's flag (default false; it forwards an older text_config's true).
     tied = view.flag("tie_word_embeddings", False)
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "llava"})
+
+
+def _pair(view: ConfigView, key: str) -> tuple[int, int]:
+    """A size given as one integer or as [height, width]."""
+    value = view.get(key)
+    if isinstance(value, list) and len(value) == 2:
+        sub = ConfigView({"h": value[0], "w": value[1]}, view.source, f"{view.prefix}{key}.")
+        return sub.positive_int("h"), sub.positive_int("w")
+    side = view.positive_int(key)
+    return side, side
+
+
+def internvit_params(vision: ConfigView) -> int:
+    """InternViT: class (and mask) token, a biased patch convolution, an absolute position table; per layer q/k/v
+    (biased with ``attention_bias``), a biased output projection, optional whole-width q/k RMSNorms, a biased plain
+    MLP, two norms (LayerNorm: weight and bias; RMSNorm: weight) and two layer-scale vectors; a final LayerNorm
+    unless it mean-pools."""
+    hidden = vision.positive_int("hidden_size")
+    inter = vision.positive_int("intermediate_size")
+    image_h, image_w = _pair(vision, "image_size")
+    patch_h, patch_w = _pair(vision, "patch_size")
+    patches = (image_h // patch_h) * (image_w // patch_w)
+    embeddings = hidden * (2 if vision.flag("use_mask_token") else 1)
+    embeddings += vision.positive_int("num_channels", 3) * patch_h * patch_w * hidden + hidden
+    embeddings += (patches + 1) * hidden if vision.flag("use_absolute_position_embeddings", True) else 0
+    norm_type = vision.get("norm_type", "layer_norm")
+    if norm_type not in ("layer_norm", "rms_norm"):
+        raise vision.fail("norm_type", f"must be layer_norm or rms_norm, got {norm_type!r}")
+    norm = 2 * hidden if norm_type == "layer_norm" else hidden
+    per_layer = 3 * hidden * hidden + (3 * hidden if vision.flag("attention_bias") else 0) + hidden * hidden + hidden
+    per_layer += 2 * hidden if vision.flag("use_qk_norm") else 0
+    per_layer += hidden * inter + inter + inter * hidden + hidden + 2 * norm + 2 * hidden
+    final = 0 if vision.flag("use_mean_pooling", True) else 2 * hidden
+    return embeddings + vision.positive_int("num_hidden_layers") * per_layer + final
+
+
+@reads("internvl")
+def read_internvl(view: ConfigView, name: str) -> ModelArch:
+    """InternVL (transformers layout): the projector pixel-shuffles (1 / downsample_ratio)² patches into one, then a
+    LayerNorm and two biased linears into the text model."""
+    text = view.sub("text_config")
+    family = decoder_family(text.get("model_type"))
+    if family is None:
+        raise UnsupportedArchitecture(
+            f"an internvl text model of type '{text.get('model_type')}' is not priced yet",
+            source=view.source,
+            field="text_config.model_type",
+        )
+    vision = view.sub("vision_config")
+    ratio = view.get("downsample_ratio", 0.5)
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 < ratio <= 1:
+        raise view.fail("downsample_ratio", f"must be a fraction in (0, 1], got {ratio!r}")
+    shuffled = vision.positive_int("hidden_size") * int(1 / ratio) ** 2
+    text_hidden = text.positive_int("hidden_size")
+    projector = 2 * shuffled + shuffled * text_hidden + text_hidden + text_hidden * text_hidden + text_hidden
+    arch = read_decoder(text, name, family, dtype_views=(view,), vision_params=internvit_params(vision) + projector)
+    # transformers ties by the wrapper's flag, whose default is true here.
+    tied = view.flag("tie_word_embeddings", True)
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "internvl"})
