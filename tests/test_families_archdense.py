@@ -663,3 +663,27 @@ def test_internvl_bad_values_fail_in_one_line(tmp_path, edit, field):
         load_arch(_write_config(tmp_path, "internvl3_8b", edit))
     message = str(caught.value)
     assert "\n" not in message and field in message
+
+
+def test_idefics3_tower_and_connector_by_hand():
+    """SmolVLM-Instruct (idefics3): a SigLIP-so400m-like tower (hidden 1,152, MLP 4,304, 27 layers, 384² images in
+    14² patches: 729 positions, no class token) and a bias-free connector over 3² shuffled patches.
+
+    Embeddings: 3 x 14² x 1,152 + 1,152 + 729 x 1,152 = 1,518,336; per layer 4 x (1,152² + 1,152) + 4 x 1,152
+    + 2 x 1,152 x 4,304 + 4,304 + 1,152 = 15,239,504, x 27 = 411,466,608; post-LayerNorm 2,304. Connector
+    1,152 x 9 x 2,048 = 21,233,664. Total 434,220,912.
+    """
+    arch = _arch("smolvlm_2b")
+    assert arch.vision_params == 434_220_912
+    # KV: 24 layers x 32 KV heads x (64 + 64) x 2 B = 196,608 B a token.
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 196_608
+
+
+def test_idefics3_with_an_unpriced_text_model_fails_in_one_line(tmp_path):
+    def swap(config):
+        config["text_config"] = {"model_type": "gpt2", "n_embd": 2048, "n_layer": 24, "n_head": 32}
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "smolvlm_2b", swap))
+    message = str(caught.value)
+    assert "\n" not in message and ": text_config.model_type: " in message and "gpt2" in message

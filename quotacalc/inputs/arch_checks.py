@@ -10,7 +10,19 @@ from quotacalc.errors import QuotacalcError
 MAX_EXPERTS = 65_536
 #: Multimodal wrappers whose decoder sizes sit under ``text_config``.
 _WRAPPED_TYPES = frozenset(
-    {"gemma3", "gemma4", "mistral3", "qwen3_5", "qwen3_5_moe", "exaone4_5", "qwen3_vl", "llava", "internvl"}
+    {
+        "gemma3",
+        "gemma4",
+        "mistral3",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "exaone4_5",
+        "qwen3_vl",
+        "llava",
+        "internvl",
+        "idefics3",
+        "smolvlm",
+    }
 )
 #: Where a family states its expert count and top-k, when not as ``num_experts`` / ``num_experts_per_tok``.
 _EXPERT_FIELDS = {

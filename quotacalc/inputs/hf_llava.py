@@ -1,6 +1,7 @@
 """LLaVA-style wrappers, as transformers 5.24 builds them: a decoder under ``text_config`` by its own family, a
 vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout) takes a CLIP
-or Pixtral tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector. The whole tower is built
+or Pixtral tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector; ``idefics3`` and
+``smolvlm`` (SmolVLM) a SigLIP-like tower with a pixel-shuffle connector. The whole tower is built
 and counted, whichever layer the projector reads (``vision_feature_layer``)."""
 
 from __future__ import annotations
@@ -115,3 +116,37 @@ def read_internvl(view: ConfigView, name: str) -> ModelArch:
     # transformers ties by the wrapper's flag, whose default is true here.
     tied = view.flag("tie_word_embeddings", True)
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "internvl"})
+
+
+def idefics3_vision_params(vision: ConfigView) -> int:
+    """Idefics3/SmolVLM's SigLIP-like tower: a biased patch convolution, a position per patch (no class token);
+    per layer biased q/k/v/out projections, two LayerNorms and a biased plain MLP; a post-LayerNorm."""
+    hidden = vision.positive_int("hidden_size")
+    inter = vision.positive_int("intermediate_size")
+    patch = vision.positive_int("patch_size")
+    positions = (vision.positive_int("image_size") // patch) ** 2
+    embeddings = vision.positive_int("num_channels", 3) * patch * patch * hidden + hidden + positions * hidden
+    per_layer = 4 * (hidden * hidden + hidden) + 4 * hidden + hidden * inter + inter + inter * hidden + hidden
+    return embeddings + vision.positive_int("num_hidden_layers") * per_layer + 2 * hidden
+
+
+@reads("idefics3", "smolvlm")
+def read_idefics3(view: ConfigView, name: str) -> ModelArch:
+    """The connector pixel-shuffles scale_factor² patches into one and projects them, without bias."""
+    text = view.sub("text_config")
+    family = decoder_family(text.get("model_type"))
+    if family is None:
+        raise UnsupportedArchitecture(
+            f"a {view.get('model_type')} text model of type '{text.get('model_type')}' is not priced yet",
+            source=view.source,
+            field="text_config.model_type",
+        )
+    vision = view.sub("vision_config")
+    connector = vision.positive_int("hidden_size") * view.positive_int("scale_factor", 2) ** 2
+    connector *= text.positive_int("hidden_size")
+    arch = read_decoder(
+        text, name, family, dtype_views=(view,), vision_params=idefics3_vision_params(vision) + connector
+    )
+    # transformers ties by the wrapper's flag (default false).
+    tied = view.flag("tie_word_embeddings", False)
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": view.get("model_type")})
