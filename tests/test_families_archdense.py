@@ -687,3 +687,11 @@ def test_idefics3_with_an_unpriced_text_model_fails_in_one_line(tmp_path):
         load_arch(_write_config(tmp_path, "smolvlm_2b", swap))
     message = str(caught.value)
     assert "\n" not in message and ": text_config.model_type: " in message and "gpt2" in message
+
+
+def test_llava_next_adds_the_image_newline():
+    """LLaVA-NeXT (Mistral 7B): LLaVA 1.5's CLIP tower and projector (324,487,168 at a 4,096-wide text model) plus
+    a 4,096-wide image-newline vector: 324,491,264. KV: 32 layers x 8 KV heads x 256 x 2 B = 131,072 B a token."""
+    arch = _arch("llava_next_mistral_7b")
+    assert arch.vision_params == 324_487_168 + 4_096
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 131_072

@@ -19,6 +19,7 @@ _WRAPPED_TYPES = frozenset(
         "exaone4_5",
         "qwen3_vl",
         "llava",
+        "llava_next",
         "internvl",
         "idefics3",
         "smolvlm",

@@ -1,6 +1,6 @@
 """LLaVA-style wrappers, as transformers 5.24 builds them: a decoder under ``text_config`` by its own family, a
-vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout) takes a CLIP
-or Pixtral tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector; ``idefics3`` and
+vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout) and
+``llava_next`` (LLaVA-NeXT) take a CLIP or Pixtral tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector; ``idefics3`` and
 ``smolvlm`` (SmolVLM) a SigLIP-like tower with a pixel-shuffle connector. The whole tower is built
 and counted, whichever layer the projector reads (``vision_feature_layer``)."""
 
@@ -30,6 +30,16 @@ _TOWERS = {"clip_vision_model": clip_vision_params, "pixtral": pixtral_params}
 
 @reads("llava")
 def read_llava(view: ConfigView, name: str) -> ModelArch:
+    return _read_llava(view, name, image_newline=False)
+
+
+@reads("llava_next")
+def read_llava_next(view: ConfigView, name: str) -> ModelArch:
+    """LLaVA-NeXT (1.6): LLaVA's layout plus a learned image-newline vector of the text width."""
+    return _read_llava(view, name, image_newline=True)
+
+
+def _read_llava(view: ConfigView, name: str, *, image_newline: bool) -> ModelArch:
     text = view.sub("text_config")
     family = decoder_family(text.get("model_type"))
     if family is None:
@@ -53,10 +63,11 @@ def read_llava(view: ConfigView, name: str) -> ModelArch:
     bias = view.flag("multimodal_projector_bias", True)
     projector = vision.positive_int("hidden_size") * features * text_hidden + text_hidden * text_hidden
     projector += 2 * text_hidden if bias else 0
+    projector += text_hidden if image_newline else 0
     arch = read_decoder(text, name, family, dtype_views=(view,), vision_params=tower(vision) + projector)
-    # transformers ties by the wrapper's flag (default false; it forwards an older text_config's true).
+    # transformers ties by the wrapper's flag (default false; llava forwards an older text_config's true).
     tied = view.flag("tie_word_embeddings", False)
-    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "llava"})
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": view.get("model_type")})
 
 
 def _pair(view: ConfigView, key: str) -> tuple[int, int]:
