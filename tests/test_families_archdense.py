@@ -450,6 +450,11 @@ def test_a_dense_family_with_experts_is_refused(tmp_path):
         ("gemma4_26b_a4b_text", {"top_k_experts": 200}, "top_k_experts"),
         ("gemma4_26b_a4b_text", {"num_global_key_value_heads": 3}, "num_global_key_value_heads"),
         ("granitemoe_3b", {"num_experts_per_tok": 41}, "num_experts_per_tok"),
+        # The MoE families' own names for top-k (tests/data/configs, each config's key).
+        ("hunyuan_a13b", {"moe_topk": [300] * 32}, "moe_topk"),
+        ("ernie4_5_21b_a3b", {"moe_k": 300}, "moe_k"),
+        ("kimi_linear", {"num_experts_per_token": 300}, "num_experts_per_token"),
+        ("glm4_5_air", {"num_experts_per_tok": 300}, "num_experts_per_tok"),
     ],
 )
 def test_inconsistent_sizes_name_the_family_field(tmp_path, folder, edit, field):

@@ -139,7 +139,8 @@ class _HeadAttention(_NoState, TokenMixer):
     o_bias: bool = False
     #: RMSNorm on queries and keys (Qwen3, Gemma 3): head_dim weights each.
     qk_norm: bool = False
-    #: The query and key norms span the whole projection (OLMo 2/3): heads x head_dim and KV heads x head_dim.
+    #: The query and key norms span the whole projection (OLMo 2/3, MiniMax-M2's ``qk_norm_type: per_layer``):
+    #: heads x head_dim and KV heads x head_dim.
     qk_norm_whole: bool = False
     #: Learned per-head attention sinks (gpt-oss).
     sinks: bool = False
@@ -242,6 +243,42 @@ class SlidingWindowAttention(_HeadAttention):
 
     def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
         return mean_attended_tokens(context_tokens, self.window_tokens)
+
+
+class ChunkedLocalAttention(_HeadAttention):
+    """Attention inside fixed chunks of ``chunk_tokens`` (Llama 4's ``attention_chunk_size``): a token
+    attends only to the earlier tokens of its own chunk.
+
+    vLLM gives these layers a ``ChunkedLocalAttentionSpec``, which frees the blocks of past chunks, so
+    a sequence holds at most one chunk of KV per layer: priced as a window whose bound is the chunk
+    (``window_tokens``, what the replica model's windowed layers read). The cache bound is the worst
+    point of each chunk; attention is counted exactly, from the start of the token's chunk.
+    """
+
+    kind: Literal["chunked_attention"] = "chunked_attention"
+    chunk_tokens: PositiveInt
+
+    @property
+    def window_tokens(self) -> int:
+        """The most tokens one sequence holds in this layer: one chunk."""
+        return self.chunk_tokens
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        return min(context_tokens, self.chunk_tokens)
+
+    def grows_with_context(self) -> bool:
+        return False
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        # The token at position n (1-based) sees positions from its chunk's start to itself.
+        return (context_tokens - 1) % self.chunk_tokens + 1 if context_tokens > 0 else 0
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        if context_tokens <= 0:
+            return 0.0
+        full_chunks, rest = divmod(context_tokens, self.chunk_tokens)
+        total = full_chunks * self.chunk_tokens * (self.chunk_tokens + 1) / 2 + rest * (rest + 1) / 2
+        return total / context_tokens
 
 
 class MLAAttention(_GrowingCache, _NoState, TokenMixer):
@@ -524,6 +561,7 @@ Mixer = Annotated[
         FullAttention,
         GatedFullAttention,
         SlidingWindowAttention,
+        ChunkedLocalAttention,
         MLAAttention,
         Mamba1Mixer,
         Mamba2Mixer,

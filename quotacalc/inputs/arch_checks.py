@@ -13,6 +13,7 @@ _WRAPPED_TYPES = frozenset(
     {
         "gemma3",
         "gemma4",
+        "llama4",
         "mistral3",
         "qwen3_5",
         "qwen3_5_moe",
@@ -26,11 +27,28 @@ _WRAPPED_TYPES = frozenset(
     }
 )
 #: Where a family states its expert count and top-k, when not as ``num_experts`` / ``num_experts_per_tok``.
+_LOCAL_EXPERTS = ("num_local_experts", "num_experts_per_tok")
+_ROUTED_EXPERTS = ("n_routed_experts", "num_experts_per_tok")
 _EXPERT_FIELDS = {
     "gemma4": ("num_experts", "top_k_experts"),
     "gemma4_text": ("num_experts", "top_k_experts"),
-    "granitemoe": ("num_local_experts", "num_experts_per_tok"),
-    "phimoe": ("num_local_experts", "num_experts_per_tok"),
+    "granitemoe": _LOCAL_EXPERTS,
+    "granitemoehybrid": _LOCAL_EXPERTS,
+    "phimoe": _LOCAL_EXPERTS,
+    "mixtral": _LOCAL_EXPERTS,
+    "gpt_oss": _LOCAL_EXPERTS,
+    "minimax_m2": _LOCAL_EXPERTS,
+    "llama4": _LOCAL_EXPERTS,
+    "llama4_text": _LOCAL_EXPERTS,
+    "deepseek_v2": _ROUTED_EXPERTS,
+    "deepseek_v3": _ROUTED_EXPERTS,
+    "glm4_moe": _ROUTED_EXPERTS,
+    "glm4_moe_lite": _ROUTED_EXPERTS,
+    "dots1": _ROUTED_EXPERTS,
+    "nemotron_h": _ROUTED_EXPERTS,
+    "kimi_linear": ("num_experts", "num_experts_per_token"),
+    "ernie4_5_moe": ("moe_num_experts", "moe_k"),
+    "hunyuan_v1_moe": ("num_experts", "moe_topk"),
 }
 
 

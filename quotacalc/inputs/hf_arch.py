@@ -112,6 +112,34 @@ def head_dim_of(view: ConfigView, hidden: int, heads: int) -> int:
     return head_dim
 
 
+def attention_sizes(view: ConfigView) -> dict[str, int]:
+    """Heads and widths of a head attention block as the config states them (keyword arguments of its spec)."""
+    hidden = view.stated_int("hidden_size")
+    heads = view.stated_int("num_attention_heads")
+    head_dim = head_dim_of(view, hidden, heads)
+    return dict(
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=view.positive_int("num_key_value_heads", heads),
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+    )
+
+
+def mla_attention(view: ConfigView, *, o_bias: bool = False) -> MLAAttention:
+    """DeepSeek's multi-head latent attention as the config states it (no query LoRA when q_lora_rank is unset)."""
+    return MLAAttention(
+        hidden_size=view.stated_int("hidden_size"),
+        num_heads=view.stated_int("num_attention_heads"),
+        q_lora_rank=view.get("q_lora_rank") or None,
+        kv_lora_rank=view.positive_int("kv_lora_rank"),
+        qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),
+        qk_rope_head_dim=view.positive_int("qk_rope_head_dim"),
+        v_head_dim=view.positive_int("v_head_dim"),
+        o_bias=o_bias,
+    )
+
+
 def _common_sizes(view: ConfigView) -> tuple[int, int, int, int, int]:
     layers = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
@@ -478,16 +506,7 @@ def read_deepseek(view: ConfigView, name: str) -> ModelArch:
     """MLA attention; the first ``first_k_dense_replace`` layers dense, then MoE every ``moe_layer_freq``."""
     layers_count = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
-    mla = MLAAttention(
-        hidden_size=hidden,
-        num_heads=view.stated_int("num_attention_heads"),
-        q_lora_rank=view.get("q_lora_rank") or None,
-        kv_lora_rank=view.positive_int("kv_lora_rank"),
-        qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),
-        qk_rope_head_dim=view.positive_int("qk_rope_head_dim"),
-        v_head_dim=view.positive_int("v_head_dim"),
-        o_bias=view.flag("attention_bias"),
-    )
+    mla = mla_attention(view, o_bias=view.flag("attention_bias"))
     first_dense = view.get("first_k_dense_replace", 0)
     frequency = view.positive_int("moe_layer_freq", 1)
     moe = MoE(

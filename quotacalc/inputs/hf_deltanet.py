@@ -19,12 +19,11 @@ from quotacalc.core.arch import (
     GatedFullAttention,
     KimiDeltaAttentionMixer,
     Layer,
-    MLAAttention,
     ModelArch,
     MoE,
 )
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
+from quotacalc.inputs.hf_arch import ConfigView, attention_sizes, finish_arch, head_dim_of, mla_attention, reads
 from quotacalc.inputs.hf_hybrid import block_types
 
 _LINEAR = "linear_attention"
@@ -45,20 +44,8 @@ def gated_deltanet(view: ConfigView) -> GatedDeltaNetMixer:
 
 def gated_attention(view: ConfigView) -> GatedFullAttention:
     """Full attention with an output gate in q_proj and q/k RMSNorm; ``attention_bias`` biases q, k, v and o."""
-    hidden = view.stated_int("hidden_size")
-    heads = view.stated_int("num_attention_heads")
-    head_dim = head_dim_of(view, hidden, heads)
     bias = view.flag("attention_bias")
-    return GatedFullAttention(
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=view.positive_int("num_key_value_heads", heads),
-        head_dim=head_dim,
-        v_head_dim=head_dim,
-        qkv_bias=bias,
-        o_bias=bias,
-        qk_norm=True,
-    )
+    return GatedFullAttention(**attention_sizes(view), qkv_bias=bias, o_bias=bias, qk_norm=True)
 
 
 def _stated_experts(view: ConfigView) -> int:
@@ -310,15 +297,7 @@ def read_kimi_linear(view: ConfigView, name: str) -> ModelArch:
     mixers, ffns = _kimi_layer_kinds(view, layer_count)
     built: dict[str, object] = {}
     if _ATTENTION in mixers:
-        built[_ATTENTION] = MLAAttention(
-            hidden_size=hidden,
-            num_heads=view.stated_int("num_attention_heads"),
-            q_lora_rank=view.get("q_lora_rank") or None,
-            kv_lora_rank=view.positive_int("kv_lora_rank"),
-            qk_nope_head_dim=view.positive_int("qk_nope_head_dim"),
-            qk_rope_head_dim=view.positive_int("qk_rope_head_dim"),
-            v_head_dim=view.positive_int("v_head_dim"),
-        )
+        built[_ATTENTION] = mla_attention(view)
     if _LINEAR in mixers:
         built[_LINEAR] = KimiDeltaAttentionMixer(
             hidden_size=hidden,

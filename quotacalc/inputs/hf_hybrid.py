@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from quotacalc.core.arch import DenseMLP, FullAttention, Layer, Mamba2Mixer, ModelArch, MoE
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, finish_arch, head_dim_of, reads
+from quotacalc.inputs.hf_arch import ConfigView, attention_sizes, finish_arch, reads
 
 #: transformers' layer-type names (after its remap of the legacy "mamba"/"attention").
 _MAMBA = "linear_attention"
@@ -63,18 +63,7 @@ def mamba2_mixer(view: ConfigView, fields: Mamba2Fields, **overrides: bool) -> M
 
 def hybrid_attention(view: ConfigView, bias: bool) -> FullAttention:
     """Full attention as these families build it: head_dim stated or hidden/heads, one bias flag for q, k, v, o."""
-    hidden = view.stated_int("hidden_size")
-    heads = view.stated_int("num_attention_heads")
-    head_dim = head_dim_of(view, hidden, heads)
-    return FullAttention(
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=view.positive_int("num_key_value_heads", heads),
-        head_dim=head_dim,
-        v_head_dim=head_dim,
-        qkv_bias=bias,
-        o_bias=bias,
-    )
+    return FullAttention(**attention_sizes(view), qkv_bias=bias, o_bias=bias)
 
 
 def block_types(view: ConfigView, layers: int, allowed: set[str]) -> list[str]:

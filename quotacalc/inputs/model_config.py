@@ -274,6 +274,13 @@ _EXPERTS_KEY = {
     "deepseek_v3": "n_routed_experts",
     "granitemoe": "num_local_experts",
     "phimoe": "num_local_experts",
+    "glm4_moe": "n_routed_experts",
+    "glm4_moe_lite": "n_routed_experts",
+    "minimax_m2": "num_local_experts",
+    "llama4_text": "num_local_experts",
+    "dots1": "n_routed_experts",
+    "ernie4_5_moe": "moe_num_experts",
+    "hunyuan_v1_moe": "num_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
