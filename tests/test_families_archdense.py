@@ -634,12 +634,13 @@ def test_llava_pixtral_tower_by_hand():
 
 def test_llava_with_an_unpriced_tower_fails_in_one_line(tmp_path):
     def swap(config):
-        config["vision_config"] = {"model_type": "siglip_vision_model"}
+        config["vision_config"] = {"model_type": "vit"}
 
     with pytest.raises(QuotacalcError) as caught:
         load_arch(_write_config(tmp_path, "llava_1_5_7b", swap))
     message = str(caught.value)
-    assert "\n" not in message and ": vision_config.model_type: " in message and "clip_vision_model" in message
+    assert "\n" not in message and ": vision_config.model_type: " in message and "'vit'" in message
+    assert "priced: clip_vision_model, pixtral, siglip_vision_model" in message
 
 
 def test_internvl_tower_and_projector_by_hand():
@@ -700,3 +701,19 @@ def test_llava_next_adds_the_image_newline():
     arch = _arch("llava_next_mistral_7b")
     assert arch.vision_params == 324_487_168 + 4_096
     assert kv_bytes_per_token(arch, BF16_BYTES) == 131_072
+
+
+def test_llava_onevision_siglip_tower_by_hand():
+    """LLaVA-OneVision (Qwen2 7B): SigLIP-so400m without its head (26 layers: 1,518,336 + 26 x 15,239,504 + 2,304
+    = 397,747,744), the biased projector 1,152 x 3,584 + 3,584² + 2 x 3,584 = 16,980,992 and the 3,584-wide
+    image-newline vector: 414,732,320."""
+    assert _arch("llava_onevision_7b").vision_params == 414_732_320
+
+
+def test_llava_siglip_pooling_head_is_refused(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(
+            _write_config(tmp_path, "llava_onevision_7b", lambda config: config["vision_config"].pop("vision_use_head"))
+        )
+    message = str(caught.value)
+    assert "\n" not in message and ": vision_config.vision_use_head: " in message

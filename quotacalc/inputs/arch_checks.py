@@ -21,6 +21,7 @@ _WRAPPED_TYPES = frozenset(
         "qwen3_vl",
         "llava",
         "llava_next",
+        "llava_onevision",
         "internvl",
         "idefics3",
         "smolvlm",

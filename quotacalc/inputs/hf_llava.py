@@ -1,6 +1,6 @@
 """LLaVA-style wrappers, as transformers 5.24 builds them: a decoder under ``text_config`` by its own family, a
-vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout) and
-``llava_next`` (LLaVA-NeXT) take a CLIP or Pixtral tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector; ``idefics3`` and
+vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout),
+``llava_next`` (LLaVA-NeXT) and ``llava_onevision`` take a CLIP, Pixtral or SigLIP tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector; ``idefics3`` and
 ``smolvlm`` (SmolVLM) a SigLIP-like tower with a pixel-shuffle connector. The whole tower is built
 and counted, whichever layer the projector reads (``vision_feature_layer``)."""
 
@@ -24,8 +24,24 @@ def clip_vision_params(vision: ConfigView) -> int:
     return embeddings + 2 * hidden + vision.positive_int("num_hidden_layers") * per_layer + 2 * hidden
 
 
+def siglip_tower_params(vision: ConfigView) -> int:
+    """SigLIP's vision transformer without its pooling head (Idefics3's tower has the same shapes)."""
+    if vision.flag("vision_use_head", True):
+        raise UnsupportedArchitecture(
+            "a SigLIP pooling head is not counted yet",
+            source=vision.source,
+            field=vision.prefix + "vision_use_head",
+            fix="LLaVA-style models use the tower without it: vision_use_head false",
+        )
+    return idefics3_vision_params(vision)
+
+
 #: Vision towers a llava config can name, and how each is counted.
-_TOWERS = {"clip_vision_model": clip_vision_params, "pixtral": pixtral_params}
+_TOWERS = {
+    "clip_vision_model": clip_vision_params,
+    "pixtral": pixtral_params,
+    "siglip_vision_model": siglip_tower_params,
+}
 
 
 @reads("llava")
@@ -33,9 +49,9 @@ def read_llava(view: ConfigView, name: str) -> ModelArch:
     return _read_llava(view, name, image_newline=False)
 
 
-@reads("llava_next")
+@reads("llava_next", "llava_onevision")
 def read_llava_next(view: ConfigView, name: str) -> ModelArch:
-    """LLaVA-NeXT (1.6): LLaVA's layout plus a learned image-newline vector of the text width."""
+    """LLaVA-NeXT (1.6) and LLaVA-OneVision: LLaVA's layout plus a learned image-newline vector of the text width."""
     return _read_llava(view, name, image_newline=True)
 
 
