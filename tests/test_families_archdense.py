@@ -717,3 +717,20 @@ def test_llava_siglip_pooling_head_is_refused(tmp_path):
         )
     message = str(caught.value)
     assert "\n" not in message and ": vision_config.vision_use_head: " in message
+
+
+def test_paligemma_tower_projector_and_kv_by_hand():
+    """PaliGemma 2 3B: SigLIP at 224² (256 positions) without its head: 677,376 + 1,152 + 256 x 1,152 = 973,440
+    embeddings + 27 x 15,239,504 + 2,304 = 412,442,352; one biased linear 1,152 x 2,304 + 2,304 = 2,656,512.
+    The Gemma 2 decoder alternates windowed and full layers: 13 full x 4 KV heads x 512 x 2 B = 53,248 B a token."""
+    arch = _arch("paligemma2_3b")
+    assert arch.vision_params == 415_098_864
+    assert arch.mixer_counts() == {"sliding_attention": 13, "full_attention": 13}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 53_248
+
+
+def test_paligemma_bad_projection_dim_fails_in_one_line(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "paligemma2_3b", lambda config: config.update(projection_dim=-1)))
+    message = str(caught.value)
+    assert "\n" not in message and "projection_dim" in message

@@ -25,6 +25,7 @@ _WRAPPED_TYPES = frozenset(
         "internvl",
         "idefics3",
         "smolvlm",
+        "paligemma",
     }
 )
 #: Where a family states its expert count and top-k, when not as ``num_experts`` / ``num_experts_per_tok``.

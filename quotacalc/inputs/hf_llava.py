@@ -1,7 +1,8 @@
 """LLaVA-style wrappers, as transformers 5.24 builds them: a decoder under ``text_config`` by its own family, a
 vision tower and a two-layer projector. ``llava`` (LLaVA 1.5, Pixtral-12B in its transformers layout),
 ``llava_next`` (LLaVA-NeXT) and ``llava_onevision`` take a CLIP, Pixtral or SigLIP tower; ``internvl`` (InternVL3) its InternViT with a pixel-shuffle projector; ``idefics3`` and
-``smolvlm`` (SmolVLM) a SigLIP-like tower with a pixel-shuffle connector. The whole tower is built
+``smolvlm`` (SmolVLM) a SigLIP-like tower with a pixel-shuffle connector; ``paligemma`` (PaliGemma 1/2) SigLIP with
+one biased linear. The whole tower is built
 and counted, whichever layer the projector reads (``vision_feature_layer``)."""
 
 from __future__ import annotations
@@ -177,3 +178,23 @@ def read_idefics3(view: ConfigView, name: str) -> ModelArch:
     # transformers ties by the wrapper's flag (default false).
     tied = view.flag("tie_word_embeddings", False)
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": view.get("model_type")})
+
+
+@reads("paligemma")
+def read_paligemma(view: ConfigView, name: str) -> ModelArch:
+    """PaliGemma: a Gemma or Gemma 2 decoder, SigLIP without its head, one biased linear to ``projection_dim``."""
+    text = view.sub("text_config")
+    family = decoder_family(text.get("model_type"))
+    if family is None:
+        raise UnsupportedArchitecture(
+            f"a paligemma text model of type '{text.get('model_type')}' is not priced yet",
+            source=view.source,
+            field="text_config.model_type",
+        )
+    vision = view.sub("vision_config")
+    projection = view.positive_int("projection_dim")
+    projector = vision.positive_int("hidden_size") * projection + projection
+    arch = read_decoder(text, name, family, dtype_views=(view,), vision_params=siglip_tower_params(vision) + projector)
+    # transformers ties by the wrapper's flag, whose default is true here.
+    tied = view.flag("tie_word_embeddings", True)
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "paligemma"})
