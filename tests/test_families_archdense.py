@@ -498,3 +498,239 @@ def test_gemma4_replicated_per_layer_gates_are_named_in_explain():
     assert step.substituted.endswith(" / 8 + 96,337,920 + 0")
     assert step.note.startswith("110,100,480 B of layers the engine keeps whole on every rank")
     assert "Gemma 4's per-layer input gates and projections" in step.note
+
+
+# --------------------------------------------------------------------------- Qwen2.5-VL-style towers (Qwen2.5-VL, EXAONE 4.5)
+
+
+def test_exaone4_5_layout_kv_and_vision_by_hand():
+    """EXAONE 4.5 at a public test's reduced depth: 4 text layers "LLLG", 2 vision blocks.
+
+    KV per token: 1 global layer x 8 KV heads x (128 + 128) x 2 B = 4,096 B.
+    Vision (hidden 2,048, 32 heads of 64, 8 KV heads, MLP 5,120, patch 14, temporal 2, merge 2, out 5,120):
+    patch 3 x 2 x 14² x 2,048 = 2,408,448; per block norms 4,096 + q/k/v 2,048 x 3,072 + 3,072 + proj 2,048²
+    + 2,048 + MLP 3 x 2,048 x 5,120 + 2 x 5,120 + 2,048 = 41,964,544, x 2 = 83,929,088; merger 2,048
+    + 8,192² + 8,192 + 8,192 x 5,120 + 5,120 = 109,067,264. Total 195,404,800.
+    """
+    arch = _arch("exaone4_5_reduced")
+    assert arch.mixer_counts() == {"sliding_attention": 3, "full_attention": 1}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 4_096
+    assert arch.vision_params == 195_404_800
+
+
+def test_exaone4_5_ties_by_the_wrappers_flag(tmp_path):
+    """transformers ties the head by the wrapper's tie_word_embeddings (default false), not text_config's:
+    a top-level true drops the 153,600 x 5,120 head (2,916,506,624 on the meta device, checked by hand here)."""
+    tied = load_arch(_write_config(tmp_path, "exaone4_5_reduced", lambda c: c.update(tie_word_embeddings=True)))[0]
+    assert tied.total_params() == 3_702_938_624 - 153_600 * 5_120
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda config: config["text_config"].pop("hidden_size"), "text_config.hidden_size"),
+        (lambda config: config["vision_config"].update(num_heads=30), "vision_config.num_heads"),
+    ],
+)
+def test_exaone4_5_bad_sizes_fail_in_one_line(tmp_path, edit, field):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "exaone4_5_reduced", edit))
+    message = str(caught.value)
+    assert "\n" not in message and f": {field}: " in message
+
+
+def test_qwen2_5_vl_layout_kv_and_vision_by_hand():
+    """Qwen2.5-VL-7B, a flat published config (transformers moves the text sizes into text_config).
+
+    KV per token: 28 layers x 4 KV heads x (128 + 128) x 2 B = 57,344 B (use_sliding_window false: all full).
+    Vision (hidden 1,280, 16 heads, MLP 3,420, 32 blocks, out 3,584): patch 3 x 2 x 14² x 1,280 = 1,505,280;
+    per block norms 2,560 + q/k/v 1,280 x 3,840 + 3,840 + proj 1,280² + 1,280 + MLP 3 x 1,280 x 3,420 + 2 x 3,420
+    + 1,280 = 19,702,200, x 32 = 630,470,400; merger 1,280 + 5,120² + 5,120 + 5,120 x 3,584 + 3,584 = 44,574,464.
+    Total 676,550,144.
+    """
+    arch = _arch("qwen2_5_vl_7b")
+    assert arch.mixer_counts() == {"full_attention": 28}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 57_344
+    assert arch.vision_params == 676_550_144
+
+
+def test_qwen2_5_vl_flat_config_errors_name_the_top_level_field(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "qwen2_5_vl_7b", lambda config: config.pop("num_hidden_layers")))
+    message = str(caught.value)
+    assert "\n" not in message and ": num_hidden_layers: missing" in message
+
+
+def test_qwen3_vl_layout_kv_and_vision_by_hand():
+    """Qwen3-VL-8B: a Qwen3 decoder (36 layers, 8 KV heads of 128: 36 x 8 x 256 x 2 B = 147,456 B a token).
+
+    Vision (hidden 1,152, MLP 4,304, patch 16, 27 blocks, out 4,096, DeepStack at 8/16/24): patch conv
+    3 x 2 x 16² x 1,152 + 1,152 and position table 2,304 x 1,152: 4,424,832; per block LayerNorms 4,608 + q/k/v
+    1,152 x 3,456 + 3,456 + proj 1,152² + 1,152 + MLP 2 x 1,152 x 4,304 + 4,304 + 1,152 = 15,239,504, x 27
+    = 411,466,608; merger 2 x 1,152 + 4,608² + 4,608 + 4,608 x 4,096 + 4,096 = 40,119,040; three DeepStack
+    mergers, their LayerNorm over 4,608: 3 x 40,125,952 = 120,377,856. Total 576,388,336.
+    """
+    arch = _arch("qwen3_vl_8b")
+    assert arch.mixer_counts() == {"full_attention": 36}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 147_456
+    assert arch.vision_params == 576_388_336
+
+
+def test_qwen3_vl_bad_deepstack_list_fails_in_one_line(tmp_path):
+    def edit(config):
+        config["vision_config"]["deepstack_visual_indexes"] = 8
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "qwen3_vl_8b", edit))
+    message = str(caught.value)
+    assert "\n" not in message and "deepstack_visual_indexes" in message
+
+
+def test_qwen2_vl_layout_kv_and_vision_by_hand():
+    """Qwen2-VL-7B (flat config): the Qwen2.5-VL-7B decoder (57,344 B of KV a token) with the older tower.
+
+    Vision (embed_dim 1,280, MLP 4 x 1,280 = 5,120, 32 blocks, out 3,584): patch 3 x 2 x 14² x 1,280 = 1,505,280;
+    per block LayerNorms 5,120 + q/k/v 1,280 x 3,840 + 3,840 + proj 1,280² + 1,280 + MLP 2 x 1,280 x 5,120 + 5,120
+    + 1,280 = 19,677,440, x 32 = 629,678,080; merger 2,560 + 5,120² + 5,120 + 5,120 x 3,584 + 3,584 = 44,575,744.
+    Total 675,759,104.
+    """
+    arch = _arch("qwen2_vl_7b")
+    assert arch.mixer_counts() == {"full_attention": 28}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 57_344
+    assert arch.vision_params == 675_759_104
+
+
+def test_qwen2_vl_missing_vision_width_fails_in_one_line(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "qwen2_vl_7b", lambda config: config["vision_config"].update(mlp_ratio=0)))
+    message = str(caught.value)
+    assert "\n" not in message and "mlp_ratio" in message
+
+
+# --------------------------------------------------------------------------- LLaVA-style wrappers
+
+
+def test_llava_clip_tower_by_hand():
+    """LLaVA 1.5 7B: CLIP ViT-L/14-336 (hidden 1,024, MLP 4,096, 24 layers, 577 positions) and a biased projector.
+
+    Embeddings: class 1,024 + patch 3 x 14² x 1,024 + positions 577 x 1,024 = 1,193,984; pre- and post-LayerNorm
+    2 x 2,048; per layer 4 x (1,024² + 1,024) + 4 x 1,024 + 2 x 1,024 x 4,096 + 4,096 + 1,024 = 12,596,224, x 24
+    = 302,309,376. Projector 1,024 x 4,096 + 4,096² + 2 x 4,096 = 20,979,712. Total 324,487,168. KV: 32 layers x 32
+    heads x 256 x 2 B = 524,288 B a token.
+    """
+    arch = _arch("llava_1_5_7b")
+    assert arch.vision_params == 324_487_168
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 524_288
+
+
+def test_llava_pixtral_tower_by_hand():
+    """Pixtral-12B (transformers' llava layout): Pixtral (hidden 1,024, 24 layers, patch 16): 3 x 16² x 1,024
+    + 1,024 + 24 x 16,779,264 = 403,489,792; projector 1,024 x 5,120 + 5,120² + 2 x 5,120 = 31,467,520.
+    KV: 40 layers x 8 KV heads x 256 x 2 B = 163,840 B a token."""
+    arch = _arch("pixtral_12b")
+    assert arch.vision_params == 434_957_312
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 163_840
+
+
+def test_llava_with_an_unpriced_tower_fails_in_one_line(tmp_path):
+    def swap(config):
+        config["vision_config"] = {"model_type": "vit"}
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "llava_1_5_7b", swap))
+    message = str(caught.value)
+    assert "\n" not in message and ": vision_config.model_type: " in message and "'vit'" in message
+    assert "priced: clip_vision_model, pixtral, siglip_vision_model" in message
+
+
+def test_internvl_tower_and_projector_by_hand():
+    """InternVL3-8B: InternViT-300M (hidden 1,024, MLP 4,096, 24 layers, 448² image in 14² patches: 1,024 patches).
+
+    Embeddings: class 1,024 + biased patch conv 3 x 14² x 1,024 + 1,024 + positions 1,025 x 1,024 = 1,653,760.
+    Per layer: q/k/v 3 x 1,024² + 3 x 1,024 (attention_bias) + output 1,024² + 1,024 + MLP 2 x 1,024 x 4,096
+    + 4,096 + 1,024 + two LayerNorms 4,096 + two layer scales 2,048 = 12,598,272, x 24 = 302,358,528; mean pooling,
+    no final norm. Projector over 2² shuffled patches (4,096 wide): LayerNorm 8,192 + 4,096 x 3,584 + 3,584
+    + 3,584² + 3,584 = 27,540,480. Total 331,552,768.
+    """
+    arch = _arch("internvl3_8b")
+    assert arch.vision_params == 331_552_768
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 28 * 4 * 256 * 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda config: config.update(downsample_ratio=0), "downsample_ratio"),
+        (lambda config: config["vision_config"].update(norm_type="batch_norm"), "vision_config.norm_type"),
+    ],
+)
+def test_internvl_bad_values_fail_in_one_line(tmp_path, edit, field):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "internvl3_8b", edit))
+    message = str(caught.value)
+    assert "\n" not in message and field in message
+
+
+def test_idefics3_tower_and_connector_by_hand():
+    """SmolVLM-Instruct (idefics3): a SigLIP-so400m-like tower (hidden 1,152, MLP 4,304, 27 layers, 384² images in
+    14² patches: 729 positions, no class token) and a bias-free connector over 3² shuffled patches.
+
+    Embeddings: 3 x 14² x 1,152 + 1,152 + 729 x 1,152 = 1,518,336; per layer 4 x (1,152² + 1,152) + 4 x 1,152
+    + 2 x 1,152 x 4,304 + 4,304 + 1,152 = 15,239,504, x 27 = 411,466,608; post-LayerNorm 2,304. Connector
+    1,152 x 9 x 2,048 = 21,233,664. Total 434,220,912.
+    """
+    arch = _arch("smolvlm_2b")
+    assert arch.vision_params == 434_220_912
+    # KV: 24 layers x 32 KV heads x (64 + 64) x 2 B = 196,608 B a token.
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 196_608
+
+
+def test_idefics3_with_an_unpriced_text_model_fails_in_one_line(tmp_path):
+    def swap(config):
+        config["text_config"] = {"model_type": "gpt2", "n_embd": 2048, "n_layer": 24, "n_head": 32}
+
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "smolvlm_2b", swap))
+    message = str(caught.value)
+    assert "\n" not in message and ": text_config.model_type: " in message and "gpt2" in message
+
+
+def test_llava_next_adds_the_image_newline():
+    """LLaVA-NeXT (Mistral 7B): LLaVA 1.5's CLIP tower and projector (324,487,168 at a 4,096-wide text model) plus
+    a 4,096-wide image-newline vector: 324,491,264. KV: 32 layers x 8 KV heads x 256 x 2 B = 131,072 B a token."""
+    arch = _arch("llava_next_mistral_7b")
+    assert arch.vision_params == 324_487_168 + 4_096
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 131_072
+
+
+def test_llava_onevision_siglip_tower_by_hand():
+    """LLaVA-OneVision (Qwen2 7B): SigLIP-so400m without its head (26 layers: 1,518,336 + 26 x 15,239,504 + 2,304
+    = 397,747,744), the biased projector 1,152 x 3,584 + 3,584² + 2 x 3,584 = 16,980,992 and the 3,584-wide
+    image-newline vector: 414,732,320."""
+    assert _arch("llava_onevision_7b").vision_params == 414_732_320
+
+
+def test_llava_siglip_pooling_head_is_refused(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(
+            _write_config(tmp_path, "llava_onevision_7b", lambda config: config["vision_config"].pop("vision_use_head"))
+        )
+    message = str(caught.value)
+    assert "\n" not in message and ": vision_config.vision_use_head: " in message
+
+
+def test_paligemma_tower_projector_and_kv_by_hand():
+    """PaliGemma 2 3B: SigLIP at 224² (256 positions) without its head: 677,376 + 1,152 + 256 x 1,152 = 973,440
+    embeddings + 27 x 15,239,504 + 2,304 = 412,442,352; one biased linear 1,152 x 2,304 + 2,304 = 2,656,512.
+    The Gemma 2 decoder alternates windowed and full layers: 13 full x 4 KV heads x 512 x 2 B = 53,248 B a token."""
+    arch = _arch("paligemma2_3b")
+    assert arch.vision_params == 415_098_864
+    assert arch.mixer_counts() == {"sliding_attention": 13, "full_attention": 13}
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 53_248
+
+
+def test_paligemma_bad_projection_dim_fails_in_one_line(tmp_path):
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(_write_config(tmp_path, "paligemma2_3b", lambda config: config.update(projection_dim=-1)))
+    message = str(caught.value)
+    assert "\n" not in message and "projection_dim" in message

@@ -9,7 +9,25 @@ from quotacalc.errors import QuotacalcError
 #: More experts than any published model by two orders of magnitude; routing sums loop over them.
 MAX_EXPERTS = 65_536
 #: Multimodal wrappers whose decoder sizes sit under ``text_config``.
-_WRAPPED_TYPES = frozenset({"gemma3", "gemma4", "llama4", "mistral3", "qwen3_5", "qwen3_5_moe"})
+_WRAPPED_TYPES = frozenset(
+    {
+        "gemma3",
+        "gemma4",
+        "llama4",
+        "mistral3",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "exaone4_5",
+        "qwen3_vl",
+        "llava",
+        "llava_next",
+        "llava_onevision",
+        "internvl",
+        "idefics3",
+        "smolvlm",
+        "paligemma",
+    }
+)
 #: Where a family states its expert count and top-k, when not as ``num_experts`` / ``num_experts_per_tok``.
 _LOCAL_EXPERTS = ("num_local_experts", "num_experts_per_tok")
 _ROUTED_EXPERTS = ("n_routed_experts", "num_experts_per_tok")
