@@ -365,7 +365,7 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
     ("gemma3_text",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True), norms_per_layer=4
     ),
-    # Dense families read like the above (branch archdense). OLMo 2/3 and EXAONE 4 norm each block's output
+    # Dense families read like the above. OLMo 2/3 and EXAONE 4 norm each block's output
     # (post-attention and post-MLP norms, none before); OLMo 3 and EXAONE 4 take sliding layers from layer_types.
     ("olmo2", "olmo3"): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True, qk_norm_whole=True)

@@ -10,7 +10,10 @@ with torch==2.13.0 and transformers pinned to the project's version, 5.24.0):
         > tests/data/reference_params_hybrid.json
 
 The first covers the shipped models; the second the Mamba-2 hybrid test configs (Nemotron-H,
-Bamba, Falcon-H1, Granite 4.0-H) that ``tests/test_hybrid_families.py`` checks.
+Bamba, Falcon-H1, Granite 4.0-H). The other families' files (``reference_params_dense_families.json``,
+``reference_params_deltanet_hybrids.json``, ``reference_params_moe_families.json``) were made the same way,
+on a folder holding only their configs (each file's ``generated_by`` says how); ``tests/test_reference_counts.py``
+checks every test config against them.
 
 For each folder under the given directory that holds a ``config.json``:
 

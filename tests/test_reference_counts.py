@@ -1,0 +1,58 @@
+"""Every test config's parameter total and embedding tying, against transformers' own count on the meta device.
+
+The references are transformers 5.24's counts (``tests/data/make_reference_params.py``, run in a torch
+virtualenv outside the project): ``reference_params_hybrid.json`` (Mamba-2 hybrids),
+``reference_params_dense_families.json`` (dense and multimodal families), ``reference_params_deltanet_hybrids.json``
+(Gated DeltaNet and Kimi Delta Attention hybrids) and ``reference_params_moe_families.json`` (more MoE families).
+The shipped models' counts (``reference_params.json``) are checked in tests/test_golden_models.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.inputs.resolve import load_arch
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+REFERENCE_FILES = (
+    "reference_params_hybrid.json",
+    "reference_params_dense_families.json",
+    "reference_params_deltanet_hybrids.json",
+    "reference_params_moe_families.json",
+)
+REFERENCE = {
+    folder: counts
+    for name in REFERENCE_FILES
+    for folder, counts in json.loads((DATA / name).read_text(encoding="utf-8"))["models"].items()
+}
+#: Fixtures of measured deployments, whose totals are counted by hand in the tests that use them.
+HAND_COUNTED = {
+    "llama2_70b",
+    "llama2_7b",
+    "llama3_1_405b",
+    "mixtral_8x22b",
+    "qwen2_7b_instruct",
+    "qwen3_30b_a3b",
+    "qwen3_32b",
+}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("folder", sorted(REFERENCE))
+def test_total_and_tying_match_transformers(folder):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    assert arch.total_params() == REFERENCE[folder]["total_params"]
+    assert arch.tie_word_embeddings == REFERENCE[folder]["tie_word_embeddings"]
+
+
+def test_every_fixture_has_a_reference_count():
+    folders = {path.name for path in CONFIGS.iterdir() if (path / "config.json").is_file()}
+    assert folders - HAND_COUNTED == set(REFERENCE)
