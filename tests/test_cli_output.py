@@ -299,3 +299,17 @@ def test_version(run_cli):
     code, out, _ = run_cli("--version")
     assert code == 0
     assert out.startswith("quotacalc ") and out.split()[1][0].isdigit()
+
+
+def test_models_families_lists_every_reader(run_cli):
+    from quotacalc.inputs.architectures import supported_model_types
+
+    code, out, err = run_cli("models", "--families", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["command"] == "models" and document["schema_version"] == 2
+    assert document["model_types"] == supported_model_types()
+    # A few of each kind: dense, MoE, hybrid, multimodal wrapper.
+    assert {"llama", "glm4_moe", "qwen3_next", "gemma4", "llava"} <= set(document["model_types"])
+    code, out, _ = run_cli("models", "--families")
+    assert code == 0 and f"{len(document['model_types'])} model_type values priced" in out

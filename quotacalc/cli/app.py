@@ -270,8 +270,16 @@ def kv_command(
 def models_command(
     as_json: JsonOption = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="print docs/models.md (a table per model)")] = False,
+    families: Annotated[
+        bool, typer.Option("--families", help="list the config model_type values quotacalc prices, shipped or not")
+    ] = False,
 ):
     """List the shipped model configs: parameters, KV per token, layer kinds."""
+    if families:
+        from quotacalc.cli.listings import families_listing
+
+        families_listing(as_json=as_json)
+        return
     if markdown:
         from quotacalc.cli.models_doc import models_markdown
 

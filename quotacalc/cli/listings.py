@@ -5,6 +5,20 @@ from __future__ import annotations
 from quotacalc.cli.json_out import emit_json, listing_json
 
 
+def families_listing(*, as_json: bool) -> None:
+    """The config ``model_type`` values quotacalc reads: any config of these families prices, shipped or not."""
+    from quotacalc.inputs.architectures import supported_model_types
+
+    model_types = supported_model_types()
+    if as_json:
+        emit_json(listing_json("models", "model_types", model_types))
+        return
+    import textwrap
+
+    print(f"{len(model_types)} model_type values priced (a config of any other is refused, naming it):")
+    print(textwrap.fill(", ".join(model_types), width=100, break_on_hyphens=False))
+
+
 def models_listing(*, as_json: bool) -> None:
     from quotacalc.catalog.models import shipped_models
     from quotacalc.core import memory
