@@ -57,6 +57,19 @@ def test_the_reference_keeps_the_method_example():
     assert result.prompt_token_s == pytest.approx(2 * 70_553_706_496 / (4 * 1979e12 * 0.5), rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "substituted", "value"),
+    [("a100-80gb-sxm", "0.869 / 0.709", 0.869 / 0.709), ("l40s", "1", 1.0)],
+)
+def test_the_explain_step_shows_the_ratio_or_one(gpu, substituted, value):
+    # The L40S has no measured matmul efficiency: the step says 1, and why.
+    result = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu=gpu)))
+    step = next(step for step in result.steps if step.name == "mfu_scale")
+    assert step.substituted == substituted
+    assert step.value == pytest.approx(value)
+    assert ("no measured bf16 matmul efficiency" in step.note) == (gpu == "l40s")
+
+
 def test_an_explicit_mfu_is_scaled_too():
     # --mfu is in the reference's units on every GPU: doubling it halves the A100's prompt-token time exactly.
     base = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="a100-80gb-sxm", mfu=0.4)))
