@@ -2,8 +2,8 @@
 
 For a model whose layers keep more than one kind of cache (full attention beside sliding-window,
 chunked-local or state layers), vLLM v1 (vllm/v1/core/kv_cache_utils.py, kv_cache_interface.py and
-model_executor/models/config.py, commit 001cabc1be16a59a70d720ed61a13b678c060a18; docs/method.md
-"KV pool of hybrid models"):
+model_executor/models/config.py, commit 001cabc1be16a59a70d720ed61a13b678c060a18; docs/accuracy.md
+"The KV pool of hybrid models"):
 
 1. gives each kind of layer cache a spec (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec,
    MambaSpec) and, with state layers, raises the attention block size until one attention page holds at
