@@ -153,3 +153,21 @@ def test_measured_hybrid_pool_goes_back_to_blocks():
     replica = price(resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", tp=2, kv_pool_tokens=1_000_000)))
     assert replica.kv_pool_tokens == 1_000_000
     assert replica.kv_pool_bytes_per_gpu == 66_475 * 18 * 16_384
+
+
+def test_calibrate_reads_a_hybrid_log_in_blocks():
+    from quotacalc.core.calibrate import KvPoolReading, kv_pool_fit
+
+    # gpt-oss-120b at TP 2 on H100: 34 GiB of KV is floor(34 GiB / 16,384 / 18) = 123,790 blocks, which vLLM
+    # 0.21+ logs as int(123,790 / 8,713 x 131,072) tokens. Read back, those tokens are ceil(tokens x 8,713 /
+    # 131,072) = 123,790 blocks = 123,790 x 18 x 16,384 B, 65,536 B under 34 GiB: the same reserve as the GiB.
+    inputs = resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", tp=2))
+    tokens = int(123_790 / 8713 * 131_072)
+    from_gib = kv_pool_fit(inputs, KvPoolReading(source="serve.log", available_kv_gib=34.0))
+    from_tokens = kv_pool_fit(inputs, KvPoolReading(source="serve.log", kv_pool_tokens=tokens))
+    assert from_tokens.runtime_reserve_gib == pytest.approx(from_gib.runtime_reserve_gib + 65_536 / GIB, abs=1e-3)
+    both = kv_pool_fit(inputs, KvPoolReading(source="serve.log", available_kv_gib=34.0, kv_pool_tokens=tokens))
+    assert both.mismatch is None
+    # vLLM 0.10-0.20 logged 123,790 // 2 x 16 tokens for the same pool: about half, which the check flags.
+    older = KvPoolReading(source="serve.log", available_kv_gib=34.0, kv_pool_tokens=123_790 // 2 * 16)
+    assert kv_pool_fit(inputs, older).mismatch is not None
