@@ -46,8 +46,10 @@ def test_gpt_oss_two_groups_and_the_0_10_log():
         2_640_144, rel=2e-4
     )
     # A 16,384-token request: ceil(16,384 / 16) = 1,024 full blocks + ceil(min(127 + 2,048, 16,384) / 16) + 1 = 137
-    # sliding blocks: vLLM 0.21+ logs int(330,010 / 1,161 x 16,384).
+    # sliding blocks: the same log's 'Maximum concurrency for 16,384 tokens per request: 284.25x' is 330,010 / 1,161,
+    # and vLLM 0.21+ would log int(330,010 / 1,161 x 16,384) tokens.
     assert layout.blocks_per_request(16_384, 2048) == 1024 + 137
+    assert round(layout.max_concurrency(blocks, 16_384, 2048), 2) == 284.25
     assert layout.logged_tokens(blocks, 16_384, 2048) == int(330_010 / 1161 * 16_384)
 
 
