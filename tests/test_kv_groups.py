@@ -173,3 +173,21 @@ def test_calibrate_reads_a_hybrid_log_in_blocks():
     # vLLM 0.10-0.20 logged 123,790 // 2 x 16 tokens for the same pool: about half, which the check flags.
     older = KvPoolReading(source="serve.log", available_kv_gib=34.0, kv_pool_tokens=123_790 // 2 * 16)
     assert kv_pool_fit(inputs, older).mismatch is not None
+
+
+def test_a_hybrid_model_that_leaves_no_pool_fails_on_tp():
+    # Qwen3-Next's 80B bf16 weights (159 GB) leave no KV memory on one H200: the same error as a dense model's.
+    with pytest.raises(QuotacalcError, match="does not fit") as error:
+        price(resolve(Deployment(model=QWEN3_NEXT, gpu="h200", tp=1)))
+    assert error.value.field == "tp"
+
+
+def test_llama4_chunked_layers_reserve_a_chunk_and_a_step():
+    # Llama 4 Scout at TP 8: 36 chunked (8,192) + 12 full layers of 1 KV head x 128 x 2 x 2 B = 512 B a token per
+    # GPU -> groups of 12, 3 + 1 = 4 groups. A request of 262,144 tokens (max_model_len) with 8,192 batched:
+    # 16,384 full blocks + 3 x ceil(min(8,192 + 8,192, 262,144) / 16) = 3 x 1,024 chunked blocks.
+    layout = layout_of("tests/data/configs/llama4_scout/config.json", 8)
+    assert (layout.group_layers, layout.groups, layout.page_bytes) == (12, 4, 16 * 512)
+    assert layout.blocks_per_request(262_144, 8192) == 16_384 + 3 * 1024
+    # Decoding at 1,700 tokens a chunked group holds ceil(min(8,192 + 1, 1,700) / 16) = 107 blocks, as a full one.
+    assert layout.blocks_per_request(1700, 1) == 107 + 3 * 107

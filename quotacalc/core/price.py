@@ -376,11 +376,7 @@ def _pool_section(x: _Explainer) -> float:
         )
         return pool_tokens * pool_token_bytes
     if usable <= 0:
-        raise QuotacalcError(
-            f"{arch.name} does not fit: {weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU leave no KV pool on {gpu.id}",
-            field="tp",
-            fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
-        )
+        _no_pool(x)
     x.figures["kv_pool_source"] = "estimated"
     x.record(
         "kv_pool_tokens",
@@ -390,6 +386,16 @@ def _pool_section(x: _Explainer) -> float:
         unit="tokens",
     )
     return usable
+
+
+def _no_pool(x: _Explainer) -> None:
+    inputs = x.inputs
+    raise QuotacalcError(
+        f"{inputs.arch.name} does not fit: {x.figures['weight_bytes_per_gpu'] / 1e9:.1f} GB of weights per GPU leave "
+        f"no KV pool on {inputs.gpu.id}",
+        field="tp",
+        fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
+    )
 
 
 def _kinds_substituted(layout: kv_groups.KvGroupLayout) -> str:
@@ -500,6 +506,8 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
             unit="blocks",
         )
         return blocks * layout.bytes_per_block
+    if usable <= 0:
+        _no_pool(x)
     x.figures["kv_pool_source"] = "estimated"
     blocks = x.record(
         "kv_pool_blocks",
