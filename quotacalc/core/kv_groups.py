@@ -32,6 +32,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
+from quotacalc.core import memory
 from quotacalc.core.arch import ChunkedLocalAttention, MLAAttention, ModelArch
 from quotacalc.errors import QuotacalcError
 
@@ -155,10 +156,10 @@ class KvGroupLayout(BaseModel):
         return math.ceil(tokens * per_request / max_model_len)
 
 
-def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, tp: int) -> tuple | None:
+def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, conv_bytes: float, tp: int) -> tuple | None:
     """(kind, window, bytes per token, state bytes) of one layer on one GPU, or None if it keeps no cache."""
     per_token = arch_mixer.cache_elements_per_token_per_gpu(tp) * kv_bytes
-    state = arch_mixer.state_bytes_per_sequence(state_bytes, tp)
+    state = arch_mixer.state_bytes_per_sequence(state_bytes, tp, conv_bytes)
     latent = isinstance(arch_mixer, MLAAttention)
     if per_token > 0 and arch_mixer.grows_with_context():
         return (CacheKind.FULL, None, per_token, 0.0, latent)
@@ -175,10 +176,11 @@ def cache_types(
 ) -> list[CacheType]:
     """The model's layers grouped by the cache they keep on one GPU, in layer order of first appearance."""
     counts: dict[tuple, int] = {}
+    conv_bytes = memory.conv_state_bytes_per_element(arch)
     for layer in arch.layers:
         if layer.mixer is None:
             continue
-        key = _cache_type_key(layer.mixer, kv_bytes_per_element, state_bytes_per_element, tp)
+        key = _cache_type_key(layer.mixer, kv_bytes_per_element, state_bytes_per_element, conv_bytes, tp)
         if key is not None:
             counts[key] = counts.get(key, 0) + 1
     return [

@@ -305,7 +305,8 @@ def _kv_section(x: _Explainer) -> None:
         x.record(
             "state_bytes_per_sequence",
             state,
-            formula="Σ_state layers ((d_conv − 1) × conv_channels + SSM or recurrent state) × state_dtype_bytes",
+            formula="Σ_state layers ((d_conv − 1) × conv_channels × checkpoint dtype bytes + SSM or recurrent state × "
+            "state_dtype_bytes)",
             substituted=_state_substituted(arch, state, state_b, inputs.state_dtype.name),
             unit="B",
         )
@@ -315,8 +316,9 @@ def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name
     values = memory.state_elements_per_sequence(arch)
     text = f"{fmt(values)} values × {fmt(state_b)} B ({dtype_name})"
     if state != values * state_b:
-        # Kimi Delta Attention's recurrent state is fp32 whatever the state dtype (as vLLM keeps it).
-        text += f", fixed-dtype parts (KDA's fp32 recurrent state) at their own size: {fmt(state)} B"
+        # The conv state stays at the checkpoint's dtype (vLLM's mamba_cache_dtype), and Kimi Delta Attention's
+        # recurrent state is fp32 whatever the state dtype (as vLLM keeps it).
+        text += f", the conv state at the checkpoint's {arch.checkpoint_dtype} and KDA's recurrent state at fp32: {fmt(state)} B"
     return text
 
 
