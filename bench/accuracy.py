@@ -22,7 +22,9 @@ Prediction per kind:
 
 Each point is priced with its engine's profile (``engine``: quotacalc/catalog/engines.yaml).
 - kv_pool: the estimated KV pool in tokens (or, without a token count, the KV bytes per GPU);
-- weight logs: quotacalc's weight bytes per GPU against vLLM's 'Model loading took' figure.
+- weight logs: quotacalc's weight bytes per GPU against vLLM's 'Model loading took' figure;
+- hybrid token logs: a hybrid model's logged 'GPU KV cache size' and 'Maximum concurrency' from its logged
+  KV GiB, by vLLM's hybrid manager's block arithmetic alone (core/kv_groups.py).
 
 ``--closed-loop`` compares, instead, three models of a closed-loop benchmark run at concurrency C:
 the steady-state ITL above (``loaded_itl_s``, with the idle replica's TTFT), the step-by-step
@@ -45,6 +47,7 @@ import yaml
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.benchmark import closed_loop
 from quotacalc.core.deployment import GENERIC_ENGINE
+from quotacalc.core.kv_groups import TokenCountRule, hybrid_layout
 from quotacalc.core.memory import GIB
 from quotacalc.core.replica import ReplicaModel, replica_model
 from quotacalc.core.weights import engine_extra_bytes_per_gpu
@@ -125,6 +128,29 @@ def predict_pool(point: dict[str, Any], **overrides: Any) -> tuple[float, float,
     if point.get("kv_pool_tokens") is not None:
         return result.kv_pool_tokens, point["kv_pool_tokens"], "tokens"
     return result.kv_pool_bytes_per_gpu / GIB, point["available_kv_gib"], "GiB/GPU"
+
+
+def hybrid_token_rows() -> list[tuple[str, str, float, float]]:
+    """(id, figure, predicted, measured): a hybrid model's logged 'GPU KV cache size' and 'Maximum concurrency'
+    from its logged KV memory, by vLLM's hybrid manager's arithmetic (core/kv_groups.py)."""
+    out = []
+    for point in yaml.safe_load((DATA / "kv_pool.yaml").read_text()).get("hybrid_token_logs", []):
+        if point.get("available_kv_gib") is None:
+            continue
+        fields = {"model": model_of_point(point), "gpu": "h100-sxm", "tp": point["tp"]}
+        fields |= {key: point[key] for key in ("kv_dtype", "state_dtype") if point.get(key)}
+        inputs = resolve(Deployment(**fields))
+        layout = hybrid_layout(
+            inputs.arch, inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element, point["tp"]
+        )
+        blocks = layout.num_blocks(point["available_kv_gib"] * GIB)
+        length, batched, pages = point["max_model_len"], point["max_num_batched_tokens"], point["state_pages"]
+        tokens = layout.logged_tokens(blocks, length, batched, TokenCountRule(point["token_rule"]), pages)
+        out.append((point["id"], "tokens", tokens, point["kv_pool_tokens"]))
+        if point.get("max_concurrency") is not None:
+            concurrency = layout.max_concurrency(blocks, length, batched, pages)
+            out.append((point["id"], "concurrency", concurrency, point["max_concurrency"]))
+    return out
 
 
 def weight_rows() -> list[tuple[str, float, float]]:
@@ -404,6 +430,11 @@ def main() -> None:
         print("|---|---:|---:|---:|")
         for ident, pred, meas in weight_rows():
             print(f"| {ident} | {pred:.2f} | {meas:.2f} | {pred / meas - 1:+.1%} |")
+        print()
+        print("| hybrid log (from its KV GiB) | figure | quotacalc | vLLM log | error |")
+        print("|---|---|---:|---:|---:|")
+        for ident, figure, pred, meas in hybrid_token_rows():
+            print(f"| {ident} | {figure} | {pred:.6g} | {meas:.6g} | {pred / meas - 1:+.1%} |")
         return
     for group, ident, unit, pred, meas, held in table:
         mark = "H" if held else " "
@@ -415,6 +446,8 @@ def main() -> None:
         print(f"{gpu:14s} " + "  ".join(f"{g} {err:.1%} ({n})" for g, (err, n) in groups.items()))
     for group, engine, gpu, signed, absolute, count in per_engine(engine_rows()):
         print(f"{group:5s} {engine:30s} {gpu:14s} signed {signed:+7.1%}  abs {absolute:6.1%}  ({count})")
+    for ident, figure, pred, meas in hybrid_token_rows():
+        print(f"hybrid   {ident:44s} {figure:11s} pred {pred:12.6g} meas {meas:12.6g} {pred / meas - 1:+7.1%}")
 
 
 if __name__ == "__main__":

@@ -296,13 +296,19 @@ def test_unknown_quantization_method_fails_clearly(tmp_path):
 
 
 def test_hybrid_pool_counts_state_in_resident_sequences():
-    # Jamba at TP 2: each sequence of 1,700 tokens holds 1,700 x 16,384 / 2 B of KV and
-    # 8,716,288 / 2 B of state per GPU; the pool holds floor(pool bytes / that) of them.
+    # Jamba at TP 2 in vLLM's hybrid KV cache manager (core/kv_groups.py). Per GPU, an attention layer keeps
+    # 16,384 / 4 layers / 2 = 2,048 B a token and a Mamba layer 8,716,288 / 28 layers / 2 = 155,648 B of state:
+    # the block is 16 x ceil(155,648 / (16 x 2,048)) = 80 tokens, the page 80 x 2,048 = 163,840 B (state padded
+    # to it). 4 attention + 28 Mamba layers: groups of 4 layers, 1 + 7 = 8 groups. A decoding sequence of 1,700
+    # tokens holds ceil(1,700 / 80) = 22 attention blocks + 7 state pages = 29 blocks.
     replica = priced(model="AI21-Jamba-1.5-Mini", gpu="h100-sxm", tp=2)
-    per_sequence = (1700 * 16_384 + 8_716_288) / 2
-    assert replica.max_resident_sequences == int(replica.kv_pool_bytes_per_gpu // per_sequence)
-    # Counting KV alone (13.9 MB per sequence per GPU instead of 18.3 MB) would claim ~31% more.
-    assert replica.kv_pool_tokens // 1700 == pytest.approx(1.31 * replica.max_resident_sequences, rel=0.01)
+    blocks = int(replica.kv_pool_bytes_per_gpu // 163_840 // 4)
+    assert replica.max_resident_sequences == blocks // 29
+    # Counting KV alone (22 blocks a sequence instead of 29) would claim ~32% more.
+    assert blocks // 22 == pytest.approx(1.32 * replica.max_resident_sequences, rel=0.01)
+    # kv_pool_tokens is vLLM 0.21+'s log: blocks / (ceil(262,144 / 80) + 7) x 262,144 (max_model_len, the
+    # model's maximum context).
+    assert replica.kv_pool_tokens == int(blocks / (3_277 + 7) * 262_144)
 
 
 def test_qwen3_moe_active_params_by_hand():

@@ -120,14 +120,15 @@ def test_kimi_linear_cache_golden():
 
     KV per token: 7 x (512 latent + 64 rope) = 4,032 elements -> 8,064 bytes at bf16.
     State per KDA layer (vLLM's kda_state_shape and kda_state_dtype): conv (4 - 1) x 3 x 32 heads x 128
-    = 36,864 values at the state dtype; recurrent 32 x 128 x 128 = 524,288 values in fp32.
-    bf16 state: 20 x (36,864 x 2 + 524,288 x 4) = 20 x 2,170,880 = 43,417,600 bytes;
-    fp32 state: 20 x (36,864 x 4 + 524,288 x 4) = 44,892,160 bytes; TP 4: 8 heads a rank, a quarter.
+    = 36,864 values at the checkpoint's dtype (vLLM's mamba_cache_dtype); recurrent 32 x 128 x 128 = 524,288
+    values in fp32: 20 x (36,864 x 2 + 524,288 x 4) = 20 x 2,170,880 = 43,417,600 bytes, whatever the SSM state
+    dtype (--state-dtype, vLLM's mamba_ssm_cache_dtype, which kda_state_dtype does not read); TP 4: 8 heads a
+    rank, a quarter.
     """
     arch, _ = load_arch(str(CONFIGS / "kimi_linear"))
     assert kv_bytes_per_token(arch, BF16_BYTES) == 8_064
     assert state_bytes_per_sequence(arch, BF16_BYTES) == 43_417_600
-    assert state_bytes_per_sequence(arch, 4) == 44_892_160
+    assert state_bytes_per_sequence(arch, 4) == 43_417_600
     assert state_bytes_per_sequence(arch, BF16_BYTES, tp=4) == 43_417_600 / 4
 
 

@@ -461,8 +461,10 @@ def test_memory_sums_for_a_mixed_model():
     # At 1,000 tokens: full 1000 x 512 + sliding 100 x 512 values, plus the state.
     assert memory.window_bytes_per_sequence(arch, 2, 1000) == 100 * 512 * 2
     assert memory.window_bytes_per_sequence(arch, 2, 40) == 40 * 512 * 2
-    assert memory.request_kv_bytes(arch, 1000, 2, 4) == (1000 * 512 + 100 * 512) * 2 + 1408 * 4
-    assert memory.request_kv_bytes_per_gpu(arch, 1000, 2, 4, 2) == (1000 * 256 + 100 * 256) * 2 + 704 * 4
+    # An fp32 state keeps the conv state (3 x 128 values; 192 per GPU at TP 2) at the checkpoint's bf16 and the SSM
+    # state (128 x 8; 512 per GPU) at 4 B, as vLLM's mamba_cache_dtype and mamba_ssm_cache_dtype do.
+    assert memory.request_kv_bytes(arch, 1000, 2, 4) == (1000 * 512 + 100 * 512) * 2 + 384 * 2 + 1024 * 4
+    assert memory.request_kv_bytes_per_gpu(arch, 1000, 2, 4, 2) == (1000 * 256 + 100 * 256) * 2 + 192 * 2 + 512 * 4
     # Attention FLOPs: full 2 x 8 x 256 x attended, sliding capped at 100; Mamba none.
     per_token = 2 * 8 * 256
     assert memory.attention_flops_per_output_token(arch, 1000) == per_token * (1000 + 100)
@@ -711,7 +713,13 @@ def test_state_counts_in_resident_sequences():
     assert result.state_bytes_per_sequence == 4 * 1408 * 2
     per_sequence = 1000 * 2048 + 4 * 704 * 2
     assert result.decode_kv_bytes_per_gpu == 16 * per_sequence
-    assert result.max_resident_sequences == math.floor(100_000 * 2048 / per_sequence) == 99
+    # vLLM's hybrid manager (core/kv_groups.py): at TP 2 an attention layer keeps 512 B a token and a Mamba layer
+    # 1,408 B of state per GPU, so the block stays 16 tokens (16 x ceil(1,408 / (16 x 512)) = 16) and the state
+    # page is padded to 16 x 512 = 8,192 B; 4 + 4 layers make 2 groups of 4. The measured 100,000 tokens at
+    # max_model_len 1,000 (the toy has no maximum context: --context) are ceil(100,000 x (63 + 1) / 1,000)
+    # = 6,400 blocks; a decoding sequence of 1,000 tokens takes 63 + 1 of them.
+    assert result.kv_pool_bytes_per_gpu == 6400 * 8192 * 4
+    assert result.max_resident_sequences == 6400 // 64 == 100
 
 
 # --------------------------------------------------------------------------- request KV

@@ -89,11 +89,20 @@ class TokenMixer(_Spec, ABC):
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         """The same on one of ``tp`` GPUs."""
 
-    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
-        """Bytes of that fixed state, whole replica (``tp`` None) or on one of ``tp`` GPUs: every value at the
-        state dtype, unless the kind keeps part of it at a fixed dtype."""
+    def conv_state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        """The short-convolution part of that state on one of ``tp`` GPUs (none by default)."""
+        return 0
+
+    def state_bytes_per_sequence(
+        self, state_bytes_per_element: float, tp: int | None = None, conv_bytes_per_element: float | None = None
+    ) -> float:
+        """Bytes of that fixed state, whole replica (``tp`` None) or on one of ``tp`` GPUs: the SSM or recurrent
+        state at the state dtype and the conv state at ``conv_bytes_per_element`` (vLLM's mamba_ssm_cache_dtype
+        and mamba_cache_dtype; the state dtype for both if None), unless the kind keeps part at a fixed dtype."""
         elements = self.state_elements_per_sequence() if tp is None else self.state_elements_per_sequence_per_gpu(tp)
-        return elements * state_bytes_per_element
+        conv = self.conv_state_elements_per_sequence_per_gpu(tp or 1)
+        conv_bytes = state_bytes_per_element if conv_bytes_per_element is None else conv_bytes_per_element
+        return conv * conv_bytes + (elements - conv) * state_bytes_per_element
 
     @abstractmethod
     def attention_flops_per_token(self, attended_tokens: float) -> float:
@@ -389,6 +398,9 @@ class Mamba1Mixer(_StateSpace):
         # vLLM keeps d_conv - 1 past inputs per channel, and a d_state vector per channel.
         return (self.d_conv - 1) * self.d_inner + self.d_inner * self.d_state
 
+    def conv_state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return (self.d_conv - 1) * math.ceil(self.d_inner / tp)
+
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the Mamba inner size {self.d_inner}" if self.d_inner % tp else None
 
@@ -434,9 +446,11 @@ class Mamba2Mixer(_StateSpace):
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         # Heads split over TP; B and C groups too, but below one group per rank each rank keeps a
         # replicated group (as vLLM does), like KV heads.
+        return self.conv_state_elements_per_sequence_per_gpu(tp) + (self.num_heads // tp) * self.head_dim * self.d_state
+
+    def conv_state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         groups_per_rank = max(1, self.n_groups // tp)
-        conv_per_rank = self.d_inner // tp + 2 * groups_per_rank * self.d_state
-        return (self.d_conv - 1) * conv_per_rank + (self.num_heads // tp) * self.head_dim * self.d_state
+        return (self.d_conv - 1) * (self.d_inner // tp + 2 * groups_per_rank * self.d_state)
 
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the {self.num_heads} Mamba heads" if self.num_heads % tp else None
@@ -487,8 +501,13 @@ class GatedDeltaNetMixer(_StateSpace):
         return (self.d_conv - 1) * self.conv_dim + self.num_v_heads * self.head_v_dim * self.head_k_dim
 
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self.conv_state_elements_per_sequence_per_gpu(tp) + (
+            (self.num_v_heads // tp) * self.head_v_dim * self.head_k_dim
+        )
+
+    def conv_state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         conv_per_rank = (2 * (self.num_k_heads // tp) * self.head_k_dim) + (self.num_v_heads // tp) * self.head_v_dim
-        return (self.d_conv - 1) * conv_per_rank + (self.num_v_heads // tp) * self.head_v_dim * self.head_k_dim
+        return (self.d_conv - 1) * conv_per_rank
 
     def tp_problem(self, tp: int) -> str | None:
         if self.num_k_heads % tp:
@@ -545,12 +564,15 @@ class KimiDeltaAttentionMixer(_StateSpace):
     def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
         return self._conv_elements(tp) + self._recurrent_elements(tp)
 
-    def state_bytes_per_sequence(self, state_bytes_per_element: float, tp: int | None = None) -> float:
+    def conv_state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self._conv_elements(tp)
+
+    def state_bytes_per_sequence(
+        self, state_bytes_per_element: float, tp: int | None = None, conv_bytes_per_element: float | None = None
+    ) -> float:
         ranks = tp or 1
-        return (
-            self._conv_elements(ranks) * state_bytes_per_element
-            + self._recurrent_elements(ranks) * KDA_RECURRENT_STATE_BYTES
-        )
+        conv_bytes = state_bytes_per_element if conv_bytes_per_element is None else conv_bytes_per_element
+        return self._conv_elements(ranks) * conv_bytes + self._recurrent_elements(ranks) * KDA_RECURRENT_STATE_BYTES
 
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the {self.num_heads} linear-attention heads" if self.num_heads % tp else None

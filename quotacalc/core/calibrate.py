@@ -393,31 +393,54 @@ def _significant(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
+def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int) -> float:
+    """KV bytes per GPU behind a logged 'GPU KV cache size': tokens × KV bytes per token, or for a model of
+    several cache kinds the blocks vLLM 0.21+'s count stands for (core/kv_groups.py)."""
+    from quotacalc.core import kv_groups, memory
+    from quotacalc.core.price import vllm_max_model_len
+
+    arch, deployment = inputs.arch, inputs.deployment
+    kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    layout = kv_groups.hybrid_layout(arch, kv_b, state_b, deployment.tp)
+    if layout is None:
+        return kv_pool_tokens * memory.kv_bytes_per_token_per_gpu(arch, kv_b, deployment.tp)
+    batched = memory.max_num_batched_tokens(deployment, inputs.gpu)
+    blocks = layout.blocks_for_logged_tokens(kv_pool_tokens, vllm_max_model_len(arch, deployment), batched)
+    return blocks * layout.bytes_per_block
+
+
 def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     """The runtime reserve a start-up log implies, and the measured pool with the deployment it holds for.
 
     vLLM sizes the pool as memory_utilization × HBM − weights − everything else (activations of the
     profiling run, CUDA graphs, communication buffers): the reserve is that last term.
     """
-    from quotacalc.core import memory
+
+    from quotacalc.core import kv_groups
+    from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
     deployment, gpu = inputs.deployment, inputs.gpu
-    from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
     # The same resident weights price subtracts, so the reserve fitted here reproduces the log's pool there.
     weight_bytes_per_gpu = inputs.weights.weight_bytes(
         inputs.arch.params_by_group()
     ) / deployment.tp + engine_extra_bytes_per_gpu(inputs.arch, inputs.weights, deployment, gpu)
     budget = deployment.memory_utilization * gpu.memory_bytes
-    kv_b = inputs.kv_dtype.bytes_per_element
-    per_token = memory.kv_bytes_per_token_per_gpu(inputs.arch, kv_b, deployment.tp)
+    pool_bytes = logged_pool_bytes_per_gpu(inputs, reading.kv_pool_tokens) if reading.kv_pool_tokens else None
     reserve_gib, note = None, ""
     if reading.available_kv_gib is not None:
         reserve_gib = (budget - weight_bytes_per_gpu - reading.available_kv_gib * GIB) / GIB
         note = "runtime reserve = memory_utilization × HBM − weights per GPU − available KV memory"
-    elif reading.kv_pool_tokens is not None and per_token:
-        reserve_gib = (budget - weight_bytes_per_gpu - reading.kv_pool_tokens * per_token) / GIB
-        note = "runtime reserve = memory_utilization × HBM − weights per GPU − pool tokens × KV bytes per token per GPU"
+    elif pool_bytes:
+        reserve_gib = (budget - weight_bytes_per_gpu - pool_bytes) / GIB
+        kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+        if kv_groups.hybrid_layout(inputs.arch, kv_b, state_b, deployment.tp) is None:
+            note = "runtime reserve = memory_utilization × HBM − weights per GPU − pool tokens × KV bytes per token per GPU"
+        else:
+            note = (
+                "runtime reserve = memory_utilization × HBM − weights per GPU − the blocks vLLM's logged pool stands "
+                "for × their bytes per GPU (its hybrid KV cache manager, vLLM 0.21+'s count)"
+            )
     if reserve_gib is not None and reserve_gib < 0:
         raise QuotacalcError(
             f"the log's KV pool is larger than {gpu.id}'s memory less the weights ({reserve_gib:.2f} GiB reserve)",
@@ -425,12 +448,14 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
             fix="check that the log is from this deployment (GPU, TP, weight dtype, gpu-memory-utilization)",
         )
     mismatch = None
-    if reading.kv_pool_tokens is not None and reading.available_kv_gib is not None and per_token:
+    if reading.kv_pool_tokens is not None and reading.available_kv_gib is not None and pool_bytes:
         implied = reading.available_kv_gib * GIB / reading.kv_pool_tokens
-        if not 0.8 <= implied / per_token <= 1.25:  # vLLM's block rounding is a few percent at most
+        # vLLM's block rounding is a few percent at most.
+        if not 0.8 <= reading.available_kv_gib * GIB / pool_bytes <= 1.25:
             mismatch = (
                 f"{reading.source}: the log's pool holds {implied:,.0f} B of KV per token per GPU where this "
-                f"deployment needs {per_token:,.0f} B: is the log from this model, TP and KV dtype?"
+                f"deployment needs {pool_bytes / reading.kv_pool_tokens:,.0f} B: is the log from this model, TP and "
+                "KV dtype?"
             )
     measured_with = None
     if reading.kv_pool_tokens is not None:

@@ -118,7 +118,9 @@ class Deployment(BaseModel):
     weight_dtype: str | None = Field(None, description="weight dtype for every parameter; default: the checkpoint's")
     kv_dtype: str | None = Field(None, description="KV cache dtype; default: the checkpoint's dtype")
     state_dtype: str | None = Field(
-        None, description="Mamba or Gated DeltaNet state dtype; default: the checkpoint's dtype"
+        None,
+        description="Mamba or Gated DeltaNet SSM / recurrent state dtype (vLLM's --mamba-ssm-cache-dtype; the conv "
+        "state stays at the checkpoint's dtype); default: the checkpoint's dtype",
     )
     batch: int = Field(128, description="decode batch: sequences per decode step, sequences")
     context: int = Field(1700, description="mean context of a sequence in the decode batch, tokens")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core.arch import DenseMLP, ModelArch, MoE
 from quotacalc.core.deployment import GIB
 
@@ -36,9 +37,17 @@ def kv_bytes_per_token_per_gpu(arch: ModelArch, kv_bytes_per_element: float, tp:
     )
 
 
+def conv_state_bytes_per_element(arch: ModelArch) -> float:
+    """Bytes of one conv-state value: the checkpoint's dtype (vLLM's mamba_cache_dtype 'auto', the model dtype),
+    whatever dtype the SSM or recurrent state is kept in (mamba_ssm_cache_dtype, quotacalc's --state-dtype)."""
+    return dtype_by_name(arch.checkpoint_dtype).bytes_per_element
+
+
 def state_bytes_per_sequence(arch: ModelArch, state_bytes_per_element: float, tp: int | None = None) -> float:
-    """Fixed state (Mamba, Gated DeltaNet: conv + recurrent) one sequence holds, whole replica or per GPU."""
-    return sum(m.state_bytes_per_sequence(state_bytes_per_element, tp) for m in _mixers(arch))
+    """Fixed state (Mamba, Gated DeltaNet: conv + recurrent) one sequence holds, whole replica or per GPU: the SSM
+    or recurrent state at the state dtype, the conv state at the checkpoint's dtype."""
+    conv = conv_state_bytes_per_element(arch)
+    return sum(m.state_bytes_per_sequence(state_bytes_per_element, tp, conv) for m in _mixers(arch))
 
 
 def state_elements_per_sequence(arch: ModelArch) -> int:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
-from quotacalc.core import memory
+from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, ParamGroup
 from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
@@ -305,7 +305,8 @@ def _kv_section(x: _Explainer) -> None:
         x.record(
             "state_bytes_per_sequence",
             state,
-            formula="Σ_state layers ((d_conv − 1) × conv_channels + SSM or recurrent state) × state_dtype_bytes",
+            formula="Σ_state layers ((d_conv − 1) × conv_channels × checkpoint dtype bytes + SSM or recurrent state × "
+            "state_dtype_bytes)",
             substituted=_state_substituted(arch, state, state_b, inputs.state_dtype.name),
             unit="B",
         )
@@ -315,8 +316,9 @@ def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name
     values = memory.state_elements_per_sequence(arch)
     text = f"{fmt(values)} values × {fmt(state_b)} B ({dtype_name})"
     if state != values * state_b:
-        # Kimi Delta Attention's recurrent state is fp32 whatever the state dtype (as vLLM keeps it).
-        text += f", fixed-dtype parts (KDA's fp32 recurrent state) at their own size: {fmt(state)} B"
+        # The conv state stays at the checkpoint's dtype (vLLM's mamba_cache_dtype), and Kimi Delta Attention's
+        # recurrent state is fp32 whatever the state dtype (as vLLM keeps it).
+        text += f", the conv state at the checkpoint's {arch.checkpoint_dtype} and KDA's recurrent state at fp32: {fmt(state)} B"
     return text
 
 
@@ -360,6 +362,9 @@ def _pool_section(x: _Explainer) -> float:
         unit="B",
     )
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    layout = kv_groups.hybrid_layout(arch, kv_b, state_b, deployment.tp)
+    if layout is not None:
+        return _hybrid_pool_section(x, layout, usable)
     request_per_gpu = memory.request_kv_bytes_per_gpu(arch, deployment.context, kv_b, state_b, deployment.tp)
     pool_token_bytes = x.figures["kv_bytes_per_token_per_gpu"] or request_per_gpu / deployment.context
     if deployment.kv_pool_tokens is not None:
@@ -373,11 +378,7 @@ def _pool_section(x: _Explainer) -> float:
         )
         return pool_tokens * pool_token_bytes
     if usable <= 0:
-        raise QuotacalcError(
-            f"{arch.name} does not fit: {weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU leave no KV pool on {gpu.id}",
-            field="tp",
-            fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
-        )
+        _no_pool(x)
     x.figures["kv_pool_source"] = "estimated"
     x.record(
         "kv_pool_tokens",
@@ -385,6 +386,158 @@ def _pool_section(x: _Explainer) -> float:
         formula="kv_pool_bytes_per_gpu / kv_bytes_per_token_per_gpu",
         substituted=f"{fmt(usable)} / {fmt(pool_token_bytes)}",
         unit="tokens",
+    )
+    return usable
+
+
+def _no_pool(x: _Explainer) -> None:
+    inputs = x.inputs
+    raise QuotacalcError(
+        f"{inputs.arch.name} does not fit: {x.figures['weight_bytes_per_gpu'] / 1e9:.1f} GB of weights per GPU leave "
+        f"no KV pool on {inputs.gpu.id}",
+        field="tp",
+        fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
+    )
+
+
+def _kinds_substituted(layout: kv_groups.KvGroupLayout) -> str:
+    return " + ".join(f"ceil({cache.layers} / {layout.group_layers})" for cache in layout.types)
+
+
+def _kinds_named(layout: kv_groups.KvGroupLayout) -> str:
+    return ", ".join(
+        f"{cache.layers} {cache.kind.value}" + (f" (window {cache.window_tokens:,})" if cache.window_tokens else "")
+        for cache in layout.types
+    )
+
+
+def _block_substituted(layout: kv_groups.KvGroupLayout) -> str:
+    state = max((c.state_bytes for c in layout.types if c.kind is kv_groups.CacheKind.STATE), default=0.0)
+    if not state:
+        return f"{kv_groups.VLLM_BLOCK_TOKENS}"
+    full = [c for c in layout.types if c.kind is kv_groups.CacheKind.FULL] or [
+        c for c in layout.types if c.kind is not kv_groups.CacheKind.STATE
+    ]
+    align = kv_groups.block_align_tokens(list(layout.types))
+    return (
+        f"max({kv_groups.VLLM_BLOCK_TOKENS}, {align} × ceil({state:.0f} / ({align} × {full[0].bytes_per_token:.0f})))"
+    )
+
+
+def _page_substituted(layout: kv_groups.KvGroupLayout) -> str:
+    attention = [c for c in layout.types if c.kind is not kv_groups.CacheKind.STATE]
+    if not attention:
+        return f"{layout.page_bytes:.0f}"
+    widest = max(attention, key=lambda c: c.block_tokens * c.bytes_per_token)
+    return f"{widest.block_tokens} × {widest.bytes_per_token:.0f}"
+
+
+def _blocks_substituted(layout: kv_groups.KvGroupLayout, tokens: int, batched_tokens: int) -> str:
+    terms = []
+    for cache in layout.types:
+        groups, block = layout.groups_of(cache), cache.block_tokens
+        if cache.kind is kv_groups.CacheKind.FULL:
+            terms.append(f"{groups} × ceil({tokens:,} / {block})")
+        elif cache.kind is kv_groups.CacheKind.SLIDING:
+            terms.append(
+                f"{groups} × (ceil(min({cache.window_tokens} − 1 + {batched_tokens:,}, {tokens:,}) / {block}) + 1)"
+            )
+        elif cache.kind is kv_groups.CacheKind.CHUNKED:
+            terms.append(f"{groups} × ceil(min({cache.window_tokens} + {batched_tokens:,}, {tokens:,}) / {block})")
+        else:
+            terms.append(f"{groups} × 1")
+    return " + ".join(terms)
+
+
+def vllm_max_model_len(arch: ModelArch, deployment: Deployment) -> int:
+    """vLLM's default max_model_len: the model's maximum context (the deployment's context if it has none)."""
+    return arch.max_context_tokens or deployment.context
+
+
+def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable: float) -> float:
+    """The pool of a model whose layers keep more than one kind of cache, in vLLM's hybrid manager's blocks
+    (core/kv_groups.py): kv_pool_tokens is its logged 'GPU KV cache size', max_resident_sequences the
+    sequences of --context its blocks hold while they decode."""
+    inputs = x.inputs
+    arch, gpu, deployment = inputs.arch, inputs.gpu, inputs.deployment
+    batched = memory.max_num_batched_tokens(deployment, gpu)
+    max_model_len = vllm_max_model_len(arch, deployment)
+    x.figures["kv_group_layout"] = layout
+    x.record(
+        "kv_cache_groups",
+        layout.groups,
+        formula="Σ_kinds ceil(layers of the kind / layers per group); layers per group = the fewest of one kind, "
+        "or the most when under 1.5 × the fewest",
+        substituted=f"{_kinds_substituted(layout)}",
+        unit="groups",
+        note=f"{_kinds_named(layout)} layers; vLLM's hybrid KV cache manager "
+        "(kv_cache_utils._get_kv_cache_groups_uniform_page_size): every group draws blocks of one page size from one pool",
+    )
+    x.record(
+        "kv_block_tokens",
+        layout.min_block_tokens,
+        formula="16, or with state layers 16 × ceil(state_bytes_per_layer / (16 × full-attention bytes per token "
+        "per layer)) so one attention page holds one sequence's state",
+        substituted=_block_substituted(layout),
+        unit="tokens",
+        note="HybridAttentionMambaModelConfig.verify_and_update_config; smaller attention pages raise their block "
+        "size to the largest page (unify_kv_cache_spec_page_size)",
+    )
+    x.record(
+        "kv_page_bytes_per_gpu",
+        layout.page_bytes,
+        formula="block × bytes per token of one layer (the largest over the kinds; state pages padded to it)",
+        substituted=_page_substituted(layout),
+        unit="B",
+    )
+    if deployment.kv_pool_tokens is not None:
+        x.figures["kv_pool_source"] = "measured"
+        pool_tokens = x.record(
+            "kv_pool_tokens",
+            deployment.kv_pool_tokens,
+            formula="measured (--kv-pool-tokens)",
+            substituted=f"{fmt(deployment.kv_pool_tokens)}",
+            unit="tokens",
+        )
+        blocks = layout.blocks_for_logged_tokens(pool_tokens, max_model_len, batched)
+        x.record(
+            "kv_pool_blocks",
+            blocks,
+            formula="ceil(kv_pool_tokens × blocks_per_request(max_model_len) / max_model_len)",
+            substituted=f"ceil({fmt(pool_tokens)} × {layout.blocks_per_request(max_model_len, batched)} / {max_model_len:,})",
+            unit="blocks",
+        )
+        return blocks * layout.bytes_per_block
+    if usable <= 0:
+        _no_pool(x)
+    x.figures["kv_pool_source"] = "estimated"
+    blocks = x.record(
+        "kv_pool_blocks",
+        layout.num_blocks(usable),
+        formula="floor(kv_pool_bytes_estimate_per_gpu / kv_page_bytes_per_gpu / layers per group)",
+        substituted=f"floor({fmt(usable)} / {fmt(layout.page_bytes)} / {layout.group_layers})",
+        unit="blocks",
+        note="kv_cache_utils.get_num_blocks",
+    )
+    per_request = x.record(
+        "kv_blocks_per_request",
+        layout.blocks_per_request(max_model_len, batched),
+        formula="Σ_groups blocks of one max_model_len request: full ceil(L / block), sliding ceil(min(window − 1 + "
+        "max_num_batched_tokens, L) / block) + 1, chunked ceil(min(chunk + max_num_batched_tokens, L) / block), "
+        "state 1 page",
+        substituted=_blocks_substituted(layout, max_model_len, batched),
+        unit="blocks",
+        note=f"L = max_model_len = {max_model_len:,} (vLLM's default: the model's maximum context)",
+    )
+    groups_rule = layout.logged_tokens(blocks, max_model_len, batched, rule=kv_groups.TokenCountRule.BLOCKS_PER_GROUP)
+    x.record(
+        "kv_pool_tokens",
+        layout.logged_tokens(blocks, max_model_len, batched),
+        formula="floor(kv_pool_blocks / kv_blocks_per_request × max_model_len)",
+        substituted=f"floor({fmt(blocks)} / {per_request} × {max_model_len:,})",
+        unit="tokens",
+        note="vLLM 0.21+'s 'GPU KV cache size' (maximum concurrency × max_model_len); vLLM 0.10-0.20 logged "
+        f"kv_pool_blocks // kv_cache_groups × block = {groups_rule:,}",
     )
     return usable
 
@@ -496,14 +649,29 @@ def _decode_batch(x: _Explainer) -> int:
     """--batch, or the largest batch the pool holds at --context when that is smaller (with a warning)."""
     model, deployment = x.model, x.inputs.deployment
     assert model is not None
-    resident = x.record(
-        "max_resident_sequences",
-        model.pool_sequences(deployment.context),
-        formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(context))",
-        substituted=f"floor({fmt(model.kv_pool_bytes_per_gpu)} / {fmt(model.sequence_kv_bytes_per_gpu(deployment.context))})",
-        unit="sequences",
-        note=f"sequences of {deployment.context:,} tokens the pool holds at once, KV and any state (vLLM's 'maximum concurrency')",
-    )
+    layout = x.figures.get("kv_group_layout")
+    if layout is not None:
+        blocks = x.figures["kv_pool_blocks"]
+        decoding = layout.blocks_per_request(deployment.context, 1)
+        resident = x.record(
+            "max_resident_sequences",
+            blocks // decoding,
+            formula="floor(kv_pool_blocks / blocks one decoding sequence of --context holds)",
+            substituted=f"floor({fmt(blocks)} / ({_blocks_substituted(layout, deployment.context, 1)}))",
+            unit="sequences",
+            note=f"sequences of {deployment.context:,} tokens the pool holds while they decode (one new token a step: "
+            "sliding layers keep their window's blocks); vLLM's logged 'maximum concurrency' reserves a whole "
+            "max_num_batched_tokens chunk in each sliding group",
+        )
+    else:
+        resident = x.record(
+            "max_resident_sequences",
+            model.pool_sequences(deployment.context),
+            formula="floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(context))",
+            substituted=f"floor({fmt(model.kv_pool_bytes_per_gpu)} / {fmt(model.sequence_kv_bytes_per_gpu(deployment.context))})",
+            unit="sequences",
+            note=f"sequences of {deployment.context:,} tokens the pool holds at once, KV and any state (vLLM's 'maximum concurrency')",
+        )
     if resident < 1:
         raise QuotacalcError(
             f"one sequence of {deployment.context:,} tokens does not fit the KV pool",
