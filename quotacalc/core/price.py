@@ -368,14 +368,7 @@ def _pool_section(x: _Explainer) -> float:
     request_per_gpu = memory.request_kv_bytes_per_gpu(arch, deployment.context, kv_b, state_b, deployment.tp)
     pool_token_bytes = x.figures["kv_bytes_per_token_per_gpu"] or request_per_gpu / deployment.context
     if deployment.kv_pool_tokens is not None:
-        x.figures["kv_pool_source"] = "measured"
-        pool_tokens = x.record(
-            "kv_pool_tokens",
-            deployment.kv_pool_tokens,
-            formula="measured (--kv-pool-tokens)",
-            substituted=f"{fmt(deployment.kv_pool_tokens)}",
-            unit="tokens",
-        )
+        pool_tokens = _measured_pool_tokens(x, deployment.kv_pool_tokens)
         return pool_tokens * pool_token_bytes
     if usable <= 0:
         _no_pool(x)
@@ -491,14 +484,7 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
         unit="B",
     )
     if deployment.kv_pool_tokens is not None:
-        x.figures["kv_pool_source"] = "measured"
-        pool_tokens = x.record(
-            "kv_pool_tokens",
-            deployment.kv_pool_tokens,
-            formula="measured (--kv-pool-tokens)",
-            substituted=f"{fmt(deployment.kv_pool_tokens)}",
-            unit="tokens",
-        )
+        pool_tokens = _measured_pool_tokens(x, deployment.kv_pool_tokens)
         blocks = layout.blocks_for_logged_tokens(pool_tokens, max_model_len, batched)
         x.record(
             "kv_pool_blocks",
@@ -540,6 +526,18 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
         f"kv_pool_blocks // kv_cache_groups × block = {groups_rule:,}",
     )
     return usable
+
+
+def _measured_pool_tokens(x: _Explainer, kv_pool_tokens: int) -> float:
+    """Record a measured pool (--kv-pool-tokens) as the pool's figure."""
+    x.figures["kv_pool_source"] = "measured"
+    return x.record(
+        "kv_pool_tokens",
+        kv_pool_tokens,
+        formula="measured (--kv-pool-tokens)",
+        substituted=f"{fmt(kv_pool_tokens)}",
+        unit="tokens",
+    )
 
 
 def _compute_section(x: _Explainer) -> None:
