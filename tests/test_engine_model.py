@@ -524,6 +524,23 @@ def test_measured_pool_holds_only_where_it_was_measured(run_cli, tmp_path):
     assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 1_200_000
 
 
+def test_a_measured_pool_that_names_its_model_holds_only_for_that_model(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    measured_with = "{model: meta-llama/Llama-3.3-70B-Instruct, gpu: h100, tp: 4, weight_dtype: fp8, kv_dtype: bf16}"
+    plan.write_text(
+        "model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\nkv_dtype: bf16\n"
+        f"kv_pool_tokens: 646503\nkv_pool_measured_with: {measured_with}\n",
+        encoding="utf-8",
+    )
+    # The same model named as its hub id and as the shipped folder: the pool holds.
+    code, out, _ = run_cli("price", plan, "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+    # Another model on the same GPU and TP: the 70B's pool would price the 8B's; refused, naming both.
+    code, out, err = run_cli("price", plan, "--model", "Llama-3.1-8B-Instruct")
+    assert code == 1 and out == ""
+    assert "model llama-3.3-70b-instruct -> llama-3.1-8b-instruct" in err and "kv_pool_tokens" in err
+
+
 @pytest.mark.parametrize(
     ("model", "tp"), [("gemma-3-27b-it", 2), ("Mixtral-8x7B-v0.1", 2), ("AI21-Jamba-1.5-Mini", 2), ("DeepSeek-V3", 8)]
 )

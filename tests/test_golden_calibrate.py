@@ -431,6 +431,7 @@ def test_reserve_from_the_pool_tokens(inputs):
     )
     assert kv.available_kv_gib is None and kv.mismatch is None
     assert kv.kv_pool_measured_with == {
+        "model": inputs.deployment.model,
         "gpu": "h100-sxm",
         "tp": 4,
         "weight_dtype": "fp8",

@@ -460,6 +460,7 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     measured_with = None
     if reading.kv_pool_tokens is not None:
         measured_with = {
+            "model": deployment.model,
             "gpu": gpu.id,
             "tp": deployment.tp,
             "weight_dtype": deployment.weight_dtype,

@@ -98,6 +98,9 @@ class KvPoolMeasuredWith(BaseModel):
 
     model_config = _STRICT
 
+    model: str | None = Field(
+        None, description="the model it was measured with, as --model names it (None: not recorded, not checked)"
+    )
     gpu: str = Field(description="GPU catalog id or alias")
     tp: int = Field(description="tensor-parallel GPUs per replica")
     weight_dtype: str | None = Field(None, description="weight dtype; None: the checkpoint's")

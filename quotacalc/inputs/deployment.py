@@ -190,6 +190,15 @@ def _dtype_name(name: str | None) -> str | None:
     return None if name in (None, "auto") else dtype_by_name(name).name
 
 
+def model_key(reference: str) -> str:
+    """A model reference as a name to compare, without reading it: the last part of a hub id or path, no
+    config.json, case folded (meta-llama/Llama-3.3-70B-Instruct and Llama-3.3-70B-Instruct are the same)."""
+    parts = [part for part in reference.replace("\\", "/").split("/") if part]
+    if parts and parts[-1].lower() == "config.json":
+        parts = parts[:-1]
+    return parts[-1].casefold() if parts else reference.casefold()
+
+
 def measured_pool_mismatch(deployment: Deployment) -> str | None:
     """Why a measured pool does not hold for this deployment (what changed since it was measured), or None."""
     measured = deployment.kv_pool_measured_with
@@ -211,6 +220,8 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         "memory_utilization": measured.memory_utilization,
         "max_num_batched_tokens": _batched_tokens(measured.max_num_batched_tokens, measured.gpu),
     }
+    if measured.model is not None:
+        now["model"], then["model"] = model_key(deployment.model), model_key(measured.model)
     changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
     if not changed:
         return None
