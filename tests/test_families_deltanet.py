@@ -313,3 +313,19 @@ def test_kimi_attention_bias_is_refused_not_miscounted(tmp_path):
     message = str(caught.value)
     assert "\n" not in message
     assert "attention_bias" in message
+
+
+@pytest.mark.parametrize(
+    ("folder", "flag", "expected"),
+    [
+        ("qwen3_5_moe", None, "fp32"),  # text_config.mamba_ssm_dtype: float32, as vLLM keeps it
+        ("qwen3_5", None, "fp32"),
+        ("qwen3_5_moe", "bf16", "bf16"),  # --state-dtype wins, as --mamba-ssm-cache-dtype does in vLLM
+        ("qwen3_next", None, "bf16"),  # no mamba_ssm_dtype: the checkpoint's dtype
+    ],
+)
+def test_the_configs_ssm_dtype_is_the_default_state_dtype(folder, flag, expected):
+    from quotacalc import Deployment, resolve
+
+    inputs = resolve(Deployment(model=str(CONFIGS / folder), gpu="h100-sxm", tp=4, state_dtype=flag))
+    assert inputs.state_dtype.name == expected

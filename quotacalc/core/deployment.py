@@ -123,7 +123,8 @@ class Deployment(BaseModel):
     state_dtype: str | None = Field(
         None,
         description="Mamba or Gated DeltaNet SSM / recurrent state dtype (vLLM's --mamba-ssm-cache-dtype; the conv "
-        "state stays at the checkpoint's dtype); default: the checkpoint's dtype",
+        "state stays at the checkpoint's dtype); default: the config's mamba_ssm_dtype where it states one (vLLM "
+        "keeps it), else the checkpoint's dtype",
     )
     batch: int = Field(128, description="decode batch: sequences per decode step, sequences")
     context: int = Field(1700, description="mean context of a sequence in the decode batch, tokens")

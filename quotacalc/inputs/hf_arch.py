@@ -32,6 +32,11 @@ _MISSING = object()
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
 
 
+def torch_dtype_name(value: object) -> str | None:
+    """quotacalc's name of a torch dtype a config states (``"bfloat16"`` -> ``"bf16"``), or None."""
+    return _TORCH_DTYPES.get(value) if isinstance(value, str) else None
+
+
 class ConfigView:
     """Typed access to a config dict; every error names the config and the field."""
 

@@ -93,8 +93,8 @@ def _notes(view: ConfigView) -> list[str]:
     ssm_dtype = view.get("mamba_ssm_dtype")
     if ssm_dtype:
         notes.append(
-            f"the config asks for a {ssm_dtype} recurrent state (mamba_ssm_dtype): "
-            "set --state-dtype to match if the server honours it"
+            f"the config asks for a {ssm_dtype} recurrent state (mamba_ssm_dtype): priced so unless --state-dtype "
+            "says otherwise, as vLLM keeps it unless --mamba-ssm-cache-dtype does"
         )
     return notes
 

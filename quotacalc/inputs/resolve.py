@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
-from quotacalc.catalog.dtypes import dtype_by_name
+from quotacalc.catalog.dtypes import Dtype, dtype_by_name
 from quotacalc.catalog.gpus import load_gpu_catalog
 from quotacalc.catalog.models import find_shipped
 from quotacalc.core.arch import ModelArch
@@ -15,6 +16,7 @@ from quotacalc.core.price import PricingInputs
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.arch_checks import check_arch
 from quotacalc.inputs.architectures import read_arch
+from quotacalc.inputs.hf_arch import torch_dtype_name
 from quotacalc.inputs.model_config import ResolvedConfig, load_model_config, locate_model, read_config_bytes
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
 from quotacalc.inputs.shipped_specs import load_spec, spec_arch
@@ -64,7 +66,7 @@ def resolve(deployment: Deployment) -> PricingInputs:
         )
     kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
     state_dtype = (
-        native
+        _config_state_dtype(resolved.config) or native
         if deployment.state_dtype in (None, "auto")
         else dtype_by_name(deployment.state_dtype, field="state_dtype")
     )
@@ -77,3 +79,14 @@ def resolve(deployment: Deployment) -> PricingInputs:
         state_dtype=state_dtype,
         mfu_scale=catalog.mfu_scale(gpu, weights.compute_dtype),
     )
+
+
+def _config_state_dtype(config: dict[str, Any]) -> Dtype | None:
+    """The recurrent state dtype a config asks for (``mamba_ssm_dtype``, at its top or in ``text_config``), which
+    vLLM keeps unless --mamba-ssm-cache-dtype says otherwise (a Qwen3.5-35B-A3B log matches only with it)."""
+    text = config.get("text_config")
+    for section in (config, text if isinstance(text, dict) else {}):
+        name = torch_dtype_name(section.get("mamba_ssm_dtype"))
+        if name is not None:
+            return dtype_by_name(name)
+    return None
