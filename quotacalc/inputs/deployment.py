@@ -221,6 +221,9 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         "max_num_batched_tokens": _batched_tokens(measured.max_num_batched_tokens, measured.gpu),
     }
     if measured.model is not None:
+        from quotacalc.inputs.model_config import locate_model
+
+        locate_model(deployment.model)  # an unknown model is the error to report, not a pool measured on another
         now["model"], then["model"] = model_key(deployment.model), model_key(measured.model)
     changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
     if not changed:
