@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -313,3 +314,17 @@ def test_models_families_lists_every_reader(run_cli):
     assert {"llama", "glm4_moe", "qwen3_next", "gemma4", "llava"} <= set(document["model_types"])
     code, out, _ = run_cli("models", "--families")
     assert code == 0 and f"{len(document['model_types'])} model_type values priced" in out
+
+
+def test_the_readmes_worked_example_is_what_price_prints(run_cli, monkeypatch):
+    # README "What it prints" shows `quotacalc price examples/llama-3.3-70b-h100.yaml` (101 columns, trailing blanks
+    # stripped): a change of any figure fails here until the README is regenerated with it.
+    monkeypatch.setenv("COLUMNS", "101")
+    root = Path(__file__).resolve().parent.parent
+    code, out, err = run_cli("price", str(root / "examples" / "llama-3.3-70b-h100.yaml"))
+    assert code == 0, err
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    marker = "`quotacalc price examples/llama-3.3-70b-h100.yaml` (the method's worked example):\n\n```\n"
+    shown = readme[readme.index(marker) + len(marker) :].split("```", 1)[0]
+    printed = "".join(line.rstrip() + "\n" for line in out.splitlines())
+    assert shown == printed
