@@ -107,12 +107,16 @@ def test_olmo_hybrid_cache_golden():
     assert state_bytes_per_sequence(arch, BF16_BYTES) == 28_200_960
 
 
-def test_olmo_hybrid_whole_projection_qk_norms_counted_with_the_norms():
-    """OLMo Hybrid RMSNorms the whole query and key projections (30 x 128 values each), after attention and
-    after the MLP: an attention layer's norms are 2 x 3,840 + (30 + 30) x 128 = 15,360; a linear one's 7,680."""
+def test_olmo_hybrid_whole_projection_qk_norms_by_hand():
+    """OLMo Hybrid RMSNorms the whole query and key projections (30 x 128 values each): (30 + 30) x 128 = 7,680
+    weights in each attention layer, with its attention as OLMo 2's; after attention and after the MLP every layer
+    norms 2 x 3,840 = 7,680. Attention: q, k, v, o 4 x 3,840 x 3,840 (30 heads of 128) + 7,680."""
     arch, _ = load_arch(str(CONFIGS / "olmo_hybrid"))
     norms = {layer.mixer.kind: layer.norm_params for layer in arch.layers}
-    assert norms == {"gated_deltanet": 7_680, "full_attention": 15_360}
+    assert norms == {"gated_deltanet": 7_680, "full_attention": 7_680}
+    attention = next(layer.mixer for layer in arch.layers if layer.mixer.kind == "full_attention")
+    assert attention.qk_norm and attention.qk_norm_whole
+    assert attention.params()[ParamGroup.ATTENTION] == 4 * 3_840 * 3_840 + 7_680
 
 
 def test_kimi_linear_cache_golden():

@@ -23,7 +23,7 @@ from quotacalc.core.arch import (
     MoE,
 )
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, attention_sizes, finish_arch, head_dim_of, mla_attention, reads
+from quotacalc.inputs.hf_arch import ConfigView, attention_sizes, finish_arch, mla_attention, reads
 from quotacalc.inputs.hf_hybrid import block_types
 
 _LINEAR = "linear_attention"
@@ -208,24 +208,13 @@ def read_olmo_hybrid(view: ConfigView, name: str) -> ModelArch:
     """Gated DeltaNet or plain attention per ``layer_types``, a SwiGLU MLP in every layer.
 
     Attention layers norm after attention and after the MLP (OLMo 2's order) and RMSNorm the whole query
-    and key projections (heads x head_dim each, not per head): those norms are counted with the layer's
-    norms. The linear-attention sizes default to ones transformers derives from the stated hidden size and
+    and key projections (heads x head_dim each, not per head), counted with the attention as OLMo 2's are. The linear-attention sizes default to ones transformers derives from the stated hidden size and
     heads (``0.75 x hidden / heads`` key dim, twice that for values), never to another model's.
     """
     hidden = view.stated_int("hidden_size")
-    heads = view.stated_int("num_attention_heads")
-    kv_heads = view.positive_int("num_key_value_heads", heads)
-    head_dim = head_dim_of(view, hidden, heads)
     bias = view.flag("attention_bias")
-    attention = FullAttention(
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        v_head_dim=head_dim,
-        qkv_bias=bias,
-        o_bias=bias,
-    )
+    # OLMo 2's whole-projection q/k norms, counted as OLMo 2's are (hf_arch's qk_norm_whole).
+    attention = FullAttention(**attention_sizes(view), qkv_bias=bias, o_bias=bias, qk_norm=True, qk_norm_whole=True)
     deltanet = GatedDeltaNetMixer(
         hidden_size=hidden,
         num_k_heads=view.positive_int("linear_num_key_heads"),
@@ -235,10 +224,9 @@ def read_olmo_hybrid(view: ConfigView, name: str) -> ModelArch:
         d_conv=view.positive_int("linear_conv_kernel_dim"),
     )
     mlp = _dense_mlp(view)
-    qk_norms = (heads + kv_heads) * head_dim
     blocks = {
         _LINEAR: Layer(mixer=deltanet, feed_forward=mlp, norm_params=2 * hidden),
-        _ATTENTION: Layer(mixer=attention, feed_forward=mlp, norm_params=2 * hidden + qk_norms),
+        _ATTENTION: Layer(mixer=attention, feed_forward=mlp, norm_params=2 * hidden),
     }
     types = block_types(view, view.stated_int("num_hidden_layers"), {_LINEAR, _ATTENTION})
     return finish_arch(view, name, [blocks[kind] for kind in types], [])
