@@ -462,6 +462,19 @@ def decoder_family(model_type: object) -> DecoderFamily | None:
     return next((family for types, family in _DECODERS.items() if model_type in types), None)
 
 
+def text_decoder_family(view: ConfigView, text: ConfigView) -> DecoderFamily:
+    """The plain decoder family of a multimodal wrapper's text model, or a one-line refusal naming
+    ``text_config.model_type``."""
+    family = decoder_family(text.get("model_type"))
+    if family is None:
+        raise UnsupportedArchitecture(
+            f"a {view.get('model_type')} text model of type '{text.get('model_type')}' is not priced yet",
+            source=view.source,
+            field="text_config.model_type",
+        )
+    return family
+
+
 def _register_decoders() -> None:
     for model_types, family in _DECODERS.items():
         reads(*model_types)(lambda view, name, family=family: read_decoder(view, name, family))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from quotacalc.core.arch import ModelArch
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, DecoderFamily, decoder_family, read_decoder, reads
+from quotacalc.inputs.hf_arch import ConfigView, read_decoder, reads, text_decoder_family
 from quotacalc.inputs.hf_mistral3 import pixtral_params
 
 
@@ -40,18 +40,6 @@ def siglip_tower_params(vision: ConfigView) -> int:
     return idefics3_vision_params(vision)
 
 
-def _decoder_of(view: ConfigView, text: ConfigView) -> DecoderFamily:
-    """The plain decoder family of the wrapper's text model, or a one-line refusal naming text_config.model_type."""
-    family = decoder_family(text.get("model_type"))
-    if family is None:
-        raise UnsupportedArchitecture(
-            f"a {view.get('model_type')} text model of type '{text.get('model_type')}' is not priced yet",
-            source=view.source,
-            field="text_config.model_type",
-        )
-    return family
-
-
 #: Vision towers a llava config can name, and how each is counted.
 _TOWERS = {
     "clip_vision_model": clip_vision_params,
@@ -73,7 +61,7 @@ def read_llava_next(view: ConfigView, name: str) -> ModelArch:
 
 def _read_llava(view: ConfigView, name: str, *, image_newline: bool) -> ModelArch:
     text = view.sub("text_config")
-    family = _decoder_of(view, text)
+    family = text_decoder_family(view, text)
     vision = view.sub("vision_config")
     tower = _TOWERS.get(vision.get("model_type"))
     if tower is None:
@@ -135,7 +123,7 @@ def read_internvl(view: ConfigView, name: str) -> ModelArch:
     """InternVL (transformers layout): the projector pixel-shuffles (1 / downsample_ratio)² patches into one, then a
     LayerNorm and two biased linears into the text model."""
     text = view.sub("text_config")
-    family = _decoder_of(view, text)
+    family = text_decoder_family(view, text)
     vision = view.sub("vision_config")
     ratio = view.get("downsample_ratio", 0.5)
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 < ratio <= 1:
@@ -165,7 +153,7 @@ def idefics3_vision_params(vision: ConfigView) -> int:
 def read_idefics3(view: ConfigView, name: str) -> ModelArch:
     """The connector pixel-shuffles scale_factor² patches into one and projects them, without bias."""
     text = view.sub("text_config")
-    family = _decoder_of(view, text)
+    family = text_decoder_family(view, text)
     vision = view.sub("vision_config")
     connector = vision.positive_int("hidden_size") * view.positive_int("scale_factor", 2) ** 2
     connector *= text.positive_int("hidden_size")
@@ -181,7 +169,7 @@ def read_idefics3(view: ConfigView, name: str) -> ModelArch:
 def read_paligemma(view: ConfigView, name: str) -> ModelArch:
     """PaliGemma: a Gemma or Gemma 2 decoder, SigLIP without its head, one biased linear to ``projection_dim``."""
     text = view.sub("text_config")
-    family = _decoder_of(view, text)
+    family = text_decoder_family(view, text)
     vision = view.sub("vision_config")
     projection = view.positive_int("projection_dim")
     projector = vision.positive_int("hidden_size") * projection + projection

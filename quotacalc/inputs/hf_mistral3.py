@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from quotacalc.core.arch import ModelArch
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, decoder_family, read_decoder, reads
+from quotacalc.inputs.hf_arch import ConfigView, read_decoder, reads, text_decoder_family
 
 
 def pixtral_params(vision: ConfigView) -> int:
@@ -33,13 +33,7 @@ def mistral3_projector_params(view: ConfigView, vision_hidden: int, text_hidden:
 @reads("mistral3")
 def read_mistral3(view: ConfigView, name: str) -> ModelArch:
     text = view.sub("text_config")
-    family = decoder_family(text.get("model_type"))
-    if family is None:
-        raise UnsupportedArchitecture(
-            f"a mistral3 text model of type '{text.get('model_type')}' is not priced yet",
-            source=view.source,
-            field="text_config.model_type",
-        )
+    family = text_decoder_family(view, text)
     vision = view.sub("vision_config")
     if vision.get("model_type") != "pixtral":
         raise UnsupportedArchitecture(

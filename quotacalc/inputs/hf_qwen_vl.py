@@ -10,8 +10,7 @@ spatial_merge_size² patches to the text width). Its 2-D rotary positions have n
 from __future__ import annotations
 
 from quotacalc.core.arch import ModelArch
-from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, DecoderFamily, decoder_family, read_decoder, reads
+from quotacalc.inputs.hf_arch import ConfigView, DecoderFamily, decoder_family, read_decoder, reads, text_decoder_family
 
 
 def qwen_vl_vision_params(vision: ConfigView) -> int:
@@ -81,14 +80,8 @@ def _text_view(view: ConfigView) -> ConfigView:
 
 
 def _read_wrapper(
-    view: ConfigView, name: str, family: DecoderFamily | None, text: ConfigView, towers: int | None = None
+    view: ConfigView, name: str, family: DecoderFamily, text: ConfigView, towers: int | None = None
 ) -> ModelArch:
-    if family is None:
-        raise UnsupportedArchitecture(
-            f"a {view.get('model_type')} text model of type '{text.get('model_type')}' is not priced yet",
-            source=view.source,
-            field="text_config.model_type",
-        )
     if towers is None:
         towers = qwen_vl_vision_params(view.sub("vision_config"))
     arch = read_decoder(text, name, family, dtype_views=(view,), vision_params=towers)
@@ -113,7 +106,7 @@ def read_qwen2_vl(view: ConfigView, name: str) -> ModelArch:
 @reads("exaone4_5")
 def read_exaone4_5(view: ConfigView, name: str) -> ModelArch:
     text = view.sub("text_config")
-    return _read_wrapper(view, name, decoder_family(text.get("model_type")), text)
+    return _read_wrapper(view, name, text_decoder_family(view, text), text)
 
 
 @reads("qwen3_vl")
