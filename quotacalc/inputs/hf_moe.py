@@ -17,6 +17,7 @@ from quotacalc.inputs.hf_arch import (
     ConfigView,
     DecoderFamily,
     attention_sizes,
+    dense_mlp,
     finish_arch,
     mla_attention,
     read_decoder,
@@ -69,7 +70,7 @@ def read_glm4_moe(view: ConfigView, name: str) -> ModelArch:
         **attention_sizes(view), qkv_bias=view.flag("attention_bias"), qk_norm=view.flag("use_qk_norm")
     )
     first_dense = _dense_prefix(view, layer_count)
-    moe, dense = _glm_moe(view), DenseMLP(hidden_size=hidden, intermediate_size=view.positive_int("intermediate_size"))
+    moe, dense = _glm_moe(view), dense_mlp(view)
     layers = [
         Layer(mixer=attention, feed_forward=dense if index < first_dense else moe, norm_params=2 * hidden)
         for index in range(layer_count)
@@ -107,7 +108,7 @@ def read_glm4_moe_lite(view: ConfigView, name: str) -> ModelArch:
             "state mlp_layer_types to match first_k_dense_replace",
         )
     mla = mla_attention(view)
-    moe, dense = _glm_moe(view), DenseMLP(hidden_size=hidden, intermediate_size=view.positive_int("intermediate_size"))
+    moe, dense = _glm_moe(view), dense_mlp(view)
     layers = [
         Layer(mixer=mla, feed_forward=moe if kind == "sparse" else dense, norm_params=2 * hidden) for kind in kinds
     ]
@@ -257,9 +258,7 @@ def read_llama4(view: ConfigView, name: str) -> ModelArch:
 
 def _dots1_feed_forward(view: ConfigView, index: int) -> DenseMLP | MoE:
     if index < _dense_prefix(view, view.stated_int("num_hidden_layers")):
-        return DenseMLP(
-            hidden_size=view.stated_int("hidden_size"), intermediate_size=view.positive_int("intermediate_size")
-        )
+        return dense_mlp(view)
     return _glm_moe(view)
 
 
@@ -289,9 +288,7 @@ def _ernie_feed_forward(view: ConfigView, index: int) -> DenseMLP | MoE:
     end = view.get("moe_layer_end_index", -1)
     end = view.stated_int("num_hidden_layers") - 1 if end == -1 else end
     if not ((index + 1) % interval == 0 and start <= index <= end):
-        return DenseMLP(
-            hidden_size=view.stated_int("hidden_size"), intermediate_size=view.positive_int("intermediate_size")
-        )
+        return dense_mlp(view)
     width = view.positive_int("moe_intermediate_size")
     shared = view.get("moe_num_shared_experts", 0)
     return MoE(
