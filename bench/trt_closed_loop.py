@@ -67,7 +67,7 @@ def mixed_prefill_s(model: ReplicaModel, batch: float, context: float, prompt: i
     """What one prompt's prefill adds to a step of ``batch`` decodes when the weights are read once for both."""
     whole = max(1, round(batch))
     read_s = (
-        model.engine_weight_read_bytes_per_gpu(whole) + whole * model.sequence_kv_bytes_per_gpu(context)
+        model.engine_weight_read_bytes_per_gpu(whole) + whole * model.sequence_kv_read_bytes_per_gpu(context)
     ) / model.bandwidth_bytes_per_s
     decode_s = model.decode_compute_s(whole, context)
     compute_s = model.prefill_compute_s(prompt)
@@ -231,7 +231,7 @@ def smooth_step_s(model: ReplicaModel, batch: int, context: float, exponent: flo
     if exponent is None:
         return model.step_time_s(batch, context)
     read_s = (
-        model.engine_weight_read_bytes_per_gpu(batch) + batch * model.sequence_kv_bytes_per_gpu(context)
+        model.engine_weight_read_bytes_per_gpu(batch) + batch * model.sequence_kv_read_bytes_per_gpu(context)
     ) / model.bandwidth_bytes_per_s
     compute_s = model.decode_compute_s(batch, context)
     return (

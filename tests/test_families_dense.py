@@ -16,6 +16,7 @@ import pytest
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.arch import ParamGroup
 from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
+from quotacalc.core.replica import replica_model
 from quotacalc.core.weights import engine_read, uniform_layout
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
@@ -115,6 +116,27 @@ def test_gemma4_e2b_shared_layers_run_double_wide_mlps():
     assert widths == [6_144] * 15 + [12_288] * 20
     assert kv_bytes_per_token(arch, BF16_BYTES) == 6_144
     assert window_bytes_per_sequence(arch, BF16_BYTES, 8_192) == 6_291_456
+
+
+def test_gemma4_e2b_shared_layers_read_their_producers_cache_in_decode():
+    """A KV-shared layer holds no cache but its attention reads the producing layer's, so a decode step reads
+    the KV of all 35 layers while the pool holds that of 15.
+
+    E2B at 8,192 tokens, TP 1, BF16 (layer kinds in the test above): reads 7 full layers x 1 x (512 + 512) x
+    8,192 x 2 B = 117,440,512 B plus 28 sliding x 1 x (256 + 256) x 512 x 2 B = 14,680,064 B:
+    132,120,576 B a sequence, 16 sequences 2,113,929,216 B. Held: 3 x 2,048 x 8,192 + 12 x 1,024 x 512 =
+    56,623,104 B a sequence.
+    """
+    inputs = resolve(Deployment(model=str(CONFIGS / "gemma4_e2b"), gpu="h100-sxm", tp=1, context=8_192, batch=16))
+    read = (7 * 1_024 * 8_192 + 28 * 512 * 512) * BF16_BYTES
+    held = (3 * 1_024 * 8_192 + 12 * 512 * 512) * BF16_BYTES
+    assert price(inputs).decode_kv_bytes_per_gpu == 16 * read == 2_113_929_216
+    model = replica_model(inputs, kv_pool_bytes_per_gpu=1e10)
+    assert model.sequence_kv_read_bytes_per_gpu(8_192) == read
+    assert model.sequence_kv_bytes_per_gpu(8_192) == held == 56_623_104
+    # The shared sliding layers attend over their window too: 28 layers' attention FLOPs, not 12.
+    per_window = dict(model.sliding_attention)[512]
+    assert per_window == 28 * 2 * 8 * (256 + 256)
 
 
 def test_gemma4_e4b_per_layer_embeddings_are_gathered_not_read():

@@ -73,6 +73,11 @@ class TokenMixer(_Spec, ABC):
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
         """Values cached per token on one of ``tp`` GPUs."""
 
+    def read_elements_per_token_per_gpu(self, tp: int) -> int:
+        """Values one decode step reads per token of context on one of ``tp`` GPUs: by default the cache this
+        layer holds."""
+        return self.cache_elements_per_token_per_gpu(tp)
+
     @abstractmethod
     def cached_tokens(self, context_tokens: int) -> int:
         """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
@@ -178,8 +183,10 @@ class _HeadAttention(_NoState, TokenMixer):
         return 0 if self.kv_shared else self.num_kv_heads * (self.head_dim + self.v_head_dim)
 
     def cache_elements_per_token_per_gpu(self, tp: int) -> int:
-        if self.kv_shared:
-            return 0
+        return 0 if self.kv_shared else self.read_elements_per_token_per_gpu(tp)
+
+    def read_elements_per_token_per_gpu(self, tp: int) -> int:
+        # A KV-shared layer holds no cache, but its attention reads the producing layer's, of the same shape.
         return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.v_head_dim)
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:

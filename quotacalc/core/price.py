@@ -691,13 +691,17 @@ def _decode_section(x: _Explainer, batch: int) -> None:
     deployment = inputs.deployment
     context = deployment.context
     _moe_steps(x, batch)
-    per_sequence = model.sequence_kv_bytes_per_gpu(context)
+    per_sequence = model.sequence_kv_read_bytes_per_gpu(context)
+    shared_reads = per_sequence - model.sequence_kv_bytes_per_gpu(context)
     kv_bytes = x.record(
         "decode_kv_bytes_per_gpu",
         batch * per_sequence,
         formula="batch × request_kv_bytes_per_gpu(context)  (= batch × context × kv_bytes_per_token / TP for full attention)",
         substituted=f"{batch} × {fmt(per_sequence)}",
         unit="B",
+        note=f"includes {fmt(shared_reads)} B a sequence that KV-shared layers read of their producers' caches"
+        if shared_reads > 0
+        else None,
     )
     bandwidth = x.record(
         "effective_bandwidth_per_gpu",

@@ -139,6 +139,11 @@ class ReplicaModel:
     #: FLOPs of one token's logits (2 × vocabulary × hidden): an engine's prefill computes them for a
     #: chunk's last token only, so a prompt token costs engine_flops_per_token less these.
     logits_flops_per_token: float = 0.0
+    #: KV bytes a decode step reads per token of context on one GPU in the layers whose cache grows: what they
+    #: hold, and what a KV-shared layer (Gemma 4) reads of its producer's cache. None: kv_bytes_per_token_per_gpu.
+    kv_read_bytes_per_token_per_gpu: float | None = None
+    #: The same for the sliding layers, by window. None: sliding_kv.
+    sliding_kv_read: tuple[tuple[int, float], ...] | None = None
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
     # attention coefficients side by side.
     _seconds_per_byte: float = field(init=False, repr=False, compare=False)
@@ -156,7 +161,11 @@ class ReplicaModel:
         if self.engine_flops_per_token is None:
             object.__setattr__(self, "engine_flops_per_token", self.flops_per_token)
         object.__setattr__(self, "prefill_flops_per_token", self.engine_flops_per_token - self.logits_flops_per_token)
-        kv = dict(self.sliding_kv)
+        if self.kv_read_bytes_per_token_per_gpu is None:
+            object.__setattr__(self, "kv_read_bytes_per_token_per_gpu", self.kv_bytes_per_token_per_gpu)
+        if self.sliding_kv_read is None:
+            object.__setattr__(self, "sliding_kv_read", self.sliding_kv)
+        kv = dict(self.sliding_kv_read)
         attention = dict(self.sliding_attention)
         windows = tuple((w, kv.get(w, 0.0), attention.get(w, 0.0)) for w in sorted(set(kv) | set(attention)))
         object.__setattr__(self, "_seconds_per_byte", 1 / self.bandwidth_bytes_per_s)
@@ -187,6 +196,14 @@ class ReplicaModel:
             total += per_token * (context_tokens if context_tokens < window else window)
         return total
 
+    def sequence_kv_read_bytes_per_gpu(self, context_tokens: float) -> float:
+        """Cache bytes one decode step reads for a sequence of ``context_tokens`` on one GPU: what it holds, and
+        the KV-shared layers' reads of their producers' caches."""
+        total = self.kv_read_bytes_per_token_per_gpu * context_tokens + self.state_bytes_per_sequence_per_gpu
+        for window, per_token in self.sliding_kv_read:
+            total += per_token * (context_tokens if context_tokens < window else window)
+        return total
+
     def pool_sequences(self, context_tokens: float) -> int:
         """Sequences of ``context_tokens`` the pool holds at once."""
         return int(self.kv_pool_bytes_per_gpu // self.sequence_kv_bytes_per_gpu(context_tokens))
@@ -206,7 +223,7 @@ class ReplicaModel:
 
     def decode_memory_s(self, batch: int, context_tokens: float) -> float:
         """Time to read the weights a step touches and every sequence's cache."""
-        read = self.decode_weight_bytes_per_gpu_at(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
+        read = self.decode_weight_bytes_per_gpu_at(batch) + batch * self.sequence_kv_read_bytes_per_gpu(context_tokens)
         return read / self.bandwidth_bytes_per_s
 
     def decode_compute_s(self, batch: int, context_tokens: float) -> float:
@@ -243,7 +260,9 @@ class ReplicaModel:
     def engine_decode_step_s(self, batch: int, context_tokens: float) -> float:
         """The roofline step over the weights the engine reads and the FLOPs it computes: max(memory, compute),
         no overheads."""
-        read = self.engine_weight_read_bytes_per_gpu(batch) + batch * self.sequence_kv_bytes_per_gpu(context_tokens)
+        read = self.engine_weight_read_bytes_per_gpu(batch) + batch * self.sequence_kv_read_bytes_per_gpu(
+            context_tokens
+        )
         return max(read / self.bandwidth_bytes_per_s, self.engine_decode_compute_s(batch, context_tokens))
 
     def prefill_weight_read_s(self) -> float:
@@ -263,7 +282,7 @@ class ReplicaModel:
         weights = self._fixed_engine_read_bytes
         if weights is None:
             weights = self.decode_weight_bytes_per_gpu_at(batch) + self.engine_read_delta_bytes_per_gpu
-        kv = self.kv_bytes_per_token_per_gpu * context_tokens + self.state_bytes_per_sequence_per_gpu
+        kv = self.kv_read_bytes_per_token_per_gpu * context_tokens + self.state_bytes_per_sequence_per_gpu
         attention = self.attention_flops_per_attended_token * context_tokens
         for window, kv_per_token, flops_per_token in self._windows:
             attended = context_tokens if context_tokens < window else window
@@ -432,7 +451,8 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
     growing = [m for m in mixers if m.grows_with_context()]
-    windowed = [m for m in mixers if not m.grows_with_context() and m.cache_elements_per_token() > 0]
+    # A KV-shared sliding layer holds no cache but reads and attends like the layer it shares with.
+    windowed = [m for m in mixers if not m.grows_with_context() and m.read_elements_per_token_per_gpu(tp) > 0]
     weight_bytes = layout.weight_bytes(arch.params_by_group())
     engine_flops = engine_compute(arch)
     return ReplicaModel(
@@ -445,6 +465,8 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
         sliding_kv=_by_window([(m.window_tokens, m.cache_elements_per_token_per_gpu(tp) * kv_b) for m in windowed]),
+        kv_read_bytes_per_token_per_gpu=sum(m.read_elements_per_token_per_gpu(tp) for m in growing) * kv_b,
+        sliding_kv_read=_by_window([(m.window_tokens, m.read_elements_per_token_per_gpu(tp) * kv_b) for m in windowed]),
         state_bytes_per_sequence_per_gpu=memory.state_bytes_per_sequence(arch, state_b, tp),
         weight_bytes_per_gpu=weight_bytes / tp,
         decode_weight_bytes_per_gpu_at=decode_weight_reader(inputs),
