@@ -161,6 +161,13 @@ def _price_rows(table: Table, result: PriceResult) -> None:
         f"{result.max_resident_sequences:,} sequences",
         "KV + state fit at once",
     )
+    if result.kv_pool_tokens_at_context != result.kv_pool_tokens:
+        _add_row(
+            table,
+            f"KV pool at {d.context:,} tokens",
+            f"{result.kv_pool_tokens_at_context:,} tokens",
+            "windows and state cost a short sequence in full; tier caps count these",
+        )
     _add_row(
         table,
         "dedicated replica",

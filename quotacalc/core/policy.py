@@ -69,7 +69,10 @@ class PoolPolicy(_Frozen):
     output_weight: float = Field(description="W: units per output token on this pool")
     replica_units_per_s: float = Field(description="units/s one replica sells at the utilisation ceiling")
     capacity_units_per_s: float = Field(description="replicas × replica_units_per_s")
-    kv_pool_tokens: int = Field(description="KV tokens one replica holds")
+    kv_pool_tokens: int = Field(
+        description="KV tokens one replica holds filled with requests of the pool's context (fewer than vLLM's count "
+        "at max_model_len where layers hold a window or a fixed state)"
+    )
     max_context_tokens: int = Field(
         description="longest context the pool can serve, tokens: the model's maximum, capped by the KV pool"
     )
@@ -328,7 +331,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 output_weight=replica.output_weight,
                 replica_units_per_s=replica.replica_units_per_s,
                 capacity_units_per_s=pool.replicas * replica.replica_units_per_s,
-                kv_pool_tokens=replica.kv_pool_tokens,
+                kv_pool_tokens=replica.kv_pool_tokens_at_context,
                 max_context_tokens=pool_max_context_tokens(replica),
                 long_context_pool=pool.long_context_pool,
                 route_above_prompt_tokens=pool.route_above_prompt_tokens,

@@ -137,6 +137,11 @@ class PriceResult(BaseModel):
     kv_pool_tokens: int
     kv_pool_source: Literal["measured", "estimated"]
     max_resident_sequences: int
+    #: Tokens the pool holds when it is filled with sequences of --context: kv_pool_tokens where every layer's cache
+    #: grows with the context; max_resident_sequences × context where some layers hold a window or a fixed state,
+    #: which a short sequence pays in full (kv_pool_tokens is vLLM's count at max_model_len). What the tiers' KV
+    #: caps and the simulator count tokens against.
+    kv_pool_tokens_at_context: int
     load_prompt_tokens: int
     load_output_tokens: int
     max_load_batch: int
@@ -676,6 +681,7 @@ def _decode_batch(x: _Explainer) -> int:
             field="context",
             fix="lower --context, raise --tp, or use --kv-dtype fp8",
         )
+    _pool_tokens_at_context(x, int(resident), layout is not None)
     if deployment.batch <= resident:
         return deployment.batch
     x.warnings.append(
@@ -683,6 +689,29 @@ def _decode_batch(x: _Explainer) -> int:
         f"{resident} such sequences: priced at batch {resident} (lower --batch, or raise --tp or use --kv-dtype fp8)"
     )
     return int(resident)
+
+
+def _pool_tokens_at_context(x: _Explainer, resident: int, per_kind: bool) -> None:
+    context, pool_tokens = x.inputs.deployment.context, x.figures["kv_pool_tokens"]
+    if not per_kind:
+        x.record(
+            "kv_pool_tokens_at_context",
+            pool_tokens,
+            formula="kv_pool_tokens (every cached token costs the same)",
+            substituted=f"{fmt(pool_tokens)}",
+            unit="tokens",
+        )
+        return
+    x.record(
+        "kv_pool_tokens_at_context",
+        min(pool_tokens, resident * context),
+        formula="min(kv_pool_tokens, max_resident_sequences × context)",
+        substituted=f"min({fmt(pool_tokens)}, {resident:,} × {context:,})",
+        unit="tokens",
+        note="tokens the pool holds filled with sequences of --context: a window or a fixed state costs a short "
+        "sequence as much as a long one, so fewer tokens fit than vLLM's count at max_model_len; tier KV caps and "
+        "the simulator count against this",
+    )
 
 
 def _decode_section(x: _Explainer, batch: int) -> None:
@@ -1012,6 +1041,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         kv_pool_tokens=f["kv_pool_tokens"],
         kv_pool_source=f["kv_pool_source"],
         max_resident_sequences=f["max_resident_sequences"],
+        kv_pool_tokens_at_context=f["kv_pool_tokens_at_context"],
         load_prompt_tokens=f["load_prompt_tokens"],
         load_output_tokens=f["load_output_tokens"],
         max_load_batch=f["max_load_batch"],

@@ -103,7 +103,9 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
             PoolSpec(
                 name=pool.name,
                 model=replica_model(inputs, result.kv_pool_bytes_per_gpu),
-                kv_pool_tokens=result.kv_pool_tokens,
+                # Tokens at the pool's context: exact for full attention; with windowed or state layers a
+                # longer request is charged more than it holds, a shorter one less.
+                kv_pool_tokens=result.kv_pool_tokens_at_context,
                 output_weight=result.output_weight,
                 replica_units_per_s=result.replica_units_per_s,
                 replicas=pool.replicas,

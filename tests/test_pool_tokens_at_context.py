@@ -1,0 +1,114 @@
+"""The KV tokens a pool holds at its context, which tier caps and the simulator count against.
+
+vLLM's logged 'GPU KV cache size' (kv_pool_tokens) counts tokens at max_model_len. Where every layer's cache grows
+with the context that is what any request mix holds; where layers keep a window (Gemma 3: 52 of 62 layers keep
+1,024 tokens) a short request pays its window layers almost in full, so far fewer of its tokens fit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quotacalc.core.checks import check_plan
+from quotacalc.core.deployment import Deployment
+from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
+from quotacalc.core.policy import build_policy
+from quotacalc.core.price import price
+from quotacalc.inputs.resolve import resolve
+from quotacalc.inputs.scenario import scenario_from_dict
+from quotacalc.sim.events import build_setup
+
+GEMMA = {"model": "gemma-3-27b-it", "gpu": "h100-sxm", "tp": 2, "context": 1_700}
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    deployment = Deployment(**GEMMA)
+    return deployment, price(resolve(deployment))
+
+
+def test_full_attention_holds_its_logged_tokens_at_any_context():
+    result = price(resolve(Deployment(model="llama-3.3-70b-instruct", gpu="h100-sxm", tp=4, context=1_700)))
+    assert result.kv_pool_tokens_at_context == result.kv_pool_tokens
+
+
+def test_a_windowed_model_holds_fewer_tokens_of_short_requests(gemma):
+    """Gemma 3 27B at TP 2 in vLLM's hybrid layout (docs/method.md): 8 KV heads a rank x 2 x 128 x 2 B = 4,096 B per
+    token per layer, 16-token pages of 65,536 B; 52 window layers and 10 full ones in groups of 10 (6 window groups,
+    8 padding layers), so the pool has pool bytes / 65,536 / 10 blocks. A decoding 1,700-token sequence takes
+    ceil(1,024 / 16) + 1 = 65 blocks in each window group and ceil(1,700 / 16) = 107 in the full one: 497 blocks,
+    where its 1,700 tokens at the logged count's rate would take 1,700 / 131,072 x 11,654 = 151."""
+    _, result = gemma
+    blocks = int(result.kv_pool_bytes_per_gpu // 65_536 // 10)
+    assert result.max_resident_sequences == blocks // (6 * 65 + 107)
+    assert result.kv_pool_tokens_at_context == result.max_resident_sequences * 1_700
+    assert result.kv_pool_tokens_at_context < result.kv_pool_tokens / 3
+
+
+def test_tier_cap_is_checked_against_the_tokens_held_at_the_pools_context(gemma):
+    deployment, result = gemma
+    held, logged = result.kv_pool_tokens_at_context, result.kv_pool_tokens
+    cap = (held + logged) // 2  # within the logged count, above what 1,700-token requests can hold
+    plan = Plan(
+        pools=(Pool(name="main", deployment=deployment, replicas=1),),
+        tiers=(
+            Tier(
+                name="gold",
+                max_context_tokens=8_192,
+                kv_cap_tokens_per_replica=cap,
+                max_concurrent_sequences=64,
+                max_output_tokens=1_024,
+                priority=0,
+            ),
+        ),
+        tenants=(PlanTenant(name="t", tier="gold", units_per_s=100),),
+    )
+    policy = build_policy(plan, {"main": result})
+    assert policy.pools[0].kv_pool_tokens == held
+    (finding,) = [f for f in check_plan(policy).findings if f.code == "kv-cap"]
+    assert finding.severity == "error"
+    assert finding.figures == {"kv_cap_tokens_per_replica": cap, "kv_pool_tokens": held}
+
+
+def test_simulator_counts_kv_against_the_tokens_held_at_the_pools_context(gemma):
+    _, result = gemma
+    tier = {
+        "name": "open",
+        "max_context_tokens": 8_192,
+        "kv_cap_tokens_per_replica": 10_000_000,
+        "max_concurrent_sequences": 100_000,
+        "max_output_tokens": 1_024,
+        "priority": 0,
+    }
+    document = {
+        "plan": {
+            "pools": [{"name": "p", "replicas": 1, "deployment": GEMMA}],
+            "tiers": [tier],
+            "tenants": [{"name": "t", "tier": "open", "units_per_s": 1e9}],
+        },
+        "workload": {
+            "tenants": [
+                {
+                    "tenant": "t",
+                    "arrival": {"kind": "poisson", "rate_rps": 1},
+                    "prompt_tokens": {"kind": "fixed", "tokens": 1_200},
+                    "output_tokens": {"kind": "fixed", "tokens": 500},
+                    "max_tokens": 500,
+                }
+            ]
+        },
+        "requests": 10,
+    }
+    setup = build_setup(scenario_from_dict(document))
+    assert setup.pools[0].kv_pool_tokens == result.kv_pool_tokens_at_context < result.kv_pool_tokens
+
+
+def test_price_shows_the_tokens_held_at_context_only_where_they_differ(run_cli, monkeypatch, gemma):
+    _, result = gemma
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli("price", "--model", "gemma-3-27b-it", "--gpu", "h100-sxm", "--tp", "2", "--context", "1700")
+    assert code == 0
+    (row,) = [line for line in out.splitlines() if line.startswith("KV pool at 1,700 tokens")]
+    assert f"{result.kv_pool_tokens_at_context:,} tokens" in row
+    code, out, _ = run_cli("price", "--model", "llama-3.3-70b-instruct", "--gpu", "h100-sxm", "--tp", "4")
+    assert code == 0 and "KV pool at" not in out
