@@ -256,7 +256,7 @@ def test_max_context_is_checked_on_the_pool_that_serves_the_long_prompts():
             subject="tiers.gold",
             message=(
                 "max context of 200,000 tokens is above what pool 'long' serves "
-                "(131,072 tokens: the model's maximum, capped by its KV pool)"
+                "(131,072 tokens: the model's maximum or the engine's max_model_len, capped by its KV pool)"
             ),
             fix="lower max_context_tokens, or route the tier's long prompts to a pool that serves them",
             figures={"max_context_tokens": 200_000.0, "pool_max_context_tokens": 131_072.0},

@@ -47,12 +47,13 @@ def test_ceil_forgives_only_float_noise():
     assert _ceil(0.5) == 1 and _ceil(1.5e-9) == 1 and _ceil(0.5e-9) == 0
 
 
-def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seqs=None):
+def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seqs=None, max_model_len=None):
     deployment = SimpleNamespace(
         model="org/model",
         tp=2,
         batch=batch,
         max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
         max_num_batched_tokens=4096,
         memory_utilization=0.9,
         kv_dtype=None,
@@ -73,6 +74,9 @@ def test_pool_max_context_is_the_model_maximum_within_the_pool():
     # A config that states no maximum: the pool is the only limit.
     _, replica = _pool_and_replica(model_max=None, pool_tokens=40_000, resident=8)
     assert pool_max_context_tokens(replica) == 40_000
+    # The engine's --max-model-len, below both, is the limit.
+    _, replica = _pool_and_replica(model_max=131_072, pool_tokens=40_000, resident=8, max_model_len=32_768)
+    assert pool_max_context_tokens(replica) == 32_768
 
 
 def test_engine_batch_is_the_priced_batch_within_the_pool_and_never_zero():

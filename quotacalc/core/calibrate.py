@@ -111,6 +111,9 @@ class KvPoolReading(BaseModel):
     source: str
     kv_pool_tokens: int | None = Field(None, ge=1, description="'GPU KV cache size: N tokens', per replica")
     available_kv_gib: float | None = Field(None, gt=0, description="'Available KV cache memory: X GiB', per GPU")
+    max_model_len: int | None = Field(
+        None, ge=1, description="the engine's max_model_len ('max_seq_len=N' in its config line), tokens"
+    )
 
 
 class FittedParameter(BaseModel):
@@ -393,9 +396,10 @@ def _significant(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int) -> float:
+def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int, max_model_len: int | None = None) -> float:
     """KV bytes per GPU behind a logged 'GPU KV cache size': tokens × KV bytes per token, or for a model of
-    several cache kinds the blocks vLLM 0.21+'s count stands for (core/kv_groups.py)."""
+    several cache kinds the blocks vLLM 0.21+'s count stands for (core/kv_groups.py) at ``max_model_len`` (the
+    log's; None: the deployment's)."""
     from quotacalc.core import kv_groups, memory
     from quotacalc.core.price import vllm_max_model_len
 
@@ -405,7 +409,8 @@ def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int) -> flo
     if layout is None:
         return kv_pool_tokens * memory.kv_bytes_per_token_per_gpu(arch, kv_b, deployment.tp)
     batched = memory.max_num_batched_tokens(deployment, inputs.gpu)
-    blocks = layout.blocks_for_logged_tokens(kv_pool_tokens, vllm_max_model_len(arch, deployment), batched)
+    length = max_model_len or vllm_max_model_len(arch, deployment)
+    blocks = layout.blocks_for_logged_tokens(kv_pool_tokens, length, batched)
     return blocks * layout.bytes_per_block
 
 
@@ -426,7 +431,11 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
         inputs.arch.params_by_group()
     ) / deployment.tp + engine_extra_bytes_per_gpu(inputs.arch, inputs.weights, deployment, gpu)
     budget = deployment.memory_utilization * gpu.memory_bytes
-    pool_bytes = logged_pool_bytes_per_gpu(inputs, reading.kv_pool_tokens) if reading.kv_pool_tokens else None
+    pool_bytes = (
+        logged_pool_bytes_per_gpu(inputs, reading.kv_pool_tokens, reading.max_model_len)
+        if reading.kv_pool_tokens
+        else None
+    )
     reserve_gib, note = None, ""
     if reading.available_kv_gib is not None:
         reserve_gib = (budget - weight_bytes_per_gpu - reading.available_kv_gib * GIB) / GIB
@@ -468,6 +477,10 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
             "memory_utilization": deployment.memory_utilization,
             "max_num_batched_tokens": deployment.max_num_batched_tokens,
         }
+        kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+        if reading.max_model_len is not None and kv_groups.hybrid_layout(inputs.arch, kv_b, state_b, deployment.tp):
+            # The logged count of windowed or state layers is per request of this length: it holds only there.
+            measured_with["max_model_len"] = reading.max_model_len
     return KvPoolFit(
         source=reading.source,
         kv_pool_tokens=reading.kv_pool_tokens,
@@ -646,6 +659,8 @@ def calibrate(
         if kv.kv_pool_tokens is not None:
             fitted_values["kv_pool_tokens"] = kv.kv_pool_tokens
             fitted_values["kv_pool_measured_with"] = kv.kv_pool_measured_with
+            if (kv.kv_pool_measured_with or {}).get("max_model_len") is not None:
+                fitted_values["max_model_len"] = kv.kv_pool_measured_with["max_model_len"]
     loo_errors = [fit.leave_one_out_error for fit in point_fits if fit.leave_one_out_error is not None]
     rms_error_before = _rms([fit.error_before for fit in point_fits])
     mismatch = deployment_mismatch_warning(inputs, rms_error_before)
@@ -782,7 +797,11 @@ def _same(expected: object, actual: object) -> bool:
     if isinstance(expected, float) and isinstance(actual, int | float):
         return math.isclose(expected, actual, rel_tol=1e-9)
     if isinstance(expected, dict) and isinstance(actual, BaseModel):
-        return expected == actual.model_dump(mode="json")
+        # Through the model: a key recorded before it existed (or left out at its default) reads as its default.
+        try:
+            return type(actual).model_validate(expected) == actual
+        except ValueError:
+            return False
     return expected == actual
 
 

@@ -163,7 +163,7 @@ def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Find
                     subject=f"tiers.{tenant.tier}",
                     message=(
                         f"max context of {tenant.max_context_tokens:,} tokens is above what pool '{served_by.name}' "
-                        f"serves ({served_by.max_context_tokens:,} tokens: the model's maximum, capped by its KV pool)"
+                        f"serves ({served_by.max_context_tokens:,} tokens: the model's maximum or the engine's max_model_len, capped by its KV pool)"
                     ),
                     fix="lower max_context_tokens, or route the tier's long prompts to a pool that serves them",
                     figures={

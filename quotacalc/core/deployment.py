@@ -107,6 +107,11 @@ class KvPoolMeasuredWith(BaseModel):
     kv_dtype: str | None = Field(None, description="KV cache dtype; None: the checkpoint's")
     memory_utilization: float = Field(0.9, description="vLLM gpu-memory-utilization")
     max_num_batched_tokens: int | None = Field(None, description="vLLM max-num-batched-tokens; None: its default")
+    max_model_len: int | None = Field(
+        None,
+        description="vLLM max-model-len (the log's max_seq_len): a windowed or state model's logged pool counts "
+        "requests of this length; None: not recorded, not checked",
+    )
 
 
 class Deployment(BaseModel):
@@ -128,6 +133,12 @@ class Deployment(BaseModel):
     )
     batch: int = Field(128, description="decode batch: sequences per decode step, sequences")
     context: int = Field(1700, description="mean context of a sequence in the decode batch, tokens")
+    max_model_len: int | None = Field(
+        None,
+        description="the longest sequence (prompt + output) the engine admits, tokens (vLLM's --max-model-len); "
+        "default: the model's maximum context. vLLM's logged KV cache size of a model with windowed or state "
+        "layers counts requests of this length",
+    )
     mfu: float = Field(
         0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in (0, 1]"
     )
@@ -267,7 +278,7 @@ class Deployment(BaseModel):
             raise ValueError(f"must be a positive integer, got {value}")
         return value
 
-    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "max_num_seqs", "load_prompt_tokens")
+    @field_validator("kv_pool_tokens", "max_num_batched_tokens", "max_num_seqs", "load_prompt_tokens", "max_model_len")
     @classmethod
     def _positive_pool(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:

@@ -202,9 +202,10 @@ def tenant_units_per_s(
 
 
 def pool_max_context_tokens(replica: PriceResult) -> int:
-    """The longest context a replica serves: the model's maximum, and never more than its KV pool holds."""
-    model_max = replica.inputs.arch.max_context_tokens
-    return min(model_max, replica.kv_pool_tokens) if model_max else replica.kv_pool_tokens
+    """The longest context a replica serves: the model's maximum or the engine's max_model_len, and never more than
+    its KV pool holds."""
+    limits = (replica.inputs.arch.max_context_tokens, replica.inputs.deployment.max_model_len, replica.kv_pool_tokens)
+    return min(limit for limit in limits if limit)
 
 
 #: vLLM's --kv-cache-dtype spelling of quotacalc's dtype names.

@@ -204,6 +204,20 @@ def _check_inputs(inputs: PricingInputs) -> None:
             field="context",
             fix=f"use a context of at most {arch.max_context_tokens:,} tokens",
         )
+    if deployment.max_model_len is not None:
+        if arch.max_context_tokens and deployment.max_model_len > arch.max_context_tokens:
+            raise QuotacalcError(
+                f"{deployment.max_model_len:,} tokens exceed {arch.name}'s maximum context of "
+                f"{arch.max_context_tokens:,} (vLLM refuses a longer max_model_len)",
+                field="max_model_len",
+                fix=f"at most {arch.max_context_tokens:,} tokens, or leave it out for the model's maximum",
+            )
+        if deployment.context > deployment.max_model_len:
+            raise QuotacalcError(
+                f"a context of {deployment.context:,} tokens exceeds max_model_len {deployment.max_model_len:,}",
+                field="context",
+                fix=f"use a context of at most {deployment.max_model_len:,} tokens, or raise max_model_len",
+            )
 
 
 @dataclass
@@ -448,7 +462,10 @@ def _blocks_substituted(layout: kv_groups.KvGroupLayout, tokens: int, batched_to
 
 
 def vllm_max_model_len(arch: ModelArch, deployment: Deployment) -> int:
-    """vLLM's default max_model_len: the model's maximum context (the deployment's context if it has none)."""
+    """The engine's max_model_len: the deployment's, else vLLM's default, the model's maximum context (the
+    deployment's context if it states none)."""
+    if deployment.max_model_len is not None:
+        return deployment.max_model_len
     return arch.max_context_tokens or deployment.context
 
 
@@ -518,7 +535,8 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
         "state 1 page",
         substituted=_blocks_substituted(layout, max_model_len, batched),
         unit="blocks",
-        note=f"L = max_model_len = {max_model_len:,} (vLLM's default: the model's maximum context)",
+        note=f"L = max_model_len = {max_model_len:,} "
+        + ("(--max-model-len)" if deployment.max_model_len else "(vLLM's default: the model's maximum context)"),
     )
     groups_rule = layout.logged_tokens(blocks, max_model_len, batched, rule=kv_groups.TokenCountRule.BLOCKS_PER_GROUP)
     x.record(
@@ -704,13 +722,13 @@ def _pool_tokens_at_context(x: _Explainer, resident: int, per_kind: bool) -> Non
         return
     x.record(
         "kv_pool_tokens_at_context",
-        min(pool_tokens, resident * context),
-        formula="min(kv_pool_tokens, max_resident_sequences × context)",
-        substituted=f"min({fmt(pool_tokens)}, {resident:,} × {context:,})",
+        resident * context,
+        formula="max_resident_sequences × context",
+        substituted=f"{resident:,} × {context:,}",
         unit="tokens",
-        note="tokens the pool holds filled with sequences of --context: a window or a fixed state costs a short "
-        "sequence as much as a long one, so fewer tokens fit than vLLM's count at max_model_len; tier KV caps and "
-        "the simulator count against this",
+        note="tokens the pool holds filled with sequences of --context that decode: a window or a fixed state costs "
+        "a short sequence as much as a long one, and vLLM's count at max_model_len reserves a prefill chunk in each "
+        "window group; tier KV caps and the simulator count against this",
     )
 
 

@@ -344,6 +344,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Bounded digits: a figure longer than any GPU's memory is not a figure (and not a 4,000-digit int to convert).
 _POOL_TOKENS = re.compile(r"GPU KV cache size:\s*(\d[\d,]{0,20})\s*tokens")
 _AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(\d{1,9}(?:\.\d{1,9})?)\s*GiB")
+# The engine's config line ('... with config: model=..., max_seq_len=32768, ...') and its concurrency line
+# ('Maximum concurrency for 32,768 tokens per request: 2.09x') both state max_model_len.
+_MAX_MODEL_LEN = (
+    re.compile(r"\bmax_seq_len=(\d{1,12})\b"),
+    re.compile(r"Maximum concurrency for\s*(\d[\d,]{0,15})\s*tokens per request"),
+)
 
 
 def read_vllm_log(path: str) -> KvPoolReading:
@@ -351,8 +357,12 @@ def read_vllm_log(path: str) -> KvPoolReading:
     # A server's log may run to gigabytes: read it line by line, keep only the two figures.
     pools_seen: set[int] = set()
     available: list[float] = []
+    lengths: set[int] = set()
     with _open_regular(path, "vLLM start-up log") as handle:
         for raw in handle:
+            if b"max_seq_len=" in raw or b"Maximum concurrency for" in raw:
+                text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+                lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
             if b"KV cache" not in raw:
                 continue
             line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
@@ -363,6 +373,12 @@ def read_vllm_log(path: str) -> KvPoolReading:
     if len(pools) > 1:
         raise QuotacalcError(
             f"{len(pools)} different KV pools ({', '.join(f'{pool:,}' for pool in pools)} tokens)",
+            source=path,
+            fix="give the log of one start-up",
+        )
+    if len(lengths) > 1:
+        raise QuotacalcError(
+            f"{len(lengths)} different max_model_len values ({', '.join(f'{length:,}' for length in sorted(lengths))})",
             source=path,
             fix="give the log of one start-up",
         )
@@ -377,6 +393,7 @@ def read_vllm_log(path: str) -> KvPoolReading:
             source=path,
             kv_pool_tokens=pools[0] if pools else None,
             available_kv_gib=min(available) if available else None,
+            max_model_len=lengths.pop() if lengths else None,
         )
     except ValidationError as error:
         raise QuotacalcError(error.errors()[0]["msg"], source=path) from None

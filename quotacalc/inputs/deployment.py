@@ -34,7 +34,6 @@ KEY_SYNONYMS = {
     "max_num_seqs": "batch",
     "batch_size": "batch",
     "context_length": "context",
-    "max_model_len": "context",
     "kv_cache_dtype": "kv_dtype",
     "dtype": "weight_dtype",
     "gpu_memory_utilization": "memory_utilization",
@@ -199,6 +198,12 @@ def model_key(reference: str) -> str:
     return parts[-1].casefold() if parts else reference.casefold()
 
 
+def _model_max_context(model: str) -> int | None:
+    from quotacalc.inputs.resolve import load_arch
+
+    return load_arch(model)[0].max_context_tokens
+
+
 def measured_pool_mismatch(deployment: Deployment) -> str | None:
     """Why a measured pool does not hold for this deployment (what changed since it was measured), or None."""
     measured = deployment.kv_pool_measured_with
@@ -225,6 +230,10 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
 
         locate_model(deployment.model)  # an unknown model is the error to report, not a pool measured on another
         now["model"], then["model"] = model_key(deployment.model), model_key(measured.model)
+    if measured.max_model_len is not None:
+        # Recorded where the logged count depends on it (windowed or state layers); unset means the model's maximum.
+        now["max_model_len"] = deployment.max_model_len or _model_max_context(deployment.model)
+        then["max_model_len"] = measured.max_model_len
     changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
     if not changed:
         return None

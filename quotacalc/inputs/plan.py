@@ -393,8 +393,14 @@ def _check_references(plan: Plan, path: str) -> None:
 
 
 def _context_limit(pool: Pool) -> int | None:
-    """The longest context a pool serves, as far as the plan file can tell: the model's max, a measured pool."""
-    limits = [value for value in (_model_max_context(pool.deployment.model), pool.deployment.kv_pool_tokens) if value]
+    """The longest context a pool serves, as far as the plan file can tell: the model's max, a measured pool, the
+    engine's max_model_len."""
+    deployment = pool.deployment
+    limits = [
+        value
+        for value in (_model_max_context(deployment.model), deployment.kv_pool_tokens, deployment.max_model_len)
+        if value
+    ]
     return min(limits) if limits else None
 
 
