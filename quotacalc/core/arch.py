@@ -585,6 +585,42 @@ class KimiDeltaAttentionMixer(_StateSpace):
         return f"does not divide the {self.num_heads} linear-attention heads" if self.num_heads % tp else None
 
 
+class ShortConvMixer(_StateSpace):
+    """A gated short convolution (Liquid's LFM2 ``conv`` layers): in_proj to three hidden-wide streams B, C
+    and x, a depthwise causal convolution of ``d_conv`` taps over B·x, C times its output, out_proj.
+
+    Per sequence vLLM keeps only the convolution's last ``d_conv - 1`` inputs over the hidden channels
+    (``MambaStateShapeCalculator.short_conv_state_shape``: ``(d_conv - 1, hidden / TP)``), at
+    ``mamba_cache_dtype`` (the model dtype by default, ``short_conv_state_dtype``): the whole state is conv
+    state, none of it an SSM state. Parameters in the Mamba group: vLLM builds the layer as a ``MambaBase``
+    and quantizes its projections like other linear layers.
+    """
+
+    kind: Literal["short_conv"] = "short_conv"
+    hidden_size: PositiveInt
+    d_conv: PositiveInt
+    #: Biases on in_proj, the convolution and out_proj (``conv_bias``).
+    bias: bool = False
+
+    def params(self) -> dict[ParamGroup, int]:
+        hidden = self.hidden_size
+        count = hidden * 3 * hidden + hidden * self.d_conv + hidden * hidden
+        count += (3 * hidden + hidden + hidden) if self.bias else 0
+        return {ParamGroup.MAMBA: count}
+
+    def state_elements_per_sequence(self) -> int:
+        return (self.d_conv - 1) * self.hidden_size
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self.conv_state_elements_per_sequence_per_gpu(tp)
+
+    def conv_state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return (self.d_conv - 1) * (self.hidden_size // tp)
+
+    def tp_problem(self, tp: int) -> str | None:
+        return f"does not divide the {self.hidden_size} short-convolution channels" if self.hidden_size % tp else None
+
+
 Mixer = Annotated[
     Union[
         FullAttention,
@@ -596,6 +632,7 @@ Mixer = Annotated[
         Mamba2Mixer,
         GatedDeltaNetMixer,
         KimiDeltaAttentionMixer,
+        ShortConvMixer,
     ],
     Field(discriminator="kind"),
 ]

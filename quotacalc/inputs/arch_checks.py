@@ -51,6 +51,7 @@ _EXPERT_FIELDS = {
     "kimi_linear": ("num_experts", "num_experts_per_token"),
     "ernie4_5_moe": ("moe_num_experts", "moe_k"),
     "hunyuan_v1_moe": ("num_experts", "moe_topk"),
+    "dbrx": ("ffn_config.moe_num_experts", "ffn_config.moe_top_k"),
 }
 
 

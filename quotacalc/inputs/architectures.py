@@ -12,10 +12,23 @@ from typing import Any
 
 from quotacalc.core.arch import ModelArch
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs import hf_arch, hf_deltanet, hf_gemma4, hf_hybrid, hf_llava, hf_mistral3, hf_moe, hf_qwen_vl
+from quotacalc.inputs import (
+    hf_arch,
+    hf_deltanet,
+    hf_gemma4,
+    hf_hybrid,
+    hf_llava,
+    hf_mistral3,
+    hf_moe,
+    hf_moe_more,
+    hf_qwen_vl,
+    hf_shortconv,
+)
 
 #: Modules whose import registers readers (named so the import is visibly used).
 READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_qwen_vl, hf_llava)
+#: More MoE families (OLMoE, DBRX) and LFM2's short-convolution hybrid.
+MORE_READER_MODULES = (hf_moe_more, hf_shortconv)
 
 
 def supported_model_types() -> list[str]:

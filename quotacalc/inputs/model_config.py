@@ -292,12 +292,14 @@ _EXPERTS_KEY = {
     "dots1": "n_routed_experts",
     "ernie4_5_moe": "moe_num_experts",
     "hunyuan_v1_moe": "num_experts",
+    "olmoe": "num_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
     | {"olmo2", "olmo3", "smollm3", "seed_oss", "exaone4", "ernie4_5", "cohere2", "ministral3"}
     | {"gemma", "helium", "glm4", "cohere", "starcoder2", "olmo", "arcee", "glm", "hunyuan_v1_dense", "phi", "nemotron"}
     | {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
+    | {"lfm2"}
 )
 
 

@@ -1,0 +1,96 @@
+"""Readers for more mixture-of-experts families: OLMoE (``olmoe``) and DBRX (``dbrx``).
+
+Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``) and is checked
+against what vLLM builds for it (``vllm/model_executor/models/<family>.py``): where the two would build
+different layers from one config, the config is refused with the field that makes them differ.
+"""
+
+from __future__ import annotations
+
+from quotacalc.core.arch import FullAttention, Layer, ModelArch, MoE
+from quotacalc.errors import UnsupportedArchitecture
+from quotacalc.inputs.hf_arch import AttentionTraits, ConfigView, DecoderFamily, finish_arch, read_decoder, reads
+
+# --------------------------------------------------------------------------- OLMoE
+
+
+def _olmoe_moe(view: ConfigView, index: int) -> MoE:
+    """Every layer: ``num_experts`` experts of ``intermediate_size``, top ``num_experts_per_tok``, a router
+    without bias, no shared expert."""
+    return MoE(
+        hidden_size=view.positive_int("hidden_size"),
+        num_experts=view.positive_int("num_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("intermediate_size"),
+    )
+
+
+#: OLMoE: RMSNorm on queries and keys over the whole projection (hidden and KV heads x head_dim wide), as
+#: OLMo 2's; no biases in vLLM's olmoe.py.
+_OLMOE = DecoderFamily(attention=AttentionTraits(qk_norm=True, qk_norm_whole=True), feed_forward=_olmoe_moe)
+
+
+def _head_dim_is_hidden_over_heads(view: ConfigView, hidden: int, heads: int, family: str) -> None:
+    """vLLM's model file takes head_dim = hidden / heads whatever the config says; transformers reads a stated
+    ``head_dim``: a config whose two differ describes two models."""
+    if hidden % heads:
+        raise view.fail("num_attention_heads", f"{heads} heads do not divide the hidden size {hidden}")
+    head_dim = view.get("head_dim")
+    if head_dim is not None and head_dim != hidden // heads:
+        raise view.fail(
+            "head_dim",
+            f"is {head_dim}, but vLLM's {family}.py sizes heads as hidden_size / num_attention_heads = {hidden // heads}",
+            "leave head_dim out, or state hidden_size / num_attention_heads",
+        )
+
+
+@reads("olmoe")
+def read_olmoe(view: ConfigView, name: str) -> ModelArch:
+    """AllenAI's OLMoE (``OlmoeForCausalLM``): full attention with whole-projection q/k norms, experts in every
+    layer. ``clip_qkv`` clamps activations only: no parameter or cache effect."""
+    if view.flag("attention_bias"):
+        raise UnsupportedArchitecture(
+            "attention biases: transformers builds them, vLLM's olmoe.py does not (bias=False)",
+            source=view.source,
+            field=view.prefix + "attention_bias",
+        )
+    _head_dim_is_hidden_over_heads(
+        view, view.stated_int("hidden_size"), view.stated_int("num_attention_heads"), "olmoe"
+    )
+    return read_decoder(view, name, _OLMOE)
+
+
+# --------------------------------------------------------------------------- DBRX
+
+
+@reads("dbrx")
+def read_dbrx(view: ConfigView, name: str) -> ModelArch:
+    """Databricks' DBRX (``DbrxForCausalLM``): GQA through one fused ``Wqkv`` (no biases; ``clip_qkv`` clamps
+    activations only), weight-only LayerNorms, and in every layer ``ffn_config.moe_num_experts`` GLU experts
+    (w1, v1, w2) of ``ffn_hidden_size``, top ``moe_top_k``, a router without bias.
+
+    The sizes sit under DBRX's own names (``d_model``, ``n_heads``, ``n_layers``, ``attn_config.kv_n_heads``,
+    ``ffn_config.*``); each must be stated, since the class defaults are another model's.
+    """
+    layer_count = view.stated_int("n_layers")
+    hidden = view.stated_int("d_model")
+    heads = view.stated_int("n_heads")
+    attn, ffn = view.sub("attn_config"), view.sub("ffn_config")
+    if hidden % heads:
+        raise view.fail("n_heads", f"{heads} heads do not divide d_model {hidden}")
+    kv_heads = attn.stated_int("kv_n_heads")
+    if kv_heads > heads or heads % kv_heads:
+        raise attn.fail(
+            "kv_n_heads", f"{kv_heads} KV heads must divide the {heads} attention heads", "each KV head serves a group"
+        )
+    attention = FullAttention(
+        hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads, v_head_dim=hidden // heads
+    )
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=ffn.stated_int("moe_num_experts"),
+        top_k=ffn.stated_int("moe_top_k"),
+        expert_intermediate_size=ffn.stated_int("ffn_hidden_size"),
+    )
+    layers = [Layer(mixer=attention, feed_forward=moe, norm_params=2 * hidden) for _ in range(layer_count)]
+    return finish_arch(view, name, layers, [])

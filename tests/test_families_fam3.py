@@ -1,0 +1,238 @@
+"""OLMoE, DBRX and LFM2 priced against transformers' own counts, with cache, state and active-parameter
+goldens derived by hand.
+
+``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
+folders of ``tests/data/configs`` named in it (``tests/data/make_reference_params.py`` run on a folder
+holding only those; the command is in the file's ``generated_by``). The totals are checked in
+tests/test_reference_counts.py, with every other test config's; the hand counts below check the same
+totals from the published sizes, so a wrong reference would show too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quotacalc.core.arch import DenseMLP, FullAttention, MoE, ParamGroup, ShortConvMixer
+from quotacalc.core.kv_groups import CacheKind, hybrid_layout
+from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence
+from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.resolve import load_arch
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+REFERENCE = json.loads((DATA / "reference_params_fam3.json").read_text(encoding="utf-8"))["models"]
+BF16_BYTES = 2
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _arch(folder: str):
+    arch, _ = load_arch(str(CONFIGS / folder))
+    return arch
+
+
+# --------------------------------------------------------------------------- OLMoE
+
+
+def test_olmoe_layout_and_kv_by_hand():
+    """OLMoE-1B-7B: 16 layers of full attention, experts in every one.
+
+    KV per token: 16 layers x 16 KV heads x (128 K + 128 V), head_dim 2,048 / 16 = 128 -> 65,536 elements
+    -> 131,072 bytes in bf16; at TP 8, 2 KV heads per GPU -> 16,384 bytes.
+    """
+    arch = _arch("olmoe_1b_7b")
+    assert arch.mixer_counts() == {"full_attention": 16}
+    assert all(isinstance(layer.feed_forward, MoE) for layer in arch.layers)
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 131_072
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 8) == 16_384
+
+
+def test_olmoe_params_by_hand():
+    """Attention per layer: q, k, v, o 4 x 2,048 x 2,048 = 16,777,216, and q/k RMSNorm over the whole
+    projection (transformers' q_norm is hidden_size wide, k_norm KV heads x head_dim; vLLM's the same):
+    2,048 + 2,048 -> 16,781,312.
+    Experts: 64 of 3 x 2,048 x 1,024 = 6,291,456 -> 402,653,184; router 64 x 2,048 = 131,072; norms 4,096.
+    Per layer 419,569,664; x 16 = 6,713,114,624. Embedding and untied head 2 x 50,304 x 2,048 = 206,045,184;
+    final norm 2,048. Total 6,919,161,856 (transformers' count).
+    Active: 8 of 64 experts, 50,331,648 -> per layer 67,248,128; x 16 + 206,045,184 + 2,048 = 1,282,017,280.
+    """
+    arch = _arch("olmoe_1b_7b")
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 16_781_312}
+    assert arch.moe_layers()[0].active_params() == {
+        ParamGroup.ROUTER: 131_072,
+        ParamGroup.SHARED_EXPERTS: 0,
+        ParamGroup.ROUTED_EXPERTS: 50_331_648,
+    }
+    assert arch.total_params() == 6_919_161_856 == REFERENCE["olmoe_1b_7b"]["total_params"]
+    assert arch.active_params() == 1_282_017_280
+
+
+# --------------------------------------------------------------------------- DBRX
+
+
+def test_dbrx_layout_and_kv_by_hand():
+    """DBRX: 40 layers, 48 heads, 8 KV heads of 6,144 / 48 = 128.
+
+    KV per token: 40 x 8 x 256 = 81,920 elements -> 163,840 bytes; at TP 8 one KV head per GPU -> 20,480 bytes,
+    and at TP 16 still one (replicated, as vLLM's dbrx.py does below one head per rank).
+    """
+    arch = _arch("dbrx_instruct")
+    assert arch.mixer_counts() == {"full_attention": 40}
+    assert all(isinstance(layer.feed_forward, MoE) for layer in arch.layers)
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 163_840
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 8) == 20_480
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 16) == 20_480
+
+
+def test_dbrx_params_by_hand():
+    """Fused Wqkv 6,144 x (6,144 + 2 x 8 x 128) = 50,331,648 and out_proj 6,144^2 = 37,748,736, no biases
+    -> 88,080,384. Experts: 16 GLUs (w1, v1, w2) of 3 x 6,144 x 10,752 = 198,180,864 -> 3,170,893,824;
+    router 16 x 6,144 = 98,304; two weight-only LayerNorms 12,288. Per layer 3,259,084,800; x 40 =
+    130,363,392,000. Embedding and untied head 2 x 100,352 x 6,144 = 1,233,125,376; final norm 6,144.
+    Total 131,596,523,520 (transformers' count).
+    Active: 4 of 16 experts, 792,723,456 -> per layer 880,914,432; x 40 + 1,233,125,376 + 6,144 = 36,469,708,800.
+    """
+    arch = _arch("dbrx_instruct")
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 88_080_384}
+    assert arch.moe_layers()[0].params()[ParamGroup.ROUTED_EXPERTS] == 3_170_893_824
+    assert arch.total_params() == 131_596_523_520 == REFERENCE["dbrx_instruct"]["total_params"]
+    assert arch.active_params() == 36_469_708_800
+
+
+# --------------------------------------------------------------------------- LFM2
+
+#: LFM2-1.2B's attention layers (``full_attn_idxs``); the other ten are short convolutions.
+LFM2_ATTENTION_LAYERS = [2, 5, 8, 10, 12, 14]
+
+
+def test_lfm2_layout_from_full_attn_idxs():
+    """The config gives ``full_attn_idxs``, not ``layer_types``: transformers derives the list from it."""
+    arch = _arch("lfm2_1_2b")
+    assert arch.mixer_counts() == {"short_conv": 10, "full_attention": 6}
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.mixer, FullAttention)] == (
+        LFM2_ATTENTION_LAYERS
+    )
+    assert all(isinstance(layer.feed_forward, DenseMLP) for layer in arch.layers)
+
+
+def test_lfm2_params_by_hand():
+    """LFM2-1.2B, tied embeddings.
+
+    MLP width: block_ff_dim 12,288 auto-adjusted: int(2 x 12,288 / 3) = 8,192, x 1.0, rounded up to 256 ->
+    8,192; SwiGLU 3 x 2,048 x 8,192 = 50,331,648 per layer.
+    Short convolution: in_proj 2,048 x 3 x 2,048 = 12,582,912, depthwise conv 2,048 x 3 taps = 6,144,
+    out_proj 2,048^2 = 4,194,304, no biases -> 16,783,360.
+    Attention: q and o 2 x 2,048^2 = 8,388,608, k and v 2 x 2,048 x 8 x 64 = 2,097,152, per-head q/k norms
+    2 x 64 -> 10,485,888.
+    Norms 2 x 2,048 per layer. Total: 65,536 x 2,048 = 134,217,728 + 10 x 16,783,360 + 6 x 10,485,888
+    + 16 x (50,331,648 + 4,096) + 2,048 = 1,170,340,608 (transformers' count).
+    """
+    arch = _arch("lfm2_1_2b")
+    conv = arch.layers[0].mixer
+    assert isinstance(conv, ShortConvMixer)
+    assert conv.params() == {ParamGroup.MAMBA: 16_783_360}
+    assert arch.layers[2].mixer.params() == {ParamGroup.ATTENTION: 10_485_888}
+    assert arch.layers[0].feed_forward.intermediate_size == 8_192
+    assert arch.total_params() == 1_170_340_608 == REFERENCE["lfm2_1_2b"]["total_params"]
+    assert arch.active_params() == arch.total_params()
+
+
+def test_lfm2_kv_and_conv_state_by_hand():
+    """KV per token: only the 6 attention layers, 8 KV heads x (64 + 64) -> 6 x 1,024 = 6,144 elements ->
+    12,288 bytes in bf16.
+
+    State per sequence (vLLM's short_conv_state_shape: (conv_L_cache - 1) x hidden / TP, at the model dtype):
+    10 conv layers x 2 x 2,048 = 40,960 elements -> 81,920 bytes; at TP 2 each GPU keeps 1,024 channels:
+    10 x 2 x 1,024 x 2 = 40,960 bytes. All of it is conv state: an fp32 --state-dtype (vLLM's
+    mamba_ssm_cache_dtype) does not change it.
+    """
+    arch = _arch("lfm2_1_2b")
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 12_288
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 81_920
+    assert state_bytes_per_sequence(arch, BF16_BYTES, tp=2) == 40_960
+    assert state_bytes_per_sequence(arch, 4) == 81_920
+
+
+def test_lfm2_hybrid_kv_layout_by_hand():
+    """vLLM's hybrid manager at TP 1, bf16.
+
+    A conv layer's state page: 2 x 2,048 x 2 = 8,192 bytes; an attention layer's KV per token 8 x 128 x 2 =
+    2,048 bytes. The smallest 16-aligned block whose attention page holds the state: 16 tokens (32,768 bytes
+    >= 8,192), so the state page is padded to 32,768. Groups: 6 attention and 10 conv layers; 10 >= 1.5 x 6,
+    so groups of 6 layers: 1 attention group + ceil(10 / 6) = 2 conv groups = 3.
+    """
+    layout = hybrid_layout(_arch("lfm2_1_2b"), BF16_BYTES, BF16_BYTES, 1)
+    assert layout is not None
+    assert layout.page_bytes == 32_768
+    assert layout.group_layers == 6
+    assert layout.groups == 3
+    kinds = {cache.kind: cache for cache in layout.types}
+    assert kinds[CacheKind.STATE].state_bytes == 8_192 and kinds[CacheKind.STATE].layers == 10
+    assert kinds[CacheKind.FULL].block_tokens == 16
+
+
+def test_lfm2_mlp_width_rounds_up_to_block_multiple_of(tmp_path):
+    """block_ff_dim 12,000: int(2 x 12,000 / 3) = 8,000, x 1.0, rounded up to a multiple of 256 -> 8,192
+    (32 x 256 = 8,192 >= 8,000 > 31 x 256 = 7,936), as both transformers and vLLM size it; without
+    auto-adjustment the width is taken as stated."""
+    arch, _ = load_arch(_config_with(tmp_path, "lfm2_1_2b", lambda c: c.update(block_ff_dim=12_000)))
+    assert arch.layers[0].feed_forward.intermediate_size == 8_192
+    unadjusted = lambda c: c.update(block_ff_dim=8_000, block_auto_adjust_ff_dim=False)  # noqa: E731
+    plain, _ = load_arch(_config_with(tmp_path / "plain", "lfm2_1_2b", unadjusted))
+    assert plain.layers[0].feed_forward.intermediate_size == 8_000
+
+
+def test_lfm2_short_conv_splits_over_tp_by_channels():
+    conv = _arch("lfm2_1_2b").layers[0].mixer
+    assert conv.tp_problem(8) is None
+    assert conv.tp_problem(3) == "does not divide the 2048 short-convolution channels"
+    assert conv.cache_elements_per_token() == 0 and not conv.grows_with_context()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _config_with(tmp_path: Path, folder: str, change) -> str:
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    change(config)
+    target = tmp_path / f"{folder}-changed"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps(config))
+    return str(target)
+
+
+def _one_line_error(path: str) -> str:
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("folder", "change", "field", "words"),
+    [
+        # The class default (64 experts) would price another OLMoE.
+        ("olmoe_1b_7b", lambda c: c.pop("num_experts"), "num_experts", "missing"),
+        # transformers would build biases vLLM's olmoe.py never loads.
+        ("olmoe_1b_7b", lambda c: c.update(attention_bias=True), "attention_bias", "vLLM"),
+        ("olmoe_1b_7b", lambda c: c.update(head_dim=64), "head_dim", "hidden_size / num_attention_heads"),
+        # DbrxAttentionConfig's default is 1 KV head: a config must state its own.
+        ("dbrx_instruct", lambda c: c["attn_config"].pop("kv_n_heads"), "attn_config.kv_n_heads", "missing"),
+        ("dbrx_instruct", lambda c: c["attn_config"].update(kv_n_heads=7), "attn_config.kv_n_heads", "divide"),
+        ("dbrx_instruct", lambda c: c["ffn_config"].pop("moe_num_experts"), "ffn_config.moe_num_experts", "missing"),
+        ("dbrx_instruct", lambda c: c["ffn_config"].update(moe_top_k=17), "ffn_config.moe_top_k", "only 16"),
+        ("lfm2_1_2b", lambda c: c.update(conv_dim=1024), "conv_dim", "vLLM"),
+        ("lfm2_1_2b", lambda c: c.update(layer_types=["conv"] * 15 + ["mamba"]), "layer_types", "'conv'"),
+        ("lfm2_1_2b", lambda c: c.pop("block_ff_dim"), "intermediate_size", "missing"),
+    ],
+)
+def test_bad_config_fails_in_one_line(tmp_path, folder, change, field, words):
+    message = _one_line_error(_config_with(tmp_path, folder, change))
+    assert field in message and words in message
