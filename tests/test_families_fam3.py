@@ -1,4 +1,4 @@
-"""OLMoE, DBRX and LFM2 priced against transformers' own counts, with cache, state and active-parameter
+"""OLMoE, DBRX, LFM2 and Apertus priced against transformers' own counts, with cache, state and active-parameter
 goldens derived by hand.
 
 ``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc.core.arch import DenseMLP, FullAttention, MoE, ParamGroup, ShortConvMixer
+from quotacalc.core.arch import DenseMLP, FullAttention, LearnedActivationMLP, MoE, ParamGroup, ShortConvMixer
 from quotacalc.core.kv_groups import CacheKind, hybrid_layout
 from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence
 from quotacalc.errors import QuotacalcError
@@ -195,6 +195,33 @@ def test_lfm2_short_conv_splits_over_tp_by_channels():
     assert conv.cache_elements_per_token() == 0 and not conv.grows_with_context()
 
 
+# --------------------------------------------------------------------------- Apertus
+
+
+def test_apertus_layout_kv_and_params_by_hand():
+    """Apertus-8B: 32 layers of full attention, 32 heads, 8 KV heads of 128.
+
+    KV per token: 32 x 8 x 256 = 65,536 elements -> 131,072 bytes in bf16.
+    Attention per layer: q and o 2 x 4,096^2 = 33,554,432, k and v 2 x 4,096 x 1,024 = 8,388,608, per-head q/k
+    RMSNorm 2 x 128 -> 41,943,296. MLP: up and down 2 x 4,096 x 21,504 = 176,160,768, plus xIELU's alpha_p and
+    alpha_n -> 176,160,770. Norms 2 x 4,096. Per layer 218,112,258; x 32 = 6,979,592,256. Embedding and untied
+    head 2 x 131,072 x 4,096 = 1,073,741,824; final norm 4,096. Total 8,053,338,176 (transformers' count).
+    """
+    arch = _arch("apertus_8b")
+    assert arch.mixer_counts() == {"full_attention": 32}
+    assert all(isinstance(layer.feed_forward, LearnedActivationMLP) for layer in arch.layers)
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 131_072
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 41_943_296}
+    assert arch.layers[0].feed_forward.params() == {ParamGroup.MLP: 176_160_770}
+    assert arch.total_params() == 8_053_338_176 == REFERENCE["apertus_8b"]["total_params"]
+
+
+def test_apertus_attention_bias_biases_q_k_v_and_o(tmp_path):
+    """attention_bias: 4,096 + 1,024 + 1,024 biases on q, k, v and 4,096 on o -> 10,240 more per layer."""
+    arch, _ = load_arch(_config_with(tmp_path, "apertus_8b", lambda c: c.update(attention_bias=True)))
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 41_943_296 + 10_240}
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -221,6 +248,7 @@ def _one_line_error(path: str) -> str:
         # The class default (64 experts) would price another OLMoE.
         ("olmoe_1b_7b", lambda c: c.pop("num_experts"), "num_experts", "missing"),
         # transformers would build biases vLLM's olmoe.py never loads.
+        ("olmoe_1b_7b", lambda c: c.pop("intermediate_size"), "intermediate_size", "missing"),
         ("olmoe_1b_7b", lambda c: c.update(attention_bias=True), "attention_bias", "vLLM"),
         ("olmoe_1b_7b", lambda c: c.update(head_dim=64), "head_dim", "hidden_size / num_attention_heads"),
         # DbrxAttentionConfig's default is 1 KV head: a config must state its own.
@@ -231,6 +259,9 @@ def _one_line_error(path: str) -> str:
         ("lfm2_1_2b", lambda c: c.update(conv_dim=1024), "conv_dim", "vLLM"),
         ("lfm2_1_2b", lambda c: c.update(layer_types=["conv"] * 15 + ["mamba"]), "layer_types", "'conv'"),
         ("lfm2_1_2b", lambda c: c.pop("block_ff_dim"), "intermediate_size", "missing"),
+        ("apertus_8b", lambda c: c.update(hidden_act="silu"), "hidden_act", "xIELU"),
+        ("apertus_8b", lambda c: c.update(mlp_bias=True), "mlp_bias", "vLLM"),
+        ("apertus_8b", lambda c: c.pop("intermediate_size"), "intermediate_size", "missing"),
     ],
 )
 def test_bad_config_fails_in_one_line(tmp_path, folder, change, field, words):

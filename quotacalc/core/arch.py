@@ -687,6 +687,17 @@ class DenseMLP(FeedForwardBlock):
         return None
 
 
+class LearnedActivationMLP(DenseMLP):
+    """A dense MLP whose activation carries learned scalars of its own (Apertus' xIELU: ``alpha_p`` and
+    ``alpha_n`` in every layer), counted with the MLP."""
+
+    kind: Literal["dense_learned_activation"] = "dense_learned_activation"  # type: ignore[assignment]
+    activation_params: PositiveInt
+
+    def params(self) -> dict[ParamGroup, int]:
+        return {ParamGroup.MLP: super().params()[ParamGroup.MLP] + self.activation_params}
+
+
 class MoE(FeedForwardBlock):
     """A mixture of experts: a router picks ``top_k`` of ``num_experts`` per token; shared experts always run."""
 
@@ -747,7 +758,7 @@ class MoE(FeedForwardBlock):
         return None
 
 
-FeedForward = Annotated[Union[DenseMLP, MoE], Field(discriminator="kind")]
+FeedForward = Annotated[Union[DenseMLP, MoE, LearnedActivationMLP], Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- model

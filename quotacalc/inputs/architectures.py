@@ -15,6 +15,7 @@ from quotacalc.errors import UnsupportedArchitecture
 from quotacalc.inputs import (
     hf_arch,
     hf_deltanet,
+    hf_dense_more,
     hf_gemma4,
     hf_hybrid,
     hf_llava,
@@ -27,8 +28,8 @@ from quotacalc.inputs import (
 
 #: Modules whose import registers readers (named so the import is visibly used).
 READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_qwen_vl, hf_llava)
-#: More MoE families (OLMoE, DBRX) and LFM2's short-convolution hybrid.
-MORE_READER_MODULES = (hf_moe_more, hf_shortconv)
+#: More MoE families (OLMoE, DBRX), LFM2's short-convolution hybrid and Apertus.
+MORE_READER_MODULES = (hf_moe_more, hf_shortconv, hf_dense_more)
 
 
 def supported_model_types() -> list[str]:

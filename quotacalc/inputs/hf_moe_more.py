@@ -16,12 +16,12 @@ from quotacalc.inputs.hf_arch import AttentionTraits, ConfigView, DecoderFamily,
 
 def _olmoe_moe(view: ConfigView, index: int) -> MoE:
     """Every layer: ``num_experts`` experts of ``intermediate_size``, top ``num_experts_per_tok``, a router
-    without bias, no shared expert."""
+    without bias, no shared expert. Each must be stated: the class defaults are another model's."""
     return MoE(
-        hidden_size=view.positive_int("hidden_size"),
-        num_experts=view.positive_int("num_experts"),
-        top_k=view.positive_int("num_experts_per_tok"),
-        expert_intermediate_size=view.positive_int("intermediate_size"),
+        hidden_size=view.stated_int("hidden_size"),
+        num_experts=view.stated_int("num_experts"),
+        top_k=view.stated_int("num_experts_per_tok"),
+        expert_intermediate_size=view.stated_int("intermediate_size"),
     )
 
 

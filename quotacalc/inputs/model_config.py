@@ -299,7 +299,7 @@ _DENSE_TYPES = frozenset(
     | {"olmo2", "olmo3", "smollm3", "seed_oss", "exaone4", "ernie4_5", "cohere2", "ministral3"}
     | {"gemma", "helium", "glm4", "cohere", "starcoder2", "olmo", "arcee", "glm", "hunyuan_v1_dense", "phi", "nemotron"}
     | {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
-    | {"lfm2"}
+    | {"lfm2", "apertus"}
 )
 
 
