@@ -1,4 +1,4 @@
-"""OLMoE, DBRX, LFM2 and Apertus priced against transformers' own counts, with cache, state and active-parameter
+"""OLMoE, FlexOlmo, DBRX, LFM2 and Apertus priced against transformers' own counts, with cache, state and active-parameter
 goldens derived by hand.
 
 ``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
@@ -71,6 +71,24 @@ def test_olmoe_params_by_hand():
     }
     assert arch.total_params() == 6_919_161_856 == REFERENCE["olmoe_1b_7b"]["total_params"]
     assert arch.active_params() == 1_282_017_280
+
+
+def test_flex_olmo_params_and_kv_by_hand():
+    """FlexOlmo (7 experts of OLMo 2 7B's MLP, top 5): OLMoE's layer with post-norms, the same count.
+
+    Attention per layer 4 x 4,096^2 = 67,108,864 + whole-projection q/k norms 2 x 4,096 -> 67,117,056.
+    Experts 7 x 3 x 4,096 x 11,008 = 946,864,128; router 7 x 4,096 = 28,672; norms 8,192. Per layer
+    1,014,018,048; x 32 = 32,448,577,536; embedding and untied head 2 x 100,352 x 4,096 = 822,083,584; final
+    norm 4,096. Total 33,270,665,216 (transformers' count). Active: 5 experts, 676,331,520 -> per layer
+    743,485,440; x 32 + 822,087,680 = 24,613,621,760.
+    KV per token: 32 x 32 KV heads x 256 = 262,144 elements -> 524,288 bytes.
+    """
+    arch = _arch("flex_olmo_7x7b")
+    assert arch.mixer_counts() == {"full_attention": 32}
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 67_117_056}
+    assert arch.total_params() == 33_270_665_216 == REFERENCE["flex_olmo_7x7b"]["total_params"]
+    assert arch.active_params() == 24_613_621_760
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 524_288
 
 
 # --------------------------------------------------------------------------- DBRX
@@ -251,6 +269,8 @@ def _one_line_error(path: str) -> str:
         ("olmoe_1b_7b", lambda c: c.pop("intermediate_size"), "intermediate_size", "missing"),
         ("olmoe_1b_7b", lambda c: c.update(attention_bias=True), "attention_bias", "vLLM"),
         ("olmoe_1b_7b", lambda c: c.update(head_dim=64), "head_dim", "hidden_size / num_attention_heads"),
+        ("flex_olmo_7x7b", lambda c: c.update(attention_bias=True), "attention_bias", "flex_olmo.py"),
+        ("flex_olmo_7x7b", lambda c: c.pop("num_experts_per_tok"), "num_experts_per_tok", "missing"),
         # DbrxAttentionConfig's default is 1 KV head: a config must state its own.
         ("dbrx_instruct", lambda c: c["attn_config"].pop("kv_n_heads"), "attn_config.kv_n_heads", "missing"),
         ("dbrx_instruct", lambda c: c["attn_config"].update(kv_n_heads=7), "attn_config.kv_n_heads", "divide"),

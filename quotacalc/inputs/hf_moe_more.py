@@ -1,4 +1,4 @@
-"""Readers for more mixture-of-experts families: OLMoE (``olmoe``) and DBRX (``dbrx``).
+"""Readers for more mixture-of-experts families: OLMoE (``olmoe``), FlexOlmo (``flex_olmo``) and DBRX (``dbrx``).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``) and is checked
 against what vLLM builds for it (``vllm/model_executor/models/<family>.py``): where the two would build
@@ -44,19 +44,21 @@ def _head_dim_is_hidden_over_heads(view: ConfigView, hidden: int, heads: int, fa
         )
 
 
-@reads("olmoe")
+@reads("olmoe", "flex_olmo")
 def read_olmoe(view: ConfigView, name: str) -> ModelArch:
-    """AllenAI's OLMoE (``OlmoeForCausalLM``): full attention with whole-projection q/k norms, experts in every
-    layer. ``clip_qkv`` clamps activations only: no parameter or cache effect."""
+    """AllenAI's OLMoE (``OlmoeForCausalLM``) and FlexOlmo (``FlexOlmoForCausalLM``): full attention with
+    whole-projection q/k norms, experts in every layer, two RMSNorms per layer (before attention and MLP in
+    OLMoE, after them in FlexOlmo: the same count). vLLM's flex_olmo.py reuses olmoe.py's attention.
+    ``clip_qkv`` clamps activations only: no parameter or cache effect."""
+    family = view.get("model_type")
     if view.flag("attention_bias"):
         raise UnsupportedArchitecture(
-            "attention biases: transformers builds them, vLLM's olmoe.py does not (bias=False)",
+            f"attention biases: transformers builds them, vLLM's {family}.py does not (bias=False)",
             source=view.source,
             field=view.prefix + "attention_bias",
         )
-    _head_dim_is_hidden_over_heads(
-        view, view.stated_int("hidden_size"), view.stated_int("num_attention_heads"), "olmoe"
-    )
+    hidden, heads = view.stated_int("hidden_size"), view.stated_int("num_attention_heads")
+    _head_dim_is_hidden_over_heads(view, hidden, heads, family)
     return read_decoder(view, name, _OLMOE)
 
 
