@@ -1,4 +1,4 @@
-"""OLMoE, FlexOlmo, DBRX, LFM2 and Apertus priced against transformers' own counts, with cache, state and active-parameter
+"""OLMoE, FlexOlmo, DBRX, LFM2, Apertus and AFMoE (Trinity) priced against transformers' own counts, with cache, state and active-parameter
 goldens derived by hand.
 
 ``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
@@ -17,7 +17,12 @@ import pytest
 
 from quotacalc.core.arch import DenseMLP, FullAttention, LearnedActivationMLP, MoE, ParamGroup, ShortConvMixer
 from quotacalc.core.kv_groups import CacheKind, hybrid_layout
-from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence
+from quotacalc.core.memory import (
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu,
+    state_bytes_per_sequence,
+    window_bytes_per_sequence,
+)
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
 
@@ -240,6 +245,49 @@ def test_apertus_attention_bias_biases_q_k_v_and_o(tmp_path):
     assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 41_943_296 + 10_240}
 
 
+# --------------------------------------------------------------------------- AFMoE (Trinity)
+
+
+def test_afmoe_layout_and_cache_by_hand():
+    """Trinity Mini: every fourth layer full attention (8 of 32), the rest a 2,048-token window; 4 KV heads of 128.
+
+    KV per token at long context (full layers only): 8 x 4 x 256 = 8,192 elements -> 16,384 bytes. The 24
+    sliding layers hold at most 2,048 tokens: 24 x 4 x 256 x 2,048 x 2 bytes = 100,663,296 bytes per sequence.
+    vLLM's hybrid manager: both kinds 2,048 bytes per token per layer, so one 16-token page; 24 >= 1.5 x 8,
+    so groups of 8 layers: 1 full + 3 sliding = 4 groups.
+    """
+    arch = _arch("afmoe_trinity_mini")
+    assert arch.mixer_counts() == {"gated_sliding_attention": 24, "gated_attention": 8}
+    assert [i for i, layer in enumerate(arch.layers) if layer.mixer.kind == "gated_attention"] == list(range(3, 32, 4))
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.feed_forward, DenseMLP)] == [0, 1]
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 16_384
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 100_000) == 100_663_296
+    layout = hybrid_layout(arch, BF16_BYTES, BF16_BYTES, 1)
+    assert layout is not None and (layout.group_layers, layout.groups, layout.page_bytes) == (8, 4, 32_768)
+
+
+def test_afmoe_params_by_hand():
+    """Attention per layer: q 2,048 x 32 x 128 = 8,388,608, k and v 2 x 2,048 x 512 = 2,097,152, o 8,388,608,
+    the output gate 2,048 x 4,096 = 8,388,608, per-head q/k norms 256 -> 27,263,232; norms 4 x 2,048 = 8,192.
+    Layers 0-1 dense: 3 x 2,048 x 6,144 = 37,748,736. Layers 2-31: 128 experts of 3 x 2,048 x 1,024 = 6,291,456
+    -> 805,306,368, one shared of the same width 6,291,456, router 128 x 2,048 + expert_bias 128 = 262,272 ->
+    811,860,096. Total: 32 x 27,271,424 + 2 x 37,748,736 + 30 x 811,860,096 + 2 x 200,192 x 2,048 (untied)
+    + 2,048 = 26,123,974,400 (transformers' count).
+    Active: 8 experts 50,331,648 + shared 6,291,456 + router 262,272 = 56,885,376 per MoE layer:
+    872,685,568 + 75,497,472 + 30 x 56,885,376 + 819,988,480 = 3,474,732,800.
+    """
+    arch = _arch("afmoe_trinity_mini")
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 27_263_232}
+    assert arch.layers[3].mixer.params() == {ParamGroup.ATTENTION: 27_263_232}
+    assert arch.moe_layers()[0].active_params() == {
+        ParamGroup.ROUTER: 262_272,
+        ParamGroup.SHARED_EXPERTS: 6_291_456,
+        ParamGroup.ROUTED_EXPERTS: 50_331_648,
+    }
+    assert arch.total_params() == 26_123_974_400 == REFERENCE["afmoe_trinity_mini"]["total_params"]
+    assert arch.active_params() == 3_474_732_800
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -280,6 +328,10 @@ def _one_line_error(path: str) -> str:
         ("lfm2_1_2b", lambda c: c.update(layer_types=["conv"] * 15 + ["mamba"]), "layer_types", "'conv'"),
         ("lfm2_1_2b", lambda c: c.pop("block_ff_dim"), "intermediate_size", "missing"),
         ("apertus_8b", lambda c: c.update(hidden_act="silu"), "hidden_act", "xIELU"),
+        ("afmoe_trinity_mini", lambda c: c.update(attention_bias=True), "attention_bias", "afmoe.py"),
+        ("afmoe_trinity_mini", lambda c: c.pop("moe_intermediate_size"), "moe_intermediate_size", "missing"),
+        ("afmoe_trinity_mini", lambda c: c.update(layer_types=["chunked_attention"] * 32), "layer_types", "sliding"),
+        ("afmoe_trinity_mini", lambda c: c.update(num_dense_layers=-1), "num_dense_layers", "whole number"),
         ("apertus_8b", lambda c: c.update(mlp_bias=True), "mlp_bias", "vLLM"),
         ("apertus_8b", lambda c: c.pop("intermediate_size"), "intermediate_size", "missing"),
     ],

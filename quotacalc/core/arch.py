@@ -261,6 +261,17 @@ class SlidingWindowAttention(_HeadAttention):
         return mean_attended_tokens(context_tokens, self.window_tokens)
 
 
+class GatedSlidingWindowAttention(SlidingWindowAttention):
+    """Sliding-window attention with a sigmoid gate on its output from a projection of its own (AFMoE's
+    ``gate_proj``: hidden -> heads x head_dim, no bias). The cache and attention FLOPs are the window's."""
+
+    kind: Literal["gated_sliding_attention"] = "gated_sliding_attention"  # type: ignore[assignment]
+
+    def params(self) -> dict[ParamGroup, int]:
+        gate = self.hidden_size * self.num_heads * self.head_dim
+        return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + gate}
+
+
 class ChunkedLocalAttention(_HeadAttention):
     """Attention inside fixed chunks of ``chunk_tokens`` (Llama 4's ``attention_chunk_size``): a token
     attends only to the earlier tokens of its own chunk.
@@ -633,6 +644,7 @@ Mixer = Annotated[
         GatedDeltaNetMixer,
         KimiDeltaAttentionMixer,
         ShortConvMixer,
+        GatedSlidingWindowAttention,
     ],
     Field(discriminator="kind"),
 ]

@@ -1,4 +1,5 @@
-"""Readers for more mixture-of-experts families: OLMoE (``olmoe``), FlexOlmo (``flex_olmo``) and DBRX (``dbrx``).
+"""Readers for more mixture-of-experts families: OLMoE (``olmoe``), FlexOlmo (``flex_olmo``), DBRX (``dbrx``)
+and Arcee's AFMoE (``afmoe``, the Trinity models).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``) and is checked
 against what vLLM builds for it (``vllm/model_executor/models/<family>.py``): where the two would build
@@ -7,9 +8,26 @@ different layers from one config, the config is refused with the field that make
 
 from __future__ import annotations
 
-from quotacalc.core.arch import FullAttention, Layer, ModelArch, MoE
+from quotacalc.core.arch import (
+    DenseMLP,
+    FullAttention,
+    GatedFullAttention,
+    GatedSlidingWindowAttention,
+    Layer,
+    ModelArch,
+    MoE,
+)
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import AttentionTraits, ConfigView, DecoderFamily, finish_arch, read_decoder, reads
+from quotacalc.inputs.hf_arch import (
+    AttentionTraits,
+    ConfigView,
+    DecoderFamily,
+    attention_sizes,
+    dense_mlp,
+    finish_arch,
+    read_decoder,
+    reads,
+)
 
 # --------------------------------------------------------------------------- OLMoE
 
@@ -96,3 +114,79 @@ def read_dbrx(view: ConfigView, name: str) -> ModelArch:
     )
     layers = [Layer(mixer=attention, feed_forward=moe, norm_params=2 * hidden) for _ in range(layer_count)]
     return finish_arch(view, name, layers, [])
+
+
+# --------------------------------------------------------------------------- AFMoE (Arcee Trinity)
+
+
+def _afmoe_attention(view: ConfigView) -> tuple[list[GatedFullAttention | GatedSlidingWindowAttention], list[str]]:
+    """Per ``layer_types`` (transformers derives them from ``global_attn_every_n_layers``): full or sliding
+    attention, each with per-head q/k RMSNorm and a sigmoid output gate (``gate_proj``, hidden -> heads x
+    head_dim); a window at least the model's context is full attention."""
+    layer_count = view.stated_int("num_hidden_layers")
+    kinds = view.get("layer_types")
+    allowed = ("full_attention", "sliding_attention")
+    if not isinstance(kinds, list) or len(kinds) != layer_count or any(kind not in allowed for kind in kinds):
+        raise view.fail(
+            "layer_types", f"must list 'full_attention' or 'sliding_attention' for each of the {layer_count} layers"
+        )
+    sizes = attention_sizes(view)
+    window = view.positive_int("sliding_window") if "sliding_attention" in kinds else None
+    max_context = view.get("max_position_embeddings")
+    notes: list[str] = []
+    full = GatedFullAttention(**sizes, qk_norm=True)
+    if window is None or (max_context and window >= max_context):
+        if window is not None:
+            notes.append(f"sliding window {window} >= max context {max_context}: those layers priced as full attention")
+        sliding = full
+    else:
+        sliding = GatedSlidingWindowAttention(**sizes, qk_norm=True, window_tokens=window)
+    return [full if kind == "full_attention" else sliding for kind in kinds], notes
+
+
+@reads("afmoe")
+def read_afmoe(view: ConfigView, name: str) -> ModelArch:
+    """Arcee's AFMoE (``AfmoeForCausalLM``, Trinity Nano/Mini/Large): gated GQA, full or sliding per layer; four
+    RMSNorms per layer (before and after attention and MLP); the first ``num_dense_layers`` layers dense
+    (``intermediate_size``), then ``num_experts`` experts of ``moe_intermediate_size`` beside
+    ``num_shared_experts`` shared ones (one MLP that many times as wide, the same count).
+
+    The router's ``expert_bias`` is a parameter in both engines (one float per expert), counted as a router
+    bias. vLLM's afmoe.py builds no attention biases and serves only silu: configs that differ are refused.
+    """
+    if view.flag("attention_bias"):
+        raise UnsupportedArchitecture(
+            "attention biases: transformers builds them, vLLM's afmoe.py does not (bias=False)",
+            source=view.source,
+            field=view.prefix + "attention_bias",
+        )
+    if view.get("hidden_act") != "silu":
+        raise UnsupportedArchitecture(
+            f"hidden_act '{view.get('hidden_act')}': vLLM's afmoe.py serves only silu",
+            source=view.source,
+            field=view.prefix + "hidden_act",
+        )
+    hidden = view.stated_int("hidden_size")
+    mixers, notes = _afmoe_attention(view)
+    dense_layers = view.get("num_dense_layers", 0)
+    if isinstance(dense_layers, bool) or not isinstance(dense_layers, int) or dense_layers < 0:
+        raise view.fail("num_dense_layers", f"must be a whole number of layers, got {dense_layers!r}")
+    shared = view.get("num_shared_experts", 0)
+    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+        raise view.fail("num_shared_experts", f"must be a whole number of experts, got {shared!r}")
+    width = view.stated_int("moe_intermediate_size")
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=view.stated_int("num_experts"),
+        top_k=view.stated_int("num_experts_per_tok"),
+        expert_intermediate_size=width,
+        router_bias=True,
+        num_shared_experts=shared,
+        shared_intermediate_size=width,
+    )
+    dense: DenseMLP = dense_mlp(view)
+    layers = [
+        Layer(mixer=mixer, feed_forward=dense if index < dense_layers else moe, norm_params=4 * hidden)
+        for index, mixer in enumerate(mixers)
+    ]
+    return finish_arch(view, name, layers, notes)

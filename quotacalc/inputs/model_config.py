@@ -294,6 +294,7 @@ _EXPERTS_KEY = {
     "hunyuan_v1_moe": "num_experts",
     "olmoe": "num_experts",
     "flex_olmo": "num_experts",
+    "afmoe": "num_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
