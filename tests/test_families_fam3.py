@@ -1,4 +1,4 @@
-"""OLMoE, FlexOlmo, DBRX, LFM2, Apertus and AFMoE (Trinity) priced against transformers' own counts, with cache, state and active-parameter
+"""OLMoE, FlexOlmo, DBRX, LFM2, Apertus, AFMoE (Trinity) and LongCat-Flash priced against transformers' own counts, with cache, state and active-parameter
 goldens derived by hand.
 
 ``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc.core.arch import DenseMLP, FullAttention, LearnedActivationMLP, MoE, ParamGroup, ShortConvMixer
+from quotacalc.core.arch import (
+    DenseMLP,
+    FullAttention,
+    LearnedActivationMLP,
+    MLAAttention,
+    MoE,
+    ParamGroup,
+    ShortConvMixer,
+    ZeroExpertMoE,
+)
 from quotacalc.core.kv_groups import CacheKind, hybrid_layout
 from quotacalc.core.memory import (
     kv_bytes_per_token,
@@ -28,7 +37,10 @@ from quotacalc.inputs.resolve import load_arch
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"
-REFERENCE = json.loads((DATA / "reference_params_fam3.json").read_text(encoding="utf-8"))["models"]
+REFERENCE_FILE = json.loads((DATA / "reference_params_fam3.json").read_text(encoding="utf-8"))
+REFERENCE = REFERENCE_FILE["models"]
+#: Configs whose transformers count holds parameters no checkpoint has (each entry says why).
+OVERCOUNTED = REFERENCE_FILE["transformers_overcounts"]
 BF16_BYTES = 2
 
 
@@ -288,6 +300,52 @@ def test_afmoe_params_by_hand():
     assert arch.active_params() == 3_474_732_800
 
 
+# --------------------------------------------------------------------------- LongCat-Flash
+
+
+def test_longcat_layout_and_mla_cache_by_hand():
+    """28 LongCat layers, each priced as (MLA + MLP), (MLA + MLP), (shortcut MoE): 56 MLA sublayers.
+
+    KV per token: 56 x (kv_lora_rank 512 + qk_rope_head_dim 64) = 32,256 elements -> 64,512 bytes, the same on
+    every GPU (MLA's latent is not split by heads).
+    """
+    arch = _arch("longcat_flash_chat")
+    assert arch.mixer_counts() == {"mla": 56, "none": 28}
+    assert all(isinstance(arch.layers[i].mixer, MLAAttention) for i in range(0, 84, 3))
+    assert all(isinstance(arch.layers[i].feed_forward, ZeroExpertMoE) for i in range(2, 84, 3))
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 64_512
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 8) == 64_512
+
+
+def test_longcat_params_by_hand_and_against_transformers():
+    """Per LongCat layer:
+    MLA x 2: q_a 6,144 x 1,536 + norm 1,536, q_b 1,536 x 64 x 192, kv_a 6,144 x 576 + norm 512,
+    kv_b 512 x 64 x 256, o 64 x 128 x 6,144 -> 90,572,800 each, 181,145,600.
+    Dense MLPs x 2: 3 x 6,144 x 12,288 = 226,492,416 each, 452,984,832.
+    Experts: 512 x 3 x 6,144 x 2,048 = 19,327,352,832; router over 512 + 256 identity experts 768 x 6,144 =
+    4,718,592. Norms 4 x 6,144 = 24,576. Per layer 19,966,226,432; x 28 = 559,054,340,096; embedding and untied
+    head 2 x 131,072 x 6,144 = 1,610,612,736; final norm 6,144. Total 560,664,958,976 (the card's 560 B).
+
+    transformers builds gate_up_proj for 768 experts (its by_module shape [768, 4,096, 6,144]) and down_proj for
+    512: its total is ours plus 256 x 4,096 x 6,144 x 28 = 180,388,626,432 phantom parameters.
+    Active (every one of the 12 slots a real expert, the upper bound): per layer 181,145,600 + 452,984,832 +
+    12 x 37,748,736 + 4,718,592 + 24,576 = 1,091,858,432; x 28 + 1,610,618,880 = 32,182,654,976.
+    """
+    arch = _arch("longcat_flash_chat")
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 90_572_800}
+    moe = arch.layers[2].feed_forward
+    assert moe.params()[ParamGroup.ROUTER] == 4_718_592
+    assert arch.total_params() == 560_664_958_976
+    assert arch.active_params() == 32_182_654_976
+    reference = OVERCOUNTED["longcat_flash_chat"]
+    gate_up = reference["by_module"]["model.layers.*.mlp.experts.gate_up_proj"]
+    down = reference["by_module"]["model.layers.*.mlp.experts.down_proj"]
+    assert gate_up["shape"] == [768, 4_096, 6_144] and down["shape"][0] == 512
+    phantom = 28 * (768 - 512) * 4_096 * 6_144
+    assert phantom == 180_388_626_432
+    assert arch.total_params() == reference["total_params"] - phantom
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -328,6 +386,10 @@ def _one_line_error(path: str) -> str:
         ("lfm2_1_2b", lambda c: c.update(layer_types=["conv"] * 15 + ["mamba"]), "layer_types", "'conv'"),
         ("lfm2_1_2b", lambda c: c.pop("block_ff_dim"), "intermediate_size", "missing"),
         ("apertus_8b", lambda c: c.update(hidden_act="silu"), "hidden_act", "xIELU"),
+        ("longcat_flash_chat", lambda c: c.pop("n_routed_experts"), "n_routed_experts", "missing"),
+        ("longcat_flash_chat", lambda c: c.pop("expert_ffn_hidden_size"), "expert_ffn_hidden_size", "missing"),
+        ("longcat_flash_chat", lambda c: c.update(moe_topk=600), "moe_topk", "only 512"),
+        ("longcat_flash_chat", lambda c: c.update(attention_bias=True), "attention_bias", "longcat_flash"),
         ("afmoe_trinity_mini", lambda c: c.update(attention_bias=True), "attention_bias", "afmoe.py"),
         ("afmoe_trinity_mini", lambda c: c.pop("moe_intermediate_size"), "moe_intermediate_size", "missing"),
         ("afmoe_trinity_mini", lambda c: c.update(layer_types=["chunked_attention"] * 32), "layer_types", "sliding"),

@@ -770,7 +770,21 @@ class MoE(FeedForwardBlock):
         return None
 
 
-FeedForward = Annotated[Union[DenseMLP, MoE, LearnedActivationMLP], Field(discriminator="kind")]
+class ZeroExpertMoE(MoE):
+    """Mixture of experts whose router also picks among ``zero_experts`` identity experts (LongCat-Flash's
+    zero-computation experts): they have a router column each but no weights, and a token routed to one
+    computes nothing there. Active parameters count all ``top_k`` slots as real experts, an upper bound (how
+    many slots go to identity experts depends on the trained router)."""
+
+    kind: Literal["moe_zero_experts"] = "moe_zero_experts"  # type: ignore[assignment]
+    zero_experts: PositiveInt
+
+    def _fixed_params(self) -> dict[ParamGroup, int]:
+        fixed = super()._fixed_params()
+        return {**fixed, ParamGroup.ROUTER: fixed[ParamGroup.ROUTER] + self.hidden_size * self.zero_experts}
+
+
+FeedForward = Annotated[Union[DenseMLP, MoE, LearnedActivationMLP, ZeroExpertMoE], Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- model

@@ -52,6 +52,7 @@ _EXPERT_FIELDS = {
     "ernie4_5_moe": ("moe_num_experts", "moe_k"),
     "hunyuan_v1_moe": ("num_experts", "moe_topk"),
     "dbrx": ("ffn_config.moe_num_experts", "ffn_config.moe_top_k"),
+    "longcat_flash": ("n_routed_experts", "moe_topk"),
 }
 
 

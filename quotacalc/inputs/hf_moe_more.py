@@ -1,5 +1,5 @@
-"""Readers for more mixture-of-experts families: OLMoE (``olmoe``), FlexOlmo (``flex_olmo``), DBRX (``dbrx``)
-and Arcee's AFMoE (``afmoe``, the Trinity models).
+"""Readers for more mixture-of-experts families: OLMoE (``olmoe``), FlexOlmo (``flex_olmo``), DBRX (``dbrx``),
+Arcee's AFMoE (``afmoe``, the Trinity models) and Meituan's LongCat-Flash (``longcat_flash``).
 
 Each mirrors the modeling file of transformers 5.24 (``transformers/models/<family>/``) and is checked
 against what vLLM builds for it (``vllm/model_executor/models/<family>.py``): where the two would build
@@ -16,6 +16,7 @@ from quotacalc.core.arch import (
     Layer,
     ModelArch,
     MoE,
+    ZeroExpertMoE,
 )
 from quotacalc.errors import UnsupportedArchitecture
 from quotacalc.inputs.hf_arch import (
@@ -25,6 +26,7 @@ from quotacalc.inputs.hf_arch import (
     attention_sizes,
     dense_mlp,
     finish_arch,
+    mla_attention,
     read_decoder,
     reads,
 )
@@ -189,4 +191,55 @@ def read_afmoe(view: ConfigView, name: str) -> ModelArch:
         Layer(mixer=mixer, feed_forward=dense if index < dense_layers else moe, norm_params=4 * hidden)
         for index, mixer in enumerate(mixers)
     ]
+    return finish_arch(view, name, layers, notes)
+
+
+# --------------------------------------------------------------------------- LongCat-Flash
+
+
+@reads("longcat_flash")
+def read_longcat_flash(view: ConfigView, name: str) -> ModelArch:
+    """Meituan's LongCat-Flash (``LongcatFlashForCausalLM``): each of ``num_layers`` layers holds two MLA
+    attention sublayers, each followed by a dense MLP of ``ffn_hidden_size``, and a shortcut MoE beside them:
+    ``n_routed_experts`` experts of ``expert_ffn_hidden_size`` and ``zero_expert_num`` identity experts, top
+    ``moe_topk``, the router scoring both. Priced as three layers each (attention + MLP twice, then the MoE
+    alone), so the cache holds 2 x ``num_layers`` MLA latents per token, as vLLM's longcat_flash.py allocates.
+
+    transformers 5.24 sizes the experts' fused gate/up projection for routed + identity experts (its
+    down projection for routed experts only); the checkpoint and vLLM hold routed experts only, so that is
+    what is counted (tests/test_families_fam3.py checks the difference against transformers' own count).
+    The router's score correction bias is a buffer in transformers and is not counted.
+    """
+    layer_count = view.stated_int("num_layers")
+    hidden = view.stated_int("hidden_size")
+    for flag in ("attention_bias", "router_bias"):
+        if view.flag(flag):
+            raise UnsupportedArchitecture(
+                f"{flag} adds biases quotacalc does not price yet for longcat_flash",
+                source=view.source,
+                field=view.prefix + flag,
+            )
+    mla = mla_attention(view)
+    dense = DenseMLP(hidden_size=hidden, intermediate_size=view.stated_int("ffn_hidden_size"))
+    zero_experts = view.get("zero_expert_num", 0)
+    if isinstance(zero_experts, bool) or not isinstance(zero_experts, int) or zero_experts < 0:
+        raise view.fail("zero_expert_num", f"must be a whole number of experts, got {zero_experts!r}")
+    routed = dict(
+        hidden_size=hidden,
+        num_experts=view.stated_int("n_routed_experts"),
+        top_k=view.stated_int("moe_topk"),
+        expert_intermediate_size=view.stated_int("expert_ffn_hidden_size"),
+    )
+    moe = ZeroExpertMoE(**routed, zero_experts=zero_experts) if zero_experts else MoE(**routed)
+    sublayer = Layer(mixer=mla, feed_forward=dense, norm_params=2 * hidden)
+    shortcut = Layer(mixer=None, feed_forward=moe, norm_params=0)
+    layers = [layer for _ in range(layer_count) for layer in (sublayer, sublayer, shortcut)]
+    notes = [
+        f"each of the {layer_count} LongCat layers is priced as three: two MLA + MLP sublayers and the shortcut MoE",
+    ]
+    if zero_experts:
+        notes.append(
+            f"active parameters count all {routed['top_k']} routed slots as real experts, an upper bound: "
+            f"{zero_experts} identity experts take some of them and compute nothing"
+        )
     return finish_arch(view, name, layers, notes)

@@ -295,6 +295,7 @@ _EXPERTS_KEY = {
     "olmoe": "num_experts",
     "flex_olmo": "num_experts",
     "afmoe": "num_experts",
+    "longcat_flash": "n_routed_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
