@@ -1,4 +1,4 @@
-"""OLMoE, FlexOlmo, DBRX, LFM2, Apertus, AFMoE (Trinity) and LongCat-Flash priced against transformers' own counts, with cache, state and active-parameter
+"""OLMoE, FlexOlmo, DBRX, LFM2, LFM2-MoE, Apertus, AFMoE (Trinity) and LongCat-Flash priced against transformers' own counts, with cache, state and active-parameter
 goldens derived by hand.
 
 ``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
@@ -223,6 +223,37 @@ def test_lfm2_mlp_width_rounds_up_to_block_multiple_of(tmp_path):
     assert plain.layers[0].feed_forward.intermediate_size == 8_000
 
 
+def test_lfm2_moe_params_state_and_layout_by_hand():
+    """LFM2-8B-A1B: 24 layers, 6 attention (2, 6, 10, 14, 18, 21), 18 short convolutions; tied embeddings.
+
+    Attention 10,485,888 and conv 16,783,360 per layer, as LFM2-1.2B's (same widths). Layers 0-1 dense:
+    3 x 2,048 x 7,168 = 44,040,192 (intermediate_size as stated). Layers 2-23: 32 experts of 3 x 2,048 x 1,792 =
+    11,010,048 -> 352,321,536, router 32 x 2,048 = 65,536 (expert_bias a buffer). Norms 4,096 per layer.
+    Total: 134,217,728 + 6 x 10,485,888 + 18 x 16,783,360 + 2 x 44,040,192 + 22 x 352,387,072 + 24 x 4,096
+    + 2,048 = 8,339,929,856 (transformers' count). Active: 4 experts -> 44,105,728 per MoE layer:
+    1,557,740,288.
+    State per sequence: 18 x 2 x 2,048 x 2 bytes = 147,456; KV per token 6 x 8 x 128 x 2 = 12,288 bytes.
+    Hybrid layout at TP 1: 6 attention and 18 conv layers, 18 >= 1.5 x 6: groups of 6, 1 + 3 = 4.
+    """
+    arch = _arch("lfm2_8b_a1b")
+    assert arch.mixer_counts() == {"short_conv": 18, "full_attention": 6}
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.mixer, FullAttention)] == [
+        2,
+        6,
+        10,
+        14,
+        18,
+        21,
+    ]
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.feed_forward, DenseMLP)] == [0, 1]
+    assert arch.total_params() == 8_339_929_856 == REFERENCE["lfm2_8b_a1b"]["total_params"]
+    assert arch.active_params() == 1_557_740_288
+    assert state_bytes_per_sequence(arch, BF16_BYTES) == 147_456
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 12_288
+    layout = hybrid_layout(arch, BF16_BYTES, BF16_BYTES, 1)
+    assert layout is not None and (layout.group_layers, layout.groups) == (6, 4)
+
+
 def test_lfm2_short_conv_splits_over_tp_by_channels():
     conv = _arch("lfm2_1_2b").layers[0].mixer
     assert conv.tp_problem(8) is None
@@ -385,6 +416,10 @@ def _one_line_error(path: str) -> str:
         ("lfm2_1_2b", lambda c: c.update(conv_dim=1024), "conv_dim", "vLLM"),
         ("lfm2_1_2b", lambda c: c.update(layer_types=["conv"] * 15 + ["mamba"]), "layer_types", "'conv'"),
         ("lfm2_1_2b", lambda c: c.pop("block_ff_dim"), "intermediate_size", "missing"),
+        ("lfm2_8b_a1b", lambda c: c.pop("num_experts"), "num_experts", "missing"),
+        # transformers would build attention for 'short_conv', vLLM a convolution.
+        ("lfm2_8b_a1b", lambda c: c["layer_types"].__setitem__(0, "short_conv"), "layer_types", "'conv'"),
+        ("lfm2_8b_a1b", lambda c: c.update(head_dim=128), "head_dim", "hidden_size / num_attention_heads"),
         ("apertus_8b", lambda c: c.update(hidden_act="silu"), "hidden_act", "xIELU"),
         ("longcat_flash_chat", lambda c: c.pop("n_routed_experts"), "n_routed_experts", "missing"),
         ("longcat_flash_chat", lambda c: c.pop("expert_ffn_hidden_size"), "expert_ffn_hidden_size", "missing"),

@@ -296,6 +296,7 @@ _EXPERTS_KEY = {
     "flex_olmo": "num_experts",
     "afmoe": "num_experts",
     "longcat_flash": "n_routed_experts",
+    "lfm2_moe": "num_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
