@@ -1,7 +1,7 @@
 """Model architecture as per-layer specs, each knowing its parameters, FLOPs and cache bytes.
 
 As in vLLM's ``kv_cache_interface``, every kind of token mixer (full attention, sliding-window
-attention, MLA, Mamba and Gated DeltaNet state) carries its own cache rule, and every kind of feed-forward block
+attention, MLA, Mamba, Gated DeltaNet and short-convolution state) carries its own cache rule, and every kind of feed-forward block
 (dense MLP, mixture of experts) its own parameter rule. A model is a list of layers; figures for
 the model are sums over them, so a new architecture is a new spec, not a branch.
 """

@@ -2,7 +2,8 @@
 
 The readers live in ``hf_arch`` (transformer decoders, MLA, Jamba), ``hf_hybrid`` (Mamba-2
 hybrids), ``hf_deltanet`` (Gated DeltaNet hybrids), ``hf_gemma4``, ``hf_mistral3``, ``hf_moe`` (more
-mixture-of-experts families), ``hf_qwen_vl`` and ``hf_llava`` (vision-language wrappers); those build on
+mixture-of-experts families), ``hf_qwen_vl`` and ``hf_llava`` (vision-language wrappers), ``hf_moe_more`` (OLMoE,
+FlexOlmo, DBRX, AFMoE, LongCat-Flash), ``hf_shortconv`` (LFM2, LFM2-MoE) and ``hf_dense_more`` (Apertus); those build on
 ``hf_arch``'s pieces, and this module imports them all, so no reader module imports another one that imports it back.
 """
 
@@ -28,7 +29,7 @@ from quotacalc.inputs import (
 
 #: Modules whose import registers readers (named so the import is visibly used).
 READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_qwen_vl, hf_llava)
-#: More MoE families (OLMoE, DBRX), LFM2's short-convolution hybrid and Apertus.
+#: More MoE families, LFM2's short-convolution hybrids and Apertus.
 MORE_READER_MODULES = (hf_moe_more, hf_shortconv, hf_dense_more)
 
 
