@@ -20,6 +20,7 @@ from quotacalc.core.arch import (
     FullAttention,
     LearnedActivationMLP,
     MLAAttention,
+    ModelArch,
     MoE,
     ParamGroup,
     ShortConvMixer,
@@ -375,6 +376,20 @@ def test_longcat_params_by_hand_and_against_transformers():
     phantom = 28 * (768 - 512) * 4_096 * 6_144
     assert phantom == 180_388_626_432
     assert arch.total_params() == reference["total_params"] - phantom
+
+
+# --------------------------------------------------------------------------- every fixture
+
+
+@pytest.mark.parametrize("folder", sorted({*REFERENCE, *OVERCOUNTED}))
+def test_new_layer_kinds_survive_a_spec_round_trip(folder):
+    """A shipped model's spec is stored as JSON and read back (inputs/shipped_specs.py): each new kind (short
+    convolution, gated sliding attention, learned-activation MLP, zero-expert MoE) must come back as itself."""
+    arch = _arch(folder)
+    again = ModelArch.model_validate(json.loads(arch.model_dump_json()))
+    assert again == arch
+    assert [type(layer.mixer) for layer in again.layers] == [type(layer.mixer) for layer in arch.layers]
+    assert [type(layer.feed_forward) for layer in again.layers] == [type(layer.feed_forward) for layer in arch.layers]
 
 
 # --------------------------------------------------------------------------- bad input
