@@ -27,12 +27,12 @@ from quotacalc.core.deployment import Deployment
 #: Achieved share of the datasheet bandwidth, per catalog GPU, and where it was read (docs/accuracy.md,
 #: *Memory bandwidth across GPUs*, quotes each figure).
 BABELSTREAM_DOT = {
-    # Azure/AI-benchmarking-guide@8fd0c6e1, Azure_Results/ND_*_results.md, 'HBM Bandwidth' (BabelStream CUDA,
-    # HIP on MI300X from samuel-bohman/AI-benchmarking-guide@2b25b696): Dot, a read-only kernel, TB/s.
+    # Azure/AI-benchmarking-guide@8fd0c6e1, Azure_Results/ND_*_results.md, 'HBM Bandwidth' (BabelStream, CUDA;
+    # the MI300X's, HIP, from the fork samuel-bohman/AI-benchmarking-guide@2b25b696): Dot, a read-only kernel, TB/s.
     "h100-sxm": 3.18 / 3.35,
     "h200": 4.48 / 4.8,
     "a100-80gb-sxm": 1.75 / 2.039,
-    "mi300x": 3.87 / 5.3,
+    "mi300x": 4.0 / 5.3,
 }
 #: ProjectPhysX/FluidX3D@8986874e README, single-GPU table, FP32/FP32 MLUPs/s: 153 B a cell update (read and
 #: write), over the catalog's datasheet bandwidth.
@@ -92,7 +92,7 @@ def refit_mi300x_latency(scale: dict[str, float]) -> float:
 
 def mean_abs(rows: list[tuple[str, str, bool, float]], group: str, held: bool, gpu: str | None = None) -> str:
     chosen = [abs(e) for g, row_gpu, h, e in rows if g == group and h == held and gpu in (None, row_gpu)]
-    return f"{statistics.mean(chosen):6.1%} ({len(chosen):2d})" if chosen else f"{'-':>11s}"
+    return f"{statistics.mean(chosen):6.2%} ({len(chosen):2d})" if chosen else f"{'-':>12s}"
 
 
 def main() -> None:
