@@ -92,7 +92,7 @@ def refit_mi300x_latency(scale: dict[str, float]) -> float:
 
 def mean_abs(rows: list[tuple[str, str, bool, float]], group: str, held: bool, gpu: str | None = None) -> str:
     chosen = [abs(e) for g, row_gpu, h, e in rows if g == group and h == held and gpu in (None, row_gpu)]
-    return f"{statistics.mean(chosen):6.2%} ({len(chosen):2d})" if chosen else f"{'-':>12s}"
+    return f"{statistics.mean(chosen):6.2%} ({len(chosen):2d})" if chosen else f"{'-':>11s}"
 
 
 def main() -> None:
