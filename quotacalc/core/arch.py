@@ -59,7 +59,6 @@ class ContextTerm(NamedTuple):
 
     bound_tokens: int | None
     read_bytes_per_token: float
-    #: FLOPs the replica spends, summed over its GPUs (a part every rank computes whole counts TP times).
     flops_per_token: float
 
 
@@ -429,8 +428,9 @@ class SparseMLAAttention(MLAAttention):
     FLOPs per query: MLA's per attended key (2 x heads x (qk_head_dim + v_head_dim), as ``MLAAttention``) over
     min(attended, index_topk) keys, plus the indexer's scoring, 2 x index_n_heads x index_head_dim per earlier
     token (its per-head weighting, 2 x index_n_heads more, is left out as softmax is for attention). A prompt token
-    at position p attends min(p, index_topk) keys and scores p. The replica model counts the scoring TP times:
-    every rank runs the whole indexer (its heads are not split).
+    at position p attends min(p, index_topk) keys and scores p. These are the model's FLOPs, split over TP like
+    every other: vLLM runs the whole indexer on every rank (its heads are not split), which is not modelled, as
+    the replicated projections' FLOPs are not.
     """
 
     kind: Literal["sparse_mla"] = "sparse_mla"  # type: ignore[assignment]
@@ -495,19 +495,18 @@ class SparseMLAAttention(MLAAttention):
         )
         if not self.has_indexer:
             return (selected,)
-        return (ContextTerm(None, self.indexer_bytes_per_token(), tp * self.scoring_flops_per_token()), selected)
+        return (ContextTerm(None, self.indexer_bytes_per_token(), self.scoring_flops_per_token()), selected)
 
     def cost_rule(self) -> str:
         indexer = (
-            f"; the indexer's {self.indexer_bytes_per_token()} B fp8 key of every token is cached and read, and "
-            f"scoring it costs 2 x {self.index_n_heads} x {self.index_head_dim} FLOPs per token, run whole on every "
-            "TP rank"
+            f"; its indexer caches and reads a {self.indexer_bytes_per_token()} B fp8 key of every token and scores "
+            f"each at 2 x {self.index_n_heads} x {self.index_head_dim} FLOPs"
             if self.has_indexer
             else ""
         )
         return (
             f"DeepSeek Sparse Attention: a query attends, and a decode step reads the latent of, at most index_topk "
-            f"{self.index_topk:,} tokens (an fp8 KV dtype keeps it in vLLM's fp8_ds_mla layout, "
+            f"{self.index_topk:,} tokens (an fp8 KV dtype keeps the latent in vLLM's fp8_ds_mla layout, "
             f"{self.latent_bytes_per_token(1):.0f} B a token){indexer}"
         )
 

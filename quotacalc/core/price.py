@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
-from quotacalc.core.arch import ModelArch, ParamGroup
+from quotacalc.core.arch import ModelArch, ParamGroup, SparseMLAAttention
 from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
@@ -278,6 +278,8 @@ def _weights_section(x: _Explainer) -> None:
     if replicated:
         replicated_bytes = layout.weight_bytes(arch.replicated_params_by_group())
         kinds = "MLA latent down-projections, MoE routers"
+        if any(isinstance(layer.mixer, SparseMLAAttention) for layer in arch.layers):
+            kinds += ", sparse attention's indexers"
         if any(layer.per_layer_input_params for layer in arch.layers):
             kinds += ", Gemma 4's per-layer input gates and projections"
         notes.append(

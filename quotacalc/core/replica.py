@@ -81,7 +81,7 @@ class ReplicaModel:
     #: 2 × active parameters: FLOPs of one token through the weights.
     flops_per_token: float
     #: Attention FLOPs per token per attended token, summed over the layers whose cache grows (a sparse layer's
-    #: indexer scoring, TP times: every rank runs it whole).
+    #: indexer scoring).
     attention_flops_per_attended_token: float
     #: (window, FLOPs per attended token summed over the sliding layers with that window, and the sparse layers'
     #: attention with that index_topk).
