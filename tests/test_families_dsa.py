@@ -275,6 +275,15 @@ def test_attention_bias_is_refused_not_miscounted(tmp_path):
     assert "attention_bias" in message
 
 
+@pytest.mark.parametrize("kv_dtype", ["nvfp4", "fp32", "int8"])
+def test_kv_dtype_vllms_sparse_kernels_do_not_keep_is_refused(kv_dtype):
+    """FlashMLASparseBackend keeps the latent in bf16 or fp8_ds_mla (nvfp4_ds_mla, SM100 only, is not priced)."""
+    deployment = Deployment(model=str(CONFIGS / "glm_5"), gpu="h200", tp=8, kv_dtype=kv_dtype)
+    with pytest.raises(QuotacalcError) as caught:
+        resolve(deployment)
+    assert caught.value.field == "kv_dtype" and "bf16 or fp8" in str(caught.value)
+
+
 def test_sparse_layer_without_query_latent_cannot_be_built():
     """The indexer reads the query latent: a sparse layer always has one."""
     with pytest.raises(ValueError):

@@ -112,6 +112,10 @@ class TokenMixer(_Spec, ABC):
         attended tokens (None: they do not)."""
         return None
 
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        """Why an engine cannot keep this kind's cache in ``kv_dtype`` (a catalog name), or None."""
+        return None
+
     @abstractmethod
     def cached_tokens(self, context_tokens: int) -> int:
         """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
@@ -496,6 +500,13 @@ class SparseMLAAttention(MLAAttention):
         if not self.has_indexer:
             return (selected,)
         return (ContextTerm(None, self.indexer_bytes_per_token(), self.scoring_flops_per_token()), selected)
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        # FlashMLASparseBackend.supported_kv_cache_dtypes (flashmla_sparse.py @ 008a0c31): auto/bfloat16, fp8 (as
+        # fp8_ds_mla) and nvfp4_ds_mla, SM100 only, whose 352 B layout is not priced here.
+        if kv_dtype in ("bf16", "fp8"):
+            return None
+        return f"vLLM's sparse MLA kernels keep this cache in bf16 or fp8 (fp8_ds_mla), not {kv_dtype}"
 
     def cost_rule(self) -> str:
         indexer = (
