@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from quotacalc import Deployment, price, resolve
+from quotacalc.core import memory
 from quotacalc.core.arch import DenseMLP, MoE, ParamGroup, SparseMLAAttention
 from quotacalc.core.memory import (
     attention_flops_per_output_token,
@@ -254,6 +255,15 @@ def test_deepseek_v32_index_sharing_is_refused(tmp_path):
     """vLLM would skip the indexer on 3 of every 4 layers, transformers builds one in each: refused."""
     message = _one_line_error(_config_with(tmp_path, "deepseek_v3_2", lambda c: c.update(index_topk_freq=4)))
     assert "index_topk_freq" in message and "transformers builds an indexer" in message
+
+
+def test_glm_indexer_types_stated_as_vllm_reads_them_are_accepted(tmp_path):
+    """GLM-5.2's configs state indexer_types beside index_topk_freq and index_skip_topk_offset: where the two
+    agree the model is the one transformers derives."""
+    kinds = ["full" if i < 3 or (i - 2) % 4 == 0 else "shared" for i in range(78)]
+    arch, _ = load_arch(_config_with(tmp_path, "glm_5_index_share", lambda c: c.update(indexer_types=kinds)))
+    assert arch == _arch("glm_5_index_share").model_copy(update={"name": arch.name})
+    assert "reusing an earlier layer's top-k keep no indexer key" in memory.cost_rules(arch)
 
 
 def test_glm_indexer_types_vllm_does_not_read_are_refused(tmp_path):

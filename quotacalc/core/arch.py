@@ -509,16 +509,14 @@ class SparseMLAAttention(MLAAttention):
         return f"vLLM's sparse MLA kernels keep this cache in bf16 or fp8 (fp8_ds_mla), not {kv_dtype}"
 
     def cost_rule(self) -> str:
-        indexer = (
-            f"; its indexer caches and reads a {self.indexer_bytes_per_token()} B fp8 key of every token and scores "
-            f"each at 2 x {self.index_n_heads} x {self.index_head_dim} FLOPs"
-            if self.has_indexer
-            else ""
-        )
+        if not self.has_indexer:
+            return "layers reusing an earlier layer's top-k keep no indexer key and score nothing"
         return (
             f"DeepSeek Sparse Attention: a query attends, and a decode step reads the latent of, at most index_topk "
             f"{self.index_topk:,} tokens (an fp8 KV dtype keeps the latent in vLLM's fp8_ds_mla layout, "
-            f"{self.latent_bytes_per_token(1):.0f} B a token){indexer}"
+            f"{self.latent_bytes_per_token(1):.0f} B a token); its indexer caches and reads a "
+            f"{self.indexer_bytes_per_token()} B fp8 key of every token and scores each at 2 x {self.index_n_heads} "
+            f"x {self.index_head_dim} FLOPs"
         )
 
 
