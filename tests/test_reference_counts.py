@@ -23,6 +23,7 @@ REFERENCE_FILES = (
     "reference_params_dense_families.json",
     "reference_params_deltanet_hybrids.json",
     "reference_params_moe_families.json",
+    "reference_params_dsa.json",
 )
 REFERENCE = {
     folder: counts

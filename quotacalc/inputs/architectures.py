@@ -2,7 +2,7 @@
 
 The readers live in ``hf_arch`` (transformer decoders, MLA, Jamba), ``hf_hybrid`` (Mamba-2
 hybrids), ``hf_deltanet`` (Gated DeltaNet hybrids), ``hf_gemma4``, ``hf_mistral3``, ``hf_moe`` (more
-mixture-of-experts families), ``hf_qwen_vl`` and ``hf_llava`` (vision-language wrappers); those build on
+mixture-of-experts families), ``hf_dsa`` (DeepSeek Sparse Attention), ``hf_qwen_vl`` and ``hf_llava`` (vision-language wrappers); those build on
 ``hf_arch``'s pieces, and this module imports them all, so no reader module imports another one that imports it back.
 """
 
@@ -12,10 +12,20 @@ from typing import Any
 
 from quotacalc.core.arch import ModelArch
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs import hf_arch, hf_deltanet, hf_gemma4, hf_hybrid, hf_llava, hf_mistral3, hf_moe, hf_qwen_vl
+from quotacalc.inputs import (
+    hf_arch,
+    hf_deltanet,
+    hf_dsa,
+    hf_gemma4,
+    hf_hybrid,
+    hf_llava,
+    hf_mistral3,
+    hf_moe,
+    hf_qwen_vl,
+)
 
 #: Modules whose import registers readers (named so the import is visibly used).
-READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_qwen_vl, hf_llava)
+READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_dsa, hf_qwen_vl, hf_llava)
 
 
 def supported_model_types() -> list[str]:
