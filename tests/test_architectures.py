@@ -262,9 +262,13 @@ def test_gpt_oss_mxfp4_experts_only():
     experts = sum(count for group, count in groups.items() if group.value == "routed_experts")
     assert result.weight_bytes == pytest.approx(experts * 4.25 / 8 + (result.total_params - experts) * 2)
     assert 60e9 < result.weight_bytes < 70e9
-    # H100 has no fp4 tensor cores: mxfp4 matmuls run as bf16.
+    # mxfp4 is weight-only in vLLM: its MoE backends take bf16 activations, Blackwell's default included
+    # ("Using FlashInfer MXFP4 BF16 backend for SM100", mxfp4.py get_mxfp4_backend), so a B200's fp4 tensor
+    # cores do not run it: bf16 on every GPU, where NVFP4 (W4A4) runs fp4 on Blackwell.
     assert result.compute_dtype == "bf16"
-    assert priced(model="gpt-oss-120b", gpu="b200").compute_dtype == "fp4"
+    b200 = priced(model="gpt-oss-120b", gpu="b200")
+    assert b200.compute_dtype == "bf16" and b200.peak_flops_per_gpu == 2.25e15  # B200 dense bf16, not fp4's 9e15
+    assert priced(model="Llama-3.1-8B-Instruct", gpu="b200", weight_dtype="nvfp4").compute_dtype == "fp4"
 
 
 def test_explicit_weight_dtype_overrides_the_checkpoint():

@@ -7,6 +7,8 @@ with the context that is what any request mix holds; where layers keep a window 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from quotacalc.core.checks import check_plan
@@ -112,3 +114,14 @@ def test_price_shows_the_tokens_held_at_context_only_where_they_differ(run_cli, 
     assert f"{result.kv_pool_tokens_at_context:,} tokens" in row
     code, out, _ = run_cli("price", "--model", "llama-3.3-70b-instruct", "--gpu", "h100-sxm", "--tp", "4")
     assert code == 0 and "KV pool at" not in out
+
+
+def test_kv_labels_windowed_and_state_rows_as_whole_replica_figures(run_cli, monkeypatch):
+    """Llama 4 Scout's chunked-local layers are windowed KV too, and the row is the whole replica's, beside the
+    per-GPU total."""
+    monkeypatch.setenv("COLUMNS", "200")
+    scout = str(Path(__file__).parent / "data" / "configs" / "llama4_scout")
+    code, out, _ = run_cli("kv", "--model", scout, "--gpu", "h100-sxm", "--tp", "8", "--context", "100000")
+    assert code == 0
+    (row,) = [line for line in out.splitlines() if line.startswith("of which windowed KV")]
+    assert "whole replica" in row and "sliding-window" not in out

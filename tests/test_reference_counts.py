@@ -23,6 +23,7 @@ REFERENCE_FILES = (
     "reference_params_dense_families.json",
     "reference_params_deltanet_hybrids.json",
     "reference_params_moe_families.json",
+    "reference_params_dsa.json",
     "reference_params_fam3.json",
 )
 REFERENCE = {

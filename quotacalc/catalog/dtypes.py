@@ -44,9 +44,13 @@ _DTYPES: tuple[Dtype, ...] = (
         name="mxfp4",
         # OCP microscaling: 32 fp4 values share one 8-bit scale, so 4 + 8/32 bits each.
         bytes_per_element=(4 + 8 / 32) / 8,
-        compute_dtype="fp4",
-        fallback_compute_dtype="bf16",
-        note="OCP MX fp4, one e8m0 scale per 32 values",
+        # Weight-only: vLLM's mxfp4 MoE backends take bf16 activations (Mxfp4Config.get_supported_act_dtypes;
+        # on Blackwell get_mxfp4_backend defaults to 'FlashInfer MXFP4 BF16', MXFP8 activations only with
+        # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; Marlin and Triton elsewhere dequantize to bf16), so the
+        # tensor cores run at the bf16 rate, not the fp4 one.
+        compute_dtype="bf16",
+        fallback_compute_dtype="fp16",
+        note="OCP MX fp4, one e8m0 scale per 32 values; weight-only (bf16 activations, as vLLM runs it)",
     ),
     Dtype(
         name="nvfp4",

@@ -293,9 +293,19 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
         table, "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
     )
     if result.window_kv_bytes:
-        _add_row(table, "of which sliding-window KV", units.data_bytes(result.window_kv_bytes), "capped at the windows")
+        _add_row(
+            table,
+            "of which windowed KV",
+            units.data_bytes(result.window_kv_bytes),
+            "whole replica; sliding windows and local chunks cap it",
+        )
     if result.state_bytes:
-        _add_row(table, "of which state (SSM, recurrent)", units.data_bytes(result.state_bytes), "fixed per sequence")
+        _add_row(
+            table,
+            "of which state (SSM, recurrent)",
+            units.data_bytes(result.state_bytes),
+            "whole replica; fixed per sequence",
+        )
     _add_row(
         table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"
     )

@@ -1,7 +1,7 @@
 """Model architecture as per-layer specs, each knowing its parameters, FLOPs and cache bytes.
 
 As in vLLM's ``kv_cache_interface``, every kind of token mixer (full attention, sliding-window
-attention, MLA, Mamba, Gated DeltaNet and short-convolution state) carries its own cache rule, and every kind of feed-forward block
+attention, MLA and its DeepSeek Sparse Attention, Mamba, Gated DeltaNet and short-convolution state) carries its own cache rule, and every kind of feed-forward block
 (dense MLP, mixture of experts) its own parameter rule. A model is a list of layers; figures for
 the model are sums over them, so a new architecture is a new spec, not a branch.
 """
@@ -12,7 +12,7 @@ import math
 from abc import ABC, abstractmethod
 from enum import Enum
 from functools import cached_property
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
@@ -52,6 +52,16 @@ def mean_attended_tokens(context_tokens: int, window_tokens: int | None = None) 
 # --------------------------------------------------------------------------- token mixers
 
 
+class ContextTerm(NamedTuple):
+    """One part of what a token's attention costs per token of context on one GPU: it reads
+    ``read_bytes_per_token`` and computes ``flops_per_token`` for each of min(context, ``bound_tokens``) earlier
+    tokens (every earlier token when ``bound_tokens`` is None). The replica model sums a layer's terms."""
+
+    bound_tokens: int | None
+    read_bytes_per_token: float
+    flops_per_token: float
+
+
 class TokenMixer(_Spec, ABC):
     """The interface every token mixer declares (as vLLM's ``KVCacheSpec`` does for its cache kinds).
 
@@ -77,6 +87,34 @@ class TokenMixer(_Spec, ABC):
         """Values one decode step reads per token of context on one of ``tp`` GPUs: by default the cache this
         layer holds."""
         return self.cache_elements_per_token_per_gpu(tp)
+
+    def cache_bytes_per_token(self, kv_bytes_per_element: float, tp: int | None = None) -> float:
+        """Bytes cached per token of context, whole replica (``tp`` None) or on one of ``tp`` GPUs, at a KV dtype of
+        ``kv_bytes_per_element``: by default the values times their bytes; a kind whose engine lays its cache out
+        otherwise (DeepSeek Sparse Attention) says so."""
+        elements = self.cache_elements_per_token() if tp is None else self.cache_elements_per_token_per_gpu(tp)
+        return elements * kv_bytes_per_element
+
+    def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
+        """What a token's attention reads and computes per token of context on one of ``tp`` GPUs, as
+        ``ContextTerm``s: by default one over the whole context for a growing cache, none for fixed state."""
+        if not self.grows_with_context():
+            return ()
+        read = self.read_elements_per_token_per_gpu(tp) * kv_bytes_per_element
+        return (ContextTerm(None, read, self.attention_flops_per_token(1)),)
+
+    def prompt_attention_flops_per_token(self, context_tokens: int) -> float:
+        """Mean attention FLOPs of a prompt token over a causal prompt of ``context_tokens``."""
+        return self.attention_flops_per_token(self.mean_prompt_attended_tokens(context_tokens))
+
+    def cost_rule(self) -> str | None:
+        """A line for --explain where this kind's cache, reads or FLOPs depart from values x dtype over the
+        attended tokens (None: they do not)."""
+        return None
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        """Why an engine cannot keep this kind's cache in ``kv_dtype`` (a catalog name), or None."""
+        return None
 
     @abstractmethod
     def cached_tokens(self, context_tokens: int) -> int:
@@ -238,7 +276,16 @@ class GatedFullAttention(FullAttention):
         return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + gate}
 
 
-class SlidingWindowAttention(_HeadAttention):
+class _BoundedAttention:
+    """Attention over at most ``window_tokens`` earlier tokens: a decode step's reads and FLOPs stop growing
+    there (a mixin for the sliding and chunked siblings)."""
+
+    def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
+        read = self.read_elements_per_token_per_gpu(tp) * kv_bytes_per_element
+        return (ContextTerm(self.window_tokens, read, self.attention_flops_per_token(1)),)
+
+
+class SlidingWindowAttention(_BoundedAttention, _HeadAttention):
     """Attention over the last ``window_tokens`` only: its KV stops growing at the window.
 
     A sibling of ``FullAttention`` (both are ``_HeadAttention``), not a subclass: code that asks
@@ -272,7 +319,7 @@ class GatedSlidingWindowAttention(SlidingWindowAttention):
         return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + gate}
 
 
-class ChunkedLocalAttention(_HeadAttention):
+class ChunkedLocalAttention(_BoundedAttention, _HeadAttention):
     """Attention inside fixed chunks of ``chunk_tokens`` (Llama 4's ``attention_chunk_size``): a token
     attends only to the earlier tokens of its own chunk.
 
@@ -358,6 +405,130 @@ class MLAAttention(_GrowingCache, _NoState, TokenMixer):
 
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the {self.num_heads} attention heads" if self.num_heads % tp else None
+
+
+#: Elements per scale of vLLM's block-quantized fp8 caches for DeepSeek Sparse Attention: fp8_ds_mla keeps one
+#: float32 scale per 128 latent values, the indexer key cache one per 128 key values (``quant_block_size``).
+DSA_QUANT_BLOCK = 128
+DSA_SCALE_BYTES = 4
+
+
+class SparseMLAAttention(MLAAttention):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose queries attend only the ``index_topk`` earlier
+    tokens a lightning indexer picks.
+
+    The indexer (transformers 5.24 ``models/deepseek_v32/modular_deepseek_v32.py``, ``DeepseekV32Indexer``) has
+    ``wq_b`` (q_lora_rank -> index_n_heads x index_head_dim), ``wk`` (hidden -> index_head_dim), ``k_norm`` (a
+    LayerNorm: weight and bias) and ``weights_proj`` (hidden -> index_n_heads), none biased; vLLM keeps all of
+    them whole on every TP rank (``Indexer`` in vllm/model_executor/models/deepseek_v2.py @ 002d6073: "no tensor
+    parallel, just replicated"). A layer that reuses an earlier layer's top-k (GLM-5's ``indexer_types``
+    "shared", vLLM's ``skip_topk``) has no indexer, no indexer cache and no scoring of its own (``has_indexer``).
+
+    Cache per token per layer, as vLLM allocates it (both whole on every rank; vLLM gives them one KV cache group,
+    ``UniformTypeKVCacheSpecs``: one block table, each layer's page its own size, vllm/v1/kv_cache_interface.py @
+    001cabc1):
+
+    * the latent: ``kv_lora_rank + qk_rope_head_dim`` values x the KV dtype (bf16: 576 x 2 = 1,152 B), or, at a
+      one-byte (fp8) KV dtype, vLLM's ``fp8_ds_mla`` layout: kv_lora_rank fp8 values, one float32 scale per 128
+      of them and the rope part in bf16 (512 + 16 + 128 = 656 B; vllm/v1/attention/backends/mla/flashmla_sparse.py
+      @ 008a0c31, ``MLAAttentionSpec.real_page_size_bytes``). vLLM turns a --kv-cache-dtype fp8 into fp8_ds_mla
+      for these models (vllm/model_executor/models/config.py @ 1936cf38, ``DeepseekV32ForCausalLM``); 'auto'
+      stays bf16 there (vLLM 0.11's @ 0144dd5b made 'auto' fp8_ds_mla too);
+    * the indexer's keys, in fp8 whatever the KV dtype: index_head_dim bytes plus a float32 scale per 128
+      (128 + 4 = 132 B; ``DeepseekV32IndexerCache``, uint8, ``head_dim + head_dim // quant_block_size * 4``).
+
+    Decode reads, per sequence per step on one GPU: min(context, index_topk) x the latent bytes (the selected
+    keys) + context x the indexer key bytes (the indexer scores every earlier token).
+
+    FLOPs per query: MLA's per attended key (2 x heads x (qk_head_dim + v_head_dim), as ``MLAAttention``) over
+    min(attended, index_topk) keys, plus the indexer's scoring, 2 x index_n_heads x index_head_dim per earlier
+    token (its per-head weighting, 2 x index_n_heads more, is left out as softmax is for attention). A prompt token
+    at position p attends min(p, index_topk) keys and scores p. These are the model's FLOPs, split over TP like
+    every other: vLLM runs the whole indexer on every rank (its heads are not split), which is not modelled, as
+    the replicated projections' FLOPs are not.
+    """
+
+    kind: Literal["sparse_mla"] = "sparse_mla"  # type: ignore[assignment]
+    #: The indexer's query projection reads the query latent: sparse MLA always has one.
+    q_lora_rank: PositiveInt
+    index_topk: PositiveInt
+    index_n_heads: PositiveInt
+    index_head_dim: PositiveInt
+    #: False where the layer reuses an earlier layer's top-k (GLM-5's "shared" indexer_types).
+    has_indexer: bool = True
+
+    def _indexer_params(self) -> int:
+        if not self.has_indexer:
+            return 0
+        heads, dim = self.index_n_heads, self.index_head_dim
+        return self.q_lora_rank * heads * dim + self.hidden_size * dim + 2 * dim + self.hidden_size * heads
+
+    def params(self) -> dict[ParamGroup, int]:
+        return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + self._indexer_params()}
+
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        return {ParamGroup.ATTENTION: super().replicated_params()[ParamGroup.ATTENTION] + self._indexer_params()}
+
+    def cache_elements_per_token(self) -> int:
+        # Values, whatever their bytes: the latent and the indexer's key (cache_bytes_per_token has the layout).
+        return self.kv_lora_rank + self.qk_rope_head_dim + (self.index_head_dim if self.has_indexer else 0)
+
+    def latent_bytes_per_token(self, kv_bytes_per_element: float) -> float:
+        """Bytes of one token's latent: values x the KV dtype, or vLLM's fp8_ds_mla layout at one byte."""
+        if kv_bytes_per_element == 1:
+            scales = self.kv_lora_rank // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+            return self.kv_lora_rank + scales + self.qk_rope_head_dim * 2
+        return (self.kv_lora_rank + self.qk_rope_head_dim) * kv_bytes_per_element
+
+    def indexer_bytes_per_token(self) -> int:
+        """Bytes of one token's indexer key: fp8 values and a float32 scale per 128, whatever the KV dtype."""
+        if not self.has_indexer:
+            return 0
+        return self.index_head_dim + self.index_head_dim // DSA_QUANT_BLOCK * DSA_SCALE_BYTES
+
+    def cache_bytes_per_token(self, kv_bytes_per_element: float, tp: int | None = None) -> float:
+        # Both caches are whole on every rank: the same bytes per GPU as for the replica.
+        return self.latent_bytes_per_token(kv_bytes_per_element) + self.indexer_bytes_per_token()
+
+    def scoring_flops_per_token(self) -> float:
+        """The indexer's FLOPs per earlier token it scores (0 on a layer that shares another's top-k)."""
+        return 2 * self.index_n_heads * self.index_head_dim if self.has_indexer else 0.0
+
+    def attention_flops_per_token(self, attended_tokens: float) -> float:
+        selected = min(attended_tokens, self.index_topk)
+        return super().attention_flops_per_token(selected) + self.scoring_flops_per_token() * attended_tokens
+
+    def prompt_attention_flops_per_token(self, context_tokens: int) -> float:
+        # Exact over positions 1..context: the mean of min(p, index_topk), not the min of the mean.
+        selected = mean_attended_tokens(context_tokens, self.index_topk)
+        scored = mean_attended_tokens(context_tokens)
+        return super().attention_flops_per_token(selected) + self.scoring_flops_per_token() * scored
+
+    def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
+        selected = ContextTerm(
+            self.index_topk, self.latent_bytes_per_token(kv_bytes_per_element), super().attention_flops_per_token(1)
+        )
+        if not self.has_indexer:
+            return (selected,)
+        return (ContextTerm(None, self.indexer_bytes_per_token(), self.scoring_flops_per_token()), selected)
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        # FlashMLASparseBackend.supported_kv_cache_dtypes (flashmla_sparse.py @ 008a0c31): auto/bfloat16, fp8 (as
+        # fp8_ds_mla) and nvfp4_ds_mla, SM100 only, whose 352 B layout is not priced here.
+        if kv_dtype in ("bf16", "fp8"):
+            return None
+        return f"vLLM's sparse MLA kernels keep this cache in bf16 or fp8 (fp8_ds_mla), not {kv_dtype}"
+
+    def cost_rule(self) -> str:
+        if not self.has_indexer:
+            return "layers reusing an earlier layer's top-k keep no indexer key and score nothing"
+        return (
+            f"DeepSeek Sparse Attention: a query attends, and a decode step reads the latent of, at most index_topk "
+            f"{self.index_topk:,} tokens (an fp8 KV dtype keeps the latent in vLLM's fp8_ds_mla layout, "
+            f"{self.latent_bytes_per_token(1):.0f} B a token); its indexer caches and reads a "
+            f"{self.indexer_bytes_per_token()} B fp8 key of every token and scores each at 2 x {self.index_n_heads} "
+            f"x {self.index_head_dim} FLOPs"
+        )
 
 
 class _StateSpace(TokenMixer):
@@ -639,6 +810,7 @@ Mixer = Annotated[
         SlidingWindowAttention,
         ChunkedLocalAttention,
         MLAAttention,
+        SparseMLAAttention,
         Mamba1Mixer,
         Mamba2Mixer,
         GatedDeltaNetMixer,

@@ -51,6 +51,7 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         formula="Σ_layers cached tokens(context) × values per token × kv_dtype_bytes + state  (= context × kv_bytes_per_token for full attention)",
         substituted=f"{fmt(context_tokens)} tokens, {fmt(replica.kv_bytes_per_token)} B/token at long context",
         unit="B",
+        note=memory.cost_rules(arch),
     )
     per_gpu = ledger.record(
         "request_kv_bytes_per_gpu",

@@ -158,7 +158,7 @@ class KvGroupLayout(BaseModel):
 
 def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, conv_bytes: float, tp: int) -> tuple | None:
     """(kind, window, bytes per token, state bytes) of one layer on one GPU, or None if it keeps no cache."""
-    per_token = arch_mixer.cache_elements_per_token_per_gpu(tp) * kv_bytes
+    per_token = arch_mixer.cache_bytes_per_token(kv_bytes, tp)
     state = arch_mixer.state_bytes_per_sequence(state_bytes, tp, conv_bytes)
     latent = isinstance(arch_mixer, MLAAttention)
     if per_token > 0 and arch_mixer.grows_with_context():

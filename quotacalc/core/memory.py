@@ -26,15 +26,19 @@ def _mixers(arch: ModelArch):
 
 def kv_bytes_per_token(arch: ModelArch, kv_bytes_per_element: float) -> float:
     """KV growth per token of context at long context, whole replica (layers whose cache keeps growing)."""
-    return sum(m.cache_elements_per_token() for m in _mixers(arch) if m.grows_with_context()) * kv_bytes_per_element
+    return sum(m.cache_bytes_per_token(kv_bytes_per_element) for m in _mixers(arch) if m.grows_with_context())
 
 
 def kv_bytes_per_token_per_gpu(arch: ModelArch, kv_bytes_per_element: float, tp: int) -> float:
     """KV growth per token on one GPU (heads split over TP, replicated below one head per rank; MLA whole)."""
-    return (
-        sum(m.cache_elements_per_token_per_gpu(tp) for m in _mixers(arch) if m.grows_with_context())
-        * kv_bytes_per_element
-    )
+    return sum(m.cache_bytes_per_token(kv_bytes_per_element, tp) for m in _mixers(arch) if m.grows_with_context())
+
+
+def cost_rules(arch: ModelArch) -> str | None:
+    """The layer kinds' own rules for their cache, reads and FLOPs where they depart from values x dtype over
+    the attended tokens (DeepSeek Sparse Attention), for --explain; None when every layer follows it."""
+    rules = dict.fromkeys(rule for mixer in _mixers(arch) if (rule := mixer.cost_rule()))
+    return "; ".join(rules) or None
 
 
 def conv_state_bytes_per_element(arch: ModelArch) -> float:
@@ -57,13 +61,10 @@ def state_elements_per_sequence(arch: ModelArch) -> int:
 
 def window_bytes_per_sequence(arch: ModelArch, kv_bytes_per_element: float, context_tokens: int) -> float:
     """KV held by sliding-window layers for one sequence at a context (at most their windows)."""
-    return (
-        sum(
-            m.cache_elements_per_token() * m.cached_tokens(context_tokens)
-            for m in _mixers(arch)
-            if not m.grows_with_context()
-        )
-        * kv_bytes_per_element
+    return sum(
+        m.cache_bytes_per_token(kv_bytes_per_element) * m.cached_tokens(context_tokens)
+        for m in _mixers(arch)
+        if not m.grows_with_context()
     )
 
 
@@ -71,21 +72,21 @@ def request_kv_bytes(
     arch: ModelArch, context_tokens: int, kv_bytes_per_element: float, state_bytes_per_element: float
 ) -> float:
     """Exact cache bytes one sequence holds at ``context_tokens``: KV of every layer plus any state."""
-    kv = sum(m.cache_elements_per_token() * m.cached_tokens(context_tokens) for m in _mixers(arch))
-    return kv * kv_bytes_per_element + state_bytes_per_sequence(arch, state_bytes_per_element)
+    kv = sum(m.cache_bytes_per_token(kv_bytes_per_element) * m.cached_tokens(context_tokens) for m in _mixers(arch))
+    return kv + state_bytes_per_sequence(arch, state_bytes_per_element)
 
 
 def request_kv_bytes_per_gpu(
     arch: ModelArch, context_tokens: int, kv_bytes_per_element: float, state_bytes_per_element: float, tp: int
 ) -> float:
     """Cache bytes one sequence holds on each GPU of a TP group."""
-    kv = sum(m.cache_elements_per_token_per_gpu(tp) * m.cached_tokens(context_tokens) for m in _mixers(arch))
-    return kv * kv_bytes_per_element + state_bytes_per_sequence(arch, state_bytes_per_element, tp)
+    kv = sum(m.cache_bytes_per_token(kv_bytes_per_element, tp) * m.cached_tokens(context_tokens) for m in _mixers(arch))
+    return kv + state_bytes_per_sequence(arch, state_bytes_per_element, tp)
 
 
 def attention_flops_per_prompt_token(arch: ModelArch, context_tokens: int) -> float:
     """Mean attention FLOPs (QK^T and AV) of a prompt token in a prompt of ``context_tokens`` (causal)."""
-    return sum(m.attention_flops_per_token(m.mean_prompt_attended_tokens(context_tokens)) for m in _mixers(arch))
+    return sum(m.prompt_attention_flops_per_token(context_tokens) for m in _mixers(arch))
 
 
 def attention_flops_per_output_token(arch: ModelArch, context_tokens: int) -> float:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
-from quotacalc.core.arch import ModelArch, ParamGroup
+from quotacalc.core.arch import ModelArch, ParamGroup, SparseMLAAttention
 from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
@@ -278,6 +278,8 @@ def _weights_section(x: _Explainer) -> None:
     if replicated:
         replicated_bytes = layout.weight_bytes(arch.replicated_params_by_group())
         kinds = "MLA latent down-projections, MoE routers"
+        if any(isinstance(layer.mixer, SparseMLAAttention) for layer in arch.layers):
+            kinds += ", sparse attention's indexers"
         if any(layer.per_layer_input_params for layer in arch.layers):
             kinds += ", Gemma 4's per-layer input gates and projections"
         notes.append(
@@ -304,12 +306,16 @@ def _kv_section(x: _Explainer) -> None:
     kv_per_token = memory.kv_bytes_per_token(arch, kv_b)
     growing = [layer.mixer for layer in arch.layers if layer.mixer is not None and layer.mixer.grows_with_context()]
     kv_elements = sum(mixer.cache_elements_per_token() for mixer in growing)
+    substituted = f"{len(growing)} layers, {fmt(kv_elements)} values × {fmt(kv_b)} B ({inputs.kv_dtype.name})"
+    if kv_per_token != kv_elements * kv_b:
+        substituted += f", in the engine's layout {fmt(kv_per_token)} B"
     x.record(
         "kv_bytes_per_token",
         kv_per_token,
         formula="Σ_growing layers cached values per token × kv_dtype_bytes (2 × kv_heads × head_dim for attention)",
-        substituted=f"{len(growing)} layers, {fmt(kv_elements)} values × {fmt(kv_b)} B ({inputs.kv_dtype.name})",
+        substituted=substituted,
         unit="B",
+        note=memory.cost_rules(arch),
     )
     x.record(
         "kv_bytes_per_token_per_gpu",
@@ -596,6 +602,7 @@ def _compute_section(x: _Explainer) -> None:
         formula="Σ_attention layers 2 × heads × (qk_dim + v_dim) × mean attended tokens",
         substituted=f"mean over a {fmt(context)}-token prompt (causal; sliding layers capped at their window)",
         unit="FLOP",
+        note=memory.cost_rules(inputs.arch),
     )
     x.record(
         "prompt_token_at_context_s",
@@ -748,7 +755,7 @@ def _decode_section(x: _Explainer, batch: int) -> None:
         unit="B",
         note=f"includes {fmt(shared_reads)} B a sequence that KV-shared layers read of their producers' caches"
         if shared_reads > 0
-        else None,
+        else memory.cost_rules(inputs.arch),
     )
     bandwidth = x.record(
         "effective_bandwidth_per_gpu",

@@ -80,9 +80,11 @@ class ReplicaModel:
 
     #: 2 × active parameters: FLOPs of one token through the weights.
     flops_per_token: float
-    #: Attention FLOPs per token per attended token, summed over the layers whose cache grows.
+    #: Attention FLOPs per token per attended token, summed over the layers whose cache grows (a sparse layer's
+    #: indexer scoring).
     attention_flops_per_attended_token: float
-    #: (window, FLOPs per attended token summed over the sliding layers with that window).
+    #: (window, FLOPs per attended token summed over the sliding layers with that window, and the sparse layers'
+    #: attention with that index_topk).
     sliding_attention: tuple[tuple[int, float], ...]
     #: TP × peak FLOP/s × MFU × the GPU's MFU scale (its matmul efficiency over the reference's).
     compute_flops_per_s: float
@@ -140,9 +142,11 @@ class ReplicaModel:
     #: chunk's last token only, so a prompt token costs engine_flops_per_token less these.
     logits_flops_per_token: float = 0.0
     #: KV bytes a decode step reads per token of context on one GPU in the layers whose cache grows: what they
-    #: hold, and what a KV-shared layer (Gemma 4) reads of its producer's cache. None: kv_bytes_per_token_per_gpu.
+    #: hold, and what a KV-shared layer (Gemma 4) reads of its producer's cache; a sparse layer's indexer keys
+    #: only. None: kv_bytes_per_token_per_gpu.
     kv_read_bytes_per_token_per_gpu: float | None = None
-    #: The same for the sliding layers, by window. None: sliding_kv.
+    #: The same for the sliding layers, by window, and the latent a sparse layer reads of its index_topk
+    #: tokens. None: sliding_kv.
     sliding_kv_read: tuple[tuple[int, float], ...] | None = None
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
     # attention coefficients side by side.
@@ -450,23 +454,27 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
     tp = deployment.tp
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
-    growing = [m for m in mixers if m.grows_with_context()]
-    # A KV-shared sliding layer holds no cache but reads and attends like the layer it shares with.
-    windowed = [m for m in mixers if not m.grows_with_context() and m.read_elements_per_token_per_gpu(tp) > 0]
+    # What each layer's attention reads and computes per token of context: over the whole context, or bounded by
+    # a window, a chunk or a sparse layer's index_topk. A KV-shared sliding layer holds no cache but reads and
+    # attends like the layer it shares with.
+    terms = [term for m in mixers for term in m.context_terms(kv_b, tp)]
+    unbounded = [term for term in terms if term.bound_tokens is None]
+    bounded = [term for term in terms if term.bound_tokens is not None]
+    windowed = [m for m in mixers if not m.grows_with_context() and m.context_terms(kv_b, tp)]
     weight_bytes = layout.weight_bytes(arch.params_by_group())
     engine_flops = engine_compute(arch)
     return ReplicaModel(
         flops_per_token=2 * arch.active_params(),
         engine_flops_per_token=2 * engine_flops.params_per_token,
         logits_flops_per_token=2 * engine_flops.logits_params,
-        attention_flops_per_attended_token=sum(m.attention_flops_per_token(1) for m in growing),
-        sliding_attention=_by_window([(m.window_tokens, m.attention_flops_per_token(1)) for m in windowed]),
+        attention_flops_per_attended_token=sum(term.flops_per_token for term in unbounded),
+        sliding_attention=_by_window([(term.bound_tokens, term.flops_per_token) for term in bounded]),
         compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu * inputs.mfu_scale,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
-        sliding_kv=_by_window([(m.window_tokens, m.cache_elements_per_token_per_gpu(tp) * kv_b) for m in windowed]),
-        kv_read_bytes_per_token_per_gpu=sum(m.read_elements_per_token_per_gpu(tp) for m in growing) * kv_b,
-        sliding_kv_read=_by_window([(m.window_tokens, m.read_elements_per_token_per_gpu(tp) * kv_b) for m in windowed]),
+        sliding_kv=_by_window([(m.window_tokens, m.cache_bytes_per_token(kv_b, tp)) for m in windowed]),
+        kv_read_bytes_per_token_per_gpu=sum(term.read_bytes_per_token for term in unbounded),
+        sliding_kv_read=_by_window([(term.bound_tokens, term.read_bytes_per_token) for term in bounded]),
         state_bytes_per_sequence_per_gpu=memory.state_bytes_per_sequence(arch, state_b, tp),
         weight_bytes_per_gpu=weight_bytes / tp,
         decode_weight_bytes_per_gpu_at=decode_weight_reader(inputs),

@@ -2,9 +2,10 @@
 
 The readers live in ``hf_arch`` (transformer decoders, MLA, Jamba), ``hf_hybrid`` (Mamba-2
 hybrids), ``hf_deltanet`` (Gated DeltaNet hybrids), ``hf_gemma4``, ``hf_mistral3``, ``hf_moe`` (more
-mixture-of-experts families), ``hf_qwen_vl`` and ``hf_llava`` (vision-language wrappers), ``hf_moe_more`` (OLMoE,
-FlexOlmo, DBRX, AFMoE, LongCat-Flash), ``hf_shortconv`` (LFM2, LFM2-MoE) and ``hf_dense_more`` (Apertus); those build on
-``hf_arch``'s pieces, and this module imports them all, so no reader module imports another one that imports it back.
+mixture-of-experts families), ``hf_dsa`` (DeepSeek Sparse Attention), ``hf_qwen_vl`` and ``hf_llava``
+(vision-language wrappers), ``hf_moe_more`` (OLMoE, FlexOlmo, DBRX, AFMoE, LongCat-Flash), ``hf_shortconv``
+(LFM2, LFM2-MoE) and ``hf_dense_more`` (Apertus); those build on ``hf_arch``'s pieces, and this module imports
+them all, so no reader module imports another one that imports it back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from quotacalc.inputs import (
     hf_arch,
     hf_deltanet,
     hf_dense_more,
+    hf_dsa,
     hf_gemma4,
     hf_hybrid,
     hf_llava,
@@ -28,7 +30,7 @@ from quotacalc.inputs import (
 )
 
 #: Modules whose import registers readers (named so the import is visibly used).
-READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_qwen_vl, hf_llava)
+READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_dsa, hf_qwen_vl, hf_llava)
 #: More MoE families, LFM2's short-convolution hybrids and Apertus.
 MORE_READER_MODULES = (hf_moe_more, hf_shortconv, hf_dense_more)
 

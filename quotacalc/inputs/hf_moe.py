@@ -81,6 +81,24 @@ def read_glm4_moe(view: ConfigView, name: str) -> ModelArch:
 # --------------------------------------------------------------------------- GLM-4.7-Flash (MLA)
 
 
+def mlp_layer_kinds(view: ConfigView, layer_count: int) -> list[str]:
+    """Each layer's feed-forward kind ('dense' or 'sparse') as transformers builds it from ``mlp_layer_types``;
+    a config whose ``first_k_dense_replace`` (what vLLM reads) disagrees is refused."""
+    kinds = view.get("mlp_layer_types")
+    if not isinstance(kinds, list) or len(kinds) != layer_count or any(k not in ("dense", "sparse") for k in kinds):
+        raise view.fail("mlp_layer_types", f"must list 'dense' or 'sparse' for each of the {layer_count} layers")
+    dense_prefix = next((index for index, kind in enumerate(kinds) if kind == "sparse"), layer_count)
+    stated_first = view.get("first_k_dense_replace")
+    if stated_first is not None and (stated_first != dense_prefix or "dense" in kinds[dense_prefix:]):
+        raise view.fail(
+            "first_k_dense_replace",
+            f"is {stated_first}, but mlp_layer_types makes {kinds.count('dense')} layers dense "
+            f"(transformers builds mlp_layer_types, vLLM reads first_k_dense_replace)",
+            "state mlp_layer_types to match first_k_dense_replace",
+        )
+    return kinds
+
+
 @reads("glm4_moe_lite")
 def read_glm4_moe_lite(view: ConfigView, name: str) -> ModelArch:
     """DeepSeek-V3's MLA and experts under GLM's names; which layers are dense is ``mlp_layer_types``.
@@ -95,18 +113,7 @@ def read_glm4_moe_lite(view: ConfigView, name: str) -> ModelArch:
         raise UnsupportedArchitecture(
             "MLA with attention_bias is not priced yet", source=view.source, field=view.prefix + "attention_bias"
         )
-    kinds = view.get("mlp_layer_types")
-    if not isinstance(kinds, list) or len(kinds) != layer_count or any(k not in ("dense", "sparse") for k in kinds):
-        raise view.fail("mlp_layer_types", f"must list 'dense' or 'sparse' for each of the {layer_count} layers")
-    dense_prefix = next((index for index, kind in enumerate(kinds) if kind == "sparse"), layer_count)
-    stated_first = view.get("first_k_dense_replace")
-    if stated_first is not None and (stated_first != dense_prefix or "dense" in kinds[dense_prefix:]):
-        raise view.fail(
-            "first_k_dense_replace",
-            f"is {stated_first}, but mlp_layer_types makes {kinds.count('dense')} layers dense "
-            f"(transformers builds mlp_layer_types, vLLM reads first_k_dense_replace)",
-            "state mlp_layer_types to match first_k_dense_replace",
-        )
+    kinds = mlp_layer_kinds(view, layer_count)
     mla = mla_attention(view)
     moe, dense = _glm_moe(view), dense_mlp(view)
     layers = [

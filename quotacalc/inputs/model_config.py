@@ -292,6 +292,8 @@ _EXPERTS_KEY = {
     "dots1": "n_routed_experts",
     "ernie4_5_moe": "moe_num_experts",
     "hunyuan_v1_moe": "num_experts",
+    "deepseek_v32": "n_routed_experts",
+    "glm_moe_dsa": "n_routed_experts",
     "olmoe": "num_experts",
     "flex_olmo": "num_experts",
     "afmoe": "num_experts",

@@ -65,6 +65,11 @@ def resolve(deployment: Deployment) -> PricingInputs:
             per_channel_inputs=arch.hidden_size,
         )
     kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
+    for problem in dict.fromkeys(layer.mixer.kv_dtype_problem(kv_dtype.name) for layer in arch.layers if layer.mixer):
+        if problem:
+            raise QuotacalcError(
+                f"{arch.name}: {problem}", field="kv_dtype", fix="--kv-dtype bf16, or fp8 (vLLM's fp8_ds_mla)"
+            )
     state_dtype = (
         _config_state_dtype(resolved.config) or native
         if deployment.state_dtype in (None, "auto")
