@@ -451,3 +451,22 @@ def _one_line_error(path: str) -> str:
 def test_bad_config_fails_in_one_line(tmp_path, folder, change, field, words):
     message = _one_line_error(_config_with(tmp_path, folder, change))
     assert field in message and words in message
+
+
+def test_dbrx_published_whole_number_for_a_float_field_is_read_as_that_float(tmp_path):
+    """databricks/dbrx-instruct's config.json writes ``"moe_normalize_expert_weights": 1`` in ffn_config, which
+    transformers 5.24's strict DbrxFFNConfig refuses as an int for a float field; JSON has one number type, so it
+    is read as 1.0, and the model prices exactly as the fixture (which writes 1.0) does. A value that is not a
+    number is still refused in one line naming the field."""
+    config = json.loads((CONFIGS / "dbrx_instruct" / "config.json").read_text(encoding="utf-8"))
+    assert config["ffn_config"]["moe_normalize_expert_weights"] == 1.0
+    config["ffn_config"]["moe_normalize_expert_weights"] = 1
+    folder = tmp_path / "dbrx"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert load_arch(str(folder))[0].total_params() == _arch("dbrx_instruct").total_params()
+    config["ffn_config"]["moe_normalize_expert_weights"] = "one"
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(QuotacalcError) as caught:
+        load_arch(str(folder))
+    assert "\n" not in str(caught.value) and "moe_normalize_expert_weights" in str(caught.value)

@@ -226,7 +226,7 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
             # transformers' deprecation notices (Kimi Linear's `rope_scaling: null` sets a deprecated
             # property) are about its own API, not the user's config: the CLI prints one line or none.
             warnings.simplefilter("ignore", FutureWarning)
-            config = AutoConfig.for_model(model_type, **fields)
+            config = _for_model(AutoConfig, model_type, fields)
             resolved = _resolved_dict(config)
     except ValueError as error:
         if "Unrecognized" in str(error) or "model_type" in str(error):
@@ -243,6 +243,43 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
         raise _rejected_by_transformers(error, source_name, raw) from None
     check_family(raw, type(config).__name__, source_name)
     return resolved, type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw))
+
+
+#: transformers' strict check of a float field given a whole number: "Field 'x' expected float, got int".
+_FLOAT_GOT_INT = re.compile(r"[Ff]ield '(\w+)' expected float, got int")
+
+
+def _for_model(auto_config: Any, model_type: str, fields: dict[str, Any]) -> Any:
+    """AutoConfig.for_model, reading a whole number given for a float field as that float.
+
+    JSON has one number type (1 and 1.0 are the same value) and published configs write either, but transformers
+    5's strict config classes refuse an int for a float field (DBRX's published ``ffn_config``:
+    ``"moe_normalize_expert_weights": 1``). Each field such a refusal names is retried as a float, once.
+    """
+    retried: set[str] = set()
+    while True:
+        try:
+            return auto_config.for_model(model_type, **fields)
+        except Exception as error:
+            names = set(_FLOAT_GOT_INT.findall(str(error))) - retried
+            if not names:
+                raise
+            retried |= names
+            fields = _ints_as_floats(fields, names)
+
+
+def _ints_as_floats(document: Any, names: set[str]) -> Any:
+    """``document`` with every whole-number value of a key in ``names`` (at any depth) written as a float."""
+    if isinstance(document, dict):
+        return {
+            key: float(value)
+            if key in names and isinstance(value, int) and not isinstance(value, bool)
+            else _ints_as_floats(value, names)
+            for key, value in document.items()
+        }
+    if isinstance(document, list):
+        return [_ints_as_floats(item, names) for item in document]
+    return document
 
 
 def _rejected_by_transformers(error: Exception, source: str, raw: dict[str, Any]) -> QuotacalcError:
