@@ -25,6 +25,7 @@ import pytest
 from quotacalc import Deployment, price, resolve
 from quotacalc.core import memory
 from quotacalc.core.arch import DenseMLP, MoE, ParamGroup, SparseMLAAttention
+from quotacalc.core.kv import request_kv
 from quotacalc.core.memory import (
     attention_flops_per_output_token,
     attention_flops_per_prompt_token,
@@ -201,8 +202,11 @@ def test_decode_reads_selected_latents_and_every_indexer_key():
     assert model.sequence_kv_bytes_per_gpu(32_768) == 61 * 32_768 * 788 == 1_575_092_224
     # Below index_topk the step reads all it holds.
     assert model.sequence_kv_read_bytes_per_gpu(1_000) == model.sequence_kv_bytes_per_gpu(1_000) == 61 * 1_000 * 788
-    # The replica's attention FLOPs are the model's: bounded MLA, growing scoring.
-    assert model.attention_flops(32_768) == attention_flops_per_output_token(inputs.arch, 32_768)
+    # The model's attention FLOPs: bounded MLA (2 x 128 heads x (192 + 128) = 81,920 a key, 2,048 keys) and the
+    # growing scoring (2 x 64 x 128 = 16,384 an earlier token), once. The replica's: vLLM runs the indexer whole on
+    # each of the 8 ranks, so its scoring costs 8 times that in GPU time.
+    assert attention_flops_per_output_token(inputs.arch, 32_768) == 61 * (81_920 * 2_048 + 16_384 * 32_768)
+    assert model.attention_flops(32_768) == 61 * (81_920 * 2_048 + 8 * 16_384 * 32_768) == 272_227_106_816
     assert price(inputs).decode_kv_bytes_per_gpu == 4 * read
 
 
@@ -309,3 +313,17 @@ def test_sparse_layer_without_query_latent_cannot_be_built():
             index_n_heads=2,
             index_head_dim=128,
         )
+
+
+def test_a_prompt_tokens_units_count_the_indexer_on_every_rank():
+    """A 32,768-token prompt: each token scores (p + 1) / 2 = 16,384.5 earlier tokens on average, at 16,384 FLOPs
+    each in each of 61 layers; at TP 8 every rank does that scoring whole, 7 more times than at TP 1. The bounded
+    MLA part is the same at any TP."""
+    arch = load_arch(str(CONFIGS / "deepseek_v3_2"))[0]
+    extra = attention_flops_per_prompt_token(arch, 32_768, 8) - attention_flops_per_prompt_token(arch, 32_768, 1)
+    assert extra == pytest.approx(7 * 61 * 16_384 * 16_384.5)
+    tp8 = request_kv(price(resolve(Deployment(model=str(CONFIGS / "deepseek_v3_2"), gpu="h200", tp=8))), 32_768)
+    per_token = 2 * tp8.replica.active_params
+    assert tp8.prompt_token_units_at_context == pytest.approx(
+        (per_token + attention_flops_per_prompt_token(arch, 32_768, 8)) / per_token
+    )

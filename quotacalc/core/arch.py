@@ -103,8 +103,9 @@ class TokenMixer(_Spec, ABC):
         read = self.read_elements_per_token_per_gpu(tp) * kv_bytes_per_element
         return (ContextTerm(None, read, self.attention_flops_per_token(1)),)
 
-    def prompt_attention_flops_per_token(self, context_tokens: int) -> float:
-        """Mean attention FLOPs of a prompt token over a causal prompt of ``context_tokens``."""
+    def prompt_attention_flops_per_token(self, context_tokens: int, tp: int = 1) -> float:
+        """Mean attention FLOPs of a prompt token over a causal prompt of ``context_tokens``, as a replica of ``tp``
+        GPUs spends them (work every rank repeats counts ``tp`` times; none by default)."""
         return self.attention_flops_per_token(self.mean_prompt_attended_tokens(context_tokens))
 
     def cost_rule(self) -> str | None:
@@ -443,9 +444,11 @@ class SparseMLAAttention(MLAAttention):
     FLOPs per query: MLA's per attended key (2 x heads x (qk_head_dim + v_head_dim), as ``MLAAttention``) over
     min(attended, index_topk) keys, plus the indexer's scoring, 2 x index_n_heads x index_head_dim per earlier
     token (its per-head weighting, 2 x index_n_heads more, is left out as softmax is for attention). A prompt token
-    at position p attends min(p, index_topk) keys and scores p. These are the model's FLOPs, split over TP like
-    every other: vLLM runs the whole indexer on every rank (its heads are not split), which is not modelled, as
-    the replicated projections' FLOPs are not.
+    at position p attends min(p, index_topk) keys and scores p. vLLM runs the whole indexer on every rank (its
+    heads are not split), so on a replica of TP GPUs the scoring costs TP times its FLOPs in GPU time: the replica
+    model and the prompt token's units count it so (``context_terms``, ``prompt_attention_flops_per_token``); at
+    long prompts it is most of a rank's work. The replicated projections' FLOPs (per token, not per earlier token)
+    are not scaled so.
     """
 
     kind: Literal["sparse_mla"] = "sparse_mla"  # type: ignore[assignment]
@@ -498,11 +501,12 @@ class SparseMLAAttention(MLAAttention):
         selected = min(attended_tokens, self.index_topk)
         return super().attention_flops_per_token(selected) + self.scoring_flops_per_token() * attended_tokens
 
-    def prompt_attention_flops_per_token(self, context_tokens: int) -> float:
-        # Exact over positions 1..context: the mean of min(p, index_topk), not the min of the mean.
+    def prompt_attention_flops_per_token(self, context_tokens: int, tp: int = 1) -> float:
+        # Exact over positions 1..context: the mean of min(p, index_topk), not the min of the mean. Every rank
+        # scores every earlier token (the indexer is replicated): tp times the scoring.
         selected = mean_attended_tokens(context_tokens, self.index_topk)
         scored = mean_attended_tokens(context_tokens)
-        return super().attention_flops_per_token(selected) + self.scoring_flops_per_token() * scored
+        return super().attention_flops_per_token(selected) + tp * self.scoring_flops_per_token() * scored
 
     def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
         selected = ContextTerm(
@@ -510,7 +514,8 @@ class SparseMLAAttention(MLAAttention):
         )
         if not self.has_indexer:
             return (selected,)
-        return (ContextTerm(None, self.indexer_bytes_per_token(), self.scoring_flops_per_token()), selected)
+        # Replica FLOPs: every one of the tp ranks scores every earlier token.
+        return (ContextTerm(None, self.indexer_bytes_per_token(), tp * self.scoring_flops_per_token()), selected)
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         # FlashMLASparseBackend.supported_kv_cache_dtypes (flashmla_sparse.py @ 008a0c31): auto/bfloat16, fp8 (as
@@ -527,7 +532,7 @@ class SparseMLAAttention(MLAAttention):
             f"{self.index_topk:,} tokens (an fp8 KV dtype keeps the latent in vLLM's fp8_ds_mla layout, "
             f"{self.latent_bytes_per_token(1):.0f} B a token); its indexer caches and reads a "
             f"{self.indexer_bytes_per_token()} B fp8 key of every token and scores each at 2 x {self.index_n_heads} "
-            f"x {self.index_head_dim} FLOPs"
+            f"x {self.index_head_dim} FLOPs on every TP rank (vLLM replicates the indexer: TP x those FLOPs a replica)"
         )
 
 

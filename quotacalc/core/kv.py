@@ -84,7 +84,7 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         unit="requests",
     )
     active_flops = 2 * replica.active_params
-    attention_flops = memory.attention_flops_per_prompt_token(arch, context_tokens)
+    attention_flops = memory.attention_flops_per_prompt_token(arch, context_tokens, tp)
     token_units = ledger.record(
         "prompt_token_units_at_context",
         (active_flops + attention_flops) / active_flops,

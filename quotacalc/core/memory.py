@@ -84,9 +84,10 @@ def request_kv_bytes_per_gpu(
     return kv + state_bytes_per_sequence(arch, state_bytes_per_element, tp)
 
 
-def attention_flops_per_prompt_token(arch: ModelArch, context_tokens: int) -> float:
-    """Mean attention FLOPs (QK^T and AV) of a prompt token in a prompt of ``context_tokens`` (causal)."""
-    return sum(m.prompt_attention_flops_per_token(context_tokens) for m in _mixers(arch))
+def attention_flops_per_prompt_token(arch: ModelArch, context_tokens: int, tp: int = 1) -> float:
+    """Mean attention FLOPs (QK^T and AV) of a prompt token in a prompt of ``context_tokens`` (causal), as a replica
+    of ``tp`` GPUs spends them (a sparse layer's indexer scores on every rank)."""
+    return sum(m.prompt_attention_flops_per_token(context_tokens, tp) for m in _mixers(arch))
 
 
 def attention_flops_per_output_token(arch: ModelArch, context_tokens: int) -> float:

@@ -165,7 +165,9 @@ def prompt_token_units(replica: PriceResult, prompt_tokens: float) -> float:
     if prompt_tokens < 1:
         return 1.0
     active_flops = 2 * replica.active_params
-    attention = memory.attention_flops_per_prompt_token(replica.inputs.arch, max(1, round(prompt_tokens)))
+    attention = memory.attention_flops_per_prompt_token(
+        replica.inputs.arch, max(1, round(prompt_tokens)), replica.inputs.deployment.tp
+    )
     return (active_flops + attention) / active_flops
 
 

@@ -598,7 +598,7 @@ def _compute_section(x: _Explainer) -> None:
     )
     attention = x.record(
         "attention_flops_per_prompt_token",
-        memory.attention_flops_per_prompt_token(inputs.arch, context),
+        memory.attention_flops_per_prompt_token(inputs.arch, context, inputs.deployment.tp),
         formula="Σ_attention layers 2 × heads × (qk_dim + v_dim) × mean attended tokens",
         substituted=f"mean over a {fmt(context)}-token prompt (causal; sliding layers capped at their window)",
         unit="FLOP",
