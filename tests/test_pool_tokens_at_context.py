@@ -125,3 +125,13 @@ def test_kv_labels_windowed_and_state_rows_as_whole_replica_figures(run_cli, mon
     assert code == 0
     (row,) = [line for line in out.splitlines() if line.startswith("of which windowed KV")]
     assert "whole replica" in row and "sliding-window" not in out
+
+
+def test_kv_labels_a_short_convolution_models_state_as_fixed_state(run_cli, monkeypatch):
+    """LFM2's state is its short convolutions' (no SSM): the row names every kind of fixed state."""
+    monkeypatch.setenv("COLUMNS", "200")
+    lfm2 = str(Path(__file__).parent / "data" / "configs" / "lfm2_1_2b")
+    code, out, _ = run_cli("kv", "--model", lfm2, "--gpu", "l4", "--context", "4096")
+    assert code == 0
+    (row,) = [line for line in out.splitlines() if line.startswith("of which fixed state (conv, SSM, recurrent)")]
+    assert "whole replica" in row

@@ -302,7 +302,7 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     if result.state_bytes:
         _add_row(
             table,
-            "of which state (SSM, recurrent)",
+            "of which fixed state (conv, SSM, recurrent)",
             units.data_bytes(result.state_bytes),
             "whole replica; fixed per sequence",
         )
