@@ -26,6 +26,7 @@ from quotacalc.inputs import (
     hf_moe,
     hf_moe_more,
     hf_qwen_vl,
+    hf_refused,
     hf_shortconv,
 )
 
@@ -49,6 +50,13 @@ def read_arch(config: dict[str, Any], *, name: str, source: str, given_keys: fro
     model_type = view.get("model_type")
     reader = hf_arch.READERS.get(model_type)
     if reader is None:
+        if model_type in hf_refused.NOT_PRICED:
+            raise UnsupportedArchitecture(
+                f"model_type '{model_type}' is not priced: {hf_refused.NOT_PRICED[model_type]}",
+                source=source,
+                field="model_type",
+                fix="price another model; README's 'Architectures' says why this family is refused",
+            )
         raise UnsupportedArchitecture(
             f"model_type '{model_type}' is not priced yet",
             source=source,
