@@ -1,0 +1,102 @@
+"""Readers for mixture-of-experts models with a vision tower (and, for Qwen3-Omni, audio), as vLLM serves them:
+Qwen3-VL-MoE (``qwen3_vl_moe``) and Kimi K2.5 (``kimi_k25``).
+
+Each text decoder is read by the reader of its text family (Qwen3-MoE's layout, DeepSeek-V3's MLA); the towers
+are counted in ``vision_params``, as the other multimodal readers do.
+"""
+
+from __future__ import annotations
+
+from quotacalc.core.arch import ModelArch
+from quotacalc.errors import UnsupportedArchitecture
+from quotacalc.inputs.hf_arch import ConfigView, decoder_family, read_decoder, read_deepseek, reads
+from quotacalc.inputs.hf_qwen_vl import qwen3_vl_vision_params
+
+
+def _qwen3_moe_text(text: ConfigView) -> None:
+    """The expert sizes a Qwen3-MoE text model must state (a class default would price another model)."""
+    for key in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        text.stated_int(key)
+
+
+@reads("qwen3_vl_moe")
+def read_qwen3_vl_moe(view: ConfigView, name: str) -> ModelArch:
+    """Qwen3-VL-MoE (``Qwen3VLMoeForConditionalGeneration``): Qwen3-MoE's decoder (per-head q/k norms, experts
+    every ``decoder_sparse_step`` layers outside ``mlp_only_layers``, no shared expert) and Qwen3-VL's tower.
+
+    Tied by the wrapper's ``tie_word_embeddings`` (false as published), as transformers builds it; the checkpoint
+    holds both the embedding and ``lm_head``.
+    """
+    text = view.sub("text_config")
+    _qwen3_moe_text(text)
+    towers = qwen3_vl_vision_params(view.sub("vision_config"))
+    arch = read_decoder(text, name, decoder_family("qwen3_moe"), dtype_views=(view,), vision_params=towers)
+    tied = view.flag("tie_word_embeddings", False)
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "qwen3_vl_moe"})
+
+
+def _tower_size(vision: ConfigView, key: str, legacy: str) -> int:
+    """A MoonViT size under its published name (``vt_hidden_size``, what vLLM's ``KimiK25VisionConfig`` reads) or
+    transformers' (``hidden_size``); a file stating both, differently, is refused."""
+    stated = vision.given_keys is None or vision.prefix + key in vision.given_keys
+    if vision.get(legacy) is None:
+        return vision.positive_int(key)
+    value = vision.positive_int(legacy)
+    if stated and vision.get(key) is not None and vision.get(key) != value:
+        raise vision.fail(key, f"is {vision.get(key)}, but {legacy} is {value}", f"state one {key}")
+    return value
+
+
+def moonvit_params(vision: ConfigView, text_hidden: int) -> int:
+    """Kimi K2.5's MoonViT tower and projector: a biased patch convolution, a learned position grid
+    (``init_pos_emb_height`` x ``init_pos_emb_width``; the time table is a fixed sinusoid, a buffer), blocks of
+    two LayerNorms (weight and bias), biased q/k/v and output projections and a plain biased MLP, a final
+    LayerNorm; then the projector: a LayerNorm over ``mm_hidden_size``, and a two-layer biased MLP from
+    ``merge_kernel_size`` patches to the text width."""
+    hidden = _tower_size(vision, "hidden_size", "vt_hidden_size")
+    inter = _tower_size(vision, "intermediate_size", "vt_intermediate_size")
+    depth = _tower_size(vision, "num_hidden_layers", "vt_num_hidden_layers")
+    heads = _tower_size(vision, "num_attention_heads", "vt_num_attention_heads")
+    if hidden % heads:
+        raise vision.fail("vt_num_attention_heads", f"{heads} heads do not divide the tower width {hidden}")
+    grid = _tower_size(vision, "pos_emb_height", "init_pos_emb_height") * _tower_size(
+        vision, "pos_emb_width", "init_pos_emb_width"
+    )
+    patch = vision.positive_int("patch_size")
+    kernel = vision.get("merge_kernel_size")
+    if (
+        not isinstance(kernel, list | tuple)
+        or len(kernel) != 2
+        or any(isinstance(k, bool) or not isinstance(k, int) or k <= 0 for k in kernel)
+    ):
+        raise vision.fail("merge_kernel_size", f"must be two positive integers, got {kernel!r}")
+    embed = 3 * patch * patch * hidden + hidden + grid * hidden
+    block = 4 * hidden + 4 * (hidden * hidden + hidden) + hidden * inter + inter + inter * hidden + hidden
+    merged = hidden * kernel[0] * kernel[1]
+    projector = 2 * vision.positive_int("mm_hidden_size", hidden) + merged * merged + merged
+    projector += merged * text_hidden + text_hidden
+    return embed + depth * block + 2 * hidden + projector
+
+
+@reads("kimi_k25")
+def read_kimi_k25(view: ConfigView, name: str) -> ModelArch:
+    """Kimi K2.5 (``KimiK25ForConditionalGeneration``): DeepSeek-V3's decoder (MLA, the first
+    ``first_k_dense_replace`` layers dense, routed and shared experts) in ``text_config`` (published as
+    ``kimi_k2``, which transformers reads as ``deepseek_v3``), MoonViT and its projector in ``vision_params``.
+
+    vLLM's kimi_k25.py never ties ``lm_head`` (the checkpoint holds both); transformers ties by the wrapper's
+    ``tie_word_embeddings``, false as published.
+    """
+    text = view.sub("text_config")
+    if text.get("model_type") not in ("deepseek_v3", "kimi_k2"):
+        raise UnsupportedArchitecture(
+            f"a kimi_k25 text model of type '{text.get('model_type')}' is not priced yet",
+            source=view.source,
+            field="text_config.model_type",
+            fix="Kimi K2.5's text model is DeepSeek-V3's (kimi_k2)",
+        )
+    text.stated_int("n_routed_experts")
+    towers = moonvit_params(view.sub("vision_config"), text.stated_int("hidden_size"))
+    arch = read_deepseek(text, name)
+    tied = view.flag("tie_word_embeddings", True)
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "kimi_k25", "vision_params": towers})
