@@ -1,4 +1,4 @@
-"""Qwen3-VL-MoE and Kimi K2.5 priced against transformers' own counts, with cache and active-parameter goldens
+"""Qwen3-VL-MoE, Kimi K2.5 and Qwen3-Omni-MoE's thinker priced against transformers' own counts, with cache and active-parameter goldens
 derived by hand.
 
 ``reference_params_vlmoe.json`` holds the counts transformers 5.24 builds on the meta device for the folders of
@@ -24,6 +24,8 @@ DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"
 REFERENCE_FILE = json.loads((DATA / "reference_params_vlmoe.json").read_text(encoding="utf-8"))
 REFERENCE = REFERENCE_FILE["models"]
+#: Whole models transformers builds beyond what vLLM loads to serve text (each entry says why).
+OVERCOUNTED = REFERENCE_FILE["transformers_overcounts"]
 BF16_BYTES = 2
 
 
@@ -167,6 +169,48 @@ def test_kimi_k25_tower_read_under_either_name(tmp_path):
     assert load_arch(str(folder))[0].vision_params == 471_143_920 - 15_239_504
 
 
+# --------------------------------------------------------------------------- Qwen3-Omni-MoE
+
+
+def test_qwen3_omni_thinker_layout_and_kv_by_hand():
+    """The thinker's decoder: 48 layers of full attention with experts, 4 KV heads of 128, as Qwen3-VL-30B-A3B.
+
+    KV per token: 48 x 4 x 256 = 49,152 elements -> 98,304 bytes in bf16; one KV head per GPU at TP 8 -> 24,576.
+    The talker (its own 20-layer decoder) is not loaded by vLLM to serve text, so it holds no cache here.
+    """
+    arch = _arch("qwen3_omni_moe_30b_a3b")
+    assert arch.mixer_counts() == {"full_attention": 48}
+    assert all(isinstance(layer.feed_forward, MoE) for layer in arch.layers)
+    assert arch.moe_layers()[0].num_shared_experts == 0
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 98_304
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 8) == 24_576
+
+
+def test_qwen3_omni_thinker_params_by_hand():
+    """Text: Qwen3-VL-30B-A3B's decoder (623,120,640 per layer, x 48 = 29,909,790,720) with a vocabulary of
+    152,064: embedding and untied head 2 x 152,064 x 2,048 = 622,854,144, final norm 2,048 -> 30,532,646,912.
+    Vision tower: Qwen3-VL-30B-A3B's (out 2,048), 538,631,408.
+    Audio encoder (d_model 1,280, FFN 5,120, 32 layers, 480 conv channels, 128 mel bins): convolutions 480 x 9 +
+    480 = 4,800 and 2 x (480^2 x 9 + 480) = 4,148,160; the mel axis 128 -> 64 -> 32 -> 16, so conv_out
+    480 x 16 x 1,280 = 9,830,400; per layer q/k/v/o 4 x (1,280^2 + 1,280) = 6,558,720, two LayerNorms 5,120,
+    MLP 1,280 x 5,120 + 5,120 + 5,120 x 1,280 + 1,280 = 13,113,600 -> 19,677,440, x 32 = 629,678,080; ln_post
+    2,560, proj1 1,280^2 + 1,280 = 1,639,680, proj2 1,280 x 2,048 + 2,048 = 2,623,488. Audio 647,927,168.
+    Thinker 31,719,205,488: transformers' count of Qwen3OmniMoeThinkerForConditionalGeneration.
+
+    transformers' whole Qwen3OmniMoeForConditionalGeneration adds the talker (3,324,596,480) and code2wav
+    (216,016,577): 35,259,818,545, the published checkpoint's total; vLLM skips those weights.
+    Active: 8 of 128 experts -> 56,889,600 per layer; x 48 + 622,856,192 = 3,353,556,992.
+    """
+    arch = _arch("qwen3_omni_moe_30b_a3b")
+    assert arch.vision_params == 538_631_408 + 647_927_168
+    assert arch.total_params() == 31_719_205_488 == REFERENCE["qwen3_omni_moe_30b_a3b"]["total_params"]
+    whole = OVERCOUNTED["qwen3_omni_moe_30b_a3b"]
+    assert whole["total_params"] == 35_259_818_545 == arch.total_params() + 3_324_596_480 + 216_016_577
+    assert whole["by_part"]["thinker"] == arch.total_params()
+    assert arch.active_params() == 3_353_556_992
+    assert any("talker" in note for note in arch.notes)
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -203,6 +247,24 @@ def _one_line_error(path: str) -> str:
             lambda c: c["vision_config"].update(deepstack_visual_indexes=3),
             "deepstack_visual_indexes",
             "expected a list",
+        ),
+        (
+            "qwen3_omni_moe_30b_a3b",
+            lambda c: c["thinker_config"]["text_config"].pop("num_experts"),
+            "thinker_config.text_config.num_experts",
+            "missing",
+        ),
+        (
+            "qwen3_omni_moe_30b_a3b",
+            lambda c: c["thinker_config"]["text_config"].update(shared_expert_intermediate_size=768),
+            "thinker_config.text_config.shared_expert_intermediate_size",
+            "neither",
+        ),
+        (
+            "qwen3_omni_moe_30b_a3b",
+            lambda c: c["thinker_config"]["audio_config"].update(d_model=0),
+            "d_model",
+            "positive",
         ),
         ("kimi_k2_5", lambda c: c["text_config"].pop("n_routed_experts"), "text_config.n_routed_experts", "missing"),
         ("kimi_k2_5", lambda c: c["text_config"].pop("hidden_size"), "text_config.hidden_size", "missing"),

@@ -1,5 +1,5 @@
 """Readers for mixture-of-experts models with a vision tower (and, for Qwen3-Omni, audio), as vLLM serves them:
-Qwen3-VL-MoE (``qwen3_vl_moe``) and Kimi K2.5 (``kimi_k25``).
+Qwen3-VL-MoE (``qwen3_vl_moe``), Kimi K2.5 (``kimi_k25``) and Qwen3-Omni's thinker (``qwen3_omni_moe``).
 
 Each text decoder is read by the reader of its text family (Qwen3-MoE's layout, DeepSeek-V3's MLA); the towers
 are counted in ``vision_params``, as the other multimodal readers do.
@@ -100,3 +100,51 @@ def read_kimi_k25(view: ConfigView, name: str) -> ModelArch:
     arch = read_deepseek(text, name)
     tied = view.flag("tie_word_embeddings", True)
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "kimi_k25", "vision_params": towers})
+
+
+def qwen3_omni_audio_params(audio: ConfigView) -> int:
+    """Qwen3-Omni's audio encoder (Whisper-like): three biased 3x3 convolutions downsampling the mel bins by 8, a
+    linear ``conv_out`` without bias to ``d_model``, ``encoder_layers`` blocks (biased q/k/v/o, two LayerNorms with
+    bias, a plain biased MLP), a final LayerNorm and a two-layer biased projection to ``output_dim``. Its
+    sinusoidal positions are a buffer."""
+    width = audio.positive_int("d_model")
+    inner = audio.positive_int("encoder_ffn_dim")
+    channels = audio.positive_int("downsample_hidden_size")
+    bins = audio.positive_int("num_mel_bins")
+    for _ in range(3):  # each stride-2 convolution halves the mel axis, rounding up
+        bins = (bins + 1) // 2
+    convs = (9 * channels + channels) + 2 * (9 * channels * channels + channels)
+    block = 4 * (width * width + width) + 4 * width + width * inner + inner + inner * width + width
+    head = (
+        2 * width + width * width + width + width * audio.positive_int("output_dim") + audio.positive_int("output_dim")
+    )
+    return convs + channels * bins * width + audio.positive_int("encoder_layers") * block + head
+
+
+@reads("qwen3_omni_moe")
+def read_qwen3_omni_moe(view: ConfigView, name: str) -> ModelArch:
+    """Qwen3-Omni-MoE as vLLM serves it: the thinker alone (``Qwen3OmniMoeThinkerForConditionalGeneration``,
+    which vLLM's registry maps ``Qwen3OmniMoeForConditionalGeneration`` to; its loader skips the ``talker.`` and
+    ``code2wav.`` weights). Its decoder is Qwen3-MoE's (per-head q/k norms, no shared expert); its vision tower
+    Qwen3-VL's and its audio encoder are counted in ``vision_params``.
+
+    The talker (speech tokens) and code2wav (the vocoder), which transformers builds when
+    ``enable_audio_output``, are not counted: vLLM does not load them to serve text.
+    """
+    thinker = view.sub("thinker_config")
+    text = thinker.sub("text_config")
+    _qwen3_moe_text(text)
+    if text.get("shared_expert_intermediate_size", 0):
+        raise UnsupportedArchitecture(
+            "a shared expert is built by neither transformers' nor vLLM's Qwen3-Omni thinker",
+            source=view.source,
+            field=text.prefix + "shared_expert_intermediate_size",
+            fix="Qwen3-Omni's thinker states shared_expert_intermediate_size 0",
+        )
+    towers = qwen3_vl_vision_params(thinker.sub("vision_config")) + qwen3_omni_audio_params(thinker.sub("audio_config"))
+    arch = read_decoder(text, name, decoder_family("qwen3_moe"), dtype_views=(thinker, view), vision_params=towers)
+    notes = list(arch.notes)
+    if view.flag("enable_audio_output", True):
+        notes.append("talker and code2wav (speech output) not counted: vLLM serves the thinker's text only")
+    tied = thinker.flag("tie_word_embeddings", False)
+    return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "qwen3_omni_moe", "notes": tuple(notes)})
