@@ -1,4 +1,4 @@
-"""Qwen3-VL-MoE, Kimi K2.5 and Qwen3-Omni-MoE's thinker priced against transformers' own counts, with cache and active-parameter goldens
+"""Qwen3-VL-MoE, Kimi K2.5, Qwen3-Omni-MoE's thinker and MiMo-V2-Flash priced against transformers' own counts, with cache and active-parameter goldens
 derived by hand.
 
 ``reference_params_vlmoe.json`` holds the counts transformers 5.24 builds on the meta device for the folders of
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc.core.arch import DenseMLP, MLAAttention, MoE, ParamGroup
-from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from quotacalc.core.arch import DenseMLP, FullAttention, MLAAttention, MoE, ParamGroup, SlidingWindowAttention
+from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
 
@@ -211,6 +211,59 @@ def test_qwen3_omni_thinker_params_by_hand():
     assert any("talker" in note for note in arch.notes)
 
 
+# --------------------------------------------------------------------------- MiMo-V2-Flash
+
+#: The published ``hybrid_layer_pattern``'s full-attention layers (0): the first and every sixth.
+MIMO_FULL_LAYERS = [0, 5, 11, 17, 23, 29, 35, 41, 47]
+
+
+def test_mimo_v2_flash_layout_by_hand():
+    """48 layers: full attention at 0, 5, 11, ..., 47 (9), sliding-window attention elsewhere (39), window 128
+    (``sliding_window_size``, what vLLM gives the layers); a dense MLP at layer 0, experts after."""
+    arch = _arch("mimo_v2_flash")
+    assert arch.mixer_counts() == {"full_attention": 9, "sliding_attention": 39}
+    assert [i for i, layer in enumerate(arch.layers) if isinstance(layer.mixer, FullAttention)] == MIMO_FULL_LAYERS
+    assert all(
+        layer.mixer.window_tokens == 128 for layer in arch.layers if isinstance(layer.mixer, SlidingWindowAttention)
+    )
+    assert isinstance(arch.layers[0].feed_forward, DenseMLP)
+    assert all(isinstance(layer.feed_forward, MoE) for layer in arch.layers[1:])
+
+
+def test_mimo_v2_flash_kv_by_hand():
+    """K heads of 192 and V heads of 128 are cached at their own widths (vLLM's diff-KV backend): 320 per KV head.
+
+    Growth per token: only the 9 full layers, 4 KV heads each: 9 x 4 x 320 = 11,520 elements -> 23,040 bytes in
+    bf16; at TP 8 each GPU keeps one KV head: 9 x 320 x 2 = 5,760 bytes.
+    The sliding layers (8 KV heads) hold at most 128 tokens: 39 x 8 x 320 x 128 x 2 = 25,559,040 bytes per
+    sequence from a context of 128 on, 39 x 2,560 x 100 x 2 = 19,968,000 at 100 tokens.
+    """
+    arch = _arch("mimo_v2_flash")
+    assert kv_bytes_per_token(arch, BF16_BYTES) == 23_040
+    assert kv_bytes_per_token_per_gpu(arch, BF16_BYTES, 8) == 5_760
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 100_000) == 25_559_040
+    assert window_bytes_per_sequence(arch, BF16_BYTES, 100) == 19_968_000
+
+
+def test_mimo_v2_flash_params_by_hand():
+    """Full attention: q 4,096 x 64 x 192 = 50,331,648, k 4,096 x 4 x 192 = 3,145,728, v 4,096 x 4 x 128 =
+    2,097,152, o 64 x 128 x 4,096 = 33,554,432 -> 89,128,960. Sliding: k and v for 8 KV heads (6,291,456 +
+    4,194,304) and 64 sinks -> 94,371,904.
+    Layer 0: dense MLP 3 x 4,096 x 16,384 = 201,326,592, norms 8,192 -> 290,463,744. Experts 256 x 3 x 4,096 x
+    2,048 = 6,442,450,944, router 256 x 4,096 = 1,048,576: 8 full MoE layers 6,532,636,672 each =
+    52,261,093,376; 39 sliding 6,537,879,616 each = 254,977,305,024. Embedding and untied head 2 x 152,576 x
+    4,096 = 1,249,902,592; final norm 4,096. Total 308,778,768,832 (transformers' count; the model card's 309 B).
+    Active: 8 experts 201,326,592 + router -> 291,512,320 per full MoE layer, 296,755,264 per sliding one:
+    290,463,744 + 8 x 291,512,320 + 39 x 296,755,264 + 1,249,906,688 = 15,445,924,288 (the card's 15 B).
+    """
+    arch = _arch("mimo_v2_flash")
+    assert arch.layers[0].mixer.params() == {ParamGroup.ATTENTION: 89_128_960}
+    assert arch.layers[1].mixer.params() == {ParamGroup.ATTENTION: 94_371_904}
+    assert arch.total_params() == 308_778_768_832 == REFERENCE["mimo_v2_flash"]["total_params"]
+    assert arch.active_params() == 15_445_924_288
+    assert arch.tie_word_embeddings is False
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -265,6 +318,22 @@ def _one_line_error(path: str) -> str:
             lambda c: c["thinker_config"]["audio_config"].update(d_model=0),
             "d_model",
             "positive",
+        ),
+        ("mimo_v2_flash", lambda c: c.pop("n_routed_experts"), "n_routed_experts", "missing"),
+        # vLLM would build 4 KV heads on the sliding layers, transformers 8.
+        ("mimo_v2_flash", lambda c: c.update(swa_num_key_value_heads=4), "swa_num_key_value_heads", "builds 8"),
+        (
+            "mimo_v2_flash",
+            lambda c: c["hybrid_layer_pattern"].__setitem__(1, 0),
+            "hybrid_layer_pattern",
+            "disagrees",
+        ),
+        ("mimo_v2_flash", lambda c: c.update(moe_layer_freq=[1] * 48), "moe_layer_freq", "disagrees"),
+        (
+            "mimo_v2_flash",
+            lambda c: c.update(add_swa_attention_sink_bias=False),
+            "add_swa_attention_sink_bias",
+            "sinks",
         ),
         ("kimi_k2_5", lambda c: c["text_config"].pop("n_routed_experts"), "text_config.n_routed_experts", "missing"),
         ("kimi_k2_5", lambda c: c["text_config"].pop("hidden_size"), "text_config.hidden_size", "missing"),

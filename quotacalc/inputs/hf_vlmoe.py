@@ -1,5 +1,6 @@
 """Readers for mixture-of-experts models with a vision tower (and, for Qwen3-Omni, audio), as vLLM serves them:
-Qwen3-VL-MoE (``qwen3_vl_moe``), Kimi K2.5 (``kimi_k25``) and Qwen3-Omni's thinker (``qwen3_omni_moe``).
+Qwen3-VL-MoE (``qwen3_vl_moe``), Kimi K2.5 (``kimi_k25``) and Qwen3-Omni's thinker (``qwen3_omni_moe``); and
+Xiaomi's MiMo-V2-Flash (``mimo_v2_flash``, text only: hybrid sliding/full attention with experts).
 
 Each text decoder is read by the reader of its text family (Qwen3-MoE's layout, DeepSeek-V3's MLA); the towers
 are counted in ``vision_params``, as the other multimodal readers do.
@@ -7,9 +8,19 @@ are counted in ``vision_params``, as the other multimodal readers do.
 
 from __future__ import annotations
 
-from quotacalc.core.arch import ModelArch
+from quotacalc.core.arch import FullAttention, Layer, ModelArch, MoE, SlidingWindowAttention
 from quotacalc.errors import UnsupportedArchitecture
-from quotacalc.inputs.hf_arch import ConfigView, decoder_family, read_decoder, read_deepseek, reads
+from quotacalc.inputs.hf_arch import (
+    ConfigView,
+    decoder_family,
+    dense_mlp,
+    finish_arch,
+    layer_kinds,
+    read_decoder,
+    read_deepseek,
+    reads,
+)
+from quotacalc.inputs.hf_moe import mlp_layer_kinds
 from quotacalc.inputs.hf_qwen_vl import qwen3_vl_vision_params
 
 
@@ -148,3 +159,84 @@ def read_qwen3_omni_moe(view: ConfigView, name: str) -> ModelArch:
         notes.append("talker and code2wav (speech output) not counted: vLLM serves the thinker's text only")
     tied = thinker.flag("tie_word_embeddings", False)
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "qwen3_omni_moe", "notes": tuple(notes)})
+
+
+def _hub_pattern(view: ConfigView, key: str, layers: int, names: tuple[str, str], built: list[str]) -> None:
+    """A published 0/1 list (what vLLM reads) must agree with the per-layer kinds transformers builds."""
+    pattern = view.get(key)
+    if pattern is None:
+        return
+    if not isinstance(pattern, list) or len(pattern) != layers or any(p not in (0, 1) for p in pattern):
+        raise view.fail(key, f"must list 0 or 1 for each of the {layers} layers")
+    if [names[p] for p in pattern] != built:
+        raise view.fail(
+            key,
+            "disagrees with the layer kinds transformers builds (vLLM reads this list, transformers its own)",
+            "state layer_types / mlp_layer_types to match it",
+        )
+
+
+@reads("mimo_v2_flash")
+def read_mimo_v2_flash(view: ConfigView, name: str) -> ModelArch:
+    """MiMo-V2-Flash (``MiMoV2FlashForCausalLM``): full attention on the layers ``layer_types`` (vLLM:
+    ``hybrid_layer_pattern`` 0) names, sliding-window attention with twice the KV heads and per-head sinks on the
+    rest; q/k heads of ``head_dim``, values of ``v_head_dim`` (cached at their own widths); one dense layer, then
+    experts without a shared one (``mlp_layer_types``; vLLM: ``moe_layer_freq``).
+
+    The window is ``sliding_window_size``, what vLLM gives its sliding layers (transformers attends one token
+    more). Configs where the two engines would build different layers (the published ``swa_*`` sizes or 0/1 lists
+    against transformers' derivation, no sliding-layer sinks) are refused. The router's score-correction bias is a
+    buffer in transformers and is not counted; multi-token-prediction layers are built by neither engine's main
+    model (vLLM skips their weights).
+    """
+    layer_count = view.stated_int("num_hidden_layers")
+    hidden = view.stated_int("hidden_size")
+    heads = view.stated_int("num_attention_heads")
+    kv_heads = view.stated_int("num_key_value_heads")
+    head_dim, v_head_dim = view.positive_int("head_dim"), view.positive_int("v_head_dim")
+    kinds, notes = layer_kinds(view, layer_count)
+    if any(kind not in ("full_attention", "sliding_attention") for kind in kinds):
+        raise view.fail("layer_types", "must name full_attention or sliding_attention for each layer")
+    _hub_pattern(view, "hybrid_layer_pattern", layer_count, ("full_attention", "sliding_attention"), kinds)
+    mlp_kinds = mlp_layer_kinds(view, layer_count)
+    _hub_pattern(view, "moe_layer_freq", layer_count, ("dense", "sparse"), mlp_kinds)
+    for key, built in (
+        ("swa_num_attention_heads", heads),
+        ("swa_num_key_value_heads", 2 * kv_heads),
+        ("swa_head_dim", head_dim),
+        ("swa_v_head_dim", v_head_dim),
+    ):
+        if view.get(key) is not None and view.get(key) != built:
+            raise view.fail(key, f"is {view.get(key)}, but transformers builds {built} for the sliding layers")
+    if not view.flag("add_swa_attention_sink_bias", True):
+        raise view.fail("add_swa_attention_sink_bias", "is false, but transformers builds sinks on every sliding layer")
+    common = dict(
+        hidden_size=hidden,
+        num_heads=heads,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        qkv_bias=view.flag("attention_bias"),
+    )
+    full = FullAttention(**common, num_kv_heads=kv_heads)
+    window = view.get("sliding_window_size") or view.positive_int("sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise view.fail("sliding_window_size", f"must be a positive number of tokens, got {window!r}")
+    sliding = SlidingWindowAttention(**common, num_kv_heads=2 * kv_heads, sinks=True, window_tokens=window)
+    moe = MoE(
+        hidden_size=hidden,
+        num_experts=view.stated_int("n_routed_experts"),
+        top_k=view.positive_int("num_experts_per_tok"),
+        expert_intermediate_size=view.positive_int("moe_intermediate_size"),
+    )
+    dense = dense_mlp(view)
+    layers = [
+        Layer(
+            mixer=full if kind == "full_attention" else sliding,
+            feed_forward=moe if mlp_kind == "sparse" else dense,
+            norm_params=2 * hidden,
+        )
+        for kind, mlp_kind in zip(kinds, mlp_kinds, strict=True)
+    ]
+    if view.get("num_nextn_predict_layers"):
+        notes.append("multi-token-prediction layers are not counted (vLLM loads them only as a draft model)")
+    return finish_arch(view, name, layers, notes)
