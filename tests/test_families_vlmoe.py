@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from quotacalc.catalog.dtypes import DTYPES
 from quotacalc.core.arch import DenseMLP, FullAttention, MLAAttention, MoE, ParamGroup, SlidingWindowAttention
 from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
 from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.quantization import checkpoint_layout
 from quotacalc.inputs.resolve import load_arch
 
 DATA = Path(__file__).parent / "data"
@@ -146,6 +148,25 @@ def test_kimi_k25_params_by_hand():
     assert arch.total_params() == 1_026_879_353_328 == REFERENCE["kimi_k2_5"]["total_params"]
     assert arch.active_params() == 32_861_477_888
     assert arch.tie_word_embeddings is False
+
+
+def test_kimi_k25_int4_weight_bytes_by_hand():
+    """The published checkpoint is compressed-tensors int4 (symmetric, group 32, bf16 scales) on the routed experts
+    only (``ignore``: lm_head, attention, shared experts, dense MLP). Routed experts 60 x 16,911,433,728 =
+    1,014,686,023,680 parameters at 0.5 + 2 / 32 = 0.5625 B = 570,760,888,320 B; the other 12,193,329,648 at
+    2 B = 24,386,659,296 B. Weights 595,147,547,616 B = 554.27 GiB: the checkpoint's tensors as a public report
+    of its safetensors sums them (554.27 GB, its weight_shape tensors aside)."""
+    arch = _arch("kimi_k2_5")
+    config = json.loads((CONFIGS / "kimi_k2_5" / "config.json").read_text(encoding="utf-8"))
+    layout = checkpoint_layout(
+        config["quantization_config"], DTYPES["bf16"], source="config.json", gpu_supports=lambda dtype: True
+    )
+    groups = arch.params_by_group()
+    assert groups[ParamGroup.ROUTED_EXPERTS] == 1_014_686_023_680
+    assert layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param == 0.5625
+    for kept in (ParamGroup.ATTENTION, ParamGroup.SHARED_EXPERTS, ParamGroup.MLP, ParamGroup.LM_HEAD):
+        assert layout.storage(kept).bytes_per_param == 2
+    assert layout.weight_bytes(groups) == 595_147_547_616
 
 
 def test_kimi_k25_tower_read_under_either_name(tmp_path):

@@ -47,7 +47,7 @@ def read_qwen3_vl_moe(view: ConfigView, name: str) -> ModelArch:
 
 
 def _tower_size(vision: ConfigView, key: str, legacy: str) -> int:
-    """A MoonViT size under its published name (``vt_hidden_size``, what vLLM's ``KimiK25VisionConfig`` reads) or
+    """A MoonViT size under its published name (``vt_hidden_size``, which vLLM's ``KimiK25VisionConfig`` maps) or
     transformers' (``hidden_size``); a file stating both, differently, is refused."""
     stated = vision.given_keys is None or vision.prefix + key in vision.given_keys
     if vision.get(legacy) is None:
