@@ -84,6 +84,19 @@ def test_qwen3_vl_moe_30b_params_by_hand():
     assert arch.tie_word_embeddings is False
 
 
+def test_qwen3_vl_moe_mlp_only_layers_are_dense(tmp_path):
+    """``mlp_only_layers`` [0] makes layer 0 a dense MLP of ``intermediate_size`` (3 x 2,048 x 6,144 = 37,748,736)
+    in place of its experts and router (603,979,776 + 262,144), as both engines build it."""
+    config = json.loads((CONFIGS / "qwen3_vl_moe_30b_a3b" / "config.json").read_text(encoding="utf-8"))
+    config["text_config"]["mlp_only_layers"] = [0]
+    folder = tmp_path / "qwen3_vl_moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    arch = load_arch(str(folder))[0]
+    assert isinstance(arch.layers[0].feed_forward, DenseMLP)
+    assert arch.total_params() == 31_070_754_032 - 603_979_776 - 262_144 + 37_748_736
+
+
 def test_qwen3_vl_moe_235b_params_and_kv_by_hand():
     """Qwen3-VL-235B-A22B: hidden 4,096, 64 heads, 4 KV heads of 128, 94 layers, 128 experts of 1,536.
 
@@ -230,6 +243,19 @@ def test_qwen3_omni_thinker_params_by_hand():
     assert whole["by_part"]["thinker"] == arch.total_params()
     assert arch.active_params() == 3_353_556_992
     assert any("talker" in note for note in arch.notes)
+
+
+def test_qwen3_omni_without_audio_output_prices_the_same_thinker(tmp_path):
+    """``enable_audio_output: false`` only stops transformers building the talker and code2wav, which are not
+    counted anyway: the same thinker, without the note."""
+    config = json.loads((CONFIGS / "qwen3_omni_moe_30b_a3b" / "config.json").read_text(encoding="utf-8"))
+    config["enable_audio_output"] = False
+    folder = tmp_path / "omni"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    arch = load_arch(str(folder))[0]
+    assert arch.total_params() == 31_719_205_488
+    assert not any("talker" in note for note in arch.notes)
 
 
 # --------------------------------------------------------------------------- MiMo-V2-Flash
