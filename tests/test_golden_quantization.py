@@ -409,3 +409,34 @@ def test_a_quantization_config_that_is_not_an_object_is_named(config):
         layout(config)
     assert error.value.field == "quantization_config"
     assert str(error.value) == f"config.json: quantization_config: must be an object, got {type(config).__name__}"
+
+
+@pytest.mark.parametrize(
+    ("weights", "bytes_per_param", "description"),
+    [
+        # Kimi K2.5's experts: int4 packed 8 to an int32 (0.5 B) and a bf16 scale per 32 (weight_scale
+        # [7,168, 64] for a [7,168, 2,048] down projection): 0.5 + 2 / 32 = 0.5625 B.
+        (
+            {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "symmetric": True},
+            0.5625,
+            "compressed-tensors int4, 16-bit scale per 32",
+        ),
+        # Asymmetric: a packed 4-bit zero point per group too, 0.5 + 2.5 / 128.
+        (
+            {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": False},
+            0.5 + 2.5 / 128,
+            "compressed-tensors int4, 16-bit scale + 4-bit zero per 128",
+        ),
+        # Per channel: one scale per output row of 4,096 inputs.
+        (
+            {"num_bits": 4, "type": "int", "strategy": "channel"},
+            0.5 + 2 / 4096,
+            "compressed-tensors int4, 16-bit scale per channel (4096 inputs per scale)",
+        ),
+    ],
+)
+def test_compressed_tensors_int4_scales_are_counted(weights, bytes_per_param, description):
+    result = layout({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights}}})
+    assert linear_bytes(result) == {bytes_per_param}
+    assert result.source == f"checkpoint quantization_config: {description}"
+    assert_rest_in_bf16(result)

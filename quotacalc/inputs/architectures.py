@@ -28,12 +28,15 @@ from quotacalc.inputs import (
     hf_qwen_vl,
     hf_refused,
     hf_shortconv,
+    hf_vlmoe,
 )
 
 #: Modules whose import registers readers (named so the import is visibly used).
 READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_dsa, hf_qwen_vl, hf_llava)
 #: More MoE families, LFM2's short-convolution hybrids and Apertus.
 MORE_READER_MODULES = (hf_moe_more, hf_shortconv, hf_dense_more)
+#: Mixture-of-experts models with a vision tower (branch vlmoe).
+VLMOE_READER_MODULES = (hf_vlmoe,)
 
 
 def supported_model_types() -> list[str]:

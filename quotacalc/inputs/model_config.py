@@ -336,6 +336,7 @@ _EXPERTS_KEY = {
     "afmoe": "num_experts",
     "longcat_flash": "n_routed_experts",
     "lfm2_moe": "num_experts",
+    "mimo_v2_flash": "n_routed_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
@@ -408,10 +409,11 @@ def check_family(raw: dict[str, Any], config_class: str, source: str) -> None:
     """Refuse a config relabelled as another family: its ``architectures`` name another model class, or a
     dense family's config carries experts it would ignore."""
     model_type = raw.get("model_type")
-    family = config_class.removesuffix("Config").lower()
+    # Compared without underscores: Kimi_K25Config builds KimiK25ForConditionalGeneration.
+    family = config_class.removesuffix("Config").lower().replace("_", "")
     architectures = raw.get("architectures")
     if isinstance(architectures, list) and architectures and all(isinstance(a, str) for a in architectures):
-        named = {_CLASS_SUFFIXES.sub("", name).lower() for name in architectures} - {""}
+        named = {_CLASS_SUFFIXES.sub("", name).lower().replace("_", "") for name in architectures} - {""}
         if named and not any(family.startswith(n) or n.startswith(family) for n in named):
             raise QuotacalcError(
                 f"model_type '{model_type}' ({config_class}) does not match architectures {', '.join(architectures)}",

@@ -120,6 +120,8 @@ def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: in
         if bits == 8 and not isinstance(bits, bool):
             return "fp8" if is_float else "int8", 0.0, "compressed-tensors 8-bit"
         if bits == 4 and not isinstance(bits, bool):
+            if not is_float and weights.get("strategy") in ("group", "channel"):
+                return ("int4", *_compressed_int4_scales(weights, source, per_channel_inputs))
             return ("nvfp4" if is_float else "int4"), 0.0, "compressed-tensors 4-bit"
     raise _bad(
         source,
@@ -127,6 +129,22 @@ def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: in
         f"quantization method '{method or '?'}' is not understood",
         fix="pass --weight-dtype to price it anyway",
     )
+
+
+def _compressed_int4_scales(weights: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[float, str]:
+    """Scale bytes per weight of a grouped or per-channel compressed-tensors int4 layer: one 16-bit scale per
+    group (the checkpoint's dtype: Kimi K2.5 stores ``weight_scale`` [rows, inputs / 32] in bf16), and a packed
+    4-bit zero point per group when not symmetric."""
+    if weights.get("strategy") == "channel":
+        group, per = per_channel_inputs, f"per channel ({per_channel_inputs} inputs per scale)"
+    else:
+        group = _int_field(weights, ("group_size",), 128, source)
+        if group <= 0:
+            raise _bad(source, "group_size", f"must be a positive integer, got {group}")
+        per = f"per {group}"
+    if weights.get("symmetric", True):
+        return 2 / group, f"compressed-tensors int4, 16-bit scale {per}"
+    return (2 + 0.5) / group, f"compressed-tensors int4, 16-bit scale + 4-bit zero {per}"
 
 
 def _compressed_tensors_weights(config: dict[str, Any], source: str) -> dict[str, Any]:

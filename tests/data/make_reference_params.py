@@ -40,7 +40,7 @@ Note for readers of ``by_module``: transformers 5 fuses MoE experts into 3-D
 parameters (``mlp.experts.gate_up_proj`` etc.), so names and layouts differ
 from the per-expert tensors in the checkpoints; the numel is what counts.
 DeepSeek-V3's MTP layer (num_nextn_predict_layers) is not built, so it is not
-counted.
+counted. Qwen3-Omni-MoE (``qwen3_omni_moe``): the thinker alone is built, as vLLM serves it.
 """
 
 import json
@@ -94,8 +94,13 @@ def count(folder):
         cfg.use_mamba_kernels = False
     multimodal = getattr(cfg, "vision_config", None) is not None
     auto = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
+    build = auto.from_config
+    if getattr(cfg, "model_type", None) == "qwen3_omni_moe":
+        # vLLM serves the thinker alone (qwen3_omni_moe_thinker.py skips the talker. and code2wav. weights).
+        cfg, auto = cfg.thinker_config, transformers.Qwen3OmniMoeThinkerForConditionalGeneration
+        build = auto._from_config
     with torch.device("meta"):
-        model = auto.from_config(cfg)
+        model = build(cfg)
 
     by_module = {}
     total = 0
