@@ -25,6 +25,7 @@ REFERENCE_FILES = (
     "reference_params_moe_families.json",
     "reference_params_dsa.json",
     "reference_params_fam3.json",
+    "reference_params_dsv4.json",
 )
 REFERENCE = {
     folder: counts
