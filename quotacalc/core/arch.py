@@ -586,7 +586,10 @@ class CompressedSparseAttention(_NoState, TokenMixer):
       = 16 KiB, HCA 128 x 1,024 x 4 B = 512 KiB per sequence.
 
     Priced as growth per token (compressed entries and indexer keys / ratio) plus a fixed state per sequence (the
-    window and the compressor state). Not counted: vLLM's rounding of each page up to a multiple of 576 B and its
+    window and the compressor state). A decode step reads the selected (CSA) or all (HCA) compressed entries, every
+    indexer key, and, as the replica model reads any fixed state, the whole state: the window, and the compressor
+    state though a step touches only the slots of its open window (an over-read of up to 12 MiB a sequence on
+    V4-Flash, most of it HCA's). Not counted: vLLM's rounding of each page up to a multiple of 576 B and its
     page-size unification across its cache groups (the per-group block layout is not modelled), and tokens not yet
     closed into an entry (under one ratio).
 
@@ -740,7 +743,9 @@ class CompressedSparseAttention(_NoState, TokenMixer):
 
     def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
         entry, flops = self.entry_bytes(), self._entry_flops()
-        terms = [ContextTerm(self.window_tokens, entry, flops)]
+        # The window's bytes are in the fixed state, which the replica model reads whole every step: its term
+        # carries the FLOPs only, so the window is not read twice.
+        terms = [ContextTerm(self.window_tokens, 0.0, flops)]
         if not self.compressed:
             return tuple(terms)
         ratio = self.compress_ratio
