@@ -298,3 +298,15 @@ def test_unknown_expert_dtype_is_refused(tmp_path):
     with pytest.raises(QuotacalcError) as caught:
         resolve(Deployment(model=path, gpu="h200", tp=8, kv_dtype="fp8"))
     assert "expert_dtype" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("folder", ["deepseek_v4_flash", "deepseek_v4_pro"])
+def test_architecture_survives_the_spec_json_round_trip(folder):
+    """The shipped-spec path stores an architecture as JSON: the new layer kind and the hyper-connection weights
+    come back whole (a layer without them stores no such key, so other specs are unchanged)."""
+    from quotacalc.core.arch import Layer, ModelArch
+
+    arch = _arch(folder)
+    again = ModelArch.model_validate_json(arch.model_dump_json())
+    assert again == arch and again.total_params() == arch.total_params()
+    assert "hyper_connection_params" not in Layer(mixer=None, feed_forward=None, norm_params=1).model_dump()

@@ -14,7 +14,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Annotated, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_serializer
 
 
 class ParamGroup(str, Enum):
@@ -540,7 +540,8 @@ class SparseMLAAttention(MLAAttention):
 #: 0a291a2e): the nope part in fp8, one UE8M0 scale byte per 64 of it, the rope part in bf16 and one pad byte.
 DSV4_SCALE_BLOCK = 64
 #: The indexer key vLLM's DeepSeek V4 compressor writes: index_head_dim fp8 values and one float32 scale
-#: (``_scale_dim = 4``, vllm/model_executor/layers/deepseek_compressor.py @ 0de10a27).
+#: (``_scale_dim = 4``, vllm/model_executor/layers/deepseek_compressor.py @ 0de10a27; ``DeepseekV4IndexerCache``'s
+#: "same layout as V3.2: 128 fp8 + 4 fp32 scale = 132", deepseek_v4_attention.py @ 0a291a2e).
 DSV4_INDEXER_SCALE_BYTES = 4
 #: The compressor's running state is float32 (``CompressorStateCache``, same file).
 DSV4_STATE_BYTES = 4
@@ -570,8 +571,10 @@ class CompressedSparseAttention(_NoState, TokenMixer):
     compressor kv_proj and gate_proj (hidden -> 2 x head_dim), position_bias (4 x 2 x head_dim), kv_norm, and its
     indexer (the same compressor at index_head_dim, q_b_proj q_lora -> index heads x index_head_dim, weights_proj
     hidden -> index heads); an HCA compressor at 1 x head_dim with a 128-row position_bias. vLLM keeps q_a/kv_proj,
-    the compressors and the indexer whole on every TP rank (``disable_tp``/ReplicatedLinear) and splits the heads
-    (wq_b, wo_a by groups, wo_b, the sinks).
+    the compressors and the indexer whole on every TP rank (``disable_tp``; the indexer's wq_b and weights_proj are
+    ReplicatedLinear, "no tensor parallel, just replicated", deepseek_v4_attention.py @ 0a291a2e) and splits the
+    heads (wq_b, wo_a by groups, wo_b, the sinks). vLLM's indexer also builds a ``k_norm`` LayerNorm (256 values)
+    the checkpoint and transformers do not have: not counted.
 
     Cache per layer, as vLLM allocates it (fp8 only: ``DeepseekV4MLAAttention`` asserts an fp8 KV dtype and turns it
     into fp8_ds_mla), every part whole on every rank:
@@ -1224,6 +1227,14 @@ class Layer(_Spec):
     #: DeepSeek V4's hyper-connection mixing weights around the mixer and the feed-forward block (float32 in vLLM,
     #: whole on every TP rank): counted with the norms.
     hyper_connection_params: NonNegativeInt = 0
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_hyper_connections(self, handler):
+        # Only DeepSeek V4 has them: other layers' documents (the shipped specs) stay as they were.
+        document = handler(self)
+        if not self.hyper_connection_params and isinstance(document, dict):
+            document.pop("hyper_connection_params", None)
+        return document
 
     def _own_params(self) -> dict[ParamGroup, int]:
         own = {ParamGroup.NORM: self.norm_params + self.hyper_connection_params}
