@@ -178,8 +178,8 @@ def test_decode_reads_and_flops_at_128k():
     the fixed state, read whole as the replica model reads any state, 15,420,416: 124,492,800 B.
 
     FLOPs of one output token (131,072 a window or compressed entry): 2 window-only layers x 128 entries; 20 HCA x
-    (128 + 1,024); 21 CSA x (128 + 512) + 21 x 32,768 entries scored at 16,384. The replica's: the same with the
-    scoring on each of the 8 ranks."""
+    (128 + 1,024); 21 CSA x (128 + 512) + 21 x 32,768 entries scored at 16,384. The replica's: each rank's 8 heads
+    padded to FlashMLA's 64 (8 x 131,072 an entry), and the scoring on each of the 8 ranks."""
     inputs = resolve(
         Deployment(model=str(CONFIGS / "deepseek_v4_flash"), gpu="h200", tp=8, context=131_072, kv_dtype="fp8")
     )
@@ -189,17 +189,17 @@ def test_decode_reads_and_flops_at_128k():
     assert model.sequence_kv_bytes_per_gpu(131_072) == 520_080_384
     flops = FLASH_ENTRY_FLOPS * (2 * 128 + 20 * (128 + 1_024) + 21 * (128 + 512))
     assert attention_flops_per_output_token(inputs.arch, 131_072) == flops + 21 * SCORING_FLOPS * 32_768
-    assert model.attention_flops(131_072) == flops + 8 * 21 * SCORING_FLOPS * 32_768 == 95_009_374_208
+    assert model.attention_flops(131_072) == 8 * flops + 8 * 21 * SCORING_FLOPS * 32_768 == 128_714_801_152
 
 
 def test_prompt_attention_flops_are_the_exact_mean():
     """An 8-token prompt: positions see 1..8 window entries (mean 4.5) and floor(p / 4) = 0, 0, 0, 1, 1, 1, 1, 2 CSA
     entries (mean 0.75, all selected, all scored); no HCA entry closes. Flash: 21 CSA x (131,072 x 5.25 + 16,384 x
-    0.75) + 22 others x 131,072 x 4.5 = 27,684,864; at TP 8 the scoring 8 times."""
+    0.75) + 22 others x 131,072 x 4.5 = 27,684,864. At TP 8 all of it 8 times: the scoring on every rank, and each
+    rank's 8 heads computed as FlashMLA's 64."""
     arch = _arch("deepseek_v4_flash")
     assert attention_flops_per_prompt_token(arch, 8) == 27_684_864
-    extra = attention_flops_per_prompt_token(arch, 8, 8) - attention_flops_per_prompt_token(arch, 8, 1)
-    assert extra == 7 * 21 * SCORING_FLOPS * 0.75
+    assert attention_flops_per_prompt_token(arch, 8, 8) == 8 * 27_684_864
 
 
 def test_prompt_attention_caps_the_selected_entries_at_index_topk():
@@ -224,11 +224,21 @@ def test_prompt_attention_caps_the_selected_entries_at_index_topk():
     window = sum(min(p, 4) for p in positions) / 20
     selected = sum(min(p // 4, 2) for p in positions) / 20
     scored = sum(p // 4 for p in positions) / 20
-    entry, scoring = 2 * 2 * (512 + 512), 2 * 1 * 128
+    # Its 2 heads are computed as FlashMLA's 64 (vLLM pads them), even on one GPU.
+    entry, scoring = 2 * 64 * (512 + 512), 2 * 1 * 128
     assert layer.prompt_attention_flops_per_token(20) == pytest.approx(entry * (window + selected) + scoring * scored)
 
 
 # --------------------------------------------------------------------------- tensor parallelism and weights
+
+
+def test_flashmla_pads_a_ranks_heads():
+    """vLLM pads a rank's query heads to 64 or 128 (FlashMLA's sparse kernels): Pro's 128 heads are 128 a rank at TP 1,
+    16 padded to 64 at TP 8; a rank of more than 128 heads is refused."""
+    pro = _arch("deepseek_v4_pro").layers[0].mixer
+    assert [pro.padded_heads_per_rank(tp) for tp in (1, 2, 4, 8)] == [128, 64, 64, 64]
+    wide = pro.model_copy(update={"num_heads": 256, "o_groups": 16})
+    assert "more than vLLM's FlashMLA kernels take" in wide.tp_problem(1) and wide.tp_problem(2) is None
 
 
 def test_tp_splits_heads_and_output_groups():

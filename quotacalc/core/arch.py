@@ -545,6 +545,8 @@ DSV4_SCALE_BLOCK = 64
 DSV4_INDEXER_SCALE_BYTES = 4
 #: The compressor's running state is float32 (``CompressorStateCache``, same file).
 DSV4_STATE_BYTES = 4
+#: Query heads FlashMLA's sparse kernels take per rank; vLLM pads a rank's heads up to the first that fits.
+FLASHMLA_HEAD_TILES = (64, 128)
 
 
 def _sum_floor(context_tokens: int, ratio: int, cap: int | None = None) -> int:
@@ -599,8 +601,11 @@ class CompressedSparseAttention(_NoState, TokenMixer):
     FLOPs per query: 2 x heads x (head_dim + head_dim) per attended entry (QK^T over 512, AV over 512) for
     min(context, window) window entries plus the compressed entries it attends (HCA: all floor(context / 128); CSA:
     min(floor(context / 4), index_topk)); CSA's indexer scores every compressed entry at 2 x index heads x
-    index_head_dim, on every TP rank (replicated, as ``SparseMLAAttention``). FlashMLA pads a rank's heads to 64
-    (or 128): that padded work is not counted.
+    index_head_dim, on every TP rank (replicated, as ``SparseMLAAttention``). vLLM pads each rank's query heads to
+    FlashMLA's 64 or 128 (``padded_heads``; ``F.pad(q, ...)`` before the sparse kernel, deepseek_v4_attention.py @
+    0a291a2e), and the kernel computes the padded heads too: a replica of TP GPUs spends TP x padded heads' worth of
+    the per-entry FLOPs (V4-Flash at TP 8: 8 heads a rank padded to 64, 8 times the model's), which the replica model
+    and a prompt token's units count; ``attention_flops_per_token`` stays the model's own FLOPs.
     """
 
     kind: Literal["deepseek_v4_attention"] = "deepseek_v4_attention"
@@ -716,6 +721,15 @@ class CompressedSparseAttention(_NoState, TokenMixer):
         # QK^T over head_dim and AV over head_dim (K = V), per attended entry, every head.
         return 2 * self.num_heads * (self.head_dim + self.head_dim)
 
+    def padded_heads_per_rank(self, tp: int) -> int:
+        """Query heads FlashMLA computes on one of ``tp`` ranks: the rank's heads padded to 64 or 128."""
+        local = self.num_heads // tp
+        return next((tile for tile in FLASHMLA_HEAD_TILES if local <= tile), local)
+
+    def _replica_entry_flops(self, tp: int) -> float:
+        # What a replica of tp GPUs spends per attended entry: every rank's padded heads.
+        return 2 * tp * self.padded_heads_per_rank(tp) * (self.head_dim + self.head_dim)
+
     def scoring_flops_per_entry(self) -> float:
         """The indexer's FLOPs per compressed entry it scores (CSA), 0 without an indexer."""
         return 2 * self.index_n_heads * self.index_head_dim if self.has_indexer else 0.0
@@ -733,7 +747,8 @@ class CompressedSparseAttention(_NoState, TokenMixer):
 
     def prompt_attention_flops_per_token(self, context_tokens: int, tp: int = 1) -> float:
         # Exact over positions 1..context: the mean of each position's window and compressed entries. Every rank
-        # scores every compressed entry (the indexer is replicated): tp times the scoring.
+        # scores every compressed entry (the indexer is replicated): tp times the scoring; and attends with its
+        # heads padded to FlashMLA's tile.
         if context_tokens <= 0:
             return 0.0
         window = mean_attended_tokens(context_tokens, self.window_tokens)
@@ -742,10 +757,10 @@ class CompressedSparseAttention(_NoState, TokenMixer):
             cap = self.index_topk if self.has_indexer else None
             attended = _sum_floor(context_tokens, self.compress_ratio, cap) / context_tokens
             scored = _sum_floor(context_tokens, self.compress_ratio) / context_tokens if self.has_indexer else 0.0
-        return self._entry_flops() * (window + attended) + tp * self.scoring_flops_per_entry() * scored
+        return self._replica_entry_flops(tp) * (window + attended) + tp * self.scoring_flops_per_entry() * scored
 
     def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
-        entry, flops = self.entry_bytes(), self._entry_flops()
+        entry, flops = self.entry_bytes(), self._replica_entry_flops(tp)
         # The window's bytes are in the fixed state, which the replica model reads whole every step: its term
         # carries the FLOPs only, so the window is not read twice.
         terms = [ContextTerm(self.window_tokens, 0.0, flops)]
@@ -771,8 +786,9 @@ class CompressedSparseAttention(_NoState, TokenMixer):
             f"fp8_ds_mla entries and its compressor's float32 state (fixed per sequence); a CSA layer grows by a "
             f"{self.entry_bytes()} B entry and a {self.index_head_dim + DSV4_INDEXER_SCALE_BYTES} B indexer key per 4 "
             f"tokens, an HCA layer by one entry per 128; a query attends the window, index_topk {self.index_topk:,} "
-            f"CSA entries or every HCA entry, and the indexer scores every CSA entry on every TP rank (vLLM's 576 B "
-            f"page rounding and FlashMLA's head padding are not counted)"
+            f"CSA entries or every HCA entry, and the indexer scores every CSA entry on every TP rank; each rank's "
+            f"query heads are padded to FlashMLA's 64 or 128 and computed so (vLLM's 576 B page rounding is not "
+            f"counted)"
         )
 
     def tp_problem(self, tp: int) -> str | None:
@@ -780,6 +796,8 @@ class CompressedSparseAttention(_NoState, TokenMixer):
             return f"does not divide the {self.num_heads} attention heads"
         if self.o_groups % tp:
             return f"does not divide the {self.o_groups} output-projection groups"
+        if self.num_heads // tp > FLASHMLA_HEAD_TILES[-1]:
+            return f"leaves {self.num_heads // tp} heads a rank, more than vLLM's FlashMLA kernels take (128)"
         return None
 
 
