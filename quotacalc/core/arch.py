@@ -591,7 +591,8 @@ class CompressedSparseAttention(_NoState, TokenMixer):
       = 16 KiB, HCA 128 x 1,024 x 4 B = 512 KiB per sequence.
 
     Priced as growth per token (compressed entries and indexer keys / ratio) plus a fixed state per sequence (the
-    window and the compressor state). A decode step reads the selected (CSA) or all (HCA) compressed entries, every
+    window and the compressor state; below the window's length that counts the whole window, up to 74,752 B a layer
+    more than a short sequence holds). A decode step reads the selected (CSA) or all (HCA) compressed entries, every
     indexer key, and, as the replica model reads any fixed state, the whole state: the window, and the compressor
     state though a step touches only the slots of its open window (an over-read of up to 12 MiB a sequence on
     V4-Flash, most of it HCA's). Not counted: vLLM's rounding of each page up to a multiple of 576 B and its

@@ -121,4 +121,8 @@ def read_deepseek_v4(view: ConfigView, name: str) -> ModelArch:
     head = streams * streams * hidden + streams + 1
     notes = _mtp_notes(view)
     notes.append("hyper-connection weights are float32 in the checkpoint, counted at its dtype here")
+    notes.append(
+        "the compressors' and indexer's kv/gate projections and weights_proj ship in bf16 beside fp8 linears: "
+        "priced at the checkpoint's quantized dtype"
+    )
     return finish_arch(view, name, layers, notes, final_norm=hidden + head)
