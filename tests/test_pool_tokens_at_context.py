@@ -133,5 +133,5 @@ def test_kv_labels_a_short_convolution_models_state_as_fixed_state(run_cli, monk
     lfm2 = str(Path(__file__).parent / "data" / "configs" / "lfm2_1_2b")
     code, out, _ = run_cli("kv", "--model", lfm2, "--gpu", "l4", "--context", "4096")
     assert code == 0
-    (row,) = [line for line in out.splitlines() if line.startswith("of which fixed state (conv, SSM, recurrent)")]
-    assert "whole replica" in row
+    (row,) = [line for line in out.splitlines() if line.startswith("of which fixed state")]
+    assert "whole replica; conv, SSM, recurrent" in row

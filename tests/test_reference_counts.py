@@ -26,6 +26,7 @@ REFERENCE_FILES = (
     "reference_params_dsa.json",
     "reference_params_fam3.json",
     "reference_params_vlmoe.json",
+    "reference_params_dsv4.json",
 )
 REFERENCE = {
     folder: counts

@@ -118,7 +118,7 @@ def _price_rows(table: Table, result: PriceResult) -> None:
             table,
             "state per sequence",
             units.data_bytes(result.state_bytes_per_sequence),
-            "conv + SSM or recurrent state",
+            "fixed: conv + SSM or recurrent state (DeepSeek V4: window + compressor state)",
         )
     _add_row(table, "prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
     _add_row(
@@ -302,9 +302,9 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     if result.state_bytes:
         _add_row(
             table,
-            "of which fixed state (conv, SSM, recurrent)",
+            "of which fixed state",
             units.data_bytes(result.state_bytes),
-            "whole replica; fixed per sequence",
+            "whole replica; conv, SSM, recurrent, or DeepSeek V4's window + compressor state",
         )
     _add_row(
         table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"

@@ -1,7 +1,7 @@
 """Model architecture as per-layer specs, each knowing its parameters, FLOPs and cache bytes.
 
 As in vLLM's ``kv_cache_interface``, every kind of token mixer (full attention, sliding-window
-attention, MLA and its DeepSeek Sparse Attention, Mamba, Gated DeltaNet and short-convolution state) carries its own cache rule, and every kind of feed-forward block
+attention, MLA and its DeepSeek Sparse Attention, DeepSeek V4's compressed attention, Mamba, Gated DeltaNet and short-convolution state) carries its own cache rule, and every kind of feed-forward block
 (dense MLP, mixture of experts) its own parameter rule. A model is a list of layers; figures for
 the model are sums over them, so a new architecture is a new spec, not a branch.
 """
@@ -14,7 +14,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Annotated, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_serializer
 
 
 class ParamGroup(str, Enum):
@@ -536,6 +536,272 @@ class SparseMLAAttention(MLAAttention):
         )
 
 
+#: vLLM's fp8_ds_mla entry for DeepSeek V4 (``head_bytes`` in vllm/model_executor/layers/deepseek_v4_attention.py @
+#: 0a291a2e): the nope part in fp8, one UE8M0 scale byte per 64 of it, the rope part in bf16 and one pad byte.
+DSV4_SCALE_BLOCK = 64
+#: The indexer key vLLM's DeepSeek V4 compressor writes: index_head_dim fp8 values and one float32 scale
+#: (``_scale_dim = 4``, vllm/model_executor/layers/deepseek_compressor.py @ 0de10a27; ``DeepseekV4IndexerCache``'s
+#: "same layout as V3.2: 128 fp8 + 4 fp32 scale = 132", deepseek_v4_attention.py @ 0a291a2e).
+DSV4_INDEXER_SCALE_BYTES = 4
+#: The compressor's running state is float32 (``CompressorStateCache``, same file).
+DSV4_STATE_BYTES = 4
+#: Query heads FlashMLA's sparse kernels take per rank; vLLM pads a rank's heads up to the first that fits.
+FLASHMLA_HEAD_TILES = (64, 128)
+
+
+def _sum_floor(context_tokens: int, ratio: int, cap: int | None = None) -> int:
+    """Σ_{p=1..context} min(floor(p / ratio), cap): the compressed entries each prompt position sees."""
+    if context_tokens <= 0:
+        return 0
+    limit = context_tokens if cap is None else min(context_tokens, cap * ratio - 1)
+    whole, rest = divmod(limit, ratio)
+    total = ratio * whole * (whole - 1) // 2 + whole * (rest + 1)
+    return total + (cap * (context_tokens - limit) if cap is not None else 0)
+
+
+class CompressedSparseAttention(_NoState, TokenMixer):
+    """DeepSeek V4's attention (transformers 5.24 ``models/deepseek_v4``, vLLM ``DeepseekV4Attention``): shared-KV
+    multi-query attention over one 512-wide head per token (K = V), every layer attending a sliding window of the
+    last ``window_tokens`` tokens, and a compressed long-range part: ``compress_ratio`` 1 has none
+    (``sliding_attention``), 4 is compressed sparse attention (CSA: one entry per 4 tokens from overlapping windows
+    of 8, of which a lightning indexer picks ``index_topk``), 128 heavily compressed attention (HCA: one entry per
+    128 tokens, all attended).
+
+    Parameters (transformers' ``DeepseekV4Attention``): q_a_proj (hidden -> q_lora) and its norm, q_b_proj (q_lora ->
+    heads x head_dim), kv_proj (hidden -> head_dim) and its norm, a grouped output projection o_a_proj (heads x
+    head_dim / o_groups -> o_lora per group) and o_b_proj (o_groups x o_lora -> hidden), a sink per head; a CSA
+    compressor kv_proj and gate_proj (hidden -> 2 x head_dim), position_bias (4 x 2 x head_dim), kv_norm, and its
+    indexer (the same compressor at index_head_dim, q_b_proj q_lora -> index heads x index_head_dim, weights_proj
+    hidden -> index heads); an HCA compressor at 1 x head_dim with a 128-row position_bias. vLLM keeps q_a/kv_proj,
+    the compressors and the indexer whole on every TP rank (``disable_tp``; the indexer's wq_b and weights_proj are
+    ReplicatedLinear, "no tensor parallel, just replicated", deepseek_v4_attention.py @ 0a291a2e) and splits the
+    heads (wq_b, wo_a by groups, wo_b, the sinks). vLLM's indexer also builds a ``k_norm`` LayerNorm (256 values)
+    the checkpoint and transformers do not have: not counted.
+
+    Cache per layer, as vLLM allocates it (fp8 only: ``DeepseekV4MLAAttention`` asserts an fp8 KV dtype and turns it
+    into fp8_ds_mla), every part whole on every rank:
+
+    * the window: ``window_tokens`` entries of (head_dim − rope) fp8 + (head_dim − rope) / 64 scale bytes + 1 pad
+      + rope x 2 B (448 + 7 + 1 + 128 = 584 B; ``DeepseekV4SWACache``, SlidingWindowMLASpec, sparse_swa.py @
+      03dc5649), a fixed amount per sequence once the context passes the window;
+    * the compressed entries, 584 B each, one per ``compress_ratio`` tokens (MLAAttentionSpec with compress_ratio);
+    * CSA's indexer keys: index_head_dim fp8 + a float32 scale (128 + 4 = 132 B) per compressed entry;
+    * the compressor state, float32, a sliding window of (1 + overlap) x ratio tokens of 2 x (1 + overlap) x width
+      values (kv and score; ``CompressorStateCache``): CSA 8 x 2,048 x 4 B = 64 KiB plus its indexer's 8 x 512 x 4 B
+      = 16 KiB, HCA 128 x 1,024 x 4 B = 512 KiB per sequence.
+
+    Priced as growth per token (compressed entries and indexer keys / ratio) plus a fixed state per sequence (the
+    window and the compressor state; below the window's length that counts the whole window, up to 74,752 B a layer
+    more than a short sequence holds). A decode step reads the selected (CSA) or all (HCA) compressed entries, every
+    indexer key, and, as the replica model reads any fixed state, the whole state: the window, and the compressor
+    state though a step touches only the slots of its open window (an over-read of up to 12 MiB a sequence on
+    V4-Flash, most of it HCA's). Not counted: vLLM's rounding of each page up to a multiple of 576 B and its
+    page-size unification across its cache groups (the per-group block layout is not modelled), and tokens not yet
+    closed into an entry (under one ratio).
+
+    FLOPs per query: 2 x heads x (head_dim + head_dim) per attended entry (QK^T over 512, AV over 512) for
+    min(context, window) window entries plus the compressed entries it attends (HCA: all floor(context / 128); CSA:
+    min(floor(context / 4), index_topk)); CSA's indexer scores every compressed entry at 2 x index heads x
+    index_head_dim, on every TP rank (replicated, as ``SparseMLAAttention``). vLLM pads each rank's query heads to
+    FlashMLA's 64 or 128 (``padded_heads``; ``F.pad(q, ...)`` before the sparse kernel, deepseek_v4_attention.py @
+    0a291a2e), and the kernel computes the padded heads too: a replica of TP GPUs spends TP x padded heads' worth of
+    the per-entry FLOPs (V4-Flash at TP 8: 8 heads a rank padded to 64, 8 times the model's), which the replica model
+    and a prompt token's units count; ``attention_flops_per_token`` stays the model's own FLOPs.
+    """
+
+    kind: Literal["deepseek_v4_attention"] = "deepseek_v4_attention"
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    q_lora_rank: PositiveInt
+    o_groups: PositiveInt
+    o_lora_rank: PositiveInt
+    window_tokens: PositiveInt
+    #: 1: sliding window only; 4: CSA (with the indexer); 128: HCA.
+    compress_ratio: PositiveInt = 1
+    #: CSA: overlapping compressor windows and a lightning indexer.
+    has_indexer: bool = False
+    index_topk: NonNegativeInt = 0
+    index_n_heads: NonNegativeInt = 0
+    index_head_dim: NonNegativeInt = 0
+
+    @property
+    def compressed(self) -> bool:
+        return self.compress_ratio > 1
+
+    def _compressor_params(self, width: int) -> int:
+        # kv_proj and gate_proj (hidden -> coff x width), position_bias (ratio x coff x width), kv_norm (width).
+        coff = 2 if self.has_indexer else 1
+        return 2 * self.hidden_size * coff * width + self.compress_ratio * coff * width + width
+
+    def _replicated(self) -> int:
+        q_down = self.hidden_size * self.q_lora_rank + self.q_lora_rank
+        kv = self.hidden_size * self.head_dim + self.head_dim
+        extra = self._compressor_params(self.head_dim) if self.compressed else 0
+        if self.has_indexer:
+            heads, dim = self.index_n_heads, self.index_head_dim
+            extra += self._compressor_params(dim) + self.q_lora_rank * heads * dim + self.hidden_size * heads
+        return q_down + kv + extra
+
+    def params(self) -> dict[ParamGroup, int]:
+        width = self.num_heads * self.head_dim
+        split = (
+            self.q_lora_rank * width + self.o_lora_rank * width + self.o_groups * self.o_lora_rank * self.hidden_size
+        )
+        return {ParamGroup.ATTENTION: self._replicated() + split + self.num_heads}
+
+    def replicated_params(self) -> dict[ParamGroup, int]:
+        return {ParamGroup.ATTENTION: self._replicated()}
+
+    def entry_bytes(self) -> int:
+        """Bytes of one cached entry (window or compressed) in vLLM's fp8_ds_mla layout for V4."""
+        nope = self.head_dim - self.qk_rope_head_dim
+        return nope + nope // DSV4_SCALE_BLOCK + 1 + 2 * self.qk_rope_head_dim
+
+    def indexer_key_bytes(self) -> int:
+        """Bytes of one compressed entry's indexer key (CSA), 0 without an indexer."""
+        return self.index_head_dim + DSV4_INDEXER_SCALE_BYTES if self.has_indexer else 0
+
+    def cache_elements_per_token(self) -> int:
+        # Values that grow with the context, per compressed entry (the window and state are fixed per sequence).
+        return (self.head_dim + (self.index_head_dim if self.has_indexer else 0)) if self.compressed else 0
+
+    def cache_elements_per_token_per_gpu(self, tp: int) -> int:
+        return self.cache_elements_per_token()
+
+    def cache_bytes_per_token(self, kv_bytes_per_element: float, tp: int | None = None) -> float:
+        if not self.compressed:
+            return 0.0
+        return (self.entry_bytes() + self.indexer_key_bytes()) / self.compress_ratio
+
+    def window_bytes(self) -> int:
+        """The sliding window's cache per sequence once the context passes it."""
+        return self.window_tokens * self.entry_bytes()
+
+    def _state_values(self) -> int:
+        if not self.compressed:
+            return 0
+        coff = 2 if self.has_indexer else 1
+        values = coff * self.compress_ratio * 2 * coff * self.head_dim
+        if self.has_indexer:
+            values += coff * self.compress_ratio * 2 * coff * self.index_head_dim
+        return values
+
+    def compressor_state_bytes(self) -> int:
+        """The compressor's float32 state per sequence (and its indexer's, for CSA)."""
+        return self._state_values() * DSV4_STATE_BYTES
+
+    def state_elements_per_sequence(self) -> int:
+        return self.window_tokens * self.head_dim + self._state_values()
+
+    def state_elements_per_sequence_per_gpu(self, tp: int) -> int:
+        return self.state_elements_per_sequence()
+
+    def state_bytes_per_sequence(
+        self, state_bytes_per_element: float, tp: int | None = None, conv_bytes_per_element: float | None = None
+    ) -> float:
+        # Fixed layouts whatever the state dtype: the fp8_ds_mla window and the float32 compressor state.
+        return self.window_bytes() + self.compressor_state_bytes()
+
+    def cached_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def grows_with_context(self) -> bool:
+        # Every V4 layer is priced as a growing cache (0 B a token for a window-only layer) plus fixed state: its
+        # window is in the state, never a sliding layer's KV as well.
+        return True
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        return context_tokens
+
+    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
+        return mean_attended_tokens(context_tokens)
+
+    def _entry_flops(self) -> float:
+        # QK^T over head_dim and AV over head_dim (K = V), per attended entry, every head.
+        return 2 * self.num_heads * (self.head_dim + self.head_dim)
+
+    def padded_heads_per_rank(self, tp: int) -> int:
+        """Query heads FlashMLA computes on one of ``tp`` ranks: the rank's heads padded to 64 or 128."""
+        local = self.num_heads // tp
+        return next((tile for tile in FLASHMLA_HEAD_TILES if local <= tile), local)
+
+    def _replica_entry_flops(self, tp: int) -> float:
+        # What a replica of tp GPUs spends per attended entry: every rank's padded heads.
+        return 2 * tp * self.padded_heads_per_rank(tp) * (self.head_dim + self.head_dim)
+
+    def scoring_flops_per_entry(self) -> float:
+        """The indexer's FLOPs per compressed entry it scores (CSA), 0 without an indexer."""
+        return 2 * self.index_n_heads * self.index_head_dim if self.has_indexer else 0.0
+
+    def _attended_entries(self, context_tokens: float) -> float:
+        window = min(context_tokens, self.window_tokens)
+        if not self.compressed:
+            return window
+        entries = context_tokens // self.compress_ratio
+        return window + (min(entries, self.index_topk) if self.has_indexer else entries)
+
+    def attention_flops_per_token(self, attended_tokens: float) -> float:
+        scored = attended_tokens // self.compress_ratio if self.has_indexer else 0
+        return self._entry_flops() * self._attended_entries(attended_tokens) + self.scoring_flops_per_entry() * scored
+
+    def prompt_attention_flops_per_token(self, context_tokens: int, tp: int = 1) -> float:
+        # Exact over positions 1..context: the mean of each position's window and compressed entries. Every rank
+        # scores every compressed entry (the indexer is replicated): tp times the scoring; and attends with its
+        # heads padded to FlashMLA's tile.
+        if context_tokens <= 0:
+            return 0.0
+        window = mean_attended_tokens(context_tokens, self.window_tokens)
+        attended = scored = 0.0
+        if self.compressed:
+            cap = self.index_topk if self.has_indexer else None
+            attended = _sum_floor(context_tokens, self.compress_ratio, cap) / context_tokens
+            scored = _sum_floor(context_tokens, self.compress_ratio) / context_tokens if self.has_indexer else 0.0
+        return self._replica_entry_flops(tp) * (window + attended) + tp * self.scoring_flops_per_entry() * scored
+
+    def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
+        entry, flops = self.entry_bytes(), self._replica_entry_flops(tp)
+        # The window's bytes are in the fixed state, which the replica model reads whole every step: its term
+        # carries the FLOPs only, so the window is not read twice.
+        terms = [ContextTerm(self.window_tokens, 0.0, flops)]
+        if not self.compressed:
+            return tuple(terms)
+        ratio = self.compress_ratio
+        if not self.has_indexer:
+            return (*terms, ContextTerm(None, entry / ratio, flops / ratio))
+        # The selected entries cover at most index_topk x ratio tokens; the indexer reads and scores every entry,
+        # on every one of the tp ranks.
+        selected = ContextTerm(self.index_topk * ratio, entry / ratio, flops / ratio)
+        scoring = ContextTerm(None, self.indexer_key_bytes() / ratio, tp * self.scoring_flops_per_entry() / ratio)
+        return (*terms, scoring, selected)
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        if kv_dtype == "fp8":
+            return None
+        return f"vLLM serves DeepSeek V4 with an fp8 KV cache only (fp8_ds_mla), not {kv_dtype}: pass --kv-dtype fp8"
+
+    def cost_rule(self) -> str:
+        return (
+            f"DeepSeek V4 attention: every layer caches a {self.window_tokens}-token window of {self.entry_bytes()} B "
+            f"fp8_ds_mla entries and its compressor's float32 state (fixed per sequence); a CSA layer grows by a "
+            f"{self.entry_bytes()} B entry and a {self.index_head_dim + DSV4_INDEXER_SCALE_BYTES} B indexer key per 4 "
+            f"tokens, an HCA layer by one entry per 128; a query attends the window, index_topk {self.index_topk:,} "
+            f"CSA entries or every HCA entry, and the indexer scores every CSA entry on every TP rank; each rank's "
+            f"query heads are padded to FlashMLA's 64 or 128 and computed so (vLLM's 576 B page rounding is not "
+            f"counted)"
+        )
+
+    def tp_problem(self, tp: int) -> str | None:
+        if self.num_heads % tp:
+            return f"does not divide the {self.num_heads} attention heads"
+        if self.o_groups % tp:
+            return f"does not divide the {self.o_groups} output-projection groups"
+        if self.num_heads // tp > FLASHMLA_HEAD_TILES[-1]:
+            return f"leaves {self.num_heads // tp} heads a rank, more than vLLM's FlashMLA kernels take (128)"
+        return None
+
+
 class _StateSpace(TokenMixer):
     """Shared behaviour of state-space mixers: a fixed state per sequence, no per-token KV."""
 
@@ -816,6 +1082,7 @@ Mixer = Annotated[
         ChunkedLocalAttention,
         MLAAttention,
         SparseMLAAttention,
+        CompressedSparseAttention,
         Mamba1Mixer,
         Mamba2Mixer,
         GatedDeltaNetMixer,
@@ -976,9 +1243,20 @@ class Layer(_Spec):
     #: The gate and projection that add this layer's slice of the per-layer input embedding (Gemma 3n/4);
     #: ReplicatedLinear in vLLM, so every TP rank holds them whole.
     per_layer_input_params: NonNegativeInt = 0
+    #: DeepSeek V4's hyper-connection mixing weights around the mixer and the feed-forward block (float32 in vLLM,
+    #: whole on every TP rank): counted with the norms.
+    hyper_connection_params: NonNegativeInt = 0
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_hyper_connections(self, handler):
+        # Only DeepSeek V4 has them: other layers' documents (the shipped specs) stay as they were.
+        document = handler(self)
+        if not self.hyper_connection_params and isinstance(document, dict):
+            document.pop("hyper_connection_params", None)
+        return document
 
     def _own_params(self) -> dict[ParamGroup, int]:
-        own = {ParamGroup.NORM: self.norm_params}
+        own = {ParamGroup.NORM: self.norm_params + self.hyper_connection_params}
         return {**own, ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else own
 
     def params(self) -> dict[ParamGroup, int]:
@@ -994,7 +1272,9 @@ class Layer(_Spec):
     def replicated_params(self) -> dict[ParamGroup, int]:
         mixer = self.mixer.replicated_params() if self.mixer else {}
         ffn = self.feed_forward.replicated_params() if self.feed_forward else {}
-        return _add(mixer, ffn, {ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else {})
+        own = {ParamGroup.MLP: self.per_layer_input_params} if self.per_layer_input_params else {}
+        hyper = {ParamGroup.NORM: self.hyper_connection_params} if self.hyper_connection_params else {}
+        return _add(mixer, ffn, own, hyper)
 
 
 def _add(*parts: dict[ParamGroup, int]) -> dict[ParamGroup, int]:

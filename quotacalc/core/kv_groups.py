@@ -33,7 +33,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict
 
 from quotacalc.core import memory
-from quotacalc.core.arch import ChunkedLocalAttention, MLAAttention, ModelArch
+from quotacalc.core.arch import ChunkedLocalAttention, CompressedSparseAttention, MLAAttention, ModelArch
 from quotacalc.errors import QuotacalcError
 
 #: vLLM's default CacheConfig.block_size on CUDA, tokens.
@@ -253,5 +253,9 @@ def hybrid_layout(
     arch: ModelArch, kv_bytes_per_element: float, state_bytes_per_element: float, tp: int
 ) -> KvGroupLayout | None:
     """The layout vLLM's hybrid manager gives the model on one GPU, or None if its layers keep one kind of cache."""
+    if any(isinstance(layer.mixer, CompressedSparseAttention) for layer in arch.layers):
+        # DeepSeek V4's window, compressed, indexer and compressor-state groups share pages by rules of their own
+        # (vLLM's DeepSeek V4 specs): not this generic layout. Its pool is priced by bytes, growth plus fixed state.
+        return None
     types = cache_types(arch, kv_bytes_per_element, state_bytes_per_element, tp)
     return kv_group_layout(types) if is_hybrid(types) else None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
-from quotacalc.core.arch import ModelArch, ParamGroup, SparseMLAAttention
+from quotacalc.core.arch import CompressedSparseAttention, ModelArch, ParamGroup, SparseMLAAttention
 from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
@@ -339,6 +339,12 @@ def _kv_section(x: _Explainer) -> None:
 
 def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name: str) -> str:
     values = memory.state_elements_per_sequence(arch)
+    if any(isinstance(layer.mixer, CompressedSparseAttention) for layer in arch.layers):
+        # DeepSeek V4 keeps its state in fixed layouts: the fp8_ds_mla window and the float32 compressor state.
+        return (
+            f"{fmt(values)} values: each layer's window in fp8_ds_mla entries and its compressor state in float32 "
+            f"(DeepSeek V4, whatever the state dtype): {fmt(state)} B"
+        )
     text = f"{fmt(values)} values × {fmt(state_b)} B ({dtype_name})"
     if state != values * state_b:
         # The conv state stays at the checkpoint's dtype (vLLM's mamba_cache_dtype), and Kimi Delta Attention's

@@ -2,7 +2,7 @@
 
 The readers live in ``hf_arch`` (transformer decoders, MLA, Jamba), ``hf_hybrid`` (Mamba-2
 hybrids), ``hf_deltanet`` (Gated DeltaNet hybrids), ``hf_gemma4``, ``hf_mistral3``, ``hf_moe`` (more
-mixture-of-experts families), ``hf_dsa`` (DeepSeek Sparse Attention), ``hf_qwen_vl`` and ``hf_llava``
+mixture-of-experts families), ``hf_dsa`` (DeepSeek Sparse Attention), ``hf_dsv4`` (DeepSeek V4), ``hf_qwen_vl`` and ``hf_llava``
 (vision-language wrappers), ``hf_moe_more`` (OLMoE, FlexOlmo, DBRX, AFMoE, LongCat-Flash), ``hf_shortconv``
 (LFM2, LFM2-MoE) and ``hf_dense_more`` (Apertus); those build on ``hf_arch``'s pieces, and this module imports
 them all, so no reader module imports another one that imports it back.
@@ -19,6 +19,7 @@ from quotacalc.inputs import (
     hf_deltanet,
     hf_dense_more,
     hf_dsa,
+    hf_dsv4,
     hf_gemma4,
     hf_hybrid,
     hf_llava,
@@ -33,6 +34,8 @@ from quotacalc.inputs import (
 
 #: Modules whose import registers readers (named so the import is visibly used).
 READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_moe, hf_dsa, hf_qwen_vl, hf_llava)
+#: DeepSeek V4's compressed attention.
+DSV4_READER_MODULES = (hf_dsv4,)
 #: More MoE families, LFM2's short-convolution hybrids and Apertus.
 MORE_READER_MODULES = (hf_moe_more, hf_shortconv, hf_dense_more)
 #: Mixture-of-experts models with a vision tower (branch vlmoe).

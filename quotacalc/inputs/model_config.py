@@ -337,6 +337,7 @@ _EXPERTS_KEY = {
     "longcat_flash": "n_routed_experts",
     "lfm2_moe": "num_experts",
     "mimo_v2_flash": "n_routed_experts",
+    "deepseek_v4": "n_routed_experts",
 }
 _DENSE_TYPES = frozenset(
     {"llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}

@@ -207,6 +207,15 @@ def checkpoint_layout(
             groups[group] = GroupStorage(
                 dtype=checkpoint_dtype.name, bytes_per_param=checkpoint_dtype.bytes_per_element
             )
+    expert_dtype = quantization.get("expert_dtype")
+    if expert_dtype == "fp4" and ParamGroup.ROUTED_EXPERTS not in keep:
+        # DeepSeek V4's routed experts ship in MXFP4 beside fp8 linears (transformers folds the config's
+        # expert_dtype in here; vLLM's DeepseekV4FP8Config runs them with Mxfp4MoEMethod, models/deepseek_v4.py).
+        mxfp4 = dtype_by_name("mxfp4")
+        groups[ParamGroup.ROUTED_EXPERTS] = GroupStorage(dtype=mxfp4.name, bytes_per_param=mxfp4.bytes_per_element)
+        description += "; routed experts mxfp4 (expert_dtype fp4)"
+    elif expert_dtype not in (None, "fp8"):
+        raise _bad(source, "expert_dtype", f"is {expert_dtype!r}: vLLM reads fp4 or fp8", "fp4 or fp8, as published")
     return WeightLayout(
         groups=groups,
         compute_dtype=_compute(quantized, gpu_supports),

@@ -68,7 +68,9 @@ def resolve(deployment: Deployment) -> PricingInputs:
     for problem in dict.fromkeys(layer.mixer.kv_dtype_problem(kv_dtype.name) for layer in arch.layers if layer.mixer):
         if problem:
             raise QuotacalcError(
-                f"{arch.name}: {problem}", field="kv_dtype", fix="--kv-dtype bf16, or fp8 (vLLM's fp8_ds_mla)"
+                f"{arch.name}: {problem}",
+                field="kv_dtype",
+                fix="a --kv-dtype the message names (vLLM's fp8 here is its fp8_ds_mla layout)",
             )
     state_dtype = (
         _config_state_dtype(resolved.config) or native
