@@ -314,6 +314,9 @@ def test_models_families_lists_every_reader(run_cli):
     assert {"llama", "glm4_moe", "qwen3_next", "gemma4", "llava"} <= set(document["model_types"])
     code, out, _ = run_cli("models", "--families")
     assert code == 0 and f"{len(document['model_types'])} model_type values priced" in out
+    # The README states the count.
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert f"quotacalc prices ({len(document['model_types'])})" in readme
 
 
 def test_the_readmes_worked_example_is_what_price_prints(run_cli, monkeypatch):

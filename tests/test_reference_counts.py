@@ -3,7 +3,10 @@
 The references are transformers 5.24's counts (``tests/data/make_reference_params.py``, run in a torch
 virtualenv outside the project): ``reference_params_hybrid.json`` (Mamba-2 hybrids),
 ``reference_params_dense_families.json`` (dense and multimodal families), ``reference_params_deltanet_hybrids.json``
-(Gated DeltaNet and Kimi Delta Attention hybrids) and ``reference_params_moe_families.json`` (more MoE families).
+(Gated DeltaNet and Kimi Delta Attention hybrids), ``reference_params_moe_families.json`` (more MoE families),
+``reference_params_dsa.json`` (DeepSeek Sparse Attention), ``reference_params_fam3.json`` (OLMoE, DBRX, LFM2 and
+others), ``reference_params_vlmoe.json`` (MoE models with a vision tower) and ``reference_params_dsv4.json``
+(DeepSeek V4).
 The shipped models' counts (``reference_params.json``) are checked in tests/test_golden_models.py.
 """
 
