@@ -169,6 +169,34 @@ def test_kv_dtype_other_than_fp8_is_refused(kv_dtype):
     assert caught.value.field == "kv_dtype" and "fp8 KV cache only" in message and "\n" not in message
 
 
+def test_without_kv_dtype_the_cache_is_fp8_and_the_engine_is_told_so():
+    """The only dtype vLLM keeps V4's cache in is the default (the checkpoint's bf16 would be refused), and the
+    generated vLLM settings name it, since vLLM's 'auto' means the checkpoint's dtype."""
+    from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
+    from quotacalc.core.policy import build_policy
+
+    deployment = Deployment(model=str(CONFIGS / "deepseek_v4_flash"), gpu="h200", tp=8)
+    inputs = resolve(deployment)
+    assert inputs.kv_dtype.name == "fp8" and inputs.arch.checkpoint_dtype == "bf16"
+    explicit = resolve(deployment.model_copy(update={"kv_dtype": "fp8"}))
+    assert price(inputs).kv_pool_tokens == price(explicit).kv_pool_tokens
+    tier = Tier(
+        name="t",
+        max_context_tokens=8_192,
+        kv_cap_tokens_per_replica=100_000,
+        max_concurrent_sequences=8,
+        max_output_tokens=1_024,
+        priority=0,
+    )
+    plan = Plan(
+        pools=(Pool(name="p", deployment=deployment, replicas=1),),
+        tiers=(tier,),
+        tenants=(PlanTenant(name="a", tier="t", units_per_s=100),),
+    )
+    (pool,) = build_policy(plan, {"p": price(inputs)}).pools
+    assert pool.engine.kv_cache_dtype == "fp8"
+
+
 # --------------------------------------------------------------------------- reads and FLOPs
 
 

@@ -27,8 +27,14 @@ def test_served_model_name(model, served):
     assert _served_model_name(model) == served
 
 
-def _replica(kv_flag, kv_dtype):
-    return SimpleNamespace(inputs=SimpleNamespace(deployment=SimpleNamespace(kv_dtype=kv_flag), kv_dtype=kv_dtype))
+def _replica(kv_flag, kv_dtype, checkpoint="bf16"):
+    return SimpleNamespace(
+        inputs=SimpleNamespace(
+            deployment=SimpleNamespace(kv_dtype=kv_flag),
+            kv_dtype=kv_dtype,
+            arch=SimpleNamespace(checkpoint_dtype=checkpoint),
+        )
+    )
 
 
 def test_kv_cache_dtype_in_vllm_names():
@@ -38,6 +44,9 @@ def test_kv_cache_dtype_in_vllm_names():
     assert _kv_cache_dtype(_replica("fp16", DTYPES["fp16"])) == "float16"
     assert _kv_cache_dtype(_replica("fp8", DTYPES["fp8"])) == "fp8"
     assert _kv_cache_dtype(_replica("fp32", DTYPES["fp32"])) == "fp32"
+    # No --kv-dtype, but the model's cache is kept in another dtype than the checkpoint's (DeepSeek V4's fp8):
+    # vLLM's 'auto' would mean the checkpoint's, so the setting names it.
+    assert _kv_cache_dtype(_replica(None, DTYPES["fp8"], checkpoint="bf16")) == "fp8"
 
 
 def test_ceil_forgives_only_float_noise():
@@ -59,7 +68,12 @@ def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seq
         kv_dtype=None,
     )
     replica = SimpleNamespace(
-        inputs=SimpleNamespace(arch=SimpleNamespace(max_context_tokens=model_max), deployment=deployment, gpu=None),
+        inputs=SimpleNamespace(
+            arch=SimpleNamespace(max_context_tokens=model_max, checkpoint_dtype="bf16"),
+            deployment=deployment,
+            gpu=None,
+            kv_dtype=SimpleNamespace(name="bf16"),
+        ),
         kv_pool_tokens=pool_tokens,
         max_resident_sequences=resident,
     )

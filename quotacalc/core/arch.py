@@ -117,6 +117,11 @@ class TokenMixer(_Spec, ABC):
         """Why an engine cannot keep this kind's cache in ``kv_dtype`` (a catalog name), or None."""
         return None
 
+    def served_kv_dtype(self) -> str | None:
+        """The KV dtype an engine keeps this kind's cache in whatever the checkpoint's (a catalog name), or None
+        where the checkpoint's dtype is the default."""
+        return None
+
     @abstractmethod
     def cached_tokens(self, context_tokens: int) -> int:
         """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
@@ -779,7 +784,11 @@ class CompressedSparseAttention(_NoState, TokenMixer):
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         if kv_dtype == "fp8":
             return None
-        return f"vLLM serves DeepSeek V4 with an fp8 KV cache only (fp8_ds_mla), not {kv_dtype}: pass --kv-dtype fp8"
+        return f"vLLM serves DeepSeek V4 with an fp8 KV cache only (fp8_ds_mla), not {kv_dtype}"
+
+    def served_kv_dtype(self) -> str | None:
+        # The only dtype vLLM keeps V4's cache in: the default, so that the model prices without --kv-dtype.
+        return "fp8"
 
     def cost_rule(self) -> str:
         return (

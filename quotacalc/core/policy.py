@@ -215,7 +215,10 @@ _VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
 
 
 def _kv_cache_dtype(replica: PriceResult) -> str:
-    if replica.inputs.deployment.kv_dtype in (None, "auto"):
+    # 'auto' is the checkpoint's dtype; a model whose cache vLLM keeps in another (DeepSeek V4's fp8) names it.
+    if replica.inputs.deployment.kv_dtype in (None, "auto") and replica.inputs.kv_dtype.name == (
+        replica.inputs.arch.checkpoint_dtype
+    ):
         return "auto"
     name = replica.inputs.kv_dtype.name
     return _VLLM_KV_DTYPES.get(name, name)

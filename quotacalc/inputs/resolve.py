@@ -64,13 +64,18 @@ def resolve(deployment: Deployment) -> PricingInputs:
             gpu_supports=gpu.supports,
             per_channel_inputs=arch.hidden_size,
         )
-    kv_dtype = native if deployment.kv_dtype in (None, "auto") else dtype_by_name(deployment.kv_dtype, field="kv_dtype")
+    if deployment.kv_dtype in (None, "auto"):
+        # The checkpoint's dtype, unless the engine keeps a layer kind's cache in one dtype only (DeepSeek V4: fp8).
+        served = {layer.mixer.served_kv_dtype() for layer in arch.layers if layer.mixer} - {None}
+        kv_dtype = dtype_by_name(served.pop(), field="kv_dtype") if len(served) == 1 else native
+    else:
+        kv_dtype = dtype_by_name(deployment.kv_dtype, field="kv_dtype")
     for problem in dict.fromkeys(layer.mixer.kv_dtype_problem(kv_dtype.name) for layer in arch.layers if layer.mixer):
         if problem:
             raise QuotacalcError(
                 f"{arch.name}: {problem}",
                 field="kv_dtype",
-                fix="a --kv-dtype the message names (vLLM's fp8 here is its fp8_ds_mla layout)",
+                fix="leave --kv-dtype out for the dtype the engine keeps, or give one the message names",
             )
     state_dtype = (
         _config_state_dtype(resolved.config) or native
