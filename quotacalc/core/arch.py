@@ -564,7 +564,7 @@ def _sum_floor(context_tokens: int, ratio: int, cap: int | None = None) -> int:
     return total + (cap * (context_tokens - limit) if cap is not None else 0)
 
 
-class CompressedSparseAttention(_NoState, TokenMixer):
+class CompressedSparseAttention(_GrowingCache, _NoState, TokenMixer):
     """DeepSeek V4's attention (transformers 5.24 ``models/deepseek_v4``, vLLM ``DeepseekV4Attention``): shared-KV
     multi-query attention over one 512-wide head per token (K = V), every layer attending a sliding window of the
     last ``window_tokens`` tokens, and a compressed long-range part: ``compress_ratio`` 1 has none
@@ -709,19 +709,8 @@ class CompressedSparseAttention(_NoState, TokenMixer):
         # Fixed layouts whatever the state dtype: the fp8_ds_mla window and the float32 compressor state.
         return self.window_bytes() + self.compressor_state_bytes()
 
-    def cached_tokens(self, context_tokens: int) -> int:
-        return context_tokens
-
-    def grows_with_context(self) -> bool:
-        # Every V4 layer is priced as a growing cache (0 B a token for a window-only layer) plus fixed state: its
-        # window is in the state, never a sliding layer's KV as well.
-        return True
-
-    def attended_tokens(self, context_tokens: int) -> int:
-        return context_tokens
-
-    def mean_prompt_attended_tokens(self, context_tokens: int) -> float:
-        return mean_attended_tokens(context_tokens)
+    # Every V4 layer is priced as a growing cache (_GrowingCache: 0 B a token for a window-only layer) plus fixed
+    # state: its window is in the state, never a sliding layer's KV as well.
 
     def _entry_flops(self) -> float:
         # QK^T over head_dim and AV over head_dim (K = V), per attended entry, every head.
