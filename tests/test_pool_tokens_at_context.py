@@ -20,6 +20,7 @@ from quotacalc.inputs.resolve import resolve
 from quotacalc.inputs.scenario import scenario_from_dict
 from quotacalc.sim.events import build_setup
 
+CONFIGS = Path(__file__).parent / "data" / "configs"
 GEMMA = {"model": "gemma-3-27b-it", "gpu": "h100-sxm", "tp": 2, "context": 1_700}
 
 
@@ -135,3 +136,15 @@ def test_kv_labels_a_short_convolution_models_state_as_fixed_state(run_cli, monk
     assert code == 0
     (row,) = [line for line in out.splitlines() if line.startswith("of which fixed state")]
     assert "whole replica; conv, SSM, recurrent" in row
+
+
+def test_a_fixed_state_outside_vllms_hybrid_layout_counts_too():
+    """DeepSeek V4-Flash (priced by bytes, not through the hybrid layout) grows by 3,850.25 B a token on each GPU
+    and keeps 15,420,416 B of window and compressor state per sequence: a 1,700-token sequence takes
+    3,850.25 x 1,700 + 15,420,416 = 21,965,841 B, so its tokens fill the pool about 3.4x sooner than the
+    per-token count says."""
+    result = price(resolve(Deployment(model=str(CONFIGS / "deepseek_v4_flash"), gpu="h200", tp=8, context=1_700)))
+    assert result.kv_bytes_per_token_per_gpu == 3_850.25
+    per_sequence = 3_850.25 * 1_700 + 15_420_416
+    assert result.max_resident_sequences == int(result.kv_pool_bytes_per_gpu // per_sequence)
+    assert result.kv_pool_tokens_at_context == result.max_resident_sequences * 1_700 < result.kv_pool_tokens / 3

@@ -712,7 +712,10 @@ def _decode_batch(x: _Explainer) -> int:
             field="context",
             fix="lower --context, raise --tp, or use --kv-dtype fp8",
         )
-    _pool_tokens_at_context(x, int(resident), layout is not None)
+    # A window or a fixed state costs a short sequence in full, whether or not vLLM's hybrid layout holds it
+    # (DeepSeek V4 keeps its window and compressor state per sequence, priced by bytes).
+    fixed_per_sequence = model.state_bytes_per_sequence_per_gpu > 0 or any(kv for _, kv in model.sliding_kv)
+    _pool_tokens_at_context(x, int(resident), layout is not None or fixed_per_sequence)
     if deployment.batch <= resident:
         return deployment.batch
     x.warnings.append(
