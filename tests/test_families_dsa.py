@@ -327,3 +327,9 @@ def test_a_prompt_tokens_units_count_the_indexer_on_every_rank():
     assert tp8.prompt_token_units_at_context == pytest.approx(
         (per_token + attention_flops_per_prompt_token(arch, 32_768, 8)) / per_token
     )
+
+
+def test_explain_names_the_indexers_among_the_layers_kept_whole():
+    result = price(resolve(Deployment(model=str(CONFIGS / "deepseek_v3_2"), gpu="h200", tp=8)))
+    (step,) = [step for step in result.steps if step.name == "weight_bytes_per_gpu"]
+    assert "sparse attention's indexers" in step.note

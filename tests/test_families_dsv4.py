@@ -348,3 +348,10 @@ def test_architecture_survives_the_spec_json_round_trip(folder):
     again = ModelArch.model_validate_json(arch.model_dump_json())
     assert again == arch and again.total_params() == arch.total_params()
     assert "hyper_connection_params" not in Layer(mixer=None, feed_forward=None, norm_params=1).model_dump()
+
+
+def test_explain_names_what_v4_keeps_whole_and_its_state_layout():
+    result = price(resolve(Deployment(model=str(CONFIGS / "deepseek_v4_flash"), gpu="h200", tp=8)))
+    steps = {step.name: step for step in result.steps}
+    assert "DeepSeek V4's compressors and indexers" in steps["weight_bytes_per_gpu"].note
+    assert "fp8_ds_mla entries and its compressor state in float32" in steps["state_bytes_per_sequence"].substituted

@@ -122,6 +122,15 @@ class TokenMixer(_Spec, ABC):
         where the checkpoint's dtype is the default."""
         return None
 
+    def replicated_label(self) -> str | None:
+        """What of this kind the engine keeps whole on every rank beside MLA's down-projections, for --explain."""
+        return None
+
+    def state_layout_rule(self) -> str | None:
+        """For --explain: the fixed layout this kind keeps its state in whatever the state dtype, or None where the
+        state is values x the state dtype (and the conv state at the checkpoint's)."""
+        return None
+
     @abstractmethod
     def cached_tokens(self, context_tokens: int) -> int:
         """Tokens of KV this layer holds for one sequence at ``context_tokens``."""
@@ -529,6 +538,9 @@ class SparseMLAAttention(MLAAttention):
             return None
         return f"vLLM's sparse MLA kernels keep this cache in bf16 or fp8 (fp8_ds_mla), not {kv_dtype}"
 
+    def replicated_label(self) -> str | None:
+        return "sparse attention's indexers" if self.has_indexer else None
+
     def cost_rule(self) -> str:
         if not self.has_indexer:
             return "layers reusing an earlier layer's top-k keep no indexer key and score nothing"
@@ -778,6 +790,12 @@ class CompressedSparseAttention(_GrowingCache, _NoState, TokenMixer):
     def served_kv_dtype(self) -> str | None:
         # The only dtype vLLM keeps V4's cache in: the default, so that the model prices without --kv-dtype.
         return "fp8"
+
+    def state_layout_rule(self) -> str | None:
+        return "each layer's window in fp8_ds_mla entries and its compressor state in float32 (DeepSeek V4, whatever the state dtype)"
+
+    def replicated_label(self) -> str | None:
+        return "DeepSeek V4's compressors and indexers"
 
     def cost_rule(self) -> str:
         return (

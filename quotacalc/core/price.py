@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
-from quotacalc.core.arch import CompressedSparseAttention, ModelArch, ParamGroup, SparseMLAAttention
+from quotacalc.core.arch import ModelArch, ParamGroup
 from quotacalc.core.deployment import Deployment, PricingBasis
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
@@ -278,8 +278,8 @@ def _weights_section(x: _Explainer) -> None:
     if replicated:
         replicated_bytes = layout.weight_bytes(arch.replicated_params_by_group())
         kinds = "MLA latent down-projections, MoE routers"
-        if any(isinstance(layer.mixer, SparseMLAAttention) for layer in arch.layers):
-            kinds += ", sparse attention's indexers"
+        labels = dict.fromkeys(layer.mixer.replicated_label() for layer in arch.layers if layer.mixer)
+        kinds += "".join(f", {label}" for label in labels if label)
         if any(layer.per_layer_input_params for layer in arch.layers):
             kinds += ", Gemma 4's per-layer input gates and projections"
         notes.append(
@@ -339,12 +339,10 @@ def _kv_section(x: _Explainer) -> None:
 
 def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name: str) -> str:
     values = memory.state_elements_per_sequence(arch)
-    if any(isinstance(layer.mixer, CompressedSparseAttention) for layer in arch.layers):
-        # DeepSeek V4 keeps its state in fixed layouts: the fp8_ds_mla window and the float32 compressor state.
-        return (
-            f"{fmt(values)} values: each layer's window in fp8_ds_mla entries and its compressor state in float32 "
-            f"(DeepSeek V4, whatever the state dtype): {fmt(state)} B"
-        )
+    rules = [rule for rule in dict.fromkeys(layer.mixer.state_layout_rule() for layer in arch.layers if layer.mixer)]
+    if any(rules):
+        # A kind that keeps its state in a fixed layout (DeepSeek V4's fp8_ds_mla window, float32 compressors).
+        return f"{fmt(values)} values: {'; '.join(rule for rule in rules if rule)}: {fmt(state)} B"
     text = f"{fmt(values)} values × {fmt(state_b)} B ({dtype_name})"
     if state != values * state_b:
         # The conv state stays at the checkpoint's dtype (vLLM's mamba_cache_dtype), and Kimi Delta Attention's
