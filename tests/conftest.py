@@ -1,12 +1,17 @@
-"""Shared fixtures: an isolated on-disk cache, and the CLI run in-process."""
+"""Shared fixtures: an isolated on-disk cache, and the CLI run in-process; helpers for broken test configs."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+#: The architecture families' fixture configs (provenance in SOURCES.md there).
+CONFIGS = Path(__file__).parent / "data" / "configs"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -65,3 +70,26 @@ def llama70b_prompt_token_units(prompt_tokens: float) -> float:
 #: The method's tenant (5 req/s, 2,000 prompt, 500 output) with each prompt token charged inside its
 #: prompt: 5 × (2,000 × 1.01859 + 3.0931 × 500) = 17,919 units/s (17,725 at 1 unit per prompt token).
 METHOD_TENANT_UNITS_PER_S = 5 * (2000 * llama70b_prompt_token_units(2000) + 3.0931 * 500)
+
+
+def config_with(tmp_path: Path, folder: str, change: Callable[[dict], object]) -> str:
+    """A copy of fixture ``folder``'s config.json under ``tmp_path``, changed by ``change``: its folder's path."""
+    config = json.loads((CONFIGS / folder / "config.json").read_text(encoding="utf-8"))
+    change(config)
+    target = tmp_path / f"{folder}-changed"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(target)
+
+
+def one_line_error(path: str, error: type[Exception] | None = None) -> str:
+    """The message of the error reading the config at ``path`` raises (a QuotacalcError unless ``error``), checked
+    to be one line."""
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.inputs.resolve import load_arch
+
+    with pytest.raises(error or QuotacalcError) as caught:
+        load_arch(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message

@@ -21,6 +21,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import config_with as _config_with
+from conftest import one_line_error as _one_line_error
 
 from quotacalc import Deployment, price, resolve
 from quotacalc.core import memory
@@ -219,23 +221,6 @@ def test_explain_states_the_sparse_rule():
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-def _config_with(tmp_path, folder: str, change) -> str:
-    config = json.loads((CONFIGS / folder / "config.json").read_text())
-    change(config)
-    target = tmp_path / f"{folder}-changed"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps(config))
-    return str(target)
-
-
-def _one_line_error(path: str, error: type[QuotacalcError] = QuotacalcError) -> str:
-    with pytest.raises(error) as caught:
-        load_arch(path)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import config_with as _config_with
+from conftest import one_line_error as _one_line_error
 
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.arch import CompressedSparseAttention, ParamGroup
@@ -289,23 +291,6 @@ def test_routed_experts_are_mxfp4_from_expert_dtype():
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-def _config_with(tmp_path, folder: str, change) -> str:
-    config = json.loads((CONFIGS / folder / "config.json").read_text())
-    change(config)
-    target = tmp_path / f"{folder}-changed"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps(config))
-    return str(target)
-
-
-def _one_line_error(path: str) -> str:
-    with pytest.raises(QuotacalcError) as caught:
-        load_arch(path)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize("key", ["index_topk", "sliding_window", "o_groups", "hc_mult", "n_routed_experts"])

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import config_with as _config_with
+from conftest import one_line_error as _one_line_error
 
 from quotacalc.core.arch import (
     DenseMLP,
@@ -393,23 +395,6 @@ def test_new_layer_kinds_survive_a_spec_round_trip(folder):
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-def _config_with(tmp_path: Path, folder: str, change) -> str:
-    config = json.loads((CONFIGS / folder / "config.json").read_text())
-    change(config)
-    target = tmp_path / f"{folder}-changed"
-    target.mkdir(parents=True)
-    (target / "config.json").write_text(json.dumps(config))
-    return str(target)
-
-
-def _one_line_error(path: str) -> str:
-    with pytest.raises(QuotacalcError) as caught:
-        load_arch(path)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,11 @@ The totals are checked in tests/test_reference_counts.py, with every other test 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import config_with as _config_with
+from conftest import one_line_error as _one_line_error
 
 from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, MoE, ParamGroup
 from quotacalc.core.memory import (
@@ -22,7 +23,6 @@ from quotacalc.core.memory import (
     request_kv_bytes,
     window_bytes_per_sequence,
 )
-from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.resolve import load_arch
 
 DATA = Path(__file__).parent / "data"
@@ -224,23 +224,6 @@ def test_llama4_maverick_dense_layers_use_intermediate_size_mlp():
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-def _config_with(tmp_path: Path, folder: str, change) -> str:
-    config = json.loads((CONFIGS / folder / "config.json").read_text())
-    change(config)
-    target = tmp_path / f"{folder}-changed"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps(config))
-    return str(target)
-
-
-def _one_line_error(path: str) -> str:
-    with pytest.raises(QuotacalcError) as caught:
-        load_arch(path)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize(

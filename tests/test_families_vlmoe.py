@@ -14,11 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import config_with as _config_with
+from conftest import one_line_error as _one_line_error
 
 from quotacalc.catalog.dtypes import DTYPES
 from quotacalc.core.arch import DenseMLP, FullAttention, MLAAttention, MoE, ParamGroup, SlidingWindowAttention
 from quotacalc.core.memory import kv_bytes_per_token, kv_bytes_per_token_per_gpu, window_bytes_per_sequence
-from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.quantization import checkpoint_layout
 from quotacalc.inputs.resolve import load_arch
 
@@ -312,23 +313,6 @@ def test_mimo_v2_flash_params_by_hand():
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-def _config_with(tmp_path: Path, folder: str, change) -> str:
-    config = json.loads((CONFIGS / folder / "config.json").read_text(encoding="utf-8"))
-    change(config)
-    target = tmp_path / f"{folder}-changed"
-    target.mkdir(parents=True)
-    (target / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return str(target)
-
-
-def _one_line_error(path: str) -> str:
-    with pytest.raises(QuotacalcError) as caught:
-        load_arch(path)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize(

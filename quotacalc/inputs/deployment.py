@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,9 @@ def model_key(reference: str) -> str:
     return parts[-1].casefold() if parts else reference.casefold()
 
 
-def _model_max_context(model: str) -> int | None:
+@cache
+def model_max_context(model: str) -> int | None:
+    """The longest context a model's config allows (None where it states none); read once per model."""
     from quotacalc.inputs.resolve import load_arch
 
     return load_arch(model)[0].max_context_tokens
@@ -232,7 +235,7 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         now["model"], then["model"] = model_key(deployment.model), model_key(measured.model)
     if measured.max_model_len is not None:
         # Recorded where the logged count depends on it (windowed or state layers); unset means the model's maximum.
-        now["max_model_len"] = deployment.max_model_len or _model_max_context(deployment.model)
+        now["max_model_len"] = deployment.max_model_len or model_max_context(deployment.model)
         then["max_model_len"] = measured.max_model_len
     changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
     if not changed:

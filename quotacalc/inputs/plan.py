@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import PlanFile, check_measured_pool, suggest_key
+from quotacalc.inputs.deployment import PlanFile, check_measured_pool, model_max_context, suggest_key
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -318,14 +317,6 @@ def pool_errors(path: str, index: int | None) -> Iterator[None]:
         raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
 
 
-@cache
-def _model_max_context(model: str) -> int | None:
-    from quotacalc.inputs.resolve import load_arch
-
-    arch, _ = load_arch(model)
-    return arch.max_context_tokens
-
-
 def _check_references(plan: Plan, path: str) -> None:
     """References between entries: names unique, tiers and pools exist, routing fits the pools."""
     _duplicates([pool.name for pool in plan.pools], "pools", path)
@@ -398,7 +389,7 @@ def _context_limit(pool: Pool) -> int | None:
     deployment = pool.deployment
     limits = [
         value
-        for value in (_model_max_context(deployment.model), deployment.kv_pool_tokens, deployment.max_model_len)
+        for value in (model_max_context(deployment.model), deployment.kv_pool_tokens, deployment.max_model_len)
         if value
     ]
     return min(limits) if limits else None
@@ -458,7 +449,7 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     if flat.tenant is None:
         return Plan(pools=(pool,))
     tenant = build_tenant(flat.tenant, {}, source=path)
-    max_context = _model_max_context(deployment.model) or deployment.context
+    max_context = model_max_context(deployment.model) or deployment.context
     tier = Tier(
         name=FLAT_TIER,
         max_context_tokens=max_context,
