@@ -276,3 +276,28 @@ def test_calibrate_recovers_a_prefill_layer_overhead():
     assert fitted["prefill_layer_overhead_s"].before == 9e-5  # the default
     assert fitted["prefill_layer_overhead_s"].after == pytest.approx(9e-4, rel=2e-2)
     assert fitted["mfu"].after == pytest.approx(0.4, rel=2e-2)
+
+
+# DeepSeek-V3 (models/DeepSeek-V3/config.json): hidden 7,168, q_lora_rank 1,536, kv_lora_rank 512, rope 64;
+# 61 layers, of which 58 MoE (first_k_dense_replace 3) over 256 routed experts.
+DSV3_MLA_REPLICATED = 7_168 * 1_536 + 1_536 + 7_168 * (512 + 64) + 512  # q_a_proj + norm, kv_a_proj + norm
+DSV3_ROUTER = 256 * 7_168
+
+
+def test_every_rank_runs_the_layers_it_holds_whole():
+    """vLLM, SGLang and TensorRT-LLM keep MLA's down-projections and the MoE router whole on every rank
+    (ReplicatedLinear), so at TP 8 each of the eight ranks multiplies them for every token: the replica spends
+    7 more copies of their FLOPs than a 1/TP split would. A dense model has none, so TP changes nothing."""
+    arch = arch_of("DeepSeek-V3", tp=8, weight_dtype="fp8")
+    replicated = 61 * DSV3_MLA_REPLICATED + 58 * DSV3_ROUTER
+    assert replicated == 1_030_023_168
+    one, eight = engine_compute(arch, 1), engine_compute(arch, 8)
+    assert one.replicated_params == eight.replicated_params == replicated
+    assert eight.params_per_token - one.params_per_token == eight.repeated_params == 7 * replicated
+    assert eight.params_per_prompt_token - one.params_per_prompt_token == 7 * replicated
+    # The prefill a TTFT charges at TP 8 counts them; the method's prompt_token_s does not.
+    result = price(resolve(Deployment(model="DeepSeek-V3", gpu="h200", tp=8, weight_dtype="fp8")))
+    assert result.engine_flops_per_prompt_token == 2 * eight.params_per_prompt_token
+    dense = arch_of("Llama-3.3-70B-Instruct", tp=4)
+    assert engine_compute(dense, 4).params_per_token == engine_compute(dense, 1).params_per_token
+    assert engine_compute(dense, 4).replicated_params == 0

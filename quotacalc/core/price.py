@@ -849,18 +849,18 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "skips the vision tower on text, runs the LM head unquantized and reads whole the layers every rank holds "
         "whole",
     )
-    compute = engine_compute(arch)
+    compute = engine_compute(arch, tp)
     rate = x.figures["compute_rate"]
     engine_compute_s = x.record(
         "engine_decode_compute_s",
         model.engine_decode_compute_s(batch, deployment.context),
-        formula="batch × (2 × (active_params − embedding table − LM head + vocabulary × hidden) + attention FLOPs "
-        "at context) / (TP × peak_flops × MFU × mfu_scale)",
+        formula="batch × (2 × (active_params − embedding table − LM head + vocabulary × hidden + (TP − 1) × "
+        "replicated params) + attention FLOPs at context) / (TP × peak_flops × MFU × mfu_scale)",
         substituted=f"{batch} × (2 × {fmt(compute.params_per_token)} + "
         f"{fmt(model.attention_flops(deployment.context))}) / {rate}",
         unit="s",
         note="decode_compute_s as an engine computes it: a token's embedding row is gathered, not multiplied; "
-        "its logits are",
+        "its logits are; every rank runs the layers it holds whole (MLA down-projections, routers) on every token",
     )
     engine_step = x.record(
         "engine_decode_step_s",
@@ -886,12 +886,14 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     x.record(
         "engine_flops_per_prompt_token",
         model.prefill_flops_per_token,
-        formula="2 × (active_params − embedding table − LM head)",
-        substituted=f"2 × {fmt(compute.params_per_prompt_token)}",
+        formula="2 × (active_params − embedding table − LM head + (TP − 1) × replicated params)",
+        substituted=f"2 × {fmt(compute.params_per_prompt_token)} (of which {tp - 1} × "
+        f"{fmt(compute.replicated_params)} replicated)",
         unit="FLOP",
-        note="what a prompt token multiplies in an engine's prefill, before attention: its embedding row is "
-        f"gathered, and only a chunk's last token computes logits (2 × {fmt(compute.logits_params)} FLOPs once "
-        "a chunk); prompt_token_s keeps 2 × active_params (docs/method.md)",
+        note="what a prompt token multiplies in an engine's prefill, before attention, over all TP ranks: its "
+        f"embedding row is gathered, only a chunk's last token computes logits (2 × {fmt(compute.logits_params)} "
+        "FLOPs once a chunk), and every rank runs the layers it holds whole; prompt_token_s keeps 2 × "
+        "active_params (docs/method.md)",
     )
     x.record(
         "prefill_overhead_s",

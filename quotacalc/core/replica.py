@@ -402,24 +402,42 @@ def decode_weight_reader(inputs: PricingInputs) -> Callable[[int], float]:
 class EngineCompute:
     """Parameters a text token runs through in an engine, where it differs from docs/method.md's 2 × active."""
 
-    #: One decode token: the active parameters less the input embedding table, whose row is gathered, not
-    #: multiplied (the LM head stays: every decode token computes its logits; tied, the table is the head).
+    #: One decode token, summed over the replica's ranks: the active parameters less the input embedding table,
+    #: whose row is gathered, not multiplied (the LM head stays: every decode token computes its logits; tied,
+    #: the table is the head), plus (TP − 1) × the replicated ones, which every rank runs whole.
     params_per_token: int
     #: The LM head (vocabulary × hidden): a prefill chunk computes logits for its last token only (vLLM's
     #: ``logits_indices``; TensorRT-LLM without ``gather_context_logits``), so a prompt token skips it.
     logits_params: int
+    #: Active parameters every rank holds whole and runs for every token (MLA's down-projections, routers, a
+    #: sparse-attention indexer's projections: ReplicatedLinear in vLLM): each of the other TP − 1 ranks
+    #: repeats their FLOPs.
+    replicated_params: int = 0
+    tp: int = 1
 
     @property
     def params_per_prompt_token(self) -> int:
         return self.params_per_token - self.logits_params
 
+    @property
+    def repeated_params(self) -> int:
+        """The replicated parameters' (TP − 1) extra copies in params_per_token."""
+        return (self.tp - 1) * self.replicated_params
 
-def engine_compute(arch: ModelArch) -> EngineCompute:
-    """What a text token multiplies in an engine (the vision tower is already idle in the active parameters)."""
+
+def engine_compute(arch: ModelArch, tp: int = 1) -> EngineCompute:
+    """What a text token multiplies in an engine of ``tp`` ranks (the vision tower is already idle in the active
+    parameters; the replicated layers count once per rank)."""
     active = arch.active_params_by_group()
     logits = arch.vocab_size * arch.hidden_size
     vocab_matrices = active[ParamGroup.EMBEDDING] + active[ParamGroup.LM_HEAD]
-    return EngineCompute(params_per_token=sum(active.values()) - vocab_matrices + logits, logits_params=logits)
+    replicated = sum(arch.replicated_params_by_group().values())
+    return EngineCompute(
+        params_per_token=sum(active.values()) - vocab_matrices + logits + (tp - 1) * replicated,
+        logits_params=logits,
+        replicated_params=replicated,
+        tp=tp,
+    )
 
 
 def routed_expert_slots(arch: ModelArch) -> int:
@@ -462,7 +480,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
     bounded = [term for term in terms if term.bound_tokens is not None]
     windowed = [m for m in mixers if not m.grows_with_context() and m.context_terms(kv_b, tp)]
     weight_bytes = layout.weight_bytes(arch.params_by_group())
-    engine_flops = engine_compute(arch)
+    engine_flops = engine_compute(arch, tp)
     return ReplicaModel(
         flops_per_token=2 * arch.active_params(),
         engine_flops_per_token=2 * engine_flops.params_per_token,
