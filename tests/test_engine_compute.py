@@ -301,3 +301,23 @@ def test_every_rank_runs_the_layers_it_holds_whole():
     dense = arch_of("Llama-3.3-70B-Instruct", tp=4)
     assert engine_compute(dense, 4).params_per_token == engine_compute(dense, 1).params_per_token
     assert engine_compute(dense, 4).replicated_params == 0
+
+
+def test_mla_decodes_absorbed_and_prefills_expanded():
+    """vLLM's MLA (vllm/v1/attention/backends/mla/common.py: 'compute friendly' for prefill, 'data-movement
+    friendly' for decode; SGLang and TensorRT-LLM the same): a prompt token attends with the latents up-projected,
+    2 x 128 heads x (192 + 128) = 81,920 FLOPs a key at DeepSeek-V3's sizes; a decode token attends the latent
+    itself, 2 x 128 x (512 + 64 + 512) = 278,528. 61 MLA layers; the cache read is the latent either way."""
+    from quotacalc.core.replica import replica_model
+
+    inputs = resolve(Deployment(model="DeepSeek-V3", gpu="h200", tp=8, weight_dtype="fp8"))
+    model = replica_model(inputs, kv_pool_bytes_per_gpu=1e11)
+    assert model.attention_flops(1_000) == 61 * 278_528 * 1_000
+    assert model.prefill_attention_flops(1_000) == 61 * 81_920 * 1_000
+    # A 2,000-token prompt in one chunk: each token attends (2,000 + 1) / 2 keys on average, at the expanded form.
+    flops = 2_000 * (model.prefill_flops_per_token + 61 * 81_920 * 2_001 / 2) + model.logits_flops_per_token
+    assert model.prefill_compute_s(2_000) == pytest.approx(flops / model.compute_flops_per_s, rel=1e-12)
+    # A dense model decodes and prefills alike.
+    llama = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm"))
+    dense = replica_model(llama, kv_pool_bytes_per_gpu=1e10)
+    assert dense.attention_flops(1_000) == dense.prefill_attention_flops(1_000) == 524_288 * 1_000

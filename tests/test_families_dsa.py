@@ -205,10 +205,11 @@ def test_decode_reads_selected_latents_and_every_indexer_key():
     # Below index_topk the step reads all it holds.
     assert model.sequence_kv_read_bytes_per_gpu(1_000) == model.sequence_kv_bytes_per_gpu(1_000) == 61 * 1_000 * 788
     # The model's attention FLOPs: bounded MLA (2 x 128 heads x (192 + 128) = 81,920 a key, 2,048 keys) and the
-    # growing scoring (2 x 64 x 128 = 16,384 an earlier token), once. The replica's: vLLM runs the indexer whole on
-    # each of the 8 ranks, so its scoring costs 8 times that in GPU time.
+    # growing scoring (2 x 64 x 128 = 16,384 an earlier token), once. The replica's decode step: the sparse kernel
+    # attends absorbed, each head over the latent (2 x 128 x (512 + 64 + 512) = 278,528 a key), and vLLM runs the
+    # indexer whole on each of the 8 ranks, so its scoring costs 8 times that in GPU time.
     assert attention_flops_per_output_token(inputs.arch, 32_768) == 61 * (81_920 * 2_048 + 16_384 * 32_768)
-    assert model.attention_flops(32_768) == 61 * (81_920 * 2_048 + 8 * 16_384 * 32_768) == 272_227_106_816
+    assert model.attention_flops(32_768) == 61 * (278_528 * 2_048 + 8 * 16_384 * 32_768) == 296_788_951_040
     assert price(inputs).decode_kv_bytes_per_gpu == 4 * read
 
 

@@ -53,13 +53,20 @@ def mean_attended_tokens(context_tokens: int, window_tokens: int | None = None) 
 
 
 class ContextTerm(NamedTuple):
-    """One part of what a token's attention costs per token of context on one GPU: it reads
+    """One part of what a token's attention costs per token of context on one GPU: a decode token reads
     ``read_bytes_per_token`` and computes ``flops_per_token`` for each of min(context, ``bound_tokens``) earlier
-    tokens (every earlier token when ``bound_tokens`` is None). The replica model sums a layer's terms."""
+    tokens (every earlier token when ``bound_tokens`` is None); a prompt token computes
+    ``prompt_flops_per_token`` for each (None: the same as a decode token; MLA prefills in another form than it
+    decodes). The replica model sums a layer's terms."""
 
     bound_tokens: int | None
     read_bytes_per_token: float
     flops_per_token: float
+    prompt_flops_per_token: float | None = None
+
+    @property
+    def prefill_flops_per_token(self) -> float:
+        return self.flops_per_token if self.prompt_flops_per_token is None else self.prompt_flops_per_token
 
 
 class TokenMixer(_Spec, ABC):
@@ -414,9 +421,21 @@ class MLAAttention(_GrowingCache, _NoState, TokenMixer):
         return {ParamGroup.ATTENTION: q_down + kv_down}
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:
-        # Queries and keys carry the rope dimensions too: QK^T runs over nope + rope per head.
+        # Queries and keys carry the rope dimensions too: QK^T runs over nope + rope per head. This is the form
+        # engines prefill in (the latents up-projected to per-head keys and values).
         qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         return 2 * self.num_heads * (qk_head_dim + self.v_head_dim) * attended_tokens
+
+    def decode_flops_per_attended_token(self) -> float:
+        """FLOPs of one decode query per cached latent, as engines decode MLA: absorbed, the key up-projection
+        folded into the query and the value up-projection applied after, so each head attends the latent itself,
+        QK^T over kv_lora_rank + rope and AV over kv_lora_rank (vLLM's MLA decode backends, FlashMLA; SGLang's
+        and TensorRT-LLM's the same): 2 x heads x (576 + 512) at DeepSeek-V3's sizes, 3.4x the expanded form."""
+        return 2 * self.num_heads * (self.kv_lora_rank + self.qk_rope_head_dim + self.kv_lora_rank)
+
+    def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
+        read = self.read_elements_per_token_per_gpu(tp) * kv_bytes_per_element
+        return (ContextTerm(None, read, self.decode_flops_per_attended_token(), self.attention_flops_per_token(1)),)
 
     def tp_problem(self, tp: int) -> str | None:
         return f"does not divide the {self.num_heads} attention heads" if self.num_heads % tp else None
@@ -455,14 +474,15 @@ class SparseMLAAttention(MLAAttention):
     Decode reads, per sequence per step on one GPU: min(context, index_topk) x the latent bytes (the selected
     keys) + context x the indexer key bytes (the indexer scores every earlier token).
 
-    FLOPs per query: MLA's per attended key (2 x heads x (qk_head_dim + v_head_dim), as ``MLAAttention``) over
+    FLOPs per query: MLA's per attended key (2 x heads x (qk_head_dim + v_head_dim) for a prompt token, the absorbed
+    2 x heads x (kv_lora_rank + rope + kv_lora_rank) for a decode step, as ``MLAAttention``) over
     min(attended, index_topk) keys, plus the indexer's scoring, 2 x index_n_heads x index_head_dim per earlier
     token (its per-head weighting, 2 x index_n_heads more, is left out as softmax is for attention). A prompt token
     at position p attends min(p, index_topk) keys and scores p. vLLM runs the whole indexer on every rank (its
     heads are not split), so on a replica of TP GPUs the scoring costs TP times its FLOPs in GPU time: the replica
     model and the prompt token's units count it so (``context_terms``, ``prompt_attention_flops_per_token``); at
     long prompts it is most of a rank's work. The replicated projections' FLOPs (per token, not per earlier token)
-    are not scaled so.
+    count once per rank through ``replicated_params`` (``replica.engine_compute``).
     """
 
     kind: Literal["sparse_mla"] = "sparse_mla"  # type: ignore[assignment]
@@ -524,7 +544,10 @@ class SparseMLAAttention(MLAAttention):
 
     def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
         selected = ContextTerm(
-            self.index_topk, self.latent_bytes_per_token(kv_bytes_per_element), super().attention_flops_per_token(1)
+            self.index_topk,
+            self.latent_bytes_per_token(kv_bytes_per_element),
+            self.decode_flops_per_attended_token(),
+            super().attention_flops_per_token(1),
         )
         if not self.has_indexer:
             return (selected,)

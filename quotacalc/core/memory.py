@@ -91,7 +91,9 @@ def attention_flops_per_prompt_token(arch: ModelArch, context_tokens: int, tp: i
 
 
 def attention_flops_per_output_token(arch: ModelArch, context_tokens: int) -> float:
-    """Attention FLOPs of one output token attending a context of ``context_tokens``."""
+    """Attention FLOPs of one output token attending a context of ``context_tokens``, at each kind's own FLOPs per
+    attended key (MLA's expanded form; the replica model's decode step takes each kind's ``context_terms``, where
+    MLA decodes absorbed)."""
     return sum(m.attention_flops_per_token(m.attended_tokens(context_tokens)) for m in _mixers(arch))
 
 

@@ -148,6 +148,11 @@ class ReplicaModel:
     #: The same for the sliding layers, by window, and the latent a sparse layer reads of its index_topk
     #: tokens. None: sliding_kv.
     sliding_kv_read: tuple[tuple[int, float], ...] | None = None
+    #: What a prompt token computes per attended token where it differs from a decode token (MLA: engines prefill
+    #: with the latents up-projected, and decode absorbed over the latent). None: attention_flops_per_attended_token.
+    prefill_attention_flops_per_attended_token: float | None = None
+    #: The same for the bounded terms, by window. None: sliding_attention.
+    prefill_sliding_attention: tuple[tuple[int, float], ...] | None = None
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
     # attention coefficients side by side.
     _seconds_per_byte: float = field(init=False, repr=False, compare=False)
@@ -169,6 +174,12 @@ class ReplicaModel:
             object.__setattr__(self, "kv_read_bytes_per_token_per_gpu", self.kv_bytes_per_token_per_gpu)
         if self.sliding_kv_read is None:
             object.__setattr__(self, "sliding_kv_read", self.sliding_kv)
+        if self.prefill_attention_flops_per_attended_token is None:
+            object.__setattr__(
+                self, "prefill_attention_flops_per_attended_token", self.attention_flops_per_attended_token
+            )
+        if self.prefill_sliding_attention is None:
+            object.__setattr__(self, "prefill_sliding_attention", self.sliding_attention)
         kv = dict(self.sliding_kv_read)
         attention = dict(self.sliding_attention)
         windows = tuple((w, kv.get(w, 0.0), attention.get(w, 0.0)) for w in sorted(set(kv) | set(attention)))
@@ -219,11 +230,14 @@ class ReplicaModel:
     # ------------------------------------------------------------------ roofline
 
     def attention_flops(self, attended_tokens: float) -> float:
-        """Attention FLOPs of one token attending ``attended_tokens`` earlier tokens."""
-        flops = self.attention_flops_per_attended_token * attended_tokens
-        for window, per_token in self.sliding_attention:
-            flops += per_token * (attended_tokens if attended_tokens < window else window)
-        return flops
+        """Attention FLOPs of one decode token attending ``attended_tokens`` earlier tokens."""
+        return _attention_flops(self.attention_flops_per_attended_token, self.sliding_attention, attended_tokens)
+
+    def prefill_attention_flops(self, attended_tokens: float) -> float:
+        """Attention FLOPs of one prompt token attending ``attended_tokens`` earlier tokens."""
+        return _attention_flops(
+            self.prefill_attention_flops_per_attended_token, self.prefill_sliding_attention, attended_tokens
+        )
 
     def decode_memory_s(self, batch: int, context_tokens: float) -> float:
         """Time to read the weights a step touches and every sequence's cache."""
@@ -242,7 +256,7 @@ class ReplicaModel:
         """FLOP time of a prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine computes it:
         each token attends half the chunk, and only the last one's logits are computed."""
         mean_attended = context_tokens + (tokens + 1) / 2
-        flops = tokens * (self.prefill_flops_per_token + self.attention_flops(mean_attended))
+        flops = tokens * (self.prefill_flops_per_token + self.prefill_attention_flops(mean_attended))
         return (flops + self.logits_flops_per_token) / self.compute_flops_per_s
 
     def roofline_prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
@@ -398,6 +412,13 @@ def decode_weight_reader(inputs: PricingInputs) -> Callable[[int], float]:
     return decode_weight_bytes
 
 
+def _attention_flops(per_attended_token: float, bounded: tuple[tuple[int, float], ...], attended: float) -> float:
+    flops = per_attended_token * attended
+    for window, per_token in bounded:
+        flops += per_token * (attended if attended < window else window)
+    return flops
+
+
 @dataclass(frozen=True, slots=True)
 class EngineCompute:
     """Parameters a text token runs through in an engine, where it differs from docs/method.md's 2 × active."""
@@ -487,6 +508,8 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         logits_flops_per_token=2 * engine_flops.logits_params,
         attention_flops_per_attended_token=sum(term.flops_per_token for term in unbounded),
         sliding_attention=_by_window([(term.bound_tokens, term.flops_per_token) for term in bounded]),
+        prefill_attention_flops_per_attended_token=sum(term.prefill_flops_per_token for term in unbounded),
+        prefill_sliding_attention=_by_window([(term.bound_tokens, term.prefill_flops_per_token) for term in bounded]),
         compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu * inputs.mfu_scale,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),

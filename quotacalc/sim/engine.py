@@ -147,7 +147,7 @@ class Replica:
                 tokens = min(request.prefill_left, budget)
                 done = request.kv_alloc - request.prefill_left
                 prefill_flops += (
-                    tokens * (model.prefill_flops_per_token + model.attention_flops(done + (tokens + 1) / 2))
+                    tokens * (model.prefill_flops_per_token + model.prefill_attention_flops(done + (tokens + 1) / 2))
                     + model.logits_flops_per_token
                 )
                 chunk_tokens += tokens
