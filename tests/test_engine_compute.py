@@ -10,6 +10,7 @@ model's config.
 from __future__ import annotations
 
 import pytest
+from conftest import CONFIGS
 
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.replica import EngineCompute, engine_compute
@@ -321,3 +322,23 @@ def test_mla_decodes_absorbed_and_prefills_expanded():
     llama = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm"))
     dense = replica_model(llama, kv_pool_bytes_per_gpu=1e10)
     assert dense.attention_flops(1_000) == dense.prefill_attention_flops(1_000) == 524_288 * 1_000
+
+
+def test_one_all_reduce_after_each_block():
+    """Each token mixer and each feed-forward block ends in a row-parallel projection whose output TP ranks
+    all-reduce (vLLM's RowParallelLinear, reduce_results): two a layer for Qwen3-8B's 36 layers; one a layer for
+    Nemotron 3 Nano's 52 (hybrid_override_pattern 'MEMEM*E...': each a Mamba, MoE or attention block alone); five
+    for each of LongCat-Flash's 28 layers (two attention + MLP sublayers and the shortcut MoE). None at TP 1."""
+    from quotacalc.core.replica import allreduces_per_step
+
+    qwen = arch_of("Qwen3-8B", tp=2)
+    assert allreduces_per_step(qwen, 2) == 72
+    assert allreduces_per_step(qwen, 1) == 0
+    nemotron = resolve(Deployment(model=str(CONFIGS / "nemotron_h_moe"), gpu="b200", tp=2)).arch
+    assert allreduces_per_step(nemotron, 2) == 52
+    longcat = resolve(Deployment(model=str(CONFIGS / "longcat_flash_chat"), gpu="h200", tp=8, weight_dtype="fp8")).arch
+    assert allreduces_per_step(longcat, 8) == 5 * 28
+    # The step charges each its latency: Nemotron's 52 at B200's 15 us.
+    result = price(resolve(Deployment(model=str(CONFIGS / "nemotron_h_moe"), gpu="b200", tp=2, batch=1)))
+    per_token = 2 * (2 - 1) / 2 * 2_688 * 2 / 900e9
+    assert result.allreduce_s == pytest.approx(52 * (15e-6 + per_token), rel=1e-9)

@@ -164,6 +164,9 @@ def test_weights_per_gpu_fall_as_tp_grows(arch):
         assert result.weight_bytes_per_gpu == pytest.approx((result.weight_bytes - replicated) / tp + replicated)
         # Heads split evenly or replicated: per GPU x TP covers the whole KV at least.
         assert result.kv_bytes_per_token_per_gpu * tp >= result.kv_bytes_per_token
+        # Every rank multiplies the layers it holds whole: the replica's FLOPs grow by TP - 1 copies of theirs.
+        repeated = 2 * (tp - 1) * sum(arch.replicated_params_by_group().values())
+        assert result.engine_flops_per_prompt_token == pytest.approx(results[0].engine_flops_per_prompt_token + repeated)
 
 
 @FAST

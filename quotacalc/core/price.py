@@ -831,7 +831,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         substituted=f"{model.allreduces_per_step} × ({fmt(model.allreduce_latency_s)} ({latency_source}) + {batch} × "
         f"{fmt(model.allreduce_s_per_token)})",
         unit="s",
-        note="two all-reduces per layer under tensor parallelism, none at TP 1; "
+        note="one all-reduce after each token mixer and feed-forward block (two a layer for most models) under "
+        "tensor parallelism, none at TP 1; "
         f"interconnect {fmt(gpu.interconnect_bandwidth_bytes_per_s)} B/s one way ({gpu.id} catalog)",
     )
     tp = deployment.tp

@@ -11,7 +11,7 @@ Two layers of time:
   longer; a prefill chunk computes its tokens (parameters plus attention over what came before) or
   reads the weights once, whichever is longer;
 - the **engine**: what a real engine adds to every step beside the roofline: a fixed overhead
-  (scheduling, sampling, kernel launches) and, under tensor parallelism, two all-reduces per layer
+  (scheduling, sampling, kernel launches) and, under tensor parallelism, an all-reduce after each block
   (latency plus the step's activations over the GPU interconnect). The engine figures are what a
   user measures as inter-token latency and time to first token (docs/accuracy.md).
 """
@@ -106,7 +106,8 @@ class ReplicaModel:
     step_overhead_s: float
     #: Time each sequence of a decode batch adds to the step (sampling, detokenisation, bookkeeping).
     sequence_overhead_s: float
-    #: Tensor-parallel all-reduces in one forward pass (two per layer; none at TP 1).
+    #: Tensor-parallel all-reduces in one forward pass (one after each block, two a layer for most models; none at
+    #: TP 1).
     allreduces_per_step: int
     #: Latency of one all-reduce.
     allreduce_latency_s: float
@@ -476,8 +477,13 @@ def moe_slots(arch: ModelArch, tp: int) -> float:
 
 
 def allreduces_per_step(arch: ModelArch, tp: int) -> int:
-    """Two all-reduces per layer (after attention and after the feed-forward block) under TP; none at TP 1."""
-    return 2 * len(arch.layers) if tp > 1 else 0
+    """One all-reduce after each block a layer has (its token mixer, its feed-forward block: each ends in a
+    row-parallel projection) under TP, so two a layer for most models; none at TP 1. A hybrid whose layers are
+    one block each (Nemotron-H's Mamba, attention and MLP layers) has one a layer, and LongCat-Flash's layer
+    (priced as two attention + MLP sublayers and the MoE) five."""
+    if tp == 1:
+        return 0
+    return sum((layer.mixer is not None) + (layer.feed_forward is not None) for layer in arch.layers)
 
 
 def allreduce_s_per_token(arch: ModelArch, tp: int, link_bytes_per_s: float) -> float:
