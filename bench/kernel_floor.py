@@ -17,6 +17,7 @@ bandwidth can be checked by hand. ``bench/kernel_floor_compare.py`` sets these b
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -167,29 +168,66 @@ class Decoder:
         return BF16_BYTES * self.shape["layers"] * per_layer
 
     def step(self):
-        shape, batch = self.shape, self.batch
-        heads, kv_heads = shape["heads"], shape["kv_heads"]
-        group = heads // kv_heads
         x = self.hidden_in
         for layer in self.layers:
-            h = F.rms_norm(x, (shape["hidden"],), layer["norm1"])
-            qkv = matmul(h, layer["qkv"])
-            q = qkv[:, : heads * HEAD_DIM].reshape(batch, kv_heads, group, HEAD_DIM)
-            attn = F.scaled_dot_product_attention(q, layer["k"], layer["v"])
-            x = x + matmul(attn.reshape(batch, heads * HEAD_DIM), layer["o"])
-            h = F.rms_norm(x, (shape["hidden"],), layer["norm2"])
-            gate, up = matmul(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = x + matmul(F.silu(gate) * up, layer["down"])
-        return F.rms_norm(x, (shape["hidden"],), self.final_norm) @ self.lm_head
+            x = self.layer_fn(x, layer)
+        return F.rms_norm(x, (self.shape["hidden"],), self.final_norm) @ self.lm_head
+
+    def layer_fn(self, x: torch.Tensor, layer: dict) -> torch.Tensor:
+        return layer_step(x, layer, self.batch, self.shape["heads"], self.shape["kv_heads"], self.shape["hidden"])
 
 
-def decode_steps() -> list[dict]:
+def layer_step(x: torch.Tensor, layer: dict, batch: int, heads: int, kv_heads: int, hidden: int) -> torch.Tensor:
+    """One decoder layer's decode step for ``batch`` tokens: about a dozen kernels run as written, fewer compiled."""
+    group = heads // kv_heads
+    h = F.rms_norm(x, (hidden,), layer["norm1"])
+    qkv = matmul(h, layer["qkv"])
+    q = qkv[:, : heads * HEAD_DIM].reshape(batch, kv_heads, group, HEAD_DIM)
+    attn = F.scaled_dot_product_attention(q, layer["k"], layer["v"])
+    x = x + matmul(attn.reshape(batch, heads * HEAD_DIM), layer["o"])
+    h = F.rms_norm(x, (hidden,), layer["norm2"])
+    gate, up = matmul(h, layer["gate_up"]).chunk(2, dim=-1)
+    return x + matmul(F.silu(gate) * up, layer["down"])
+
+
+class FusedDecoder(Decoder):
+    """The same step with each layer compiled by torch.compile (Inductor fuses the norms with the residual adds
+    and SiLU with the multiply, as engines' fused kernels do; GEMMs and attention stay cuBLAS and FlashAttention)."""
+
+    def __init__(self, shape: dict, batch: int, context: int, weight_dtype: str = "bf16"):
+        super().__init__(shape, batch, context, weight_dtype)
+        self.compiled = torch.compile(
+            functools.partial(
+                layer_step, batch=batch, heads=shape["heads"], kv_heads=shape["kv_heads"], hidden=shape["hidden"]
+            ),
+            dynamic=False,
+        )
+
+    def layer_fn(self, x: torch.Tensor, layer: dict) -> torch.Tensor:
+        return self.compiled(x, layer)
+
+
+#: Batch-1 steps at 1,024 tokens (what the per-layer fit uses) and two larger batches, compiled.
+FUSED_STEPS = [
+    ("llama-3.1-8b", 1, "bf16", (1, 64), (1024,)),
+    ("llama-3.3-70b", 2, "bf16", (1,), (1024,)),
+    ("llama-3.3-70b", 4, "bf16", (1,), (1024,)),
+    ("llama-3.3-70b", 8, "bf16", (1, 64), (1024,)),
+    ("llama-3.1-8b", 1, "fp8", (1,), (1024,)),
+    ("llama-3.3-70b", 1, "fp8", (1,), (1024,)),
+    ("llama-3.3-70b", 2, "fp8", (1,), (1024,)),
+    ("llama-3.3-70b", 4, "fp8", (1,), (1024,)),
+    ("llama-3.3-70b", 8, "fp8", (1,), (1024,)),
+]
+
+
+def decode_steps(steps=STEPS, decoder_class=Decoder, on_row=None) -> list[dict]:
     rows = []
-    for model_name, tp, weight_dtype, batches, contexts in STEPS:
+    for model_name, tp, weight_dtype, batches, contexts in steps:
         shape = rank_shapes(MODELS[model_name], tp)
         for context in contexts:
             for batch in batches:
-                decoder = Decoder(shape, batch, context, weight_dtype)
+                decoder = decoder_class(shape, batch, context, weight_dtype)
                 with torch.no_grad():
                     step_ms = timed_graph_ms(decoder.step)
                 read = decoder.weight_bytes() + decoder.kv_bytes()
@@ -208,6 +246,8 @@ def decode_steps() -> list[dict]:
                     )
                 )
                 print(json.dumps(rows[-1]), flush=True)
+                if on_row:
+                    on_row(rows)
                 del decoder
                 torch.cuda.empty_cache()
     return rows
@@ -270,11 +310,22 @@ def stream_bandwidth() -> dict:
     )
 
 
+def write(path: str, result: dict) -> None:
+    with open(path, "w") as handle:
+        json.dump(result, handle, indent=1)
+        handle.write("\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--fused", action="store_true", help="only the compiled (fused) decode steps of FUSED_STEPS, no GEMM sweep"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
+    # Each shape is its own compile; past dynamo's default of 8 it would run the rest eagerly.
+    torch._dynamo.config.recompile_limit = 64
     began = time.time()
     properties = torch.cuda.get_device_properties(0)
     result = dict(
@@ -284,14 +335,19 @@ def main() -> None:
         torch=torch.__version__,
         cuda=torch.version.cuda,
         stream=stream_bandwidth(),
+        fused=args.fused,
     )
     print(json.dumps(result), flush=True)
-    result["gemm"] = gemm_sweep()
-    result["decode"] = decode_steps()
+    if args.fused:
+        # Written after every step, so a run cut short keeps what it measured.
+        result["decode"] = decode_steps(
+            FUSED_STEPS, FusedDecoder, lambda rows: write(args.out, result | {"decode": rows})
+        )
+    else:
+        result["gemm"] = gemm_sweep()
+        result["decode"] = decode_steps()
     result["seconds"] = time.time() - began
-    with open(args.out, "w") as handle:
-        json.dump(result, handle, indent=1)
-        handle.write("\n")
+    write(args.out, result)
 
 
 if __name__ == "__main__":
