@@ -166,7 +166,9 @@ def test_weights_per_gpu_fall_as_tp_grows(arch):
         assert result.kv_bytes_per_token_per_gpu * tp >= result.kv_bytes_per_token
         # Every rank multiplies the layers it holds whole: the replica's FLOPs grow by TP - 1 copies of theirs.
         repeated = 2 * (tp - 1) * sum(arch.replicated_params_by_group().values())
-        assert result.engine_flops_per_prompt_token == pytest.approx(results[0].engine_flops_per_prompt_token + repeated)
+        assert result.engine_flops_per_prompt_token == pytest.approx(
+            results[0].engine_flops_per_prompt_token + repeated
+        )
 
 
 @FAST
