@@ -25,9 +25,9 @@ import accuracy
 from quotacalc import resolve
 
 MBU = (0.75, 0.8, 0.85, 0.9)
-STEP_OVERHEAD_S = (0.0, 0.0003, 0.0006, 0.0009, 0.0012)
-LAYER_OVERHEAD_S = (0.0, 10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6)
-ALLREDUCE_FACTOR = (0.25, 0.5, 0.75, 1.0)
+STEP_OVERHEAD_S = (0.0, 0.0002, 0.0003, 0.0004, 0.0006, 0.0009, 0.0012)
+LAYER_OVERHEAD_S = (0.0, 10e-6, 20e-6, 25e-6, 30e-6, 35e-6, 40e-6, 50e-6, 60e-6)
+ALLREDUCE_FACTOR = (0.25, 0.5, 0.7, 0.75, 1.0)
 DEFAULT_MBU = 0.75
 
 

@@ -68,8 +68,9 @@ def test_ttft_charges_the_logits_once_a_chunk():
     first = (8192 * (per_token + 524_288 * 4096.5) + logits) / rate
     second = (8192 * (per_token + 524_288 * (8192 + 4096.5)) + logits) / rate
     assert result.engine_flops_per_prompt_token == per_token
-    # Each chunk pays the step overhead (1.2 ms) and 32 layers x 90 us; the request, 3 ms once.
-    assert result.ttft_s == pytest.approx(0.003 + first + 0.0012 + 0.00288 + second + 0.0012 + 0.00288, rel=1e-9)
+    # Each chunk pays the step overhead (0.2 ms), 32 layers x 30 us and 32 layers x 90 us; the request, 3 ms once.
+    chunk_overhead = 0.0002 + 32 * 30e-6 + 0.00288
+    assert result.ttft_s == pytest.approx(0.003 + first + chunk_overhead + second + chunk_overhead, rel=1e-9)
     # The method's prompt token is untouched: 2 x every active parameter.
     assert result.prompt_token_s == pytest.approx(2 * LLAMA8_PARAMS / rate, rel=1e-9)
 
@@ -136,7 +137,7 @@ def test_the_simulator_prefills_one_long_prompt_at_the_engine_flops(prefill_laye
     bf16_rate = 989.5e12 * 0.5 * (0.803 / 0.709)
     assert flops / bf16_rate > LLAMA8_PARAMS * 2 / (3.35e12 * 0.75)  # compute-bound: above one weight read
     eager_s = 32 * prefill_layer_overhead_s
-    assert result.ttft_p50_s == pytest.approx(0.003 + flops / bf16_rate + 0.0012 + eager_s, rel=1e-9)
+    assert result.ttft_p50_s == pytest.approx(0.003 + flops / bf16_rate + 0.0002 + 32 * 30e-6 + eager_s, rel=1e-9)
 
 
 def test_moe_slots_add_to_every_forward_pass_by_hand():
@@ -145,7 +146,7 @@ def test_moe_slots_add_to_every_forward_pass_by_hand():
     dense model has none, nor a MoE at TP 1, and the method's roofline decode_step_s never has it."""
     mixtral = price(resolve(Deployment(model="Mixtral-8x7B-v0.1", gpu="h100-sxm", tp=2, batch=8, context=1000)))
     assert mixtral.moe_overhead_s == pytest.approx(64 * 2e-6)
-    assert mixtral.decode_overhead_s == pytest.approx(0.0012 + 64 * 2e-6 + 8 * 0.00001)
+    assert mixtral.decode_overhead_s == pytest.approx(0.0002 + 32 * 30e-6 + 64 * 2e-6 + 8 * 0.00001)
     assert mixtral.itl_s == pytest.approx(
         mixtral.engine_decode_step_s + mixtral.decode_overhead_s + mixtral.allreduce_s, rel=1e-12
     )
@@ -338,7 +339,44 @@ def test_one_all_reduce_after_each_block():
     assert allreduces_per_step(nemotron, 2) == 52
     longcat = resolve(Deployment(model=str(CONFIGS / "longcat_flash_chat"), gpu="h200", tp=8, weight_dtype="fp8")).arch
     assert allreduces_per_step(longcat, 8) == 5 * 28
-    # The step charges each its latency: Nemotron's 52 at B200's 15 us.
+    # The step charges each its latency: Nemotron's 52 at B200's 10.5 us.
     result = price(resolve(Deployment(model=str(CONFIGS / "nemotron_h_moe"), gpu="b200", tp=2, batch=1)))
     per_token = 2 * (2 - 1) / 2 * 2_688 * 2 / 900e9
-    assert result.allreduce_s == pytest.approx(52 * (15e-6 + per_token), rel=1e-9)
+    assert result.allreduce_s == pytest.approx(52 * (10.5e-6 + per_token), rel=1e-9)
+
+
+def test_every_forward_pass_pays_each_layers_fixed_cost():
+    """layer_overhead_s (30 us by default, docs/accuracy.md 'A fixed cost per layer'): Llama 3.3 70B's 80 layers add
+    2.4 ms to every decode step and to every prefill chunk (a 20,000-token prompt: three chunks of 8,192 on H100);
+    the method's roofline figures never move."""
+    from quotacalc.core.replica import replica_model
+
+    base = dict(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=2, weight_dtype="fp8", batch=8, context=1000)
+    assert Deployment(**base).layer_overhead_s == 3e-5
+    with_layers, without = (price(resolve(Deployment(**base, layer_overhead_s=v))) for v in (3e-5, 0.0))
+    assert with_layers.itl_s - without.itl_s == pytest.approx(80 * 3e-5, rel=1e-9)
+    assert with_layers.ttft_s - without.ttft_s == pytest.approx(80 * 3e-5, rel=1e-9)  # one chunk of 1,000 tokens
+    assert with_layers.decode_step_s == without.decode_step_s
+    assert with_layers.prompt_token_s == without.prompt_token_s
+    models = [
+        replica_model(resolve(Deployment(**base, layer_overhead_s=v)), kv_pool_bytes_per_gpu=1e10) for v in (3e-5, 0.0)
+    ]
+    assert models[0].ttft_s(20_000) - models[1].ttft_s(20_000) == pytest.approx(3 * 80 * 3e-5, rel=1e-9)
+
+
+def test_calibrate_recovers_a_layer_overhead():
+    """Runs measured as the model predicts them at 50 us a layer (Llama 3.1 8B, 32 layers): --fit
+    mbu,layer_overhead_s gives 50 us back from the 30 us default, the step overhead held at its 0.2 ms."""
+    from quotacalc.core.calibrate import BenchmarkPoint, calibrate, predictions
+
+    inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm"))
+    blank = [
+        BenchmarkPoint(source="b.csv", row=f"r{c}", concurrency=c, prompt_tokens=500.0, output_tokens=300.0, itl_s=1.0)
+        for c in (1, 4, 16, 64)
+    ]
+    measured = predictions(inputs, {"layer_overhead_s": 5e-5, "mbu": 0.7}, blank)
+    points = [b.model_copy(update={"itl_s": value}) for b, value in zip(blank, measured, strict=True)]
+    fitted = {p.name: p for p in calibrate(inputs, points, parameters=["mbu", "layer_overhead_s"]).parameters}
+    assert fitted["layer_overhead_s"].before == 3e-5
+    assert fitted["layer_overhead_s"].after == pytest.approx(5e-5, rel=2e-2)
+    assert fitted["mbu"].after == pytest.approx(0.7, rel=2e-2)

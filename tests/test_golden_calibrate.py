@@ -113,9 +113,9 @@ def test_a_value_within_a_millionth_of_its_scale_of_a_zero_bound_is_that_bound()
 
 
 def test_the_starting_value_of_the_allreduce_latency_is_the_gpu_catalogs_unless_set(inputs):
-    # H100 SXM's catalog all-reduce latency: 20 µs; the deployment leaves it unset.
+    # H100 SXM's catalog all-reduce latency: 14 µs; the deployment leaves it unset.
     assert inputs.deployment.allreduce_latency_s is None
-    assert _current(inputs, "allreduce_latency_s") == 2e-5
+    assert _current(inputs, "allreduce_latency_s") == 1.4e-5
     set_explicitly = inputs.model_copy(
         update={"deployment": inputs.deployment.model_copy(update={"allreduce_latency_s": 7e-6})}
     )
@@ -127,7 +127,7 @@ def test_fitting_the_allreduce_latency_starts_from_the_catalog(inputs):
     points = synthetic(inputs, TRUTH, [(1, 1000, 200), (32, 4000, 300)], ttft=False)
     result = calibrate(inputs, points, parameters=["allreduce_latency_s"])
     (parameter,) = result.parameters
-    assert parameter.before == 2e-5
+    assert parameter.before == 1.4e-5
     assert (parameter.lower, parameter.upper) == (0.0, 1e-3)
 
 
@@ -265,7 +265,7 @@ def test_unknown_parameters_are_named_with_the_choices(inputs):
     with pytest.raises(QuotacalcError) as caught:
         calibrate(inputs, [point()], parameters=["batch", "mfu", "tp"])
     assert caught.value.one_line() == (
-        "--fit: cannot fit batch, tp (choose from mfu, mbu, step_overhead_s, request_overhead_s, "
+        "--fit: cannot fit batch, tp (choose from mfu, mbu, step_overhead_s, layer_overhead_s, request_overhead_s, "
         "allreduce_latency_s, sequence_overhead_s, moe_slot_overhead_s, prefill_layer_overhead_s)"
     )
 

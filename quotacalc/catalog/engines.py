@@ -18,6 +18,7 @@ class EngineDefaults(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     step_overhead_s: NonNegativeFloat | None = None
+    layer_overhead_s: NonNegativeFloat | None = None
     sequence_overhead_s: NonNegativeFloat | None = None
     request_overhead_s: NonNegativeFloat | None = None
     moe_slot_overhead_s: NonNegativeFloat | None = None

@@ -202,7 +202,12 @@ class Deployment(BaseModel):
         "TensorRT-LLM) or sglang; an input given explicitly still wins",
     )
     step_overhead_s: float = Field(
-        0.0012, description="fixed time of each engine step beside the roofline: scheduling, launches, s"
+        0.0002, description="fixed time of each engine step beside the roofline and the layers' own: scheduling, s"
+    )
+    layer_overhead_s: float = Field(
+        3e-5,
+        description="time each layer adds to every engine forward pass (decode step or prefill chunk) beside the "
+        "roofline: its kernels' fixed cost, launch and ramp, a few microseconds each, s",
     )
     sequence_overhead_s: float = Field(
         0.00001,
@@ -314,6 +319,7 @@ class Deployment(BaseModel):
         "reserve_per_tp_doubling_gib",
         "expert_skew",
         "step_overhead_s",
+        "layer_overhead_s",
         "sequence_overhead_s",
         "request_overhead_s",
         "moe_slot_overhead_s",
@@ -400,6 +406,7 @@ _DEPLOYMENT_LIMITS = {
     "load_prompt_tokens": MAX_CONTEXT_TOKENS,
     "load_output_tokens": MAX_CONTEXT_TOKENS,
     "step_overhead_s": MAX_OVERHEAD_S,
+    "layer_overhead_s": MAX_PREFILL_LAYER_OVERHEAD_S,
     "sequence_overhead_s": MAX_OVERHEAD_S,
     "request_overhead_s": MAX_OVERHEAD_S,
     "moe_slot_overhead_s": MAX_MOE_SLOT_OVERHEAD_S,

@@ -817,11 +817,13 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     x.record(
         "decode_overhead_s",
         model.step_overhead_s + moe_overhead_s + batch * model.sequence_overhead_s,
-        formula="step_overhead_s + moe_overhead_s + batch × sequence_overhead_s (scheduling and launches once a "
-        "step; sampling and bookkeeping per sequence)",
-        substituted=f"{fmt(model.step_overhead_s)} + {fmt(moe_overhead_s)} + {batch} × {fmt(model.sequence_overhead_s)}",
+        formula="step_overhead_s + layers × layer_overhead_s + moe_overhead_s + batch × sequence_overhead_s "
+        "(scheduling once a step; each layer's kernels' fixed cost; sampling and bookkeeping per sequence)",
+        substituted=f"{fmt(deployment.step_overhead_s)} + {len(arch.layers)} × {fmt(deployment.layer_overhead_s)} + "
+        f"{fmt(moe_overhead_s)} + {batch} × {fmt(model.sequence_overhead_s)}",
         unit="s",
-        note="defaults fitted on NIM and vLLM CI decode latencies (docs/accuracy.md)",
+        note="defaults fitted on NIM, vLLM, SGLang and TensorRT-LLM decode latencies; a layer's fixed cost measured on "
+        "an H200 too (docs/accuracy.md)",
     )
     latency_source = "given" if deployment.allreduce_latency_s is not None else f"{gpu.id} catalog"
     x.record(
@@ -918,7 +920,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "ttft_s",
         model.ttft_s(deployment.context),
         formula="request_overhead_s + Σ_chunks of max_num_batched_tokens (max(chunk FLOPs at "
-        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + moe_overhead_s + prefill_overhead_s + "
+        "engine_flops_per_prompt_token, one weight read) + step_overhead_s + layers × layer_overhead_s + "
+        "moe_overhead_s + prefill_overhead_s + "
         "all-reduces)",
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",

@@ -102,7 +102,8 @@ class ReplicaModel:
     decode_weight_bytes_per_gpu_at: Callable[[int], float]
     #: KV pool of one replica, per GPU, bytes.
     kv_pool_bytes_per_gpu: float
-    #: Fixed time of every engine step beside the roofline (scheduling, sampling, launches).
+    #: Fixed time of every engine forward pass beside the roofline: the step's own (scheduling) and layers ×
+    #: layer_overhead_s (each layer's kernels' fixed cost).
     step_overhead_s: float
     #: Time each sequence of a decode batch adds to the step (sampling, detokenisation, bookkeeping).
     sequence_overhead_s: float
@@ -526,7 +527,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         weight_bytes_per_gpu=weight_bytes / tp,
         decode_weight_bytes_per_gpu_at=decode_weight_reader(inputs),
         kv_pool_bytes_per_gpu=kv_pool_bytes_per_gpu,
-        step_overhead_s=deployment.step_overhead_s,
+        step_overhead_s=deployment.step_overhead_s + deployment.layer_overhead_s * len(arch.layers),
         moe_overhead_s=deployment.moe_slot_overhead_s * moe_slots(arch, tp),
         prefill_overhead_s=deployment.prefill_layer_overhead_s * len(arch.layers),
         mixed_prefill=deployment.mixed_prefill,
