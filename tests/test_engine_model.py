@@ -458,7 +458,9 @@ def test_engine_basis_prices_the_engine_step():
 def test_tp1_has_no_allreduce(llama8):
     assert llama8.allreduce_s(128) == 0
     # 0.2 ms a step and 32 layers of 30 us.
-    assert llama8.step_time_s(1, 100) == pytest.approx(llama8.roofline_step_time_s(1, 100) + 0.0002 + 32 * 30e-6 + 0.00001)
+    assert llama8.step_time_s(1, 100) == pytest.approx(
+        llama8.roofline_step_time_s(1, 100) + 0.0002 + 32 * 30e-6 + 0.00001
+    )
 
 
 # --------------------------------------------------------------------------- feasibility
