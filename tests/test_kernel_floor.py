@@ -83,3 +83,15 @@ def test_the_doc_holds_the_table_the_script_prints(data):
         check=True,
     ).stdout
     assert table in (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+
+
+def test_the_moe_gemm_table_is_the_stored_run():
+    """docs/accuracy.md's *MoE prefill GEMMs on an H200* table, row by row, from bench/data/moe_gemm_h200.json."""
+    data = json.loads((ROOT / "bench" / "data" / "moe_gemm_h200.json").read_text())
+    doc = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    assert data["dense_flops_per_s"] == pytest.approx(773e12, rel=1e-3)
+    for model in ("DeepSeek-V3", "Qwen3-235B-A22B", "gpt-oss-120b"):
+        cells = [f"{row['of_dense']:.2f}" for row in data["experts"] if row["model"] == model]
+        assert any(line.startswith(f"| {model} (") and line.endswith(" | ".join(cells) + " |") for line in doc.splitlines())
+    ratios = [row["of_dense"] for row in data["deepseek_projections"]]
+    assert f"{min(ratios):.2f}-{max(ratios):.1f} of the dense rate" in doc
