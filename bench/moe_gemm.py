@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
+from kernel_floor import timed_graph_ms
 
 CHUNK = 8192
 # name: (experts, top_k, hidden, expert intermediate): models/*/config.json.
@@ -32,36 +32,11 @@ MOE = {
 TPS = (1, 2, 4, 8)
 
 
-def timed_ms(run, replays: int = 20) -> float:
-    """Median milliseconds of one replay of ``run`` captured in a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            run()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def bmm_rate(batch: int, rows: int, n_in: int, n_out: int) -> float:
     """FLOP/s of [batch, rows, n_in] x [batch, n_in, n_out] in BF16."""
     a = torch.randn(batch, rows, n_in, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(batch, n_in, n_out, device="cuda", dtype=torch.bfloat16)
-    ms = timed_ms(lambda: torch.bmm(a, b))
+    ms = timed_graph_ms(lambda: torch.bmm(a, b), warmups=3, replays=20)
     return 2 * batch * rows * n_in * n_out / (ms / 1e3)
 
 
