@@ -783,6 +783,28 @@ def test_ctrl_c_that_python_drops_still_exits_130():
     assert process.stdout.decode() == "the command ran on\n"
 
 
+_INTERRUPT_WRAPPED = (
+    "import quotacalc.cli.app as app, quotacalc.cli.entry as entry\n"
+    "class Field:\n"
+    "    def __set_name__(self, owner, name):\n"
+    "        entry._on_interrupt(2, None)\n"
+    "def command(*args, **kwargs):\n"
+    "    class Explainer:\n"
+    "        ledger = Field()\n"
+    "app.app = command\n"
+    "entry.main()\n"
+)
+
+
+def test_ctrl_c_that_python_wraps_still_exits_130():
+    """Another interrupt a CI run once misreported: Ctrl-C landing in a class body's __set_name__, which Python 3.11
+    wraps in a RuntimeError ('Error calling __set_name__ ...'; 3.12 lets it through): the CLI reports the interrupt,
+    in one line, not an internal error."""
+    process = subprocess.run([sys.executable, "-c", _INTERRUPT_WRAPPED], capture_output=True, timeout=60)
+    assert process.returncode == 130, process.stderr[-400:]
+    assert process.stderr.decode().strip().splitlines() == ["quotacalc: interrupted"]
+
+
 def test_bare_command_prints_the_help_not_an_error(run_cli):
     code, out, err = run_cli()
     assert code == USAGE and err == ""

@@ -92,6 +92,8 @@ def test_the_moe_gemm_table_is_the_stored_run():
     assert data["dense_flops_per_s"] == pytest.approx(773e12, rel=1e-3)
     for model in ("DeepSeek-V3", "Qwen3-235B-A22B", "gpt-oss-120b"):
         cells = [f"{row['of_dense']:.2f}" for row in data["experts"] if row["model"] == model]
-        assert any(line.startswith(f"| {model} (") and line.endswith(" | ".join(cells) + " |") for line in doc.splitlines())
+        assert any(
+            line.startswith(f"| {model} (") and line.endswith(" | ".join(cells) + " |") for line in doc.splitlines()
+        )
     ratios = [row["of_dense"] for row in data["deepseek_projections"]]
     assert f"{min(ratios):.2f}-{max(ratios):.1f} of the dense rate" in doc

@@ -446,6 +446,8 @@ def main() -> None:
     except KeyboardInterrupt:
         _interrupted()
     except Exception as error:
+        if _raised_by_interrupt(error):  # Ctrl-C inside a hook Python wraps (3.11's __set_name__: RuntimeError)
+            _interrupted()
         if type(error).__name__ == "NoArgsIsHelpError":  # `quotacalc` alone: the help, as asked for
             sys.stdout.write(error.format_message().rstrip() + "\n")
             sys.exit(error.exit_code)
@@ -468,6 +470,18 @@ def main() -> None:
         _interrupted()
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _raised_by_interrupt(error: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in the error's chain of causes."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _input_error(error: Exception) -> str | None:
