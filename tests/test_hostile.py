@@ -805,6 +805,33 @@ def test_ctrl_c_that_python_wraps_still_exits_130():
     assert process.stderr.decode().strip().splitlines() == ["quotacalc: interrupted"]
 
 
+_INTERRUPT_WRAPPED_WHILE_IMPORTING = (
+    "import sys, types, quotacalc.cli.entry as entry\n"
+    "class Field:\n"
+    "    def __set_name__(self, owner, name):\n"
+    "        entry._on_interrupt(2, None)\n"
+    "class Finder:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name != 'quotacalc.cli.app':\n"
+    "            return None\n"
+    "        class Explainer:\n"
+    "            ledger = Field()\n"
+    "sys.modules.pop('quotacalc.cli.app', None)\n"
+    "sys.meta_path.insert(0, Finder())\n"
+    "entry.main()\n"
+)
+
+
+def test_ctrl_c_that_python_wraps_while_importing_still_exits_130():
+    """The same while the CLI's own modules import (no handler of theirs in place yet): one line, exit 130, no
+    traceback."""
+    process = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_WRAPPED_WHILE_IMPORTING], capture_output=True, timeout=60
+    )
+    assert process.returncode == 130, process.stderr[-400:]
+    assert process.stderr.decode().strip().splitlines() == ["quotacalc: interrupted"]
+
+
 def test_bare_command_prints_the_help_not_an_error(run_cli):
     code, out, err = run_cli()
     assert code == USAGE and err == ""
