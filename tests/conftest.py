@@ -32,6 +32,19 @@ RunCli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
+def private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A cache of this test's own: a test that reads a fixture config parses it, not a parse another test left."""
+    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def fixture_arch(folder: str):
+    """The architecture of fixture config ``folder`` (under tests/data/configs)."""
+    from quotacalc.inputs.resolve import load_arch
+
+    return load_arch(str(CONFIGS / folder))[0]
+
+
+@pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> RunCli:
     """Run ``quotacalc *args`` in-process; return (exit_code, stdout, stderr).
 

@@ -46,9 +46,7 @@ def broken_configs(draw) -> tuple[str, dict]:
     return f"{folder}: {section or ''}.{key}", config
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # derandomize: the same 120 cases every run (a failure reproduces); bench/ has no fuzz, this is the sample.

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import fixture_arch as _arch
 
 from quotacalc import Deployment, price, resolve
 from quotacalc.core.arch import ParamGroup
@@ -26,13 +27,7 @@ CONFIGS = DATA / "configs"
 BF16_BYTES = 2
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _arch(folder: str):
-    return load_arch(str(CONFIGS / folder))[0]
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import config_with as _config_with
+from conftest import fixture_arch as _arch
 from conftest import one_line_error as _one_line_error
 
 from quotacalc import Deployment, price, resolve
@@ -53,14 +54,7 @@ DSV32_MLA_FLOPS = 2 * 128 * ((128 + 64) + 128)  # 81,920
 DSV32_SCORING_FLOPS = 2 * 64 * 128  # 16,384
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _arch(folder: str):
-    arch, _ = load_arch(str(CONFIGS / folder))
-    return arch
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # --------------------------------------------------------------------------- totals and layouts

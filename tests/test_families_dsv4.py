@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from conftest import config_with as _config_with
+from conftest import fixture_arch as _arch
 from conftest import one_line_error as _one_line_error
 
 from quotacalc import Deployment, price, resolve
@@ -50,7 +51,6 @@ from quotacalc.core.memory import (
 )
 from quotacalc.core.replica import replica_model
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.resolve import load_arch
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"
@@ -66,13 +66,7 @@ FLASH_ENTRY_FLOPS = 2 * 64 * (512 + 512)  # 131,072
 SCORING_FLOPS = 2 * 64 * 128  # 16,384
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _arch(folder: str):
-    return load_arch(str(CONFIGS / folder))[0]
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _ratios(arch) -> list[int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import config_with as _config_with
+from conftest import fixture_arch as _arch
 from conftest import one_line_error as _one_line_error
 
 from quotacalc.core.arch import ChunkedLocalAttention, DenseMLP, MoE, ParamGroup
@@ -30,14 +31,7 @@ CONFIGS = DATA / "configs"
 BF16_BYTES = 2
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _arch(folder: str):
-    arch, _ = load_arch(str(CONFIGS / folder))
-    return arch
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # --------------------------------------------------------------------------- totals and layouts

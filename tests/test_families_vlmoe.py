@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import config_with as _config_with
+from conftest import fixture_arch as _arch
 from conftest import one_line_error as _one_line_error
 
 from quotacalc.catalog.dtypes import DTYPES
@@ -32,14 +33,7 @@ OVERCOUNTED = REFERENCE_FILE["transformers_overcounts"]
 BF16_BYTES = 2
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def _arch(folder: str):
-    arch, _ = load_arch(str(CONFIGS / folder))
-    return arch
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # --------------------------------------------------------------------------- Qwen3-VL-MoE

@@ -21,9 +21,7 @@ CONFIGS = DATA / "configs"
 BF16_BYTES = 2
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.mark.parametrize(

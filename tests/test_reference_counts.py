@@ -49,9 +49,7 @@ HAND_COUNTED = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("QUOTACALC_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.mark.parametrize("folder", sorted(REFERENCE))
