@@ -66,7 +66,10 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    data = json.loads(args.data.read_text())
+    try:
+        data = json.loads(args.data.read_text())
+    except (OSError, ValueError) as error:
+        parser.error(f"--data {args.data}: {error}; give a run of bench/kernel_floor.py")
     rows = data["decode"]
     header = ("model", "TP", "weights", "batch", "context", "floor ms", "roofline ms", "engine ms", "engine/floor")
     lines = []
