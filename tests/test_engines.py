@@ -70,7 +70,10 @@ def test_the_eager_prefill_reaches_the_first_token_by_hand(run_cli):
 def test_unknown_engine_is_one_line_naming_the_flag_and_the_choices(run_cli):
     code, out, err = run_cli("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--engine", "sglng")
     assert code == 1 and out == ""
-    assert err.strip() == "quotacalc: error: --engine: unknown engine 'sglng'; choose from generic, sglang"
+    assert (
+        err.strip()
+        == "quotacalc: error: --engine: unknown engine 'sglng'; choose from generic, sglang, tensorrt-llm-pytorch"
+    )
 
 
 def test_engines_listing_as_json_and_table(run_cli):
@@ -132,4 +135,94 @@ def test_the_catalog_finds_ids_and_aliases_and_suggests_close_ones():
     assert (caught.value.field, caught.value.fix) == ("engine", "did you mean sglang?")
     with pytest.raises(QuotacalcError) as caught:
         catalog.get("zzz")
-    assert caught.value.fix == "one of generic, sglang ('quotacalc engines')"
+    assert caught.value.fix == "one of generic, sglang, tensorrt-llm-pytorch ('quotacalc engines')"
+
+
+# SGLang's default --chunked-prefill-size by the GPU's memory, by hand from python/sglang/srt/server_args.py
+# (ServerArgs._handle_gpu_memory_settings, 0.5 releases): below 35 GiB 2,048; below 60 GiB 4,096; below 160 GiB
+# 8,192; else 16,384. vLLM's (core/memory.py): 8,192 at 70 GiB or more except A100, else 2,048.
+@pytest.mark.parametrize(
+    ("gpu", "sglang_tokens", "vllm_tokens"),
+    [
+        ("l4", 2048, 2048),  # 22 GiB
+        ("a100-40gb-sxm", 4096, 2048),  # 39.4 GiB
+        ("l40s", 4096, 2048),  # 44.3 GiB
+        ("a100-80gb-sxm", 8192, 2048),  # 79.2 GiB: vLLM keeps 2,048 on every A100
+        ("h100-sxm", 8192, 8192),
+        ("h200", 8192, 8192),  # 139.8 GiB
+        ("b200", 16384, 8192),  # 178.4 GiB
+        ("mi300x", 16384, 8192),  # 192 GiB
+    ],
+)
+def test_an_engine_profile_sets_its_own_token_budget_by_gpu_memory(gpu, sglang_tokens, vllm_tokens):
+    from quotacalc.catalog.gpus import load_gpu_catalog
+    from quotacalc.core.memory import max_num_batched_tokens
+
+    spec = load_gpu_catalog().get(gpu)
+    for engine, tokens in (("sglang", sglang_tokens), ("generic", vllm_tokens), ("trtllm-serve", 8192)):
+        assert max_num_batched_tokens(Deployment(model=LLAMA8["model"], gpu=gpu, engine=engine), spec) == tokens
+    given = Deployment(model=LLAMA8["model"], gpu=gpu, engine="sglang", max_num_batched_tokens=1024)
+    assert max_num_batched_tokens(given, spec) == 1024  # an explicit budget wins over the profile's rule
+
+
+def test_sglangs_budget_prefills_a_4194_token_prompt_in_one_chunk_on_an_a100(run_cli):
+    """Llama 3.3 70B at TP 8 on A100 80GB: SGLang's 8,192-token chunk takes the prompt in one prefill pass where
+    vLLM's 2,048 takes three (each paying the pass's overheads), so the profile's first token is the one its
+    explicit 8,192 gives, and shorter than at 2,048."""
+    base = ("price", "--model", "Llama-3.3-70B-Instruct", "--gpu", "a100-80gb-sxm", "--tp", "8", "--context", "4194")
+    ttft = {}
+    budgets = {
+        "profile": (),
+        "8192": ("--max-num-batched-tokens", "8192"),
+        "2048": ("--max-num-batched-tokens", "2048"),
+    }
+    for label, extra in budgets.items():
+        code, out, err = run_cli(*base, "--engine", "sglang", *extra, "--json")
+        assert code == 0, err
+        ttft[label] = json.loads(out)["results"]["ttft_s"]
+    assert ttft["profile"] == ttft["8192"] < ttft["2048"]
+
+
+def test_the_pytorch_backend_borrows_sglangs_eager_prefill_and_sets_its_own_budget():
+    """TensorRT-LLM's PyTorch backend runs a step that holds a prefill eagerly, as SGLang runs its prefill: the
+    profile takes SGLang's fitted per-layer figure (no first token of this backend is a fit point), charges it to
+    each prefill among decodes, and keeps the backend's 8,192-token max_num_tokens on every GPU."""
+    catalog = load_engine_catalog()
+    pytorch = catalog.get("trtllm-pytorch")
+    assert pytorch.id == "tensorrt-llm-pytorch" and catalog.find("TRTLLM-SERVE") is pytorch
+    assert pytorch.defaults.prefill_layer_overhead_s == sglang_layer_s()
+    assert pytorch.defaults.mixed_prefill is False
+    assert [step.tokens for step in pytorch.max_num_batched_tokens] == [8192]
+    # The TensorRT engines of the generic profile keep its defaults: 'tensorrt-llm' still names them.
+    assert catalog.find("tensorrt-llm").id == "generic"
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ([{"below_gib": 35, "tokens": 2048}], "the last without below_gib"),
+        ([{"tokens": 2048}, {"tokens": 4096}], "the last without below_gib"),
+        ([{"below_gib": 60, "tokens": 4096}, {"below_gib": 35, "tokens": 2048}, {"tokens": 8192}], "must grow"),
+        ([{"below_gib": 35, "tokens": 0}, {"tokens": 8192}], "greater than 0"),
+        ([], "the last without below_gib"),
+    ],
+)
+def test_a_bad_token_budget_rule_names_its_field(steps, message):
+    document = {"engines": {"x": {"name": "X", "defaults": {}, "max_num_batched_tokens": steps, "source": "s"}}}
+    with pytest.raises(QuotacalcError) as caught:
+        parse_engine_catalog(document, "engines.yaml")
+    assert caught.value.field.startswith("engines.x.max_num_batched_tokens")
+    assert message in str(caught.value)
+
+
+def test_the_listing_shows_a_profiles_token_budget(run_cli, monkeypatch):
+    code, out, err = run_cli("engines", "--json")
+    assert code == 0, err
+    by_id = {engine["id"]: engine for engine in json.loads(out)["engines"]}
+    assert by_id["sglang"]["max_num_batched_tokens"][-1] == {"below_gib": None, "tokens": 16384}
+    assert by_id["generic"]["max_num_batched_tokens"] is None
+    monkeypatch.setenv("COLUMNS", "400")  # one row a line: the rule is not folded
+    code, out, err = run_cli("engines")
+    assert code == 0, err
+    assert "max_num_batched_tokens 2,048 below 35 GiB, 4,096 below 60 GiB, 8,192 below 160 GiB, else 16,384" in out
+    assert "max_num_batched_tokens 8,192 " in out

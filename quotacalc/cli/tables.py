@@ -366,6 +366,13 @@ def engines_table(catalog: EngineCatalog) -> None:
         table.add_column(column, overflow="fold", no_wrap=column != "aliases")
     for engine in catalog.engines.values():
         changes = ", ".join(f"{name} {units.setting(value)}" for name, value in engine.defaults.given().items())
+        if engine.max_num_batched_tokens is not None:
+            steps = [
+                f"{step.tokens:,}" + (f" below {step.below_gib:g} GiB" if step.below_gib is not None else "")
+                for step in engine.max_num_batched_tokens
+            ]
+            budget = steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + f", else {steps[-1]}"
+            changes = ", ".join(filter(None, (changes, f"max_num_batched_tokens {budget}")))
         _add_row(table, engine.id, changes or "none (the defaults)", ", ".join(engine.aliases) or "-")
     console = _console()
     _print_table(console, table)

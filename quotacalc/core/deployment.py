@@ -177,8 +177,9 @@ class Deployment(BaseModel):
     )
     max_num_batched_tokens: int | None = Field(
         None,
-        description="engine's token budget per step (vLLM --max-num-batched-tokens); default: vLLM 0.10's "
-        "for 'vllm serve': 8192 on GPUs of 70 GiB or more except A100, else 2048",
+        description="engine's token budget per step (vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size); "
+        "default: the engine profile's ('quotacalc engines'), else vLLM 0.10's for 'vllm serve': 8192 on GPUs of "
+        "70 GiB or more except A100, else 2048",
     )
     max_num_seqs: int | None = Field(
         None,
@@ -256,13 +257,13 @@ class Deployment(BaseModel):
         """The engine profile's defaults for the inputs not given: an explicit value wins over the profile."""
         if not isinstance(data, dict) or not isinstance(data.get("engine"), str):
             return data
-        profile = _engine_profile(data["engine"])
+        profile = engine_profile(data["engine"])
         return data if profile is None else {**profile.defaults.given(), **data}
 
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, value: str) -> str:
-        profile = _engine_profile(value)
+        profile = engine_profile(value)
         if profile is None:
             from quotacalc.catalog.engines import load_engine_catalog
 
@@ -351,7 +352,7 @@ class Deployment(BaseModel):
         return self.load_prompt_tokens if self.load_prompt_tokens is not None else self.context
 
 
-def _engine_profile(name: str) -> EngineProfile | None:
+def engine_profile(name: str) -> EngineProfile | None:
     """The catalog's profile for an engine id or alias, or None."""
     from quotacalc.catalog.engines import load_engine_catalog
 

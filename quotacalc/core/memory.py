@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core.arch import DenseMLP, ModelArch, MoE
-from quotacalc.core.deployment import GIB
+from quotacalc.core.deployment import GIB, engine_profile
 
 if TYPE_CHECKING:
     from quotacalc.catalog.gpus import GpuSpec
@@ -122,10 +122,13 @@ def max_num_seqs(deployment: Deployment, gpu: GpuSpec) -> int:
 
 
 def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
-    """The deployment's token budget per step: its own, or vLLM's default for the GPU."""
+    """The deployment's token budget per step: its own, else its engine's default for the GPU (SGLang's
+    chunked_prefill_size by the GPU's memory: quotacalc/catalog/engines.yaml), else vLLM's."""
     if deployment.max_num_batched_tokens is not None:
         return deployment.max_num_batched_tokens
-    return vllm_default_max_num_batched_tokens(gpu)
+    engine = engine_profile(deployment.engine)
+    own = None if engine is None else engine.default_max_num_batched_tokens(gpu.memory_bytes)
+    return own if own is not None else vllm_default_max_num_batched_tokens(gpu)
 
 
 def feed_forward_width(arch: ModelArch) -> int:

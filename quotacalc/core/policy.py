@@ -256,7 +256,7 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
                 deployment.max_num_seqs if deployment.max_num_seqs is not None else deployment.batch,
             ),
         ),
-        # The budget the price assumed (its KV reserve grows with it): the deployment's, or vLLM's default.
+        # The budget the price assumed (its KV reserve grows with it): the deployment's, or its engine's default.
         max_num_batched_tokens=memory.max_num_batched_tokens(deployment, replica.inputs.gpu),
         gpu_memory_utilization=deployment.memory_utilization,
         kv_cache_dtype=_kv_cache_dtype(replica),
