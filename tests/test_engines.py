@@ -7,6 +7,8 @@ import json
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quotacalc import Deployment
 from quotacalc.catalog.engines import EngineDefaults, load_engine_catalog, parse_engine_catalog
@@ -226,3 +228,23 @@ def test_the_listing_shows_a_profiles_token_budget(run_cli, monkeypatch):
     assert code == 0, err
     assert "max_num_batched_tokens 2,048 below 35 GiB, 4,096 below 60 GiB, 8,192 below 160 GiB, else 16,384" in out
     assert "max_num_batched_tokens 8,192 " in out
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(
+    bounds=st.lists(st.floats(min_value=1, max_value=400), min_size=0, max_size=5, unique=True).map(sorted),
+    tokens=st.lists(st.integers(min_value=1, max_value=65536), min_size=6, max_size=6),
+    memory_gib=st.floats(min_value=0.5, max_value=800),
+)
+def test_a_token_budget_rule_gives_the_first_row_whose_bound_the_gpu_is_under(bounds, tokens, memory_gib):
+    """Any valid rule: the budget is the tokens of the first row whose below_gib exceeds the GPU's memory, else the
+    last row's; a GPU exactly at a bound belongs to the next row."""
+    from quotacalc.catalog.engines import EngineProfile
+
+    rows = [{"below_gib": bound, "tokens": count} for bound, count in zip(bounds, tokens[: len(bounds)], strict=True)]
+    rows.append({"tokens": tokens[len(bounds)]})
+    profile = EngineProfile(id="x", name="X", defaults={}, max_num_batched_tokens=rows, source="s")
+    expected = next((row["tokens"] for row in rows[:-1] if memory_gib < row["below_gib"]), rows[-1]["tokens"])
+    assert profile.default_max_num_batched_tokens(memory_gib * 2**30) == expected
+    for bound, count in zip(bounds, tokens[1 : len(bounds) + 1], strict=True):
+        assert profile.default_max_num_batched_tokens(bound * 2**30) == count

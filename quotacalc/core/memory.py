@@ -121,14 +121,22 @@ def max_num_seqs(deployment: Deployment, gpu: GpuSpec) -> int:
     return deployment.max_num_seqs if deployment.max_num_seqs is not None else vllm_default_max_num_seqs(gpu)
 
 
-def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
-    """The deployment's token budget per step: its own, else its engine's default for the GPU (SGLang's
-    chunked_prefill_size by the GPU's memory: quotacalc/catalog/engines.yaml), else vLLM's."""
+def token_budget(deployment: Deployment, gpu: GpuSpec) -> tuple[int, str]:
+    """(the deployment's token budget per step, where it comes from): its own ('given'), else its engine's
+    default for the GPU (SGLang's chunked_prefill_size by the GPU's memory: quotacalc/catalog/engines.yaml), else
+    vLLM's."""
     if deployment.max_num_batched_tokens is not None:
-        return deployment.max_num_batched_tokens
+        return deployment.max_num_batched_tokens, "given"
     engine = engine_profile(deployment.engine)
     own = None if engine is None else engine.default_max_num_batched_tokens(gpu.memory_bytes)
-    return own if own is not None else vllm_default_max_num_batched_tokens(gpu)
+    if own is not None:
+        return own, f"{deployment.engine} default"
+    return vllm_default_max_num_batched_tokens(gpu), "vLLM default"
+
+
+def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
+    """The deployment's token budget per step (token_budget without its source)."""
+    return token_budget(deployment, gpu)[0]
 
 
 def feed_forward_width(arch: ModelArch) -> int:

@@ -366,7 +366,7 @@ def _pool_section(x: _Explainer) -> float:
             unit="B",
         )
     else:
-        source = "default" if deployment.max_num_batched_tokens is None else "given"
+        source = memory.token_budget(deployment, gpu)[1]
         x.record(
             "runtime_reserve_bytes_per_gpu",
             reserve.total_bytes,
@@ -926,7 +926,8 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
         f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
         unit="s",
-        note="one request of --context tokens on an idle replica",
+        note=f"one request of --context tokens on an idle replica; max_num_batched_tokens {fmt(chunk)} "
+        f"({memory.token_budget(deployment, gpu)[1]})",
     )
     prompt, output = deployment.load_prompt, deployment.load_output_tokens
     x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
