@@ -219,7 +219,7 @@ def test_a_kv_cap_above_the_pool_is_said_once_per_tier_and_pool():
             severity="error",
             code="kv-cap",
             subject="tiers.gold",
-            message="KV cap of 150,000 tokens per replica exceeds pool 'shared', whose replicas hold 100,000 tokens",
+            message="KV cap of 150,000 tokens per replica exceeds pool 'shared', whose replicas hold 100,000 tokens of requests at the pool's context",
             fix="lower kv_cap_tokens_per_replica, or serve the tier from a pool with more KV",
             figures={"kv_cap_tokens_per_replica": 150_000.0, "kv_pool_tokens": 100_000.0},
         )
@@ -233,11 +233,11 @@ def test_a_kv_cap_is_checked_on_the_long_context_pool_too():
     result = check_plan(policy(tenant("a", tier="gold", long=True, kv_cap=350_000, max_context=100_000)))
     assert [(f.message, f.figures) for f in found(result, "kv-cap")] == [
         (
-            "KV cap of 350,000 tokens per replica exceeds pool 'shared', whose replicas hold 100,000 tokens",
+            "KV cap of 350,000 tokens per replica exceeds pool 'shared', whose replicas hold 100,000 tokens of requests at the pool's context",
             {"kv_cap_tokens_per_replica": 350_000.0, "kv_pool_tokens": 100_000.0},
         ),
         (
-            "KV cap of 350,000 tokens per replica exceeds pool 'long', whose replicas hold 300,000 tokens",
+            "KV cap of 350,000 tokens per replica exceeds pool 'long', whose replicas hold 300,000 tokens of requests at the pool's context",
             {"kv_cap_tokens_per_replica": 350_000.0, "kv_pool_tokens": 300_000.0},
         ),
     ]
