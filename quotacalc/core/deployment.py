@@ -231,8 +231,9 @@ class Deployment(BaseModel):
     mixed_prefill: bool = Field(
         True,
         description="prefill chunks ride in decode steps (vLLM chunked prefill, TensorRT-LLM in-flight batching), so a "
-        "prompt adds no prefill pass of its own to the decodes; off: each prefill is a forward pass the decodes "
-        "wait for (SGLang without --enable-mixed-chunk)",
+        "prompt adds no prefill pass of its own to the decodes; off: each prefill costs the decodes a prefill pass's "
+        "overhead (SGLang without --enable-mixed-chunk runs it apart; TensorRT-LLM's PyTorch backend runs the step "
+        "that holds it eagerly)",
     )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"

@@ -906,7 +906,7 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         substituted=f"{len(arch.layers)} × {fmt(deployment.prefill_layer_overhead_s)}",
         unit="s",
         note=f"engine {deployment.engine} ('quotacalc engines'); fitted on first-token latencies (docs/accuracy.md)"
-        + ("" if deployment.mixed_prefill else "; not mixed: decodes wait for each prefill pass"),
+        + ("" if deployment.mixed_prefill else "; not mixed: each prefill costs the decodes this pass's overhead"),
     )
     x.record(
         "engine_prompt_token_s",
