@@ -363,7 +363,7 @@ def engines_table(catalog: EngineCatalog) -> None:
     """The engine catalog, one row per engine (what it changes in the engine model's defaults), then each source."""
     table = Table(title="Engine profiles (an input given explicitly still wins)", title_justify="left")
     for column in ("id", "changes", "aliases"):
-        table.add_column(column, overflow="fold", no_wrap=column != "aliases")
+        table.add_column(column, overflow="fold", no_wrap=column == "id")
     for engine in catalog.engines.values():
         changes = ", ".join(f"{name} {units.setting(value)}" for name, value in engine.defaults.given().items())
         if engine.max_num_batched_tokens is not None:
