@@ -118,6 +118,34 @@ def test_vllm_result_means_per_request(json_file):
     assert point.model == "meta-llama/Llama-3.3-70B-Instruct"  # model_id: calibrate compares it with the plan's
 
 
+#: The line 'python -m sglang.bench_serving --output-file runs.jsonl' appends for one run (its benchmark() result
+#: dict, python/sglang/bench_serving.py): vLLM's keys, with the rate written by json.dumps as Infinity.
+SGLANG_LINE = (
+    '{"backend": "sglang", "dataset_name": "random", "request_rate": Infinity, "max_concurrency": 1, '
+    '"sharegpt_output_len": null, "random_input_len": 1000, "random_output_len": 1000, "random_range_ratio": 0.0, '
+    '"duration": 183.1, "completed": 10, "total_input_tokens": 6101, "total_output_tokens": 41941, '
+    '"total_output_tokens_retokenized": 41921, "request_throughput": 0.05, "input_throughput": 33.3, '
+    '"output_throughput": 229.0, "mean_e2e_latency_ms": 18310.0, "median_e2e_latency_ms": 17200.0, '
+    '"mean_ttft_ms": 153.0, "median_ttft_ms": 140.76, "mean_tpot_ms": 4.33, "median_tpot_ms": 4.3, '
+    '"mean_itl_ms": 4.33, "median_itl_ms": 4.2, "concurrency": 0.99}'
+)
+
+
+def test_sglang_bench_serving_lines_read_as_vllm_results(json_file):
+    """SGLang's bench_serving writes vLLM's keys: each appended line is a run; the means per request, as for vLLM
+    (6,101 input and 41,941 output tokens over 10 requests: 610.1 and 4,194.1)."""
+    second = SGLANG_LINE.replace('"max_concurrency": 1', '"max_concurrency": 16').replace(
+        '"mean_itl_ms": 4.33', '"mean_itl_ms": 9.1'
+    )
+    points, notes = read_benchmark(json_file(SGLANG_LINE + "\n" + second + "\n"))
+    assert notes == [] and [point.concurrency for point in points] == [1, 16]
+    first = points[0]
+    assert (first.prompt_tokens, first.output_tokens) == (pytest.approx(610.1), pytest.approx(4194.1))
+    assert first.ttft_s == pytest.approx(0.153) and first.itl_s == pytest.approx(0.00433)
+    assert points[1].itl_s == pytest.approx(0.0091)
+    assert first.model is None  # SGLang's result names no model: calibrate cannot compare it with the plan's
+
+
 @pytest.fixture
 def json_file(tmp_path):
     """Write a JSON document (or raw text) to a file; return its path."""

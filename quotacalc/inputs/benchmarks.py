@@ -4,7 +4,8 @@ Formats (detected from the content, not the file name):
 
 - ``vllm bench serve --save-result`` JSON (vllm/benchmarks/serve.py): one object per run, a list of
   them, or one object per line (``--append-result``). Keys used: ``max_concurrency``, ``request_rate``,
-  ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``mean_ttft_ms``, ``mean_itl_ms``.
+  ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``mean_ttft_ms``, ``mean_itl_ms``. SGLang's
+  ``python -m sglang.bench_serving --output-file`` appends lines with the same keys (its rate as ``Infinity``).
 - GuideLLM's JSON report (``guidellm benchmark --output-path report.json``): ``benchmarks[i]`` with
   ``config.strategy`` (or ``args.strategy`` before 0.4) and ``metrics.<name>.successful.mean`` for
   ``time_to_first_token_ms``, ``inter_token_latency_ms``, ``prompt_token_count``, ``output_token_count``.
