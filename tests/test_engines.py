@@ -74,7 +74,7 @@ def test_unknown_engine_is_one_line_naming_the_flag_and_the_choices(run_cli):
     assert code == 1 and out == ""
     assert (
         err.strip()
-        == "quotacalc: error: --engine: unknown engine 'sglng'; choose from generic, sglang, tensorrt-llm-pytorch"
+        == "quotacalc: error: --engine: unknown engine 'sglng'; did you mean sglang? choose from generic, sglang, tensorrt-llm-pytorch"
     )
 
 

@@ -287,7 +287,7 @@ BAD_PLANS = [
     (
         "unknown engine",
         lambda d: d["pools"][0]["deployment"].update(engine="sglng"),
-        "pools[0].deployment.engine: unknown engine 'sglng'; choose from generic, sglang, tensorrt-llm-pytorch",
+        "pools[0].deployment.engine: unknown engine 'sglng'; did you mean sglang? choose from generic, sglang, tensorrt-llm-pytorch",
     ),
     ("no model anywhere", lambda d: d["deployment"].pop("model"), "pools[0].deployment.model: is required"),
     (

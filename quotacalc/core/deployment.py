@@ -267,8 +267,13 @@ class Deployment(BaseModel):
         profile = engine_profile(value)
         if profile is None:
             from quotacalc.catalog.engines import load_engine_catalog
+            from quotacalc.errors import close_names
 
-            raise ValueError(f"unknown engine {value!r}; choose from {', '.join(load_engine_catalog().engines)}")
+            engines = load_engine_catalog().engines
+            names = [*engines, *(alias for engine in engines.values() for alias in engine.aliases)]
+            close = close_names(value.strip().lower(), names, cutoff=0.5)
+            suggestion = f"did you mean {', '.join(close)}? " if close else ""
+            raise ValueError(f"unknown engine {value!r}; {suggestion}choose from {', '.join(engines)}")
         return profile.id
 
     @field_validator("model", "gpu")
