@@ -530,6 +530,26 @@ def test_measured_pool_holds_only_where_it_was_measured(run_cli, tmp_path):
     assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 1_200_000
 
 
+def test_a_measured_pool_holds_only_under_the_engine_it_was_measured_with(run_cli, tmp_path):
+    """A record that names its engine: another engine is a change, and so is the token budget that engine defaults
+    to (SGLang's 16,384 on a B200 where vLLM's is 8,192). A record without one (written before it was kept) compares
+    budgets by the deployment's own engine, as it did."""
+    plan = tmp_path / "plan.yaml"
+    head = "model: Llama-3.1-8B-Instruct\ngpu: b200\nkv_pool_tokens: 1500000\n"
+    plan.write_text(head + "kv_pool_measured_with: {gpu: b200, tp: 1, engine: vllm}\n", encoding="utf-8")
+    code, out, _ = run_cli("price", plan, "--json")  # vllm is the generic profile's alias
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+    code, out, err = run_cli("price", plan, "--engine", "sglang")
+    assert code == 1 and out == ""
+    assert "engine generic -> sglang" in err and "max_num_batched_tokens 8192 -> 16384" in err
+    plan.write_text(head + "kv_pool_measured_with: {gpu: b200, tp: 1}\n", encoding="utf-8")
+    code, out, _ = run_cli("price", plan, "--engine", "sglang", "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+    plan.write_text(head + "kv_pool_measured_with: {gpu: b200, tp: 1, engine: sglng}\n", encoding="utf-8")
+    code, out, err = run_cli("price", plan)
+    assert code == 1 and out == "" and "kv_pool_measured_with.engine" in err and "did you mean sglang?" in err
+
+
 def test_a_measured_pool_that_names_its_model_holds_only_for_that_model(run_cli, tmp_path):
     plan = tmp_path / "plan.yaml"
     measured_with = "{model: meta-llama/Llama-3.3-70B-Instruct, gpu: h100, tp: 4, weight_dtype: fp8, kv_dtype: bf16}"

@@ -438,6 +438,7 @@ def test_reserve_from_the_pool_tokens(inputs):
         "kv_dtype": "bf16",
         "memory_utilization": 0.9,
         "max_num_batched_tokens": None,
+        "engine": "generic",
     }
 
 

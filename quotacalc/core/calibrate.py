@@ -484,6 +484,7 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
             "kv_dtype": deployment.kv_dtype,
             "memory_utilization": deployment.memory_utilization,
             "max_num_batched_tokens": deployment.max_num_batched_tokens,
+            "engine": deployment.engine,
         }
         kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
         if reading.max_model_len is not None and kv_groups.hybrid_layout(inputs.arch, kv_b, state_b, deployment.tp):

@@ -106,12 +106,23 @@ class KvPoolMeasuredWith(BaseModel):
     weight_dtype: str | None = Field(None, description="weight dtype; None: the checkpoint's")
     kv_dtype: str | None = Field(None, description="KV cache dtype; None: the checkpoint's")
     memory_utilization: float = Field(0.9, description="vLLM gpu-memory-utilization")
-    max_num_batched_tokens: int | None = Field(None, description="vLLM max-num-batched-tokens; None: its default")
+    max_num_batched_tokens: int | None = Field(
+        None, description="the engine's token budget per step; None: the engine's default"
+    )
     max_model_len: int | None = Field(
         None,
         description="vLLM max-model-len (the log's max_seq_len): a windowed or state model's logged pool counts "
         "requests of this length; None: not recorded, not checked",
     )
+    engine: str | None = Field(
+        None,
+        description="the engine profile it was measured under ('quotacalc engines'); None: not recorded, not checked",
+    )
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str | None) -> str | None:
+        return None if value is None else engine_id(value)
 
 
 class Deployment(BaseModel):
@@ -264,17 +275,7 @@ class Deployment(BaseModel):
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, value: str) -> str:
-        profile = engine_profile(value)
-        if profile is None:
-            from quotacalc.catalog.engines import load_engine_catalog
-            from quotacalc.errors import close_names
-
-            engines = load_engine_catalog().engines
-            names = [*engines, *(alias for engine in engines.values() for alias in engine.aliases)]
-            close = close_names(value.strip().lower(), names, cutoff=0.5)
-            suggestion = f"did you mean {', '.join(close)}? " if close else ""
-            raise ValueError(f"unknown engine {value!r}; {suggestion}choose from {', '.join(engines)}")
-        return profile.id
+        return engine_id(value)
 
     @field_validator("model", "gpu")
     @classmethod
@@ -356,6 +357,21 @@ class Deployment(BaseModel):
     def load_prompt(self) -> int:
         """Prompt tokens per request of the full-load workload."""
         return self.load_prompt_tokens if self.load_prompt_tokens is not None else self.context
+
+
+def engine_id(name: str) -> str:
+    """The catalog id of an engine named by id or alias; unknown, a ValueError suggesting close names."""
+    profile = engine_profile(name)
+    if profile is None:
+        from quotacalc.catalog.engines import load_engine_catalog
+        from quotacalc.errors import close_names
+
+        engines = load_engine_catalog().engines
+        names = [*engines, *(alias for engine in engines.values() for alias in engine.aliases)]
+        close = close_names(name.strip().lower(), names, cutoff=0.5)
+        suggestion = f"did you mean {', '.join(close)}? " if close else ""
+        raise ValueError(f"unknown engine {name!r}; {suggestion}choose from {', '.join(engines)}")
+    return profile.id
 
 
 def engine_profile(name: str) -> EngineProfile | None:

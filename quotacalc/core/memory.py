@@ -127,10 +127,16 @@ def token_budget(deployment: Deployment, gpu: GpuSpec) -> tuple[int, str]:
     vLLM's."""
     if deployment.max_num_batched_tokens is not None:
         return deployment.max_num_batched_tokens, "given"
-    engine = engine_profile(deployment.engine)
-    own = None if engine is None else engine.default_max_num_batched_tokens(gpu.memory_bytes)
+    return default_token_budget(deployment.engine, gpu)
+
+
+def default_token_budget(engine: str, gpu: GpuSpec) -> tuple[int, str]:
+    """(an engine's default token budget per step on this GPU, where it comes from): its profile's rule, else
+    vLLM's."""
+    profile = engine_profile(engine)
+    own = None if profile is None else profile.default_max_num_batched_tokens(gpu.memory_bytes)
     if own is not None:
-        return own, f"{deployment.engine} default"
+        return own, f"{profile.id} default"
     return vllm_default_max_num_batched_tokens(gpu), "vLLM default"
 
 

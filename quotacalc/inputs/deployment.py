@@ -176,12 +176,12 @@ def _gpu_id(name: str) -> str:
     return load_gpu_catalog().get(name).id
 
 
-def _batched_tokens(tokens: int | None, gpu: str) -> int:
-    """A token budget as the engine runs it: the given one, or vLLM's default on that GPU."""
+def _batched_tokens(tokens: int | None, gpu: str, engine: str) -> int:
+    """A token budget as the engine runs it: the given one, or the engine's default on that GPU."""
     from quotacalc.catalog.gpus import load_gpu_catalog
-    from quotacalc.core.memory import vllm_default_max_num_batched_tokens
+    from quotacalc.core.memory import default_token_budget
 
-    return tokens if tokens is not None else vllm_default_max_num_batched_tokens(load_gpu_catalog().get(gpu))
+    return tokens if tokens is not None else default_token_budget(engine, load_gpu_catalog().get(gpu))[0]
 
 
 def _dtype_name(name: str | None) -> str | None:
@@ -218,7 +218,7 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         "weight_dtype": _dtype_name(deployment.weight_dtype),
         "kv_dtype": _dtype_name(deployment.kv_dtype),
         "memory_utilization": deployment.memory_utilization,
-        "max_num_batched_tokens": _batched_tokens(deployment.max_num_batched_tokens, deployment.gpu),
+        "max_num_batched_tokens": _batched_tokens(deployment.max_num_batched_tokens, deployment.gpu, deployment.engine),
     }
     then = {
         "gpu": _gpu_id(measured.gpu),
@@ -226,8 +226,13 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         "weight_dtype": _dtype_name(measured.weight_dtype),
         "kv_dtype": _dtype_name(measured.kv_dtype),
         "memory_utilization": measured.memory_utilization,
-        "max_num_batched_tokens": _batched_tokens(measured.max_num_batched_tokens, measured.gpu),
+        # A record without its engine (written before it was kept) is read as this deployment's engine's.
+        "max_num_batched_tokens": _batched_tokens(
+            measured.max_num_batched_tokens, measured.gpu, measured.engine or deployment.engine
+        ),
     }
+    if measured.engine is not None:
+        now["engine"], then["engine"] = deployment.engine, measured.engine
     if measured.model is not None:
         from quotacalc.inputs.model_config import locate_model
 
