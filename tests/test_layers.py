@@ -226,3 +226,48 @@ def test_a_mixer_missing_a_method_cannot_be_built():
 
     with pytest.raises(TypeError, match="abstract"):
         HalfMixer()
+
+
+#: Fixture configs whose layers differ from one another: hybrids of attention and state, windows, sparse MLA,
+#: DeepSeek V4's compressed attention, KV-shared layers.
+HYBRID_AND_SPARSE_FIXTURES = (
+    "bamba",
+    "falcon_h1",
+    "nemotron_h",
+    "qwen3_next",
+    "kimi_linear",
+    "deepseek_v3_2",
+    "deepseek_v4_flash",
+    "gemma4_e2b",
+    "mimo_v2_flash",
+    "llama4_scout",
+    "lfm2_8b_a1b",
+    "cohere2_7b",
+)
+
+
+def test_sums_over_mixer_groups_equal_sums_over_layers():
+    """ModelArch.mixer_groups lets the KV, state and attention sums visit each distinct mixer once, times its count:
+    on every shipped model and on fixtures whose layers differ (windowed, hybrid, sparse, compressed, KV-shared)
+    they equal the sums layer by layer."""
+    from conftest import fixture_arch
+
+    from quotacalc import Deployment, resolve
+    from quotacalc.catalog.models import shipped_models
+    from quotacalc.core import memory
+
+    archs = {model.name: resolve(Deployment(model=model.name, gpu="h100-sxm")).arch for model in shipped_models()}
+    for folder in HYBRID_AND_SPARSE_FIXTURES:
+        archs[folder] = fixture_arch(folder)
+    for name, arch in archs.items():
+        mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
+        assert sum(n for _, n in arch.mixer_groups()) == len(mixers), name
+        for tp in (1, 2, 8):
+            by_layer = sum(m.cache_bytes_per_token(2.0, tp) for m in mixers if m.grows_with_context())
+            assert memory.kv_bytes_per_token_per_gpu(arch, 2.0, tp) == pytest.approx(by_layer, rel=1e-12), name
+            state = sum(m.state_bytes_per_sequence(2.0, tp, 2.0) for m in mixers)
+            assert memory.state_bytes_per_sequence(arch, 2.0, tp) == pytest.approx(state, rel=1e-12), name
+            kv = sum(m.cache_bytes_per_token(1.0, tp) * m.cached_tokens(5000) for m in mixers)
+            assert memory.request_kv_bytes_per_gpu(arch, 5000, 1.0, 2.0, tp) == pytest.approx(kv + state, rel=1e-12)
+        flops = sum(m.prompt_attention_flops_per_token(3000, 2) for m in mixers)
+        assert memory.attention_flops_per_prompt_token(arch, 3000, 2) == pytest.approx(flops, rel=1e-12), name

@@ -68,6 +68,13 @@ class ContextTerm(NamedTuple):
     def prefill_flops_per_token(self) -> float:
         return self.flops_per_token if self.prompt_flops_per_token is None else self.prompt_flops_per_token
 
+    def times(self, layers: int) -> ContextTerm:
+        """The same term for ``layers`` layers alike."""
+        if layers == 1:
+            return self
+        prompt = None if self.prompt_flops_per_token is None else layers * self.prompt_flops_per_token
+        return ContextTerm(self.bound_tokens, layers * self.read_bytes_per_token, layers * self.flops_per_token, prompt)
+
 
 class TokenMixer(_Spec, ABC):
     """The interface every token mixer declares (as vLLM's ``KVCacheSpec`` does for its cache kinds).
@@ -1384,10 +1391,27 @@ class ModelArch(_Spec):
         input embedding (gathered, not multiplied) idle."""
         return dict(self._active_params_by_group)
 
+    @cached_property
+    def _replicated_params_by_group(self) -> dict[ParamGroup, int]:
+        return _add(*(layer.replicated_params() for layer in self.layers))
+
+    @cached_property
+    def _mixer_groups(self) -> tuple[tuple[TokenMixer, int], ...]:
+        counts: dict[TokenMixer, int] = {}
+        for layer in self.layers:
+            if layer.mixer is not None:
+                counts[layer.mixer] = counts.get(layer.mixer, 0) + 1
+        return tuple(counts.items())
+
+    def mixer_groups(self) -> tuple[tuple[TokenMixer, int], ...]:
+        """Each distinct token mixer and how many layers have it, in order of first appearance: a sum over the
+        layers' mixers is a sum over these, each times its count (most models repeat one or two kinds)."""
+        return self._mixer_groups
+
     def replicated_params_by_group(self) -> dict[ParamGroup, int]:
         """Parameters an engine keeps whole on every tensor-parallel rank (MLA's latent down-projections,
         MoE routers): under TP each GPU holds them in full, not a 1/TP share."""
-        return _add(*(layer.replicated_params() for layer in self.layers))
+        return dict(self._replicated_params_by_group)
 
     def total_params(self) -> int:
         return sum(self.params_by_group().values())

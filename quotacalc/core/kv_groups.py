@@ -177,12 +177,10 @@ def cache_types(
     """The model's layers grouped by the cache they keep on one GPU, in layer order of first appearance."""
     counts: dict[tuple, int] = {}
     conv_bytes = memory.conv_state_bytes_per_element(arch)
-    for layer in arch.layers:
-        if layer.mixer is None:
-            continue
-        key = _cache_type_key(layer.mixer, kv_bytes_per_element, state_bytes_per_element, conv_bytes, tp)
+    for mixer, layers in arch.mixer_groups():
+        key = _cache_type_key(mixer, kv_bytes_per_element, state_bytes_per_element, conv_bytes, tp)
         if key is not None:
-            counts[key] = counts.get(key, 0) + 1
+            counts[key] = counts.get(key, 0) + layers
     return [
         CacheType(
             kind=kind, window_tokens=window, bytes_per_token=per_token, state_bytes=state, layers=n, latent=latent

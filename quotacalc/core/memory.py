@@ -20,24 +20,24 @@ if TYPE_CHECKING:
 VLLM_LARGE_GPU_BYTES = 70 * GIB
 
 
-def _mixers(arch: ModelArch):
-    return [layer.mixer for layer in arch.layers if layer.mixer is not None]
-
-
 def kv_bytes_per_token(arch: ModelArch, kv_bytes_per_element: float) -> float:
     """KV growth per token of context at long context, whole replica (layers whose cache keeps growing)."""
-    return sum(m.cache_bytes_per_token(kv_bytes_per_element) for m in _mixers(arch) if m.grows_with_context())
+    return sum(
+        n * m.cache_bytes_per_token(kv_bytes_per_element) for m, n in arch.mixer_groups() if m.grows_with_context()
+    )
 
 
 def kv_bytes_per_token_per_gpu(arch: ModelArch, kv_bytes_per_element: float, tp: int) -> float:
     """KV growth per token on one GPU (heads split over TP, replicated below one head per rank; MLA whole)."""
-    return sum(m.cache_bytes_per_token(kv_bytes_per_element, tp) for m in _mixers(arch) if m.grows_with_context())
+    return sum(
+        n * m.cache_bytes_per_token(kv_bytes_per_element, tp) for m, n in arch.mixer_groups() if m.grows_with_context()
+    )
 
 
 def cost_rules(arch: ModelArch) -> str | None:
     """The layer kinds' own rules for their cache, reads and FLOPs where they depart from values x dtype over
     the attended tokens (DeepSeek Sparse Attention), for --explain; None when every layer follows it."""
-    rules = dict.fromkeys(rule for mixer in _mixers(arch) if (rule := mixer.cost_rule()))
+    rules = dict.fromkeys(rule for mixer, _ in arch.mixer_groups() if (rule := mixer.cost_rule()))
     return "; ".join(rules) or None
 
 
@@ -51,19 +51,19 @@ def state_bytes_per_sequence(arch: ModelArch, state_bytes_per_element: float, tp
     """Fixed state (Mamba, Gated DeltaNet: conv + recurrent) one sequence holds, whole replica or per GPU: the SSM
     or recurrent state at the state dtype, the conv state at the checkpoint's dtype."""
     conv = conv_state_bytes_per_element(arch)
-    return sum(m.state_bytes_per_sequence(state_bytes_per_element, tp, conv) for m in _mixers(arch))
+    return sum(n * m.state_bytes_per_sequence(state_bytes_per_element, tp, conv) for m, n in arch.mixer_groups())
 
 
 def state_elements_per_sequence(arch: ModelArch) -> int:
     """Values of fixed state one sequence holds, whole replica (whatever dtype each is kept in)."""
-    return sum(m.state_elements_per_sequence() for m in _mixers(arch))
+    return sum(n * m.state_elements_per_sequence() for m, n in arch.mixer_groups())
 
 
 def window_bytes_per_sequence(arch: ModelArch, kv_bytes_per_element: float, context_tokens: int) -> float:
     """KV held by sliding-window layers for one sequence at a context (at most their windows)."""
     return sum(
-        m.cache_bytes_per_token(kv_bytes_per_element) * m.cached_tokens(context_tokens)
-        for m in _mixers(arch)
+        n * m.cache_bytes_per_token(kv_bytes_per_element) * m.cached_tokens(context_tokens)
+        for m, n in arch.mixer_groups()
         if not m.grows_with_context()
     )
 
@@ -72,7 +72,10 @@ def request_kv_bytes(
     arch: ModelArch, context_tokens: int, kv_bytes_per_element: float, state_bytes_per_element: float
 ) -> float:
     """Exact cache bytes one sequence holds at ``context_tokens``: KV of every layer plus any state."""
-    kv = sum(m.cache_bytes_per_token(kv_bytes_per_element) * m.cached_tokens(context_tokens) for m in _mixers(arch))
+    kv = sum(
+        n * m.cache_bytes_per_token(kv_bytes_per_element) * m.cached_tokens(context_tokens)
+        for m, n in arch.mixer_groups()
+    )
     return kv + state_bytes_per_sequence(arch, state_bytes_per_element)
 
 
@@ -80,21 +83,24 @@ def request_kv_bytes_per_gpu(
     arch: ModelArch, context_tokens: int, kv_bytes_per_element: float, state_bytes_per_element: float, tp: int
 ) -> float:
     """Cache bytes one sequence holds on each GPU of a TP group."""
-    kv = sum(m.cache_bytes_per_token(kv_bytes_per_element, tp) * m.cached_tokens(context_tokens) for m in _mixers(arch))
+    kv = sum(
+        n * m.cache_bytes_per_token(kv_bytes_per_element, tp) * m.cached_tokens(context_tokens)
+        for m, n in arch.mixer_groups()
+    )
     return kv + state_bytes_per_sequence(arch, state_bytes_per_element, tp)
 
 
 def attention_flops_per_prompt_token(arch: ModelArch, context_tokens: int, tp: int = 1) -> float:
     """Mean attention FLOPs (QK^T and AV) of a prompt token in a prompt of ``context_tokens`` (causal), as a replica
     of ``tp`` GPUs spends them (a sparse layer's indexer scores on every rank)."""
-    return sum(m.prompt_attention_flops_per_token(context_tokens, tp) for m in _mixers(arch))
+    return sum(n * m.prompt_attention_flops_per_token(context_tokens, tp) for m, n in arch.mixer_groups())
 
 
 def attention_flops_per_output_token(arch: ModelArch, context_tokens: int) -> float:
     """Attention FLOPs of one output token attending a context of ``context_tokens``, at each kind's own FLOPs per
     attended key (MLA's expanded form; the replica model's decode step takes each kind's ``context_terms``, where
     MLA decodes absorbed)."""
-    return sum(m.attention_flops_per_token(m.attended_tokens(context_tokens)) for m in _mixers(arch))
+    return sum(n * m.attention_flops_per_token(m.attended_tokens(context_tokens)) for m, n in arch.mixer_groups())
 
 
 # --------------------------------------------------------------------------- engine memory

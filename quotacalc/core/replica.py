@@ -499,14 +499,14 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
     arch, gpu, deployment, layout = inputs.arch, inputs.gpu, inputs.deployment, inputs.weights
     tp = deployment.tp
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
-    mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
+    groups = arch.mixer_groups()
     # What each layer's attention reads and computes per token of context: over the whole context, or bounded by
     # a window, a chunk or a sparse layer's index_topk. A KV-shared sliding layer holds no cache but reads and
-    # attends like the layer it shares with.
-    terms = [term for m in mixers for term in m.context_terms(kv_b, tp)]
+    # attends like the layer it shares with. Layers alike are summed once, times their count.
+    terms = [term.times(n) for m, n in groups for term in m.context_terms(kv_b, tp)]
     unbounded = [term for term in terms if term.bound_tokens is None]
     bounded = [term for term in terms if term.bound_tokens is not None]
-    windowed = [m for m in mixers if not m.grows_with_context() and m.context_terms(kv_b, tp)]
+    windowed = [(m, n) for m, n in groups if not m.grows_with_context() and m.context_terms(kv_b, tp)]
     weight_bytes = layout.weight_bytes(arch.params_by_group())
     engine_flops = engine_compute(arch, tp)
     return ReplicaModel(
@@ -520,7 +520,7 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu * inputs.mfu_scale,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
-        sliding_kv=_by_window([(m.window_tokens, m.cache_bytes_per_token(kv_b, tp)) for m in windowed]),
+        sliding_kv=_by_window([(m.window_tokens, n * m.cache_bytes_per_token(kv_b, tp)) for m, n in windowed]),
         kv_read_bytes_per_token_per_gpu=sum(term.read_bytes_per_token for term in unbounded),
         sliding_kv_read=_by_window([(term.bound_tokens, term.read_bytes_per_token) for term in bounded]),
         state_bytes_per_sequence_per_gpu=memory.state_bytes_per_sequence(arch, state_b, tp),
