@@ -318,3 +318,17 @@ def test_padded_weights_per_gpu_of_gpt_oss_at_tp2_by_hand():
     router = 36 * (2880 * 128 + 128) * 2
     assert router == 26_551_296
     assert result.weight_bytes_per_gpu == pytest.approx(65_190_340_224 / 2 + router / 2 + padding, rel=1e-12)
+
+
+def test_a_context_term_for_several_layers_alike_scales_every_per_token_figure():
+    """ContextTerm.times(n): n layers alike read and compute n times one layer's per token of context, within the
+    same bound; a term without its own prompt FLOPs keeps none (it prefills as it decodes)."""
+    from quotacalc.core.arch import ContextTerm
+
+    mla = ContextTerm(None, 576.0, 73_728.0, 49_152.0)
+    assert mla.times(1) is mla
+    assert mla.times(2) == ContextTerm(None, 1_152.0, 147_456.0, 98_304.0)
+    assert mla.times(61) == ContextTerm(None, 35_136.0, 4_497_408.0, 2_998_272.0)
+    window = ContextTerm(4096, 512.0, 8_192.0)
+    assert window.times(3) == ContextTerm(4096, 1_536.0, 24_576.0, None)
+    assert window.times(3).prefill_flops_per_token == 24_576.0

@@ -189,3 +189,32 @@ def test_llama4_chunked_layers_reserve_a_chunk_and_a_step():
     assert layout.blocks_per_request(262_144, 8192) == 16_384 + 3 * 1024
     # Decoding at 1,700 tokens a chunked group holds ceil(min(8,192 + 1, 1,700) / 16) = 107 blocks, as a full one.
     assert layout.blocks_per_request(1700, 1) == 107 + 3 * 107
+
+
+def test_distinct_mixers_that_keep_the_same_cache_count_as_one_kind():
+    """Two full-attention mixers that differ only in their query heads keep the same KV per token: one cache type,
+    its layers the sum of both (3 + 2), beside the sliding layers' own; the layer order of first appearance kept."""
+    from quotacalc.core.arch import DenseMLP, FullAttention, Layer, ModelArch, SlidingWindowAttention
+    from quotacalc.core.kv_groups import CacheKind, cache_types
+
+    narrow = FullAttention(hidden_size=1024, num_heads=8, num_kv_heads=2, head_dim=128, v_head_dim=128)
+    wide = FullAttention(hidden_size=1024, num_heads=16, num_kv_heads=2, head_dim=128, v_head_dim=128)
+    sliding = SlidingWindowAttention(**narrow.model_dump(exclude={"kind"}), window_tokens=1024)
+    ffn = DenseMLP(hidden_size=1024, intermediate_size=4096)
+    mixers = (narrow, sliding, wide, narrow, wide, narrow)
+    arch = ModelArch(
+        name="toy",
+        model_type="toy",
+        hidden_size=1024,
+        vocab_size=32_000,
+        tie_word_embeddings=True,
+        layers=tuple(Layer(mixer=mixer, feed_forward=ffn, norm_params=2048) for mixer in mixers),
+        final_norm_params=1024,
+    )
+    assert [count for _, count in arch.mixer_groups()] == [3, 1, 2]
+    types = cache_types(arch, 2.0, 2.0, 1)
+    # 2 KV heads x 128 x (K and V) x 2 B = 1,024 B a token in every attention layer.
+    assert [(t.kind, t.window_tokens, t.bytes_per_token, t.layers) for t in types] == [
+        (CacheKind.FULL, None, 1024.0, 5),
+        (CacheKind.SLIDING, 1024, 1024.0, 1),
+    ]
