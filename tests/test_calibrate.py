@@ -434,6 +434,23 @@ def test_a_new_plan_copies_the_plan_read_and_a_log_adds_to_the_calibration(run_c
     assert json.loads(run_cli("price", target, "--json")[1])["calibrated"]["rows"] == 6
 
 
+def test_a_vllm_log_is_refused_for_another_engine(run_cli, plan):
+    """The log reader parses vLLM's start-up lines: its pool does not measure SGLang's or TensorRT-LLM's. One line
+    naming the flag and the fix; nothing written."""
+    log = plan.parent / "serve.log"
+    log.write_text("Available KV cache memory: 40.0 GiB\nGPU KV cache size: 524,288 tokens\n", encoding="utf-8")
+    before = plan.read_text(encoding="utf-8")
+    code, out, err = run_cli("calibrate", plan, "--engine", "sglang", "--log", log, "--write", plan)
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "quotacalc: error: --log: a vLLM start-up log measures vLLM's KV pool, not that of engine sglang "
+        "(calibrate the pool with --engine generic (vLLM), or give the engine's own logged pool as "
+        "--kv-pool-tokens)"
+    )
+    assert plan.read_text(encoding="utf-8") == before
+    assert run_cli("calibrate", plan, "--engine", "vllm", "--log", log)[0] == 0
+
+
 def test_flags_given_to_calibrate_are_written_with_the_fit(run_cli, plan):
     bench = plan.parent / SYNTHETIC_CSV.name
     code, _, err = run_cli("calibrate", plan, "--bench", bench, "--batch", "64", "--write", plan)

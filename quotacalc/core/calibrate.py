@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.benchmark import closed_loop
-from quotacalc.core.deployment import GIB, Deployment
+from quotacalc.core.deployment import GENERIC_ENGINE, GIB, Deployment
 from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
@@ -619,6 +619,14 @@ def calibrate(
         raise QuotacalcError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
     if names and not points:
         raise QuotacalcError("no benchmark points to fit", field="--bench", fix="give a benchmark file")
+    if kv_reading is not None and inputs.deployment.engine != GENERIC_ENGINE:
+        # The reader parses vLLM's start-up lines: its pool is vLLM's, sized by vLLM's memory rules.
+        raise QuotacalcError(
+            f"a vLLM start-up log measures vLLM's KV pool, not that of engine {inputs.deployment.engine}",
+            field="--log",
+            fix="calibrate the pool with --engine generic (vLLM), or give the engine's own logged pool as "
+            "--kv-pool-tokens",
+        )
     if len(points) > MAX_POINTS:
         raise QuotacalcError(
             f"{len(points):,} benchmark runs: calibrate takes at most {MAX_POINTS:,}",
