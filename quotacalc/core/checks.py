@@ -142,7 +142,8 @@ def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Find
                         subject=f"tiers.{tenant.tier}",
                         message=(
                             f"KV cap of {tenant.kv_cap_tokens_per_replica:,} tokens per replica exceeds pool "
-                            f"'{pool_name}', whose replicas hold {pool.kv_pool_tokens:,} tokens of requests at the pool's context"
+                            f"'{pool_name}', whose replicas hold {pool.kv_pool_tokens:,} tokens of requests at the "
+                            "pool's context"
                         ),
                         fix="lower kv_cap_tokens_per_replica, or serve the tier from a pool with more KV",
                         figures={
