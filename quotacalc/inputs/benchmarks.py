@@ -183,7 +183,7 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
             "is null: the run's concurrency is unknown (requests were not capped)",
             source=path,
             field=field("max_concurrency"),
-            fix="run 'vllm bench serve --max-concurrency N --request-rate inf'",
+            fix="run the benchmark with --max-concurrency N --request-rate inf (vllm bench serve, sglang.bench_serving)",
         )
     rate = result.get("request_rate", "inf")
     if rate not in ("inf", None) and not (isinstance(rate, float) and math.isinf(rate)):
