@@ -50,6 +50,19 @@ def test_csv_in_milliseconds(tmp_path):
     assert point.ttft_s == pytest.approx(0.120) and point.itl_s == pytest.approx(0.0155)
 
 
+def test_csv_model_column_names_each_runs_model(tmp_path, run_cli):
+    """An optional model column: each run's model, compared with the deployment's as a vLLM result's model_id is (a
+    run of another model is a warning naming the file); a blank cell names none."""
+    text = "label,model,concurrency,prompt_tokens,output_tokens,itl_s\na,Qwen/Qwen3-8B,1,200,200,0.0046\nb,,4,200,200,0.0052\n"
+    path = _write(tmp_path, "runs.csv", text)
+    points, _ = read_benchmark(path)
+    assert [point.model for point in points] == ["Qwen/Qwen3-8B", None]
+    code, out, err = run_cli("calibrate", "--model", "Qwen3-8B", "--gpu", "h100-sxm", "--bench", path)
+    assert code == 0 and "benchmarked model" not in err + out
+    code, out, err = run_cli("calibrate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--bench", path)
+    assert code == 0 and "benchmarked model 'Qwen/Qwen3-8B' is not this deployment's" in err + out
+
+
 @pytest.mark.parametrize(
     ("text", "needles"),
     [

@@ -11,7 +11,8 @@ Formats (detected from the content, not the file name):
   ``time_to_first_token_ms``, ``inter_token_latency_ms``, ``prompt_token_count``, ``output_token_count``.
   Only closed-loop benchmarks (synchronous, concurrent) are fitted; rate-driven ones are skipped.
 - CSV with a header: ``concurrency, prompt_tokens, output_tokens, ttft_s, itl_s`` (``ttft_ms``/``itl_ms``
-  instead are accepted; a blank cell is 'not measured'; an optional ``label`` column; ``#`` lines are comments).
+  instead are accepted; a blank cell is 'not measured'; optional ``label`` and ``model`` columns (the model is
+  compared with the deployment's); ``#`` lines are comments).
 - A vLLM start-up log: ``GPU KV cache size: 646,503 tokens`` and ``Available KV cache memory: 40.55 GiB``.
 """
 
@@ -29,7 +30,9 @@ from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
 _MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
-_OPTIONAL_COLUMNS = ("label",)
+#: Text columns: a run's label (ignored), and the model it ran (compared with the deployment's, as a vLLM result's
+#: model_id is).
+_OPTIONAL_COLUMNS = ("label", "model")
 
 
 #: A benchmark file with every request's text (vllm bench serve --save-detailed) runs to tens of MB.
@@ -149,6 +152,9 @@ def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
         values: dict[str, Any] = {}
         for raw_name, name, cell in zip(header, columns, cells, strict=True):
             if name == "label" or not cell.strip():
+                continue
+            if name == "model":
+                values["model"] = cell.strip()
                 continue
             field = f"{row}: {raw_name}"
             value = _number(cell, path, field, integer=name == "concurrency")
