@@ -271,3 +271,35 @@ def test_sums_over_mixer_groups_equal_sums_over_layers():
             assert memory.request_kv_bytes_per_gpu(arch, 5000, 1.0, 2.0, tp) == pytest.approx(kv + state, rel=1e-12)
         flops = sum(m.prompt_attention_flops_per_token(3000, 2) for m in mixers)
         assert memory.attention_flops_per_prompt_token(arch, 3000, 2) == pytest.approx(flops, rel=1e-12), name
+
+
+def test_feed_forward_groups_equal_the_layers():
+    """ModelArch.feed_forward_groups and the cached MoE layers stand for the layers: the same blocks, counts,
+    all-reduces per step (one per block under TP) and widest intermediate as a walk over the layers."""
+    from conftest import fixture_arch
+
+    from quotacalc import Deployment, resolve
+    from quotacalc.catalog.models import shipped_models
+    from quotacalc.core import memory
+    from quotacalc.core.arch import DenseMLP, MoE
+    from quotacalc.core.replica import allreduces_per_step
+
+    archs = {model.name: resolve(Deployment(model=model.name, gpu="h100-sxm")).arch for model in shipped_models()}
+    for folder in HYBRID_AND_SPARSE_FIXTURES:
+        archs[folder] = fixture_arch(folder)
+    for name, arch in archs.items():
+        blocks = [layer.feed_forward for layer in arch.layers if layer.feed_forward is not None]
+        assert sum(n for _, n in arch.feed_forward_groups()) == len(blocks), name
+        assert arch.moe_layers() == [block for block in blocks if isinstance(block, MoE)], name
+        blocks_and_mixers = len(blocks) + sum(layer.mixer is not None for layer in arch.layers)
+        assert allreduces_per_step(arch, 2) == blocks_and_mixers, name
+        widths = [0]
+        for block in blocks:
+            if isinstance(block, DenseMLP):
+                widths.append(block.intermediate_size)
+            elif isinstance(block, MoE):
+                widths.append(
+                    block.top_k * block.expert_intermediate_size
+                    + block.num_shared_experts * block.shared_intermediate_size
+                )
+        assert memory.feed_forward_width(arch) == max(widths), name

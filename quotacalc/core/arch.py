@@ -1419,8 +1419,24 @@ class ModelArch(_Spec):
     def active_params(self) -> int:
         return sum(self.active_params_by_group().values())
 
+    @cached_property
+    def _moe_layers(self) -> tuple[MoE, ...]:
+        return tuple(layer.feed_forward for layer in self.layers if isinstance(layer.feed_forward, MoE))
+
+    @cached_property
+    def _feed_forward_groups(self) -> tuple[tuple[FeedForwardBlock, int], ...]:
+        counts: dict[FeedForwardBlock, int] = {}
+        for layer in self.layers:
+            if layer.feed_forward is not None:
+                counts[layer.feed_forward] = counts.get(layer.feed_forward, 0) + 1
+        return tuple(counts.items())
+
     def moe_layers(self) -> list[MoE]:
-        return [layer.feed_forward for layer in self.layers if isinstance(layer.feed_forward, MoE)]
+        return list(self._moe_layers)
+
+    def feed_forward_groups(self) -> tuple[tuple[FeedForwardBlock, int], ...]:
+        """Each distinct feed-forward block and how many layers have it (as ``mixer_groups``)."""
+        return self._feed_forward_groups
 
     def mixer_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -154,8 +154,7 @@ def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
 def feed_forward_width(arch: ModelArch) -> int:
     """Widest intermediate a token runs through in one layer (MoE: top-k experts plus shared ones)."""
     widths = [0]
-    for layer in arch.layers:
-        ffn = layer.feed_forward
+    for ffn, _ in arch.feed_forward_groups():
         if isinstance(ffn, DenseMLP):
             widths.append(ffn.intermediate_size)
         elif isinstance(ffn, MoE):

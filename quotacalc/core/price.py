@@ -160,7 +160,7 @@ class PriceResult(BaseModel):
 def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
     """TP must split every layer evenly (heads, Mamba channels); EP must split the experts."""
     tp = deployment.tp
-    mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
+    mixers = [mixer for mixer, _ in arch.mixer_groups()]
     for mixer in mixers:
         if problem := mixer.tp_problem(tp):
             valid = [size for size in (1, 2, 4, 8, 16, 32, 64) if not any(m.tp_problem(size) for m in mixers)]
@@ -278,7 +278,7 @@ def _weights_section(x: _Explainer) -> None:
     if replicated:
         replicated_bytes = layout.weight_bytes(arch.replicated_params_by_group())
         kinds = "MLA latent down-projections, MoE routers"
-        labels = dict.fromkeys(layer.mixer.replicated_label() for layer in arch.layers if layer.mixer)
+        labels = dict.fromkeys(mixer.replicated_label() for mixer, _ in arch.mixer_groups())
         kinds += "".join(f", {label}" for label in labels if label)
         if any(layer.per_layer_input_params for layer in arch.layers):
             kinds += ", Gemma 4's per-layer input gates and projections"
@@ -304,9 +304,11 @@ def _kv_section(x: _Explainer) -> None:
     arch, tp = inputs.arch, inputs.deployment.tp
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     kv_per_token = memory.kv_bytes_per_token(arch, kv_b)
-    growing = [layer.mixer for layer in arch.layers if layer.mixer is not None and layer.mixer.grows_with_context()]
-    kv_elements = sum(mixer.cache_elements_per_token() for mixer in growing)
-    substituted = f"{len(growing)} layers, {fmt(kv_elements)} values × {fmt(kv_b)} B ({inputs.kv_dtype.name})"
+    growing = [(mixer, n) for mixer, n in arch.mixer_groups() if mixer.grows_with_context()]
+    kv_elements = sum(n * mixer.cache_elements_per_token() for mixer, n in growing)
+    substituted = (
+        f"{sum(n for _, n in growing)} layers, {fmt(kv_elements)} values × {fmt(kv_b)} B ({inputs.kv_dtype.name})"
+    )
     if kv_per_token != kv_elements * kv_b:
         substituted += f", in the engine's layout {fmt(kv_per_token)} B"
     x.record(
@@ -339,7 +341,7 @@ def _kv_section(x: _Explainer) -> None:
 
 def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name: str) -> str:
     values = memory.state_elements_per_sequence(arch)
-    rules = [rule for rule in dict.fromkeys(layer.mixer.state_layout_rule() for layer in arch.layers if layer.mixer)]
+    rules = list(dict.fromkeys(mixer.state_layout_rule() for mixer, _ in arch.mixer_groups()))
     if any(rules):
         # A kind that keeps its state in a fixed layout (DeepSeek V4's fp8_ds_mla window, float32 compressors).
         return f"{fmt(values)} values: {'; '.join(rule for rule in rules if rule)}: {fmt(state)} B"

@@ -484,7 +484,7 @@ def allreduces_per_step(arch: ModelArch, tp: int) -> int:
     (priced as two attention + MLP sublayers and the MoE) five."""
     if tp == 1:
         return 0
-    return sum((layer.mixer is not None) + (layer.feed_forward is not None) for layer in arch.layers)
+    return sum(n for _, n in arch.mixer_groups()) + sum(n for _, n in arch.feed_forward_groups())
 
 
 def allreduce_s_per_token(arch: ModelArch, tp: int, link_bytes_per_s: float) -> float:
