@@ -20,6 +20,10 @@ Only the points not marked held_out are used. Three steps, each printed with its
    Each form's error on the pools and what it extrapolates to at TP 8 are printed.
 
 The defaults in quotacalc/core/deployment.py come from step 2, checked against step 3 (docs/accuracy.md).
+
+4. SGLang's logs (engine: sglang): SGLang keeps activations and CUDA graphs outside its static fraction, so
+   the reserve is fraction × HBM − weights − KV outright; the sglang profile's reserve_base_gib is the mean
+   over the TP 1 fit points (engines.yaml). Every SGLang point's pool error at the profile is printed.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ NON_TORCH_VERSION = "0.11"
 FORMS = {"log2(TP)": lambda tp: math.log2(tp), "TP - 1": lambda tp: tp - 1}
 
 
-def fit_points() -> list[dict[str, Any]]:
+def fit_points(engine: str = "generic") -> list[dict[str, Any]]:
+    """The fit points of one engine's start-up logs (vLLM's without an engine key)."""
     points = yaml.safe_load((DATA / "kv_pool.yaml").read_text())["points"]
-    return [point for point in points if not point.get("held_out")]
+    return [point for point in points if not point.get("held_out") and point.get("engine", "generic") == engine]
 
 
 def profile(point: dict[str, Any]) -> dict[str, float]:
@@ -59,7 +64,7 @@ def profile(point: dict[str, Any]) -> dict[str, float]:
     reserve = memory.runtime_reserve(arch, deployment, gpu)
     seqs = min(memory.max_num_seqs(deployment, gpu), memory.max_num_batched_tokens(deployment, gpu))
     return {
-        "budget": deployment.memory_utilization * gpu.memory_bytes / GIB,
+        "budget": result.memory_utilization * gpu.memory_bytes / GIB,
         "weights": result.weight_bytes_per_gpu / GIB,
         "kv_per_token": memory.kv_bytes_per_token_per_gpu(arch, inputs.kv_dtype.bytes_per_element, deployment.tp),
         "activation": reserve.activation_bytes / GIB,
@@ -140,6 +145,21 @@ def main() -> None:
         for point, rest, kv in rows:
             if point["tp"] > 2:
                 print(f"      {point['id']:37s} pool error {(rest - b - c * f(point['tp'])) / kv:+.1%}")
+
+    print("4. SGLang: reserve = mem_fraction_static × HBM − weights − KV (GiB per GPU), TP 1 fit points averaged")
+    implied = []
+    for point in fit_points("sglang"):
+        view = profile(point)
+        reserve = measured_reserve(point, view)
+        print(f"   {point['id']:40s} TP {point['tp']}  reserve {reserve:5.2f} GiB")
+        if point["tp"] == 1:
+            implied.append(reserve)
+    print(f"   mean over TP 1: {statistics.mean(implied):.2f} GiB (the sglang profile's reserve_base_gib)")
+    every = [p for p in yaml.safe_load((DATA / "kv_pool.yaml").read_text())["points"] if p.get("engine") == "sglang"]
+    for point in every:
+        result = price(resolve(deployment_of(point)))
+        held = " (held out)" if point.get("held_out") else ""
+        print(f"   {point['id']:40s} pool {result.kv_pool_tokens / point['kv_pool_tokens'] - 1:+.1%}{held}")
 
 
 if __name__ == "__main__":

@@ -440,7 +440,10 @@ def test_a_vllm_log_is_refused_for_another_engine(run_cli, plan):
     log = plan.parent / "serve.log"
     log.write_text("Available KV cache memory: 40.0 GiB\nGPU KV cache size: 524,288 tokens\n", encoding="utf-8")
     before = plan.read_text(encoding="utf-8")
-    code, out, err = run_cli("calibrate", plan, "--engine", "sglang", "--log", log, "--write", plan)
+    # The plan's pool was measured at memory_utilization 0.9: kept, so the log is what is refused.
+    code, out, err = run_cli(
+        "calibrate", plan, "--engine", "sglang", "--memory-utilization", "0.9", "--log", log, "--write", plan
+    )
     assert code == 1 and out == ""
     assert err.strip() == (
         "quotacalc: error: --log: a vLLM start-up log measures vLLM's KV pool, not that of engine sglang "

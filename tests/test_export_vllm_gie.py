@@ -131,7 +131,8 @@ def test_the_plan_carries_each_pools_engine_into_the_policy(tmp_path, run_cli):
     root = Path(__file__).resolve().parent.parent
     document = yaml.safe_load((root / "examples" / "platform.yaml").read_text(encoding="utf-8"))
     pool = document["pools"][-1]
-    pool.setdefault("deployment", {})["engine"] = "sglang"
+    # At the memory share the plan's pool was measured with (SGLang's own default would void the measurement).
+    pool.setdefault("deployment", {}).update(engine="sglang", memory_utilization=0.9)
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump(document), encoding="utf-8")
     secret = tmp_path / "secret"

@@ -76,6 +76,7 @@ def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seq
         ),
         kv_pool_tokens=pool_tokens,
         max_resident_sequences=resident,
+        memory_utilization=0.9,
     )
     return SimpleNamespace(deployment=deployment), replica
 

@@ -373,6 +373,14 @@ def engines_table(catalog: EngineCatalog) -> None:
             ]
             budget = steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + f", else {steps[-1]}"
             changes = ", ".join(filter(None, (changes, f"max_num_batched_tokens {budget}")))
+        if (rule := engine.static_memory_fraction) is not None:
+            memory = (
+                "memory_utilization (mem_fraction_static) = round((memory − reserved) / memory, 3), reserved MiB = "
+                f"{rule.base_mib:g} + {rule.per_batched_token_mib:g} × max(token budget, {rule.min_batched_tokens:,}) + "
+                f"{rule.per_graph_sequence_mib:g} × CUDA-graph batch + {rule.per_tp_rank_mib:g} × TP, at least "
+                f"{rule.floor_mib:,g} above {rule.floor_above_gib:g} GiB; activations outside it"
+            )
+            changes = ", ".join(filter(None, (changes, memory)))
         _add_row(table, engine.id, changes or "none (the defaults)", ", ".join(engine.aliases) or "-")
     console = _console()
     _print_table(console, table)

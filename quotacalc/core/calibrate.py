@@ -429,7 +429,7 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     profiling run, CUDA graphs, communication buffers): the reserve is that last term.
     """
 
-    from quotacalc.core import kv_groups
+    from quotacalc.core import kv_groups, memory
     from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
     deployment, gpu = inputs.deployment, inputs.gpu
@@ -438,7 +438,8 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     weight_bytes_per_gpu = inputs.weights.weight_bytes(
         inputs.arch.params_by_group()
     ) / deployment.tp + engine_extra_bytes_per_gpu(inputs.arch, inputs.weights, deployment, gpu)
-    budget = deployment.memory_utilization * gpu.memory_bytes
+    utilization = memory.memory_utilization(deployment, gpu)[0]
+    budget = utilization * gpu.memory_bytes
     pool_bytes = (
         logged_pool_bytes_per_gpu(inputs, reading.kv_pool_tokens, reading.max_model_len)
         if reading.kv_pool_tokens
@@ -482,7 +483,7 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
             "tp": deployment.tp,
             "weight_dtype": deployment.weight_dtype,
             "kv_dtype": deployment.kv_dtype,
-            "memory_utilization": deployment.memory_utilization,
+            "memory_utilization": utilization,
             "max_num_batched_tokens": deployment.max_num_batched_tokens,
             "engine": deployment.engine,
         }

@@ -50,6 +50,8 @@ MAX_MOE_SLOT_OVERHEAD_S = 1e-3
 MAX_PREFILL_LAYER_OVERHEAD_S = 1e-2
 #: The engine profile that changes no default (vLLM, NIM / TensorRT-LLM: what the defaults were fitted on).
 GENERIC_ENGINE = "generic"
+#: vLLM's default gpu-memory-utilization: the share of GPU memory an engine without its own rule may use.
+VLLM_MEMORY_UTILIZATION = 0.9
 MAX_RPS = 10**9
 MAX_TOKENS_PER_REQUEST = 100_000_000
 
@@ -105,7 +107,10 @@ class KvPoolMeasuredWith(BaseModel):
     tp: int = Field(description="tensor-parallel GPUs per replica")
     weight_dtype: str | None = Field(None, description="weight dtype; None: the checkpoint's")
     kv_dtype: str | None = Field(None, description="KV cache dtype; None: the checkpoint's")
-    memory_utilization: float = Field(0.9, description="vLLM gpu-memory-utilization")
+    memory_utilization: float | None = Field(
+        None,
+        description="vLLM gpu-memory-utilization (SGLang mem-fraction-static); None: the engine's default",
+    )
     max_num_batched_tokens: int | None = Field(
         None, description="the engine's token budget per step; None: the engine's default"
     )
@@ -157,8 +162,11 @@ class Deployment(BaseModel):
     ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in (0, 1]")
     gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
     hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
-    memory_utilization: float = Field(
-        0.9, description="share of GPU memory the engine may use, a fraction in (0, 1] (vLLM gpu-memory-utilization)"
+    memory_utilization: float | None = Field(
+        None,
+        description="share of GPU memory the engine may use, a fraction in (0, 1] (vLLM gpu-memory-utilization, "
+        "SGLang mem-fraction-static); default: the engine's, 0.9 for vLLM, SGLang's own rule by the GPU's memory, "
+        "token budget, CUDA-graph batch and TP ('quotacalc engines')",
     )
     runtime_reserve_gib: float | None = Field(
         None,
@@ -312,8 +320,8 @@ class Deployment(BaseModel):
 
     @field_validator("mfu", "mbu", "ceiling", "memory_utilization")
     @classmethod
-    def _unit_interval(cls, value: float) -> float:
-        return _fraction(value)
+    def _unit_interval(cls, value: float | None) -> float | None:
+        return None if value is None else _fraction(value)
 
     @field_validator("cached_prompt_weight")
     @classmethod

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core.arch import DenseMLP, ModelArch, MoE
-from quotacalc.core.deployment import GIB, engine_profile
+from quotacalc.core.deployment import GIB, VLLM_MEMORY_UTILIZATION, engine_profile
 
 if TYPE_CHECKING:
     from quotacalc.catalog.gpus import GpuSpec
@@ -151,6 +151,30 @@ def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
     return token_budget(deployment, gpu)[0]
 
 
+def memory_utilization(deployment: Deployment, gpu: GpuSpec) -> tuple[float, str]:
+    """(the share of GPU memory the engine may use, where it comes from): the deployment's own ('given'), else its
+    engine's default: SGLang's mem_fraction_static rule (quotacalc/catalog/engines.yaml), else vLLM's 0.9."""
+    if deployment.memory_utilization is not None:
+        return deployment.memory_utilization, "given"
+    return default_memory_utilization(deployment.engine, gpu, deployment.tp, max_num_batched_tokens(deployment, gpu))
+
+
+def default_memory_utilization(engine: str, gpu: GpuSpec, tp: int, batched_tokens: int) -> tuple[float, str]:
+    """(an engine's default share of GPU memory at this GPU, TP and token budget, where it comes from)."""
+    profile = engine_profile(engine)
+    rule = None if profile is None else profile.static_memory_fraction
+    if rule is None:
+        return VLLM_MEMORY_UTILIZATION, "vLLM default"
+    return rule.default_fraction(gpu.memory_bytes, tp, batched_tokens), f"{profile.id} default"
+
+
+def sizes_pool_by_static_fraction(engine: str) -> bool:
+    """Whether the engine keeps activations and CUDA graphs outside its memory share (SGLang's
+    mem_fraction_static), so its KV pool is the share less weights and fixed buffers, not less a profiling peak."""
+    profile = engine_profile(engine)
+    return profile is not None and profile.static_memory_fraction is not None
+
+
 def feed_forward_width(arch: ModelArch) -> int:
     """Widest intermediate a token runs through in one layer (MoE: top-k experts plus shared ones)."""
     widths = [0]
@@ -194,6 +218,8 @@ class RuntimeReserve(BaseModel):
     max_num_batched_tokens: int
     #: True when the total was given (runtime_reserve_gib) rather than modelled.
     given: bool
+    #: True for an engine that keeps activations outside its memory share (SGLang): no profiling peak here.
+    static_fraction: bool = False
 
     @property
     def total_bytes(self) -> float:
@@ -212,10 +238,11 @@ def tp_comm_bytes_per_gpu(deployment: Deployment) -> float:
 
 
 def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> RuntimeReserve:
-    """What the engine keeps per GPU beside weights and KV: non-torch memory (base), communication
-    buffers under TP, and the peak of its profiling run: the forward pass's activations at
+    """What the engine keeps per GPU beside weights and KV inside its memory share: non-torch memory (base),
+    communication buffers under TP, and the peak of its profiling run: the forward pass's activations at
     max_num_batched_tokens or, if larger, the sampler's logits over the vocabulary. CUDA graphs are not
-    in it: vLLM up to 0.11 captures them after sizing the KV pool (docs/accuracy.md)."""
+    in it: vLLM up to 0.11 captures them after sizing the KV pool (docs/accuracy.md). An engine with a static
+    fraction (SGLang) keeps activations and graphs outside its share, so only the first two count."""
     tokens = max_num_batched_tokens(deployment, gpu)
     if deployment.runtime_reserve_gib is not None:
         return RuntimeReserve(
@@ -225,6 +252,16 @@ def runtime_reserve(arch: ModelArch, deployment: Deployment, gpu: GpuSpec) -> Ru
             sampler_bytes=0.0,
             max_num_batched_tokens=tokens,
             given=True,
+        )
+    if sizes_pool_by_static_fraction(deployment.engine):
+        return RuntimeReserve(
+            base_bytes=deployment.reserve_base_gib * GIB,
+            tp_comm_bytes=tp_comm_bytes_per_gpu(deployment),
+            activation_bytes=0.0,
+            sampler_bytes=0.0,
+            max_num_batched_tokens=tokens,
+            given=False,
+            static_fraction=True,
         )
     return RuntimeReserve(
         base_bytes=deployment.reserve_base_gib * GIB,

@@ -258,7 +258,7 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
         ),
         # The budget the price assumed (its KV reserve grows with it): the deployment's, or its engine's default.
         max_num_batched_tokens=memory.max_num_batched_tokens(deployment, replica.inputs.gpu),
-        gpu_memory_utilization=deployment.memory_utilization,
+        gpu_memory_utilization=replica.memory_utilization,
         kv_cache_dtype=_kv_cache_dtype(replica),
         enable_prefix_caching=True,
         scheduling_policy="priority" if len(priorities) > 1 else "fcfs",

@@ -18,7 +18,7 @@ from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, ParamGroup
-from quotacalc.core.deployment import Deployment, PricingBasis
+from quotacalc.core.deployment import Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
     ReplicaModel,
@@ -132,6 +132,8 @@ class PriceResult(BaseModel):
     output_weight: float
     replica_units_per_s: float
     max_num_batched_tokens: int
+    #: The share of GPU memory the engine may use: given, or the engine's default (vLLM 0.9, SGLang's rule).
+    memory_utilization: float
     runtime_reserve_bytes_per_gpu: float
     kv_pool_bytes_per_gpu: float
     kv_pool_tokens: int
@@ -367,6 +369,16 @@ def _pool_section(x: _Explainer) -> float:
             substituted=f"{fmt(deployment.runtime_reserve_gib)} GiB",
             unit="B",
         )
+    elif reserve.static_fraction:
+        x.record(
+            "runtime_reserve_bytes_per_gpu",
+            reserve.total_bytes,
+            formula="reserve_base + reserve_per_tp_doubling × log2(TP)",
+            substituted=f"{fmt(reserve.base_bytes)} + {fmt(reserve.tp_comm_bytes)}",
+            unit="B",
+            note=f"{deployment.engine} keeps activations and CUDA graphs outside memory_utilization (its "
+            "mem_fraction_static); base and per-doubling terms are its profile's (quotacalc engines)",
+        )
     else:
         source = memory.token_budget(deployment, gpu)[1]
         x.record(
@@ -384,13 +396,16 @@ def _pool_section(x: _Explainer) -> float:
             "profiling run's peak: the forward pass's activations or the sampler's logits, whichever is larger",
         )
     weight_bytes_per_gpu = x.figures["weight_bytes_per_gpu"]
+    utilization, utilization_source = memory.memory_utilization(deployment, gpu)
+    x.figures["memory_utilization"] = utilization
     usable = x.record(
         "kv_pool_bytes_estimate_per_gpu",
-        deployment.memory_utilization * gpu.memory_bytes - weight_bytes_per_gpu - reserve.total_bytes,
+        utilization * gpu.memory_bytes - weight_bytes_per_gpu - reserve.total_bytes,
         formula="memory_utilization × HBM − weight_bytes_per_gpu − runtime_reserve_bytes_per_gpu",
-        substituted=f"{deployment.memory_utilization} × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − "
+        substituted=f"{utilization} ({utilization_source}) × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − "
         f"{fmt(reserve.total_bytes)}",
         unit="B",
+        note=None if utilization_source != f"{deployment.engine} default" else _static_fraction_note(deployment, gpu),
     )
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     layout = kv_groups.hybrid_layout(arch, kv_b, state_b, deployment.tp)
@@ -412,6 +427,22 @@ def _pool_section(x: _Explainer) -> float:
         unit="tokens",
     )
     return usable
+
+
+def _static_fraction_note(deployment: Deployment, gpu: GpuSpec) -> str:
+    """How the engine's default memory share was reached: its reserved MiB, term by term."""
+    rule = engine_profile(deployment.engine).static_memory_fraction
+    tokens, source = memory.token_budget(deployment, gpu)
+    graph_batch = rule.graph_batch(gpu.memory_bytes, deployment.tp)
+    reserved = rule.reserved_mib(gpu.memory_bytes, deployment.tp, tokens)
+    memory_mib = gpu.memory_bytes / 2**20
+    return (
+        f"{deployment.engine}'s mem_fraction_static = round((memory − reserved) / memory, 3), reserved = "
+        f"{fmt(rule.base_mib)} + {fmt(rule.per_batched_token_mib)} × max({fmt(tokens)} ({source}), "
+        f"{fmt(rule.min_batched_tokens)}) + {fmt(rule.per_graph_sequence_mib)} × {graph_batch} (CUDA-graph batch) + "
+        f"{fmt(rule.per_tp_rank_mib)} × {deployment.tp} (TP), at least {fmt(rule.floor_mib)} above "
+        f"{fmt(rule.floor_above_gib)} GiB = {fmt(reserved)} MiB of {fmt(memory_mib)} MiB"
+    )
 
 
 def _no_pool(x: _Explainer) -> None:
@@ -1077,6 +1108,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         output_weight=f["output_weight"],
         replica_units_per_s=f["replica_units_per_s"],
         max_num_batched_tokens=f["max_num_batched_tokens"],
+        memory_utilization=f["memory_utilization"],
         runtime_reserve_bytes_per_gpu=f["runtime_reserve_bytes_per_gpu"],
         kv_pool_bytes_per_gpu=pool_bytes,
         kv_pool_tokens=f["kv_pool_tokens"],

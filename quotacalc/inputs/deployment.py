@@ -184,6 +184,17 @@ def _batched_tokens(tokens: int | None, gpu: str, engine: str) -> int:
     return tokens if tokens is not None else default_token_budget(engine, load_gpu_catalog().get(gpu))[0]
 
 
+def _memory_share(utilization: float | None, gpu: str, tp: int, tokens: int | None, engine: str) -> float:
+    """A memory share as the engine runs it: the given one, or the engine's default at that GPU, TP and budget."""
+    from quotacalc.catalog.gpus import load_gpu_catalog
+    from quotacalc.core.memory import default_memory_utilization
+
+    if utilization is not None:
+        return utilization
+    spec = load_gpu_catalog().get(gpu)
+    return default_memory_utilization(engine, spec, tp, _batched_tokens(tokens, gpu, engine))[0]
+
+
 def _dtype_name(name: str | None) -> str | None:
     from quotacalc.catalog.dtypes import dtype_by_name
 
@@ -217,7 +228,13 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         "tp": deployment.tp,
         "weight_dtype": _dtype_name(deployment.weight_dtype),
         "kv_dtype": _dtype_name(deployment.kv_dtype),
-        "memory_utilization": deployment.memory_utilization,
+        "memory_utilization": _memory_share(
+            deployment.memory_utilization,
+            deployment.gpu,
+            deployment.tp,
+            deployment.max_num_batched_tokens,
+            deployment.engine,
+        ),
         "max_num_batched_tokens": _batched_tokens(deployment.max_num_batched_tokens, deployment.gpu, deployment.engine),
     }
     then = {
@@ -225,8 +242,14 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         "tp": measured.tp,
         "weight_dtype": _dtype_name(measured.weight_dtype),
         "kv_dtype": _dtype_name(measured.kv_dtype),
-        "memory_utilization": measured.memory_utilization,
         # A record without its engine (written before it was kept) is read as this deployment's engine's.
+        "memory_utilization": _memory_share(
+            measured.memory_utilization,
+            measured.gpu,
+            measured.tp,
+            measured.max_num_batched_tokens,
+            measured.engine or deployment.engine,
+        ),
         "max_num_batched_tokens": _batched_tokens(
             measured.max_num_batched_tokens, measured.gpu, measured.engine or deployment.engine
         ),

@@ -1,0 +1,187 @@
+"""SGLang's KV pool (quotacalc/catalog/engines.yaml, core/memory.py): SGLang gives weights and KV a static fraction of
+the GPU's memory (mem_fraction_static) and keeps activations and CUDA graphs outside it, so its pool is that share
+less the weights and a fixed reserve, not vLLM's share less a profiling peak. Its default fraction follows SGLang's
+own rule; both are checked by hand from SGLang's source and against its start-up logs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quotacalc import Deployment, price, resolve
+from quotacalc.catalog.engines import load_engine_catalog, parse_engine_catalog
+from quotacalc.catalog.gpus import load_gpu_catalog
+from quotacalc.core.deployment import GIB
+from quotacalc.errors import QuotacalcError
+
+LLAMA8 = "Llama-3.1-8B-Instruct"
+#: Llama 3.1 8B's parameters (8,030,261,248: models/Llama-3.1-8B-Instruct) at 2 B each.
+LLAMA8_BF16_BYTES = 8_030_261_248 * 2
+MEASUREMENTS = Path(__file__).parent / "data" / "measurements" / "kv_pool.yaml"
+
+
+def rule():
+    return load_engine_catalog().get("sglang").static_memory_fraction
+
+
+# SGLang 0.5's default mem_fraction_static by hand from python/sglang/srt/server_args.py
+# (ServerArgs._handle_gpu_memory_settings): reserved MiB = 512 + 1.5 × max(chunked_prefill_size, 2048)
+# + 2 × cuda_graph_max_bs + TP × 1024 / 8, at least 10,240 on GPUs above 60 GiB; round((memory − reserved) / memory, 3).
+# The GPU's memory in MiB is the catalog's (CUDA's total).
+@pytest.mark.parametrize(
+    ("gpu", "tp", "reserved_mib", "fraction"),
+    [
+        # 81,090.125 MiB; chunk 8,192, graphs 256 below TP 4: 512 + 12,288 + 512 + 128 = 13,440.
+        ("h100-sxm", 1, 13_440, 0.834),
+        # 143,156 MiB at TP 8: graphs 512: 512 + 12,288 + 1,024 + 1,024 = 14,848 -> 128,308 / 143,156 = 0.8963.
+        ("h200", 8, 14_848, 0.896),
+        # 45,373 MiB (below 60 GiB: chunk 4,096, graphs 32, no floor): 512 + 6,144 + 64 + 128 = 6,848 -> 0.8491.
+        ("l40s", 1, 6_848, 0.849),
+        # 22,518 MiB (below 35 GiB: chunk 2,048, graphs 24): 512 + 3,072 + 48 + 128 = 3,760 -> 0.8330.
+        ("l4", 1, 3_760, 0.833),
+        # The same L4 at TP 4: graphs 80: 512 + 3,072 + 160 + 512 = 4,256 -> 18,262 / 22,518 = 0.8110.
+        ("l4", 4, 4_256, 0.811),
+        # 182,631 MiB at TP 8 (chunk 16,384, graphs 512): 512 + 24,576 + 1,024 + 1,024 = 27,136 -> 0.8514.
+        ("b200", 8, 27_136, 0.851),
+    ],
+)
+def test_sglangs_default_memory_share_by_hand(gpu, tp, reserved_mib, fraction):
+    from quotacalc.core.memory import memory_utilization
+
+    spec = load_gpu_catalog().get(gpu)
+    tokens = load_engine_catalog().get("sglang").default_max_num_batched_tokens(spec.memory_bytes)
+    assert rule().reserved_mib(spec.memory_bytes, tp, tokens) == reserved_mib
+    assert memory_utilization(Deployment(model=LLAMA8, gpu=gpu, tp=tp, engine="sglang"), spec) == (
+        fraction,
+        "sglang default",
+    )
+
+
+def test_sglangs_rule_reproduces_the_fraction_its_docs_ci_printed():
+    """SGLang reads the GPU's memory from nvidia-smi (81,559 MiB on an H100); its docs CI printed
+    mem_fraction_static=0.835 there (reserved 13,440 MiB: 68,119 / 81,559 = 0.8352). quotacalc's catalog holds CUDA's
+    total (81,090 MiB), one thousandth lower: 0.834."""
+    assert rule().default_fraction(81_559 * 2**20, 1, 8192) == 0.835
+
+
+def test_an_explicit_share_wins_and_vllm_keeps_0_9():
+    spec = load_gpu_catalog().get("h100-sxm")
+    from quotacalc.core.memory import memory_utilization
+
+    assert memory_utilization(Deployment(model=LLAMA8, gpu="h100-sxm"), spec) == (0.9, "vLLM default")
+    given = Deployment(model=LLAMA8, gpu="h100-sxm", engine="sglang", memory_utilization=0.88)
+    assert memory_utilization(given, spec) == (0.88, "given")
+    # A token budget of its own moves SGLang's default share (1.5 MiB a token): 16,384 tokens -> 25,728 MiB reserved.
+    bigger = Deployment(model=LLAMA8, gpu="h100-sxm", engine="sglang", max_num_batched_tokens=16384)
+    assert memory_utilization(bigger, spec)[0] == round((81_090.125 - 25_728) / 81_090.125, 3) == 0.683
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_sglangs_pool_is_its_share_less_weights_and_fixed_buffers_by_hand(tp):
+    """KV per GPU = fraction × HBM − weights per GPU − (reserve_base + per_doubling × log2 TP): no activation or
+    sampler peak, which SGLang keeps outside its share."""
+    defaults = load_engine_catalog().get("sglang").defaults
+    result = price(resolve(Deployment(model=LLAMA8, gpu="h100-sxm", tp=tp, engine="sglang", memory_utilization=0.88)))
+    reserve = (defaults.reserve_base_gib + defaults.reserve_per_tp_doubling_gib * math.log2(tp)) * GIB
+    expected = 0.88 * 85_029_158_912 - LLAMA8_BF16_BYTES / tp - reserve
+    assert result.runtime_reserve_bytes_per_gpu == pytest.approx(reserve, rel=1e-12)
+    assert result.kv_pool_bytes_per_gpu == pytest.approx(expected, rel=1e-12)
+    # 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 131,072 B a token on one GPU; half of it per GPU at TP 2.
+    assert result.kv_pool_tokens == math.floor(expected / (131_072 / tp))
+    # vLLM's accounting of the same share subtracts a profiling peak on top: a smaller pool.
+    vllm = price(resolve(Deployment(model=LLAMA8, gpu="h100-sxm", tp=tp, memory_utilization=0.88)))
+    assert vllm.kv_pool_tokens < result.kv_pool_tokens
+
+
+def sglang_points():
+    points = yaml.safe_load(MEASUREMENTS.read_text(encoding="utf-8"))["points"]
+    return [point for point in points if point.get("engine") == "sglang"]
+
+
+@pytest.mark.parametrize("point", sglang_points(), ids=lambda point: point["id"])
+def test_sglangs_pool_matches_its_start_up_logs(point):
+    """Each SGLang log's 'KV Cache is allocated. #tokens' (or max_total_num_tokens) at the log's fraction: within 1% on
+    the three TP 1 logs the reserve was fitted on, within 5% on the held-out TP 4 one (+3.9%)."""
+    deployment = Deployment(
+        model=point["model"],
+        gpu=point["gpu"],
+        tp=point["tp"],
+        weight_dtype=point["weight_dtype"],
+        kv_dtype=point["kv_dtype"],
+        engine="sglang",
+        memory_utilization=point["memory_utilization"],
+    )
+    error = price(resolve(deployment)).kv_pool_tokens / point["kv_pool_tokens"] - 1
+    assert abs(error) < (0.05 if point.get("held_out") else 0.01), error
+
+
+def test_the_explanation_shows_the_default_share_term_by_term():
+    steps = {
+        step.name: step for step in price(resolve(Deployment(model=LLAMA8, gpu="h100-sxm", engine="sglang"))).steps
+    }
+    pool = steps["kv_pool_bytes_estimate_per_gpu"]
+    assert pool.substituted.startswith("0.834 (sglang default) × 85,029,158,912 − 16,060,522,496 − ")
+    assert "512 + 1.5 × max(8,192 (sglang default), 2,048) + 2 × 256 (CUDA-graph batch) + 128 × 1 (TP)" in pool.note
+    assert "= 13,440 MiB" in pool.note
+    assert steps["runtime_reserve_bytes_per_gpu"].formula == "reserve_base + reserve_per_tp_doubling × log2(TP)"
+    # vLLM's explanation names its own default and has no such note.
+    plain = {step.name: step for step in price(resolve(Deployment(model=LLAMA8, gpu="h100-sxm"))).steps}
+    assert plain["kv_pool_bytes_estimate_per_gpu"].substituted.startswith("0.9 (vLLM default) × ")
+    assert plain["kv_pool_bytes_estimate_per_gpu"].note is None
+
+
+def test_price_json_reports_the_share_it_used(run_cli):
+    base = ("price", "--model", LLAMA8, "--gpu", "h100-sxm", "--json")
+    shares = {}
+    for extra in ((), ("--engine", "sglang"), ("--engine", "sglang", "--memory-utilization", "0.8")):
+        code, out, err = run_cli(*base, *extra)
+        assert code == 0, err
+        shares[extra] = json.loads(out)["results"]["memory_utilization"]
+    assert list(shares.values()) == [0.9, 0.834, 0.8]
+
+
+def test_a_pool_measured_on_sglangs_default_share_holds_only_there():
+    """A measured pool records the share as the engine ran it; on another engine's default share it is an error
+    naming the change."""
+    from quotacalc.inputs.deployment import measured_pool_mismatch
+
+    def deployment(engine: str, **measured) -> Deployment:
+        record = {"gpu": "h100-sxm", "tp": 1, "engine": "sglang", **measured}
+        return Deployment(
+            model=LLAMA8, gpu="h100-sxm", engine=engine, kv_pool_tokens=400_000, kv_pool_measured_with=record
+        )
+
+    assert measured_pool_mismatch(deployment("sglang", memory_utilization=0.834)) is None
+    mismatch = measured_pool_mismatch(deployment("generic", memory_utilization=0.834))
+    assert "memory_utilization 0.834 -> 0.9" in mismatch and "engine sglang -> generic" in mismatch
+    # Recorded without a share (None: the engine's default), it is resolved on each side alike.
+    assert measured_pool_mismatch(deployment("sglang")) is None
+    assert "memory_utilization 0.834 -> 0.9" in measured_pool_mismatch(deployment("generic"))
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"below_gib": 35, "below_tp_4": 24, "from_tp_4": 80}], "the last without below_gib"),
+        (
+            [
+                {"below_gib": 60, "below_tp_4": 32, "from_tp_4": 160},
+                {"below_gib": 35, "below_tp_4": 24, "from_tp_4": 80},
+                {"below_tp_4": 256, "from_tp_4": 512},
+            ],
+            "must grow",
+        ),
+        ([{"below_tp_4": 0, "from_tp_4": 512}], "greater than 0"),
+    ],
+)
+def test_a_bad_memory_rule_names_its_field(rows, message):
+    memory = dict(rule().model_dump(), cuda_graph_max_bs=rows)
+    document = {"engines": {"x": {"name": "X", "defaults": {}, "static_memory_fraction": memory, "source": "s"}}}
+    with pytest.raises(QuotacalcError) as caught:
+        parse_engine_catalog(document, "engines.yaml")
+    assert caught.value.field.startswith("engines.x.static_memory_fraction.cuda_graph_max_bs")
+    assert message in str(caught.value)
