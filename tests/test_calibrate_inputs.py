@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE, QuotacalcError, UsageError
-from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
+from quotacalc.inputs.benchmarks import read_benchmark, read_start_up_log
 
 EXAMPLES = Path(__file__).parent.parent / "examples" / "calibration"
 NIM_CSV = EXAMPLES / "nim-llama-3.3-70b-h100-tp2.csv"
@@ -282,7 +282,7 @@ def test_bad_guidellm_report(json_file, report, needles):
 
 
 def test_example_log():
-    reading = read_vllm_log(str(QWEN_LOG))
+    reading = read_start_up_log(str(QWEN_LOG))
     # The two lines quoted in vllm-project/vllm#21348: 8.11 GiB and 178,880 tokens.
     assert reading.available_kv_gib == 8.11 and reading.kv_pool_tokens == 178_880
 
@@ -295,19 +295,19 @@ def test_log_with_prefixes_colours_and_one_line_per_rank(tmp_path):
         "INFO 05-06 10:01:01 [kv_cache_utils.py:634] GPU KV cache size: 1,234,567 tokens\n"
         "INFO 05-06 10:01:01 [kv_cache_utils.py:637] Maximum concurrency for 8,192 tokens per request: 150.70x\n"
     )
-    reading = read_vllm_log(_write(tmp_path, "serve.log", text))
+    reading = read_start_up_log(_write(tmp_path, "serve.log", text))
     assert reading.kv_pool_tokens == 1_234_567
     assert reading.available_kv_gib == 40.49  # the engine sizes the pool by the smallest rank
 
 
 def test_bad_logs(tmp_path):
     two = "GPU KV cache size: 1,000 tokens\nGPU KV cache size: 2,000 tokens\n"
-    line = _error(read_vllm_log, _write(tmp_path, "two.log", two)).one_line()
+    line = _error(read_start_up_log, _write(tmp_path, "two.log", two)).one_line()
     assert "2 different KV pools" in line and "one start-up" in line
-    line = _error(read_vllm_log, _write(tmp_path, "none.log", "INFO starting\n")).one_line()
+    line = _error(read_start_up_log, _write(tmp_path, "none.log", "INFO starting\n")).one_line()
     assert "no 'GPU KV cache size" in line and "none.log" in line
-    assert _error(read_vllm_log, str(tmp_path / "missing.log")).exit_code == EXIT_USAGE
-    zero = _error(read_vllm_log, _write(tmp_path, "zero.log", "GPU KV cache size: 0 tokens\n"))
+    assert _error(read_start_up_log, str(tmp_path / "missing.log")).exit_code == EXIT_USAGE
+    zero = _error(read_start_up_log, _write(tmp_path, "zero.log", "GPU KV cache size: 0 tokens\n"))
     assert zero.exit_code == EXIT_INVALID_INPUT
 
 
@@ -320,7 +320,7 @@ def test_csv_with_a_byte_order_mark(tmp_path):
 
 def test_log_lines_that_only_look_like_figures_are_not_read(tmp_path):
     text = "GPU KV cache size: ,,, tokens\nAvailable KV cache memory: 1.2.3 GiB\n"
-    line = _error(read_vllm_log, _write(tmp_path, "odd.log", text)).one_line()
+    line = _error(read_start_up_log, _write(tmp_path, "odd.log", text)).one_line()
     assert "no 'GPU KV cache size" in line
 
 
@@ -329,7 +329,7 @@ def test_special_files_are_refused_without_waiting(tmp_path):
 
     fifo = tmp_path / "results.fifo"
     os.mkfifo(fifo)  # opening a FIFO for reading would block until a writer came
-    for reader in (read_benchmark, read_vllm_log):
+    for reader in (read_benchmark, read_start_up_log):
         error = _error(reader, str(fifo))
         assert error.exit_code == EXIT_USAGE and "not a regular file" in error.one_line()
         assert _error(reader, str(tmp_path)).exit_code == EXIT_USAGE  # a directory
@@ -337,7 +337,7 @@ def test_special_files_are_refused_without_waiting(tmp_path):
 
 def test_a_figure_with_hundreds_of_digits_is_not_read(tmp_path):
     text = f"GPU KV cache size: {'9' * 500} tokens\nAvailable KV cache memory: {'9' * 500} GiB\n"
-    assert "no 'GPU KV cache size" in _error(read_vllm_log, _write(tmp_path, "huge.log", text)).one_line()
+    assert "no 'GPU KV cache size" in _error(read_start_up_log, _write(tmp_path, "huge.log", text)).one_line()
 
 
 @pytest.mark.parametrize(

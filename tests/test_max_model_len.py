@@ -18,7 +18,7 @@ from quotacalc.core.deployment import Deployment, KvPoolMeasuredWith
 from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
 from quotacalc.core.policy import build_policy
 from quotacalc.core.price import price
-from quotacalc.inputs.benchmarks import read_vllm_log
+from quotacalc.inputs.benchmarks import read_start_up_log
 from quotacalc.inputs.deployment import measured_pool_mismatch
 from quotacalc.inputs.resolve import resolve
 
@@ -114,7 +114,7 @@ def _log(tmp_path: Path, *lines: str) -> str:
 
 def test_the_log_states_max_model_len_in_its_config_and_concurrency_lines(tmp_path):
     config = "INFO Initializing a V1 LLM engine (v0.11.0) with config: model='openai/gpt-oss-120b', max_seq_len=32768, "
-    reading = read_vllm_log(
+    reading = read_start_up_log(
         _log(
             tmp_path,
             config + "download_dir=None",
@@ -124,7 +124,7 @@ def test_the_log_states_max_model_len_in_its_config_and_concurrency_lines(tmp_pa
     )
     assert reading.max_model_len == 32_768 and reading.kv_pool_tokens == 68_456
     with pytest.raises(Exception, match="2 different max_model_len values"):
-        read_vllm_log(
+        read_start_up_log(
             _log(
                 tmp_path,
                 config,

@@ -185,3 +185,106 @@ def test_a_bad_memory_rule_names_its_field(rows, message):
         parse_engine_catalog(document, "engines.yaml")
     assert caught.value.field.startswith("engines.x.static_memory_fraction.cuda_graph_max_bs")
     assert message in str(caught.value)
+
+
+# --------------------------------------------------------------------------- calibrate --log with SGLang's log
+
+#: sglang PR 4760's start-up lines (kv_pool.yaml sglang-4760-llama-3.1-8b-h100), with a server_args line as SGLang
+#: prints it (fields abridged) stating the 0.88 share and TP 1 the pool ran at.
+PR4760_LOG = (
+    "[2025-03-25 16:36:50] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', dtype='auto', "
+    "kv_cache_dtype='auto', mem_fraction_static=0.88, max_running_requests=None, chunked_prefill_size=8192, "
+    "tp_size=1, stream_interval=1)\n"
+    "[2025-03-25 16:37:06 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.48 GB, "
+    "mem usage=15.11 GB.\n"
+    "[2025-03-25 16:37:06 TP0] KV Cache is allocated. #tokens: 442750, K size: 27.02 GB, V size: 27.02 GB\n"
+    "[2025-03-25 16:37:06 TP0] Memory pool end. avail mem=8.26 GB\n"
+)
+
+
+def write_log(tmp_path, text: str, name: str = "serve.log") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_sglangs_start_up_lines_are_read(tmp_path):
+    from quotacalc.inputs.benchmarks import read_start_up_log
+
+    reading = read_start_up_log(write_log(tmp_path, PR4760_LOG))
+    assert reading.engine == "sglang" and reading.kv_pool_tokens == 442_750
+    assert reading.available_kv_gib == pytest.approx(54.04) and reading.memory_utilization == 0.88 and reading.tp == 1
+    # SGLang before 0.4.4 (its docs' quick start, January 2025): no '#tokens' on the allocation line, the count in
+    # 'max_total_num_tokens'; one line per TP rank, the smallest rank's cache bounding the pool; MLA's one cache.
+    older = (
+        "[TP0] KV Cache is allocated. K size: 27.13 GB, V size: 27.13 GB.\n"
+        "[TP1] KV Cache is allocated. K size: 27.11 GB, V size: 27.11 GB.\n"
+        "max_total_num_tokens=444500, chunked_prefill_size=8192, max_prefill_tokens=16384, context_len=131072\n"
+    )
+    reading = read_start_up_log(write_log(tmp_path, older))
+    assert reading.kv_pool_tokens == 444_500 and reading.available_kv_gib == pytest.approx(54.22)
+    assert reading.memory_utilization is None and reading.tp is None
+    mla = read_start_up_log(write_log(tmp_path, "[TP0] KV Cache is allocated. #tokens: 1000000, KV size: 65.45 GB\n"))
+    assert mla.kv_pool_tokens == 1_000_000 and mla.available_kv_gib == 65.45
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (PR4760_LOG + "GPU KV cache size: 1,000 tokens\n", "both vLLM's and SGLang's KV cache lines"),
+        (PR4760_LOG + "KV Cache is allocated. #tokens: 442000, K size: 27 GB, V size: 27 GB\n", "2 different KV pools"),
+        (PR4760_LOG + PR4760_LOG.replace("=0.88", "=0.9"), "2 different memory_utilization values"),
+    ],
+)
+def test_a_confused_sglang_log_is_one_line(tmp_path, text, message):
+    from quotacalc.inputs.benchmarks import read_start_up_log
+
+    with pytest.raises(QuotacalcError) as caught:
+        read_start_up_log(write_log(tmp_path, text))
+    line = caught.value.one_line()
+    assert message in line and "serve.log" in line and "\n" not in line
+
+
+def test_calibrate_reads_the_reserve_off_sglangs_log_and_writes_it(tmp_path, run_cli):
+    """reserve = 0.88 × 79.19 GiB − 14.957 GiB (weights) − 54.04 GiB (K + V) = 0.689 GiB; written into the plan with
+    the pool and what it was measured with, price then reports the logged pool as measured."""
+    log = write_log(tmp_path, PR4760_LOG)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: Llama-3.1-8B-Instruct\ngpu: h100-sxm\nengine: sglang\nmemory_utilization: 0.88\n")
+    code, out, err = run_cli("calibrate", plan, "--log", log, "--write", plan, "--json")
+    assert code == 0, err
+    expected = (0.88 * 85_029_158_912 - LLAMA8_BF16_BYTES - 54.04 * GIB) / GIB
+    assert json.loads(out)["calibration"]["parameters"]["runtime_reserve_gib"] == pytest.approx(expected, abs=1e-3)
+    written = yaml.safe_load(plan.read_text())
+    assert written["kv_pool_tokens"] == 442_750
+    assert written["kv_pool_measured_with"]["engine"] == "sglang"
+    assert written["kv_pool_measured_with"]["memory_utilization"] == 0.88
+    code, out, err = run_cli("price", plan, "--json")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert results["kv_pool_tokens"] == 442_750 and results["kv_pool_source"] == "measured"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message", "fix"),
+    [
+        ((), "an SGLang start-up log measures SGLang's KV pool, not that of engine generic", "--engine sglang"),
+        (("--engine", "sglang"), "sized at mem_fraction_static 0.88, the deployment's share is 0.834", "0.88"),
+        (
+            ("--engine", "sglang", "--memory-utilization", "0.88", "--tp", "2"),
+            "the log ran at TP 1, the deployment is TP 2",
+            "--tp 1",
+        ),
+        (
+            ("--engine", "sglang", "--memory-utilization", "0.88", "--model", "gemma-3-27b-it"),
+            "keeps windowed or state layers",
+            "--kv-pool-tokens",
+        ),
+    ],
+)
+def test_an_sglang_log_for_another_deployment_is_one_line(tmp_path, run_cli, flags, message, fix):
+    log = write_log(tmp_path, PR4760_LOG)
+    model = () if "--model" in flags else ("--model", LLAMA8)
+    code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", *flags, "--log", log)
+    assert code == 1 and out == ""
+    assert message in err and fix in err and err.count("\n") == 1 and "Traceback" not in err

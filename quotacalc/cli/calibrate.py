@@ -57,7 +57,12 @@ def calibrate_command(
         ),
     ] = None,
     log: Annotated[
-        str | None, typer.Option("--log", help="vLLM start-up log: 'GPU KV cache size' and 'Available KV cache memory'")
+        str | None,
+        typer.Option(
+            "--log",
+            help="engine start-up log: vLLM's 'GPU KV cache size' and 'Available KV cache memory', or SGLang's "
+            "'KV Cache is allocated' (with --engine sglang)",
+        ),
     ] = None,
     fit: Annotated[
         str | None,
@@ -100,7 +105,7 @@ def calibrate_command(
     *,
     deployment_flags,
 ):
-    """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log.
+    """Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM or SGLang start-up log.
 
     \f
     ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``); the form feed
@@ -110,7 +115,7 @@ def calibrate_command(
 
     from quotacalc.core.calibrate import TtftUnderLoad, calibrate, provenance
     from quotacalc.errors import UsageError
-    from quotacalc.inputs.benchmarks import read_benchmark, read_vllm_log
+    from quotacalc.inputs.benchmarks import read_benchmark, read_start_up_log
     from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.resolve import resolve
 
@@ -142,7 +147,7 @@ def calibrate_command(
         points += read
         notes += skipped
         files.append((path, [point.row or "result" for point in read]))
-    reading = read_vllm_log(log) if log else None
+    reading = read_start_up_log(log) if log else None
     if log:
         files.append((log, []))
     parameters = None

@@ -108,16 +108,26 @@ class BenchmarkPoint(BaseModel):
 
 
 class KvPoolReading(BaseModel):
-    """What a vLLM start-up log says about the KV pool."""
+    """What an engine's start-up log says about the KV pool (vLLM's or SGLang's lines)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     source: str
-    kv_pool_tokens: int | None = Field(None, ge=1, description="'GPU KV cache size: N tokens', per replica")
-    available_kv_gib: float | None = Field(None, gt=0, description="'Available KV cache memory: X GiB', per GPU")
+    #: The engine profile whose lines the log has: generic (vLLM) or sglang.
+    engine: str = GENERIC_ENGINE
+    kv_pool_tokens: int | None = Field(
+        None, ge=1, description="'GPU KV cache size: N tokens' (SGLang: '#tokens: N'), per replica"
+    )
+    available_kv_gib: float | None = Field(
+        None, gt=0, description="'Available KV cache memory: X GiB' (SGLang: K + V size), per GPU"
+    )
     max_model_len: int | None = Field(
         None, ge=1, description="the engine's max_model_len ('max_seq_len=N' in its config line), tokens"
     )
+    memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="SGLang's server_args mem_fraction_static: the share the pool was sized at"
+    )
+    tp: int | None = Field(None, ge=1, description="SGLang's server_args tp_size")
 
 
 class FittedParameter(BaseModel):
@@ -422,17 +432,49 @@ def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int, max_mo
     return blocks * layout.bytes_per_block
 
 
+def _check_logged_settings(inputs: PricingInputs, reading: KvPoolReading) -> None:
+    """A log that states its TP or memory share (SGLang's server_args) holds only for a deployment run so."""
+    from quotacalc.core import kv_groups, memory
+
+    deployment = inputs.deployment
+    if reading.tp is not None and reading.tp != deployment.tp:
+        raise QuotacalcError(
+            f"the log ran at TP {reading.tp}, the deployment is TP {deployment.tp}",
+            source=reading.source,
+            fix=f"give --tp {reading.tp}, or the log of this deployment",
+        )
+    share, source = memory.memory_utilization(deployment, inputs.gpu)
+    # Three decimals: SGLang's own rounding of its default.
+    if reading.memory_utilization is not None and abs(reading.memory_utilization - share) > 5e-4:
+        raise QuotacalcError(
+            f"the log's pool was sized at mem_fraction_static {reading.memory_utilization:g}, the deployment's share "
+            f"is {share:g} ({source})",
+            source=reading.source,
+            fix=f"give --memory-utilization {reading.memory_utilization:g} (the share the engine ran at)",
+        )
+    kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
+    if reading.engine != GENERIC_ENGINE and kv_groups.hybrid_layout(inputs.arch, kv_b, state_b, deployment.tp):
+        raise QuotacalcError(
+            f"{inputs.arch.name} keeps windowed or state layers, which SGLang lays out its own way (not read)",
+            source=reading.source,
+            fix="give the engine's logged pool as --kv-pool-tokens",
+        )
+
+
 def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     """The runtime reserve a start-up log implies, and the measured pool with the deployment it holds for.
 
     vLLM sizes the pool as memory_utilization × HBM − weights − everything else (activations of the
-    profiling run, CUDA graphs, communication buffers): the reserve is that last term.
+    profiling run, CUDA graphs, communication buffers): the reserve is that last term. SGLang sizes it as
+    mem_fraction_static × HBM − weights − its fixed buffers (activations live outside the fraction): the same
+    subtraction at the share its server_args state, which must be the deployment's.
     """
 
     from quotacalc.core import kv_groups, memory
     from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
     deployment, gpu = inputs.deployment, inputs.gpu
+    _check_logged_settings(inputs, reading)
 
     # The same resident weights price subtracts, so the reserve fitted here reproduces the log's pool there.
     weight_bytes_per_gpu = inputs.weights.weight_bytes(
@@ -620,13 +662,19 @@ def calibrate(
         raise QuotacalcError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
     if names and not points:
         raise QuotacalcError("no benchmark points to fit", field="--bench", fix="give a benchmark file")
-    if kv_reading is not None and inputs.deployment.engine != GENERIC_ENGINE:
-        # The reader parses vLLM's start-up lines: its pool is vLLM's, sized by vLLM's memory rules.
+    if kv_reading is not None and inputs.deployment.engine != kv_reading.engine:
+        # A log's pool is its engine's, sized by that engine's memory rules.
+        if kv_reading.engine == GENERIC_ENGINE:
+            raise QuotacalcError(
+                f"a vLLM start-up log measures vLLM's KV pool, not that of engine {inputs.deployment.engine}",
+                field="--log",
+                fix="calibrate the pool with --engine generic (vLLM), or give the engine's own logged pool as "
+                "--kv-pool-tokens",
+            )
         raise QuotacalcError(
-            f"a vLLM start-up log measures vLLM's KV pool, not that of engine {inputs.deployment.engine}",
+            f"an SGLang start-up log measures SGLang's KV pool, not that of engine {inputs.deployment.engine}",
             field="--log",
-            fix="calibrate the pool with --engine generic (vLLM), or give the engine's own logged pool as "
-            "--kv-pool-tokens",
+            fix=f"calibrate the pool with --engine {kv_reading.engine}",
         )
     if len(points) > MAX_POINTS:
         raise QuotacalcError(

@@ -13,7 +13,8 @@ Formats (detected from the content, not the file name):
 - CSV with a header: ``concurrency, prompt_tokens, output_tokens, ttft_s, itl_s`` (``ttft_ms``/``itl_ms``
   instead are accepted; a blank cell is 'not measured'; optional ``label`` and ``model`` columns (the model is
   compared with the deployment's); ``#`` lines are comments).
-- A vLLM start-up log: ``GPU KV cache size: 646,503 tokens`` and ``Available KV cache memory: 40.55 GiB``.
+- A vLLM start-up log: ``GPU KV cache size: 646,503 tokens`` and ``Available KV cache memory: 40.55 GiB``; or
+  SGLang's: ``KV Cache is allocated. #tokens: 442750, K size: 27.02 GB, V size: 27.02 GB`` and its server_args.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from quotacalc.core.calibrate import BenchmarkPoint, KvPoolReading
+from quotacalc.core.deployment import GENERIC_ENGINE
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
@@ -359,48 +361,107 @@ _MAX_MODEL_LEN = (
 )
 
 
-def read_vllm_log(path: str) -> KvPoolReading:
-    """The KV pool a vLLM start-up log reports: tokens per replica and available GiB per GPU."""
-    # A server's log may run to gigabytes: read it line by line, keep only the two figures.
-    pools_seen: set[int] = set()
-    available: list[float] = []
-    lengths: set[int] = set()
-    with _open_regular(path, "vLLM start-up log") as handle:
-        for raw in handle:
-            if b"max_seq_len=" in raw or b"Maximum concurrency for" in raw:
-                text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
-                lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
-            if b"KV cache" not in raw:
-                continue
+# SGLang's start-up lines (0.3-0.5): 'KV Cache is allocated. #tokens: 442750, K size: 27.02 GB, V size: 27.02 GB'
+# (MLA: 'KV size: X GB'; before 0.4.4 no '#tokens'), 'max_total_num_tokens=444500, chunked_prefill_size=...' and its
+# 'server_args=ServerArgs(..., mem_fraction_static=0.88, ..., tp_size=1, ...)'. Its 'GB' are GiB (free bytes / 2^30).
+_SGLANG_TOKENS = (
+    re.compile(r"KV Cache is allocated\.\s*#tokens:\s*(\d{1,12})"),
+    re.compile(r"\bmax_total_num_tokens=(\d{1,12})"),
+)
+_SGLANG_CACHE_GIB = re.compile(r"\b(?:K|V|KV) size:\s*(\d{1,9}(?:\.\d{1,9})?)\s*GB")
+_SGLANG_ARGS = {
+    "memory_utilization": re.compile(r"\bmem_fraction_static=(\d(?:\.\d{1,9})?)[,)]"),
+    "tp": re.compile(r"\btp_size=(\d{1,4})[,)]"),
+}
+
+
+class _LogFigures:
+    """What one pass over a start-up log collects, by engine."""
+
+    def __init__(self) -> None:
+        self.vllm_pools: set[int] = set()
+        self.vllm_available: list[float] = []
+        self.lengths: set[int] = set()
+        self.sglang_pools: set[int] = set()
+        self.sglang_available: list[float] = []
+        self.sglang_args: dict[str, set[float]] = {name: set() for name in _SGLANG_ARGS}
+
+    def read(self, raw: bytes) -> None:
+        if b"max_seq_len=" in raw or b"Maximum concurrency for" in raw:
+            text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+            self.lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
+        if b"KV cache" in raw:
             line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
-            pools_seen.update(int(match.replace(",", "")) for match in _POOL_TOKENS.findall(line))
+            self.vllm_pools.update(int(match.replace(",", "")) for match in _POOL_TOKENS.findall(line))
             # Each tensor-parallel worker logs its own figure; the engine sizes the pool by the smallest.
-            available += [float(match) for match in _AVAILABLE_GIB.findall(line)]
-    pools = sorted(pools_seen)
+            self.vllm_available += [float(match) for match in _AVAILABLE_GIB.findall(line)]
+        if b"KV Cache is allocated" in raw or b"max_total_num_tokens=" in raw:
+            line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+            self.sglang_pools.update(int(match) for rule in _SGLANG_TOKENS for match in rule.findall(line))
+            if "KV Cache is allocated" in line and (sizes := _SGLANG_CACHE_GIB.findall(line)):
+                # K + V (or MLA's one latent cache) on this rank; the smallest rank bounds the pool.
+                self.sglang_available.append(sum(float(size) for size in sizes))
+        if b"server_args=" in raw:
+            line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+            for name, rule in _SGLANG_ARGS.items():
+                self.sglang_args[name].update(float(match) for match in rule.findall(line))
+
+
+def read_start_up_log(path: str) -> KvPoolReading:
+    """The KV pool an engine's start-up log reports: vLLM's ('GPU KV cache size', 'Available KV cache memory') or
+    SGLang's ('KV Cache is allocated', 'max_total_num_tokens', and the fraction and TP its server_args state)."""
+    # A server's log may run to gigabytes: read it line by line, keep only the figures.
+    figures = _LogFigures()
+    with _open_regular(path, "start-up log") as handle:
+        for raw in handle:
+            figures.read(raw)
+    sglang = bool(figures.sglang_pools or figures.sglang_available)
+    if sglang and (figures.vllm_pools or figures.vllm_available):
+        raise QuotacalcError(
+            "both vLLM's and SGLang's KV cache lines", source=path, fix="give the log of one engine's start-up"
+        )
+    pools = sorted(figures.sglang_pools if sglang else figures.vllm_pools)
     if len(pools) > 1:
         raise QuotacalcError(
             f"{len(pools)} different KV pools ({', '.join(f'{pool:,}' for pool in pools)} tokens)",
             source=path,
             fix="give the log of one start-up",
         )
+    lengths = figures.lengths
     if len(lengths) > 1:
         raise QuotacalcError(
             f"{len(lengths)} different max_model_len values ({', '.join(f'{length:,}' for length in sorted(lengths))})",
             source=path,
             fix="give the log of one start-up",
         )
+    available = figures.sglang_available if sglang else figures.vllm_available
     if not pools and not available:
         raise QuotacalcError(
-            "no 'GPU KV cache size: N tokens' or 'Available KV cache memory: X GiB' line",
+            "no 'GPU KV cache size: N tokens' or 'Available KV cache memory: X GiB' line (vLLM), nor 'KV Cache is "
+            "allocated' (SGLang)",
             source=path,
-            fix="give the log 'vllm serve' prints while it starts (INFO level)",
+            fix="give the log the engine prints while it starts (INFO level)",
         )
+    args: dict[str, float] = {}
+    if sglang:
+        for name, values in figures.sglang_args.items():
+            if len(values) > 1:
+                raise QuotacalcError(
+                    f"{len(values)} different {name} values in server_args",
+                    source=path,
+                    fix="give the log of one start-up",
+                )
+            if values:
+                args[name] = values.pop()
     try:
         return KvPoolReading(
             source=path,
+            engine="sglang" if sglang else GENERIC_ENGINE,
             kv_pool_tokens=pools[0] if pools else None,
             available_kv_gib=min(available) if available else None,
-            max_model_len=lengths.pop() if lengths else None,
+            max_model_len=None if sglang else (lengths.pop() if lengths else None),
+            memory_utilization=args.get("memory_utilization"),
+            tp=int(args["tp"]) if "tp" in args else None,
         )
     except ValidationError as error:
         raise QuotacalcError(error.errors()[0]["msg"], source=path) from None
