@@ -429,7 +429,7 @@ def simulate_command(
 commands.declare(
     "calibrate",
     "quotacalc.cli.calibrate:calibrate_command",
-    summary="Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM start-up log.",
+    summary="Fit MFU, MBU and engine overheads to your benchmark runs, and the KV pool to a vLLM or SGLang start-up log.",
     options=_options_no_context,
 )
 
