@@ -75,6 +75,10 @@ def test_an_explicit_share_wins_and_vllm_keeps_0_9():
     assert memory_utilization(Deployment(model=LLAMA8, gpu="h100-sxm"), spec) == (0.9, "vLLM default")
     given = Deployment(model=LLAMA8, gpu="h100-sxm", engine="sglang", memory_utilization=0.88)
     assert memory_utilization(given, spec) == (0.88, "given")
+    # An engine the catalog does not know (a name from outside Deployment's validation) keeps vLLM's share.
+    from quotacalc.core.memory import default_memory_utilization
+
+    assert default_memory_utilization("no-such-engine", spec, 1, 8192) == (0.9, "vLLM default")
     # A token budget of its own moves SGLang's default share (1.5 MiB a token): 16,384 tokens -> 25,728 MiB reserved.
     bigger = Deployment(model=LLAMA8, gpu="h100-sxm", engine="sglang", max_num_batched_tokens=16384)
     assert memory_utilization(bigger, spec)[0] == round((81_090.125 - 25_728) / 81_090.125, 3) == 0.683
@@ -268,17 +272,21 @@ def test_calibrate_reads_the_reserve_off_sglangs_log_and_writes_it(tmp_path, run
 @pytest.mark.parametrize(
     ("flags", "message", "fix"),
     [
-        ((), "an SGLang start-up log measures SGLang's KV pool, not that of engine generic", "--engine sglang"),
-        (("--engine", "sglang"), "sized at mem_fraction_static 0.88, the deployment's share is 0.834", "0.88"),
+        ((), "--log: an SGLang start-up log measures SGLang's KV pool, not that of engine generic", "--engine sglang"),
+        (
+            ("--engine", "sglang"),
+            "serve.log: the log's pool was sized at mem_fraction_static 0.88, the deployment's share is 0.834",
+            "(give --memory-utilization 0.88 (the share the engine ran at))",
+        ),
         (
             ("--engine", "sglang", "--memory-utilization", "0.88", "--tp", "2"),
-            "the log ran at TP 1, the deployment is TP 2",
-            "--tp 1",
+            "serve.log: the log ran at TP 1, the deployment is TP 2",
+            "(give --tp 1, or the log of this deployment)",
         ),
         (
             ("--engine", "sglang", "--memory-utilization", "0.88", "--model", "gemma-3-27b-it"),
-            "keeps windowed or state layers",
-            "--kv-pool-tokens",
+            "serve.log: gemma-3-27b-it keeps windowed or state layers",
+            "(give the engine's logged pool as --kv-pool-tokens)",
         ),
     ],
 )

@@ -8,6 +8,7 @@ default; nothing the core uses is a buried constant. Loading them from files and
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -382,6 +383,9 @@ def engine_id(name: str) -> str:
     return profile.id
 
 
+# The shipped catalog is read once (load_engine_catalog's own cache) and its profiles are frozen: a name's profile
+# never changes, and price asks for it several times a call.
+@lru_cache(maxsize=256)
 def engine_profile(name: str) -> EngineProfile | None:
     """The catalog's profile for an engine id or alias, or None."""
     from quotacalc.catalog.engines import load_engine_catalog

@@ -39,8 +39,5 @@ class Ledger:
         self.steps: list[Step] = []
 
     def record(self, name: str, value: float, *, formula: str, substituted: str, unit: str, note: str | None = None):
-        # model_construct: the core builds these from its own typed figures, so validation would only cost time.
-        self.steps.append(
-            Step.model_construct(name=name, formula=formula, substituted=substituted, value=value, unit=unit, note=note)
-        )
+        self.steps.append(Step(name=name, formula=formula, substituted=substituted, value=value, unit=unit, note=note))
         return value
