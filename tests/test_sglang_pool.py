@@ -296,3 +296,35 @@ def test_an_sglang_log_for_another_deployment_is_one_line(tmp_path, run_cli, fla
     code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", *flags, "--log", log)
     assert code == 1 and out == ""
     assert message in err and fix in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("mem_fraction_static=0.88", "mem_fraction_static=1.5"), "mem_fraction_static: the share the pool was sized"),
+        (("tp_size=1", "tp_size=0"), "server_args tp_size: input should be greater than or equal to 1, got 0"),
+        (("#tokens: 442750", "#tokens: 0"), "(SGLang: '#tokens: N'), per replica: input should be greater than"),
+    ],
+)
+def test_an_impossible_figure_in_the_log_names_it(tmp_path, run_cli, edit, message):
+    log = write_log(tmp_path, PR4760_LOG.replace(*edit))
+    code, out, err = run_cli("calibrate", "--model", LLAMA8, "--gpu", "h100-sxm", "--engine", "sglang", "--log", log)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "serve.log: " in err and message in err and "(give the log of a start-up that sized a KV pool)" in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GPU KV cache size: 99,999,999,999 tokens\nAvailable KV cache memory: 2.0 GiB\n",  # vLLM's lines
+        "KV Cache is allocated. #tokens: 99999999999, K size: 1 GB, V size: 1 GB\n",  # SGLang's
+    ],
+)
+def test_a_logged_pool_larger_than_the_gpu_is_an_error_not_a_warning(tmp_path, run_cli, text):
+    """99,999,999,999 tokens × 131,072 B is 12 million GiB a GPU: not this deployment's log, whatever else it says."""
+    log = write_log(tmp_path, text)
+    engine = ("--engine", "sglang") if "#tokens" in text else ()
+    code, out, err = run_cli("calibrate", "--model", LLAMA8, "--gpu", "h100-sxm", *engine, "--log", log)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "the log's pool of 99,999,999,999 tokens needs 12,207,031.2 GiB of KV per GPU" in err
+    assert "more than h100-sxm's 79.2 GiB (check that the log is from this model, TP and KV dtype)" in err

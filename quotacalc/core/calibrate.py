@@ -501,6 +501,14 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
                 "runtime reserve = memory_utilization × HBM − weights per GPU − the blocks vLLM's logged pool stands "
                 "for × their bytes per GPU (its hybrid KV cache manager, vLLM 0.21+'s count)"
             )
+    if pool_bytes and pool_bytes > gpu.memory_bytes:
+        # The logged token count alone must fit the GPU (the log's KV GiB, where given, is checked against it below).
+        raise QuotacalcError(
+            f"the log's pool of {reading.kv_pool_tokens:,} tokens needs {pool_bytes / GIB:,.1f} GiB of KV per GPU for "
+            f"this deployment, more than {gpu.id}'s {gpu.memory_bytes / GIB:.1f} GiB",
+            source=reading.source,
+            fix="check that the log is from this model, TP and KV dtype",
+        )
     if reserve_gib is not None and reserve_gib < 0:
         raise QuotacalcError(
             f"the log's KV pool is larger than {gpu.id}'s memory less the weights ({reserve_gib:.2f} GiB reserve)",

@@ -464,4 +464,11 @@ def read_start_up_log(path: str) -> KvPoolReading:
             tp=int(args["tp"]) if "tp" in args else None,
         )
     except ValidationError as error:
-        raise QuotacalcError(error.errors()[0]["msg"], source=path) from None
+        first = error.errors()[0]
+        field = str(first["loc"][0])
+        what = KvPoolReading.model_fields[field].description or field
+        raise QuotacalcError(
+            f"{what}: {first['msg'].lower()}, got {first['input']}",
+            source=path,
+            fix="give the log of a start-up that sized a KV pool",
+        ) from None
