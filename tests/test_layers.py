@@ -246,19 +246,27 @@ HYBRID_AND_SPARSE_FIXTURES = (
 )
 
 
-def test_sums_over_mixer_groups_equal_sums_over_layers():
-    """ModelArch.mixer_groups lets the KV, state and attention sums visit each distinct mixer once, times its count:
-    on every shipped model and on fixtures whose layers differ (windowed, hybrid, sparse, compressed, KV-shared)
-    they equal the sums layer by layer."""
+def grouping_archs() -> dict:
+    """Every shipped model's architecture and the mixed-layer fixtures', by name."""
     from conftest import fixture_arch
 
     from quotacalc import Deployment, resolve
     from quotacalc.catalog.models import shipped_models
-    from quotacalc.core import memory
 
     archs = {model.name: resolve(Deployment(model=model.name, gpu="h100-sxm")).arch for model in shipped_models()}
     for folder in HYBRID_AND_SPARSE_FIXTURES:
         archs[folder] = fixture_arch(folder)
+    return archs
+
+
+def test_sums_over_mixer_groups_equal_sums_over_layers():
+    """ModelArch.mixer_groups lets the KV, state and attention sums visit each distinct mixer once, times its count:
+    on every shipped model and on fixtures whose layers differ (windowed, hybrid, sparse, compressed, KV-shared)
+    they equal the sums layer by layer."""
+
+    from quotacalc.core import memory
+
+    archs = grouping_archs()
     for name, arch in archs.items():
         mixers = [layer.mixer for layer in arch.layers if layer.mixer is not None]
         assert sum(n for _, n in arch.mixer_groups()) == len(mixers), name
@@ -276,17 +284,12 @@ def test_sums_over_mixer_groups_equal_sums_over_layers():
 def test_feed_forward_groups_equal_the_layers():
     """ModelArch.feed_forward_groups and the cached MoE layers stand for the layers: the same blocks, counts,
     all-reduces per step (one per block under TP) and widest intermediate as a walk over the layers."""
-    from conftest import fixture_arch
 
-    from quotacalc import Deployment, resolve
-    from quotacalc.catalog.models import shipped_models
     from quotacalc.core import memory
     from quotacalc.core.arch import DenseMLP, MoE
     from quotacalc.core.replica import allreduces_per_step
 
-    archs = {model.name: resolve(Deployment(model=model.name, gpu="h100-sxm")).arch for model in shipped_models()}
-    for folder in HYBRID_AND_SPARSE_FIXTURES:
-        archs[folder] = fixture_arch(folder)
+    archs = grouping_archs()
     for name, arch in archs.items():
         blocks = [layer.feed_forward for layer in arch.layers if layer.feed_forward is not None]
         assert sum(n for _, n in arch.feed_forward_groups()) == len(blocks), name

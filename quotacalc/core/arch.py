@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import Counter
 from enum import Enum
 from functools import cached_property
 from typing import Annotated, Literal, NamedTuple, Union
@@ -1395,13 +1396,10 @@ class ModelArch(_Spec):
     def _replicated_params_by_group(self) -> dict[ParamGroup, int]:
         return _add(*(layer.replicated_params() for layer in self.layers))
 
+    # Counter keeps first-appearance order: groups come out in layer order.
     @cached_property
     def _mixer_groups(self) -> tuple[tuple[TokenMixer, int], ...]:
-        counts: dict[TokenMixer, int] = {}
-        for layer in self.layers:
-            if layer.mixer is not None:
-                counts[layer.mixer] = counts.get(layer.mixer, 0) + 1
-        return tuple(counts.items())
+        return tuple(Counter(layer.mixer for layer in self.layers if layer.mixer is not None).items())
 
     def mixer_groups(self) -> tuple[tuple[TokenMixer, int], ...]:
         """Each distinct token mixer and how many layers have it, in order of first appearance: a sum over the
@@ -1425,11 +1423,7 @@ class ModelArch(_Spec):
 
     @cached_property
     def _feed_forward_groups(self) -> tuple[tuple[FeedForwardBlock, int], ...]:
-        counts: dict[FeedForwardBlock, int] = {}
-        for layer in self.layers:
-            if layer.feed_forward is not None:
-                counts[layer.feed_forward] = counts.get(layer.feed_forward, 0) + 1
-        return tuple(counts.items())
+        return tuple(Counter(layer.feed_forward for layer in self.layers if layer.feed_forward is not None).items())
 
     def moe_layers(self) -> list[MoE]:
         return list(self._moe_layers)
