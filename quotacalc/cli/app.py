@@ -349,7 +349,7 @@ def generate_command(
     plan: PlanFileArgument,
     out: Annotated[str, typer.Option("--out", help="output directory")],
     target: Annotated[
-        str | None, typer.Option("--target", help="comma-separated: canonical,envoy,kong,litellm,vllm,gie (all)")
+        str | None, typer.Option("--target", help="comma-separated: canonical,envoy,kong,litellm,vllm,sglang,gie (all)")
     ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="write nothing; print a diff and exit 1 if DIR differs")

@@ -58,6 +58,7 @@ TARGET_MODULES = {
     "kong": "quotacalc.exporters.kong",
     "litellm": "quotacalc.exporters.litellm",
     "vllm": "quotacalc.exporters.vllm",
+    "sglang": "quotacalc.exporters.sglang",
     "gie": "quotacalc.exporters.gie",
 }
 

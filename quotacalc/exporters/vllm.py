@@ -73,8 +73,8 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
     others = [f"{pool.name} ({pool.serving_engine})" for pool in policy.pools if not _runs_vllm(pool)]
     if others:
         limits.append(
-            f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine; start it "
-            "with the same context, batch and memory settings (the canonical target's engine block)."
+            f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine (SGLang's "
+            "file is the sglang target's; any other: the canonical target's engine block)."
         )
     adapters = sorted({adapter for tenant in policy.tenants for adapter in tenant.lora_adapters})
     if adapters:

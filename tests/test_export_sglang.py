@@ -1,0 +1,137 @@
+"""SGLang config files (``python -m sglang.launch_server --config``) checked against the flags of a stated SGLang
+release, extracted from its wheel without importing it (scripts/extract_sglang_flags.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from policy_samples import platform_policy, sample_salts
+
+from quotacalc.exporters import sglang
+from quotacalc.exporters.base import ExportOptions
+
+FLAGS_FILE = Path(__file__).parent / "targets" / f"sglang-{sglang.SGLANG_VERSION}-flags.json"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _flags() -> dict[str, dict]:
+    table = json.loads(FLAGS_FILE.read_text(encoding="utf-8"))
+    assert table["sglang_version"] == sglang.SGLANG_VERSION
+    return table["flags"]
+
+
+def _on_sglang(policy, *names: str, **engine_changes):
+    """The policy with the named pools priced as SGLang, their engine settings changed as given."""
+    pools = tuple(
+        pool.model_copy(update={"serving_engine": "sglang", "engine": pool.engine.model_copy(update=engine_changes)})
+        if pool.name in names
+        else pool
+        for pool in policy.pools
+    )
+    return policy.model_copy(update={"pools": pools})
+
+
+def test_the_extracted_flag_table_holds_what_sglang_0_5_23_defines():
+    """Read in the 0.5.23 wheel's sglang/srt/arg_groups/fields: --tp-size has the alias --tensor-parallel-size,
+    --kv-cache-dtype's and --schedule-policy's choices, and the scheduling switches are store_true flags."""
+    flags = _flags()
+    assert flags["tp-size"]["names"] == ["--tp-size", "--tensor-parallel-size"]
+    assert flags["model-path"]["names"] == ["--model-path", "--model"]
+    assert {"auto", "bf16", "fp8_e4m3", "fp8_e5m2", "nvfp4"} <= set(flags["kv-cache-dtype"]["choices"])
+    assert {"fcfs", "lof", "lpm", "priority"} <= set(flags["schedule-policy"]["choices"])
+    for switch in ("enable-priority-scheduling", "schedule-low-priority-values-first", "disable-radix-cache"):
+        assert flags[switch]["kind"] == "store_true", switch
+    assert flags["config"]["kind"] == "value"
+
+
+def test_every_generated_key_and_choice_is_a_flag_of_the_stated_release():
+    """SGLang's config reader passes each key on as --key (store_true keys only when true): every key must be a
+    dashed long flag of the release, a store_true one set to true, a value within its choices."""
+    flags = _flags()
+    policy = _on_sglang(platform_policy(), "standard", "long")
+    result = sglang.export(policy, sample_salts(policy), ExportOptions())
+    assert [f.path for f in result.files] == ["sglang/standard.yaml", "sglang/long.yaml"]
+    for generated in result.files:
+        config = yaml.safe_load(generated.text)
+        for key, value in config.items():
+            assert key in flags and "_" not in key, f"{generated.path}: {key} is not an SGLang flag"
+            if flags[key]["kind"] == "store_true":
+                assert value is True, (key, value)
+            else:
+                assert not isinstance(value, bool), (key, value)
+            if flags[key].get("choices"):
+                assert str(value) in flags[key]["choices"], (key, value)
+
+
+def test_engine_values_come_from_the_policy_and_round_trip():
+    policy = _on_sglang(platform_policy(), "long", gpu_memory_utilization=0.823, kv_cache_dtype="fp8")
+    result = sglang.export(policy, {}, ExportOptions())
+    assert [f.path for f in result.files] == ["sglang/long.yaml"]
+    data = sglang.documents(policy)
+    assert yaml.safe_load(result.files[0].text) == data["sglang/long.yaml"]
+    assert not result.files[0].secret
+    assert data["sglang/long.yaml"] == {
+        "model-path": "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
+        "served-model-name": "llama-3.3-70b",
+        "tp-size": 4,
+        "context-length": 131072,
+        "max-running-requests": 16,
+        "chunked-prefill-size": 8192,
+        "mem-fraction-static": 0.823,
+        "kv-cache-dtype": "fp8_e4m3",
+        # The policy's order is vLLM's, lower first; SGLang serves larger values first unless told, and orders by
+        # priority only under fcfs or lof.
+        "schedule-policy": "fcfs",
+        "enable-priority-scheduling": True,
+        "schedule-low-priority-values-first": True,
+    }
+
+
+def test_no_prefix_cache_no_priority_and_an_unmapped_cache_dtype():
+    policy = _on_sglang(
+        platform_policy(), "long", enable_prefix_caching=False, scheduling_policy="fcfs", kv_cache_dtype="float16"
+    )
+    config = sglang.documents(policy)["sglang/long.yaml"]
+    assert config["disable-radix-cache"] is True and config["schedule-policy"] == "fcfs"
+    assert "enable-priority-scheduling" not in config and "kv-cache-dtype" not in config
+    limits = sglang.export(policy, {}, ExportOptions()).limits
+    assert any(line.startswith("KV cache dtype float16: no SGLang 0.5.23 choice") for line in limits)
+
+
+def test_a_plan_without_sglang_pools_gets_no_file_and_the_limit_says_so():
+    result = sglang.export(platform_policy(), {}, ExportOptions())
+    assert result.files == ()
+    assert result.limits == (
+        "No pool of this plan is priced as SGLang (engine: sglang), so no file: its pools' engine files are the "
+        "vllm target's.",
+    )
+
+
+@pytest.mark.parametrize("memory_utilization", [None, 0.88])
+def test_generate_writes_an_sglang_pools_file_with_the_share_the_price_assumed(tmp_path, run_cli, memory_utilization):
+    """A plan's pool on SGLang: its file carries SGLang's token budget and memory share as the price resolved them
+    (SGLang 0.5's default share at TP 4 on an H100: reserved 512 + 1.5 × 8,192 + 2 × 512 + 128 × 4 = 14,336 MiB of
+    81,090.125: 0.823), and the vllm target leaves the pool out."""
+    document = yaml.safe_load((ROOT / "examples" / "platform.yaml").read_text(encoding="utf-8"))
+    # The plan's measured pool was measured on vLLM: this pool's is estimated.
+    for key in ("kv_pool_tokens", "kv_pool_measured_with"):
+        document["deployment"].pop(key, None)
+    pool = document["pools"][-1]
+    pool.setdefault("deployment", {})["engine"] = "sglang"
+    if memory_utilization is not None:
+        pool["deployment"]["memory_utilization"] = memory_utilization
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document), encoding="utf-8")
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 64, encoding="utf-8")
+    out = tmp_path / "out"
+    code, _, err = run_cli("generate", plan, "--out", out, "--salt-secret-file", secret, "--target", "sglang,vllm")
+    assert code == 0, err
+    config = yaml.safe_load((out / "sglang" / f"{pool['name']}.yaml").read_text(encoding="utf-8"))
+    assert config["mem-fraction-static"] == (memory_utilization or 0.823)
+    assert config["chunked-prefill-size"] == 8192 and config["tp-size"] == 4
+    assert not (out / "vllm" / f"{pool['name']}.yaml").exists()
+    assert (out / "vllm" / f"{document['pools'][0]['name']}.yaml").exists()
