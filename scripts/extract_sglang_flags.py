@@ -30,13 +30,8 @@ all of them in ``names`` (the field's own spelling first), its ``kind`` (``store
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
-import json
-import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -512,7 +507,7 @@ class Extractor:
             self._record(names, entry, f"ServerArgs.add_cli_args ({path}:{call.lineno})")
 
 
-def extract(wheel_path: Path) -> tuple[dict, int]:
+def extract(wheel_path: Path) -> dict:
     """The flag table of the wheel's `launch_server`: ({long flag: entry}, number of distinct arguments)."""
     with zipfile.ZipFile(wheel_path) as wheel:
         extractor = Extractor(wheel)
@@ -524,36 +519,10 @@ def extract(wheel_path: Path) -> tuple[dict, int]:
             if name[2:] in flags:
                 raise SystemExit(f"{name} registered twice: {flags[name[2:]]['source']} and {entry['source']}")
             flags[name[2:]] = entry
-    return dict(sorted(flags.items())), len(extractor.arguments)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--version", required=True, help="SGLang release, e.g. 0.5.23")
-    parser.add_argument("--wheel", type=Path, help="a downloaded wheel (default: pip download it)")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        wheel = args.wheel
-        if wheel is None:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", f"sglang=={args.version}", "--no-deps", "-d", scratch],
-                check=True,
-            )
-            wheel = next(Path(scratch).glob("sglang-*.whl"))
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        flags, arguments = extract(wheel)
-    table = {
-        "sglang_version": args.version,
-        "wheel": wheel.name,
-        "wheel_sha256": digest,
-        "extracted_by": "scripts/extract_sglang_flags.py (ast over the wheel's sources; SGLang not installed)",
-        "flags": flags,
-    }
-    args.out.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    print(f"{len(flags)} long flags ({arguments} arguments) from {wheel.name} -> {args.out}")
-    return 0
+    return dict(sorted(flags.items()))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from wheel_flags import main
+
+    sys.exit(main("sglang", "SGLang", "0.5.23", extract, __doc__))

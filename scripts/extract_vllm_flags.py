@@ -16,13 +16,8 @@ given. Its sources are read from the zip and parsed with ``ast``, never imported
 
 from __future__ import annotations
 
-import argparse
 import ast
-import hashlib
-import json
-import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -200,33 +195,7 @@ def extract(wheel_path: Path) -> dict:
     return dict(sorted(flags.items()))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--version", required=True, help="vLLM release, e.g. 0.33.0")
-    parser.add_argument("--wheel", type=Path, help="a downloaded wheel (default: pip download it)")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        wheel = args.wheel
-        if wheel is None:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", f"vllm=={args.version}", "--no-deps", "-d", scratch],
-                check=True,
-            )
-            wheel = next(Path(scratch).glob("vllm-*.whl"))
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        flags = extract(wheel)
-    table = {
-        "vllm_version": args.version,
-        "wheel": wheel.name,
-        "wheel_sha256": digest,
-        "extracted_by": "scripts/extract_vllm_flags.py (ast over the wheel's sources; vLLM not installed)",
-        "flags": flags,
-    }
-    args.out.write_text(json.dumps(table, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    print(f"{len(flags)} flags from {wheel.name} -> {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from wheel_flags import main
+
+    sys.exit(main("vllm", "vLLM", "0.33.0", extract, __doc__))
