@@ -328,3 +328,15 @@ def test_a_logged_pool_larger_than_the_gpu_is_an_error_not_a_warning(tmp_path, r
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "the log's pool of 99,999,999,999 tokens needs 12,207,031.2 GiB of KV per GPU" in err
     assert "more than h100-sxm's 79.2 GiB (check that the log is from this model, TP and KV dtype)" in err
+
+
+def test_the_table_says_which_share_of_memory_the_pool_estimate_rests_on(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    for extra, share in (((), "0.9"), (("--engine", "sglang"), "0.834"), (("--memory-utilization", "0.8"), "0.8")):
+        code, out, err = run_cli("price", "--model", LLAMA8, "--gpu", "h100-sxm", *extra)
+        assert code == 0, err
+        row = next(line for line in out.splitlines() if line.startswith("KV pool "))
+        assert f"estimated at {share} of memory" in row
+    code, out, err = run_cli("price", "--model", LLAMA8, "--gpu", "h100-sxm", "--kv-pool-tokens", "400000")
+    assert code == 0, err
+    assert next(line for line in out.splitlines() if line.startswith("KV pool ")).rstrip().endswith("measured")

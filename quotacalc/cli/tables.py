@@ -154,7 +154,11 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     _add_row(
         table, "replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token"
     )
-    _add_row(table, "KV pool", f"{result.kv_pool_tokens:,} tokens", result.kv_pool_source)
+    how = result.kv_pool_source
+    if how == "estimated":
+        # Which share of memory the estimate rests on: the engine's default (vLLM 0.9, SGLang's rule) or given.
+        how += f" at {result.memory_utilization:g} of memory"
+    _add_row(table, "KV pool", f"{result.kv_pool_tokens:,} tokens", how)
     _add_row(
         table,
         f"resident at {d.context:,} tokens",
