@@ -19,7 +19,7 @@ PLATFORM = ROOT / "examples" / "platform.yaml"
 FLAT = ROOT / "examples" / "llama-3.3-70b-h100.yaml"
 SYNTHETIC_CSV = ROOT / "examples" / "calibration" / "synthetic-llama-3.3-70b-h100-tp4.csv"
 #: The CSV header's parameters (Llama 3.3 70B FP8, BF16 KV, TP 4 on H100: the platform plan's deployment).
-KNOWN = {"mfu": 0.42, "mbu": 0.68, "step_overhead_s": 0.0041, "request_overhead_s": 0.025}
+KNOWN = {"mfu": 0.42, "mbu": 0.68, "sequence_overhead_s": 4.1e-05, "request_overhead_s": 0.025}
 
 
 @pytest.fixture

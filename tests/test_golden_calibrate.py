@@ -152,6 +152,36 @@ def test_itl_shapes_are_concurrency_and_mean_context():
     )
 
 
+def test_runs_at_two_concurrencies_inform_the_per_sequence_cost():
+    """The slope with batch is the per-sequence cost (MBU alone would absorb it and push the step overhead below
+    zero at concurrency 1); the intercept beside MBU's slope with context is the step overhead."""
+    two_batches = [point(1, 1000, 200, ttft=None), point(64, 1000, 200, ttft=None)]
+    assert informed_parameters(two_batches) == ("mbu", "sequence_overhead_s")
+    both = [*two_batches, point(64, 4000, 200, ttft=None)]
+    assert informed_parameters(both) == ("mbu", "step_overhead_s", "sequence_overhead_s")
+    # Different concurrencies and contexts, but never two contexts at one concurrency: the slope with batch only.
+    assert informed_parameters([point(1, 1000, 200, ttft=None), point(8, 4000, 200, ttft=None)]) == (
+        "mbu",
+        "sequence_overhead_s",
+    )
+
+
+def test_a_memory_bound_first_token_informs_the_request_overhead_not_mfu():
+    """Llama 3.1 8B FP8 on one H100: a 200-token prefill computes 200 × 13.96 GFLOP (2 × the parameters less the
+    embedding table) at 0.5 × 1,979 TFLOP/s in 2.8 ms, less than one read of its 8.03 GB of weights at 0.75 × 3.35
+    TB/s (3.2 ms): memory-bound, so its time says nothing of MFU and gives the request overhead. At 1,000 tokens
+    (14 ms) it is compute-bound and gives MFU; with both lengths, both."""
+    from quotacalc.inputs.resolve import resolve
+
+    inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype="fp8", kv_dtype="fp8"))
+    short, long = point(1, 200, 200, itl=None), point(1, 1000, 200, itl=None)
+    assert informed_parameters([short], inputs) == ("request_overhead_s",)
+    assert informed_parameters([long], inputs) == ("mfu",)
+    assert informed_parameters([short, long], inputs) == ("mfu", "request_overhead_s")
+    # Without the deployment, a first token counts as compute-bound (the efficiency it scales).
+    assert informed_parameters([short]) == ("mfu",)
+
+
 # --------------------------------------------------------------------------- the fit's pull towards the start
 
 

@@ -18,7 +18,7 @@ from quotacalc.inputs.resolve import resolve
 HERE = Path(__file__).parent
 #: The worked example's deployment (docs/method.md §7), at efficiencies and overheads unlike the defaults.
 DEPLOYMENT = Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16")
-KNOWN = {"mfu": 0.42, "mbu": 0.68, "step_overhead_s": 0.0041, "request_overhead_s": 0.025}
+KNOWN = {"mfu": 0.42, "mbu": 0.68, "sequence_overhead_s": 4.1e-05, "request_overhead_s": 0.025}
 #: (concurrency, prompt tokens, output tokens) of each run: a sweep a user might run.
 RUNS = [(1, 1000, 200), (4, 200, 200), (8, 2000, 400), (16, 8000, 256), (32, 500, 300), (64, 4000, 500)]
 HEADER = (

@@ -381,22 +381,50 @@ def _current(inputs: PricingInputs, name: str) -> float:
     return float(value)
 
 
-def informed_parameters(points: Sequence[BenchmarkPoint]) -> tuple[str, ...]:
-    """The parameters the points can determine: per quantity, its efficiency, and its fixed overhead
-    once two runs differ in what the efficiency scales (TTFT: prompt length; ITL: concurrency or
-    context). One TTFT cannot split MFU from the request overhead: it fits MFU alone."""
+def informed_parameters(points: Sequence[BenchmarkPoint], inputs: PricingInputs | None = None) -> tuple[str, ...]:
+    """The parameters the points can determine, each from what it scales.
+
+    - TTFT: ``mfu`` where a measured prompt's prefill is compute-bound on this deployment (its first chunk's FLOP
+      time above one read of the weights, at the deployment's own MFU); where every one is memory-bound its time
+      does not depend on MFU, and it gives the fixed ``request_overhead_s`` instead. Two prompt lengths give both.
+    - ITL: ``mbu``; once runs differ in concurrency, ``sequence_overhead_s`` (what each sequence adds to a step:
+      the slope with batch, which MBU would otherwise absorb, pushing the step overhead below zero at
+      concurrency 1); once runs at one concurrency differ in context, ``step_overhead_s`` (the intercept beside
+      MBU's slope with context).
+
+    Without ``inputs`` every TTFT counts as compute-bound.
+    """
     names: list[str] = []
-    for quantity, (efficiency, overhead) in (
-        ("ttft_s", ("mfu", "request_overhead_s")),
-        ("itl_s", ("mbu", "step_overhead_s")),
-    ):
-        runs = [point for point in points if getattr(point, quantity) is not None]
-        if quantity == "ttft_s":
-            shapes = {point.prompt_tokens for point in runs}
+    lengths = {point.prompt_tokens for point in points if point.ttft_s is not None}
+    if lengths:
+        if inputs is None or any(_compute_bound_prefill(inputs, length) for length in lengths):
+            names += ["mfu", "request_overhead_s"] if len(lengths) >= 2 else ["mfu"]
         else:
-            shapes = {(point.concurrency, point.prompt_tokens + point.output_tokens / 2) for point in runs}
-        names += [efficiency, overhead] if len(shapes) >= 2 else [efficiency] if shapes else []
+            names.append("request_overhead_s")
+    shapes = {
+        (point.concurrency, point.prompt_tokens + point.output_tokens / 2)
+        for point in points
+        if point.itl_s is not None
+    }
+    if shapes:
+        names.append("mbu")
+        if len({concurrency for concurrency, _ in shapes}) >= 2:
+            names.append("sequence_overhead_s")
+        contexts: dict[int, set[float]] = {}
+        for concurrency, context in shapes:
+            contexts.setdefault(concurrency, set()).add(context)
+        if any(len(seen) >= 2 for seen in contexts.values()):
+            names.append("step_overhead_s")
     return tuple(name for name in BOUNDS if name in names)
+
+
+def _compute_bound_prefill(inputs: PricingInputs, prompt_tokens: float) -> bool:
+    """Whether a prompt's first prefill chunk takes longer to compute than to read the weights once."""
+    from quotacalc.core.replica import replica_model
+
+    model = replica_model(inputs, 0.0)
+    chunk = min(int(prompt_tokens), model.max_num_batched_tokens)
+    return model.prefill_compute_s(chunk) > model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
 
 
 def _snap(name: str, value: float) -> float:
@@ -664,7 +692,7 @@ def calibrate(
             for point in points
             if point.concurrency == 1 or point.itl_s is not None
         ]
-    names = tuple(parameters) if parameters is not None else informed_parameters(points)
+    names = tuple(parameters) if parameters is not None else informed_parameters(points, inputs)
     unknown = [name for name in names if name not in BOUNDS]
     if unknown:
         raise QuotacalcError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
