@@ -69,8 +69,9 @@ def calibrate_command(
         typer.Option(
             "--fit",
             help="comma-separated fields to fit (mfu, mbu, step_overhead_s, layer_overhead_s, request_overhead_s, allreduce_latency_s, "
-            "sequence_overhead_s, moe_slot_overhead_s, prefill_layer_overhead_s); default: what the runs determine (TTFT: mfu, and request_overhead_s from two "
-            "prompt lengths; ITL: mbu, and step_overhead_s from two concurrencies or contexts)",
+            "sequence_overhead_s, moe_slot_overhead_s, prefill_layer_overhead_s); default: what the runs determine (TTFT: mfu where a prompt's prefill is "
+            "compute-bound, else request_overhead_s, and both from two prompt lengths; ITL: mbu, sequence_overhead_s "
+            "from two concurrencies, step_overhead_s from two contexts at one concurrency)",
         ),
     ] = None,
     write: Annotated[
