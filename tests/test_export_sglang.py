@@ -87,7 +87,10 @@ def test_engine_values_come_from_the_policy_and_round_trip():
         "schedule-policy": "fcfs",
         "enable-priority-scheduling": True,
         "schedule-low-priority-values-first": True,
+        # A request without a priority ranks with the least urgent tier, not behind everything.
+        "default-priority-value": max(tier.priority for tier in policy.tiers),
     }
+    assert data["sglang/long.yaml"]["default-priority-value"] == 2  # premium 0, standard 1, batch 2
 
 
 def test_no_prefix_cache_no_priority_and_an_unmapped_cache_dtype():
@@ -97,6 +100,7 @@ def test_no_prefix_cache_no_priority_and_an_unmapped_cache_dtype():
     config = sglang.documents(policy)["sglang/long.yaml"]
     assert config["disable-radix-cache"] is True and config["schedule-policy"] == "fcfs"
     assert "enable-priority-scheduling" not in config and "kv-cache-dtype" not in config
+    assert "default-priority-value" not in config
     limits = sglang.export(policy, {}, ExportOptions()).limits
     assert any(line.startswith("KV cache dtype float16: no SGLang 0.5.23 choice") for line in limits)
 

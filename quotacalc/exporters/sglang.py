@@ -32,8 +32,9 @@ KV_CACHE_DTYPES = {
 }
 
 
-def engine_config(engine: EngineSettings) -> dict:
-    """The config file's mapping for one pool's engine."""
+def engine_config(engine: EngineSettings, least_urgent_priority: int | None = None) -> dict:
+    """The config file's mapping for one pool's engine; ``least_urgent_priority``: the value a request without a
+    priority gets (the policy's least urgent tier's), where priorities are scheduled."""
     config: dict = {
         "model-path": engine.model,
         "served-model-name": engine.served_model_name,
@@ -51,12 +52,16 @@ def engine_config(engine: EngineSettings) -> dict:
     if engine.scheduling_policy == "priority":
         config["enable-priority-scheduling"] = True
         config["schedule-low-priority-values-first"] = True
+        if least_urgent_priority is not None:
+            # SGLang otherwise ranks a request without a priority behind every other one.
+            config["default-priority-value"] = least_urgent_priority
     return config
 
 
 def documents(policy: QuotaPolicy) -> dict[str, dict]:
     """Each SGLang pool's config file, by path: a pool priced as another engine gets none."""
-    return pool_documents(policy, "sglang", SGLANG_ENGINE, engine_config)
+    least_urgent = max((tier.priority for tier in policy.tiers), default=None)
+    return pool_documents(policy, "sglang", SGLANG_ENGINE, lambda engine: engine_config(engine, least_urgent))
 
 
 def _runs_sglang(pool: PoolPolicy) -> bool:
@@ -79,8 +84,9 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
     limits = [
         PER_TENANT_LIMIT,
         "Max context: the engine enforces its pool's context-length for every tenant, not each tier's max context.",
-        "cache_salt and priority are per request (SGLang's OpenAI-compatible body fields): the gateway sets them. "
-        "A request without a priority is served last under schedule-low-priority-values-first.",
+        "cache_salt and priority are per request (SGLang's OpenAI-compatible body fields): the gateway sets them; "
+        "a request that reaches the engine without a priority ranks with the least urgent tier "
+        "(default-priority-value).",
     ]
     unmapped = sorted({pool.engine.kv_cache_dtype for pool in pools} - set(KV_CACHE_DTYPES))
     if unmapped:
