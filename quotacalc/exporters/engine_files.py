@@ -32,3 +32,14 @@ def config_files(documents: dict[str, dict], launch: str) -> tuple[GeneratedFile
         )
         for path, data in documents.items()
     )
+
+
+def lora_limits(policy: QuotaPolicy, load_flags: str) -> list[str]:
+    """The limit line for tenants' LoRA adapters, which an engine file cannot load without their paths."""
+    adapters = sorted({adapter for tenant in policy.tenants for adapter in tenant.lora_adapters})
+    if not adapters:
+        return []
+    return [
+        f"LoRA adapters ({', '.join(adapters)}) are not loaded by these files: add {load_flags} with the adapters' "
+        "paths, which the policy does not hold."
+    ]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters.base import Export, ExportOptions
-from quotacalc.exporters.engine_files import PER_TENANT_LIMIT, config_files, pool_documents
+from quotacalc.exporters.engine_files import PER_TENANT_LIMIT, config_files, lora_limits, pool_documents
 
 #: The release whose flags the generated files are checked against (tests/targets/sglang-<version>-flags.json).
 SGLANG_VERSION = "0.5.23"
@@ -94,10 +94,5 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             f"KV cache dtype {', '.join(unmapped)}: no SGLang {SGLANG_VERSION} choice; kv-cache-dtype is left to "
             "SGLang's default (the checkpoint's), which the price did not assume."
         )
-    adapters = sorted({adapter for tenant in policy.tenants for adapter in tenant.lora_adapters})
-    if adapters:
-        limits.append(
-            f"LoRA adapters ({', '.join(adapters)}) are not loaded by these files: add enable-lora and lora-paths "
-            "with the adapters' paths, which the policy does not hold."
-        )
+    limits += lora_limits(policy, "enable-lora and lora-paths")
     return tuple(limits)

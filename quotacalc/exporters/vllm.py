@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from quotacalc.core.deployment import GENERIC_ENGINE
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters.base import Export, ExportOptions
-from quotacalc.exporters.engine_files import PER_TENANT_LIMIT, config_files, pool_documents
+from quotacalc.exporters.engine_files import PER_TENANT_LIMIT, config_files, lora_limits, pool_documents
 
 #: The release whose flags the generated files are checked against (tests/targets/vllm-<version>-flags.json).
 VLLM_VERSION = "0.33.0"
@@ -66,10 +66,5 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine (SGLang's "
             "file is the sglang target's; any other: the canonical target's engine block)."
         )
-    adapters = sorted({adapter for tenant in policy.tenants for adapter in tenant.lora_adapters})
-    if adapters:
-        limits.append(
-            f"LoRA adapters ({', '.join(adapters)}) are not loaded by these files: add enable-lora and lora-modules "
-            "with the adapters' paths, which the policy does not hold."
-        )
+    limits += lora_limits(policy, "enable-lora and lora-modules")
     return tuple(limits)
