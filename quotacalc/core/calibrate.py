@@ -397,7 +397,7 @@ def informed_parameters(points: Sequence[BenchmarkPoint], inputs: PricingInputs 
     names: list[str] = []
     lengths = {point.prompt_tokens for point in points if point.ttft_s is not None}
     if lengths:
-        if inputs is None or any(_compute_bound_prefill(inputs, length) for length in lengths):
+        if inputs is None or _any_compute_bound_prefill(inputs, lengths):
             names += ["mfu", "request_overhead_s"] if len(lengths) >= 2 else ["mfu"]
         else:
             names.append("request_overhead_s")
@@ -418,13 +418,15 @@ def informed_parameters(points: Sequence[BenchmarkPoint], inputs: PricingInputs 
     return tuple(name for name in BOUNDS if name in names)
 
 
-def _compute_bound_prefill(inputs: PricingInputs, prompt_tokens: float) -> bool:
-    """Whether a prompt's first prefill chunk takes longer to compute than to read the weights once."""
+def _any_compute_bound_prefill(inputs: PricingInputs, prompt_lengths: set[float]) -> bool:
+    """Whether any prompt's first prefill chunk takes longer to compute than to read the weights once."""
     from quotacalc.core.replica import replica_model
 
     model = replica_model(inputs, 0.0)
-    chunk = min(int(prompt_tokens), model.max_num_batched_tokens)
-    return model.prefill_compute_s(chunk) > model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
+    read_s = model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
+    return any(
+        model.prefill_compute_s(min(int(length), model.max_num_batched_tokens)) > read_s for length in prompt_lengths
+    )
 
 
 def _snap(name: str, value: float) -> float:
@@ -460,8 +462,9 @@ def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int, max_mo
     return blocks * layout.bytes_per_block
 
 
-def _check_logged_settings(inputs: PricingInputs, reading: KvPoolReading) -> None:
-    """A log that states its TP or memory share (SGLang's server_args) holds only for a deployment run so."""
+def _check_logged_settings(inputs: PricingInputs, reading: KvPoolReading) -> float:
+    """A log that states its TP or memory share (SGLang's server_args) holds only for a deployment run so; the
+    deployment's share of memory (given, or its engine's default)."""
     from quotacalc.core import kv_groups, memory
 
     deployment = inputs.deployment
@@ -487,6 +490,7 @@ def _check_logged_settings(inputs: PricingInputs, reading: KvPoolReading) -> Non
             source=reading.source,
             fix="give the engine's logged pool as --kv-pool-tokens",
         )
+    return share
 
 
 def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
@@ -498,17 +502,16 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
     subtraction at the share its server_args state, which must be the deployment's.
     """
 
-    from quotacalc.core import kv_groups, memory
+    from quotacalc.core import kv_groups
     from quotacalc.core.weights import engine_extra_bytes_per_gpu
 
     deployment, gpu = inputs.deployment, inputs.gpu
-    _check_logged_settings(inputs, reading)
+    utilization = _check_logged_settings(inputs, reading)
 
     # The same resident weights price subtracts, so the reserve fitted here reproduces the log's pool there.
     weight_bytes_per_gpu = inputs.weights.weight_bytes(
         inputs.arch.params_by_group()
     ) / deployment.tp + engine_extra_bytes_per_gpu(inputs.arch, inputs.weights, deployment, gpu)
-    utilization = memory.memory_utilization(deployment, gpu)[0]
     budget = utilization * gpu.memory_bytes
     pool_bytes = (
         logged_pool_bytes_per_gpu(inputs, reading.kv_pool_tokens, reading.max_model_len)

@@ -405,7 +405,9 @@ def _pool_section(x: _Explainer) -> float:
         substituted=f"{utilization} ({utilization_source}) × {fmt(gpu.memory_bytes)} − {fmt(weight_bytes_per_gpu)} − "
         f"{fmt(reserve.total_bytes)}",
         unit="B",
-        note=None if utilization_source != f"{deployment.engine} default" else _static_fraction_note(deployment, gpu),
+        note=_static_fraction_note(deployment, gpu)
+        if deployment.memory_utilization is None and memory.sizes_pool_by_static_fraction(deployment.engine)
+        else None,
     )
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     layout = kv_groups.hybrid_layout(arch, kv_b, state_b, deployment.tp)
