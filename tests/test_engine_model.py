@@ -535,7 +535,7 @@ def test_a_measured_pool_holds_only_under_the_engine_it_was_measured_with(run_cl
     to (SGLang's 16,384 on a B200 where vLLM's is 8,192). A record without one (written before it was kept) compares
     budgets by the deployment's own engine, as it did."""
     plan = tmp_path / "plan.yaml"
-    head = "model: Llama-3.1-8B-Instruct\ngpu: b200\nkv_pool_tokens: 1500000\n"
+    head = "model: Llama-3.1-8B-Instruct\ngpu: b200\nkv_pool_tokens: 1200000\n"
     plan.write_text(head + "kv_pool_measured_with: {gpu: b200, tp: 1, engine: vllm}\n", encoding="utf-8")
     code, out, _ = run_cli("price", plan, "--json")  # vllm is the generic profile's alias
     assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
@@ -646,3 +646,50 @@ def test_accuracy_targets_and_the_doc_that_reports_them():
     kv_fit, kv_held = (float(summary[label][2].strip().rstrip("%")) for label in ("fit", "held out"))
     assert kv_fit < 10, kv_fit
     assert kv_held < 10 or f"KV pool held-out median is {kv_held:.1f}%, above the 10% target" in doc, kv_held
+
+
+def test_a_files_pool_without_a_record_holds_for_the_files_own_deployment(run_cli, tmp_path):
+    """No kv_pool_measured_with: the pool was measured (or chosen) for the file's deployment, so a flag that changes
+    the GPU, TP or a dtype is an error naming the change; in a comparison the row's pool is estimated, saying why."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: Llama-3.3-70B-Instruct\ngpu: h100\ntp: 4\nweight_dtype: fp8\nkv_pool_tokens: 646503\n", encoding="utf-8"
+    )
+    code, out, _ = run_cli("price", plan, "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+    # The same deployment spelled by its catalog id, or a flag that does not touch the pool: still the file's pool.
+    code, out, _ = run_cli("price", plan, "--gpu", "h100-sxm", "--batch", "64", "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 646_503
+    code, out, err = run_cli("price", plan, "--gpu", "a100-40gb-sxm", "--tp", "8")
+    assert code == 1 and out == "" and len(err.splitlines()) == 1
+    assert "kv_pool_tokens: the file's pool of 646,503 tokens holds for its own deployment" in err
+    assert "gpu h100 -> a100-40gb-sxm, tp 4 -> 8" in err
+    code, out, _ = run_cli("price", plan, "--gpu", "h100-sxm,h200", "--tp", "4", "--format", "json")
+    rows = json.loads(out)["rows"]
+    assert [row["kv_pool_tokens"] == 646_503 for row in rows] == [True, False]
+    assert "KV pool estimated: the file's pool of 646,503 tokens" in rows[1]["warnings"][0]
+    code, out, _ = run_cli("price", plan, "--tp", "8", "--kv-pool-tokens", "1200000", "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 1_200_000
+
+
+def test_a_pool_larger_than_the_gpu_is_refused(run_cli):
+    # Llama 3.3 70B, TP 4, BF16 KV: 80 layers × 8 KV heads × 128 × 2 × 2 B / 4 = 81,920 B per token per GPU, so
+    # 646,503 tokens need 52.96 GB; beside 70.55e9 B / 4 = 17.6 GB of FP8 weights that is more than an L4's 23.6 GB.
+    code, out, err = run_cli(
+        "price",
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--gpu",
+        "l4",
+        "--tp",
+        "4",
+        "--weight-dtype",
+        "fp8",
+        "--kv-pool-tokens",
+        "646503",
+    )
+    assert code == 1 and out == ""
+    assert (
+        "kv_pool_tokens: a pool of 646,503 tokens needs 53.0 GB of KV per GPU beside 17.6 GB of weights, more "
+        "than l4's 23.6 GB" in err
+    )

@@ -61,7 +61,7 @@ CASES = {
     "gpt-oss-windows": (dict(model="gpt-oss-120b", gpu="h100-sxm", kv_dtype="fp8", batch=32, context=2000), 100),
     "jamba-state": (dict(model="AI21-Jamba-1.5-Mini", gpu="h100-sxm", tp=2), 20_000),
     "deepseek-mla": (dict(model="DeepSeek-V3", gpu="h200", tp=8, batch=64, context=4000), 50_000),
-    "compute-bound": (dict(model="Qwen3-8B", gpu="h100-sxm", batch=4096, context=16, kv_pool_tokens=10**7), 64),
+    "compute-bound": (dict(model="Qwen3-8B", gpu="h100-sxm", batch=4096, context=16, kv_pool_tokens=200_000), 64),
 }
 
 

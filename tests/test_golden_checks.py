@@ -436,3 +436,67 @@ def test_a_pool_filter_counts_the_pool_and_the_long_context_pools_its_tenants_us
     assert shared.totals.pools_usd_per_month == 43_200
     # The other pool and its own long-context pool: 2 × $7,200.
     assert size_plan(plan, pool="other").totals.pools_usd_per_month == 14_400
+
+
+# --------------------------------------------------------------------------- traffic a tenant is sized on
+
+
+def _traffic(prompt: float, output: float) -> dict:
+    from quotacalc.core.deployment import Tenant
+
+    return Tenant(rps=1.0, prompt_tokens=prompt, output_tokens=output)
+
+
+def test_traffic_above_its_tiers_context_is_an_error():
+    # 16,000 + 500 = 16,500 tokens against the tier's 16,384: the gateway refuses the mean request.
+    result = check_plan(policy(tenant("a", max_context=16_384)), traffic={"a": _traffic(16_000, 500)})
+    assert found(result, "traffic-over-context") == [
+        Finding(
+            severity="error",
+            code="traffic-over-context",
+            subject="tenants.a.traffic",
+            message="its mean request of 16,500 tokens (prompt 16,000 + output 500) is above the max context of "
+            "tier 'std' (16,384 tokens): the gateway refuses such requests",
+            fix="raise tiers.std.max_context_tokens to at least 16,500, or size the traffic the tenant sends",
+            figures={"request_tokens": 16_500, "max_context_tokens": 16_384},
+        )
+    ]
+    assert (
+        found(
+            check_plan(policy(tenant("a", max_context=16_500)), traffic={"a": _traffic(16_000, 500)}),
+            "traffic-over-context",
+        )
+        == []
+    )
+
+
+def test_traffic_the_pool_it_routes_to_cannot_serve_is_an_error():
+    # Prompt 30,000 (not above the 32,768 threshold: stays on 'shared', 32,768 tokens of context) + 3,000 output
+    # = 33,000 tokens, within the tier's 100,000.
+    over = check_plan(
+        policy(tenant("a", long=True, max_context=100_000, kv_cap=100_000)), traffic={"a": _traffic(30_000, 3_000)}
+    )
+    assert [(f.severity, f.subject, f.figures) for f in found(over, "traffic-over-pool")] == [
+        (
+            "error",
+            "tenants.a.traffic",
+            {"request_tokens": 33_000, "max_context_tokens": 100_000, "pool_max_context_tokens": 32_768},
+        )
+    ]
+    assert "above what pool 'shared' serves (32,768 tokens" in found(over, "traffic-over-pool")[0].message
+    # A prompt above the threshold goes to 'long' (131,072 tokens): served.
+    routed = check_plan(
+        policy(tenant("a", long=True, max_context=100_000, kv_cap=100_000)), traffic={"a": _traffic(40_000, 3_000)}
+    )
+    assert found(routed, "traffic-over-pool") == [] and found(routed, "traffic-over-context") == []
+
+
+def test_traffic_output_above_the_tiers_cap_is_a_warning_and_contracts_are_not_checked():
+    result = check_plan(policy(tenant("a"), tenant("b")), traffic={"a": _traffic(1_000, 5_000)})
+    (finding,) = found(result, "traffic-over-max-output")
+    assert (finding.severity, finding.subject, finding.figures) == (
+        "warning",
+        "tenants.a.traffic",
+        {"output_tokens": 5_000, "max_output_tokens": 4_096},
+    )
+    assert not [f for f in result.findings if f.subject.startswith("tenants.b")]

@@ -44,7 +44,7 @@ def test_gpt_oss_sliding_layers_attend_the_window_mean():
     # gpt-oss-120b: 36 layers alternating sliding (window 128) and full; 64 query heads of 64.
     # A prompt of 1,700 tokens: a full layer's token attends (1,700 + 1) / 2 = 850.5 on average;
     # a sliding one (1 + ... + 128 + 1,572 x 128) / 1,700 = 209,472 / 1,700 = 123.22.
-    result = price(resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", kv_pool_tokens=10**7)))
+    result = price(resolve(Deployment(model="gpt-oss-120b", gpu="h100-sxm", kv_pool_tokens=300_000)))
     per_token = 2 * 64 * (64 + 64)
     windowed = (128 * 129 / 2 + (1700 - 128) * 128) / 1700
     assert windowed == pytest.approx(209_472 / 1700)

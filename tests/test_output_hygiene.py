@@ -105,15 +105,18 @@ def test_warnings_go_to_stderr_in_tables_and_json(run_cli):
         (0.024749, "$0.0247"),
         (0.15, "$0.150"),
         (7200, "$7,200"),
-        (7213.4, "$7,210"),
+        (7213.4, "$7,213"),
+        (7076.21, "$7,076"),
         (24.66, "$24.7"),
+        (999.4, "$999"),
         (999.6, "$1,000"),
-        (1_234_567, "$1,230,000"),
+        (-7213.6, "-$7,214"),
+        (1_234_567, "$1,234,567"),
         (0.0000123456, "$0.0000123"),
         (0, "$0"),
     ],
 )
-def test_dollars_have_three_significant_figures(value, shown):
+def test_dollars_have_three_significant_figures_below_a_thousand_then_whole_dollars(value, shown):
     assert units.usd(value) == shown
 
 

@@ -435,3 +435,64 @@ def test_policy_schema_validates_the_generated_policy(run_cli) -> None:
     jsonschema.Draft202012Validator(schema).validate(policy)
     code, out, err = run_cli("schema", "plans")
     assert one_line_error(code, out, err, EXIT_USAGE) == "WHAT: unknown schema 'plans' (plan or policy)"
+
+
+# --- size over a platform plan: what cannot be served, warnings, formats ------------------------------
+
+
+def test_size_refuses_a_tenant_whose_mean_request_its_tier_refuses(run_cli, tmp_path) -> None:
+    document = platform_document()
+    tenant = next(entry for entry in document["tenants"] if "traffic" in entry)
+    tier = next(entry for entry in document["tiers"] if entry["name"] == tenant["tier"])
+    tenant["traffic"]["prompt_tokens"] = tier["max_context_tokens"]
+    path = write_plan(tmp_path, document)
+    code, out, err = run_cli("size", str(path))
+    line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
+    assert line.startswith(f"{path}: tenants.{tenant['name']}.traffic: its mean request of ")
+    assert f"above the max context of tier '{tenant['tier']}'" in line
+    code, out, _ = run_cli("check", str(path), "--json")
+    assert code == 1 and "traffic-over-context" in [f["code"] for f in json.loads(out)["findings"]]
+
+
+def test_size_of_a_plan_carries_pool_warnings_and_fails_strict(run_cli) -> None:
+    # A decode batch of 1,000 is more than the example's pool holds: priced at the batch that fits, saying so.
+    code, out, err = run_cli("size", str(PLATFORM), "--batch", "1000", "--json")
+    assert code == 0
+    warnings = json.loads(out)["warnings"]
+    assert warnings and all("does not fit the KV pool" in warning for warning in warnings)
+    assert err.count("quotacalc: warning: ") == len(warnings)
+    code, _, err = run_cli("size", str(PLATFORM), "--batch", "1000", "--strict")
+    assert code == 1 and "under --strict" in err
+    code, out, _ = run_cli("size", str(PLATFORM), "--json")
+    assert code == 0 and json.loads(out)["warnings"] == []
+
+
+def test_size_of_a_plan_in_csv_and_markdown(run_cli) -> None:
+    import csv
+    import io
+
+    _, out, _ = run_cli("size", str(PLATFORM), "--json")
+    tenants = json.loads(out)["tenants"]
+    code, out, _ = run_cli("size", str(PLATFORM), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [row["name"] for row in rows] == [tenant["name"] for tenant in tenants]
+    assert [float(row["units_per_s"]) for row in rows] == [tenant["units_per_s"] for tenant in tenants]
+    code, out, _ = run_cli("size", str(PLATFORM), "--format", "markdown")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("| tenant | tier | pool |")
+    assert len({line.count("|") for line in lines[: 2 + len(tenants)]}) == 1
+    code, out, err = run_cli("size", str(PLATFORM), "--format", "xml")
+    assert "unknown format 'xml'" in one_line_error(code, out, err, EXIT_USAGE)
+
+
+def test_a_tenant_sized_on_no_traffic_is_refused(run_cli, tmp_path) -> None:
+    document = platform_document()
+    index, tenant = next((i, entry) for i, entry in enumerate(document["tenants"]) if "traffic" in entry)
+    tenant["traffic"]["rps"] = 0
+    path = write_plan(tmp_path, document)
+    for command in ("check", "generate"):
+        args = (command, str(path)) + (("--out", str(tmp_path / "out")) if command == "generate" else ())
+        code, out, err = run_cli(*args)
+        line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
+        assert line.startswith(f"{path}: tenants[{index}].traffic: sizes to 0 units/s")
+    assert not (tmp_path / "out").exists()

@@ -205,7 +205,15 @@ def size_command(
             from quotacalc.errors import UsageError
 
             raise UsageError("compares one tenant, not a platform plan's", field="--gpu", fix="give the tenant's flags")
-        return size_platform(plan, pool, deployment_flags, as_json=as_json, explain=explain)
+        output_format = check_format(output_format, as_json)
+        return size_platform(
+            plan,
+            pool,
+            deployment_flags,
+            output_format="json" if as_json else output_format,
+            explain=explain,
+            strict=strict,
+        )
     if axes.is_comparison or check_format(output_format, as_json) != "table":
         output_format = "json" if as_json else output_format
         return run_comparison(

@@ -77,7 +77,12 @@ def run_comparison(
     from quotacalc.cli.compare_out import render_comparison
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment, build_tenant, measured_pool_mismatch
+    from quotacalc.inputs.deployment import (
+        build_deployment,
+        build_tenant,
+        measured_pool_mismatch,
+        unrecorded_pool_change,
+    )
     from quotacalc.inputs.plan import deployment_source
     from quotacalc.inputs.resolve import resolve
 
@@ -85,11 +90,8 @@ def run_comparison(
         raise UsageError("needs a plan file", field="--pool")
     plan_file = deployment_source(plan, pool) if plan else None
     file_values = plan_file.deployment if plan_file else {}
-    deployments = [
-        build_deployment(file_values, {**flags, "gpu": gpu, "tp": tp}, source=plan, check_pool=False)
-        for gpu in axes.gpus or (None,)
-        for tp in axes.tps or (None,)
-    ]
+    row_flags = [{**flags, "gpu": gpu, "tp": tp} for gpu in axes.gpus or (None,) for tp in axes.tps or (None,)]
+    deployments = [build_deployment(file_values, given, source=plan, check_pool=False) for given in row_flags]
     tenant = None
     if command == "size":
         tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
@@ -104,7 +106,12 @@ def run_comparison(
         # A plan's measured pool holds for the deployment it was measured on. Elsewhere a comparison still
         # wants the row (sales compare GPUs before anyone measures them): the pool is estimated, and the
         # row's warning says which measurement it replaces.
-        mismatch = measured_pool_mismatch(deployment) if flags.get("kv_pool_tokens") is None else None
+        mismatch = (
+            measured_pool_mismatch(deployment)
+            or unrecorded_pool_change(file_values, row_flags[deployments.index(deployment)])
+            if flags.get("kv_pool_tokens") is None
+            else None
+        )
         if mismatch is None:
             return price(resolve(deployment))
         estimated = deployment.model_copy(update={"kv_pool_tokens": None, "kv_pool_measured_with": None})

@@ -114,7 +114,7 @@ def comparison_csv(command: Command, rows: Sequence[ComparisonRow]) -> str:
     return buffer.getvalue()
 
 
-def _markdown_escape(text: str) -> str:
+def markdown_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -123,17 +123,17 @@ def comparison_markdown(command: Command, deployment: Deployment, tenant: Tenant
     statuses, notes = _notes(rows)
     header = [heading for heading, _, _ in columns] + ["status"]
     lines = [
-        f"**{_markdown_escape(_title(command, deployment, tenant))}**",
+        f"**{markdown_escape(_title(command, deployment, tenant))}**",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if key in ("gpu", "tp") else "---:" for _, key, _ in columns) + "|---|",
     ]
     for row, status in zip(rows, statuses, strict=True):
         cells = [_cell(row, key, render) for _, key, render in columns] + [status]
-        lines.append("| " + " | ".join(_markdown_escape(cell) for cell in cells) + " |")
+        lines.append("| " + " | ".join(markdown_escape(cell) for cell in cells) + " |")
     if notes:
         lines.append("")
-        lines.extend(f"{number}. {_markdown_escape(note)}" for number, note in enumerate(notes, 1))
+        lines.extend(f"{number}. {markdown_escape(note)}" for number, note in enumerate(notes, 1))
     return "\n".join(lines) + "\n"
 
 

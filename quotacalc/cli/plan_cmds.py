@@ -76,6 +76,11 @@ def load_calibrated_policy(
     return plan, build_policy(plan, priced), warnings, calibrated
 
 
+def plan_traffic(plan: Plan) -> dict[str, Any]:
+    """Tenant name -> the traffic profile it is sized on (tenants on a contract have none)."""
+    return {tenant.name: tenant.traffic for tenant in plan.tenants if tenant.traffic is not None}
+
+
 def _calibration_warnings(calibrated: dict[str, Any]) -> None:
     """Say on stderr, per pool, why a plan's calibration does not hold (the GPU, TP or a fitted value changed)."""
     from quotacalc.cli.streams import print_warnings
@@ -137,9 +142,15 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
 
     if not reversal_replicas > 0:
         raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
-    _, policy, pool_warnings, calibrated = load_calibrated_policy(path)
+    plan, policy, pool_warnings, calibrated = load_calibrated_policy(path)
     salts = _salts(policy, secret_file, required=False)
-    result = check_plan(policy, salts=salts, reversal_replicas=reversal_replicas, pool_warnings=pool_warnings)
+    result = check_plan(
+        policy,
+        salts=salts,
+        reversal_replicas=reversal_replicas,
+        pool_warnings=pool_warnings,
+        traffic=plan_traffic(plan),
+    )
     if strict:
         result = _strict(result)
     _calibration_warnings(calibrated)
@@ -240,10 +251,10 @@ def generate(
     from quotacalc.exporters.writer import check_files, write_files
 
     names, explicit = _targets(target)
-    _, policy, pool_warnings = load_priced_policy(path)
+    plan, policy, pool_warnings = load_priced_policy(path)
     needs_salts = any(name in SALTED_TARGETS for name in names)
     salts = _salts(policy, secret_file, required=needs_salts) or {}
-    result = check_plan(policy, salts=salts if salts else None, pool_warnings=pool_warnings)
+    result = check_plan(policy, salts=salts if salts else None, pool_warnings=pool_warnings, traffic=plan_traffic(plan))
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
         first = errors[0]
@@ -307,12 +318,22 @@ def generate(
 
 
 def size_platform(
-    path: str, pool: str | None, deployment_flags: dict[str, Any], *, as_json: bool, explain: bool
+    path: str,
+    pool: str | None,
+    deployment_flags: dict[str, Any],
+    *,
+    output_format: str,
+    explain: bool,
+    strict: bool,
 ) -> None:
-    """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals."""
+    """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals.
+
+    A tenant whose mean request cannot be served (above its tier's max context or its pool's) is an error, as
+    ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``."""
+    from quotacalc.core.checks import traffic_findings
     from quotacalc.core.plan_size import size_plan
 
-    plan, policy, _, calibrated = load_calibrated_policy(path, deployment_flags)
+    plan, policy, pool_warnings, calibrated = load_calibrated_policy(path, deployment_flags)
     if pool is not None and pool not in [entry.name for entry in plan.pools]:
         from quotacalc.errors import close_names
 
@@ -320,9 +341,24 @@ def size_platform(
         close = close_names(pool, names, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
+    findings = [
+        finding
+        for finding in traffic_findings(policy, plan_traffic(plan))
+        if pool is None or finding.subject.split(".")[1] in {t.name for t in policy.tenants if t.pool == pool}
+    ]
+    errors = [finding for finding in findings if finding.severity == "error"]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
+        raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
     result = size_plan(policy, pool=pool)
-    _calibration_warnings(calibrated)
-    if as_json:
+    shown = {row.pool for row in result.tenants} | ({pool} if pool else set())
+    warnings = [
+        f"pool '{name}': {warning}" for name, lines in pool_warnings.items() if name in shown for warning in lines
+    ]
+    warnings += [f"{finding.subject}: {finding.message}" for finding in findings]
+    warnings += [f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note and name in shown]
+    if output_format == "json":
         emit_json(
             {
                 "schema_version": JSON_SCHEMA_VERSION,
@@ -349,13 +385,26 @@ def size_platform(
                     }
                     for entry in policy.pools
                 ],
+                "warnings": warnings,
                 "formulas": _SIZE_FORMULAS,
             }
         )
+    elif output_format in ("csv", "markdown"):
+        from quotacalc.cli.plan_tables import plan_size_csv, plan_size_markdown
+
+        render = plan_size_csv if output_format == "csv" else plan_size_markdown
+        sys.stdout.write(render(result))
     else:
         from quotacalc.cli.plan_tables import plan_size_table
 
         plan_size_table(path, result, policy, formulas=_SIZE_FORMULAS if explain else None)
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings(warnings)
+    if strict and warnings:
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
+        )
 
 
 _SIZE_FORMULAS = {

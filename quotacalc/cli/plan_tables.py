@@ -97,6 +97,60 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
             console.print(f"[dim]{name} = {escape(formula)}[/dim]")
 
 
+#: Markdown columns of ``size PLAN``: (heading, TenantSizeRow key, rendering).
+_PLAN_SIZE_MARKDOWN = (
+    ("tenant", "name", str),
+    ("tier", "tier", str),
+    ("pool", "pool", str),
+    ("placement", "placement", str),
+    ("units/s", "units_per_s", lambda value: f"{value:,.0f}"),
+    ("replicas", "replicas", lambda value: f"{value:.2f}"),
+    ("bucket depth", "bucket_depth_units", lambda value: f"{value:,.0f}"),
+    ("shared $/month", "shared_usd_per_month", units.usd),
+    ("dedicated $/month", "dedicated_usd_per_month", units.usd),
+)
+
+
+def plan_size_csv(result: PlanSize) -> str:
+    """One CSV row per tenant under the JSON's keys, raw values."""
+    import csv
+    import io
+
+    from quotacalc.core.plan_size import TenantSizeRow
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(TenantSizeRow.model_fields), lineterminator="\n")
+    writer.writeheader()
+    for row in result.tenants:
+        writer.writerow(row.model_dump())
+    return buffer.getvalue()
+
+
+def plan_size_markdown(result: PlanSize) -> str:
+    """The tenants as a Markdown table, and the totals under it."""
+    from quotacalc.cli.compare_out import markdown_escape
+
+    lines = [
+        "| " + " | ".join(heading for heading, _, _ in _PLAN_SIZE_MARKDOWN) + " |",
+        "|"
+        + "|".join(
+            "---:" if key not in ("name", "tier", "pool", "placement") else "---" for _, key, _ in _PLAN_SIZE_MARKDOWN
+        )
+        + "|",
+    ]
+    for row in result.tenants:
+        cells = [render(getattr(row, key)) for _, key, render in _PLAN_SIZE_MARKDOWN]
+        lines.append("| " + " | ".join(markdown_escape(cell) for cell in cells) + " |")
+    totals = result.totals
+    lines += [
+        "",
+        f"{totals.tenants} tenants: {totals.units_sold_per_s:,.0f} units/s = {totals.replicas:.2f} replicas of load; "
+        f"shared {units.usd(totals.shared_usd_per_month)}/month, dedicated "
+        f"{units.usd(totals.dedicated_usd_per_month)}/month; pools {units.usd(totals.pools_usd_per_month)}/month",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def generate_summary(report: WriteReport) -> None:
     counts: dict[str, int] = {}
     for change in report.changes:

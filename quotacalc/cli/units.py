@@ -40,9 +40,12 @@ def number(value: float, digits: int = 3) -> str:
 
 
 def usd(value: float, digits: int = 3) -> str:
-    """Dollars to ``digits`` significant figures, trailing zeros kept: $0.0247, $0.150, $24.7, $7,200."""
+    """Dollars to ``digits`` significant figures, trailing zeros kept: $0.0247, $0.150, $24.7; whole dollars from
+    $1,000 on ($7,076, not $7,080: a monthly figure a contract quotes to the dollar)."""
     if value == 0 or not math.isfinite(value):
         return f"${value:g}"
+    if abs(value) >= 999.5:
+        return f"{'-' if value < 0 else ''}${abs(value):,.0f}"
     rounded = float(f"{value:.{digits}g}")
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
     sign = "-" if rounded < 0 else ""

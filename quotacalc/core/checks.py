@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quotacalc.core.deployment import Tenant
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 from quotacalc.core.tenant import whole_replicas
@@ -190,6 +191,65 @@ def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Find
     return findings
 
 
+def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list[Finding]:
+    """Tenants sized on traffic whose mean request cannot be served: above its tier's max context (the gateway
+    refuses it) or above what the pool it routes to serves (the model's maximum, max_model_len, the KV pool);
+    and a mean output above the tier's output cap. A price for such traffic would be a price for the impossible.
+
+    ``traffic``: tenant name -> the traffic profile it was sized on (tenants on a contract have none)."""
+    findings = []
+    pools = {pool.name: pool for pool in policy.pools}
+    for entry in policy.tenants:
+        profile = traffic.get(entry.name)
+        if profile is None:
+            continue
+        prompt, output = profile.prompt_tokens, profile.output_tokens
+        request = round(prompt + output)
+        subject = f"tenants.{entry.name}.traffic"
+        shape = f"mean request of {request:,} tokens (prompt {prompt:,.0f} + output {output:,.0f})"
+        routed_long = entry.long_context_pool is not None and prompt > (entry.route_above_prompt_tokens or 0)
+        served_by = pools[entry.long_context_pool if routed_long and entry.long_context_pool else entry.pool]
+        figures = {"request_tokens": request, "max_context_tokens": entry.max_context_tokens}
+        if request > entry.max_context_tokens:
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="traffic-over-context",
+                    subject=subject,
+                    message=f"its {shape} is above the max context of tier '{entry.tier}' ({entry.max_context_tokens:,} "
+                    "tokens): the gateway refuses such requests",
+                    fix=f"raise tiers.{entry.tier}.max_context_tokens to at least {request:,}, or size the traffic "
+                    "the tenant sends",
+                    figures=figures,
+                )
+            )
+        elif request > served_by.max_context_tokens:
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="traffic-over-pool",
+                    subject=subject,
+                    message=f"its {shape} is above what pool '{served_by.name}' serves ({served_by.max_context_tokens:,} "
+                    "tokens: the model's maximum or the engine's max_model_len, capped by its KV pool)",
+                    fix="shorten the requests, or serve the tenant from a pool with more KV",
+                    figures={**figures, "pool_max_context_tokens": served_by.max_context_tokens},
+                )
+            )
+        if output > entry.max_output_tokens:
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="traffic-over-max-output",
+                    subject=subject,
+                    message=f"its mean output of {output:,.0f} tokens is above the max_output_tokens of tier '{entry.tier}' "
+                    f"({entry.max_output_tokens:,}): the gateway caps or refuses such requests",
+                    fix=f"raise tiers.{entry.tier}.max_output_tokens, or size the traffic the tenant sends",
+                    figures={"output_tokens": output, "max_output_tokens": entry.max_output_tokens},
+                )
+            )
+    return findings
+
+
 def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_replicas: float) -> list[Finding]:
     findings = []
     for tenant in policy.tenants:
@@ -294,9 +354,11 @@ def check_plan(
     salts: Mapping[str, str] | None = None,
     reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
     pool_warnings: Mapping[str, tuple[str, ...]] | None = None,
+    traffic: Mapping[str, Tenant] | None = None,
 ) -> CheckResult:
     """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
-    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), reported as they are."""
+    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), reported as they are;
+    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``)."""
     pools = {pool.name: pool for pool in policy.pools}
     findings = [
         *(
@@ -306,6 +368,7 @@ def check_plan(
         ),
         *_capacity(policy),
         *_tier_limits(policy, pools),
+        *traffic_findings(policy, traffic or {}),
         *_placement(policy, pools, reversal_replicas),
         *_salts(policy, salts),
     ]

@@ -142,6 +142,14 @@ class PlanTenant(BaseModel):
             raise ValueError("give exactly one of units_per_s (a contract) and traffic (a profile to size)")
         return self
 
+    @field_validator("traffic")
+    @classmethod
+    def _some_traffic(cls, traffic: Tenant | None) -> Tenant | None:
+        # Its bucket refills at the traffic's units/s: a profile of no load is a bucket that admits nothing.
+        if traffic is not None and (traffic.rps == 0 or traffic.prompt_tokens + traffic.output_tokens == 0):
+            raise ValueError("sizes to 0 units/s, a token bucket that admits nothing: give rps and tokens above 0")
+        return traffic
+
 
 class Plan(BaseModel):
     """A platform plan. A one-pool plan (today's flat file) is a Plan with one pool and at most one tenant."""

@@ -417,7 +417,7 @@ def _pool_section(x: _Explainer) -> float:
     pool_token_bytes = x.figures["kv_bytes_per_token_per_gpu"] or request_per_gpu / deployment.context
     if deployment.kv_pool_tokens is not None:
         pool_tokens = _measured_pool_tokens(x, deployment.kv_pool_tokens)
-        return pool_tokens * pool_token_bytes
+        return _pool_that_fits(x, pool_tokens * pool_token_bytes)
     if usable <= 0:
         _no_pool(x)
     x.figures["kv_pool_source"] = "estimated"
@@ -560,7 +560,7 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
             substituted=f"ceil({fmt(pool_tokens)} × {layout.blocks_per_request(max_model_len, batched)} / {max_model_len:,})",
             unit="blocks",
         )
-        return blocks * layout.bytes_per_block
+        return _pool_that_fits(x, blocks * layout.bytes_per_block)
     if usable <= 0:
         _no_pool(x)
     x.figures["kv_pool_source"] = "estimated"
@@ -594,6 +594,22 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
         f"kv_pool_blocks // kv_cache_groups × block = {groups_rule:,}",
     )
     return usable
+
+
+def _pool_that_fits(x: _Explainer, pool_bytes_per_gpu: float) -> float:
+    """A measured or given pool, refused where it and the weights need more than the GPU's memory: it was
+    measured on another deployment (a larger GPU, a higher TP) or mistyped."""
+    inputs = x.inputs
+    weights = x.figures["weight_bytes_per_gpu"]
+    if pool_bytes_per_gpu + weights > inputs.gpu.memory_bytes:
+        raise QuotacalcError(
+            f"a pool of {inputs.deployment.kv_pool_tokens:,} tokens needs {pool_bytes_per_gpu / 1e9:,.1f} GB of KV "
+            f"per GPU beside {weights / 1e9:,.1f} GB of weights, more than {inputs.gpu.id}'s "
+            f"{inputs.gpu.memory_bytes / 1e9:,.1f} GB",
+            field="kv_pool_tokens",
+            fix="give the pool measured on this deployment (GPU, TP, dtypes), or leave it out to estimate it",
+        )
+    return pool_bytes_per_gpu
 
 
 def _measured_pool_tokens(x: _Explainer, kv_pool_tokens: int) -> float:

@@ -167,6 +167,7 @@ def build_deployment(
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
     if check_pool and "kv_pool_tokens" not in given:  # (a comparison checks each deployment in its own row)
         check_measured_pool(deployment, source=source)
+        check_unrecorded_pool(file_values, given, source=source)
     return deployment
 
 
@@ -283,6 +284,66 @@ def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
             source=source,
             field="kv_pool_tokens",
             fix="measure the pool on this deployment, remove kv_pool_tokens to estimate it, or give --kv-pool-tokens",
+        )
+
+
+#: The inputs a measured pool depends on: a flag that changes one of them makes the file's pool another deployment's.
+POOL_INPUTS = (
+    "model",
+    "gpu",
+    "tp",
+    "expert_parallel",
+    "weight_dtype",
+    "kv_dtype",
+    "state_dtype",
+    "memory_utilization",
+    "max_num_batched_tokens",
+    "engine",
+)
+
+
+def _pool_input(key: str, value: Any) -> Any:
+    """A pool input as a name to compare: catalog ids, dtype names, a model's last path part."""
+    if value is None:
+        return None
+    if key == "gpu":
+        return _gpu_id(value)
+    if key.endswith("_dtype"):
+        return _dtype_name(value)
+    if key == "model":
+        return model_key(value)
+    return value
+
+
+def unrecorded_pool_change(file_values: dict[str, Any], given: dict[str, Any]) -> str | None:
+    """Why a file's ``kv_pool_tokens`` without ``kv_pool_measured_with`` does not hold: it holds for the file's own
+    deployment, and a flag changed what the pool depends on (GPU, TP, dtypes, memory share, engine); or None."""
+    if file_values.get("kv_pool_tokens") is None or file_values.get("kv_pool_measured_with") is not None:
+        return None
+    if given.get("kv_pool_tokens") is not None:
+        return None
+    changed = [
+        f"{key} {file_values.get(key, 'default')} -> {given[key]}"
+        for key in POOL_INPUTS
+        if given.get(key) is not None and _pool_input(key, file_values.get(key)) != _pool_input(key, given[key])
+    ]
+    if not changed:
+        return None
+    return (
+        f"the file's pool of {file_values['kv_pool_tokens']:,} tokens holds for its own deployment, not for this one "
+        f"({', '.join(changed)})"
+    )
+
+
+def check_unrecorded_pool(file_values: dict[str, Any], given: dict[str, Any], *, source: str | None) -> None:
+    """Raise if flags moved a file's unrecorded measured pool to another deployment (``unrecorded_pool_change``)."""
+    change = unrecorded_pool_change(file_values, given)
+    if change is not None:
+        raise QuotacalcError(
+            change,
+            source=source,
+            field="kv_pool_tokens",
+            fix="remove kv_pool_tokens from the file to estimate the pool, or give --kv-pool-tokens",
         )
 
 
