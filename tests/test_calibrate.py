@@ -609,7 +609,7 @@ def test_a_ttft_run_too_large_to_simulate_is_refused_before_the_fit(inputs):
     assert refused.value.source == "huge.csv" and refused.value.field == "row 1: concurrency"
     assert "20,004 prefill chunks a cycle, above the 20,000 calibrate simulates" in refused.value.problem
     # The same run measuring only ITL is not simulated, so not refused.
-    itl_only = point.model_copy(update={"ttft_s": None, "itl_s": 0.05})
+    itl_only = point.model_copy(update={"ttft_s": None, "itl_s": 10.0})
     assert calibrate(inputs, [itl_only], parameters=["mbu"]).parameters[0].name == "mbu"
 
 

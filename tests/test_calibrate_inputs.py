@@ -71,7 +71,7 @@ def test_csv_model_column_names_each_runs_model(tmp_path, run_cli):
         ("concurrency,prompt_tokens,output_tokens\n1,2,3\n", ("header", "no 'ttft_s' or 'itl_s' column")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,0.01\n2,200,20,fast\n", ("row 2: itl_s", "expected a number, got 'fast'")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,nan\n", ("row 1: itl_s", "finite")),
-        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-0.01\n", ("row 1: itl_s", "greater than 0")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-0.01\n", ("row 1: itl_s", "greater than or equal to 0.000001")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1.5,200,20,0.01\n", ("row 1: concurrency", "whole number")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n0,200,20,0.01\n", ("row 1: concurrency", "greater than or equal to 1")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20\n", ("row 1", "3 cells for 4 columns")),
@@ -146,12 +146,13 @@ SGLANG_LINE = (
 
 def test_sglang_bench_serving_lines_read_as_vllm_results(json_file):
     """SGLang's bench_serving writes vLLM's keys: each appended line is a run; the means per request, as for vLLM
-    (6,101 input and 41,941 output tokens over 10 requests: 610.1 and 4,194.1)."""
+    (6,101 input and 41,941 output tokens over 10 requests: 610.1 and 4,194.1). The second line's 16 clients sent
+    those 10 requests: at most 10 were ever in flight, its concurrency."""
     second = SGLANG_LINE.replace('"max_concurrency": 1', '"max_concurrency": 16').replace(
         '"mean_itl_ms": 4.33', '"mean_itl_ms": 9.1'
     )
     points, notes = read_benchmark(json_file(SGLANG_LINE + "\n" + second + "\n"))
-    assert notes == [] and [point.concurrency for point in points] == [1, 16]
+    assert notes == [] and [point.concurrency for point in points] == [1, 10]
     first = points[0]
     assert (first.prompt_tokens, first.output_tokens) == (pytest.approx(610.1), pytest.approx(4194.1))
     assert first.ttft_s == pytest.approx(0.153) and first.itl_s == pytest.approx(0.00433)
@@ -189,7 +190,7 @@ def test_vllm_appended_results_are_one_point_per_line(json_file):
         ({"completed": None}, ("completed", "missing")),
         ({"total_input_tokens": "many"}, ("total_input_tokens", "expected a number")),
         ({"mean_itl_ms": float("inf")}, ("mean_itl_ms", "finite")),
-        ({"mean_ttft_ms": -3.0}, ("mean_ttft_ms", "greater than 0")),
+        ({"mean_ttft_ms": -3.0}, ("mean_ttft_ms", "greater than or equal to 0.00001")),
         ({"max_concurrency": True}, ("max_concurrency", "expected a number, got true")),
     ],
     ids=["uncapped", "rate-limited", "none-completed", "no-completed", "text-tokens", "infinite", "negative", "bool"],
@@ -355,3 +356,78 @@ def test_hostile_json(json_file, text, needles):
     assert error.exit_code == EXIT_INVALID_INPUT
     for needle in needles:
         assert needle in error.one_line(), (needle, error.one_line())
+
+
+# --------------------------------------------------------------------------- what real files also carry
+
+
+def test_a_zero_latency_is_not_measured(json_file):
+    # vllm/benchmarks/serve.py calculate_metrics: mean_itl_ms = np.mean(itls or 0) * 1000, 0 with one output token.
+    (point,), _ = read_benchmark(json_file(json.dumps({**VLLM_RESULT, "mean_itl_ms": 0.0, "median_itl_ms": 0.0})))
+    assert point.itl_s is None and point.ttft_s == pytest.approx(0.25)
+    error = _error(read_benchmark, json_file(json.dumps({**VLLM_RESULT, "mean_itl_ms": 0, "mean_ttft_ms": 0})))
+    assert "measured neither a first token nor an inter-token latency" in error.problem
+    # GuideLLM: an empty distribution (guidellm/schemas/statistics.py) is mean 0, count 0.
+    benchmark = _guidellm_benchmark({"type_": "synchronous"}, 80.0, 12.0)
+    benchmark["metrics"]["inter_token_latency_ms"] = {"successful": {"mean": 0.0, "count": 0}}
+    (point,), _ = read_benchmark(json_file(json.dumps({"benchmarks": [benchmark]})))
+    assert point.itl_s is None and point.ttft_s == pytest.approx(0.08)
+
+
+def test_runs_that_never_hold_their_concurrency(json_file):
+    # A ramp-up run (vllm bench serve --ramp-up-strategy): rate-driven arrivals, refused alone.
+    ramp = {**VLLM_RESULT, "ramp_up_strategy": "linear", "ramp_up_start_rps": 1, "ramp_up_end_rps": 20}
+    error = _error(read_benchmark, json_file(json.dumps(ramp)))
+    assert error.field == "ramp_up_strategy" and "a ramp-up run's arrivals follow a rate" in error.problem
+    # In an --append-result sweep, rate-driven runs are skipped with a note, as GuideLLM's are.
+    rated = {**VLLM_RESULT, "max_concurrency": None, "request_rate": 4.0}
+    text = "\n".join(json.dumps(run) for run in (VLLM_RESULT, rated, ramp))
+    points, notes = read_benchmark(json_file(text))
+    assert [point.concurrency for point in points] == [16]
+    assert [note.split(": ")[1] for note in notes] == ["line 2", "line 3"]
+    assert "max_concurrency is null" in notes[0] and "a ramp-up run (linear)" in notes[1]
+    error = _error(read_benchmark, json_file("\n".join(json.dumps(run) for run in (rated, ramp))))
+    assert error.problem == "no run at a fixed concurrency (2 skipped)"
+    # 64 clients for 20 requests: never more than 20 in flight.
+    (point,), _ = read_benchmark(json_file(json.dumps({**VLLM_RESULT, "max_concurrency": 64, "completed": 20})))
+    assert point.concurrency == 20
+    assert _error(read_benchmark, json_file("[]")).problem == "no benchmark results"
+
+
+def test_guidellm_yaml_report(tmp_path):
+    import yaml
+
+    report = {
+        "metadata": {"version": 2, "guidellm_version": "0.5.0"},
+        "benchmarks": [
+            _guidellm_benchmark({"type_": "synchronous"}, 80.0, 12.0),
+            _guidellm_benchmark({"type_": "concurrent", "streams": 8}, 95.0, 14.0),
+        ],
+    }
+    points, notes = read_benchmark(_write(tmp_path, "benchmarks.yaml", yaml.safe_dump(report, sort_keys=False)))
+    assert notes == [] and [(p.concurrency, p.ttft_s, p.itl_s) for p in points] == [(1, 0.08, 0.012), (8, 0.095, 0.014)]
+    error = _error(read_benchmark, _write(tmp_path, "other.yaml", "metadata: {version: 2}\n"))
+    assert error.problem == "a YAML file without 'benchmarks'"
+
+
+VLLM_CONFIG_LINE = (
+    "(EngineCore_DP0 pid=2456) INFO 08-05 10:11:20 [core.py:74] Initializing a V1 LLM engine (v0.10.1.1) with config: "
+    "model='meta-llama/Llama-3.1-8B-Instruct', dtype=torch.bfloat16, max_seq_len=131072, load_format=auto, "
+    "tensor_parallel_size={tp}, pipeline_parallel_size=1, quantization=None, kv_cache_dtype=auto\n"
+)
+
+
+def test_a_vllm_log_states_its_tp_and_memory_share(tmp_path):
+    # vllm/config/__init__.py VllmConfig.__str__ ('tensor_parallel_size=...'); `vllm serve` logs 'non-default args:'
+    # (vllm/entrypoints/utils.py), listing gpu_memory_utilization only when it was set.
+    args = "(APIServer pid=2345) INFO 08-05 10:11:05 [utils.py:326] non-default args: {'model': 'm'%s}\n"
+    pool = "Available KV cache memory: 55.66 GiB\nGPU KV cache size: 455,952 tokens\n"
+    reading = read_start_up_log(_write(tmp_path, "a.log", args % "" + VLLM_CONFIG_LINE.format(tp=2) + pool))
+    assert (reading.tp, reading.memory_utilization, reading.max_model_len) == (2, 0.9, 131_072)
+    text = args % ", 'gpu_memory_utilization': 0.95" + VLLM_CONFIG_LINE.format(tp=1) + pool
+    reading = read_start_up_log(_write(tmp_path, "b.log", text))
+    assert (reading.tp, reading.memory_utilization) == (1, 0.95)
+    # No 'non-default args' line (an offline LLM(), an older server): the share is not stated.
+    assert read_start_up_log(_write(tmp_path, "c.log", VLLM_CONFIG_LINE.format(tp=1) + pool)).memory_utilization is None
+    failed = _error(read_start_up_log, _write(tmp_path, "d.log", "Available KV cache memory: -2.81 GiB\n"))
+    assert "the engine found no memory for the KV cache (Available KV cache memory: -2.81 GiB)" in failed.problem

@@ -227,3 +227,28 @@ def test_calibrate_json_names_the_pool(run_cli, platform):
     code, out, err = run_cli("calibrate", FLAT, "--bench", _bench(platform), "--json")
     assert code == 0, err
     assert json.loads(out)["pool"] is None
+
+
+def test_a_vllm_log_of_another_tp_share_or_gpu(run_cli, tmp_path):
+    """The log's own TP and memory share must be the deployment's; a reserve a quarter of the GPU or more (an H100's
+    pool read as an H200's) is said, and fails --strict."""
+    config = (
+        "INFO [core.py:74] Initializing a V1 LLM engine (v0.10.1.1) with config: model='meta-llama/Llama-3.1-8B-Instruct'"
+        ", max_seq_len=131072, tensor_parallel_size=1, pipeline_parallel_size=1\n"
+        "Available KV cache memory: 55.66 GiB\nGPU KV cache size: 455,952 tokens\n"
+    )
+    log = tmp_path / "serve.log"
+    log.write_text(config, encoding="utf-8")
+    model = ("--model", "Llama-3.1-8B-Instruct")
+    code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", "--tp", "2", "--log", log)
+    assert code == 1 and out == "" and "the log ran at TP 1, the deployment is TP 2 (give --tp 1" in err
+    shared = "INFO non-default args: {'model': 'm', 'gpu_memory_utilization': 0.95}\n" + config
+    log.write_text(shared, encoding="utf-8")
+    code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", "--log", log)
+    assert code == 1 and "sized at gpu_memory_utilization 0.95, the deployment's share is 0.9" in err
+    log.write_text(config, encoding="utf-8")
+    # 55.66 GiB of KV beside 15 GiB of weights is an H100's pool at 0.9: on an H200 (139.8 GiB) it leaves 55 GiB.
+    code, out, err = run_cli("calibrate", *model, "--gpu", "h200", "--log", log, "--strict")
+    assert code == 1 and "GiB of h200's 139.8 GiB outside the KV pool at a memory share of 0.9" in err
+    code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", "--log", log, "--strict")
+    assert code == 0, err

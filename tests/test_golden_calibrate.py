@@ -366,14 +366,14 @@ def test_point_fits_carry_the_run_and_the_errors(inputs):
 
 
 def test_a_parameter_at_either_bound_is_flagged_in_words(inputs):
-    # TTFTs ten times longer than the model predicts at MFU 0.37 would need MFU 0.037 × ... below 0.02? No:
-    # a hundred times longer needs MFU ≈ 0.0037, under the 0.02 floor.
+    # TTFTs thirty times longer than the model predicts at MFU 0.37 need MFU ≈ 0.012, under the 0.02 floor (and
+    # stay under the hundredfold a unit slip is refused at: about 50 times the defaults' prediction).
     points = synthetic(inputs, TRUTH, [(1, 2000, 200), (1, 4000, 200)], itl=False)
-    slow = [p.model_copy(update={"ttft_s": p.ttft_s * 100}) for p in points]
+    slow = [p.model_copy(update={"ttft_s": p.ttft_s * 30}) for p in points]
     result = calibrate(inputs, slow, parameters=["mfu"])
     (mfu,) = result.parameters
     assert (mfu.after, mfu.at_bound) == (0.02, True)
-    # Runs a hundred (or a third) times off the defaults are flagged as another deployment's first.
+    # Runs thirty (or a third) times off the defaults are flagged as another deployment's first.
     mismatch, bound = result.warnings
     assert mismatch.startswith("the runs are ") and "(RMS) from this deployment's defaults" in mismatch
     assert bound == "mfu stopped at its bound 0.02: the model cannot follow these points there"
@@ -654,3 +654,16 @@ def test_status_when_the_calibration_holds(inputs):
 def test_bounds_are_the_documented_ones():
     assert BOUNDS["mfu"] == (0.02, 1.0) and BOUNDS["sequence_overhead_s"] == (0.0, 1e-3)
     assert np.isfinite(list(PRIOR_SPREAD.values())).all()
+
+
+def test_a_figure_a_hundred_times_off_is_a_unit_slip(inputs):
+    # Milliseconds in a seconds column: a TTFT 1,000 times the prediction is refused before any fit.
+    (point,) = synthetic(inputs, TRUTH, [(1, 2000, 200)], itl=False)
+    slipped = point.model_copy(update={"ttft_s": point.ttft_s * 1000})
+    with pytest.raises(QuotacalcError) as refused:
+        calibrate(inputs, [slipped], parameters=["mfu"])
+    assert refused.value.field == f"{point.row}.ttft_s" and "milliseconds in a seconds column?" in refused.value.problem
+    fast = point.model_copy(update={"ttft_s": point.ttft_s / 1000})
+    with pytest.raises(QuotacalcError) as refused:
+        calibrate(inputs, [fast], parameters=["mfu"])
+    assert "seconds read as milliseconds?" in refused.value.problem

@@ -301,8 +301,14 @@ def test_an_sglang_log_for_another_deployment_is_one_line(tmp_path, run_cli, fla
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (("mem_fraction_static=0.88", "mem_fraction_static=1.5"), "mem_fraction_static: the share the pool was sized"),
-        (("tp_size=1", "tp_size=0"), "server_args tp_size: input should be greater than or equal to 1, got 0"),
+        (
+            ("mem_fraction_static=0.88", "mem_fraction_static=1.5"),
+            "the share the pool was sized at: SGLang's server_args mem_fraction_static",
+        ),
+        (
+            ("tp_size=1", "tp_size=0"),
+            "tp_size, vLLM's tensor_parallel_size (its config line): input should be greater than or equal to 1, got 0",
+        ),
         (("#tokens: 442750", "#tokens: 0"), "(SGLang: '#tokens: N'), per replica: input should be greater than"),
     ],
 )

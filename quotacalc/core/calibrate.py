@@ -99,8 +99,8 @@ class BenchmarkPoint(BaseModel):
     concurrency: int = Field(ge=1, le=100_000, description="requests in flight (vllm bench serve --max-concurrency)")
     prompt_tokens: float = Field(gt=0, le=100_000_000, description="mean prompt tokens per request")
     output_tokens: float = Field(ge=1, le=100_000_000, description="mean output tokens per request")
-    ttft_s: float | None = Field(None, gt=0, le=86_400, description="mean time to first token, s")
-    itl_s: float | None = Field(None, gt=0, le=3_600, description="mean inter-token latency, s")
+    ttft_s: float | None = Field(None, ge=1e-5, le=86_400, description="mean time to first token, s")
+    itl_s: float | None = Field(None, ge=1e-6, le=3_600, description="mean inter-token latency, s")
     model: str | None = Field(None, max_length=1000, description="the model the file says it benchmarked (model_id)")
 
     def measured(self) -> dict[str, float]:
@@ -125,9 +125,15 @@ class KvPoolReading(BaseModel):
         None, ge=1, description="the engine's max_model_len ('max_seq_len=N' in its config line), tokens"
     )
     memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="SGLang's server_args mem_fraction_static: the share the pool was sized at"
+        None,
+        gt=0,
+        le=1,
+        description="the share the pool was sized at: SGLang's server_args mem_fraction_static, vLLM's "
+        "gpu_memory_utilization (its 'non-default args' line, 0.9 where that line omits it)",
     )
-    tp: int | None = Field(None, ge=1, description="SGLang's server_args tp_size")
+    tp: int | None = Field(
+        None, ge=1, description="SGLang's server_args tp_size, vLLM's tensor_parallel_size (its config line)"
+    )
 
 
 class FittedParameter(BaseModel):
@@ -172,6 +178,8 @@ class KvPoolFit(BaseModel):
     note: str
     #: Set when the log's bytes per token do not match this deployment's: likely another deployment's log.
     mismatch: str | None = None
+    #: Set when the reserve the log implies is more than an engine keeps (MAX_RESERVE_SHARE of the GPU).
+    implausible_reserve: str | None = None
 
 
 class CalibrationResult(BaseModel):
@@ -462,6 +470,10 @@ def logged_pool_bytes_per_gpu(inputs: PricingInputs, kv_pool_tokens: int, max_mo
     return blocks * layout.bytes_per_block
 
 
+#: The most of a GPU's memory a start-up log's runtime reserve may take before it is read as another deployment's log.
+MAX_RESERVE_SHARE = 0.25
+
+
 def _check_logged_settings(inputs: PricingInputs, reading: KvPoolReading) -> float:
     """A log that states its TP or memory share (SGLang's server_args) holds only for a deployment run so; the
     deployment's share of memory (given, or its engine's default)."""
@@ -477,8 +489,9 @@ def _check_logged_settings(inputs: PricingInputs, reading: KvPoolReading) -> flo
     share, source = memory.memory_utilization(deployment, inputs.gpu)
     # Three decimals: SGLang's own rounding of its default.
     if reading.memory_utilization is not None and abs(reading.memory_utilization - share) > 5e-4:
+        setting = "gpu_memory_utilization" if reading.engine == GENERIC_ENGINE else "mem_fraction_static"
         raise QuotacalcError(
-            f"the log's pool was sized at mem_fraction_static {reading.memory_utilization:g}, the deployment's share "
+            f"the log's pool was sized at {setting} {reading.memory_utilization:g}, the deployment's share "
             f"is {share:g} ({source})",
             source=reading.source,
             fix=f"give --memory-utilization {reading.memory_utilization:g} (the share the engine ran at)",
@@ -556,6 +569,16 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
                 f"deployment needs {pool_bytes / reading.kv_pool_tokens:,.0f} B: is the log from this model, TP and "
                 "KV dtype?"
             )
+    implausible_reserve = None
+    if reserve_gib is not None and reserve_gib * GIB > MAX_RESERVE_SHARE * gpu.memory_bytes:
+        # Engines keep a few GiB outside the pool (activations, CUDA graphs, buffers); a quarter of the GPU is a log
+        # from another GPU (an H100's pool read on an H200), another memory share, or a GPU shared with another
+        # process (an offloading connector): said, since the pool is then another deployment's.
+        implausible_reserve = (
+            f"{reading.source}: the log's pool leaves {reserve_gib:.1f} GiB of {gpu.id}'s {gpu.memory_bytes / GIB:.1f} "
+            f"GiB outside the KV pool at a memory share of {utilization:g}, more than an engine keeps: is the log from "
+            "this GPU and memory share, on a GPU of its own?"
+        )
     measured_with = None
     if reading.kv_pool_tokens is not None:
         measured_with = {
@@ -580,6 +603,7 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
         kv_pool_measured_with=measured_with,
         note=note,
         mismatch=mismatch,
+        implausible_reserve=implausible_reserve,
     )
 
 
@@ -616,6 +640,32 @@ def _point_fits(
 def _model_key(name: str) -> str:
     """A model name's last path part, lower case: 'meta-llama/Llama-3.3-70B-Instruct' -> 'llama-3.3-70b-instruct'."""
     return name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+#: A measured figure this many times the deployment's prediction (or this many times smaller) at the starting values
+#: is not an engine's spread (the worst public run seen is 2x off, docs/accuracy.md) but a unit slip (1,000x) or a
+#: file from another deployment: two orders of magnitude.
+UNIT_SLIP_RATIO = 100.0
+
+
+def check_units(points: Sequence[BenchmarkPoint], predicted: Sequence[float]) -> None:
+    """Refuse a figure ``UNIT_SLIP_RATIO`` times off the prediction: milliseconds in a seconds column, a swapped
+    TTFT and ITL, or a file from another deployment; fitting it would drive a parameter to its bound."""
+    index = 0
+    for point in points:
+        for quantity, value in point.measured().items():
+            ratio = value / predicted[index]
+            index += 1
+            if 1 / UNIT_SLIP_RATIO <= ratio <= UNIT_SLIP_RATIO:
+                continue
+            times = f"{ratio:,.0f} times" if ratio > 1 else f"1/{1 / ratio:,.0f} of"
+            hint = "milliseconds in a seconds column?" if ratio > 1 else "seconds read as milliseconds?"
+            raise QuotacalcError(
+                f"{quantity} {value:g} s is {times} what this deployment predicts ({predicted[index - 1]:.4g} s): {hint}",
+                source=point.source,
+                field=f"{point.row}.{quantity}",
+                fix="check the column's unit (ttft_ms / itl_ms for milliseconds) and that the file is this deployment's",
+            )
 
 
 def benchmarked_model_warnings(inputs: PricingInputs, points: Sequence[BenchmarkPoint]) -> list[str]:
@@ -724,8 +774,9 @@ def calibrate(
     from quotacalc.core.memory import max_num_batched_tokens
 
     check_simulated_runs(max_num_batched_tokens(inputs.deployment, inputs.gpu), points)
-    warnings: list[str] = benchmarked_model_warnings(inputs, points) + absent_term_warnings(inputs, names)
     before = [_current(inputs, name) for name in names]
+    check_units(points, predictions(inputs, dict(zip(names, before, strict=True)), points))
+    warnings: list[str] = benchmarked_model_warnings(inputs, points) + absent_term_warnings(inputs, names)
     after = before
     fitted_values: dict[str, object] = {}
     point_fits: list[PointFit] = []
@@ -757,8 +808,7 @@ def calibrate(
     kv = None
     if kv_reading is not None:
         kv = kv_pool_fit(inputs, kv_reading)
-        if kv.mismatch:
-            warnings.append(kv.mismatch)
+        warnings += [note for note in (kv.mismatch, kv.implausible_reserve) if note]
         if kv.runtime_reserve_gib is not None:
             fitted_values["runtime_reserve_gib"] = kv.runtime_reserve_gib
         if kv.kv_pool_tokens is not None:

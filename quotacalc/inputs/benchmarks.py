@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from quotacalc.core.calibrate import BenchmarkPoint, KvPoolReading
-from quotacalc.core.deployment import GENERIC_ENGINE
+from quotacalc.core.deployment import GENERIC_ENGINE, VLLM_MEMORY_UTILIZATION
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
@@ -37,6 +37,8 @@ _MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
 _OPTIONAL_COLUMNS = ("label", "model")
 
 
+#: BenchmarkPoint's largest concurrency.
+MAX_CONCURRENCY = 100_000
 #: A benchmark file with every request's text (vllm bench serve --save-detailed) runs to tens of MB.
 MAX_BENCHMARK_BYTES = 256 * 2**20
 
@@ -204,8 +206,11 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
     completed = _number(need("completed"), path, field("completed"), integer=True)
     if completed <= 0:
         raise QuotacalcError("no request completed", source=path, field=field("completed"))
+    clients = int(_number(concurrency, path, field("max_concurrency"), integer=True))
     values = {
-        "concurrency": int(_number(concurrency, path, field("max_concurrency"), integer=True)),
+        # Fewer requests than clients never reach the concurrency: at most as many are in flight as were sent (an
+        # impossible figure is left for the point's validation to name).
+        "concurrency": min(clients, int(completed)) if clients <= MAX_CONCURRENCY else clients,
         "prompt_tokens": _number(need("total_input_tokens"), path, field("total_input_tokens")) / completed,
         "output_tokens": _number(need("total_output_tokens"), path, field("total_output_tokens")) / completed,
     }
@@ -217,8 +222,17 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
             fix="keep the default --percentile-metrics",
         )
     for key, name in (("mean_ttft_ms", "ttft_s"), ("mean_itl_ms", "itl_s")):
-        if result.get(key) is not None:
+        # vllm bench serve writes 0 for what it did not measure (np.mean(itls or 0): one output token, or a
+        # backend that does not stream): not a time of zero.
+        if result.get(key) is not None and _number(result[key], path, field(key)) != 0:
             values[name] = _number(result[key], path, field(key)) / 1000
+    if "ttft_s" not in values and "itl_s" not in values:
+        raise QuotacalcError(
+            "measured neither a first token nor an inter-token latency (both are 0)",
+            source=path,
+            field=row or None,
+            fix="run with streaming and more than one output token",
+        )
     if isinstance(result.get("model_id"), str):
         values["model"] = result["model_id"]
     keys = {
@@ -232,13 +246,48 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
     return _point(path, row, keys, **values)
 
 
-def read_vllm_results(path: str, documents: list[tuple[str, Any]]) -> list[BenchmarkPoint]:
-    points = []
+def _open_loop(result: dict[str, Any]) -> str | None:
+    """Why a vllm bench serve result is not a closed-loop run (its concurrency never known), or None."""
+    if result.get("ramp_up_strategy") is not None:
+        return f"a ramp-up run ({result['ramp_up_strategy']}): its arrivals follow a rate"
+    if result.get("max_concurrency") is None:
+        return "max_concurrency is null: requests were not capped"
+    rate = result.get("request_rate", "inf")
+    if rate not in ("inf", None) and not (isinstance(rate, float) and math.isinf(rate)):
+        return f"request_rate is {rate}: a rate-limited run"
+    return None
+
+
+def read_vllm_results(path: str, documents: list[tuple[str, Any]]) -> tuple[list[BenchmarkPoint], list[str]]:
+    """Closed-loop results as points; in a file of several (--append-result), a rate-driven one is skipped with a
+    note, as GuideLLM's are; alone, it is the error."""
+    if not documents:
+        raise QuotacalcError(
+            "no benchmark results", source=path, fix="a vllm bench serve --save-result JSON, a GuideLLM report or a CSV"
+        )
+    points, skipped = [], []
     for row, document in documents:
         if not isinstance(document, dict):
             raise QuotacalcError("expected a JSON object (one benchmark result)", source=path, field=row or None)
+        reason = _open_loop(document) if len(documents) > 1 else None
+        if reason is not None:
+            skipped.append(f"{path}: {row}: skipped {reason} (only runs at a fixed concurrency are fitted)")
+            continue
+        if document.get("ramp_up_strategy") is not None:
+            raise QuotacalcError(
+                f"is {document['ramp_up_strategy']}: a ramp-up run's arrivals follow a rate, not a concurrency",
+                source=path,
+                field=f"{row}.ramp_up_strategy" if row else "ramp_up_strategy",
+                fix="run with --max-concurrency N --request-rate inf and no ramp-up",
+            )
         points.append(_vllm_point(path, row, document))
-    return points
+    if not points:
+        raise QuotacalcError(
+            f"no run at a fixed concurrency ({len(skipped)} skipped)",
+            source=path,
+            fix="run with --max-concurrency N --request-rate inf",
+        )
+    return points, skipped
 
 
 # --------------------------------------------------------------------------- GuideLLM
@@ -252,6 +301,9 @@ def _guidellm_mean(path: str, row: str, metrics: dict[str, Any], name: str) -> f
     mean = successful.get("mean") if isinstance(successful, dict) else None
     if mean is None:
         raise QuotacalcError("has no successful.mean", source=path, field=f"{row}.metrics.{name}")
+    # An empty distribution (no sample: one output token has no inter-token latency) is mean 0, count 0.
+    if successful.get("count") == 0:
+        return None
     return _number(mean, path, f"{row}.metrics.{name}.successful.mean")
 
 
@@ -345,14 +397,37 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
         documents = _json_documents(path, text)
         if len(documents) == 1 and isinstance(documents[0][1], dict) and "benchmarks" in documents[0][1]:
             return read_guidellm(path, documents[0][1])
-        return read_vllm_results(path, documents), []
+        return read_vllm_results(path, documents)
+    if text.lstrip().startswith(("benchmarks:", "metadata:", "config:", "---")):
+        return read_guidellm(path, _guidellm_yaml(path, text))
     return read_csv(path, text), []
+
+
+def _guidellm_yaml(path: str, text: str) -> dict[str, Any]:
+    """A GuideLLM report saved as YAML (--output-path report.yaml): the JSON report's document."""
+    import yaml
+
+    try:
+        document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise QuotacalcError(f"malformed YAML{where}", source=path, fix="a GuideLLM YAML report") from None
+    except RecursionError:
+        raise QuotacalcError("malformed YAML: nested too deeply", source=path) from None
+    if not isinstance(document, dict) or "benchmarks" not in document:
+        raise QuotacalcError("a YAML file without 'benchmarks'", source=path, fix="a GuideLLM YAML or JSON report")
+    return document
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Bounded digits: a figure longer than any GPU's memory is not a figure (and not a 4,000-digit int to convert).
 _POOL_TOKENS = re.compile(r"GPU KV cache size:\s*(\d[\d,]{0,20})\s*tokens")
-_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(\d{1,9}(?:\.\d{1,9})?)\s*GiB")
+_AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(-?\d{1,9}(?:\.\d{1,9})?)\s*GiB")
+# vLLM's config line ('... with config: model=..., tensor_parallel_size=2, ...') and `vllm serve`'s
+# 'non-default args: {..., 'gpu_memory_utilization': 0.95, ...}' (a share left at its default is not listed).
+_VLLM_TP = re.compile(r"\btensor_parallel_size=(\d{1,4})\b")
+_VLLM_SHARE = re.compile(r"'gpu_memory_utilization':\s*(\d(?:\.\d{1,9})?)\b")
 # The engine's config line ('... with config: model=..., max_seq_len=32768, ...') and its concurrency line
 # ('Maximum concurrency for 32,768 tokens per request: 2.09x') both state max_model_len.
 _MAX_MODEL_LEN = (
@@ -382,6 +457,9 @@ class _LogFigures:
         self.vllm_pools: set[int] = set()
         self.vllm_available: list[float] = []
         self.lengths: set[int] = set()
+        self.vllm_tps: set[int] = set()
+        self.vllm_shares: set[float] = set()
+        self.vllm_non_default_args = False
         self.sglang_pools: set[int] = set()
         self.sglang_available: list[float] = []
         self.sglang_args: dict[str, set[float]] = {name: set() for name in _SGLANG_ARGS}
@@ -390,6 +468,11 @@ class _LogFigures:
         if b"max_seq_len=" in raw or b"Maximum concurrency for" in raw:
             text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
+            self.vllm_tps.update(int(match) for match in _VLLM_TP.findall(text))
+        if b"non-default args:" in raw:
+            text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
+            self.vllm_non_default_args = True
+            self.vllm_shares.update(float(match) for match in _VLLM_SHARE.findall(text))
         if b"KV cache" in raw:
             line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.vllm_pools.update(int(match.replace(",", "")) for match in _POOL_TOKENS.findall(line))
@@ -442,7 +525,24 @@ def read_start_up_log(path: str) -> KvPoolReading:
             source=path,
             fix="give the log the engine prints while it starts (INFO level)",
         )
+    if not sglang and available and min(available) <= 0:
+        raise QuotacalcError(
+            f"the engine found no memory for the KV cache (Available KV cache memory: {min(available):g} GiB): the "
+            "start-up failed",
+            source=path,
+            fix="give the log of a start-up that served (raise gpu_memory_utilization or TP, or lower max_model_len)",
+        )
     args: dict[str, float] = {}
+    if not sglang:
+        for name, values in (("tp", figures.vllm_tps), ("memory_utilization", figures.vllm_shares)):
+            if len(values) > 1:
+                raise QuotacalcError(
+                    f"{len(values)} different {name} values", source=path, fix="give the log of one start-up"
+                )
+            if values:
+                args[name] = values.pop()
+        if figures.vllm_non_default_args and "memory_utilization" not in args:
+            args["memory_utilization"] = VLLM_MEMORY_UTILIZATION  # left at vLLM's default: not listed
     if sglang:
         for name, values in figures.sglang_args.items():
             if len(values) > 1:
