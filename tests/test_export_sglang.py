@@ -139,3 +139,15 @@ def test_generate_writes_an_sglang_pools_file_with_the_share_the_price_assumed(t
     assert config["chunked-prefill-size"] == 8192 and config["tp-size"] == 4
     assert not (out / "vllm" / f"{pool['name']}.yaml").exists()
     assert (out / "vllm" / f"{document['pools'][0]['name']}.yaml").exists()
+
+
+def test_fp8_weights_on_a_plain_checkpoint_are_quantized_at_load_and_other_formats_are_a_limit():
+    flags = _flags()
+    policy = _on_sglang(platform_policy(), "standard", quantization="fp8")
+    policy = _on_sglang(policy, "long", checkpoint_weight_dtype="int4")
+    result = sglang.export(policy, sample_salts(policy), ExportOptions())
+    standard, long = (yaml.safe_load(generated.text) for generated in result.files)
+    assert standard["quantization"] == "fp8" and "fp8" in flags["quantization"]["choices"]
+    assert "quantization" not in long
+    (limit,) = [line for line in result.limits if line.startswith("Pool long:")]
+    assert "priced with int4 weights, which no load flag makes of" in limit

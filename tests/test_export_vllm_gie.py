@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -11,6 +12,8 @@ from policy_samples import platform_policy, sample_salts
 
 from quotacalc.exporters import gie, vllm
 from quotacalc.exporters.base import ExportOptions
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 FLAGS_FILE = Path(__file__).parent / "targets" / f"vllm-{vllm.VLLM_VERSION}-flags.json"
 
@@ -147,3 +150,39 @@ def test_the_plan_carries_each_pools_engine_into_the_policy(tmp_path, run_cli):
     assert sorted(path.name for path in (out / "vllm").glob("*.yaml")) == sorted(
         f"{name}.yaml" for name, engine in engines.items() if engine == "generic"
     )
+
+
+def test_fp8_weights_on_a_plain_checkpoint_are_quantized_at_load(tmp_path, run_cli):
+    """The example prices Llama 3.3 70B (a bf16 checkpoint) at FP8 weights: vLLM must quantize it at load, or it
+    loads 141 GB of bf16 weights and holds far less KV than the price assumes."""
+    out = tmp_path / "out"
+    code, _, err = run_cli("generate", EXAMPLES / "platform.yaml", "--target", "vllm", "--out", out, "--json")
+    assert code == 0, err
+    assert yaml.safe_load((out / "vllm" / "shared.yaml").read_text(encoding="utf-8"))["quantization"] == "fp8"
+    assert "quantization" in _flags()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: Llama-3.1-8B-Instruct\ngpu: l4\nweight_dtype: int4\n", encoding="utf-8")
+    code, out_json, err = run_cli("generate", plan, "--target", "vllm", "--out", tmp_path / "flat", "--json")
+    assert code == 0, err
+    (limit,) = [line for line in json.loads(out_json)["limits"]["vllm"] if "priced with int4 weights" in line]
+    assert "serve a checkpoint already quantized to int4" in limit
+
+
+def test_objective_names_never_collide():
+    """Tier 'gold' on pool 'x-y' and tier 'gold-x' on pool 'y' would both be 'gold-x-y': one would replace the other
+    when applied. Those two get a hash of their pair; every other name stays '<tier>-<pool>'."""
+    policy = platform_policy()
+    pool = policy.pools[0]
+    tier = policy.tiers[0]
+    policy = policy.model_copy(
+        update={
+            "pools": (pool.model_copy(update={"name": "x-y"}), pool.model_copy(update={"name": "y"})),
+            "tiers": (tier.model_copy(update={"name": "gold"}), tier.model_copy(update={"name": "gold-x"})),
+        }
+    )
+    names = gie.objective_names(policy)
+    assert len(set(names.values())) == 4
+    assert names["gold", "y"] == "gold-y" and names["gold-x", "x-y"] == "gold-x-x-y"
+    assert names["gold", "x-y"].startswith("gold-x-y-") and names["gold-x", "y"].startswith("gold-x-y-")
+    for name in names.values():
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 253

@@ -371,7 +371,7 @@ def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monk
     monkeypatch.setitem(base.TARGET_MODULES, "extra", "quotacalc_test_extra_target")
     code, _, err = run_cli("generate", PLATFORM, "--out", out_dir, "--target", "extra")
     assert code == 0
-    assert f"quotacalc: note: extra cannot express 1 parts of the policy: see {out_dir / 'extra/LIMITS.md'}" in err
+    assert f"quotacalc: note: extra cannot express 1 part of the policy: see {out_dir / 'extra/LIMITS.md'}" in err
     assert (out_dir / "canonical/policy.yaml").exists() and (out_dir / "extra/x.txt").exists()
     assert "- no buckets" in (out_dir / "extra/LIMITS.md").read_text(encoding="utf-8")
     manifest = json.loads((out_dir / ".quotacalc-manifest.json").read_text(encoding="utf-8"))

@@ -500,3 +500,16 @@ def test_traffic_output_above_the_tiers_cap_is_a_warning_and_contracts_are_not_c
         {"output_tokens": 5_000, "max_output_tokens": 4_096},
     )
     assert not [f for f in result.findings if f.subject.startswith("tenants.b")]
+
+
+def test_long_prompts_routed_to_another_model_are_an_error():
+    other = LONG.model_copy(update={"engine": LONG.engine.model_copy(update={"served_model_name": "other"})})
+    (finding,) = found(check_plan(policy(tenant("a"), pools=(SHARED, other))), "long-context-model")
+    assert finding == Finding(
+        severity="error",
+        code="long-context-model",
+        subject="pools.shared",
+        message="routes prompts above 32,768 tokens to pool 'long', which serves other, not m",
+        fix="serve m on 'long', or route to a pool that does",
+    )
+    assert found(check_plan(policy(tenant("a"))), "long-context-model") == []

@@ -66,6 +66,7 @@ def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seq
         max_num_batched_tokens=4096,
         memory_utilization=0.9,
         kv_dtype=None,
+        weight_dtype=None,
     )
     replica = SimpleNamespace(
         inputs=SimpleNamespace(
@@ -73,6 +74,7 @@ def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seq
             deployment=deployment,
             gpu=None,
             kv_dtype=SimpleNamespace(name="bf16"),
+            checkpoint_quantization=None,
         ),
         kv_pool_tokens=pool_tokens,
         max_resident_sequences=resident,
@@ -106,3 +108,25 @@ def test_engine_batch_is_the_priced_batch_within_the_pool_and_never_zero():
     # The deployment's own max_num_seqs caps it too.
     pool, replica = _pool_and_replica(model_max=8_192, pool_tokens=900_000, resident=300, max_num_seqs=32)
     assert _engine(pool, replica, []).max_num_seqs == 32
+
+
+@pytest.mark.parametrize(
+    ("weight_dtype", "checkpoint_quantization", "loading"),
+    [
+        (None, None, {}),  # the checkpoint's weights as they are
+        ("bf16", None, {}),
+        ("fp8", None, {"quantization": "fp8"}),  # vLLM's and SGLang's online FP8 quantize a bf16 checkpoint at load
+        ("float8_e4m3fn", None, {"quantization": "fp8"}),
+        ("fp8", "compressed-tensors", {}),  # a quantized checkpoint: the engine reads its own method
+        ("int4", None, {"checkpoint_weight_dtype": "int4"}),  # no load flag makes AWQ/GPTQ weights
+        ("nvfp4", None, {"checkpoint_weight_dtype": "nvfp4"}),
+        ("int4", "awq", {}),
+    ],
+)
+def test_how_the_engine_gets_the_priced_weights(weight_dtype, checkpoint_quantization, loading):
+    from quotacalc.core.policy import _weight_loading
+
+    _, replica = _pool_and_replica(model_max=8_192, pool_tokens=9_000, resident=1)
+    replica.inputs.deployment.weight_dtype = weight_dtype
+    replica.inputs.checkpoint_quantization = checkpoint_quantization
+    assert _weight_loading(replica) == loading

@@ -288,7 +288,8 @@ def generate(
     for export in exports:
         if export.limits:
             sys.stderr.write(
-                f"quotacalc: note: {export.target} cannot express {len(export.limits)} parts of the policy: "
+                f"quotacalc: note: {export.target} cannot express {len(export.limits)} "
+                f"part{'' if len(export.limits) == 1 else 's'} of the policy: "
                 f"see {out_dir / export.target / 'LIMITS.md'}\n"
             )
     if as_json:

@@ -119,6 +119,26 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
     return findings
 
 
+def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
+    """A standard pool's long prompts must reach the same model: a long-context pool serving another answers them
+    with another model."""
+    findings = []
+    for pool in policy.pools:
+        long = pools.get(pool.long_context_pool or "")
+        if long is not None and long.engine.served_model_name != pool.engine.served_model_name:
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="long-context-model",
+                    subject=f"pools.{pool.name}",
+                    message=f"routes prompts above {pool.route_above_prompt_tokens:,} tokens to pool '{long.name}', "
+                    f"which serves {long.engine.served_model_name}, not {pool.engine.served_model_name}",
+                    fix=f"serve {pool.engine.served_model_name} on '{long.name}', or route to a pool that does",
+                )
+            )
+    return findings
+
+
 def _routes(tenant: TenantPolicy) -> list[str]:
     return [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
 
@@ -367,6 +387,7 @@ def check_plan(
             for warning in warnings
         ),
         *_capacity(policy),
+        *_routing(policy, pools),
         *_tier_limits(policy, pools),
         *traffic_findings(policy, traffic or {}),
         *_placement(policy, pools, reversal_replicas),

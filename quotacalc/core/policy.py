@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
 from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
@@ -56,6 +57,16 @@ class EngineSettings(_Frozen):
     kv_cache_dtype: str = Field(description="auto, bfloat16, fp8, ...")
     enable_prefix_caching: bool
     scheduling_policy: Literal["fcfs", "priority"]
+    quantization: str | None = Field(
+        None,
+        description="weight quantization the engine applies at load (--quantization): fp8 where the price's weights "
+        "are FP8 and the checkpoint is not quantized; None: the checkpoint's weights as they are",
+    )
+    checkpoint_weight_dtype: str | None = Field(
+        None,
+        description="a weight dtype the price assumed that no load-time flag gives (int8, int4, fp4 formats on a "
+        "plain checkpoint): the model served must be a checkpoint already quantized to it",
+    )
 
 
 class PoolPolicy(_Frozen):
@@ -262,7 +273,28 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
         kv_cache_dtype=_kv_cache_dtype(replica),
         enable_prefix_caching=True,
         scheduling_policy="priority" if len(priorities) > 1 else "fcfs",
+        **_weight_loading(replica),
     )
+
+
+#: Weight dtypes an engine quantizes a plain (bf16/fp16) checkpoint to at load, and the --quantization that does it
+#: (vLLM's and SGLang's online FP8: per-tensor scales computed when the weights load).
+_ONLINE_QUANTIZATION = {"fp8": "fp8"}
+
+
+def _weight_loading(replica: PriceResult) -> dict[str, str]:
+    """How the engine gets the weights the price assumed: nothing for the checkpoint's own (or its quantization),
+    ``quantization`` where a load-time flag quantizes them, else the dtype the served checkpoint must already have."""
+    inputs = replica.inputs
+    requested = inputs.deployment.weight_dtype
+    if requested is None or inputs.checkpoint_quantization is not None:
+        return {}
+    name = dtype_by_name(requested).name
+    if name in (inputs.arch.checkpoint_dtype, "bf16", "fp16", "fp32"):
+        return {}  # the checkpoint's own precision (a 16-bit cast is the engine's --dtype, not a quantization)
+    if name in _ONLINE_QUANTIZATION:
+        return {"quantization": _ONLINE_QUANTIZATION[name]}
+    return {"checkpoint_weight_dtype": name}
 
 
 def _weights(tier: Tier, replica: PriceResult) -> UnitWeights:

@@ -64,6 +64,9 @@ class PricingInputs(BaseModel):
     #: The GPU catalog's matmul efficiency at the compute dtype over the MFU reference's (catalog/gpus.yaml):
     #: what the stated MFU is multiplied by on this GPU and dtype. 1 on the reference, or where unknown.
     mfu_scale: float = Field(1.0, gt=0)
+    #: The checkpoint's own quantization method (its config's quantization_config.quant_method), None if it has none:
+    #: an engine loads such weights as they are, and quantizes a plain checkpoint only when told to.
+    checkpoint_quantization: str | None = None
 
 
 class ExpertTraffic(BaseModel):

@@ -43,3 +43,15 @@ def lora_limits(policy: QuotaPolicy, load_flags: str) -> list[str]:
         f"LoRA adapters ({', '.join(adapters)}) are not loaded by these files: add {load_flags} with the adapters' "
         "paths, which the policy does not hold."
     ]
+
+
+def weight_limits(policy: QuotaPolicy, served_by: Callable[[str], bool]) -> list[str]:
+    """A limit line per pool priced with weights no load-time flag gives: its model must be a checkpoint quantized
+    to them (``served_by``: whether a pool's engine is this target's)."""
+    return [
+        f"Pool {pool.name}: priced with {pool.engine.checkpoint_weight_dtype} weights, which no load flag makes of "
+        f"{pool.engine.model}: serve a checkpoint already quantized to {pool.engine.checkpoint_weight_dtype} (and "
+        "set model to it), or the engine holds less KV than the price assumes."
+        for pool in policy.pools
+        if served_by(pool.serving_engine) and pool.engine.checkpoint_weight_dtype is not None
+    ]

@@ -28,6 +28,20 @@ def objective_priority(policy: QuotaPolicy, priority: int) -> int:
     return lowest - priority
 
 
+def objective_names(policy: QuotaPolicy) -> dict[tuple[str, str], str]:
+    """(tier, pool) -> its InferenceObjective's name, '<tier>-<pool>'; where two pairs would share one (tier 'gold' on
+    pool 'x-y', tier 'gold-x' on pool 'y'), each of those gets a short hash of its pair, so none replaces another."""
+    import hashlib
+    from collections import Counter
+
+    plain = {(tier.name, pool.name): f"{tier.name}-{pool.name}" for tier in policy.tiers for pool in policy.pools}
+    taken = Counter(plain.values())
+    return {
+        pair: name if taken[name] == 1 else f"{name}-{hashlib.sha256('/'.join(pair).encode()).hexdigest()[:8]}"
+        for pair, name in plain.items()
+    }
+
+
 def documents(policy: QuotaPolicy, options: ExportOptions) -> dict[str, list[dict]]:
     """InferencePools, and InferenceObjectives when asked for, by path."""
     pools = [
@@ -45,11 +59,12 @@ def documents(policy: QuotaPolicy, options: ExportOptions) -> dict[str, list[dic
     ]
     files = {"gie/inferencepools.yaml": pools}
     if options.gie_objectives:
+        names = objective_names(policy)
         files["gie/inferenceobjectives.yaml"] = [
             {
                 "apiVersion": OBJECTIVE_API,
                 "kind": "InferenceObjective",
-                "metadata": {"name": f"{tier.name}-{pool.name}"},
+                "metadata": {"name": names[tier.name, pool.name]},
                 "spec": {"priority": objective_priority(policy, tier.priority), "poolRef": {"name": pool.name}},
             }
             for tier in sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name))

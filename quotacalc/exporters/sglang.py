@@ -14,7 +14,13 @@ from collections.abc import Mapping
 
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters.base import Export, ExportOptions
-from quotacalc.exporters.engine_files import PER_TENANT_LIMIT, config_files, lora_limits, pool_documents
+from quotacalc.exporters.engine_files import (
+    PER_TENANT_LIMIT,
+    config_files,
+    lora_limits,
+    pool_documents,
+    weight_limits,
+)
 
 #: The release whose flags the generated files are checked against (tests/targets/sglang-<version>-flags.json).
 SGLANG_VERSION = "0.5.23"
@@ -44,6 +50,8 @@ def engine_config(engine: EngineSettings, least_urgent_priority: int | None = No
         "chunked-prefill-size": engine.max_num_batched_tokens,
         "mem-fraction-static": engine.gpu_memory_utilization,
     }
+    if engine.quantization is not None:
+        config["quantization"] = engine.quantization  # FP8 weights priced on a plain checkpoint: quantized at load
     if (kv_cache_dtype := KV_CACHE_DTYPES.get(engine.kv_cache_dtype)) is not None:
         config["kv-cache-dtype"] = kv_cache_dtype
     if not engine.enable_prefix_caching:
@@ -94,5 +102,6 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             f"KV cache dtype {', '.join(unmapped)}: no SGLang {SGLANG_VERSION} choice; kv-cache-dtype is left to "
             "SGLang's default (the checkpoint's), which the price did not assume."
         )
+    limits += weight_limits(policy, lambda engine: engine == "sglang")
     limits += lora_limits(policy, "enable-lora and lora-paths")
     return tuple(limits)

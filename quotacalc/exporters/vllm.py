@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from quotacalc.core.deployment import GENERIC_ENGINE
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters.base import Export, ExportOptions
-from quotacalc.exporters.engine_files import PER_TENANT_LIMIT, config_files, lora_limits, pool_documents
+from quotacalc.exporters.engine_files import (
+    PER_TENANT_LIMIT,
+    config_files,
+    lora_limits,
+    pool_documents,
+    weight_limits,
+)
 
 #: The release whose flags the generated files are checked against (tests/targets/vllm-<version>-flags.json).
 VLLM_VERSION = "0.33.0"
@@ -35,7 +41,10 @@ FLAGS = (
 
 def engine_config(engine: EngineSettings) -> dict:
     """The config file's mapping for one pool's engine."""
-    return {flag: getattr(engine, field) for field, flag in FLAGS}
+    config = {flag: getattr(engine, field) for field, flag in FLAGS}
+    if engine.quantization is not None:
+        config["quantization"] = engine.quantization  # FP8 weights priced on a plain checkpoint: quantized at load
+    return config
 
 
 def documents(policy: QuotaPolicy) -> dict[str, dict]:
@@ -66,5 +75,6 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine (SGLang's "
             "file is the sglang target's; any other: the canonical target's engine block)."
         )
+    limits += weight_limits(policy, lambda engine: engine == GENERIC_ENGINE)
     limits += lora_limits(policy, "enable-lora and lora-modules")
     return tuple(limits)

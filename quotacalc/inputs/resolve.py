@@ -90,7 +90,19 @@ def resolve(deployment: Deployment) -> PricingInputs:
         kv_dtype=kv_dtype,
         state_dtype=state_dtype,
         mfu_scale=catalog.mfu_scale(gpu, weights.compute_dtype),
+        checkpoint_quantization=_quant_method(resolved.config),
     )
+
+
+def _quant_method(config: dict[str, Any]) -> str | None:
+    """The checkpoint's quantization method (quantization_config.quant_method, at the top or in text_config)."""
+    text = config.get("text_config")
+    for section in (config, text if isinstance(text, dict) else {}):
+        quantization = section.get("quantization_config")
+        if isinstance(quantization, dict):
+            method = quantization.get("quant_method")
+            return str(method) if method else "unknown"
+    return None
 
 
 def _config_state_dtype(config: dict[str, Any]) -> Dtype | None:
