@@ -75,6 +75,7 @@ def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seq
             gpu=None,
             kv_dtype=SimpleNamespace(name="bf16"),
             checkpoint_quantization=None,
+            hub_id=None,
         ),
         kv_pool_tokens=pool_tokens,
         max_resident_sequences=resident,

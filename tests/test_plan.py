@@ -496,3 +496,55 @@ def test_a_tenant_sized_on_no_traffic_is_refused(run_cli, tmp_path) -> None:
         line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
         assert line.startswith(f"{path}: tenants[{index}].traffic: sizes to 0 units/s")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_flat_plan_states_its_replicas(run_cli, tmp_path) -> None:
+    """The shipped DeepSeek-V3 example's tenant needs 1.03 replicas: its file says replicas: 2, and check passes;
+    without it the one replica is oversold, and the fix (raise replicas) is a key the flat file takes."""
+    example = EXAMPLES / "deepseek-v3-h200.yaml"
+    code, out, _ = run_cli("check", str(example), "--json")
+    assert code == 0 and json.loads(out)["ok"]
+    one = tmp_path / "one.yaml"
+    one.write_text(example.read_text(encoding="utf-8").replace("replicas: 2\n", ""), encoding="utf-8")
+    code, out, _ = run_cli("check", str(one), "--json")
+    (oversold,) = [f for f in json.loads(out)["findings"] if f["code"] == "oversold"]
+    assert code == 1 and oversold["fix"].startswith("raise replicas to 2")
+    for bad in ("0", "1.5", "true", "'2'"):
+        one.write_text(f"model: Llama-3.1-8B-Instruct\ngpu: h100-sxm\nreplicas: {bad}\n", encoding="utf-8")
+        code, out, err = run_cli("check", str(one))
+        assert f"{one}: replicas: must be a whole number of replicas from 1 to 100,000" in one_line_error(
+            code, out, err, EXIT_INVALID_INPUT
+        )
+
+
+def test_a_plan_with_an_alias_inside_itself_is_one_line(run_cli, tmp_path) -> None:
+    document = platform_document()
+    path = write_plan(tmp_path, document)
+    path.write_text(path.read_text(encoding="utf-8") + "x-anchors: &loop [*loop]\n", encoding="utf-8")
+    for command in ("check", "size"):
+        code, out, err = run_cli(command, str(path))
+        line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
+        assert line == f"{path}: an alias refers to its own anchor (a structure inside itself)"
+
+
+def test_generate_into_a_file_is_refused_before_anything_is_written(run_cli, tmp_path) -> None:
+    blocker = tmp_path / "out"
+    blocker.write_text("not a directory", encoding="utf-8")
+    code, out, err = run_cli(
+        "generate",
+        str(PLATFORM),
+        "--out",
+        str(blocker / "sub"),
+        "--salt-secret-file",
+        str(EXAMPLES / "platform.secret"),
+    )
+    line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
+    assert line.startswith(f"{blocker}: --out: is a file where a directory of the generated files goes")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "vllm").write_text("in the way", encoding="utf-8")
+    code, out, err = run_cli(
+        "generate", str(PLATFORM), "--out", str(folder), "--salt-secret-file", str(EXAMPLES / "platform.secret")
+    )
+    assert one_line_error(code, out, err, EXIT_INVALID_INPUT).startswith(f"{folder / 'vllm'}: --out: is a file")
+    assert sorted(entry.name for entry in folder.iterdir()) == ["vllm"]

@@ -281,7 +281,15 @@ def generate(
         if all(file.path != limits_path for file in export.files):
             files.append(GeneratedFile(path=limits_path, text=limits_markdown(export)))
     out_dir = Path(out)
-    report = check_files(out_dir, generated) if check_only else write_files(out_dir, generated)
+    try:
+        report = check_files(out_dir, generated) if check_only else write_files(out_dir, generated)
+    except OSError as error:  # a directory without write permission, a read-only or special file system
+        raise QuotacalcError(
+            f"cannot write there: {error.strerror or error}",
+            source=str(error.filename or out_dir),
+            field="--out",
+            fix="choose a directory you can write",
+        ) from None
     if skipped:
         names = ", ".join(entry["target"] for entry in skipped)
         sys.stderr.write(f"quotacalc: note: skipped targets not in this build: {names}\n")

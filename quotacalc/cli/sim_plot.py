@@ -67,4 +67,14 @@ def plot_runs(runs: list[PolicyRun], ttft_samples: list[dict[str, list[float]]],
     kind = path.suffix.lower().lstrip(".")
     figure.savefig(buffer, format=kind, metadata={"Date": None} if kind == "svg" else {"Software": None})
     plt.close(figure)
-    write_bytes_atomic(path, buffer.getvalue())
+    try:
+        write_bytes_atomic(path, buffer.getvalue())
+    except OSError as error:  # a directory without write permission, a file where its folder goes
+        from quotacalc.errors import QuotacalcError
+
+        raise QuotacalcError(
+            f"cannot write the plot: {error.strerror or error}",
+            source=str(path),
+            field="--plot",
+            fix="name a file in a directory you can write",
+        ) from None

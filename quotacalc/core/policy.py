@@ -252,8 +252,8 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
     longest = max((length for _, length in routed), default=served)
     priorities = {tier.priority for tier, _ in routed}
     return EngineSettings(
-        model=deployment.model,
-        served_model_name=_served_model_name(deployment.model),
+        model=replica.inputs.hub_id or deployment.model,
+        served_model_name=_served_model_name(replica.inputs.hub_id or deployment.model),
         tensor_parallel_size=deployment.tp,
         max_model_len=min(longest, served),
         # The decode batch the price assumes, no more than the KV pool holds at the mean context (nor the

@@ -67,6 +67,9 @@ class PricingInputs(BaseModel):
     #: The checkpoint's own quantization method (its config's quantization_config.quant_method), None if it has none:
     #: an engine loads such weights as they are, and quantizes a plain checkpoint only when told to.
     checkpoint_quantization: str | None = None
+    #: The Hugging Face id an engine loads where the deployment names a shipped config by its folder name
+    #: (Llama-3.1-8B-Instruct -> meta-llama/Llama-3.1-8B-Instruct); None: the deployment's model as given.
+    hub_id: str | None = None
 
 
 class ExpertTraffic(BaseModel):

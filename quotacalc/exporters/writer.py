@@ -231,6 +231,7 @@ def write_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]])
     Refuses, before writing anything, when a path holds a file quotacalc did not write or one edited since.
     """
     out_dir = Path(out_dir)
+    _check_directories(out_dir, [file.path for files in generated.values() for file in files])
     changes, owned = _plan(out_dir, generated)
     for change in changes:
         if change.status == "foreign":
@@ -261,6 +262,24 @@ def write_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]])
     if manifest_now != final:
         write_text_atomic(out_dir / MANIFEST, final, mode=PUBLIC_MODE)
     return WriteReport(out_dir=str(out_dir), check=False, changes=tuple(changes))
+
+
+def _check_directories(out_dir: Path, paths: Sequence[str]) -> None:
+    """Refuse, before anything is written, where a directory the files need is a file (``--out`` names a file, or
+    a file sits where a target's directory goes)."""
+    needed = {out_dir, *out_dir.parents}
+    for path in paths:
+        needed.update(parent for parent in (out_dir / path).parents if out_dir in parent.parents or parent == out_dir)
+    for directory in sorted(needed, key=lambda entry: len(entry.parts)):
+        if directory == out_dir and out_dir.exists() and not out_dir.is_dir():
+            raise QuotacalcError("is not a directory", source=str(out_dir), field="--out")
+        if directory.exists() and not directory.is_dir():
+            raise QuotacalcError(
+                "is a file where a directory of the generated files goes; nothing was written",
+                source=str(directory),
+                field="--out",
+                fix="choose another --out, or move the file away",
+            )
 
 
 def _remove_empty_parents(out_dir: Path, path: Path) -> None:

@@ -19,11 +19,16 @@ class PlanFile(BaseModel):
 
     deployment: dict[str, Any]
     tenant: dict[str, Any] | None = None
+    #: Replicas of the one pool ``check`` and ``generate`` read the file as (``price``, ``size``, ``kv`` price one).
+    replicas: int = 1
     #: Where the plan's fitted values come from (``quotacalc calibrate --write``): a validated
     #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
     #: does not import the calibration module.
     calibration: Any = None
 
+
+#: A pool's most replicas (core.plan.Pool's bound), for a flat plan's ``replicas`` key.
+MAX_FLAT_REPLICAS = 100_000
 
 #: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
 KEY_SYNONYMS = {
@@ -136,12 +141,20 @@ def plan_file_from_document(document: object, path: str) -> PlanFile:
             raise _one_line_validation_error(
                 error, CalibrationProvenance, source=path, from_flags=set(), prefix="calibration."
             ) from None
-    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration")}
+    replicas = document.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_FLAT_REPLICAS:
+        raise QuotacalcError(
+            f"must be a whole number of replicas from 1 to {MAX_FLAT_REPLICAS:,}, got {replicas!r}",
+            source=path,
+            field="replicas",
+            fix="the replicas check and generate size the plan's one pool with",
+        )
+    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration", "replicas")}
     model = deployment.get("model")
     if isinstance(model, str) and _exists(beside := file.parent / model) and not Path(model).is_absolute():
         # A model path in a plan file means beside the file, wherever the command runs from.
         deployment["model"] = str(beside)
-    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration)
+    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration, replicas=replicas)
 
 
 def _exists(path: Path) -> bool:

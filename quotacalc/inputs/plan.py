@@ -436,7 +436,8 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
 
 
 def flat_plan(flat: PlanFile, path: str) -> Plan:
-    """Today's flat plan as a one-pool Plan: pool ``default`` of one replica; its tenant (if any) is ``tenant``.
+    """Today's flat plan as a one-pool Plan: pool ``default`` of its ``replicas`` (one unless the file says); its
+    tenant (if any) is ``tenant``.
 
     The tenant's tier is synthesised from the deployment (documented in the README): the model's max
     context, a KV cap of one full-length sequence, the decode batch as its concurrency, the
@@ -445,7 +446,7 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     from quotacalc.inputs.deployment import build_deployment, build_tenant
 
     deployment = build_deployment(flat.deployment, {}, source=path)
-    pool = Pool(name=DEFAULT_POOL, deployment=deployment, replicas=1)
+    pool = Pool(name=DEFAULT_POOL, deployment=deployment, replicas=flat.replicas)
     if flat.tenant is None:
         return Plan(pools=(pool,))
     tenant = build_tenant(flat.tenant, {}, source=path)

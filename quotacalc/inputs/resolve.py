@@ -91,7 +91,16 @@ def resolve(deployment: Deployment) -> PricingInputs:
         state_dtype=state_dtype,
         mfu_scale=catalog.mfu_scale(gpu, weights.compute_dtype),
         checkpoint_quantization=_quant_method(resolved.config),
+        hub_id=_hub_id(deployment.model),
     )
+
+
+def _hub_id(reference: str) -> str | None:
+    """A shipped config's first hub id where ``reference`` is its folder name (not a hub id or a path)."""
+    from quotacalc.catalog.models import find_shipped
+
+    shipped = find_shipped(reference) if "/" not in reference else None
+    return shipped.hf_ids[0] if shipped is not None and shipped.hf_ids else None
 
 
 def _quant_method(config: dict[str, Any]) -> str | None:

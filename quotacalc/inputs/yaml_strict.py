@@ -53,10 +53,38 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _contains_itself(document: object) -> bool:
+    """Whether a list or mapping holds itself (``x: &a [*a]``), which every reader after the parser would walk
+    forever. A depth-first walk without recursion; a container reached again through another alias is walked once."""
+    open_ids: set[int] = set()  # on the current path
+    done: set[int] = set()
+    stack: list[tuple[object, bool]] = [(document, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        if leaving:
+            open_ids.discard(key)
+            done.add(key)
+            continue
+        if key in open_ids:
+            return True
+        if key in done:
+            continue
+        open_ids.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
 def load_yaml_text(text: str, *, source: str) -> object:
     """Parse YAML text strictly; any problem becomes a one-line error naming the source."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        document = yaml.load(text, Loader=_StrictLoader)
+        if _contains_itself(document):
+            raise QuotacalcError("an alias refers to its own anchor (a structure inside itself)", source=source)
+        return document
     except yaml.constructor.ConstructorError as error:
         raise QuotacalcError(error.problem or str(error), source=source) from None
     except yaml.reader.ReaderError as error:
