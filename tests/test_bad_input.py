@@ -348,3 +348,73 @@ def test_yaml_tenant_section_feeds_size(run_cli, tmp_path):
     code, out, err = run_cli("size", str(plan), "--rps", "6", "--json")
     assert code == 0, err
     assert json.loads(out)["tenant"] == {"rps": 6, "prompt_tokens": 1000, "output_tokens": 200, "cached_fraction": 0.25}
+
+
+# --- limits a request or a batch cannot pass: errors, or priced at what runs, saying so -----------------------
+
+LLAMA70 = ("--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8")
+
+
+def test_kv_of_a_request_larger_than_the_pool_warns_and_fails_strict(run_cli):
+    args = ("kv", *LLAMA70, "--context", "131072", "--kv-pool-tokens", "100000", "--batch", "8", "--json")
+    code, out, err = run_cli(*args)
+    document = json.loads(out)
+    assert code == 0 and document["results"]["requests_resident"] == 0
+    assert document["results"]["requests_to_fill_pool"] == 0  # none ever fits, so none fills it
+    (warning,) = document["warnings"]
+    assert warning.startswith("one request of 131,072 tokens needs 131% of the replica's KV pool (100,000 tokens)")
+    assert err.count("quotacalc: warning: ") == 1
+    code, _, err = run_cli(*args[:-1], "--strict")
+    assert code == 1 and "under --strict" in err and "needs 131% of the replica's KV pool" in err
+
+
+def test_max_model_len_bounds_size_and_kv_as_it_bounds_price(run_cli):
+    code, out, err = run_cli(
+        "size", *LLAMA70, "--max-model-len", "2048", "--rps", "1", "--prompt-tokens", "2000", "--output-tokens", "500"
+    )
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "prompt_tokens: one request of 2,500 tokens (prompt 2,000 + output 500) exceeds max_model_len 2,048" in err
+    code, out, err = run_cli("kv", *LLAMA70, "--max-model-len", "2048", "--context", "4000")
+    assert code == 1 and "context: 4,000 tokens exceed max_model_len 2,048" in err
+    code, out, err = run_cli("size", *LLAMA70, "--rps", "1", "--prompt-tokens", "130000", "--output-tokens", "5000")
+    assert (
+        code == 1
+        and "one request of 135,000 tokens (prompt 130,000 + output 5,000) exceeds "
+        "Llama-3.3-70B-Instruct's maximum context of 131,072"
+        in err
+    )
+
+
+def test_the_full_load_workload_must_run(run_cli):
+    code, out, err = run_cli("price", *LLAMA70, "--load-prompt-tokens", "200000")
+    assert code == 1 and out == "" and "load_prompt_tokens: the full-load workload's requests of 200,128 tokens" in err
+    code, out, err = run_cli(
+        "price",
+        *LLAMA70,
+        "--load-prompt-tokens",
+        "120000",
+        "--load-output-tokens",
+        "10000",
+        "--kv-pool-tokens",
+        "100000",
+        "--json",
+    )
+    document = json.loads(out)
+    assert code == 0 and document["results"]["max_load_batch"] == 0
+    assert any(
+        w.startswith("no request of the full-load workload (120,000 + 10,000 tokens) fits the KV pool")
+        for w in document["warnings"]
+    )
+
+
+def test_a_batch_above_max_num_seqs_is_priced_at_max_num_seqs(run_cli):
+    _, out, _ = run_cli("price", *LLAMA70, "--batch", "1", "--json")
+    one = json.loads(out)["results"]
+    code, out, _ = run_cli("price", *LLAMA70, "--batch", "128", "--max-num-seqs", "1", "--json")
+    document = json.loads(out)
+    assert code == 0 and document["results"]["decode_batch"] == 1
+    assert document["results"]["output_weight"] == one["output_weight"]
+    assert document["warnings"] == [
+        "a decode batch of 128 is above max_num_seqs 1, the most the engine runs at once: priced at batch 1 (lower "
+        "--batch, or raise --max-num-seqs)"
+    ]

@@ -270,7 +270,9 @@ def kv_command(
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
-    warnings = result.replica.warnings
+        # The table's footer prints the replica's warnings; the request's own goes to stderr beside them.
+        _warn(result.warnings[len(result.replica.warnings) :], strict=False, printed=False)
+    warnings = result.warnings
     _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 

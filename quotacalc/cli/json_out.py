@@ -78,13 +78,14 @@ def _document(
     steps: list,
     explain: bool,
     calibration: Calibration | None = None,
+    warnings: tuple[str, ...] | None = None,
 ) -> dict:
     """The envelope every command shares; the explain steps only when asked for, the inputs once.
 
     price, size and kv say whether a plan's calibration holds (``calibrated``, null when none does).
     """
     document = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **body}
-    warnings = list(result.warnings)
+    warnings = list(result.warnings if warnings is None else warnings)
     if calibration is not None:
         document["calibrated"] = calibration[0]
         warnings += [calibration[1]] if calibration[1] else []
@@ -120,7 +121,7 @@ def kv_json(
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
-    return _document("kv", body, result.replica, steps, explain, calibration)
+    return _document("kv", body, result.replica, steps, explain, calibration, result.warnings)
 
 
 def listing_json(command: str, key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

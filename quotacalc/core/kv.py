@@ -32,17 +32,43 @@ class RequestKvResult(BaseModel):
     steps: tuple[Step, ...]
     replica: PriceResult
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The replica's warnings, and one where this request is larger than the whole pool."""
+        if self.pool_share <= 1:
+            return self.replica.warnings
+        return (
+            *self.replica.warnings,
+            f"one request of {self.context_tokens:,} tokens needs {self.pool_share:.0%} of the replica's KV pool "
+            f"({self.replica.kv_pool_tokens:,} tokens): it can never be resident (raise --tp, use --kv-dtype fp8, or "
+            "a GPU with more memory)",
+        )
+
+
+def context_limit(replica: PriceResult, context_tokens: int) -> tuple[str, str] | None:
+    """What a sequence of ``context_tokens`` exceeds (the model's maximum context, the engine's max_model_len) and
+    the fix; None when it fits both."""
+    arch, max_model_len = replica.inputs.arch, replica.inputs.deployment.max_model_len
+    if arch.max_context_tokens and context_tokens > arch.max_context_tokens:
+        return (
+            f"{arch.name}'s maximum context of {arch.max_context_tokens:,}",
+            f"at most {arch.max_context_tokens:,} tokens",
+        )
+    if max_model_len is not None and context_tokens > max_model_len:
+        return (
+            f"max_model_len {max_model_len:,} (the engine refuses longer sequences)",
+            f"at most {max_model_len:,} tokens, or raise --max-model-len",
+        )
+    return None
+
 
 def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
     """KV (and any state) of one request at ``context_tokens``, against the replica's pool."""
     inputs = replica.inputs
     arch, tp = inputs.arch, inputs.deployment.tp
-    if arch.max_context_tokens and context_tokens > arch.max_context_tokens:
-        raise QuotacalcError(
-            f"{context_tokens:,} tokens exceed {arch.name}'s maximum context of {arch.max_context_tokens:,}",
-            field="context",
-            fix=f"at most {arch.max_context_tokens:,} tokens",
-        )
+    limit = context_limit(replica, context_tokens)
+    if limit is not None:
+        raise QuotacalcError(f"{context_tokens:,} tokens exceed {limit[0]}", field="context", fix=limit[1])
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     ledger = Ledger()
     total = ledger.record(
@@ -68,7 +94,8 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         unit="",
     )
     resident = math.floor(1 / share) if share > 0 else 0
-    to_fill = math.ceil(1 / share) if share > 0 else 0
+    # A request larger than the pool never fills it: none is ever resident.
+    to_fill = math.ceil(1 / share) if 0 < share <= 1 else 0
     ledger.record(
         "requests_resident",
         resident,
@@ -79,7 +106,7 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
     ledger.record(
         "requests_to_fill_pool",
         to_fill,
-        formula="ceil(1 / pool_share)",
+        formula="ceil(1 / pool_share), 0 when one request is larger than the pool",
         substituted=f"ceil(1 / {fmt(share)})",
         unit="requests",
     )

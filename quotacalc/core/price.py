@@ -771,6 +771,13 @@ def _decode_batch(x: _Explainer) -> int:
     # (DeepSeek V4 keeps its window and compressor state per sequence, priced by bytes).
     fixed_per_sequence = model.state_bytes_per_sequence_per_gpu > 0 or any(kv for _, kv in model.sliding_kv)
     _pool_tokens_at_context(x, int(resident), layout is not None or fixed_per_sequence)
+    if deployment.max_num_seqs is not None and deployment.max_num_seqs < min(deployment.batch, resident):
+        # The engine schedules at most max_num_seqs sequences a step: a larger batch never runs.
+        x.warnings.append(
+            f"a decode batch of {deployment.batch} is above max_num_seqs {deployment.max_num_seqs}, the most the "
+            f"engine runs at once: priced at batch {deployment.max_num_seqs} (lower --batch, or raise --max-num-seqs)"
+        )
+        return deployment.max_num_seqs
     if deployment.batch <= resident:
         return deployment.batch
     x.warnings.append(
@@ -988,6 +995,15 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     )
     prompt, output = deployment.load_prompt, deployment.load_output_tokens
     x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
+    # A workload the user gave must run; the default one (--context + 128) only reports what fits.
+    given = deployment.load_prompt_tokens is not None or "load_output_tokens" in deployment.model_fields_set
+    if given and arch.max_context_tokens and prompt + output > arch.max_context_tokens:
+        raise QuotacalcError(
+            f"the full-load workload's requests of {prompt + output:,} tokens (prompt {prompt:,} + output {output:,}) "
+            f"exceed {arch.name}'s maximum context of {arch.max_context_tokens:,}",
+            field="load_prompt_tokens",
+            fix=f"--load-prompt-tokens + --load-output-tokens of at most {arch.max_context_tokens:,}",
+        )
     load_batch = x.record(
         "max_load_batch",
         model.max_load_batch(prompt, output),
@@ -996,6 +1012,11 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         f"{fmt(model.max_num_seqs)} ({'given' if deployment.max_num_seqs is not None else 'vLLM default'})",
         unit="sequences",
     )
+    if load_batch < 1:
+        x.warnings.append(
+            f"no request of the full-load workload ({prompt:,} + {output:,} tokens) fits the KV pool: "
+            "max_load_output_tokens_per_s is 0 (shorten --load-prompt-tokens / --load-output-tokens, or raise --tp)"
+        )
     x.record(
         "max_load_output_tokens_per_s",
         model.max_load_output_tokens_per_s(prompt, output),

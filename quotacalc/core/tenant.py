@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.core.deployment import Tenant
 from quotacalc.core.explain import Ledger, Step, fmt
-from quotacalc.core.kv import request_kv
+from quotacalc.core.kv import context_limit, request_kv
 from quotacalc.core.price import PriceResult
 from quotacalc.errors import QuotacalcError
 
@@ -45,7 +45,16 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
     ledger = Ledger()
     # One of this tenant's requests at its full length (prompt + output), against the pool: a
     # request that cannot be resident at once is not served at any price.
-    request = request_kv(replica, max(1, round(tenant.prompt_tokens + tenant.output_tokens)))
+    request_tokens = max(1, round(tenant.prompt_tokens + tenant.output_tokens))
+    limit = context_limit(replica, request_tokens)
+    if limit is not None:
+        raise QuotacalcError(
+            f"one request of {request_tokens:,} tokens (prompt {fmt(tenant.prompt_tokens)} + output "
+            f"{fmt(tenant.output_tokens)}) exceeds {limit[0]}",
+            field="prompt_tokens",
+            fix=f"prompt + output of {limit[1]}",
+        )
+    request = request_kv(replica, request_tokens)
     if request.pool_share > 1:
         raise QuotacalcError(
             f"one request of {request.context_tokens:,} tokens needs {request.pool_share:.0%} of the replica's KV pool "
