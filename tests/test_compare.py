@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -234,6 +235,10 @@ def _priced(**overrides):
         "kv_pool_tokens": 90_000,
         "kv_pool_source": "measured",
         "dedicated_usd_per_month": 14_400.0,
+        "decode_batch": 96,
+        "itl_s": 0.03,
+        "ttft_s": 0.12,
+        "max_load_output_tokens_per_s": 2_500.0,
         "warnings": ("a warning the price carried",),
     }
     return SimpleNamespace(**{**figures, **overrides})
@@ -257,6 +262,8 @@ def test_a_feasible_row_copies_the_price_and_the_calibration():
     assert row.warnings == ("a warning the price carried",)
     assert row.calibrated is True
     assert row.usd_per_million_prompt_tokens == 0.25 and row.dedicated_usd_per_month == 14_400.0
+    # The batch priced and the latencies behind the price, for a buyer comparing more than dollars.
+    assert (row.decode_batch, row.itl_s, row.ttft_s, row.max_load_output_tokens_per_s) == (96, 0.03, 0.12, 2_500.0)
     # No tenant: no size figures.
     assert row.units_per_s is None and row.replicas is None
 
@@ -291,8 +298,35 @@ def test_size_rows_put_the_tenant_columns_before_reason_and_warnings():
     assert row.keys_for("size") == (
         *("gpu", "tp", "feasible", "usd_per_million_prompt_tokens", "usd_per_million_output_tokens"),
         *("output_weight", "replica_units_per_s", "kv_pool_tokens", "kv_pool_source", "dedicated_usd_per_month"),
+        *("decode_batch", "itl_s", "ttft_s", "max_load_output_tokens_per_s"),
         "calibrated",
         *("units_per_s", "replicas", "shared_usd_per_month", "dedicated_replicas", "dedicated_total_usd_per_month"),
         "reason",
         "warnings",
     )
+
+
+def test_what_no_gpu_can_fix_is_an_error_not_rows(run_cli):
+    plan = str(Path(__file__).resolve().parent.parent / "examples" / "llama-3.3-70b-h100.yaml")
+    code, out, err = run_cli("price", plan, "--context", "200000", "--gpu", "h100-sxm,h200", "--tp", "4,8")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "context: 200,000 tokens exceed the model's maximum context of 131,072" in err
+    # Every combination infeasible: the rows are printed, and the run fails.
+    code, out, err = run_cli("price", plan, "--gpu", "h100-sxm", "--tp", "3,5", "--format", "csv")
+    assert code == 1 and len(out.splitlines()) == 3
+    assert "none of the 2 GPU and TP combinations can run it" in err
+
+
+def test_rows_name_each_gpu_once_by_its_catalog_id(run_cli):
+    plan = str(Path(__file__).resolve().parent.parent / "examples" / "llama-3.3-70b-h100.yaml")
+    code, out, _ = run_cli("price", plan, "--gpu", "H100,h100-sxm,h200", "--tp", "4,04", "--format", "json")
+    assert code == 0 and [(row["gpu"], row["tp"]) for row in json.loads(out)["rows"]] == [("h100-sxm", 4), ("h200", 4)]
+
+
+def test_explain_is_refused_where_rows_carry_no_explanation(run_cli):
+    plan = str(Path(__file__).resolve().parent.parent / "examples" / "llama-3.3-70b-h100.yaml")
+    for extra in (("--gpu", "h100-sxm,h200"), ("--format", "csv")):
+        code, out, err = run_cli("price", plan, *extra, "--explain")
+        assert code == 2 and out == "" and "--explain: explains one deployment, not rows" in err
+    code, out, err = run_cli("models", "--json", "--markdown")
+    assert code == 2 and "--markdown: --markdown prints docs/models.md, not --json" in err

@@ -158,6 +158,7 @@ def price_command(
     deployment_flags, axes = split_axes(deployment_flags)
     if axes.is_comparison or check_format(output_format, as_json) != "table":
         output_format = "json" if as_json else output_format
+        _no_explain_in_rows(explain)
         return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
     deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment)
@@ -171,6 +172,18 @@ def price_command(
 
         price_table(result, explain=explain, calibration=calibration)
     _warn(result.warnings + calibration[1:2] if calibration[1] else result.warnings, strict=strict, printed=not as_json)
+
+
+def _no_explain_in_rows(explain: bool) -> None:
+    """Rows (a comparison, --format json|csv|markdown) carry figures, not their explanation: say so, not ignore it."""
+    if explain:
+        from quotacalc.errors import UsageError
+
+        raise UsageError(
+            "explains one deployment, not rows of a comparison or of --format",
+            field="--explain",
+            fix="give one --gpu and --tp with --json --explain, or drop --explain",
+        )
 
 
 def _is_platform_file(plan: str) -> bool:
@@ -216,6 +229,7 @@ def size_command(
         )
     if axes.is_comparison or check_format(output_format, as_json) != "table":
         output_format = "json" if as_json else output_format
+        _no_explain_in_rows(explain)
         return run_comparison(
             "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
         )
@@ -285,6 +299,14 @@ def models_command(
     ] = False,
 ):
     """List the shipped model configs: parameters, KV per token, layer kinds."""
+    if markdown and (as_json or families):
+        from quotacalc.errors import UsageError
+
+        raise UsageError(
+            f"--markdown prints docs/models.md, not {'--json' if as_json else '--families'}",
+            field="--markdown",
+            fix="give one of them",
+        )
     if families:
         from quotacalc.cli.listings import families_listing
 

@@ -47,6 +47,14 @@ def split_axes(flags: dict[str, Any]) -> tuple[dict[str, Any], Axes]:
     """Parse ``--gpu a,b`` and ``--tp 2,4``; a single value goes back into the flags as the field's type."""
     gpus = tuple(_items(flags["gpu"], "--gpu")) if flags.get("gpu") is not None else None
     tps = tuple(_tp_size(item) for item in _items(flags["tp"], "--tp")) if flags.get("tp") is not None else None
+    if gpus is not None and len(gpus) > 1:
+        from quotacalc.catalog.gpus import load_gpu_catalog
+
+        # Rows under the catalog's ids (h100 -> h100-sxm), once each: CI joins them on the id.
+        catalog = load_gpu_catalog()
+        gpus = tuple(dict.fromkeys(catalog.get(name).id for name in gpus))
+    if tps is not None:
+        tps = tuple(dict.fromkeys(tps))
     single = dict(flags)
     single["gpu"] = gpus[0] if gpus and len(gpus) == 1 else None
     single["tp"] = tps[0] if tps and len(tps) == 1 else None
@@ -60,6 +68,20 @@ def check_format(output_format: str, as_json: bool) -> str:
     if as_json and output_format not in ("table", "json"):
         raise UsageError(f"--json conflicts with --format {output_format}", field="--format", fix="give one of them")
     return output_format
+
+
+def _check_context(deployment: Any, plan: str | None) -> None:
+    """A context above the model's maximum is the input's error, not a row's: no GPU or TP serves it."""
+    from quotacalc.inputs.deployment import model_max_context
+
+    maximum = model_max_context(deployment.model)
+    if maximum and deployment.context > maximum:
+        raise QuotacalcError(
+            f"{deployment.context:,} tokens exceed the model's maximum context of {maximum:,}",
+            source=plan,
+            field="context",
+            fix=f"use a context of at most {maximum:,} tokens",
+        )
 
 
 def run_comparison(
@@ -118,8 +140,11 @@ def run_comparison(
         priced = price(resolve(estimated))
         return priced.model_copy(update={"warnings": (f"KV pool estimated: {mismatch}", *priced.warnings)})
 
+    _check_context(deployments[0], plan)
     rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], tenant, rows, output_format)
+    if not any(row.feasible for row in rows):
+        raise QuotacalcError(f"none of the {len(rows)} GPU and TP combinations can run it", fix="see each row's reason")
     warned = [row for row in rows if row.warnings]
     if strict and warned:
         raise QuotacalcError(

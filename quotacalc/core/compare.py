@@ -32,6 +32,10 @@ PRICE_KEYS = (
     "kv_pool_tokens",
     "kv_pool_source",
     "dedicated_usd_per_month",
+    "decode_batch",
+    "itl_s",
+    "ttft_s",
+    "max_load_output_tokens_per_s",
     "calibrated",
     "reason",
     "warnings",
@@ -58,6 +62,12 @@ class ComparisonRow(BaseModel):
     kv_pool_source: Literal["measured", "estimated"] | None = None
     #: One replica (TP GPUs) for a month.
     dedicated_usd_per_month: float | None = None
+    #: The decode batch priced: the one asked for, or what the pool (or max_num_seqs) holds.
+    decode_batch: int | None = None
+    #: Inter-token latency at that batch, and the first token of one --context prompt on an idle replica.
+    itl_s: float | None = None
+    ttft_s: float | None = None
+    max_load_output_tokens_per_s: float | None = None
     #: Whether the plan's calibration (quotacalc calibrate) holds for this deployment.
     calibrated: bool = False
     units_per_s: float | None = None
@@ -94,6 +104,10 @@ def _feasible_row(
         kv_pool_tokens=priced.kv_pool_tokens,
         kv_pool_source=priced.kv_pool_source,
         dedicated_usd_per_month=priced.dedicated_usd_per_month,
+        decode_batch=priced.decode_batch,
+        itl_s=priced.itl_s,
+        ttft_s=priced.ttft_s,
+        max_load_output_tokens_per_s=priced.max_load_output_tokens_per_s,
         calibrated=calibrated,
         warnings=priced.warnings,
         **size_figures,
