@@ -8,6 +8,8 @@ context, $7,200 per replica-month) and a long-context pool of 2 replicas of 5,00
 
 from __future__ import annotations
 
+import pytest
+
 from quotacalc.core.checks import Finding, check_plan
 from quotacalc.core.plan import Oversubscription
 from quotacalc.core.plan_size import size_plan
@@ -513,3 +515,33 @@ def test_long_prompts_routed_to_another_model_are_an_error():
         fix="serve m on 'long', or route to a pool that does",
     )
     assert found(check_plan(policy(tenant("a"))), "long-context-model") == []
+
+
+def test_a_bucket_that_admits_nothing_or_never_the_largest_output():
+    # tenant(): a bucket of 60 s × the rate, W 3.0, max_output_tokens 4,096: a reservation of 3 × 4,096 = 12,288 units.
+    assert [f for f in check_plan(policy(tenant("a", 1_000.0))).findings if f.code.startswith("bucket")] == []
+    (note,) = found(check_plan(policy(tenant("a", 100.0))), "bucket-below-max-output")  # 6,000 units deep
+    assert (note.severity, note.subject, note.figures) == (
+        "info",
+        "tenants.a",
+        {"bucket_depth_units": 6_000.0, "reservation_units": 12_288.0},
+    )
+    # 0.05 units/s × 60 s = 3 units: less than one prompt and one output token (1 + 3 units).
+    (warning,) = found(check_plan(policy(tenant("a", 0.05))), "bucket-below-any-request")
+    assert warning.severity == "warning" and warning.figures == {
+        "bucket_depth_units": pytest.approx(3.0),
+        "smallest_request_units": 4.0,
+    }
+    assert found(check_plan(policy(tenant("a", 0.05))), "bucket-below-max-output") == []
+
+
+def test_a_traffic_tenant_whose_bucket_holds_less_than_its_mean_request():
+    # 1 req/s sized at 1,000 units/s: a 60 s bucket holds 60,000 units; the mean request costs 1,000. Fine. At a
+    # 0.5 s burst (500 units) it does not.
+    shallow = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": 500.0})
+    (warning,) = found(check_plan(policy(shallow), traffic={"a": _traffic(500, 100)}), "bucket-below-request")
+    assert warning.figures == {"bucket_depth_units": 500.0, "units_per_request": 1_000.0}
+    assert warning.fix == "raise tiers.std.burst_s to at least 1.00 s"
+    assert (
+        found(check_plan(policy(tenant("a", 1_000.0)), traffic={"a": _traffic(500, 100)}), "bucket-below-request") == []
+    )

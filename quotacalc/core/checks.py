@@ -255,6 +255,20 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
                     figures={**figures, "pool_max_context_tokens": served_by.max_context_tokens},
                 )
             )
+        per_request = entry.bucket_rate_units_per_s / profile.rps
+        # (A bucket below even the smallest request is _buckets' finding.)
+        if 1 + entry.weights.output <= entry.bucket_depth_units < per_request:
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="bucket-below-request",
+                    subject=f"tenants.{entry.name}",
+                    message=f"its bucket holds {entry.bucket_depth_units:,.1f} units, less than one of its mean requests "
+                    f"({per_request:,.1f} units): the gateway rejects every one",
+                    fix=f"raise tiers.{entry.tier}.burst_s to at least {per_request / entry.bucket_rate_units_per_s:,.2f} s",
+                    figures={"bucket_depth_units": entry.bucket_depth_units, "units_per_request": per_request},
+                )
+            )
         if output > entry.max_output_tokens:
             findings.append(
                 Finding(
@@ -265,6 +279,43 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
                     f"({entry.max_output_tokens:,}): the gateway caps or refuses such requests",
                     fix=f"raise tiers.{entry.tier}.max_output_tokens, or size the traffic the tenant sends",
                     figures={"output_tokens": output, "max_output_tokens": entry.max_output_tokens},
+                )
+            )
+    return findings
+
+
+def _buckets(policy: QuotaPolicy) -> list[Finding]:
+    """A bucket shallower than the smallest request (one prompt and one output token) admits nothing: a warning. One
+    shallower than the reservation of a request for the tier's max_output_tokens (the gateway reserves W × max_tokens
+    before the request runs) never admits such a request: a note, since most requests ask for less."""
+    findings = []
+    for tenant in policy.tenants:
+        smallest = 1 + tenant.weights.output
+        reservation = tenant.weights.output * tenant.max_output_tokens
+        depth = tenant.bucket_depth_units
+        if depth < smallest:
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="bucket-below-any-request",
+                    subject=f"tenants.{tenant.name}",
+                    message=f"its bucket holds {depth:,.2f} units, less than the smallest request (one prompt and one "
+                    f"output token: 1 + {tenant.weights.output:.2f} units): the gateway rejects every request",
+                    fix=f"raise the tenant's units_per_s or tiers.{tenant.tier}.burst_s",
+                    figures={"bucket_depth_units": depth, "smallest_request_units": smallest},
+                )
+            )
+        elif depth < reservation:
+            findings.append(
+                Finding(
+                    severity="info",
+                    code="bucket-below-max-output",
+                    subject=f"tenants.{tenant.name}",
+                    message=f"its bucket holds {depth:,.0f} units, less than the reservation of a request for the "
+                    f"{tenant.max_output_tokens:,} output tokens tier '{tenant.tier}' allows ({tenant.weights.output:.2f}"
+                    f" × {tenant.max_output_tokens:,} = {reservation:,.0f} units): such a request is never admitted",
+                    fix=f"raise the tenant's rate or tiers.{tenant.tier}.burst_s, or lower its max_output_tokens",
+                    figures={"bucket_depth_units": depth, "reservation_units": reservation},
                 )
             )
     return findings
@@ -390,6 +441,7 @@ def check_plan(
         *_routing(policy, pools),
         *_tier_limits(policy, pools),
         *traffic_findings(policy, traffic or {}),
+        *_buckets(policy),
         *_placement(policy, pools, reversal_replicas),
         *_salts(policy, salts),
     ]
