@@ -548,3 +548,57 @@ def test_generate_into_a_file_is_refused_before_anything_is_written(run_cli, tmp
     )
     assert one_line_error(code, out, err, EXIT_INVALID_INPUT).startswith(f"{folder / 'vllm'}: --out: is a file")
     assert sorted(entry.name for entry in folder.iterdir()) == ["vllm"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        # Numbers as strings: refused as tp: "4" is (the README's rule), not read as numbers.
+        (lambda d: d["tenants"][0].update(units_per_s="100"), "tenants[0].units_per_s: must be a valid number"),
+        (lambda d: d["tiers"][0].update(burst_s="60"), "tiers[0].burst_s: must be a valid number"),
+        # A burst beyond a year: the Retry-After of a full bucket would run to hundreds of digits.
+        (lambda d: d["tiers"][0].update(burst_s=1e300), "tiers[0].burst_s: must be at most 31,622,400 s (a year)"),
+        # Names that travel in headers and generated files.
+        (lambda d: d["tenants"][0].update(lora_adapters=["a\nb"]), "tenants[0].lora_adapters[0]: must not contain"),
+        (lambda d: d.update(public_prefixes=["a b"]), "public_prefixes[0]: must not contain whitespace or control"),
+    ],
+)
+def test_values_a_gateway_cannot_carry_are_refused(run_cli, tmp_path, edit, expected) -> None:
+    document = platform_document()
+    edit(document)
+    path = write_plan(tmp_path, document)
+    line = one_line_error(*run_cli("check", str(path)), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{path}: {expected}"), line
+
+
+def test_a_whitespace_salt_secret_is_refused(run_cli, tmp_path, monkeypatch) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("  \n", encoding="utf-8")
+    line = one_line_error(*run_cli("check", str(PLATFORM), "--salt-secret-file", str(secret)), EXIT_INVALID_INPUT)
+    assert (
+        line == f"{secret}: --salt-secret-file: holds only whitespace: anyone could derive the salts (put a "
+        "random secret in it (e.g. openssl rand -hex 32))"
+    )
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", " ")
+    line = one_line_error(*run_cli("check", str(PLATFORM)), EXIT_INVALID_INPUT)
+    assert line.startswith("QUOTACALC_SALT_SECRET: holds only whitespace")
+
+
+def test_gateways_that_pin_the_base_model_say_the_lora_adapters_are_not_served(run_cli, tmp_path) -> None:
+    out = tmp_path / "out"
+    code, out_json, err = run_cli(
+        "generate",
+        str(PLATFORM),
+        "--target",
+        "kong,litellm",
+        "--out",
+        str(out),
+        "--json",
+        "--salt-secret-file",
+        str(EXAMPLES / "platform.secret"),
+    )
+    assert code == 0, err
+    limits = json.loads(out_json)["limits"]
+    for target in ("kong", "litellm"):
+        (line,) = [limit for limit in limits[target] if limit.startswith("LoRA adapters")]
+        assert line.startswith("LoRA adapters (initech: initech-support-v2): ") and "add " in line

@@ -10,12 +10,20 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from quotacalc.core.deployment import MAX_CONTEXT_TOKENS, MAX_POOL_TOKENS, Deployment, Tenant
+from quotacalc.core.deployment import MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_POOL_TOKENS, Deployment, Tenant
+
+
+def _printable_name(value: str) -> str:
+    # It travels in HTTP headers, model names and generated files: no whitespace, no control characters.
+    if any(character.isspace() or not character.isprintable() for character in value):
+        raise ValueError(f"must not contain whitespace or control characters, got {value!r}")
+    return value
+
 
 #: A non-empty identifier (a prefix id, a LoRA adapter name).
-Identifier = Annotated[str, Field(min_length=1, max_length=256)]
+Identifier = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable_name)]
 
 #: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -79,13 +87,18 @@ class Tier(BaseModel):
     priority: int = Field(
         ge=0, le=1000, strict=True, description="scheduling priority, 0 the most important (vLLM: lower runs first)"
     )
-    burst_s: float = Field(60.0, description="token-bucket depth, seconds of contracted units")
-    cached_prompt_weight: float = Field(0.1, ge=0, le=1, description="units charged per cached prompt token")
+    burst_s: float = Field(60.0, strict=True, description="token-bucket depth, seconds of contracted units")
+    cached_prompt_weight: float = Field(
+        0.1, ge=0, le=1, strict=True, description="units charged per cached prompt token"
+    )
 
     @field_validator("burst_s")
     @classmethod
     def _burst(cls, value: float) -> float:
-        return _finite_positive(value)
+        value = _finite_positive(value)
+        if value > MAX_BURST_S:
+            raise ValueError(f"must be at most {MAX_BURST_S:,} s (a year), got {value:g}")
+        return value
 
     @model_validator(mode="after")
     def _output_fits_context(self) -> Tier:
@@ -101,7 +114,7 @@ class Oversubscription(BaseModel):
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
-    ratio: float = Field(description="sum of per-tenant peaks / fleet peak, >= 1")
+    ratio: float = Field(strict=True, description="sum of per-tenant peaks / fleet peak, >= 1")
     source: str = Field(min_length=1, description="where the ratio was measured (usage data, window, date)")
 
     @field_validator("ratio")
@@ -120,7 +133,7 @@ class PlanTenant(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, description="tenant id, as the gateway's tenant header carries it")
     tier: str = Field(description="a tier's name")
     pool: str | None = Field(None, description="a standard pool's name; default: the plan's only standard pool")
-    units_per_s: float | None = Field(None, description="contracted units/s (give this or traffic)")
+    units_per_s: float | None = Field(None, strict=True, description="contracted units/s (give this or traffic)")
     traffic: Tenant | None = Field(None, description="a traffic profile to size (rps, prompt/output tokens)")
     placement: Literal["shared", "dedicated"] = Field(
         "shared",

@@ -44,6 +44,15 @@ def long_context_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
     ]
 
 
+def lora_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
+    """One limits line for the tenants' LoRA adapters where a gateway target pins each pool's base model."""
+    adapters = {tenant.name: tenant.lora_adapters for tenant in policy.tenants if tenant.lora_adapters}
+    if not adapters:
+        return []
+    listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in sorted(adapters.items()))
+    return [f"LoRA adapters ({listed}): {consequence}"]
+
+
 def salt_of(tenant: TenantPolicy, salts: Mapping[str, str]) -> str | None:
     """The tenant's salt, None when its cache is shared; a salted tenant without one is an error, never unsalted."""
     if tenant.salt_ref is None:

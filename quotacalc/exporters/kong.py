@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import long_context_lines, salt_of, yaml_text
+from quotacalc.exporters._text import long_context_lines, lora_lines, salt_of, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 #: ai-proxy costs are per 1M tokens.
@@ -165,6 +165,11 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
     ]
     limits += long_context_lines(policy, "such a tenant must call the long-context pool's path itself.")
+    limits += lora_lines(
+        policy,
+        "ai-proxy pins each route's model to its pool's base model, so a request cannot name an adapter; add a route "
+        "per adapter (its model.name the adapter's) to serve them.",
+    )
     if any(tenant.salt_ref is not None for tenant in policy.tenants) and policy.public_prefixes:
         limits.append(
             "Public prefixes: a salt covers the whole request, so salted tenants do not share the platform's public prefixes."

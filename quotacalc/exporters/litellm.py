@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import json_text, long_context_lines, yaml_text
+from quotacalc.exporters._text import json_text, long_context_lines, lora_lines, yaml_text
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 #: Hours in the month of the method's $/month figures (docs/method.md §6: 720 h): used only for a
@@ -152,5 +152,10 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
     limits += long_context_lines(
         policy,
         "such a tenant must request the long-context pool as its model; its budget is priced at its standard pool's USD per unit.",
+    )
+    limits += lora_lines(
+        policy,
+        "model_list holds each pool's base model only and teams may call only their pools, so a request cannot "
+        "name an adapter; add a model_list entry per adapter (hosted_vllm/<adapter>) and it to the team's models.",
     )
     return tuple(limits)

@@ -25,6 +25,19 @@ def load_salt_secret(secret_file: str | None) -> bytes | None:
         data = data.rstrip(b"\r\n")
         if not data:
             raise QuotacalcError("is empty", source=secret_file, field="--salt-secret-file", fix="put the secret in it")
+        if not data.strip():
+            raise QuotacalcError(
+                "holds only whitespace: anyone could derive the salts",
+                source=secret_file,
+                field="--salt-secret-file",
+                fix="put a random secret in it (e.g. openssl rand -hex 32)",
+            )
         return data
     value = os.environ.get(SECRET_ENV)
+    if value is not None and value and not value.strip():
+        raise QuotacalcError(
+            "holds only whitespace: anyone could derive the salts",
+            field=SECRET_ENV,
+            fix="set a random secret (e.g. openssl rand -hex 32)",
+        )
     return value.encode("utf-8") if value else None
