@@ -687,3 +687,24 @@ def test_a_ttft_at_concurrency_two_is_the_lock_step_one(inputs):
     assert predict_ttft_s(model, pair) == lock_step > model.ttft_s(6000)
     alone = pair.model_copy(update={"concurrency": 1})
     assert predict_ttft_s(model, alone) == model.ttft_s(6000)
+
+
+def test_write_keeps_crlf_line_ends_and_a_link_and_records_paths_from_the_plan(run_cli, tmp_path):
+    """--write changes only the keys it sets: a CRLF plan stays CRLF, a plan reached through a link is written
+    where the link points (the link stays), and each file's path is relative to the plan's directory."""
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    real = folder / "real.yaml"
+    real.write_bytes(b"model: Llama-3.3-70B-Instruct  # the model\r\ngpu: h100-sxm\r\ntp: 4\r\nweight_dtype: fp8\r\n")
+    link = folder / "link.yaml"
+    link.symlink_to(real.name)
+    code, _, err = run_cli("calibrate", link, "--bench", SYNTHETIC_CSV, "--write", link)
+    assert code == 0, err
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    data = real.read_bytes()
+    assert data.startswith(b"model: Llama-3.3-70B-Instruct  # the model\r\ngpu: h100-sxm\r\n")
+    assert data.count(b"\n") == data.count(b"\r\n")  # no bare line feed: every line keeps CRLF
+    section = yaml.safe_load(data.decode("utf-8"))["calibration"]
+    (record,) = section["files"]
+    assert (folder / record["path"]).resolve() == Path(SYNTHETIC_CSV).resolve()
+    assert record["path"].startswith("../")

@@ -613,9 +613,14 @@ def test_status_names_every_change(inputs):
     assert summary is None
     assert why == (
         "not calibrated: the plan's calibration holds for what it was fitted on (model Other-Model -> "
-        "Llama-3.3-70B-Instruct; gpu a100-sxm -> h100-sxm; weight_dtype bf16 -> fp8; kv_dtype fp8 -> bf16; "
-        f"mbu 0.7 -> {inputs.deployment.mbu}; no_such_field 1 -> None)"
+        "Llama-3.3-70B-Instruct; gpu a100-sxm -> h100-sxm; weight_dtype bf16 (the checkpoint's) -> fp8; kv_dtype fp8 "
+        f"-> bf16 (the checkpoint's); mbu 0.7 -> {inputs.deployment.mbu}; no_such_field 1 -> None)"
     )
+    # Unset, 'auto' and the checkpoint's own dtype are one dtype: naming it does not undo a calibration.
+    same = CalibratedOn(
+        model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=inputs.deployment.tp, weight_dtype="fp8", kv_dtype=None
+    )
+    assert calibration_status(section(2, 0.01, None, {}, on=same), inputs)[1] is None
 
 
 @pytest.mark.parametrize(("fitted_under", "shown"), [(None, "unrecorded"), (1, "1")])

@@ -27,7 +27,7 @@ def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | No
 
 
 def _file_record(path: str, rows: list[str], plan_path: str | None):
-    """A file's provenance: its path (relative to the plan written when it lies below it), hash and rows."""
+    """A file's provenance: its path (relative to the plan written), hash and rows."""
     import hashlib
     import os
 
@@ -37,10 +37,13 @@ def _file_record(path: str, rows: list[str], plan_path: str | None):
         digest = hashlib.sha256(handle.read()).hexdigest()
     shown = path
     if plan_path is not None:
-        # Beside the plan (or below it): relative to it, so the plan and its data can move together.
-        relative = os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(plan_path)))
-        if not relative.startswith(os.pardir):
-            shown = relative
+        # Relative to the plan's directory (through '..' where the file lies elsewhere): the path resolves from
+        # the plan wherever the command ran, and the plan and its data can move together.
+        plan_dir = os.path.dirname(os.path.realpath(plan_path))
+        try:
+            shown = os.path.relpath(os.path.realpath(path), plan_dir)
+        except ValueError:  # another drive (Windows): no relative path exists
+            shown = os.path.abspath(path)
     return CalibratedFile(path=shown.replace(os.sep, "/"), sha256=digest, rows=tuple(rows))
 
 
@@ -192,6 +195,30 @@ def calibrate_command(
         calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
 
 
+def _write_target(path: str):
+    """The file --write replaces: a link's target (the link stays a link), never a directory."""
+    import os
+    from pathlib import Path
+
+    from quotacalc.errors import QuotacalcError
+
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    if target.is_dir():
+        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    return target
+
+
+def _plan_text(path) -> str:
+    """A plan's text with its line ends as they are ('\\r\\n' kept: the rest of the file stays byte for byte)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def _with_newlines(updated: str, original: str) -> str:
+    """The edited text with the original file's line ends: the edits insert '\\n', a CRLF file keeps CRLF."""
+    return updated.replace("\n", "\r\n") if "\r\n" in original else updated
+
+
 def _write_plan(
     path: str, plan: str | None, deployment: Deployment, given: dict[str, Any], values: dict[str, Any], section
 ) -> None:
@@ -202,28 +229,25 @@ def _write_plan(
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
-    from quotacalc.errors import QuotacalcError
     from quotacalc.fileio import write_text_atomic
     from quotacalc.inputs.deployment import build_deployment, load_plan_file
     from quotacalc.inputs.plan_write import set_top_level_keys
 
-    target = Path(path)
-    if target.is_dir():
-        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    target = _write_target(path)
     dumped = deployment.model_dump(mode="json")
     # Flags on the command line are part of the deployment calibrated: the plan records them too.
     keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
     if target.exists():
         previous = load_plan_file(path).calibration  # the file must be a valid plan before it is changed
-        text = target.read_text(encoding="utf-8")
+        text = _plan_text(target)
     elif plan is not None:  # a new plan: a copy of the one read, comments and tenant included
-        previous, text = load_plan_file(plan).calibration, Path(plan).read_text(encoding="utf-8")
+        previous, text = load_plan_file(plan).calibration, _plan_text(Path(plan))
     else:  # a new plan from flags alone
         previous, text = None, ""
         keys = deployment.model_dump(mode="json", exclude_defaults=True)
     keys.update(values)
     keys["calibration"] = merge_provenance(previous, section).model_dump(mode="json")
-    updated = set_top_level_keys(text, keys, source=path)
+    updated = set_top_level_keys(text.replace("\r\n", "\n"), keys, source=path)
     # Read the new text back as a plan before it replaces anything (beside the target: relative model paths hold).
     target.parent.mkdir(parents=True, exist_ok=True)
     descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
@@ -234,7 +258,7 @@ def _write_plan(
         build_deployment(written.deployment, {}, source=path)
     finally:
         Path(probe).unlink(missing_ok=True)
-    write_text_atomic(target, updated)
+    write_text_atomic(target, _with_newlines(updated, text))
 
 
 def _only_pool(path: str) -> str:
@@ -265,18 +289,16 @@ def _write_pool(
     from quotacalc.inputs.plan import _pool_names, deployment_source, load_plan, read_document
     from quotacalc.inputs.plan_write import set_pool_keys
 
-    target = Path(path)
-    if target.is_dir():
-        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    target = _write_target(path)
     source = path if target.exists() else plan
     previous = deployment_source(source, pool).calibration  # names the file and --pool when the pool is not there
     names = _pool_names(read_document(source))
-    text = Path(source).read_text(encoding="utf-8")
+    text = _plan_text(Path(source))
     dumped = deployment.model_dump(mode="json")
     keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
     keys.update(values)
     calibration = merge_provenance(previous, section).model_dump(mode="json")
-    updated = set_pool_keys(text, names.index(pool), keys, calibration, source=path)
+    updated = set_pool_keys(text.replace("\r\n", "\n"), names.index(pool), keys, calibration, source=path)
     target.parent.mkdir(parents=True, exist_ok=True)
     descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
     try:
@@ -288,4 +310,4 @@ def _write_pool(
         raise type(error)(error.problem, source=path, field=error.field, fix=error.fix) from None
     finally:
         Path(probe).unlink(missing_ok=True)
-    write_text_atomic(target, updated)
+    write_text_atomic(target, _with_newlines(updated, text))

@@ -960,6 +960,18 @@ def _same(expected: object, actual: object) -> bool:
     return expected == actual
 
 
+def _dtype_as_run(name: str | None, inputs: PricingInputs) -> str:
+    """A dtype as the engine runs it: unset, 'auto' and the checkpoint's own dtype are all 'the checkpoint's'."""
+    from quotacalc.catalog.dtypes import dtype_by_name
+
+    plain = inputs.checkpoint_quantization is None
+    own = f"{inputs.arch.checkpoint_dtype if plain else inputs.checkpoint_quantization} (the checkpoint's)"
+    if name in (None, "auto"):
+        return own
+    resolved = dtype_by_name(name).name
+    return own if plain and resolved == inputs.arch.checkpoint_dtype else resolved
+
+
 def calibration_status(
     section: CalibrationProvenance | None, inputs: PricingInputs
 ) -> tuple[dict[str, object] | None, str | None]:
@@ -977,8 +989,8 @@ def calibration_status(
             ("model", on.model, inputs.arch.name),
             ("gpu", on.gpu, inputs.gpu.id),
             ("tp", on.tp, deployment.tp),
-            ("weight_dtype", on.weight_dtype, deployment.weight_dtype),
-            ("kv_dtype", on.kv_dtype, deployment.kv_dtype),
+            ("weight_dtype", _dtype_as_run(on.weight_dtype, inputs), _dtype_as_run(deployment.weight_dtype, inputs)),
+            ("kv_dtype", _dtype_as_run(on.kv_dtype, inputs), _dtype_as_run(deployment.kv_dtype, inputs)),
         )
         if expected != actual
     ]
