@@ -431,3 +431,20 @@ def test_a_vllm_log_states_its_tp_and_memory_share(tmp_path):
     assert read_start_up_log(_write(tmp_path, "c.log", VLLM_CONFIG_LINE.format(tp=1) + pool)).memory_utilization is None
     failed = _error(read_start_up_log, _write(tmp_path, "d.log", "Available KV cache memory: -2.81 GiB\n"))
     assert "the engine found no memory for the KV cache (Available KV cache memory: -2.81 GiB)" in failed.problem
+
+
+def test_files_that_are_not_benchmark_text_say_what_they_are(tmp_path):
+    import gzip
+
+    zipped = tmp_path / "result.json.gz"
+    zipped.write_bytes(gzip.compress(json.dumps(VLLM_RESULT).encode()))
+    assert _error(read_benchmark, str(zipped)).problem == "is gzip-compressed"
+    binary = tmp_path / "image.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    assert _error(read_benchmark, str(binary)).problem == "is not UTF-8 text (a binary file, or UTF-16)"
+    utf16 = tmp_path / "excel.csv"
+    utf16.write_bytes("concurrency,prompt_tokens\n".encode("utf-16"))
+    assert _error(read_benchmark, str(utf16)).problem == "is not UTF-8 text (a binary file, or UTF-16)"
+    for value in ("null", '"hello"', "42"):
+        scalar = _write(tmp_path, "value.json", value + "\n")
+        assert _error(read_benchmark, scalar).problem.startswith(f"is a single JSON value ({value}), not a benchmark")

@@ -602,3 +602,13 @@ def test_gateways_that_pin_the_base_model_say_the_lora_adapters_are_not_served(r
     for target in ("kong", "litellm"):
         (line,) = [limit for limit in limits[target] if limit.startswith("LoRA adapters")]
         assert line.startswith("LoRA adapters (initech: initech-support-v2): ") and "add " in line
+
+
+def test_a_misspelt_required_key_is_named_as_unknown_with_its_spelling(run_cli, tmp_path) -> None:
+    document = platform_document()
+    document["tiers"][0]["max_ouput_tokens"] = document["tiers"][0].pop("max_output_tokens")
+    path = write_plan(tmp_path, document)
+    line = one_line_error(*run_cli("check", str(path)), EXIT_INVALID_INPUT)
+    assert (
+        line == f"{path}: tiers[0].max_ouput_tokens: unknown key 'max_ouput_tokens' (did you mean 'max_output_tokens'?)"
+    )

@@ -37,7 +37,27 @@ def _drop(path: str):
     return change
 
 
+def _rename(path: str, new_key: str):
+    """A misspelt key: the one at ``path`` renamed to ``new_key``."""
+
+    def change(document: dict) -> None:
+        *parents, last = path.split(".")
+        node = document
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[new_key] = node.pop(last)
+
+    return change
+
+
 CASES = [
+    (
+        "misspelt required key",
+        _rename("workload.tenants.1.arrival.rate_rps", "rate_rsp"),
+        1,
+        "workload.tenants[1].arrival.rate_rsp",
+        "unknown key 'rate_rsp' (did you mean 'rate_rps'?)",
+    ),
     (
         "negative rate",
         _set("workload.tenants.2.arrival.rate_rps", -1),

@@ -77,6 +77,12 @@ def _read_text(path: str, what: str) -> str:
         raise QuotacalcError(
             f"is larger than {MAX_BENCHMARK_BYTES // 2**20} MiB", source=path, fix="one result per run, not per request"
         )
+    if data.startswith(b"\x1f\x8b"):
+        raise QuotacalcError("is gzip-compressed", source=path, fix="decompress it (gunzip) and give the file inside")
+    if b"\x00" in data[:4096] or data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise QuotacalcError(
+            "is not UTF-8 text (a binary file, or UTF-16)", source=path, fix=f"give the {what} as UTF-8 text"
+        )
     # utf-8-sig: a spreadsheet's CSV often starts with a byte-order mark, which is not part of the header.
     return data.decode("utf-8-sig", errors="replace")
 
@@ -393,6 +399,13 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
     text = _read_text(path, "benchmark file")
     if not text.strip():
         raise QuotacalcError("empty file", source=path, fix="a vllm bench serve JSON, a GuideLLM report or a CSV")
+    stripped = text.strip()
+    if stripped in ("null", "true", "false") or stripped[:1] == '"' or _is_number(stripped):
+        raise QuotacalcError(
+            f"is a single JSON value ({stripped[:20]}), not a benchmark result",
+            source=path,
+            fix="a vllm bench serve JSON object, a GuideLLM report or a CSV",
+        )
     if text.lstrip()[:1] in ("{", "["):
         documents = _json_documents(path, text)
         if len(documents) == 1 and isinstance(documents[0][1], dict) and "benchmarks" in documents[0][1]:
@@ -401,6 +414,14 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
     if text.lstrip().startswith(("benchmarks:", "metadata:", "config:", "---")):
         return read_guidellm(path, _guidellm_yaml(path, text))
     return read_csv(path, text), []
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "\n" not in text
 
 
 def _guidellm_yaml(path: str, text: str) -> dict[str, Any]:

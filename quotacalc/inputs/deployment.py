@@ -64,7 +64,9 @@ def flag_name(field: str) -> str:
 def _one_line_validation_error(
     error: ValidationError, model: type[BaseModel], *, source: str | None, from_flags: set[str], prefix: str = ""
 ) -> QuotacalcError:
-    first = error.errors()[0]
+    errors = error.errors()
+    # A misspelt key is reported as unknown (with its likely spelling), not as the required key it was meant for.
+    first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
     field = ".".join(str(part) for part in first["loc"]) or "?"
     if first["type"] == "extra_forbidden":
         close = suggest_key(field, list(model.model_fields))

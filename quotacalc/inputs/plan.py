@@ -112,7 +112,9 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
 
 
 def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, ...] = ()) -> QuotacalcError:
-    first = error.errors()[0]
+    errors = error.errors()
+    # A misspelt key is reported as unknown (with its likely spelling), not as the required key it was meant for.
+    first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
     loc = base + tuple(first["loc"])
     if first["type"] == "extra_forbidden":
         key = str(loc[-1])

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quotacalc.core.plan import Plan
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 POLICY_NAMES = ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
 QUEUEING_NAMES = ("fair", "deep_priority")
@@ -227,7 +227,7 @@ def yaml_path(loc: tuple[Any, ...]) -> str:
 
 def _validation_error(error: ValidationError, *, source: str, prefix: str = "") -> QuotacalcError:
     errors = error.errors()
-    first = errors[0]
+    first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
     if len(first["loc"]) > 1 and first["loc"][-1] in ("str", "int") and len(errors) > 1:
         # A union (a plan file's name or an embedded plan): the other branch's error is the useful one.
         first = max(errors[1:], key=lambda e: len(e["loc"]))
@@ -237,7 +237,13 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
         field = prefix + ("" if field == "(top level)" else ("" if field.startswith("[") else ".") + field)
     kind = first["type"]
     if kind == "extra_forbidden":
-        return QuotacalcError(f"unknown key '{loc[-1]}'", source=source, field=field, fix="check the spelling")
+        # The keys the same mapping misses are what a misspelt key most likely meant.
+        missing = [
+            str(entry["loc"][-1]) for entry in errors if entry["type"] == "missing" and entry["loc"][:-1] == loc[:-1]
+        ]
+        close = close_names(str(loc[-1]), missing, n=1)
+        fix = f"did you mean '{close[0]}'?" if close else "check the spelling"
+        return QuotacalcError(f"unknown key '{loc[-1]}'", source=source, field=field, fix=fix)
     if kind == "missing":
         return QuotacalcError("is required", source=source, field=field)
     if kind == "union_tag_invalid":
