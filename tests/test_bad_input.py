@@ -196,7 +196,7 @@ def test_sampler_bytes_per_logit_out_of_range(run_cli, value, needle):
 )
 def test_unknown_dtype_suggests_close(run_cli, flag, field, value, suggestion):
     result = run_cli("price", *M4, flag, value)
-    assert_one_line_error(*result, USAGE, field, f"unknown dtype '{value}'", suggestion)
+    assert_one_line_error(*result, USAGE, flag, f"unknown dtype '{value}'", suggestion)
 
 
 def test_missing_model(run_cli):
@@ -387,7 +387,9 @@ def test_max_model_len_bounds_size_and_kv_as_it_bounds_price(run_cli):
 
 def test_the_full_load_workload_must_run(run_cli):
     code, out, err = run_cli("price", *LLAMA70, "--load-prompt-tokens", "200000")
-    assert code == 1 and out == "" and "load_prompt_tokens: the full-load workload's requests of 200,128 tokens" in err
+    assert (
+        code == 1 and out == "" and "--load-prompt-tokens: the full-load workload's requests of 200,128 tokens" in err
+    )
     code, out, err = run_cli(
         "price",
         *LLAMA70,
@@ -418,3 +420,26 @@ def test_a_batch_above_max_num_seqs_is_priced_at_max_num_seqs(run_cli):
         "a decode batch of 128 is above max_num_seqs 1, the most the engine runs at once: priced at batch 1 (lower "
         "--batch, or raise --max-num-seqs)"
     ]
+
+
+def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
+    """The plan file for a value it gave, the flag for one a flag gave; and the input to blame where weights fit."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100x\ntp: 4\n", encoding="utf-8")
+    code, out, err = run_cli("price", plan)
+    assert code == 2 and err.startswith(f"quotacalc: error: {plan}: gpu: unknown GPU 'h100x'")
+    plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\n", encoding="utf-8")
+    code, out, err = run_cli("price", plan, "--gpu", "h100x")
+    assert code == 2 and err.startswith("quotacalc: error: --gpu: unknown GPU 'h100x'")
+    code, out, err = run_cli("price", plan, "--runtime-reserve-gib", "60")
+    assert code == 1 and err.startswith(
+        "quotacalc: error: --runtime-reserve-gib: 0.9 of h100-sxm's 85.0 GB less 17.6 GB"
+    )
+    code, out, err = run_cli("price", plan, "--memory-utilization", "0.01")
+    assert (
+        code == 1
+        and "--memory-utilization: 0.01 of h100-sxm's 85.0 GB" in err
+        and "(raise --memory-utilization)" in err
+    )
+    code, out, err = run_cli("price", plan, "--tp", "1", "--weight-dtype", "bf16")
+    assert code == 1 and "--tp: Llama-3.3-70B-Instruct does not fit: 141.1 GB of weights per GPU" in err

@@ -690,6 +690,6 @@ def test_a_pool_larger_than_the_gpu_is_refused(run_cli):
     )
     assert code == 1 and out == ""
     assert (
-        "kv_pool_tokens: a pool of 646,503 tokens needs 53.0 GB of KV per GPU beside 17.6 GB of weights, more "
+        "--kv-pool-tokens: a pool of 646,503 tokens needs 53.0 GB of KV per GPU beside 17.6 GB of weights, more "
         "than l4's 23.6 GB" in err
     )

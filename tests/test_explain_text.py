@@ -121,9 +121,10 @@ def test_prices_name_their_basis(basis):
 # --------------------------------------------------------------------------- the errors' field and fix
 
 
-def test_a_pool_of_exactly_nothing_is_refused_with_the_weights_to_blame():
+def test_a_pool_of_exactly_nothing_is_refused_with_the_reserve_to_blame():
     # Llama 3.1 8B in BF16 on one H100 (16,060,522,496 B of weights) with the whole card given to the
-    # engine and a reserve of exactly the rest: the pool is 0 bytes, not a tiny positive one.
+    # engine and a reserve of exactly the rest: the pool is 0 bytes, not a tiny positive one. The weights take a
+    # fifth of the card: the reserve the user set leaves no pool, and the error names it.
     hbm_bytes, weight_bytes = 85_029_158_912, 16_060_522_496
     reserve_gib = (hbm_bytes - weight_bytes) / 2**30
     with pytest.raises(QuotacalcError) as refused:
@@ -137,9 +138,9 @@ def test_a_pool_of_exactly_nothing_is_refused_with_the_weights_to_blame():
                 )
             )
         )
-    assert refused.value.field == "tp"
-    assert refused.value.fix == "raise --tp, use a smaller --weight-dtype, or a larger GPU"
-    assert "16.1 GB of weights per GPU leave no KV pool on h100-sxm" in refused.value.problem
+    assert refused.value.field == "runtime_reserve_gib"
+    assert refused.value.fix == "lower --runtime-reserve-gib or raise --memory-utilization"
+    assert refused.value.problem.startswith("1 of h100-sxm's 85.0 GB less 16.1 GB of weights and 69.0 GB of runtime ")
 
 
 def test_a_context_above_the_models_maximum_names_the_maximum():

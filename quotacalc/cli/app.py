@@ -125,11 +125,21 @@ def _load(
     return deployment, tenant, plan_file
 
 
-def _price(deployment: Deployment):
+def _price(deployment: Deployment, plan: str | None = None, flags: dict[str, Any] | None = None):
+    """Resolve and price; an error about a value the plan file gave names the file (one a flag gave, the flag)."""
+    from quotacalc.core.deployment import Deployment
     from quotacalc.core.price import price
     from quotacalc.inputs.resolve import resolve
 
-    return price(resolve(deployment))
+    try:
+        return price(resolve(deployment))
+    except QuotacalcError as error:
+        if error.source is None and error.field in Deployment.model_fields:
+            if (flags or {}).get(error.field) is not None:
+                error.field = "--" + error.field.replace("_", "-")
+            elif plan:
+                error.source = plan
+        raise
 
 
 def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | None]:
@@ -161,7 +171,7 @@ def price_command(
         _no_explain_in_rows(explain)
         return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
     deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
-    result = _price(deployment)
+    result = _price(deployment, plan, deployment_flags)
     calibration = plan_calibration(plan_file, result.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
@@ -234,7 +244,7 @@ def size_command(
             "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
         )
     deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool)
-    result = size_tenant(_price(deployment), tenant)
+    result = size_tenant(_price(deployment, plan, deployment_flags), tenant)
     calibration = plan_calibration(plan_file, result.replica.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
@@ -274,7 +284,7 @@ def kv_command(
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
     if context > MAX_CONTEXT_TOKENS:
         raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
-    result = request_kv(_price(deployment), context)
+    result = request_kv(_price(deployment, plan, deployment_flags), context)
     calibration = plan_calibration(plan_file, result.replica.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json

@@ -455,9 +455,25 @@ def _static_fraction_note(deployment: Deployment, gpu: GpuSpec) -> str:
 
 def _no_pool(x: _Explainer) -> None:
     inputs = x.inputs
+    deployment = inputs.deployment
+    weights = x.figures["weight_bytes_per_gpu"]
+    share = x.figures["memory_utilization"]
+    # Where the weights take under half the GPU, what leaves no pool is the share or the reserve the user set.
+    set_share = deployment.memory_utilization is not None and weights >= share * inputs.gpu.memory_bytes
+    if weights < inputs.gpu.memory_bytes / 2 and (set_share or deployment.runtime_reserve_gib is not None):
+        field = "memory_utilization" if set_share else "runtime_reserve_gib"
+        raise QuotacalcError(
+            f"{share:g} of {inputs.gpu.id}'s {inputs.gpu.memory_bytes / 1e9:.1f} GB less {weights / 1e9:.1f} GB of "
+            f"weights and {x.figures['runtime_reserve_bytes_per_gpu'] / 1e9:.1f} GB of runtime reserve per GPU leave "
+            "no KV pool",
+            field=field,
+            fix="raise --memory-utilization"
+            if set_share
+            else "lower --runtime-reserve-gib or raise --memory-utilization",
+        )
     raise QuotacalcError(
-        f"{inputs.arch.name} does not fit: {x.figures['weight_bytes_per_gpu'] / 1e9:.1f} GB of weights per GPU leave "
-        f"no KV pool on {inputs.gpu.id}",
+        f"{inputs.arch.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU leave no KV pool on "
+        f"{inputs.gpu.id}",
         field="tp",
         fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
     )

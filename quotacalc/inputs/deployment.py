@@ -281,7 +281,11 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         # Recorded where the logged count depends on it (windowed or state layers); unset means the model's maximum.
         now["max_model_len"] = deployment.max_model_len or model_max_context(deployment.model)
         then["max_model_len"] = measured.max_model_len
-    changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
+
+    def shown(value: Any) -> Any:
+        return "unset (the checkpoint's)" if value is None else value
+
+    changed = [f"{key} {shown(then[key])} -> {shown(now[key])}" for key in now if now[key] != then[key]]
     if not changed:
         return None
     return (
