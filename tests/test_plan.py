@@ -560,7 +560,11 @@ def test_generate_into_a_file_is_refused_before_anything_is_written(run_cli, tmp
         (lambda d: d["tiers"][0].update(burst_s=1e300), "tiers[0].burst_s: must be at most 31,622,400 s (a year)"),
         # Names that travel in headers and generated files.
         (lambda d: d["tenants"][0].update(lora_adapters=["a\nb"]), "tenants[0].lora_adapters[0]: must not contain"),
-        (lambda d: d.update(public_prefixes=["a b"]), "public_prefixes[0]: must not contain whitespace or control"),
+        (lambda d: d.update(public_prefixes=["a\tb"]), "public_prefixes[0]: must not contain control characters"),
+        (
+            lambda d: d.update(public_prefixes=[" ab"]),
+            "public_prefixes[0]: must not contain control characters or start",
+        ),
     ],
 )
 def test_values_a_gateway_cannot_carry_are_refused(run_cli, tmp_path, edit, expected) -> None:
@@ -612,3 +616,23 @@ def test_a_misspelt_required_key_is_named_as_unknown_with_its_spelling(run_cli, 
     assert (
         line == f"{path}: tiers[0].max_ouput_tokens: unknown key 'max_ouput_tokens' (did you mean 'max_output_tokens'?)"
     )
+
+
+def test_numbers_in_scientific_notation_are_numbers(run_cli, tmp_path) -> None:
+    """YAML 1.2 reads 1e4 as a number where PyYAML (YAML 1.1) reads a string; quoted, it stays a string."""
+    document = platform_document()
+    path = write_plan(tmp_path, document)
+    text = path.read_text(encoding="utf-8")
+    contract = next(t for t in document["tenants"] if "units_per_s" in t)
+    changed = text.replace(f"units_per_s: {contract['units_per_s']}", "units_per_s: 1.2e4", 1)
+    assert changed != text
+    path.write_text(changed, encoding="utf-8")
+    code, out, _ = run_cli("size", str(path), "--json")
+    assert (
+        code == 0
+        and next(t for t in json.loads(out)["tenants"] if t["name"] == contract["name"])["units_per_s"] == 12_000
+    )
+    path.write_text(
+        text.replace(f"units_per_s: {contract['units_per_s']}", "units_per_s: '1.2e4'", 1), encoding="utf-8"
+    )
+    assert "must be a valid number" in one_line_error(*run_cli("check", str(path)), EXIT_INVALID_INPUT)

@@ -453,3 +453,15 @@ def test_shipped_scenarios_run(run_cli, name):
     assert code == 0, err
     runs = json.loads(out)["policies"]
     assert runs and all(run["leaked_reservation_units"] == 0 and run["live_requests"] == 0 for run in runs)
+
+
+def test_a_narrow_terminal_never_cuts_a_figure(run_cli, monkeypatch):
+    """At 60 columns the tables print wider than the terminal rather than cutting a number or a name ('…')."""
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "100", "--json")
+    assert code == 0, err
+    runs = json.loads(out)["policies"]
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "100")
+    assert code == 0 and "…" not in out
+    for run in runs:
+        assert run["policy"] in out and f"{run['requests']:,}" in out

@@ -176,6 +176,8 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("ITL p50/p99", "right"),
         ("goodput units/s", "right"),
     )
+    from quotacalc.cli.tables import print_whole  # never cuts a figure, at any terminal width
+
     table = Table(box=SIMPLE_HEAD)
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
@@ -194,7 +196,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
             f"{_fmt_s(run.itl_p50_s)} / {_fmt_s(run.itl_p99_s)}",
             _fmt_units(run.goodput_units_per_s),
         )
-    console.print(table)
+    print_whole(console, table)
     tenants = Table(box=SIMPLE_HEAD, title="per tenant")
     for name, justify in (
         ("policy / queueing", "left"),
@@ -225,4 +227,4 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
                 _fmt_s(tenant.ttft_p99_s),
                 _fmt_s(tenant.itl_p99_s),
             )
-    console.print(tenants)
+    print_whole(console, tenants)

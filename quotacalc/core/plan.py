@@ -16,9 +16,10 @@ from quotacalc.core.deployment import MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_POOL_
 
 
 def _printable_name(value: str) -> str:
-    # It travels in HTTP headers, model names and generated files: no whitespace, no control characters.
-    if any(character.isspace() or not character.isprintable() for character in value):
-        raise ValueError(f"must not contain whitespace or control characters, got {value!r}")
+    # It travels in HTTP headers, model names and generated files: no control characters (a newline, a NUL, a tab),
+    # and no space at either end, which a header value loses.
+    if any(not character.isprintable() for character in value) or value != value.strip():
+        raise ValueError(f"must not contain control characters or start or end with a space, got {value!r}")
     return value
 
 
