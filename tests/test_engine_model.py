@@ -547,7 +547,7 @@ def test_a_measured_pool_holds_only_under_the_engine_it_was_measured_with(run_cl
     assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
     plan.write_text(head + "kv_pool_measured_with: {gpu: b200, tp: 1, engine: sglng}\n", encoding="utf-8")
     code, out, err = run_cli("price", plan)
-    assert code == 1 and out == "" and "kv_pool_measured_with.engine" in err and "did you mean sglang?" in err
+    assert code == 2 and out == "" and "kv_pool_measured_with.engine" in err and "did you mean sglang?" in err
 
 
 def test_a_measured_pool_that_names_its_model_holds_only_for_that_model(run_cli, tmp_path):

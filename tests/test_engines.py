@@ -71,7 +71,7 @@ def test_the_eager_prefill_reaches_the_first_token_by_hand(run_cli):
 
 def test_unknown_engine_is_one_line_naming_the_flag_and_the_choices(run_cli):
     code, out, err = run_cli("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--engine", "sglng")
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""  # an unknown name is a usage error, as an unknown GPU is
     assert (
         err.strip()
         == "quotacalc: error: --engine: unknown engine 'sglng'; did you mean sglang? choose from generic, sglang, tensorrt-llm-pytorch"

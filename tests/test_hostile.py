@@ -233,8 +233,8 @@ FLAG_CASES = [
     flag_case("--kv-dtype=newline", (*L, "--kv-dtype", "fp8\nINJECTED"), USAGE, "--kv-dtype:"),
     flag_case("--model=nul", ("--model", "a\x00b", "--gpu", "h100-sxm"), USAGE, "model"),
     flag_case("--gpu=nul", ("--model", "Llama-3.1-8B-Instruct", "--gpu", "h100\x00"), USAGE, "gpu"),
-    flag_case("--model=empty", ("--model", "", "--gpu", "h100-sxm"), INVALID, "model", "empty"),
-    flag_case("--gpu=spaces", ("--model", "Llama-3.1-8B-Instruct", "--gpu", "   "), INVALID, "gpu", "empty"),
+    flag_case("--model=empty", ("--model", "", "--gpu", "h100-sxm"), USAGE, "model", "empty"),
+    flag_case("--gpu=spaces", ("--model", "Llama-3.1-8B-Instruct", "--gpu", "   "), USAGE, "gpu", "empty"),
     # A missing local path is a usage error, never a hub lookup.
     flag_case(
         "missing mymodel/config.json", ("--model", "mymodel/config.json", "--gpu", "h100-sxm"), USAGE, "no such file"

@@ -81,7 +81,9 @@ def _one_line_validation_error(
         )
     message, fix = _problem(first)
     where = flag_name(field) if field in from_flags else prefix + field
-    return QuotacalcError(message, source=None if field in from_flags else source, field=where, fix=fix)
+    # An unknown name, or an empty one, is a usage error (exit 2), as an unknown GPU or model is.
+    kind = UsageError if message.startswith("unknown ") or message == "must not be empty" else QuotacalcError
+    return kind(message, source=None if field in from_flags else source, field=where, fix=fix)
 
 
 #: pydantic's error types for a value of the wrong type, and what the value must be.
