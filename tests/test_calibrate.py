@@ -308,7 +308,7 @@ def test_write_a_new_plan_from_flags(run_cli, tmp_path):
     written = yaml.safe_load(target.read_text(encoding="utf-8"))
     assert written["gpu"] == "h100-sxm" and written["tp"] == 4 and written["kv_pool_tokens"] == 178_880
     # The Qwen log on a Llama deployment: the KV bytes per token disagree, and calibrate says so.
-    assert "is the log from this model" in out
+    assert "is the log from this model" in err  # warnings go to stderr
     assert run_cli("price", target, "--json")[0] == 0
 
 
@@ -708,3 +708,12 @@ def test_write_keeps_crlf_line_ends_and_a_link_and_records_paths_from_the_plan(r
     (record,) = section["files"]
     assert (folder / record["path"]).resolve() == Path(SYNTHETIC_CSV).resolve()
     assert record["path"].startswith("../")
+
+
+def test_the_same_runs_given_twice_are_refused(run_cli, tmp_path):
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(Path(SYNTHETIC_CSV).read_bytes())
+    for second in (SYNTHETIC_CSV, copy):
+        code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--bench", second)
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert f"{second}: --bench: the same file as {SYNTHETIC_CSV} (the same bytes) (give it once)" in err

@@ -406,8 +406,14 @@ def test_guidellm_yaml_report(tmp_path):
     }
     points, notes = read_benchmark(_write(tmp_path, "benchmarks.yaml", yaml.safe_dump(report, sort_keys=False)))
     assert notes == [] and [(p.concurrency, p.ttft_s, p.itl_s) for p in points] == [(1, 0.08, 0.012), (8, 0.095, 0.014)]
-    error = _error(read_benchmark, _write(tmp_path, "other.yaml", "metadata: {version: 2}\n"))
-    assert error.problem == "a YAML file without 'benchmarks'"
+    # GuideLLM 0.4-0.6 (yaml.dump sorts the keys): 'args' first, the strategy under it.
+    older = {"args": {"profile": "sweep"}, "benchmarks": [_guidellm_benchmark({}, 80.0, 12.0)]}
+    older["benchmarks"][0]["args"] = {"strategy": {"type_": "concurrent", "streams": 4}}
+    del older["benchmarks"][0]["config"]
+    (point,), _ = read_benchmark(_write(tmp_path, "v05.yaml", yaml.dump(older)))
+    assert point.concurrency == 4
+    error = _error(read_benchmark, _write(tmp_path, "other.yaml", "metadata: {version: 2}\nbenchmarks: 5\n"))
+    assert error.problem == "no benchmarks"
 
 
 VLLM_CONFIG_LINE = (

@@ -662,12 +662,20 @@ def test_a_files_pool_without_a_record_holds_for_the_files_own_deployment(run_cl
     assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 646_503
     code, out, err = run_cli("price", plan, "--gpu", "a100-40gb-sxm", "--tp", "8")
     assert code == 1 and out == "" and len(err.splitlines()) == 1
-    assert "kv_pool_tokens: the file's pool of 646,503 tokens holds for its own deployment" in err
-    assert "gpu h100 -> a100-40gb-sxm, tp 4 -> 8" in err
+    assert (
+        "kv_pool_tokens: the measured pool of 646,503 tokens holds for the file's own deployment, not this one" in err
+    )
+    assert "gpu h100-sxm -> a100-40gb-sxm, tp 4 -> 8" in err
+    # A flag restating what the file's deployment already runs at (the engine's default share and engine, the
+    # checkpoint's KV dtype) changes nothing.
+    code, out, _ = run_cli(
+        "price", plan, "--memory-utilization", "0.9", "--engine", "generic", "--kv-dtype", "bf16", "--json"
+    )
+    assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 646_503
     code, out, _ = run_cli("price", plan, "--gpu", "h100-sxm,h200", "--tp", "4", "--format", "json")
     rows = json.loads(out)["rows"]
     assert [row["kv_pool_tokens"] == 646_503 for row in rows] == [True, False]
-    assert "KV pool estimated: the file's pool of 646,503 tokens" in rows[1]["warnings"][0]
+    assert "KV pool estimated: the measured pool of 646,503 tokens holds for the file's own" in rows[1]["warnings"][0]
     code, out, _ = run_cli("price", plan, "--tp", "8", "--kv-pool-tokens", "1200000", "--json")
     assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 1_200_000
 

@@ -552,7 +552,11 @@ def section(rows, fit, loo, parameters, files=("b.csv",), on=ON, engine_model=EN
     return CalibrationProvenance(
         quotacalc_version="1.0",
         engine_model=engine_model,
-        files=tuple(CalibratedFile(path=path, sha256="0" * 64, rows=()) for path in files),
+        # A benchmark file records the rows fitted; a log, none.
+        files=tuple(
+            CalibratedFile(path=path, sha256="0" * 64, rows=() if path.endswith(".log") else ("row 1",))
+            for path in files
+        ),
         rows=rows,
         parameters=parameters,
         fit_rms_error=fit,
@@ -593,6 +597,20 @@ def test_a_benchmark_of_one_run_after_another_replaces_the_errors():
     elsewhere = section(1, 0.03, None, {"mbu": 0.75}, on=ON.model_copy(update={"tp": 8}))
     assert merge_provenance(old, elsewhere) == elsewhere
     assert merge_provenance(None, new) == new
+
+
+def test_a_new_fit_replaces_the_old_fits_files_and_values_and_a_new_log_the_old_log():
+    first = section(4, 0.01, 0.02, {"mbu": 0.7, "sequence_overhead_s": 4e-5}, files=("a.json",))
+    log = section(0, None, None, {"kv_pool_tokens": 1000, "runtime_reserve_gib": 5.0}, files=("s.log",))
+    both = merge_provenance(first, log)
+    refit = merge_provenance(both, section(1, 0.03, None, {"mbu": 0.75}, files=("c.json",)))
+    # a.json and its sequence_overhead_s were not fitted this time: gone; the log's pool stays.
+    assert [file.path for file in refit.files] == ["c.json", "s.log"]
+    assert refit.parameters == {"kv_pool_tokens": 1000, "runtime_reserve_gib": 5.0, "mbu": 0.75}
+    relogged = merge_provenance(refit, section(0, None, None, {"kv_pool_tokens": 2000}, files=("t.log",)))
+    assert [file.path for file in relogged.files] == ["t.log", "c.json"]
+    assert relogged.parameters == {"mbu": 0.75, "kv_pool_tokens": 2000}
+    assert (relogged.rows, relogged.fit_rms_error) == (1, 0.03)
 
 
 # --------------------------------------------------------------------------- does a plan's calibration hold

@@ -26,6 +26,17 @@ def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | No
     return calibration_status(plan_file.calibration, inputs)
 
 
+def _digest(path: str) -> str:
+    """A benchmark file's sha256 (an unreadable path is left for the reader's own error)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return f"unreadable:{path}"
+
+
 def _file_record(path: str, rows: list[str], plan_path: str | None):
     """A file's provenance: its path (relative to the plan written), hash and rows."""
     import hashlib
@@ -146,7 +157,15 @@ def calibrate_command(
         )
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     points, notes, files = [], [], []
+    seen: dict[str, str] = {}
     for path in bench or ():
+        digest = _digest(path)
+        if digest in seen:
+            # The same runs twice would each keep its twin in the fit (and in every leave-one-out fit).
+            raise UsageError(
+                f"the same file as {seen[digest]} (the same bytes)", source=path, field="--bench", fix="give it once"
+            )
+        seen[digest] = path
         read, skipped = read_benchmark(path)
         points += read
         notes += skipped
@@ -189,6 +208,9 @@ def calibrate_command(
         from quotacalc.cli.json_out import emit_json
 
         emit_json(calibrate_json(result, section, notes, written=write, pool=pool if platform else None))
+        from quotacalc.cli.streams import print_warnings
+
+        print_warnings([*result.warnings, *notes])  # on stderr too, as price's are
     else:
         from quotacalc.cli.calibrate_out import calibrate_table
 

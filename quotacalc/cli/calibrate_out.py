@@ -127,10 +127,10 @@ def calibrate_table(
         if kv.runtime_reserve_gib is not None:
             parts.append(f"runtime reserve {kv.runtime_reserve_gib:g} GiB per GPU")
         console.print(f"KV pool from {kv.source}: {', '.join(parts)}", markup=False)
-    for warning in result.warnings:
-        console.print(f"warning: {warning}", style="yellow", markup=False)
-    for note in notes:
-        console.print(note, style="dim", markup=False)
+    # Warnings and skip notes go to stderr, as every command's do: a table piped to a file carries only the result.
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings([*result.warnings, *notes])
     if written:
         where = f"{written}, pool '{pool}'" if pool else written
         console.print(f"wrote the fitted values and their provenance into {where}", markup=False)

@@ -129,8 +129,7 @@ def run_comparison(
         # wants the row (sales compare GPUs before anyone measures them): the pool is estimated, and the
         # row's warning says which measurement it replaces.
         mismatch = (
-            measured_pool_mismatch(deployment)
-            or unrecorded_pool_change(file_values, row_flags[deployments.index(deployment)])
+            measured_pool_mismatch(deployment) or unrecorded_pool_change(file_values, deployment)
             if flags.get("kv_pool_tokens") is None
             else None
         )

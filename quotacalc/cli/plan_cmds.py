@@ -362,6 +362,8 @@ def size_platform(
         raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
     result = size_plan(policy, pool=pool)
     shown = {row.pool for row in result.tenants} | ({pool} if pool else set())
+    # The long-context pools those tenants' long prompts go to price part of their traffic too.
+    shown |= {t.long_context_pool for t in policy.tenants if t.pool in shown and t.long_context_pool}
     warnings = [
         f"pool '{name}': {warning}" for name, lines in pool_warnings.items() if name in shown for warning in lines
     ]

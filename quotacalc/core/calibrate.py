@@ -923,6 +923,10 @@ def provenance(
     )
 
 
+#: The plan keys a start-up log sets (kv_pool_fit); every other calibrated key comes from benchmark runs.
+LOG_PARAMETERS = frozenset({"kv_pool_tokens", "runtime_reserve_gib", "kv_pool_measured_with"})
+
+
 def merge_provenance(previous: CalibrationProvenance | None, current: CalibrationProvenance) -> CalibrationProvenance:
     """The section to write when the plan already has one: a log calibrated after a benchmark (or the
     other way round) on the same deployment adds to it; on another deployment, or after a calibration under an
@@ -935,10 +939,23 @@ def merge_provenance(previous: CalibrationProvenance | None, current: Calibratio
         return current
     paths = {file.path for file in current.files}
     fitted_again = current.rows > 0
+    logged_again = any(not file.rows for file in current.files)
+    # A new benchmark fit replaces the previous one (its files and fitted values), a new log the previous log's
+    # pool: what is kept is what this calibration did not redo.
+    kept_files = tuple(
+        file
+        for file in previous.files
+        if file.path not in paths and (not fitted_again if file.rows else not logged_again)
+    )
+    kept_values = {
+        name: value
+        for name, value in previous.parameters.items()
+        if (not logged_again if name in LOG_PARAMETERS else not fitted_again)
+    }
     return current.model_copy(
         update={
-            "files": current.files + tuple(file for file in previous.files if file.path not in paths),
-            "parameters": {**previous.parameters, **current.parameters},
+            "files": current.files + kept_files,
+            "parameters": {**kept_values, **current.parameters},
             "rows": current.rows if fitted_again else previous.rows,
             "fit_rms_error": current.fit_rms_error if fitted_again else previous.fit_rms_error,
             "leave_one_out_rms_error": current.leave_one_out_rms_error

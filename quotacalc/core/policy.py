@@ -317,13 +317,17 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
         pool = plan.standard_pool_of(tenant)
         replica = priced_pools[pool.name]
         units = None
+        sized_on = pool.name
         if tenant.traffic is not None:
             prompt = tenant.traffic.prompt_tokens
-            key = (pool.name, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
+            if pool.long_context_pool is not None and prompt > (pool.route_above_prompt_tokens or 0):
+                # Its mean request is routed to the long-context pool: sized in units there, as it is charged.
+                sized_on = pool.long_context_pool
+            key = (sized_on, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
             if key not in prompt_units:
-                prompt_units[key] = prompt_token_units(replica, tenant.traffic.prompt_tokens)
+                prompt_units[key] = prompt_token_units(priced_pools[sized_on], tenant.traffic.prompt_tokens)
             units = prompt_units[key]
-        rate = tenant_units_per_s(tenant, tier, replica, units)
+        rate = tenant_units_per_s(tenant, tier, priced_pools[sized_on], units)
         depth = tier.burst_s * rate
         threshold = pool.route_above_prompt_tokens
         long_pool = pool.long_context_pool

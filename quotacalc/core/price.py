@@ -787,13 +787,15 @@ def _decode_batch(x: _Explainer) -> int:
     # (DeepSeek V4 keeps its window and compressor state per sequence, priced by bytes).
     fixed_per_sequence = model.state_bytes_per_sequence_per_gpu > 0 or any(kv for _, kv in model.sliding_kv)
     _pool_tokens_at_context(x, int(resident), layout is not None or fixed_per_sequence)
-    if deployment.max_num_seqs is not None and deployment.max_num_seqs < min(deployment.batch, resident):
-        # The engine schedules at most max_num_seqs sequences a step: a larger batch never runs.
+    # The engine schedules at most max_num_seqs sequences a step: a larger batch never runs. (Without one, the
+    # batch is the input: generate sets max-num-seqs to it, whatever the engine's own default.)
+    seqs = deployment.max_num_seqs
+    if seqs is not None and seqs < min(deployment.batch, resident):
         x.warnings.append(
-            f"a decode batch of {deployment.batch} is above max_num_seqs {deployment.max_num_seqs}, the most the "
-            f"engine runs at once: priced at batch {deployment.max_num_seqs} (lower --batch, or raise --max-num-seqs)"
+            f"a decode batch of {deployment.batch} is above max_num_seqs {seqs}, the most the engine runs at once: "
+            f"priced at batch {seqs} (lower --batch, or raise --max-num-seqs)"
         )
-        return deployment.max_num_seqs
+        return seqs
     if deployment.batch <= resident:
         return deployment.batch
     x.warnings.append(
@@ -1013,12 +1015,21 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
     # A workload the user gave must run; the default one (--context + 128) only reports what fits.
     given = deployment.load_prompt_tokens is not None or "load_output_tokens" in deployment.model_fields_set
-    if given and arch.max_context_tokens and prompt + output > arch.max_context_tokens:
+    limits = [
+        (limit, what)
+        for limit, what in (
+            (arch.max_context_tokens, f"{arch.name}'s maximum context"),
+            (deployment.max_model_len, "max_model_len"),
+        )
+        if limit
+    ]
+    if given and limits and prompt + output > min(limits)[0]:
+        limit, what = min(limits)
         raise QuotacalcError(
             f"the full-load workload's requests of {prompt + output:,} tokens (prompt {prompt:,} + output {output:,}) "
-            f"exceed {arch.name}'s maximum context of {arch.max_context_tokens:,}",
+            f"exceed {what} of {limit:,}",
             field="load_prompt_tokens",
-            fix=f"--load-prompt-tokens + --load-output-tokens of at most {arch.max_context_tokens:,}",
+            fix=f"--load-prompt-tokens + --load-output-tokens of at most {limit:,}",
         )
     load_batch = x.record(
         "max_load_batch",

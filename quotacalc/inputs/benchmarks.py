@@ -411,7 +411,8 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
         if len(documents) == 1 and isinstance(documents[0][1], dict) and "benchmarks" in documents[0][1]:
             return read_guidellm(path, documents[0][1])
         return read_vllm_results(path, documents)
-    if text.lstrip().startswith(("benchmarks:", "metadata:", "config:", "---")):
+    # GuideLLM's YAML report (yaml.dump sorts its keys: args/config/metadata come before benchmarks).
+    if re.search(r"^benchmarks:", text, re.MULTILINE) and not text.lstrip().startswith("concurrency"):
         return read_guidellm(path, _guidellm_yaml(path, text))
     return read_csv(path, text), []
 

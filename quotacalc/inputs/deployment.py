@@ -184,7 +184,7 @@ def build_deployment(
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
     if check_pool and "kv_pool_tokens" not in given:  # (a comparison checks each deployment in its own row)
         check_measured_pool(deployment, source=source)
-        check_unrecorded_pool(file_values, given, source=source)
+        check_unrecorded_pool(file_values, deployment, source=source)
     return deployment
 
 
@@ -219,6 +219,31 @@ def _dtype_name(name: str | None) -> str | None:
     return None if name in (None, "auto") else dtype_by_name(name).name
 
 
+@cache
+def _checkpoint(model: str) -> tuple[str, bool]:
+    """A model's checkpoint dtype and whether its checkpoint is quantized (read once per model)."""
+    from quotacalc.inputs.resolve import load_arch
+
+    arch, resolved = load_arch(model)
+    text = resolved.config.get("text_config")
+    quantized = any(
+        isinstance(section, dict) and isinstance(section.get("quantization_config"), dict)
+        for section in (resolved.config, text)
+    )
+    return arch.checkpoint_dtype, quantized
+
+
+def _dtype_as_run(name: str | None, model: str, *, weights: bool) -> str:
+    """A dtype as the engine runs it: unset, 'auto' and the checkpoint's own dtype are one (a quantized checkpoint's
+    weights are its own whatever 16-bit dtype is named)."""
+    checkpoint, quantized = _checkpoint(model)
+    own = f"{checkpoint} (the checkpoint's)"
+    resolved = _dtype_name(name)
+    if resolved is None or (resolved == checkpoint and not (weights and quantized)):
+        return own
+    return resolved
+
+
 def model_key(reference: str) -> str:
     """A model reference as a name to compare, without reading it: the last part of a hub id or path, no
     config.json, case folded (meta-llama/Llama-3.3-70B-Instruct and Llama-3.3-70B-Instruct are the same)."""
@@ -241,11 +266,12 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
     measured = deployment.kv_pool_measured_with
     if deployment.kv_pool_tokens is None or measured is None:
         return None
+    model = deployment.model
     now = {
         "gpu": _gpu_id(deployment.gpu),
         "tp": deployment.tp,
-        "weight_dtype": _dtype_name(deployment.weight_dtype),
-        "kv_dtype": _dtype_name(deployment.kv_dtype),
+        "weight_dtype": _dtype_as_run(deployment.weight_dtype, model, weights=True),
+        "kv_dtype": _dtype_as_run(deployment.kv_dtype, model, weights=False),
         "memory_utilization": _memory_share(
             deployment.memory_utilization,
             deployment.gpu,
@@ -258,8 +284,8 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
     then = {
         "gpu": _gpu_id(measured.gpu),
         "tp": measured.tp,
-        "weight_dtype": _dtype_name(measured.weight_dtype),
-        "kv_dtype": _dtype_name(measured.kv_dtype),
+        "weight_dtype": _dtype_as_run(measured.weight_dtype, model, weights=True),
+        "kv_dtype": _dtype_as_run(measured.kv_dtype, model, weights=False),
         # A record without its engine (written before it was kept) is read as this deployment's engine's.
         "memory_utilization": _memory_share(
             measured.memory_utilization,
@@ -308,57 +334,39 @@ def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
         )
 
 
-#: The inputs a measured pool depends on: a flag that changes one of them makes the file's pool another deployment's.
-POOL_INPUTS = (
-    "model",
-    "gpu",
-    "tp",
-    "expert_parallel",
-    "weight_dtype",
-    "kv_dtype",
-    "state_dtype",
-    "memory_utilization",
-    "max_num_batched_tokens",
-    "engine",
-)
+def unrecorded_pool_change(file_values: dict[str, Any], deployment: Deployment) -> str | None:
+    """Why a file's ``kv_pool_tokens`` without ``kv_pool_measured_with`` does not hold for ``deployment`` (the file's
+    values with flags or a pool's keys over them): it holds for the file's own deployment, read as the record it
+    would have (model, GPU, TP, dtypes, memory share, token budget, engine), each compared as the engine runs it;
+    or None."""
+    from quotacalc.core.deployment import KvPoolMeasuredWith
 
-
-def _pool_input(key: str, value: Any) -> Any:
-    """A pool input as a name to compare: catalog ids, dtype names, a model's last path part."""
-    if value is None:
+    pool = file_values.get("kv_pool_tokens")
+    if pool is None or file_values.get("kv_pool_measured_with") is not None or deployment.kv_pool_tokens != pool:
         return None
-    if key == "gpu":
-        return _gpu_id(value)
-    if key.endswith("_dtype"):
-        return _dtype_name(value)
-    if key == "model":
-        return model_key(value)
-    return value
-
-
-def unrecorded_pool_change(file_values: dict[str, Any], given: dict[str, Any]) -> str | None:
-    """Why a file's ``kv_pool_tokens`` without ``kv_pool_measured_with`` does not hold: it holds for the file's own
-    deployment, and a flag changed what the pool depends on (GPU, TP, dtypes, memory share, engine); or None."""
-    if file_values.get("kv_pool_tokens") is None or file_values.get("kv_pool_measured_with") is not None:
-        return None
-    if given.get("kv_pool_tokens") is not None:
-        return None
-    changed = [
-        f"{key} {file_values.get(key, 'default')} -> {given[key]}"
-        for key in POOL_INPUTS
-        if given.get(key) is not None and _pool_input(key, file_values.get(key)) != _pool_input(key, given[key])
-    ]
-    if not changed:
-        return None
-    return (
-        f"the file's pool of {file_values['kv_pool_tokens']:,} tokens holds for its own deployment, not for this one "
-        f"({', '.join(changed)})"
+    try:
+        own = Deployment.model_validate({**file_values, "model": file_values.get("model", deployment.model)})
+    except ValidationError:
+        return None  # the file alone is not a deployment: the merged one was validated, and is what is priced
+    record = KvPoolMeasuredWith(
+        model=own.model,
+        gpu=own.gpu,
+        tp=own.tp,
+        weight_dtype=own.weight_dtype,
+        kv_dtype=own.kv_dtype,
+        memory_utilization=own.memory_utilization,
+        max_num_batched_tokens=own.max_num_batched_tokens,
+        engine=own.engine,
     )
+    mismatch = measured_pool_mismatch(deployment.model_copy(update={"kv_pool_measured_with": record}))
+    if mismatch is None:
+        return None
+    return mismatch.replace("was measured on another deployment", "holds for the file's own deployment, not this one")
 
 
-def check_unrecorded_pool(file_values: dict[str, Any], given: dict[str, Any], *, source: str | None) -> None:
+def check_unrecorded_pool(file_values: dict[str, Any], deployment: Deployment, *, source: str | None) -> None:
     """Raise if flags moved a file's unrecorded measured pool to another deployment (``unrecorded_pool_change``)."""
-    change = unrecorded_pool_change(file_values, given)
+    change = unrecorded_pool_change(file_values, deployment)
     if change is not None:
         raise QuotacalcError(
             change,

@@ -19,7 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import PlanFile, check_measured_pool, model_max_context, suggest_key
+from quotacalc.inputs.deployment import (
+    PlanFile,
+    check_measured_pool,
+    check_unrecorded_pool,
+    model_max_context,
+    suggest_key,
+)
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -420,6 +426,8 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
         with pool_errors(path, index):
             check_measured_pool(deployment, source=None)
+            # The plan's pool without a record holds for the plan's deployment, not for a pool that changes it.
+            check_unrecorded_pool(document.get("deployment") or {}, deployment, source=None)
         pools.append(
             Pool.model_validate(
                 {**pool_file.model_dump(exclude={"deployment", "calibration"}), "deployment": deployment}
