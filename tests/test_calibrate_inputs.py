@@ -454,3 +454,15 @@ def test_files_that_are_not_benchmark_text_say_what_they_are(tmp_path):
     for value in ("null", '"hello"', "42"):
         scalar = _write(tmp_path, "value.json", value + "\n")
         assert _error(read_benchmark, scalar).problem.startswith(f"is a single JSON value ({value}), not a benchmark")
+
+
+def test_a_gzipped_or_pipeline_parallel_log_is_named(tmp_path):
+    import gzip
+
+    pool = "Available KV cache memory: 55.66 GiB\nGPU KV cache size: 455,952 tokens\n"
+    zipped = tmp_path / "serve.log.gz"
+    zipped.write_bytes(gzip.compress(pool.encode()))
+    assert _error(read_start_up_log, str(zipped)).problem == "is gzip-compressed"
+    staged = VLLM_CONFIG_LINE.format(tp=1).replace("pipeline_parallel_size=1", "pipeline_parallel_size=2")
+    error = _error(read_start_up_log, _write(tmp_path, "pp.log", staged + pool))
+    assert error.problem.startswith("the engine ran 2 pipeline-parallel stages")

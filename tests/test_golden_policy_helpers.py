@@ -122,6 +122,8 @@ def test_engine_batch_is_the_priced_batch_within_the_pool_and_never_zero():
         ("int4", None, {"checkpoint_weight_dtype": "int4"}),  # no load flag makes AWQ/GPTQ weights
         ("nvfp4", None, {"checkpoint_weight_dtype": "nvfp4"}),
         ("int4", "awq", {}),
+        ("fp8", "mxfp4", {"checkpoint_weight_dtype": "fp8"}),  # gpt-oss loads MXFP4 whatever the price assumed
+        ("mxfp4", "mxfp4", {}),
     ],
 )
 def test_how_the_engine_gets_the_priced_weights(weight_dtype, checkpoint_quantization, loading):

@@ -636,3 +636,15 @@ def test_numbers_in_scientific_notation_are_numbers(run_cli, tmp_path) -> None:
         text.replace(f"units_per_s: {contract['units_per_s']}", "units_per_s: '1.2e4'", 1), encoding="utf-8"
     )
     assert "must be a valid number" in one_line_error(*run_cli("check", str(path)), EXIT_INVALID_INPUT)
+
+
+def test_a_whole_number_in_exponent_form_is_a_count(run_cli, tmp_path) -> None:
+    plan = tmp_path / "flat.yaml"
+    plan.write_text(
+        "model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\ncontext: 2e3\n", encoding="utf-8"
+    )
+    code, out, _ = run_cli("price", str(plan), "--json")
+    assert code == 0 and json.loads(out)["inputs"]["deployment"]["context"] == 2_000
+    plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ncontext: 2.5e3\n", encoding="utf-8")
+    code, _, err = run_cli("price", str(plan))
+    assert code == 1 and "context: must be an integer, got 2500.0" in err

@@ -419,8 +419,9 @@ def size_platform(
 
 
 _SIZE_FORMULAS = {
-    "units_per_s": "contract: units_per_s as sold; traffic: rps × (prompt × (1 − cached) + prompt × cached × "
-    "cached_prompt_weight(tier) + W(pool) × output)",
+    "units_per_s": "contract: units_per_s as sold; traffic: rps × (prompt × (1 − cached) × prompt_token_units(prompt) "
+    "+ prompt × cached × cached_prompt_weight(tier) + W(pool) × output), on the pool its mean prompt goes to; "
+    "prompt_token_units(prompt) = (2 × active_params + attention_flops_per_prompt_token(prompt)) / (2 × active_params)",
     "replicas": "units_per_s / replica_units_per_s(pool)",
     "bucket_depth_units": "burst_s(tier) × bucket_rate_units_per_s",
     "shared_usd_per_month": "replicas × usd_per_replica_month(pool)",

@@ -20,6 +20,7 @@ from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
 from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
+from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
     from quotacalc.core.price import PriceResult
@@ -287,9 +288,17 @@ def _weight_loading(replica: PriceResult) -> dict[str, str]:
     ``quantization`` where a load-time flag quantizes them, else the dtype the served checkpoint must already have."""
     inputs = replica.inputs
     requested = inputs.deployment.weight_dtype
-    if requested is None or inputs.checkpoint_quantization is not None:
+    if requested is None:
         return {}
     name = dtype_by_name(requested).name
+    if inputs.checkpoint_quantization is not None:
+        # A quantized checkpoint loads in its own format: a price in another (gpt-oss's MXFP4 priced at FP8) holds
+        # only for a checkpoint quantized to it. A method that names no one format (compressed-tensors) is trusted.
+        try:
+            own = dtype_by_name(inputs.checkpoint_quantization).name
+        except QuotacalcError:
+            return {}
+        return {} if own == name else {"checkpoint_weight_dtype": name}
     if name in (inputs.arch.checkpoint_dtype, "bf16", "fp16", "fp32"):
         return {}  # the checkpoint's own precision (a 16-bit cast is the engine's --dtype, not a quantization)
     if name in _ONLINE_QUANTIZATION:

@@ -51,7 +51,7 @@ def weight_limits(policy: QuotaPolicy, served_by: Callable[[str], bool]) -> list
     return [
         f"Pool {pool.name}: priced with {pool.engine.checkpoint_weight_dtype} weights, which no load flag makes of "
         f"{pool.engine.model}: serve a checkpoint already quantized to {pool.engine.checkpoint_weight_dtype} (and "
-        "set model to it), or the engine holds less KV than the price assumes."
+        "set model to it), or the engine's weights, and so its KV pool, differ from what the price assumes."
         for pool in policy.pools
         if served_by(pool.serving_engine) and pool.engine.checkpoint_weight_dtype is not None
     ]

@@ -449,6 +449,7 @@ _AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(-?\d{1,9}(?:\.\d{1,9
 # vLLM's config line ('... with config: model=..., tensor_parallel_size=2, ...') and `vllm serve`'s
 # 'non-default args: {..., 'gpu_memory_utilization': 0.95, ...}' (a share left at its default is not listed).
 _VLLM_TP = re.compile(r"\btensor_parallel_size=(\d{1,4})\b")
+_VLLM_PP = re.compile(r"\bpipeline_parallel_size=(\d{1,4})\b")
 _VLLM_SHARE = re.compile(r"'gpu_memory_utilization':\s*(\d(?:\.\d{1,9})?)\b")
 # The engine's config line ('... with config: model=..., max_seq_len=32768, ...') and its concurrency line
 # ('Maximum concurrency for 32,768 tokens per request: 2.09x') both state max_model_len.
@@ -480,6 +481,7 @@ class _LogFigures:
         self.vllm_available: list[float] = []
         self.lengths: set[int] = set()
         self.vllm_tps: set[int] = set()
+        self.vllm_pps: set[int] = set()
         self.vllm_shares: set[float] = set()
         self.vllm_non_default_args = False
         self.sglang_pools: set[int] = set()
@@ -491,6 +493,7 @@ class _LogFigures:
             text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
             self.vllm_tps.update(int(match) for match in _VLLM_TP.findall(text))
+            self.vllm_pps.update(int(match) for match in _VLLM_PP.findall(text))
         if b"non-default args:" in raw:
             text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.vllm_non_default_args = True
@@ -518,8 +521,18 @@ def read_start_up_log(path: str) -> KvPoolReading:
     # A server's log may run to gigabytes: read it line by line, keep only the figures.
     figures = _LogFigures()
     with _open_regular(path, "start-up log") as handle:
-        for raw in handle:
+        for number, raw in enumerate(handle):
+            if number == 0 and raw.startswith(b"\x1f\x8b"):
+                raise QuotacalcError("is gzip-compressed", source=path, fix="decompress it (gunzip) and give the log")
             figures.read(raw)
+    if any(stages > 1 for stages in figures.vllm_pps):
+        # Each stage holds its own layers and its own pool: quotacalc prices tensor parallelism only.
+        raise QuotacalcError(
+            f"the engine ran {max(figures.vllm_pps)} pipeline-parallel stages (pipeline_parallel_size), which "
+            "quotacalc does not price",
+            source=path,
+            fix="give the log of a start-up with pipeline_parallel_size=1",
+        )
     sglang = bool(figures.sglang_pools or figures.sglang_available)
     if sglang and (figures.vllm_pools or figures.vllm_available):
         raise QuotacalcError(

@@ -52,6 +52,20 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# A whole mantissa to a positive power (1e3, 2E6) is a whole number, so a count (context: 1e3) takes it: tried
+# before the float rule below (PyYAML tries a first character's resolvers in the order they were added).
+_WHOLE_TAG = "tag:quotacalc,2026:whole"
+_StrictLoader.add_implicit_resolver(_WHOLE_TAG, re.compile(r"^[-+]?[0-9]+[eE]\+?[0-9]{1,3}$"), list("-+0123456789"))
+
+
+def _construct_whole(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    from decimal import Decimal
+
+    return int(Decimal(loader.construct_scalar(node)))  # exact: float(1e30) is not 10**30
+
+
+_StrictLoader.add_constructor(_WHOLE_TAG, _construct_whole)
+
 # YAML 1.2 reads 1e4 and 2E-3 as numbers; PyYAML (YAML 1.1) wants a dot (1.0e4) and reads them as strings, which a
 # number field would then refuse. Unquoted, they are numbers here too; quoted ('1e4'), still a string.
 _StrictLoader.add_implicit_resolver(
