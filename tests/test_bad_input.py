@@ -435,11 +435,11 @@ def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
     assert code == 1 and err.startswith(
         "quotacalc: error: --runtime-reserve-gib: 0.9 of h100-sxm's 85.0 GB less 17.6 GB"
     )
-    code, out, err = run_cli("price", plan, "--memory-utilization", "0.01")
+    code, _, err = run_cli("price", plan, "--memory-utilization", "0.01")
     assert (
         code == 1
         and "--memory-utilization: 0.01 of h100-sxm's 85.0 GB" in err
         and "(raise --memory-utilization)" in err
     )
-    code, out, err = run_cli("price", plan, "--tp", "1", "--weight-dtype", "bf16")
+    code, _, err = run_cli("price", plan, "--tp", "1", "--weight-dtype", "bf16")
     assert code == 1 and "--tp: Llama-3.3-70B-Instruct does not fit: 141.1 GB of weights per GPU" in err

@@ -303,7 +303,7 @@ def test_write_a_new_plan_from_flags(run_cli, tmp_path):
         "--kv-dtype",
         "bf16",
     )
-    code, out, err = run_cli("calibrate", *args, "--bench", SYNTHETIC_CSV, "--log", QWEN_LOG, "--write", target)
+    code, _, err = run_cli("calibrate", *args, "--bench", SYNTHETIC_CSV, "--log", QWEN_LOG, "--write", target)
     assert code == 0, err
     written = yaml.safe_load(target.read_text(encoding="utf-8"))
     assert written["gpu"] == "h100-sxm" and written["tp"] == 4 and written["kv_pool_tokens"] == 178_880

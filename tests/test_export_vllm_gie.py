@@ -186,3 +186,11 @@ def test_objective_names_never_collide():
     assert names["gold", "x-y"].startswith("gold-x-y-") and names["gold-x", "y"].startswith("gold-x-y-")
     for name in names.values():
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 253
+
+
+def test_a_long_pool_name_gets_a_picker_service_name_kubernetes_takes():
+    long_name = "p" * 30 + "-" + "q" * 32  # 63 characters: a legal pool name
+    picker = gie.picker_name(long_name)
+    assert len(picker) <= 63 and picker.endswith("-epp") and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", picker)
+    assert picker != gie.picker_name("p" * 30 + "-" + "r" * 32)
+    assert gie.picker_name("shared") == "shared-epp"

@@ -28,6 +28,22 @@ def objective_priority(policy: QuotaPolicy, priority: int) -> int:
     return lowest - priority
 
 
+#: A Kubernetes Service name's longest (RFC 1035 label): the endpoint picker's Service.
+SERVICE_NAME_MAX = 63
+
+
+def picker_name(pool: str) -> str:
+    """The endpoint picker Service of a pool, '<pool>-epp'; a pool name too long for that (up to 63 characters is
+    legal) keeps its start and gets a hash of the whole, so two long names never share a picker."""
+    import hashlib
+
+    name = f"{pool}-epp"
+    if len(name) <= SERVICE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(pool.encode()).hexdigest()[:8]
+    return f"{pool[: SERVICE_NAME_MAX - len(digest) - 6].rstrip('-')}-{digest}-epp"
+
+
 def objective_names(policy: QuotaPolicy) -> dict[tuple[str, str], str]:
     """(tier, pool) -> its InferenceObjective's name, '<tier>-<pool>'; where two pairs would share one (tier 'gold' on
     pool 'x-y', tier 'gold-x' on pool 'y'), each of those gets a short hash of its pair, so none replaces another."""
@@ -52,7 +68,7 @@ def documents(policy: QuotaPolicy, options: ExportOptions) -> dict[str, list[dic
             "spec": {
                 "selector": {"matchLabels": {POOL_LABEL: pool.name}},
                 "targetPorts": [{"number": VLLM_PORT}],
-                "endpointPickerRef": {"name": f"{pool.name}-epp", "port": {"number": EPP_PORT}},
+                "endpointPickerRef": {"name": picker_name(pool.name), "port": {"number": EPP_PORT}},
             },
         }
         for pool in policy.pools
