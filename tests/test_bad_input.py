@@ -431,7 +431,7 @@ def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
     plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\n", encoding="utf-8")
     code, out, err = run_cli("price", plan, "--gpu", "h100x")
     assert code == 2 and err.startswith("quotacalc: error: --gpu: unknown GPU 'h100x'")
-    code, out, err = run_cli("price", plan, "--runtime-reserve-gib", "60")
+    code, _out, err = run_cli("price", plan, "--runtime-reserve-gib", "60")
     assert code == 1 and err.startswith(
         "quotacalc: error: --runtime-reserve-gib: 0.9 of h100-sxm's 85.0 GB less 17.6 GB"
     )
