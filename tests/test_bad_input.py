@@ -429,7 +429,7 @@ def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
     code, out, err = run_cli("price", plan)
     assert code == 2 and err.startswith(f"quotacalc: error: {plan}: gpu: unknown GPU 'h100x'")
     plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\n", encoding="utf-8")
-    code, out, err = run_cli("price", plan, "--gpu", "h100x")
+    code, _, err = run_cli("price", plan, "--gpu", "h100x")
     assert code == 2 and err.startswith("quotacalc: error: --gpu: unknown GPU 'h100x'")
     code, _out, err = run_cli("price", plan, "--runtime-reserve-gib", "60")
     assert code == 1 and err.startswith(
