@@ -426,12 +426,12 @@ def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
     """The plan file for a value it gave, the flag for one a flag gave; and the input to blame where weights fit."""
     plan = tmp_path / "plan.yaml"
     plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100x\ntp: 4\n", encoding="utf-8")
-    code, out, err = run_cli("price", plan)
+    code, _, err = run_cli("price", plan)
     assert code == 2 and err.startswith(f"quotacalc: error: {plan}: gpu: unknown GPU 'h100x'")
     plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nweight_dtype: fp8\n", encoding="utf-8")
     code, _, err = run_cli("price", plan, "--gpu", "h100x")
     assert code == 2 and err.startswith("quotacalc: error: --gpu: unknown GPU 'h100x'")
-    code, _out, err = run_cli("price", plan, "--runtime-reserve-gib", "60")
+    code, _, err = run_cli("price", plan, "--runtime-reserve-gib", "60")
     assert code == 1 and err.startswith(
         "quotacalc: error: --runtime-reserve-gib: 0.9 of h100-sxm's 85.0 GB less 17.6 GB"
     )
