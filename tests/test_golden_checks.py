@@ -545,3 +545,35 @@ def test_a_traffic_tenant_whose_bucket_holds_less_than_its_mean_request():
     assert (
         found(check_plan(policy(tenant("a", 1_000.0)), traffic={"a": _traffic(500, 100)}), "bucket-below-request") == []
     )
+
+
+def test_traffic_and_bucket_limits_hold_at_their_boundaries():
+    """Each limit admits what is exactly at it: 'above' and 'below' are strict."""
+    long_tenant = tenant("a", long=True, max_context=100_000, kv_cap=100_000)
+    # A prompt of exactly the threshold stays on 'shared' (routing is for prompts above it): 32,768 + 100 is then
+    # above what 'shared' serves. Exactly what 'shared' serves (30,000 + 2,768) is served.
+    (over,) = found(check_plan(policy(long_tenant), traffic={"a": _traffic(32_768, 100)}), "traffic-over-pool")
+    assert over.message == (
+        "its mean request of 32,868 tokens (prompt 32,768 + output 100) is above what pool 'shared' serves "
+        "(32,768 tokens: the model's maximum or the engine's max_model_len, capped by its KV pool)"
+    )
+    assert over.fix == "shorten the requests, or serve the tenant from a pool with more KV"
+    assert found(check_plan(policy(long_tenant), traffic={"a": _traffic(30_000, 2_768)}), "traffic-over-pool") == []
+    # Exactly the tier's context (16,384) and exactly its output cap (4,096): no finding.
+    exact = check_plan(policy(tenant("a")), traffic={"a": _traffic(12_288, 4_096)})
+    assert [f.code for f in exact.findings if f.code.startswith("traffic")] == []
+    # Two requests a second at 1,000 units/s: 500 units a request, against a 400-unit bucket.
+    shallow = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": 400.0})
+    (warning,) = found(check_plan(policy(shallow), traffic={"a": _Tenant(2.0, 500, 100)}), "bucket-below-request")
+    assert warning.figures == {"bucket_depth_units": 400.0, "units_per_request": 500.0}
+    # A bucket of exactly the smallest request (1 + W = 4 units), or exactly the reservation (3 × 4,096): admitted.
+    at_smallest = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": 4.0})
+    assert found(check_plan(policy(at_smallest)), "bucket-below-any-request") == []
+    at_reservation = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": 12_288.0})
+    assert found(check_plan(policy(at_reservation)), "bucket-below-max-output") == []
+
+
+def _Tenant(rps: float, prompt: float, output: float):
+    from quotacalc.core.deployment import Tenant
+
+    return Tenant(rps=rps, prompt_tokens=prompt, output_tokens=output)

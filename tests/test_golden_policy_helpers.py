@@ -116,6 +116,8 @@ def test_engine_batch_is_the_priced_batch_within_the_pool_and_never_zero():
     [
         (None, None, {}),  # the checkpoint's weights as they are
         ("bf16", None, {}),
+        ("fp16", None, {}),  # a 16-bit cast is the engine's --dtype, not a quantization
+        ("fp32", None, {}),
         ("fp8", None, {"quantization": "fp8"}),  # vLLM's and SGLang's online FP8 quantize a bf16 checkpoint at load
         ("float8_e4m3fn", None, {"quantization": "fp8"}),
         ("fp8", "compressed-tensors", {}),  # a quantized checkpoint: the engine reads its own method
