@@ -443,9 +443,3 @@ def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
     )
     code, _, err = run_cli("price", plan, "--tp", "1", "--weight-dtype", "bf16")
     assert code == 1 and "--tp: Llama-3.3-70B-Instruct does not fit: 141.1 GB of weights per GPU" in err
-
-
-def test_a_request_of_exactly_max_model_len_is_served(run_cli):
-    code, out, err = run_cli("kv", *LLAMA70, "--max-model-len", "2048", "--context", "2048", "--json")
-    assert code == 0, err
-    assert json.loads(out)["results"]["context_tokens"] == 2048

@@ -701,3 +701,12 @@ def test_a_pool_larger_than_the_gpu_is_refused(run_cli):
         "--kv-pool-tokens: a pool of 646,503 tokens needs 53.0 GB of KV per GPU beside 17.6 GB of weights, more "
         "than l4's 23.6 GB" in err
     )
+
+
+def test_a_request_of_exactly_max_model_len_is_served(run_cli):
+    args = ("--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8")
+    code, out, err = run_cli("kv", *args, "--max-model-len", "2048", "--context", "2048", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"]["context_tokens"] == 2048
+    code, _, err = run_cli("kv", *args, "--max-model-len", "2048", "--context", "2049")
+    assert code == 1 and "context: 2,049 tokens exceed max_model_len 2,048" in err

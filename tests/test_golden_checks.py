@@ -501,6 +501,7 @@ def test_traffic_output_above_the_tiers_cap_is_a_warning_and_contracts_are_not_c
         "tenants.a.traffic",
         {"output_tokens": 5_000, "max_output_tokens": 4_096},
     )
+    assert finding.fix == "raise tiers.std.max_output_tokens, or size the traffic the tenant sends"
     assert not [f for f in result.findings if f.subject.startswith("tenants.b")]
 
 
@@ -527,7 +528,9 @@ def test_a_bucket_that_admits_nothing_or_never_the_largest_output():
         {"bucket_depth_units": 6_000.0, "reservation_units": 12_288.0},
     )
     # 0.05 units/s × 60 s = 3 units: less than one prompt and one output token (1 + 3 units).
+    assert note.fix == "raise the tenant's rate or tiers.std.burst_s, or lower its max_output_tokens"
     (warning,) = found(check_plan(policy(tenant("a", 0.05))), "bucket-below-any-request")
+    assert warning.fix == "raise the tenant's units_per_s or tiers.std.burst_s"
     assert warning.severity == "warning" and warning.figures == {
         "bucket_depth_units": pytest.approx(3.0),
         "smallest_request_units": 4.0,
@@ -566,6 +569,12 @@ def test_traffic_and_bucket_limits_hold_at_their_boundaries():
     shallow = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": 400.0})
     (warning,) = found(check_plan(policy(shallow), traffic={"a": _Tenant(2.0, 500, 100)}), "bucket-below-request")
     assert warning.figures == {"bucket_depth_units": 400.0, "units_per_request": 500.0}
+    # From exactly the smallest request (1 + W = 4 units) up to just below the mean request; at the mean request, none;
+    # below the smallest, the finding is bucket-below-any-request's alone.
+    for depth, warned in ((4.0, True), (500.0, False), (3.0, False)):
+        bucket = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": depth})
+        result = check_plan(policy(bucket), traffic={"a": _Tenant(2.0, 500, 100)})
+        assert bool(found(result, "bucket-below-request")) is warned, depth
     # A bucket of exactly the smallest request (1 + W = 4 units), or exactly the reservation (3 × 4,096): admitted.
     at_smallest = tenant("a", 1_000.0).model_copy(update={"bucket_depth_units": 4.0})
     assert found(check_plan(policy(at_smallest)), "bucket-below-any-request") == []

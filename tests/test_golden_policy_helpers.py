@@ -135,3 +135,12 @@ def test_how_the_engine_gets_the_priced_weights(weight_dtype, checkpoint_quantiz
     replica.inputs.deployment.weight_dtype = weight_dtype
     replica.inputs.checkpoint_quantization = checkpoint_quantization
     assert _weight_loading(replica) == loading
+
+
+def test_a_16_bit_cast_of_a_16_bit_checkpoint_is_no_quantization():
+    from quotacalc.core.policy import _weight_loading
+
+    _, replica = _pool_and_replica(model_max=8_192, pool_tokens=9_000, resident=1)
+    replica.inputs.arch.checkpoint_dtype = "fp16"
+    replica.inputs.deployment.weight_dtype = "bf16"
+    assert _weight_loading(replica) == {}
