@@ -261,43 +261,31 @@ def model_max_context(model: str) -> int | None:
     return load_arch(model)[0].max_context_tokens
 
 
+def _pool_inputs_as_run(source: Any, model: str, engine: str) -> dict[str, Any]:
+    """What a pool depends on, as the engine runs it, of a deployment or a record of one (they share these fields):
+    the GPU's catalog id, TP, dtypes (unset is the checkpoint's), the memory share and token budget (unset: the
+    engine's default on that GPU)."""
+    return {
+        "gpu": _gpu_id(source.gpu),
+        "tp": source.tp,
+        "weight_dtype": _dtype_as_run(source.weight_dtype, model, weights=True),
+        "kv_dtype": _dtype_as_run(source.kv_dtype, model, weights=False),
+        "memory_utilization": _memory_share(
+            source.memory_utilization, source.gpu, source.tp, source.max_num_batched_tokens, engine
+        ),
+        "max_num_batched_tokens": _batched_tokens(source.max_num_batched_tokens, source.gpu, engine),
+    }
+
+
 def measured_pool_mismatch(deployment: Deployment) -> str | None:
     """Why a measured pool does not hold for this deployment (what changed since it was measured), or None."""
     measured = deployment.kv_pool_measured_with
     if deployment.kv_pool_tokens is None or measured is None:
         return None
     model = deployment.model
-    now = {
-        "gpu": _gpu_id(deployment.gpu),
-        "tp": deployment.tp,
-        "weight_dtype": _dtype_as_run(deployment.weight_dtype, model, weights=True),
-        "kv_dtype": _dtype_as_run(deployment.kv_dtype, model, weights=False),
-        "memory_utilization": _memory_share(
-            deployment.memory_utilization,
-            deployment.gpu,
-            deployment.tp,
-            deployment.max_num_batched_tokens,
-            deployment.engine,
-        ),
-        "max_num_batched_tokens": _batched_tokens(deployment.max_num_batched_tokens, deployment.gpu, deployment.engine),
-    }
-    then = {
-        "gpu": _gpu_id(measured.gpu),
-        "tp": measured.tp,
-        "weight_dtype": _dtype_as_run(measured.weight_dtype, model, weights=True),
-        "kv_dtype": _dtype_as_run(measured.kv_dtype, model, weights=False),
-        # A record without its engine (written before it was kept) is read as this deployment's engine's.
-        "memory_utilization": _memory_share(
-            measured.memory_utilization,
-            measured.gpu,
-            measured.tp,
-            measured.max_num_batched_tokens,
-            measured.engine or deployment.engine,
-        ),
-        "max_num_batched_tokens": _batched_tokens(
-            measured.max_num_batched_tokens, measured.gpu, measured.engine or deployment.engine
-        ),
-    }
+    now = _pool_inputs_as_run(deployment, model, deployment.engine)
+    # A record without its engine (written before it was kept) is read as this deployment's engine's.
+    then = _pool_inputs_as_run(measured, model, measured.engine or deployment.engine)
     if measured.engine is not None:
         now["engine"], then["engine"] = deployment.engine, measured.engine
     if measured.model is not None:
@@ -309,11 +297,7 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         # Recorded where the logged count depends on it (windowed or state layers); unset means the model's maximum.
         now["max_model_len"] = deployment.max_model_len or model_max_context(deployment.model)
         then["max_model_len"] = measured.max_model_len
-
-    def shown(value: Any) -> Any:
-        return "unset (the checkpoint's)" if value is None else value
-
-    changed = [f"{key} {shown(then[key])} -> {shown(now[key])}" for key in now if now[key] != then[key]]
+    changed = [f"{key} {then[key]} -> {now[key]}" for key in now if now[key] != then[key]]
     if not changed:
         return None
     return (
