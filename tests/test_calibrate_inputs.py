@@ -466,3 +466,11 @@ def test_a_gzipped_or_pipeline_parallel_log_is_named(tmp_path):
     staged = VLLM_CONFIG_LINE.format(tp=1).replace("pipeline_parallel_size=1", "pipeline_parallel_size=2")
     error = _error(read_start_up_log, _write(tmp_path, "pp.log", staged + pool))
     assert error.problem.startswith("the engine ran 2 pipeline-parallel stages")
+
+
+def test_a_unit_slip_names_the_files_own_column_in_its_unit(run_cli, tmp_path):
+    # 0.0249 in a milliseconds column: a 25 ms first token written in seconds.
+    bench = _write(tmp_path, "b.csv", "concurrency,prompt_tokens,output_tokens,ttft_ms\n1,1000,100,0.0249\n")
+    code, out, err = run_cli("calibrate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--bench", bench)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert f"{bench}: row 1: ttft_ms: ttft_ms 0.0249 ms is 1/" in err and "seconds in a milliseconds column?" in err

@@ -685,7 +685,9 @@ def test_a_figure_a_hundred_times_off_is_a_unit_slip(inputs):
     slipped = point.model_copy(update={"ttft_s": point.ttft_s * 1000})
     with pytest.raises(QuotacalcError) as refused:
         calibrate(inputs, [slipped], parameters=["mfu"])
-    assert refused.value.field == f"{point.row}.ttft_s" and "milliseconds in a seconds column?" in refused.value.problem
+    assert (
+        refused.value.field == f"{point.row}: ttft_s" and "milliseconds in a seconds column?" in refused.value.problem
+    )
     fast = point.model_copy(update={"ttft_s": point.ttft_s / 1000})
     with pytest.raises(QuotacalcError) as refused:
         calibrate(inputs, [fast], parameters=["mfu"])

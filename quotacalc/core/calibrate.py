@@ -102,6 +102,9 @@ class BenchmarkPoint(BaseModel):
     ttft_s: float | None = Field(None, ge=1e-5, le=86_400, description="mean time to first token, s")
     itl_s: float | None = Field(None, ge=1e-6, le=3_600, description="mean inter-token latency, s")
     model: str | None = Field(None, max_length=1000, description="the model the file says it benchmarked (model_id)")
+    file_keys: dict[str, str] = Field(
+        default_factory=dict, description="the file's own key of a figure (ttft_s -> ttft_ms), for its errors"
+    )
 
     def measured(self) -> dict[str, float]:
         return {name: value for name in ("ttft_s", "itl_s") if (value := getattr(self, name)) is not None}
@@ -659,11 +662,19 @@ def check_units(points: Sequence[BenchmarkPoint], predicted: Sequence[float]) ->
             if 1 / UNIT_SLIP_RATIO <= ratio <= UNIT_SLIP_RATIO:
                 continue
             times = f"{ratio:,.0f} times" if ratio > 1 else f"1/{1 / ratio:,.0f} of"
-            hint = "milliseconds in a seconds column?" if ratio > 1 else "seconds read as milliseconds?"
+            key = point.file_keys.get(quantity, quantity)
+            # In the file's own unit: a millisecond column's figure in ms.
+            scale, unit = (1000, "ms") if key.endswith("_ms") else (1, "s")
+            hint = (
+                ("milliseconds in a seconds column?" if ratio > 1 else "seconds read as milliseconds?")
+                if unit == "s"
+                else ("microseconds in a milliseconds column?" if ratio > 1 else "seconds in a milliseconds column?")
+            )
             raise QuotacalcError(
-                f"{quantity} {value:g} s is {times} what this deployment predicts ({predicted[index - 1]:.4g} s): {hint}",
+                f"{key} {value * scale:g} {unit} is {times} what this deployment predicts "
+                f"({predicted[index - 1] * scale:.4g} {unit}): {hint}",
                 source=point.source,
-                field=f"{point.row}.{quantity}",
+                field=f"{point.row}: {key}" if point.row else key,
                 fix="check the column's unit (ttft_ms / itl_ms for milliseconds) and that the file is this deployment's",
             )
 

@@ -90,7 +90,7 @@ def _read_text(path: str, what: str) -> str:
 def _point(source: str, row: str, keys: dict[str, str] | None = None, **values: Any) -> BenchmarkPoint:
     """A validated point; an error names the file's own key for the field (``keys``: field -> key)."""
     try:
-        point = BenchmarkPoint(source=source, row=row, **values)
+        point = BenchmarkPoint(source=source, row=row, file_keys=dict(keys or {}), **values)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
