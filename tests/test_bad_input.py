@@ -373,7 +373,7 @@ def test_max_model_len_bounds_size_and_kv_as_it_bounds_price(run_cli):
         "size", *LLAMA70, "--max-model-len", "2048", "--rps", "1", "--prompt-tokens", "2000", "--output-tokens", "500"
     )
     assert code == 1 and out == "" and err.count("\n") == 1
-    assert "prompt_tokens: one request of 2,500 tokens (prompt 2,000 + output 500) exceeds max_model_len 2,048" in err
+    assert "--prompt-tokens: one request of 2,500 tokens (prompt 2,000 + output 500) exceeds max_model_len 2,048" in err
     code, out, err = run_cli("kv", *LLAMA70, "--max-model-len", "2048", "--context", "4000")
     assert code == 1 and "context: 4,000 tokens exceed max_model_len 2,048" in err
     code, out, err = run_cli("size", *LLAMA70, "--rps", "1", "--prompt-tokens", "130000", "--output-tokens", "5000")

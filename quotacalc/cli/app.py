@@ -244,7 +244,17 @@ def size_command(
             "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
         )
     deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool)
-    result = size_tenant(_price(deployment, plan, deployment_flags), tenant)
+    replica = _price(deployment, plan, deployment_flags)
+    try:
+        result = size_tenant(replica, tenant)
+    except QuotacalcError as error:
+        # A tenant figure a flag gave names the flag; one the plan's tenant section gave, the file and its key.
+        if error.source is None and error.field in tenant_flags:
+            if tenant_flags.get(error.field) is not None:
+                error.field = "--" + error.field.replace("_", "-")
+            elif plan:
+                error.source, error.field = plan, f"tenant.{error.field}"
+        raise
     calibration = plan_calibration(plan_file, result.replica.inputs)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
