@@ -37,15 +37,13 @@ def _digest(path: str) -> str:
         return f"unreadable:{path}"
 
 
-def _file_record(path: str, rows: list[str], plan_path: str | None):
-    """A file's provenance: its path (relative to the plan written), hash and rows."""
-    import hashlib
+def _file_record(path: str, rows: list[str], plan_path: str | None, digest: str | None = None):
+    """A file's provenance: its path (relative to the plan written), hash (``digest`` when already taken) and rows."""
     import os
 
     from quotacalc.core.calibrate import CalibratedFile
 
-    with open(path, "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
+    digest = digest or _digest(path)
     shown = path
     if plan_path is not None:
         # Relative to the plan's directory (through '..' where the file lies elsewhere): the path resolves from
@@ -169,10 +167,10 @@ def calibrate_command(
         read, skipped = read_benchmark(path)
         points += read
         notes += skipped
-        files.append((path, [point.row or "result" for point in read]))
+        files.append((path, [point.row or "result" for point in read], digest))
     reading = read_start_up_log(log) if log else None
     if log:
-        files.append((log, []))
+        files.append((log, [], None))
     parameters = None
     if fit is not None:
         parameters = [name.strip() for name in fit.split(",") if name.strip()]
@@ -197,7 +195,7 @@ def calibrate_command(
             field="--strict",
             fix="see the warnings above; nothing was written",
         )
-    records = [_file_record(path, rows, write) for path, rows in files]
+    records = [_file_record(path, rows, write, digest) for path, rows, digest in files]
     section = provenance(result, inputs, records, _version())
     if write is not None and platform:
         _write_pool(write, plan, pool, deployment, deployment_flags, result.fitted_values, section)

@@ -350,11 +350,11 @@ def size_platform(
         close = close_names(pool, names, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
-    findings = [
-        finding
-        for finding in traffic_findings(policy, plan_traffic(plan))
-        if pool is None or finding.subject.split(".")[1] in {t.name for t in policy.tenants if t.pool == pool}
-    ]
+    traffic = plan_traffic(plan)
+    if pool is not None:  # only the tenants of the pool shown
+        members = {tenant.name for tenant in policy.tenants if tenant.pool == pool}
+        traffic = {name: profile for name, profile in traffic.items() if name in members}
+    findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]
     if errors:
         first = errors[0]

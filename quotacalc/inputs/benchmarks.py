@@ -193,6 +193,13 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
             )
         return result[name]
 
+    if result.get("ramp_up_strategy") is not None:
+        raise QuotacalcError(
+            f"is {result['ramp_up_strategy']}: a ramp-up run's arrivals follow a rate, not a concurrency",
+            source=path,
+            field=field("ramp_up_strategy"),
+            fix="run with --max-concurrency N --request-rate inf and no ramp-up",
+        )
     concurrency = result.get("max_concurrency")
     if concurrency is None:
         raise QuotacalcError(
@@ -279,13 +286,6 @@ def read_vllm_results(path: str, documents: list[tuple[str, Any]]) -> tuple[list
         if reason is not None:
             skipped.append(f"{path}: {row}: skipped {reason} (only runs at a fixed concurrency are fitted)")
             continue
-        if document.get("ramp_up_strategy") is not None:
-            raise QuotacalcError(
-                f"is {document['ramp_up_strategy']}: a ramp-up run's arrivals follow a rate, not a concurrency",
-                source=path,
-                field=f"{row}.ramp_up_strategy" if row else "ramp_up_strategy",
-                fix="run with --max-concurrency N --request-rate inf and no ramp-up",
-            )
         points.append(_vllm_point(path, row, document))
     if not points:
         raise QuotacalcError(
@@ -422,21 +422,14 @@ def _is_number(text: str) -> bool:
         float(text)
     except ValueError:
         return False
-    return "\n" not in text
+    return True
 
 
 def _guidellm_yaml(path: str, text: str) -> dict[str, Any]:
     """A GuideLLM report saved as YAML (--output-path report.yaml): the JSON report's document."""
-    import yaml
+    from quotacalc.inputs.yaml_strict import load_yaml_text
 
-    try:
-        document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise QuotacalcError(f"malformed YAML{where}", source=path, fix="a GuideLLM YAML report") from None
-    except RecursionError:
-        raise QuotacalcError("malformed YAML: nested too deeply", source=path) from None
+    document = load_yaml_text(text, source=path)
     if not isinstance(document, dict) or "benchmarks" not in document:
         raise QuotacalcError("a YAML file without 'benchmarks'", source=path, fix="a GuideLLM YAML or JSON report")
     return document
