@@ -717,3 +717,21 @@ def test_the_same_runs_given_twice_are_refused(run_cli, tmp_path):
         code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--bench", second)
         assert code == 2 and out == "" and err.count("\n") == 1
         assert f"{second}: --bench: the same file as {SYNTHETIC_CSV} (the same bytes) (give it once)" in err
+
+
+def test_a_run_whose_lengths_varied_warns_where_its_ttft_under_load_is_fitted_lock_step(inputs):
+    runs = synthetic(inputs, TRUTH)
+    varied = [run.model_copy(update={"varied_lengths": "dataset_name sharegpt"}) for run in runs]
+    warned = [warning for warning in calibrate(inputs, varied).warnings if "lengths varied" in warning]
+    # Runs 2-6 are under load and measured a first token; run 1 (one client) stays in step with itself.
+    assert [warning.split(":")[1].strip() for warning in warned] == [f"run {n}" for n in range(2, 7)]
+    assert warned[0] == (
+        "synthetic: run 2: dataset_name sharegpt: its requests' lengths varied, so its TTFT at concurrency 4 is "
+        "not a lock-step closed loop's (--ttft-under-load ignore leaves it out)"
+    )
+    assert not any(
+        "lengths varied" in warning for warning in calibrate(inputs, varied, ttft_under_load="ignore").warnings
+    )
+    assert not any("lengths varied" in warning for warning in calibrate(inputs, runs).warnings)
+    itl_only = [run.model_copy(update={"ttft_s": None}) for run in varied]
+    assert not any("lengths varied" in warning for warning in calibrate(inputs, itl_only).warnings)

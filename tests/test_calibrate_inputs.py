@@ -160,6 +160,30 @@ def test_sglang_bench_serving_lines_read_as_vllm_results(json_file):
     assert first.model is None  # SGLang's result names no model: calibrate cannot compare it with the plan's
 
 
+@pytest.mark.parametrize(
+    ("changes", "varied"),
+    [
+        ({}, "random_range_ratio 0"),  # SGLang's default: lengths drawn from [0 × len, len]
+        ({"random_range_ratio": 0.5}, "random_range_ratio 0.5"),
+        ({"random_range_ratio": 1.0}, None),  # [len, len]: every request alike
+        ({"dataset_name": "sharegpt"}, "dataset_name sharegpt"),
+        ({"dataset_name": "generated-shared-prefix"}, None),
+        ({"dataset_name": "random-ids", "random_range_ratio": 1}, None),
+    ],
+)
+def test_an_sglang_line_says_whether_its_lengths_varied(json_file, changes, varied):
+    line = {**json.loads(SGLANG_LINE.replace("Infinity", '"inf"')), **changes}
+    (point,), _ = read_benchmark(json_file(line))
+    assert point.varied_lengths == varied
+
+
+def test_a_vllm_result_s_random_range_ratio_is_not_read_as_sglang_s(json_file):
+    # vLLM draws from [len × (1 − r), len × (1 + r)]: its r of 0 fixes the lengths, and its results carry no
+    # sharegpt_output_len.
+    (point,), _ = read_benchmark(json_file({**VLLM_RESULT, "dataset_name": "random", "random_range_ratio": 0.0}))
+    assert point.varied_lengths is None
+
+
 @pytest.fixture
 def json_file(tmp_path):
     """Write a JSON document (or raw text) to a file; return its path."""

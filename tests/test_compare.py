@@ -52,7 +52,7 @@ def test_infeasible_rows_carry_the_reason_and_no_figures(price_rows):
     for gpu in ("h100-sxm", "l4"):
         row = rows[(gpu, 3)]
         assert row["feasible"] is False
-        assert "3 does not divide" in row["reason"] and "heads" in row["reason"]
+        assert row["reason"].startswith("--tp: 3 does not divide") and "heads" in row["reason"]
         assert row["usd_per_million_prompt_tokens"] is None and row["kv_pool_tokens"] is None
     # 70.55e9 FP8 parameters over 2 GPUs: 35.3 GB each, more than an L4 holds (24 GB).
     too_small = rows[("l4", 2)]
@@ -133,14 +133,23 @@ def test_markdown_table_has_a_cell_per_column(run_cli):
         assert len(cells) == len(header), line
     infeasible = next(line for line in table if line.startswith("| h100-sxm | 3 |"))
     mark = infeasible.rsplit("no [", 1)[1].split("]")[0]  # the row points at its numbered reason
-    assert f"\n{mark}. h100-sxm TP 3: tp: 3 does not divide" in out
+    assert f"\n{mark}. h100-sxm TP 3: --tp: 3 does not divide" in out
+
+
+def test_a_row_error_names_the_plan_for_a_value_the_plan_gave(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: Llama-3.3-70B-Instruct\ntp: 3\n", encoding="utf-8")
+    code, out, err = run_cli("price", str(plan), "--gpu", "h100-sxm,h200", "--json")
+    assert code == 1 and "none of the 2 GPU and TP combinations can run it" in err
+    reasons = [row["reason"] for row in json.loads(out)["rows"]]
+    assert reasons == [f"{plan}: tp: 3 does not divide" + reasons[0].split("does not divide", 1)[1]] * 2
 
 
 def test_table_lists_reasons_under_the_rows(run_cli):
     code, out, err = run_cli("price", *MODEL, "--gpu", "h100-sxm", "--tp", "3,8")
     assert code == 0, err
     assert "status" in out and "no [1]" in out
-    assert "[1] h100-sxm TP 3: tp: 3 does not divide" in " ".join(out.split())
+    assert "[1] h100-sxm TP 3: --tp: 3 does not divide" in " ".join(out.split())
 
 
 def test_one_gpu_and_tp_keeps_the_single_deployment_output(run_cli):

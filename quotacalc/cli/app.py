@@ -127,18 +127,14 @@ def _load(
 
 def _price(deployment: Deployment, plan: str | None = None, flags: dict[str, Any] | None = None):
     """Resolve and price; an error about a value the plan file gave names the file (one a flag gave, the flag)."""
-    from quotacalc.core.deployment import Deployment
+    from quotacalc.cli.options import name_error_origin
     from quotacalc.core.price import price
     from quotacalc.inputs.resolve import resolve
 
     try:
         return price(resolve(deployment))
     except QuotacalcError as error:
-        if error.source is None and error.field in Deployment.model_fields:
-            if (flags or {}).get(error.field) is not None:
-                error.field = "--" + error.field.replace("_", "-")
-            elif plan:
-                error.source = plan
+        name_error_origin(error, plan, flags or {})
         raise
 
 

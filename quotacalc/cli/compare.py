@@ -97,6 +97,7 @@ def run_comparison(
 ) -> None:
     """Price (or size the tenant on) every GPU and TP combination and print the rows side by side."""
     from quotacalc.cli.compare_out import render_comparison
+    from quotacalc.cli.options import name_error_origin
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
     from quotacalc.inputs.deployment import (
@@ -124,7 +125,17 @@ def run_comparison(
 
         return calibration_status(section, priced.inputs)[0] is not None
 
+    # The axes are flags too: a row's error about its TP names --tp.
+    given = {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}
+
     def evaluate(deployment):
+        try:
+            return _evaluate(deployment)
+        except QuotacalcError as error:
+            name_error_origin(error, plan, given)
+            raise
+
+    def _evaluate(deployment):
         # A plan's measured pool holds for the deployment it was measured on. Elsewhere a comparison still
         # wants the row (sales compare GPUs before anyone measures them): the pool is estimated, and the
         # row's warning says which measurement it replaces.

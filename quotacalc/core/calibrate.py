@@ -105,6 +105,11 @@ class BenchmarkPoint(BaseModel):
     file_keys: dict[str, str] = Field(
         default_factory=dict, description="the file's own key of a figure (ttft_s -> ttft_ms), for its errors"
     )
+    varied_lengths: str | None = Field(
+        None,
+        max_length=200,
+        description="why the file says its requests' lengths varied ('dataset_name sharegpt'), where it says so",
+    )
 
     def measured(self) -> dict[str, float]:
         return {name: value for name in ("ttft_s", "itl_s") if (value := getattr(self, name)) is not None}
@@ -718,6 +723,22 @@ def deployment_mismatch_warning(inputs: PricingInputs, rms_error_before: float |
     )
 
 
+def varied_lengths_warnings(points: Sequence[BenchmarkPoint], ttft_under_load: TtftUnderLoad) -> list[str]:
+    """Runs under load whose TTFT is fitted as a lock-step closed loop although their lengths varied.
+
+    Clients of equal requests stay in step (each prefill lands together); varied lengths spread them out,
+    so the lock-step TTFT is no prediction of theirs.
+    """
+    if ttft_under_load != "lockstep":
+        return []
+    return [
+        f"{point.source}: {point.row}: {point.varied_lengths}: its requests' lengths varied, so its TTFT at "
+        f"concurrency {point.concurrency} is not a lock-step closed loop's (--ttft-under-load ignore leaves it out)"
+        for point in points
+        if point.varied_lengths and point.concurrency > 1 and point.ttft_s is not None
+    ]
+
+
 def absent_term_warnings(inputs: PricingInputs, names: Sequence[str]) -> list[str]:
     """Parameters of a term this deployment does not have, which no run can move: MoE slots on a dense model or
     at TP 1, all-reduces at TP 1."""
@@ -787,7 +808,11 @@ def calibrate(
     check_simulated_runs(max_num_batched_tokens(inputs.deployment, inputs.gpu), points)
     before = [_current(inputs, name) for name in names]
     check_units(points, predictions(inputs, dict(zip(names, before, strict=True)), points))
-    warnings: list[str] = benchmarked_model_warnings(inputs, points) + absent_term_warnings(inputs, names)
+    warnings: list[str] = (
+        benchmarked_model_warnings(inputs, points)
+        + absent_term_warnings(inputs, names)
+        + varied_lengths_warnings(points, ttft_under_load)
+    )
     after = before
     fitted_values: dict[str, object] = {}
     point_fits: list[PointFit] = []

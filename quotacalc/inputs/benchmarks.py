@@ -248,6 +248,9 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
         )
     if isinstance(result.get("model_id"), str):
         values["model"] = result["model_id"]
+    varied = _varied_lengths(result)
+    if varied:
+        values["varied_lengths"] = varied
     keys = {
         "concurrency": "max_concurrency",
         "prompt_tokens": "total_input_tokens",
@@ -257,6 +260,24 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
         "model": "model_id",
     }
     return _point(path, row, keys, **values)
+
+
+def _varied_lengths(result: dict[str, Any]) -> str | None:
+    """The key that says a run's prompt lengths varied, as ``key value``, or None.
+
+    SGLang's bench_serving records its dataset and, for ``random``, its range ratio (lengths drawn from
+    [ratio × len, len], its default 0; so only 1 fixes them); a dataset of real conversations (sharegpt) varies by
+    nature. (vLLM's results record neither: its random dataset's lengths are fixed by default.)
+    """
+    dataset = result.get("dataset_name")
+    if isinstance(dataset, str) and dataset not in ("random", "random-ids", "generated-shared-prefix"):
+        return f"dataset_name {dataset}"[:200]
+    ratio = result.get("random_range_ratio")
+    is_sglang = "sharegpt_output_len" in result
+    drawn = dataset in ("random", "random-ids") and isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
+    if is_sglang and drawn and ratio < 1:
+        return f"random_range_ratio {ratio:g}"
+    return None
 
 
 def _open_loop(result: dict[str, Any]) -> str | None:
