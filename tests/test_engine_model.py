@@ -710,3 +710,41 @@ def test_a_request_of_exactly_max_model_len_is_served(run_cli):
     assert json.loads(out)["results"]["context_tokens"] == 2048
     code, _, err = run_cli("kv", *args, "--max-model-len", "2048", "--context", "2049")
     assert code == 1 and "context: 2,049 tokens exceed max_model_len 2,048" in err
+
+
+def test_a_pool_holds_only_at_the_expert_parallelism_and_state_dtype_it_was_measured_at(run_cli, tmp_path):
+    """Jamba 1.5 Mini has experts (expert parallelism moves weights between GPUs) and Mamba layers (the state dtype
+    sizes every sequence's state): both change the pool, so both are compared, as the engine runs them."""
+    plan = tmp_path / "plan.yaml"
+    head = "model: AI21-Jamba-1.5-Mini\ngpu: h100\ntp: 2\nkv_pool_tokens: 400000\n"
+    plan.write_text(head, encoding="utf-8")
+    code, _, err = run_cli("price", plan, "--expert-parallel")
+    assert code == 1 and "not this one (expert_parallel False -> True)" in err
+    code, _, err = run_cli("price", plan, "--state-dtype", "fp32")
+    assert code == 1 and "not this one (state_dtype bf16 (the model's) -> fp32)" in err
+    code, out, _ = run_cli("price", plan, "--state-dtype", "auto", "--json")  # the model's own: no change
+    assert code == 0 and json.loads(out)["results"]["kv_pool_tokens"] == 400_000
+    plan.write_text(
+        head + "kv_pool_measured_with: {gpu: h100, tp: 2, expert_parallel: true, state_dtype: float32}\n",
+        encoding="utf-8",
+    )
+    code, _, err = run_cli("price", plan)
+    assert code == 1 and "(expert_parallel True -> False, state_dtype fp32 -> bf16 (the model's))" in err
+    code, out, _ = run_cli("price", plan, "--expert-parallel", "--state-dtype", "fp32", "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+    # A record without them (written before they were kept) is not checked for them.
+    plan.write_text(head + "kv_pool_measured_with: {gpu: h100, tp: 2}\n", encoding="utf-8")
+    code, out, _ = run_cli("price", plan, "--expert-parallel", "--state-dtype", "fp32", "--json")
+    assert code == 0 and json.loads(out)["results"]["kv_pool_source"] == "measured"
+
+
+def test_a_state_dtype_is_no_change_for_a_model_without_state(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: Llama-3.1-8B-Instruct\ngpu: h100\nkv_pool_tokens: 400000\n"
+        "kv_pool_measured_with: {gpu: h100, tp: 1, expert_parallel: false, state_dtype: fp32}\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("price", plan, "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"]["kv_pool_source"] == "measured"

@@ -472,6 +472,27 @@ def test_reserve_from_the_pool_tokens(inputs):
     }
 
 
+@pytest.mark.parametrize(
+    ("deployment", "recorded"),
+    [
+        # Experts: whether they were sharded whole is part of the record; a dense model's has no such key.
+        (Deployment(model="Mixtral-8x7B-v0.1", gpu="h100", tp=2, expert_parallel=True), {"expert_parallel": True}),
+        # Experts and Mamba layers: the state dtype as the engine kept it (the checkpoint's BF16 when unset).
+        (Deployment(model="AI21-Jamba-1.5-Mini", gpu="h100", tp=2), {"expert_parallel": False, "state_dtype": "bf16"}),
+        (Deployment(model="Llama-3.1-8B-Instruct", gpu="h100", state_dtype="fp32"), {}),
+    ],
+)
+def test_a_logged_pool_records_expert_parallelism_and_state_dtype_where_they_change_it(deployment, recorded):
+    from quotacalc.inputs.resolve import resolve
+
+    kv = kv_pool_fit(resolve(deployment), KvPoolReading(source="serve.log", kv_pool_tokens=300_000))
+    assert {
+        key: kv.kv_pool_measured_with[key]
+        for key in ("expert_parallel", "state_dtype")
+        if key in kv.kv_pool_measured_with
+    } == recorded
+
+
 def test_a_log_without_either_figure_gives_no_reserve(inputs):
     kv = kv_pool_fit(inputs, KvPoolReading(source="serve.log"))
     assert (kv.runtime_reserve_gib, kv.note, kv.kv_pool_measured_with, kv.mismatch) == (None, "", None, None)

@@ -1428,6 +1428,11 @@ class ModelArch(_Spec):
     def moe_layers(self) -> list[MoE]:
         return list(self._moe_layers)
 
+    def keeps_recurrent_state(self) -> bool:
+        """Whether a layer keeps a fixed state per sequence (Mamba, DeltaNet, short convolution): what a state dtype
+        changes."""
+        return any(layer.mixer is not None and layer.mixer.state_elements_per_sequence() > 0 for layer in self.layers)
+
     def feed_forward_groups(self) -> tuple[tuple[FeedForwardBlock, int], ...]:
         """Each distinct feed-forward block and how many layers have it (as ``mixer_groups``)."""
         return self._feed_forward_groups

@@ -599,6 +599,12 @@ def kv_pool_fit(inputs: PricingInputs, reading: KvPoolReading) -> KvPoolFit:
             "max_num_batched_tokens": deployment.max_num_batched_tokens,
             "engine": deployment.engine,
         }
+        # Recorded where they change the pool: sharding whole experts moves weights between GPUs, and a state dtype
+        # resizes every sequence's state.
+        if inputs.arch.moe_layers():
+            measured_with["expert_parallel"] = deployment.expert_parallel
+        if inputs.arch.keeps_recurrent_state():
+            measured_with["state_dtype"] = inputs.state_dtype.name
         kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
         if reading.max_model_len is not None and kv_groups.hybrid_layout(inputs.arch, kv_b, state_b, deployment.tp):
             # The logged count of windowed or state layers is per request of this length: it holds only there.

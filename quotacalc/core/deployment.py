@@ -124,6 +124,14 @@ class KvPoolMeasuredWith(BaseModel):
         None,
         description="the engine profile it was measured under ('quotacalc engines'); None: not recorded, not checked",
     )
+    expert_parallel: bool | None = Field(
+        None, description="whether MoE experts were sharded whole across the GPUs; None: not recorded, not checked"
+    )
+    state_dtype: str | None = Field(
+        None,
+        description="the recurrent state dtype of a Mamba or DeltaNet model, as the engine kept it; None: not "
+        "recorded, not checked",
+    )
 
     @field_validator("engine")
     @classmethod

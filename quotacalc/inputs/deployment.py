@@ -244,6 +244,36 @@ def _dtype_as_run(name: str | None, model: str, *, weights: bool) -> str:
     return resolved
 
 
+@cache
+def _state_dtype_default(model: str) -> str | None:
+    """The dtype the engine keeps a model's recurrent state in unless told otherwise, or None where the model keeps
+    no such state (nothing a state dtype changes)."""
+    from quotacalc.inputs.resolve import config_state_dtype, load_arch
+
+    arch, resolved = load_arch(model)
+    if not arch.keeps_recurrent_state():
+        return None
+    configured = config_state_dtype(resolved.config)
+    return configured.name if configured is not None else arch.checkpoint_dtype
+
+
+@cache
+def _has_experts(model: str) -> bool:
+    from quotacalc.inputs.resolve import load_arch
+
+    return bool(load_arch(model)[0].moe_layers())
+
+
+def state_dtype_as_run(name: str | None, model: str) -> str | None:
+    """A state dtype as the engine keeps it (unset, 'auto' and the model's default are one), or None for a model
+    without recurrent state."""
+    default = _state_dtype_default(model)
+    if default is None:
+        return None
+    resolved = _dtype_name(name)
+    return f"{default} (the model's)" if resolved in (None, default) else resolved
+
+
 def model_key(reference: str) -> str:
     """A model reference as a name to compare, without reading it: the last part of a hub id or path, no
     config.json, case folded (meta-llama/Llama-3.3-70B-Instruct and Llama-3.3-70B-Instruct are the same)."""
@@ -293,6 +323,11 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
 
         locate_model(deployment.model)  # an unknown model is the error to report, not a pool measured on another
         now["model"], then["model"] = model_key(deployment.model), model_key(measured.model)
+    if measured.expert_parallel is not None and _has_experts(model):
+        now["expert_parallel"], then["expert_parallel"] = deployment.expert_parallel, measured.expert_parallel
+    if measured.state_dtype is not None and state_dtype_as_run(measured.state_dtype, model) is not None:
+        now["state_dtype"] = state_dtype_as_run(deployment.state_dtype, model)
+        then["state_dtype"] = state_dtype_as_run(measured.state_dtype, model)
     if measured.max_model_len is not None:
         # Recorded where the logged count depends on it (windowed or state layers); unset means the model's maximum.
         now["max_model_len"] = deployment.max_model_len or model_max_context(deployment.model)
@@ -321,7 +356,8 @@ def check_measured_pool(deployment: Deployment, *, source: str | None) -> None:
 def unrecorded_pool_change(file_values: dict[str, Any], deployment: Deployment) -> str | None:
     """Why a file's ``kv_pool_tokens`` without ``kv_pool_measured_with`` does not hold for ``deployment`` (the file's
     values with flags or a pool's keys over them): it holds for the file's own deployment, read as the record it
-    would have (model, GPU, TP, dtypes, memory share, token budget, engine), each compared as the engine runs it;
+    would have (model, GPU, TP, expert parallelism, dtypes, memory share, token budget, engine), each compared as the
+    engine runs it;
     or None."""
     from quotacalc.core.deployment import KvPoolMeasuredWith
 
@@ -341,6 +377,8 @@ def unrecorded_pool_change(file_values: dict[str, Any], deployment: Deployment) 
         memory_utilization=own.memory_utilization,
         max_num_batched_tokens=own.max_num_batched_tokens,
         engine=own.engine,
+        expert_parallel=own.expert_parallel,
+        state_dtype=own.state_dtype or "auto",
     )
     mismatch = measured_pool_mismatch(deployment.model_copy(update={"kv_pool_measured_with": record}))
     if mismatch is None:

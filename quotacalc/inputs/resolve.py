@@ -78,7 +78,7 @@ def resolve(deployment: Deployment) -> PricingInputs:
                 fix="leave --kv-dtype out for the dtype the engine keeps, or give one the message names",
             )
     state_dtype = (
-        _config_state_dtype(resolved.config) or native
+        config_state_dtype(resolved.config) or native
         if deployment.state_dtype in (None, "auto")
         else dtype_by_name(deployment.state_dtype, field="state_dtype")
     )
@@ -114,7 +114,7 @@ def _quant_method(config: dict[str, Any]) -> str | None:
     return None
 
 
-def _config_state_dtype(config: dict[str, Any]) -> Dtype | None:
+def config_state_dtype(config: dict[str, Any]) -> Dtype | None:
     """The recurrent state dtype a config asks for (``mamba_ssm_dtype``, at its top or in ``text_config``), which
     vLLM keeps unless --mamba-ssm-cache-dtype says otherwise (a Qwen3.5-35B-A3B log matches only with it)."""
     text = config.get("text_config")
