@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import accuracy  # noqa: E402
+import accuracy
 
-from quotacalc.core import calibrate as calibration  # noqa: E402
-from quotacalc.core.replica import ReplicaModel  # noqa: E402
+from quotacalc.core import calibrate as calibration
+from quotacalc.core.replica import ReplicaModel
 
 #: (label, boost, window_s, interleaved prefills boosted, back-to-back loops exempt, MFU or None for the default)
 VARIANTS = [
@@ -80,8 +80,7 @@ def boosting(boost: float, window_s: float, interleaved: bool) -> Iterator[dict[
         model = replica_model(inputs, 0.0)
         read_s = model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
         return any(
-            boosted_s(model.prefill_compute_s(min(int(length), model.max_num_batched_tokens)), boost, window_s)
-            > read_s
+            boosted_s(model.prefill_compute_s(min(int(length), model.max_num_batched_tokens)), boost, window_s) > read_s
             for length in prompt_lengths
         )
 
