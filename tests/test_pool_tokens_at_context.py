@@ -148,3 +148,32 @@ def test_a_fixed_state_outside_vllms_hybrid_layout_counts_too():
     per_sequence = 3_850.25 * 1_700 + 15_420_416
     assert result.max_resident_sequences == int(result.kv_pool_bytes_per_gpu // per_sequence)
     assert result.kv_pool_tokens_at_context == result.max_resident_sequences * 1_700 < result.kv_pool_tokens / 3
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp"),
+    [
+        ("gemma-3-27b-it", "h100-sxm", 2),  # sliding windows: vLLM's hybrid manager's blocks
+        ("AI21-Jamba-1.5-Mini", "h200", 1),  # Mamba state pages beside attention blocks
+        ("gpt-oss-120b", "h200", 1),  # alternating 128-token windows
+        ("Llama-3.3-70B-Instruct", "h100-sxm", 4),  # full attention only: bytes
+    ],
+)
+@pytest.mark.parametrize("context", [1_700, 20_000])
+def test_kv_and_price_count_the_same_resident_requests(model, gpu, tp, context):
+    """`kv --context N` and `price --context N` answer one question (how many such requests the pool holds at once):
+    a hybrid model's answer is in its layout's blocks, so kv must count blocks as price does."""
+    from quotacalc.core.kv import request_kv
+
+    replica = price(resolve(Deployment(model=model, gpu=gpu, tp=tp, context=context)))
+    request = request_kv(replica, context)
+    assert request.requests_resident == replica.max_resident_sequences
+    assert request.requests_to_fill_pool in (replica.max_resident_sequences, replica.max_resident_sequences + 1)
+
+
+def test_kv_of_a_request_larger_than_the_pool_never_fills_it(run_cli):
+    # Llama 3.1 8B on an L4 holds 28,766 tokens (BF16 weights, its default reserve): a 131,072-token request is 4.6 pools.
+    code, out, err = run_cli("kv", "--model", "Llama-3.1-8B-Instruct", "--gpu", "l4", "--context", "131072")
+    assert code == 0 and "it can never be resident" in err
+    row = next(line for line in out.splitlines() if line.startswith("fill the replica"))
+    assert "never" in row and " 0 " not in row

@@ -314,7 +314,10 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
         table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"
     )
     _add_row(table, "resident at once", f"{result.requests_resident}", "requests that fit")
-    _add_row(table, "fill the replica", f"{result.requests_to_fill_pool}", "requests")
+    if result.requests_to_fill_pool:
+        _add_row(table, "fill the replica", f"{result.requests_to_fill_pool}", "requests")
+    else:
+        _add_row(table, "fill the replica", "never", "one request is larger than the whole pool")
     _add_row(
         table,
         "prompt token at this context",

@@ -6,7 +6,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from quotacalc.core import memory
+from quotacalc.core import kv_groups, memory
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.price import PriceResult
 from quotacalc.errors import QuotacalcError
@@ -86,28 +86,47 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         substituted=f"TP {tp}",
         unit="B",
     )
-    share = ledger.record(
-        "pool_share",
-        per_gpu / replica.kv_pool_bytes_per_gpu,
-        formula="request_kv_bytes_per_gpu / kv_pool_bytes_per_gpu  (= context / pool_tokens for full attention)",
-        substituted=f"{fmt(per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
-        unit="",
-    )
-    resident = math.floor(1 / share) if share > 0 else 0
-    # A request larger than the pool never fills it: none is ever resident.
-    to_fill = math.ceil(1 / share) if 0 < share <= 1 else 0
+    layout = kv_groups.hybrid_layout(arch, kv_b, state_b, tp)
+    pool_blocks = next((step.value for step in replica.steps if step.name == "kv_pool_blocks"), None)
+    if layout is not None and pool_blocks:
+        # vLLM's hybrid manager hands out whole blocks per group: count them as price's max_resident_sequences
+        # does, or kv and price disagree on how many such requests fit.
+        blocks = layout.blocks_per_request(context_tokens, 1)
+        share = ledger.record(
+            "pool_share",
+            blocks / pool_blocks,
+            formula="blocks one decoding request of this context holds / kv_pool_blocks",
+            substituted=f"{fmt(blocks)} / {fmt(pool_blocks)}",
+            unit="",
+        )
+        resident, to_fill = int(pool_blocks // blocks), math.ceil(pool_blocks / blocks) if blocks <= pool_blocks else 0
+        resident_rule, fill_rule = ("floor(kv_pool_blocks / request blocks)", "ceil(kv_pool_blocks / request blocks)")
+        substitute = f"{fmt(pool_blocks)} / {fmt(blocks)}"
+    else:
+        share = ledger.record(
+            "pool_share",
+            per_gpu / replica.kv_pool_bytes_per_gpu,
+            formula="request_kv_bytes_per_gpu / kv_pool_bytes_per_gpu  (= context / pool_tokens for full attention)",
+            substituted=f"{fmt(per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
+            unit="",
+        )
+        resident = math.floor(1 / share) if share > 0 else 0
+        # A request larger than the pool never fills it: none is ever resident.
+        to_fill = math.ceil(1 / share) if 0 < share <= 1 else 0
+        resident_rule, fill_rule = "floor(1 / pool_share)", "ceil(1 / pool_share)"
+        substitute = f"1 / {fmt(share)}"
     ledger.record(
         "requests_resident",
         resident,
-        formula="floor(1 / pool_share)",
-        substituted=f"floor(1 / {fmt(share)})",
+        formula=resident_rule,
+        substituted=f"floor({substitute})",
         unit="requests",
     )
     ledger.record(
         "requests_to_fill_pool",
         to_fill,
-        formula="ceil(1 / pool_share), 0 when one request is larger than the pool",
-        substituted=f"ceil(1 / {fmt(share)})",
+        formula=f"{fill_rule}, 0 when one request is larger than the pool",
+        substituted=f"ceil({substitute})",
         unit="requests",
     )
     active_flops = 2 * replica.active_params
