@@ -331,3 +331,17 @@ def test_the_readmes_worked_example_is_what_price_prints(run_cli, monkeypatch):
     shown = readme[readme.index(marker) + len(marker) :].split("```", 1)[0]
     printed = "".join(line.rstrip() + "\n" for line in out.splitlines())
     assert shown == printed
+
+
+def test_the_readmes_engine_basis_figures_are_what_price_prints(run_cli):
+    root = Path(__file__).resolve().parent.parent
+    code, out, err = run_cli(
+        "price", str(root / "examples" / "llama-3.3-70b-h100.yaml"), "--pricing-basis", "engine", "--json"
+    )
+    assert code == 0, err
+    figures = json.loads(out)["results"]
+    stated = (
+        f"W {figures['output_weight']:.2f}, {figures['replica_units_per_s']:,.0f} units/s, "
+        f"${figures['usd_per_million_output_tokens']:.2f} instead of $0.47"
+    )
+    assert stated in " ".join((root / "README.md").read_text(encoding="utf-8").split())
