@@ -735,3 +735,19 @@ def test_a_run_whose_lengths_varied_warns_where_its_ttft_under_load_is_fitted_lo
     assert not any("lengths varied" in warning for warning in calibrate(inputs, runs).warnings)
     itl_only = [run.model_copy(update={"ttft_s": None}) for run in varied]
     assert not any("lengths varied" in warning for warning in calibrate(inputs, itl_only).warnings)
+
+
+def test_a_comparison_row_the_calibration_does_not_hold_for_says_so(run_cli, plan):
+    assert run_cli("calibrate", plan, "--bench", plan.parent / SYNTHETIC_CSV.name, "--write", plan)[0] == 0
+    code, out, err = run_cli("price", plan, "--gpu", "h100-sxm,h200", "--format", "json")
+    assert code == 0, err
+    rows = {row["gpu"]: row for row in json.loads(out)["rows"]}
+    assert rows["h100-sxm"]["calibrated"] is True
+    assert not any("not calibrated" in warning for warning in rows["h100-sxm"]["warnings"])
+    assert rows["h200"]["calibrated"] is False
+    assert (
+        "not calibrated: the plan's calibration holds for what it was fitted on (gpu h100-sxm -> h200)"
+        in (rows["h200"]["warnings"])
+    )
+    # As for a single price on h200: --strict fails on it.
+    assert run_cli("price", plan, "--gpu", "h100-sxm,h200", "--strict")[0] == 1

@@ -339,3 +339,22 @@ def test_explain_is_refused_where_rows_carry_no_explanation(run_cli):
         assert code == 2 and out == "" and "--explain: explains one deployment, not rows" in err
     code, out, err = run_cli("models", "--json", "--markdown")
     assert code == 2 and "--markdown: --markdown prints docs/models.md, not --json" in err
+
+
+def test_one_pool_from_the_command_line_on_several_rows_warns_on_each(run_cli):
+    code, out, err = run_cli(
+        "price", *MODEL, "--gpu", "h100-sxm,h200", "--tp", "4", "--kv-pool-tokens", "646503", "--json"
+    )
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [row["kv_pool_tokens"] for row in rows] == [646_503, 646_503]
+    for row in rows:
+        assert any(
+            warning.startswith("KV pool 646,503 tokens from --kv-pool-tokens, used as given on every row")
+            for warning in row["warnings"]
+        )
+    # One row: the flag is the user's statement about that deployment, as in a single price.
+    code, out, err = run_cli(
+        "price", *MODEL, "--gpu", "h100-sxm", "--tp", "4", "--kv-pool-tokens", "646503", "--format", "json"
+    )
+    assert code == 0 and json.loads(out)["rows"][0]["warnings"] == []

@@ -130,10 +130,26 @@ def run_comparison(
 
     def evaluate(deployment):
         try:
-            return _evaluate(deployment)
+            priced = _evaluate(deployment)
         except QuotacalcError as error:
             name_error_origin(error, plan, given)
             raise
+        notes = []
+        if flags.get("kv_pool_tokens") is not None and len(deployments) > 1:
+            # One measured pool for every GPU and TP: a pool holds only where it was measured.
+            notes.append(
+                f"KV pool {priced.kv_pool_tokens:,} tokens from --kv-pool-tokens, used as given on every row: a "
+                "pool measured on one GPU and TP holds only there (leave it out to estimate each row's)"
+            )
+        if section is not None:
+            from quotacalc.core.calibrate import calibration_status
+
+            why_not = calibration_status(section, priced.inputs)[1]
+            if why_not:
+                notes.append(why_not)
+        if not notes:
+            return priced
+        return priced.model_copy(update={"warnings": (*priced.warnings, *notes)})
 
     def _evaluate(deployment):
         # A plan's measured pool holds for the deployment it was measured on. Elsewhere a comparison still
