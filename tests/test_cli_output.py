@@ -123,6 +123,23 @@ def test_json_inputs_echo_the_flags(price_doc):
     assert deployment["kv_pool_tokens"] == POOL_TOKENS
 
 
+def test_json_inputs_carry_the_gpu_figures_the_engine_terms_use(price_doc):
+    """allreduce_s = layers x 2 x (latency + 2(TP-1)/TP x batch x hidden x 2 B / bandwidth): its GPU inputs are in the
+    document, as are the matmul shares that scale MFU (mfu_scale = the compute dtype's share / the reference's)."""
+    from quotacalc.catalog.gpus import load_gpu_catalog
+
+    gpu = price_doc["inputs"]["gpu"]
+    catalog = load_gpu_catalog().get("h100-sxm")
+    assert gpu["interconnect_bandwidth_bytes_per_s"] == catalog.interconnect_bandwidth_bytes_per_s == 450e9
+    assert gpu["allreduce_latency_s"] == catalog.allreduce_latency_s
+    assert gpu["matmul_efficiency"] == catalog.matmul_efficiency and "fp8" in gpu["matmul_efficiency"]
+    results, hidden, layers = price_doc["results"], price_doc["inputs"]["model"]["hidden_size"], 80
+    per_allreduce_s = (
+        gpu["allreduce_latency_s"] + 2 * (TP - 1) / TP * BATCH * hidden * 2 / gpu["interconnect_bandwidth_bytes_per_s"]
+    )
+    assert close(results["allreduce_s"], layers * 2 * per_allreduce_s)
+
+
 # --------------------------------------------------------------------------- cross-consistency
 
 

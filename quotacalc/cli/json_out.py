@@ -51,7 +51,17 @@ def _inputs_json(result: PriceResult) -> dict[str, Any]:
         },
         # The figures priced on; where each comes from is the catalog's business (quotacalc gpus --sources).
         "gpu": inputs.gpu.model_dump(
-            include={"id", "name", "memory_bytes", "memory_bandwidth_bytes_per_s", "dense_tflops"}
+            include={
+                "id",
+                "name",
+                "memory_bytes",
+                "memory_bandwidth_bytes_per_s",
+                "dense_tflops",
+                # the all-reduce terms and the matmul share that scales MFU: inputs of itl_s, ttft_s and allreduce_s
+                "interconnect_bandwidth_bytes_per_s",
+                "allreduce_latency_s",
+                "matmul_efficiency",
+            }
         ),
         "weights": {
             "source": inputs.weights.source,
