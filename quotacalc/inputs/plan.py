@@ -81,9 +81,46 @@ class PlatformPlanFile(Plan):
     pools: tuple[PoolFile, ...] = Field(min_length=1, description="pools of replicas")
 
 
+def _optional_keys(model: type[BaseModel], name: str, doc: str, **extra: Any) -> type[BaseModel]:
+    """``model``'s keys, every one optional (flags may give the rest), plus ``extra`` fields; unknown keys refused."""
+    fields: dict[str, Any] = {
+        key: (field.annotation | None, Field(None, description=field.description))
+        for key, field in model.model_fields.items()
+    }
+    return create_model(
+        name, __config__=ConfigDict(defer_build=True, frozen=True, extra="forbid"), __doc__=doc, **fields, **extra
+    )
+
+
+def _flat_plan_file_model() -> type[BaseModel]:
+    """A flat plan file as editors see it: a deployment's keys at the top level, an optional ``tenant``, the
+    ``replicas`` check and generate read it with, and the ``calibration`` that calibrate writes."""
+    tenant = _optional_keys(Tenant, "FlatTenantKeys", "The tenant price and size read (flags win).")
+    from quotacalc.inputs.deployment import MAX_FLAT_REPLICAS
+
+    return _optional_keys(
+        Deployment,
+        "FlatPlanFile",
+        "A flat plan file: one deployment and optionally one tenant (quotacalc schema).",
+        tenant=(tenant | None, Field(None, description="the tenant `size` sizes")),
+        replicas=(
+            int | None,
+            Field(None, ge=1, le=MAX_FLAT_REPLICAS, description="replicas of the one pool check and generate read"),
+        ),
+        calibration=(
+            dict[str, Any] | None,
+            Field(None, description="written by `quotacalc calibrate --write`: where the fitted values come from"),
+        ),
+    )
+
+
 def plan_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a platform plan file, for editors and CI linters."""
-    return PlatformPlanFile.model_json_schema()
+    """The JSON Schema of a plan file, platform or flat (either validates), for editors and CI linters."""
+    from pydantic import TypeAdapter
+
+    flat = _flat_plan_file_model()
+    schema = TypeAdapter(PlatformPlanFile | flat).json_schema()  # type: ignore[operator]
+    return {"title": "quotacalc plan (platform or flat)", **schema}
 
 
 # --- error paths -------------------------------------------------------------------------------
