@@ -607,11 +607,22 @@ def test_a_batch_the_pool_holds_exactly_is_priced_as_given():
 
 
 def test_a_context_the_pool_cannot_hold_once_is_refused():
+    # An estimated pool one token short of the context: the context (or the deployment) is what to change.
+    context = price(toy_inputs()).kv_pool_tokens + 1
+    with pytest.raises(QuotacalcError) as error:
+        price(toy_inputs(context=context))
+    assert error.value.field == "context"
+    assert error.value.problem == f"one sequence of {context:,} tokens does not fit the KV pool"
+    assert error.value.fix == "lower --context, raise --tp, or use --kv-dtype fp8"
+
+
+def test_a_given_pool_too_small_for_one_sequence_is_blamed_on_itself():
+    # 999 tokens given for a 1,000-token context: the given pool is the figure to doubt, not the context.
     with pytest.raises(QuotacalcError) as error:
         price(toy_inputs(kv_pool_tokens=999))
-    assert error.value.field == "context"
-    assert error.value.problem == "one sequence of 1,000 tokens does not fit the KV pool"
-    assert error.value.fix == "lower --context, raise --tp, or use --kv-dtype fp8"
+    assert error.value.field == "kv_pool_tokens"
+    assert error.value.problem == "a pool of 999 tokens does not hold one sequence of 1,000 tokens"
+    assert "logged 'GPU KV cache size'" in error.value.fix
 
 
 def test_context_above_the_models_maximum_is_refused():

@@ -777,6 +777,13 @@ def _decode_batch(x: _Explainer) -> int:
             unit="sequences",
             note=f"sequences of {deployment.context:,} tokens the pool holds at once, KV and any state (vLLM's 'maximum concurrency')",
         )
+    if resident < 1 and deployment.kv_pool_tokens is not None:
+        # The pool was given, not estimated: the figure to doubt is the one given.
+        raise QuotacalcError(
+            f"a pool of {deployment.kv_pool_tokens:,} tokens does not hold one sequence of {deployment.context:,} tokens",
+            field="kv_pool_tokens",
+            fix="give the engine's logged 'GPU KV cache size' for this deployment, or lower --context",
+        )
     if resident < 1:
         raise QuotacalcError(
             f"one sequence of {deployment.context:,} tokens does not fit the KV pool",
