@@ -956,7 +956,7 @@ def test_plan_numbers_must_be_finite_and_positive():
 
 
 def test_bounds_name_the_limit_and_the_value():
-    from quotacalc.core.deployment import _at_most, _digits, _fraction
+    from quotacalc.core.deployment import _at_most, _fraction, digit_count
 
     assert _at_most(8, 8) == 8  # the limit itself is allowed
     with pytest.raises(ValueError, match=r"^must be at most 8, got 9$"):
@@ -970,10 +970,10 @@ def test_bounds_name_the_limit_and_the_value():
         _at_most(10**21, 1000)
     with pytest.raises(ValueError, match=r"^must be at most 1,000, got a 401-digit number$"):
         _at_most(10**400, 1000)
-    assert _digits(10**400) == "401"
+    assert digit_count(10**400) == "401"
     with pytest.raises(ValueError, match=r"^must be at most 1,000, got a 21-digit number$"):
         _at_most(10**20 + 1, 1000)  # just above 10**20: its length, not its digits
-    assert _digits(10**5000) == "more than 4,300"  # Python refuses to print an int that long
+    assert digit_count(10**5000) == "more than 4,300"  # Python refuses to print an int that long
     assert _fraction(1.0) == 1.0 and _fraction(0.0, allow_zero=True) == 0.0
     with pytest.raises(ValueError, match=r"^must be in \(0, 1\], got 0.0$"):
         _fraction(0.0)

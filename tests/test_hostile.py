@@ -284,6 +284,11 @@ PLAN_CASES = [
     plan_case("burst_s: -.inf", HEAD + "burst_s: -.inf\n", INVALID, "burst_s", "finite"),
     plan_case("batch: 400 digits", HEAD + f"batch: {HUGE}\n", INVALID, "batch", "at most"),
     plan_case("batch: 5000 digits", HEAD + f"batch: {'9' * 5000}\n", INVALID),
+    # YAML 1.2 reads 1e400 as a whole number past a float's range: its size is what is wrong, not its type.
+    *(
+        plan_case(f"{key}: 1e400", HEAD + f"{key}: 1e400\n", INVALID, key, "finite number", "401-digit")
+        for key in ("gpu_hour_usd", "burst_s", "mfu")
+    ),
     plan_case("context: a date", HEAD + "context: 2024-01-01\n", INVALID, "context", "integer"),
     plan_case("context: impossible date", HEAD + "context: 2024-13-45\n", INVALID),
     plan_case("expert_parallel: 'yes'", HEAD + "expert_parallel: 'yes'\n", INVALID, "expert_parallel"),

@@ -60,7 +60,8 @@ MAX_TOKENS_PER_REQUEST = 100_000_000
 _STRICT = ConfigDict(defer_build=True, frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def _digits(value: int) -> str:
+def digit_count(value: int) -> str:
+    """How many digits a (huge) whole number has, for an error that cannot print it."""
     try:
         return str(len(str(value)))
     except ValueError:  # Python will not print an integer of more than 4,300 digits
@@ -69,7 +70,7 @@ def _digits(value: int) -> str:
 
 def _at_most(value: float, limit: float) -> float:
     if value > limit:
-        shown = f"a {_digits(value)}-digit number" if isinstance(value, int) and value > 10**20 else value
+        shown = f"a {digit_count(value)}-digit number" if isinstance(value, int) and value > 10**20 else value
         raise ValueError(f"must be at most {limit:,}, got {shown}")
     return value
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, Tenant, digit_count
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
 
@@ -106,6 +106,9 @@ def _problem(error: Any) -> tuple[str, str | None]:
     if wanted is None:
         return error["msg"].removeprefix("Value error, "), None
     value = error.get("input")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 10**20:
+        # A whole number beyond a float's range (YAML's 1e400): its size is the problem, not its type.
+        return f"must be a finite number, got a {digit_count(value)}-digit number", "give a realistic value"
     shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
     fix = None
     if isinstance(value, bool) and wanted != "true or false":
