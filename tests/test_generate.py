@@ -260,6 +260,22 @@ def test_hand_edited_file_is_not_overwritten(run_cli, tmp_path: Path, monkeypatc
     assert tree(out_dir) == before
 
 
+def test_check_on_a_hand_edit_says_what_generate_needs_first(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    edited = out_dir / "canonical/policy.yaml"
+    edited.write_text(edited.read_text(encoding="utf-8") + "# my note\n", encoding="utf-8")
+    code, _, err = canonical(run_cli, out_dir, "--check")
+    assert code == 1
+    # The advice works when followed: generate refuses the edited file until it is deleted.
+    assert f"move any change into the plan and delete {out_dir}/canonical/policy.yaml" in err
+    assert canonical(run_cli, out_dir)[0] == EXIT_INVALID_INPUT
+    edited.unlink()
+    assert canonical(run_cli, out_dir)[0] == 0
+    assert canonical(run_cli, out_dir, "--check")[0] == 0
+
+
 def test_corrupt_manifest_is_an_error(run_cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
     out_dir = tmp_path / "out"

@@ -168,9 +168,17 @@ def generate_summary(report: WriteReport) -> None:
                 )
         if report.drift:
             sys.stdout.write(report.diff)
-            sys.stderr.write(
-                f"quotacalc: {report.out_dir} differs from the plan ({summary}): run generate without --check\n"
+            # generate refuses to overwrite a hand edit or a file it did not write: say what to do with those first.
+            blocked = [
+                f"{report.out_dir}/{change.path}" for change in report.changes if change.status in ("edited", "foreign")
+            ]
+            advice = (
+                f"move any change into the plan and delete {', '.join(blocked)} (generate does not overwrite a hand "
+                "edit or a file it did not write), then run generate without --check"
+                if blocked
+                else "run generate without --check"
             )
+            sys.stderr.write(f"quotacalc: {report.out_dir} differs from the plan ({summary}): {advice}\n")
         else:
             sys.stderr.write(f"quotacalc: {report.out_dir} is up to date ({summary})\n")
         return
