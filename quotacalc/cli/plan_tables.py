@@ -169,15 +169,15 @@ def generate_summary(report: WriteReport) -> None:
         if report.drift:
             sys.stdout.write(report.diff)
             # generate refuses to overwrite a hand edit or a file it did not write: say what to do with those first.
-            blocked = [
-                f"{report.out_dir}/{change.path}" for change in report.changes if change.status in ("edited", "foreign")
-            ]
-            advice = (
-                f"move any change into the plan and delete {', '.join(blocked)} (generate does not overwrite a hand "
-                "edit or a file it did not write), then run generate without --check"
-                if blocked
-                else "run generate without --check"
+            edited, foreign = (
+                [f"{report.out_dir}/{change.path}" for change in report.changes if change.status == status]
+                for status in ("edited", "foreign")
             )
+            first = [
+                *([f"move any change into the plan and delete {', '.join(edited)}"] if edited else []),
+                *([f"move {', '.join(foreign)} away (quotacalc did not write it)"] if foreign else []),
+            ]
+            advice = "; ".join([*first, "run generate without --check" if not first else "then run generate"])
             sys.stderr.write(f"quotacalc: {report.out_dir} differs from the plan ({summary}): {advice}\n")
         else:
             sys.stderr.write(f"quotacalc: {report.out_dir} is up to date ({summary})\n")
