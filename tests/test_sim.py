@@ -444,7 +444,19 @@ def test_one_request_by_hand():
     assert result.released_units == pytest.approx(w * 90, rel=1e-12)
     assert result.unused_reservation_unit_s == pytest.approx(w * (100 * prefill_s + 855 * step_s), rel=1e-9)
     assert result.resident_kv_peak_tokens == 110 and result.concurrent_sequences_peak == 1
-    assert result.terminal == {"eos": 1} and result.output_tokens == 10
+    assert result.output_tokens == 10
+    # Every way to end is a key, 0 when none took it: the one request ended at its stop token.
+    assert result.terminal == {
+        "eos": 1,
+        "length": 0,
+        "quota_stop": 0,
+        "cancel": 0,
+        "disconnect": 0,
+        "error": 0,
+        "engine_failure": 0,
+        "queue_full": 0,
+    }
+    assert result.other_rejects == {"context": 0, "kv_cap": 0}
 
 
 @pytest.mark.parametrize("name", ["simulate-platform.yaml", "simulate-named-plan.yaml"])
@@ -465,3 +477,68 @@ def test_a_narrow_terminal_never_cuts_a_figure(run_cli, monkeypatch):
     assert code == 0 and "…" not in out
     for run in runs:
         assert run["policy"] in out and f"{run['requests']:,}" in out
+
+
+LONG_POOL_WARNING = (
+    "pool 'long': a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: "
+    "priced at batch 9 (lower --batch, or raise --tp or use --kv-dtype fp8)"
+)
+
+
+def test_every_outcome_key_is_present_and_warnings_are_listed(run_cli):
+    """--json keys do not come and go with the traffic: each terminal and reject reason is a count, 0 when none."""
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "50", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["warnings"] == [LONG_POOL_WARNING]
+    terminal = ["eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full"]
+    for run in document["policies"]:
+        for figures in (run, *run["tenants"]):
+            assert list(figures["terminal"]) == terminal
+            assert list(figures["other_rejects"]) == ["context", "kv_cap"]
+            assert sum(figures["terminal"].values()) == figures["admitted"]
+        # 50 requests with no prompt above 32K and no engine failure within a few seconds: zeros, not missing keys.
+        assert run["terminal"]["engine_failure"] == 0 and run["other_rejects"] == {"context": 0, "kv_cap": 0}
+
+
+def test_a_pool_runs_at_the_batch_its_price_and_generate_use(run_cli):
+    """The example's long pool asks for batch 16 at 65,536 tokens; its KV pool of 646,503 tokens holds
+    floor(646,503 / 65,536) = 9 such sequences, so price uses batch 9, generate writes max-num-seqs 9, and the
+    simulated engine runs at most 9. The standard pool's batch (128 at its default context) fits: 128."""
+    from quotacalc.core.policy import build_policy
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+    from quotacalc.inputs.scenario import load_scenario
+
+    loaded = load_scenario(str(EXAMPLE))
+    setup = build_setup(loaded)
+    assert [(p.name, p.max_num_seqs) for p in setup.pools] == [("standard", 128), ("long", 646503 // 65536)]
+    policy = build_policy(loaded.plan, {p.name: price(resolve(p.deployment)) for p in loaded.plan.pools})
+    assert [p.engine.max_num_seqs for p in policy.pools] == [p.max_num_seqs for p in setup.pools]
+    simulation = Simulation(setup, "reserve_capped", "fair")
+    assert [r.max_num_seqs for r in simulation.pools[1].replicas] == [9]
+    assert setup.warnings == (LONG_POOL_WARNING,)
+    # The command repeats the price's warning on stderr, once, and reports the engine it ran.
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "50", "--json")
+    assert code == 0 and err == f"quotacalc: warning: {LONG_POOL_WARNING}\n"
+    assert [p["max_num_seqs"] for p in json.loads(out)["pools"]] == [128, 9]
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "50")
+    assert code == 0 and err == f"quotacalc: warning: {LONG_POOL_WARNING}\n"
+
+
+def test_a_scenario_max_num_seqs_above_the_priced_batch_is_run_and_warned():
+    document = one_tenant(
+        {**LLAMA_70B, "context": 65536, "batch": 16},
+        {**FIXED_1200_1000, "arrival": {"kind": "poisson", "rate_rps": 1}},
+        requests=10,
+        engine={"max_num_seqs": 12},
+    )
+    setup = build_setup(scenario_from_dict(document))
+    assert setup.pools[0].max_num_seqs == 12  # the scenario's what-if is honoured
+    assert setup.warnings[1] == (
+        "pool 'p': engine.max_num_seqs 12 is above the 9 it is priced at and generate sets as max-num-seqs: "
+        "the simulated engine runs more sequences than the price"
+    )
+    document["engine"] = {"max_num_seqs": 4}  # below the priced batch: a plain setting, no warning of its own
+    setup = build_setup(scenario_from_dict(document))
+    assert setup.pools[0].max_num_seqs == 4 and len(setup.warnings) == 1

@@ -162,4 +162,4 @@ def test_invariants(document, policy, queueing):
     within = next((t for t in result.tenants if t.tenant == "within"), None)
     if within is not None:
         assert within.admission_rejects == 0
-        assert within.other_rejects == {}
+        assert within.other_rejects == {"context": 0, "kv_cap": 0}

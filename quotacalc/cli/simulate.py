@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quotacalc.errors import UsageError
+from quotacalc.errors import QuotacalcError, UsageError
 
 if TYPE_CHECKING:
     from quotacalc.sim.events import SimSetup
@@ -23,13 +23,13 @@ SIMULATE_SCHEMA_VERSION = 1
 
 def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None, requests: int | None) -> None:
     """The command's body."""
-    from quotacalc.inputs.scenario import load_scenario
+    from quotacalc.inputs.scenario import MAX_EXPECTED_REQUESTS, MAX_SEED, load_scenario
     from quotacalc.sim.events import Simulation, build_setup
 
     if plot is not None and Path(plot).suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"cannot plot to '{plot}'", field="--plot", fix="name a .png or .svg file")
-    if requests is not None and requests < 1:
-        raise UsageError(f"must be at least 1, got {requests}", field="--requests")
+    _check_range("--requests", requests, 1, MAX_EXPECTED_REQUESTS)
+    _check_range("--seed", seed, 0, MAX_SEED)
     if plot is not None:
         from quotacalc.cli.sim_plot import require_matplotlib
 
@@ -66,10 +66,19 @@ def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None
         from quotacalc.cli.sim_plot import plot_runs
 
         plot_runs(runs, ttft_samples, Path(plot))
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings(setup.warnings)
     if partial:
         # 128 + SIGINT, as everywhere in quotacalc: an interrupted CI job must never look green.
         sys.stderr.write("quotacalc: interrupted: the results above are partial\n")
         sys.exit(130)
+
+
+def _check_range(flag: str, value: int | None, low: int, high: int) -> None:
+    """A count flag outside what the scenario accepts: a bad value (exit 1), said in the flag's terms."""
+    if value is not None and not low <= value <= high:
+        raise QuotacalcError(f"must be from {low:,} to {high:,}, got {value:,}", field=flag)
 
 
 class _progress:
@@ -112,6 +121,8 @@ def simulate_json(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> d
         "schema_version": SIMULATE_SCHEMA_VERSION,
         "command": "simulate",
         "partial": partial,
+        # The pools' pricing warnings (stderr carries them too), as every command's JSON has them.
+        "warnings": list(setup.warnings),
         "scenario": {
             "source": setup.loaded.source,
             "seed": scenario.seed,
@@ -220,7 +231,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
                 tenant.tier,
                 f"{tenant.admitted:,}/{tenant.requests:,}",
                 f"{tenant.admission_rejects:,}",
-                ", ".join(f"{k} {v}" for k, v in tenant.other_rejects.items()) or "-",
+                ", ".join(f"{k} {v:,}" for k, v in tenant.other_rejects.items() if v) or "-",
                 _fmt_units(tenant.quota_overshoot_units),
                 f"{tenant.preemptions:,}",
                 "-" if tenant.resident_kv_p99_tokens is None else f"{tenant.resident_kv_p99_tokens:,.0f}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,6 +21,8 @@ QUEUEING_NAMES = ("fair", "deep_priority")
 #: A scenario expected to send more requests than this without a request cap is a typo, not a plan:
 #: at ~150 us a request it would run for hours.
 MAX_EXPECTED_REQUESTS = 20_000_000
+#: The largest seed: random.Random takes any integer, but JSON readers and the flag's range stop at 63 bits.
+MAX_SEED = 2**63 - 1
 
 
 class _Strict(BaseModel):
@@ -106,6 +108,12 @@ class Replay(_Strict):
 
 Arrival = Annotated[Poisson | OnOff | Replay, Field(discriminator="kind")]
 
+#: Each ``kind`` of a length distribution or an arrival, and its model: an unknown key lists the kind's own keys.
+_KINDS: dict[str, type[BaseModel]] = {
+    get_args(model.model_fields["kind"].annotation)[0]: model
+    for model in (Fixed, Lognormal, Exponential, Empirical, Poisson, OnOff, Replay)
+}
+
 
 class TenantWorkload(_Strict):
     """One tenant's traffic."""
@@ -142,7 +150,11 @@ class EngineSettings(_Strict):
     order: Literal["fcfs", "priority"] = Field("priority", description="engine queue order in fair mode")
     queue_depth: int = Field(2, ge=1, description="fair mode: requests waiting in each engine's queue at most")
     deep_queue_depth: int = Field(100_000, ge=1, description="deep_priority mode: the engine queue's depth")
-    max_num_seqs: int | None = Field(None, ge=1, description="sequences per step; default: the pool's batch")
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="sequences per step; default: the batch each pool is priced at (generate's max-num-seqs)",
+    )
     max_num_batched_tokens: int = Field(8192, ge=1, description="tokens per step (chunked-prefill budget)")
     failure_rate_per_hour: float = Field(0.0, ge=0, description="engine failures per replica per hour (Poisson)")
     restart_s: float = Field(60.0, ge=0, description="time a failed replica stays down, seconds")
@@ -159,7 +171,9 @@ class Scenario(_Strict):
     requests: int | None = Field(
         None, ge=1, le=MAX_EXPECTED_REQUESTS, description="stop arrivals after this many requests"
     )
-    seed: int = Field(0, ge=0, lt=2**63, description="random seed: the same seed gives the same output, byte for byte")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="random seed: the same seed gives the same output, byte for byte"
+    )
     policies: tuple[Literal[POLICY_NAMES], ...] = Field(POLICY_NAMES, min_length=1)  # type: ignore[valid-type]
     queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
     lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
@@ -214,7 +228,7 @@ def yaml_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part in ("fixed", "lognormal", "exponential", "empirical", "poisson", "on_off", "replay"):
+        elif part in _KINDS:
             continue  # the discriminator's tag, not a key of the file
         elif isinstance(part, str) and (
             part in ("str", "int", "float") or part[:1].isupper() or part.startswith("function-") or "[" in part
@@ -242,7 +256,14 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
             str(entry["loc"][-1]) for entry in errors if entry["type"] == "missing" and entry["loc"][:-1] == loc[:-1]
         ]
         close = close_names(str(loc[-1]), missing, n=1)
-        fix = f"did you mean '{close[0]}'?" if close else "check the spelling"
+        kind_tag = next((part for part in reversed(loc[:-1]) if isinstance(part, str) and part in _KINDS), None)
+        if close:
+            fix = f"did you mean '{close[0]}'?"
+        elif kind_tag is not None:
+            # A distribution's keys differ by kind (fixed has tokens, lognormal median and sigma): name them all.
+            fix = f"kind {kind_tag} takes: {', '.join(_KINDS[kind_tag].model_fields)}"
+        else:
+            fix = "check the spelling"
         return QuotacalcError(f"unknown key '{loc[-1]}'", source=source, field=field, fix=fix)
     if kind == "missing":
         return QuotacalcError("is required", source=source, field=field)
@@ -381,6 +402,7 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedS
     document = _read_yaml(file, "scenario file")
     if not isinstance(document, dict):
         raise QuotacalcError("expected a mapping (plan, workload, ...)", source=path)
+    _refuse_plan_file(document, file)
     try:
         scenario = Scenario.model_validate(document)
     except ValidationError as error:
@@ -392,14 +414,31 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedS
         except ValidationError as error:
             first = error.errors()[0]
             name = str(first["loc"][0]) if first["loc"] else ""
-            if name in overrides:
-                raise UsageError(first["msg"], field="--" + name.replace("_", "-")) from None
+            if name in overrides:  # a flag's value out of range (the command checks its bounds first)
+                message = first["msg"].removeprefix("Value error, ")
+                raise QuotacalcError(message, field="--" + name.replace("_", "-")) from None
             raise _validation_error(error, source=path) from None
     if isinstance(scenario.plan, str):
         plan = _plan_from_file(file.parent / scenario.plan)
     else:
         plan = _embedded_plan(scenario.plan, source=path)
     return _finish(scenario, plan, source=path, base=file.parent)
+
+
+#: Top-level keys of a plan file (flat: a deployment's keys; platform: pools, tiers, tenants) that no scenario has.
+_PLAN_KEYS = ("pools", "deployment", "tiers", "tenants", "model", "gpu", "tp")
+
+
+def _refuse_plan_file(document: dict[str, Any], file: Path) -> None:
+    """A plan given where a scenario goes: say so, and how a scenario names it, not that its first key is unknown."""
+    if "plan" in document or "workload" in document or not any(key in document for key in _PLAN_KEYS):
+        return
+    raise QuotacalcError(
+        "is a plan file, not a scenario",
+        source=str(file),
+        fix=f"name it in a scenario's plan key, 'plan: {file.name}' from a scenario in the same folder, and give "
+        "its tenants' workload; see quotacalc examples simulate-named-plan",
+    )
 
 
 def scenario_from_dict(

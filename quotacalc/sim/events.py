@@ -81,6 +81,9 @@ class SimSetup:
     loaded: LoadedScenario
     pools: tuple[PoolSpec, ...]
     tenants: tuple[TenantRuntime, ...]
+    #: Each pool's pricing warnings as ``price`` gives them ("pool 'long': ..."), and where the scenario's engine
+    #: settings depart from what the price assumed: the figures rest on them, so the command repeats them.
+    warnings: tuple[str, ...] = ()
 
 
 def build_setup(loaded: LoadedScenario) -> SimSetup:
@@ -94,28 +97,42 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
     engine = loaded.scenario.engine
     names = [pool.name for pool in plan.pools]
     prices = {}
+    inputs_by_pool = {}
+    warnings: list[str] = []
+    for pool in plan.pools:
+        inputs_by_pool[pool.name] = resolve(pool.deployment)
+        prices[pool.name] = price(inputs_by_pool[pool.name])
+        warnings += [f"pool '{pool.name}': {warning}" for warning in prices[pool.name].warnings]
+    policy = build_policy(plan, prices)
+    generated_seqs = {pool.name: pool.engine.max_num_seqs for pool in policy.pools}
     specs = []
     for pool in plan.pools:
-        inputs = resolve(pool.deployment)
-        result = price(inputs)
-        prices[pool.name] = result
+        result = prices[pool.name]
+        # The engine runs the max-num-seqs generate writes for it (core/policy.py _engine): the batch the price
+        # used, min(batch, what the KV pool holds at the context, the deployment's max_num_seqs). A larger one
+        # would serve more than the price sells and than the deployed engine runs.
+        generated = generated_seqs[pool.name]
+        if engine.max_num_seqs is not None and engine.max_num_seqs > generated:
+            warnings.append(
+                f"pool '{pool.name}': engine.max_num_seqs {engine.max_num_seqs} is above the {generated} it is "
+                "priced at and generate sets as max-num-seqs: the simulated engine runs more sequences than the price"
+            )
         specs.append(
             PoolSpec(
                 name=pool.name,
-                model=replica_model(inputs, result.kv_pool_bytes_per_gpu),
+                model=replica_model(inputs_by_pool[pool.name], result.kv_pool_bytes_per_gpu),
                 # Tokens at the pool's context: exact for full attention; with windowed or state layers a
                 # longer request is charged more than it holds, a shorter one less.
                 kv_pool_tokens=result.kv_pool_tokens_at_context,
                 output_weight=result.output_weight,
                 replica_units_per_s=result.replica_units_per_s,
                 replicas=pool.replicas,
-                max_num_seqs=engine.max_num_seqs or pool.deployment.batch,
+                max_num_seqs=engine.max_num_seqs or generated,
                 max_num_batched_tokens=engine.max_num_batched_tokens,
                 route_above_prompt_tokens=pool.route_above_prompt_tokens,
                 long_context_pool=names.index(pool.long_context_pool) if pool.long_context_pool else None,
             )
         )
-    policy = build_policy(plan, prices)
     tenants = []
     for tenant in policy.tenants:
         weights = {names.index(tenant.pool): tenant.weights.output}
@@ -132,7 +149,7 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
                 cached_prompt_weight=tenant.weights.cached_prompt,
             )
         )
-    return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants))
+    return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants), warnings=tuple(warnings))
 
 
 class Simulation:

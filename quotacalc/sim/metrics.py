@@ -17,6 +17,9 @@ _LOG_BASE = math.log(1.01)
 _HIST_FLOOR = 1e-6
 
 TERMINAL_REASONS = ("eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full")
+#: Why a request is refused before admission other than a 429: its context does not fit the tier or the pool,
+#: or its KV estimate is over the tier's per-replica cap.
+OTHER_REJECT_REASONS = ("context", "kv_cap")
 
 
 def bin_index(value: float) -> int:
@@ -116,9 +119,13 @@ class Figures(_Result):
     requests: int = Field(description="requests that arrived")
     admitted: int
     admission_rejects: int = Field(description="429s: the bucket lacked the units the policy asks for")
-    other_rejects: dict[str, int] = Field(description="rejected for context, KV cap or a full engine queue")
+    other_rejects: dict[str, int] = Field(
+        description="refused before admission, not by the bucket: context, kv_cap (every key, 0 when none)"
+    )
     retry_after_max_s: int | None = Field(description="longest Retry-After sent, ceil(deficit / refill rate)")
-    terminal: dict[str, int] = Field(description="how admitted requests ended: eos, length, quota_stop, cancel, ...")
+    terminal: dict[str, int] = Field(
+        description="how admitted requests ended: eos, length, quota_stop, cancel, ... (every key, 0 when none)"
+    )
     quota_overshoot_units: float = Field(description="units used beyond what the bucket held (the contract)")
     quota_overshoot_units_max_window: float = Field(description="the largest overshoot in one window")
     reserved_units: float
@@ -204,9 +211,10 @@ def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, 
         "requests": int(total("requests")),
         "admitted": int(total("admitted")),
         "admission_rejects": int(total("admission_rejects")),
-        "other_rejects": dict(sorted(other.items())),
+        # Every key every time, 0 when nothing took that path: a consumer reads a count, never tests for a key.
+        "other_rejects": {reason: other.get(reason, 0) for reason in OTHER_REJECT_REASONS},
         "retry_after_max_s": max(retry) if retry else None,
-        "terminal": {reason: terminal[reason] for reason in TERMINAL_REASONS if reason in terminal},
+        "terminal": {reason: terminal.get(reason, 0) for reason in TERMINAL_REASONS},
         "quota_overshoot_units": total("quota_overshoot_units"),
         "quota_overshoot_units_max_window": max(windows.values(), default=0.0),
         "reserved_units": total("reserved_units"),
