@@ -542,3 +542,18 @@ def test_a_scenario_max_num_seqs_above_the_priced_batch_is_run_and_warned():
     document["engine"] = {"max_num_seqs": 4}  # below the priced batch: a plain setting, no warning of its own
     setup = build_setup(scenario_from_dict(document))
     assert setup.pools[0].max_num_seqs == 4 and len(setup.warnings) == 1
+
+
+def test_a_pool_steps_with_the_token_budget_its_price_and_generate_use():
+    """Without engine.max_num_batched_tokens a pool runs the budget generate writes: the deployment's, else vLLM's
+    default on its GPU (8,192 on an H100, 2,048 on an A100: vLLM 0.10's `vllm serve` rule, docs/accuracy.md)."""
+    workload = {**FIXED_1200_1000, "arrival": {"kind": "poisson", "rate_rps": 1}}
+    budgets = {}
+    for gpu in ("h100-sxm", "a100-80gb-sxm"):
+        setup = build_setup(scenario_from_dict(one_tenant({**LLAMA_8B, "gpu": gpu}, workload, requests=10)))
+        budgets[gpu] = setup.pools[0].max_num_batched_tokens
+    assert budgets == {"h100-sxm": 8192, "a100-80gb-sxm": 2048}
+    given = one_tenant({**LLAMA_8B, "max_num_batched_tokens": 4096}, workload, requests=10)
+    assert build_setup(scenario_from_dict(given)).pools[0].max_num_batched_tokens == 4096
+    given["engine"] = {"max_num_batched_tokens": 1024}  # the scenario's what-if wins
+    assert build_setup(scenario_from_dict(given)).pools[0].max_num_batched_tokens == 1024

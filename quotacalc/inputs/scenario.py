@@ -155,7 +155,12 @@ class EngineSettings(_Strict):
         ge=1,
         description="sequences per step; default: the batch each pool is priced at (generate's max-num-seqs)",
     )
-    max_num_batched_tokens: int = Field(8192, ge=1, description="tokens per step (chunked-prefill budget)")
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="tokens per step (chunked-prefill budget); default: each pool's, as generate writes it (the "
+        "deployment's, else its engine's default on that GPU)",
+    )
     failure_rate_per_hour: float = Field(0.0, ge=0, description="engine failures per replica per hour (Poisson)")
     restart_s: float = Field(60.0, ge=0, description="time a failed replica stays down, seconds")
 

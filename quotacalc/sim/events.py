@@ -105,6 +105,8 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
         warnings += [f"pool '{pool.name}': {warning}" for warning in prices[pool.name].warnings]
     policy = build_policy(plan, prices)
     generated_seqs = {pool.name: pool.engine.max_num_seqs for pool in policy.pools}
+    # The token budget the price assumed and generate writes (its KV reserve grows with it).
+    generated_tokens = {pool.name: pool.engine.max_num_batched_tokens for pool in policy.pools}
     specs = []
     for pool in plan.pools:
         result = prices[pool.name]
@@ -128,7 +130,7 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
                 replica_units_per_s=result.replica_units_per_s,
                 replicas=pool.replicas,
                 max_num_seqs=engine.max_num_seqs or generated,
-                max_num_batched_tokens=engine.max_num_batched_tokens,
+                max_num_batched_tokens=engine.max_num_batched_tokens or generated_tokens[pool.name],
                 route_above_prompt_tokens=pool.route_above_prompt_tokens,
                 long_context_pool=names.index(pool.long_context_pool) if pool.long_context_pool else None,
             )
