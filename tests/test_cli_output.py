@@ -362,3 +362,14 @@ def test_the_readmes_engine_basis_figures_are_what_price_prints(run_cli):
         f"${figures['usd_per_million_output_tokens']:.2f} instead of $0.47"
     )
     assert stated in " ".join((root / "README.md").read_text(encoding="utf-8").split())
+
+
+def test_help_names_every_engine_profile_and_shows_enum_defaults_by_value(run_cli, monkeypatch):
+    from quotacalc.catalog.engines import load_engine_catalog
+    from quotacalc.core.deployment import Deployment
+
+    described = Deployment.model_fields["engine"].description
+    assert all(engine in described for engine in load_engine_catalog().engines)
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = run_cli("price", "--help")
+    assert code == 0 and "[default: roofline]" in out and "PricingBasis." not in out

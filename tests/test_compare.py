@@ -358,3 +358,13 @@ def test_one_pool_from_the_command_line_on_several_rows_warns_on_each(run_cli):
         "price", *MODEL, "--gpu", "h100-sxm", "--tp", "4", "--kv-pool-tokens", "646503", "--format", "json"
     )
     assert code == 0 and json.loads(out)["rows"][0]["warnings"] == []
+
+
+def test_a_context_above_the_models_maximum_names_its_origin(run_cli, tmp_path):
+    code, out, err = run_cli("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100,h200", "--context", "200000")
+    assert (code, out) == (1, "")
+    assert err.startswith("quotacalc: error: --context: 200,000 tokens exceed the model's maximum context of 131,072")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: Llama-3.1-8B-Instruct\ncontext: 200000\n", encoding="utf-8")
+    code, _, err = run_cli("price", str(plan), "--gpu", "h100,h200")
+    assert code == 1 and err.startswith(f"quotacalc: error: {plan}: context: 200,000 tokens exceed")

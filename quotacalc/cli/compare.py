@@ -70,7 +70,7 @@ def check_format(output_format: str, as_json: bool) -> str:
     return output_format
 
 
-def _check_context(deployment: Any, plan: str | None) -> None:
+def _check_context(deployment: Any) -> None:
     """A context above the model's maximum is the input's error, not a row's: no GPU or TP serves it."""
     from quotacalc.inputs.deployment import model_max_context
 
@@ -78,7 +78,6 @@ def _check_context(deployment: Any, plan: str | None) -> None:
     if maximum and deployment.context > maximum:
         raise QuotacalcError(
             f"{deployment.context:,} tokens exceed the model's maximum context of {maximum:,}",
-            source=plan,
             field="context",
             fix=f"use a context of at most {maximum:,} tokens",
         )
@@ -166,7 +165,11 @@ def run_comparison(
         priced = price(resolve(estimated))
         return priced.model_copy(update={"warnings": (f"KV pool estimated: {mismatch}", *priced.warnings)})
 
-    _check_context(deployments[0], plan)
+    try:
+        _check_context(deployments[0])
+    except QuotacalcError as error:
+        name_error_origin(error, plan, flags)
+        raise
     rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], tenant, rows, output_format)
     if not any(row.feasible for row in rows):

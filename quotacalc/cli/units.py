@@ -78,6 +78,10 @@ def engine_note(engine: str) -> str:
 
 def setting(value: Any) -> str:
     """An input's value as help and listings show it: switches on/off, floats compact."""
+    from enum import Enum
+
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, Enum):  # PricingBasis.ROOFLINE is typed as 'roofline'
+        return str(value.value)
     return f"{value:g}" if isinstance(value, float) else str(value)

@@ -229,7 +229,7 @@ class Deployment(BaseModel):
     engine: str = Field(
         GENERIC_ENGINE,
         description="serving engine whose engine-model defaults apply ('quotacalc engines'): generic (vLLM, NIM / "
-        "TensorRT-LLM) or sglang; an input given explicitly still wins",
+        "TensorRT-LLM), sglang or tensorrt-llm-pytorch; an input given explicitly still wins",
     )
     step_overhead_s: float = Field(
         0.0002, description="fixed time of each engine step beside the roofline and the layers' own: scheduling, s"
