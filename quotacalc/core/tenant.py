@@ -130,11 +130,13 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         substituted=f"{dedicated_replicas} × {fmt(replica.dedicated_usd_per_month)}",
         unit="USD",
     )
+    # kv's own share of the pool at prompt + output: bytes, or blocks where the pool is vLLM's hybrid layout.
+    kv_share = next(step for step in request.steps if step.name == "pool_share")
     share = ledger.record(
         "request_pool_share",
         request.pool_share,
-        formula="request_kv_bytes_per_gpu(prompt + output) / kv_pool_bytes_per_gpu",
-        substituted=f"{fmt(request.request_kv_bytes_per_gpu)} / {fmt(replica.kv_pool_bytes_per_gpu)}",
+        formula=f"{kv_share.formula}; the request at prompt + output tokens",
+        substituted=kv_share.substituted,
         unit="",
         note="KV one of this tenant's requests holds at its full length",
     )
