@@ -142,8 +142,12 @@ def _structured(annotation: object) -> bool:
 
 
 def _shown(value: object) -> str:
+    from enum import Enum
+
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, Enum):  # as typed on the command line: roofline, not PricingBasis.ROOFLINE
+        return str(value.value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
