@@ -141,14 +141,15 @@ def test_a_sound_plan_reports_each_pool_and_what_was_assumed():
     assert result.findings == (
         Finding(
             severity="info",
-            code="long-context-capacity",
+            code="capacity",
             subject="pools.long",
-            # 2 replicas × 5,000 units/s = 10,000.
+            # 2 replicas × 5,000 units/s = 10,000, checked like any pool: no tenant is sized on traffic routed here
+            # and none routes its long prompts here, so nothing is sold and nothing left uncounted.
             message=(
-                "long-context pool: 10,000 units/s at the ceiling (2 replicas, W 4.50); the plan does not say what "
-                "share of each tenant's units arrives above the threshold, so its load is not checked"
+                "0 of 10,000 units/s sold (0%, 2 replicas at the ceiling): counted, the tenants sized on traffic "
+                "whose mean prompt routes here"
             ),
-            figures={"capacity_units_per_s": 10_000.0},
+            figures={"units_sold_per_s": 0.0, "capacity_units_per_s": 10_000.0, "ratio": 1.0},
         ),
         Finding(
             severity="info",
@@ -168,7 +169,7 @@ def test_a_sound_plan_reports_each_pool_and_what_was_assumed():
 def test_a_measured_ratio_raises_the_limit():
     result = check_plan(policy(tenant("a", 12_000), tenant("b", 8_000), ratio=1.25))
     # 40,000 × 1.25 = 50,000 units/s may be sold; 20,000 is 40% of it.
-    assert found(result, "capacity") == [
+    assert [f for f in found(result, "capacity") if f.subject == "pools.shared"] == [
         Finding(
             severity="info",
             code="capacity",
@@ -182,7 +183,7 @@ def test_a_measured_ratio_raises_the_limit():
 
 def test_selling_exactly_the_capacity_is_not_overselling():
     result = check_plan(policy(*(tenant(name, 10_000) for name in "abcd")))
-    (capacity,) = found(result, "capacity")
+    (capacity,) = [f for f in found(result, "capacity") if f.subject == "pools.shared"]
     assert capacity.severity == "info"
     assert capacity.message == "40,000 of 40,000 units/s sold (100%, 4 replicas at the ceiling)"
     assert found(result, "oversold") == []
@@ -586,3 +587,177 @@ def _Tenant(rps: float, prompt: float, output: float):
     from quotacalc.core.deployment import Tenant
 
     return Tenant(rps=rps, prompt_tokens=prompt, output_tokens=output)
+
+
+# --------------------------------------------------------------------------- load routed to the long-context pool
+
+
+def test_traffic_whose_mean_prompt_routes_long_loads_the_long_context_pool():
+    # a: 12,000 units/s sized on a mean prompt of 40,000 tokens, above the threshold of 32,768: units of 'long'
+    # (5,000 a replica). b: a contract of 8,000 (its long prompts' share unknown). c: traffic at exactly the threshold,
+    # which stays on 'shared' (routing is for prompts above it).
+    plan = policy(tenant("a", 12_000, long=True), tenant("b", 8_000, long=True), tenant("c", 1_000, long=True))
+    result = check_plan(plan, traffic={"a": _traffic(40_000, 500), "c": _traffic(32_768, 100)})
+    # shared: b + c = 9,000 of 40,000 (22.5% -> 22%), without a's 12,000 (21,000 before).
+    (shared,) = [f for f in found(result, "capacity") if f.subject == "pools.shared"]
+    assert shared.message == "9,000 of 40,000 units/s sold (22%, 4 replicas at the ceiling)"
+    assert shared.figures["units_sold_per_s"] == 9_000.0
+    # long: a's 12,000 > 2 × 5,000 = 10,000, oversold: 12,000 / 5,000 = 2.4 -> 3 replicas. b and c route their long
+    # prompts here in a share the plan does not say: named as not counted.
+    assert found(result, "oversold") == [
+        Finding(
+            severity="error",
+            code="oversold",
+            subject="pools.long",
+            message="12,000 units/s sold, above the capacity of 10,000 units/s (2 replicas × 5,000 at the ceiling): "
+            "counted, the tenants sized on traffic whose mean prompt routes here; not counted, the long prompts of "
+            "b, c, whose share above the threshold the plan does not say",
+            fix="raise replicas to 3, move tenants, or measure an oversubscription ratio",
+            figures={"units_sold_per_s": 12_000.0, "capacity_units_per_s": 10_000.0, "ratio": 1.0},
+        )
+    ]
+    # a's load is 2.4 replicas of 'long' (1.2 of 'shared'): past the reversal point, priced at 'long''s replicas:
+    # 3 × $7,200 = $21,600 dedicated, 2.4 × $7,200 = $17,280 shared.
+    (reversal,) = found(result, "reversal")
+    assert reversal.subject == "tenants.a"
+    assert reversal.message == (
+        "load of 2.40 replicas (12,000 units/s) on pool 'long': sharing buys little multiplexing at this size; a "
+        "dedicated pool of 3 replicas costs $21,600/month (its shared share: $17,280/month)"
+    )
+    # Without the traffic (a contract of the same rate) the load stays on 'shared': 21,000 sold there.
+    (contract,) = [f for f in found(check_plan(plan), "capacity") if f.subject == "pools.shared"]
+    assert contract.figures["units_sold_per_s"] == 21_000.0
+
+
+def test_more_than_three_uncounted_tenants_are_counted_not_listed():
+    result = check_plan(policy(*(tenant(name, 100, long=True) for name in "abcde")))
+    (long,) = [f for f in found(result, "capacity") if f.subject == "pools.long"]
+    assert long.message.endswith(
+        "not counted, the long prompts of a, b, c and 2 more, whose share above the threshold the plan does not say"
+    )
+
+
+def test_size_counts_a_tenant_routed_long_in_the_long_pools_replicas():
+    plan = policy(tenant("a", 12_000, long=True))
+    # In 'long''s units: 12,000 / 5,000 = 2.4 replicas, 2.4 × $7,200 = $17,280, ceil -> 3 × $7,200 = $21,600.
+    (row,) = size_plan(plan, traffic={"a": _traffic(40_000, 500)}).tenants
+    assert (row.pool, row.replicas, row.shared_usd_per_month, row.dedicated_replicas, row.dedicated_usd_per_month) == (
+        "shared",
+        pytest.approx(2.4),
+        pytest.approx(17_280.0),
+        3,
+        21_600.0,
+    )
+    # A contract (or traffic at the threshold) stays on 'shared': 12,000 / 10,000 = 1.2 replicas.
+    assert size_plan(plan).tenants[0].replicas == pytest.approx(1.2)
+    assert size_plan(plan, traffic={"a": _traffic(32_768, 100)}).tenants[0].replicas == pytest.approx(1.2)
+
+
+def _bucket(depth: float, **kwargs) -> TenantPolicy:
+    return tenant("a", 1_000.0, long=True, **kwargs).model_copy(update={"bucket_depth_units": depth})
+
+
+def test_a_bucket_is_checked_against_the_requests_routed_to_the_long_context_pool():
+    # Tier: max context 100,000, max output 4,096; 'long' has W 4.5. The smallest request routed there: a prompt of
+    # 32,769 tokens (one above the threshold) and one output token, 32,769 + 4.5 = 32,773.5 units. The longest
+    # request reserving its whole output: 100,000 − 4,096 = 95,904 prompt tokens + 4.5 × 4,096 = 18,432: 114,336.
+    # On 'shared' (W 3) the reservation is 3 × 4,096 = 12,288, below every depth here but the last.
+    shallow = check_plan(policy(_bucket(20_000.0, max_context=100_000, kv_cap=100_000)))
+    assert [f for f in shallow.findings if f.code.startswith("bucket")] == [
+        Finding(
+            severity="warning",
+            code="bucket-below-any-request",
+            subject="tenants.a",
+            message="its bucket holds 20,000 units, less than the smallest request routed to pool 'long' (a prompt of "
+            "32,769 tokens, above the threshold of 32,768, and one output token at W 4.50: 32,774 units): the gateway "
+            "rejects every prompt above 32,768 tokens that tier 'std' allows",
+            fix="raise the tenant's units_per_s or tiers.std.burst_s, or lower tiers.std.max_context_tokens to 32,768 "
+            "to keep its prompts on pool 'shared'",
+            figures={"bucket_depth_units": 20_000.0, "smallest_request_units": 32_773.5},
+        )
+    ]
+    deeper = check_plan(policy(_bucket(100_000.0, max_context=100_000, kv_cap=100_000)))
+    assert [f for f in deeper.findings if f.code.startswith("bucket")] == [
+        Finding(
+            severity="info",
+            code="bucket-below-max-output",
+            subject="tenants.a",
+            message="its bucket holds 100,000 units, less than the reservation of the longest request tier 'std' "
+            "allows, routed to pool 'long' (a prompt of 95,904 tokens and 4,096 output tokens reserved at W 4.50: "
+            "95,904 + 4.50 × 4,096 = 114,336 units): such a request is never admitted",
+            fix="raise the tenant's rate or tiers.std.burst_s, or lower its max_output_tokens or max_context_tokens",
+            figures={"bucket_depth_units": 100_000.0, "reservation_units": 114_336.0},
+        )
+    ]
+    # Exactly the reservation is admitted; so is exactly the smallest long request (then only the note).
+    at = check_plan(policy(_bucket(114_336.0, max_context=100_000, kv_cap=100_000)))
+    assert [f.code for f in at.findings if f.code.startswith("bucket")] == []
+    smallest = check_plan(policy(_bucket(32_773.5, max_context=100_000, kv_cap=100_000)))
+    assert [f.severity for f in smallest.findings if f.code.startswith("bucket")] == ["info"]
+    # 8,000 units: below the reservation on 'shared' (12,288, a note) and below the smallest request routed to
+    # 'long' (32,773.5, a warning): both, the warning first.
+    both = check_plan(policy(_bucket(8_000.0, max_context=100_000, kv_cap=100_000)))
+    assert [(f.severity, f.code) for f in both.findings if f.code.startswith("bucket")] == [
+        ("warning", "bucket-below-any-request"),
+        ("info", "bucket-below-max-output"),
+    ]
+    # Below even the standard pool's smallest request (1 + 3 = 4 units): that warning alone.
+    nothing = check_plan(policy(_bucket(3.0, max_context=100_000, kv_cap=100_000)))
+    assert [f.figures for f in nothing.findings if f.code.startswith("bucket")] == [
+        {"bucket_depth_units": 3.0, "smallest_request_units": 4.0}
+    ]
+
+
+def test_the_long_context_reservation_uses_the_tenants_long_weights_and_the_context_left():
+    # Max context 34,000: above the threshold only 34,000 − 32,769 = 1,231 tokens are left for output, fewer than
+    # max_output 4,096. The longest such request: 32,769 prompt + 1,231 output. With the tenant's long-context W of 6
+    # (what its gateway charges): 32,769 + 6 × 1,231 = 40,155 units.
+    weighted = _bucket(40_000.0, max_context=34_000, kv_cap=100_000).model_copy(
+        update={"long_context_weights": UnitWeights(cached_prompt=0.1, output=6.0)}
+    )
+    (note,) = [f for f in check_plan(policy(weighted)).findings if f.code.startswith("bucket")]
+    assert note.code == "bucket-below-max-output"
+    assert note.figures == {"bucket_depth_units": 40_000.0, "reservation_units": 40_155.0}
+    assert "(a prompt of 32,769 tokens and 1,231 output tokens reserved at W 6.00" in note.message
+    # A tier whose context leaves no room above the threshold (32,769: the prompt alone fills it) routes nothing.
+    unrouted = check_plan(policy(_bucket(20_000.0, max_context=32_769, kv_cap=100_000)))
+    assert [f.code for f in unrouted.findings if f.code.startswith("bucket")] == []
+
+
+# --------------------------------------------------------------------------- pricing warnings name plan keys
+
+
+PRICE_WARNING = (
+    "a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: priced at batch 9 "
+    "(lower --batch, or raise --tp or use --kv-dtype fp8)"
+)
+
+
+def test_a_pools_pricing_warning_names_the_plan_keys_not_flags():
+    result = check_plan(policy(tenant("a")), pool_warnings={"long": (PRICE_WARNING,)})
+    assert found(result, "pool-price") == [
+        Finding(
+            severity="warning",
+            code="pool-price",
+            subject="pools.long",
+            message="a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: "
+            "priced at batch 9",
+            fix="lower pools.long.deployment.batch, or raise pools.long.deployment.tp or use "
+            "pools.long.deployment.kv_dtype: fp8",
+        )
+    ]
+    # A flat plan's deployment keys are its top level.
+    (flat,) = found(
+        check_plan(policy(tenant("a")), pool_warnings={"default": (PRICE_WARNING,)}, flat_plan=True), "pool-price"
+    )
+    assert flat.fix == "lower batch, or raise tp or use kv_dtype: fp8"
+    load = (
+        "no request of the full-load workload (200,000 + 500 tokens) fits the KV pool: max_load_output_tokens_per_s "
+        "is 0 (shorten --load-prompt-tokens / --load-output-tokens, or raise --tp)"
+    )
+    (finding,) = found(check_plan(policy(tenant("a")), pool_warnings={"shared": (load,)}), "pool-price")
+    assert finding.fix == (
+        "shorten pools.shared.deployment.load_prompt_tokens / pools.shared.deployment.load_output_tokens, "
+        "or raise pools.shared.deployment.tp"
+    )
+    assert "--" not in finding.message + finding.fix

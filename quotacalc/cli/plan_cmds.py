@@ -139,6 +139,7 @@ def _strict(result: CheckResult) -> CheckResult:
 def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
     """Run the plan's checks; returns the exit code (1 on any error)."""
     from quotacalc.core.checks import check_plan
+    from quotacalc.inputs.plan import is_platform_file
 
     if not reversal_replicas > 0:
         raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
@@ -150,6 +151,8 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
         reversal_replicas=reversal_replicas,
         pool_warnings=pool_warnings,
         traffic=plan_traffic(plan),
+        # check takes no deployment flags: its fixes name the keys of the file (a flat plan's are at its top level).
+        flat_plan=not is_platform_file(path),
     )
     if strict:
         result = _strict(result)
@@ -360,7 +363,7 @@ def size_platform(
         first = errors[0]
         more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
         raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
-    result = size_plan(policy, pool=pool)
+    result = size_plan(policy, pool=pool, traffic=traffic)
     shown = {row.pool for row in result.tenants} | ({pool} if pool else set())
     # The long-context pools those tenants' long prompts go to price part of their traffic too.
     shown |= {t.long_context_pool for t in policy.tenants if t.pool in shown and t.long_context_pool}

@@ -7,12 +7,15 @@ advises against it; info: a figure worth seeing), the plan entry it is about, an
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.deployment import Tenant
+from quotacalc.core.plan import routed_pool
+from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 from quotacalc.core.tenant import whole_replicas
@@ -55,29 +58,30 @@ def _usd(value: float) -> str:
     return f"${value:,.0f}"
 
 
-def _capacity(policy: QuotaPolicy) -> list[Finding]:
+def _capacity(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list[Finding]:
     findings = []
     ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
+    # Each tenant's units go to the pool they are counted in, as size counts them: a tenant sized on traffic whose
+    # mean prompt is above its pool's threshold is sized in the long-context pool's units and loads that pool.
+    load = {tenant.name: load_pool(tenant, traffic.get(tenant.name)) for tenant in policy.tenants}
     for pool in policy.pools:
-        if pool.role == "long_context":
-            findings.append(
-                Finding(
-                    severity="info",
-                    code="long-context-capacity",
-                    subject=f"pools.{pool.name}",
-                    message=(
-                        f"long-context pool: {pool.capacity_units_per_s:,.0f} units/s at the ceiling "
-                        f"({pool.replicas} replicas, W {pool.output_weight:.2f}); the plan does not say what share of "
-                        "each tenant's units arrives above the threshold, so its load is not checked"
-                    ),
-                    figures={"capacity_units_per_s": pool.capacity_units_per_s},
-                )
-            )
-            continue
-        sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if t.pool == pool.name)
+        sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if load[t.name] == pool.name)
         limit = pool.capacity_units_per_s * ratio
         figures = {"units_sold_per_s": sold, "capacity_units_per_s": pool.capacity_units_per_s, "ratio": ratio}
         over = f" × measured oversubscription {ratio:g}" if policy.oversubscription else ""
+        scope = ""
+        if pool.role == "long_context":
+            # A contract, or traffic whose mean prompt stays below the threshold, does not say what share of its units
+            # arrives above it: those long prompts load this pool uncounted, and the finding says so.
+            uncounted = [
+                t.name for t in policy.tenants if t.long_context_pool == pool.name and load[t.name] != pool.name
+            ]
+            scope = ": counted, the tenants sized on traffic whose mean prompt routes here" + (
+                f"; not counted, the long prompts of {_names(uncounted)}, whose share above the threshold the plan "
+                "does not say"
+                if uncounted
+                else ""
+            )
         if sold > limit:
             needed = math.ceil(sold / (pool.replica_units_per_s * ratio) - 1e-9)
             findings.append(
@@ -87,7 +91,7 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
                     subject=f"pools.{pool.name}",
                     message=(
                         f"{sold:,.0f} units/s sold, above the capacity of {limit:,.0f} units/s "
-                        f"({pool.replicas} replicas × {pool.replica_units_per_s:,.0f} at the ceiling{over})"
+                        f"({pool.replicas} replicas × {pool.replica_units_per_s:,.0f} at the ceiling{over}){scope}"
                     ),
                     fix=f"raise replicas to {needed}, move tenants, or measure an oversubscription ratio",
                     figures=figures,
@@ -101,7 +105,7 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
                     subject=f"pools.{pool.name}",
                     message=(
                         f"{sold:,.0f} of {limit:,.0f} units/s sold ({100 * sold / limit:.0f}%, "
-                        f"{pool.replicas} replicas at the ceiling{over})"
+                        f"{pool.replicas} replicas at the ceiling{over}){scope}"
                     ),
                     figures=figures,
                 )
@@ -117,6 +121,12 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
             )
         )
     return findings
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    """At most ``shown`` names, and how many more: a 1,000-tenant plan's finding stays one line."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
@@ -227,8 +237,7 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
         request = round(prompt + output)
         subject = f"tenants.{entry.name}.traffic"
         shape = f"mean request of {request:,} tokens (prompt {prompt:,.0f} + output {output:,.0f})"
-        routed_long = entry.long_context_pool is not None and prompt > (entry.route_above_prompt_tokens or 0)
-        served_by = pools[entry.long_context_pool if routed_long and entry.long_context_pool else entry.pool]
+        served_by = pools[routed_pool(entry.pool, entry.long_context_pool, entry.route_above_prompt_tokens, prompt)]
         figures = {"request_tokens": request, "max_context_tokens": entry.max_context_tokens}
         if request > entry.max_context_tokens:
             findings.append(
@@ -284,10 +293,15 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
     return findings
 
 
-def _buckets(policy: QuotaPolicy) -> list[Finding]:
+def _buckets(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
     """A bucket shallower than the smallest request (one prompt and one output token) admits nothing: a warning. One
     shallower than the reservation of a request for the tier's max_output_tokens (the gateway reserves W × max_tokens
-    before the request runs) never admits such a request: a note, since most requests ask for less."""
+    before the request runs) never admits such a request: a note, since most requests ask for less.
+
+    A tenant whose pool routes long prompts is checked on the long-context pool too, in its units (its W): the
+    smallest request routed there is a prompt one token above the threshold and one output token, and the largest
+    reservation the tier allows there is its longest request, a prompt of max_context − max_output tokens reserving
+    max_output (docs/method.md §3, §5)."""
     findings = []
     for tenant in policy.tenants:
         smallest = 1 + tenant.weights.output
@@ -305,7 +319,8 @@ def _buckets(policy: QuotaPolicy) -> list[Finding]:
                     figures={"bucket_depth_units": depth, "smallest_request_units": smallest},
                 )
             )
-        elif depth < reservation:
+            continue  # nothing is admitted: what a long prompt would need adds nothing
+        if depth < reservation:
             findings.append(
                 Finding(
                     severity="info",
@@ -318,14 +333,69 @@ def _buckets(policy: QuotaPolicy) -> list[Finding]:
                     figures={"bucket_depth_units": depth, "reservation_units": reservation},
                 )
             )
+        findings += _long_context_bucket(tenant, pools)
     return findings
 
 
-def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_replicas: float) -> list[Finding]:
+def _long_context_bucket(tenant: TenantPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
+    """``_buckets``' findings for the requests a tenant's pool routes to its long-context pool."""
+    threshold, long_pool = tenant.route_above_prompt_tokens, tenant.long_context_pool
+    if long_pool is None or threshold is None:
+        return []
+    shortest_prompt = threshold + 1  # a prompt of exactly the threshold stays on the standard pool
+    if shortest_prompt + 1 > tenant.max_context_tokens:
+        return []  # the tier admits no prompt above the threshold with an output token: nothing is routed there
+    # The W the gateway charges there (build_policy gives every routed tenant the long pool's weights).
+    weights = tenant.long_context_weights
+    w = weights.output if weights is not None else pools[long_pool].output_weight
+    depth = tenant.bucket_depth_units
+    subject, tier = f"tenants.{tenant.name}", tenant.tier
+    # A prompt token is one unit on every pool, counted uncached: the gateway cannot count on a cache hit at admission.
+    smallest = shortest_prompt + w
+    if depth < smallest:
+        return [
+            Finding(
+                severity="warning",
+                code="bucket-below-any-request",
+                subject=subject,
+                message=f"its bucket holds {depth:,.0f} units, less than the smallest request routed to pool "
+                f"'{long_pool}' (a prompt of {shortest_prompt:,} tokens, above the threshold of {threshold:,}, and one "
+                f"output token at W {w:.2f}: {smallest:,.0f} units): the gateway rejects every prompt above "
+                f"{threshold:,} tokens that tier '{tier}' allows",
+                fix=f"raise the tenant's units_per_s or tiers.{tier}.burst_s, or lower tiers.{tier}.max_context_tokens "
+                f"to {threshold:,} to keep its prompts on pool '{tenant.pool}'",
+                figures={"bucket_depth_units": depth, "smallest_request_units": smallest},
+            )
+        ]
+    # The tier's longest request routed there, reserving its whole output: the largest hold it allows on that pool.
+    output = min(tenant.max_output_tokens, tenant.max_context_tokens - shortest_prompt)
+    prompt = tenant.max_context_tokens - output
+    reservation = prompt + w * output
+    if depth >= reservation:
+        return []
+    return [
+        Finding(
+            severity="info",
+            code="bucket-below-max-output",
+            subject=subject,
+            message=f"its bucket holds {depth:,.0f} units, less than the reservation of the longest request tier "
+            f"'{tier}' allows, routed to pool '{long_pool}' (a prompt of {prompt:,} tokens and {output:,} output tokens "
+            f"reserved at W {w:.2f}: {prompt:,} + {w:.2f} × {output:,} = {reservation:,.0f} units): such a request is "
+            "never admitted",
+            fix=f"raise the tenant's rate or tiers.{tier}.burst_s, or lower its max_output_tokens or max_context_tokens",
+            figures={"bucket_depth_units": depth, "reservation_units": reservation},
+        )
+    ]
+
+
+def _placement(
+    policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_replicas: float, traffic: Mapping[str, Tenant]
+) -> list[Finding]:
     findings = []
     for tenant in policy.tenants:
-        pool = pools[tenant.pool]
-        replicas = tenant.bucket_rate_units_per_s / pool.replica_units_per_s
+        # Its load is on the pool its units are counted in (a long-context pool's replicas sell other units).
+        load = pools[load_pool(tenant, traffic.get(tenant.name))]
+        replicas = tenant.bucket_rate_units_per_s / load.replica_units_per_s
         if tenant.placement == "dedicated":
             others = [t.name for t in policy.tenants if t.pool == tenant.pool and t.name != tenant.name]
             if others:
@@ -334,14 +404,14 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
                         severity="error",
                         code="dedicated-shared",
                         subject=f"tenants.{tenant.name}",
-                        message=f"placement is dedicated, but pool '{pool.name}' also serves {', '.join(others)}",
+                        message=f"placement is dedicated, but pool '{tenant.pool}' also serves {', '.join(others)}",
                         fix="give the tenant a pool of its own, or make it shared",
                     )
                 )
             continue
         if replicas >= reversal_replicas:
             whole = whole_replicas(replicas)
-            per_replica = pool.usd_per_month / pool.replicas
+            per_replica = load.usd_per_month / load.replicas
             cost = whole * per_replica
             findings.append(
                 Finding(
@@ -350,7 +420,7 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
                     subject=f"tenants.{tenant.name}",
                     message=(
                         f"load of {replicas:.2f} replicas ({tenant.bucket_rate_units_per_s:,.0f} units/s) on pool "
-                        f"'{pool.name}': sharing buys little multiplexing at this size; a dedicated pool of {whole} "
+                        f"'{load.name}': sharing buys little multiplexing at this size; a dedicated pool of {whole} "
                         f"replicas costs {_usd(cost)}/month (its shared share: "
                         f"{_usd(replicas * per_replica)}/month)"
                     ),
@@ -419,6 +489,36 @@ def _salts(policy: QuotaPolicy, salts: Mapping[str, str] | None) -> list[Finding
     return findings
 
 
+#: A flag in a pricing warning's hint, and the value it is given there (``--kv-dtype fp8``).
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ([A-Za-z0-9.]+)(?=[),;]|$))?")
+
+
+def plan_keys(text: str, prefix: str) -> str:
+    """``text`` with each flag (``--batch``) named as the plan key that sets it (``prefix`` + ``batch``): a plan file's
+    findings are fixed in the file, which check reads without deployment flags."""
+
+    def key(match: re.Match[str]) -> str:
+        name = prefix + match.group(1).replace("-", "_")
+        return f"{name}: {match.group(2)}" if match.group(2) else name
+
+    return _FLAG.sub(key, text)
+
+
+def _pool_price(name: str, warning: str, prefix: str) -> Finding:
+    """A pool's pricing warning as a finding: price words its hint as flags (``(lower --batch, or raise --tp)``);
+    here the hint becomes the fix, naming the pool's deployment keys."""
+    message, opening, hint = warning.rpartition(" (")
+    if opening and hint.endswith(")") and "--" in hint:
+        return Finding(
+            severity="warning",
+            code="pool-price",
+            subject=f"pools.{name}",
+            message=message,
+            fix=plan_keys(hint[:-1], prefix),
+        )
+    return Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=plan_keys(warning, prefix))
+
+
 def check_plan(
     policy: QuotaPolicy,
     *,
@@ -426,23 +526,27 @@ def check_plan(
     reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
     pool_warnings: Mapping[str, tuple[str, ...]] | None = None,
     traffic: Mapping[str, Tenant] | None = None,
+    flat_plan: bool = False,
 ) -> CheckResult:
     """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
-    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), reported as they are;
-    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``)."""
+    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), their flags named as the plan keys
+    that set them (``pools.NAME.deployment.KEY``; a flat plan's, ``flat_plan``, are its top-level ``KEY``);
+    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``; it also
+    routes the tenant's load to the pool its units are counted in, ``plan_size.load_pool``)."""
     pools = {pool.name: pool for pool in policy.pools}
+    traffic = traffic or {}
     findings = [
         *(
-            Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=warning)
+            _pool_price(name, warning, "" if flat_plan else f"pools.{name}.deployment.")
             for name, warnings in (pool_warnings or {}).items()
             for warning in warnings
         ),
-        *_capacity(policy),
+        *_capacity(policy, traffic),
         *_routing(policy, pools),
         *_tier_limits(policy, pools),
-        *traffic_findings(policy, traffic or {}),
-        *_buckets(policy),
-        *_placement(policy, pools, reversal_replicas),
+        *traffic_findings(policy, traffic),
+        *_buckets(policy, pools),
+        *_placement(policy, pools, reversal_replicas, traffic),
         *_salts(policy, salts),
     ]
     # A stable sort: within a severity, findings keep the plan's order.

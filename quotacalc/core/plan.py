@@ -198,3 +198,12 @@ class Plan(BaseModel):
         if tenant.pool is not None:
             return self.pool(tenant.pool)
         return next(pool for pool in self.pools if pool.role == "standard")
+
+
+def routed_pool(pool: str, long_context_pool: str | None, route_above_prompt_tokens: int | None, prompt: float) -> str:
+    """The pool a prompt of ``prompt`` tokens is served by, from the standard pool ``pool``: its long-context pool
+    when it routes and the prompt is above the threshold (a prompt of exactly the threshold stays), as the gateway
+    routes a request and as a tenant sized on traffic is sized on its mean prompt (docs/method.md §2)."""
+    if long_context_pool is not None and route_above_prompt_tokens is not None and prompt > route_above_prompt_tokens:
+        return long_context_pool
+    return pool

@@ -6,10 +6,13 @@ Computed from the canonical policy, so ``size`` and the generated files can neve
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.core.policy import QuotaPolicy
+from quotacalc.core.deployment import Tenant
+from quotacalc.core.plan import routed_pool
+from quotacalc.core.policy import QuotaPolicy, TenantPolicy
 from quotacalc.core.tenant import whole_replicas
 
 
@@ -24,7 +27,10 @@ class TenantSizeRow(BaseModel):
     placement: str
     rate_source: str
     units_per_s: float
-    replicas: float = Field(description="units_per_s / replica_units_per_s of its pool")
+    replicas: float = Field(
+        description="units_per_s / replica_units_per_s of the pool its units are counted in: the long-context "
+        "pool for traffic whose mean prompt routes there, else its pool"
+    )
     bucket_rate_units_per_s: float
     bucket_depth_units: float
     shared_usd_per_month: float = Field(description="replicas × replica $/month: its share of shared replicas")
@@ -52,14 +58,26 @@ class PlanSize(BaseModel):
     totals: PlanSizeTotals
 
 
-def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
-    """One row per tenant (of ``pool`` when given) and the totals."""
+def load_pool(tenant: TenantPolicy, traffic: Tenant | None) -> str:
+    """The pool whose units a tenant's rate is counted in, and whose replicas carry that load: the long-context
+    pool for a tenant sized on traffic whose mean prompt routes there (``build_policy`` sizes it in that pool's
+    units), else its standard pool. A contract says nothing of its share above the threshold: it stays on its
+    standard pool."""
+    if traffic is None:
+        return tenant.pool
+    return routed_pool(tenant.pool, tenant.long_context_pool, tenant.route_above_prompt_tokens, traffic.prompt_tokens)
+
+
+def size_plan(policy: QuotaPolicy, *, pool: str | None = None, traffic: Mapping[str, Tenant] | None = None) -> PlanSize:
+    """One row per tenant (of ``pool`` when given) and the totals; ``traffic``: the profile each tenant sized on
+    traffic was sized with, so that one routed to a long-context pool is counted in that pool's replicas."""
     pools = {entry.name: entry for entry in policy.pools}
     rows = []
     for tenant in policy.tenants:
         if pool is not None and tenant.pool != pool:
             continue
-        home = pools[tenant.pool]
+        # Its units are that pool's: a long-context pool's replica sells another number of them, at its own price.
+        home = pools[load_pool(tenant, (traffic or {}).get(tenant.name))]
         replicas = tenant.bucket_rate_units_per_s / home.replica_units_per_s
         whole = whole_replicas(replicas)
         per_replica = home.usd_per_month / home.replicas
