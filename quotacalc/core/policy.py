@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
 from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
-from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
+from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, routed_pool
 from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
@@ -329,9 +329,8 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
         sized_on = pool.name
         if tenant.traffic is not None:
             prompt = tenant.traffic.prompt_tokens
-            if pool.long_context_pool is not None and prompt > (pool.route_above_prompt_tokens or 0):
-                # Its mean request is routed to the long-context pool: sized in units there, as it is charged.
-                sized_on = pool.long_context_pool
+            # A mean request routed to the long-context pool is sized in units there, as it is charged.
+            sized_on = routed_pool(pool.name, pool.long_context_pool, pool.route_above_prompt_tokens, prompt)
             key = (sized_on, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
             if key not in prompt_units:
                 prompt_units[key] = prompt_token_units(priced_pools[sized_on], tenant.traffic.prompt_tokens)
