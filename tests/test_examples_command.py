@@ -14,8 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_example_plan_is_listed(run_cli):
     code, out, err = run_cli("examples")
     assert code == 0 and err == ""
-    names = sorted(path.stem for path in (ROOT / "examples").glob("*.yaml"))
-    assert names and [example.name for example in shipped_examples()] == names
+    # Every plan, and every folder of inputs with a README of its own (calibration/).
+    names = sorted(
+        [path.stem for path in (ROOT / "examples").glob("*.yaml")]
+        + [path.parent.name for path in (ROOT / "examples").glob("*/README.md")]
+    )
+    assert "calibration" in names and [example.name for example in shipped_examples()] == names
     for name in names:
         assert any(line.startswith(name + " ") for line in out.splitlines()), name
 
@@ -94,3 +98,35 @@ def test_no_pointer_to_a_method_outside_the_repository():
     texts = [ROOT / "README.md", *(ROOT / "quotacalc").rglob("*.py"), *(ROOT / "examples").glob("*.yaml")]
     offenders = [str(path.relative_to(ROOT)) for path in texts if "METHOD.md" in path.read_text(encoding="utf-8")]
     assert not offenders, f"point these at docs/method.md: {offenders}"
+
+
+def test_a_description_runs_to_its_first_full_stop(run_cli):
+    """gpt-oss's first comment line ends mid-sentence: the listing carries the sentence on to its full stop."""
+    code, out, _ = run_cli("examples")
+    line = next(line for line in out.splitlines() if line.startswith("gpt-oss-120b-h100 "))
+    assert line.endswith("alternating 128-token sliding windows and full attention, on one H100 with an FP8 KV cache.")
+
+
+def test_a_folder_example_copies_as_its_folder_and_its_readme_command_runs(run_cli, tmp_path, monkeypatch):
+    code, out, _ = run_cli("examples", "calibration", "--copy", str(tmp_path))
+    assert code == 0
+    csv = tmp_path / "calibration" / "nim-llama-3.3-70b-h100-tp2.csv"
+    assert str(csv) in out.splitlines() and csv.read_text(encoding="utf-8") == (
+        ROOT / "examples" / "calibration" / csv.name
+    ).read_text(encoding="utf-8")
+    readme = (tmp_path / "calibration" / "README.md").read_text(encoding="utf-8")
+    command = readme.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ").split()
+    assert command[0] == "quotacalc"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*command[1:])
+    assert code == 0, err
+    assert "RMS error" in out
+
+
+def test_copied_secrets_stay_owner_only(run_cli, tmp_path):
+    code, _, _ = run_cli("examples", "platform", "--copy", str(tmp_path))
+    assert code == 0
+    # platform.secret holds the salt secret; the generated salts.json is what generate writes 0600.
+    for secret in (tmp_path / "platform.secret", tmp_path / "platform" / "canonical" / "salts.json"):
+        assert secret.stat().st_mode & 0o777 == 0o600, secret
+    assert (tmp_path / "platform.yaml").stat().st_mode & 0o777 == 0o644

@@ -29,12 +29,26 @@ def examples_dir() -> Path:
 
 
 def _description(path: Path) -> str:
+    """The file's first sentence: its leading comment (or Markdown heading) lines up to the first full stop."""
+    words: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-        if line.strip():
+        if not line.startswith("#"):
             break
-    return ""
+        words.append(line.lstrip("# ").strip())
+        if words[-1].endswith(".") or not words[-1]:
+            break
+    return " ".join(word for word in words if word)
+
+
+def _folder_examples(folder: Path) -> list[ShippedExample]:
+    """Folders of inputs with a README.md of their own (``calibration/``): the README describes them."""
+    return [
+        ShippedExample(
+            name=entry.name, path=entry / "README.md", description=_description(entry / "README.md"), members=(entry,)
+        )
+        for entry in sorted(folder.iterdir())
+        if entry.is_dir() and (entry / "README.md").is_file()
+    ]
 
 
 def shipped_examples() -> tuple[ShippedExample, ...]:
@@ -47,4 +61,4 @@ def shipped_examples() -> tuple[ShippedExample, ...]:
             sorted(entry for entry in folder.iterdir() if entry.name == name or entry.name.startswith(f"{name}."))
         )
         examples.append(ShippedExample(name=name, path=path, description=_description(path), members=members))
-    return tuple(examples)
+    return tuple(sorted([*examples, *_folder_examples(folder)], key=lambda example: example.name))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from quotacalc.catalog.examples import ShippedExample, shipped_examples
 from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.exporters.writer import MANIFEST, PUBLIC_MODE, SECRET_MODE
 from quotacalc.fileio import write_text_atomic
 
 
@@ -24,7 +25,7 @@ def _find(name: str) -> ShippedExample:
 
 def _files(example: ShippedExample) -> list[tuple[Path, Path]]:
     """(source file, path relative to the examples folder) of every file that belongs to an example."""
-    root = example.path.parent
+    root = example.members[0].parent  # the examples folder: a folder example keeps its own folder in the copy
     files = []
     for member in example.members:
         found = [member] if member.is_file() else sorted(p for p in member.rglob("*") if p.is_file())
@@ -42,9 +43,23 @@ def copy_examples(examples: list[ShippedExample], target: Path) -> list[Path]:
             field="--copy",
             fix="remove them or choose another directory",
         )
+    secret = _secret_files([source for source, _ in planned])
     for source, destination in planned:
-        write_text_atomic(destination, source.read_text(encoding="utf-8"))
+        # A salt secret and generated salts stay owner-only in the copy, as generate writes them.
+        mode = SECRET_MODE if source in secret else PUBLIC_MODE
+        write_text_atomic(destination, source.read_text(encoding="utf-8"), mode=mode)
     return [destination for _, destination in planned]
+
+
+def _secret_files(sources: list[Path]) -> set[Path]:
+    """The files a copy keeps owner-only: ``*.secret`` files and what a generate manifest marks secret."""
+    import json
+
+    secret = {source for source in sources if source.suffix == ".secret"}
+    for manifest in (source for source in sources if source.name == MANIFEST):
+        files = json.loads(manifest.read_text(encoding="utf-8")).get("files", {})
+        secret |= {manifest.parent / path for path, entry in files.items() if entry.get("secret")}
+    return secret
 
 
 def examples_command(name: str | None, copy_to: str | None, as_json: bool) -> None:
