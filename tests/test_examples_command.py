@@ -103,6 +103,7 @@ def test_no_pointer_to_a_method_outside_the_repository():
 def test_a_description_runs_to_its_first_full_stop(run_cli):
     """gpt-oss's first comment line ends mid-sentence: the listing carries the sentence on to its full stop."""
     code, out, _ = run_cli("examples")
+    assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("gpt-oss-120b-h100 "))
     assert line.endswith("alternating 128-token sliding windows and full attention, on one H100 with an FP8 KV cache.")
 
