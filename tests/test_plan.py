@@ -156,6 +156,9 @@ def test_size_rows_per_tenant_and_totals(run_cli) -> None:
     # acme is dedicated: 45,000 / 18,232 = 2.47 replicas -> 3 whole replicas, $21,600/month.
     assert rows["acme"]["dedicated_replicas"] == 3
     assert rows["acme"]["dedicated_usd_per_month"] == 3 * REPLICA_USD
+    # The key size and the comparison rows use for a tenant's whole replicas carries the same figure.
+    assert all(row["dedicated_total_usd_per_month"] == row["dedicated_usd_per_month"] for row in rows.values())
+    assert rows["acme"]["dedicated_total_usd_per_month"] == 3 * REPLICA_USD
     totals = document["totals"]
     assert totals["tenants"] == 8
     assert totals["units_sold_per_s"] == pytest.approx(sum(row["units_per_s"] for row in rows.values()))

@@ -428,5 +428,6 @@ _SIZE_FORMULAS = {
     "replicas": "units_per_s / replica_units_per_s(pool)",
     "bucket_depth_units": "burst_s(tier) × bucket_rate_units_per_s",
     "shared_usd_per_month": "replicas × usd_per_replica_month(pool)",
-    "dedicated_usd_per_month": "max(1, ceil(replicas)) × usd_per_replica_month(pool)",
+    "dedicated_total_usd_per_month": "max(1, ceil(replicas)) × usd_per_replica_month(pool)",
+    "dedicated_usd_per_month": "dedicated_total_usd_per_month (the same figure, under its earlier key)",
 }

@@ -35,7 +35,14 @@ class TenantSizeRow(BaseModel):
     bucket_depth_units: float
     shared_usd_per_month: float = Field(description="replicas × replica $/month: its share of shared replicas")
     dedicated_replicas: int = Field(description="ceil(replicas), at least 1")
-    dedicated_usd_per_month: float = Field(description="dedicated_replicas × replica $/month")
+    dedicated_total_usd_per_month: float = Field(
+        description="dedicated_replicas × replica $/month: the tenant's whole replicas (size's and the comparison "
+        "rows' key for it)"
+    )
+    dedicated_usd_per_month: float = Field(
+        description="the same as dedicated_total_usd_per_month, kept for scripts written before it (elsewhere "
+        "this key is one replica's cost)"
+    )
 
 
 class PlanSizeTotals(BaseModel):
@@ -94,6 +101,7 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None, traffic: Mapping[
                 bucket_depth_units=tenant.bucket_depth_units,
                 shared_usd_per_month=replicas * per_replica,
                 dedicated_replicas=whole,
+                dedicated_total_usd_per_month=whole * per_replica,
                 dedicated_usd_per_month=whole * per_replica,
             )
         )
