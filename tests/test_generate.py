@@ -527,3 +527,32 @@ def test_gie_objectives_only_on_request(run_cli, tmp_path: Path, monkeypatch) ->
     assert "kind: InferenceObjective" in "".join(
         path.read_text(encoding="utf-8") for path in (tmp_path / "asked/gie").glob("*.yaml")
     )
+
+
+def test_a_local_model_path_is_flagged_and_serve_model_names_what_the_engine_loads(run_cli, tmp_path, monkeypatch):
+    """A pool priced from a local config folder: the engine files would load that path, which is where this machine
+    keeps a config.json, not necessarily where the engine's host keeps the weights. check and generate say so;
+    serve_model names what the engine loads (and clients send its name)."""
+    import shutil
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    shutil.copytree(Path(__file__).resolve().parent.parent / "models" / "Llama-3.1-8B-Instruct", tmp_path / "mine")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: ./mine\ngpu: h100-sxm\n", encoding="utf-8")
+    code, out, err = run_cli("check", str(plan), "--json")
+    assert code == 0
+    findings = [f for f in json.loads(out)["findings"] if "local config" in f["message"]]
+    assert [(f["severity"], f["subject"]) for f in findings] == [("warning", "pools.default")]
+    code, _, err = run_cli("generate", str(plan), "--out", str(tmp_path / "out"), "--target", "vllm")
+    assert code == 0 and "the engine files load as their model: set the deployment's serve_model" in err
+    engine = yaml.safe_load((tmp_path / "out" / "vllm" / "default.yaml").read_text(encoding="utf-8"))
+    assert engine["model"].endswith("mine") and engine["served-model-name"] == "mine"
+    plan.write_text("model: ./mine\ngpu: h100-sxm\nserve_model: acme/llama-8b-ft\n", encoding="utf-8")
+    code, _, err = run_cli("generate", str(plan), "--out", str(tmp_path / "out2"), "--target", "vllm")
+    assert code == 0 and "local config" not in err
+    engine = yaml.safe_load((tmp_path / "out2" / "vllm" / "default.yaml").read_text(encoding="utf-8"))
+    assert (engine["model"], engine["served-model-name"]) == ("acme/llama-8b-ft", "acme/llama-8b-ft")
+    # A shipped config needs nothing: its hub id is what the engine loads.
+    plan.write_text("model: Llama-3.1-8B-Instruct\ngpu: h100-sxm\n", encoding="utf-8")
+    code, out, _ = run_cli("check", str(plan), "--json")
+    assert code == 0 and not any("local config" in f["message"] for f in json.loads(out)["findings"])

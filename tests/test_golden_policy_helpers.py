@@ -59,6 +59,7 @@ def test_ceil_forgives_only_float_noise():
 def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seqs=None, max_model_len=None):
     deployment = SimpleNamespace(
         model="org/model",
+        serve_model=None,
         tp=2,
         batch=batch,
         max_num_seqs=max_num_seqs,

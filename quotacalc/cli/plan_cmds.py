@@ -66,7 +66,11 @@ def load_calibrated_policy(
 
     plan, platform, sections = load_plan_calibrations(path)
     priced = price_pools(plan, deployment_flags, source=path, platform=platform)
-    warnings = {name: replica.warnings for name, replica in priced.items() if replica.warnings}
+    warnings = {
+        name: (*replica.warnings, *_local_model_warning(replica))
+        for name, replica in priced.items()
+        if replica.warnings or _local_model_warning(replica)
+    }
     calibrated: dict[str, Any] = {name: (None, None) for name in priced}
     if any(section is not None for section in sections.values()):
         from quotacalc.core.calibrate import calibration_status
@@ -74,6 +78,17 @@ def load_calibrated_policy(
         for name, replica in priced.items():
             calibrated[name] = calibration_status(sections.get(name), replica.inputs)
     return plan, build_policy(plan, priced), warnings, calibrated
+
+
+def _local_model_warning(replica: Any) -> tuple[str, ...]:
+    """A pool priced from a local config whose engine files would load that path: say where to name the real one."""
+    deployment = replica.inputs.deployment
+    if not replica.inputs.local_model or deployment.serve_model is not None:
+        return ()
+    return (
+        f"the model is the local config '{deployment.model}', which the engine files load as their model: set the "
+        "deployment's serve_model to its hub id or the weights' path on the engine's host",
+    )
 
 
 def plan_traffic(plan: Plan) -> dict[str, Any]:
@@ -267,6 +282,16 @@ def generate(
             source=path,
             fix="see quotacalc check " + path,
         )
+    # What the pools were priced with (a batch the pool cannot hold, a local model path) shapes the engine files.
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings(
+        [
+            f"{finding.subject}: {finding.message}" + (f" ({finding.fix})" if finding.fix else "")
+            for finding in result.findings
+            if finding.code == "pool-price" and finding.severity == "warning"
+        ]
+    )
     options = ExportOptions(gie_objectives=gie_objectives)
     exports: list[Export] = []
     skipped: list[dict[str, str]] = []

@@ -146,6 +146,13 @@ class Deployment(BaseModel):
     model_config = _STRICT
 
     model: str = Field(description="shipped model name, Hugging Face id, or path to a config")
+    serve_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="the model generated engine files load, as `vllm serve` takes it: a hub id, or the weights' path "
+        "on the engine's host; default: a shipped config's hub id, else --model (a local config path as given)",
+    )
     gpu: str = Field(description="GPU catalog id (quotacalc gpus)")
     tp: int = Field(1, description="tensor-parallel GPUs per replica, GPUs")
     expert_parallel: bool = Field(False, description="shard MoE experts whole across the replica's GPUs")

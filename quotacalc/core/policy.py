@@ -252,9 +252,10 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
     served = pool_max_context_tokens(replica)
     longest = max((length for _, length in routed), default=served)
     priorities = {tier.priority for tier, _ in routed}
+    loaded = deployment.serve_model or replica.inputs.hub_id or deployment.model
     return EngineSettings(
-        model=replica.inputs.hub_id or deployment.model,
-        served_model_name=_served_model_name(replica.inputs.hub_id or deployment.model),
+        model=loaded,
+        served_model_name=_served_model_name(loaded),
         tensor_parallel_size=deployment.tp,
         max_model_len=min(longest, served),
         # The decode batch the price assumes, no more than the KV pool holds at the mean context (nor the

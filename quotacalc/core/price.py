@@ -70,6 +70,9 @@ class PricingInputs(BaseModel):
     #: The Hugging Face id an engine loads where the deployment names a shipped config by its folder name
     #: (Llama-3.1-8B-Instruct -> meta-llama/Llama-3.1-8B-Instruct); None: the deployment's model as given.
     hub_id: str | None = None
+    #: Whether the config was read from a local path (neither shipped nor a hub id): what an engine file loads then
+    #: is that path, which may not be where the engine's host keeps the weights.
+    local_model: bool = False
 
 
 class ExpertTraffic(BaseModel):

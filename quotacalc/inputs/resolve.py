@@ -92,6 +92,7 @@ def resolve(deployment: Deployment) -> PricingInputs:
         mfu_scale=catalog.mfu_scale(gpu, weights.compute_dtype),
         checkpoint_quantization=_quant_method(resolved.config),
         hub_id=_hub_id(deployment.model),
+        local_model=not resolved.source.shipped and resolved.source.hf_id is None,
     )
 
 
