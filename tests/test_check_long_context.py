@@ -131,7 +131,7 @@ def test_check_names_the_plan_keys_where_price_names_flags(run_cli, tmp_path) ->
     assert warning["subject"] == "pools.long"
     assert warning["message"].endswith("which holds 9 such sequences: priced at batch 9")
     assert warning["fix"] == (
-        "lower pools.long.deployment.batch, or raise pools.long.deployment.tp or use pools.long.deployment.kv_dtype: fp8"
+        "lower pools.long.deployment.batch, raise pools.long.deployment.tp, or use pools.long.deployment.kv_dtype: fp8"
     )
     # No finding of a plan suggests a deployment flag (check's own --salt-secret-file is a flag of check).
     texts = " ".join(f["message"] + " " + (f["fix"] or "") for f in result["findings"])
@@ -139,4 +139,11 @@ def test_check_names_the_plan_keys_where_price_names_flags(run_cli, tmp_path) ->
     # price keeps its flags: there the flags are how the user changes the deployment.
     path = tmp_path / "plan.yaml"
     code, _, err = run_cli("price", str(path), "--pool", "long")
-    assert code == 0 and "(lower --batch, or raise --tp or use --kv-dtype fp8)" in err
+    assert code == 0 and "(lower --batch, raise --tp, or use --kv-dtype fp8)" in err
+    # A pool whose KV cache is FP8 already is not told to use one.
+    document["pools"][1]["deployment"]["kv_dtype"] = "fp8"
+    document["pools"][1]["deployment"]["batch"] = 32
+    document["pools"][1]["deployment"].update(kv_pool_tokens=None, kv_pool_measured_with=None)  # estimated
+    result = _check(run_cli, tmp_path, document)
+    (warning,) = [f for f in result["findings"] if f["code"] == "pool-price"]
+    assert warning["fix"] == "lower pools.long.deployment.batch or raise pools.long.deployment.tp"

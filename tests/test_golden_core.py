@@ -897,7 +897,7 @@ def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
     # 5,001 / 5,000 = 100.02%, shown rounded; the fix names every way to make room.
     assert str(error.value) == (
         "prompt_tokens: one request of 5,001 tokens needs 100% of the replica's KV pool (5,000 tokens) "
-        "(shorten the tenant's requests, raise --tp, use --kv-dtype fp8, or a GPU with more memory)"
+        "(shorten the tenant's requests, use a GPU with more memory, raise --tp, or use --kv-dtype fp8)"
     )
 
 

@@ -481,7 +481,7 @@ def test_a_narrow_terminal_never_cuts_a_figure(run_cli, monkeypatch):
 
 LONG_POOL_WARNING = (
     "pool 'long': a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: "
-    "priced at batch 9 (lower --batch, or raise --tp or use --kv-dtype fp8)"
+    "priced at batch 9 (lower --batch, raise --tp, or use --kv-dtype fp8)"
 )
 
 

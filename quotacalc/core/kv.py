@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.explain import Ledger, Step, fmt
-from quotacalc.core.price import PriceResult
+from quotacalc.core.price import PriceResult, larger_pool_fixes
 from quotacalc.errors import QuotacalcError
 
 
@@ -40,8 +40,8 @@ class RequestKvResult(BaseModel):
         return (
             *self.replica.warnings,
             f"one request of {self.context_tokens:,} tokens needs {self.pool_share:.0%} of the replica's KV pool "
-            f"({self.replica.kv_pool_tokens:,} tokens): it can never be resident (raise --tp, use --kv-dtype fp8, or "
-            "a GPU with more memory)",
+            f"({self.replica.kv_pool_tokens:,} tokens): it can never be resident "
+            f"({larger_pool_fixes(self.replica.inputs, 'a GPU with more memory')})",
         )
 
 

@@ -168,6 +168,15 @@ class PriceResult(BaseModel):
     inputs: PricingInputs
 
 
+def larger_pool_fixes(inputs: PricingInputs, *first: str) -> str:
+    """The fixes for a pool too small, as one clause: ``first``, raising TP, an FP8 KV cache unless it is one
+    already (advice to use the dtype in use helps nobody)."""
+    fixes = [*first, "raise --tp"]
+    if inputs.kv_dtype.bytes_per_element > 1:
+        fixes.append("use --kv-dtype fp8")
+    return ", ".join(fixes[:-1]) + (", or " if len(fixes) > 2 else " or ") + fixes[-1]
+
+
 def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
     """TP must split every layer evenly (heads, Mamba channels); EP must split the experts."""
     tp = deployment.tp
@@ -791,7 +800,7 @@ def _decode_batch(x: _Explainer) -> int:
         raise QuotacalcError(
             f"one sequence of {deployment.context:,} tokens does not fit the KV pool",
             field="context",
-            fix="lower --context, raise --tp, or use --kv-dtype fp8",
+            fix=larger_pool_fixes(x.inputs, "lower --context"),
         )
     # A window or a fixed state costs a short sequence in full, whether or not vLLM's hybrid layout holds it
     # (DeepSeek V4 keeps its window and compressor state per sequence, priced by bytes).
@@ -810,7 +819,7 @@ def _decode_batch(x: _Explainer) -> int:
         return deployment.batch
     x.warnings.append(
         f"a decode batch of {deployment.batch} at {deployment.context:,} tokens does not fit the KV pool, which holds "
-        f"{resident} such sequences: priced at batch {resident} (lower --batch, or raise --tp or use --kv-dtype fp8)"
+        f"{resident} such sequences: priced at batch {resident} ({larger_pool_fixes(x.inputs, 'lower --batch')})"
     )
     return int(resident)
 

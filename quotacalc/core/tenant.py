@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from quotacalc.core.deployment import Tenant
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.kv import context_limit, request_kv
-from quotacalc.core.price import PriceResult
+from quotacalc.core.price import PriceResult, larger_pool_fixes
 from quotacalc.errors import QuotacalcError
 
 
@@ -60,7 +60,7 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
             f"one request of {request.context_tokens:,} tokens needs {request.pool_share:.0%} of the replica's KV pool "
             f"({replica.kv_pool_tokens:,} tokens)",
             field="prompt_tokens",
-            fix="shorten the tenant's requests, raise --tp, use --kv-dtype fp8, or a GPU with more memory",
+            fix=larger_pool_fixes(replica.inputs, "shorten the tenant's requests", "use a GPU with more memory"),
         )
     # A prompt token costs more inside a long prompt (it attends to those before it): charged at
     # its cost inside this tenant's prompt, as `kv` reports it.
