@@ -556,3 +556,31 @@ def test_a_local_model_path_is_flagged_and_serve_model_names_what_the_engine_loa
     plan.write_text("model: Llama-3.1-8B-Instruct\ngpu: h100-sxm\n", encoding="utf-8")
     code, out, _ = run_cli("check", str(plan), "--json")
     assert code == 0 and not any("local config" in f["message"] for f in json.loads(out)["findings"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "longest"),
+    [
+        # max_model_len 32,768: the engine admits nothing longer, so neither does the tier.
+        ("max_model_len: 32768\n", 32_768),
+        # One H100 holds 46 sequences of 1,700 tokens of gpt-oss-120b at BF16 KV (78,200 tokens at the pool's context, its
+        # windows paid in full), less than the model's 131,072: the tier takes what the pool holds.
+        ("", 46 * 1_700),
+    ],
+)
+def test_a_flat_plans_tier_fits_what_its_pool_serves(run_cli, tmp_path, monkeypatch, extra, longest):
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: gpt-oss-120b\ngpu: h100-sxm\n" + extra + "tenant: {rps: 1, prompt_tokens: 1000, output_tokens: 200}\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("check", str(plan), "--json")
+    assert code == 0, err
+    assert not [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    code, _, err = run_cli("generate", str(plan), "--out", str(tmp_path / "out"), "--target", "canonical")
+    assert code == 0, err
+    policy = yaml.safe_load((tmp_path / "out" / "canonical" / "policy.yaml").read_text(encoding="utf-8"))
+    (tenant,) = policy["tenants"]
+    assert tenant["max_context_tokens"] == longest
+    assert tenant["kv_cap_tokens_per_replica"] == longest

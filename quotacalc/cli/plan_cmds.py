@@ -66,6 +66,12 @@ def load_calibrated_policy(
 
     plan, platform, sections = load_plan_calibrations(path)
     priced = price_pools(plan, deployment_flags, source=path, platform=platform)
+    if not platform:
+        from quotacalc.core.policy import pool_max_context_tokens
+        from quotacalc.inputs.plan import fit_flat_tier
+
+        (replica,) = priced.values()  # a flat plan is one pool
+        plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
     warnings = {
         name: (*replica.warnings, *_local_model_warning(replica))
         for name, replica in priced.items()

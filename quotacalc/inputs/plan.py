@@ -487,8 +487,9 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     tenant (if any) is ``tenant``.
 
     The tenant's tier is synthesised from the deployment (documented in the README): the model's max
-    context, a KV cap of one full-length sequence, the decode batch as its concurrency, the
-    deployment's burst and cached weight, priority 0; its cache is shared (no secret needed).
+    context capped by max_model_len (and, once the pool is priced, by its KV: ``fit_flat_tier``), a KV cap of one
+    such sequence, the decode batch as its concurrency, the deployment's burst and cached weight, priority 0; its
+    cache is shared (no secret needed).
     """
     from quotacalc.inputs.deployment import build_deployment, build_tenant
 
@@ -497,7 +498,12 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     if flat.tenant is None:
         return Plan(pools=(pool,))
     tenant = build_tenant(flat.tenant, {}, source=path)
-    max_context = model_max_context(deployment.model) or deployment.context
+    # The engine admits no longer sequence than its max_model_len (what the pool's KV holds is fitted once priced).
+    max_context = (
+        min(limit for limit in (model_max_context(deployment.model), deployment.max_model_len) if limit)
+        if (model_max_context(deployment.model) or deployment.max_model_len)
+        else deployment.context
+    )
     tier = Tier(
         name=FLAT_TIER,
         max_context_tokens=max_context,
@@ -513,6 +519,29 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
         tiers=(tier,),
         tenants=(PlanTenant(name=FLAT_TENANT, tier=FLAT_TIER, traffic=tenant, cache_isolation="shared"),),
     )
+
+
+def fit_flat_tier(plan: Plan, served_tokens: int, held_tokens: int) -> Plan:
+    """A flat plan's synthesised tier within what its pool serves: ``served_tokens`` the longest sequence (the
+    model's maximum, capped by max_model_len and the KV pool), ``held_tokens`` the KV a replica holds of requests at
+    the pool's context. The file has no tier to fix, so the tier takes the pool's limits, as ``price`` and ``size``
+    of the same file do."""
+    tier = next((tier for tier in plan.tiers if tier.name == FLAT_TIER), None)
+    if tier is None:
+        return plan
+    # The KV cap counts a window model's tokens at the pool's context: a longer max context than it would never be
+    # admitted, so the tier's context is the smaller of the two.
+    longest = min(tier.max_context_tokens, served_tokens, held_tokens)
+    fitted = tier.model_copy(
+        update={
+            "max_context_tokens": longest,
+            "kv_cap_tokens_per_replica": min(tier.kv_cap_tokens_per_replica, longest),
+            "max_output_tokens": min(tier.max_output_tokens, longest),
+        }
+    )
+    if fitted == tier:
+        return plan
+    return plan.model_copy(update={"tiers": tuple(fitted if entry is tier else entry for entry in plan.tiers)})
 
 
 def load_plan(path: str) -> tuple[Plan, bool]:
