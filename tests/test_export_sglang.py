@@ -81,6 +81,9 @@ def test_engine_values_come_from_the_policy_and_round_trip():
         "max-running-requests": 16,
         "chunked-prefill-size": 8192,
         "mem-fraction-static": 0.823,
+        # SGLang's own default is 127.0.0.1:30000: every gateway file sends to the pool's service on port 8000.
+        "host": "0.0.0.0",
+        "port": 8000,
         "kv-cache-dtype": "fp8_e4m3",
         # The policy's order is vLLM's, lower first; SGLang serves larger values first unless told, and orders by
         # priority only under fcfs or lof.
@@ -151,3 +154,19 @@ def test_fp8_weights_on_a_plain_checkpoint_are_quantized_at_load_and_other_forma
     assert "quantization" not in long
     (limit,) = [line for line in result.limits if line.startswith("Pool long:")]
     assert "priced with int4 weights, which no load flag makes of" in limit
+
+
+def test_the_engine_listens_where_every_gateway_sends():
+    """LiteLLM's api_base, Kong's upstream and the InferencePool's target port all name one port: SGLang's file
+    must serve on it, on every interface (its defaults are 127.0.0.1 and 30000)."""
+    from quotacalc.exporters import gie, kong, litellm
+
+    policy = _on_sglang(platform_policy(), "long")
+    config = sglang.documents(policy)["sglang/long.yaml"]
+    assert (config["host"], config["port"]) == ("0.0.0.0", 8000)
+    text = "\n".join(
+        file.text
+        for module in (gie, kong, litellm)
+        for file in module.export(policy, sample_salts(policy), ExportOptions()).files
+    )
+    assert f"http://long:{config['port']}/v1" in text and f"number: {config['port']}" in text

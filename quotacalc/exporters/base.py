@@ -52,6 +52,10 @@ class Exporter(Protocol):
 
 
 #: Target name -> module defining ``export``; imported only when the target is generated.
+#: The port every engine file serves on and every gateway file sends to (vLLM's default; SGLang's own is 30000,
+#: so its files say this one).
+ENGINE_PORT = 8000
+
 TARGET_MODULES = {
     "canonical": "quotacalc.exporters.canonical",
     "envoy": "quotacalc.exporters.envoy",

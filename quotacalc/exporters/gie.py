@@ -11,14 +11,13 @@ from collections.abc import Mapping
 
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.exporters._text import yaml_documents
-from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
 POOL_API = "inference.networking.k8s.io/v1"
 OBJECTIVE_API = "inference.networking.x-k8s.io/v1alpha2"
 #: Label the pool's vLLM pods carry; the InferencePool selects them by it.
 POOL_LABEL = "quotacalc.io/pool"
-#: vLLM's default HTTP port, and the endpoint picker's default gRPC port (explicit defaults: edit where yours differ).
-VLLM_PORT = 8000
+#: The endpoint picker's default gRPC port (an explicit default: edit where yours differs).
 EPP_PORT = 9002
 
 
@@ -67,7 +66,7 @@ def documents(policy: QuotaPolicy, options: ExportOptions) -> dict[str, list[dic
             "metadata": {"name": pool.name},
             "spec": {
                 "selector": {"matchLabels": {POOL_LABEL: pool.name}},
-                "targetPorts": [{"number": VLLM_PORT}],
+                "targetPorts": [{"number": ENGINE_PORT}],
                 "endpointPickerRef": {"name": picker_name(pool.name), "port": {"number": EPP_PORT}},
             },
         }

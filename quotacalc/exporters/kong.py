@@ -15,20 +15,19 @@ from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.exporters._text import long_context_lines, lora_lines, salt_of, yaml_text
-from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
 #: ai-proxy costs are per 1M tokens.
 TOKENS_PER_COST = 1_000_000
 #: The provider name ai-rate-limiting-advanced keys its limits by (vLLM speaks the OpenAI API).
 PROVIDER = "openai"
 #: vLLM's default port; a Kubernetes Service named after the pool is assumed (edit where yours differs).
-VLLM_PORT = 8000
 #: The upstream API key, read by Kong from its environment vault, never written here.
 UPSTREAM_KEY = "{vault://env/vllm-api-key}"
 
 
 def _upstream(pool: PoolPolicy) -> str:
-    return f"http://{pool.name}:{VLLM_PORT}/v1/chat/completions"
+    return f"http://{pool.name}:{ENGINE_PORT}/v1/chat/completions"
 
 
 def _service(pool: PoolPolicy, weights: tuple[float, float]) -> dict:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.exporters._text import json_text, long_context_lines, lora_lines, yaml_text
-from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
+from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
 #: Hours in the month of the method's $/month figures (docs/method.md §6: 720 h): used only for a
 #: hand-built policy whose pools do not carry their price per unit.
@@ -24,7 +24,6 @@ SECONDS_PER_MONTH = 720 * 3600
 BUDGET_DURATION = "1h"
 BUDGET_DURATION_S = 3600
 #: vLLM's default port; a Service named after the pool is assumed (edit where yours differs).
-VLLM_PORT = 8000
 
 
 def usd_per_unit(pool: PoolPolicy) -> float:
@@ -52,7 +51,7 @@ def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
         "model_name": pool.name,
         "litellm_params": {
             "model": f"hosted_vllm/{pool.engine.served_model_name}",
-            "api_base": f"http://{pool.name}:{VLLM_PORT}/v1",
+            "api_base": f"http://{pool.name}:{ENGINE_PORT}/v1",
             "api_key": "os.environ/VLLM_API_KEY",
             # Raw tokens per minute: a prompt-only load reaches the pool's capacity in units exactly.
             "tpm": math.floor(pool.capacity_units_per_s * 60),

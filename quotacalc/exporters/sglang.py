@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
-from quotacalc.exporters.base import Export, ExportOptions
+from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions
 from quotacalc.exporters.engine_files import (
     PER_TENANT_LIMIT,
     config_files,
@@ -49,6 +49,9 @@ def engine_config(engine: EngineSettings, least_urgent_priority: int | None = No
         "max-running-requests": engine.max_num_seqs,
         "chunked-prefill-size": engine.max_num_batched_tokens,
         "mem-fraction-static": engine.gpu_memory_utilization,
+        # SGLang listens on 127.0.0.1:30000 unless told: the gateways send to the pool's service on this port.
+        "host": "0.0.0.0",
+        "port": ENGINE_PORT,
     }
     if engine.quantization is not None:
         config["quantization"] = engine.quantization  # FP8 weights priced on a plain checkpoint: quantized at load
