@@ -584,3 +584,17 @@ def test_a_flat_plans_tier_fits_what_its_pool_serves(run_cli, tmp_path, monkeypa
     (tenant,) = policy["tenants"]
     assert tenant["max_context_tokens"] == longest
     assert tenant["kv_cap_tokens_per_replica"] == longest
+
+
+@pytest.mark.parametrize(
+    ("engine", "target", "key"), [("generic", "vllm", "kv-cache-dtype"), ("sglang", "sglang", "kv-cache-dtype")]
+)
+def test_an_fp8_format_named_in_the_plan_reaches_the_engine_file(run_cli, tmp_path, engine, target, key):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"model: Qwen2.5-7B-Instruct\ngpu: a100-80gb-sxm\nkv_dtype: fp8_e5m2\nengine: {engine}\n", encoding="utf-8"
+    )
+    code, _, err = run_cli("generate", str(plan), "--out", str(tmp_path / "out"), "--target", target)
+    assert code == 0, err
+    config = yaml.safe_load((tmp_path / "out" / target / "default.yaml").read_text(encoding="utf-8"))
+    assert config[key] == "fp8_e5m2"

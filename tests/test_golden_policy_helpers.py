@@ -47,6 +47,21 @@ def test_kv_cache_dtype_in_vllm_names():
     # No --kv-dtype, but the model's cache is kept in another dtype than the checkpoint's (DeepSeek V4's fp8):
     # vLLM's 'auto' would mean the checkpoint's, so the setting names it.
     assert _kv_cache_dtype(_replica(None, DTYPES["fp8"], checkpoint="bf16")) == "fp8"
+    # A named FP8 format is priced as FP8 (one byte) but kept: vLLM's 'fp8' alone means e4m3.
+    for given, written in (
+        ("fp8_e5m2", "fp8_e5m2"),
+        ("E5M2", "fp8_e5m2"),
+        ("fp8_e4m3", "fp8_e4m3"),
+        ("e4m3", "fp8_e4m3"),
+    ):
+        assert _kv_cache_dtype(_replica(given, DTYPES["fp8"])) == written
+
+
+def test_an_e5m2_cache_reaches_both_engines_files():
+    from quotacalc.exporters.sglang import KV_CACHE_DTYPES
+
+    # SGLang's choices take vLLM's name of the format as they are.
+    assert KV_CACHE_DTYPES["fp8_e5m2"] == "fp8_e5m2" and KV_CACHE_DTYPES["fp8_e4m3"] == "fp8_e4m3"
 
 
 def test_ceil_forgives_only_float_noise():

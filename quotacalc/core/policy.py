@@ -224,6 +224,14 @@ def pool_max_context_tokens(replica: PriceResult) -> int:
 
 #: vLLM's --kv-cache-dtype spelling of quotacalc's dtype names.
 _VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+#: A named FP8 format (catalog/dtypes.py's aliases of fp8) as vLLM's --kv-cache-dtype choice.
+_FP8_FORMATS = {
+    "fp8_e4m3": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+    "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+    "e5m2": "fp8_e5m2",
+}
 
 
 def _kv_cache_dtype(replica: PriceResult) -> str:
@@ -232,6 +240,10 @@ def _kv_cache_dtype(replica: PriceResult) -> str:
         replica.inputs.arch.checkpoint_dtype
     ):
         return "auto"
+    # quotacalc prices every FP8 format alike (one byte), but the engine must keep the one asked for.
+    given = (replica.inputs.deployment.kv_dtype or "").lower()
+    if given in _FP8_FORMATS:
+        return _FP8_FORMATS[given]
     name = replica.inputs.kv_dtype.name
     return _VLLM_KV_DTYPES.get(name, name)
 
