@@ -386,6 +386,13 @@ def test_structure_errors(tmp_path: Path, run_cli) -> None:
         "pools: [{name: a, replicas: 1.5}]\n": "pools[0].replicas: must be a valid integer, got 1.5",
         "pools: [{name: a, replicas: true}]\n": "pools[0].replicas: must be a valid integer, got True",
         "tenant_header: ''\npools: [{name: a, replicas: 1}]\n": "tenant_header: '' is not a valid name",
+        # Envoy AI Gateway routes on x-ai-eg-model: the tenant's match would name it twice in one route.
+        "tenant_header: x-ai-eg-model\npools: [{name: a, replicas: 1}]\n": (
+            "tenant_header: 'x-ai-eg-model' is a header the gateway itself uses: choose another, e.g. x-tenant-id"
+        ),
+        "tenant_header: authorization\npools: [{name: a, replicas: 1}]\n": "tenant_header: 'authorization' is a",
+        # A pool names a Kubernetes Service (RFC 1035: a letter first); a tenant or tier may start with a digit.
+        "pools: [{name: 9lives, replicas: 1}]\n": "pools[0].name: '9lives' is not a valid name (a letter first, ",
         "public_prefixes: ['']\npools: [{name: a, replicas: 1}]\n": "public_prefixes[0]: String should have at least 1",
     }
     for text, expected in cases.items():

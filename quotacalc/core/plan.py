@@ -28,6 +28,8 @@ Identifier = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(
 
 #: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+#: A pool's name is a Service name too (RFC 1035 label: a letter first).
+POOL_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 def _finite_positive(value: float) -> float:
@@ -41,7 +43,11 @@ class Pool(BaseModel):
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
-    name: str = Field(pattern=NAME_PATTERN, description="pool name (lower-case letters, digits, '-')")
+    name: str = Field(
+        pattern=POOL_NAME_PATTERN,
+        description="pool name (lower-case letters, digits, '-'; a letter first: it names the pool's Kubernetes "
+        "Service and the hosts the gateways send to)",
+    )
     deployment: Deployment = Field(description="how each replica serves its model (the keys of a one-pool plan)")
     replicas: int = Field(ge=1, le=100_000, strict=True, description="replicas in the pool")
     role: Literal["standard", "long_context"] = Field(
@@ -165,6 +171,10 @@ class PlanTenant(BaseModel):
         return traffic
 
 
+#: Headers the gateways route or authenticate on: none can carry the tenant id.
+RESERVED_HEADERS = frozenset({"x-ai-eg-model", "authorization", "content-type", "content-length", "host"})
+
+
 class Plan(BaseModel):
     """A platform plan. A one-pool plan (today's flat file) is a Plan with one pool and at most one tenant."""
 
@@ -184,6 +194,15 @@ class Plan(BaseModel):
         pattern=r"^[a-z0-9][a-z0-9-]{0,63}$",
         description="request header that carries the tenant id (lower-case, as HTTP/2 sends it)",
     )
+
+    @field_validator("tenant_header")
+    @classmethod
+    def _not_a_header_the_gateways_use(cls, value: str) -> str:
+        # Envoy AI Gateway routes on its model header, and every target reads these: a tenant id there would be
+        # matched twice in one route (the API server refuses) or break the request.
+        if value in RESERVED_HEADERS:
+            raise ValueError(f"'{value}' is a header the gateway itself uses: choose another, e.g. x-tenant-id")
+        return value
 
     def pool(self, name: str) -> Pool:
         """The pool called ``name`` (references are checked when the plan is read)."""

@@ -180,7 +180,9 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
         shown = f", got {value!r}" if isinstance(value, (int, float, str, bool)) or value is None else ""
         message = "must be" + message.removeprefix("Input should be") + shown
     if first["type"] == "string_pattern_mismatch":
-        message = f"'{first['input']}' is not a valid name (lower-case letters, digits and '-', at most 63)"
+        # A pool's name is a Kubernetes Service's too: it must start with a letter.
+        start = "a letter first, " if loc[:1] == ("pools",) else ""
+        message = f"'{first['input']}' is not a valid name ({start}lower-case letters, digits and '-', at most 63)"
     return QuotacalcError(message, source=source, field=yaml_path(loc))
 
 
