@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,34 @@ def _rules(value: Any, node: dict[str, Any], path: str) -> Iterator[tuple[str, d
             yield from _rules(item, node["items"], f"{path}[{index}]")
 
 
+def _list_type_problems(value: Any, node: dict[str, Any], path: str) -> Iterator[str]:
+    """What the API server's list types refuse: two items of a ``map`` list with the same keys, or two equal items
+    of a ``set`` (JSON Schema knows neither)."""
+    if isinstance(value, dict):
+        for name, child in (node.get("properties") or {}).items():
+            if name in value:
+                yield from _list_type_problems(value[name], child, f"{path}.{name}")
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            for name, item in value.items():
+                if name not in (node.get("properties") or {}):
+                    yield from _list_type_problems(item, extra, f"{path}.{name}")
+    elif isinstance(value, list):
+        kind = node.get("x-kubernetes-list-type")
+        if kind == "map":
+            keys = node.get("x-kubernetes-list-map-keys") or ()
+            seen = [tuple(item.get(key) for key in keys) for item in value if isinstance(item, dict)]
+            for duplicate in sorted({entry for entry in seen if seen.count(entry) > 1}, key=str):
+                yield f"{path}: duplicate entries for key {dict(zip(keys, duplicate, strict=True))}"
+        elif kind == "set":
+            seen_items = [json.dumps(item, sort_keys=True) for item in value]
+            if len(set(seen_items)) != len(seen_items):
+                yield f"{path}: duplicate entries in a set"
+        if isinstance(node.get("items"), dict):
+            for index, item in enumerate(value):
+                yield from _list_type_problems(item, node["items"], f"{path}[{index}]")
+
+
 @functools.cache
 def _validator(key: tuple[str, str]) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(to_json_schema(crds()[key].schema))
@@ -145,6 +174,7 @@ def validate_manifest(manifest: dict[str, Any]) -> list[str]:
         f"{'.'.join(str(part) for part in error.absolute_path) or '<root>'}: {error.message}"
         for error in _validator(key).iter_errors(defaulted)
     ]
+    problems += _list_type_problems(defaulted, crd.schema, "")
     for path, rule, value in _rules(defaulted, crd.schema, ""):
         if "oldSelf" in rule["rule"]:
             continue  # transition rules compare with a stored object; a create has none

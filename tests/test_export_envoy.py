@@ -203,3 +203,66 @@ def test_a_salted_tenant_without_a_salt_is_an_error_not_an_unsalted_route():
     for exporter in (envoy, kong):
         with pytest.raises(QuotacalcError, match="tenant globex is salted but no salt"):
             exporter.export(policy, salts, OPTIONS)
+
+
+def test_the_crd_check_refuses_what_a_map_list_refuses():
+    """headers is a map list keyed by name: the same header twice in one match is refused by the API server, and by
+    tests/crd_validation.py (JSON Schema alone would pass it)."""
+    _policy, result = _export()
+    route = next(
+        manifest
+        for generated in result.files
+        for manifest in yaml.safe_load_all(generated.text)
+        if manifest["kind"] == "AIGatewayRoute"
+    )
+    match = route["spec"]["rules"][0]["matches"][0]
+    match["headers"].append(dict(match["headers"][0], value="someone-else"))
+    problems = validate_manifest(route)
+    assert any("duplicate entries for key {'name': 'x-tenant-id'}" in problem for problem in problems), problems
+
+
+def test_a_tenant_of_many_adapters_takes_several_rules_within_the_crds_limits():
+    """A rule holds 128 model matches (the CRD's maxItems): a tenant with its base model and 300 adapters takes
+    ceil(301 / 128) = 3 rules; routes are packed to at most 15 rules, a tenant's rules kept in one route."""
+    policy = platform_policy()
+    adapters = tuple(f"adapter-{n:03d}" for n in range(300))
+    first = policy.tenants[0]
+    policy = policy.model_copy(
+        update={"tenants": (first.model_copy(update={"lora_adapters": adapters}), *policy.tenants[1:])}
+    )
+    _policy, result = _export(policy)
+    routes = [
+        manifest
+        for generated in result.files
+        for manifest in yaml.safe_load_all(generated.text)
+        if manifest["kind"] == "AIGatewayRoute"
+    ]
+    for route in routes:
+        assert validate_manifest(route) == [], route["metadata"]["name"]
+        assert len(route["spec"]["rules"]) <= 15
+    rules = [rule for route in routes for rule in route["spec"]["rules"] if rule["name"].split(".")[0] == first.name]
+    assert [rule["name"] for rule in rules] == [first.name, f"{first.name}.2", f"{first.name}.3"]
+    assert [len(rule["matches"]) for rule in rules] == [128, 128, 45]
+    models = [
+        header["value"]
+        for rule in rules
+        for match in rule["matches"]
+        for header in match["headers"]
+        if header["name"] == "x-ai-eg-model"
+    ]
+    assert models == [policy.pools[0].engine.served_model_name, *adapters]
+    # Every rule of the tenant is in one route, whose rate-limit policy is the tenant's one bucket.
+    assert len({route["metadata"]["name"] for route in routes for rule in route["spec"]["rules"] if rule in rules}) == 1
+
+
+def test_a_tenant_beyond_one_route_of_rules_is_refused():
+    from quotacalc.errors import QuotacalcError
+
+    policy = platform_policy()
+    first = policy.tenants[0]
+    adapters = tuple(f"a{n}" for n in range(15 * 128))  # with the base model: 1,921 matches, 16 rules
+    policy = policy.model_copy(update={"tenants": (first.model_copy(update={"lora_adapters": adapters}),)})
+    with pytest.raises(QuotacalcError) as refused:
+        envoy.export(policy, sample_salts(policy), OPTIONS)
+    assert refused.value.field == f"tenants.{first.name}.lora_adapters"
+    assert "need 16 route rules" in refused.value.problem and "1,919 adapters" in refused.value.fix

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
+from quotacalc.errors import QuotacalcError
 from quotacalc.exporters._text import long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
@@ -27,6 +28,8 @@ MODEL_HEADER = "x-ai-eg-model"
 GATEWAY_NAME = "ai-gateway"
 #: CRD maxItems (aigateway.envoyproxy.io_aigatewayroutes.yaml, commit c217da8): rules per route, costs per route.
 MAX_RULES_PER_ROUTE = 15
+#: CRD maxItems on a rule's matches: a tenant's base model and LoRA adapters, one match each.
+MAX_MATCHES_PER_RULE = 128
 MAX_COSTS_PER_ROUTE = 36
 #: Envoy's rate-limit counters are uint32 (the BackendTrafficPolicy CRD's maximum for limit.requests).
 MAX_LIMIT = 4_294_967_295
@@ -75,7 +78,10 @@ def _metadata_key(scale: int, weights: tuple[int, int, int]) -> str:
     return f"quotacalc_units_x{scale}_p{prompt}_c{cached}_o{output}"
 
 
-def _route_rule(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str | None) -> dict:
+def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str | None) -> list[dict]:
+    """The tenant's route rules: one match per model it may name (the base model and its LoRA adapters), at most
+    the CRD's 128 matches a rule, so a tenant of many adapters takes several rules (``acme``, ``acme.2``: a tenant
+    name has no dot, so no two rule names meet)."""
     models = (pool.engine.served_model_name, *tenant.lora_adapters)
     matches = [
         {
@@ -94,7 +100,11 @@ def _route_rule(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str |
     backend: dict = {"name": pool.name}
     if body:
         backend["bodyMutation"] = {"set": body}
-    return {"name": tenant.name, "matches": matches, "backendRefs": [backend]}
+    groups = [matches[start : start + MAX_MATCHES_PER_RULE] for start in range(0, len(matches), MAX_MATCHES_PER_RULE)]
+    return [
+        {"name": tenant.name if number == 1 else f"{tenant.name}.{number}", "matches": group, "backendRefs": [backend]}
+        for number, group in enumerate(groups, start=1)
+    ]
 
 
 def _rate_limit_rule(tenant: TenantPolicy, header: str) -> tuple[dict, str, tuple[int, int, int], int]:
@@ -112,9 +122,30 @@ def _rate_limit_rule(tenant: TenantPolicy, header: str) -> tuple[dict, str, tupl
     return rule, key, weights, scale
 
 
+def _rules_of(tenant: TenantPolicy) -> int:
+    return math.ceil((1 + len(tenant.lora_adapters)) / MAX_MATCHES_PER_RULE)
+
+
 def _chunks(tenants: tuple[TenantPolicy, ...]) -> list[tuple[TenantPolicy, ...]]:
-    ordered = tuple(sorted(tenants, key=lambda tenant: tenant.name))
-    return [ordered[start : start + MAX_RULES_PER_ROUTE] for start in range(0, len(ordered), MAX_RULES_PER_ROUTE)]
+    """Tenants by name, packed into routes of at most the CRD's 15 rules (a tenant's rules stay in one route: its
+    rate limit is one policy on one route)."""
+    chunks: list[list[TenantPolicy]] = []
+    used = MAX_RULES_PER_ROUTE
+    for tenant in sorted(tenants, key=lambda tenant: tenant.name):
+        rules = _rules_of(tenant)
+        if rules > MAX_RULES_PER_ROUTE:
+            raise QuotacalcError(
+                f"{len(tenant.lora_adapters):,} LoRA adapters need {rules} route rules of {MAX_MATCHES_PER_RULE} "
+                f"model matches, more than the {MAX_RULES_PER_ROUTE} an AIGatewayRoute holds",
+                field=f"tenants.{tenant.name}.lora_adapters",
+                fix=f"give the tenant at most {MAX_RULES_PER_ROUTE * MAX_MATCHES_PER_RULE - 1:,} adapters",
+            )
+        if used + rules > MAX_RULES_PER_ROUTE:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(tenant)
+        used += rules
+    return [tuple(chunk) for chunk in chunks]
 
 
 def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[dict]]:
@@ -128,7 +159,7 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
         rules, limit_rules, costs = [], [], {}
         for tenant in chunk:
             salt = salt_of(tenant, salts)
-            rules.append(_route_rule(tenant, pools[tenant.pool], header, salt))
+            rules += _route_rules(tenant, pools[tenant.pool], header, salt)
             rule, key, weights, _scale = _rate_limit_rule(tenant, header)
             limit_rules.append(rule)
             costs[key] = {"metadataKey": key, "type": "CEL", "cel": cost_expression(*weights)}
@@ -209,7 +240,8 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         "Max context and output reservation cap (max_tokens): not checked at the gateway; the engine's max-model-len is the only bound.",
         "Fair queueing: the gateway admits or rejects; there are no per-tenant queues drained by a weighted scheduler.",
         "The tenant header is trusted as sent: an authenticating filter must set it (and strip a client's) in front of these routes.",
-        f"Routes and their rate-limit policies are split by {MAX_RULES_PER_ROUTE} tenants (the CRD's maxItems on rules).",
+        f"Routes and their rate-limit policies are split at {MAX_RULES_PER_ROUTE} rules (the CRD's maxItems on rules); "
+        f"a tenant takes one rule per {MAX_MATCHES_PER_RULE} models it may name (the base model and its LoRA adapters).",
         f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
     ]
     limits += long_context_lines(
