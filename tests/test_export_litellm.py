@@ -58,10 +58,14 @@ def test_config_and_payloads_pass_litellms_own_models(litellm_types):
     litellm_types.ConfigYAML.model_validate(config)
     for deployment in config["model_list"]:  # ConfigYAML keeps litellm_params a plain dict
         LiteLLM_Params.model_validate(deployment["litellm_params"])
+    # LiteLLM's request models accept and drop unknown fields: every field written must be one it reads.
     for team in json.loads(_file(result, "teams.json")):
         litellm_types.NewTeamRequest.model_validate(team)
+        assert set(team) <= set(litellm_types.NewTeamRequest.model_fields), team
     for key in json.loads(_file(result, "keys.json")):
         GenerateKeyRequest.model_validate(key)
+        assert set(key) <= set(GenerateKeyRequest.model_fields), key
+        assert key["max_parallel_requests"] >= 1  # the concurrency cap lives on the key
 
 
 @pytest.mark.litellm_proxy
@@ -92,7 +96,9 @@ def test_per_token_costs_express_units_in_usd():
     teams = {team["team_id"]: team for team in json.loads(_file(result, "teams.json"))}
     assert teams["acme"]["max_budget"] == pytest.approx(9.7219, abs=1e-4)
     assert teams["acme"]["tpm_limit"] == 17725 * 60
-    assert teams["acme"]["max_parallel_requests"] == 64
+    # The tier's concurrency cap is on the tenant's key: a team has no such field in LiteLLM.
+    keys = {key["key_alias"]: key for key in json.loads(_file(result, "keys.json"))}
+    assert keys["acme"]["max_parallel_requests"] == 64 and "max_parallel_requests" not in teams["acme"]
     assert teams["acme"]["metadata"]["priority"] == "premium"
     assert teams["wonka"]["models"] == ["standard"]
 
@@ -121,6 +127,26 @@ def test_priority_reservation_shares_the_units_sold_by_tier():
     assert config["litellm_settings"]["callbacks"] == ["dynamic_rate_limiter_v3"]
     assert config["router_settings"]["optional_pre_call_checks"] == ["enforce_model_rate_limits"]
     assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
+    # Every tenant of the sample is on one pool: its shares are the global ones, and LIMITS.md says nothing more.
+    assert not any("priority_reservation is one setting" in line for line in result.limits)
+
+
+def test_a_pool_whose_tiers_hold_other_shares_is_named_in_the_limits():
+    """LiteLLM applies the one priority_reservation to each model's tpm. Moving the premium tenant acme (17,725
+    units/s) to the long pool leaves the standard pool premium 9,000 of 27,550.5 (0.3267) against the global 0.5903,
+    and the long pool premium 1: both are named, each with its own shares."""
+    policy = platform_policy()
+    tenants = tuple(
+        tenant.model_copy(update={"pool": "long", "long_context_pool": None, "route_above_prompt_tokens": None})
+        if tenant.name == "acme"
+        else tenant
+        for tenant in policy.tenants
+    )
+    _policy, result = _export(policy.model_copy(update={"tenants": tenants}))
+    lines = [line for line in result.limits if "priority_reservation is one setting" in line]
+    assert len(lines) == 2
+    assert "pool 'standard' sells its tiers otherwise (premium 0.3267, standard 0.4283, batch 0.245)" in lines[0]
+    assert "pool 'long' sells its tiers otherwise (premium 1)" in lines[1]
 
 
 def test_no_salt_is_written_and_the_limits_say_so():

@@ -145,8 +145,9 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
 
 def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
     limits = [
-        "Token bucket: ai-rate-limiting-advanced counts a sliding window (as long as the tenant's burst, holding its "
-        "bucket depth), not a bucket refilled continuously.",
+        "Token bucket: ai-rate-limiting-advanced counts a sliding window (the tenant's burst in whole seconds, at "
+        "least 1, holding the rate × that window: the bucket depth where burst_s is whole, else a burst up to half a "
+        "second's units more or less, the contracted rate kept), not a bucket refilled continuously.",
         "Cached prompt tokens: Kong's cost has no cached-token term; cached tokens are charged as prompt tokens "
         "(weight 1 instead of the tier's cached weight), so cache-heavy tenants hit their limit early.",
         "Charging happens after the response (Kong's known limitation: a cost counts from the next request): one "

@@ -63,15 +63,33 @@ def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
     }
 
 
-def priority_reservation(policy: QuotaPolicy) -> dict[str, float]:
-    """Each tier's share of the units sold, in priority order (LiteLLM reserves capacity by these shares)."""
-    sold = sum(tenant.bucket_rate_units_per_s for tenant in policy.tenants)
+def priority_reservation(policy: QuotaPolicy, pool: str | None = None) -> dict[str, float]:
+    """Each tier's share of the units sold (on ``pool``, or on every pool), in priority order (LiteLLM reserves
+    capacity by these shares)."""
+    tenants = [tenant for tenant in policy.tenants if pool is None or tenant.pool == pool]
+    sold = sum(tenant.bucket_rate_units_per_s for tenant in tenants)
     shares: dict[str, float] = {}
     for tier in sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name)):
-        units = sum(t.bucket_rate_units_per_s for t in policy.tenants if t.tier == tier.name)
+        units = sum(t.bucket_rate_units_per_s for t in tenants if t.tier == tier.name)
         if units > 0:
             shares[tier.name] = round(units / sold, 4)
     return shares
+
+
+def _reservation_lines(policy: QuotaPolicy) -> list[str]:
+    """Where one pool's tiers hold other shares than the global setting gives them: LiteLLM applies it per model."""
+    overall = priority_reservation(policy)
+    lines = []
+    for pool in policy.pools:
+        own = priority_reservation(policy, pool.name)
+        if own and any(abs(own.get(tier, 0.0) - overall.get(tier, 0.0)) > 0.05 for tier in {*overall, *own}):
+            shown = ", ".join(f"{tier} {share:g}" for tier, share in own.items())
+            lines.append(
+                f"priority_reservation is one setting, applied to each model's tpm: it holds every pool's shares "
+                f"together, and pool '{pool.name}' sells its tiers otherwise ({shown}), so a saturated '{pool.name}' "
+                "reserves capacity by the shares of the others."
+            )
+    return lines
 
 
 def config(policy: QuotaPolicy) -> dict:
@@ -101,11 +119,14 @@ def _limits_of(policy: QuotaPolicy, tenant: TenantPolicy) -> dict:
 
 
 def team_payloads(policy: QuotaPolicy) -> list[dict]:
-    """POST /team/new bodies, one team per tenant."""
-    return [
-        {"team_id": t.name, "team_alias": t.name, **_limits_of(policy, t)}
-        for t in sorted(policy.tenants, key=lambda t: t.name)
-    ]
+    """POST /team/new bodies, one team per tenant. A team has no concurrency cap in LiteLLM (NewTeamRequest has no
+    max_parallel_requests, and drops it unread): the tenant's one key carries it."""
+    teams = []
+    for tenant in sorted(policy.tenants, key=lambda t: t.name):
+        limits = _limits_of(policy, tenant)
+        del limits["max_parallel_requests"]
+        teams.append({"team_id": tenant.name, "team_alias": tenant.name, **limits})
+    return teams
 
 
 def key_payloads(policy: QuotaPolicy) -> list[dict]:
@@ -148,6 +169,7 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
+    limits += _reservation_lines(policy)
     limits += long_context_lines(
         policy,
         "such a tenant must request the long-context pool as its model; its budget is priced at its standard pool's USD per unit.",
