@@ -735,6 +735,9 @@ def test_a_run_whose_lengths_varied_warns_where_its_ttft_under_load_is_fitted_lo
     assert not any("lengths varied" in warning for warning in calibrate(inputs, runs).warnings)
     itl_only = [run.model_copy(update={"ttft_s": None}) for run in varied]
     assert not any("lengths varied" in warning for warning in calibrate(inputs, itl_only).warnings)
+    # Two clients are already a closed loop that varied lengths take out of step.
+    pair = [varied[0], varied[1].model_copy(update={"concurrency": 2})]
+    assert any("concurrency 2 is not a lock-step" in warning for warning in calibrate(inputs, pair).warnings)
 
 
 def test_a_comparison_row_the_calibration_does_not_hold_for_says_so(run_cli, plan):

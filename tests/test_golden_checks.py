@@ -722,6 +722,9 @@ def test_the_long_context_reservation_uses_the_tenants_long_weights_and_the_cont
     # A tier whose context leaves no room above the threshold (32,769: the prompt alone fills it) routes nothing.
     unrouted = check_plan(policy(_bucket(20_000.0, max_context=32_769, kv_cap=100_000)))
     assert [f.code for f in unrouted.findings if f.code.startswith("bucket")] == []
+    # One token more (32,770) holds the shortest routed prompt and one output token: that request is checked.
+    routed = check_plan(policy(_bucket(20_000.0, max_context=32_770, kv_cap=100_000)))
+    assert [f.code for f in routed.findings if f.code.startswith("bucket")] == ["bucket-below-any-request"]
 
 
 # --------------------------------------------------------------------------- pricing warnings name plan keys

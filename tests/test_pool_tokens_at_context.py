@@ -177,3 +177,22 @@ def test_kv_of_a_request_larger_than_the_pool_never_fills_it(run_cli):
     assert code == 0 and "it can never be resident" in err
     row = next(line for line in out.splitlines() if line.startswith("fill the replica"))
     assert "never" in row and " 0 " not in row
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "context"),
+    [
+        # Full attention, bytes: Llama 3.1 8B on an L4 holds 28,766 tokens; 40,000 is 1.39 pools.
+        ("Llama-3.1-8B-Instruct", "l4", 1, 40_000),
+        # Gemma 3 27B's hybrid blocks on one H100: a 131,072-token request needs 1.8% more blocks than the pool has.
+        ("gemma-3-27b-it", "h100-sxm", 1, 131_072),
+    ],
+)
+def test_a_request_between_one_and_two_pools_is_never_resident(model, gpu, tp, context):
+    """floor and ceil of a share above 1: none resident, and 'never' fills (not ceil(1 / share) = 1)."""
+    from quotacalc.core.kv import request_kv
+
+    replica = price(resolve(Deployment(model=model, gpu=gpu, tp=tp, context=1_700, max_model_len=context)))
+    request = request_kv(replica, context)
+    assert 1 < request.pool_share < 2, request.pool_share
+    assert (request.requests_resident, request.requests_to_fill_pool) == (0, 0)

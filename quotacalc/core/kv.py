@@ -87,10 +87,10 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         unit="B",
     )
     layout = kv_groups.hybrid_layout(arch, kv_b, state_b, tp)
-    pool_blocks = next((step.value for step in replica.steps if step.name == "kv_pool_blocks"), None)
-    if layout is not None and pool_blocks:
+    if layout is not None:
         # vLLM's hybrid manager hands out whole blocks per group: count them as price's max_resident_sequences
-        # does, or kv and price disagree on how many such requests fit.
+        # does, or kv and price disagree on how many such requests fit (price records the pool's blocks).
+        pool_blocks = next(step.value for step in replica.steps if step.name == "kv_pool_blocks")
         blocks = layout.blocks_per_request(context_tokens, 1)
         share = ledger.record(
             "pool_share",
