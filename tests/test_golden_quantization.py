@@ -61,10 +61,11 @@ def assert_rest_in_bf16(result):
         ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
         # AWQ's own spelling (w_bit, q_group_size), group 64.
         ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64}, "int4", 0.5 + 2.5 / 64, "bf16"),
-        # GPTQ int8, group 128: 1 B + one fp16 scale per 128 (no zero point counted at 8 bits).
-        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 2 / 128, "int8"),
+        # GPTQ int8, group 128: 1 B + one fp16 scale per 128 (no zero point counted at 8 bits); weight-only (Marlin
+        # dequantizes in the kernel, activations stay 16-bit), so the matmuls run at the bf16 rate, not int8's.
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 2 / 128, "bf16"),
         # GPTQ int8, group 32: 1 B + 2 B / 32.
-        ({"quant_method": "gptq", "bits": 8, "group_size": 32}, "int8", 1 + 2 / 32, "int8"),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 32}, "int8", 1 + 2 / 32, "bf16"),
         # No group size stated: 128 (the AWQ/GPTQ default).
         ({"quant_method": "gptq", "bits": 4}, "int4", 0.5 + 2.5 / 128, "bf16"),
         ({"quant_method": "autoround", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
@@ -72,9 +73,39 @@ def assert_rest_in_bf16(result):
         # Nothing stated: 4 bits in groups of 128.
         ({"quant_method": "awq"}, "int4", 0.5 + 2.5 / 128, "bf16"),
         # AWQ's spelling of 8 bits.
-        ({"quant_method": "awq", "w_bit": 8, "q_group_size": 64}, "int8", 1 + 2 / 64, "int8"),
-        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", 0.5, "bf16"),
-        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1, "int8"),
+        ({"quant_method": "awq", "w_bit": 8, "q_group_size": 64}, "int8", 1 + 2 / 64, "bf16"),
+        # bitsandbytes NF4/FP4: blocks of 64 weights, an fp32 absmax each: 0.5 B + 4 B / 64.
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", 0.5 + 4 / 64, "bf16"),
+        # Double quantized: the absmax in 8 bits (1 B / 64) and an fp32 scale per 256 blocks (4 B / 16,384).
+        (
+            {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
+            "int4",
+            0.5 + 1 / 64 + 4 / 16384,
+            "bf16",
+        ),
+        # LLM.int8(): 1 B + an fp32 scale per row of 4,096 inputs (layout()'s per_channel_inputs); 16-bit matmuls.
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1 + 4 / 4096, "bf16"),
+        # compressed-tensors W8A16 (no input_activations): weight-only; W8A8 (int8 activations): int8 tensor cores.
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "int"}, "input_activations": None}},
+            },
+            "int8",
+            1,
+            "bf16",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {"weights": {"num_bits": 8, "type": "int"}, "input_activations": {"num_bits": 8}}
+                },
+            },
+            "int8",
+            1,
+            "int8",
+        ),
     ],
 )
 def test_quantized_linear_layers(config, dtype, bytes_per_param, compute):
@@ -92,8 +123,14 @@ def test_quantized_linear_layers(config, dtype, bytes_per_param, compute):
     [
         ({"quant_method": "fp8"}, "fp8, per-tensor scales"),
         ({"quant_method": "mxfp4"}, "mxfp4 (OCP MX, e8m0 scale per 32)"),
-        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes 4-bit"),
-        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes 8-bit"),
+        (
+            {"quant_method": "bitsandbytes", "load_in_4bit": True},
+            "bitsandbytes 4-bit, fp32 absmax per 64, weight-only (16-bit activations)",
+        ),
+        (
+            {"quant_method": "bitsandbytes", "load_in_8bit": True},
+            "bitsandbytes 8-bit, fp32 scale per row (4096 inputs), weight-only (16-bit activations)",
+        ),
         (
             {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "int"}}}},
             "compressed-tensors 8-bit",
@@ -113,10 +150,10 @@ def test_descriptions_name_the_format():
         "checkpoint quantization_config: fp8, one fp32 scale per 64x32 block"
     )
     assert layout({"quant_method": "gptq", "bits": 8, "group_size": 32}).source == (
-        "checkpoint quantization_config: gptq int8, fp16 scale per 32"
+        "checkpoint quantization_config: gptq int8, fp16 scale per 32, weight-only (16-bit activations)"
     )
     assert layout({"quant_method": "awq", "bits": 4, "group_size": 64}).source == (
-        "checkpoint quantization_config: awq int4, fp16 scale + 4-bit zero per 64"
+        "checkpoint quantization_config: awq int4, fp16 scale + 4-bit zero per 64, weight-only (16-bit activations)"
     )
 
 
@@ -346,7 +383,8 @@ def test_per_channel_scales_cover_the_inputs_of_a_row():
     (stored,) = linear_bytes(result)
     assert stored == 0.5 + 2.5 / 4096
     assert result.source == (
-        "checkpoint quantization_config: gptq int4, fp16 scale + 4-bit zero per channel (4096 inputs per scale)"
+        "checkpoint quantization_config: gptq int4, fp16 scale + 4-bit zero per channel (4096 inputs per scale), "
+        "weight-only (16-bit activations)"
     )
     # At 8 bits, a 5120-wide model: 1 B + 2 B / 5120.
     wide = checkpoint_layout(
@@ -358,7 +396,10 @@ def test_per_channel_scales_cover_the_inputs_of_a_row():
     )
     (stored,) = linear_bytes(wide)
     assert stored == 1 + 2 / 5120
-    assert wide.source == "checkpoint quantization_config: gptq int8, fp16 scale per channel (5120 inputs per scale)"
+    assert wide.source == (
+        "checkpoint quantization_config: gptq int8, fp16 scale per channel (5120 inputs per scale), "
+        "weight-only (16-bit activations)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -440,3 +481,25 @@ def test_compressed_tensors_int4_scales_are_counted(weights, bytes_per_param, de
     assert linear_bytes(result) == {bytes_per_param}
     assert result.source == f"checkpoint quantization_config: {description}"
     assert_rest_in_bf16(result)
+
+
+def test_a_float32_checkpoint_is_priced_as_vllm_serves_it_in_bfloat16():
+    """vLLM's dtype 'auto' takes a float32 checkpoint down to bfloat16 (config/model.py _resolve_auto_dtype): OLMo 7B's
+    config says float32, so its weights are 2 B a parameter and its KV 32 layers x 2 x 32 heads x 128 x 2 B = 524,288 B
+    a token; --weight-dtype fp32 --kv-dtype fp32 still prices float32 (twice both)."""
+    from pathlib import Path
+
+    from quotacalc.core.deployment import Deployment
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    olmo = str(Path(__file__).parent / "data" / "configs" / "olmo_7b")
+    served = price(resolve(Deployment(model=olmo, gpu="h100-sxm", context=1_000)))
+    assert served.inputs.weights.compute_dtype == "bf16"
+    assert served.kv_bytes_per_token == 32 * 2 * 32 * 128 * 2 == 524_288
+    assert served.weight_bytes == 2 * served.total_params
+    assert any("float32" in note for note in served.inputs.arch.notes)
+    as_fp32 = price(
+        resolve(Deployment(model=olmo, gpu="h100-sxm", context=1_000, weight_dtype="fp32", kv_dtype="fp32"))
+    )
+    assert as_fp32.weight_bytes == 4 * served.total_params and as_fp32.kv_bytes_per_token == 2 * 524_288

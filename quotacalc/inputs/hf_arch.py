@@ -99,10 +99,19 @@ def reads(*model_types: str) -> Callable[[ArchReader], ArchReader]:
 
 
 def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, list[str]]:
+    """The dtype an engine serves the checkpoint's unquantized weights in, and a note where that is not the
+    config's own. vLLM's dtype 'auto' (config/model.py ``_resolve_auto_dtype``) takes a float32 checkpoint down to
+    the platform's preferred 16-bit type, bfloat16 on every GPU quotacalc lists, and reads a config that names no
+    dtype as float32, so as bfloat16 too."""
     for candidate in (view, *fallbacks):
         for key in ("dtype", "torch_dtype"):
             value = candidate.get(key)
             if isinstance(value, str) and value in _TORCH_DTYPES:
+                if _TORCH_DTYPES[value] == "fp32":
+                    return "bf16", [
+                        "the config's dtype is float32: vLLM serves a float32 checkpoint in bfloat16 (dtype auto), "
+                        "so it is priced in bf16 (--weight-dtype fp32 --kv-dtype fp32 prices float32)"
+                    ]
                 return _TORCH_DTYPES[value], []
     return "bf16", ["the config names no dtype: unquantized weights assumed bf16"]
 

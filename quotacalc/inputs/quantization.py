@@ -79,8 +79,26 @@ def _group_size(config: dict[str, Any], source: str, per_channel_inputs: int) ->
     return group, f"per {group}"
 
 
-def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str]:
-    """(dtype name, scale bytes per element, description) for a quantization config."""
+def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str, bool]:
+    """(dtype name, scale bytes per element, description, weight-only) for a quantization config.
+
+    Weight-only: the matmuls take 16-bit activations (the weights are dequantized in the kernel), so they run at the
+    checkpoint's 16-bit rate, not the stored format's: GPTQ/AWQ at any width (Marlin), bitsandbytes, and
+    compressed-tensors whose ``input_activations`` is null (W8A16, W4A16)."""
+    dtype, scale, description = _quantized_format(config, source, per_channel_inputs)
+    method = str(config.get("quant_method", "")).lower()
+    if method in ("compressed-tensors", "compressed_tensors"):
+        # A group states input_activations: null for weight-only schemes (W8A16, W4A16); a config that leaves the
+        # key out says nothing, and is read as its weights' format throughout.
+        group = _compressed_tensors_group(config, source)
+        weight_only = "input_activations" in group and group["input_activations"] is None
+    else:
+        weight_only = method in ("awq", "gptq", "autoround", "auto-round", "bitsandbytes")
+    return dtype, scale, description + (", weight-only (16-bit activations)" if weight_only else ""), weight_only
+
+
+def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str]:
+    """(dtype name, scale bytes per element, description) of a quantization config's stored weights."""
     raw_method = config.get("quant_method", "")
     if not isinstance(raw_method, str):
         raise _bad(source, "quant_method", f"must be a string, got {raw_method!r}")
@@ -111,8 +129,13 @@ def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: in
         return "int4", (2 + 0.5) / group, f"{method} int4, fp16 scale + 4-bit zero {per}"
     if method in ("bitsandbytes",):
         if config.get("load_in_4bit"):
-            return "int4", 0.0, "bitsandbytes 4-bit"
-        return "int8", 0.0, "bitsandbytes 8-bit"
+            # bitsandbytes quantizes 4-bit weights in blocks of 64 with an fp32 absmax each; double quantization
+            # stores those absmax in 8 bits with one fp32 scale per 256 blocks (bitsandbytes functional.quantize_4bit).
+            if config.get("bnb_4bit_use_double_quant"):
+                return "int4", 1 / 64 + 4 / (64 * 256), "bitsandbytes 4-bit, 8-bit absmax per 64 (double quantized)"
+            return "int4", 4 / 64, "bitsandbytes 4-bit, fp32 absmax per 64"
+        # LLM.int8(): an fp32 scale per output row (its inputs: per_channel_inputs weights).
+        return "int8", 4 / per_channel_inputs, f"bitsandbytes 8-bit, fp32 scale per row ({per_channel_inputs} inputs)"
     if method in ("compressed-tensors", "compressed_tensors"):
         weights = _compressed_tensors_weights(config, source)
         bits = weights.get("num_bits")
@@ -147,7 +170,8 @@ def _compressed_int4_scales(weights: dict[str, Any], source: str, per_channel_in
     return (2 + 0.5) / group, f"compressed-tensors int4, 16-bit scale + 4-bit zero {per}"
 
 
-def _compressed_tensors_weights(config: dict[str, Any], source: str) -> dict[str, Any]:
+def _compressed_tensors_group(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """The first config group that quantizes weights (its ``weights`` and ``input_activations``), or {}."""
     groups = config.get("config_groups") or {}
     if not isinstance(groups, dict):
         raise _bad(source, "config_groups", f"must be an object of named groups, got {type(groups).__name__}")
@@ -158,8 +182,12 @@ def _compressed_tensors_weights(config: dict[str, Any], source: str) -> dict[str
         if weights is not None and not isinstance(weights, dict):
             raise _bad(source, f"config_groups.{name}.weights", "must be an object")
         if weights:
-            return weights
+            return group
     return {}
+
+
+def _compressed_tensors_weights(config: dict[str, Any], source: str) -> dict[str, Any]:
+    return _compressed_tensors_group(config, source).get("weights") or {}
 
 
 def _module_patterns(quantization: dict[str, Any], source: str) -> list[str]:
@@ -194,7 +222,7 @@ def checkpoint_layout(
         )
     if not isinstance(quantization, dict):
         raise _bad(source, "", f"must be an object, got {type(quantization).__name__}")
-    dtype_name, scale_bytes, description = _quantized_dtype(quantization, source, per_channel_inputs)
+    dtype_name, scale_bytes, description, weight_only = _quantized_dtype(quantization, source, per_channel_inputs)
     quantized = dtype_by_name(dtype_name)
     keep = _groups_named(_module_patterns(quantization, source))
     groups = {}
@@ -218,7 +246,7 @@ def checkpoint_layout(
         raise _bad(source, "expert_dtype", f"is {expert_dtype!r}: vLLM reads fp4 or fp8", "fp4 or fp8, as published")
     return WeightLayout(
         groups=groups,
-        compute_dtype=_compute(quantized, gpu_supports),
+        compute_dtype=_compute(checkpoint_dtype if weight_only else quantized, gpu_supports),
         source=f"checkpoint quantization_config: {description}",
     )
 
