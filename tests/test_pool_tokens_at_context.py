@@ -196,3 +196,16 @@ def test_a_request_between_one_and_two_pools_is_never_resident(model, gpu, tp, c
     request = request_kv(replica, context)
     assert 1 < request.pool_share < 2, request.pool_share
     assert (request.requests_resident, request.requests_to_fill_pool) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp"), [("gemma-3-27b-it", "h100-sxm", 2), ("AI21-Jamba-1.5-Mini", "h200", 1)]
+)
+def test_the_full_load_batch_is_counted_in_the_same_blocks_as_the_resident_sequences(model, gpu, tp):
+    """Full load runs requests of 1,700 + 128 tokens: longer than --context's 1,700, so no more of them fit than
+    the pool's resident sequences of 1,700 (it used bytes, 129 against 116 for Gemma 3), and exactly as many as
+    price counts at that length."""
+    replica = price(resolve(Deployment(model=model, gpu=gpu, tp=tp, context=1_700)))
+    assert replica.max_load_batch <= replica.max_resident_sequences
+    at_load_length = price(resolve(Deployment(model=model, gpu=gpu, tp=tp, context=1_700 + 128)))
+    assert replica.max_load_batch == min(at_load_length.max_resident_sequences, 1_024)

@@ -1053,7 +1053,9 @@ def _engine_section(x: _Explainer, batch: int) -> None:
     load_batch = x.record(
         "max_load_batch",
         model.max_load_batch(prompt, output),
-        formula="min(floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output)), max_num_seqs)",
+        formula="min(floor(kv_pool_blocks / blocks of one request of load_prompt + load_output), max_num_seqs)"
+        if model.kv_block_layout is not None
+        else "min(floor(kv_pool_bytes_per_gpu / request_kv_bytes_per_gpu(load_prompt + load_output)), max_num_seqs)",
         substituted=f"requests of {fmt(prompt)} + {fmt(output)} tokens at their full length, at most "
         f"{fmt(model.max_num_seqs)} ({'given' if deployment.max_num_seqs is not None else 'vLLM default'})",
         unit="sequences",

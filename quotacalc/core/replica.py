@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from quotacalc.core import memory
+from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, MoE, ParamGroup
 from quotacalc.core.weights import engine_read, replicated_extra_bytes_per_gpu
 
 if TYPE_CHECKING:
+    from quotacalc.core.kv_groups import KvGroupLayout
     from quotacalc.core.price import PricingInputs
 
 #: Bytes of one activation value moved by an all-reduce (engines all-reduce in the 16-bit model dtype).
@@ -127,6 +128,9 @@ class ReplicaModel:
     #: a quantized --weight-dtype (weights.engine_read), and the whole of the layers it keeps on every rank
     #: (weights.replicated_extra_bytes_per_gpu). The engine's steps use it, the roofline does not.
     engine_read_delta_bytes_per_gpu: float = 0.0
+    #: vLLM's hybrid KV layout (windowed or state layers beside full attention): the pool is counted in its blocks,
+    #: as price's max_resident_sequences counts it; None: in bytes.
+    kv_block_layout: KvGroupLayout | None = None
     #: What the MoE layers add to every forward pass beside the roofline: Σ over MoE layers of top-k × log2(TP) ×
     #: moe_slot_overhead_s (routing, permutation, narrow expert-GEMM tiles; docs/accuracy.md, "A fixed cost per
     #: routed-expert slot"). 0 for dense models and at TP 1.
@@ -222,7 +226,10 @@ class ReplicaModel:
         return total
 
     def pool_sequences(self, context_tokens: float) -> int:
-        """Sequences of ``context_tokens`` the pool holds at once."""
+        """Sequences of ``context_tokens`` the pool holds at once (decoding: one new token a step)."""
+        if self.kv_block_layout is not None:
+            blocks = self.kv_block_layout.num_blocks(self.kv_pool_bytes_per_gpu)
+            return blocks // self.kv_block_layout.blocks_per_request(math.ceil(context_tokens), 1)
         return int(self.kv_pool_bytes_per_gpu // self.sequence_kv_bytes_per_gpu(context_tokens))
 
     def pool_tokens(self, context_tokens: float) -> int:
@@ -543,4 +550,5 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         fixed_decode_weight_bytes_per_gpu=None if arch.moe_layers() else weight_bytes / tp,
         engine_read_delta_bytes_per_gpu=engine_read(arch, layout).delta_bytes / tp
         + replicated_extra_bytes_per_gpu(arch, layout, tp),
+        kv_block_layout=kv_groups.hybrid_layout(arch, kv_b, state_b, tp),
     )
