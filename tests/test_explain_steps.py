@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,12 @@ CASES = {
     "jamba-state": (dict(model="AI21-Jamba-1.5-Mini", gpu="h100-sxm", tp=2), 20_000),
     "deepseek-mla": (dict(model="DeepSeek-V3", gpu="h200", tp=8, batch=64, context=4000), 50_000),
     "compute-bound": (dict(model="Qwen3-8B", gpu="h100-sxm", batch=4096, context=16, kv_pool_tokens=200_000), 64),
+    # Gemma 4 E4B keeps its per-layer input projections whole on every rank: a dense model whose weights per GPU are
+    # more than weights / TP, which the roofline's read and the engine's must each say in their own terms.
+    "gemma4-replicated": (
+        dict(model=str(Path(__file__).parent / "data" / "configs" / "gemma4_e4b"), gpu="b200", tp=8, batch=16),
+        4000,
+    ),
 }
 
 

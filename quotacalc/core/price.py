@@ -711,7 +711,10 @@ def _moe_steps(x: _Explainer, batch: int) -> None:
     moe_layers = arch.moe_layers()
     if not moe_layers:
         x.figures["expert_traffic"] = None
-        x.figures["decode_weight_bytes_per_gpu"] = x.figures["weight_bytes_per_gpu"]
+        # The roofline's read (docs/method.md: weights / TP); the copies some layers keep on every rank are the
+        # engine step's (engine_decode_weight_bytes_per_gpu), as for MoE models.
+        assert x.model is not None
+        x.figures["decode_weight_bytes_per_gpu"] = x.model.decode_weight_bytes_per_gpu_at(batch)
         return
     shape = moe_layers[0]
     expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
