@@ -598,3 +598,38 @@ def test_an_fp8_format_named_in_the_plan_reaches_the_engine_file(run_cli, tmp_pa
     assert code == 0, err
     config = yaml.safe_load((tmp_path / "out" / target / "default.yaml").read_text(encoding="utf-8"))
     assert config[key] == "fp8_e5m2"
+
+
+def test_a_flat_plans_tenant_of_no_requests_names_the_file_and_its_tenant(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: Llama-3.1-8B-Instruct\ngpu: h100\ntenant: {rps: 0, prompt_tokens: 100, output_tokens: 10}\n",
+        encoding="utf-8",
+    )
+    for command in (("check", str(plan)), ("generate", str(plan), "--out", str(tmp_path / "out"))):
+        code, out, err = run_cli(*command)
+        assert (code, out) == (1, "")
+        assert err == (
+            f"quotacalc: error: {plan}: tenant: sizes to 0 units/s, a token bucket that admits nothing: give rps and "
+            "tokens above 0\n"
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_canonical_refuses_a_salted_tenant_without_its_salt():
+    """As envoy and kong do: a policy naming salt_refs without salts.json would leave salted tenants unsalted."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from policy_samples import platform_policy, sample_salts
+
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.exporters import canonical
+    from quotacalc.exporters.base import ExportOptions
+
+    policy = platform_policy()
+    with pytest.raises(QuotacalcError) as refused:
+        canonical.export(policy, {}, ExportOptions())
+    assert refused.value.field.endswith(".salt_ref") and "no salt was derived" in refused.value.problem
+    files = {f.path: f for f in canonical.export(policy, sample_salts(policy), ExportOptions()).files}
+    assert files["canonical/salts.json"].secret

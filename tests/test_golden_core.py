@@ -796,11 +796,15 @@ def test_tenant_request_kv_includes_its_output_tokens(toy):
 
 def test_dedicated_replicas_round_up_and_at_least_one(toy):
     per_request = 1000 * (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)  # prompt only, at its attention
-    for wanted, expected in ((0.0, 1), (0.3, 1), (1.0, 1), (2.0, 2), (2.5, 3)):
+    for wanted, expected in ((1e-9, 1), (0.3, 1), (1.0, 1), (2.0, 2), (2.5, 3)):
         rps = wanted * toy.replica_units_per_s / per_request
         sized = size_tenant(toy, Tenant(rps=rps, prompt_tokens=1000, output_tokens=0))
         assert sized.dedicated_replicas == expected, wanted
         assert sized.dedicated_total_usd_per_month == expected * 2800
+    # No requests at all size to nothing: refused, as a plan refuses such a tenant.
+    with pytest.raises(QuotacalcError) as refused:
+        size_tenant(toy, Tenant(rps=0, prompt_tokens=1000, output_tokens=0))
+    assert refused.value.field == "rps" and "0 units/s" in refused.value.problem
 
 
 # --------------------------------------------------------------------------- weight layouts

@@ -262,7 +262,11 @@ FLAG_CASES = [
     flag_case("--hours-per-month=744", (*L, "--hours-per-month", "744"), OK),
     flag_case("--cached-prompt-weight=0", (*L, "--cached-prompt-weight", "0"), OK),
     flag_case("--expert-skew=100", (*MIX, "--expert-skew", "100"), OK),
-    flag_case("--rps=0", (*L, "--rps", "0", "--prompt-tokens", "1", "--output-tokens", "1"), OK, command="size"),
+    # No requests size to 0 units/s: refused as a plan refuses such a tenant, naming the flag.
+    flag_case(
+        "--rps=0", (*L, "--rps", "0", "--prompt-tokens", "1", "--output-tokens", "1"), INVALID, "--rps", command="size"
+    ),
+    flag_case("--rps=1e-9", (*L, "--rps", "1e-9", "--prompt-tokens", "1", "--output-tokens", "1"), OK, command="size"),
     flag_case("--batch=1 --context=1", (*L, "--batch", "1", "--context", "1"), OK),
     flag_case("--no-expert-parallel", (*MIX, "--no-expert-parallel"), OK),
 ]

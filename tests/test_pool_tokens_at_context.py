@@ -209,3 +209,15 @@ def test_the_full_load_batch_is_counted_in_the_same_blocks_as_the_resident_seque
     assert replica.max_load_batch <= replica.max_resident_sequences
     at_load_length = price(resolve(Deployment(model=model, gpu=gpu, tp=tp, context=1_700 + 128)))
     assert replica.max_load_batch == min(at_load_length.max_resident_sequences, 1_024)
+
+
+@pytest.mark.parametrize("context", [0, -5, 1.5, True])
+def test_request_kv_refuses_a_context_that_is_not_a_whole_positive_number(context):
+    """The core is called without the CLI's parsing too: a negative context gave negative bytes."""
+    from quotacalc.core.kv import request_kv
+    from quotacalc.errors import QuotacalcError
+
+    replica = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm")))
+    with pytest.raises(QuotacalcError) as refused:
+        request_kv(replica, context)
+    assert refused.value.field == "context" and "at least 1" in refused.value.problem

@@ -66,6 +66,9 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
     """KV (and any state) of one request at ``context_tokens``, against the replica's pool."""
     inputs = replica.inputs
     arch, tp = inputs.arch, inputs.deployment.tp
+    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:
+        # The core is called without the CLI's parsing too: a request holds at least one whole token.
+        raise QuotacalcError(f"must be a whole number of tokens, at least 1, got {context_tokens!r}", field="context")
     limit = context_limit(replica, context_tokens)
     if limit is not None:
         raise QuotacalcError(f"{context_tokens:,} tokens exceed {limit[0]}", field="context", fix=limit[1])

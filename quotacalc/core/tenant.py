@@ -43,6 +43,13 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
     """Size a tenant's contract: its load in units, its share of replicas, its bucket and cost."""
     deployment = replica.inputs.deployment
     ledger = Ledger()
+    if tenant.rps == 0:
+        # No requests size to 0 units/s: a bucket that admits nothing, and a contract worth $0 (as a plan refuses it).
+        raise QuotacalcError(
+            "is 0: the tenant sizes to 0 units/s, a token bucket that admits nothing",
+            field="rps",
+            fix="give the tenant's requests per second",
+        )
     # One of this tenant's requests at its full length (prompt + output), against the pool: a
     # request that cannot be resident at once is not served at any price.
     request_tokens = max(1, round(tenant.prompt_tokens + tenant.output_tokens))

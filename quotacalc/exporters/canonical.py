@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from quotacalc.core.policy import QuotaPolicy
+from quotacalc.exporters._text import salt_of
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 from quotacalc.exporters.yaml_text import dump_yaml
 
@@ -63,7 +64,9 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
         GeneratedFile(path=f"{TARGET}/policy.json", text=dump_json_rows(document)),
         GeneratedFile(path=f"{TARGET}/policy.schema.json", text=dump_json(policy_json_schema())),
     ]
-    if salts:
-        ordered = {tenant.salt_ref: salts[tenant.salt_ref] for tenant in policy.tenants if tenant.salt_ref}
+    # Every salted tenant's salt, or the error envoy and kong give: a policy naming salt_refs with no salts file
+    # would leave the gateway to serve salted tenants unsalted.
+    ordered = {tenant.salt_ref: salt_of(tenant, salts) for tenant in policy.tenants if tenant.salt_ref}
+    if ordered:
         files.append(GeneratedFile(path=f"{TARGET}/salts.json", text=dump_json(ordered), secret=True))
     return Export(target=TARGET, files=tuple(files), limits=())

@@ -519,7 +519,7 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     return Plan(
         pools=(pool,),
         tiers=(tier,),
-        tenants=(PlanTenant(name=FLAT_TENANT, tier=FLAT_TIER, traffic=tenant, cache_isolation="shared"),),
+        tenants=(_flat_tenant(tenant, path),),
     )
 
 
@@ -544,6 +544,15 @@ def fit_flat_tier(plan: Plan, served_tokens: int, held_tokens: int) -> Plan:
     if fitted == tier:
         return plan
     return plan.model_copy(update={"tiers": tuple(fitted if entry is tier else entry for entry in plan.tiers)})
+
+
+def _flat_tenant(traffic: Tenant, path: str) -> PlanTenant:
+    """A flat plan's tenant as the one-pool plan's; an error names the file's ``tenant`` section."""
+    try:
+        return PlanTenant(name=FLAT_TENANT, tier=FLAT_TIER, traffic=traffic, cache_isolation="shared")
+    except ValidationError as error:
+        message = error.errors()[0]["msg"].removeprefix("Value error, ")
+        raise QuotacalcError(message, source=path, field="tenant") from None
 
 
 def load_plan(path: str) -> tuple[Plan, bool]:
