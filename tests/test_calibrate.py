@@ -239,6 +239,7 @@ def test_write_sets_the_fitted_keys_and_keeps_the_rest(run_cli, plan):
         "tp": 4,
         "weight_dtype": "fp8",
         "kv_dtype": "bf16",
+        "engine": "generic",
     }
     assert section["quotacalc_version"]
     assert "date" not in text.lower().split("calibration:")[1]  # determinism: no timestamp
@@ -462,11 +463,38 @@ def test_a_vllm_log_is_refused_for_another_engine(run_cli, plan):
 
 def test_flags_given_to_calibrate_are_written_with_the_fit(run_cli, plan):
     bench = plan.parent / SYNTHETIC_CSV.name
-    code, _, err = run_cli("calibrate", plan, "--bench", bench, "--batch", "64", "--write", plan)
+    before = yaml.safe_load(plan.read_text(encoding="utf-8"))
+    code, _, err = run_cli(
+        "calibrate",
+        plan,
+        "--bench",
+        bench,
+        "--layer-overhead-s",
+        "0.00003",
+        "--batch",
+        "64",
+        "--ceiling",
+        "0.8",
+        "--write",
+        plan,
+    )
     assert code == 0, err
     written = yaml.safe_load(plan.read_text(encoding="utf-8"))
-    assert written["batch"] == 64  # the deployment calibrated is the one the plan now describes
+    # An engine input the fit depended on is part of the deployment calibrated: the plan now describes it.
+    assert written["layer_overhead_s"] == 0.00003
+    # Pricing choices play no part in a fit: the plan keeps its own.
+    assert (written.get("batch"), written.get("ceiling")) == (before.get("batch"), before.get("ceiling"))
     assert json.loads(run_cli("price", plan, "--json")[1])["calibrated"] is not None
+
+
+def test_a_calibration_does_not_hold_under_another_engine(run_cli, plan):
+    bench = plan.parent / SYNTHETIC_CSV.name
+    assert run_cli("calibrate", plan, "--bench", bench, "--write", plan)[0] == 0
+    # (SGLang sizes its pool by another rule: the measured vLLM pool is given on the command line to price it.)
+    code, out, err = run_cli("price", plan, "--engine", "sglang", "--kv-pool-tokens", "646503", "--json")
+    assert code == 0, err
+    assert json.loads(out)["calibrated"] is None
+    assert "not calibrated: the plan's calibration holds for what it was fitted on (engine generic -> sglang)" in err
 
 
 def test_a_per_request_dump_is_refused_before_the_fit(inputs):
@@ -754,3 +782,19 @@ def test_a_comparison_row_the_calibration_does_not_hold_for_says_so(run_cli, pla
     )
     # As for a single price on h200: --strict fails on it.
     assert run_cli("price", plan, "--gpu", "h100-sxm,h200", "--strict")[0] == 1
+
+
+def test_a_value_an_earlier_fit_wrote_and_this_one_does_not_refit_is_named(run_cli, plan):
+    bench = plan.parent / SYNTHETIC_CSV.name
+    assert run_cli("calibrate", plan, "--bench", bench, "--fit", "mbu,step_overhead_s", "--write", plan)[0] == 0
+    written = yaml.safe_load(plan.read_text(encoding="utf-8"))["step_overhead_s"]
+    code, _, err = run_cli("calibrate", plan, "--bench", bench)
+    assert code == 0
+    assert (
+        f"quotacalc: warning: {plan}: step_overhead_s {written} is an earlier fit's, not refitted now: this fit "
+        "started from it and --write keeps it (remove it from the plan to fit from the default)"
+    ) in err
+    assert run_cli("calibrate", plan, "--bench", bench, "--strict")[0] == 1
+    # Refitting it (or giving it as a flag) is no such case.
+    code, _, err = run_cli("calibrate", plan, "--bench", bench, "--fit", "mbu,step_overhead_s")
+    assert code == 0 and "earlier fit's" not in err

@@ -498,3 +498,14 @@ def test_a_unit_slip_names_the_files_own_column_in_its_unit(run_cli, tmp_path):
     code, out, err = run_cli("calibrate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--bench", bench)
     assert code == 1 and out == "" and err.count("\n") == 1
     assert f"{bench}: row 1: ttft_ms: ttft_ms 0.0249 ms is 1/" in err and "seconds in a milliseconds column?" in err
+
+
+def test_a_run_with_failed_requests_is_fitted_with_a_note(json_file):
+    (point,), notes = read_benchmark(json_file({**VLLM_RESULT, "failed": 7}))
+    assert point.concurrency == 16
+    (note,) = notes
+    assert note.endswith(
+        "result: 7 requests failed: the run is fitted on the 100 that completed, at a concurrency of at most as many "
+        "(rerun it where none fail)"
+    )
+    assert read_benchmark(json_file({**VLLM_RESULT, "failed": 0}))[1] == []

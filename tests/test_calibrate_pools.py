@@ -246,6 +246,11 @@ def test_a_vllm_log_of_another_tp_share_or_gpu(run_cli, tmp_path):
     log.write_text(shared, encoding="utf-8")
     code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", "--log", log)
     assert code == 1 and "sized at gpu_memory_utilization 0.95, the deployment's share is 0.9" in err
+    # vLLM 0.8 and earlier print their arguments as a Namespace: the share is read there too.
+    namespace = "INFO api_server.py:912] args: Namespace(host=None, port=8000, gpu_memory_utilization=0.95, seed=0)\n"
+    log.write_text(namespace + config, encoding="utf-8")
+    code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", "--log", log)
+    assert code == 1 and "sized at gpu_memory_utilization 0.95, the deployment's share is 0.9" in err
     log.write_text(config, encoding="utf-8")
     # 55.66 GiB of KV beside 15 GiB of weights is an H100's pool at 0.9: on an H200 (139.8 GiB) it leaves 55 GiB.
     code, out, err = run_cli("calibrate", *model, "--gpu", "h200", "--log", log, "--strict")

@@ -64,8 +64,10 @@ def calibrate_command(
         list[str] | None,
         typer.Option(
             "--bench",
-            help="benchmark runs: 'vllm bench serve --save-result' JSON, a GuideLLM JSON report, or a CSV "
-            "(concurrency, prompt_tokens, output_tokens, ttft_s, itl_s); repeatable",
+            help="benchmark runs: 'vllm bench serve --save-result' JSON (one run, a list, or --append-result lines), "
+            "SGLang bench_serving lines, a GuideLLM JSON or YAML report, or a CSV (concurrency, prompt_tokens, "
+            "output_tokens, ttft_s, itl_s); repeat the flag for several files",
+            metavar="FILE",
         ),
     ] = None,
     log: Annotated[
@@ -184,6 +186,7 @@ def calibrate_command(
         )
     inputs = resolve(deployment)
     result = calibrate(inputs, points, parameters=parameters, kv_reading=reading, ttft_under_load=ttft_under_load)
+    notes += _earlier_fit_notes(plan, plan_file, points, result.fitted_values, deployment_flags)
     if strict and (notes or result.warnings):
         from quotacalc.cli.streams import print_warnings
         from quotacalc.errors import QuotacalcError
@@ -213,6 +216,48 @@ def calibrate_command(
         from quotacalc.cli.calibrate_out import calibrate_table
 
         calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
+
+
+def _earlier_fit_notes(plan, plan_file, points, fitted: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The values an earlier benchmark fit wrote that this one does not refit: this fit started from them, and
+    --write keeps them beside its own."""
+    from quotacalc.core.calibrate import LOG_PARAMETERS
+
+    previous = plan_file.calibration if plan_file is not None else None
+    if previous is None or not points:
+        return []
+    return [
+        f"{plan}: {name} {plan_file.deployment[name]} is an earlier fit's, not refitted now: this fit started from it "
+        "and --write keeps it (remove it from the plan to fit from the default)"
+        for name in previous.parameters
+        if name not in LOG_PARAMETERS
+        and name not in fitted
+        and given.get(name) is None
+        and plan_file.deployment.get(name) is not None
+    ]
+
+
+#: Deployment inputs a fit neither reads nor depends on: what a plan sells at and how it is priced.
+PRICING_ONLY = frozenset(
+    {
+        "ceiling",
+        "gpu_hour_usd",
+        "hours_per_month",
+        "batch",
+        "context",
+        "burst_s",
+        "cached_prompt_weight",
+        "pricing_basis",
+        "load_prompt_tokens",
+        "load_output_tokens",
+        "serve_model",
+    }
+)
+
+
+def calibrated_flags(given: dict[str, Any]) -> list[str]:
+    """The flags given that define the deployment a calibration holds for (GPU, TP, dtypes, engine settings)."""
+    return [name for name, value in given.items() if value is not None and name not in PRICING_ONLY]
 
 
 def _write_target(path: str):
@@ -255,8 +300,9 @@ def _write_plan(
 
     target = _write_target(path)
     dumped = deployment.model_dump(mode="json")
-    # Flags on the command line are part of the deployment calibrated: the plan records them too.
-    keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
+    # Flags on the command line that define the deployment calibrated are recorded in the plan too; pricing
+    # choices (--ceiling, --batch...) play no part in a fit, and stay the plan's.
+    keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}
     if target.exists():
         previous = load_plan_file(path).calibration  # the file must be a valid plan before it is changed
         text = _plan_text(target)
@@ -315,7 +361,7 @@ def _write_pool(
     names = _pool_names(read_document(source))
     text = _plan_text(Path(source))
     dumped = deployment.model_dump(mode="json")
-    keys: dict[str, Any] = {name: dumped[name] for name, value in given.items() if value is not None}
+    keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}
     keys.update(values)
     calibration = merge_provenance(previous, section).model_dump(mode="json")
     updated = set_pool_keys(text.replace("\r\n", "\n"), names.index(pool), keys, calibration, source=path)

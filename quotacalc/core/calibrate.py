@@ -859,6 +859,12 @@ def calibrate(
             if (kv.kv_pool_measured_with or {}).get("max_model_len") is not None:
                 fitted_values["max_model_len"] = kv.kv_pool_measured_with["max_model_len"]
     loo_errors = [fit.leave_one_out_error for fit in point_fits if fit.leave_one_out_error is not None]
+    rms_error_after = _rms([fit.error_after for fit in point_fits])
+    if names and rms_error_after is not None and rms_error_after > POOR_FIT_RMS:
+        warnings.append(
+            f"after the fit the runs are still {rms_error_after:.0%} (RMS) from the model: it does not follow them, "
+            "and figures priced on these values are no better (check the deployment, or fit fewer values with --fit)"
+        )
     rms_error_before = _rms([fit.error_before for fit in point_fits])
     mismatch = deployment_mismatch_warning(inputs, rms_error_before)
     if mismatch:
@@ -867,7 +873,7 @@ def calibrate(
         parameters=tuple(parameter_fits),
         points=tuple(point_fits),
         rms_error_before=rms_error_before,
-        rms_error_after=_rms([fit.error_after for fit in point_fits]),
+        rms_error_after=rms_error_after,
         rms_leave_one_out_error=_rms(loo_errors),
         kv_pool=kv,
         fitted_values=fitted_values,
@@ -913,7 +919,16 @@ class CalibratedOn(BaseModel):
     tp: int
     weight_dtype: str | None
     kv_dtype: str | None
+    engine: str | None = Field(
+        None,
+        description="the engine profile it was fitted under (its defaults are part of what the values predict); "
+        "None: not recorded (written before it was), not checked",
+    )
 
+
+#: A fit that leaves its own runs further than this (RMS) does not describe them: calibrate warns. The shipped NIM
+#: runs fit to 3.9%, public deployments within 10% (docs/accuracy.md).
+POOR_FIT_RMS = 0.10
 
 #: The engine model's revision: bumped whenever the same fitted values start to predict different figures, so a
 #: plan calibrated under an earlier one says it is no longer calibrated. 2: a prefill pass's per-layer cost
@@ -961,6 +976,7 @@ def provenance(
             tp=deployment.tp,
             weight_dtype=deployment.weight_dtype,
             kv_dtype=deployment.kv_dtype,
+            engine=deployment.engine,
         ),
     )
 
@@ -1050,6 +1066,8 @@ def calibration_status(
             ("tp", on.tp, deployment.tp),
             ("weight_dtype", _dtype_as_run(on.weight_dtype, inputs), _dtype_as_run(deployment.weight_dtype, inputs)),
             ("kv_dtype", _dtype_as_run(on.kv_dtype, inputs), _dtype_as_run(deployment.kv_dtype, inputs)),
+            # Another engine's profile changes the defaults the fitted values were fitted beside.
+            ("engine", on.engine or deployment.engine, deployment.engine),
         )
         if expected != actual
     ]

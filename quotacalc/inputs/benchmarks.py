@@ -308,6 +308,13 @@ def read_vllm_results(path: str, documents: list[tuple[str, Any]]) -> tuple[list
             skipped.append(f"{path}: {row}: skipped {reason} (only runs at a fixed concurrency are fitted)")
             continue
         points.append(_vllm_point(path, row, document))
+        failed = document.get("failed")
+        if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0:
+            skipped.append(
+                f"{path}: {row or 'result'}: {failed:,} requests failed: the run is fitted on the "
+                f"{document.get('completed')} that completed, at a concurrency of at most as many (rerun it where "
+                "none fail)"
+            )
     if not points:
         raise QuotacalcError(
             f"no run at a fixed concurrency ({len(skipped)} skipped)",
@@ -464,7 +471,8 @@ _AVAILABLE_GIB = re.compile(r"Available KV cache memory:\s*(-?\d{1,9}(?:\.\d{1,9
 # 'non-default args: {..., 'gpu_memory_utilization': 0.95, ...}' (a share left at its default is not listed).
 _VLLM_TP = re.compile(r"\btensor_parallel_size=(\d{1,4})\b")
 _VLLM_PP = re.compile(r"\bpipeline_parallel_size=(\d{1,4})\b")
-_VLLM_SHARE = re.compile(r"'gpu_memory_utilization':\s*(\d(?:\.\d{1,9})?)\b")
+# vLLM up to 0.8 prints its arguments as 'args: Namespace(..., gpu_memory_utilization=0.95, ...)' instead.
+_VLLM_SHARE = re.compile(r"(?:'gpu_memory_utilization':\s*|\bgpu_memory_utilization=)(\d(?:\.\d{1,9})?)\b")
 # The engine's config line ('... with config: model=..., max_seq_len=32768, ...') and its concurrency line
 # ('Maximum concurrency for 32,768 tokens per request: 2.09x') both state max_model_len.
 _MAX_MODEL_LEN = (
@@ -508,7 +516,7 @@ class _LogFigures:
             self.lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
             self.vllm_tps.update(int(match) for match in _VLLM_TP.findall(text))
             self.vllm_pps.update(int(match) for match in _VLLM_PP.findall(text))
-        if b"non-default args:" in raw:
+        if b"non-default args:" in raw or b"args: Namespace(" in raw:
             text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.vllm_non_default_args = True
             self.vllm_shares.update(float(match) for match in _VLLM_SHARE.findall(text))
