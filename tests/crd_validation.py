@@ -113,49 +113,45 @@ def compile_rule(rule: str) -> Any:
     return _cel_env().compile(rule)
 
 
-def _rules(value: Any, node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, str], Any]]:
-    for rule in node.get("x-kubernetes-validations") or ():
-        yield path, rule, value
+def _nodes(value: Any, node: dict[str, Any], path: str) -> Iterator[tuple[Any, dict[str, Any], str]]:
+    """Every value of a manifest with the schema node that describes it and its path, parents first."""
+    yield value, node, path
     if isinstance(value, dict):
         for name, child in (node.get("properties") or {}).items():
             if name in value:
-                yield from _rules(value[name], child, f"{path}.{name}")
+                yield from _nodes(value[name], child, f"{path}.{name}")
         extra = node.get("additionalProperties")
         if isinstance(extra, dict):
             for name, item in value.items():
                 if name not in (node.get("properties") or {}):
-                    yield from _rules(item, extra, f"{path}.{name}")
+                    yield from _nodes(item, extra, f"{path}.{name}")
     elif isinstance(value, list) and isinstance(node.get("items"), dict):
         for index, item in enumerate(value):
-            yield from _rules(item, node["items"], f"{path}[{index}]")
+            yield from _nodes(item, node["items"], f"{path}[{index}]")
+
+
+def _rules(value: Any, node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, str], Any]]:
+    for item, schema, where in _nodes(value, node, path):
+        for rule in schema.get("x-kubernetes-validations") or ():
+            yield where, rule, item
 
 
 def _list_type_problems(value: Any, node: dict[str, Any], path: str) -> Iterator[str]:
     """What the API server's list types refuse: two items of a ``map`` list with the same keys, or two equal items
     of a ``set`` (JSON Schema knows neither)."""
-    if isinstance(value, dict):
-        for name, child in (node.get("properties") or {}).items():
-            if name in value:
-                yield from _list_type_problems(value[name], child, f"{path}.{name}")
-        extra = node.get("additionalProperties")
-        if isinstance(extra, dict):
-            for name, item in value.items():
-                if name not in (node.get("properties") or {}):
-                    yield from _list_type_problems(item, extra, f"{path}.{name}")
-    elif isinstance(value, list):
-        kind = node.get("x-kubernetes-list-type")
+    for item, schema, where in _nodes(value, node, path):
+        if not isinstance(item, list):
+            continue
+        kind = schema.get("x-kubernetes-list-type")
         if kind == "map":
-            keys = node.get("x-kubernetes-list-map-keys") or ()
-            seen = [tuple(item.get(key) for key in keys) for item in value if isinstance(item, dict)]
+            keys = schema.get("x-kubernetes-list-map-keys") or ()
+            seen = [tuple(entry.get(key) for key in keys) for entry in item if isinstance(entry, dict)]
             for duplicate in sorted({entry for entry in seen if seen.count(entry) > 1}, key=str):
-                yield f"{path}: duplicate entries for key {dict(zip(keys, duplicate, strict=True))}"
+                yield f"{where}: duplicate entries for key {dict(zip(keys, duplicate, strict=True))}"
         elif kind == "set":
-            seen_items = [json.dumps(item, sort_keys=True) for item in value]
-            if len(set(seen_items)) != len(seen_items):
-                yield f"{path}: duplicate entries in a set"
-        if isinstance(node.get("items"), dict):
-            for index, item in enumerate(value):
-                yield from _list_type_problems(item, node["items"], f"{path}[{index}]")
+            dumped = [json.dumps(entry, sort_keys=True) for entry in item]
+            if len(set(dumped)) != len(dumped):
+                yield f"{where}: duplicate entries in a set"
 
 
 @functools.cache
