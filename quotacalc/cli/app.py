@@ -269,7 +269,13 @@ def kv_command(
     plan: PlanArgument = None,
     context: Annotated[
         int | None,
-        typer.Option("--context", help="the request's context length, tokens", parser=whole_number, metavar="<int>"),
+        typer.Option(
+            "--context",
+            help="the request's context length, tokens (required: a plan's context is its decode batch's mean, not "
+            "one request's)",
+            parser=whole_number,
+            metavar="<int>",
+        ),
     ] = None,
     as_json: JsonOption = False,
     explain: ExplainOption = False,
