@@ -798,3 +798,21 @@ def test_a_value_an_earlier_fit_wrote_and_this_one_does_not_refit_is_named(run_c
     # Refitting it (or giving it as a flag) is no such case.
     code, _, err = run_cli("calibrate", plan, "--bench", bench, "--fit", "mbu,step_overhead_s")
     assert code == 0 and "earlier fit's" not in err
+
+
+def test_a_run_given_twice_figure_for_figure_is_named(run_cli, plan):
+    """A line appended twice (or a file given reformatted) counts twice in the fit and predicts its twin in the
+    leave-one-out error: named, and fatal under --strict. The byte-identical file is refused before (elsewhere)."""
+    bench = plan.parent / SYNTHETIC_CSV.name
+    lines = bench.read_text(encoding="utf-8").splitlines()
+    doubled = plan.parent / "doubled.csv"
+    doubled.write_text("\n".join([*lines, lines[-1]]) + "\n", encoding="utf-8")
+    code, _, err = run_cli("calibrate", plan, "--bench", doubled)
+    assert code == 0
+    last = sum(1 for line in lines if line and not line.startswith("#")) - 1  # data rows, the header not counted
+    assert (
+        f"quotacalc: warning: {doubled}: row {last + 1} repeats {doubled}: row {last} figure for figure: it counts "
+        "twice in the fit (give it once)"
+    ) in err
+    assert run_cli("calibrate", plan, "--bench", doubled, "--strict")[0] == 1
+    assert "repeats" not in run_cli("calibrate", plan, "--bench", bench)[2]

@@ -170,6 +170,7 @@ def calibrate_command(
         points += read
         notes += skipped
         files.append((path, [point.row or "result" for point in read], digest))
+    notes += _repeated_runs(points)
     reading = read_start_up_log(log) if log else None
     if log:
         files.append((log, [], None))
@@ -216,6 +217,23 @@ def calibrate_command(
         from quotacalc.cli.calibrate_out import calibrate_table
 
         calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
+
+
+def _repeated_runs(points) -> list[str]:
+    """Runs that repeat an earlier one figure for figure (a line appended twice, a file given reformatted): each
+    copy counts again in the fit, and predicts its twin in the leave-one-out error."""
+    first: dict[tuple, str] = {}
+    notes = []
+    for point in points:
+        figures = (point.concurrency, point.prompt_tokens, point.output_tokens, point.ttft_s, point.itl_s)
+        where = f"{point.source}: {point.row}"
+        if figures in first:
+            notes.append(
+                f"{where} repeats {first[figures]} figure for figure: it counts twice in the fit (give it once)"
+            )
+        else:
+            first[figures] = where
+    return notes
 
 
 def _earlier_fit_notes(plan, plan_file, points, fitted: dict[str, Any], given: dict[str, Any]) -> list[str]:
