@@ -119,10 +119,11 @@ def run_comparison(
         tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
     section = plan_file.calibration if plan_file else None
 
-    def is_calibrated(priced) -> bool:
-        from quotacalc.core.calibrate import calibration_status
+    # Whether the plan's calibration holds for each row, read once in evaluate (by the row's inputs).
+    calibrated: dict[int, bool] = {}
 
-        return calibration_status(section, priced.inputs)[0] is not None
+    def is_calibrated(priced) -> bool:
+        return calibrated.get(id(priced.inputs), False)
 
     # The axes are flags too: a row's error about its TP names --tp.
     given = {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}
@@ -143,7 +144,8 @@ def run_comparison(
         if section is not None:
             from quotacalc.core.calibrate import calibration_status
 
-            why_not = calibration_status(section, priced.inputs)[1]
+            holds, why_not = calibration_status(section, priced.inputs)
+            calibrated[id(priced.inputs)] = holds is not None
             if why_not:
                 notes.append(why_not)
         if not notes:

@@ -72,11 +72,8 @@ def load_calibrated_policy(
 
         (replica,) = priced.values()  # a flat plan is one pool
         plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
-    warnings = {
-        name: (*replica.warnings, *_local_model_warning(replica))
-        for name, replica in priced.items()
-        if replica.warnings or _local_model_warning(replica)
-    }
+    pool_warnings = {name: (*replica.warnings, *_local_model_warning(replica)) for name, replica in priced.items()}
+    warnings = {name: lines for name, lines in pool_warnings.items() if lines}
     calibrated: dict[str, Any] = {name: (None, None) for name in priced}
     if any(section is not None for section in sections.values()):
         from quotacalc.core.calibrate import calibration_status

@@ -501,11 +501,8 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
         return Plan(pools=(pool,))
     tenant = build_tenant(flat.tenant, {}, source=path)
     # The engine admits no longer sequence than its max_model_len (what the pool's KV holds is fitted once priced).
-    max_context = (
-        min(limit for limit in (model_max_context(deployment.model), deployment.max_model_len) if limit)
-        if (model_max_context(deployment.model) or deployment.max_model_len)
-        else deployment.context
-    )
+    limits = [limit for limit in (model_max_context(deployment.model), deployment.max_model_len) if limit]
+    max_context = min(limits) if limits else deployment.context
     tier = Tier(
         name=FLAT_TIER,
         max_context_tokens=max_context,
