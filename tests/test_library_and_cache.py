@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,72 @@ def test_atomic_writes_keep_normal_permissions(tmp_path) -> None:
         assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml", "salts.json"]  # no temporaries left
     finally:
         os.umask(umask)
+
+
+def _library_plan(**changes):
+    """A plan built in code, as a library user builds one: two standard pools, a long-context pool, a tier."""
+    from quotacalc.core.plan import Plan, PlanTenant, Pool, Tier
+
+    deployment = quotacalc.Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm")
+    parts = {
+        "pools": (
+            Pool(
+                name="main", deployment=deployment, replicas=2, long_context_pool="long", route_above_prompt_tokens=8192
+            ),
+            Pool(name="spare", deployment=deployment, replicas=1),
+            Pool(name="long", deployment=deployment, replicas=1, role="long_context"),
+        ),
+        "tiers": (
+            Tier(
+                name="gold",
+                max_context_tokens=16384,
+                kv_cap_tokens_per_replica=100_000,
+                max_concurrent_sequences=8,
+                max_output_tokens=2048,
+                priority=0,
+            ),
+        ),
+        "tenants": (PlanTenant(name="acme", tier="gold", pool="main", units_per_s=100.0),),
+    }
+    return Plan(**{**parts, **changes})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tenant": {"tier": "golden"}}, "tenants[0].tier: unknown tier 'golden' (did you mean 'gold'?)"),
+        ({"tenant": {"pool": "nowhere"}}, "tenants[0].pool: unknown pool 'nowhere'"),
+        ({"tenant": {"pool": "long"}}, "tenants[0].pool: pool 'long' is a long-context pool"),
+        ({"tenant": {"pool": None}}, "tenants[0].pool: the plan has 2 standard pools (name one of: main, spare)"),
+        ({"pool": {"long_context_pool": "spare"}}, "pools[0].long_context_pool: pool 'spare' is not a long-context"),
+        ({"pool": {"long_context_pool": "lung"}}, "pools[0].long_context_pool: unknown pool 'lung' (did you mean"),
+        ({"pool": {"name": "spare"}}, "pools[1].name: duplicate name 'spare' (also pools[0])"),
+    ],
+)
+def test_a_plan_built_in_code_checks_its_references(change, message):
+    """Plan() refuses what a plan file is refused for, so build_policy never meets a name it cannot find."""
+    from pydantic import ValidationError
+
+    plan = _library_plan()
+    pools, tenants = list(plan.pools), list(plan.tenants)
+    pools[0] = pools[0].model_copy(update=change.get("pool", {}))
+    tenants[0] = tenants[0].model_copy(update=change.get("tenant", {}))
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        _library_plan(pools=tuple(pools), tenants=tuple(tenants))
+
+
+def test_a_plan_with_no_standard_pool_is_refused_in_code():
+    from pydantic import ValidationError
+
+    plan = _library_plan()
+    with pytest.raises(ValidationError, match=r"pools: no standard pool"):
+        _library_plan(pools=(plan.pools[2],), tenants=())
+
+
+@pytest.mark.parametrize("replicas", [0, -1, float("nan"), float("inf")])
+def test_check_plan_refuses_a_reversal_threshold_that_is_no_replica_count(replicas):
+    from quotacalc.core.checks import check_plan
+    from quotacalc.core.policy import QuotaPolicy
+
+    with pytest.raises(ValueError, match="reversal_replicas must be a positive finite number"):
+        check_plan(QuotaPolicy.model_construct(pools=(), tenants=()), reversal_replicas=replicas)

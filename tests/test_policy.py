@@ -451,8 +451,8 @@ def test_pools_carry_their_routes_and_engine_settings(worked_example_price) -> N
         ),
         tiers=(tier("gold", priority=0), tier("silver", priority=1)),
         tenants=(
-            PlanTenant(name="a", tier="gold", units_per_s=1000),
-            PlanTenant(name="b", tier="silver", units_per_s=1000),
+            PlanTenant(name="a", tier="gold", pool="main", units_per_s=1000),
+            PlanTenant(name="b", tier="silver", pool="main", units_per_s=1000),
         ),
         public_prefixes=("system-prompt-v1",),
     )

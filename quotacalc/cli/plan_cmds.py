@@ -159,8 +159,12 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
     from quotacalc.core.checks import check_plan
     from quotacalc.inputs.plan import is_platform_file
 
-    if not reversal_replicas > 0:
-        raise QuotacalcError(f"must be positive, got {reversal_replicas}", field="--reversal-replicas")
+    if not (reversal_replicas > 0 and reversal_replicas != float("inf")):
+        raise QuotacalcError(
+            f"must be a positive finite number of replicas, got {reversal_replicas}",
+            field="--reversal-replicas",
+            fix="e.g. --reversal-replicas 2",
+        )
     plan, policy, pool_warnings, calibrated = load_calibrated_policy(path)
     salts = _salts(policy, secret_file, required=False)
     result = check_plan(

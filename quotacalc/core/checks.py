@@ -533,6 +533,8 @@ def check_plan(
     that set them (``pools.NAME.deployment.KEY``; a flat plan's, ``flat_plan``, are its top-level ``KEY``);
     ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``; it also
     routes the tenant's load to the pool its units are counted in, ``plan_size.load_pool``)."""
+    if not (reversal_replicas > 0 and math.isfinite(reversal_replicas)):
+        raise ValueError(f"reversal_replicas must be a positive finite number of replicas, got {reversal_replicas}")
     pools = {pool.name: pool for pool in policy.pools}
     traffic = traffic or {}
     findings = [

@@ -8,11 +8,13 @@ thresholds fit a pool's context). Every field states its unit in its name or des
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from quotacalc.core.deployment import MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_POOL_TOKENS, Deployment, Tenant
+from quotacalc.errors import close_names
 
 
 def _printable_name(value: str) -> str:
@@ -204,8 +206,15 @@ class Plan(BaseModel):
             raise ValueError(f"'{value}' is a header the gateway itself uses: choose another, e.g. x-tenant-id")
         return value
 
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Plan:
+        # A plan built in code gets the checks a plan file gets (quotacalc.inputs.plan names the file beside them).
+        for problem in reference_problems(self.pools, self.tiers, self.tenants):
+            raise ValueError(problem.one_line())
+        return self
+
     def pool(self, name: str) -> Pool:
-        """The pool called ``name`` (references are checked when the plan is read)."""
+        """The pool called ``name`` (references are checked when the plan is built)."""
         return next(pool for pool in self.pools if pool.name == name)
 
     def tier(self, name: str) -> Tier:
@@ -226,3 +235,86 @@ def routed_pool(pool: str, long_context_pool: str | None, route_above_prompt_tok
     if long_context_pool is not None and route_above_prompt_tokens is not None and prompt > route_above_prompt_tokens:
         return long_context_pool
     return pool
+
+
+class ReferenceProblem(NamedTuple):
+    """A reference between plan entries that does not resolve: where (a YAML path), what, and the fix."""
+
+    field: str
+    problem: str
+    fix: str
+
+    def one_line(self) -> str:
+        return f"{self.field}: {self.problem} ({self.fix})"
+
+
+def _unknown(kind: str, name: str, known: list[str], field: str) -> ReferenceProblem:
+    close = close_names(name, known, n=1)
+    if close:
+        fix = f"did you mean '{close[0]}'?"
+    else:
+        fix = f"{kind}s: {', '.join(known)}" if known else f"the plan has no {kind}s"
+    return ReferenceProblem(field, f"unknown {kind} '{name}'", fix)
+
+
+def _duplicate_names(names: list[str], section: str) -> Iterator[ReferenceProblem]:
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            yield ReferenceProblem(
+                f"{section}[{index}].name",
+                f"duplicate name '{name}' (also {section}[{seen[name]}])",
+                "give each a unique name",
+            )
+        seen.setdefault(name, index)
+
+
+def reference_problems(
+    pools: Sequence[Pool], tiers: Sequence[Tier], tenants: Sequence[PlanTenant]
+) -> Iterator[ReferenceProblem]:
+    """Each reference between a plan's entries that does not resolve, in the plan's order: names unique, a standard
+    pool, long-context pools that exist and are long-context, tenants' tiers and pools. (What needs the models
+    resolved, routing thresholds against the context a pool serves, is checked where the plan is read.)"""
+    yield from _duplicate_names([pool.name for pool in pools], "pools")
+    yield from _duplicate_names([tier.name for tier in tiers], "tiers")
+    yield from _duplicate_names([tenant.name for tenant in tenants], "tenants")
+    by_name = {pool.name: pool for pool in pools}
+    standard = [pool.name for pool in pools if pool.role == "standard"]
+    long_context = [pool.name for pool in pools if pool.role == "long_context"]
+    if not standard:
+        yield ReferenceProblem(
+            "pools",
+            "no standard pool: tenants' requests need one below the routing threshold",
+            "set role: standard on at least one pool",
+        )
+    for index, pool in enumerate(pools):
+        if pool.long_context_pool is None:
+            continue
+        field = f"pools[{index}].long_context_pool"
+        target = by_name.get(pool.long_context_pool)
+        if target is None:
+            yield _unknown("pool", pool.long_context_pool, list(by_name), field)
+        elif target.role != "long_context":
+            yield ReferenceProblem(
+                field,
+                f"pool '{target.name}' is not a long-context pool (role: {target.role})",
+                f"set role: long_context on it, or name one of: {', '.join(long_context) or 'none'}",
+            )
+    tier_names = [tier.name for tier in tiers]
+    for index, tenant in enumerate(tenants):
+        if tenant.tier not in tier_names:
+            yield _unknown("tier", tenant.tier, tier_names, f"tenants[{index}].tier")
+        field = f"tenants[{index}].pool"
+        if tenant.pool is None:
+            if len(standard) > 1:
+                yield ReferenceProblem(
+                    field, f"the plan has {len(standard)} standard pools", f"name one of: {', '.join(standard)}"
+                )
+        elif tenant.pool not in by_name:
+            yield _unknown("pool", tenant.pool, list(by_name), field)
+        elif by_name[tenant.pool].role != "standard":
+            yield ReferenceProblem(
+                field,
+                f"pool '{tenant.pool}' is a long-context pool: tenants name their standard pool",
+                f"name one of: {', '.join(standard)} (long prompts route by the pool's threshold)",
+            )

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from quotacalc.core.deployment import Deployment, Tenant
-from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier
+from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, reference_problems
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.deployment import (
     PlanFile,
@@ -79,6 +79,11 @@ class PlatformPlanFile(Plan):
         None, description="deployment defaults merged under every pool's `deployment`"
     )
     pools: tuple[PoolFile, ...] = Field(min_length=1, description="pools of replicas")
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> PlatformPlanFile:
+        # Not here: _check_references checks them once the pools' deployments are read, naming the file.
+        return self
 
 
 def _optional_keys(model: type[BaseModel], name: str, doc: str, **extra: Any) -> type[BaseModel]:
@@ -327,28 +332,6 @@ def _tier_key_error(path: str, field: str) -> QuotacalcError:
     )
 
 
-def _duplicates(names: list[str], section: str, path: str) -> None:
-    seen: dict[str, int] = {}
-    for index, name in enumerate(names):
-        if name in seen:
-            raise QuotacalcError(
-                f"duplicate name '{name}' (also {section}[{seen[name]}])",
-                source=path,
-                field=f"{section}[{index}].name",
-                fix="give each a unique name",
-            )
-        seen[name] = index
-
-
-def _unknown(kind: str, name: str, known: list[str], *, source: str, field: str) -> QuotacalcError:
-    close = close_names(name, known, n=1)
-    if close:
-        fix = f"did you mean '{close[0]}'?"
-    else:
-        fix = f"{kind}s: {', '.join(known)}" if known else f"the plan has no {kind}s"
-    return QuotacalcError(f"unknown {kind} '{name}'", source=source, field=field, fix=fix)
-
-
 @contextmanager
 def pool_errors(path: str, index: int | None) -> Iterator[None]:
     """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path."""
@@ -364,70 +347,28 @@ def pool_errors(path: str, index: int | None) -> Iterator[None]:
         raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
 
 
-def _check_references(plan: Plan, path: str) -> None:
-    """References between entries: names unique, tiers and pools exist, routing fits the pools."""
-    _duplicates([pool.name for pool in plan.pools], "pools", path)
-    _duplicates([tier.name for tier in plan.tiers], "tiers", path)
-    _duplicates([tenant.name for tenant in plan.tenants], "tenants", path)
-    pools = {pool.name: pool for pool in plan.pools}
-    standard = [pool.name for pool in plan.pools if pool.role == "standard"]
-    long_context = [pool.name for pool in plan.pools if pool.role == "long_context"]
-    if not standard:
-        raise QuotacalcError(
-            "no standard pool: tenants' requests need one below the routing threshold",
-            source=path,
-            field="pools",
-            fix="set role: standard on at least one pool",
-        )
-    for index, pool in enumerate(plan.pools):
+def _check_references(plan: PlatformPlanFile, pools: list[Pool], path: str) -> None:
+    """References between entries (``reference_problems``), then what needs the models: each pool's model resolves,
+    and a routing threshold is below the context both its pools serve."""
+    for problem in reference_problems(pools, plan.tiers, plan.tenants):
+        raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix)
+    for index, pool in enumerate(pools):
         with pool_errors(path, index):
             _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
-    for index, pool in enumerate(plan.pools):
+    by_name = {pool.name: pool for pool in pools}
+    for index, pool in enumerate(pools):
         if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
             continue
-        field = f"pools[{index}].long_context_pool"
-        if pool.long_context_pool not in pools:
-            raise _unknown("pool", pool.long_context_pool, list(pools), source=path, field=field)
-        target = pools[pool.long_context_pool]
-        if target.role != "long_context":
-            raise QuotacalcError(
-                f"pool '{target.name}' is not a long-context pool (role: {target.role})",
-                source=path,
-                field=field,
-                fix=f"set role: long_context on it, or name one of: {', '.join(long_context) or 'none'}",
-            )
         threshold = pool.route_above_prompt_tokens
-        for name, serving in ((pool.name, pool), (target.name, target)):
+        for serving in (pool, by_name[pool.long_context_pool]):
             limit = _context_limit(serving)
             if limit is not None and threshold >= limit:
                 raise QuotacalcError(
-                    f"{threshold} is not below the longest context pool '{name}' serves ({limit} tokens)",
+                    f"{threshold} is not below the longest context pool '{serving.name}' serves ({limit} tokens)",
                     source=path,
                     field=f"pools[{index}].route_above_prompt_tokens",
                     fix="route above a prompt length both pools serve",
                 )
-    tiers = [tier.name for tier in plan.tiers]
-    for index, tenant in enumerate(plan.tenants):
-        if tenant.tier not in tiers:
-            raise _unknown("tier", tenant.tier, tiers, source=path, field=f"tenants[{index}].tier")
-        if tenant.pool is None:
-            if len(standard) > 1:
-                raise QuotacalcError(
-                    f"the plan has {len(standard)} standard pools",
-                    source=path,
-                    field=f"tenants[{index}].pool",
-                    fix=f"name one of: {', '.join(standard)}",
-                )
-            continue
-        if tenant.pool not in pools:
-            raise _unknown("pool", tenant.pool, list(pools), source=path, field=f"tenants[{index}].pool")
-        if pools[tenant.pool].role != "standard":
-            raise QuotacalcError(
-                f"pool '{tenant.pool}' is a long-context pool: tenants name their standard pool",
-                source=path,
-                field=f"tenants[{index}].pool",
-                fix=f"name one of: {', '.join(standard)} (long prompts route by the pool's threshold)",
-            )
 
 
 def _context_limit(pool: Pool) -> int | None:
@@ -472,6 +413,7 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
                 {**pool_file.model_dump(exclude={"deployment", "calibration"}), "deployment": deployment}
             )
         )
+    _check_references(file, pools, path)
     plan = Plan(
         pools=tuple(pools),
         tiers=file.tiers,
@@ -480,7 +422,6 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
         oversubscription=file.oversubscription,
         tenant_header=file.tenant_header,
     )
-    _check_references(plan, path)
     return plan, file
 
 
