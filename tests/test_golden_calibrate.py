@@ -18,6 +18,7 @@ from quotacalc.core.calibrate import (
     BenchmarkPoint,
     CalibratedFile,
     CalibratedOn,
+    CalibratedRange,
     CalibrationProvenance,
     KvPoolReading,
     _current,
@@ -575,8 +576,9 @@ ON = CalibratedOn(
 )
 
 
-def section(rows, fit, loo, parameters, files=("b.csv",), on=ON, engine_model=ENGINE_MODEL_REVISION):
+def section(rows, fit, loo, parameters, files=("b.csv",), on=ON, engine_model=ENGINE_MODEL_REVISION, covers=None):
     return CalibrationProvenance(
+        covers=covers,
         quotacalc_version="1.0",
         engine_model=engine_model,
         # A benchmark file records the rows fitted; a log, none.
@@ -601,6 +603,9 @@ def test_provenance_rounds_the_errors_to_three_digits(inputs):
     assert written.rows == 2 and written.quotacalc_version == "9.9" and written.calibrated_on == ON
     assert written.engine_model == ENGINE_MODEL_REVISION == 2
     assert written.parameters == result.fitted_values
+    # What the runs covered: concurrency 1 and 8; the 1,000-token prompt to the 2,000 + 300 sequence.
+    assert written.covers == CalibratedRange(concurrency=(1, 8), context_tokens=(1000, 2300))
+    assert written.ttft_under_load == "lockstep"
     none = provenance(result.model_copy(update={"rms_leave_one_out_error": None}), inputs, files, "9.9")
     assert none.leave_one_out_rms_error is None
 
@@ -691,6 +696,7 @@ def test_status_when_the_calibration_holds(inputs):
     summary, why = calibration_status(section(2, 0.01, 0.02, {"mbu": mbu}, files=("b.csv", "s.log")), inputs)
     assert why is None
     assert summary == {
+        "covers": None,
         "sources": ["b.csv", "s.log"],
         "rows": 2,
         "fit_rms_error": 0.01,
@@ -699,6 +705,41 @@ def test_status_when_the_calibration_holds(inputs):
         "quotacalc_version": "1.0",
     }
     assert calibration_status(None, inputs) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "context_tokens", "note"),
+    [
+        ((1, 128), (1000, 2300), None),  # the priced batch 128 and context 1,700 inside: nothing to say
+        ((128, 128), (1700, 1700), None),  # the edges are covered
+        ((1, 100), (1000, 2300), "batch 128 (runs: 1-100)"),
+        ((1, 128), (1701, 2300), "context 1,700 (runs: 1,701-2,300)"),
+        ((1, 127), (200, 1699), "batch 128 (runs: 1-127) and context 1,700 (runs: 200-1,699)"),
+    ],
+)
+def test_a_calibration_used_outside_its_runs_says_so(inputs, concurrency, context_tokens, note):
+    assert (inputs.deployment.batch, inputs.deployment.context) == (128, 1700)
+    covers = CalibratedRange(concurrency=concurrency, context_tokens=context_tokens)
+    mbu = inputs.deployment.mbu
+    summary, why = calibration_status(section(2, 0.01, 0.02, {"mbu": mbu}, covers=covers), inputs)
+    # Still calibrated (the deployment is the one fitted), with a warning where it extrapolates.
+    assert summary["covers"] == {"concurrency": list(concurrency), "context_tokens": list(context_tokens)}
+    if note is None:
+        assert why is None
+    else:
+        assert why == (
+            f"extrapolated: the calibration's runs do not cover {note}; the fitted values may not hold there "
+            "(calibrate on runs that include it)"
+        )
+
+
+def test_a_log_after_a_benchmark_keeps_what_the_benchmark_covered():
+    covers = CalibratedRange(concurrency=(1, 64), context_tokens=(500, 4000))
+    bench = section(6, 0.01, 0.02, {"mbu": 0.7}, covers=covers).model_copy(update={"ttft_under_load": "ignore"})
+    merged = merge_provenance(bench, section(0, None, None, {"kv_pool_tokens": 1000}, files=("s.log",)))
+    assert (merged.covers, merged.ttft_under_load) == (covers, "ignore")
+    refit = merge_provenance(bench, section(1, 0.03, None, {"mbu": 0.75}, covers=None))
+    assert (refit.covers, refit.ttft_under_load) == (None, None)
 
 
 def test_bounds_are_the_documented_ones():

@@ -937,6 +937,51 @@ POOR_FIT_RMS = 0.10
 ENGINE_MODEL_REVISION = 2
 
 
+class CalibratedRange(BaseModel):
+    """What the fitted runs covered: concurrency and sequence length. Figures outside it are extrapolated."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    concurrency: tuple[int, int] = Field(description="lowest and highest requests in flight of the fitted runs")
+    context_tokens: tuple[int, int] = Field(
+        description="shortest prompt and longest prompt + output of the fitted runs, tokens"
+    )
+
+
+def calibrated_range(points: Sequence[PointFit]) -> CalibratedRange | None:
+    """The range ``points`` cover (None without points)."""
+    if not points:
+        return None
+    return CalibratedRange(
+        concurrency=(min(point.concurrency for point in points), max(point.concurrency for point in points)),
+        context_tokens=(
+            math.floor(min(point.prompt_tokens for point in points)),
+            math.ceil(max(point.prompt_tokens + point.output_tokens for point in points)),
+        ),
+    )
+
+
+def extrapolation_note(covered: CalibratedRange | None, deployment: Deployment) -> str | None:
+    """A warning where the deployment prices a decode batch or a context the calibration's runs did not cover."""
+    if covered is None:
+        return None
+    (low_c, high_c), (low_t, high_t) = covered.concurrency, covered.context_tokens
+    outside = [
+        f"{name} {value:,} (runs: {low:,}-{high:,})"
+        for name, value, low, high in (
+            ("batch", deployment.batch, low_c, high_c),
+            ("context", deployment.context, low_t, high_t),
+        )
+        if not low <= value <= high
+    ]
+    if not outside:
+        return None
+    return (
+        f"extrapolated: the calibration's runs do not cover {' and '.join(outside)}; the fitted values may not hold "
+        "there (calibrate on runs that include it)"
+    )
+
+
 class CalibrationProvenance(BaseModel):
     """The ``calibration:`` section of a plan: where its fitted values come from. No date: the same
     files and plan always write the same section."""
@@ -952,6 +997,14 @@ class CalibrationProvenance(BaseModel):
     parameters: dict[str, object] = Field(description="the values written into the plan by this calibration")
     fit_rms_error: float | None = Field(description="root mean square relative error of the points after the fit")
     leave_one_out_rms_error: float | None = Field(description="the same, each point predicted by a fit without it")
+    ttft_under_load: TtftUnderLoad | None = Field(
+        None,
+        description="how the fit read TTFTs measured at concurrency > 1 (calibrate --ttft-under-load); None: no "
+        "benchmark fitted, or written before it was recorded",
+    )
+    covers: CalibratedRange | None = Field(
+        None, description="what the fitted runs covered; None: no benchmark fitted, or written before it was recorded"
+    )
     calibrated_on: CalibratedOn
 
 
@@ -970,6 +1023,8 @@ def provenance(
         leave_one_out_rms_error=None
         if result.rms_leave_one_out_error is None
         else _significant(result.rms_leave_one_out_error, 3),
+        ttft_under_load=result.ttft_under_load if result.points else None,
+        covers=calibrated_range(result.points),
         calibrated_on=CalibratedOn(
             model=inputs.arch.name,
             gpu=inputs.gpu.id,
@@ -1019,6 +1074,8 @@ def merge_provenance(previous: CalibrationProvenance | None, current: Calibratio
             "leave_one_out_rms_error": current.leave_one_out_rms_error
             if fitted_again
             else previous.leave_one_out_rms_error,
+            "ttft_under_load": current.ttft_under_load if fitted_again else previous.ttft_under_load,
+            "covers": current.covers if fitted_again else previous.covers,
         }
     )
 
@@ -1052,8 +1109,9 @@ def calibration_status(
 ) -> tuple[dict[str, object] | None, str | None]:
     """Whether a plan's figures are calibrated for the deployment being priced.
 
-    Returns (the ``calibrated`` summary, None) when the plan's calibration holds; (None, why not)
-    when the command line changed the GPU, TP, a dtype or a fitted value; (None, None) without one.
+    Returns (the ``calibrated`` summary, None) when the plan's calibration holds, (summary, a warning) when it
+    holds but the priced batch or context lies outside what its runs covered; (None, why not) when the command
+    line changed the GPU, TP, a dtype or a fitted value; (None, None) without one.
     """
     if section is None:
         return None, None
@@ -1085,6 +1143,7 @@ def calibration_status(
     if changed:
         return None, f"not calibrated: the plan's calibration holds for what it was fitted on ({'; '.join(changed)})"
     summary = {
+        "covers": None if section.covers is None else section.covers.model_dump(mode="json"),
         "sources": [file.path for file in section.files],
         "rows": section.rows,
         "fit_rms_error": section.fit_rms_error,
@@ -1092,4 +1151,4 @@ def calibration_status(
         "parameters": dict(section.parameters),
         "quotacalc_version": section.quotacalc_version,
     }
-    return summary, None
+    return summary, extrapolation_note(section.covers, deployment)
