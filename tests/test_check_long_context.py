@@ -147,3 +147,33 @@ def test_check_names_the_plan_keys_where_price_names_flags(run_cli, tmp_path) ->
     result = _check(run_cli, tmp_path, document)
     (warning,) = [f for f in result["findings"] if f["code"] == "pool-price"]
     assert warning["fix"] == "lower pools.long.deployment.batch or raise pools.long.deployment.tp"
+
+
+def test_size_of_the_long_pool_lists_the_tenants_whose_load_it_carries(run_cli, tmp_path) -> None:
+    document = _document()
+    document["tenants"].append(
+        {
+            "name": "longco",
+            "tier": "enterprise",
+            "pool": "shared",
+            "traffic": {"rps": 0.1, "prompt_tokens": 40_000, "output_tokens": 500},
+        }
+    )
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    code, out, err = run_cli("size", str(path), "--pool", "long", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    (row,) = result["tenants"]
+    assert (row["name"], row["pool"], row["load_pool"]) == ("longco", "shared", "long")
+    # Its replicas are the long pool's: 9,714 units/s of a replica's 18,232 (0.65 / 35.65 µs).
+    assert row["replicas"] == pytest.approx(row["units_per_s"] / (0.65 / PROMPT_TOKEN_S), rel=1e-6)
+    assert result["totals"]["tenants"] == 1
+    # Its standard pool lists it too, saying where the load goes; a contract stays on its pool.
+    code, out, err = run_cli("size", str(path), "--pool", "shared", "--json")
+    rows = {row["name"]: row["load_pool"] for row in json.loads(out)["tenants"]}
+    assert rows["longco"] == "long" and rows["globex"] == "shared"
+    code, out, err = run_cli("size", str(path), "--pool", "long")
+    assert code == 0 and "shared → long" in out
+    code, out, err = run_cli("size", str(path), "--pool", "long", "--format", "markdown")
+    assert "| longco | enterprise | shared | long | shared |" in out

@@ -307,6 +307,30 @@ def test_a_dedicated_tenant_sharing_its_pool_names_the_others():
     assert found(alone, "dedicated-shared") == found(alone, "reversal") == []
 
 
+def test_a_dedicated_tenant_whose_long_prompts_share_a_long_pool_is_warned():
+    dedicated = tenant("d", pool="own", placement="dedicated").model_copy(
+        update={"long_context_pool": "long", "route_above_prompt_tokens": 32_768}
+    )
+    own = SHARED.model_copy(update={"name": "own"})
+    pools = (SHARED, own, LONG, LONG.model_copy(update={"name": "own-long"}))
+    result = check_plan(policy(dedicated, tenant("a", long=True), tenant("b"), pools=pools))
+    assert found(result, "dedicated-long-shared") == [
+        Finding(
+            severity="warning",
+            code="dedicated-long-shared",
+            subject="tenants.d",
+            message="placement is dedicated, but its prompts above 32,768 tokens route to pool 'long', which a reach "
+            "too",
+            fix="give pool 'own' a long-context pool of its own, or sell the long prompts as shared",
+        )
+    ]
+    # Its own long pool, or no routing: nothing to say.
+    alone = dedicated.model_copy(update={"long_context_pool": "own-long"})
+    assert found(check_plan(policy(alone, tenant("a", long=True), pools=pools)), "dedicated-long-shared") == []
+    unrouted = dedicated.model_copy(update={"long_context_pool": None, "route_above_prompt_tokens": None})
+    assert found(check_plan(policy(unrouted, tenant("a", long=True), pools=pools)), "dedicated-long-shared") == []
+
+
 def test_a_large_shared_tenant_is_told_what_a_dedicated_pool_costs():
     result = check_plan(policy(tenant("big", 25_000)))
     # 25,000 / 10,000 = 2.5 replicas >= 2; dedicated: 3 replicas × ($28,800 / 4 = $7,200) = $21,600;

@@ -386,8 +386,14 @@ def size_platform(
         hint = f"did you mean '{close[0]}'?" if close else f"pools: {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     traffic = plan_traffic(plan)
-    if pool is not None:  # only the tenants of the pool shown
-        members = {tenant.name for tenant in policy.tenants if tenant.pool == pool}
+    if pool is not None:  # only the tenants of the pool shown: its own, and those whose load it carries
+        from quotacalc.core.plan_size import load_pool
+
+        members = {
+            tenant.name
+            for tenant in policy.tenants
+            if pool in (tenant.pool, load_pool(tenant, traffic.get(tenant.name)))
+        }
         traffic = {name: profile for name, profile in traffic.items() if name in members}
     findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]

@@ -71,7 +71,10 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
         cells = (
             escape(row.name) + (" [dim](sized)[/dim]" if row.rate_source == "traffic" else ""),
             escape(row.tier),
-            escape(row.pool) + (" [dim](dedicated)[/dim]" if row.placement == "dedicated" else ""),
+            escape(row.pool)
+            # Traffic whose mean prompt routes long: its units and replicas are the long-context pool's.
+            + (f" [dim]→[/dim] {escape(row.load_pool)}" if row.load_pool != row.pool else "")
+            + (" [dim](dedicated)[/dim]" if row.placement == "dedicated" else ""),
             f"{row.units_per_s:,.0f}",
             f"{row.replicas:.2f}",
             f"{row.bucket_rate_units_per_s:,.0f}/s",
@@ -102,6 +105,7 @@ _PLAN_SIZE_MARKDOWN = (
     ("tenant", "name", str),
     ("tier", "tier", str),
     ("pool", "pool", str),
+    ("load on", "load_pool", str),
     ("placement", "placement", str),
     ("units/s", "units_per_s", lambda value: f"{value:,.0f}"),
     ("replicas", "replicas", lambda value: f"{value:.2f}"),
@@ -134,7 +138,8 @@ def plan_size_markdown(result: PlanSize) -> str:
         "| " + " | ".join(heading for heading, _, _ in _PLAN_SIZE_MARKDOWN) + " |",
         "|"
         + "|".join(
-            "---:" if key not in ("name", "tier", "pool", "placement") else "---" for _, key, _ in _PLAN_SIZE_MARKDOWN
+            "---:" if key not in ("name", "tier", "pool", "load_pool", "placement") else "---"
+            for _, key, _ in _PLAN_SIZE_MARKDOWN
         )
         + "|",
     ]

@@ -408,6 +408,7 @@ def _placement(
                         fix="give the tenant a pool of its own, or make it shared",
                     )
                 )
+            findings += _dedicated_long_shared(policy, tenant)
             continue
         if replicas >= reversal_replicas:
             whole = whole_replicas(replicas)
@@ -434,6 +435,30 @@ def _placement(
                 )
             )
     return findings
+
+
+def _dedicated_long_shared(policy: QuotaPolicy, tenant: TenantPolicy) -> list[Finding]:
+    """A dedicated tenant whose long prompts route to a long-context pool other tenants' prompts reach too: its
+    long requests queue beside theirs, which the dedicated price does not say."""
+    if tenant.long_context_pool is None:
+        return []
+    others = [
+        other.name
+        for other in policy.tenants
+        if other.long_context_pool == tenant.long_context_pool and other.name != tenant.name
+    ]
+    if not others:
+        return []
+    return [
+        Finding(
+            severity="warning",
+            code="dedicated-long-shared",
+            subject=f"tenants.{tenant.name}",
+            message=f"placement is dedicated, but its prompts above {tenant.route_above_prompt_tokens:,} tokens route "
+            f"to pool '{tenant.long_context_pool}', which {_names(others)} reach too",
+            fix=f"give pool '{tenant.pool}' a long-context pool of its own, or sell the long prompts as shared",
+        )
+    ]
 
 
 def _salts(policy: QuotaPolicy, salts: Mapping[str, str] | None) -> list[Finding]:

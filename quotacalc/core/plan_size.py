@@ -23,7 +23,11 @@ class TenantSizeRow(BaseModel):
 
     name: str
     tier: str
-    pool: str
+    pool: str = Field(description="the tenant's standard pool")
+    load_pool: str = Field(
+        description="the pool whose replicas carry its load: the long-context pool for traffic whose mean prompt "
+        "routes there, else its pool"
+    )
     placement: str
     rate_source: str
     units_per_s: float
@@ -76,15 +80,16 @@ def load_pool(tenant: TenantPolicy, traffic: Tenant | None) -> str:
 
 
 def size_plan(policy: QuotaPolicy, *, pool: str | None = None, traffic: Mapping[str, Tenant] | None = None) -> PlanSize:
-    """One row per tenant (of ``pool`` when given) and the totals; ``traffic``: the profile each tenant sized on
-    traffic was sized with, so that one routed to a long-context pool is counted in that pool's replicas."""
+    """One row per tenant (of ``pool`` when given: its standard pool, or the pool its load is counted on) and the
+    totals; ``traffic``: the profile each tenant sized on traffic was sized with, so that one routed to a
+    long-context pool is counted in that pool's replicas."""
     pools = {entry.name: entry for entry in policy.pools}
     rows = []
     for tenant in policy.tenants:
-        if pool is not None and tenant.pool != pool:
-            continue
         # Its units are that pool's: a long-context pool's replica sells another number of them, at its own price.
         home = pools[load_pool(tenant, (traffic or {}).get(tenant.name))]
+        if pool is not None and pool not in (tenant.pool, home.name):
+            continue
         replicas = tenant.bucket_rate_units_per_s / home.replica_units_per_s
         whole = whole_replicas(replicas)
         per_replica = home.usd_per_month / home.replicas
@@ -93,6 +98,7 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None, traffic: Mapping[
                 name=tenant.name,
                 tier=tenant.tier,
                 pool=tenant.pool,
+                load_pool=home.name,
                 placement=tenant.placement,
                 rate_source=tenant.rate_source,
                 units_per_s=tenant.bucket_rate_units_per_s,
