@@ -177,3 +177,6 @@ def test_size_of_the_long_pool_lists_the_tenants_whose_load_it_carries(run_cli, 
     assert code == 0 and "shared → long" in out
     code, out, err = run_cli("size", str(path), "--pool", "long", "--format", "markdown")
     assert "| longco | enterprise | shared | long | shared |" in out
+    # The long pool's cost alone: 2 replicas × 4 GPUs × $2.5 × 720 h (the shared pool is not this view's).
+    code, out, err = run_cli("size", str(path), "--pool", "long", "--json")
+    assert json.loads(out)["totals"]["pools_usd_per_month"] == pytest.approx(2 * 4 * 2.5 * 720)

@@ -375,7 +375,7 @@ def size_platform(
     A tenant whose mean request cannot be served (above its tier's max context or its pool's) is an error, as
     ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``."""
     from quotacalc.core.checks import traffic_findings
-    from quotacalc.core.plan_size import size_plan
+    from quotacalc.core.plan_size import pools_shown, size_plan
 
     plan, policy, pool_warnings, calibrated = load_calibrated_policy(path, deployment_flags)
     if pool is not None and pool not in [entry.name for entry in plan.pools]:
@@ -402,9 +402,7 @@ def size_platform(
         more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
         raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
     result = size_plan(policy, pool=pool, traffic=traffic)
-    shown = {row.pool for row in result.tenants} | ({pool} if pool else set())
-    # The long-context pools those tenants' long prompts go to price part of their traffic too.
-    shown |= {t.long_context_pool for t in policy.tenants if t.pool in shown and t.long_context_pool}
+    shown = pools_shown(policy, pool)
     warnings = [
         f"pool '{name}': {warning}" for name, lines in pool_warnings.items() if name in shown for warning in lines
     ]

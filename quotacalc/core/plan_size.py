@@ -111,24 +111,23 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None, traffic: Mapping[
                 dedicated_usd_per_month=whole * per_replica,
             )
         )
-    # The pool asked for costs what it costs even with no tenant of its own (a long-context pool).
-    listed = (
-        {row.pool for row in rows}
-        | ({pool} if pool is not None else set())
-        | {
-            entry.long_context_pool
-            for entry in policy.tenants
-            if entry.long_context_pool and entry.pool in {r.pool for r in rows}
-        }
-    )
+    listed = pools_shown(policy, pool)
     totals = PlanSizeTotals(
         tenants=len(rows),
         units_sold_per_s=math.fsum(row.units_per_s for row in rows),
         replicas=math.fsum(row.replicas for row in rows),
         shared_usd_per_month=math.fsum(row.shared_usd_per_month for row in rows if row.placement == "shared"),
         dedicated_usd_per_month=math.fsum(row.dedicated_usd_per_month for row in rows if row.placement == "dedicated"),
-        pools_usd_per_month=math.fsum(
-            entry.usd_per_month for entry in policy.pools if pool is None or entry.name in listed
-        ),
+        pools_usd_per_month=math.fsum(entry.usd_per_month for entry in policy.pools if entry.name in listed),
     )
     return PlanSize(tenants=tuple(rows), totals=totals)
+
+
+def pools_shown(policy: QuotaPolicy, pool: str | None) -> set[str]:
+    """The pools a ``size`` of ``pool`` (every pool when None) is about: the pool asked for, which costs what it
+    costs even with no tenant of its own, and the long-context pools its tenants' long prompts go to."""
+    if pool is None:
+        return {entry.name for entry in policy.pools}
+    return {pool} | {
+        tenant.long_context_pool for tenant in policy.tenants if tenant.pool == pool and tenant.long_context_pool
+    }
