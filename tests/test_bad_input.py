@@ -259,6 +259,15 @@ def test_yaml_value_of_wrong_type(run_cli, tmp_path):
     assert_one_line_error(*result, INVALID, str(plan), "tp", "integer")
 
 
+@pytest.mark.parametrize("command", ["price", "size", "kv"])
+@pytest.mark.parametrize(("flag", "value"), [("--mfu", "1e-320"), ("--mbu", "1e-310"), ("--ceiling", "0.005")])
+def test_a_share_too_small_to_run_anything_is_refused_not_priced_at_infinity(run_cli, command, flag, value):
+    # A subnormal share divided the replica's time by ~0: a ZeroDivisionError, a JSON 'inf', or $inf at exit 0.
+    extra = {"size": ("--rps", "1", "--prompt-tokens", "10", "--output-tokens", "10"), "kv": ("--context", "100")}
+    result = run_cli(command, *M4, flag, value, "--json", *extra.get(command, ()))
+    assert_one_line_error(*result, INVALID, flag, "must be in [0.01, 1]", value)
+
+
 def test_yaml_bad_deployment_value_names_the_key(run_cli, tmp_path):
     plan = write_yaml(tmp_path / "mfu.yaml", f"model: {MODEL}\ngpu: h100-sxm\ntp: 4\nmfu: 1.5\n")
     result = run_cli("price", str(plan))

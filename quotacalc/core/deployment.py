@@ -75,6 +75,10 @@ def _at_most(value: float, limit: float) -> float:
     return value
 
 
+#: The smallest MFU, MBU, ceiling or memory share a deployment may state (calibrate's own bounds are above it).
+MIN_EFFICIENCY = 0.01
+
+
 def _fraction(value: float, *, allow_zero: bool = False) -> float:
     low_ok = value >= 0 if allow_zero else value > 0
     if not (low_ok and value <= 1):
@@ -173,15 +177,15 @@ class Deployment(BaseModel):
         "layers counts requests of this length",
     )
     mfu: float = Field(
-        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in (0, 1]"
+        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in [0.01, 1]"
     )
-    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in (0, 1]")
-    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in (0, 1]")
+    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in [0.01, 1]")
+    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in [0.01, 1]")
     gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
     hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
     memory_utilization: float | None = Field(
         None,
-        description="share of GPU memory the engine may use, a fraction in (0, 1] (vLLM gpu-memory-utilization, "
+        description="share of GPU memory the engine may use, a fraction in [0.01, 1] (vLLM gpu-memory-utilization, "
         "SGLang mem-fraction-static); default: the engine's, 0.9 for vLLM, SGLang's own rule by the GPU's memory, "
         "token budget, CUDA-graph batch and TP ('quotacalc engines')",
     )
@@ -338,6 +342,11 @@ class Deployment(BaseModel):
     @field_validator("mfu", "mbu", "ceiling", "memory_utilization")
     @classmethod
     def _unit_interval(cls, value: float | None) -> float | None:
+        # A share of a GPU below 1% is no deployment, and a subnormal one overflows every time and price to inf.
+        if value is not None and 0 < value < MIN_EFFICIENCY:
+            raise ValueError(
+                f"must be in [{MIN_EFFICIENCY}, 1] (a share of the GPU; below 1% runs nothing), got {value}"
+            )
         return None if value is None else _fraction(value)
 
     @field_validator("cached_prompt_weight")
