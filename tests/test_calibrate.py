@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -291,7 +292,7 @@ def test_kv_says_whether_a_plan_is_calibrated_as_price_does(run_cli, plan):
 
 
 def test_write_a_new_plan_from_flags(run_cli, tmp_path):
-    target = tmp_path / "new" / "plan.yaml"
+    target = tmp_path / "plan.yaml"
     args = (
         "--model",
         "Llama-3.3-70B-Instruct",
@@ -304,13 +305,67 @@ def test_write_a_new_plan_from_flags(run_cli, tmp_path):
         "--kv-dtype",
         "bf16",
     )
-    code, _, err = run_cli("calibrate", *args, "--bench", SYNTHETIC_CSV, "--log", QWEN_LOG, "--write", target)
+    code, _, err = run_cli("calibrate", *args, "--bench", SYNTHETIC_CSV, "--write", target)
     assert code == 0, err
     written = yaml.safe_load(target.read_text(encoding="utf-8"))
-    assert written["gpu"] == "h100-sxm" and written["tp"] == 4 and written["kv_pool_tokens"] == 178_880
-    # The Qwen log on a Llama deployment: the KV bytes per token disagree, and calibrate says so.
-    assert "is the log from this model" in err  # warnings go to stderr
+    assert written["gpu"] == "h100-sxm" and written["tp"] == 4 and written["mfu"] == 0.42
     assert run_cli("price", target, "--json")[0] == 0
+
+
+def test_a_log_of_another_deployment_is_read_but_never_written(run_cli, tmp_path):
+    target = tmp_path / "plan.yaml"
+    llama = ("--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8")
+    # The Qwen log on a Llama deployment: the KV bytes per token disagree, and calibrate says so.
+    code, _, err = run_cli("calibrate", *llama, "--log", QWEN_LOG)
+    assert code == 0 and "is the log from this model" in err, err
+    # Written, its pool would be priced as measured on this deployment: refused, nothing written.
+    code, out, err = run_cli("calibrate", *llama, "--log", QWEN_LOG, "--write", target)
+    assert code == 1 and out == "" and not target.exists(), err
+    assert err.strip() == (
+        f"quotacalc: error: {QWEN_LOG}: the log's pool holds 48,681 B of KV per token per GPU where this deployment "
+        "needs 81,920 B (not this deployment's log: give its own, or leave out --write to only read this one)"
+    )
+
+
+def test_write_refuses_a_plan_of_another_deployment_a_missing_folder_and_an_unwritable_one(run_cli, tmp_path):
+    other = tmp_path / "gpt.yaml"
+    other.write_text((EXAMPLES.parent / "gpt-oss-120b-h100.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    before = other.read_bytes()
+    code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", other)
+    assert code == 2 and out == "" and other.read_bytes() == before, err
+    assert err.startswith(f"quotacalc: error: {other}: --write: the plan is another deployment than the one calibrated")
+    assert "model Llama-3.3-70B-Instruct -> gpt-oss-120b" in err
+    assert err.rstrip().endswith("(write into the plan that was calibrated, or into a new file)")
+    missing = tmp_path / "typo" / "plan.yaml"
+    code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", missing)
+    assert code == 2 and not missing.parent.exists(), err
+    assert f"--write: no such directory '{missing.parent}' (create it first, or fix the path)" in err
+    readonly = tmp_path / "readonly.yaml"
+    readonly.write_bytes(Path(PLAN).read_bytes())
+    readonly.chmod(0o444)
+    code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", readonly)
+    assert code == 1 and readonly.read_bytes() == Path(PLAN).read_bytes(), err
+    assert err.strip() == (
+        f"quotacalc: error: {readonly}: --write: is read-only (make it writable (chmod u+w) to let calibrate write it)"
+    )
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        code, out, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", locked / "plan.yaml")
+        assert code == 1 and "--write: cannot write in" in err and "(write to a writable path)" in err, err
+
+
+def test_the_same_runs_written_twice_give_the_same_plan(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_bytes(Path(PLAN).read_bytes())
+    texts = []
+    for _ in range(3):
+        code, _, err = run_cli("calibrate", plan, "--bench", SYNTHETIC_CSV, "--write", plan)
+        assert code == 0, err
+        texts.append(plan.read_text(encoding="utf-8"))
+    # Each fit starts from the plan as it was before the earlier fit, not from that fit's answer.
+    assert texts[0] == texts[1] == texts[2]
 
 
 def test_calibrate_json(run_cli):

@@ -186,7 +186,24 @@ def calibrate_command(
             fix=f"give {' or '.join(get_args(TtftUnderLoad))}",
         )
     inputs = resolve(deployment)
-    result = calibrate(inputs, points, parameters=parameters, kv_reading=reading, ttft_under_load=ttft_under_load)
+    result = calibrate(
+        inputs,
+        points,
+        parameters=parameters,
+        kv_reading=reading,
+        ttft_under_load=ttft_under_load,
+        start=_before_earlier_fit(plan, plan_file, deployment_flags),
+    )
+    if write is not None and result.kv_pool is not None and result.kv_pool.mismatch:
+        # A pool whose bytes per token are not this deployment's is another deployment's: recorded, it would be
+        # priced as measured here.
+        from quotacalc.errors import QuotacalcError
+
+        raise QuotacalcError(
+            result.kv_pool.mismatch.removeprefix(f"{log}: ").split(": is the log", 1)[0],
+            source=log,
+            fix="not this deployment's log: give its own, or leave out --write to only read this one",
+        )
     notes += _earlier_fit_notes(plan, plan_file, points, result.fitted_values, deployment_flags)
     if strict and (notes or result.warnings):
         from quotacalc.cli.streams import print_warnings
@@ -217,6 +234,22 @@ def calibrate_command(
         from quotacalc.cli.calibrate_out import calibrate_table
 
         calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
+
+
+def _before_earlier_fit(plan, plan_file, given: dict[str, Any]):
+    """The plan's deployment without the values an earlier benchmark fit wrote into it (None when there are none):
+    the fit starts from the plan as it was, not from its own last answer, which it would otherwise drift from
+    with every run on the same files."""
+    from quotacalc.core.calibrate import BOUNDS
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.resolve import resolve
+
+    previous = plan_file.calibration if plan_file is not None else None
+    earlier = {name for name in (previous.parameters if previous else ()) if name in BOUNDS and given.get(name) is None}
+    if not earlier:
+        return None
+    keys = {name: value for name, value in plan_file.deployment.items() if name not in earlier}
+    return resolve(build_deployment(keys, given, source=plan))
 
 
 def _repeated_runs(points) -> list[str]:
@@ -288,6 +321,11 @@ def _write_target(path: str):
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     if target.is_dir():
         raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+    # A rename replaces a file whatever its mode: a plan its owner made read-only is refused here instead.
+    if target.exists() and not target.stat().st_mode & 0o222:
+        raise QuotacalcError(
+            "is read-only", source=path, field="--write", fix="make it writable (chmod u+w) to let calibrate write it"
+        )
     return target
 
 
@@ -307,12 +345,9 @@ def _write_plan(
 ) -> None:
     """Set the deployment's given flags, the fitted keys and the ``calibration:`` section in ``path``,
     atomically, once the result reads back as a plan."""
-    import os
-    import tempfile
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
-    from quotacalc.fileio import write_text_atomic
     from quotacalc.inputs.deployment import build_deployment, load_plan_file
     from quotacalc.inputs.plan_write import set_top_level_keys
 
@@ -330,19 +365,17 @@ def _write_plan(
         previous, text = None, ""
         keys = deployment.model_dump(mode="json", exclude_defaults=True)
     keys.update(values)
-    keys["calibration"] = merge_provenance(previous, section).model_dump(mode="json")
+    merged = merge_provenance(previous, section)
+    keys["calibration"] = merged.model_dump(mode="json")
     updated = set_top_level_keys(text.replace("\r\n", "\n"), keys, source=path)
     # Read the new text back as a plan before it replaces anything (beside the target: relative model paths hold).
-    target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
+    probe = _probe(path, target, updated)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(updated)
         written = load_plan_file(probe)
-        build_deployment(written.deployment, {}, source=path)
+        _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
     finally:
         Path(probe).unlink(missing_ok=True)
-    write_text_atomic(target, _with_newlines(updated, text))
+    _write_file(path, target, _with_newlines(updated, text))
 
 
 def _only_pool(path: str) -> str:
@@ -363,13 +396,11 @@ def _write_pool(
 ) -> None:
     """Set the given flags and fitted keys in pool ``pool``'s ``deployment`` of platform plan ``path`` (a
     copy of ``plan`` when new) and its ``calibration:`` section, atomically, once the result reads back."""
-    import os
-    import tempfile
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
     from quotacalc.errors import QuotacalcError
-    from quotacalc.fileio import write_text_atomic
+    from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import _pool_names, deployment_source, load_plan, read_document
     from quotacalc.inputs.plan_write import set_pool_keys
 
@@ -381,17 +412,75 @@ def _write_pool(
     dumped = deployment.model_dump(mode="json")
     keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}
     keys.update(values)
-    calibration = merge_provenance(previous, section).model_dump(mode="json")
-    updated = set_pool_keys(text.replace("\r\n", "\n"), names.index(pool), keys, calibration, source=path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
+    merged = merge_provenance(previous, section)
+    updated = set_pool_keys(
+        text.replace("\r\n", "\n"), names.index(pool), keys, merged.model_dump(mode="json"), source=path
+    )
+    probe = _probe(path, target, updated)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(updated)
         load_plan(probe)  # the whole plan still reads (references, measured pools)
-        deployment_source(probe, pool)
+        written = deployment_source(probe, pool)
     except QuotacalcError as error:
         raise type(error)(error.problem, source=path, field=error.field, fix=error.fix) from None
     finally:
         Path(probe).unlink(missing_ok=True)
-    write_text_atomic(target, _with_newlines(updated, text))
+    _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
+    _write_file(path, target, _with_newlines(updated, text))
+
+
+def _holds_for_the_plan(path: str, written: Deployment, section) -> None:
+    """Refuse to write a fit into a plan of another deployment (another model, GPU, TP, dtype or engine): its
+    values would price that plan, which the fit never measured."""
+    from quotacalc.core.calibrate import calibration_status
+    from quotacalc.errors import UsageError
+    from quotacalc.inputs.resolve import resolve
+
+    holds, why_not = calibration_status(section, resolve(written))
+    if holds is None and why_not:
+        changed = why_not.split(" (", 1)[-1].rstrip(")")
+        raise UsageError(
+            f"the plan is another deployment than the one calibrated ({changed})",
+            source=path,
+            field="--write",
+            fix="write into the plan that was calibrated, or into a new file",
+        )
+
+
+def _probe(path: str, target, text: str) -> str:
+    """``text`` in a temporary file beside ``target`` (relative model paths resolve as they will from the plan),
+    to read back as a plan before anything is replaced; the caller removes it."""
+    import os
+    import tempfile
+
+    from quotacalc.errors import QuotacalcError, UsageError
+
+    if not target.parent.is_dir():
+        # A new file goes into a folder that exists: a mistyped folder is not created on the way.
+        raise UsageError(
+            f"no such directory '{target.parent}'", source=path, field="--write", fix="create it first, or fix the path"
+        )
+    try:
+        descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise QuotacalcError(
+            f"cannot write in '{target.parent}': {error.strerror or error}",
+            source=path,
+            field="--write",
+            fix="write to a writable path",
+        ) from None
+    return probe
+
+
+def _write_file(path: str, target, text: str) -> None:
+    """The plan's new text, atomically; an unwritable place is the user's to fix, in one line."""
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.fileio import write_text_atomic
+
+    try:
+        write_text_atomic(target, text)
+    except OSError as error:
+        raise QuotacalcError(
+            f"cannot write: {error.strerror or error}", source=path, field="--write", fix="write to a writable path"
+        ) from None

@@ -771,11 +771,15 @@ def calibrate(
     parameters: Sequence[str] | None = None,
     kv_reading: KvPoolReading | None = None,
     ttft_under_load: TtftUnderLoad = "lockstep",
+    start: PricingInputs | None = None,
 ) -> CalibrationResult:
     """Fit ``parameters`` (default: those the points measure) to the points; read the pool from the log.
 
     ``ttft_under_load="ignore"`` leaves out every TTFT measured at concurrency > 1 (runs whose prompt
     lengths varied do not stay in lock-step, and no engine-independent model predicts their TTFT).
+    ``start``: the deployment whose values the fit starts from and is pulled towards (default: ``inputs``'s). A
+    plan an earlier fit wrote into starts from its values before that fit, so the same runs give the same values
+    however often they are fitted.
     """
     if ttft_under_load == "ignore":
         points = [
@@ -812,7 +816,7 @@ def calibrate(
     from quotacalc.core.memory import max_num_batched_tokens
 
     check_simulated_runs(max_num_batched_tokens(inputs.deployment, inputs.gpu), points)
-    before = [_current(inputs, name) for name in names]
+    before = [_current(start or inputs, name) for name in names]
     check_units(points, predictions(inputs, dict(zip(names, before, strict=True)), points))
     warnings: list[str] = (
         benchmarked_model_warnings(inputs, points)
