@@ -189,3 +189,30 @@ def test_check_plan_refuses_a_reversal_threshold_that_is_no_replica_count(replic
 
     with pytest.raises(ValueError, match="reversal_replicas must be a positive finite number"):
         check_plan(QuotaPolicy.model_construct(pools=(), tenants=()), reversal_replicas=replicas)
+
+
+def test_library_calls_with_the_wrong_object_say_what_they_take():
+    deployment = quotacalc.Deployment(model="Qwen3-8B", gpu="h200")
+    with pytest.raises(TypeError, match=re.escape("price() takes PricingInputs, got Deployment: price(resolve(")):
+        quotacalc.price(deployment)
+    with pytest.raises(TypeError, match=re.escape("resolve() takes a quotacalc.Deployment, got dict")):
+        quotacalc.resolve({"model": "Qwen3-8B", "gpu": "h200"})
+    with pytest.raises(TypeError, match=re.escape("request_kv() takes the PriceResult of price(), got NoneType")):
+        quotacalc.request_kv(None, 100)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "batch"), [(0, 8, 128), (8, 16, 1), (8, 0, 4), (8, 2, -1)])
+def test_distinct_experts_refuses_a_routing_no_model_has(experts, top_k, batch):
+    with pytest.raises(ValueError, match="needs 0 < top_k <= num_experts and batch >= 0"):
+        quotacalc.expected_distinct_experts(experts, top_k, batch)
+
+
+def test_a_library_deployment_with_a_pool_measured_elsewhere_is_refused():
+    from quotacalc.inputs.deployment import load_plan_file
+
+    plan = load_plan_file(str(ROOT / "examples" / "llama-3.3-70b-h100.yaml"))
+    moved = quotacalc.Deployment(**{**plan.deployment, "tp": 8})
+    with pytest.raises(quotacalc.QuotacalcError, match=r"measured on another deployment \(tp 4 -> 8\)"):
+        quotacalc.resolve(moved)
+    # Where it was measured, it holds.
+    assert quotacalc.price(quotacalc.resolve(quotacalc.Deployment(**plan.deployment))).kv_pool_tokens == 646_503

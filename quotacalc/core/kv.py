@@ -64,6 +64,8 @@ def context_limit(replica: PriceResult, context_tokens: int) -> tuple[str, str] 
 
 def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
     """KV (and any state) of one request at ``context_tokens``, against the replica's pool."""
+    if not isinstance(replica, PriceResult):
+        raise TypeError(f"request_kv() takes the PriceResult of price(), got {type(replica).__name__}")
     inputs = replica.inputs
     arch, tp = inputs.arch, inputs.deployment.tp
     if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 1:

@@ -1154,6 +1154,8 @@ def _price_section(x: _Explainer, batch: int) -> None:
 
 def price(inputs: PricingInputs) -> PriceResult:
     """Price one replica of a deployment."""
+    if not isinstance(inputs, PricingInputs):
+        raise TypeError(f"price() takes PricingInputs, got {type(inputs).__name__}: price(resolve(Deployment(...)))")
     _check_inputs(inputs)
     x = _Explainer(inputs)
     _weights_section(x)

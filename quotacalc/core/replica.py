@@ -42,6 +42,8 @@ def expected_distinct_experts(num_experts: int, top_k: int, batch: int, skew: fl
     Uniform routing gives E(1-(1-k/E)^B). With ``skew`` > 0, expert popularity follows a Zipf law
     with that exponent and each expert is picked by a token with probability min(1, k p_i).
     """
+    if not 0 < top_k <= num_experts or batch < 0:
+        raise ValueError(f"needs 0 < top_k <= num_experts and batch >= 0, got {num_experts}, {top_k}, {batch}")
     if skew == 0:
         return num_experts * (1 - (1 - top_k / num_experts) ** batch)
     weights = [1 / (rank + 1) ** skew for rank in range(num_experts)]

@@ -185,7 +185,11 @@ def build_deployment(
         deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
-    if check_pool and "kv_pool_tokens" not in given:  # (a comparison checks each deployment in its own row)
+    if "kv_pool_tokens" in given:
+        if measured_pool_mismatch(deployment) is not None:
+            # The pool on the command line is this deployment's: the file's record of another one no longer applies.
+            deployment = deployment.model_copy(update={"kv_pool_measured_with": None})
+    elif check_pool:  # (a comparison checks each deployment in its own row)
         check_measured_pool(deployment, source=source)
         check_unrecorded_pool(file_values, deployment, source=source)
     return deployment

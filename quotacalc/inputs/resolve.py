@@ -46,7 +46,13 @@ def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
 
 
 def resolve(deployment: Deployment) -> PricingInputs:
-    """Everything ``price`` needs, looked up and validated once."""
+    """Everything ``price`` needs, looked up and validated once. A measured pool recorded on another deployment
+    is refused here too, for a library caller that builds a Deployment without a plan file."""
+    from quotacalc.inputs.deployment import check_measured_pool
+
+    if not isinstance(deployment, Deployment):
+        raise TypeError(f"resolve() takes a quotacalc.Deployment, got {type(deployment).__name__}")
+    check_measured_pool(deployment, source=None)
     catalog = load_gpu_catalog()
     gpu = catalog.get(deployment.gpu)
     arch, resolved = load_arch(deployment.model)
