@@ -760,3 +760,19 @@ def test_a_figure_a_hundred_times_off_is_a_unit_slip(inputs):
     with pytest.raises(QuotacalcError) as refused:
         calibrate(inputs, [fast], parameters=["mfu"])
     assert "seconds read as milliseconds?" in refused.value.problem
+
+
+def test_first_tokens_of_one_prompt_length_say_mfu_was_fitted_alone(inputs):
+    one_length = synthetic(inputs, TRUTH, [(1, 1000, 200), (8, 1000, 200)])
+    result = calibrate(inputs, one_length)
+    assert "mfu" in result.fitted_values and "request_overhead_s" not in result.fitted_values
+    assert (
+        "first tokens of one prompt length (1,000 tokens) fit MFU with request_overhead_s held at 0.003 s: they "
+        "cannot tell the two apart, and TTFTs of other prompt lengths are extrapolated (add runs at a second prompt "
+        "length to fit both)"
+    ) in result.warnings
+    # Two prompt lengths fit both; a --fit list is the user's choice: nothing to say either way.
+    two_lengths = synthetic(inputs, TRUTH, [(1, 1000, 200), (1, 4000, 200)])
+    assert not any("one prompt length" in line for line in calibrate(inputs, two_lengths).warnings)
+    chosen = calibrate(inputs, one_length, parameters=["mfu"])
+    assert not any("one prompt length" in line for line in chosen.warnings)

@@ -434,6 +434,22 @@ def informed_parameters(points: Sequence[BenchmarkPoint], inputs: PricingInputs 
     return tuple(name for name in BOUNDS if name in names)
 
 
+def one_prompt_length_warnings(
+    points: Sequence[BenchmarkPoint], names: Sequence[str], inputs: PricingInputs, *, chosen: bool
+) -> list[str]:
+    """Where calibrate chose MFU alone from first tokens of one prompt length: those cannot separate it from the
+    request overhead, held at its starting value, so a long prompt's TTFT is extrapolated along that choice."""
+    lengths = {point.prompt_tokens for point in points if point.ttft_s is not None}
+    if not chosen or len(lengths) != 1 or "mfu" not in names or "request_overhead_s" in names:
+        return []
+    (length,) = lengths
+    return [
+        f"first tokens of one prompt length ({length:,.0f} tokens) fit MFU with request_overhead_s held at "
+        f"{_current(inputs, 'request_overhead_s'):g} s: they cannot tell the two apart, and TTFTs of other prompt "
+        "lengths are extrapolated (add runs at a second prompt length to fit both)"
+    ]
+
+
 def _any_compute_bound_prefill(inputs: PricingInputs, prompt_lengths: set[float]) -> bool:
     """Whether any prompt's first prefill chunk takes longer to compute than to read the weights once."""
     from quotacalc.core.replica import replica_model
@@ -822,6 +838,7 @@ def calibrate(
         benchmarked_model_warnings(inputs, points)
         + absent_term_warnings(inputs, names)
         + varied_lengths_warnings(points, ttft_under_load)
+        + one_prompt_length_warnings(points, names, start or inputs, chosen=parameters is None)
     )
     after = before
     fitted_values: dict[str, object] = {}
