@@ -71,9 +71,9 @@ def test_csv_model_column_names_each_runs_model(tmp_path, run_cli):
         ("concurrency,prompt_tokens,output_tokens\n1,2,3\n", ("header", "no 'ttft_s' or 'itl_s' column")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,0.01\n2,200,20,fast\n", ("row 2: itl_s", "expected a number, got 'fast'")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,nan\n", ("row 1: itl_s", "finite")),
-        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-0.01\n", ("row 1: itl_s", "greater than or equal to 0.000001")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-0.01\n", ("row 1: itl_s: must be a positive number of seconds, got -0.01 (leave the cell blank",)),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1.5,200,20,0.01\n", ("row 1: concurrency", "whole number")),
-        ("concurrency,prompt_tokens,output_tokens,itl_s\n0,200,20,0.01\n", ("row 1: concurrency", "greater than or equal to 1")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n0,200,20,0.01\n", ("row 1: concurrency: must be a whole number of requests in flight from 1 to 100,000, got 0",)),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20\n", ("row 1", "3 cells for 4 columns")),
         ("concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,200,20,,\n", ("row 1", "neither a time to first token")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n,200,20,0.01\n", ("row 1: concurrency", "is empty")),
@@ -214,7 +214,7 @@ def test_vllm_appended_results_are_one_point_per_line(json_file):
         ({"completed": None}, ("completed", "missing")),
         ({"total_input_tokens": "many"}, ("total_input_tokens", "expected a number")),
         ({"mean_itl_ms": float("inf")}, ("mean_itl_ms", "finite")),
-        ({"mean_ttft_ms": -3.0}, ("mean_ttft_ms", "greater than or equal to 0.00001")),
+        ({"mean_ttft_ms": -3.0}, ("mean_ttft_ms: must be a positive number of milliseconds, got -3",)),
         ({"max_concurrency": True}, ("max_concurrency", "expected a number, got true")),
     ],
     ids=["uncapped", "rate-limited", "none-completed", "no-completed", "text-tokens", "infinite", "negative", "bool"],
@@ -230,7 +230,10 @@ def test_bad_vllm_result(json_file, change, needles):
 def test_vllm_result_without_latencies_and_malformed_json(json_file):
     result = {key: value for key, value in VLLM_RESULT.items() if key not in ("mean_ttft_ms", "mean_itl_ms")}
     assert "neither mean_ttft_ms nor mean_itl_ms" in _error(read_benchmark, json_file(result)).one_line()
-    assert "malformed JSON at line 1" in _error(read_benchmark, json_file('{"completed": 3,')).one_line()
+    assert (
+        "malformed JSON: expected a key in double quotes at line 1, column 17"
+        in _error(read_benchmark, json_file('{"completed": 3,')).one_line()
+    )
     line = _error(read_benchmark, json_file(json.dumps(VLLM_RESULT) + "\n{oops\n")).one_line()
     assert "line 2" in line and "malformed JSON" in line
     assert "expected a JSON object" in _error(read_benchmark, json_file("[1, 2]")).one_line()
@@ -370,8 +373,14 @@ def test_a_figure_with_hundreds_of_digits_is_not_read(tmp_path):
     [
         ('{"completed": ' + "9" * 5000 + "}", ("malformed JSON",)),
         ("[" * 100_000 + "]" * 100_000, ("malformed JSON",)),
-        (json.dumps({**VLLM_RESULT, "max_concurrency": 10**9}), ("max_concurrency", "less than or equal to 100000")),
-        (json.dumps({**VLLM_RESULT, "mean_itl_ms": 1e12}), ("mean_itl_ms", "3600", "milliseconds / 1000")),
+        (
+            json.dumps({**VLLM_RESULT, "max_concurrency": 10**9}),
+            ("max_concurrency", "from 1 to 100,000, got 1,000,000,000"),
+        ),
+        (
+            json.dumps({**VLLM_RESULT, "mean_itl_ms": 1e12}),
+            ("mean_itl_ms: must be at most 3,600,000 milliseconds (an hour)",),
+        ),
     ],
     ids=["5000-digit-int", "deep-nesting", "concurrency-1e9", "itl-in-wrong-unit"],
 )
@@ -509,3 +518,267 @@ def test_a_run_with_failed_requests_is_fitted_with_a_note(json_file):
         "(rerun it where none fail)"
     )
     assert read_benchmark(json_file({**VLLM_RESULT, "failed": 0}))[1] == []
+
+
+# --------------------------------------------------------------------------- what QA fed calibrate (one line, exit 1)
+
+#: The calibrate command the bad files below are given to: a deployment the example runs fit.
+CALIBRATE = ("calibrate", "--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4", "--bench")
+GUIDELLM_RESAVE = "re-save it with guidellm benchmark --output-path report.json"
+
+
+def _refused(run_cli, path: str) -> str:
+    """The one line calibrate prints for a bad benchmark file, after checking it exits 1 with nothing on stdout."""
+    code, out, err = run_cli(*CALIBRATE, path)
+    assert (code, out) == (EXIT_INVALID_INPUT, ""), err
+    assert err.startswith("quotacalc: error: ") and err.count("\n") == 1, err
+    return err.removeprefix("quotacalc: error: ").removesuffix("\n")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"config": "oops"},
+            "benchmarks[0].config: expected an object (a GuideLLM report's run settings), got 'oops'",
+        ),
+        (
+            {"config": None, "args": [1]},
+            "benchmarks[0].args: expected an object (a GuideLLM report's run settings), got [1]",
+        ),
+        (
+            # A damaged args is named even where config holds the strategy: the report is not as GuideLLM wrote it.
+            {"args": 7},
+            "benchmarks[0].args: expected an object (a GuideLLM report's run settings), got 7",
+        ),
+        (
+            {"config": {}},
+            "benchmarks[0].config.strategy: missing: the run's strategy (synchronous, concurrent, ...) is unknown",
+        ),
+    ],
+    ids=["config-text", "args-list", "args-number", "no-strategy"],
+)
+def test_a_guidellm_section_that_is_not_an_object_is_named(run_cli, json_file, change, expected):
+    benchmark = {**_guidellm_benchmark({"type_": "synchronous"}, 80.0, 12.0), **change}
+    path = json_file({"benchmarks": [benchmark]})
+    assert _refused(run_cli, path) == f"{path}: {expected} ({GUIDELLM_RESAVE})"
+
+
+def test_a_guidellm_benchmark_that_is_not_an_object_is_named(run_cli, json_file):
+    path = json_file({"benchmarks": ["synchronous"]})
+    assert _refused(run_cli, path) == (
+        f"{path}: benchmarks[0]: expected an object (one GuideLLM benchmark), got 'synchronous' ({GUIDELLM_RESAVE})"
+    )
+
+
+def test_a_guidellm_strategy_written_as_its_name_is_refused(run_cli, json_file):
+    """GuideLLM writes a strategy as its model ({"type_": "synchronous"}, guidellm/scheduler/strategies.py); the
+    bare name is only its console and CSV output. A name alone is refused, not skipped as a 'None' benchmark."""
+    path = json_file({"benchmarks": [_guidellm_benchmark("synchronous", 80.0, 12.0)]})
+    assert _refused(run_cli, path) == (
+        f"{path}: benchmarks[0].config.strategy: expected an object with type_, got 'synchronous' "
+        f'(GuideLLM writes {{"type_": "concurrent", "streams": 8}}: {GUIDELLM_RESAVE})'
+    )
+    path = json_file({"benchmarks": [_guidellm_benchmark({"streams": 8}, 80.0, 12.0)]})
+    assert _refused(run_cli, path) == (
+        f"{path}: benchmarks[0].config.strategy.type_: missing "
+        "(synchronous, concurrent, throughput, constant or poisson, as GuideLLM writes it)"
+    )
+
+
+def test_a_concurrent_strategy_under_args_names_its_own_key(json_file):
+    benchmark = _guidellm_benchmark({}, 80.0, 12.0)
+    del benchmark["config"]
+    benchmark["args"] = {"strategy": {"type_": "concurrent", "streams": "eight"}}
+    error = _error(read_benchmark, json_file({"benchmarks": [benchmark]}))
+    assert (error.field, error.problem) == (
+        "benchmarks[0].args.strategy.streams",
+        "expected a whole number, got 'eight'",
+    )
+
+
+@pytest.mark.parametrize("name", ["g.json", "g.jsonl", "G.JSON"])
+def test_a_json_name_over_text_that_is_not_json_is_malformed_json(run_cli, tmp_path, name):
+    path = _write(tmp_path, name, "not json at all")
+    assert _refused(run_cli, path) == (
+        f"{path}: malformed JSON: it does not start with '{{' or '[' (a .json file holds a vllm bench serve "
+        "--save-result result or a GuideLLM JSON report; a CSV needs a .csv name)"
+    )
+
+
+def test_a_csv_still_reads_whatever_its_name_when_it_is_not_json(tmp_path):
+    (point,), _ = read_benchmark(
+        _write(tmp_path, "runs.txt", "concurrency,prompt_tokens,output_tokens,itl_s\n2,100,50,0.02\n")
+    )
+    assert (point.concurrency, point.itl_s) == (2, 0.02)
+
+
+def test_a_truncated_json_is_a_whole_sentence_with_a_fix(run_cli, json_file):
+    whole = json.dumps(VLLM_RESULT)
+    # Cut inside the string "median_ttft_ms": the string opens at the quote before it, column 1 + its offset.
+    cut = whole.index('"median_ttft_ms"') + 5
+    path = json_file(whole[:cut])
+    assert _refused(run_cli, path) == (
+        f"{path}: malformed JSON: a string that never ends, starting at line 1, column {cut - 4} "
+        "(the file is cut short or is not JSON: re-save it with vllm bench serve --save-result)"
+    )
+    report = json.dumps({"benchmarks": [_guidellm_benchmark({"type_": "synchronous"}, 80.0, 12.0)]})
+    path = json_file(report[:-3])  # '...}}]}' less its last three closing brackets
+    assert _refused(run_cli, path) == (
+        f"{path}: malformed JSON: expected ',' at line 1, column {len(report) - 2} "
+        f"(the file is cut short or is not JSON: {GUIDELLM_RESAVE})"
+    )
+    # --append-result lines: the bad line is named, and the column within it.
+    path = json_file(whole + "\n" + '{"completed": 3,\n')
+    assert _refused(run_cli, path) == (
+        f"{path}: line 2: malformed JSON: expected a key in double quotes at column 17 "
+        "(the file is cut short or is not JSON: re-save it with vllm bench serve --save-result)"
+    )
+
+
+def test_json_beyond_the_parser_s_limits_names_no_python(json_file):
+    line = _error(read_benchmark, json_file('{"completed": ' + "9" * 5000 + "}")).one_line()
+    assert "malformed JSON: a number of more than 4,300 digits (the file is cut short or is not JSON" in line
+    assert "sys." not in line and "int_max_str_digits" not in line
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ("4,200,200,-0.1,0.01", "row 3: ttft_s: must be a positive number of seconds, got -0.1"),
+        ("4,200,200,0,0.01", "row 3: ttft_s: must be a positive number of seconds, got 0"),
+        ("4,200,200,0.05,-0.002", "row 3: itl_s: must be a positive number of seconds, got -0.002"),
+    ],
+    ids=["negative-ttft", "zero-ttft", "negative-itl"],
+)
+def test_a_latency_of_zero_or_less_in_a_csv_says_leave_it_blank(run_cli, tmp_path, row, expected):
+    text = f"concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,200,200,0.03,0.01\n2,200,200,0.04,0.01\n{row}\n"
+    path = _write(tmp_path, "bench.csv", text)
+    assert _refused(run_cli, path) == f"{path}: {expected} (leave the cell blank where it was not measured)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            # 0.000005 s: below BenchmarkPoint's 1e-5 s for a first token.
+            "concurrency,prompt_tokens,output_tokens,ttft_s\n1,200,200,0.000005\n",
+            "row 1: ttft_s: must be at least 0.00001 seconds (no engine is faster), got 5e-06 (check the figure's "
+            "unit: ttft_s is in seconds; name a column of milliseconds ttft_ms)",
+        ),
+        (
+            # 0.0005 ms = 5e-7 s: below the 1e-6 s for an inter-token latency, shown in the column's milliseconds.
+            "concurrency,prompt_tokens,output_tokens,itl_ms\n1,200,200,0.0005\n",
+            "row 1: itl_ms: must be at least 0.001 milliseconds (no engine is faster), got 0.0005 (check the "
+            "figure's unit: itl_ms is in milliseconds)",
+        ),
+        (
+            # 90,000 s: more than a day (86,400 s) to a first token.
+            "concurrency,prompt_tokens,output_tokens,ttft_s\n1,200,200,90000\n",
+            "row 1: ttft_s: must be at most 86,400 seconds (a day), got 90,000 (check the figure's unit: ttft_s is in "
+            "seconds; name a column of milliseconds ttft_ms)",
+        ),
+        (
+            "concurrency,prompt_tokens,output_tokens,itl_s\n1,0,200,0.01\n",
+            "row 1: prompt_tokens: must be more than 0 and at most 100,000,000 tokens per request, got a mean of 0 "
+            "(the mean prompt length of the run's requests)",
+        ),
+        (
+            "concurrency,prompt_tokens,output_tokens,itl_s\n1,200,0.5,0.01\n",
+            "row 1: output_tokens: must be at least 1 and at most 100,000,000 tokens per request, got a mean of 0.5 "
+            "(the mean output length of the run's requests)",
+        ),
+    ],
+    ids=["ttft-too-small", "itl-ms-too-small", "ttft-too-large", "no-prompt", "half-a-token"],
+)
+def test_a_figure_out_of_range_is_named_in_the_file_s_unit(tmp_path, text, expected):
+    path = _write(tmp_path, "bench.csv", text)
+    error = _error(read_benchmark, path)
+    assert (error.one_line(), error.exit_code) == (f"{path}: {expected}", EXIT_INVALID_INPUT)
+
+
+def test_a_negative_latency_in_json_says_what_the_benchmark_writes(json_file):
+    path = json_file({**VLLM_RESULT, "mean_itl_ms": -21.5})
+    assert _error(read_benchmark, path).one_line() == (
+        f"{path}: mean_itl_ms: must be a positive number of milliseconds, got -21.5 (a measured time is positive: "
+        "re-save it with vllm bench serve --save-result)"
+    )
+    benchmark = _guidellm_benchmark({"type_": "synchronous"}, -80.0, 12.0)
+    path = json_file({"benchmarks": [benchmark]})
+    assert _error(read_benchmark, path).one_line() == (
+        f"{path}: benchmarks[0]: metrics.time_to_first_token_ms: must be a positive number of milliseconds, got -80 "
+        f"(a measured time is positive: {GUIDELLM_RESAVE})"
+    )
+
+
+def test_no_validation_wording_reaches_the_user(tmp_path, json_file):
+    """pydantic's 'Input should be ...' and its class names stay inside: every out-of-range figure above is in
+    quotacalc's words."""
+    texts = [
+        "concurrency,prompt_tokens,output_tokens,itl_s\n200000,200,20,0.01\n",
+        "concurrency,prompt_tokens,output_tokens,itl_s\n1,200000000000,20,0.01\n",
+        "concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-1\n",
+    ]
+    for number, text in enumerate(texts):
+        line = _error(read_benchmark, _write(tmp_path, f"b{number}.csv", text)).one_line()
+        assert "Input should" not in line and "BenchmarkPoint" not in line and "greater than" not in line, line
+    model = _error(read_benchmark, json_file({**VLLM_RESULT, "model_id": "m" * 1001})).one_line()
+    assert model.endswith("model_id: is longer than 1,000 characters (the model's name, as the engine served it)"), (
+        model
+    )
+
+
+# --------------------------------------------------------------------------- a plan's calibration section
+
+
+def test_an_empty_pool_calibration_section_says_to_delete_it_or_calibrate_again(run_cli, tmp_path):
+    """No flag gives a calibration key: the fix is to drop the section or let calibrate --write it again."""
+    text = (EXAMPLES.parent / "platform.yaml").read_text(encoding="utf-8")
+    assert text.count("    replicas: 6\n") == 1
+    plan = tmp_path / "platform.yaml"
+    plan.write_text(text.replace("    replicas: 6\n", "    replicas: 6\n    calibration: {}\n"), encoding="utf-8")
+    code, out, err = run_cli("check", plan)
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert err == (
+        f"quotacalc: error: {plan}: pools[0].calibration.quotacalc_version: is required (delete the calibration "
+        f"section, or re-run quotacalc calibrate --pool shared --write {plan})\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ({}, "calibration.quotacalc_version: is required"),
+        ([], "calibration: must be a mapping"),
+        ({"quotacalc_version": 1}, "calibration.quotacalc_version: must be a string, got 1"),
+    ],
+    ids=["empty", "list", "number-version"],
+)
+def test_a_flat_plan_s_calibration_section_error(section, expected):
+    """The helper a flat plan's reader (inputs/deployment.py) is to call, as pool_calibration does."""
+    from pydantic import ValidationError
+
+    from quotacalc.core.calibrate import CalibrationProvenance
+    from quotacalc.inputs.plan import calibration_section_error
+
+    with pytest.raises(ValidationError) as caught:
+        CalibrationProvenance.model_validate(section)
+    error = calibration_section_error(caught.value, source="plan.yaml", prefix="calibration.")
+    assert (error.one_line(), error.exit_code) == (
+        f"plan.yaml: {expected} (delete the calibration section, or re-run quotacalc calibrate --write plan.yaml)",
+        EXIT_INVALID_INPUT,
+    )
+
+
+# --------------------------------------------------------------------------- calibrate's own wording
+
+
+def test_calibrate_counts_its_points_in_words(run_cli, tmp_path):
+    one = _write(tmp_path, "one.csv", "concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,200,200,0.05,0.02\n")
+    code, out, _ = run_cli(*CALIBRATE, one)
+    assert (
+        code == 0 and out.splitlines()[0] == "Calibration of Llama-3.3-70B-Instruct on 4× h100-sxm (1 benchmark point)"
+    )
+    log = _write(tmp_path, "serve.log", "GPU KV cache size: 646,503 tokens\nAvailable KV cache memory: 40.55 GiB\n")
+    code, out, _ = run_cli("calibrate", EXAMPLES.parent / "llama-3.3-70b-h100.yaml", "--log", log)
+    assert code == 0 and out.splitlines()[0] == "Calibration of Llama-3.3-70B-Instruct on 4× h100-sxm (KV pool only)"

@@ -40,6 +40,13 @@ def _value(name: str, value: float) -> str:
     return units.seconds(value) if name.endswith("_s") else f"{value:.4g}"
 
 
+def _benchmark_points(count: int) -> str:
+    # No point at all is a calibration from a start-up log alone: it fitted the KV pool, not the timings.
+    if count == 0:
+        return "KV pool only"
+    return f"{count:,} benchmark point{'' if count == 1 else 's'}"
+
+
 def _percent(error: float | None) -> str:
     return "-" if error is None else f"{error:+.1%}"
 
@@ -59,7 +66,7 @@ def calibrate_table(
     d = inputs.deployment
     console.print(
         f"Calibration of {inputs.arch.name} on {d.tp}× {inputs.gpu.id} "
-        f"({len({(p.source, p.row) for p in result.points})} benchmark points)",
+        f"({_benchmark_points(len({(p.source, p.row) for p in result.points}))})",
         style="bold",
         markup=False,
     )

@@ -1,6 +1,6 @@
 """Benchmark and log readers for ``quotacalc calibrate``: files -> validated points; errors name file, row, field.
 
-Formats (detected from the content, not the file name):
+Formats (detected from the content; a ``.json`` or ``.jsonl`` name must hold JSON):
 
 - ``vllm bench serve --save-result`` JSON (vllm/benchmarks/serve.py): one object per run, a list of
   them, or one object per line (``--append-result``). Keys used: ``max_concurrency``, ``request_rate``,
@@ -39,6 +39,9 @@ _OPTIONAL_COLUMNS = ("label", "model")
 
 #: BenchmarkPoint's largest concurrency.
 MAX_CONCURRENCY = 100_000
+#: How to get each format's file again, for an error's fix.
+_VLLM_RESAVE = "re-save it with vllm bench serve --save-result"
+_GUIDELLM_RESAVE = "re-save it with guidellm benchmark --output-path report.json"
 #: A benchmark file with every request's text (vllm bench serve --save-detailed) runs to tens of MB.
 MAX_BENCHMARK_BYTES = 256 * 2**20
 
@@ -87,21 +90,90 @@ def _read_text(path: str, what: str) -> str:
     return data.decode("utf-8-sig", errors="replace")
 
 
-def _point(source: str, row: str, keys: dict[str, str] | None = None, **values: Any) -> BenchmarkPoint:
-    """A validated point; an error names the file's own key for the field (``keys``: field -> key)."""
+def _point(
+    source: str, row: str, keys: dict[str, str] | None = None, *, unmeasured: str, **values: Any
+) -> BenchmarkPoint:
+    """A validated point; an error names the file's own key for the field (``keys``: field -> key).
+
+    ``unmeasured``: the fix for a time of zero or less, which differs by format (a CSV's blank cell, a file
+    re-saved from its benchmark)."""
     try:
         point = BenchmarkPoint(source=source, row=row, file_keys=dict(keys or {}), **values)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         key = (keys or {}).get(field, field)
-        message = first["msg"]
-        if field.endswith("_s") and key.endswith("_ms"):
-            message += " (seconds: the file's milliseconds / 1000)"
-        raise QuotacalcError(message, source=source, field=f"{row}: {key}" if row else key) from None
+        message, fix = _figure_problem(field, key, first, unmeasured)
+        raise QuotacalcError(message, source=source, field=f"{row}: {key}" if row else key, fix=fix) from None
     if not point.measured():
         raise QuotacalcError("has neither a time to first token nor an inter-token latency", source=source, field=row)
     return point
+
+
+#: The longest times BenchmarkPoint takes, in words: past them a figure is a unit slip, not a measurement.
+_SPANS = {86_400: "a day", 3_600: "an hour"}
+
+
+def _limits(field: str) -> tuple[float, float]:
+    """BenchmarkPoint's bounds on a figure (its Field's ge or gt, and le), so messages state the model's own."""
+    low, high = -math.inf, math.inf
+    for rule in BenchmarkPoint.model_fields[field].metadata:
+        low = getattr(rule, "ge", getattr(rule, "gt", low))
+        high = getattr(rule, "le", high)
+    return low, high
+
+
+def _shown(value: Any) -> str:
+    """A figure as the user wrote it: whole numbers with thousands separators, others to 6 significant digits."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+        return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, int) or (math.isfinite(value) and value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:.6g}"
+
+
+def _figure_problem(field: str, key: str, error: Any, unmeasured: str) -> tuple[str, str | None]:
+    """A BenchmarkPoint's validation error in the file's own terms: its unit, the allowed range, and a fix."""
+    value = error.get("input")
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if field in ("ttft_s", "itl_s") and number:
+        low, high = _limits(field)
+        # The point holds seconds; the file may hold milliseconds, and its user reads its own figures.
+        scale, unit = (1000, "milliseconds") if key.endswith("_ms") else (1, "seconds")
+        unit_fix = f"check the figure's unit: {key} is in {unit}"
+        if key == field:  # a CSV column in seconds
+            unit_fix += f"; name a column of milliseconds {field.removesuffix('_s')}_ms"
+        if value <= 0:
+            return f"must be a positive number of {unit}, got {_shown(value * scale)}", unmeasured
+        if value < low:
+            least = f"{low * scale:.6f}".rstrip("0")
+            return f"must be at least {least} {unit} (no engine is faster), got {_shown(value * scale)}", unit_fix
+        span = f" ({_SPANS[high]})" if high in _SPANS else ""
+        return f"must be at most {_shown(high * scale)} {unit}{span}, got {_shown(value * scale)}", unit_fix
+    if field == "concurrency":
+        low, high = _limits(field)
+        return (
+            f"must be a whole number of requests in flight from {_shown(low)} to {_shown(high)}, got {_shown(value)}",
+            "the number of requests the run kept in flight, as vllm bench serve --max-concurrency sets it",
+        )
+    if field in ("prompt_tokens", "output_tokens"):
+        low, high = _limits(field)
+        strict = any(hasattr(rule, "gt") for rule in BenchmarkPoint.model_fields[field].metadata)
+        least = f"more than {_shown(low)}" if strict else f"at least {_shown(low)}"
+        what = "prompt" if field == "prompt_tokens" else "output"
+        return (
+            f"must be {least} and at most {_shown(high)} tokens per request, got a mean of {_shown(value)}",
+            f"the mean {what} length of the run's requests",
+        )
+    if field == "model" and error.get("type") == "string_too_long":
+        longest = error.get("ctx", {}).get("max_length", 1000)
+        return f"is longer than {longest:,} characters", "the model's name, as the engine served it"
+    # Not reached by the readers (they pass only the fields above); in plain words all the same.
+    message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
+    if message.startswith("Input should be"):
+        message = "must be" + message.removeprefix("Input should be")
+    return message, None
 
 
 def _number(value: Any, source: str, field: str, *, integer: bool = False) -> float:
@@ -173,7 +245,8 @@ def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
             if name not in values:
                 raise QuotacalcError("is empty", source=path, field=f"{row}: {name}")
         values["concurrency"] = int(values["concurrency"])
-        points.append(_point(path, row, {name: raw for raw, name in zip(header, columns, strict=True)}, **values))
+        keys = {name: raw for raw, name in zip(header, columns, strict=True)}
+        points.append(_point(path, row, keys, unmeasured="leave the cell blank where it was not measured", **values))
     if not points:
         raise QuotacalcError("no data rows", source=path, fix="one row per benchmark run under the header")
     return points
@@ -259,7 +332,7 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
         "itl_s": "mean_itl_ms",
         "model": "model_id",
     }
-    return _point(path, row, keys, **values)
+    return _point(path, row, keys, unmeasured=f"a measured time is positive: {_VLLM_RESAVE}", **values)
 
 
 def _varied_lengths(result: dict[str, Any]) -> str | None:
@@ -341,6 +414,52 @@ def _guidellm_mean(path: str, row: str, metrics: dict[str, Any], name: str) -> f
     return _number(mean, path, f"{row}.metrics.{name}.successful.mean")
 
 
+def _guidellm_strategy(path: str, row: str, benchmark: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Where a benchmark's strategy is (``benchmarks[i].config.strategy``; ``args.strategy`` before 0.4) and the
+    strategy, an object with a string ``type_``; anything else is an error naming the key."""
+    found: tuple[str, Any] | None = None
+    for key in ("config", "args"):
+        section = benchmark.get(key)
+        if section is None:
+            continue
+        # GuideLLM writes both as objects (BenchmarkConfig, BenchmarkArgs): another value is a damaged report.
+        if not isinstance(section, dict):
+            raise QuotacalcError(
+                f"expected an object (a GuideLLM report's run settings), got {_shown(section)}",
+                source=path,
+                field=f"{row}.{key}",
+                fix=_GUIDELLM_RESAVE,
+            )
+        if found is None and section.get("strategy") is not None:
+            found = (f"{row}.{key}.strategy", section["strategy"])
+    if found is None:
+        raise QuotacalcError(
+            "missing: the run's strategy (synchronous, concurrent, ...) is unknown",
+            source=path,
+            field=f"{row}.config.strategy",
+            fix=_GUIDELLM_RESAVE,
+        )
+    where, strategy = found
+    # GuideLLM serialises a strategy as its model ({"type_": "concurrent", "streams": 8}); the bare name is only
+    # its console and CSV output, which carry no metrics to fit.
+    if not isinstance(strategy, dict):
+        raise QuotacalcError(
+            f"expected an object with type_, got {_shown(strategy)}",
+            source=path,
+            field=where,
+            fix='GuideLLM writes {"type_": "concurrent", "streams": 8}: ' + _GUIDELLM_RESAVE,
+        )
+    kind = strategy.get("type_")
+    if not isinstance(kind, str):
+        raise QuotacalcError(
+            "missing" if kind is None else f"expected a strategy's name, got {_shown(kind)}",
+            source=path,
+            field=f"{where}.type_",
+            fix="synchronous, concurrent, throughput, constant or poisson, as GuideLLM writes it",
+        )
+    return where, strategy
+
+
 def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkPoint], list[str]]:
     """Closed-loop benchmarks of a GuideLLM report as points, and a note for each one skipped."""
     benchmarks = document.get("benchmarks")
@@ -349,14 +468,21 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkPo
     points, skipped = [], []
     for number, benchmark in enumerate(benchmarks):
         row = f"benchmarks[{number}]"
-        if not isinstance(benchmark, dict) or not isinstance(benchmark.get("metrics"), dict):
+        if not isinstance(benchmark, dict):
+            raise QuotacalcError(
+                f"expected an object (one GuideLLM benchmark), got {_shown(benchmark)}",
+                source=path,
+                field=row,
+                fix=_GUIDELLM_RESAVE,
+            )
+        if not isinstance(benchmark.get("metrics"), dict):
             raise QuotacalcError("has no metrics", source=path, field=row)
-        strategy = (benchmark.get("config") or {}).get("strategy") or (benchmark.get("args") or {}).get("strategy")
-        kind = strategy.get("type_") if isinstance(strategy, dict) else None
+        where, strategy = _guidellm_strategy(path, row, benchmark)
+        kind = strategy["type_"]
         if kind == "synchronous":
             concurrency: Any = 1
         elif kind == "concurrent":
-            concurrency = _number(strategy.get("streams"), path, f"{row}.config.strategy.streams", integer=True)
+            concurrency = _number(strategy.get("streams"), path, f"{where}.streams", integer=True)
         else:
             skipped.append(
                 f"{path}: {row}: skipped a '{kind}' benchmark (only synchronous and concurrent runs have a known concurrency)"
@@ -374,13 +500,13 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkPo
             if value is not None:
                 values[name] = value / 1000
         keys = {
-            "concurrency": "config.strategy.streams",
+            "concurrency": f"{where.removeprefix(row + '.')}.streams",
             "prompt_tokens": "metrics.prompt_token_count",
             "output_tokens": "metrics.output_token_count",
             "ttft_s": "metrics.time_to_first_token_ms",
             "itl_s": "metrics.inter_token_latency_ms",
         }
-        points.append(_point(path, row, keys, **values))
+        points.append(_point(path, row, keys, unmeasured=f"a measured time is positive: {_GUIDELLM_RESAVE}", **values))
     if not points:
         raise QuotacalcError(
             "no synchronous or concurrent benchmark",
@@ -393,30 +519,60 @@ def read_guidellm(path: str, document: dict[str, Any]) -> tuple[list[BenchmarkPo
 # --------------------------------------------------------------------------- dispatch
 
 
+#: json's complaints, as the middle of a sentence that ends with where (its own end mid-phrase: '... starting at').
+_JSON_PROBLEMS = {
+    "Unterminated string starting at": "a string that never ends, starting at",
+    "Expecting value": "expected a value at",
+    "Expecting ',' delimiter": "expected ',' at",
+    "Expecting ':' delimiter": "expected ':' at",
+    "Expecting property name enclosed in double quotes": "expected a key in double quotes at",
+    "Extra data": "more text after the end of the JSON value, at",
+    "Invalid control character at": "a control character inside a string at",
+    "Invalid \\escape": "a backslash escape JSON does not know at",
+    "Invalid \\uXXXX escape": "a backslash escape JSON does not know at",
+}
+
+
+def _json_problem(error: json.JSONDecodeError, *, line: bool = True) -> str:
+    """A decoding error as a whole phrase with its place: 'expected ',' at line 3, column 5'."""
+    phrase = _JSON_PROBLEMS.get(error.msg, error.msg[:1].lower() + error.msg[1:].removesuffix(" at") + " at")
+    where = f"line {error.lineno}, column {error.colno}" if line else f"column {error.colno}"
+    return f"malformed JSON: {phrase} {where}"
+
+
+def _json_fix(text: str) -> str:
+    """How to get a readable file again: from GuideLLM where the text names its 'benchmarks', else from vLLM."""
+    return "the file is cut short or is not JSON: " + (_GUIDELLM_RESAVE if '"benchmarks"' in text else _VLLM_RESAVE)
+
+
 def _json_documents(path: str, text: str) -> list[tuple[str, Any]]:
     """One JSON value, or one per line (vllm bench serve --append-result writes JSON lines)."""
+    # json's own limits: a nesting too deep (RecursionError), an integer of more than 4,300 digits (ValueError).
+    too_deep = "malformed JSON: nested too deeply"
+    too_long = "malformed JSON: a number of more than 4,300 digits"
     try:
         document = json.loads(text)
     except RecursionError:
-        raise QuotacalcError("malformed JSON: nested too deeply", source=path) from None
+        raise QuotacalcError(too_deep, source=path, fix=_json_fix(text)) from None
     except json.JSONDecodeError as whole_error:
         lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
         if len(lines) < 2:
-            raise QuotacalcError(
-                f"malformed JSON at line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}",
-                source=path,
-            ) from None
+            raise QuotacalcError(_json_problem(whole_error), source=path, fix=_json_fix(text)) from None
         documents = []
         for number, line in lines:
+            field = f"line {number}"
             try:
-                documents.append((f"line {number}", json.loads(line)))
+                documents.append((field, json.loads(line)))
             except json.JSONDecodeError as error:
-                raise QuotacalcError(f"malformed JSON: {error.msg}", source=path, field=f"line {number}") from None
-            except (ValueError, RecursionError) as error:  # a 5,000-digit integer, a nesting too deep
-                raise QuotacalcError(f"malformed JSON: {error}", source=path, field=f"line {number}") from None
+                problem = _json_problem(error, line=False)
+                raise QuotacalcError(problem, source=path, field=field, fix=_json_fix(text)) from None
+            except RecursionError:
+                raise QuotacalcError(too_deep, source=path, field=field, fix=_json_fix(text)) from None
+            except ValueError:
+                raise QuotacalcError(too_long, source=path, field=field, fix=_json_fix(text)) from None
         return documents
-    except ValueError as error:  # json's own limit: an integer of more than 4,300 digits
-        raise QuotacalcError(f"malformed JSON: {error}", source=path) from None
+    except ValueError:
+        raise QuotacalcError(too_long, source=path, fix=_json_fix(text)) from None
     if isinstance(document, list):
         return [(f"[{number}]", item) for number, item in enumerate(document)]
     return [("", document)]
@@ -433,6 +589,15 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
             f"is a single JSON value ({stripped[:20]}), not a benchmark result",
             source=path,
             fix="a vllm bench serve JSON object, a GuideLLM report or a CSV",
+        )
+    # A .json name is taken at its word: text that is not JSON is a damaged or misnamed file, not a CSV whose
+    # header is one unknown column.
+    if path.lower().endswith((".json", ".jsonl", ".ndjson")) and text.lstrip()[:1] not in ("{", "["):
+        raise QuotacalcError(
+            "malformed JSON: it does not start with '{' or '['",
+            source=path,
+            fix="a .json file holds a vllm bench serve --save-result result or a GuideLLM JSON report; a CSV needs a "
+            ".csv name",
         )
     if text.lstrip()[:1] in ("{", "["):
         documents = _json_documents(path, text)

@@ -145,9 +145,9 @@ def plan_file_from_document(document: object, path: str) -> PlanFile:
         try:
             calibration = CalibrationProvenance.model_validate(calibration)
         except ValidationError as error:
-            raise _one_line_validation_error(
-                error, CalibrationProvenance, source=path, from_flags=set(), prefix="calibration."
-            ) from None
+            from quotacalc.inputs.plan import calibration_section_error  # plan imports this module: import here
+
+            raise calibration_section_error(error, source=path, prefix="calibration.") from None
     replicas = document.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_FLAT_REPLICAS:
         raise QuotacalcError(

@@ -293,14 +293,37 @@ def pool_calibration(file: PlatformPlanFile, index: int, path: str) -> Any:
     if section is None:
         return None
     from quotacalc.core.calibrate import CalibrationProvenance
-    from quotacalc.inputs.deployment import _one_line_validation_error
 
     try:
         return CalibrationProvenance.model_validate(section)
     except ValidationError as error:
-        raise _one_line_validation_error(
-            error, CalibrationProvenance, source=path, from_flags=set(), prefix=f"pools[{index}].calibration."
+        raise calibration_section_error(
+            error, source=path, prefix=f"pools[{index}].calibration.", pool=file.pools[index].name
         ) from None
+
+
+def calibration_section_error(
+    error: ValidationError, *, source: str, prefix: str, pool: str | None = None
+) -> QuotacalcError:
+    """A ``calibration:`` section that is not as ``calibrate --write`` wrote it, as one line (exit 1).
+
+    No flag gives a key of it, and hand-filling one would forge the provenance: the fix is to drop the section or
+    write it again. ``prefix`` is the section's YAML path and a dot; ``pool`` the pool's name in a platform plan."""
+    from quotacalc.core.calibrate import CalibrationProvenance
+    from quotacalc.inputs.deployment import _WANTED, _one_line_validation_error, _problem
+
+    errors = error.errors()
+    if any(entry["type"] == "extra_forbidden" for entry in errors):
+        # A misspelt key: named with its likely spelling (which is the fix).
+        return _one_line_validation_error(error, CalibrationProvenance, source=source, from_flags=set(), prefix=prefix)
+    first = errors[0]
+    # 'must be a string, got 1' for a value of the wrong type; 'is required', 'must be a list' ... for the rest.
+    problem = _problem(first)[0] if first["type"] in _WANTED else _validation_error(error, source=source).problem
+    field = prefix + yaml_path(tuple(first["loc"])) if first["loc"] else prefix.removesuffix(".")
+    command = f"quotacalc calibrate --pool {pool} --write {source}" if pool else f"quotacalc calibrate --write {source}"
+    return QuotacalcError(
+        problem, source=source, field=field, fix=f"delete the calibration section, or re-run {command}"
+    )
 
 
 def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
