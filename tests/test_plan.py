@@ -332,7 +332,7 @@ BAD_PLANS = [
     (
         "oversubscription below 1",
         lambda d: d.update(oversubscription={"ratio": 0.5, "source": "x"}),
-        "oversubscription.ratio: must be a finite ratio >= 1, got 0.5",
+        "oversubscription.ratio: must be a ratio from 1 to 1000, got 0.5",
     ),
 ]
 

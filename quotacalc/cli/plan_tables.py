@@ -11,6 +11,7 @@ from rich.text import Text
 
 from quotacalc.cli import units
 from quotacalc.cli.tables import print_whole  # never cuts an id or a number
+from quotacalc.core.words import plural
 from quotacalc.errors import printable
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def check_table(path: str, result: CheckResult) -> None:
     print_whole(console, table, wrap=("finding",))
     errors, warnings = result.count("error"), result.count("warning")
     verdict = "not sound" if errors else "sound"
-    console.print(f"{escape(path)}: {verdict}: {errors} errors, {warnings} warnings, {result.count('info')} notes")
+    counts = ", ".join((plural(errors, "error"), plural(warnings, "warning"), plural(result.count("info"), "note")))
+    console.print(f"{escape(path)}: {verdict}: {counts}")
 
 
 def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formulas: dict[str, str] | None) -> None:
@@ -49,7 +51,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
     table = Table(show_edge=False, pad_edge=False, show_footer=True)
     totals = result.totals
     columns = [
-        ("tenant", f"{totals.tenants} tenants", "left"),
+        ("tenant", plural(totals.tenants, "tenant"), "left"),
         ("tier", "", "left"),
         ("pool", "", "left"),
         ("units/s", f"{totals.units_sold_per_s:,.0f}", "right"),
@@ -149,7 +151,7 @@ def plan_size_markdown(result: PlanSize) -> str:
     totals = result.totals
     lines += [
         "",
-        f"{totals.tenants} tenants: {totals.units_sold_per_s:,.0f} units/s = {totals.replicas:.2f} replicas of load; "
+        f"{plural(totals.tenants, 'tenant')}: {totals.units_sold_per_s:,.0f} units/s = {totals.replicas:.2f} replicas of load; "
         f"shared {units.usd(totals.shared_usd_per_month)}/month, dedicated "
         f"{units.usd(totals.dedicated_usd_per_month)}/month; pools {units.usd(totals.pools_usd_per_month)}/month",
     ]

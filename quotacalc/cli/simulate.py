@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quotacalc.core.words import plural
 from quotacalc.errors import QuotacalcError, UsageError
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
     console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 180))
     scenario = setup.loaded.scenario
     pools = ", ".join(
-        f"{p.name}: {p.replicas} replicas, W {p.output_weight:.2f}, {p.replica_units_per_s:,.0f} units/s each"
+        f"{p.name}: {plural(p.replicas, 'replica')}, W {p.output_weight:.2f}, {p.replica_units_per_s:,.0f} units/s each"
         for p in setup.pools
     )
     console.print(f"{setup.loaded.source}: seed {scenario.seed}; {pools}")

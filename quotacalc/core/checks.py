@@ -14,11 +14,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.deployment import Tenant
-from quotacalc.core.plan import routed_pool
+from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
 from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 from quotacalc.core.tenant import whole_replicas
+from quotacalc.core.words import plural
 
 Severity = Literal["error", "warning", "info"]
 #: Findings are listed errors first, then warnings, then infos.
@@ -91,7 +92,7 @@ def _capacity(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list[Findin
                     subject=f"pools.{pool.name}",
                     message=(
                         f"{sold:,.0f} units/s sold, above the capacity of {limit:,.0f} units/s "
-                        f"({pool.replicas} replicas × {pool.replica_units_per_s:,.0f} at the ceiling{over}){scope}"
+                        f"({plural(pool.replicas, 'replica')} × {pool.replica_units_per_s:,.0f} at the ceiling{over}){scope}"
                     ),
                     fix=f"raise replicas to {needed}, move tenants, or measure an oversubscription ratio",
                     figures=figures,
@@ -105,7 +106,7 @@ def _capacity(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list[Findin
                     subject=f"pools.{pool.name}",
                     message=(
                         f"{sold:,.0f} of {limit:,.0f} units/s sold ({100 * sold / limit:.0f}%, "
-                        f"{pool.replicas} replicas at the ceiling{over}){scope}"
+                        f"{plural(pool.replicas, 'replica')} at the ceiling{over}){scope}"
                     ),
                     figures=figures,
                 )
@@ -262,6 +263,18 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
                     "tokens: the model's maximum or the engine's max_model_len, capped by its KV pool)",
                     fix="shorten the requests, or serve the tenant from a pool with more KV",
                     figures={**figures, "pool_max_context_tokens": served_by.max_context_tokens},
+                )
+            )
+        if entry.bucket_rate_units_per_s > MAX_UNITS_PER_S:
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="traffic-too-large",
+                    subject=subject,
+                    message=f"sizes to {entry.bucket_rate_units_per_s:,.0f} units/s, more than the "
+                    f"{MAX_UNITS_PER_S:,.0f} a tenant may be sold (a gateway's counters cannot hold its limits)",
+                    fix="check rps and the token counts, or split the traffic across tenants",
+                    figures={"units_per_s": entry.bucket_rate_units_per_s, "max_units_per_s": MAX_UNITS_PER_S},
                 )
             )
         per_request = entry.bucket_rate_units_per_s / profile.rps
@@ -425,7 +438,7 @@ def _placement(
                         f"replicas costs {_usd(cost)}/month (its shared share: "
                         f"{_usd(replicas * per_replica)}/month)"
                     ),
-                    fix=f"give it a dedicated pool of {whole} replicas (placement: dedicated)",
+                    fix=f"give it a dedicated pool of {plural(whole, 'replica')} (placement: dedicated)",
                     figures={
                         "replicas": replicas,
                         "dedicated_replicas": whole,

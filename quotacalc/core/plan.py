@@ -34,6 +34,13 @@ NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 POOL_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
+#: The most units/s one tenant may be sold: a billion (thousands of the largest replicas; a gateway's 32-bit
+#: counter holds about 4.3 billion units per window).
+MAX_UNITS_PER_S = 1e9
+#: The largest oversubscription ratio a plan may state: measured ratios are a few; beyond this it is a typo.
+MAX_OVERSUBSCRIPTION = 1000.0
+
+
 def _finite_positive(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive finite number, got {value}")
@@ -129,8 +136,8 @@ class Oversubscription(BaseModel):
     @field_validator("ratio")
     @classmethod
     def _at_least_one(cls, value: float) -> float:
-        if not math.isfinite(value) or value < 1:
-            raise ValueError(f"must be a finite ratio >= 1, got {value}")
+        if not math.isfinite(value) or not 1 <= value <= MAX_OVERSUBSCRIPTION:
+            raise ValueError(f"must be a ratio from 1 to {MAX_OVERSUBSCRIPTION:g}, got {value:g}")
         return value
 
 
@@ -156,7 +163,9 @@ class PlanTenant(BaseModel):
     @field_validator("units_per_s")
     @classmethod
     def _units(cls, value: float | None) -> float | None:
-        return None if value is None else _finite_positive(value)
+        if value is not None and _finite_positive(value) > MAX_UNITS_PER_S:
+            raise ValueError(f"must be at most {MAX_UNITS_PER_S:,.0f} units/s, got {value:g}")
+        return value
 
     @model_validator(mode="after")
     def _one_contract(self) -> PlanTenant:
