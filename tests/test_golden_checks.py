@@ -788,3 +788,18 @@ def test_a_pools_pricing_warning_names_the_plan_keys_not_flags():
         "or raise pools.shared.deployment.tp"
     )
     assert "--" not in finding.message + finding.fix
+
+
+def test_traffic_that_sizes_beyond_what_a_tenant_may_be_sold_is_an_error():
+    from quotacalc.core.deployment import Tenant
+
+    huge = tenant("a", 2e9)
+    traffic = {"a": Tenant(rps=1e6, prompt_tokens=1000, output_tokens=100)}
+    (finding,) = found(check_plan(policy(huge), traffic=traffic), "traffic-too-large")
+    assert (finding.severity, finding.subject) == ("error", "tenants.a.traffic")
+    assert finding.message == (
+        "sizes to 2,000,000,000 units/s, more than the 1,000,000,000 a tenant may be sold (a gateway's counters "
+        "cannot hold its limits)"
+    )
+    # At the bound it may be sold.
+    assert found(check_plan(policy(tenant("a", 1e9)), traffic=traffic), "traffic-too-large") == []

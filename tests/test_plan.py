@@ -330,6 +330,16 @@ BAD_PLANS = [
         "tiers[2]: max_output_tokens 40000 exceeds max_context_tokens 32768",
     ),
     (
+        "units above a billion",
+        lambda d: d["tenants"][0].update(units_per_s=1e300),
+        "tenants[0].units_per_s: must be at most 1,000,000,000 units/s, got 1e+300",
+    ),
+    (
+        "oversubscription above 1000",
+        lambda d: d.update(oversubscription={"ratio": 1e305, "source": "x"}),
+        "oversubscription.ratio: must be a ratio from 1 to 1000, got 1e+305",
+    ),
+    (
         "oversubscription below 1",
         lambda d: d.update(oversubscription={"ratio": 0.5, "source": "x"}),
         "oversubscription.ratio: must be a ratio from 1 to 1000, got 0.5",
