@@ -101,6 +101,35 @@ def _options_no_context() -> dict[str, list]:
     return {"deployment_flags": option_parameters(Deployment, panel="Deployment", exclude=("context",))}
 
 
+def _one_deployment(command: str, flag: str, what: str, given: str) -> NoReturn:
+    from quotacalc.errors import UsageError
+
+    raise UsageError(
+        f"{command} prices one deployment: give one {what}, not '{given}'",
+        field=flag,
+        fix=f"comparisons: quotacalc price/size {flag} A,B",
+    )
+
+
+def _one_tp_size(text: str) -> int:
+    """kv's --tp: one whole number; a list is a comparison, which kv does not make (price and size do)."""
+    if "," in text:
+        _one_deployment("kv", "--tp", "TP size", text)
+    return whole_number(text)
+
+
+def _kv_options() -> dict[str, list]:
+    """kv's deployment options (no --context: kv's own is the request's); --tp says so when given a list."""
+    from typing import get_args
+
+    options = _options_no_context()
+    for parameter in options["deployment_flags"]:
+        if parameter.name == "tp":
+            for info in get_args(parameter.annotation)[1:]:
+                info.parser = _one_tp_size
+    return options
+
+
 def _load(
     plan: str | None,
     deployment_flags: dict[str, Any],
@@ -260,11 +289,12 @@ def size_command(
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain, calibration=calibration)
-    warnings = result.replica.warnings
+    # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request).
+    warnings = result.warnings
     _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
 
 
-@commands.command("kv", options=_options_no_context)
+@commands.command("kv", options=_kv_options)
 def kv_command(
     plan: PlanArgument = None,
     context: Annotated[
@@ -289,6 +319,8 @@ def kv_command(
     from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
+    if "," in (deployment_flags.get("gpu") or ""):
+        _one_deployment("kv", "--gpu", "GPU", deployment_flags["gpu"])
     deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
     if context is None:
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")

@@ -70,17 +70,39 @@ def check_format(output_format: str, as_json: bool) -> str:
     return output_format
 
 
-def _check_context(deployment: Any) -> None:
-    """A context above the model's maximum is the input's error, not a row's: no GPU or TP serves it."""
-    from quotacalc.inputs.deployment import model_max_context
+def _check_context(deployment: Any) -> str:
+    """A context above the model's maximum is the input's error, not a row's: no GPU or TP serves it.
 
-    maximum = model_max_context(deployment.model)
+    Returns the model's name as resolved (``meta-llama/Llama-3.3-70B-Instruct`` is Llama-3.3-70B-Instruct), for the
+    title."""
+    from quotacalc.inputs.resolve import load_arch
+
+    arch = load_arch(deployment.model)[0]
+    maximum = arch.max_context_tokens
     if maximum and deployment.context > maximum:
         raise QuotacalcError(
             f"{deployment.context:,} tokens exceed the model's maximum context of {maximum:,}",
             field="context",
             fix=f"use a context of at most {maximum:,} tokens",
         )
+    return arch.name
+
+
+def _catalog_ids(deployments: list[Any]) -> list[Any]:
+    """Each deployment's GPU under its catalog id (h100 -> h100-sxm), as every row names it, one GPU or several:
+    CI joins rows on the id. A name the catalog does not know is left as given, for the row's own error to name."""
+    from quotacalc.catalog.gpus import load_gpu_catalog
+
+    catalog = load_gpu_catalog()
+    named = []
+    for deployment in deployments:
+        try:
+            gpu_id = catalog.get(deployment.gpu).id
+        except QuotacalcError:
+            named.append(deployment)
+            continue
+        named.append(deployment if gpu_id == deployment.gpu else deployment.model_copy(update={"gpu": gpu_id}))
+    return named
 
 
 def run_comparison(
@@ -99,6 +121,7 @@ def run_comparison(
     from quotacalc.cli.options import name_error_origin
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
+    from quotacalc.core.tenant import size_tenant
     from quotacalc.inputs.deployment import (
         build_deployment,
         build_tenant,
@@ -113,7 +136,9 @@ def run_comparison(
     plan_file = deployment_source(plan, pool) if plan else None
     file_values = plan_file.deployment if plan_file else {}
     row_flags = [{**flags, "gpu": gpu, "tp": tp} for gpu in axes.gpus or (None,) for tp in axes.tps or (None,)]
-    deployments = [build_deployment(file_values, given, source=plan, check_pool=False) for given in row_flags]
+    deployments = _catalog_ids(
+        [build_deployment(file_values, given, source=plan, check_pool=False) for given in row_flags]
+    )
     tenant = None
     if command == "size":
         tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
@@ -135,6 +160,15 @@ def run_comparison(
             name_error_origin(error, plan, given)
             raise
         notes = []
+        if tenant is not None:
+            # The tenant's own warnings on this row (a bucket that cannot admit its mean request), as size gives them.
+            # A tenant this row cannot serve raises again in compare's own sizing, which makes the row's reason.
+            try:
+                sized = size_tenant(priced, tenant)
+            except QuotacalcError:
+                pass
+            else:
+                notes.extend(sized.warnings[len(priced.warnings) :])
         if flags.get("kv_pool_tokens") is not None and len(deployments) > 1:
             # One measured pool for every GPU and TP: a pool holds only where it was measured.
             notes.append(
@@ -168,12 +202,12 @@ def run_comparison(
         return priced.model_copy(update={"warnings": (f"KV pool estimated: {mismatch}", *priced.warnings)})
 
     try:
-        _check_context(deployments[0])
+        model_name = _check_context(deployments[0])
     except QuotacalcError as error:
         name_error_origin(error, plan, flags)
         raise
     rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
-    render_comparison(command, deployments[0], tenant, rows, output_format)
+    render_comparison(command, deployments[0], tenant, rows, output_format, model_name=model_name)
     if not any(row.feasible for row in rows):
         raise QuotacalcError(f"none of the {len(rows)} GPU and TP combinations can run it", fix="see each row's reason")
     warned = [row for row in rows if row.warnings]

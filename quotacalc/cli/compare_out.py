@@ -32,7 +32,7 @@ _PRICE_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("replica $/month", "dedicated_usd_per_month", units.usd),
 )
 _SIZE_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("replicas", "replicas", lambda value: f"{value:.2f}"),
+    ("replicas", "replicas", lambda value: f"{value:,.2f}"),
     ("shared $/month", "shared_usd_per_month", units.usd),
     ("dedicated $/month", "dedicated_total_usd_per_month", units.usd),
 )
@@ -61,10 +61,11 @@ def _notes(rows: Sequence[ComparisonRow]) -> tuple[list[str], list[str]]:
     return statuses, notes
 
 
-def _title(command: Command, deployment: Deployment, tenant: Tenant | None) -> str:
+def _title(command: Command, deployment: Deployment, tenant: Tenant | None, model_name: str | None = None) -> str:
+    """The rows' shared inputs; the model by its resolved name (a hub id or a path names the model it resolves to)."""
     d = deployment
     title = (
-        f"{d.model}: batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, "
+        f"{model_name or d.model}: batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, "
         f"${d.gpu_hour_usd}/GPU-h{units.engine_note(d.engine)}"
     )
     if command == "size" and tenant is not None:
@@ -118,12 +119,14 @@ def markdown_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def comparison_markdown(command: Command, deployment: Deployment, tenant: Tenant | None, rows) -> str:
+def comparison_markdown(
+    command: Command, deployment: Deployment, tenant: Tenant | None, rows, model_name: str | None = None
+) -> str:
     columns = _columns(command)
     statuses, notes = _notes(rows)
     header = [heading for heading, _, _ in columns] + ["status"]
     lines = [
-        f"**{markdown_escape(_title(command, deployment, tenant))}**",
+        f"**{markdown_escape(_title(command, deployment, tenant, model_name))}**",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if key in ("gpu", "tp") else "---:" for _, key, _ in columns) + "|---|",
@@ -137,7 +140,9 @@ def comparison_markdown(command: Command, deployment: Deployment, tenant: Tenant
     return "\n".join(lines) + "\n"
 
 
-def comparison_table(command: Command, deployment: Deployment, tenant: Tenant | None, rows) -> None:
+def comparison_table(
+    command: Command, deployment: Deployment, tenant: Tenant | None, rows, model_name: str | None = None
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -155,20 +160,27 @@ def comparison_table(command: Command, deployment: Deployment, tenant: Tenant | 
         table.add_row(*(_cell(row, key, render) for _, key, render in columns), status)
     if not console.is_terminal:  # piped to a file: print the table whole rather than squeezed to 80 columns
         console.width = max(console.width, console.measure(table, options=console.options.update_width(1000)).maximum)
-    console.print(_title(command, deployment, tenant), style="bold", markup=False)
+    console.print(_title(command, deployment, tenant, model_name), style="bold", markup=False)
     console.print(table)
     for number, note in enumerate(notes, 1):
         console.print(f"[{number}] {note}", markup=False)
 
 
 def render_comparison(
-    command: Command, deployment: Deployment, tenant: Tenant | None, rows: Sequence[ComparisonRow], output_format: str
+    command: Command,
+    deployment: Deployment,
+    tenant: Tenant | None,
+    rows: Sequence[ComparisonRow],
+    output_format: str,
+    *,
+    model_name: str | None = None,
 ) -> None:
+    """Print the rows in ``output_format``; ``model_name`` (the model as resolved) titles the table and Markdown."""
     if output_format == "json":
         emit_json(comparison_json(command, rows, deployment, tenant))
     elif output_format == "csv":
         sys.stdout.write(comparison_csv(command, rows))
     elif output_format == "markdown":
-        sys.stdout.write(comparison_markdown(command, deployment, tenant, rows))
+        sys.stdout.write(comparison_markdown(command, deployment, tenant, rows, model_name))
     else:
-        comparison_table(command, deployment, tenant, rows)
+        comparison_table(command, deployment, tenant, rows, model_name)

@@ -120,7 +120,7 @@ def size_json(result: SizeResult, *, explain: bool = False, calibration: Calibra
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
-    return _document("size", body, result.replica, steps, explain, calibration)
+    return _document("size", body, result.replica, steps, explain, calibration, result.warnings)
 
 
 def kv_json(

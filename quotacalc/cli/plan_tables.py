@@ -55,7 +55,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
         ("tier", "", "left"),
         ("pool", "", "left"),
         ("units/s", f"{totals.units_sold_per_s:,.0f}", "right"),
-        ("replicas", f"{totals.replicas:.2f}", "right"),
+        ("replicas", f"{totals.replicas:,.2f}", "right"),
         ("bucket rate", "", "right"),
         ("bucket depth", "", "right"),
         ("shared $/month", units.usd(totals.shared_usd_per_month), "right"),
@@ -78,7 +78,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
             + (f" [dim]→[/dim] {escape(row.load_pool)}" if row.load_pool != row.pool else "")
             + (" [dim](dedicated)[/dim]" if row.placement == "dedicated" else ""),
             f"{row.units_per_s:,.0f}",
-            f"{row.replicas:.2f}",
+            f"{row.replicas:,.2f}",
             f"{row.bucket_rate_units_per_s:,.0f}/s",
             f"{row.bucket_depth_units:,.0f}",
             shared,
@@ -87,7 +87,7 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
         table.add_row(*(Text.from_markup(cell) for cell in cells))
     print_whole(console, table)
     console.print(
-        f"units sold {totals.units_sold_per_s:,.0f}/s = {totals.replicas:.2f} replicas of load; "
+        f"units sold {totals.units_sold_per_s:,.0f}/s = {totals.replicas:,.2f} replicas of load; "
         f"shared tenants {units.usd(totals.shared_usd_per_month)}/month (their shares), dedicated tenants "
         f"{units.usd(totals.dedicated_usd_per_month)}/month (whole replicas); pools "
         f"{units.usd(totals.pools_usd_per_month)}/month"
@@ -110,7 +110,7 @@ _PLAN_SIZE_MARKDOWN = (
     ("load on", "load_pool", str),
     ("placement", "placement", str),
     ("units/s", "units_per_s", lambda value: f"{value:,.0f}"),
-    ("replicas", "replicas", lambda value: f"{value:.2f}"),
+    ("replicas", "replicas", lambda value: f"{value:,.2f}"),
     ("bucket depth", "bucket_depth_units", lambda value: f"{value:,.0f}"),
     ("shared $/month", "shared_usd_per_month", units.usd),
     ("dedicated $/month", "dedicated_usd_per_month", units.usd),
@@ -151,7 +151,7 @@ def plan_size_markdown(result: PlanSize) -> str:
     totals = result.totals
     lines += [
         "",
-        f"{plural(totals.tenants, 'tenant')}: {totals.units_sold_per_s:,.0f} units/s = {totals.replicas:.2f} replicas of load; "
+        f"{plural(totals.tenants, 'tenant')}: {totals.units_sold_per_s:,.0f} units/s = {totals.replicas:,.2f} replicas of load; "
         f"shared {units.usd(totals.shared_usd_per_month)}/month, dedicated "
         f"{units.usd(totals.dedicated_usd_per_month)}/month; pools {units.usd(totals.pools_usd_per_month)}/month",
     ]

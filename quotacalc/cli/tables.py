@@ -15,6 +15,7 @@ from quotacalc.cli import units
 from quotacalc.cli.json_out import Calibration
 from quotacalc.cli.streams import print_warnings
 from quotacalc.core.deployment import GIB
+from quotacalc.core.words import plural
 from quotacalc.errors import printable
 
 if TYPE_CHECKING:  # each command imports only the core modules it runs
@@ -120,7 +121,24 @@ def _price_rows(table: Table, result: PriceResult) -> None:
             units.data_bytes(result.state_bytes_per_sequence),
             "fixed: conv + SSM or recurrent state (DeepSeek V4: window + compressor state)",
         )
-    _add_row(table, "prompt token", units.seconds(result.prompt_token_s), "1 unit; parameters only")
+    # One unit is the prompt token the basis prices (core/price.py's _price_section): the roofline's (parameters
+    # only), or on the engine basis the engine's (a full prefill chunk's time per token).
+    engine_basis = result.pricing_basis == "engine"
+    unit_token = "engine prompt token" if engine_basis else "prompt token"
+    _add_row(
+        table,
+        "prompt token",
+        units.seconds(result.prompt_token_s),
+        "parameters only (roofline; not the unit on the engine basis)" if engine_basis else "1 unit; parameters only",
+    )
+    if engine_basis:
+        chunk = result.max_num_batched_tokens
+        _add_row(
+            table,
+            "engine prompt token",
+            units.seconds(result.engine_prompt_token_s),
+            f"1 unit; prefill of one {chunk:,}-token chunk / {chunk:,}",
+        )
     _add_row(
         table,
         f"prompt token at {d.context:,} context",
@@ -150,9 +168,14 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     _add_row(
         table, "output token", units.seconds(result.output_token_s), f"{step} / batch ({result.pricing_basis} basis)"
     )
-    _add_row(table, "output weight W", f"{result.output_weight:.2f}", "units per output token")
     _add_row(
-        table, "replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / prompt token"
+        table,
+        "output weight W",
+        f"{result.output_weight:.2f}",
+        f"units per output token: output token / {unit_token}" if engine_basis else "units per output token",
+    )
+    _add_row(
+        table, "replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / {unit_token}"
     )
     how = result.kv_pool_source
     if how == "estimated":
@@ -195,9 +218,16 @@ def _show(console: Console, title: str, table: Table) -> None:
     _print_table(console, table)
 
 
-def _print_footer(console: Console, steps: tuple[Step, ...], result: PriceResult, explain: bool) -> None:
+def _print_footer(
+    console: Console,
+    steps: tuple[Step, ...],
+    result: PriceResult,
+    explain: bool,
+    warnings: tuple[str, ...] | None = None,
+) -> None:
+    """The warnings (the replica's, unless ``warnings`` gives the command's own), then with ``explain`` each step."""
     # Formulas hold brackets (E[max ...]) that rich would read as markup: escape every text.
-    print_warnings(result.warnings)
+    print_warnings(result.warnings if warnings is None else warnings)
     if not explain:
         return
     console.print()
@@ -227,7 +257,8 @@ def _calibration_row(table: Table, calibration: Calibration) -> None:
             if value is not None
         ]
         how = "; ".join([", ".join(source.rsplit("/", 1)[-1] for source in summary["sources"]), *errors])
-        _add_row(table, "calibrated", f"{summary['rows']} points", how)
+        rows = summary["rows"]
+        _add_row(table, "calibrated", "KV pool only" if rows == 0 else plural(rows, "point"), how)
     elif note is not None:
         _add_row(table, "calibrated", "no", "see the warning below")
 
@@ -260,7 +291,7 @@ def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = 
         table, "units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}"
     )
     _add_row(table, "load", f"{result.units_per_s:,.0f} units/s", "")
-    _add_row(table, "replicas", f"{result.replicas:.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
+    _add_row(table, "replicas", f"{result.replicas:,.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
     _add_row(table, "token bucket rate", f"{result.bucket_rate_units_per_s:,.0f} units/s", "refill")
     _add_row(
         table,
@@ -284,15 +315,16 @@ def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = 
     _calibration_row(table, calibration)
     _show(console, title, table)
     _calibration_warning(calibration)
-    _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
+    _print_footer(console, result.steps + result.replica.steps, result.replica, explain, result.warnings)
 
 
 def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     console = _console()
     title = f"One {result.context_tokens:,}-token request on {_header(result.replica)}"
     table = _table()
-    gib = result.request_kv_bytes / GIB
-    _add_row(table, "request KV", f"{gib:,.1f} GiB", units.data_bytes(result.request_kv_bytes))
+    _add_row(
+        table, "request KV", units.binary_bytes(result.request_kv_bytes), units.data_bytes(result.request_kv_bytes)
+    )
     _add_row(
         table, "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
     )

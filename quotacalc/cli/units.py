@@ -25,6 +25,15 @@ def data_bytes(value: float) -> str:
     return f"{value:,.0f} B"
 
 
+def binary_bytes(value: float) -> str:
+    """GiB/MiB/KiB (powers of 1,024, as engines report memory), in the largest unit the figure reaches, so a small
+    request reads 3.5 MiB, not 0.0 GiB (and 1,023.99 MiB reads 1.0 GiB, not 1,024.0 MiB); exact below 1 KiB."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= 0.95 * size:  # what rounds to 1.0 of this unit or more
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
 def count(value: float) -> str:
     if value >= 1e9:
         return f"{value / 1e9:,.2f} B"

@@ -18,7 +18,7 @@ from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
 from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
-from quotacalc.core.tenant import whole_replicas
+from quotacalc.core.tenant import bucket_shortfall, whole_replicas
 from quotacalc.core.words import plural
 
 Severity = Literal["error", "warning", "info"]
@@ -278,15 +278,15 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
                 )
             )
         per_request = entry.bucket_rate_units_per_s / profile.rps
+        shortfall = bucket_shortfall(entry.bucket_depth_units, entry.weights.output, per_request)
         # (A bucket below even the smallest request is _buckets' finding.)
-        if 1 + entry.weights.output <= entry.bucket_depth_units < per_request:
+        if shortfall is not None and shortfall.code == "bucket-below-request":
             findings.append(
                 Finding(
                     severity="warning",
-                    code="bucket-below-request",
+                    code=shortfall.code,
                     subject=f"tenants.{entry.name}",
-                    message=f"its bucket holds {entry.bucket_depth_units:,.1f} units, less than one of its mean requests "
-                    f"({per_request:,.1f} units): the gateway rejects every one",
+                    message=shortfall.message,
                     fix=f"raise tiers.{entry.tier}.burst_s to at least {per_request / entry.bucket_rate_units_per_s:,.2f} s",
                     figures={"bucket_depth_units": entry.bucket_depth_units, "units_per_request": per_request},
                 )
@@ -317,19 +317,18 @@ def _buckets(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]
     max_output (docs/method.md §3, §5)."""
     findings = []
     for tenant in policy.tenants:
-        smallest = 1 + tenant.weights.output
         reservation = tenant.weights.output * tenant.max_output_tokens
         depth = tenant.bucket_depth_units
-        if depth < smallest:
+        shortfall = bucket_shortfall(depth, tenant.weights.output)
+        if shortfall is not None:
             findings.append(
                 Finding(
                     severity="warning",
-                    code="bucket-below-any-request",
+                    code=shortfall.code,
                     subject=f"tenants.{tenant.name}",
-                    message=f"its bucket holds {depth:,.2f} units, less than the smallest request (one prompt and one "
-                    f"output token: 1 + {tenant.weights.output:.2f} units): the gateway rejects every request",
+                    message=shortfall.message,
                     fix=f"raise the tenant's units_per_s or tiers.{tenant.tier}.burst_s",
-                    figures={"bucket_depth_units": depth, "smallest_request_units": smallest},
+                    figures={"bucket_depth_units": depth, "smallest_request_units": shortfall.needed_units},
                 )
             )
             continue  # nothing is admitted: what a long prompt would need adds nothing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,6 +18,43 @@ def whole_replicas(replicas: float) -> int:
     """Whole replicas a load of ``replicas`` takes on dedicated hardware: at least one, rounded up, but a
     load a hair above a whole number from floating-point noise (2.0000000001) is not a replica more."""
     return max(1, math.ceil(replicas - 1e-9))
+
+
+class BucketShortfall(NamedTuple):
+    """A token bucket too shallow for a request: the gateway admits a request only when the bucket holds its units."""
+
+    #: check's finding code: bucket-below-any-request or bucket-below-request.
+    code: str
+    #: The units the bucket must hold: the smallest request (1 + W), or the tenant's mean request.
+    needed_units: float
+    #: What is wrong, in check's words (``its bucket holds ...``).
+    message: str
+
+
+def bucket_shortfall(
+    depth_units: float, output_weight: float, units_per_request: float | None = None
+) -> BucketShortfall | None:
+    """The one rule for a bucket's depth against a request (docs/method.md §3): below the smallest request (one
+    prompt and one output token, 1 + W units) it admits nothing; below a tenant's mean request (``units_per_request``,
+    when the tenant is sized on traffic) it rejects every such request. None when the bucket holds them.
+
+    ``size`` warns with it, and ``check``'s bucket findings (core/checks.py) are built from it."""
+    smallest = 1 + output_weight
+    if depth_units < smallest:
+        return BucketShortfall(
+            "bucket-below-any-request",
+            smallest,
+            f"its bucket holds {depth_units:,.2f} units, less than the smallest request (one prompt and one output "
+            f"token: 1 + {output_weight:.2f} units): the gateway rejects every request",
+        )
+    if units_per_request is not None and depth_units < units_per_request:
+        return BucketShortfall(
+            "bucket-below-request",
+            units_per_request,
+            f"its bucket holds {depth_units:,.1f} units, less than one of its mean requests ({units_per_request:,.1f} "
+            "units): the gateway rejects every one",
+        )
+    return None
 
 
 class SizeResult(BaseModel):
@@ -37,6 +75,21 @@ class SizeResult(BaseModel):
     steps: tuple[Step, ...]
     tenant: Tenant
     replica: PriceResult
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The replica's warnings, and one where the tenant's bucket cannot admit its own mean request."""
+        shortfall = bucket_shortfall(self.bucket_depth_units, self.replica.output_weight, self.units_per_request)
+        if shortfall is None:
+            return self.replica.warnings
+        rate = self.bucket_rate_units_per_s
+        # At 0 units/s (no prompt or output tokens) no burst fills the bucket: the traffic is what to fix.
+        fix = (
+            f"raise --burst-s to at least {shortfall.needed_units / rate:,.2f} s"
+            if rate > 0
+            else "the tenant sizes to 0 units/s: give its prompt and output tokens"
+        )
+        return (*self.replica.warnings, f"tenant: {shortfall.message} ({fix})")
 
 
 def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
