@@ -416,8 +416,8 @@ def test_measured_pool_on_another_deployment_names_the_pool(run_cli, tmp_path: P
     code, out, err = run_cli("check", path)
     assert code == 1 and out == ""
     assert err.startswith(
-        f"quotacalc: error: {path}: pools[1].deployment.kv_pool_tokens: the measured pool of 646,503 tokens was "
-        "measured on another deployment (tp 4 -> 8)"
+        f"quotacalc: error: {path}: pools[1].deployment.kv_pool_tokens (inherited from deployment.kv_pool_tokens): "
+        "the measured pool of 646,503 tokens was measured on another deployment (tp 4 -> 8)"
     ), err
 
 
@@ -525,3 +525,21 @@ def test_served_model_name_of_a_path_is_its_last_component(model: str, served: s
     from quotacalc.core.policy import _served_model_name
 
     assert _served_model_name(model) == served
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [("gpu", "h100x", "unknown GPU 'h100x'"), ("tp", 3, "3 does not divide the 64 attention heads")],
+)
+def test_a_bad_default_names_where_the_pool_inherits_it(run_cli, tmp_path: Path, key, value, problem) -> None:
+    document = platform_document()
+    document["deployment"][key] = value
+    document["deployment"].pop("kv_pool_tokens", None)  # measured at TP 4: its own error would come first
+    for pool in document["pools"]:
+        (pool.get("deployment") or {}).pop(key, None)
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("check", path)
+    assert code in (1, 2) and out == ""
+    assert err.startswith(
+        f"quotacalc: error: {path}: pools[0].deployment.{key} (inherited from deployment.{key}): {problem}"
+    ), err

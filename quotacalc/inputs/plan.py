@@ -367,7 +367,23 @@ def pool_errors(path: str, index: int | None) -> Iterator[None]:
             field = error.field
         else:
             field = f"pools[{index}].deployment" + (f".{error.field}" if error.field else "")
+            if error.field and _inherited(path, index, error.field):
+                # The plan's default, which the pool does not set itself: the place to fix it may be either.
+                field += f" (inherited from deployment.{error.field.split('.', 1)[0]})"
         raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
+
+
+def _inherited(path: str, index: int, field: str) -> bool:
+    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (read again:
+    only an error takes this path)."""
+    key = field.split(".", 1)[0].split("[", 1)[0]
+    try:
+        document = read_document(path)
+        own = document["pools"][index].get("deployment") or {}
+        defaults = document.get("deployment") or {}
+    except (QuotacalcError, LookupError, AttributeError, TypeError):
+        return False
+    return key not in own and key in defaults
 
 
 def _check_references(plan: PlatformPlanFile, pools: list[Pool], path: str) -> None:
