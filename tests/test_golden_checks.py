@@ -803,3 +803,26 @@ def test_traffic_that_sizes_beyond_what_a_tenant_may_be_sold_is_an_error():
     )
     # At the bound it may be sold.
     assert found(check_plan(policy(tenant("a", 1e9)), traffic=traffic), "traffic-too-large") == []
+
+
+def test_a_long_context_pool_no_pool_routes_to_is_a_warning():
+    unrouted = SHARED.model_copy(update={"long_context_pool": None, "route_above_prompt_tokens": None})
+    (finding,) = found(check_plan(policy(tenant("a"), pools=(unrouted, LONG))), "unreachable-pool")
+    assert (finding.severity, finding.subject) == ("warning", "pools.long")
+    # 2 replicas × $7,200.
+    assert finding.message == "a long-context pool no pool routes to: its 2 replicas ($14,400/month) serve nothing"
+    assert found(check_plan(policy(tenant("a"))), "unreachable-pool") == []
+
+
+def test_a_platform_plan_of_no_tenant_is_a_warning_a_flat_one_is_not():
+    (finding,) = found(check_plan(policy()), "no-tenants")
+    assert finding.severity == "warning"
+    assert finding.message == "the plan sells its 2 pools to no tenant: the generated gateways admit no request"
+    assert found(check_plan(policy(), flat_plan=True), "no-tenants") == []
+
+
+def test_an_adapter_named_as_the_served_model_is_an_error():
+    (finding,) = found(check_plan(policy(tenant("a", lora=("m", "a-v1")))), "lora-is-model")
+    assert (finding.severity, finding.subject) == ("error", "tenants.a.lora_adapters")
+    assert finding.message.startswith("'m' is the name of the model its pool serves")
+    assert found(check_plan(policy(tenant("a", lora=("a-v1",)))), "lora-is-model") == []

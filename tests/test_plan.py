@@ -330,6 +330,16 @@ BAD_PLANS = [
         "tiers[2]: max_output_tokens 40000 exceeds max_context_tokens 32768",
     ),
     (
+        "adapter twice",
+        lambda d: d["tenants"][0].update(lora_adapters=["x-v1", "x-v1"]),
+        "tenants[0].lora_adapters: names x-v1 more than once: give each adapter once",
+    ),
+    (
+        "long-context chain",
+        lambda d: d["pools"][1].update(long_context_pool="shared", route_above_prompt_tokens=60000),
+        "pools[1]: a long_context pool takes the longest prompts itself: long-context pools do not chain",
+    ),
+    (
         "units above a billion",
         lambda d: d["tenants"][0].update(units_per_s=1e300),
         "tenants[0].units_per_s: must be at most 1,000,000,000 units/s, got 1e+300",
@@ -579,7 +589,10 @@ def test_generate_into_a_file_is_refused_before_anything_is_written(run_cli, tmp
         # A burst beyond a year: the Retry-After of a full bucket would run to hundreds of digits.
         (lambda d: d["tiers"][0].update(burst_s=1e300), "tiers[0].burst_s: must be at most 31,622,400 s (a year)"),
         # Names that travel in headers and generated files.
-        (lambda d: d["tenants"][0].update(lora_adapters=["a\nb"]), "tenants[0].lora_adapters[0]: must not contain"),
+        (
+            lambda d: d["tenants"][0].update(lora_adapters=["a\nb"]),
+            "tenants[0].lora_adapters[0]: 'a b' is not a valid adapter name",
+        ),
         (lambda d: d.update(public_prefixes=["a\tb"]), "public_prefixes[0]: must not contain control characters"),
         (
             lambda d: d.update(public_prefixes=[" ab"]),

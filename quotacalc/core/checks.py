@@ -147,6 +147,35 @@ def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]
                     fix=f"serve {pool.engine.served_model_name} on '{long.name}', or route to a pool that does",
                 )
             )
+    reached = {pool.long_context_pool for pool in policy.pools if pool.long_context_pool}
+    for pool in policy.pools:
+        if pool.role == "long_context" and pool.name not in reached:
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="unreachable-pool",
+                    subject=f"pools.{pool.name}",
+                    message=f"a long-context pool no pool routes to: its {plural(pool.replicas, 'replica')} "
+                    f"({_usd(pool.usd_per_month)}/month) serve nothing",
+                    fix=f"name it as a standard pool's long_context_pool, or remove pool '{pool.name}'",
+                )
+            )
+    for tenant in policy.tenants:
+        models = {pools[name].engine.served_model_name for name in _routes(tenant)} | {
+            pools[name].engine.model for name in _routes(tenant)
+        }
+        for adapter in tenant.lora_adapters:
+            if adapter in models:
+                findings.append(
+                    Finding(
+                        severity="error",
+                        code="lora-is-model",
+                        subject=f"tenants.{tenant.name}.lora_adapters",
+                        message=f"'{adapter}' is the name of the model its pool serves: the gateway could not tell a "
+                        "request for the adapter from one for the base model",
+                        fix="give the adapter its own name",
+                    )
+                )
     return findings
 
 
@@ -556,6 +585,22 @@ def _pool_price(name: str, warning: str, prefix: str) -> Finding:
     return Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=plan_keys(warning, prefix))
 
 
+def _no_tenants(policy: QuotaPolicy, flat_plan: bool) -> list[Finding]:
+    """A platform plan of no tenant: its generated gateways admit nobody (a flat plan prices one deployment)."""
+    if policy.tenants or flat_plan:
+        return []
+    return [
+        Finding(
+            severity="warning",
+            code="no-tenants",
+            subject="tenants",
+            message=f"the plan sells its {plural(len(policy.pools), 'pool')} to no tenant: the generated gateways "
+            "admit no request",
+            fix="add the tenants (name, tier, pool, units_per_s or traffic)",
+        )
+    ]
+
+
 def check_plan(
     policy: QuotaPolicy,
     *,
@@ -575,6 +620,7 @@ def check_plan(
     pools = {pool.name: pool for pool in policy.pools}
     traffic = traffic or {}
     findings = [
+        *_no_tenants(policy, flat_plan),
         *(
             _pool_price(name, warning, "" if flat_plan else f"pools.{name}.deployment.")
             for name, warnings in (pool_warnings or {}).items()

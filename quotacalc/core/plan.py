@@ -25,8 +25,12 @@ def _printable_name(value: str) -> str:
     return value
 
 
-#: A non-empty identifier (a prefix id, a LoRA adapter name).
+#: A non-empty identifier (a prefix id).
 Identifier = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable_name)]
+#: A LoRA adapter's name, as engines load it (vLLM's --lora-modules NAME=PATH) and gateways match it in the model
+#: field: no space, '=', quote or comma, which those formats split or quote on.
+LORA_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,255}$"
+LoraName = Annotated[str, Field(pattern=LORA_NAME_PATTERN)]
 
 #: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -77,7 +81,10 @@ class Pool(BaseModel):
         if (self.long_context_pool is None) != (self.route_above_prompt_tokens is None):
             raise ValueError("long_context_pool and route_above_prompt_tokens go together: give both or neither")
         if self.role == "long_context" and self.long_context_pool is not None:
-            raise ValueError("a long_context pool routes nowhere: drop long_context_pool")
+            raise ValueError(
+                "a long_context pool takes the longest prompts itself: long-context pools do not chain "
+                "(drop its long_context_pool and route_above_prompt_tokens)"
+            )
         return self
 
 
@@ -158,7 +165,17 @@ class PlanTenant(BaseModel):
     cache_isolation: Literal["salted", "shared"] = Field(
         "salted", description="salted: a per-tenant cache namespace; shared: the common prefix cache"
     )
-    lora_adapters: tuple[Identifier, ...] = Field((), description="LoRA adapter names the tenant uses")
+    lora_adapters: tuple[LoraName, ...] = Field(
+        (), description="LoRA adapter names the tenant uses (letters, digits and . _ / : @ + -; each once)"
+    )
+
+    @field_validator("lora_adapters")
+    @classmethod
+    def _adapters_once(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(repeated)} more than once: give each adapter once")
+        return names
 
     @field_validator("units_per_s")
     @classmethod

@@ -184,7 +184,12 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
         value = first.get("input")
         shown = f", got {value!r}" if isinstance(value, (int, float, str, bool)) or value is None else ""
         message = "must be" + message.removeprefix("Input should be") + shown
-    if first["type"] == "string_pattern_mismatch":
+    if first["type"] == "string_pattern_mismatch" and "lora_adapters" in loc:
+        message = (
+            f"'{first['input']}' is not a valid adapter name (letters, digits and . _ / : @ + -, a letter or digit "
+            "first, at most 256; engines split their adapter lists on spaces, '=' and commas)"
+        )
+    elif first["type"] == "string_pattern_mismatch":
         # A pool's name is a Kubernetes Service's too: it must start with a letter.
         start = "a letter first, " if loc[:1] == ("pools",) else ""
         message = f"'{first['input']}' is not a valid name ({start}lower-case letters, digits and '-', at most 63)"
