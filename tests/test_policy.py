@@ -308,9 +308,9 @@ def test_lora_names_checked_without_a_secret(run_cli, tmp_path: Path) -> None:
 def test_salt_colliding_with_a_lora_name_is_an_error(run_cli, tmp_path: Path, monkeypatch) -> None:
     from quotacalc.core.salts import derive_salt
 
-    monkeypatch.setenv("QUOTACALC_SALT_SECRET", "s3cret")
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", "s3cret-of-16-bytes")
     document = platform_document()
-    salt = derive_salt(b"s3cret", "globex")
+    salt = derive_salt(b"s3cret-of-16-bytes", "globex")
     document["tenants"][3]["lora_adapters"] = [salt]
     code, out, err = run_cli("check", _write(tmp_path, document), "--json")
     result = json.loads(out)

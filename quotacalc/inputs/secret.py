@@ -11,6 +11,21 @@ from pathlib import Path
 from quotacalc.errors import QuotacalcError, UsageError
 
 SECRET_ENV = "QUOTACALC_SALT_SECRET"
+#: The shortest secret accepted. Each salt is an HMAC of a public tenant name, and the manifest meant to be committed
+#: holds the digests of the files the salts are in: a short secret can be searched for offline.
+MIN_SECRET_BYTES = 16
+
+
+def _long_enough(data: bytes, *, source: str | None, field: str) -> bytes:
+    if len(data) < MIN_SECRET_BYTES:
+        raise QuotacalcError(
+            f"is {len(data)} bytes, shorter than {MIN_SECRET_BYTES}: the salts could be guessed offline from the "
+            "committed manifest",
+            source=source,
+            field=field,
+            fix="use a random secret (e.g. openssl rand -hex 32)",
+        )
+    return data
 
 
 def load_salt_secret(secret_file: str | None) -> bytes | None:
@@ -32,7 +47,7 @@ def load_salt_secret(secret_file: str | None) -> bytes | None:
                 field="--salt-secret-file",
                 fix="put a random secret in it (e.g. openssl rand -hex 32)",
             )
-        return data
+        return _long_enough(data, source=secret_file, field="--salt-secret-file")
     value = os.environ.get(SECRET_ENV)
     if value is not None and value and not value.strip():
         raise QuotacalcError(
@@ -40,4 +55,4 @@ def load_salt_secret(secret_file: str | None) -> bytes | None:
             field=SECRET_ENV,
             fix="set a random secret (e.g. openssl rand -hex 32)",
         )
-    return value.encode("utf-8") if value else None
+    return _long_enough(value.encode("utf-8"), source=None, field=SECRET_ENV) if value else None
