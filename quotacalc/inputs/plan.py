@@ -196,18 +196,25 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
     return QuotacalcError(message, source=source, field=yaml_path(loc))
 
 
-def _non_finite(value: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], float] | None:
-    """The first NaN or infinity in a YAML document, with its path (pydantic lets them through some fields)."""
+def _non_finite(
+    value: Any, loc: tuple[Any, ...] = (), seen: set[int] | None = None
+) -> tuple[tuple[Any, ...], float] | None:
+    """The first NaN or infinity in a YAML document, with its path (pydantic lets them through some fields).
+
+    A mapping or list that aliases reach several times is the same object: walked once, so the walk grows with the
+    file, not with what its aliases expand to."""
     if isinstance(value, float) and not math.isfinite(value):
         return loc, value
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if found := _non_finite(item, (*loc, key)):
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            if found := _non_finite(item, (*loc, index)):
-                return found
+    if not isinstance(value, (dict, list)):
+        return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if found := _non_finite(item, (*loc, key), seen):
+            return found
     return None
 
 
