@@ -264,5 +264,75 @@ def test_a_tenant_beyond_one_route_of_rules_is_refused():
     policy = policy.model_copy(update={"tenants": (first.model_copy(update={"lora_adapters": adapters}),)})
     with pytest.raises(QuotacalcError) as refused:
         envoy.export(policy, sample_salts(policy), OPTIONS)
-    assert refused.value.field == f"tenants.{first.name}.lora_adapters"
-    assert "need 16 route rules" in refused.value.problem and "1,919 adapters" in refused.value.fix
+    # The policy's YAML path (the plan's order), so generate can name the plan file's entry.
+    assert refused.value.field == "tenants[0].lora_adapters"
+    assert refused.value.problem == (
+        f"tenant {first.name}'s 1,920 LoRA adapters need 16 Envoy AIGatewayRoute rules of 128 model matches (one per "
+        "adapter and the base model), more than the 15 one route holds"
+    )
+    assert refused.value.fix == "give the tenant at most 1,919 adapters, or leave the envoy target out with --target"
+
+
+def test_the_adapter_limit_is_a_function_check_can_call():
+    """1,919 adapters and the base model fill 15 rules of 128 matches exactly; one more needs a 16th rule."""
+    assert envoy.MAX_LORA_ADAPTERS == 1919
+    assert envoy.lora_adapters_problem(0) is None and envoy.lora_adapters_problem(1919) is None
+    assert envoy.lora_adapters_problem(1920) == (
+        "1,920 LoRA adapters need 16 Envoy AIGatewayRoute rules of 128 model matches (one per adapter and the base "
+        "model), more than the 15 one route holds",
+        "give the tenant at most 1,919 adapters, or leave the envoy target out with --target",
+    )
+    # The limit is the CRDs': the most adapters allowed still make routes the CRD accepts.
+    policy = platform_policy()
+    first = policy.tenants[0]
+    adapters = tuple(f"a{n}" for n in range(envoy.MAX_LORA_ADAPTERS))
+    policy = policy.model_copy(update={"tenants": (first.model_copy(update={"lora_adapters": adapters}),)})
+    _policy, result = _export(policy)
+    routes = [m for f in result.files for m in yaml.safe_load_all(f.text) if m["kind"] == "AIGatewayRoute"]
+    assert [len(route["spec"]["rules"]) for route in routes] == [15]
+    assert validate_manifest(routes[0]) == []
+
+
+def test_a_tenant_sized_on_the_long_context_pool_is_sent_and_charged_there():
+    """globex sized on traffic whose mean prompt (50,000 tokens) is above pool standard's 32,768: build_policy
+    sizes its rate in pool long's units (W = 4.6), so its rule sends to long and its cost is long's weights; a
+    sample of 3,000 prompt tokens (1,200 cached) and 700 output tokens: 1,800 + 1,200 x 0.1 + 700 x 4.6 = 5,140
+    units = 5,140,000 milli-units (at standard's W = 3.09 it would be 4,083: the bucket would admit more)."""
+    from quotacalc.core.deployment import Tenant
+
+    policy = platform_policy()
+    traffic = {"globex": Tenant(rps=0.2, prompt_tokens=50000, output_tokens=1000)}
+    result = envoy.export(policy, sample_salts(policy), ExportOptions(traffic=traffic))
+    manifests = [m for f in result.files for m in yaml.safe_load_all(f.text)]
+    for manifest in manifests:
+        assert validate_manifest(manifest) == [], manifest["metadata"]["name"]
+    rules = {rule["name"]: rule for m in manifests if m["kind"] == "AIGatewayRoute" for rule in m["spec"]["rules"]}
+    assert rules["globex"]["backendRefs"][0]["name"] == "long"
+    assert rules["acme"]["backendRefs"][0]["name"] == "standard"  # a contract stays on its standard pool
+    costs = {
+        c["metadataKey"]: c["cel"]
+        for m in manifests
+        if m["kind"] == "AIGatewayRoute"
+        for c in m["spec"]["llmRequestCosts"]
+    }
+    (limit,) = [
+        rule
+        for m in manifests
+        if m["kind"] == "BackendTrafficPolicy"
+        for rule in m["spec"]["rateLimit"]["global"]["rules"]
+        if rule["clientSelectors"][0]["headers"][0]["value"] == "globex"
+    ]
+    key = limit["cost"]["response"]["metadata"]["key"]
+    assert key == "quotacalc_units_x1000_p1000_c100_o4600"
+    assert _evaluate(costs[key], 3000, 1200, 700).value() == 5_140_000
+    assert (
+        "globex: sized on traffic whose mean prompt routes to pool long, so every request of theirs goes to long and "
+        "is charged at long's weights (their rate is in its units); AIGatewayRoute cannot send their short prompts "
+        "to their standard pool by size."
+    ) in result.limits
+    (routing,) = [line for line in result.limits if line.startswith("Long-context routing")]
+    assert routing.startswith("Long-context routing: prompts above 32768 tokens from acme (pool standard) ")
+    # Without the traffic (a contract), globex stays on its standard pool at its weights.
+    plain = envoy.documents(policy, sample_salts(policy))
+    route_rules = [rule for route in plain["envoy/aigatewayroutes.yaml"] for rule in route["spec"]["rules"]]
+    assert next(rule for rule in route_rules if rule["name"] == "globex")["backendRefs"][0]["name"] == "standard"

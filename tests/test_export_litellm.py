@@ -328,3 +328,89 @@ def test_a_real_proxy_loads_the_config_and_answers_429_over_the_deployments_tpm(
             os.killpg(proxy.pid, signal.SIGKILL)
             proxy.wait(timeout=15)
         log.close()
+
+
+def test_a_tenant_sized_on_the_long_context_pool_counts_there():
+    """acme (premium, 17,725 units/s) stays on pool standard but is sized on traffic whose mean prompt (50,000
+    tokens) routes to pool long: its units are long's. Standard's shares leave it out (premium 9,000 of 27,550.5:
+    0.3267), long's are premium 1, and its budget is at long's USD per unit: 17,725 x 3,600 x $2.5e-7 = $15.9525."""
+    from quotacalc.core.deployment import Tenant
+
+    policy = platform_policy()
+    long = policy.pools[1].model_copy(update={"usd_per_unit": 2.5e-7})
+    policy = policy.model_copy(update={"pools": (policy.pools[0], long)})
+    traffic = {"acme": Tenant(rps=0.2, prompt_tokens=50000, output_tokens=1000)}
+    result = litellm_exporter.export(policy, {}, ExportOptions(traffic=traffic))
+    assert litellm_exporter.priority_reservation(policy, "standard", traffic=traffic) == {
+        "premium": 0.3267,
+        "standard": 0.4283,
+        "batch": 0.245,
+    }
+    assert litellm_exporter.priority_reservation(policy, "long", traffic=traffic) == {"premium": 1.0}
+    # Without the traffic, acme counts on its standard pool (a contract says nothing of its long prompts).
+    assert litellm_exporter.priority_reservation(policy, "long") == {}
+    lines = [line for line in result.limits if "priority_reservation is one setting" in line]
+    assert lines == [
+        "priority_reservation is one setting, applied to each model's tpm: it holds every pool's shares together, "
+        "and pool 'standard' sells its tiers otherwise (premium 0.3267, standard 0.4283, batch 0.245), so a saturated "
+        "'standard' reserves capacity by the shares of the others.",
+        "priority_reservation is one setting, applied to each model's tpm: it holds every pool's shares together, "
+        "and pool 'long' sells its tiers otherwise (premium 1), so a saturated 'long' reserves capacity by the "
+        "shares of the others.",
+    ]
+    assert (
+        "acme: sized on traffic whose mean prompt routes to pool long, so the rate, the budget (at long's USD per "
+        "unit) and the tier shares are counted on long; a request to another pool spends that budget at that pool's "
+        "price."
+    ) in result.limits
+    teams = {team["team_id"]: team for team in json.loads(_file(result, "teams.json"))}
+    assert teams["acme"]["max_budget"] == pytest.approx(15.9525, abs=2e-6)  # floored to the micro-dollar
+    assert teams["acme"]["models"] == ["standard", "long"]
+    keys = {key["key_alias"]: key for key in json.loads(_file(result, "keys.json"))}
+    assert keys["acme"]["max_budget"] == teams["acme"]["max_budget"]
+    assert teams["globex"]["max_budget"] == pytest.approx(9000 * 3600 * 43200 / (6 * 18232 * 2592000), abs=1e-6)
+
+
+def test_generate_counts_each_tenants_shares_on_the_pool_size_loads(tmp_path, run_cli):
+    """QA's plan: delta sized on a 50,000-token mean prompt above std's 16,384 threshold loads pool long8b
+    (``size``'s load_pool). std's shares are alpha's and beta's alone (gold 20,000 and silver 8,000 of 28,000:
+    0.7143, 0.2857) and long8b's delta's (gold 1), as LIMITS.md says."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "deployment: {model: Llama-3.1-8B-Instruct, gpu: h100-sxm, tp: 1}\n"
+        "pools:\n  - {name: std, replicas: 4, long_context_pool: long8b, route_above_prompt_tokens: 16384,"
+        " deployment: {batch: 64, context: 2000}}\n"
+        "  - {name: long8b, role: long_context, replicas: 3, deployment: {batch: 6, context: 65536}}\n"
+        "tiers:\n  - {name: gold, max_context_tokens: 100000, kv_cap_tokens_per_replica: 200000,"
+        " max_concurrent_sequences: 32, max_output_tokens: 8192, priority: 0}\n"
+        "  - {name: silver, max_context_tokens: 32768, kv_cap_tokens_per_replica: 100000,"
+        " max_concurrent_sequences: 16, max_output_tokens: 4096, priority: 1}\n"
+        "tenants:\n  - {name: alpha, tier: gold, pool: std, units_per_s: 20000}\n"
+        "  - {name: beta, tier: silver, pool: std, units_per_s: 8000}\n"
+        "  - {name: delta, tier: gold, pool: std, traffic: {rps: 0.2, prompt_tokens: 50000, output_tokens: 1000}}\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("size", plan, "--json")
+    assert code == 0, err
+    rows = {row["name"]: row for row in json.loads(out)["tenants"]}
+    assert rows["delta"]["load_pool"] == "long8b" and rows["alpha"]["load_pool"] == "std"
+    code, out, err = run_cli("generate", plan, "--out", tmp_path / "out", "--target", "litellm", "--json")
+    assert code == 0, err
+    limits = json.loads(out)["limits"]["litellm"]
+    shares = [line for line in limits if "priority_reservation is one setting" in line]
+    assert [line.split(" sells its tiers otherwise ")[1].split(", so")[0] for line in shares] == [
+        "(gold 0.7143, silver 0.2857)",
+        "(gold 1)",
+    ]
+    assert "pool 'std'" in shares[0] and "pool 'long8b'" in shares[1]
+    teams = {team["team_id"]: team for team in json.loads((tmp_path / "out" / "litellm" / "teams.json").read_text())}
+    config = yaml.safe_load((tmp_path / "out" / "litellm" / "config.yaml").read_text(encoding="utf-8"))
+    unit = {m["model_name"]: m["litellm_params"]["input_cost_per_token"] for m in config["model_list"]}
+    delta_units = rows["delta"]["units_per_s"]
+    # delta's budget is its units at long8b's price per unit (the deployment's per-token cost, 7 digits).
+    assert teams["delta"]["max_budget"] == pytest.approx(delta_units * 3600 * unit["long8b"], rel=2e-6)
+    sold = 28000 + delta_units
+    assert config["litellm_settings"]["priority_reservation"] == {
+        "gold": round((20000 + delta_units) / sold, 4),
+        "silver": round(8000 / sold, 4),
+    }

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from policy_samples import platform_policy, sample_salts
 
-from quotacalc.exporters import sglang
+from quotacalc.exporters import sglang, vllm
 from quotacalc.exporters.base import ExportOptions
 
 FLAGS_FILE = Path(__file__).parent / "targets" / f"sglang-{sglang.SGLANG_VERSION}-flags.json"
@@ -170,3 +170,52 @@ def test_the_engine_listens_where_every_gateway_sends():
         for file in module.export(policy, sample_salts(policy), ExportOptions()).files
     )
     assert f"http://long:{config['port']}/v1" in text and f"number: {config['port']}" in text
+
+
+def test_the_lora_line_names_only_the_adapters_of_the_pools_this_target_serves():
+    """Pool long on SGLang, pool standard on vLLM: acme (acme-support-v2) routes its long prompts to long, so both
+    engines load its adapter; initech (initech-sql) uses standard only, so SGLang's line leaves it out."""
+    policy = _on_sglang(platform_policy(), "long")
+    sglang_line = (
+        "LoRA adapters (pool long: acme-support-v2) are not loaded by these files: add enable-lora and lora-paths "
+        "with the adapters' paths, which the policy does not hold."
+    )
+    vllm_line = (
+        "LoRA adapters (pool standard: acme-support-v2, initech-sql) are not loaded by these files: add enable-lora "
+        "and lora-modules with the adapters' paths, which the policy does not hold."
+    )
+    assert sglang_line in sglang.export(policy, {}, ExportOptions()).limits
+    assert vllm_line in vllm.export(policy, {}, ExportOptions()).limits
+    # No tenant of the SGLang pool has an adapter: no LoRA line at all.
+    tenants = tuple(
+        tenant.model_copy(update={"long_context_pool": None, "route_above_prompt_tokens": None})
+        for tenant in policy.tenants
+    )
+    alone = policy.model_copy(update={"tenants": tenants})
+    assert not any("LoRA" in line for line in sglang.export(alone, {}, ExportOptions()).limits)
+
+
+def test_generate_names_each_engines_adapters_only(tmp_path, run_cli):
+    """The QA plan: tenant a (adapter a-v1) on the vLLM pool, d (d-v1) on a TensorRT-LLM pool no engine target
+    writes, b and c on the SGLang pool: vLLM names a-v1 only, SGLang none."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "deployment: {model: Llama-3.1-8B-Instruct, gpu: h100-sxm, tp: 1}\n"
+        "pools:\n  - {name: vl, replicas: 2}\n"
+        "  - {name: sg, replicas: 2, deployment: {engine: sglang}}\n"
+        "  - {name: trt, replicas: 1, deployment: {engine: trtllm-serve}}\n"
+        "tiers:\n  - {name: gold, max_context_tokens: 32768, kv_cap_tokens_per_replica: 100000,"
+        " max_concurrent_sequences: 16, max_output_tokens: 4096, priority: 0}\n"
+        "tenants:\n  - {name: a, tier: gold, pool: vl, units_per_s: 3000, lora_adapters: [a-v1]}\n"
+        "  - {name: b, tier: gold, pool: sg, units_per_s: 3000}\n"
+        "  - {name: d, tier: gold, pool: trt, units_per_s: 3000, lora_adapters: [d-v1]}\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("generate", plan, "--out", tmp_path / "out", "--target", "vllm,sglang", "--json")
+    assert code == 0, err
+    limits = json.loads(out)["limits"]
+    assert [line for line in limits["vllm"] if "LoRA" in line] == [
+        "LoRA adapters (pool vl: a-v1) are not loaded by these files: add enable-lora and lora-modules with the "
+        "adapters' paths, which the policy does not hold."
+    ]
+    assert not any("LoRA" in line or "d-v1" in line for line in limits["sglang"])

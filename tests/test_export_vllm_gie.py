@@ -62,7 +62,11 @@ def test_engine_values_come_from_the_policy_and_round_trip():
     assert long["scheduling-policy"] == "priority"
     assert long["tensor-parallel-size"] == 4
     assert long["enable-prefix-caching"] is True
-    assert any("LoRA adapters (acme-support-v2, initech-sql)" in line for line in result.limits)
+    # acme's long prompts go to pool long, which must load its adapter too; initech does not route there.
+    assert (
+        "LoRA adapters (pool standard: acme-support-v2, initech-sql; pool long: acme-support-v2) are not loaded by "
+        "these files: add enable-lora and lora-modules with the adapters' paths, which the policy does not hold."
+    ) in result.limits
 
 
 def test_a_key_outside_the_release_is_caught():
@@ -194,3 +198,71 @@ def test_a_long_pool_name_gets_a_picker_service_name_kubernetes_takes():
     assert len(picker) <= 63 and picker.endswith("-epp") and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", picker)
     assert picker != gie.picker_name("p" * 30 + "-" + "r" * 32)
     assert gie.picker_name("shared") == "shared-epp"
+
+
+def _pools_named(*names: str):
+    policy = platform_policy()
+    pool = policy.pools[0].model_copy(update={"long_context_pool": None, "route_above_prompt_tokens": None})
+    return policy.model_copy(update={"pools": tuple(pool.model_copy(update={"name": name}) for name in names)})
+
+
+def test_a_picker_never_takes_another_pools_service():
+    """Pool a's usual picker 'a-epp' is pool a-epp's own Service (the gateways send a-epp's requests there): a's
+    picker moves to '<a>-<hash>-epp' and LIMITS.md says so; the others keep '<pool>-epp'."""
+    policy = _pools_named("a", "b-c", "c", "a-epp")
+    result = gie.export(policy, {}, ExportOptions(gie_objectives=True))
+    manifests = [m for f in result.files for m in yaml.safe_load_all(f.text)]
+    for manifest in manifests:
+        assert validate_manifest(manifest) == [], manifest["metadata"]["name"]
+    pickers = {
+        m["metadata"]["name"]: m["spec"]["endpointPickerRef"]["name"] for m in manifests if m["kind"] == "InferencePool"
+    }
+    assert pickers == {"a": "a-ca978112-epp", "b-c": "b-c-epp", "c": "c-epp", "a-epp": "a-epp-epp"}
+    assert pickers == gie.picker_names(policy)
+    assert not set(pickers.values()) & set(pickers)  # no picker is a pool's Service
+    assert (
+        "Pool a's endpoint picker Service is a-ca978112-epp, not the usual a-epp, which is pool a-epp's own Service: "
+        "deploy its endpoint picker under a-ca978112-epp."
+    ) in result.limits
+    assert not any(
+        "endpoint picker Service is" in line for line in gie.export(platform_policy(), {}, ExportOptions()).limits
+    )
+
+
+def test_a_moved_picker_whose_hashed_name_is_taken_too_is_hashed_again():
+    """A plan naming a pool after a's moved picker as well: a's picker is hashed once more; names stay distinct,
+    and every picker is a Service name Kubernetes takes."""
+    policy = _pools_named("a", "a-epp", "a-ca978112-epp")
+    pickers = gie.picker_names(policy)
+    assert pickers["a"] not in ("a-epp", "a-ca978112-epp") and pickers["a"].startswith("a-")
+    assert len(set(pickers.values())) == 3 and not set(pickers.values()) & {"a", "a-epp", "a-ca978112-epp"}
+    for picker in pickers.values():
+        assert len(picker) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", picker)
+    for manifest in gie.documents(policy, ExportOptions())["gie/inferencepools.yaml"]:
+        assert validate_manifest(manifest) == []
+
+
+def test_every_target_sends_to_the_pools_service_and_no_picker_takes_it(tmp_path, run_cli):
+    """The QA plan: pools a and a-epp. Kong and LiteLLM send to each pool's Service (its name); the Inference
+    Extension's pickers are other Services."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "deployment: {model: Llama-3.1-8B-Instruct, gpu: h100-sxm, tp: 1}\n"
+        "pools:\n  - {name: a, replicas: 1}\n  - {name: a-epp, replicas: 1}\n"
+        "tiers:\n  - {name: t, max_context_tokens: 32768, kv_cap_tokens_per_replica: 100000,"
+        " max_concurrent_sequences: 16, max_output_tokens: 4096, priority: 0}\n"
+        "tenants:\n  - {name: t1, tier: t, pool: a, units_per_s: 1000, cache_isolation: shared}\n"
+        "  - {name: t2, tier: t, pool: a-epp, units_per_s: 1000, cache_isolation: shared}\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    code, _, err = run_cli("generate", plan, "--out", out, "--target", "gie,kong,litellm")
+    assert code == 0, err
+    kong = yaml.safe_load((out / "kong" / "kong.yaml").read_text(encoding="utf-8"))
+    hosts = {re.match(r"http://([^:/]+):", service["url"]).group(1) for service in kong["services"]}
+    litellm = yaml.safe_load((out / "litellm" / "config.yaml").read_text(encoding="utf-8"))
+    hosts |= {re.match(r"http://([^:/]+):", m["litellm_params"]["api_base"]).group(1) for m in litellm["model_list"]}
+    assert hosts == {"a", "a-epp"}
+    pools = list(yaml.safe_load_all((out / "gie" / "inferencepools.yaml").read_text(encoding="utf-8")))
+    pickers = {pool["spec"]["endpointPickerRef"]["name"] for pool in pools}
+    assert len(pickers) == 2 and not pickers & hosts

@@ -633,3 +633,42 @@ def test_canonical_refuses_a_salted_tenant_without_its_salt():
     assert refused.value.field.endswith(".salt_ref") and "no salt was derived" in refused.value.problem
     files = {f.path: f for f in canonical.export(policy, sample_salts(policy), ExportOptions()).files}
     assert files["canonical/salts.json"].secret
+
+
+def test_a_tenant_of_more_adapters_than_one_envoy_route_holds_names_the_plan_file(run_cli, tmp_path, monkeypatch):
+    """The Envoy target's refusal is an error of the plan: its file, the tenant's YAML path, one line, nothing
+    written; the other targets still generate the plan."""
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    document = platform_document()
+    index = next(i for i, tenant in enumerate(document["tenants"]) if tenant["name"] == "umbrella")
+    document["tenants"][index]["lora_adapters"] = [f"umbrella-a{n}" for n in range(2000)]
+    plan = write_plan(tmp_path, document)
+    out = tmp_path / "out"
+    line = one_line_error(*run_cli("generate", plan, "--out", out), EXIT_INVALID_INPUT)
+    assert line == (
+        f"{plan}: tenants[{index}].lora_adapters: tenant umbrella's 2,000 LoRA adapters need 16 Envoy AIGatewayRoute "
+        "rules of 128 model matches (one per adapter and the base model), more than the 15 one route holds; nothing "
+        "was written (give the tenant at most 1,919 adapters, or leave the envoy target out with --target)"
+    )
+    assert not out.exists()
+    code, _, err = run_cli("generate", plan, "--out", out, "--target", "kong,vllm")
+    assert code == 0, err
+    document["tenants"][index]["lora_adapters"] = document["tenants"][index]["lora_adapters"][:1919]
+    code, _, err = run_cli("generate", write_plan(tmp_path, document, "fits.yaml"), "--out", tmp_path / "fits")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("short", ["abc", "x" * 15])
+def test_a_salt_secret_too_short_to_keep_the_salts_is_refused(run_cli, tmp_path, monkeypatch, short):
+    monkeypatch.delenv("QUOTACALC_SALT_SECRET", raising=False)
+    secret = tmp_path / "short.secret"
+    secret.write_text(short + "\n", encoding="utf-8")
+    line = one_line_error(*canonical(run_cli, tmp_path / "out", "--salt-secret-file", secret), EXIT_INVALID_INPUT)
+    assert line == (
+        f"{secret}: --salt-secret-file: is {len(short)} bytes, shorter than 16: the salts could be guessed offline "
+        "from the committed manifest (use a random secret (e.g. openssl rand -hex 32))"
+    )
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", short)
+    line = one_line_error(*canonical(run_cli, tmp_path / "out"), EXIT_INVALID_INPUT)
+    assert line.startswith(f"QUOTACALC_SALT_SECRET: is {len(short)} bytes, shorter than 16")

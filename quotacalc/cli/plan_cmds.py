@@ -260,6 +260,18 @@ def limits_markdown(export: Export) -> str:
     return "".join(lines)
 
 
+def _plan_error(error: QuotacalcError, path: str) -> QuotacalcError:
+    """An exporter's refusal, at its YAML path in the policy (``tenants[2].lora_adapters``: the plan's order), as
+    an error of the plan file: a flat plan's one tenant is its ``tenant`` key."""
+    field = error.field
+    if field is not None and field.startswith("tenants[0]"):
+        from quotacalc.inputs.plan import is_platform_file
+
+        if not is_platform_file(path):
+            field = "tenant" + field.removeprefix("tenants[0]")
+    return type(error)(f"{error.problem}; nothing was written", source=path, field=field, fix=error.fix)
+
+
 def generate(
     path: str,
     *,
@@ -299,7 +311,7 @@ def generate(
             if finding.code == "pool-price" and finding.severity == "warning"
         ]
     )
-    options = ExportOptions(gie_objectives=gie_objectives)
+    options = ExportOptions(gie_objectives=gie_objectives, traffic=plan_traffic(plan))
     exports: list[Export] = []
     skipped: list[dict[str, str]] = []
     for name in names:
@@ -307,7 +319,12 @@ def generate(
         if exporter is None:
             skipped.append({"target": name, "reason": "not available in this build"})
             continue
-        exports.append(exporter(policy, salts, options))
+        try:
+            exports.append(exporter(policy, salts, options))
+        except QuotacalcError as error:
+            if error.source is not None:
+                raise
+            raise _plan_error(error, path) from None
     generated: dict[str, list[GeneratedFile]] = {}
     for export in exports:
         files = generated.setdefault(export.target, [])

@@ -352,6 +352,9 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
         depth = tier.burst_s * rate
         threshold = pool.route_above_prompt_tokens
         long_pool = pool.long_context_pool
+        if threshold is not None and tier.max_context_tokens <= threshold:
+            # The tier admits no prompt above the threshold: none of the tenant's requests goes long.
+            threshold, long_pool = None, None
         if long_pool is not None and threshold is not None:
             routed[pool.name].append((tier, min(tier.max_context_tokens, threshold + tier.max_output_tokens)))
             routed[long_pool].append((tier, tier.max_context_tokens))

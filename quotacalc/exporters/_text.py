@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from quotacalc.core.deployment import Tenant
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters.yaml_text import dump_yaml
@@ -30,10 +31,13 @@ def _comment(header: str) -> str:
     return "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
 
 
-def long_context_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
-    """One limits line per standard pool whose long prompts a target cannot route by size (tenants named)."""
+def long_context_lines(policy: QuotaPolicy, consequence: str, skip: Collection[str] = ()) -> list[str]:
+    """One limits line per standard pool whose long prompts a target cannot route by size (tenants named, but
+    those in ``skip``: a target that says otherwise what becomes of them)."""
     groups: dict[tuple[str, str, int], list[str]] = {}
     for tenant in policy.tenants:
+        if tenant.name in skip:
+            continue
         if tenant.long_context_pool is not None and tenant.route_above_prompt_tokens is not None:
             key = (tenant.pool, tenant.long_context_pool, tenant.route_above_prompt_tokens)
             groups.setdefault(key, []).append(tenant.name)
@@ -51,6 +55,15 @@ def lora_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
         return []
     listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in sorted(adapters.items()))
     return [f"LoRA adapters ({listed}): {consequence}"]
+
+
+def load_pools(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> dict[str, str]:
+    """Tenant name -> the pool its rate is counted in and whose replicas carry its load: the long-context pool for a
+    tenant sized on traffic whose mean prompt routes there, else its standard pool (``core.plan_size.load_pool``,
+    as check and size count it). ``traffic``: the plan's profiles (``ExportOptions.traffic``)."""
+    from quotacalc.core.plan_size import load_pool
+
+    return {tenant.name: load_pool(tenant, traffic.get(tenant.name)) for tenant in policy.tenants}
 
 
 def salt_of(tenant: TenantPolicy, salts: Mapping[str, str]) -> str | None:

@@ -34,14 +34,22 @@ def config_files(documents: dict[str, dict], launch: str) -> tuple[GeneratedFile
     )
 
 
-def lora_limits(policy: QuotaPolicy, load_flags: str) -> list[str]:
-    """The limit line for tenants' LoRA adapters, which an engine file cannot load without their paths."""
-    adapters = sorted({adapter for tenant in policy.tenants for adapter in tenant.lora_adapters})
-    if not adapters:
+def lora_limits(policy: QuotaPolicy, load_flags: str, served_by: Callable[[str], bool]) -> list[str]:
+    """The limit line for the LoRA adapters the target's pools serve (``served_by``: whether a pool's engine is this
+    target's), which an engine file cannot load without their paths: a tenant's adapters on its standard pool and
+    on its long-context pool (its long prompts name them there too); other targets' pools are not this file's."""
+    served = [pool.name for pool in policy.pools if served_by(pool.serving_engine)]
+    adapters: dict[str, list[str]] = {name: [] for name in served}
+    for tenant in policy.tenants:
+        for pool in dict.fromkeys((tenant.pool, tenant.long_context_pool)):
+            if pool in adapters:
+                adapters[pool] += [name for name in tenant.lora_adapters if name not in adapters[pool]]
+    listed = "; ".join(f"pool {pool}: {', '.join(names)}" for pool, names in adapters.items() if names)
+    if not listed:
         return []
     return [
-        f"LoRA adapters ({', '.join(adapters)}) are not loaded by these files: add {load_flags} with the adapters' "
-        "paths, which the policy does not hold."
+        f"LoRA adapters ({listed}) are not loaded by these files: add {load_flags} with the adapters' paths, which "
+        "the policy does not hold."
     ]
 
 

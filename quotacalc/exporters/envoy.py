@@ -13,9 +13,10 @@ import json
 import math
 from collections.abc import Mapping
 
+from quotacalc.core.deployment import Tenant
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
-from quotacalc.exporters._text import long_context_lines, salt_of, yaml_documents
+from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -107,9 +108,20 @@ def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str 
     ]
 
 
-def _rate_limit_rule(tenant: TenantPolicy, header: str) -> tuple[dict, str, tuple[int, int, int], int]:
+def charged_weights(tenant: TenantPolicy, home: str) -> UnitWeights:
+    """The weights a tenant's requests are charged at: those of ``home``, the pool its rate is counted in (its
+    long-context pool's for a tenant sized on traffic whose mean prompt routes there), so cost and limit share a
+    unit."""
+    if home != tenant.pool and home == tenant.long_context_pool and tenant.long_context_weights is not None:
+        return tenant.long_context_weights
+    return tenant.weights
+
+
+def _rate_limit_rule(
+    tenant: TenantPolicy, header: str, charged: UnitWeights
+) -> tuple[dict, str, tuple[int, int, int], int]:
     unit, _seconds, scale, limit = window_for(tenant)
-    weights = scaled_weights(tenant.weights, scale)
+    weights = scaled_weights(charged, scale)
     key = _metadata_key(scale, weights)
     rule = {
         "clientSelectors": [{"headers": [{"type": "Exact", "name": header, "value": tenant.name}]}],
@@ -122,24 +134,46 @@ def _rate_limit_rule(tenant: TenantPolicy, header: str) -> tuple[dict, str, tupl
     return rule, key, weights, scale
 
 
+#: The most LoRA adapters one tenant may name: with its base model, one model match each, they fill at most one
+#: route's rules (a tenant's rules stay in one route, under its one rate limit).
+MAX_LORA_ADAPTERS = MAX_RULES_PER_ROUTE * MAX_MATCHES_PER_RULE - 1
+
+
+def _rules_for(adapters: int) -> int:
+    """Route rules a tenant naming ``adapters`` LoRA adapters takes: one match per model, its base model included."""
+    return math.ceil((1 + adapters) / MAX_MATCHES_PER_RULE)
+
+
 def _rules_of(tenant: TenantPolicy) -> int:
-    return math.ceil((1 + len(tenant.lora_adapters)) / MAX_MATCHES_PER_RULE)
+    return _rules_for(len(tenant.lora_adapters))
 
 
-def _chunks(tenants: tuple[TenantPolicy, ...]) -> list[tuple[TenantPolicy, ...]]:
+def lora_adapters_problem(adapters: int) -> tuple[str, str] | None:
+    """``(problem, fix)`` when a tenant naming ``adapters`` LoRA adapters cannot be routed by the Envoy target (more
+    than ``MAX_LORA_ADAPTERS``: its rules would not fit one AIGatewayRoute), else None. ``check`` can report it
+    before ``generate`` refuses; the caller names the tenant and the file."""
+    if adapters <= MAX_LORA_ADAPTERS:
+        return None
+    rules = _rules_for(adapters)
+    return (
+        f"{adapters:,} LoRA adapters need {rules} Envoy AIGatewayRoute rules of {MAX_MATCHES_PER_RULE} model "
+        f"matches (one per adapter and the base model), more than the {MAX_RULES_PER_ROUTE} one route holds",
+        f"give the tenant at most {MAX_LORA_ADAPTERS:,} adapters, or leave the envoy target out with --target",
+    )
+
+
+def _chunks(policy: QuotaPolicy) -> list[tuple[TenantPolicy, ...]]:
     """Tenants by name, packed into routes of at most the CRD's 15 rules (a tenant's rules stay in one route: its
-    rate limit is one policy on one route)."""
+    rate limit is one policy on one route). A tenant beyond one route is refused, at its YAML path in the policy
+    (``tenants[i]``, the plan's order)."""
+    for index, tenant in enumerate(policy.tenants):
+        if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None:
+            message, fix = problem
+            raise QuotacalcError(f"tenant {tenant.name}'s {message}", field=f"tenants[{index}].lora_adapters", fix=fix)
     chunks: list[list[TenantPolicy]] = []
     used = MAX_RULES_PER_ROUTE
-    for tenant in sorted(tenants, key=lambda tenant: tenant.name):
+    for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name):
         rules = _rules_of(tenant)
-        if rules > MAX_RULES_PER_ROUTE:
-            raise QuotacalcError(
-                f"{len(tenant.lora_adapters):,} LoRA adapters need {rules} route rules of {MAX_MATCHES_PER_RULE} "
-                f"model matches, more than the {MAX_RULES_PER_ROUTE} an AIGatewayRoute holds",
-                field=f"tenants.{tenant.name}.lora_adapters",
-                fix=f"give the tenant at most {MAX_RULES_PER_ROUTE * MAX_MATCHES_PER_RULE - 1:,} adapters",
-            )
         if used + rules > MAX_RULES_PER_ROUTE:
             chunks.append([])
             used = 0
@@ -148,19 +182,26 @@ def _chunks(tenants: tuple[TenantPolicy, ...]) -> list[tuple[TenantPolicy, ...]]
     return [tuple(chunk) for chunk in chunks]
 
 
-def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[dict]]:
-    """The manifests of each file, by path: AIServiceBackends, AIGatewayRoutes, BackendTrafficPolicies."""
+def documents(
+    policy: QuotaPolicy, salts: Mapping[str, str], traffic: Mapping[str, Tenant] | None = None
+) -> dict[str, list[dict]]:
+    """The manifests of each file, by path: AIServiceBackends, AIGatewayRoutes, BackendTrafficPolicies.
+
+    A tenant's rule sends to the pool its rate is counted in (``traffic``: the plan's profiles; a tenant sized on
+    traffic whose mean prompt routes to its long-context pool is sized there) and charges that pool's weights."""
     pools = {pool.name: pool for pool in policy.pools}
+    homes = load_pools(policy, traffic or {})
     header = policy.tenant_header
     routes: list[dict] = []
     traffic_policies: list[dict] = []
-    for index, chunk in enumerate(_chunks(policy.tenants), start=1):
+    for index, chunk in enumerate(_chunks(policy), start=1):
         name = f"quotacalc-tenants-{index:03d}"
         rules, limit_rules, costs = [], [], {}
         for tenant in chunk:
             salt = salt_of(tenant, salts)
-            rules += _route_rules(tenant, pools[tenant.pool], header, salt)
-            rule, key, weights, _scale = _rate_limit_rule(tenant, header)
+            home = homes[tenant.name]
+            rules += _route_rules(tenant, pools[home], header, salt)
+            rule, key, weights, _scale = _rate_limit_rule(tenant, header, charged_weights(tenant, home))
             limit_rules.append(rule)
             costs[key] = {"metadataKey": key, "type": "CEL", "cel": cost_expression(*weights)}
         routes.append(
@@ -221,13 +262,15 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
             text=yaml_documents(manifests, header=_HEADERS[path]),
             secret=salted and path == "envoy/aigatewayroutes.yaml",
         )
-        for path, manifests in documents(policy, salts).items()
+        for path, manifests in documents(policy, salts, options.traffic).items()
     )
-    return Export(target="envoy", files=files, limits=_limits(policy, salted))
+    return Export(target="envoy", files=files, limits=_limits(policy, salted, options.traffic))
 
 
-def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy, salted: bool, traffic: Mapping[str, Tenant]) -> tuple[str, ...]:
     pools = {pool.name: pool for pool in policy.pools}
+    homes = load_pools(policy, traffic)
+    moved = {tenant.name: homes[tenant.name] for tenant in policy.tenants if homes[tenant.name] != tenant.pool}
     limits = [
         "Token bucket: Envoy's global rate limit counts fixed windows, not a bucket; each tenant gets the window "
         "nearest its burst (rate x window units per window), so up to twice that can pass across a window boundary.",
@@ -245,13 +288,23 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
     ]
     limits += long_context_lines(
-        policy, "AIGatewayRoute matches headers, not prompt size; they are charged at their standard pool's weights."
+        policy,
+        "AIGatewayRoute matches headers, not prompt size; they are charged at their standard pool's weights.",
+        skip=moved,
     )
+    for home in sorted(set(moved.values())):
+        names = ", ".join(sorted(name for name, pool in moved.items() if pool == home))
+        limits.append(
+            f"{names}: sized on traffic whose mean prompt routes to pool {home}, so every request of theirs goes to "
+            f"{home} and is charged at {home}'s weights (their rate is in its units); AIGatewayRoute cannot send "
+            "their short prompts to their standard pool by size."
+        )
     for tenant in policy.tenants:
         _unit, _seconds, scale, _limit = window_for(tenant)
-        exact = (tenant.weights.prompt, tenant.weights.cached_prompt, tenant.weights.output)
+        charged = charged_weights(tenant, homes[tenant.name])
+        exact = (charged.prompt, charged.cached_prompt, charged.output)
         for label, weight, scaled in zip(
-            ("prompt", "cached prompt", "output"), exact, scaled_weights(tenant.weights, scale), strict=True
+            ("prompt", "cached prompt", "output"), exact, scaled_weights(charged, scale), strict=True
         ):
             if weight and abs(scaled / scale - weight) > WEIGHT_TOLERANCE * weight:
                 limits.append(

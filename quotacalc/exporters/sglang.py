@@ -106,5 +106,5 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             "SGLang's default (the checkpoint's), which the price did not assume."
         )
     limits += weight_limits(policy, lambda engine: engine == "sglang")
-    limits += lora_limits(policy, "enable-lora and lora-paths")
+    limits += lora_limits(policy, "enable-lora and lora-paths", lambda engine: engine == SGLANG_ENGINE)
     return tuple(limits)

@@ -76,5 +76,5 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             "file is the sglang target's; any other: the canonical target's engine block)."
         )
     limits += weight_limits(policy, lambda engine: engine == GENERIC_ENGINE)
-    limits += lora_limits(policy, "enable-lora and lora-modules")
+    limits += lora_limits(policy, "enable-lora and lora-modules", lambda engine: engine == GENERIC_ENGINE)
     return tuple(limits)
