@@ -557,3 +557,58 @@ def test_a_pool_steps_with_the_token_budget_its_price_and_generate_use():
     assert build_setup(scenario_from_dict(given)).pools[0].max_num_batched_tokens == 4096
     given["engine"] = {"max_num_batched_tokens": 1024}  # the scenario's what-if wins
     assert build_setup(scenario_from_dict(given)).pools[0].max_num_batched_tokens == 1024
+
+
+SHORT = {"prompt_tokens": {"kind": "fixed", "tokens": 200}, "output_tokens": {"kind": "fixed", "tokens": 50}}
+
+
+def test_a_replica_down_for_a_year_costs_no_events_while_it_is_down():
+    """A failed replica draws its next failure when it is back up (failures are memoryless). Before, each failure
+    due while it was down was an event of its own: a restart of a year at one failure a second was 31 million
+    events, a run that never ended."""
+    document = one_tenant(
+        LLAMA_8B,
+        {"arrival": {"kind": "poisson", "rate_rps": 2}, **SHORT},
+        requests=200,
+        engine={"failure_rate_per_hour": 3600, "restart_s": 31_622_400},
+    )
+    simulation = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair")
+    push = simulation._push
+    events = []
+
+    def counted(time_s: float, kind: int, payload: object, version: int = 0) -> None:
+        events.append(kind)
+        assert len(events) < 100_000, "a down replica keeps scheduling failures"
+        push(time_s, kind, payload, version)
+
+    simulation._push = counted  # type: ignore[method-assign]
+    result = simulation.run()
+    assert result.live_requests == 0 and sum(result.terminal.values()) == result.admitted == 200
+    assert result.terminal["engine_failure"] > 0 and result.simulated_s > 31_622_400  # it waited out a restart
+
+
+def test_failures_come_at_their_rate_while_a_replica_is_up():
+    """At 360 failures an hour (one every 10 s of uptime) and 10 s restarts, a replica fails about once every
+    20 s: 100 times in 2,000 s (Poisson: within 30%, three standard deviations)."""
+    document = one_tenant(
+        LLAMA_8B,
+        {"arrival": {"kind": "poisson", "rate_rps": 0.2}, **SHORT},
+        duration_s=2000,
+        engine={"failure_rate_per_hour": 360, "restart_s": 10},
+    )
+    simulation = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair")
+    result = simulation.run()
+    failures = result.pools[0].replica_failures
+    assert 70 <= failures * 2000 / result.simulated_s <= 130, (failures, result.simulated_s)
+
+
+def test_replay_reads_a_spreadsheets_csv(tmp_path):
+    """A byte-order mark and a space after each comma (as the README writes the columns) are no error."""
+    (tmp_path / "usage.csv").write_text(
+        "\ufefftimestamp, tenant, prompt_tokens, output_tokens\n0, t, 100, 20\n\n1.5, t, 200, 30\n", encoding="utf-8"
+    )
+    document = one_tenant(LLAMA_8B, {"arrival": {"kind": "replay", "file": "usage.csv"}}, duration_s=100)
+    loaded = scenario_from_dict(document, base=tmp_path)
+    assert [(r.time_s, r.prompt_tokens, r.output_tokens) for r in loaded.replays["t"]] == [(0, 100, 20), (1.5, 200, 30)]
+    result = Simulation(build_setup(loaded), "reserve_capped", "fair").run()
+    assert result.requests == 2 and result.output_tokens == 50

@@ -115,23 +115,123 @@ def test_malformed_scenario_file(run_cli, tmp_path, text, needle):
     assert code == 1 and out == "" and needle in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(
-    ("rows", "needle"),
-    [
-        ("timestamp,tenant,prompt_tokens\n1,acme,5\n", "missing output_tokens"),
-        ("timestamp,tenant,prompt_tokens,output_tokens\nyesterday,acme,5,5\n", "ISO 8601"),
-        ("timestamp,tenant,prompt_tokens,output_tokens\n1,acme,-5,5\n", "line 2.prompt_tokens"),
-        ("timestamp,tenant,prompt_tokens,output_tokens\n1,other,5,5\n", "no rows for tenant 'acme'"),
-    ],
-)
-def test_bad_usage_file(run_cli, tmp_path, rows, needle):
-    (tmp_path / "usage.csv").write_text(rows)
+HEADER = "timestamp,tenant,prompt_tokens,output_tokens\n"
+COLUMNS = "timestamp, tenant, prompt_tokens, output_tokens"
+SECONDS = "expected a finite number of seconds >= 0"
+TOKENS = "expected a whole number of tokens from 1 to 100,000,000"
+
+
+def _replay(run_cli, tmp_path, name: str, text: str) -> tuple[int, str, str, Path]:
+    """Simulate the example with acme's arrivals replayed from ``name`` (holding ``text``)."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
     document = copy.deepcopy(BASE)
-    document["workload"]["tenants"][0]["arrival"] = {"kind": "replay", "file": "usage.csv"}
+    document["workload"]["tenants"][0]["arrival"] = {"kind": "replay", "file": name}
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(document))
     code, out, err = run_cli("simulate", str(scenario))
-    assert code == 1 and out == "" and needle in err and len(err.strip().splitlines()) == 1, err
+    return code, out, err, scenario
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        # A NaN row with another used to crash (int(NaN)) or print TTFT nan s; an inf row was silently dropped.
+        (HEADER + "nan,acme,5,5\n0,acme,5,5\n", f"line 2: timestamp: {SECONDS}, got 'nan'"),
+        (HEADER + "nan,acme,5,5\n", f"line 2: timestamp: {SECONDS}, got 'nan'"),
+        (HEADER + "0,acme,5,5\ninf,acme,5,5\n", f"line 3: timestamp: {SECONDS}, got 'inf'"),
+        (HEADER + "-5,acme,5,5\n0,acme,5,5\n", f"line 2: timestamp: {SECONDS}, got '-5'"),
+        (HEADER + "yesterday,acme,5,5\n", f"line 2: timestamp: {SECONDS} or an ISO 8601 time, got 'yesterday'"),
+        (
+            HEADER + "1767225600000,acme,5,5\n",
+            "line 2: timestamp: 1.76723e+12 s is past the year 5138 as a Unix time (give seconds, not milliseconds, "
+            "or an ISO 8601 time)",
+        ),
+        # At least one token, as every length distribution gives (fixed and empirical refuse 0).
+        (HEADER + "0,acme,0,5\n", f"line 2: prompt_tokens: {TOKENS}, got '0'"),
+        (HEADER + "0,acme,5,0\n", f"line 2: output_tokens: {TOKENS}, got '0'"),
+        (HEADER + "1,acme,-5,5\n", f"line 2: prompt_tokens: {TOKENS}, got '-5'"),
+        (HEADER + "1,acme,5,2.5\n", f"line 2: output_tokens: {TOKENS}, got '2.5'"),
+        (HEADER + "1,acme,5,1e400\n", f"line 2: output_tokens: {TOKENS}, got '1e400'"),
+        (HEADER + "1,acme,100000001,5\n", f"line 2: prompt_tokens: {TOKENS}, got '100000001'"),
+        # A row's line is its line in the file: the blank line counts.
+        (HEADER + "0,acme,5,5\n\n1,acme,,5\n", f"line 4: prompt_tokens: is empty (every row gives {COLUMNS})"),
+        (
+            "timestamp,tenant,prompt_tokens\n1,acme,5\n",
+            "line 1: no output_tokens column in the header "
+            "(the header names timestamp,tenant,prompt_tokens,output_tokens; it has timestamp,tenant,prompt_tokens)",
+        ),
+        ("", "line 1: no header (the first line names the columns: timestamp,tenant,prompt_tokens,output_tokens)"),
+        (
+            HEADER + "0," + "a" * 200_000 + ",5,5\n",
+            "line 2: not CSV: field larger than field limit (131072) "
+            "(columns timestamp,tenant,prompt_tokens,output_tokens)",
+        ),
+    ],
+)
+def test_bad_usage_row_is_one_line_naming_its_line_and_column(run_cli, tmp_path, rows, message):
+    code, out, err, _ = _replay(run_cli, tmp_path, "usage.csv", rows)
+    assert (code, out) == (1, ""), err
+    assert err == f"quotacalc: error: {(tmp_path / 'usage.csv').resolve()}: {message}\n"
+
+
+def test_a_usage_file_without_a_timestamp_column_is_a_header_problem(run_cli, tmp_path):
+    """Not 'line 2: missing timestamp' (a row's fault): the header lacks the column; say which, and the header."""
+    rows = "time,tenant,prompt_tokens,output_tokens\n0,acme,5,5\n"
+    code, out, err, _ = _replay(run_cli, tmp_path, "r.csv", rows)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"quotacalc: error: {(tmp_path / 'r.csv').resolve()}: line 1: no timestamp column in the header (the header "
+        "names timestamp,tenant,prompt_tokens,output_tokens; it has time,tenant,prompt_tokens,output_tokens)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            '{"timestamp": NaN, "tenant": "acme", "prompt_tokens": 5, "output_tokens": 5}',
+            f"timestamp: {SECONDS}, got nan",
+        ),
+        (
+            '{"timestamp": true, "tenant": "acme", "prompt_tokens": 5, "output_tokens": 5}',
+            f"timestamp: {SECONDS} or an ISO 8601 time, got True",
+        ),
+        (
+            '{"timestamp": 0, "tenant": "acme", "prompt_tokens": 0, "output_tokens": 5}',
+            f"prompt_tokens: {TOKENS}, got 0",
+        ),
+        (
+            '{"timestamp": 0, "tenant": "acme", "prompt_tokens": 5}',
+            f"output_tokens: is missing (every row gives {COLUMNS})",
+        ),
+        (
+            '{"timestamp": 0, "tenant": "acme", "prompt_tokens": %s, "output_tokens": 5}' % ("9" * 400),
+            f"prompt_tokens: {TOKENS}, got a 400-digit number",
+        ),
+        (
+            '{"timestamp": 0, "tenant": "acme", "prompt_tokens": %s, "output_tokens": 5}' % ("9" * 5000),
+            "not JSON: Exceeds the limit (4300 digits) for integer string conversion (one JSON object a line)",
+        ),
+    ],
+)
+def test_bad_jsonl_usage_row(run_cli, tmp_path, line, message):
+    code, out, err, _ = _replay(
+        run_cli,
+        tmp_path,
+        "usage.jsonl",
+        '{"timestamp": 0, "tenant": "acme", "prompt_tokens": 5, "output_tokens": 5}\n' + line + "\n",
+    )
+    assert (code, out) == (1, ""), err
+    assert err == f"quotacalc: error: {(tmp_path / 'usage.jsonl').resolve()}: line 2: {message}\n"
+
+
+def test_usage_file_for_another_tenant(run_cli, tmp_path):
+    code, out, err, scenario = _replay(run_cli, tmp_path, "usage.csv", HEADER + "1,other,5,5\n")
+    assert (code, out) == (1, "")
+    assert (
+        err
+        == f"quotacalc: error: {scenario}: workload.tenants[0].arrival.tenant: no rows for tenant 'acme' in usage.csv\n"
+    )
 
 
 def test_missing_scenario_and_bad_flags(run_cli, tmp_path):
@@ -214,3 +314,159 @@ def test_unknown_key_in_a_distribution_lists_its_kinds_keys(run_cli, tmp_path, w
     assert (code, out) == (1, "")
     extra = next(key for key in distribution if key not in ("kind", "rate_rps", "on_s", "median"))
     assert err == f"quotacalc: error: {scenario}: workload.tenants[3].{where}.{extra}: unknown key '{extra}' ({fix})\n"
+
+
+def _simulate(run_cli, tmp_path, *changes) -> tuple[int, str, str, Path]:
+    document = copy.deepcopy(BASE)
+    for change in changes:
+        change(document)
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(document))
+    code, out, err = run_cli("simulate", str(scenario), "--json")
+    return code, out, err, scenario
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # vLLM refuses max_tokens < 1; 0 was run as 1 token, every request ending as 'length'.
+        (_set("workload.tenants.0.max_tokens", 0), "workload.tenants[0].max_tokens: must be at least 1"),
+        (_set("workload.tenants.0.max_tokens", -3), "workload.tenants[0].max_tokens: must be at least 1"),
+        (
+            _set("workload.tenants.0.max_tokens", {"kind": "fixed", "tokens": 0}),
+            "workload.tenants[0].max_tokens.tokens: must be at least 1",
+        ),
+        (
+            _set("workload.tenants.0.max_tokens", {"kind": "empirical", "values": [512, 0]}),
+            "workload.tenants[0].max_tokens.values[1]: must be at least 1",
+        ),
+        # W x max_tokens past a float: OverflowError before.
+        (
+            _set("workload.tenants.0.max_tokens", 10**400),
+            "workload.tenants[0].max_tokens: must be at most 100,000,000, got a 401-digit number",
+        ),
+    ],
+)
+def test_max_tokens_below_one_or_past_any_context_is_refused(run_cli, tmp_path, change, message):
+    code, out, err, scenario = _simulate(run_cli, tmp_path, change)
+    assert (code, out) == (1, "")
+    assert err == f"quotacalc: error: {scenario}: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # Each of these ran into an OverflowError, a ValueError on int(NaN), NaN figures or a run that never ended.
+        (
+            _set("workload.tenants.0.output_tokens", {"kind": "exponential", "mean": 1e308}),
+            "workload.tenants[0].output_tokens.mean: must be at most 100,000,000, got 1e+308",
+        ),
+        (
+            _set("workload.tenants.0.prompt_tokens", {"kind": "lognormal", "median": 1e300, "sigma": 5}),
+            "workload.tenants[0].prompt_tokens.median: must be at most 100,000,000, got 1e+300",
+        ),
+        (
+            _set("workload.tenants.0.output_tokens", {"kind": "fixed", "tokens": 10**400}),
+            "workload.tenants[0].output_tokens.tokens: must be at most 100,000,000, got a 401-digit number",
+        ),
+        (
+            _set("workload.tenants.0.output_tokens", {"kind": "empirical", "values": [10**30]}),
+            "workload.tenants[0].output_tokens.values[0]: must be at most 100,000,000, got a 31-digit number",
+        ),
+        (
+            _set("workload.tenants.0.prompt_tokens.sigma", float("nan")),
+            "workload.tenants[0].prompt_tokens.sigma: Input should be a finite number",
+        ),
+        (
+            _set("workload.tenants.0.cached_fraction", float("nan")),
+            "workload.tenants[0].cached_fraction: Input should be a finite number",
+        ),
+        (
+            _set("workload.tenants.0.arrival.rate_rps", 1e-300),
+            "workload.tenants[0].arrival.rate_rps: must be at least 3.16e-08 (one request a year), got 1e-300",
+        ),
+        (
+            _set("workload.tenants.1.arrival.off_s", 1e308),
+            "workload.tenants[1].arrival.off_s: must be at most 31,622,400 s (a year), got 1e+308",
+        ),
+        (
+            _set("workload.tenants.0.cancel_after_s_mean", 1e308),
+            "workload.tenants[0].cancel_after_s_mean: must be at most 31,622,400 s (a year), got 1e+308",
+        ),
+        (_set("window_s", 1e-300), "window_s: must be at least 0.001 s, got 1e-300"),
+        (_set("duration_s", 1e308), "duration_s: must be at most 31,622,400 s (a year), got 1e+308"),
+        (_set("engine.restart_s", float("inf")), "engine.restart_s: Input should be a finite number"),
+        (_set("engine.restart_s", -1), "engine.restart_s: must be a finite number >= 0, got -1.0"),
+        (
+            _set("engine.failure_rate_per_hour", 1e12),
+            "engine.failure_rate_per_hour: must be at most 3,600 (one failure a second), got 1e+12",
+        ),
+        (
+            _set("engine.max_num_seqs", 10**400),
+            "engine.max_num_seqs: must be at most 1,000,000, got a 401-digit number",
+        ),
+        (
+            _set("workload.tenants", []),
+            "workload.tenants: is empty (give at least one tenant's workload: tenant, arrival, prompt_tokens, "
+            "output_tokens)",
+        ),
+        (
+            _set("workload.tenants.0.prompt_tokens", {"kind": "empirical", "values": []}),
+            "workload.tenants[0].prompt_tokens.values: is empty (give at least one observed length)",
+        ),
+        (_set("queueing", []), "queueing: is empty (one or more of fair, deep_priority)"),
+    ],
+)
+def test_values_that_crashed_or_hung_the_simulator_are_refused(run_cli, tmp_path, change, message):
+    code, out, err, scenario = _simulate(run_cli, tmp_path, change)
+    assert (code, out) == (1, "")
+    assert err == f"quotacalc: error: {scenario}: {message}\n"
+
+
+VLLM_REFUSES = "vLLM refuses to start with max_num_batched_tokens below max_num_seqs"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # The standard pool runs 128 sequences a step: 1 token a step ran at a TTFT p50 of 202,461 s.
+        (
+            [_set("engine.max_num_batched_tokens", 1)],
+            "engine.max_num_batched_tokens: 1 is below the 128 sequences pool 'standard' runs a step (max_num_seqs): "
+            f"{VLLM_REFUSES} (raise it to at least 128)",
+        ),
+        (
+            [_set("engine.max_num_batched_tokens", 64), _set("engine.max_num_seqs", 100)],
+            "engine.max_num_batched_tokens: 64 is below the 100 sequences pool 'standard' runs a step (max_num_seqs): "
+            f"{VLLM_REFUSES} (raise it to at least 100, or lower engine.max_num_seqs)",
+        ),
+        (
+            [_drop("engine.max_num_batched_tokens"), _set("engine.max_num_seqs", 10_000)],
+            "engine.max_num_seqs: 10,000 is above the 8,192 tokens pool 'standard' steps (max_num_batched_tokens): "
+            f"{VLLM_REFUSES} (lower it to at most 8,192, or raise engine.max_num_batched_tokens)",
+        ),
+        (
+            [_drop("engine.max_num_batched_tokens"), _set("plan.pools.0.deployment.max_num_batched_tokens", 100)],
+            "plan.pools[0].deployment: pool 'standard': its token budget a step (max_num_batched_tokens), 100, is "
+            f"below the 128 sequences it runs a step (max_num_seqs): {VLLM_REFUSES} (raise the deployment's "
+            "max_num_batched_tokens to at least 128, or lower its max_num_seqs or batch; or set "
+            "engine.max_num_batched_tokens in the scenario)",
+        ),
+    ],
+)
+def test_an_engine_stepping_fewer_tokens_than_sequences_is_refused_as_vllm_does(run_cli, tmp_path, changes, message):
+    code, out, err, scenario = _simulate(run_cli, tmp_path, *changes)
+    assert (code, out) == (1, "")
+    assert err == f"quotacalc: error: {scenario}: {message}\n"
+
+
+def test_the_token_budget_equal_to_the_sequences_is_accepted(run_cli, tmp_path):
+    code, out, err, _ = _simulate(
+        run_cli,
+        tmp_path,
+        _set("engine.max_num_batched_tokens", 128),
+        _set("duration_s", 5),
+        _set("policies", ["reserve_capped"]),
+    )
+    assert code == 0, err
+    assert [pool["max_num_batched_tokens"] for pool in json.loads(out)["pools"]] == [128, 128]

@@ -7,12 +7,14 @@ tenant, prompt_tokens, output_tokens) are read here too, so the simulator never 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from quotacalc.core.deployment import MAX_BATCH, MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_TOKENS_PER_REQUEST, digit_count
 from quotacalc.core.plan import Plan
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 
@@ -23,16 +25,62 @@ QUEUEING_NAMES = ("fair", "deep_priority")
 MAX_EXPECTED_REQUESTS = 20_000_000
 #: The largest seed: random.Random takes any integer, but JSON readers and the flag's range stop at 63 bits.
 MAX_SEED = 2**63 - 1
+#: The longest length a distribution, a max_tokens or a usage row may give (a prompt or output longer than any
+#: context is a typo); past it, W x max_tokens overflows a float.
+MAX_TOKENS = MAX_TOKENS_PER_REQUEST
+#: The longest time a scenario's seconds may give (a burst, a silence, a window, a restart, a run): a year. Past it
+#: the simulated clock loses its milliseconds, and at 1e308 becomes infinity (NaN latencies).
+MAX_SECONDS = MAX_BURST_S
+#: The slowest arrival rate: one request a year.
+MIN_RATE_RPS = 1 / MAX_SECONDS
+#: The shortest window over which overshoot is reported: a millisecond (a window index stays a small integer).
+MIN_WINDOW_S = 1e-3
+#: Failures per replica per hour at most: one a second (more is an engine that never serves, and a run that never ends).
+MAX_FAILURES_PER_HOUR = 3600
+#: A usage file's timestamp in seconds past this is no Unix time in seconds (it is the year 5138): milliseconds.
+MAX_TIMESTAMP_S = 1e11
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _positive(value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive finite number, got {value}")
     return value
+
+
+def _seconds(value: float) -> float:
+    """A positive, finite time of at most a year."""
+    _positive(value)
+    if value > MAX_SECONDS:
+        raise ValueError(f"must be at most {MAX_SECONDS:,} s (a year), got {value:g}")
+    return value
+
+
+def _tokens(value: int) -> int:
+    """A length or a max_tokens: at least one token (vLLM refuses max_tokens < 1), at most MAX_TOKENS."""
+    if value < 1:
+        raise ValueError("must be at least 1")
+    if value > MAX_TOKENS:
+        raise ValueError(f"must be at most {MAX_TOKENS:,}, got {_shown(value)}")
+    return value
+
+
+def _mean_tokens(value: float) -> float:
+    """A median or mean length: positive, finite, at most MAX_TOKENS."""
+    _positive(value)
+    if value > MAX_TOKENS:
+        raise ValueError(f"must be at most {MAX_TOKENS:,}, got {value:g}")
+    return value
+
+
+def _shown(value: int) -> str:
+    return f"a {digit_count(value)}-digit number" if value > 10**20 else f"{value:,}"
+
+
+Tokens = Annotated[int, AfterValidator(_tokens)]
 
 
 # Length distributions (tokens) ----------------------------------------------------------------
@@ -42,7 +90,7 @@ class Fixed(_Strict):
     """Every request has the same length."""
 
     kind: Literal["fixed"]
-    tokens: int = Field(ge=1, description="tokens")
+    tokens: Tokens = Field(description="tokens")
 
 
 class Lognormal(_Strict):
@@ -51,9 +99,9 @@ class Lognormal(_Strict):
     kind: Literal["lognormal"]
     median: float = Field(description="median length, tokens")
     sigma: float = Field(ge=0, le=5, description="standard deviation of ln(length)")
-    max: int | None = Field(None, ge=1, description="lengths above this are clamped to it")
+    max: Tokens | None = Field(None, description="lengths above this are clamped to it")
 
-    _median = field_validator("median")(classmethod(lambda cls, v: _positive(v)))
+    _median = field_validator("median")(classmethod(lambda cls, v: _mean_tokens(v)))
 
 
 class Exponential(_Strict):
@@ -62,14 +110,14 @@ class Exponential(_Strict):
     kind: Literal["exponential"]
     mean: float = Field(description="mean length, tokens")
 
-    _mean = field_validator("mean")(classmethod(lambda cls, v: _positive(v)))
+    _mean = field_validator("mean")(classmethod(lambda cls, v: _mean_tokens(v)))
 
 
 class Empirical(_Strict):
     """Lengths drawn uniformly from observed values."""
 
     kind: Literal["empirical"]
-    values: tuple[Annotated[int, Field(ge=1)], ...] = Field(min_length=1, description="observed lengths, tokens")
+    values: tuple[Tokens, ...] = Field(min_length=1, description="observed lengths, tokens")
 
 
 LengthDistribution = Annotated[Fixed | Lognormal | Exponential | Empirical, Field(discriminator="kind")]
@@ -78,13 +126,21 @@ LengthDistribution = Annotated[Fixed | Lognormal | Exponential | Empirical, Fiel
 # Arrivals ---------------------------------------------------------------------------------------
 
 
+def _rate_rps(value: float) -> float:
+    """Requests per second: positive, finite, at least one a year (slower, the clock runs to infinity)."""
+    _positive(value)
+    if value < MIN_RATE_RPS:
+        raise ValueError(f"must be at least {MIN_RATE_RPS:.3g} (one request a year), got {value:g}")
+    return value
+
+
 class Poisson(_Strict):
     """Independent arrivals at a constant mean rate."""
 
     kind: Literal["poisson"]
     rate_rps: float = Field(description="mean requests per second")
 
-    _rate = field_validator("rate_rps")(classmethod(lambda cls, v: _positive(v)))
+    _rate = field_validator("rate_rps")(classmethod(lambda cls, v: _rate_rps(v)))
 
 
 class OnOff(_Strict):
@@ -95,7 +151,8 @@ class OnOff(_Strict):
     on_s: float = Field(description="length of a burst, seconds")
     off_s: float = Field(description="silence between bursts, seconds")
 
-    _values = field_validator("rate_rps", "on_s", "off_s")(classmethod(lambda cls, v: _positive(v)))
+    _rate = field_validator("rate_rps")(classmethod(lambda cls, v: _rate_rps(v)))
+    _times = field_validator("on_s", "off_s")(classmethod(lambda cls, v: _seconds(v)))
 
 
 class Replay(_Strict):
@@ -124,14 +181,20 @@ class TenantWorkload(_Strict):
     output_tokens: LengthDistribution | None = Field(
         None, description="lengths the model would produce before its stop condition (not for replay)"
     )
-    max_tokens: int | LengthDistribution = Field(4096, description="the max_tokens clients send")
+    max_tokens: int | LengthDistribution = Field(4096, description="the max_tokens clients send (at least 1)")
     cached_fraction: float = Field(0.0, ge=0, le=1, description="share of prompt tokens served from the prefix cache")
     cancel_probability: float = Field(0.0, ge=0, le=1, description="share of requests the client cancels")
     cancel_after_s_mean: float = Field(5.0, description="mean delay from arrival to a cancellation, seconds")
     disconnect_probability: float = Field(0.0, ge=0, le=1, description="share of streams the client drops mid-way")
     error_probability: float = Field(0.0, ge=0, le=1, description="share of requests ending in an engine error")
 
-    _delay = field_validator("cancel_after_s_mean")(classmethod(lambda cls, v: _positive(v)))
+    _delay = field_validator("cancel_after_s_mean")(classmethod(lambda cls, v: _seconds(v)))
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens(cls, value: int | Fixed | Lognormal | Exponential | Empirical) -> object:
+        # Checked here, not on the union's int branch: a bad distribution's error stays the one reported.
+        return _tokens(value) if isinstance(value, int) else value
 
     @model_validator(mode="after")
     def _lengths(self) -> TenantWorkload:
@@ -161,8 +224,37 @@ class EngineSettings(_Strict):
         description="tokens per step (chunked-prefill budget); default: each pool's, as generate writes it (the "
         "deployment's, else its engine's default on that GPU)",
     )
-    failure_rate_per_hour: float = Field(0.0, ge=0, description="engine failures per replica per hour (Poisson)")
-    restart_s: float = Field(60.0, ge=0, description="time a failed replica stays down, seconds")
+    failure_rate_per_hour: float = Field(
+        0.0, description=f"engine failures per replica per hour (Poisson), at most {MAX_FAILURES_PER_HOUR:,}"
+    )
+    restart_s: float = Field(60.0, description="time a failed replica stays down, seconds (at most a year)")
+
+    @field_validator("max_num_seqs", "max_num_batched_tokens")
+    @classmethod
+    def _engine_count(cls, value: int | None, info: Any) -> int | None:
+        # The deployment's own bounds on the engine's sequences and tokens a step.
+        limit = MAX_CONTEXT_TOKENS if info.field_name == "max_num_batched_tokens" else MAX_BATCH
+        if value is not None and value > limit:
+            raise ValueError(f"must be at most {limit:,}, got {_shown(value)}")
+        return value
+
+    @field_validator("failure_rate_per_hour")
+    @classmethod
+    def _failures(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"must be a finite number >= 0, got {value}")
+        if value > MAX_FAILURES_PER_HOUR:
+            raise ValueError(f"must be at most {MAX_FAILURES_PER_HOUR:,} (one failure a second), got {value:g}")
+        return value
+
+    @field_validator("restart_s")
+    @classmethod
+    def _restart(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"must be a finite number >= 0, got {value}")
+        if value > MAX_SECONDS:
+            raise ValueError(f"must be at most {MAX_SECONDS:,} s (a year), got {value:g}")
+        return value
 
 
 class Scenario(_Strict):
@@ -185,12 +277,18 @@ class Scenario(_Strict):
     window_s: float = Field(60.0, description="window over which quota overshoot is reported, seconds")
     engine: EngineSettings = EngineSettings()
 
-    _window = field_validator("window_s")(classmethod(lambda cls, v: _positive(v)))
+    @field_validator("window_s")
+    @classmethod
+    def _window(cls, value: float) -> float:
+        _seconds(value)
+        if value < MIN_WINDOW_S:
+            raise ValueError(f"must be at least {MIN_WINDOW_S:g} s, got {value:g}")
+        return value
 
     @field_validator("duration_s")
     @classmethod
     def _duration(cls, value: float | None) -> float | None:
-        return None if value is None else _positive(value)
+        return None if value is None else _seconds(value)
 
     @model_validator(mode="after")
     def _stop(self) -> Scenario:
@@ -282,8 +380,19 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
         )
     if kind == "union_tag_not_found":
         return QuotacalcError("needs a 'kind'", source=source, field=field)
+    if kind == "too_short":
+        return QuotacalcError("is empty", source=source, field=field, fix=_NOT_EMPTY.get(str(loc[-1])))
     message = first["msg"].removeprefix("Value error, ")
     return QuotacalcError(message, source=source, field=field)
+
+
+#: What an empty list should hold.
+_NOT_EMPTY = {
+    "tenants": "give at least one tenant's workload: tenant, arrival, prompt_tokens, output_tokens",
+    "values": "give at least one observed length",
+    "policies": f"one or more of {', '.join(POLICY_NAMES)}",
+    "queueing": f"one or more of {', '.join(QUEUEING_NAMES)}",
+}
 
 
 # Reading ----------------------------------------------------------------------------------------
@@ -324,45 +433,71 @@ def _embedded_plan(document: dict[str, Any], *, source: str) -> Plan:
         raise QuotacalcError(error.problem, source=source, field=field, fix=error.fix) from None
 
 
-def _parse_time(value: object, *, source: str, field: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-        from datetime import datetime
+#: The columns of a usage file, in the order a CSV header gives them.
+USAGE_COLUMNS = ("timestamp", "tenant", "prompt_tokens", "output_tokens")
 
+
+def _parse_time(value: object, *, source: str, field: str) -> float:
+    """A timestamp: seconds (a finite number >= 0, on any origin) or an ISO 8601 time."""
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
+    elif isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            number = float(value)
         except ValueError:
-            pass
-    raise QuotacalcError(f"timestamp {value!r} is neither seconds nor ISO 8601", source=source, field=field)
+            from datetime import datetime
+
+            try:
+                return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+            except (ValueError, OverflowError, OSError):
+                pass
+    shown = _value(value)
+    if number is None:
+        raise QuotacalcError(
+            f"expected a finite number of seconds >= 0 or an ISO 8601 time, got {shown}", source=source, field=field
+        )
+    if not math.isfinite(number) or number < 0:
+        raise QuotacalcError(f"expected a finite number of seconds >= 0, got {shown}", source=source, field=field)
+    if number > MAX_TIMESTAMP_S:
+        raise QuotacalcError(
+            f"{number:g} s is past the year 5138 as a Unix time",
+            source=source,
+            field=field,
+            fix="give seconds, not milliseconds, or an ISO 8601 time",
+        )
+    return number
 
 
 def _count(value: object, *, source: str, field: str) -> int:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or number < 0 or number != int(number):
+    """A token count of a usage row: a whole number from 1 (what every length distribution gives) to MAX_TOKENS."""
+    number = math.nan
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError, ValueError, OverflowError):  # OverflowError: an int past a float
+            number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number) or number != int(number) or not 1 <= number <= MAX_TOKENS:
         raise QuotacalcError(
-            f"must be a non-negative whole number of tokens, got {value!r}", source=source, field=field
+            f"expected a whole number of tokens from 1 to {MAX_TOKENS:,}, got {_value(value)}",
+            source=source,
+            field=field,
         )
     return int(number)
 
 
-def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
-    """Rows of a usage file by tenant: (timestamp in seconds, prompt tokens, output tokens)."""
+def _value(value: object) -> str:
+    """A usage file's value as an error shows it: a string quoted, a huge integer by its digits, never too long."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value) if abs(value) <= 10**20 else f"a {digit_count(abs(value))}-digit number"
+    text = str(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return repr(text) if isinstance(value, str) else text
+
+
+def _usage_records(text: str, path: Path) -> list[tuple[int, dict[str, object]]]:
+    """(line number, record) of each row of a usage file, CSV or JSONL; a missing column is refused here."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=source, fix="check arrival.file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise QuotacalcError(f"cannot read: {getattr(error, 'strerror', None) or error}", source=source) from None
-    records: list[tuple[str, dict[str, object]]] = []
+    records: list[tuple[int, dict[str, object]]] = []
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         import json
 
@@ -371,31 +506,72 @@ def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise QuotacalcError(f"line {number}: not JSON: {error.msg}", source=source) from None
+            except ValueError as error:  # JSONDecodeError, or an integer of more than 4,300 digits
+                reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error).split(":")[0]
+                raise QuotacalcError(
+                    f"not JSON: {reason}", source=source, field=f"line {number}", fix="one JSON object a line"
+                ) from None
             if not isinstance(record, dict):
-                raise QuotacalcError(f"line {number}: expected a JSON object", source=source)
-            records.append((f"line {number}", record))
-    else:
-        import csv
-        import io
+                raise QuotacalcError(
+                    "expected a JSON object",
+                    source=source,
+                    field=f"line {number}",
+                    fix='such as {"timestamp": 0, "tenant": "acme", "prompt_tokens": 900, "output_tokens": 200}',
+                )
+            records.append((number, record))
+        return records
+    import csv
+    import io
 
-        reader = csv.DictReader(io.StringIO(text))
-        for number, row in enumerate(reader, start=2):
-            records.append((f"line {number}", dict(row)))
+    expected = ",".join(USAGE_COLUMNS)
+    reader = csv.DictReader(io.StringIO(text), skipinitialspace=True)
+    try:
+        header = reader.fieldnames
+        if not header:
+            raise QuotacalcError(
+                "no header", source=source, field="line 1", fix=f"the first line names the columns: {expected}"
+            )
+        missing = [column for column in USAGE_COLUMNS if column not in header]
+        if missing:
+            raise QuotacalcError(
+                f"no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} in the header",
+                source=source,
+                field="line 1",
+                fix=f"the header names {expected}; it has {','.join(str(name) for name in header)}",
+            )
+        for row in reader:
+            records.append((reader.line_num, dict(row)))
+    except csv.Error as error:
+        raise QuotacalcError(
+            f"not CSV: {error}", source=source, field=f"line {reader.reader.line_num}", fix=f"columns {expected}"
+        ) from None
+    return records
+
+
+def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
+    """Rows of a usage file by tenant: (timestamp in seconds, prompt tokens, output tokens)."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV may start with a byte-order mark
+    except FileNotFoundError:
+        raise UsageError("no such file", source=source, fix="check arrival.file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise QuotacalcError(f"cannot read: {getattr(error, 'strerror', None) or error}", source=source) from None
     by_tenant: dict[str, list[tuple[float, int, int]]] = {}
-    for where, record in records:
-        for key in ("timestamp", "tenant", "prompt_tokens", "output_tokens"):
+    for number, record in _usage_records(text, path):
+        where = f"line {number}"
+        for key in USAGE_COLUMNS:
             if record.get(key) in (None, ""):
                 raise QuotacalcError(
-                    f"{where}: missing {key}",
+                    "is missing" if record.get(key) is None else "is empty",
                     source=source,
-                    fix="columns: timestamp, tenant, prompt_tokens, output_tokens",
+                    field=f"{where}: {key}",
+                    fix=f"every row gives {', '.join(USAGE_COLUMNS)}",
                 )
         row = (
-            _parse_time(record["timestamp"], source=source, field=f"{where}.timestamp"),
-            _count(record["prompt_tokens"], source=source, field=f"{where}.prompt_tokens"),
-            _count(record["output_tokens"], source=source, field=f"{where}.output_tokens"),
+            _parse_time(record["timestamp"], source=source, field=f"{where}: timestamp"),
+            _count(record["prompt_tokens"], source=source, field=f"{where}: prompt_tokens"),
+            _count(record["output_tokens"], source=source, field=f"{where}: output_tokens"),
         )
         by_tenant.setdefault(str(record["tenant"]), []).append(row)
     return by_tenant

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from quotacalc.core.plan import Plan, Tier
 from quotacalc.core.replica import ReplicaModel
+from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.scenario import LoadedScenario
 from quotacalc.sim.engine import Replica
 from quotacalc.sim.gateway import Bucket, Gateway
@@ -135,6 +136,7 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
                 long_context_pool=names.index(pool.long_context_pool) if pool.long_context_pool else None,
             )
         )
+    _check_token_budgets(loaded, specs)
     tenants = []
     for tenant in policy.tenants:
         weights = {names.index(tenant.pool): tenant.weights.output}
@@ -152,6 +154,49 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
             )
         )
     return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants), warnings=tuple(warnings))
+
+
+def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:
+    """Refuse an engine that steps fewer tokens than it runs sequences, as vLLM does at start-up.
+
+    vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs ("must be greater than or equal to
+    max_num_seqs"): a step could not give each running sequence its one decode token. The simulator would run it
+    anyway, a few sequences a step, at latencies no deployment shows.
+    """
+    engine = loaded.scenario.engine
+    short = [spec for spec in specs if spec.max_num_batched_tokens < spec.max_num_seqs]
+    if not short:
+        return
+    spec = max(short, key=lambda s: s.max_num_seqs)
+    seqs, tokens = spec.max_num_seqs, spec.max_num_batched_tokens
+    refusal = "vLLM refuses to start with max_num_batched_tokens below max_num_seqs"
+    if engine.max_num_batched_tokens is not None:
+        needed = max(s.max_num_seqs for s in short)
+        raise QuotacalcError(
+            f"{tokens:,} is below the {seqs:,} sequences pool '{spec.name}' runs a step (max_num_seqs): {refusal}",
+            source=loaded.source,
+            field="engine.max_num_batched_tokens",
+            fix=f"raise it to at least {needed:,}"
+            + (", or lower engine.max_num_seqs" if engine.max_num_seqs is not None else ""),
+        )
+    if engine.max_num_seqs is not None:
+        allowed = min(s.max_num_batched_tokens for s in short)
+        raise QuotacalcError(
+            f"{seqs:,} is above the {tokens:,} tokens pool '{spec.name}' steps (max_num_batched_tokens): {refusal}",
+            source=loaded.source,
+            field="engine.max_num_seqs",
+            fix=f"lower it to at most {allowed:,}, or raise engine.max_num_batched_tokens",
+        )
+    # Neither is the scenario's: the plan's deployment sets a token budget below the batch it is priced at.
+    index = [pool.name for pool in loaded.plan.pools].index(spec.name)
+    raise QuotacalcError(
+        f"pool '{spec.name}': its token budget a step (max_num_batched_tokens), {tokens:,}, is below the {seqs:,} "
+        f"sequences it runs a step (max_num_seqs): {refusal}",
+        source=loaded.source,
+        field="plan" if isinstance(loaded.scenario.plan, str) else f"plan.pools[{index}].deployment",
+        fix=f"raise the deployment's max_num_batched_tokens to at least {seqs:,}, or lower its max_num_seqs or batch; "
+        "or set engine.max_num_batched_tokens in the scenario",
+    )
 
 
 class Simulation:
@@ -260,11 +305,13 @@ class Simulation:
                 elif kind == _FAIL:
                     if not arrivals_open and self.live == 0:
                         continue
+                    # The next failure is drawn when the replica is back up (failures are memoryless): a replica
+                    # that is down does not fail again, and its downtime costs no events however long it is.
                     self._fail(payload, time_s)  # type: ignore[arg-type]
-                    self._push(time_s + failure_rng.expovariate(rate_per_s), _FAIL, payload)
                 else:
                     payload.recover()  # type: ignore[attr-defined]
                     self.gateway.dispatch(payload.pool, time_s)  # type: ignore[attr-defined]
+                    self._push(time_s + failure_rng.expovariate(rate_per_s), _FAIL, payload)
                 if not arrivals_open and self.live == 0:
                     break
                 processed += 1

@@ -74,9 +74,8 @@ def tenant_stream(
         )
 
     if replay is not None:
-        for row in replay:
-            output = max(1, row.output_tokens)
-            yield Arrival(row.time_s, index, max(1, row.prompt_tokens), output, *fate(output))
+        for row in replay:  # the usage file's reader refuses a row of fewer than 1 prompt or output token
+            yield Arrival(row.time_s, index, row.prompt_tokens, row.output_tokens, *fate(row.output_tokens))
         return
     time_s = 0.0
     while True:
