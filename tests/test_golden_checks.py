@@ -826,3 +826,16 @@ def test_an_adapter_named_as_the_served_model_is_an_error():
     assert (finding.severity, finding.subject) == ("error", "tenants.a.lora_adapters")
     assert finding.message.startswith("'m' is the name of the model its pool serves")
     assert found(check_plan(policy(tenant("a", lora=("a-v1",)))), "lora-is-model") == []
+
+
+def test_a_vllm_pool_stepping_fewer_tokens_than_sequences_is_an_error():
+    # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs at start-up.
+    tight = SHARED.model_copy(update={"engine": _engine(32_768).model_copy(update={"max_num_batched_tokens": 32})})
+    (finding,) = found(check_plan(policy(tenant("a"), pools=(tight, LONG))), "engine-token-budget")
+    assert (finding.severity, finding.subject) == ("error", "pools.shared")
+    assert finding.message == "max_num_batched_tokens 32 is below max_num_seqs 64: vLLM refuses to start"
+    # Equal is what vLLM accepts; an SGLang pool has no such rule.
+    equal = SHARED.model_copy(update={"engine": _engine(32_768).model_copy(update={"max_num_batched_tokens": 64})})
+    assert found(check_plan(policy(tenant("a"), pools=(equal, LONG))), "engine-token-budget") == []
+    sglang = tight.model_copy(update={"serving_engine": "sglang"})
+    assert found(check_plan(policy(tenant("a"), pools=(sglang, LONG))), "engine-token-budget") == []

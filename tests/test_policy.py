@@ -543,3 +543,26 @@ def test_a_bad_default_names_where_the_pool_inherits_it(run_cli, tmp_path: Path,
     assert err.startswith(
         f"quotacalc: error: {path}: pools[0].deployment.{key} (inherited from deployment.{key}): {problem}"
     ), err
+
+
+def test_check_warns_where_envoy_cannot_route_a_tenants_adapters(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["tenants"][0]["lora_adapters"] = [f"a-{number}" for number in range(2000)]
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("check", path, "--json")
+    assert code == 0, err
+    (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "envoy-lora-adapters"]
+    assert finding["severity"] == "warning" and finding["message"].endswith("generate refuses the envoy target")
+    assert finding["message"].startswith("2,000 LoRA adapters need 16 Envoy AIGatewayRoute rules")
+    assert run_cli("check", path, "--strict")[0] == 1
+
+
+def test_size_names_a_pools_pricing_fix_as_the_plan_key_unless_a_flag_set_it(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    # acme's pool (batch 128 at 1,700 tokens: 217,600 tokens of KV) given a pool of 150,000 tokens.
+    document["pools"][2]["deployment"]["kv_pool_tokens"] = 150_000
+    path = _write(tmp_path, document)
+    _, _, err = run_cli("size", path)
+    assert "(lower pools.acme-dedicated.deployment.batch, raise pools.acme-dedicated.deployment.tp" in err, err
+    _, _, err = run_cli("size", path, "--batch", "200")
+    assert "(lower --batch" in err, err

@@ -176,6 +176,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
         # check takes no deployment flags: its fixes name the keys of the file (a flat plan's are at its top level).
         flat_plan=not is_platform_file(path),
     )
+    result = _with_target_limits(result, policy)
     if strict:
         result = _strict(result)
     _calibration_warnings(calibrated)
@@ -201,6 +202,32 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
 
         check_table(path, result)
     return 1 if errors else 0
+
+
+def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
+    """What one target cannot generate, said by check before generate refuses it (the core knows no target): a
+    warning, since the other targets still generate."""
+    from quotacalc.core.checks import Finding
+    from quotacalc.exporters.envoy import lora_adapters_problem
+
+    found = []
+    for tenant in policy.tenants:
+        if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None:
+            message, fix = problem
+            found.append(
+                Finding(
+                    severity="warning",
+                    code="envoy-lora-adapters",
+                    subject=f"tenants.{tenant.name}.lora_adapters",
+                    message=f"{message}: generate refuses the envoy target",
+                    fix=fix,
+                )
+            )
+    if not found:
+        return result
+    findings = [*result.findings, *found]
+    findings.sort(key=lambda finding: ("error", "warning", "info").index(finding.severity))
+    return result.model_copy(update={"findings": tuple(findings)})
 
 
 # --- generate --------------------------------------------------------------------------------------
@@ -420,8 +447,21 @@ def size_platform(
         raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
     result = size_plan(policy, pool=pool, traffic=traffic)
     shown = pools_shown(policy, pool)
+    from quotacalc.core.checks import plan_keys
+    from quotacalc.inputs.plan import is_platform_file
+
+    given = any(value is not None for value in (deployment_flags or {}).values())
+    platform = is_platform_file(path)
+
+    def worded(name: str, warning: str) -> str:
+        # Without flags the fix is in the file: name the plan key, as check does; a flag given is the user's to move.
+        return warning if given else plan_keys(warning, f"pools.{name}.deployment." if platform else "")
+
     warnings = [
-        f"pool '{name}': {warning}" for name, lines in pool_warnings.items() if name in shown for warning in lines
+        f"pool '{name}': {worded(name, warning)}"
+        for name, lines in pool_warnings.items()
+        if name in shown
+        for warning in lines
     ]
     warnings += [f"{finding.subject}: {finding.message}" for finding in findings]
     warnings += [f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note and name in shown]

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.core.deployment import Tenant
+from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
 from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
 from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
@@ -145,6 +145,21 @@ def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]
                     message=f"routes prompts above {pool.route_above_prompt_tokens:,} tokens to pool '{long.name}', "
                     f"which serves {long.engine.served_model_name}, not {pool.engine.served_model_name}",
                     fix=f"serve {pool.engine.served_model_name} on '{long.name}', or route to a pool that does",
+                )
+            )
+    for pool in policy.pools:
+        engine = pool.engine
+        if pool.serving_engine == GENERIC_ENGINE and engine.max_num_batched_tokens < engine.max_num_seqs:
+            # vLLM's SchedulerConfig refuses it at start-up: a step could not give every running sequence a token.
+            findings.append(
+                Finding(
+                    severity="error",
+                    code="engine-token-budget",
+                    subject=f"pools.{pool.name}",
+                    message=f"max_num_batched_tokens {engine.max_num_batched_tokens:,} is below max_num_seqs "
+                    f"{engine.max_num_seqs:,}: vLLM refuses to start",
+                    fix=f"raise pools.{pool.name}.deployment.max_num_batched_tokens to at least "
+                    f"{engine.max_num_seqs:,}, or lower its max_num_seqs",
                 )
             )
     reached = {pool.long_context_pool for pool in policy.pools if pool.long_context_pool}
