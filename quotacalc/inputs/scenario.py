@@ -238,22 +238,18 @@ class EngineSettings(_Strict):
             raise ValueError(f"must be at most {limit:,}, got {_shown(value)}")
         return value
 
-    @field_validator("failure_rate_per_hour")
+    @field_validator("failure_rate_per_hour", "restart_s")
     @classmethod
-    def _failures(cls, value: float) -> float:
+    def _failures(cls, value: float, info: Any) -> float:
+        # Past these a run schedules more failures than requests, or a restart that never ends.
+        limit, unit = {
+            "failure_rate_per_hour": (MAX_FAILURES_PER_HOUR, " (one failure a second)"),
+            "restart_s": (MAX_SECONDS, " s (a year)"),
+        }[info.field_name]
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"must be a finite number >= 0, got {value}")
-        if value > MAX_FAILURES_PER_HOUR:
-            raise ValueError(f"must be at most {MAX_FAILURES_PER_HOUR:,} (one failure a second), got {value:g}")
-        return value
-
-    @field_validator("restart_s")
-    @classmethod
-    def _restart(cls, value: float) -> float:
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"must be a finite number >= 0, got {value}")
-        if value > MAX_SECONDS:
-            raise ValueError(f"must be at most {MAX_SECONDS:,} s (a year), got {value:g}")
+        if value > limit:
+            raise ValueError(f"must be at most {limit:,}{unit}, got {value:g}")
         return value
 
 
