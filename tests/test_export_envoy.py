@@ -293,16 +293,23 @@ def test_the_adapter_limit_is_a_function_check_can_call():
     assert validate_manifest(routes[0]) == []
 
 
+def _routed_long(policy, name: str):
+    """``policy`` with tenant ``name`` sized in its long-context pool's units, as build_policy sizes a tenant whose
+    mean prompt is above its pool's threshold (``TenantPolicy.load_pool``)."""
+    tenants = tuple(
+        tenant.model_copy(update={"load_pool": tenant.long_context_pool}) if tenant.name == name else tenant
+        for tenant in policy.tenants
+    )
+    return policy.model_copy(update={"tenants": tenants})
+
+
 def test_a_tenant_sized_on_the_long_context_pool_is_sent_and_charged_there():
     """globex sized on traffic whose mean prompt (50,000 tokens) is above pool standard's 32,768: build_policy
     sizes its rate in pool long's units (W = 4.6), so its rule sends to long and its cost is long's weights; a
     sample of 3,000 prompt tokens (1,200 cached) and 700 output tokens: 1,800 + 1,200 x 0.1 + 700 x 4.6 = 5,140
     units = 5,140,000 milli-units (at standard's W = 3.09 it would be 4,083: the bucket would admit more)."""
-    from quotacalc.core.deployment import Tenant
-
-    policy = platform_policy()
-    traffic = {"globex": Tenant(rps=0.2, prompt_tokens=50000, output_tokens=1000)}
-    result = envoy.export(policy, sample_salts(policy), ExportOptions(traffic=traffic))
+    policy = _routed_long(platform_policy(), "globex")
+    result = envoy.export(policy, sample_salts(policy), ExportOptions())
     manifests = [m for f in result.files for m in yaml.safe_load_all(f.text)]
     for manifest in manifests:
         assert validate_manifest(manifest) == [], manifest["metadata"]["name"]
@@ -332,7 +339,8 @@ def test_a_tenant_sized_on_the_long_context_pool_is_sent_and_charged_there():
     ) in result.limits
     (routing,) = [line for line in result.limits if line.startswith("Long-context routing")]
     assert routing.startswith("Long-context routing: prompts above 32768 tokens from acme (pool standard) ")
-    # Without the traffic (a contract), globex stays on its standard pool at its weights.
-    plain = envoy.documents(policy, sample_salts(policy))
+    # As a contract, globex stays on its standard pool at its weights.
+    contract = platform_policy()
+    plain = envoy.documents(contract, sample_salts(contract))
     route_rules = [rule for route in plain["envoy/aigatewayroutes.yaml"] for rule in route["spec"]["rules"]]
     assert next(rule for rule in route_rules if rule["name"] == "globex")["backendRefs"][0]["name"] == "standard"

@@ -334,21 +334,24 @@ def test_a_tenant_sized_on_the_long_context_pool_counts_there():
     """acme (premium, 17,725 units/s) stays on pool standard but is sized on traffic whose mean prompt (50,000
     tokens) routes to pool long: its units are long's. Standard's shares leave it out (premium 9,000 of 27,550.5:
     0.3267), long's are premium 1, and its budget is at long's USD per unit: 17,725 x 3,600 x $2.5e-7 = $15.9525."""
-    from quotacalc.core.deployment import Tenant
-
-    policy = platform_policy()
-    long = policy.pools[1].model_copy(update={"usd_per_unit": 2.5e-7})
-    policy = policy.model_copy(update={"pools": (policy.pools[0], long)})
-    traffic = {"acme": Tenant(rps=0.2, prompt_tokens=50000, output_tokens=1000)}
-    result = litellm_exporter.export(policy, {}, ExportOptions(traffic=traffic))
-    assert litellm_exporter.priority_reservation(policy, "standard", traffic=traffic) == {
+    contract = platform_policy()
+    long = contract.pools[1].model_copy(update={"usd_per_unit": 2.5e-7})
+    contract = contract.model_copy(update={"pools": (contract.pools[0], long)})
+    # acme's load on pool long, as build_policy sizes a tenant whose mean prompt routes there.
+    tenants = tuple(
+        tenant.model_copy(update={"load_pool": "long"}) if tenant.name == "acme" else tenant
+        for tenant in contract.tenants
+    )
+    policy = contract.model_copy(update={"tenants": tenants})
+    result = litellm_exporter.export(policy, {}, ExportOptions())
+    assert litellm_exporter.priority_reservation(policy, "standard") == {
         "premium": 0.3267,
         "standard": 0.4283,
         "batch": 0.245,
     }
-    assert litellm_exporter.priority_reservation(policy, "long", traffic=traffic) == {"premium": 1.0}
-    # Without the traffic, acme counts on its standard pool (a contract says nothing of its long prompts).
-    assert litellm_exporter.priority_reservation(policy, "long") == {}
+    assert litellm_exporter.priority_reservation(policy, "long") == {"premium": 1.0}
+    # As a contract, acme counts on its standard pool (a contract says nothing of its long prompts).
+    assert litellm_exporter.priority_reservation(contract, "long") == {}
     lines = [line for line in result.limits if "priority_reservation is one setting" in line]
     assert lines == [
         "priority_reservation is one setting, applied to each model's tpm: it holds every pool's shares together, "

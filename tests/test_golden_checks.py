@@ -620,7 +620,8 @@ def test_traffic_whose_mean_prompt_routes_long_loads_the_long_context_pool():
     # a: 12,000 units/s sized on a mean prompt of 40,000 tokens, above the threshold of 32,768: units of 'long'
     # (5,000 a replica). b: a contract of 8,000 (its long prompts' share unknown). c: traffic at exactly the threshold,
     # which stays on 'shared' (routing is for prompts above it).
-    plan = policy(tenant("a", 12_000, long=True), tenant("b", 8_000, long=True), tenant("c", 1_000, long=True))
+    routed = tenant("a", 12_000, long=True).model_copy(update={"load_pool": "long"})  # as build_policy sizes it
+    plan = policy(routed, tenant("b", 8_000, long=True), tenant("c", 1_000, long=True))
     result = check_plan(plan, traffic={"a": _traffic(40_000, 500), "c": _traffic(32_768, 100)})
     # shared: b + c = 9,000 of 40,000 (22.5% -> 22%), without a's 12,000 (21,000 before).
     (shared,) = [f for f in found(result, "capacity") if f.subject == "pools.shared"]
@@ -648,8 +649,9 @@ def test_traffic_whose_mean_prompt_routes_long_loads_the_long_context_pool():
         "load of 2.40 replicas (12,000 units/s) on pool 'long': sharing buys little multiplexing at this size; a "
         "dedicated pool of 3 replicas costs $21,600/month (its shared share: $17,280/month)"
     )
-    # Without the traffic (a contract of the same rate) the load stays on 'shared': 21,000 sold there.
-    (contract,) = [f for f in found(check_plan(plan), "capacity") if f.subject == "pools.shared"]
+    # A contract of the same rate (its load on its standard pool) stays on 'shared': 21,000 sold there.
+    contracts = policy(tenant("a", 12_000, long=True), tenant("b", 8_000, long=True), tenant("c", 1_000, long=True))
+    (contract,) = [f for f in found(check_plan(contracts), "capacity") if f.subject == "pools.shared"]
     assert contract.figures["units_sold_per_s"] == 21_000.0
 
 
@@ -662,9 +664,9 @@ def test_more_than_three_uncounted_tenants_are_counted_not_listed():
 
 
 def test_size_counts_a_tenant_routed_long_in_the_long_pools_replicas():
-    plan = policy(tenant("a", 12_000, long=True))
+    plan = policy(tenant("a", 12_000, long=True).model_copy(update={"load_pool": "long"}))
     # In 'long''s units: 12,000 / 5,000 = 2.4 replicas, 2.4 × $7,200 = $17,280, ceil -> 3 × $7,200 = $21,600.
-    (row,) = size_plan(plan, traffic={"a": _traffic(40_000, 500)}).tenants
+    (row,) = size_plan(plan).tenants
     assert (row.pool, row.replicas, row.shared_usd_per_month, row.dedicated_replicas, row.dedicated_usd_per_month) == (
         "shared",
         pytest.approx(2.4),
@@ -673,8 +675,7 @@ def test_size_counts_a_tenant_routed_long_in_the_long_pools_replicas():
         21_600.0,
     )
     # A contract (or traffic at the threshold) stays on 'shared': 12,000 / 10,000 = 1.2 replicas.
-    assert size_plan(plan).tenants[0].replicas == pytest.approx(1.2)
-    assert size_plan(plan, traffic={"a": _traffic(32_768, 100)}).tenants[0].replicas == pytest.approx(1.2)
+    assert size_plan(policy(tenant("a", 12_000, long=True))).tenants[0].replicas == pytest.approx(1.2)
 
 
 def _bucket(depth: float, **kwargs) -> TenantPolicy:

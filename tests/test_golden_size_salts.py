@@ -22,6 +22,7 @@ def tenant(name, home, rate, long_context_pool=None, placement="shared"):
         tier="standard",
         pool=home,
         long_context_pool=long_context_pool,
+        load_pool=None,  # a contract: its load on its standard pool
         placement=placement,
         rate_source="contract",
         bucket_rate_units_per_s=rate,

@@ -566,3 +566,34 @@ def test_size_names_a_pools_pricing_fix_as_the_plan_key_unless_a_flag_set_it(run
     assert "(lower pools.acme-dedicated.deployment.batch, raise pools.acme-dedicated.deployment.tp" in err, err
     _, _, err = run_cli("size", path, "--batch", "200")
     assert "(lower --batch" in err, err
+
+
+@pytest.mark.parametrize(("prompt", "load"), [(32_769, "long"), (32_768, "main")])
+def test_build_policy_counts_traffic_routed_long_on_the_long_pool(worked_example_price, prompt, load) -> None:
+    """A tenant sized on traffic whose mean prompt is above its pool's threshold is sized in the long-context pool's
+    units, and its policy says so (load_pool); at the threshold it stays (routing is for prompts above it)."""
+    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.plan_size import load_pool
+
+    deployment, replica = worked_example_price
+    plan = Plan(
+        pools=(
+            Pool(
+                name="main",
+                deployment=deployment,
+                replicas=2,
+                long_context_pool="long",
+                route_above_prompt_tokens=32768,
+            ),
+            Pool(name="long", role="long_context", deployment=deployment, replicas=1),
+        ),
+        tiers=(tier("gold", priority=0).model_copy(update={"max_context_tokens": 131072}),),
+        tenants=(
+            PlanTenant(name="t", tier="gold", traffic=Tenant(rps=0.1, prompt_tokens=prompt, output_tokens=100)),
+            PlanTenant(name="c", tier="gold", units_per_s=1000),
+        ),
+    )
+    policy = build_policy(plan, {"main": replica, "long": replica})
+    routed, contract = policy.tenants
+    assert routed.load_pool == load_pool(routed) == load
+    assert contract.load_pool == load_pool(contract) == "main"

@@ -338,7 +338,7 @@ def generate(
             if finding.code == "pool-price" and finding.severity == "warning"
         ]
     )
-    options = ExportOptions(gie_objectives=gie_objectives, traffic=plan_traffic(plan))
+    options = ExportOptions(gie_objectives=gie_objectives)
     exports: list[Export] = []
     skipped: list[dict[str, str]] = []
     for name in names:
@@ -433,11 +433,7 @@ def size_platform(
     if pool is not None:  # only the tenants of the pool shown: its own, and those whose load it carries
         from quotacalc.core.plan_size import load_pool
 
-        members = {
-            tenant.name
-            for tenant in policy.tenants
-            if pool in (tenant.pool, load_pool(tenant, traffic.get(tenant.name)))
-        }
+        members = {tenant.name for tenant in policy.tenants if pool in (tenant.pool, load_pool(tenant))}
         traffic = {name: profile for name, profile in traffic.items() if name in members}
     findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]
@@ -445,7 +441,7 @@ def size_platform(
         first = errors[0]
         more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
         raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
-    result = size_plan(policy, pool=pool, traffic=traffic)
+    result = size_plan(policy, pool=pool)
     shown = pools_shown(policy, pool)
     from quotacalc.core.checks import plan_keys
     from quotacalc.inputs.plan import is_platform_file

@@ -59,12 +59,12 @@ def _usd(value: float) -> str:
     return f"${value:,.0f}"
 
 
-def _capacity(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list[Finding]:
+def _capacity(policy: QuotaPolicy) -> list[Finding]:
     findings = []
     ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
     # Each tenant's units go to the pool they are counted in, as size counts them: a tenant sized on traffic whose
     # mean prompt is above its pool's threshold is sized in the long-context pool's units and loads that pool.
-    load = {tenant.name: load_pool(tenant, traffic.get(tenant.name)) for tenant in policy.tenants}
+    load = {tenant.name: load_pool(tenant) for tenant in policy.tenants}
     for pool in policy.pools:
         sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if load[t.name] == pool.name)
         limit = pool.capacity_units_per_s * ratio
@@ -444,13 +444,11 @@ def _long_context_bucket(tenant: TenantPolicy, pools: dict[str, PoolPolicy]) -> 
     ]
 
 
-def _placement(
-    policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_replicas: float, traffic: Mapping[str, Tenant]
-) -> list[Finding]:
+def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_replicas: float) -> list[Finding]:
     findings = []
     for tenant in policy.tenants:
         # Its load is on the pool its units are counted in (a long-context pool's replicas sell other units).
-        load = pools[load_pool(tenant, traffic.get(tenant.name))]
+        load = pools[load_pool(tenant)]
         replicas = tenant.bucket_rate_units_per_s / load.replica_units_per_s
         if tenant.placement == "dedicated":
             others = [t.name for t in policy.tenants if t.pool == tenant.pool and t.name != tenant.name]
@@ -628,8 +626,7 @@ def check_plan(
     """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
     ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), their flags named as the plan keys
     that set them (``pools.NAME.deployment.KEY``; a flat plan's, ``flat_plan``, are its top-level ``KEY``);
-    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``; it also
-    routes the tenant's load to the pool its units are counted in, ``plan_size.load_pool``)."""
+    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``)."""
     if not (reversal_replicas > 0 and math.isfinite(reversal_replicas)):
         raise ValueError(f"reversal_replicas must be a positive finite number of replicas, got {reversal_replicas}")
     pools = {pool.name: pool for pool in policy.pools}
@@ -641,12 +638,12 @@ def check_plan(
             for name, warnings in (pool_warnings or {}).items()
             for warning in warnings
         ),
-        *_capacity(policy, traffic),
+        *_capacity(policy),
         *_routing(policy, pools),
         *_tier_limits(policy, pools),
         *traffic_findings(policy, traffic),
         *_buckets(policy, pools),
-        *_placement(policy, pools, reversal_replicas, traffic),
+        *_placement(policy, pools, reversal_replicas),
         *_salts(policy, salts),
     ]
     # A stable sort: within a severity, findings keep the plan's order.

@@ -6,12 +6,9 @@ Computed from the canonical policy, so ``size`` and the generated files can neve
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.core.deployment import Tenant
-from quotacalc.core.plan import routed_pool
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
 from quotacalc.core.tenant import whole_replicas
 
@@ -69,25 +66,21 @@ class PlanSize(BaseModel):
     totals: PlanSizeTotals
 
 
-def load_pool(tenant: TenantPolicy, traffic: Tenant | None) -> str:
-    """The pool whose units a tenant's rate is counted in, and whose replicas carry that load: the long-context
-    pool for a tenant sized on traffic whose mean prompt routes there (``build_policy`` sizes it in that pool's
-    units), else its standard pool. A contract says nothing of its share above the threshold: it stays on its
-    standard pool."""
-    if traffic is None:
-        return tenant.pool
-    return routed_pool(tenant.pool, tenant.long_context_pool, tenant.route_above_prompt_tokens, traffic.prompt_tokens)
+def load_pool(tenant: TenantPolicy) -> str:
+    """The pool whose units a tenant's rate is counted in, and whose replicas carry that load (``build_policy`` sets
+    it: the long-context pool for a tenant sized on traffic whose mean prompt routes there, else its standard pool;
+    a contract says nothing of its share above the threshold, so it stays on its standard pool)."""
+    return tenant.load_pool or tenant.pool
 
 
-def size_plan(policy: QuotaPolicy, *, pool: str | None = None, traffic: Mapping[str, Tenant] | None = None) -> PlanSize:
+def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
     """One row per tenant (of ``pool`` when given: its standard pool, or the pool its load is counted on) and the
-    totals; ``traffic``: the profile each tenant sized on traffic was sized with, so that one routed to a
-    long-context pool is counted in that pool's replicas."""
+    totals; a tenant routed to a long-context pool is counted in that pool's replicas (``load_pool``)."""
     pools = {entry.name: entry for entry in policy.pools}
     rows = []
     for tenant in policy.tenants:
         # Its units are that pool's: a long-context pool's replica sells another number of them, at its own price.
-        home = pools[load_pool(tenant, (traffic or {}).get(tenant.name))]
+        home = pools[load_pool(tenant)]
         if pool is not None and pool not in (tenant.pool, home.name):
             continue
         replicas = tenant.bucket_rate_units_per_s / home.replica_units_per_s

@@ -117,6 +117,12 @@ class TenantPolicy(_Frozen):
     pool: str = Field(description="the standard pool the tenant's requests go to")
     long_context_pool: str | None = Field(None, description="where prompts above the threshold go")
     route_above_prompt_tokens: int | None = None
+    load_pool: str | None = Field(
+        None,
+        description="the pool whose units its rate is counted in and whose replicas carry its load: the long-context "
+        "pool for a tenant sized on traffic whose mean prompt routes there, else its standard pool (None: the "
+        "standard pool)",
+    )
     placement: Literal["shared", "dedicated"]
     rate_source: Literal["contract", "traffic"] = Field(
         "contract", description="contract: units_per_s as sold; traffic: sized from the tenant's traffic profile"
@@ -367,6 +373,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 pool=pool.name,
                 long_context_pool=long_pool,
                 route_above_prompt_tokens=threshold,
+                load_pool=sized_on,
                 placement=tenant.placement,
                 rate_source="contract" if tenant.units_per_s is not None else "traffic",
                 bucket_rate_units_per_s=rate,

@@ -6,7 +6,6 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from quotacalc.core.deployment import Tenant
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters.yaml_text import dump_yaml
@@ -57,13 +56,12 @@ def lora_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
     return [f"LoRA adapters ({listed}): {consequence}"]
 
 
-def load_pools(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> dict[str, str]:
-    """Tenant name -> the pool its rate is counted in and whose replicas carry its load: the long-context pool for a
-    tenant sized on traffic whose mean prompt routes there, else its standard pool (``core.plan_size.load_pool``,
-    as check and size count it). ``traffic``: the plan's profiles (``ExportOptions.traffic``)."""
+def load_pools(policy: QuotaPolicy) -> dict[str, str]:
+    """Tenant name -> the pool its rate is counted in and whose replicas carry its load (``TenantPolicy.load_pool``,
+    as check and size count it)."""
     from quotacalc.core.plan_size import load_pool
 
-    return {tenant.name: load_pool(tenant, traffic.get(tenant.name)) for tenant in policy.tenants}
+    return {tenant.name: load_pool(tenant) for tenant in policy.tenants}
 
 
 def salt_of(tenant: TenantPolicy, salts: Mapping[str, str]) -> str | None:

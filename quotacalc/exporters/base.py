@@ -12,7 +12,6 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.core.deployment import Tenant
 from quotacalc.core.policy import QuotaPolicy
 
 
@@ -37,18 +36,12 @@ class Export(BaseModel):
 
 
 class ExportOptions(BaseModel):
-    """Choices a user makes per run, and what the plan says that the policy does not carry."""
+    """Choices a user makes per run."""
 
     model_config = ConfigDict(frozen=True)
 
     gie_objectives: bool = Field(
         False, description="emit an InferenceObjective (v1alpha2) per tier, for releases that still ship it"
-    )
-    traffic: Mapping[str, Tenant] = Field(
-        default_factory=dict,
-        description="tenant name -> the traffic profile it was sized on (the plan's; none for a contract): a tenant "
-        "whose mean prompt routes to its long-context pool has its rate in that pool's units, and its load there "
-        "(core.plan_size.load_pool)",
     )
 
 

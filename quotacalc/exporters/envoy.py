@@ -13,7 +13,6 @@ import json
 import math
 from collections.abc import Mapping
 
-from quotacalc.core.deployment import Tenant
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
@@ -182,15 +181,13 @@ def _chunks(policy: QuotaPolicy) -> list[tuple[TenantPolicy, ...]]:
     return [tuple(chunk) for chunk in chunks]
 
 
-def documents(
-    policy: QuotaPolicy, salts: Mapping[str, str], traffic: Mapping[str, Tenant] | None = None
-) -> dict[str, list[dict]]:
+def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[dict]]:
     """The manifests of each file, by path: AIServiceBackends, AIGatewayRoutes, BackendTrafficPolicies.
 
-    A tenant's rule sends to the pool its rate is counted in (``traffic``: the plan's profiles; a tenant sized on
-    traffic whose mean prompt routes to its long-context pool is sized there) and charges that pool's weights."""
+    A tenant's rule sends to the pool its rate is counted in (``TenantPolicy.load_pool``: a tenant sized on traffic
+    whose mean prompt routes to its long-context pool is sized there) and charges that pool's weights."""
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy, traffic or {})
+    homes = load_pools(policy)
     header = policy.tenant_header
     routes: list[dict] = []
     traffic_policies: list[dict] = []
@@ -262,14 +259,14 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
             text=yaml_documents(manifests, header=_HEADERS[path]),
             secret=salted and path == "envoy/aigatewayroutes.yaml",
         )
-        for path, manifests in documents(policy, salts, options.traffic).items()
+        for path, manifests in documents(policy, salts).items()
     )
-    return Export(target="envoy", files=files, limits=_limits(policy, salted, options.traffic))
+    return Export(target="envoy", files=files, limits=_limits(policy, salted))
 
 
-def _limits(policy: QuotaPolicy, salted: bool, traffic: Mapping[str, Tenant]) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy, traffic)
+    homes = load_pools(policy)
     moved = {tenant.name: homes[tenant.name] for tenant in policy.tenants if homes[tenant.name] != tenant.pool}
     limits = [
         "Token bucket: Envoy's global rate limit counts fixed windows, not a bucket; each tenant gets the window "
