@@ -776,9 +776,11 @@ def test_a_flat_plan_s_calibration_section_error(section, expected):
 def test_calibrate_counts_its_points_in_words(run_cli, tmp_path):
     one = _write(tmp_path, "one.csv", "concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,200,200,0.05,0.02\n")
     code, out, _ = run_cli(*CALIBRATE, one)
-    assert (
-        code == 0 and out.splitlines()[0] == "Calibration of Llama-3.3-70B-Instruct on 4× h100-sxm (1 benchmark point)"
-    )
+    # One run gives a TTFT and an ITL: two figures, both listed below the title.
+    title = " ".join(out.split("\n\n")[0].split())
+    assert code == 0 and title.startswith(
+        "Calibration of Llama-3.3-70B-Instruct on 4× h100-sxm (1 benchmark run, 2 measured figures)"
+    ), out
     log = _write(tmp_path, "serve.log", "GPU KV cache size: 646,503 tokens\nAvailable KV cache memory: 40.55 GiB\n")
     code, out, _ = run_cli("calibrate", EXAMPLES.parent / "llama-3.3-70b-h100.yaml", "--log", log)
     assert code == 0 and out.splitlines()[0] == "Calibration of Llama-3.3-70B-Instruct on 4× h100-sxm (KV pool only)"

@@ -57,12 +57,15 @@ def test_copied_example_prices_the_worked_example(run_cli, tmp_path):
 def test_copy_all_keeps_companion_files(run_cli, tmp_path):
     code, out, _ = run_cli("examples", "--copy", str(tmp_path / "all"))
     assert code == 0
+    # Each file once: a scenario's named plan is an example of its own too.
     expected = sorted(
-        str(path.relative_to(examples_dir()))
-        for example in shipped_examples()
-        for member in example.members
-        for path in ([member] if member.is_file() else member.rglob("*"))
-        if path.is_file()
+        {
+            str(path.relative_to(examples_dir()))
+            for example in shipped_examples()
+            for member in example.members
+            for path in ([member] if member.is_file() else member.rglob("*"))
+            if path.is_file()
+        }
     )
     written = sorted(str(Path(line).relative_to(tmp_path / "all")) for line in out.splitlines())
     assert written == expected
@@ -131,3 +134,11 @@ def test_copied_secrets_stay_owner_only(run_cli, tmp_path):
     for secret in (tmp_path / "platform.secret", tmp_path / "platform" / "canonical" / "salts.json"):
         assert secret.stat().st_mode & 0o777 == 0o600, secret
     assert (tmp_path / "platform.yaml").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_scenario_is_copied_with_the_plan_it_names(run_cli, tmp_path):
+    code, out, err = run_cli("examples", "simulate-named-plan", "--copy", str(tmp_path))
+    assert code == 0, err
+    assert sorted(Path(line).name for line in out.splitlines()) == ["platform.yaml", "simulate-named-plan.yaml"]
+    code, out, err = run_cli("simulate", str(tmp_path / "simulate-named-plan.yaml"), "--requests", "50", "--json")
+    assert code == 0, err

@@ -51,6 +51,15 @@ def _folder_examples(folder: Path) -> list[ShippedExample]:
     ]
 
 
+def _named_plan(path: Path, folder: Path) -> list[Path]:
+    """The example plan a scenario names (``plan: platform.yaml``): copied with it, the scenario runs where it lands."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("plan:"):
+            named = folder / line.removeprefix("plan:").split("#", 1)[0].strip().strip("'\"")
+            return [named] if named.suffix == ".yaml" and named.is_file() else []
+    return []
+
+
 def shipped_examples() -> tuple[ShippedExample, ...]:
     """Every example plan (a top-level ``*.yaml``), by name."""
     folder = examples_dir()
@@ -58,7 +67,12 @@ def shipped_examples() -> tuple[ShippedExample, ...]:
     for path in sorted(folder.glob("*.yaml")):
         name = path.stem
         members = tuple(
-            sorted(entry for entry in folder.iterdir() if entry.name == name or entry.name.startswith(f"{name}."))
+            sorted(
+                {
+                    *(entry for entry in folder.iterdir() if entry.name == name or entry.name.startswith(f"{name}.")),
+                    *_named_plan(path, folder),
+                }
+            )
         )
         examples.append(ShippedExample(name=name, path=path, description=_description(path), members=members))
     return tuple(sorted([*examples, *_folder_examples(folder)], key=lambda example: example.name))

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from quotacalc.cli import units
 from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
+from quotacalc.core.words import plural
 
 if TYPE_CHECKING:
     from quotacalc.core.calibrate import CalibrationProvenance, CalibrationResult
@@ -40,11 +41,12 @@ def _value(name: str, value: float) -> str:
     return units.seconds(value) if name.endswith("_s") else f"{value:.4g}"
 
 
-def _benchmark_points(count: int) -> str:
+def _benchmark_points(runs: int, figures: int) -> str:
     # No point at all is a calibration from a start-up log alone: it fitted the KV pool, not the timings.
-    if count == 0:
+    if runs == 0:
         return "KV pool only"
-    return f"{count:,} benchmark point{'' if count == 1 else 's'}"
+    # A run gives a TTFT, an ITL or both: the table below lists each figure.
+    return f"{plural(runs, 'benchmark run')}, {plural(figures, 'measured figure')}"
 
 
 def _percent(error: float | None) -> str:
@@ -66,7 +68,7 @@ def calibrate_table(
     d = inputs.deployment
     console.print(
         f"Calibration of {inputs.arch.name} on {d.tp}× {inputs.gpu.id} "
-        f"({_benchmark_points(len({(p.source, p.row) for p in result.points}))})",
+        f"({_benchmark_points(len({(p.source, p.row) for p in result.points}), len(result.points))})",
         style="bold",
         markup=False,
     )

@@ -35,7 +35,10 @@ def _files(example: ShippedExample) -> list[tuple[Path, Path]]:
 
 def copy_examples(examples: list[ShippedExample], target: Path) -> list[Path]:
     """Copy examples into ``target``; refuses to overwrite, and writes nothing if any file exists."""
-    planned = [(source, target / relative) for example in examples for source, relative in _files(example)]
+    # A scenario brings the plan it names, which may be copied as an example of its own too: once.
+    planned = list(
+        dict.fromkeys((source, target / relative) for example in examples for source, relative in _files(example))
+    )
     existing = [str(destination) for _, destination in planned if destination.exists()]
     if existing:
         raise QuotacalcError(
