@@ -1,11 +1,55 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Input files read safely (a FIFO, device or odd name is an error, not a hang) and atomic writes: a reader sees
+the old file or the new one, never half of either."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
+
+from quotacalc.errors import QuotacalcError, UsageError
+
+
+def open_regular(path: str | Path, *, what: str) -> BinaryIO:
+    """A regular file opened for binary reading. A missing file, a FIFO, device or directory, or a name no file can
+    have (too long, a NUL byte, a loop of links) is a one-line error naming the path, never a hang or a traceback."""
+    source = str(path)
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UsageError("no such file", source=source, fix=f"check the path to the {what}") from None
+    except ValueError:  # a NUL byte: no file has such a name
+        raise UsageError(
+            "is not a file name (it holds a NUL byte)", source=source, fix=f"give the {what}'s path"
+        ) from None
+    except OSError as error:
+        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
+        raise (UsageError if usage else QuotacalcError)(
+            f"cannot read: {error.strerror or error}", source=source
+        ) from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+        raise UsageError(f"is {kind}", source=source, fix=f"give the path to the {what}")
+    return os.fdopen(descriptor, "rb")
+
+
+def read_regular_bytes(path: str | Path, *, what: str, limit: int) -> bytes:
+    """A regular file's bytes (``open_regular``), refused past ``limit`` bytes before more is read."""
+    with open_regular(path, what=what) as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as error:
+            raise QuotacalcError(f"cannot read: {error.strerror or error}", source=str(path)) from None
+    if len(data) > limit:
+        size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit:,} bytes"
+        raise QuotacalcError(f"is larger than {size}; a {what} is not that large", source=str(path))
+    return data
 
 
 def _default_mode(path: Path) -> int:

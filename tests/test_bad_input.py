@@ -452,3 +452,10 @@ def test_an_error_about_a_value_names_where_it_came_from(run_cli, tmp_path):
     )
     code, _, err = run_cli("price", plan, "--tp", "1", "--weight-dtype", "bf16")
     assert code == 1 and "--tp: Llama-3.3-70B-Instruct does not fit: 141.1 GB of weights per GPU" in err
+
+
+def test_negative_zero_prices_as_zero_not_minus_zero(run_cli):
+    code, out, err = run_cli("price", *M4, "--gpu-hour-usd", "-0", "--cached-prompt-weight", "-0")
+    assert code == 0 and "-0" not in out, out
+    code, out, err = run_cli("price", *M4, "--gpu-hour-usd", "-0", "--json")
+    assert code == 0 and not err and '"gpu_hour_usd": 0.0' in out and '"gpu_hour_usd": -0.0' not in out

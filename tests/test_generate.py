@@ -165,7 +165,7 @@ def test_empty_or_missing_secret_file(run_cli, tmp_path: Path) -> None:
     assert line == f"{empty}: --salt-secret-file: is empty (put the secret in it)"
     missing = tmp_path / "missing.secret"
     line = one_line_error(*canonical(run_cli, tmp_path / "out", "--salt-secret-file", missing), EXIT_USAGE)
-    assert line == f"{missing}: --salt-secret-file: no such file"
+    assert line == f"{missing}: --salt-secret-file: no such file (check the path to the salt secret)"
     assert not (tmp_path / "out").exists()
 
 

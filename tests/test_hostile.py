@@ -845,3 +845,29 @@ def test_bare_command_prints_the_help_not_an_error(run_cli):
     code, out, err = run_cli()
     assert code == USAGE and err == ""
     assert out.startswith("Usage: ") and "Commands:" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", "examples/platform.yaml", "--salt-secret-file", "a\x00b"),
+        ("calibrate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--log", "x\x00.log"),
+        ("calibrate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--bench", "x\x00.csv"),
+        ("simulate", "s\x00.yaml"),
+        ("price", "p\x00.yaml"),
+    ],
+    ids=["secret", "log", "bench", "scenario", "plan"],
+)
+def test_a_path_with_a_nul_byte_is_a_usage_error(run_cli, args):
+    # No file has such a name; os.open raised ValueError, which reached the user as an internal error.
+    code, out, err = run_cli(*args)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "is not a file name (it holds a NUL byte)" in err, err
+
+
+@pytest.mark.parametrize(
+    "command", [("simulate", "/dev/zero"), ("check", "examples/platform.yaml", "--salt-secret-file", "/dev/zero")]
+)
+def test_a_device_is_refused_not_read_until_memory_runs_out(run_cli, command):
+    code, out, err = run_cli(*command)
+    assert code == 2 and out == "" and "is not a regular file (a FIFO, device or socket)" in err, err

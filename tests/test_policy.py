@@ -597,3 +597,12 @@ def test_build_policy_counts_traffic_routed_long_on_the_long_pool(worked_example
     routed, contract = policy.tenants
     assert routed.load_pool == load_pool(routed) == load
     assert contract.load_pool == load_pool(contract) == "main"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e308"])
+def test_a_reversal_threshold_that_is_no_replica_count_is_refused(run_cli, value) -> None:
+    code, out, err = run_cli("check", str(PLATFORM), "--reversal-replicas", value)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith(
+        "quotacalc: error: --reversal-replicas: must be a number of replicas above 0 and at most 100,000"
+    )

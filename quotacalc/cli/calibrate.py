@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from quotacalc.core.deployment import Deployment
+from quotacalc.errors import QuotacalcError
 
 
 def _version() -> str:
@@ -26,15 +27,21 @@ def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | No
     return calibration_status(plan_file.calibration, inputs)
 
 
-def _digest(path: str) -> str:
-    """A benchmark file's sha256 (an unreadable path is left for the reader's own error)."""
+def _digest(path: str, what: str = "benchmark file") -> str:
+    """A benchmark file's sha256; a path that is not a readable regular file is refused here, in one line (a FIFO
+    opened plainly would wait for a writer forever)."""
     import hashlib
 
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except OSError:
-        return f"unreadable:{path}"
+    from quotacalc.fileio import open_regular
+
+    digest = hashlib.sha256()
+    with open_regular(path, what=what) as handle:
+        try:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        except OSError as error:
+            raise QuotacalcError(f"cannot read: {error.strerror or error}", source=path) from None
+    return digest.hexdigest()
 
 
 def _file_record(path: str, rows: list[str], plan_path: str | None, digest: str | None = None):

@@ -154,14 +154,19 @@ def _strict(result: CheckResult) -> CheckResult:
     return result.model_copy(update={"findings": findings})
 
 
+#: --reversal-replicas above a pool's largest size would never be reached.
+MAX_REVERSAL_REPLICAS = 100_000
+
+
 def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
     """Run the plan's checks; returns the exit code (1 on any error)."""
     from quotacalc.core.checks import check_plan
     from quotacalc.inputs.plan import is_platform_file
 
-    if not (reversal_replicas > 0 and reversal_replicas != float("inf")):
+    if not 0 < reversal_replicas <= MAX_REVERSAL_REPLICAS:
         raise QuotacalcError(
-            f"must be a positive finite number of replicas, got {reversal_replicas}",
+            f"must be a number of replicas above 0 and at most {MAX_REVERSAL_REPLICAS:,} (a pool's most), got "
+            f"{reversal_replicas:g}",
             field="--reversal-replicas",
             fix="e.g. --reversal-replicas 2",
         )

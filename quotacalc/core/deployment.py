@@ -84,7 +84,7 @@ def _fraction(value: float, *, allow_zero: bool = False) -> float:
     if not (low_ok and value <= 1):
         interval = "[0, 1]" if allow_zero else "(0, 1]"
         raise ValueError(f"must be in {interval}, got {value}")
-    return value
+    return value + 0.0  # -0.0 is 0: printed, it would read as a negative price
 
 
 class PricingBasis(str, Enum):
@@ -372,7 +372,7 @@ class Deployment(BaseModel):
     def _non_negative(cls, value: float | None) -> float | None:
         if value is not None and value < 0:
             raise ValueError(f"must not be negative, got {value}")
-        return value
+        return None if value is None else value + 0.0  # -0.0 is 0: printed, it would read as a negative price
 
     @field_validator("hours_per_month", "burst_s", "sampler_bytes_per_logit")
     @classmethod

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from quotacalc.core.calibrate import BenchmarkPoint, KvPoolReading
 from quotacalc.core.deployment import GENERIC_ENGINE, VLLM_MEMORY_UTILIZATION
-from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.errors import QuotacalcError, close_names
 
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
 _MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
@@ -47,27 +47,9 @@ MAX_BENCHMARK_BYTES = 256 * 2**20
 
 
 def _open_regular(path: str, what: str):
-    """A regular file opened for binary reading; a FIFO, device or directory is a one-line error, not a hang."""
-    import errno
-    import os
-    import stat
+    from quotacalc.fileio import open_regular
 
-    try:
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise UsageError("no such file", source=path, fix=f"check the path to the {what}") from None
-    except OSError as error:
-        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
-        raise (UsageError if usage else QuotacalcError)(
-            f"cannot read: {error.strerror or error}", source=path
-        ) from None
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
-        raise UsageError(f"is {kind}", source=path, fix=f"give a regular file as the {what}")
-    return os.fdopen(descriptor, "rb")
+    return open_regular(path, what=what)
 
 
 def _read_text(path: str, what: str) -> str:

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from quotacalc.core.deployment import MAX_BATCH, MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_TOKENS_PER_REQUEST, digit_count
 from quotacalc.core.plan import Plan
-from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.errors import QuotacalcError, close_names
 
 POLICY_NAMES = ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
 QUEUEING_NAMES = ("fair", "deep_priority")
@@ -395,13 +395,9 @@ _NOT_EMPTY = {
 
 
 def _read_yaml(path: Path, what: str) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError("no such file", source=str(path), fix=f"check the path to the {what}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise QuotacalcError(f"cannot read: {getattr(error, 'strerror', None) or error}", source=str(path)) from None
-    from quotacalc.inputs.yaml_strict import load_yaml_text
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
+
+    text = read_text_file(path, what=what)
 
     return load_yaml_text(text, source=str(path))
 
@@ -544,15 +540,17 @@ def _usage_records(text: str, path: Path) -> list[tuple[int, dict[str, object]]]
     return records
 
 
+#: A usage file has a row per request: a million requests are tens of MB.
+MAX_USAGE_BYTES = 512 * 2**20
+
+
 def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
     """Rows of a usage file by tenant: (timestamp in seconds, prompt tokens, output tokens)."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV may start with a byte-order mark
-    except FileNotFoundError:
-        raise UsageError("no such file", source=source, fix="check arrival.file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise QuotacalcError(f"cannot read: {getattr(error, 'strerror', None) or error}", source=source) from None
+    from quotacalc.inputs.yaml_strict import read_text_file
+
+    # (utf-8-sig: a spreadsheet's CSV may start with a byte-order mark, which read_text_file drops.)
+    text = read_text_file(path, what="usage file (arrival.file)", limit=MAX_USAGE_BYTES)
     by_tenant: dict[str, list[tuple[float, int, int]]] = {}
     for number, record in _usage_records(text, path):
         where = f"line {number}"

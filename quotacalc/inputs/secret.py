@@ -6,7 +6,6 @@ No error message here ever contains the secret or any part of it.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from quotacalc.errors import QuotacalcError, UsageError
 
@@ -14,6 +13,8 @@ SECRET_ENV = "QUOTACALC_SALT_SECRET"
 #: The shortest secret accepted. Each salt is an HMAC of a public tenant name, and the manifest meant to be committed
 #: holds the digests of the files the salts are in: a short secret can be searched for offline.
 MIN_SECRET_BYTES = 16
+#: A secret is tens of bytes; a file far larger is the wrong file.
+MAX_SECRET_BYTES = 65_536
 
 
 def _long_enough(data: bytes, *, source: str | None, field: str) -> bytes:
@@ -31,12 +32,12 @@ def _long_enough(data: bytes, *, source: str | None, field: str) -> bytes:
 def load_salt_secret(secret_file: str | None) -> bytes | None:
     """The secret's bytes (a file's trailing newline dropped), or None when neither source gives one."""
     if secret_file is not None:
+        from quotacalc.fileio import read_regular_bytes
+
         try:
-            data = Path(secret_file).read_bytes()
-        except FileNotFoundError:
-            raise UsageError("no such file", source=secret_file, field="--salt-secret-file") from None
-        except OSError as error:
-            raise QuotacalcError(f"cannot read: {error.strerror}", source=secret_file) from None
+            data = read_regular_bytes(secret_file, what="salt secret", limit=MAX_SECRET_BYTES)
+        except UsageError as error:
+            raise UsageError(error.problem, source=secret_file, field="--salt-secret-file", fix=error.fix) from None
         data = data.rstrip(b"\r\n")
         if not data:
             raise QuotacalcError("is empty", source=secret_file, field="--salt-secret-file", fix="put the secret in it")

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 from pathlib import Path
 
 import yaml
 
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import QuotacalcError
 
 # libyaml's parser is ~7x faster than PyYAML's pure-Python one; the constructor stays Python.
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -204,23 +201,10 @@ def load_yaml_text(text: str, *, source: str) -> object:
 def read_text_file(path: str | Path, *, what: str, limit: int = MAX_YAML_BYTES) -> str:
     """A regular UTF-8 text file of at most ``limit`` bytes; a FIFO, device or directory, an oversized or
     non-UTF-8 file, or a name the system cannot use, is a one-line error instead of a hang or a traceback."""
+    from quotacalc.fileio import open_regular
+
     source = str(path)
-    try:
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise UsageError("no such file", source=source, fix=f"check the path to the {what}") from None
-    except OSError as error:
-        # A path that cannot name a file (too long, a loop of links, through a non-directory) is a usage error.
-        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR)
-        problem = f"cannot read: {error.strerror or error}"
-        raise (UsageError if usage else QuotacalcError)(problem, source=source) from None
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
-        raise UsageError(f"is {kind}", source=source, fix=f"give the path to the {what}")
-    with os.fdopen(descriptor, "rb") as handle:
+    with open_regular(path, what=what) as handle:
         try:
             data = handle.read(limit + 1)
         except OSError as error:
