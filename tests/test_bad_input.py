@@ -459,3 +459,10 @@ def test_negative_zero_prices_as_zero_not_minus_zero(run_cli):
     assert code == 0 and "-0" not in out, out
     code, out, err = run_cli("price", *M4, "--gpu-hour-usd", "-0", "--json")
     assert code == 0 and not err and '"gpu_hour_usd": 0.0' in out and '"gpu_hour_usd": -0.0' not in out
+
+
+def test_a_max_model_len_beyond_any_context_is_refused_where_no_price_checks_it(run_cli):
+    # calibrate never prices the deployment, where the model's maximum context refuses it.
+    bench = str(Path(__file__).parent.parent / "examples" / "calibration" / "nim-llama-3.3-70b-h100-tp2.csv")
+    code, out, err = run_cli("calibrate", *M4, "--bench", bench, "--max-model-len", str(10**20))
+    assert code == 1 and out == "" and "--max-model-len: must be at most 100,000,000" in err, err

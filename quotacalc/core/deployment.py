@@ -452,6 +452,7 @@ _DEPLOYMENT_LIMITS = {
     "tp": MAX_TP,
     "batch": MAX_BATCH,
     "context": MAX_CONTEXT_TOKENS,
+    "max_model_len": MAX_CONTEXT_TOKENS,
     "kv_pool_tokens": MAX_POOL_TOKENS,
     "gpu_hour_usd": MAX_GPU_HOUR_USD,
     "hours_per_month": MAX_HOURS_PER_MONTH,
