@@ -330,6 +330,11 @@ BAD_PLANS = [
         "tiers[2]: max_output_tokens 40000 exceeds max_context_tokens 32768",
     ),
     (
+        "concurrency beyond any fleet",
+        lambda d: d["tiers"][0].update(max_concurrent_sequences=10**400),
+        "tiers[0].max_concurrent_sequences: must be less than or equal to 1000000000",
+    ),
+    (
         "adapter twice",
         lambda d: d["tenants"][0].update(lora_adapters=["x-v1", "x-v1"]),
         "tenants[0].lora_adapters: names x-v1 more than once: give each adapter once",

@@ -41,6 +41,9 @@ POOL_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
 #: The most units/s one tenant may be sold: a billion (thousands of the largest replicas; a gateway's 32-bit
 #: counter holds about 4.3 billion units per window).
 MAX_UNITS_PER_S = 1e9
+#: The most live sequences a tier may allow a tenant: a million replicas' worth of batches is beyond any fleet, and
+#: gateways keep the cap in a 32-bit field.
+MAX_CONCURRENT_SEQUENCES = 10**9
 #: The largest oversubscription ratio a plan may state: measured ratios are a few; beyond this it is a typo.
 MAX_OVERSUBSCRIPTION = 1000.0
 
@@ -100,7 +103,9 @@ class Tier(BaseModel):
     kv_cap_tokens_per_replica: int = Field(
         ge=1, le=MAX_POOL_TOKENS, strict=True, description="resident KV a tenant may hold on one replica, tokens"
     )
-    max_concurrent_sequences: int = Field(ge=1, strict=True, description="live sequences a tenant may have at once")
+    max_concurrent_sequences: int = Field(
+        ge=1, le=MAX_CONCURRENT_SEQUENCES, strict=True, description="live sequences a tenant may have at once"
+    )
     max_output_tokens: int = Field(
         ge=1,
         le=MAX_CONTEXT_TOKENS,
