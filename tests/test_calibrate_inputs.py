@@ -680,7 +680,7 @@ def test_a_latency_of_zero_or_less_in_a_csv_says_leave_it_blank(run_cli, tmp_pat
         ),
         (
             "concurrency,prompt_tokens,output_tokens,itl_s\n1,0,200,0.01\n",
-            "row 1: prompt_tokens: must be more than 0 and at most 100,000,000 tokens per request, got a mean of 0 "
+            "row 1: prompt_tokens: must be at least 1 and at most 100,000,000 tokens per request, got a mean of 0 "
             "(the mean prompt length of the run's requests)",
         ),
         (

@@ -324,7 +324,7 @@ def test_mimo_v2_flash_params_by_hand():
             "qwen3_vl_moe_30b_a3b",
             lambda c: c["vision_config"].update(deepstack_visual_indexes=3),
             "deepstack_visual_indexes",
-            "expected a list",
+            "must be a list",
         ),
         (
             "qwen3_omni_moe_30b_a3b",

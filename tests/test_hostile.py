@@ -351,6 +351,22 @@ PLAN_CASES = [
         command="size",
     ),
     plan_case("tenant: unknown key", TENANT_HEAD + "  burst: 3\n", INVALID, "tenant.burst", command="size"),
+    # A tenant section is judged whatever command reads the file (price and kv ignored a negative rps).
+    plan_case("tenant: negative rps, for price", TENANT_HEAD.replace("rps: 1", "rps: -1"), INVALID, "tenant.rps"),
+    plan_case(
+        "tenant: infinite prompt, for kv",
+        TENANT_HEAD.replace("prompt_tokens: 100", "prompt_tokens: .inf"),
+        INVALID,
+        "tenant.prompt_tokens",
+        command="kv",
+    ),
+    plan_case("tenant: only rps, for price", HEAD + "tenant:\n  rps: 2\n", OK),
+    plan_case(
+        "serve_model with a newline",
+        HEAD + 'serve_model: "meta-llama/Llama-3.1-8B-Instruct\\nx: y"\n',
+        INVALID,
+        "serve_model: must be a hub id or a path: not empty, no control characters",
+    ),
     plan_case("larger than 4 MiB", HEAD + "#" * (5 * 2**20) + "\n", INVALID, "MiB"),
     plan_case("valid plan with a BOM", "\ufeff" + HEAD + "batch: 64\n", OK),
     plan_case("anchors and aliases", HEAD + "tp: &n 2\nbatch: *n\n", OK),
@@ -534,6 +550,16 @@ CONFIG_CASES = [
     ),
 ]
 
+CONFIG_CASES += [
+    # transformers' type complaints, in JSON's words with a fix (Python's <class 'int'> and NoneType before).
+    config_case(
+        "n_group a string (DeepSeek-V3)",
+        variant("DeepSeek-V3", n_group="x"),
+        INVALID,
+        "n_group: transformers rejects the config: must be a whole number or null, got 'x' (correct that key",
+        args=("--tp", "8", "--gpu", "h200"),
+    ),
+]
 CASES = FLAG_CASES + PLAN_CASES + CONFIG_CASES
 
 

@@ -84,8 +84,12 @@ def test_flat_size_warns_where_its_bucket_cannot_hold_one_mean_request(run_cli):
     assert code == 0 and _warnings(err) == [warning]
     assert _row(out, "token bucket depth")[0] == "2,150 units"
     code, out, err = run_cli("size", *LLAMA, "--gpu", "h100", "--tp", "4", *SMALL_TENANT, "--strict")
-    assert code == 1
-    assert err.splitlines()[-1] == "quotacalc: error: --strict: 1 warning(s) under --strict (see the warnings above)"
+    # Failed under --strict: the warning and the error on stderr, and no figures on stdout for a CI job to keep.
+    assert code == 1 and out == ""
+    assert _warnings(err) == [warning]
+    assert err.splitlines()[-1] == (
+        "quotacalc: error: --strict: 1 warning(s) under --strict (see the warnings above; nothing was printed)"
+    )
 
 
 def test_flat_size_bucket_warning_follows_burst_s(run_cli):
@@ -344,3 +348,16 @@ def test_comparison_title_names_the_model_as_resolved(run_cli, monkeypatch):
     assert code == 0, err
     assert out.splitlines()[0].startswith("**Llama-3.3-70B-Instruct: batch 128")
     assert "meta-llama/" not in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("price", "--json"), ("price",), ("kv", "--context", "8000", "--json"), ("kv", "--context", "8000")],
+)
+def test_strict_fails_before_the_figures_are_printed(run_cli, command):
+    # A batch above max_num_seqs is priced at the batch that runs, with a warning: under --strict, a failure.
+    plan = str(Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml")
+    code, out, err = run_cli(command[0], plan, *command[1:], "--max-num-seqs", "1", "--strict")
+    assert code == 1 and out == "", out
+    assert err.splitlines()[0].startswith("quotacalc: warning: a decode batch of 128 is above max_num_seqs 1")
+    assert err.splitlines()[-1].endswith("(see the warnings above; nothing was printed)")

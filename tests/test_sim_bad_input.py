@@ -70,6 +70,13 @@ CASES = [
     ("unknown kind", _set("workload.tenants.0.arrival.kind", "weibull"), 1, "workload.tenants[0].arrival", "weibull"),
     ("unknown tenant", _set("workload.tenants.3.tenant", "nobody"), 1, "workload.tenants[3].tenant", "nobody"),
     ("unknown tier", _set("plan.tenants.2.tier", "platinum"), 1, "plan.tenants[2].tier", "platinum"),
+    (
+        "replay file with a NUL",
+        _set("workload.tenants.0.arrival", {"kind": "replay", "file": "u\x00.csv"}),
+        1,
+        "workload.tenants[0].arrival.file",
+        "is not a file name",
+    ),
     ("embedded plan field", _set("plan.pools.0.replicas", 0), 1, "plan.pools[0].replicas", "greater than"),
     ("no stop", _drop("duration_s"), 1, "duration_s or requests", ""),
     ("unknown policy", _set("policies", ["reserve_everything"]), 1, "policies[0]", "reserve_max_tokens"),

@@ -70,6 +70,22 @@ PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: t
 StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
 
 
+def _strict_gate(warnings: tuple[str, ...], calibration, *, strict: bool) -> tuple[str, ...]:
+    """Every warning of the run (with the calibration's); under --strict any fails the run before its result is
+    printed, so a CI job that redirects stdout never keeps the figures of a failed run."""
+    warnings = (*warnings, calibration[1]) if calibration[1] else tuple(warnings)
+    if strict and warnings:
+        from quotacalc.cli.streams import print_warnings
+
+        print_warnings(warnings)
+        raise QuotacalcError(
+            f"{len(warnings)} warning(s) under --strict",
+            field="--strict",
+            fix="see the warnings above; nothing was printed",
+        )
+    return warnings
+
+
 def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
     """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
     if not printed:
@@ -198,6 +214,7 @@ def price_command(
     deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
     result = _price(deployment, plan, deployment_flags)
     calibration = plan_calibration(plan_file, result.inputs)
+    warnings = _strict_gate(result.warnings, calibration, strict=strict)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
 
@@ -206,7 +223,7 @@ def price_command(
         from quotacalc.cli.tables import price_table
 
         price_table(result, explain=explain, calibration=calibration)
-    _warn(result.warnings + calibration[1:2] if calibration[1] else result.warnings, strict=strict, printed=not as_json)
+    _warn(warnings, strict=False, printed=not as_json)
 
 
 def _no_explain_in_rows(explain: bool) -> None:
@@ -281,6 +298,8 @@ def size_command(
                 error.source, error.field = plan, f"tenant.{error.field}"
         raise
     calibration = plan_calibration(plan_file, result.replica.inputs)
+    # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request).
+    warnings = _strict_gate(result.warnings, calibration, strict=strict)
     if as_json:
         from quotacalc.cli.json_out import emit_json, size_json
 
@@ -289,9 +308,7 @@ def size_command(
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain, calibration=calibration)
-    # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request).
-    warnings = result.warnings
-    _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
+    _warn(warnings, strict=False, printed=not as_json)
 
 
 @commands.command("kv", options=_kv_options)
@@ -330,6 +347,7 @@ def kv_command(
         raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
     result = request_kv(_price(deployment, plan, deployment_flags), context)
     calibration = plan_calibration(plan_file, result.replica.inputs)
+    warnings = _strict_gate(result.warnings, calibration, strict=strict)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
 
@@ -338,10 +356,9 @@ def kv_command(
         from quotacalc.cli.tables import kv_table
 
         kv_table(result, explain=explain)
-        # The table's footer prints the replica's warnings; the request's own goes to stderr beside them.
-        _warn(result.warnings[len(result.replica.warnings) :], strict=False, printed=False)
-    warnings = result.warnings
-    _warn(warnings + calibration[1:2] if calibration[1] else warnings, strict=strict, printed=not as_json)
+        # The table's footer prints the replica's warnings; the request's own and the calibration's go to stderr.
+        warnings = warnings[len(result.replica.warnings) :]
+    _warn(warnings, strict=False, printed=False)
 
 
 @commands.command("models")

@@ -97,7 +97,7 @@ class BenchmarkPoint(BaseModel):
     # The upper bounds are far beyond any engine (a replica runs hundreds of sequences, contexts of
     # millions of tokens): past them a figure is a unit mix-up or a corrupt file, not a benchmark.
     concurrency: int = Field(ge=1, le=100_000, description="requests in flight (vllm bench serve --max-concurrency)")
-    prompt_tokens: float = Field(gt=0, le=100_000_000, description="mean prompt tokens per request")
+    prompt_tokens: float = Field(ge=1, le=100_000_000, description="mean prompt tokens per request")
     output_tokens: float = Field(ge=1, le=100_000_000, description="mean output tokens per request")
     ttft_s: float | None = Field(None, ge=1e-5, le=86_400, description="mean time to first token, s")
     itl_s: float | None = Field(None, ge=1e-6, le=3_600, description="mean inter-token latency, s")

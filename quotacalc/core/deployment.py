@@ -313,6 +313,14 @@ class Deployment(BaseModel):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("serve_model")
+    @classmethod
+    def _servable_name(cls, value: str | None) -> str | None:
+        # It becomes the engines' --model and the gateways' model name: no engine loads a name with a newline or NUL.
+        if value is not None and (not value.strip() or any(not character.isprintable() for character in value)):
+            raise ValueError("must be a hub id or a path: not empty, no control characters")
+        return value if value is None else value.strip()
+
     @field_validator("tp", "batch", "context", "load_output_tokens")
     @classmethod
     def _positive(cls, value: int) -> int:

@@ -138,6 +138,13 @@ def plan_file_from_document(document: object, path: str) -> PlanFile:
     tenant = document.get("tenant")
     if tenant is not None and not isinstance(tenant, dict):
         raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
+    if tenant:
+        # Checked for every command, not only size: a plan file is valid or not whatever reads it. A key it leaves
+        # out may come from a flag (size --rps), so only the keys it gives are judged here.
+        try:
+            Tenant.model_validate({"rps": 1, "prompt_tokens": 1, "output_tokens": 1, **tenant})
+        except ValidationError as error:
+            raise _one_line_validation_error(error, Tenant, source=path, from_flags=set(), prefix="tenant.") from None
     calibration = document.get("calibration")
     if calibration is not None:
         from quotacalc.core.calibrate import CalibrationProvenance

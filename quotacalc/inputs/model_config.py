@@ -305,7 +305,49 @@ def _rejected_by_transformers(error: Exception, source: str, raw: dict[str, Any]
         # No single key: a size the class divides or multiplies by, set to 0 or null, is the likely one.
         named = empty[0]
         problem = f"{problem} (check {', '.join(empty[:4])})"
-    return QuotacalcError(f"transformers rejects the config: {problem}", source=source, field=named)
+    return QuotacalcError(
+        f"transformers rejects the config: {_plain_types(problem, text)}",
+        source=source,
+        field=named,
+        fix="correct that key in the config.json",
+    )
+
+
+#: Python's names of JSON's types, as a config's author knows them.
+_JSON_TYPES = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "NoneType": "null",
+    "list": "a list",
+    "dict": "an object",
+    "tuple": "a list",
+}
+
+
+def _json_type(name: str) -> str:
+    return _JSON_TYPES.get(name, name)
+
+
+def _json_value(shown: str) -> str:
+    return {"None": "null", "True": "true", "False": "false"}.get(shown, shown)
+
+
+def _plain_types(problem: str, text: str) -> str:
+    """transformers' type complaints in JSON's words: 'must be a whole number or null, got 'x'', not
+    "doesn't match any type in (<class 'int'>, <class 'NoneType'>)"."""
+    union = re.search(r"with value (.+?) doesn't match any type in \(([^)]*)\)", text)
+    if union:
+        # "<class 'int'>, <class 'NoneType'>", or generics: "list[int], tuple[int, ...]".
+        names = re.findall(r"<class '(\w+)'>|(?:^|, )(\w+)(?=\[|$|, )", union.group(2))
+        kinds = [_json_type(plain or generic) for plain, generic in names]
+        if kinds:
+            return f"must be {' or '.join(dict.fromkeys(kinds))}, got {_json_value(union.group(1))}"
+    single = re.search(r"expected (\w+), got (\w+) \(value: (.+?)\)", text)
+    if single:
+        return f"must be {_json_type(single.group(1))}, got {_json_value(single.group(3))}"
+    return re.sub(r"<class '(\w+)'>", lambda match: _json_type(match.group(1)), problem).replace("NoneType", "null")
 
 
 #: Suffixes of the model classes an ``architectures`` entry names, leaving the family (LlamaForCausalLM -> Llama).

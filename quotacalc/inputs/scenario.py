@@ -159,8 +159,16 @@ class Replay(_Strict):
     """Arrivals and lengths replayed from a usage file (CSV or JSONL: timestamp, tenant, prompt_tokens, output_tokens)."""
 
     kind: Literal["replay"]
-    file: str = Field(description="usage file, relative to the scenario file")
+    file: str = Field(min_length=1, description="usage file, relative to the scenario file")
     tenant: str | None = Field(None, description="the tenant column's value to replay; default: this tenant's name")
+
+    @field_validator("file")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        # A NUL or another control character: no file has such a name (and resolving it raised ValueError).
+        if any(not character.isprintable() for character in value):
+            raise ValueError("is not a file name (it holds a control character or a NUL byte)")
+        return value
 
 
 Arrival = Annotated[Poisson | OnOff | Replay, Field(discriminator="kind")]
