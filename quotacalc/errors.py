@@ -51,9 +51,20 @@ def close_names(name: str, candidates: list[str], *, n: int = 3, cutoff: float =
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
 
+#: A run of 40 or more digits (with thousands separators): a number no input means, shown whole it fills the line.
+_HUGE_NUMBER = re.compile(r"(?<![\w.])\d[\d,]{39,}(?![\w.])")
+
+
+def _abbreviated(match: re.Match[str]) -> str:
+    digits = match.group().replace(",", "")
+    return f"{digits[0]}.{digits[1:4]}e+{len(digits) - 1} (a {len(digits):,}-digit number)"
+
+
 def printable(text: str, *, limit: int = 2000) -> str:
     """``text`` on one line, safe to echo to a terminal: control characters (escape sequences) become
-    ``?``, runs of whitespace one space, and anything past ``limit`` characters is cut with ``...``."""
+    ``?``, runs of whitespace one space, a number of 40 or more digits in scientific notation, and anything past
+    ``limit`` characters is cut with ``...``."""
     text = " ".join(str(text).replace("\t", " ").split())  # newlines and tabs: spaces, before they become '?'
     text = _CONTROL.sub("?", text)
+    text = _HUGE_NUMBER.sub(_abbreviated, text)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -258,3 +258,13 @@ def test_platform_size_and_check_tables_keep_names_and_figures(run_cli, monkeypa
         assert f"{row['units_per_s']:,.0f}" in out, (width, row["name"])
     _, out, _ = run_cli("check", plan)
     assert "…" not in out and "tenants.stark" in out
+
+
+def test_a_number_of_hundreds_of_digits_is_abbreviated_in_an_error_line():
+    from quotacalc.errors import printable
+
+    # 10**400 from an unquoted YAML 1e400: its 401 digits filled the line; a digest or a 39-digit figure stays.
+    assert printable(f"got {10**400}") == "got 1.000e+400 (a 401-digit number)"
+    assert printable("got 1,234" + ",567" * 13) == "got 1.234e+42 (a 43-digit number)"
+    assert printable("sha " + "a1" * 32) == "sha " + "a1" * 32
+    assert printable("x " + "9" * 39) == "x " + "9" * 39
