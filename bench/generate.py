@@ -28,7 +28,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "platform.yaml"
-SECRET = "bench-secret"
+SECRET = "bench-secret-not-for-production"  # at least 16 bytes, as generate requires
 
 
 def plan_document(tenants: int) -> dict:
