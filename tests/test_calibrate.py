@@ -871,3 +871,15 @@ def test_a_run_given_twice_figure_for_figure_is_named(run_cli, plan):
     ) in err
     assert run_cli("calibrate", plan, "--bench", doubled, "--strict")[0] == 1
     assert "repeats" not in run_cli("calibrate", plan, "--bench", bench)[2]
+
+
+def test_a_flag_over_an_earlier_fitted_value_is_not_another_deployment(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_bytes(Path(PLAN).read_bytes())
+    assert run_cli("calibrate", plan, "--bench", SYNTHETIC_CSV, "--write", plan)[0] == 0
+    log = tmp_path / "serve.log"
+    log.write_text("GPU KV cache size: 646,503 tokens\nAvailable KV cache memory: 49.33 GiB\n", encoding="utf-8")
+    # The same deployment, an MBU of the user's over the fitted one: written, not refused as another deployment.
+    code, _, err = run_cli("calibrate", plan, "--log", log, "--mbu", "0.8", "--write", plan)
+    assert code == 0, err
+    assert yaml.safe_load(plan.read_text(encoding="utf-8"))["mbu"] == 0.8

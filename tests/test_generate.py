@@ -672,3 +672,15 @@ def test_a_salt_secret_too_short_to_keep_the_salts_is_refused(run_cli, tmp_path,
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", short)
     line = one_line_error(*canonical(run_cli, tmp_path / "out"), EXIT_INVALID_INPUT)
     assert line.startswith(f"QUOTACALC_SALT_SECRET: is {len(short)} bytes, shorter than 16")
+
+
+def test_a_short_secret_fails_only_where_salts_are_written(run_cli, tmp_path, monkeypatch):
+    # vllm carries no salt, and check only reads one: a short secret is no reason to stop them.
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", "abc")
+    code, _, err = run_cli("generate", PLATFORM, "--out", tmp_path / "v", "--target", "vllm")
+    assert code == 0, err
+    code, out, err = run_cli("check", PLATFORM, "--json")
+    (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "salt-secret-short"]
+    assert (finding["severity"], finding["subject"]) == ("warning", "QUOTACALC_SALT_SECRET")
+    assert finding["message"].startswith("the salt secret is 3 bytes, shorter than 16")
+    assert run_cli("check", PLATFORM, "--strict")[0] == 1

@@ -606,3 +606,12 @@ def test_a_reversal_threshold_that_is_no_replica_count_is_refused(run_cli, value
     assert err.startswith(
         "quotacalc: error: --reversal-replicas: must be a number of replicas above 0 and at most 100,000"
     )
+
+
+def test_size_of_a_plan_under_strict_prints_nothing_when_it_warns(run_cli, tmp_path: Path) -> None:
+    document = platform_document()
+    document["pools"][2]["deployment"]["kv_pool_tokens"] = 150_000  # acme's pool cannot hold its batch: a warning
+    path = _write(tmp_path, document)
+    code, out, err = run_cli("size", path, "--json", "--strict")
+    assert code == 1 and out == "", out
+    assert err.splitlines()[-1].endswith("(see the warnings above; nothing was printed)")

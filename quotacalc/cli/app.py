@@ -71,31 +71,20 @@ StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning
 
 
 def _strict_gate(warnings: tuple[str, ...], calibration, *, strict: bool) -> tuple[str, ...]:
-    """Every warning of the run (with the calibration's); under --strict any fails the run before its result is
-    printed, so a CI job that redirects stdout never keeps the figures of a failed run."""
-    warnings = (*warnings, calibration[1]) if calibration[1] else tuple(warnings)
-    if strict and warnings:
-        from quotacalc.cli.streams import print_warnings
+    """Every warning of the run, with the calibration's (``fail_under_strict`` before anything is printed)."""
+    from quotacalc.cli.streams import fail_under_strict
 
-        print_warnings(warnings)
-        raise QuotacalcError(
-            f"{len(warnings)} warning(s) under --strict",
-            field="--strict",
-            fix="see the warnings above; nothing was printed",
-        )
+    warnings = (*warnings, calibration[1]) if calibration[1] else tuple(warnings)
+    fail_under_strict(warnings, strict=strict)
     return warnings
 
 
-def _warn(warnings: tuple[str, ...], *, strict: bool, printed: bool) -> None:
-    """Warnings go to stderr (the table path prints its own); under --strict any warning fails the run."""
+def _warn(warnings: tuple[str, ...], *, printed: bool) -> None:
+    """Warnings go to stderr (the table path prints its own)."""
     if not printed:
         from quotacalc.cli.streams import print_warnings
 
         print_warnings(warnings)
-    if strict and warnings:
-        raise QuotacalcError(
-            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
-        )
 
 
 # Each command's generated options, made only when that command is built.
@@ -223,7 +212,7 @@ def price_command(
         from quotacalc.cli.tables import price_table
 
         price_table(result, explain=explain, calibration=calibration)
-    _warn(warnings, strict=False, printed=not as_json)
+    _warn(warnings, printed=not as_json)
 
 
 def _no_explain_in_rows(explain: bool) -> None:
@@ -308,7 +297,7 @@ def size_command(
         from quotacalc.cli.tables import size_table
 
         size_table(result, explain=explain, calibration=calibration)
-    _warn(warnings, strict=False, printed=not as_json)
+    _warn(warnings, printed=not as_json)
 
 
 @commands.command("kv", options=_kv_options)
@@ -358,7 +347,7 @@ def kv_command(
         kv_table(result, explain=explain)
         # The table's footer prints the replica's warnings; the request's own and the calibration's go to stderr.
         warnings = warnings[len(result.replica.warnings) :]
-    _warn(warnings, strict=False, printed=False)
+    _warn(warnings, printed=False)
 
 
 @commands.command("models")

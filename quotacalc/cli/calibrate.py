@@ -212,17 +212,9 @@ def calibrate_command(
             fix="not this deployment's log: give its own, or leave out --write to only read this one",
         )
     notes += _earlier_fit_notes(plan, plan_file, points, result.fitted_values, deployment_flags)
-    if strict and (notes or result.warnings):
-        from quotacalc.cli.streams import print_warnings
-        from quotacalc.errors import QuotacalcError
+    from quotacalc.cli.streams import fail_under_strict
 
-        warnings = (*notes, *result.warnings)
-        print_warnings(warnings)
-        raise QuotacalcError(
-            f"{len(warnings)} warning(s) under --strict",
-            field="--strict",
-            fix="see the warnings above; nothing was written",
-        )
+    fail_under_strict((*notes, *result.warnings), strict=strict, nothing="written")
     records = [_file_record(path, rows, write, digest) for path, rows, digest in files]
     section = provenance(result, inputs, records, _version())
     if write is not None and platform:
@@ -437,16 +429,16 @@ def _write_pool(
 
 def _holds_for_the_plan(path: str, written: Deployment, section) -> None:
     """Refuse to write a fit into a plan of another deployment (another model, GPU, TP, dtype or engine): its
-    values would price that plan, which the fit never measured."""
-    from quotacalc.core.calibrate import calibration_status
+    values would price that plan, which the fit never measured. (A flag over a value an earlier fit wrote is the
+    user's choice, not another deployment.)"""
+    from quotacalc.core.calibrate import deployment_changes
     from quotacalc.errors import UsageError
     from quotacalc.inputs.resolve import resolve
 
-    holds, why_not = calibration_status(section, resolve(written))
-    if holds is None and why_not:
-        changed = why_not.split(" (", 1)[-1].rstrip(")")
+    changed = deployment_changes(section.calibrated_on, resolve(written))
+    if changed:
         raise UsageError(
-            f"the plan is another deployment than the one calibrated ({changed})",
+            f"the plan is another deployment than the one calibrated ({'; '.join(changed)})",
             source=path,
             field="--write",
             fix="write into the plan that was calibrated, or into a new file",

@@ -109,10 +109,13 @@ def _calibration_warnings(calibrated: dict[str, Any]) -> None:
 def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
     """salt_ref -> salt, or None when no secret is given (an error when ``required`` and a tenant is salted)."""
     from quotacalc.core.salts import derive_salts
-    from quotacalc.inputs.secret import SECRET_ENV, load_salt_secret
+    from quotacalc.inputs.secret import SECRET_ENV, load_salt_secret, require_strong_secret
 
     salted = [tenant.name for tenant in policy.tenants if tenant.salt_ref]
     secret = load_salt_secret(secret_file)
+    if secret is not None and required and salted:
+        # Only salts written into files need a secret that cannot be searched for; check reads it as given.
+        require_strong_secret(secret, secret_file)
     if secret is None:
         if required and salted:
             shown = ", ".join(salted[:3]) + (f" and {len(salted) - 3} more" if len(salted) > 3 else "")
@@ -182,6 +185,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
         flat_plan=not is_platform_file(path),
     )
     result = _with_target_limits(result, policy)
+    result = _with_secret_strength(result, policy, secret_file)
     if strict:
         result = _strict(result)
     _calibration_warnings(calibrated)
@@ -209,6 +213,32 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
     return 1 if errors else 0
 
 
+def _with_secret_strength(result: Any, policy: QuotaPolicy, secret_file: str | None) -> Any:
+    """A salt secret too short for generate to write salts with: a warning in check, before generate refuses it."""
+    from quotacalc.core.checks import Finding
+    from quotacalc.inputs.secret import SECRET_ENV, load_salt_secret, short_secret_problem
+
+    secret = load_salt_secret(secret_file)
+    problem = None if secret is None else short_secret_problem(secret)
+    if problem is None or not any(tenant.salt_ref for tenant in policy.tenants):
+        return result
+    finding = Finding(
+        severity="warning",
+        code="salt-secret-short",
+        subject="--salt-secret-file" if secret_file is not None else SECRET_ENV,
+        message=f"the salt secret {problem}: generate refuses to write salts with it",
+        fix="use a random secret (e.g. openssl rand -hex 32) before the first generate: a new secret changes every salt",
+    )
+    return _with_findings(result, [finding])
+
+
+def _with_findings(result: Any, found: list[Any]) -> Any:
+    """``result`` with ``found`` among its findings, errors first, as check_plan orders them."""
+    findings = [*result.findings, *found]
+    findings.sort(key=lambda finding: ("error", "warning", "info").index(finding.severity))
+    return result.model_copy(update={"findings": tuple(findings)})
+
+
 def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
     """What one target cannot generate, said by check before generate refuses it (the core knows no target): a
     warning, since the other targets still generate."""
@@ -228,11 +258,7 @@ def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
                     fix=fix,
                 )
             )
-    if not found:
-        return result
-    findings = [*result.findings, *found]
-    findings.sort(key=lambda finding: ("error", "warning", "info").index(finding.severity))
-    return result.model_copy(update={"findings": tuple(findings)})
+    return _with_findings(result, found) if found else result
 
 
 # --- generate --------------------------------------------------------------------------------------
@@ -466,6 +492,9 @@ def size_platform(
     ]
     warnings += [f"{finding.subject}: {finding.message}" for finding in findings]
     warnings += [f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note and name in shown]
+    from quotacalc.cli.streams import fail_under_strict
+
+    fail_under_strict(warnings, strict=strict)
     if output_format == "json":
         emit_json(
             {
@@ -509,10 +538,6 @@ def size_platform(
     from quotacalc.cli.streams import print_warnings
 
     print_warnings(warnings)
-    if strict and warnings:
-        raise QuotacalcError(
-            f"{len(warnings)} warning(s) under --strict", field="--strict", fix="see the warnings above"
-        )
 
 
 _SIZE_FORMULAS = {

@@ -54,6 +54,21 @@ def fit_output_encoding() -> None:
             stream.reconfigure(errors=ERROR_HANDLER)
 
 
+def fail_under_strict(warnings: tuple[str, ...] | list[str], *, strict: bool, nothing: str = "printed") -> None:
+    """Under --strict, any warning fails the run: the warnings on stderr and one error line, raised before the
+    command prints or writes its result, so a CI job never keeps the output of a failed run."""
+    if not (strict and warnings):
+        return
+    from quotacalc.errors import QuotacalcError
+
+    print_warnings(warnings)
+    raise QuotacalcError(
+        f"{len(warnings)} warning(s) under --strict",
+        field="--strict",
+        fix=f"see the warnings above; nothing was {nothing}",
+    )
+
+
 def print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
     """Warnings go to stderr, one line each, so a pipe of the table or the JSON carries only the result."""
     from quotacalc.errors import printable

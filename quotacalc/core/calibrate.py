@@ -1125,19 +1125,11 @@ def _dtype_as_run(name: str | None, inputs: PricingInputs) -> str:
     return own if plain and resolved == inputs.arch.checkpoint_dtype else resolved
 
 
-def calibration_status(
-    section: CalibrationProvenance | None, inputs: PricingInputs
-) -> tuple[dict[str, object] | None, str | None]:
-    """Whether a plan's figures are calibrated for the deployment being priced.
-
-    Returns (the ``calibrated`` summary, None) when the plan's calibration holds, (summary, a warning) when it
-    holds but the priced batch or context lies outside what its runs covered; (None, why not) when the command
-    line changed the GPU, TP, a dtype or a fitted value; (None, None) without one.
-    """
-    if section is None:
-        return None, None
-    on, deployment = section.calibrated_on, inputs.deployment
-    changed = [
+def deployment_changes(on: CalibratedOn, inputs: PricingInputs) -> list[str]:
+    """What differs between the deployment a calibration was fitted on and ``inputs``' (model, GPU, TP, the dtypes
+    as the engine runs them, the engine profile), each as 'name fitted -> now'; empty for the same deployment."""
+    deployment = inputs.deployment
+    return [
         f"{name} {expected} -> {actual}"
         for name, expected, actual in (
             ("model", on.model, inputs.arch.name),
@@ -1150,6 +1142,21 @@ def calibration_status(
         )
         if expected != actual
     ]
+
+
+def calibration_status(
+    section: CalibrationProvenance | None, inputs: PricingInputs
+) -> tuple[dict[str, object] | None, str | None]:
+    """Whether a plan's figures are calibrated for the deployment being priced.
+
+    Returns (the ``calibrated`` summary, None) when the plan's calibration holds, (summary, a warning) when it
+    holds but the priced batch or context lies outside what its runs covered; (None, why not) when the command
+    line changed the GPU, TP, a dtype or a fitted value; (None, None) without one.
+    """
+    if section is None:
+        return None, None
+    deployment = inputs.deployment
+    changed = deployment_changes(section.calibrated_on, inputs)
     changed += [
         f"{name} {value} -> {getattr(deployment, name, None)}"
         for name, value in section.parameters.items()

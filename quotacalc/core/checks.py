@@ -130,7 +130,7 @@ def _names(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
+def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy], flat_plan: bool = False) -> list[Finding]:
     """A standard pool's long prompts must reach the same model: a long-context pool serving another answers them
     with another model."""
     findings = []
@@ -158,8 +158,8 @@ def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]
                     subject=f"pools.{pool.name}",
                     message=f"max_num_batched_tokens {engine.max_num_batched_tokens:,} is below max_num_seqs "
                     f"{engine.max_num_seqs:,}: vLLM refuses to start",
-                    fix=f"raise pools.{pool.name}.deployment.max_num_batched_tokens to at least "
-                    f"{engine.max_num_seqs:,}, or lower its max_num_seqs",
+                    fix=f"raise {'' if flat_plan else f'pools.{pool.name}.deployment.'}max_num_batched_tokens to "
+                    f"at least {engine.max_num_seqs:,}, or lower its max_num_seqs",
                 )
             )
     reached = {pool.long_context_pool for pool in policy.pools if pool.long_context_pool}
@@ -639,7 +639,7 @@ def check_plan(
             for warning in warnings
         ),
         *_capacity(policy),
-        *_routing(policy, pools),
+        *_routing(policy, pools, flat_plan),
         *_tier_limits(policy, pools),
         *traffic_findings(policy, traffic),
         *_buckets(policy, pools),

@@ -29,8 +29,8 @@ def _printable_name(value: str) -> str:
 Identifier = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable_name)]
 #: A LoRA adapter's name, as engines load it (vLLM's --lora-modules NAME=PATH) and gateways match it in the model
 #: field: no space, '=', quote or comma, which those formats split or quote on.
-LORA_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,255}$"
-LoraName = Annotated[str, Field(pattern=LORA_NAME_PATTERN)]
+LORA_NAME_PATTERN = r"^[^\s=,'\"`]{1,256}$"
+LoraName = Annotated[str, Field(pattern=LORA_NAME_PATTERN), AfterValidator(_printable_name)]
 
 #: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -171,7 +171,7 @@ class PlanTenant(BaseModel):
         "salted", description="salted: a per-tenant cache namespace; shared: the common prefix cache"
     )
     lora_adapters: tuple[LoraName, ...] = Field(
-        (), description="LoRA adapter names the tenant uses (letters, digits and . _ / : @ + -; each once)"
+        (), description="LoRA adapter names the tenant uses (no space, '=', comma or quote; each once)"
     )
 
     @field_validator("lora_adapters")

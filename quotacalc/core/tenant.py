@@ -85,7 +85,7 @@ class SizeResult(BaseModel):
         rate = self.bucket_rate_units_per_s
         # At 0 units/s (no prompt or output tokens) no burst fills the bucket: the traffic is what to fix.
         fix = (
-            f"raise --burst-s to at least {shortfall.needed_units / rate:,.2f} s"
+            f"raise burst_s (--burst-s) to at least {shortfall.needed_units / rate:,.2f} s"
             if rate > 0
             else "the tenant sizes to 0 units/s: give its prompt and output tokens"
         )

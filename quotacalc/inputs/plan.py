@@ -186,8 +186,8 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
         message = "must be" + message.removeprefix("Input should be") + shown
     if first["type"] == "string_pattern_mismatch" and "lora_adapters" in loc:
         message = (
-            f"'{first['input']}' is not a valid adapter name (letters, digits and . _ / : @ + -, a letter or digit "
-            "first, at most 256; engines split their adapter lists on spaces, '=' and commas)"
+            f"'{first['input']}' is not a valid adapter name (no space, '=', comma or quote, at most 256 "
+            "characters: engines split their adapter lists on them)"
         )
     elif first["type"] == "string_pattern_mismatch":
         # A pool's name is a Kubernetes Service's too: it must start with a letter.

@@ -17,16 +17,28 @@ MIN_SECRET_BYTES = 16
 MAX_SECRET_BYTES = 65_536
 
 
-def _long_enough(data: bytes, *, source: str | None, field: str) -> bytes:
-    if len(data) < MIN_SECRET_BYTES:
+def short_secret_problem(secret: bytes) -> str | None:
+    """Why ``secret`` is too short to keep salts (None when it is long enough)."""
+    if len(secret) >= MIN_SECRET_BYTES:
+        return None
+    return (
+        f"is {len(secret)} bytes, shorter than {MIN_SECRET_BYTES}: the salts could be guessed offline from the "
+        "committed manifest"
+    )
+
+
+def require_strong_secret(secret: bytes, secret_file: str | None) -> bytes:
+    """``secret``, refused where it is too short to write salts with (a new secret changes every salt: choose a
+    long one before the first generate)."""
+    problem = short_secret_problem(secret)
+    if problem is not None:
         raise QuotacalcError(
-            f"is {len(data)} bytes, shorter than {MIN_SECRET_BYTES}: the salts could be guessed offline from the "
-            "committed manifest",
-            source=source,
-            field=field,
+            problem,
+            source=secret_file,
+            field="--salt-secret-file" if secret_file is not None else SECRET_ENV,
             fix="use a random secret (e.g. openssl rand -hex 32)",
         )
-    return data
+    return secret
 
 
 def load_salt_secret(secret_file: str | None) -> bytes | None:
@@ -48,7 +60,7 @@ def load_salt_secret(secret_file: str | None) -> bytes | None:
                 field="--salt-secret-file",
                 fix="put a random secret in it (e.g. openssl rand -hex 32)",
             )
-        return _long_enough(data, source=secret_file, field="--salt-secret-file")
+        return data
     value = os.environ.get(SECRET_ENV)
     if value is not None and value and not value.strip():
         raise QuotacalcError(
@@ -56,4 +68,4 @@ def load_salt_secret(secret_file: str | None) -> bytes | None:
             field=SECRET_ENV,
             fix="set a random secret (e.g. openssl rand -hex 32)",
         )
-    return _long_enough(value.encode("utf-8"), source=None, field=SECRET_ENV) if value else None
+    return value.encode("utf-8") if value else None
