@@ -361,3 +361,18 @@ def test_strict_fails_before_the_figures_are_printed(run_cli, command):
     assert code == 1 and out == "", out
     assert err.splitlines()[0].startswith("quotacalc: warning: a decode batch of 128 is above max_num_seqs 1")
     assert err.splitlines()[-1].endswith("(see the warnings above; nothing was printed)")
+
+
+def test_price_warns_where_vllm_would_refuse_the_token_budget(run_cli):
+    """vLLM's SchedulerConfig refuses max_num_batched_tokens below max_num_seqs, which generate sets to the batch."""
+    args = ("--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--batch", "128")
+    code, out, err = run_cli("price", *args, "--max-num-batched-tokens", "64", "--json")
+    assert code == 0, err
+    assert (
+        "max_num_batched_tokens 64 is below the decode batch of 128, which generate writes as max-num-seqs: vLLM "
+        "refuses to start (raise --max-num-batched-tokens to at least 128, or lower --batch)"
+    ) in json.loads(out)["warnings"]
+    # At the batch, vLLM starts; SGLang has no such rule.
+    for extra in (("--max-num-batched-tokens", "128"), ("--max-num-batched-tokens", "64", "--engine", "sglang")):
+        code, out, err = run_cli("price", *args, *extra, "--json")
+        assert not any("refuses to start" in line for line in json.loads(out)["warnings"]), extra

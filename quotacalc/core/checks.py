@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
+from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
 from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
@@ -149,7 +150,9 @@ def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy], flat_plan: bool 
             )
     for pool in policy.pools:
         engine = pool.engine
-        if pool.serving_engine == GENERIC_ENGINE and engine.max_num_batched_tokens < engine.max_num_seqs:
+        if pool.serving_engine == GENERIC_ENGINE and token_budget_below_sequences(
+            engine.max_num_batched_tokens, engine.max_num_seqs
+        ):
             # vLLM's SchedulerConfig refuses it at start-up: a step could not give every running sequence a token.
             findings.append(
                 Finding(

@@ -146,6 +146,12 @@ def default_token_budget(engine: str, gpu: GpuSpec) -> tuple[int, str]:
     return vllm_default_max_num_batched_tokens(gpu), "vLLM default"
 
 
+def token_budget_below_sequences(max_num_batched_tokens: int, max_num_seqs: int) -> bool:
+    """vLLM's start-up rule (SchedulerConfig: max_num_batched_tokens must be >= max_num_seqs): a step must be able
+    to give every running sequence a token. True where an engine so configured refuses to start."""
+    return max_num_batched_tokens < max_num_seqs
+
+
 def max_num_batched_tokens(deployment: Deployment, gpu: GpuSpec) -> int:
     """The deployment's token budget per step (token_budget without its source)."""
     return token_budget(deployment, gpu)[0]

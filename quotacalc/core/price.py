@@ -18,7 +18,7 @@ from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, ParamGroup
-from quotacalc.core.deployment import Deployment, PricingBasis, engine_profile
+from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
     ReplicaModel,
@@ -827,6 +827,20 @@ def _decode_batch(x: _Explainer) -> int:
     return int(resident)
 
 
+def _token_budget_warning(x: _Explainer, batch: int) -> None:
+    """A vLLM deployment whose token budget is below the batch it is priced at (generate writes that batch as its
+    max-num-seqs): that engine refuses to start."""
+    deployment = x.inputs.deployment
+    if deployment.engine != GENERIC_ENGINE:
+        return
+    tokens = memory.max_num_batched_tokens(deployment, x.inputs.gpu)
+    if memory.token_budget_below_sequences(tokens, batch):
+        x.warnings.append(
+            f"max_num_batched_tokens {tokens:,} is below the decode batch of {batch}, which generate writes as "
+            f"max-num-seqs: vLLM refuses to start (raise --max-num-batched-tokens to at least {batch}, or lower --batch)"
+        )
+
+
 def _pool_tokens_at_context(x: _Explainer, resident: int, per_kind: bool) -> None:
     context, pool_tokens = x.inputs.deployment.context, x.figures["kv_pool_tokens"]
     if not per_kind:
@@ -1164,6 +1178,7 @@ def price(inputs: PricingInputs) -> PriceResult:
     x.model = replica_model(inputs, pool_bytes)
     _compute_section(x)
     batch = _decode_batch(x)
+    _token_budget_warning(x, batch)
     _decode_section(x, batch)
     _engine_section(x, batch)
     _price_section(x, batch)

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import Plan, Tier
 from quotacalc.core.replica import ReplicaModel
 from quotacalc.errors import QuotacalcError
@@ -164,7 +165,7 @@ def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:
     anyway, a few sequences a step, at latencies no deployment shows.
     """
     engine = loaded.scenario.engine
-    short = [spec for spec in specs if spec.max_num_batched_tokens < spec.max_num_seqs]
+    short = [spec for spec in specs if token_budget_below_sequences(spec.max_num_batched_tokens, spec.max_num_seqs)]
     if not short:
         return
     spec = max(short, key=lambda s: s.max_num_seqs)
