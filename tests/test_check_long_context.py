@@ -28,6 +28,16 @@ def _document() -> dict:
     return yaml.safe_load(PLATFORM.read_text(encoding="utf-8"))
 
 
+def _longco(rps: float) -> dict:
+    """A tenant of the shared pool sized on 40,000-token prompts, above its 32,768-token threshold: routed long."""
+    return {
+        "name": "longco",
+        "tier": "enterprise",
+        "pool": "shared",
+        "traffic": {"rps": rps, "prompt_tokens": 40_000, "output_tokens": 500},
+    }
+
+
 def _check(run_cli, tmp_path: Path, document: dict) -> dict:
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
@@ -47,14 +57,7 @@ def test_a_tenant_whose_mean_prompt_routes_long_loads_the_long_pool_not_the_shar
     base = _check(run_cli, tmp_path, _document())
     document = _document()
     # Prompts of 40,000 tokens, above the shared pool's route_above_prompt_tokens of 32,768.
-    document["tenants"].append(
-        {
-            "name": "longco",
-            "tier": "enterprise",
-            "pool": "shared",
-            "traffic": {"rps": 0.1, "prompt_tokens": 40_000, "output_tokens": 500},
-        }
-    )
+    document["tenants"].append(_longco(0.1))
     result = _check(run_cli, tmp_path, document)
     # Sized in the long pool's units (as size sizes it): 0.1 × (40,000 × 1.3716 + 84.55 × 500) = 9,714 units/s.
     longco = 0.1 * (40_000 * llama70b_prompt_token_units(40_000) + W_LONG * 500)
@@ -77,14 +80,7 @@ def test_a_tenant_whose_mean_prompt_routes_long_loads_the_long_pool_not_the_shar
 def test_a_long_pool_sold_beyond_its_replicas_is_an_error(run_cli, tmp_path) -> None:
     document = _document()
     # 0.4 req/s of the same: 4 × 9,714 = 38,855 units/s, above the long pool's 36,464.
-    document["tenants"].append(
-        {
-            "name": "longco",
-            "tier": "enterprise",
-            "pool": "shared",
-            "traffic": {"rps": 0.4, "prompt_tokens": 40_000, "output_tokens": 500},
-        }
-    )
+    document["tenants"].append(_longco(0.4))
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     code, out, _ = run_cli("check", str(path), "--json")
@@ -152,14 +148,7 @@ def test_check_names_the_plan_keys_where_price_names_flags(run_cli, tmp_path) ->
 
 def test_size_of_the_long_pool_lists_the_tenants_whose_load_it_carries(run_cli, tmp_path) -> None:
     document = _document()
-    document["tenants"].append(
-        {
-            "name": "longco",
-            "tier": "enterprise",
-            "pool": "shared",
-            "traffic": {"rps": 0.1, "prompt_tokens": 40_000, "output_tokens": 500},
-        }
-    )
+    document["tenants"].append(_longco(0.1))
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     code, out, err = run_cli("size", str(path), "--pool", "long", "--json")

@@ -435,18 +435,19 @@ def test_engine_max_num_seqs_never_above_the_deployments_own(tmp_path: Path) -> 
 # --- build_policy: what passes through, and the sizes it caches -------------------------------------
 
 
+def _routed_pools(deployment) -> tuple[Pool, Pool]:
+    """Pool main routing prompts above 32,768 tokens to pool long, both of ``deployment``."""
+    return (
+        Pool(name="main", deployment=deployment, replicas=2, long_context_pool="long", route_above_prompt_tokens=32768),
+        Pool(name="long", role="long_context", deployment=deployment, replicas=1),
+    )
+
+
 def test_pools_carry_their_routes_and_engine_settings(worked_example_price) -> None:
     deployment, replica = worked_example_price
     plan = Plan(
         pools=(
-            Pool(
-                name="main",
-                deployment=deployment,
-                replicas=2,
-                long_context_pool="long",
-                route_above_prompt_tokens=32768,
-            ),
-            Pool(name="long", role="long_context", deployment=deployment, replicas=1),
+            *_routed_pools(deployment),
             Pool(name="spare", deployment=deployment.model_copy(update={"max_num_seqs": 512}), replicas=1),
         ),
         tiers=(tier("gold", priority=0), tier("silver", priority=1)),
@@ -577,16 +578,7 @@ def test_build_policy_counts_traffic_routed_long_on_the_long_pool(worked_example
 
     deployment, replica = worked_example_price
     plan = Plan(
-        pools=(
-            Pool(
-                name="main",
-                deployment=deployment,
-                replicas=2,
-                long_context_pool="long",
-                route_above_prompt_tokens=32768,
-            ),
-            Pool(name="long", role="long_context", deployment=deployment, replicas=1),
-        ),
+        pools=(*_routed_pools(deployment),),
         tiers=(tier("gold", priority=0).model_copy(update={"max_context_tokens": 131072}),),
         tenants=(
             PlanTenant(name="t", tier="gold", traffic=Tenant(rps=0.1, prompt_tokens=prompt, output_tokens=100)),

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from quotacalc.core.calibrate import BenchmarkPoint, KvPoolReading
 from quotacalc.core.deployment import GENERIC_ENGINE, VLLM_MEMORY_UTILIZATION
 from quotacalc.errors import QuotacalcError, close_names
+from quotacalc.fileio import open_regular
 
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
 _MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
@@ -46,14 +47,8 @@ _GUIDELLM_RESAVE = "re-save it with guidellm benchmark --output-path report.json
 MAX_BENCHMARK_BYTES = 256 * 2**20
 
 
-def _open_regular(path: str, what: str):
-    from quotacalc.fileio import open_regular
-
-    return open_regular(path, what=what)
-
-
 def _read_text(path: str, what: str) -> str:
-    with _open_regular(path, what) as handle:
+    with open_regular(path, what=what) as handle:
         try:
             data = handle.read(MAX_BENCHMARK_BYTES + 1)
         except OSError as error:
@@ -689,7 +684,7 @@ def read_start_up_log(path: str) -> KvPoolReading:
     SGLang's ('KV Cache is allocated', 'max_total_num_tokens', and the fraction and TP its server_args state)."""
     # A server's log may run to gigabytes: read it line by line, keep only the figures.
     figures = _LogFigures()
-    with _open_regular(path, "start-up log") as handle:
+    with open_regular(path, what="start-up log") as handle:
         for number, raw in enumerate(handle):
             if number == 0 and raw.startswith(b"\x1f\x8b"):
                 raise QuotacalcError("is gzip-compressed", source=path, fix="decompress it (gunzip) and give the log")
