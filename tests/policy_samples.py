@@ -12,7 +12,15 @@ from __future__ import annotations
 import math
 
 from quotacalc.core.plan import Oversubscription, Tier
-from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy, RetryAfter, TenantPolicy, UnitWeights
+from quotacalc.core.policy import (
+    EngineSettings,
+    PoolPolicy,
+    PromptLengthCharge,
+    QuotaPolicy,
+    RetryAfter,
+    TenantPolicy,
+    UnitWeights,
+)
 
 MODEL = "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"
 SERVED = "llama-3.3-70b"
@@ -54,6 +62,29 @@ REPLICA_UNITS_PER_S = 18232.0
 STANDARD_W = 3.09
 LONG_W = 4.6
 
+#: Llama 3.3 70B's attention FLOPs per attended key (docs/method.md §2): QK^T and AV at 2 FLOPs a multiply-add,
+#: 64 query heads × 128 dims, 80 layers = 2,621,440; a prompt token of a causal prompt of L tokens attends to
+#: (L + 1) / 2 keys on average. Its linear layers: 2 × 70,553,706,496 FLOPs a token.
+ATTENTION_FLOPS_PER_KEY = 2 * 2 * 64 * 128 * 80
+LINEAR_FLOPS_PER_TOKEN = 2 * 70_553_706_496
+
+
+def prompt_charge(longest_prompt_tokens: int) -> PromptLengthCharge:
+    """The straight-line prompt charge of the sample's model, anchored at ``longest_prompt_tokens`` (exact for
+    full attention, but for the half key a token attends beyond the line's: below 1e-5 of a unit)."""
+    units = 1 + ATTENTION_FLOPS_PER_KEY * (longest_prompt_tokens + 1) / 2 / LINEAR_FLOPS_PER_TOKEN
+    return PromptLengthCharge(
+        longest_prompt_tokens=longest_prompt_tokens,
+        units_at_longest=units,
+        per_prompt_token=(units - 1) / longest_prompt_tokens,
+        max_error=0.0,
+        max_error_at_tokens=longest_prompt_tokens,
+    )
+
+
+STANDARD_CHARGE = prompt_charge(32768)
+LONG_CHARGE = prompt_charge(131072)
+
 
 def _engine(max_model_len: int, max_num_seqs: int, policy: str = "priority") -> EngineSettings:
     return EngineSettings(
@@ -85,6 +116,7 @@ def _pools(scheduling_policy: str = "priority") -> tuple[PoolPolicy, ...]:
             max_context_tokens=32768,
             long_context_pool="long",
             route_above_prompt_tokens=32768,
+            prompt_length_charge=STANDARD_CHARGE,
             usd_per_month=6 * 7200.0,
             engine=_engine(32768, 128, scheduling_policy),
         ),
@@ -99,6 +131,7 @@ def _pools(scheduling_policy: str = "priority") -> tuple[PoolPolicy, ...]:
             capacity_units_per_s=2 * REPLICA_UNITS_PER_S,
             kv_pool_tokens=646503,
             max_context_tokens=131072,
+            prompt_length_charge=LONG_CHARGE,
             usd_per_month=2 * 7200.0,
             engine=_engine(131072, 16, scheduling_policy),
         ),
@@ -129,7 +162,12 @@ def tenant_policy(
 ) -> TenantPolicy:
     """One tenant's policy as build_policy is specified to make it (issue 6)."""
     depth = tier.burst_s * units_per_s
-    weights = UnitWeights(prompt=1.0, cached_prompt=tier.cached_prompt_weight, output=STANDARD_W)
+    weights = UnitWeights(
+        prompt=1.0,
+        prompt_per_prompt_token=STANDARD_CHARGE.per_prompt_token,
+        cached_prompt=tier.cached_prompt_weight,
+        output=STANDARD_W,
+    )
     routed = long_context and tier.max_context_tokens > 32768
     return TenantPolicy(
         name=name,
@@ -141,7 +179,12 @@ def tenant_policy(
         bucket_rate_units_per_s=units_per_s,
         bucket_depth_units=depth,
         weights=weights,
-        long_context_weights=UnitWeights(prompt=1.0, cached_prompt=tier.cached_prompt_weight, output=LONG_W)
+        long_context_weights=UnitWeights(
+            prompt=1.0,
+            prompt_per_prompt_token=LONG_CHARGE.per_prompt_token,
+            cached_prompt=tier.cached_prompt_weight,
+            output=LONG_W,
+        )
         if routed
         else None,
         kv_cap_tokens_per_replica=tier.kv_cap_tokens_per_replica,

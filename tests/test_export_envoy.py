@@ -74,41 +74,79 @@ def test_the_validator_catches_what_the_api_server_rejects():
 
 
 def test_cost_expression_gives_the_policys_units_in_milli_units():
-    """Hand computation, standard pool (W = 3.09), premium tier (cached weight 0.1):
-    2,000 prompt tokens of which 500 cached, 500 output tokens =
-    1,500 x 1 + 500 x 0.1 + 500 x 3.09 = 1,500 + 50 + 1,545 = 3,095 units = 3,095,000 milli-units."""
+    """Hand computation, standard pool (W = 3.09, longest prompt 32,768), premium tier (cached weight 0.1):
+    a prompt token adds 2,621,440 x 16,384.5 / 141,107,412,992 / 32,768 = 9.28909e-6 units per token of its
+    prompt (policy_samples.prompt_charge), 92,891 / 10^7 milli-units. 2,000 prompt tokens of which 500 cached,
+    500 output tokens = 1,500 x (1 + 2,000 x 9.28909e-6) + 500 x 0.1 + 500 x 3.09
+    = 1,527.867 + 50 + 1,545 = 3,122.867 units: 3,122,867 milli-units (CEL's uint division truncates)."""
     _policy, result = _export()
     route = next(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
     costs = {cost["metadataKey"]: cost["cel"] for cost in route["spec"]["llmRequestCosts"]}
-    premium = costs["quotacalc_units_x1000_p1000_c100_o3090"]
+    premium = costs["quotacalc_units_x1000_p1000_c100_o3090_l92891d10000000"]
     value = _evaluate(premium, 2000, 500, 500)
     assert value.type() == cel.Type.UINT
-    assert value.value() == 3_095_000
+    assert value.value() == 3_122_867
+
+
+def test_a_long_prompt_is_charged_its_attention_over_the_prompt():
+    """A 100,000-token uncached prompt on the long-context pool (anchored at 131,072 tokens): each of its tokens
+    costs 1 + 100,000 x 2,621,440 x 65,536.5 / 141,107,412,992 / 131,072 = 1.9289 units, 192,889 units in all
+    where one unit a token charged 100,000 (docs/method.md §1: what kv reports for such a prompt)."""
+    policy = platform_policy()
+    routed = next(tenant for tenant in policy.tenants if tenant.long_context_weights is not None)
+    weights = routed.long_context_weights
+    per_prompt = envoy.scaled_per_prompt(weights, 1000, 131072)
+    expression = envoy.cost_expression(*envoy.scaled_weights(weights, 1000), per_prompt=per_prompt)
+    charged_units = _evaluate(expression, 100_000, 0, 0).value() / 1000
+    assert charged_units == pytest.approx(192_888.8, abs=0.5)
+    assert weights.request_units(100_000, 0, 0) == pytest.approx(192_888.8, abs=0.5)
 
 
 def test_cost_expression_matches_the_weights_on_many_samples():
     """Units from the policy's float weights vs the CEL integer result: equal within the scale's rounding."""
     policy, result = _export()
+    pools = {pool.name: pool for pool in policy.pools}
     routes = list(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
     by_key = {cost["metadataKey"]: cost["cel"] for route in routes for cost in route["spec"]["llmRequestCosts"]}
-    samples = [(0, 0, 0), (1, 0, 1), (2000, 500, 500), (131072, 0, 8192), (4000, 4000, 1), (7, 3, 11)]
+    samples = [(0, 0, 0), (1, 0, 1), (2000, 500, 500), (32768, 0, 8192), (4000, 4000, 1), (7, 3, 11)]
     for tenant in policy.tenants:
         _unit, _seconds, scale, _limit = envoy.window_for(tenant)
         weights = envoy.scaled_weights(tenant.weights, scale)
-        expression = by_key[f"quotacalc_units_x{scale}_p{weights[0]}_c{weights[1]}_o{weights[2]}"]
+        per_prompt = envoy.scaled_per_prompt(
+            tenant.weights, scale, pools[tenant.pool].prompt_length_charge.longest_prompt_tokens
+        )
+        assert per_prompt is not None
+        numerator, denominator = per_prompt
+        key = f"quotacalc_units_x{scale}_p{weights[0]}_c{weights[1]}_o{weights[2]}_l{numerator}d{denominator}"
         for prompt, cached, output in samples:
-            units = (prompt - cached) * tenant.weights.prompt + cached * tenant.weights.cached_prompt
-            units += output * tenant.weights.output
-            got = _evaluate(expression, prompt, cached, output).value() / scale
-            assert abs(got - units) <= (prompt + output) * 0.5 / scale + 1e-9
+            units = tenant.weights.request_units(prompt, cached, output)
+            got = _evaluate(by_key[key], prompt, cached, output).value() / scale
+            assert abs(got - units) <= (prompt + output) * 0.5 / scale + 1 / scale + 1e-5 * units
+
+
+def test_the_prompt_length_term_stays_within_cels_64_bit_integers():
+    """A pool whose longest prompt is 10^8 tokens: the finest denominator whose product with such a prompt fits
+    below 2^62 (10^4 here: 10^8 x (1,000 x 10^4 + 10^8 x 93) = 9.3 x 10^17; 10^5 would give 9.3 x 10^18), and
+    the expression evaluates there without overflowing."""
+    policy = platform_policy()
+    weights = policy.tenants[0].weights
+    assert envoy.scaled_per_prompt(weights, 1000, 10**8) == (93, 10**4)
+    expression = envoy.cost_expression(*envoy.scaled_weights(weights, 1000), per_prompt=(93, 10**4))
+    value = _evaluate(expression, 10**8, 0, 0)
+    assert value.type() == cel.Type.UINT
+    assert value.value() == 10**8 * (1000 * 10**4 + 10**8 * 93) // 10**4
+    overflowing = envoy.cost_expression(*envoy.scaled_weights(weights, 1000), per_prompt=(92891, 10**7))
+    assert _evaluate(overflowing, 10**8, 0, 0).type() == cel.Type.ERROR  # what the bound prevents
+    assert envoy.scaled_per_prompt(weights.model_copy(update={"prompt_per_prompt_token": 0.0}), 1000, 10**5) is None
 
 
 def test_cost_expression_guards_the_uncached_subtraction_and_passes_the_gateways_zero_check():
-    expression = envoy.cost_expression(1000, 100, 3090)
-    # The gateway evaluates every expression on all-zero counts at load time (cel.go NewProgram).
-    assert _evaluate(expression, 0, 0, 0).value() == 0
-    # More cached than input tokens (a malformed usage report) must not underflow the uint subtraction.
-    assert _evaluate(expression, 100, 200, 0).value() == 200 * 100
+    for per_prompt in (None, (92891, 10**7)):
+        expression = envoy.cost_expression(1000, 100, 3090, per_prompt=per_prompt)
+        # The gateway evaluates every expression on all-zero counts at load time (cel.go NewProgram).
+        assert _evaluate(expression, 0, 0, 0).value() == 0
+        # More cached than input tokens (a malformed usage report) must not underflow the uint subtraction.
+        assert _evaluate(expression, 100, 200, 0).value() == 200 * 100
     unguarded = GATEWAY_CEL.compile("input_tokens - cached_input_tokens").eval(
         data={"input_tokens": 100, "cached_input_tokens": 200}
     )
@@ -330,8 +368,9 @@ def test_a_tenant_sized_on_the_long_context_pool_is_sent_and_charged_there():
         if rule["clientSelectors"][0]["headers"][0]["value"] == "globex"
     ]
     key = limit["cost"]["response"]["metadata"]["key"]
-    assert key == "quotacalc_units_x1000_p1000_c100_o4600"
-    assert _evaluate(costs[key], 3000, 1200, 700).value() == 5_140_000
+    assert key == "quotacalc_units_x1000_p1000_c100_o4600_l92889d10000000"
+    # 1,800 uncached x (1 + 3,000 x 9.28888e-6) + 1,200 x 0.1 + 700 x 4.6 = 1,850.16 + 120 + 3,220 = 5,190.16 units
+    assert _evaluate(costs[key], 3000, 1200, 700).value() == 5_190_160
     assert (
         "globex: sized on traffic whose mean prompt routes to pool long, so every request of theirs goes to long and "
         "is charged at long's weights (their rate is in its units); AIGatewayRoute cannot send their short prompts "

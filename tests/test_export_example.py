@@ -61,9 +61,8 @@ def test_the_examples_cost_expressions_give_the_policys_units():
             )
             .value()
         )
-        weights = tenant.weights
-        units = (prompt - cached) * weights.prompt + cached * weights.cached_prompt + output * weights.output
-        assert value / scale == pytest.approx(units, abs=(prompt + output) * 0.5 / scale)
+        units = tenant.weights.request_units(prompt, cached, output)
+        assert value / scale == pytest.approx(units, abs=(prompt + output) * 0.5 / scale + 1 / scale)
 
 
 def test_salt_holding_files_are_marked_secret_in_the_manifest():

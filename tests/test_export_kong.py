@@ -124,3 +124,15 @@ def test_limits_name_what_kong_cannot_express_and_output_round_trips():
         assert phrase in text
     assert yaml.safe_load(result.files[0].text) == kong.document(policy, sample_salts(policy))
     assert result == kong.export(policy, sample_salts(policy), ExportOptions())
+
+
+def test_the_limits_say_a_prompt_token_is_charged_flat_whatever_its_prompt():
+    """Kong's cost is prompt tokens × one input cost: the policy's prompt-length term is lost, and the line names
+    each pool's cost at its longest prompt (policy_samples: 1 + 2,621,440 × 65,536.5 / 141,107,412,992 = 2.22
+    units a token at 131,072 tokens on the long pool; 1.30 at 32,768 on the standard pool)."""
+    policy = platform_policy()
+    (line,) = [
+        line for line in kong.export(policy, sample_salts(policy), ExportOptions()).limits if "Prompt length" in line
+    ]
+    assert "pool standard: 1.3 units a token at 32,768 tokens" in line
+    assert "pool long: 2.22 units a token at 131,072 tokens" in line

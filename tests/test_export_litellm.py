@@ -417,3 +417,12 @@ def test_generate_counts_each_tenants_shares_on_the_pool_size_loads(tmp_path, ru
         "gold": round((20000 + delta_units) / sold, 4),
         "silver": round(8000 / sold, 4),
     }
+
+
+def test_the_limits_say_a_prompt_token_costs_flat_usd_whatever_its_prompt():
+    """LiteLLM prices a prompt token at one USD figure: the policy's prompt-length term is lost (policy_samples:
+    2.22 units a token at 131,072 tokens on the long pool)."""
+    policy = platform_policy()
+    (line,) = [line for line in litellm_exporter.export(policy, {}, ExportOptions()).limits if "Prompt length" in line]
+    assert "pool long: 2.22 units a token at 131,072 tokens" in line
+    assert "spends less budget than its cost" in line

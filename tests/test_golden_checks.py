@@ -9,6 +9,7 @@ context, $7,200 per replica-month) and a long-context pool of 2 replicas of 5,00
 from __future__ import annotations
 
 import pytest
+from policy_samples import prompt_charge
 
 from quotacalc.core.checks import Finding, check_plan
 from quotacalc.core.plan import Oversubscription
@@ -45,6 +46,7 @@ SHARED = PoolPolicy(
     max_context_tokens=32_768,
     long_context_pool="long",
     route_above_prompt_tokens=32_768,
+    prompt_length_charge=prompt_charge(32_768),
     usd_per_month=4 * 7_200.0,
     engine=_engine(32_768),
 )
@@ -59,6 +61,7 @@ LONG = PoolPolicy(
     capacity_units_per_s=10_000.0,
     kv_pool_tokens=300_000,
     max_context_tokens=131_072,
+    prompt_length_charge=prompt_charge(131_072),
     usd_per_month=2 * 7_200.0,
     engine=_engine(131_072),
 )

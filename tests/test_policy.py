@@ -607,3 +607,75 @@ def test_size_of_a_plan_under_strict_prints_nothing_when_it_warns(run_cli, tmp_p
     code, out, err = run_cli("size", path, "--json", "--strict")
     assert code == 1 and out == "", out
     assert err.splitlines()[-1].endswith("(see the warnings above; nothing was printed)")
+
+
+# --- the prompt-length charge: what a gateway charges a prompt token, by its prompt's length -------------
+
+
+def test_the_prompt_charge_is_the_methods_line_for_full_attention(worked_example_price) -> None:
+    """Llama 3.3 70B (full attention, 131,072 tokens): the line from 1 unit to the exact cost of a token of a
+    131,072-token prompt, 1 + 80 x 2 x 64 x 256 x 65,536.5 / 141,107,412,992 = 2.2175 units (conftest's hand
+    formula; kv's 2.22 at 131,072), has slope 1.2175 / 131,072 = 9.2889e-6 units per token of the prompt, and is
+    the exact cost at every length but for the half key the mean attends beyond (L + 1) / 2 against L / 2."""
+    from quotacalc.core.policy import prompt_length_charge
+
+    deployment, replica = worked_example_price
+    charge = prompt_length_charge(replica)
+    assert charge.longest_prompt_tokens == 131072
+    assert charge.units_at_longest == pytest.approx(llama70b_prompt_token_units(131072), rel=1e-12)
+    assert charge.per_prompt_token == pytest.approx((llama70b_prompt_token_units(131072) - 1) / 131072, rel=1e-12)
+    assert charge.per_prompt_token == pytest.approx(9.2889e-6, rel=1e-4)
+    assert abs(charge.max_error) < 1e-5
+    (tenant,) = build_policy(
+        one_pool_plan(deployment, [PlanTenant(name="t", tier="gold", units_per_s=1)]), {"main": replica}
+    ).tenants
+    assert tenant.weights.prompt_per_prompt_token == charge.per_prompt_token
+    # A 100,000-token prompt, 20,000 of it cached, 300 output tokens: 80,000 x (1 + 100,000 x 9.2889e-6)
+    # + 20,000 x 0.1 + 300 x W.
+    expected = 80_000 * llama70b_prompt_token_units(100_000) + 20_000 * 0.1 + 300 * replica.output_weight
+    assert tenant.weights.request_units(100_000, 20_000, 300) == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_sliding_window_model_bends_below_the_line_and_says_by_how_much() -> None:
+    """Gemma 3 27B: five of six layers attend a 1,024-token window, so a token's cost rises fast up to the window
+    and then only with its full-attention layers: the exact curve is concave, the line from 1 to its end runs
+    below it in between. At 1,024 tokens, by hand from the layers' FLOPs, the line charges less than the exact
+    cost; max_error is that largest shortfall (negative), and the line meets the exact cost at the longest."""
+    from quotacalc.core.deployment import Deployment
+    from quotacalc.core.policy import prompt_length_charge, prompt_token_units
+    from quotacalc.core.price import price
+    from quotacalc.inputs.resolve import resolve
+
+    replica = price(resolve(Deployment(model="gemma-3-27b-it", gpu="h100-sxm", tp=1)))
+    charge = prompt_length_charge(replica)
+    assert prompt_token_units(replica, charge.longest_prompt_tokens) == charge.units_at_longest
+    line_at_window = 1 + charge.per_prompt_token * 1024
+    assert line_at_window < prompt_token_units(replica, 1024)
+    assert charge.max_error < 0
+    assert charge.max_error <= line_at_window / prompt_token_units(replica, 1024) - 1
+    assert charge.max_error == pytest.approx(
+        (1 + charge.per_prompt_token * charge.max_error_at_tokens)
+        / prompt_token_units(replica, charge.max_error_at_tokens)
+        - 1
+    )
+
+
+def test_gateways_charge_a_traffic_tenant_what_its_bucket_was_sized_on() -> None:
+    """At its declared shape (prompt, cached share, output) a traffic tenant's requests are charged, by its
+    weights, the units/s its bucket refills at, within its pool's line error: size and enforcement agree."""
+    from quotacalc.cli.plan_cmds import load_policy
+
+    plan, policy = load_policy(str(PLATFORM))
+    pools = {pool.name: pool for pool in policy.pools}
+    checked = 0
+    for declared, tenant in zip(plan.tenants, policy.tenants, strict=True):
+        if declared.traffic is None:
+            continue
+        traffic = declared.traffic
+        weights = tenant.long_context_weights if tenant.load_pool != tenant.pool else tenant.weights
+        cached = traffic.prompt_tokens * traffic.cached_fraction
+        charged = traffic.rps * weights.request_units(traffic.prompt_tokens, cached, traffic.output_tokens)
+        error = abs(pools[tenant.load_pool].prompt_length_charge.max_error) + 1e-6
+        assert charged == pytest.approx(tenant.bucket_rate_units_per_s, rel=error), tenant.name
+        checked += 1
+    assert checked >= 3

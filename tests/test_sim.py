@@ -420,7 +420,10 @@ def test_one_request_by_hand():
     step takes prefill_time(100) and yields the first token (TTFT); the other 9 tokens come from one
     macro-step of 9 decode steps at the batch of 1 and the mid-way context 101 + (9 - 1) / 2 = 105.
     Unused reservation: W x 100 held during the prefill, then W x (99, 98, ..., 91) over the 9 steps:
-    W x (100 x prefill + 855 x step). At the end it debits 100 + 10 W and releases 90 W.
+    W x (100 x prefill + 855 x step). At the end it debits P + 10 W and releases 90 W, where P, the prompt's
+    units, is 100 x (1 + 100 x q) as the gateway charges it: q, a prompt token's units per token of its prompt on
+    Llama 3.1 8B, = 2 x 2 x 32 heads x 128 x 32 layers x 65,536.5 / (2 x 8,030,261,248) / 131,072 = 1.6322e-5
+    (the mean key of a 131,072-token prompt over the linear layers' FLOPs, per token of the prompt).
     """
     document = one_tenant(
         LLAMA_8B,
@@ -434,13 +437,16 @@ def test_one_request_by_hand():
     )
     setup = build_setup(scenario_from_dict(document))
     model, w = setup.pools[0].model, setup.pools[0].output_weight
+    per_prompt_token = setup.pools[0].prompt_per_prompt_token
+    assert per_prompt_token == pytest.approx(2 * 2 * 32 * 128 * 32 * 65_536.5 / (2 * 8_030_261_248) / 131_072)
+    prompt_units = 100 * (1 + 100 * per_prompt_token)
     result = Simulation(setup, "reserve_capped", "fair").run()
     prefill_s, step_s = model.prefill_time_s(100, 0), model.step_time_s(1, 105)
     # TTFT also counts the engine's per-request overhead (API server, tokenizer), outside its steps.
     assert result.ttft_p50_s == pytest.approx(prefill_s + model.request_overhead_s, rel=1e-9)
     assert result.itl_p50_s == pytest.approx(step_s, rel=0.01)  # a 1%-wide histogram bin
-    assert result.reserved_units == pytest.approx(100 + w * 100, rel=1e-12)
-    assert result.debited_units == pytest.approx(100 + w * 10, rel=1e-12)
+    assert result.reserved_units == pytest.approx(prompt_units + w * 100, rel=1e-12)
+    assert result.debited_units == pytest.approx(prompt_units + w * 10, rel=1e-12)
     assert result.released_units == pytest.approx(w * 90, rel=1e-12)
     assert result.unused_reservation_unit_s == pytest.approx(w * (100 * prefill_s + 855 * step_s), rel=1e-9)
     assert result.resident_kv_peak_tokens == 110 and result.concurrent_sequences_peak == 1

@@ -41,8 +41,44 @@ class UnitWeights(_Frozen):
     """Units charged per token of each kind."""
 
     prompt: float = Field(1.0, description="units per uncached prompt token (1 by definition)")
+    prompt_per_prompt_token: float = Field(
+        0.0,
+        ge=0,
+        description="units an uncached prompt token adds per token of its prompt (attention over the prompt): a "
+        "prompt token of a prompt of L tokens costs prompt + prompt_per_prompt_token × L; the pool's "
+        "prompt_length_charge.per_prompt_token",
+    )
     cached_prompt: float = Field(description="units per prompt token served from the prefix cache")
     output: float = Field(description="units per output token: the pool's W")
+
+    def request_units(self, prompt_tokens: float, cached_tokens: float, output_tokens: float) -> float:
+        """A request's units: its uncached prompt tokens at their cost inside a prompt of ``prompt_tokens``, its
+        cached ones at the cached weight, its output tokens at W."""
+        uncached = max(prompt_tokens - cached_tokens, 0.0)
+        per_prompt_token = self.prompt + self.prompt_per_prompt_token * prompt_tokens
+        return uncached * per_prompt_token + cached_tokens * self.cached_prompt + output_tokens * self.output
+
+
+class PromptLengthCharge(_Frozen):
+    """How a pool charges a prompt token for the prompt around it: a straight line in the prompt's length.
+
+    A prompt token attends to the tokens before it, so its replica time, in units, grows with its prompt
+    (``prompt_token_units``): for full attention in a straight line, which a gateway can evaluate per request.
+    The line runs from 1 unit at no prompt to the exact units at the pool's longest prompt; where layers
+    attend to a window, a fixed state or a selection of the prompt, the exact curve bends below its chord's ends
+    and ``max_error`` says by how much the line departs from it.
+    """
+
+    longest_prompt_tokens: int = Field(description="the pool's longest context, where the line meets the exact cost")
+    units_at_longest: float = Field(description="a prompt token's units inside a prompt of longest_prompt_tokens")
+    per_prompt_token: float = Field(
+        description="(units_at_longest − 1) / longest_prompt_tokens: units a prompt token adds per token of its prompt"
+    )
+    max_error: float = Field(
+        description="largest |line / exact − 1| over prompts of 1 to longest_prompt_tokens tokens (signed: negative "
+        "where the line charges less than the exact cost)"
+    )
+    max_error_at_tokens: int = Field(description="the prompt length of max_error")
 
 
 class EngineSettings(_Frozen):
@@ -90,6 +126,10 @@ class PoolPolicy(_Frozen):
     )
     long_context_pool: str | None = None
     route_above_prompt_tokens: int | None = None
+    prompt_length_charge: PromptLengthCharge = Field(
+        description="how a prompt token is charged for its prompt's length on this pool (its weights' "
+        "prompt_per_prompt_token)"
+    )
     usd_per_replica_month: float | None = Field(None, description="one replica: GPUs × $/GPU-hour × hours/month")
     usd_per_month: float = Field(description="the pool's replicas, used or not")
     usd_per_unit: float | None = Field(None, description="price of one unit at the utilisation ceiling, USD")
@@ -187,6 +227,33 @@ def prompt_token_units(replica: PriceResult, prompt_tokens: float) -> float:
         replica.inputs.arch, max(1, round(prompt_tokens)), replica.inputs.deployment.tp
     )
     return (active_flops + attention) / active_flops
+
+
+#: Prompt lengths ``prompt_length_charge`` compares its line with the exact cost at, log-spaced to the longest.
+_CHARGE_CHECK_POINTS = 48
+
+
+def prompt_length_charge(replica: PriceResult, longest_prompt_tokens: int | None = None) -> PromptLengthCharge:
+    """The straight-line charge of a prompt token in its prompt's length on ``replica``'s pool, anchored at
+    ``longest_prompt_tokens`` (default: ``pool_max_context_tokens``), and its largest departure from the exact
+    ``prompt_token_units`` below that."""
+    longest = longest_prompt_tokens if longest_prompt_tokens is not None else pool_max_context_tokens(replica)
+    longest = max(1, longest)
+    at_longest = prompt_token_units(replica, longest)
+    slope = (at_longest - 1.0) / longest
+    lengths = sorted({max(1, round(longest ** (step / _CHARGE_CHECK_POINTS))) for step in range(_CHARGE_CHECK_POINTS)})
+    worst, worst_at = 0.0, longest
+    for length in lengths:
+        error = (1.0 + slope * length) / prompt_token_units(replica, length) - 1.0
+        if abs(error) > abs(worst):
+            worst, worst_at = error, length
+    return PromptLengthCharge(
+        longest_prompt_tokens=longest,
+        units_at_longest=at_longest,
+        per_prompt_token=slope,
+        max_error=worst,
+        max_error_at_tokens=worst_at,
+    )
 
 
 def traffic_units_per_s(
@@ -325,8 +392,12 @@ def _weight_loading(replica: PriceResult) -> dict[str, str]:
     return {"checkpoint_weight_dtype": name}
 
 
-def _weights(tier: Tier, replica: PriceResult) -> UnitWeights:
-    return UnitWeights(cached_prompt=tier.cached_prompt_weight, output=replica.output_weight)
+def _weights(tier: Tier, replica: PriceResult, charge: PromptLengthCharge) -> UnitWeights:
+    return UnitWeights(
+        prompt_per_prompt_token=charge.per_prompt_token,
+        cached_prompt=tier.cached_prompt_weight,
+        output=replica.output_weight,
+    )
 
 
 def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPolicy:
@@ -340,6 +411,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
     routed: dict[str, list[tuple[Tier, int]]] = {pool.name: [] for pool in plan.pools}
     # Tenants of a pool often share prompt sizes: one attention sum (over every layer) per size.
     prompt_units: dict[tuple[str, int], float] = {}
+    charges = {pool.name: prompt_length_charge(priced_pools[pool.name]) for pool in plan.pools}
     for tenant in plan.tenants:
         tier = plan.tier(tenant.tier)
         pool = plan.standard_pool_of(tenant)
@@ -378,8 +450,8 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 rate_source="contract" if tenant.units_per_s is not None else "traffic",
                 bucket_rate_units_per_s=rate,
                 bucket_depth_units=depth,
-                weights=_weights(tier, replica),
-                long_context_weights=_weights(tier, priced_pools[long_pool]) if long_pool else None,
+                weights=_weights(tier, replica, charges[pool.name]),
+                long_context_weights=_weights(tier, priced_pools[long_pool], charges[long_pool]) if long_pool else None,
                 kv_cap_tokens_per_replica=tier.kv_cap_tokens_per_replica,
                 max_context_tokens=tier.max_context_tokens,
                 max_output_tokens=tier.max_output_tokens,
@@ -408,6 +480,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 max_context_tokens=pool_max_context_tokens(replica),
                 long_context_pool=pool.long_context_pool,
                 route_above_prompt_tokens=pool.route_above_prompt_tokens,
+                prompt_length_charge=charges[pool.name],
                 usd_per_replica_month=replica.dedicated_usd_per_month,
                 usd_per_month=pool.replicas * replica.dedicated_usd_per_month,
                 usd_per_unit=replica.usd_per_unit,

@@ -47,6 +47,23 @@ def long_context_lines(policy: QuotaPolicy, consequence: str, skip: Collection[s
     ]
 
 
+def prompt_length_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
+    """One limits line where a target charges a prompt token the same whatever its prompt's length, naming each
+    pool's cost at its longest prompt (the policy's ``prompt_length_charge``)."""
+    charged = [pool for pool in policy.pools if pool.prompt_length_charge.per_prompt_token > 0]
+    if not charged:
+        return []
+    costs = "; ".join(
+        f"pool {pool.name}: {pool.prompt_length_charge.units_at_longest:.3g} units a token at "
+        f"{pool.prompt_length_charge.longest_prompt_tokens:,} tokens"
+        for pool in charged
+    )
+    return [
+        "Prompt length: a prompt token is charged its weight whatever its prompt's length, where the policy adds "
+        f"prompt_per_prompt_token units per token of the prompt (attention over it: {costs}); {consequence}"
+    ]
+
+
 def lora_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
     """One limits line for the tenants' LoRA adapters where a gateway target pins each pool's base model."""
     adapters = {tenant.name: tenant.lora_adapters for tenant in policy.tenants if tenant.lora_adapters}

@@ -41,19 +41,52 @@ WINDOWS = (("Second", 1), ("Minute", 60), ("Hour", 3600), ("Day", 86400))
 WEIGHT_TOLERANCE = 0.005
 
 
-def cost_expression(prompt: int, cached: int, output: int) -> str:
+def cost_expression(prompt: int, cached: int, output: int, per_prompt: tuple[int, int] | None = None) -> str:
     """The CEL cost in scaled units: uncached prompt, cached prompt and output tokens times integer weights.
 
     ``input_tokens`` includes the cached ones; the guard keeps the uint subtraction from underflowing, and
-    every literal is a uint because CEL has no uint/int arithmetic.
+    every literal is a uint because CEL has no uint/int arithmetic. ``per_prompt`` = (numerator, denominator):
+    each uncached prompt token also costs numerator / denominator scaled units per token of its prompt
+    (``UnitWeights.prompt_per_prompt_token``), multiplied out before the one division so little is truncated.
     """
     uncached = "(input_tokens > cached_input_tokens ? input_tokens - cached_input_tokens : 0u)"
-    return f"{uncached} * {prompt}u + cached_input_tokens * {cached}u + output_tokens * {output}u"
+    rest = f"cached_input_tokens * {cached}u + output_tokens * {output}u"
+    if per_prompt is None or per_prompt[0] == 0:
+        return f"{uncached} * {prompt}u + {rest}"
+    numerator, denominator = per_prompt
+    return f"{uncached} * ({prompt * denominator}u + input_tokens * {numerator}u) / {denominator}u + {rest}"
+
+
+#: CEL's uint is 64 bits: an uncached prompt of the pool's longest, times its scaled cost before the division,
+#: stays below this (a factor 4 of room for prompts the engine admits beyond the pool's figure).
+_CEL_UINT_ROOM = 2**62
+#: Denominators tried for the prompt-length term, coarsest first: the first whose numerator carries
+#: ``_PER_PROMPT_DIGITS`` significant digits is kept (short literals), else the finest that fits.
+_PER_PROMPT_DENOMINATORS = tuple(10**power for power in range(13))
+_PER_PROMPT_DIGITS = 10_000
 
 
 def scaled_weights(weights: UnitWeights, scale: int) -> tuple[int, int, int]:
     """Weights in 1/scale units, rounded to the nearest integer."""
     return (round(weights.prompt * scale), round(weights.cached_prompt * scale), round(weights.output * scale))
+
+
+def scaled_per_prompt(weights: UnitWeights, scale: int, longest_prompt_tokens: int) -> tuple[int, int] | None:
+    """(numerator, denominator) of the prompt-length term in 1/scale units: five significant digits where a
+    prompt of ``longest_prompt_tokens`` times them fits CEL's uint, else as many as fit; None where the weights
+    have no such term or not even a whole denominator fits."""
+    if weights.prompt_per_prompt_token <= 0:
+        return None
+    prompt = round(weights.prompt * scale)
+    best = None
+    for denominator in _PER_PROMPT_DENOMINATORS:
+        numerator = round(weights.prompt_per_prompt_token * scale * denominator)
+        if longest_prompt_tokens * (prompt * denominator + longest_prompt_tokens * numerator) >= _CEL_UINT_ROOM:
+            break
+        best = (numerator, denominator)
+        if numerator >= _PER_PROMPT_DIGITS:
+            break
+    return best
 
 
 def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
@@ -73,9 +106,13 @@ def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
     return "Second", 1, 1, MAX_LIMIT
 
 
-def _metadata_key(scale: int, weights: tuple[int, int, int]) -> str:
+def _metadata_key(scale: int, weights: tuple[int, int, int], per_prompt: tuple[int, int] | None) -> str:
     prompt, cached, output = weights
-    return f"quotacalc_units_x{scale}_p{prompt}_c{cached}_o{output}"
+    key = f"quotacalc_units_x{scale}_p{prompt}_c{cached}_o{output}"
+    if per_prompt is not None and per_prompt[0]:
+        numerator, denominator = per_prompt
+        key += f"_l{numerator}d{denominator}"
+    return key
 
 
 def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str | None) -> list[dict]:
@@ -117,11 +154,13 @@ def charged_weights(tenant: TenantPolicy, home: str) -> UnitWeights:
 
 
 def _rate_limit_rule(
-    tenant: TenantPolicy, header: str, charged: UnitWeights
-) -> tuple[dict, str, tuple[int, int, int], int]:
+    tenant: TenantPolicy, header: str, charged: UnitWeights, longest_prompt_tokens: int
+) -> tuple[dict, str, str]:
+    """The tenant's global rate-limit rule, the metadata key it reads and the CEL cost that fills the key."""
     unit, _seconds, scale, limit = window_for(tenant)
     weights = scaled_weights(charged, scale)
-    key = _metadata_key(scale, weights)
+    per_prompt = scaled_per_prompt(charged, scale, longest_prompt_tokens)
+    key = _metadata_key(scale, weights, per_prompt)
     rule = {
         "clientSelectors": [{"headers": [{"type": "Exact", "name": header, "value": tenant.name}]}],
         "limit": {"requests": limit, "unit": unit},
@@ -130,7 +169,7 @@ def _rate_limit_rule(
             "response": {"from": "Metadata", "metadata": {"namespace": COST_NAMESPACE, "key": key}},
         },
     }
-    return rule, key, weights, scale
+    return rule, key, cost_expression(*weights, per_prompt=per_prompt)
 
 
 #: The most LoRA adapters one tenant may name: with its base model, one model match each, they fill at most one
@@ -198,9 +237,10 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
             salt = salt_of(tenant, salts)
             home = homes[tenant.name]
             rules += _route_rules(tenant, pools[home], header, salt)
-            rule, key, weights, _scale = _rate_limit_rule(tenant, header, charged_weights(tenant, home))
+            longest = pools[home].prompt_length_charge.longest_prompt_tokens
+            rule, key, cel = _rate_limit_rule(tenant, header, charged_weights(tenant, home), longest)
             limit_rules.append(rule)
-            costs[key] = {"metadataKey": key, "type": "CEL", "cel": cost_expression(*weights)}
+            costs[key] = {"metadataKey": key, "type": "CEL", "cel": cel}
         routes.append(
             {
                 "apiVersion": AI_GATEWAY_API,
@@ -307,6 +347,16 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 limits.append(
                     f"{tenant.name}: {label} weight {weight:g} is charged as {scaled}/{scale} (window limit forces a coarse scale)."
                 )
+        per_token = charged.prompt_per_prompt_token
+        per_prompt = scaled_per_prompt(
+            charged, scale, pools[homes[tenant.name]].prompt_length_charge.longest_prompt_tokens
+        )
+        charged_per_token = per_prompt[0] / per_prompt[1] / scale if per_prompt else 0.0
+        if per_token and abs(charged_per_token - per_token) > WEIGHT_TOLERANCE * per_token:
+            limits.append(
+                f"{tenant.name}: a prompt token's {per_token:.4g} units per token of its prompt are charged as "
+                f"{charged_per_token:.4g} (CEL's 64-bit integers at the window's scale)."
+            )
     if any(pool.engine.scheduling_policy != "priority" for pool in pools.values()):
         fcfs = sorted(pool.name for pool in pools.values() if pool.engine.scheduling_policy != "priority")
         limits.append(

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import long_context_lines, lora_lines, salt_of, yaml_text
+from quotacalc.exporters._text import long_context_lines, lora_lines, prompt_length_lines, salt_of, yaml_text
 from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
 #: ai-proxy costs are per 1M tokens.
@@ -164,6 +164,10 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "so it cannot pick the pool from the consumer; the acl plugin keeps tenants out of other pools.",
         "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
     ]
+    limits += prompt_length_lines(
+        policy,
+        "a long prompt passes at less than its cost, and a tenant sized on long prompts gets more than it was sized for.",
+    )
     limits += long_context_lines(policy, "such a tenant must call the long-context pool's path itself.")
     limits += lora_lines(
         policy,

@@ -14,7 +14,14 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import json_text, load_pools, long_context_lines, lora_lines, yaml_text
+from quotacalc.exporters._text import (
+    json_text,
+    load_pools,
+    long_context_lines,
+    lora_lines,
+    prompt_length_lines,
+    yaml_text,
+)
 from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
 #: Hours in the month of the method's $/month figures (docs/method.md §6: 720 h): used only for a
@@ -176,6 +183,10 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
     limits += _reservation_lines(policy)
+    limits += prompt_length_lines(
+        policy,
+        "a long prompt spends less budget than its cost, and a tenant sized on long prompts gets more than it was sized for.",
+    )
     limits += long_context_lines(
         policy,
         "such a tenant must request the long-context pool as its model; its budget is priced at the USD per unit of "

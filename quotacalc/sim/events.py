@@ -37,6 +37,7 @@ class PoolRuntime:
     model: ReplicaModel
     kv_pool_tokens: int
     output_weight: float
+    prompt_per_prompt_token: float
     replica_units_per_s: float
     replica_count: int
     max_num_seqs: int
@@ -68,6 +69,8 @@ class PoolSpec:
     model: ReplicaModel
     kv_pool_tokens: int
     output_weight: float
+    #: Units an uncached prompt token adds per token of its prompt (the policy's prompt-length charge).
+    prompt_per_prompt_token: float
     replica_units_per_s: float
     replicas: int
     max_num_seqs: int
@@ -107,6 +110,7 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
         warnings += [f"pool '{pool.name}': {warning}" for warning in prices[pool.name].warnings]
     policy = build_policy(plan, prices)
     generated_seqs = {pool.name: pool.engine.max_num_seqs for pool in policy.pools}
+    charges = {pool.name: pool.prompt_length_charge.per_prompt_token for pool in policy.pools}
     # The token budget the price assumed and generate writes (its KV reserve grows with it).
     generated_tokens = {pool.name: pool.engine.max_num_batched_tokens for pool in policy.pools}
     specs = []
@@ -129,6 +133,7 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
                 # longer request is charged more than it holds, a shorter one less.
                 kv_pool_tokens=result.kv_pool_tokens_at_context,
                 output_weight=result.output_weight,
+                prompt_per_prompt_token=charges[pool.name],
                 replica_units_per_s=result.replica_units_per_s,
                 replicas=pool.replicas,
                 max_num_seqs=engine.max_num_seqs or generated,
@@ -220,6 +225,7 @@ class Simulation:
                 model=spec.model,
                 kv_pool_tokens=spec.kv_pool_tokens,
                 output_weight=spec.output_weight,
+                prompt_per_prompt_token=spec.prompt_per_prompt_token,
                 replica_units_per_s=spec.replica_units_per_s,
                 replica_count=spec.replicas,
                 max_num_seqs=spec.max_num_seqs,
@@ -348,7 +354,9 @@ class Simulation:
         request.pool = pool
         request.priority = tier.priority
         request.output_weight = self.output_weights[index][pool.index]
-        request.prompt_units = (prompt - cached) + cached * tenant.cached_prompt_weight
+        # As the gateway charges it: each uncached prompt token at its cost inside its prompt, on the pool it runs on.
+        uncached_units = (prompt - cached) * (1.0 + pool.prompt_per_prompt_token * prompt)
+        request.prompt_units = uncached_units + cached * tenant.cached_prompt_weight
         request.client_max_tokens = arrival.client_max_tokens
         limit = min(
             arrival.client_max_tokens,
