@@ -897,3 +897,31 @@ def test_a_path_with_a_nul_byte_is_a_usage_error(run_cli, args):
 def test_a_device_is_refused_not_read_until_memory_runs_out(run_cli, command):
     code, out, err = run_cli(*command)
     assert code == 2 and out == "" and "is not a regular file (a FIFO, device or socket)" in err, err
+
+
+def test_every_non_ascii_character_quotacalc_prints_has_an_ascii_stand_in():
+    """No operator turns into '?' on an ASCII terminal: every non-ASCII character in the package's code (its
+    tables, formulas and messages; comments aside) has a stand-in in cli/streams.py's map."""
+    from pathlib import Path
+
+    from quotacalc.cli.streams import _ASCII
+
+    package = Path(__file__).resolve().parent.parent / "quotacalc"
+    printed = {
+        char
+        for path in package.rglob("*.py")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if not line.strip().startswith("#")
+        for char in line
+        if ord(char) > 127
+    }
+    assert printed - set(_ASCII) == set()
+
+
+def test_an_ascii_explain_keeps_its_minus_signs():
+    """The engine-memory step subtracts (0.9 × memory − weights − reserve): on an ASCII terminal the minus is '-',
+    not '?'."""
+    proc = _run(["price", *L, "--explain"], {"PYTHONIOENCODING": "ascii", "COLUMNS": "200"})
+    out = proc.stdout.decode("ascii")
+    assert "?" not in out
+    assert " - " in out
