@@ -47,6 +47,24 @@ def test_copy_writes_the_example_and_refuses_to_overwrite(run_cli, tmp_path):
     assert copied.read_text(encoding="utf-8") == "# mine\n"
 
 
+def test_a_companion_an_earlier_copy_wrote_is_kept_not_refused(run_cli, tmp_path):
+    """README: `examples platform --copy .` then `examples simulate-named-plan --copy .`: the scenario brings
+    platform.yaml, which the first copy wrote with the same bytes, so the second copies only what is new. A
+    platform.yaml of the user's own (other bytes) is still refused, and nothing is written then."""
+    assert run_cli("examples", "platform", "--copy", str(tmp_path))[0] == 0
+    plan = tmp_path / "platform.yaml"
+    before = plan.stat().st_mtime_ns
+    code, out, err = run_cli("examples", "simulate-named-plan", "--copy", str(tmp_path))
+    assert code == 0, err
+    assert str(tmp_path / "simulate-named-plan.yaml") in out.split()
+    assert plan.stat().st_mtime_ns == before  # kept, not rewritten
+    (tmp_path / "simulate-named-plan.yaml").unlink()
+    plan.write_text(plan.read_text(encoding="utf-8") + "# mine\n", encoding="utf-8")
+    code, out, err = run_cli("examples", "simulate-named-plan", "--copy", str(tmp_path))
+    assert code == 1 and out == "" and "would overwrite" in err
+    assert not (tmp_path / "simulate-named-plan.yaml").exists()
+
+
 def test_copied_example_prices_the_worked_example(run_cli, tmp_path):
     run_cli("examples", "llama-3.3-70b-h100", "--copy", str(tmp_path))
     code, out, _ = run_cli("price", str(tmp_path / "llama-3.3-70b-h100.yaml"), "--json")

@@ -33,13 +33,29 @@ def _files(example: ShippedExample) -> list[tuple[Path, Path]]:
     return files
 
 
+def _holds_already(destination: Path, source: Path) -> bool:
+    """Whether ``destination`` is a plain file with ``source``'s bytes: a companion an earlier copy wrote (a
+    scenario's plan, copied with the plan's own example first), which the copy leaves as it is."""
+    try:
+        return (
+            destination.is_file() and not destination.is_symlink() and destination.read_bytes() == source.read_bytes()
+        )
+    except OSError:
+        return False
+
+
 def copy_examples(examples: list[ShippedExample], target: Path) -> list[Path]:
-    """Copy examples into ``target``; refuses to overwrite, and writes nothing if any file exists."""
+    """Copy examples into ``target``; refuses to overwrite a different file, and then writes nothing. A file
+    already there with the same bytes is kept."""
     # A scenario brings the plan it names, which may be copied as an example of its own too: once.
     planned = list(
         dict.fromkeys((source, target / relative) for example in examples for source, relative in _files(example))
     )
-    existing = [str(destination) for _, destination in planned if destination.exists()]
+    existing = [
+        str(destination)
+        for source, destination in planned
+        if (destination.exists() or destination.is_symlink()) and not _holds_already(destination, source)
+    ]
     if existing:
         raise QuotacalcError(
             f"would overwrite {existing[0]}" + (f" and {len(existing) - 1} more" if len(existing) > 1 else ""),
@@ -48,6 +64,8 @@ def copy_examples(examples: list[ShippedExample], target: Path) -> list[Path]:
         )
     secret = _secret_files([source for source, _ in planned])
     for source, destination in planned:
+        if _holds_already(destination, source):
+            continue
         # A salt secret and generated salts stay owner-only in the copy, as generate writes them.
         mode = SECRET_MODE if source in secret else PUBLIC_MODE
         write_text_atomic(destination, source.read_text(encoding="utf-8"), mode=mode)
