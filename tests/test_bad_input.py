@@ -384,7 +384,9 @@ def test_max_model_len_bounds_size_and_kv_as_it_bounds_price(run_cli):
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "--prompt-tokens: one request of 2,500 tokens (prompt 2,000 + output 500) exceeds max_model_len 2,048" in err
     code, out, err = run_cli("kv", *LLAMA70, "--max-model-len", "2048", "--context", "4000")
-    assert code == 1 and "context: 4,000 tokens exceed max_model_len 2,048" in err
+    assert (
+        code == 1 and "error: --context: 4,000 tokens exceed max_model_len 2,048" in err
+    )  # the flag, as price names it
     code, out, err = run_cli("size", *LLAMA70, "--rps", "1", "--prompt-tokens", "130000", "--output-tokens", "5000")
     assert (
         code == 1
@@ -466,3 +468,16 @@ def test_a_max_model_len_beyond_any_context_is_refused_where_no_price_checks_it(
     bench = str(Path(__file__).parent.parent / "examples" / "calibration" / "nim-llama-3.3-70b-h100-tp2.csv")
     code, out, err = run_cli("calibrate", *M4, "--bench", bench, "--max-model-len", str(10**20))
     assert code == 1 and out == "" and "--max-model-len: must be at most 100,000,000" in err, err
+
+
+def test_size_of_a_platform_plan_refuses_explain_rather_than_ignore_it(run_cli):
+    """A platform plan's size prints a row per tenant; --explain explains one tenant's figures, so it is refused
+    (exit 2, one line naming the flag and what to do), not silently dropped."""
+    plan = str(Path(__file__).parent.parent / "examples" / "platform.yaml")
+    code, out, err = run_cli("size", plan, "--explain")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--explain: explains one tenant, not a platform plan's rows" in err
+    code, out, err = run_cli(
+        "size", plan, "--pool", "shared", "--rps", "1", "--prompt-tokens", "1000", "--output-tokens", "100", "--explain"
+    )
+    assert code == 0 and "units per request" in out

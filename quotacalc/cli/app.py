@@ -259,6 +259,15 @@ def size_command(
             from quotacalc.errors import UsageError
 
             raise UsageError("compares one tenant, not a platform plan's", field="--gpu", fix="give the tenant's flags")
+        if explain:
+            from quotacalc.errors import UsageError
+
+            # A row per tenant carries figures, not their explanation: say so rather than ignore the flag.
+            raise UsageError(
+                "explains one tenant, not a platform plan's rows",
+                field="--explain",
+                fix="size one tenant with --pool NAME and --rps, --prompt-tokens, --output-tokens, or read --json",
+            )
         output_format = check_format(output_format, as_json)
         return size_platform(
             plan,
@@ -334,7 +343,13 @@ def kv_command(
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
     if context > MAX_CONTEXT_TOKENS:
         raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
-    result = request_kv(_price(deployment, plan, deployment_flags), context)
+    try:
+        result = request_kv(_price(deployment, plan, deployment_flags), context)
+    except QuotacalcError as error:
+        if error.field != "context":
+            raise
+        # The core names its argument; here the context came from the flag, as price's errors name it.
+        raise QuotacalcError(error.problem, field="--context", fix=error.fix) from None
     calibration = plan_calibration(plan_file, result.replica.inputs)
     warnings = _strict_gate(result.warnings, calibration, strict=strict)
     if as_json:
