@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,30 @@ def test_every_explain_step_is_complete(run_cli, command):
         assert isinstance(step["value"], (int, float)) and math.isfinite(step["value"]), step
     names = [step["name"] for step in steps]
     assert len(names) == len(set(names)), f"duplicate steps: {names}"
+    # Every figure can be reproduced from its line: the substitution carries the numbers, not only words.
+    wordy = [step["name"] for step in steps if not re.search(r"[0-9]", step["substituted"])]
+    assert wordy == [], wordy
+
+
+def test_the_engine_figures_add_up_from_their_substituted_terms(run_cli):
+    """ttft_s = request overhead + [max(FLOP time, weight read) + overheads + all-reduces] per chunk, and the
+    full-load throughput = B / (step + B / output × prefill): each figure is re-added from its own line."""
+    document = _run_json(run_cli, "price", "--explain")
+    steps = {step["name"]: step for step in document["explain"]}
+    numbers = [
+        float(n.replace(",", ""))
+        for n in re.findall(r"[0-9][0-9,]*\.?[0-9]*(?:e[-+]?[0-9]+)?", steps["ttft_s"]["substituted"])
+    ]
+    overhead, compute, read, overheads, allreduces = numbers
+    assert overhead + max(compute, read) + overheads + allreduces == pytest.approx(steps["ttft_s"]["value"], rel=1e-3)
+    batch, step_s, batch_again, output, prefill_s = [
+        float(n.replace(",", ""))
+        for n in re.findall(r"[0-9][0-9,]*\.?[0-9]*", steps["max_load_output_tokens_per_s"]["substituted"])
+    ]
+    assert batch == batch_again
+    assert batch / (step_s + batch / output * prefill_s) == pytest.approx(
+        steps["max_load_output_tokens_per_s"]["value"], rel=1e-3
+    )
 
 
 @pytest.mark.parametrize("command", ["price", "size", "kv"])

@@ -18,7 +18,6 @@ from quotacalc import Deployment, Tenant, price, request_kv, resolve, size_tenan
 
 #: Steps whose ``substituted`` text describes its inputs instead of spelling the arithmetic.
 DESCRIPTIVE = {
-    "weight_bytes",  # "fp8 (--weight-dtype fp8)": the dtype mix, then Σ params x bytes
     "kv_bytes_per_token",  # "80 layers, 81,920 values x 2 B (bf16)"
     "kv_bytes_per_token_per_gpu",  # "327,680 over TP 4"
     "state_bytes_per_sequence",  # "N values x 2 B (bf16)"
@@ -26,11 +25,7 @@ DESCRIPTIVE = {
     "busiest_rank_experts_touched",  # "E/EP = 4, p = 0.68, EP = 2"
     "request_kv_bytes",  # "5,000 tokens, 131,072 B/token at long context"
     "request_kv_bytes_per_gpu",  # "TP 2"
-    "engine_prompt_token_s",  # "prefill_time(8,192) / 8,192": the replica model's chunk time
-    "ttft_s",  # "0.003 + 1 chunk(s) of ≤ 8,192 tokens over a 1,700-token prompt"
     "max_load_batch",  # "requests of 1,700 + 128 tokens at their full length"
-    "max_load_output_tokens_per_s",  # "B = 300, prompt 1,700, output 128"
-    "prompt_token_units",  # "at a 1,800-token prompt": kv's prompt_token_units_at_context
 }
 
 _ANNOTATION = re.compile(r"\(([a-z][^()]*)\)")  # "(bf16)", "(fp8)": a unit or dtype, not arithmetic

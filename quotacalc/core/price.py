@@ -9,6 +9,7 @@ follow: docs/method.md's roofline (default) or the engine's (roofline + overhead
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -280,8 +281,9 @@ def _weights_section(x: _Explainer) -> None:
         "weight_bytes",
         layout.weight_bytes(params_by_group),
         formula="Σ_group params × bytes/param",
-        substituted=f"{layout.describe(params_by_group)} ({layout.source})",
+        substituted=_weight_terms(layout, params_by_group),
         unit="B",
+        note=f"dtypes: {layout.source}",
     )
     padding = engine_padding_bytes_per_gpu(arch, layout, deployment, x.inputs.gpu)
     replicated = replicated_extra_bytes_per_gpu(arch, layout, deployment.tp)
@@ -1031,8 +1033,9 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         model.prefill_time_s(chunk, 0) / chunk,
         formula="prefill_time(max_num_batched_tokens) / max_num_batched_tokens (a full chunk: "
         "engine_flops_per_prompt_token, attention within it, overhead and all-reduces)",
-        substituted=f"prefill_time({fmt(chunk)}) / {fmt(chunk)}",
+        substituted=f"{_prefill_terms(model, chunk, 0)} / {fmt(chunk)}",
         unit="s",
+        note=PREFILL_TERMS_NOTE,
     )
     x.record(
         "ttft_s",
@@ -1041,11 +1044,10 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "engine_flops_per_prompt_token, one weight read) + step_overhead_s + layers × layer_overhead_s + "
         "moe_overhead_s + prefill_overhead_s + "
         "all-reduces)",
-        substituted=f"{fmt(model.request_overhead_s)} + {math.ceil(deployment.context / chunk)} chunk(s) of "
-        f"≤ {fmt(chunk)} tokens over a {fmt(deployment.context)}-token prompt",
+        substituted=_ttft_terms(model, deployment.context),
         unit="s",
-        note=f"one request of --context tokens on an idle replica; max_num_batched_tokens {fmt(chunk)} "
-        f"({memory.token_budget(deployment, gpu)[1]})",
+        note=f"one request of --context tokens ({fmt(deployment.context)}) on an idle replica, in chunks of at most "
+        f"max_num_batched_tokens {fmt(chunk)} ({memory.token_budget(deployment, gpu)[1]}); {PREFILL_TERMS_NOTE}",
     )
     prompt, output = deployment.load_prompt, deployment.load_output_tokens
     x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
@@ -1086,7 +1088,10 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "max_load_output_tokens_per_s",
         model.max_load_output_tokens_per_s(prompt, output),
         formula="B / (itl(B, prompt + output/2) + B / output × (prefill FLOP time(prompt) + its all-reduces))",
-        substituted=f"B = {fmt(load_batch)}, prompt {fmt(prompt)}, output {fmt(output)}",
+        substituted=f"{fmt(load_batch)} / ({fmt(model.step_time_s(load_batch, prompt + output / 2))} + "
+        f"{fmt(load_batch)} / {fmt(output)} × {fmt(model.interleaved_prefill_s(prompt))})"
+        if load_batch > 0
+        else f"no request of {fmt(prompt)} + {fmt(output)} tokens fits the pool",
         unit="tokens/s",
         note="throughput at full load: every request's prefill charged to the replica (chunked prefill rides in "
         f"decode steps); architecture {arch.name}",
@@ -1241,4 +1246,52 @@ def price(inputs: PricingInputs) -> PriceResult:
         steps=tuple(x.ledger.steps),
         warnings=tuple(x.warnings),
         inputs=inputs,
+    )
+
+
+#: How ``_prefill_terms`` writes a prefill chunk, for --explain's notes.
+PREFILL_TERMS_NOTE = (
+    "a chunk is (max(its FLOP time, one read of the weights) + step, MoE and prefill overheads + its all-reduces)"
+)
+#: Chunks a first token's substitution lists one by one; a longer prompt shows its first and last and their sum.
+_LISTED_CHUNKS = 3
+
+
+def _prefill_terms(model: ReplicaModel, tokens: int, context_tokens: int) -> str:
+    """One prefill chunk on an idle replica, term by term, as ``ReplicaModel.prefill_time_s`` adds them."""
+    compute = model.prefill_compute_s(tokens, context_tokens)
+    overheads = model.step_overhead_s + model.moe_overhead_s + model.prefill_overhead_s
+    allreduces = model.allreduces_per_step * (model.allreduce_latency_s + tokens * model.allreduce_s_per_token)
+    return f"(max({fmt(compute)}, {fmt(model.prefill_weight_read_s())}) + {fmt(overheads)} + {fmt(allreduces)})"
+
+
+def _ttft_terms(model: ReplicaModel, prompt_tokens: int) -> str:
+    """request_overhead_s + each chunk's terms (``ReplicaModel.ttft_s``'s sum), a long prompt's middle elided."""
+    chunks, done = [], 0
+    while done < prompt_tokens:
+        tokens = min(model.max_num_batched_tokens, prompt_tokens - done)
+        chunks.append((tokens, done))
+        done += tokens
+    if len(chunks) <= _LISTED_CHUNKS:
+        listed = " + ".join(_prefill_terms(model, tokens, context) for tokens, context in chunks)
+    else:
+        middle = sum(model.prefill_time_s(tokens, context) for tokens, context in chunks[1:-1])
+        listed = (
+            f"{_prefill_terms(model, *chunks[0])} + {fmt(middle)} (the middle {len(chunks) - 2} chunks) + "
+            f"{_prefill_terms(model, *chunks[-1])}"
+        )
+    return f"{fmt(model.request_overhead_s)} + {listed}"
+
+
+def _weight_terms(layout: WeightLayout, params_by_group: Mapping[ParamGroup, int]) -> str:
+    """Σ params × bytes/param by storage dtype (the step's note says where the dtypes come from)."""
+    by_dtype: dict[tuple[str, float], int] = {}
+    for group, count in params_by_group.items():
+        if count:
+            storage = layout.groups[group]
+            key = (storage.dtype, storage.bytes_per_param)
+            by_dtype[key] = by_dtype.get(key, 0) + count
+    return " + ".join(
+        f"{fmt(count)} × {fmt(bytes_per_param)} ({dtype})"
+        for (dtype, bytes_per_param), count in sorted(by_dtype.items(), key=lambda item: -item[1])
     )

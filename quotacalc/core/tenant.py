@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from quotacalc.core import memory
 from quotacalc.core.deployment import Tenant
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.kv import context_limit, request_kv
@@ -130,9 +131,9 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         "prompt_token_units",
         token_units,
         formula="(2 × active_params + attention_flops_per_prompt_token(prompt)) / (2 × active_params)",
-        substituted=f"at a {fmt(tenant.prompt_tokens)}-token prompt",
+        substituted=_prompt_token_terms(replica, tenant.prompt_tokens),
         unit="units",
-        note="a prompt token's cost inside this tenant's prompt",
+        note=f"a prompt token's cost inside this tenant's {fmt(tenant.prompt_tokens)}-token prompt",
     )
     uncached = tenant.prompt_tokens * (1 - tenant.cached_fraction)
     cached = tenant.prompt_tokens * tenant.cached_fraction
@@ -215,3 +216,14 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         tenant=tenant,
         replica=replica,
     )
+
+
+def _prompt_token_terms(replica: PriceResult, prompt_tokens: float) -> str:
+    """prompt_token_units with its numbers: the linear layers' FLOPs and a token's attention inside the prompt."""
+    if prompt_tokens < 1:
+        return "1"
+    linear_flops = 2 * replica.active_params
+    attention_flops = memory.attention_flops_per_prompt_token(
+        replica.inputs.arch, max(1, round(prompt_tokens)), replica.inputs.deployment.tp
+    )
+    return f"({fmt(linear_flops)} + {fmt(attention_flops)}) / {fmt(linear_flops)}"
