@@ -463,7 +463,8 @@ def test_yaml_text_round_trips_hostile_strings() -> None:
 
 
 def test_interrupted_run_leaves_nothing_the_next_run_refuses(run_cli, tmp_path: Path, monkeypatch) -> None:
-    """A run killed between two file writes: the next run neither calls a file foreign or edited nor loses one."""
+    """A run killed between two renames (the interim manifest and one file in place): the next run neither calls a
+    file foreign or edited nor loses one, and no staged file is left behind."""
     from quotacalc.exporters import writer
 
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
@@ -472,22 +473,88 @@ def test_interrupted_run_leaves_nothing_the_next_run_refuses(run_cli, tmp_path: 
     document = platform_document()
     document["tenants"][0]["units_per_s"] = 18000
     plan = write_plan(tmp_path, document)
-    real_write = writer.write_text_atomic
+    real_put = writer._put
     calls = []
 
-    def dying_write(path, text, *, mode=None):
+    def dying_put(temporary, path):
         calls.append(path)
         if len(calls) == 3:  # the interim manifest, one file, then the crash
             raise KeyboardInterrupt
-        real_write(path, text, mode=mode)
+        real_put(temporary, path)
 
-    monkeypatch.setattr(writer, "write_text_atomic", dying_write)
+    monkeypatch.setattr(writer, "_put", dying_put)
     code, _, _ = canonical(run_cli, out_dir, plan=plan)
     assert code == 130
-    monkeypatch.setattr(writer, "write_text_atomic", real_write)
+    assert not [name for name in tree(out_dir) if name.endswith(".tmp")]
+    monkeypatch.setattr(writer, "_put", real_put)
     code, _, err = canonical(run_cli, out_dir, plan=plan)
     assert code == 0, err
     assert canonical(run_cli, out_dir, "--check", plan=plan)[0] == 0
+
+
+def test_a_write_that_fails_changes_nothing(run_cli, tmp_path: Path, monkeypatch) -> None:
+    """A full disk (ENOSPC) on the third file this run writes: every file, the manifest included, stays byte for
+    byte as the earlier run left it, no staged file remains, and the one-line error names the file it was writing
+    (not a temporary name) and a fix for a full disk."""
+    import errno
+    import os
+
+    from quotacalc.exporters import writer
+
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    before = tree(out_dir)
+    document = platform_document()
+    document["tenants"][0]["units_per_s"] = 18000
+    plan = write_plan(tmp_path, document)
+    real_fdopen = os.fdopen
+    opened = []
+
+    class FullDisk:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(descriptor, mode="r", *args, **kwargs):
+        handle = real_fdopen(descriptor, mode, *args, **kwargs)
+        if mode != "wb":  # a read elsewhere (os is one module): not this run's writes
+            return handle
+        opened.append(handle)
+        return FullDisk(handle) if len(opened) == 3 else handle
+
+    monkeypatch.setattr(writer.os, "fdopen", fdopen)
+    code, out, err = canonical(run_cli, out_dir, plan=plan)
+    monkeypatch.setattr(writer.os, "fdopen", real_fdopen)
+    line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
+    assert "cannot write there: No space left on device; nothing was changed" in line
+    assert ".tmp" not in line and "free space on that file system" in line
+    assert tree(out_dir) == before
+
+
+def test_a_symlinked_target_folder_is_refused_not_followed(run_cli, tmp_path: Path, monkeypatch) -> None:
+    """out/canonical replaced by a link to a folder elsewhere: generate refuses it (one line naming the link), and
+    nothing elsewhere is written or removed."""
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "out"
+    assert canonical(run_cli, out_dir)[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    (out_dir / "canonical").rename(elsewhere)
+    (out_dir / "canonical").symlink_to(elsewhere)
+    before = tree(elsewhere)
+    document = platform_document()
+    document["tenants"][0]["units_per_s"] = 18000
+    line = one_line_error(*canonical(run_cli, out_dir, plan=write_plan(tmp_path, document)), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{out_dir / 'canonical'}: --out: is a symbolic link where a directory")
+    assert tree(elsewhere) == before
 
 
 def test_a_symlink_at_a_generated_path_is_never_followed(run_cli, tmp_path: Path, monkeypatch) -> None:

@@ -10,9 +10,13 @@ All checks run before the first write, so a refused run writes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
+import os
 import stat
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -21,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters.base import GeneratedFile
-from quotacalc.fileio import write_text_atomic
 
 MANIFEST = ".quotacalc-manifest.json"
 MANIFEST_VERSION = 1
@@ -246,22 +249,89 @@ def write_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]])
                 source=str(out_dir / change.path),
                 fix="move the change into the plan, then delete the file and generate again",
             )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if any(change.status != "unchanged" for change in changes):
-        write_text_atomic(out_dir / MANIFEST, _interim_manifest(generated, owned), mode=PUBLIC_MODE)
     by_path = {file.path: file for files in generated.values() for file in files}
-    for change in changes:
-        if change.status in ("created", "updated", "permissions"):
-            file = by_path[change.path]
-            write_text_atomic(out_dir / file.path, file.text, mode=SECRET_MODE if file.secret else PUBLIC_MODE)
-        elif change.status == "removed":
-            (out_dir / change.path).unlink()
-            _remove_empty_parents(out_dir, out_dir / change.path)
+    writes = [
+        (out_dir / change.path, by_path[change.path].text, SECRET_MODE if change.secret else PUBLIC_MODE)
+        for change in changes
+        if change.status in ("created", "updated", "permissions")
+    ]
+    interim = (
+        [(out_dir / MANIFEST, _interim_manifest(generated, owned), PUBLIC_MODE)]
+        if any(change.status != "unchanged" for change in changes)
+        else []
+    )
     final = _final_manifest(generated, owned)
-    manifest_now, _ = _disk(out_dir / MANIFEST)
-    if manifest_now != final:
-        write_text_atomic(out_dir / MANIFEST, final, mode=PUBLIC_MODE)
+    finals = [(out_dir / MANIFEST, final, PUBLIC_MODE)] if _disk(out_dir / MANIFEST)[0] != final else []
+    # Every new file is first written beside its place; only when all of them are on disk does any replace what
+    # is there, so a full disk or a read-only folder leaves the earlier output as it was, not half of each.
+    staged = _stage(out_dir, [*interim, *writes, *finals])
+    done = 0
+    try:
+        # The interim manifest first: it owns old and new content alike, so a run stopped among the renames
+        # leaves nothing the next run calls foreign or edited.
+        for temporary, path in staged[: len(interim) + len(writes)]:
+            _put(temporary, path)
+            done += 1
+        for change in changes:
+            if change.status == "removed":
+                (out_dir / change.path).unlink()
+                _remove_empty_parents(out_dir, out_dir / change.path)
+        for temporary, path in staged[len(interim) + len(writes) :]:
+            _put(temporary, path)
+            done += 1
+    except BaseException:
+        for temporary, _ in staged[done:]:
+            Path(temporary).unlink(missing_ok=True)
+        raise
     return WriteReport(out_dir=str(out_dir), check=False, changes=tuple(changes))
+
+
+def _put(temporary: str, path: Path) -> None:
+    """Move a staged file into its place (atomic: a reader sees the old file or the new, never a mix)."""
+    os.replace(temporary, path)
+
+
+def _stage(out_dir: Path, writes: Sequence[tuple[Path, str, int]]) -> list[tuple[str, Path]]:
+    """Write each (path, text, mode) to a temporary file beside its path: (temporary, path) pairs, in order.
+
+    On any failure nothing stays behind (the temporary files and the folders made for them are removed) and the
+    error names the file it was for: nothing has replaced anything yet.
+    """
+    staged: list[tuple[str, Path]] = []
+    made: list[Path] = []
+    path = out_dir
+    try:
+        for path, text, mode in writes:
+            for parent in reversed(path.parents):
+                if (out_dir == parent or out_dir in parent.parents) and not parent.exists():
+                    parent.mkdir()
+                    made.append(parent)
+            descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((temporary, path))
+            os.fchmod(descriptor, mode)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(text.encode("utf-8"))
+    except BaseException as error:
+        for temporary, _ in staged:
+            Path(temporary).unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if not isinstance(error, OSError):
+            raise
+        failed = path  # the file being staged when the write failed
+        fix = (
+            "free space on that file system, or choose another --out"
+            if error.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "choose a directory you can write"
+        )
+        raise QuotacalcError(
+            f"cannot write there: {error.strerror or error}; nothing was changed",
+            source=str(failed),
+            field="--out",
+            fix=fix,
+        ) from None
+    return staged
 
 
 def _check_directories(out_dir: Path, paths: Sequence[str]) -> None:
@@ -273,6 +343,14 @@ def _check_directories(out_dir: Path, paths: Sequence[str]) -> None:
     for directory in sorted(needed, key=lambda entry: len(entry.parts)):
         if directory == out_dir and out_dir.exists() and not out_dir.is_dir():
             raise QuotacalcError("is not a directory", source=str(out_dir), field="--out")
+        if directory != out_dir and out_dir in directory.parents and directory.is_symlink():
+            # A link would carry the writes, and the removal of stale files, out of --out.
+            raise QuotacalcError(
+                "is a symbolic link where a directory of the generated files goes; nothing was written",
+                source=str(directory),
+                field="--out",
+                fix="replace the link with a plain directory, or choose another --out",
+            )
         if directory.exists() and not directory.is_dir():
             raise QuotacalcError(
                 "is a file where a directory of the generated files goes; nothing was written",
