@@ -17,7 +17,7 @@ from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
 from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
 from quotacalc.core.plan_size import load_pool
-from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.core.policy import VLLM_KV_CACHE_DTYPES, PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 from quotacalc.core.tenant import bucket_shortfall, whole_replicas
 from quotacalc.core.words import plural
@@ -163,6 +163,21 @@ def _routing(policy: QuotaPolicy, pools: dict[str, PoolPolicy], flat_plan: bool 
                     f"{engine.max_num_seqs:,}: vLLM refuses to start",
                     fix=f"raise {'' if flat_plan else f'pools.{pool.name}.deployment.'}max_num_batched_tokens to "
                     f"at least {engine.max_num_seqs:,}, or lower its max_num_seqs",
+                )
+            )
+        if pool.serving_engine == GENERIC_ENGINE and engine.kv_cache_dtype not in VLLM_KV_CACHE_DTYPES:
+            # vLLM refuses a --kv-cache-dtype outside its choices: the vllm target leaves it out, and vLLM's default
+            # (the checkpoint's) is not the cache the price sized.
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="engine-kv-cache-dtype",
+                    subject=f"pools.{pool.name}",
+                    message=f"KV cache dtype {engine.kv_cache_dtype} has no vLLM kv-cache-dtype choice: the vllm "
+                    "file leaves it out, so vLLM keeps the checkpoint's dtype and a KV pool of another size than "
+                    "priced",
+                    fix=f"set {'' if flat_plan else f'pools.{pool.name}.deployment.'}kv_dtype to one vLLM keeps "
+                    "(auto, bf16, fp16, fp8, nvfp4)",
                 )
             )
     reached = {pool.long_context_pool for pool in policy.pools if pool.long_context_pool}

@@ -91,7 +91,10 @@ class EngineSettings(_Frozen):
     max_num_seqs: int = Field(description="decode batch: sequences scheduled per step")
     max_num_batched_tokens: int = Field(description="tokens per engine step (chunked-prefill budget)")
     gpu_memory_utilization: float
-    kv_cache_dtype: str = Field(description="auto, bfloat16, fp8, ...")
+    kv_cache_dtype: str = Field(
+        description="auto, bfloat16, fp8, ... (vLLM's spelling); a dtype vLLM has no --kv-cache-dtype choice for "
+        "keeps quotacalc's name (int8, int4, fp32, mxfp4): the engine files leave it out and their LIMITS.md says so"
+    )
     enable_prefix_caching: bool
     scheduling_policy: Literal["fcfs", "priority"]
     quantization: str | None = Field(
@@ -103,6 +106,17 @@ class EngineSettings(_Frozen):
         None,
         description="a weight dtype the price assumed that no load-time flag gives (int8, int4, fp4 formats on a "
         "plain checkpoint): the model served must be a checkpoint already quantized to it",
+    )
+    enable_expert_parallel: bool = Field(
+        False,
+        description="MoE experts sharded whole across the replica's tensor_parallel_size GPUs, as the price assumed "
+        "(the deployment's expert_parallel); False: experts split by tensor parallelism",
+    )
+    mamba_ssm_cache_dtype: str | None = Field(
+        None,
+        description="the Mamba / Gated DeltaNet recurrent state dtype the price assumed, where the deployment sets "
+        "state_dtype on a model that keeps such a state (vLLM's spelling: bfloat16, float16, float32; a dtype vLLM "
+        "has no choice for keeps quotacalc's name); None: the engine's default, the model's",
     )
 
 
@@ -295,8 +309,8 @@ def pool_max_context_tokens(replica: PriceResult) -> int:
     return min(limit for limit in limits if limit)
 
 
-#: vLLM's --kv-cache-dtype spelling of quotacalc's dtype names.
-_VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+#: vLLM's --kv-cache-dtype spelling of quotacalc's dtype names; the others (fp32, int8, int4, mxfp4) have none.
+_VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "nvfp4": "nvfp4"}
 #: A named FP8 format (catalog/dtypes.py's aliases of fp8) as vLLM's --kv-cache-dtype choice.
 _FP8_FORMATS = {
     "fp8_e4m3": "fp8_e4m3",
@@ -305,6 +319,16 @@ _FP8_FORMATS = {
     "fp8_e5m2": "fp8_e5m2",
     "e5m2": "fp8_e5m2",
 }
+
+
+#: The --kv-cache-dtype values the engine files may write: those of vLLM 0.33.0's CacheDType
+#: (tests/targets/vllm-0.33.0-flags.json) that one of quotacalc's dtypes is. int8_per_token_head and the like are
+#: other formats (per-token scales) than the ones quotacalc prices, so int8 is not one of them.
+VLLM_KV_CACHE_DTYPES = frozenset({"auto", *_VLLM_KV_DTYPES.values(), *_FP8_FORMATS.values()})
+#: vLLM's --mamba-ssm-cache-dtype spelling of quotacalc's dtype names (its choices: auto, bfloat16, float16, float32).
+_VLLM_STATE_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+#: The --mamba-ssm-cache-dtype values the engine files may write (vLLM 0.33.0's CacheConfig.mamba_ssm_cache_dtype).
+VLLM_MAMBA_SSM_CACHE_DTYPES = frozenset({"auto", *_VLLM_STATE_DTYPES.values()})
 
 
 def _kv_cache_dtype(replica: PriceResult) -> str:
@@ -317,8 +341,19 @@ def _kv_cache_dtype(replica: PriceResult) -> str:
     given = (replica.inputs.deployment.kv_dtype or "").lower()
     if given in _FP8_FORMATS:
         return _FP8_FORMATS[given]
+    # A dtype vLLM cannot keep (int8, fp32, ...) stays as quotacalc names it: the policy records what the price
+    # assumed, and the engine files, which may only write VLLM_KV_CACHE_DTYPES, leave it out and say so.
     name = replica.inputs.kv_dtype.name
     return _VLLM_KV_DTYPES.get(name, name)
+
+
+def _mamba_ssm_cache_dtype(replica: PriceResult) -> str | None:
+    # Unset or 'auto': the engine's default is the dtype the price assumed (the config's mamba_ssm_dtype, else the
+    # checkpoint's), so nothing to write. A model without recurrent state is priced alike whatever the setting.
+    if replica.inputs.deployment.state_dtype in (None, "auto") or not replica.inputs.arch.keeps_recurrent_state():
+        return None
+    name = replica.inputs.state_dtype.name
+    return _VLLM_STATE_DTYPES.get(name, name)
 
 
 def _served_model_name(model: str) -> str:
@@ -361,6 +396,9 @@ def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) ->
         enable_prefix_caching=True,
         scheduling_policy="priority" if len(priorities) > 1 else "fcfs",
         **_weight_loading(replica),
+        # The price splits the experts whole over the replica's GPUs: without the flag vLLM splits each by TP.
+        enable_expert_parallel=deployment.expert_parallel,
+        mamba_ssm_cache_dtype=_mamba_ssm_cache_dtype(replica),
     )
 
 

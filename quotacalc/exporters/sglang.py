@@ -36,6 +36,9 @@ KV_CACHE_DTYPES = {
     "fp8_e5m2": "fp8_e5m2",
     "nvfp4": "nvfp4",
 }
+#: The policy's recurrent state dtype (vLLM's names) -> SGLang's --mamba-ssm-dtype choice (bfloat16, float16,
+#: float32; ExecMamba.mamba_ssm_dtype); None: SGLang has none.
+MAMBA_SSM_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
 def engine_config(engine: EngineSettings, least_urgent_priority: int | None = None) -> dict:
@@ -53,10 +56,16 @@ def engine_config(engine: EngineSettings, least_urgent_priority: int | None = No
         "host": "0.0.0.0",
         "port": ENGINE_PORT,
     }
+    if engine.enable_expert_parallel:
+        # The price shards the experts whole over the replica's GPUs: SGLang's expert-parallel group is ep-size GPUs
+        # of the tp-size (Parallel.ep_size), all of them here, as vLLM's enable-expert-parallel.
+        config["ep-size"] = engine.tensor_parallel_size
     if engine.quantization is not None:
         config["quantization"] = engine.quantization  # FP8 weights priced on a plain checkpoint: quantized at load
     if (kv_cache_dtype := KV_CACHE_DTYPES.get(engine.kv_cache_dtype)) is not None:
         config["kv-cache-dtype"] = kv_cache_dtype
+    if (state_dtype := MAMBA_SSM_DTYPES.get(engine.mamba_ssm_cache_dtype or "")) is not None:
+        config["mamba-ssm-dtype"] = state_dtype
     if not engine.enable_prefix_caching:
         config["disable-radix-cache"] = True
     config["schedule-policy"] = "fcfs"
@@ -105,6 +114,14 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
             f"KV cache dtype {', '.join(unmapped)}: no SGLang {SGLANG_VERSION} choice; kv-cache-dtype is left to "
             "SGLang's default (the checkpoint's), which the price did not assume."
         )
+    for pool in pools:
+        state = pool.engine.mamba_ssm_cache_dtype
+        if state is not None and state not in MAMBA_SSM_DTYPES:
+            limits.append(
+                f"Pool {pool.name}: recurrent state dtype {state} has no SGLang {SGLANG_VERSION} mamba-ssm-dtype "
+                "choice, so the file leaves it out and SGLang keeps the model's, which the price did not assume: "
+                "price the pool with a state_dtype SGLang keeps (bf16, fp16, fp32)."
+            )
     limits += weight_limits(policy, lambda engine: engine == "sglang")
     limits += lora_limits(policy, "enable-lora and lora-paths", lambda engine: engine == SGLANG_ENGINE)
     return tuple(limits)
