@@ -481,3 +481,45 @@ def test_size_of_a_platform_plan_refuses_explain_rather_than_ignore_it(run_cli):
         "size", plan, "--pool", "shared", "--rps", "1", "--prompt-tokens", "1000", "--output-tokens", "100", "--explain"
     )
     assert code == 0 and "units per request" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("examples", "platform", "--copy", "/etc/passwd"), 2, "/etc/passwd: --copy: is not a directory"),
+        (("examples", "platform", "--copy", ""), 2, "--copy: is empty"),
+        (("examples", "platform", "--copy", "/proc/quotacalc-none"), 1, "--copy: cannot write there"),
+        (("generate", "examples/platform.yaml", "--out", " "), 2, "--out: is empty"),
+    ],
+    ids=["copy-onto-a-file", "copy-empty", "copy-unwritable", "out-empty"],
+)
+def test_output_places_that_cannot_be_written_are_one_line_errors(run_cli, args, code, message, monkeypatch):
+    """Before: a NotADirectoryError / FileNotFoundError as 'internal error' (exit 3), and an empty --copy or --out
+    wrote into the current directory."""
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    got, out, err = run_cli(*args)
+    assert got == code and out == "" and err.count("\n") == 1, err
+    assert message in err and "internal error" not in err
+
+
+def test_stdout_on_a_full_disk_is_a_one_line_error():
+    """`price --json > /dev/full`: the write fails with ENOSPC; one line naming the output and a fix, exit 1."""
+    import subprocess
+    import sys
+
+    plan = Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml"
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "price", str(plan), "--json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert (
+        err
+        == "quotacalc: error: the output: cannot write: No space left on device (free space there, or send the output elsewhere)\n"
+    )

@@ -6,6 +6,7 @@ command's options, imports and models, not for the other ten.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -469,6 +470,10 @@ def generate_command(
 ):
     """Generate the canonical policy and gateway/engine configs into DIR (atomic, manifest-guarded)."""
     from quotacalc.cli.plan_cmds import generate
+    from quotacalc.errors import UsageError
+
+    if not out.strip():  # '' would be the current directory: a slip, not a choice
+        raise UsageError("is empty", field="--out", fix="name the output directory, e.g. --out generated")
 
     sys.exit(
         generate(
@@ -572,11 +577,26 @@ def main() -> None:
             raise
         if (hostile := _input_error(error)) is not None:
             _fail(f"error: {hostile}", 1)
+        if (unwritable := _output_error(error)) is not None:
+            _fail(f"error: {unwritable}", 1)
         _fail(f"internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)", 3)
     if code == 130:  # typer turns Ctrl-C inside a command into Exit(130), returned when not standalone
         _interrupted()
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _output_error(error: Exception) -> str | None:
+    """Output that cannot be written (stdout on a full disk, a quota, a failing device): the place and the fix,
+    not 'internal error'. What stdout still holds is dropped, so the exit does not raise the same error again."""
+    import errno
+
+    if not isinstance(error, OSError) or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (replaces the stream for the rest of the process)
+    where = error.filename or "the output"
+    return f"{where}: cannot write: {error.strerror or error} (free space there, or send the output elsewhere)"
 
 
 def _raised_by_interrupt(error: BaseException) -> bool:

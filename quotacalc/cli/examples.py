@@ -86,7 +86,20 @@ def _secret_files(sources: list[Path]) -> set[Path]:
 def examples_command(name: str | None, copy_to: str | None, as_json: bool) -> None:
     examples = [_find(name)] if name else list(shipped_examples())
     if copy_to is not None:
-        written = copy_examples(examples, Path(copy_to).expanduser())
+        if not copy_to.strip():
+            raise UsageError("is empty", field="--copy", fix="name a directory, e.g. --copy .")
+        target = Path(copy_to).expanduser()
+        if target.exists() and not target.is_dir():
+            raise UsageError("is not a directory", source=str(target), field="--copy", fix="name a directory")
+        try:
+            written = copy_examples(examples, target)
+        except OSError as error:  # a folder it cannot create or write (/proc, a read-only file system, no space)
+            raise QuotacalcError(
+                f"cannot write there: {error.strerror or error}",
+                source=str(error.filename or target),
+                field="--copy",
+                fix="choose a directory you can write",
+            ) from None
         for path in written:
             sys.stdout.write(f"{path}\n")
         return
