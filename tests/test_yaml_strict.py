@@ -169,3 +169,42 @@ def test_a_key_written_twice_or_a_bad_merge_is_still_refused(text, problem) -> N
 
 def test_a_quoted_merge_key_is_a_plain_key() -> None:
     assert load("b: {<<: {x: 1}, '<<': 2}\n") == {"b": {"x": 1, "<<": 2}}
+
+
+# --------------------------------------------------------------------------- numbers: YAML 1.2's core schema
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("010", 10),  # YAML 1.2: decimal; PyYAML's YAML 1.1 reads 8 (octal)
+        ("0o17", 15),  # YAML 1.2's octal
+        ("0x1F", 31),
+        ("-3", -3),
+        ("+4", 4),
+        ("1e4", 10_000),  # a whole mantissa to a positive power: a whole number
+        ("1.5", 1.5),
+        (".5", 0.5),
+        ("1.2e-3", 0.0012),
+        ("1:30", "1:30"),  # YAML 1.1 base 60 (90): a string in 1.2, which a number field refuses
+        ("6_0", "6_0"),  # YAML 1.1 digit grouping (60)
+        ("1_000.5", "1_000.5"),
+        ("'010'", "010"),
+    ],
+)
+def test_numbers_are_read_as_yaml_1_2_reads_them(text, value) -> None:
+    loaded = load(f"a: {text}\n")["a"]
+    assert loaded == value and type(loaded) is type(value)
+
+
+def test_a_yaml_1_1_number_in_a_plan_is_refused_not_read_as_another_number(run_cli, tmp_path) -> None:
+    """`replicas: 1:30` was 90 replicas and `replicas: 010` 8; now 1:30 is refused at its key and 010 is 10."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(PLAN_HEAD.replace("replicas: 2", "replicas: 1:30"), encoding="utf-8")
+    code, out, err = run_cli("size", str(plan), "--json")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "pools[0].replicas" in err
+    plan.write_text(PLAN_HEAD.replace("replicas: 2", "replicas: 010"), encoding="utf-8")
+    code, out, err = run_cli("size", str(plan), "--json")
+    assert code == 0, err
+    assert json.loads(out)["pools"][0]["replicas"] == 10

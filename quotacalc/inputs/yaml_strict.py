@@ -79,6 +79,30 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# Numbers as YAML 1.2's core schema reads them, not PyYAML's YAML 1.1: there `replicas: 010` is 8 (octal),
+# `1:30` is 90 (base 60) and `6_0` is 60, silently; in YAML 1.2 010 is 10, and 1:30 and 6_0 are strings, which a
+# number field then refuses. Octal and hexadecimal keep their 1.2 prefixes (0o17, 0x1F).
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+# The loader's own copy of PyYAML's resolvers, without its int and float rules (SafeLoader keeps them).
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(
+    _INT_TAG, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
+
+
+def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)  # a leading zero is decimal (YAML 1.2), not octal
+
+
+_StrictLoader.add_constructor(_INT_TAG, _construct_int)
 # A whole mantissa to a positive power (1e3, 2E6) is a whole number, so a count (context: 1e3) takes it: tried
 # before the float rule below (PyYAML tries a first character's resolvers in the order they were added).
 _WHOLE_TAG = "tag:quotacalc,2026:whole"
@@ -96,7 +120,11 @@ _StrictLoader.add_constructor(_WHOLE_TAG, _construct_whole)
 # YAML 1.2 reads 1e4 and 2E-3 as numbers; PyYAML (YAML 1.1) wants a dot (1.0e4) and reads them as strings, which a
 # number field would then refuse. Unquoted, they are numbers here too; quoted ('1e4'), still a string.
 _StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+    _FLOAT_TAG,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
 )
 
 
