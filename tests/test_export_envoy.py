@@ -383,3 +383,166 @@ def test_a_tenant_sized_on_the_long_context_pool_is_sent_and_charged_there():
     plain = envoy.documents(contract, sample_salts(contract))
     route_rules = [rule for route in plain["envoy/aigatewayroutes.yaml"] for rule in route["spec"]["rules"]]
     assert next(rule for rule in route_rules if rule["name"] == "globex")["backendRefs"][0]["name"] == "standard"
+
+
+def _charged_tier(cached_prompt_weight: float):
+    """The sample's standard tier (burst 60 s, prompts up to 32,768 tokens: none routed long) at another cached
+    weight."""
+    return platform_policy().tiers[1].model_copy(update={"cached_prompt_weight": cached_prompt_weight})
+
+
+def _rule_of(result, name: str) -> dict:
+    return next(
+        rule
+        for generated in result.files
+        for manifest in yaml.safe_load_all(generated.text)
+        if manifest["kind"] == "BackendTrafficPolicy"
+        for rule in manifest["spec"]["rateLimit"]["global"]["rules"]
+        if rule["clientSelectors"][0]["headers"][0]["value"] == name
+    )
+
+
+def test_a_weight_that_rounds_off_in_milli_units_takes_a_finer_scale():
+    """Cached weight 0.0004 at 100 units/s, 60 s burst: 0.4 milli-units rounds to 0 (every cached token free),
+    and the Minute's limit at 1/10^4 units, 100 x 60 x 10^4 = 60,000,000, fits uint32: weights (10,000, 4, 30,900),
+    the prompt-length term 9.28909e-6 x 10^4 = 0.0928909 a token: 92,891 / 10^6 (five figures). A request of 2,000
+    prompt tokens (1,000 cached) and 500 output: 1,000 x (1 + 2,000 x 9.2891e-6) + 1,000 x 0.0004 + 500 x 3.09 =
+    1,018.5782 + 0.4 + 1,545 = 2,563.9782 units, 25,639,782 at 1/10^4; 2,000 cached tokens alone cost 0.8 units
+    (8,000), not 0. Weight 0.00004 at 500 units/s needs 10^5 (4), whose limit 500 x 60 x 10^5 = 3 x 10^9 fits."""
+    policy = platform_policy()
+    fine = tenant_policy("fine", _charged_tier(0.0004), 100.0)
+    finer = tenant_policy("finer", _charged_tier(0.00004), 500.0)
+    assert envoy.window_for(fine) == ("Minute", 60, 10_000, 60_000_000)
+    assert envoy.window_for(finer) == ("Minute", 60, 100_000, 3_000_000_000)
+    policy = policy.model_copy(update={"tenants": (fine, finer)})
+    result = envoy.export(policy, sample_salts(policy), OPTIONS)
+    for generated in result.files:
+        for manifest in yaml.safe_load_all(generated.text):
+            assert validate_manifest(manifest) == [], manifest["metadata"]["name"]
+    rule = _rule_of(result, "fine")
+    assert rule["limit"] == {"requests": 60_000_000, "unit": "Minute"}
+    key = rule["cost"]["response"]["metadata"]["key"]
+    assert key == "quotacalc_units_x10000_p10000_c4_o30900_l92891d1000000"
+    route = next(yaml.safe_load_all(next(f.text for f in result.files if f.path.endswith("routes.yaml"))))
+    cel_text = next(cost["cel"] for cost in route["spec"]["llmRequestCosts"] if cost["metadataKey"] == key)
+    assert _evaluate(cel_text, 2000, 1000, 500).value() == 25_639_782
+    assert _evaluate(cel_text, 2000, 2000, 0).value() == 8_000
+    assert not any("is charged as" in line for line in result.limits)
+
+
+def test_a_weight_still_off_says_what_stopped_a_finer_scale():
+    """Each reason is true of its tenant. 0.0004 at 10,000 units/s: 10^4 would make the Minute's limit 10,000 x
+    60 x 10^4 = 6 x 10^9 > 4,294,967,295, so milli-units stay (600,000,000). A weight of 10^-12 at 0.001 units/s
+    rounds to 0 at every scale: with W 100, 10^9 would let a 10^8-token request cost 10^8 x 10^11 = 10^19 > 2^62,
+    so 10^8 is the last; with W 3.09 (3.09 x 10^17 < 2^62) the scales end at 10^9."""
+    capped = tenant_policy("capped", _charged_tier(0.0004), 10_000.0)
+    base = tenant_policy("x", _charged_tier(0.1), 0.001)
+    cel_bound = base.model_copy(
+        update={
+            "name": "celbound",
+            "weights": base.weights.model_copy(update={"cached_prompt": 1e-12, "output": 100.0}),
+        }
+    )
+    finest = base.model_copy(
+        update={"name": "finest", "weights": base.weights.model_copy(update={"cached_prompt": 1e-12})}
+    )
+    assert envoy.scale_choice(capped) == ("Minute", 60, 1000, 600_000_000, "uint32")
+    assert envoy.scale_choice(cel_bound)[2:] == (10**8, 6_000_000, "cel")
+    assert envoy.scale_choice(finest)[2:] == (10**9, 60_000_000, "finest")
+    policy = platform_policy()
+    policy = policy.model_copy(update={"tenants": (capped, cel_bound, finest)})
+    limits = envoy.export(policy, sample_salts(policy), OPTIONS).limits
+    assert (
+        "capped: cached prompt weight 0.0004 is charged as 0/1000 (a finer scale would take the window's limit past "
+        "Envoy's uint32 counter)."
+    ) in limits
+    assert (
+        "celbound: cached prompt weight 1e-12 is charged as 0/100000000 (a finer scale would take a request's cost "
+        "past CEL's 64-bit integers)."
+    ) in limits
+    assert (
+        "finest: cached prompt weight 1e-12 is charged as 0/1000000000 (1/1,000,000,000 units is the finest scale "
+        "written)."
+    ) in limits
+    assert not any("coarse scale" in line for line in limits)
+
+
+def test_long_bursts_get_week_month_and_year_windows():
+    """The CRD's limit.unit enum runs to Year; Envoy's rate limit service counts a Week as 604,800 s, a Month as
+    30 days (2,592,000 s) and a Year as 365 (31,536,000 s) (envoyproxy/ratelimit UnitToDivider). Nearest on a
+    log scale: Day and Week meet at sqrt(86,400 x 604,800) = 228,592 s. At 1 unit/s a Week holds 604,800,000
+    milli-units, a Month 2,592,000,000; a Year's 3.15 x 10^10 overflows uint32, so 1/100 units: 3,153,600,000. At
+    1,000 units/s a Year overflows even in whole units (3.15 x 10^10), so the Month (2,592,000,000 units)."""
+
+    def burst(seconds: float, rate: float = 1.0):
+        tenant = tenant_policy(f"b{int(seconds)}r{int(rate)}", platform_policy().tiers[1], rate)
+        return tenant.model_copy(update={"bucket_depth_units": rate * seconds})
+
+    assert envoy.window_for(burst(228_592)) == ("Day", 86_400, 1000, 86_400_000)
+    assert envoy.window_for(burst(228_593)) == ("Week", 604_800, 1000, 604_800_000)
+    assert envoy.window_for(burst(30 * 86_400)) == ("Month", 2_592_000, 1000, 2_592_000_000)
+    assert envoy.window_for(burst(365 * 86_400)) == ("Year", 31_536_000, 100, 3_153_600_000)
+    squeezed = burst(365 * 86_400, 1000.0)
+    assert envoy.window_for(squeezed) == ("Month", 2_592_000, 1, 2_592_000_000)
+    policy = platform_policy()
+    tenants = (burst(7 * 86_400), burst(365 * 86_400), squeezed, policy.tenants[0])
+    policy = policy.model_copy(update={"tenants": tenants})
+    result = envoy.export(policy, sample_salts(policy), OPTIONS)
+    units = set()
+    for generated in result.files:
+        for manifest in yaml.safe_load_all(generated.text):
+            assert validate_manifest(manifest) == [], manifest["metadata"]["name"]
+            if manifest["kind"] == "BackendTrafficPolicy":
+                units |= {rule["limit"]["unit"] for rule in manifest["spec"]["rateLimit"]["global"]["rules"]}
+    assert units == {"Minute", "Week", "Month", "Year"}
+    assert (
+        "b31536000r1000: its burst is nearest a Year window, whose limit would overflow Envoy's uint32 counter even "
+        "in whole units, so it gets a Month window: at most rate x 2,592,000 s pass at once, less than its bucket's "
+        "depth."
+    ) in result.limits
+    assert (
+        "Month and Year windows are Envoy's rate limit service's fixed 30 and 365 days (a Month, a Year), counted "
+        "from the Unix epoch, not calendar months or years."
+    ) in result.limits
+    # The sample's tenants keep the window nearest their burst, and nothing more is said.
+    assert not any("window, whose limit would overflow" in line for line in _export()[1].limits)
+
+
+def test_long_prompts_on_a_standard_pool_that_refuses_them_are_said_to_be_refused():
+    """Every rule of acme and globex (premium, prompts up to 131,072 tokens) sends to pool standard, whose vLLM
+    max-model-len is 32,768: their longer prompts are refused there, not served long. At 65,536 with globex's
+    context 65,536, only acme is; at 131,072 both are served on standard at its weights."""
+    policy = platform_policy()
+
+    def routing(policy) -> str:
+        (line,) = [line for line in envoy.export(policy, sample_salts(policy), OPTIONS).limits if "routing" in line]
+        return line
+
+    assert routing(policy) == (
+        "Long-context routing: prompts above 32768 tokens from acme, globex (pool standard) are not routed to pool "
+        "long by their size; AIGatewayRoute matches headers, not prompt size, so their rules send every prompt to "
+        "pool standard, whose engine refuses prompts beyond its max-model-len (32,768 tokens): they cannot reach "
+        "pool long through this target. To serve them, route by prompt size in front of the gateway, or give them "
+        "a model name of their own that a rule sends to long (modelNameOverride to its served model), charged at "
+        "long's weights."
+    )
+
+    def with_len(max_model_len: int, globex_context: int):
+        standard = policy.pools[0]
+        standard = standard.model_copy(
+            update={"engine": standard.engine.model_copy(update={"max_model_len": max_model_len})}
+        )
+        tenants = tuple(
+            t.model_copy(update={"max_context_tokens": globex_context}) if t.name == "globex" else t
+            for t in policy.tenants
+        )
+        return policy.model_copy(update={"pools": (standard, *policy.pools[1:]), "tenants": tenants})
+
+    assert (
+        "65,536 tokens): acme cannot reach pool long through this target (globex: their longest fit, served there "
+        "at standard's weights). To serve them,"
+    ) in routing(with_len(65_536, 65_536))
+    assert routing(with_len(131_072, 131_072)).endswith(
+        "pool standard, whose engine admits their longest (its max-model-len is 131,072 tokens): they are served "
+        "there, charged at standard's weights."
+    )

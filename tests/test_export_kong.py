@@ -136,3 +136,50 @@ def test_the_limits_say_a_prompt_token_is_charged_flat_whatever_its_prompt():
     ]
     assert "pool standard: 1.3 units a token at 32,768 tokens" in line
     assert "pool long: 2.22 units a token at 131,072 tokens" in line
+
+
+def _priority_line(policy) -> str:
+    (line,) = [
+        line
+        for line in kong.export(policy, sample_salts(policy), ExportOptions()).limits
+        if line.startswith("Priority")
+    ]
+    return line
+
+
+def test_the_limits_say_which_tier_every_tenant_runs_as_without_a_priority():
+    """Kong sends no priority. vLLM's request models default it to 0, the most urgent (lower runs first): on the
+    sample's vLLM pools, which schedule by priority, every tenant runs as premium (priority 0). An SGLang pool
+    gets default-priority-value from the sglang target, the least urgent tier's (batch, 2): there every tenant
+    runs as batch. fcfs engines order by arrival: nothing is lost."""
+    from quotacalc.exporters import sglang
+
+    policy = platform_policy()
+    line = _priority_line(policy)
+    assert line.startswith("Priority: not sent (request-transformer adds body values as strings")
+    assert line.endswith(
+        "on pools long, standard, whose vLLM schedules by priority, a request without one takes vLLM's default "
+        "priority 0 (lower runs first), the most urgent tier's (premium): every tenant of this target runs as "
+        "urgently as premium there, whatever its tier."
+    )
+    long = policy.pools[1].model_copy(update={"serving_engine": "sglang"})
+    mixed = policy.model_copy(update={"pools": (policy.pools[0], long)})
+    assert sglang.documents(mixed)["sglang/long.yaml"]["default-priority-value"] == 2  # what the line relies on
+    line = _priority_line(mixed)
+    assert "on pools standard, whose vLLM schedules by priority" in line
+    assert line.endswith(
+        "on pools long, whose SGLang schedules by priority, a request without one takes default-priority-value 2, "
+        "the least urgent tier's (batch): every tenant of this target runs as batch there, whatever its tier."
+    )
+    # Tiers from priority 1: vLLM's default 0 runs ahead of them all.
+    later = policy.model_copy(
+        update={"tiers": tuple(tier.model_copy(update={"priority": tier.priority + 1}) for tier in policy.tiers)}
+    )
+    assert _priority_line(later).endswith(
+        "a request without one takes vLLM's default priority 0 (lower runs first), ahead of every tier (the most "
+        "urgent, premium, is 1): every tenant of this target runs before any request sent with a tier's priority, "
+        "whatever its tier."
+    )
+    assert _priority_line(platform_policy(scheduling_policy="fcfs")).endswith(
+        "no pool's engine schedules by priority, so no tier's order is lost."
+    )

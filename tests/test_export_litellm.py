@@ -426,3 +426,99 @@ def test_the_limits_say_a_prompt_token_costs_flat_usd_whatever_its_prompt():
     (line,) = [line for line in litellm_exporter.export(policy, {}, ExportOptions()).limits if "Prompt length" in line]
     assert "pool long: 2.22 units a token at 131,072 tokens" in line
     assert "spends less budget than its cost" in line
+
+
+def _with_tenants(policy: QuotaPolicy, *tenants) -> QuotaPolicy:
+    return policy.model_copy(update={"tenants": tenants})
+
+
+def test_a_tier_whose_share_rounds_to_zero_is_raised_and_the_limits_say_so():
+    """A 50,000,000 units/s premium tenant beside a 1 unit/s standard one: standard sells 1 / 50,000,001 = 2.0e-8
+    of the units, 0 at 4 decimals, and dynamic_rate_limiter_v3 reserves a tier int(model tpm x share) tokens a
+    minute (_create_priority_based_descriptors): int(x 0) = 0 refuses its every request once a model saturates.
+    It gets 0.0001, the least share written (every deployment reserves it a token: long's tpm is
+    floor(2 x 18,232 x 60) = 2,187,840, x 0.0001 = 218), taken from premium (1 -> 0.9999), so they sum to 1."""
+    base = platform_policy()
+    tiers = {tier.name: tier for tier in base.tiers}
+    policy = _with_tenants(
+        base,
+        tenant_policy("big", tiers["premium"], 50_000_000.0),
+        tenant_policy("small", tiers["standard"], 1.0),
+    )
+    shares = litellm_exporter.priority_reservation(policy)
+    assert shares == {"premium": 0.9999, "standard": 0.0001}
+    assert sum(shares.values()) <= 1
+    config = litellm_exporter.config(policy)
+    for deployment in config["model_list"]:
+        assert int(deployment["litellm_params"]["tpm"] * shares["standard"]) >= 1
+    (line,) = [line for line in litellm_exporter.export(policy, {}, ExportOptions()).limits if "raised" in line]
+    assert line.startswith("priority_reservation: tier standard sells 2e-08 of the units")
+    assert "its share is raised to 0.0001, taken from the largest shares" in line
+    # The sample's shares round to no zero: nothing is raised, nothing is said.
+    assert not any("is raised to" in line for line in _export()[1].limits)
+
+
+def test_the_least_share_reserves_a_token_a_minute_on_a_small_deployment():
+    """_tiny_policy's one deployment has tpm 2 x 60 = 120, where 0.0001 reserves int(0.012) = 0 tokens: the least
+    share is ceil(10,000 / 120) = 84 ten-thousandths, int(120 x 0.0084) = int(1.008) = 1. Beside a 1 unit/s
+    standard tenant, a 0.001 units/s batch one sells 0.001 / 1.001 = 0.000999 (10 ten-thousandths): raised to 84,
+    the 74 over 10,000 come off standard's 9,990 (0.9916)."""
+    tiny = _tiny_policy()
+    tiers = {tier.name: tier for tier in tiny.tiers}
+    policy = _with_tenants(tiny, *tiny.tenants, tenant_policy("crumb", tiers["batch"], 0.001, long_context=False))
+    shares = litellm_exporter.priority_reservation(policy)
+    assert shares == {"standard": 0.9916, "batch": 0.0084}
+    assert int(120 * shares["batch"]) == 1
+
+
+def test_a_tpm_limit_that_would_refuse_every_request_is_left_out():
+    """parallel_request_limiter_v3 reserves a request's estimated tokens (at least one prompt and one output
+    token) and refuses it when the minute's count plus that passes tpm_limit: a limit under 2 refuses all.
+    0.01 units/s x 60 = 0.6 -> 0 and 0.03 x 60 = 1.8 -> 1 are left out (max_budget limits them); 0.04 x 60 = 2.4
+    -> 2 admits a two-token request, and is written."""
+    base = platform_policy()
+    tier = base.tiers[1]
+    policy = _with_tenants(
+        base,
+        tenant_policy("a", tier, 0.01),
+        tenant_policy("b", tier, 0.03),
+        tenant_policy("c", tier, 0.04),
+    )
+    result = litellm_exporter.export(policy, {}, ExportOptions())
+    for name in ("teams.json", "keys.json"):
+        rows = {row["team_id"]: row for row in json.loads(_file(result, name))}
+        assert "tpm_limit" not in rows["a"] and "tpm_limit" not in rows["b"]
+        assert rows["c"]["tpm_limit"] == 2
+    (line,) = [line for line in result.limits if line.startswith("tpm_limit is left out")]
+    assert line.startswith("tpm_limit is left out for a, b: their rate is under 2 tokens a minute")
+
+
+def test_a_tiny_budget_keeps_six_significant_figures():
+    """0.01 units/s x 3,600 s = 36 units at the standard pool's $43,200 / (109,392 units/s x 2,592,000 s) =
+    36 x 43,200 / 283,544,064,000 = $5.4848618e-6: 5.48486e-06 rounded down to 6 significant figures (the
+    micro-dollar gave 5e-06, 9% short). From $0.10 up the micro-dollar is the finer: acme's $9.7219175 ->
+    9.721917. The JSON writes the shortest decimal of each, the same on every run."""
+    base = platform_policy()
+    policy = _with_tenants(base, tenant_policy("tiny", base.tiers[1], 0.01), base.tenants[0])
+    result = litellm_exporter.export(policy, {}, ExportOptions())
+    text = _file(result, "teams.json")
+    teams = {team["team_id"]: team for team in json.loads(text)}
+    assert teams["tiny"]["max_budget"] == 5.48486e-06
+    assert teams["acme"]["max_budget"] == 9.721917
+    assert '"max_budget": 5.48486e-06' in text and '"max_budget": 9.721917' in text
+    assert litellm_exporter.export(policy, {}, ExportOptions()) == result
+    # Rounded down, never above the contract; float noise below the 12th figure costs no figure.
+    assert litellm_exporter.budget_usd(36, 43_200 / 283_544_064_000) <= 36 * 43_200 / 283_544_064_000
+    assert litellm_exporter.budget_usd(3, 0.3) == 0.9  # 3 x 0.3 = 0.8999999999999999 in floats: not 0.899999
+    assert litellm_exporter.budget_usd(0, 1.0) == 0.0
+
+
+def test_the_limits_say_what_priority_a_tenant_gets_without_one():
+    """vLLM's request models default priority to 0 (lower runs first): on the sample's pools, whose engines
+    schedule by priority, every tenant of this target runs as urgently as premium (priority 0)."""
+    (line,) = [line for line in _export()[1].limits if line.startswith("Engine priority")]
+    assert (
+        "on pools long, standard, whose vLLM schedules by priority, a request without one takes vLLM's default "
+        "priority 0 (lower runs first), the most urgent tier's (premium): every tenant of this target runs as "
+        "urgently as premium there, whatever its tier."
+    ) in line

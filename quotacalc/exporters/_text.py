@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
+from quotacalc.core.deployment import GENERIC_ENGINE
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters.yaml_text import dump_yaml
@@ -30,9 +31,14 @@ def _comment(header: str) -> str:
     return "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
 
 
-def long_context_lines(policy: QuotaPolicy, consequence: str, skip: Collection[str] = ()) -> list[str]:
+def long_context_lines(
+    policy: QuotaPolicy,
+    consequence: str | Callable[[str, str, list[str]], str],
+    skip: Collection[str] = (),
+) -> list[str]:
     """One limits line per standard pool whose long prompts a target cannot route by size (tenants named, but
-    those in ``skip``: a target that says otherwise what becomes of them)."""
+    those in ``skip``: a target that says otherwise what becomes of them). ``consequence``: the same text for every
+    line, or a function of (standard pool, long-context pool, tenant names) where it depends on the pools."""
     groups: dict[tuple[str, str, int], list[str]] = {}
     for tenant in policy.tenants:
         if tenant.name in skip:
@@ -40,11 +46,59 @@ def long_context_lines(policy: QuotaPolicy, consequence: str, skip: Collection[s
         if tenant.long_context_pool is not None and tenant.route_above_prompt_tokens is not None:
             key = (tenant.pool, tenant.long_context_pool, tenant.route_above_prompt_tokens)
             groups.setdefault(key, []).append(tenant.name)
-    return [
-        f"Long-context routing: prompts above {threshold} tokens from {', '.join(sorted(names))} (pool {pool}) "
-        f"are not routed to pool {long_pool} by their size; {consequence}"
-        for (pool, long_pool, threshold), names in sorted(groups.items())
-    ]
+    lines = []
+    for (pool, long_pool, threshold), names in sorted(groups.items()):
+        names = sorted(names)
+        said = consequence if isinstance(consequence, str) else consequence(pool, long_pool, names)
+        lines.append(
+            f"Long-context routing: prompts above {threshold} tokens from {', '.join(names)} (pool {pool}) "
+            f"are not routed to pool {long_pool} by their size; {said}"
+        )
+    return lines
+
+
+def unsent_priority_effect(policy: QuotaPolicy) -> str:
+    """What becomes of the tiers' order where a target sends no ``priority``: each engine's default for a request
+    without one (vLLM: 0, ``priority`` in its OpenAI request models, lower runs first; SGLang: the
+    ``default-priority-value`` the sglang target writes, the least urgent tier's), on the pools whose engine
+    schedules by priority."""
+    by_priority = sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name))
+    scheduled = [pool for pool in policy.pools if pool.engine.scheduling_policy == "priority"]
+    if not by_priority or not scheduled:
+        return "no pool's engine schedules by priority, so no tier's order is lost."
+    top, least = by_priority[0], by_priority[-1]
+    urgent = "/".join(tier.name for tier in by_priority if tier.priority == top.priority)
+    said = []
+    vllm = sorted(pool.name for pool in scheduled if pool.serving_engine == GENERIC_ENGINE)
+    if vllm:
+        # Tier priorities are at least 0 (plan.Tier), so vLLM's default is never behind a tier.
+        rank = (
+            f"the most urgent tier's ({urgent}): every tenant of this target runs as urgently as {urgent} there, "
+            "whatever its tier"
+            if top.priority == 0
+            else f"ahead of every tier (the most urgent, {top.name}, is {top.priority}): every tenant of this "
+            "target runs before any request sent with a tier's priority, whatever its tier"
+        )
+        said.append(
+            f"on pools {', '.join(vllm)}, whose vLLM schedules by priority, a request without one takes vLLM's "
+            f"default priority 0 (lower runs first), {rank}"
+        )
+    # "sglang": exporters.sglang.SGLANG_ENGINE, not imported (that module imports this one).
+    sglang = sorted(pool.name for pool in scheduled if pool.serving_engine == "sglang")
+    if sglang:
+        said.append(
+            f"on pools {', '.join(sglang)}, whose SGLang schedules by priority, a request without one takes "
+            f"default-priority-value {least.priority}, the least urgent tier's ({least.name}): every tenant of this "
+            f"target runs as {least.name} there, whatever its tier"
+        )
+    other = sorted(
+        f"{pool.name} ({pool.serving_engine})"
+        for pool in scheduled
+        if pool.serving_engine not in (GENERIC_ENGINE, "sglang")
+    )
+    if other:
+        said.append(f"on pools {', '.join(other)}, the engine's rank for a request without one is not checked")
+    return "; ".join(said) + "."
 
 
 def prompt_length_lines(policy: QuotaPolicy, consequence: str) -> list[str]:

@@ -13,6 +13,8 @@ import json
 import math
 from collections.abc import Mapping
 
+from quotacalc.core.deployment import MAX_CONTEXT_TOKENS
+from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
@@ -35,8 +37,23 @@ MAX_COSTS_PER_ROUTE = 36
 MAX_LIMIT = 4_294_967_295
 #: Scales tried for the weights, finest first: milli-units unless the window's limit would overflow uint32.
 SCALES = (1000, 100, 10, 1)
-#: Window units of a global rate-limit rule, seconds each.
-WINDOWS = (("Second", 1), ("Minute", 60), ("Hour", 3600), ("Day", 86400))
+#: Finer scales, coarsest first, tried only where a weight rounds off by more than WEIGHT_TOLERANCE in milli-units
+#: (a cached weight of 0.0004 is 0 milli-units), while the window's limit still fits uint32 and a request's cost
+#: CEL's uint64 (``_fits_cel``). Elsewhere milli-units stay, so the keys and limits of such weights do not change.
+FINE_SCALES = tuple(10**power for power in range(4, 10))
+#: Window units of a global rate-limit rule (the BackendTrafficPolicy CRD's limit.unit enum), seconds each, as
+#: Envoy's rate limit service counts them (envoyproxy/ratelimit src/utils/utilities.go UnitToDivider, commit
+#: f2fb157): fixed windows aligned to multiples of their length since the Unix epoch (src/limiter/cache_key.go), a
+#: Month 30 days and a Year 365, not calendar months or years.
+WINDOWS = (
+    ("Second", 1),
+    ("Minute", 60),
+    ("Hour", 3600),
+    ("Day", 86400),
+    ("Week", 7 * 86400),
+    ("Month", 30 * 86400),
+    ("Year", 365 * 86400),
+)
 #: A weight rounded to the scale may differ from the policy's by this much before it is reported.
 WEIGHT_TOLERANCE = 0.005
 
@@ -89,21 +106,73 @@ def scaled_per_prompt(weights: UnitWeights, scale: int, longest_prompt_tokens: i
     return best
 
 
-def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
-    """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
-
-    A window as long as the burst admits about one bucket depth per window; the finest scale whose limit fits
-    Envoy's uint32 counter is used, moving to a shorter window only when even whole units overflow.
-    """
+def _nearest_window(tenant: TenantPolicy) -> tuple[str, int]:
+    """The window whose length is nearest the bucket's burst on a log scale (the shorter one on a tie)."""
     burst_s = tenant.bucket_depth_units / tenant.bucket_rate_units_per_s
-    order = sorted(WINDOWS, key=lambda window: (abs(math.log(window[1] / max(burst_s, 1.0))), window[1]))
-    start = WINDOWS.index(order[0])
+    return min(WINDOWS, key=lambda window: (abs(math.log(window[1] / max(burst_s, 1.0))), window[1]))
+
+
+def _coarse_window(tenant: TenantPolicy) -> tuple[str, int, int, int]:
+    """(unit, seconds, scale, limit) at the finest of SCALES whose limit fits uint32 in the nearest window, moving
+    to a shorter window only when even whole units overflow."""
+    start = WINDOWS.index(_nearest_window(tenant))
     for unit, seconds in reversed(WINDOWS[: start + 1]):
         for scale in SCALES:
             limit = math.floor(tenant.bucket_rate_units_per_s * seconds * scale)
             if limit <= MAX_LIMIT:
                 return unit, seconds, scale, max(limit, 1)
     return "Second", 1, 1, MAX_LIMIT
+
+
+def _weights_off(weights: UnitWeights, scale: int) -> bool:
+    """Whether a non-zero weight rounded to 1/scale units is off by more than WEIGHT_TOLERANCE of itself."""
+    exact = (weights.prompt, weights.cached_prompt, weights.output)
+    return any(
+        weight and abs(scaled / scale - weight) > WEIGHT_TOLERANCE * weight
+        for weight, scaled in zip(exact, scaled_weights(weights, scale), strict=True)
+    )
+
+
+def _fits_cel(weights: UnitWeights, scale: int) -> bool:
+    """Whether a request of the most tokens a plan admits, each at the largest scaled weight, costs less than
+    ``_CEL_UINT_ROOM`` (the prompt-length term is bounded on its own: ``scaled_per_prompt``)."""
+    return MAX_CONTEXT_TOKENS * max(scaled_weights(weights, scale)) < _CEL_UINT_ROOM
+
+
+def scale_choice(tenant: TenantPolicy) -> tuple[str, int, int, int, str]:
+    """(unit, seconds, scale, limit, bound): ``window_for``'s figures and what stops a finer scale: "uint32" (the
+    window's limit would overflow Envoy's counter), "cel" (a request's cost would leave CEL's uint64), "finest"
+    (FINE_SCALES' last) or "" (the weights are within WEIGHT_TOLERANCE: no finer scale is needed)."""
+    unit, seconds, scale, limit = _coarse_window(tenant)
+    weights = charged_weights(tenant, load_pool(tenant))
+    if not _weights_off(weights, scale):
+        return unit, seconds, scale, limit, ""
+    if scale != SCALES[0]:
+        return unit, seconds, scale, limit, "uint32"
+    bound = "finest"
+    for finer in FINE_SCALES:
+        finer_limit = math.floor(tenant.bucket_rate_units_per_s * seconds * finer)
+        if finer_limit > MAX_LIMIT:
+            bound = "uint32"
+            break
+        if not _fits_cel(weights, finer):
+            bound = "cel"
+            break
+        scale, limit = finer, max(finer_limit, 1)
+        if not _weights_off(weights, scale):
+            return unit, seconds, scale, limit, ""
+    return unit, seconds, scale, limit, bound
+
+
+def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
+    """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
+
+    A window as long as the burst admits about one bucket depth per window; the finest of SCALES whose limit fits
+    Envoy's uint32 counter is used, moving to a shorter window only when even whole units overflow; where a
+    weight the tenant is charged rounds off in milli-units, a finer scale (FINE_SCALES) as far as the limit fits.
+    """
+    unit, seconds, scale, limit, _bound = scale_choice(tenant)
+    return unit, seconds, scale, limit
 
 
 def _metadata_key(scale: int, weights: tuple[int, int, int], per_prompt: tuple[int, int] | None) -> str:
@@ -304,6 +373,38 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     return Export(target="envoy", files=files, limits=_limits(policy, salted))
 
 
+#: Why a weight is still off after ``scale_choice``, by the bound that stopped a finer scale.
+_BOUNDS = {
+    "uint32": "a finer scale would take the window's limit past Envoy's uint32 counter",
+    "cel": "a finer scale would take a request's cost past CEL's 64-bit integers",
+    "finest": f"1/{FINE_SCALES[-1]:,} units is the finest scale written",
+}
+
+
+def _unrouted(policy: QuotaPolicy, pool: str, long_pool: str, names: list[str]) -> str:
+    """What becomes of the long prompts of tenants whose every rule sends to their standard pool ``pool``: its
+    engine refuses what is longer than its max-model-len, so those beyond it are refused, not served long."""
+    pools = {entry.name: entry for entry in policy.pools}
+    tenants = {tenant.name: tenant for tenant in policy.tenants}
+    max_model_len = pools[pool].engine.max_model_len
+    refused = [name for name in names if tenants[name].max_context_tokens > max_model_len]
+    said = "AIGatewayRoute matches headers, not prompt size, so their rules send every prompt to pool " + pool
+    if not refused:
+        return (
+            f"{said}, whose engine admits their longest (its max-model-len is {max_model_len:,} tokens): they are "
+            f"served there, charged at {pool}'s weights."
+        )
+    served = [name for name in names if name not in refused]
+    who = "they cannot" if not served else f"{', '.join(refused)} cannot"
+    fit = f" ({', '.join(served)}: their longest fit, served there at {pool}'s weights)" if served else ""
+    return (
+        f"{said}, whose engine refuses prompts beyond its max-model-len ({max_model_len:,} tokens): {who} "
+        f"reach pool {long_pool} through this target{fit}. To serve them, route by prompt size in front of the gateway, "
+        f"or give them a model name of their own that a rule sends to {long_pool} (modelNameOverride to its served "
+        f"model), charged at {long_pool}'s weights."
+    )
+
+
 def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     pools = {pool.name: pool for pool in policy.pools}
     homes = load_pools(policy)
@@ -325,9 +426,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
     ]
     limits += long_context_lines(
-        policy,
-        "AIGatewayRoute matches headers, not prompt size; they are charged at their standard pool's weights.",
-        skip=moved,
+        policy, lambda pool, long_pool, names: _unrouted(policy, pool, long_pool, names), skip=moved
     )
     for home in sorted(set(moved.values())):
         names = ", ".join(sorted(name for name, pool in moved.items() if pool == home))
@@ -337,7 +436,14 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
             "their short prompts to their standard pool by size."
         )
     for tenant in policy.tenants:
-        _unit, _seconds, scale, _limit = window_for(tenant)
+        unit, seconds, scale, _limit, bound = scale_choice(tenant)
+        nearest, nearest_s = _nearest_window(tenant)
+        if seconds < nearest_s:
+            limits.append(
+                f"{tenant.name}: its burst is nearest a {nearest} window, whose limit would overflow Envoy's uint32 "
+                f"counter even in whole units, so it gets a {unit} window: at most rate x {seconds:,} s pass at once, "
+                "less than its bucket's depth."
+            )
         charged = charged_weights(tenant, homes[tenant.name])
         exact = (charged.prompt, charged.cached_prompt, charged.output)
         for label, weight, scaled in zip(
@@ -345,7 +451,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         ):
             if weight and abs(scaled / scale - weight) > WEIGHT_TOLERANCE * weight:
                 limits.append(
-                    f"{tenant.name}: {label} weight {weight:g} is charged as {scaled}/{scale} (window limit forces a coarse scale)."
+                    f"{tenant.name}: {label} weight {weight:g} is charged as {scaled}/{scale} ({_BOUNDS[bound]})."
                 )
         per_token = charged.prompt_per_prompt_token
         per_prompt = scaled_per_prompt(
@@ -357,6 +463,15 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 f"{tenant.name}: a prompt token's {per_token:.4g} units per token of its prompt are charged as "
                 f"{charged_per_token:.4g} (CEL's 64-bit integers at the window's scale)."
             )
+    long_windows = sorted(
+        {unit for tenant in policy.tenants if (unit := window_for(tenant)[0]) in ("Month", "Year")},
+        key=lambda unit: dict(WINDOWS)[unit],
+    )
+    if long_windows:
+        limits.append(
+            f"{' and '.join(long_windows)} windows are Envoy's rate limit service's fixed 30 and 365 days "
+            "(a Month, a Year), counted from the Unix epoch, not calendar months or years."
+        )
     if any(pool.engine.scheduling_policy != "priority" for pool in pools.values()):
         fcfs = sorted(pool.name for pool in pools.values() if pool.engine.scheduling_policy != "priority")
         limits.append(

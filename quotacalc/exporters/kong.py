@@ -14,7 +14,14 @@ import math
 from collections.abc import Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
-from quotacalc.exporters._text import long_context_lines, lora_lines, prompt_length_lines, salt_of, yaml_text
+from quotacalc.exporters._text import (
+    long_context_lines,
+    lora_lines,
+    prompt_length_lines,
+    salt_of,
+    unsent_priority_effect,
+    yaml_text,
+)
 from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
 #: ai-proxy costs are per 1M tokens.
@@ -156,7 +163,8 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "Resident KV cap per tenant per replica: not expressible.",
         "Concurrent sequences per tenant: not expressible with these plugins.",
         "Max context and output reservation cap (max_tokens): not enforced; ai-proxy's max_tokens is only a default.",
-        "Priority: not sent (request-transformer adds body values as strings; vLLM's priority is an integer).",
+        "Priority: not sent (request-transformer adds body values as strings; vLLM's priority is an integer); "
+        + unsent_priority_effect(policy),
         "Fair queueing: Kong admits or rejects; no per-tenant queues.",
         "Counters are per Kong node (strategy local); set strategy: cluster or redis for a shared count.",
         "Credentials are not generated: give each consumer a key-auth credential (consumers[].keyauth_credentials).",

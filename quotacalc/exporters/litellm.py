@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from decimal import ROUND_FLOOR, Context, Decimal
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.exporters._text import (
@@ -20,6 +21,7 @@ from quotacalc.exporters._text import (
     long_context_lines,
     lora_lines,
     prompt_length_lines,
+    unsent_priority_effect,
     yaml_text,
 )
 from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
@@ -60,8 +62,7 @@ def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
             "model": f"hosted_vllm/{pool.engine.served_model_name}",
             "api_base": f"http://{pool.name}:{ENGINE_PORT}/v1",
             "api_key": "os.environ/VLLM_API_KEY",
-            # Raw tokens per minute: a prompt-only load reaches the pool's capacity in units exactly.
-            "tpm": math.floor(pool.capacity_units_per_s * 60),
+            "tpm": _deployment_tpm(pool),
             "input_cost_per_token": float(f"{unit:.6e}"),
             "output_cost_per_token": float(f"{unit * pool.output_weight:.6e}"),
             "cache_read_input_token_cost": float(f"{unit * _cached_weight(policy, pool):.6e}"),
@@ -70,20 +71,61 @@ def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
     }
 
 
+#: Shares are written in ten-thousandths (4 decimals).
+SHARE_STEPS = 10_000
+
+
+def _deployment_tpm(pool: PoolPolicy) -> int:
+    """The deployment's ``tpm``: raw tokens per minute, so a prompt-only load reaches the pool's capacity exactly."""
+    return math.floor(pool.capacity_units_per_s * 60)
+
+
+def _least_share_steps(policy: QuotaPolicy, tiers: int) -> int:
+    """The smallest share, in ten-thousandths, a tier with tenants is given: dynamic_rate_limiter_v3 reserves a tier
+    ``int(model tpm x share)`` tokens a minute (``_create_priority_based_descriptors``), so a share must leave every
+    deployment at least one; no more than ``tiers`` such shares can hold (they sum to at most 1)."""
+    smallest_tpm = min((_deployment_tpm(pool) for pool in policy.pools), default=SHARE_STEPS)
+    return min(max(1, math.ceil(SHARE_STEPS / max(smallest_tpm, 1))), SHARE_STEPS // max(tiers, 1))
+
+
+def _reservation(policy: QuotaPolicy, pool: str | None) -> tuple[dict[str, float], dict[str, float]]:
+    """(shares, raised): each tier's share of the units sold, and the exact share of each tier whose share was
+    raised so that LiteLLM reserves it something (see ``priority_reservation``)."""
+    homes = load_pools(policy)
+    tenants = [tenant for tenant in policy.tenants if pool is None or homes[tenant.name] == pool]
+    sold = sum(tenant.bucket_rate_units_per_s for tenant in tenants)
+    exact: dict[str, float] = {}
+    for tier in sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name)):
+        units = sum(t.bucket_rate_units_per_s for t in tenants if t.tier == tier.name)
+        if units > 0:
+            exact[tier.name] = units / sold
+    least = _least_share_steps(policy, len(exact))
+    steps = {tier: round(share * SHARE_STEPS) for tier, share in exact.items()}
+    raised = {tier: exact[tier] for tier, step in steps.items() if step < least}
+    for tier in raised:
+        steps[tier] = least
+    # Rounding, or a raised share, can take the sum past 1 (LiteLLM would then scale every share down):
+    # the excess comes off the largest shares, which it changes least.
+    excess = sum(steps.values()) - SHARE_STEPS
+    for tier in sorted(steps, key=lambda tier: (-steps[tier], tier)):
+        if excess <= 0:
+            break
+        taken = min(excess, steps[tier] - least)
+        steps[tier] -= taken
+        excess -= taken
+    return {tier: step / SHARE_STEPS for tier, step in steps.items()}, raised
+
+
 def priority_reservation(policy: QuotaPolicy, pool: str | None = None) -> dict[str, float]:
     """Each tier's share of the units sold (on ``pool``, or on every pool), in priority order (LiteLLM reserves
     capacity by these shares). A pool's shares count the load it carries: a tenant sized on traffic whose mean
     prompt routes to its long-context pool (``TenantPolicy.load_pool``) counts there, not on its standard
-    pool (``core.plan_size.load_pool``, as check and size count it)."""
-    homes = load_pools(policy)
-    tenants = [tenant for tenant in policy.tenants if pool is None or homes[tenant.name] == pool]
-    sold = sum(tenant.bucket_rate_units_per_s for tenant in tenants)
-    shares: dict[str, float] = {}
-    for tier in sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name)):
-        units = sum(t.bucket_rate_units_per_s for t in tenants if t.tier == tier.name)
-        if units > 0:
-            shares[tier.name] = round(units / sold, 4)
-    return shares
+    pool (``core.plan_size.load_pool``, as check and size count it).
+
+    Shares are rounded to 4 decimals and sum to at most 1; a tier with tenants never gets 0 (LiteLLM would reserve
+    it ``int(tpm x 0) = 0`` tokens, refusing its every request once the model saturates): its share is raised to
+    the least that reserves every deployment a token a minute, taken from the largest shares."""
+    return _reservation(policy, pool)[0]
 
 
 def _reservation_lines(policy: QuotaPolicy) -> list[str]:
@@ -115,18 +157,51 @@ def config(policy: QuotaPolicy) -> dict:
     }
 
 
+#: Significant figures a budget keeps (at least; budgets from $0.10 keep every micro-dollar).
+BUDGET_FIGURES = 6
+#: The fewest tokens a request reserves against a key's tpm_limit in parallel_request_limiter_v3 (1.108): one prompt
+#: token and one output token. It refuses a request when the minute's count plus its reservation exceed the limit,
+#: so a smaller tpm_limit refuses every request.
+LEAST_REQUEST_TOKENS = 2
+
+
+def budget_usd(units: float, usd_per_unit: float) -> float:
+    """A budget of ``units`` in USD, rounded down (never above the contract) to the micro-dollar or to
+    ``BUDGET_FIGURES`` significant figures, whichever is finer (the micro-dollar alone cut $0.00000548 to
+    $0.000005, 9% short).
+
+    Decimal arithmetic on the product's 12 significant figures, so float noise (15.9524999...) does not cost a
+    figure and the JSON shows the same shortest decimal on every machine."""
+    usd = Decimal(f"{units * usd_per_unit:.12g}")
+    if usd <= 0:
+        return 0.0
+    quantum = min(Decimal("1e-6"), Decimal(1).scaleb(usd.adjusted() - BUDGET_FIGURES + 1))
+    # Digits enough for any float's whole part and its micro-dollars (the default 28 would refuse $10^22).
+    return float(usd.quantize(quantum, rounding=ROUND_FLOOR, context=Context(prec=400)))
+
+
+def tpm_limit(tenant: TenantPolicy) -> int | None:
+    """The tenant's raw tokens per minute at its rate, None where that is under ``LEAST_REQUEST_TOKENS`` (a limit
+    LiteLLM would enforce by refusing everything: ``max_budget`` is then the tenant's limit)."""
+    tokens = math.floor(tenant.bucket_rate_units_per_s * 60)
+    return tokens if tokens >= LEAST_REQUEST_TOKENS else None
+
+
 def _limits_of(policy: QuotaPolicy, tenant: TenantPolicy, home: str) -> dict:
     """A tenant's team and key limits; ``home``: the pool its rate is counted in (its budget is that pool's USD)."""
     pool = next(pool for pool in policy.pools if pool.name == home)
     models = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
-    return {
+    limits = {
         "models": models,
-        "max_budget": math.floor(tenant.bucket_rate_units_per_s * BUDGET_DURATION_S * usd_per_unit(pool) * 1e6) / 1e6,
+        "max_budget": budget_usd(tenant.bucket_rate_units_per_s * BUDGET_DURATION_S, usd_per_unit(pool)),
         "budget_duration": BUDGET_DURATION,
-        "tpm_limit": math.floor(tenant.bucket_rate_units_per_s * 60),
+        "tpm_limit": tpm_limit(tenant),
         "max_parallel_requests": tenant.max_concurrent_sequences,
         "metadata": {"priority": tenant.tier, "tenant": tenant.name},
     }
+    if limits["tpm_limit"] is None:
+        del limits["tpm_limit"]
+    return limits
 
 
 def team_payloads(policy: QuotaPolicy) -> list[dict]:
@@ -176,13 +251,29 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "priority_reservation (dynamic_rate_limiter_v3) is a LiteLLM Enterprise feature (LITELLM_LICENSE); without it "
         "every key shares the default pool.",
         "Cache salts: LiteLLM has no per-tenant cache_salt injection; salted tenants share the prefix cache through it.",
-        "Engine priority: not sent to vLLM per tenant (a deployment's extra_body is the same for every tenant).",
+        "Engine priority: not sent per tenant (a deployment's extra_body is the same for every tenant); "
+        + unsent_priority_effect(policy),
         "Resident KV cap per tenant per replica: not expressible.",
         "Max context per tier and output reservation cap: not enforced (max_input_tokens is per deployment).",
         f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
     limits += _reservation_lines(policy)
+    shares, raised = _reservation(policy, None)
+    for tier, exact in raised.items():
+        limits.append(
+            f"priority_reservation: tier {tier} sells {exact:.2g} of the units, which rounds to less than LiteLLM "
+            f"reserves a token a minute of (int(tpm x share)); its share is raised to {shares[tier]:g}, taken from "
+            "the largest shares, so it is not refused every request once a model saturates."
+        )
+    unlimited = sorted(tenant.name for tenant in policy.tenants if tpm_limit(tenant) is None)
+    if unlimited:
+        limits.append(
+            f"tpm_limit is left out for {', '.join(unlimited)}: their rate is under {LEAST_REQUEST_TOKENS} tokens a "
+            "minute, and LiteLLM refuses a request whose reserved tokens (one prompt and one output token at the "
+            "least) would pass a key's tpm_limit, so such a limit would refuse every request; max_budget (and "
+            "max_parallel_requests) limit them."
+        )
     limits += prompt_length_lines(
         policy,
         "a long prompt spends less budget than its cost, and a tenant sized on long prompts gets more than it was sized for.",
