@@ -83,6 +83,8 @@ def _pool_and_replica(*, model_max, pool_tokens, resident, batch=64, max_num_seq
         memory_utilization=0.9,
         kv_dtype=None,
         weight_dtype=None,
+        expert_parallel=False,
+        state_dtype=None,
     )
     replica = SimpleNamespace(
         inputs=SimpleNamespace(
