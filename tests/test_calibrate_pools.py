@@ -210,8 +210,12 @@ def test_a_pool_whose_calibration_no_longer_holds_says_why(run_cli, platform):
     assert moved != text
     platform.write_text(moved, encoding="utf-8")
     code, out, err = run_cli("check", platform, "--json")
-    assert json.loads(out)["calibrated"]["shared"] is None
-    assert "pool 'shared': not calibrated" in err and "tp 4 -> 8" in err
+    checked = json.loads(out)
+    assert checked["calibrated"]["shared"] is None
+    # check says it as a finding (counted, and an error under --strict), not on stderr besides its table.
+    (finding,) = [f for f in checked["findings"] if f["code"] == "calibration-not-held"]
+    assert finding["subject"] == "pools.shared" and "not calibrated" in finding["message"]
+    assert "tp 4 -> 8" in finding["message"]
     code, out, err = run_cli("size", platform, "--json")
     assert code == 0, err
     assert {entry["name"]: entry["calibrated"] for entry in json.loads(out)["pools"]}["shared"] is None

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from quotacalc.inputs.scenario import scenario_from_dict
 from quotacalc.sim.events import Simulation, build_setup
@@ -196,8 +197,6 @@ def test_table_output(run_cli):
 
 def test_plot_svg_is_written_and_deterministic(run_cli, tmp_path):
     pytest.importorskip("matplotlib")
-    import yaml
-
     document = yaml.safe_load(EXAMPLE.read_text())
     document.update(policies=["reserve_capped", "incremental_lease"], queueing=["fair"])
     scenario = tmp_path / "scenario.yaml"
@@ -465,6 +464,57 @@ def test_one_request_by_hand():
     assert result.other_rejects == {"context": 0, "kv_cap": 0}
 
 
+def _two_tenants_at_once(tmp_path: Path, replicas: int) -> dict:
+    """Tenants a (prompt 100, output 10) and b (prompt 200, output 20), one request each at t = 0."""
+    (tmp_path / "usage.csv").write_text("timestamp,tenant,prompt_tokens,output_tokens\n0,a,100,10\n0,b,200,20\n")
+    return {
+        "plan": {
+            "pools": [{"name": "p", "replicas": replicas, "deployment": LLAMA_8B}],
+            "tiers": [WIDE_TIER],
+            "tenants": [{"name": name, "tier": "open", "units_per_s": 1e9} for name in ("a", "b")],
+        },
+        "workload": {
+            "tenants": [
+                {"tenant": name, "arrival": {"kind": "replay", "file": "usage.csv"}, "max_tokens": 100}
+                for name in ("a", "b")
+            ]
+        },
+        "duration_s": 100,
+    }
+
+
+@pytest.mark.parametrize("queueing", ["fair", "deep_priority"])
+def test_the_runs_kv_peak_is_the_fullest_replicas_every_tenant_counted(tmp_path, queueing):
+    """The run's resident KV peak and p99 are one replica's total, all tenants together; a tenant's stay its own.
+
+    One replica: a's prefill step runs alone (b arrives during it; a single step is not cut short) and
+    ends with a holding 100 + 1 = 101 tokens. The next step prefills b (200 + its first token) while
+    decoding a's second (102 + 201 = 303); then one macro-step of 8 decode steps brings a to its 10th
+    token: a 110 + b 201 + 8 = 209, 319 in all, after which a ends and b runs alone to 220. The replica's
+    peak is 319: above each tenant's own (110, 220), and not their sum, 330 (they never peak together).
+    Its p99 over busy time is 319 too, within the histogram's 1% bin: those 8 steps at batch 2 are far
+    more than 1% of the replica's busy time. (Before, the run reported the largest tenant's: 220.)
+
+    Two replicas: the gateway sends b to the idle replica, so each request runs alone; replica peaks
+    110 and 220, and the run's is the larger, 220, again not the sum.
+    """
+    one = Simulation(
+        build_setup(scenario_from_dict(_two_tenants_at_once(tmp_path, 1), base=tmp_path)), "reserve_capped", queueing
+    ).run()
+    assert {t.tenant: t.resident_kv_peak_tokens for t in one.tenants} == {"a": 110, "b": 220}
+    assert one.resident_kv_peak_tokens == 110 + 209
+    assert one.resident_kv_p99_tokens == pytest.approx(319, rel=0.01)
+
+    simulation = Simulation(
+        build_setup(scenario_from_dict(_two_tenants_at_once(tmp_path, 2), base=tmp_path)), "reserve_capped", queueing
+    )
+    two = simulation.run()
+    assert [r.kv_peak_tokens for r in simulation.pools[0].replicas] == [110, 220]
+    assert {t.tenant: t.resident_kv_peak_tokens for t in two.tenants} == {"a": 110, "b": 220}
+    assert two.resident_kv_peak_tokens == 220
+    assert two.resident_kv_p99_tokens == pytest.approx(220, rel=0.01)
+
+
 @pytest.mark.parametrize("name", ["simulate-platform.yaml", "simulate-named-plan.yaml"])
 def test_shipped_scenarios_run(run_cli, name):
     code, out, err = run_cli("simulate", str(EXAMPLE.parent / name), "--requests", "150", "--json")
@@ -485,10 +535,42 @@ def test_a_narrow_terminal_never_cuts_a_figure(run_cli, monkeypatch):
         assert run["policy"] in out and f"{run['requests']:,}" in out
 
 
+#: simulate takes no deployment flags: price's hint names the keys of the scenario's embedded plan instead
+#: (before, it named --batch, --tp and --kv-dtype, flags simulate does not have).
 LONG_POOL_WARNING = (
     "pool 'long': a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: "
-    "priced at batch 9 (lower --batch, raise --tp, or use --kv-dtype fp8)"
+    "priced at batch 9 (lower plan.pools.long.deployment.batch, raise plan.pools.long.deployment.tp, or use "
+    "plan.pools.long.deployment.kv_dtype: fp8)"
 )
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["platform", "flat"])
+def test_a_named_plans_pool_warning_names_the_keys_of_the_plan_file(run_cli, tmp_path, flat):
+    """A scenario naming its plan file: the hint names that file's keys, as check and size do. Batch 16 at 65,536
+    tokens on a 646,503-token KV pool holds 646,503 // 65,536 = 9 sequences. A platform plan's keys are
+    pools.long.deployment.*; a flat plan's, its one pool 'default', are at its top level."""
+    document = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    long_deployment = document["plan"]["pools"][1]["deployment"]
+    if flat:
+        (tmp_path / "plan.yaml").write_text(
+            yaml.safe_dump({**long_deployment, "tenant": {"rps": 1, "prompt_tokens": 1000, "output_tokens": 100}})
+        )
+        fixed = {"prompt_tokens": {"kind": "fixed", "tokens": 1000}, "output_tokens": {"kind": "fixed", "tokens": 100}}
+        workload = {"tenants": [{"tenant": "tenant", "arrival": {"kind": "poisson", "rate_rps": 1}, **fixed}]}
+        pool, prefix = "default", ""
+    else:
+        (tmp_path / "plan.yaml").write_text(yaml.safe_dump(document["plan"]))
+        workload = document["workload"]
+        pool, prefix = "long", "pools.long.deployment."
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump({"plan": "plan.yaml", "workload": workload, "requests": 20}))
+    code, out, err = run_cli("simulate", scenario, "--json")
+    assert code == 0, err
+    assert json.loads(out)["warnings"] == [
+        f"pool '{pool}': a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such "
+        f"sequences: priced at batch 9 (lower {prefix}batch, raise {prefix}tp, or use {prefix}kv_dtype: fp8)"
+    ]
+    assert "--batch" not in err and f"(lower {prefix}batch," in err
 
 
 def test_every_outcome_key_is_present_and_warnings_are_listed(run_cli):

@@ -7,7 +7,9 @@ errors and engine failures:
 - a tenant within its contract (its bucket can cover all it ever asks) is never rejected while
   the pool has room;
 - tokens are conserved: the engines produced exactly the tokens the requests streamed, and every
-  admitted request ended exactly once.
+  admitted request ended exactly once;
+- the run's resident KV peak (a replica's, every tenant's KV) is at least each tenant's own and at most
+  one replica's KV pool.
 """
 
 from __future__ import annotations
@@ -156,6 +158,9 @@ def test_invariants(document, policy, queueing):
             assert tenant.resident_kv_peak_tokens <= tier.kv_cap_tokens_per_replica
     for bucket in simulation.buckets:
         assert bucket.level >= 0
+    # The run's KV peak is a replica's total: at least any tenant's share of one, at most what one replica holds.
+    assert max((t.resident_kv_peak_tokens for t in result.tenants), default=0) <= result.resident_kv_peak_tokens
+    assert result.resident_kv_peak_tokens <= max(pool.kv_pool_tokens for pool in setup.pools)
     # Tokens conserved: what the engines produced is what the requests streamed.
     assert result.engine_output_tokens == result.output_tokens
     # Within its contract, while the pool has room (no context, KV-cap or queue limit reached): never rejected.

@@ -99,13 +99,6 @@ def plan_traffic(plan: Plan) -> dict[str, Any]:
     return {tenant.name: tenant.traffic for tenant in plan.tenants if tenant.traffic is not None}
 
 
-def _calibration_warnings(calibrated: dict[str, Any]) -> None:
-    """Say on stderr, per pool, why a plan's calibration does not hold (the GPU, TP or a fitted value changed)."""
-    from quotacalc.cli.streams import print_warnings
-
-    print_warnings([f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note])
-
-
 def _salts(policy: QuotaPolicy, secret_file: str | None, *, required: bool) -> dict[str, str] | None:
     """salt_ref -> salt, or None when no secret is given (an error when ``required`` and a tenant is salted)."""
     from quotacalc.core.salts import derive_salts
@@ -163,7 +156,7 @@ MAX_REVERSAL_REPLICAS = 100_000
 
 def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
     """Run the plan's checks; returns the exit code (1 on any error)."""
-    from quotacalc.core.checks import check_plan
+    from quotacalc.core.checks import calibration_findings, check_plan
     from quotacalc.inputs.plan import is_platform_file
 
     if not 0 < reversal_replicas <= MAX_REVERSAL_REPLICAS:
@@ -175,20 +168,24 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
         )
     plan, policy, pool_warnings, calibrated = load_calibrated_policy(path)
     salts = _salts(policy, secret_file, required=False)
+    # check takes no deployment flags: its fixes name the keys of the file (a flat plan's are at its top level).
+    flat_plan = not is_platform_file(path)
     result = check_plan(
         policy,
         salts=salts,
         reversal_replicas=reversal_replicas,
         pool_warnings=pool_warnings,
         traffic=plan_traffic(plan),
-        # check takes no deployment flags: its fixes name the keys of the file (a flat plan's are at its top level).
-        flat_plan=not is_platform_file(path),
+        flat_plan=flat_plan,
     )
     result = _with_target_limits(result, policy)
     result = _with_secret_strength(result, policy, secret_file)
+    # A calibration that does not hold, or holds only by extrapolation, is a finding like the pools' pricing
+    # warnings: counted, in the JSON, and an error under --strict (as size --strict fails on it).
+    priced_at = {pool.name: {"batch": pool.deployment.batch, "context": pool.deployment.context} for pool in plan.pools}
+    result = _with_findings(result, calibration_findings(calibrated, priced_at, flat_plan=flat_plan, plan=path))
     if strict:
         result = _strict(result)
-    _calibration_warnings(calibrated)
     errors = result.count("error")
     if as_json:
         emit_json(

@@ -616,6 +616,76 @@ def _pool_price(name: str, warning: str, prefix: str) -> Finding:
     return Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=plan_keys(warning, prefix))
 
 
+#: The deployment keys a calibration's runs cover, and the ``covers`` range each is judged against.
+_COVERED_KEYS = (("batch", "concurrency"), ("context", "context_tokens"))
+
+
+def calibration_findings(
+    calibrated: Mapping[str, tuple[Mapping[str, object] | None, str | None]],
+    priced: Mapping[str, Mapping[str, int]],
+    *,
+    flat_plan: bool = False,
+    plan: str = "PLAN",
+) -> list[Finding]:
+    """Where a pool's calibration (``calibrate --write``) does not hold, or holds only by extrapolation, as warnings.
+
+    ``calibrated``: pool name -> (the ``calibrated`` summary or None, why it does not hold or None), as
+    ``core.calibrate.calibration_status`` gives them; ``priced``: pool name -> the ``batch`` and ``context`` it is
+    priced at. A warning, so that ``--strict`` fails on it as ``size --strict`` does: figures fitted at concurrency
+    1-64 say little about batch 128. The fix names the plan keys (a flat plan's are at its top level) and the
+    calibrate command that writes ``plan`` (its path) again."""
+    findings = []
+    for name, (summary, note) in calibrated.items():
+        if not note:
+            continue
+        prefix = "" if flat_plan else f"pools.{name}.deployment."
+        pool_flag = "" if flat_plan else f" --pool {name}"
+        rerun = f"re-run quotacalc calibrate {plan}{pool_flag} --bench RUNS --write {plan}"
+        if summary is None:
+            findings.append(
+                Finding(
+                    severity="warning",
+                    code="calibration-not-held",
+                    subject=f"pools.{name}",
+                    message=note,
+                    fix=f"{rerun} on runs of the deployment the plan now sets, or set "
+                    f"{'the deployment keys' if flat_plan else f'pools.{name}.deployment'} back to what the "
+                    f"{prefix.removesuffix('deployment.')}calibration section records",
+                )
+            )
+            continue
+        # Calibrated, but priced outside what the runs covered (extrapolation_note's wording, its hint cut off).
+        message, opening, hint = note.rpartition(" (")
+        if not (opening and hint.endswith(")")):
+            message, hint = note, ""
+        covers = summary.get("covers")
+        figures: dict[str, float] = {}
+        outside = []
+        if isinstance(covers, Mapping):
+            for key, covered in _COVERED_KEYS:
+                low, high = covers[covered]
+                value = priced[name][key]
+                if not low <= value <= high:
+                    figures |= {key: value, f"runs_{covered}_low": low, f"runs_{covered}_high": high}
+                    outside.append((key, value, low, high))
+        fix = hint[:-1] if hint else None
+        if outside:
+            runs = " and ".join(f"{key} {value:,}" for key, value, _, _ in outside)
+            keys = " and ".join(f"{prefix}{key} within {low:,}-{high:,}" for key, _, low, high in outside)
+            fix = f"{rerun} on runs that cover {runs}, or set {keys}"
+        findings.append(
+            Finding(
+                severity="warning",
+                code="calibration-extrapolated",
+                subject=f"pools.{name}",
+                message=message,
+                fix=fix,
+                figures=figures,
+            )
+        )
+    return findings
+
+
 def _no_tenants(policy: QuotaPolicy, flat_plan: bool) -> list[Finding]:
     """A platform plan of no tenant: its generated gateways admit nobody (a flat plan prices one deployment)."""
     if policy.tenants or flat_plan:

@@ -61,6 +61,8 @@ class Replica:
         self.step_k = 0
         self.step_chunks: list[tuple[Request, int]] = []
         self.busy_s = 0.0
+        #: Most KV tokens resident here at once (every tenant's): the run's peak is the largest replica's.
+        self.kv_peak_tokens = 0
         self.failures = 0
         self.scheduled = 0
         self.output_tokens = 0
@@ -236,10 +238,19 @@ class Replica:
                 self.set_checkpoint(request)
         self.step_chunks = []
         counter = self.counter
+        weight_s = k * dt
         for tenant, static in enumerate(self.tenant_kv_static):
             resident = static + self.tenant_decoding[tenant] * counter
             if resident > 0:
-                sim.on_resident_kv(tenant, resident, k * dt)
+                sim.on_resident_kv(tenant, resident, weight_s)
+        # The replica's own total, sampled where each tenant's is (before this step's ends free anything): KV only
+        # grows within a step, so its end holds the step's most. Tenants share the pool, so their peaks do not add up
+        # to this one unless they coincide, nor does the largest of them stand for it.
+        resident = self.kv_used()
+        if resident > 0:
+            sim.replica_kv.add(resident, weight_s)
+            if resident > self.kv_peak_tokens:
+                self.kv_peak_tokens = resident
         checkpoints = self.checkpoints
         while checkpoints and checkpoints[0][0] <= counter:
             entry = heapq.heappop(checkpoints)

@@ -20,7 +20,7 @@ from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.scenario import LoadedScenario
 from quotacalc.sim.engine import Replica
 from quotacalc.sim.gateway import Bucket, Gateway
-from quotacalc.sim.metrics import PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
+from quotacalc.sim.metrics import LogHistogram, PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
 from quotacalc.sim.policies import AdmissionPolicy, make_policy
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
 from quotacalc.sim.workload import Arrival, arrivals
@@ -86,13 +86,15 @@ class SimSetup:
     loaded: LoadedScenario
     pools: tuple[PoolSpec, ...]
     tenants: tuple[TenantRuntime, ...]
-    #: Each pool's pricing warnings as ``price`` gives them ("pool 'long': ..."), and where the scenario's engine
-    #: settings depart from what the price assumed: the figures rest on them, so the command repeats them.
+    #: Each pool's pricing warnings as ``price`` gives them ("pool 'long': ..."), their flags named as the plan keys
+    #: that set them, and where the scenario's engine settings depart from what the price assumed: the figures rest
+    #: on them, so the command repeats them.
     warnings: tuple[str, ...] = ()
 
 
 def build_setup(loaded: LoadedScenario) -> SimSetup:
     """Price every pool with the core's cost model; take each tenant's bucket and weights from the policy."""
+    from quotacalc.core.checks import plan_keys
     from quotacalc.core.policy import build_policy
     from quotacalc.core.price import price
     from quotacalc.core.replica import replica_model
@@ -104,10 +106,14 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
     prices = {}
     inputs_by_pool = {}
     warnings: list[str] = []
+    key_prefix = _deployment_key_prefix(loaded)
     for pool in plan.pools:
         inputs_by_pool[pool.name] = resolve(pool.deployment)
         prices[pool.name] = price(inputs_by_pool[pool.name])
-        warnings += [f"pool '{pool.name}': {warning}" for warning in prices[pool.name].warnings]
+        # simulate takes no deployment flags: price's hints (--batch, --tp) become the plan keys that set them.
+        warnings += [
+            f"pool '{pool.name}': {plan_keys(warning, key_prefix(pool.name))}" for warning in prices[pool.name].warnings
+        ]
     policy = build_policy(plan, prices)
     generated_seqs = {pool.name: pool.engine.max_num_seqs for pool in policy.pools}
     charges = {pool.name: pool.prompt_length_charge.per_prompt_token for pool in policy.pools}
@@ -160,6 +166,26 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
             )
         )
     return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants), warnings=tuple(warnings))
+
+
+def _deployment_key_prefix(loaded: LoadedScenario) -> Callable[[str], str]:
+    """Pool name -> where its deployment keys are, as check and size name them: an embedded plan's under the
+    scenario's ``plan.pools.NAME.deployment.``; a named platform plan's ``pools.NAME.deployment.``; a named flat
+    plan's at its top level."""
+    from pathlib import Path
+
+    from quotacalc.inputs.plan import DEFAULT_POOL, is_platform_file
+
+    named = loaded.scenario.plan
+    if not isinstance(named, str):
+        return lambda name: f"plan.pools.{name}.deployment."
+    pools = loaded.plan.pools
+    flat = len(pools) == 1 and pools[0].name == DEFAULT_POOL
+    plan_file = Path(loaded.source).parent / named
+    if flat and plan_file.is_file():
+        # A platform plan may name its one pool 'default' too: the file says which it is.
+        flat = not is_platform_file(str(plan_file))
+    return (lambda name: "") if flat else (lambda name: f"pools.{name}.deployment.")
 
 
 def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:
@@ -216,6 +242,8 @@ class Simulation:
         self.queueing = queueing
         self.tenants = setup.tenants
         self.counters = [TenantCounters() for _ in setup.tenants]
+        #: Each replica's total resident KV (all tenants), weighted by its busy time: the run's p99, not a tenant's.
+        self.replica_kv = LogHistogram()
         self.buckets = [Bucket(t.bucket_rate, t.bucket_depth) for t in setup.tenants]
         self.holders: list[dict[int, Request]] = [{} for _ in setup.tenants]
         self.pools = [
@@ -579,7 +607,12 @@ class Simulation:
             pools=pools,
             **{
                 **figures(self.counters, simulated_s=now),
+                # Pool-wide figures, not the largest tenant's: sequences in flight, and KV on the fullest replica.
                 "concurrent_sequences_peak": self.gateway.inflight_peak,
+                "resident_kv_peak_tokens": max(
+                    (r.kv_peak_tokens for pool in self.pools for r in pool.replicas), default=0
+                ),
+                "resident_kv_p99_tokens": self.replica_kv.percentile(99),
             },
         )
 

@@ -135,8 +135,12 @@ class Figures(_Result):
     leaked_reservation_units: float = Field(description="held after a terminal path; must be 0")
     preemptions: int
     concurrent_sequences_peak: int = Field(description="most requests in the engines at once (a tenant's: its cap)")
-    resident_kv_peak_tokens: int = Field(description="most KV tokens resident on one replica at once")
-    resident_kv_p99_tokens: float | None = Field(description="p99 over the replicas' busy time")
+    resident_kv_peak_tokens: int = Field(
+        description="most KV tokens resident on one replica at once, every tenant's (a tenant's: its own)"
+    )
+    resident_kv_p99_tokens: float | None = Field(
+        description="p99 of a replica's resident KV over the replicas' busy time (a tenant's: of its own)"
+    )
     ttft_p50_s: float | None
     ttft_p99_s: float | None
     itl_p50_s: float | None
@@ -223,7 +227,8 @@ def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, 
         "unused_reservation_unit_s": total("unused_reservation_unit_s"),
         "leaked_reservation_units": total("leaked_reservation_units"),
         "preemptions": int(total("preemptions")),
-        # One tenant's peak; for a whole run the caller passes the pool-wide peak instead.
+        # One tenant's peaks and KV p99; for a whole run the caller passes the pool-wide figures instead (the
+        # largest tenant's peak is not the replica's: tenants share it).
         "concurrent_sequences_peak": max((c.concurrent_peak for c in counters), default=0),
         "resident_kv_peak_tokens": max((c.resident_kv_peak_tokens for c in counters), default=0),
         "resident_kv_p99_tokens": kv.percentile(99),
