@@ -70,6 +70,33 @@ class ConfigView:
             raise self.fail(key, "missing from the config", "a model config must state its own sizes")
         return self.positive_int(key)
 
+    def _defaulted(self, key: str, notes: list[str] | None) -> None:
+        """Note a value the file leaves to transformers' class default (Gemma 3's text config states no vocab_size
+        or maximum context: its class's are the model's), so it is shown, not silently priced."""
+        if notes is not None and self.given_keys is not None and self.prefix + key not in self.given_keys:
+            note = f"{self.prefix}{key} not stated in the config: transformers' default {self.config.get(key)!r} taken"
+            if note not in notes:
+                notes.append(note)
+
+    def sized_int(self, key: str, notes: list[str] | None) -> int:
+        """A size the file states, or its class default, then named in ``notes``."""
+        value = self.positive_int(key)
+        self._defaulted(key, notes)
+        return value
+
+    def context_tokens(self, notes: list[str] | None = None, key: str = "max_position_embeddings") -> int | None:
+        """The model's maximum context (None where neither the file nor its class gives one); a class default is
+        named in ``notes``, and a value that is no whole number of tokens up to 10^8 is refused at its key."""
+        from quotacalc.core.deployment import MAX_CONTEXT_TOKENS
+
+        value = self.config.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONTEXT_TOKENS:
+            raise self.fail(key, f"must be a whole number of tokens from 1 to {MAX_CONTEXT_TOKENS:,}, got {value!r}")
+        self._defaulted(key, notes)
+        return value
+
     def flag(self, key: str, default: bool = False) -> bool:
         return bool(self.get(key, default))
 
@@ -212,7 +239,7 @@ def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]
         sinks=traits.sinks,
     )
     window = view.get("sliding_window")
-    max_context = view.get("max_position_embeddings")
+    max_context = view.context_tokens()
     mixers = []
     for index, kind in enumerate(kinds):
         if kind == "full_attention":
@@ -253,13 +280,13 @@ def finish_arch(
         name=name,
         model_type=view.get("model_type"),
         hidden_size=hidden,
-        vocab_size=view.positive_int("vocab_size"),
+        vocab_size=view.sized_int("vocab_size", notes),
         tie_word_embeddings=view.flag("tie_word_embeddings", tie_default),
         layers=tuple(layers),
         final_norm_params=hidden if final_norm is None else final_norm,
         vision_params=vision_params,
         checkpoint_dtype=dtype,
-        max_context_tokens=view.get("max_position_embeddings"),
+        max_context_tokens=view.context_tokens(notes),
         notes=tuple(notes + dtype_notes),
     )
 
@@ -290,7 +317,7 @@ class DecoderFamily:
 def dense_mlp(view: ConfigView, bias: bool = False, gated: bool = True) -> DenseMLP:
     return DenseMLP(
         hidden_size=view.positive_int("hidden_size"),
-        intermediate_size=view.positive_int("intermediate_size"),
+        intermediate_size=view.stated_int("intermediate_size"),
         gated=gated,
         bias=bias,
     )
@@ -328,7 +355,7 @@ def _local_experts_moe(view: ConfigView, index: int, *, biased: bool = False) ->
         hidden_size=view.positive_int("hidden_size"),
         num_experts=view.positive_int("num_local_experts"),
         top_k=view.positive_int("num_experts_per_tok"),
-        expert_intermediate_size=view.positive_int("intermediate_size"),
+        expert_intermediate_size=view.stated_int("intermediate_size"),
         expert_bias=biased,
         router_bias=biased,
     )
@@ -590,7 +617,7 @@ def read_jamba(view: ConfigView, name: str) -> ModelArch:
         hidden_size=hidden,
         num_experts=num_experts,
         top_k=view.positive_int("num_experts_per_tok"),
-        expert_intermediate_size=view.positive_int("intermediate_size"),
+        expert_intermediate_size=view.stated_int("intermediate_size"),
     )
     dense = dense_mlp(view)
     layers = []

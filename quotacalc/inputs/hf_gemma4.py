@@ -93,7 +93,7 @@ def read_gemma4_text(view: ConfigView, name: str, **finish) -> ModelArch:
     first_shared = _shared_from(view, kinds)
     k_eq_v = view.flag("attention_k_eq_v")
     bias = view.flag("attention_bias")
-    intermediate = view.positive_int("intermediate_size")
+    intermediate = view.stated_int("intermediate_size")
     double_wide = view.flag("use_double_wide_mlp")
     moe_block = view.flag("enable_moe_block")
     per_layer_width = view.get("hidden_size_per_layer_input", 0)

@@ -119,7 +119,7 @@ def read_nemotron_h(view: ConfigView, name: str) -> ModelArch:
             mixer=None,
             feed_forward=DenseMLP(
                 hidden_size=hidden,
-                intermediate_size=view.positive_int("intermediate_size"),
+                intermediate_size=view.stated_int("intermediate_size"),
                 gated=False,
                 bias=view.flag("mlp_bias"),
             ),
@@ -236,7 +236,7 @@ def _granite_feed_forward(view: ConfigView) -> DenseMLP | MoE:
         hidden_size=view.stated_int("hidden_size"),
         num_experts=view.positive_int("num_local_experts"),
         top_k=view.positive_int("num_experts_per_tok"),
-        expert_intermediate_size=view.positive_int("intermediate_size"),
+        expert_intermediate_size=view.stated_int("intermediate_size"),
         num_shared_experts=1,
         shared_intermediate_size=view.positive_int("shared_intermediate_size"),
     )

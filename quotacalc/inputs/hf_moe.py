@@ -161,7 +161,7 @@ def read_minimax_m2(view: ConfigView, name: str) -> ModelArch:
         hidden_size=hidden,
         num_experts=view.positive_int("num_local_experts"),
         top_k=view.positive_int("num_experts_per_tok"),
-        expert_intermediate_size=view.positive_int("intermediate_size"),
+        expert_intermediate_size=view.stated_int("intermediate_size"),
     )
     layers = [Layer(mixer=attention, feed_forward=moe, norm_params=2 * hidden) for _ in range(layer_count)]
     return finish_arch(view, name, layers, _mtp_notes(view))
@@ -181,7 +181,7 @@ def _llama4_layers(view: ConfigView) -> tuple[list[Layer], list[str]]:
     if not isinstance(kinds, list) or len(kinds) != layer_count:
         raise view.fail("layer_types", f"must list one type per layer ({layer_count})")
     chunk = view.get("attention_chunk_size")
-    max_context = view.get("max_position_embeddings")
+    max_context = view.context_tokens()
     notes: list[str] = []
     mixers = {"full_attention": FullAttention(**sizes, qkv_bias=bias, o_bias=bias)}
     if "chunked_attention" in kinds:
@@ -202,7 +202,7 @@ def _llama4_layers(view: ConfigView) -> tuple[list[Layer], list[str]]:
     moe_layers = view.get("moe_layers")
     if not isinstance(moe_layers, list) or any(not isinstance(i, int) or isinstance(i, bool) for i in moe_layers):
         raise view.fail("moe_layers", "must list the indices of the layers that hold experts")
-    expert_width = view.positive_int("intermediate_size")
+    expert_width = view.stated_int("intermediate_size")
     moe = MoE(
         hidden_size=hidden,
         num_experts=view.positive_int("num_local_experts"),
@@ -355,7 +355,7 @@ def read_hunyuan_v1_moe(view: ConfigView, name: str) -> ModelArch:
             source=view.source,
             field=view.prefix + "use_cla",
         )
-    width = view.positive_int("intermediate_size")
+    width = view.stated_int("intermediate_size")
     if any(size != width for size in _per_layer(view, "moe_intermediate_size", layer_count, width)):
         raise view.fail(
             "moe_intermediate_size",

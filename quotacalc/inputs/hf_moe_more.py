@@ -134,7 +134,7 @@ def _afmoe_attention(view: ConfigView) -> tuple[list[GatedFullAttention | GatedS
         )
     sizes = attention_sizes(view)
     window = view.positive_int("sliding_window") if "sliding_attention" in kinds else None
-    max_context = view.get("max_position_embeddings")
+    max_context = view.context_tokens()
     notes: list[str] = []
     full = GatedFullAttention(**sizes, qk_norm=True)
     if window is None or (max_context and window >= max_context):
