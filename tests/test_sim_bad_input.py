@@ -219,6 +219,7 @@ def test_a_usage_file_without_a_timestamp_column_is_a_header_problem(run_cli, tm
             '{"timestamp": 0, "tenant": "acme", "prompt_tokens": %s, "output_tokens": 5}' % ("9" * 5000),
             "not JSON: Exceeds the limit (4300 digits) for integer string conversion (one JSON object a line)",
         ),
+        ("[" * 100_000 + "]" * 100_000, "not JSON: nested too deeply (one JSON object a line)"),  # was RecursionError
     ],
 )
 def test_bad_jsonl_usage_row(run_cli, tmp_path, line, message):

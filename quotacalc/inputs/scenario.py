@@ -506,6 +506,10 @@ def _usage_records(text: str, path: Path) -> list[tuple[int, dict[str, object]]]
                 continue
             try:
                 record = json.loads(line)
+            except RecursionError:  # json's own limit: arrays or objects nested thousands deep
+                raise QuotacalcError(
+                    "not JSON: nested too deeply", source=source, field=f"line {number}", fix="one JSON object a line"
+                ) from None
             except ValueError as error:  # JSONDecodeError, or an integer of more than 4,300 digits
                 reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error).split(":")[0]
                 raise QuotacalcError(
