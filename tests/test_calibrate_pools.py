@@ -261,3 +261,23 @@ def test_a_vllm_log_of_another_tp_share_or_gpu(run_cli, tmp_path):
     assert code == 1 and "GiB of h200's 139.8 GiB outside the KV pool at a memory share of 0.9" in err
     code, out, err = run_cli("calibrate", *model, "--gpu", "h100-sxm", "--log", log, "--strict")
     assert code == 0, err
+
+
+def test_pool_write_refuses_a_deployment_shared_through_an_anchor(run_cli, platform):
+    """Pool shared's deployment anchored (&dd) and acme-dedicated's an alias of it (*dd): writing the fit into the
+    anchor's text would move acme-dedicated's MFU and MBU too, with no word. Refused in one line naming the pool's
+    key; the file is left byte for byte."""
+    text = platform.read_text(encoding="utf-8")
+    first = "deployment: {batch: 128, context: 1700}"
+    assert text.count(first) == 2
+    at = text.index(first)
+    second = text.index(first, at + 1)
+    text = text[:second] + "deployment: *dd" + text[second + len(first) :]
+    text = text[:at] + "deployment: &dd {batch: 128, context: 1700}" + text[at + len(first) :]
+    platform.write_text(text, encoding="utf-8")
+    code, out, err = run_cli(
+        "calibrate", platform, "--pool", "shared", "--bench", _bench(platform), "--write", platform
+    )
+    assert code == 1 and err.count("\n") == 1, err
+    assert "pools[0].deployment: is shared with another part of the plan through a YAML anchor" in err
+    assert platform.read_text(encoding="utf-8") == text

@@ -86,6 +86,24 @@ def _line_after(text: str, index: int) -> int:
     return line_start
 
 
+def _shared_nodes(root: yaml.Node) -> set[int]:
+    """Ids of the nodes a document reaches more than once (an anchor and its aliases are one node)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            shared.add(id(node))
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(item for pair in node.value for item in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return shared
+
+
 def set_pool_keys(
     text: str, pool_index: int, deployment: dict[str, Any], calibration: dict[str, Any], *, source: str
 ) -> str:
@@ -112,6 +130,7 @@ def set_pool_keys(
     if not isinstance(pool, yaml.MappingNode) or not pool.value:
         raise QuotacalcError("expected a mapping (name, replicas, ...)", source=source, field=f"pools[{pool_index}]")
     own = entries(pool)
+    shared = _shared_nodes(root)
     indent = " " * pool.value[0][0].start_mark.column
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement); insertions at one place keep their order
     mapping = own.get("deployment", (None, None))[1]
@@ -121,6 +140,15 @@ def set_pool_keys(
         edits.append((start, mapping.end_mark.index, (" " if text[start - 1] == ":" else "") + _flow(deployment)))
     elif mapping is not None:
         present = entries(mapping)
+        # Text written into an anchored node changes every alias of it: another pool's deployment too.
+        touched = [mapping] + [present[key][1] for key in deployment if key in present]
+        if any(id(node) in shared for node in touched):
+            raise QuotacalcError(
+                "is shared with another part of the plan through a YAML anchor: calibrating it would change both",
+                source=source,
+                field=f"pools[{pool_index}].deployment",
+                fix="write this pool's deployment out (or merge the anchor with <<: and its own keys), then calibrate",
+            )
         for key, value in deployment.items():
             node = present.get(key, (None, None))[1]
             if isinstance(node, yaml.ScalarNode) and node.style not in ("|", ">"):
