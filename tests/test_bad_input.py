@@ -523,3 +523,28 @@ def test_stdout_on_a_full_disk_is_a_one_line_error():
         err
         == "quotacalc: error: the output: cannot write: No space left on device (free space there, or send the output elsewhere)\n"
     )
+
+
+def test_an_unknown_dtype_in_a_plan_names_the_file_and_its_key(run_cli, tmp_path):
+    """Before: 'dtype: unknown dtype' with neither the file nor the key (weight_dtype, kv_dtype, or the measured
+    pool's record), read while comparing the deployment with the record of its measured pool."""
+    example = Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml"
+    text = example.read_text(encoding="utf-8")
+    assert text.count("weight_dtype: fp8") == 2  # the deployment's, then the measured pool's record
+    plan = tmp_path / "p.yaml"
+    plan.write_text(text.replace("weight_dtype: fp8", "weight_dtype: fp7", 1), encoding="utf-8")
+    code, out, err = run_cli("price", str(plan))
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == f"quotacalc: error: {plan}: weight_dtype: unknown dtype 'fp7' (did you mean fp8, fp4?)\n"
+    at = text.rindex("weight_dtype: fp8")
+    plan.write_text(text[:at] + "weight_dtype: fp7" + text[at + len("weight_dtype: fp8") :], encoding="utf-8")
+    code, out, err = run_cli("price", str(plan))
+    assert code == 2 and f"{plan}: kv_pool_measured_with.weight_dtype: unknown dtype 'fp7'" in err
+    code, out, err = run_cli("price", str(example), "--kv-dtype", "int3")
+    assert code == 2 and err.startswith("quotacalc: error: --kv-dtype: unknown dtype 'int3'")
+    platform = (Path(__file__).parent.parent / "examples" / "platform.yaml").read_text(encoding="utf-8")
+    plan.write_text(platform.replace("{batch: 8, context: 65536}", "{batch: 8, context: 65536, kv_dtype: int3}"))
+    code, out, err = run_cli("check", str(plan))
+    assert code == 2 and f"{plan}: pools[1].deployment.kv_dtype: unknown dtype 'int3'" in err

@@ -192,13 +192,23 @@ def build_deployment(
         deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
         raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
-    if "kv_pool_tokens" in given:
-        if measured_pool_mismatch(deployment) is not None:
-            # The pool on the command line is this deployment's: the file's record of another one no longer applies.
-            deployment = deployment.model_copy(update={"kv_pool_measured_with": None})
-    elif check_pool:  # (a comparison checks each deployment in its own row)
-        check_measured_pool(deployment, source=source)
-        check_unrecorded_pool(file_values, deployment, source=source)
+    try:
+        if "kv_pool_tokens" in given:
+            if measured_pool_mismatch(deployment) is not None:
+                # The pool on the command line is this deployment's: the file's record of another one no longer
+                # applies.
+                deployment = deployment.model_copy(update={"kv_pool_measured_with": None})
+        elif check_pool:  # (a comparison checks each deployment in its own row)
+            check_measured_pool(deployment, source=source)
+            check_unrecorded_pool(file_values, deployment, source=source)
+    except QuotacalcError as error:
+        # A value read while comparing with the record (an unknown dtype): the flag that gave it, else the file.
+        if error.source is None and error.field is not None:
+            if error.field in given:
+                error.field = "--" + error.field.replace("_", "-")
+            else:
+                error.source = source
+        raise
     return deployment
 
 
@@ -227,10 +237,10 @@ def _memory_share(utilization: float | None, gpu: str, tp: int, tokens: int | No
     return default_memory_utilization(engine, spec, tp, _batched_tokens(tokens, gpu, engine))[0]
 
 
-def _dtype_name(name: str | None) -> str | None:
+def _dtype_name(name: str | None, field: str) -> str | None:
     from quotacalc.catalog.dtypes import dtype_by_name
 
-    return None if name in (None, "auto") else dtype_by_name(name).name
+    return None if name in (None, "auto") else dtype_by_name(name, field=field).name
 
 
 @cache
@@ -247,12 +257,12 @@ def _checkpoint(model: str) -> tuple[str, bool]:
     return arch.checkpoint_dtype, quantized
 
 
-def _dtype_as_run(name: str | None, model: str, *, weights: bool) -> str:
+def _dtype_as_run(name: str | None, model: str, *, weights: bool, field: str) -> str:
     """A dtype as the engine runs it: unset, 'auto' and the checkpoint's own dtype are one (a quantized checkpoint's
     weights are its own whatever 16-bit dtype is named)."""
     checkpoint, quantized = _checkpoint(model)
     own = f"{checkpoint} (the checkpoint's)"
-    resolved = _dtype_name(name)
+    resolved = _dtype_name(name, field)
     if resolved is None or (resolved == checkpoint and not (weights and quantized)):
         return own
     return resolved
@@ -278,13 +288,13 @@ def _has_experts(model: str) -> bool:
     return bool(load_arch(model)[0].moe_layers())
 
 
-def state_dtype_as_run(name: str | None, model: str) -> str | None:
+def state_dtype_as_run(name: str | None, model: str, field: str = "state_dtype") -> str | None:
     """A state dtype as the engine keeps it (unset, 'auto' and the model's default are one), or None for a model
     without recurrent state."""
     default = _state_dtype_default(model)
     if default is None:
         return None
-    resolved = _dtype_name(name)
+    resolved = _dtype_name(name, field)
     return f"{default} (the model's)" if resolved in (None, default) else resolved
 
 
@@ -305,15 +315,19 @@ def model_max_context(model: str) -> int | None:
     return load_arch(model)[0].max_context_tokens
 
 
-def _pool_inputs_as_run(source: Any, model: str, engine: str) -> dict[str, Any]:
+#: Where a measured pool's record sits in a deployment: an error in it names the key there.
+MEASURED_PREFIX = "kv_pool_measured_with."
+
+
+def _pool_inputs_as_run(source: Any, model: str, engine: str, prefix: str = "") -> dict[str, Any]:
     """What a pool depends on, as the engine runs it, of a deployment or a record of one (they share these fields):
     the GPU's catalog id, TP, dtypes (unset is the checkpoint's), the memory share and token budget (unset: the
     engine's default on that GPU)."""
     return {
         "gpu": _gpu_id(source.gpu),
         "tp": source.tp,
-        "weight_dtype": _dtype_as_run(source.weight_dtype, model, weights=True),
-        "kv_dtype": _dtype_as_run(source.kv_dtype, model, weights=False),
+        "weight_dtype": _dtype_as_run(source.weight_dtype, model, weights=True, field=f"{prefix}weight_dtype"),
+        "kv_dtype": _dtype_as_run(source.kv_dtype, model, weights=False, field=f"{prefix}kv_dtype"),
         "memory_utilization": _memory_share(
             source.memory_utilization, source.gpu, source.tp, source.max_num_batched_tokens, engine
         ),
@@ -329,7 +343,7 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
     model = deployment.model
     now = _pool_inputs_as_run(deployment, model, deployment.engine)
     # A record without its engine (written before it was kept) is read as this deployment's engine's.
-    then = _pool_inputs_as_run(measured, model, measured.engine or deployment.engine)
+    then = _pool_inputs_as_run(measured, model, measured.engine or deployment.engine, MEASURED_PREFIX)
     if measured.engine is not None:
         now["engine"], then["engine"] = deployment.engine, measured.engine
     if measured.model is not None:
@@ -339,9 +353,12 @@ def measured_pool_mismatch(deployment: Deployment) -> str | None:
         now["model"], then["model"] = model_key(deployment.model), model_key(measured.model)
     if measured.expert_parallel is not None and _has_experts(model):
         now["expert_parallel"], then["expert_parallel"] = deployment.expert_parallel, measured.expert_parallel
-    if measured.state_dtype is not None and state_dtype_as_run(measured.state_dtype, model) is not None:
+    if (
+        measured.state_dtype is not None
+        and state_dtype_as_run(measured.state_dtype, model, f"{MEASURED_PREFIX}state_dtype") is not None
+    ):
         now["state_dtype"] = state_dtype_as_run(deployment.state_dtype, model)
-        then["state_dtype"] = state_dtype_as_run(measured.state_dtype, model)
+        then["state_dtype"] = state_dtype_as_run(measured.state_dtype, model, f"{MEASURED_PREFIX}state_dtype")
     if measured.max_model_len is not None:
         # Recorded where the logged count depends on it (windowed or state layers); unset means the model's maximum.
         now["max_model_len"] = deployment.max_model_len or model_max_context(deployment.model)
