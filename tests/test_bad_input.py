@@ -548,3 +548,18 @@ def test_an_unknown_dtype_in_a_plan_names_the_file_and_its_key(run_cli, tmp_path
     plan.write_text(platform.replace("{batch: 8, context: 65536}", "{batch: 8, context: 65536, kv_dtype: int3}"))
     code, out, err = run_cli("check", str(plan))
     assert code == 2 and f"{plan}: pools[1].deployment.kv_dtype: unknown dtype 'int3'" in err
+
+
+@pytest.mark.parametrize("source", ["usage\u001b[31m", "two\nlines", "x" * 1001])
+def test_an_oversubscription_source_is_one_printable_line(run_cli, tmp_path, source):
+    """It is copied into the policy and every generated file: no escape sequence, newline, or a megabyte."""
+    import json as json_module
+
+    platform = (Path(__file__).parent.parent / "examples" / "platform.yaml").read_text(encoding="utf-8")
+    plan = tmp_path / "p.yaml"
+    plan.write_text(
+        platform + f"oversubscription: {{ratio: 1.5, source: {json_module.dumps(source)}}}\n", encoding="utf-8"
+    )
+    code, out, err = run_cli("check", str(plan))
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert f"{plan}: oversubscription.source: " in err

@@ -275,7 +275,7 @@ def test_pool_write_refuses_a_deployment_shared_through_an_anchor(run_cli, platf
     text = text[:second] + "deployment: *dd" + text[second + len(first) :]
     text = text[:at] + "deployment: &dd {batch: 128, context: 1700}" + text[at + len(first) :]
     platform.write_text(text, encoding="utf-8")
-    code, out, err = run_cli(
+    code, _out, err = run_cli(
         "calibrate", platform, "--pool", "shared", "--bench", _bench(platform), "--write", platform
     )
     assert code == 1 and err.count("\n") == 1, err

@@ -208,3 +208,10 @@ def test_a_yaml_1_1_number_in_a_plan_is_refused_not_read_as_another_number(run_c
     code, out, err = run_cli("size", str(plan), "--json")
     assert code == 0, err
     assert json.loads(out)["pools"][0]["replicas"] == 10
+
+
+def test_a_number_of_thousands_of_digits_is_refused_with_its_line_not_pythons_limit() -> None:
+    """Before: 'a value cannot be read: Exceeds the limit (4300 digits) ... use sys.set_int_max_str_digits()'."""
+    message = refusal("pools:\n  - replicas: " + "9" * 5000 + "\n")
+    assert message == "a number of 5,000 digits (line 2) is far out of range"
+    assert load("a: " + "9" * 100 + "\n")["a"] == int("9" * 100)  # 100 digits still read

@@ -143,7 +143,10 @@ class Oversubscription(BaseModel):
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     ratio: float = Field(strict=True, description="sum of per-tenant peaks / fleet peak, >= 1")
-    source: str = Field(min_length=1, description="where the ratio was measured (usage data, window, date)")
+    # Copied into the policy and every generated file: one printable line, not a document.
+    source: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_printable_name)] = Field(
+        description="where the ratio was measured (usage data, window, date)"
+    )
 
     @field_validator("ratio")
     @classmethod

@@ -95,8 +95,15 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+#: Digits past which a whole number is no count or size anyone means (Python itself stops at 4,300).
+MAX_INT_DIGITS = 100
+
+
 def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
     text = loader.construct_scalar(node)
+    if len(text) > MAX_INT_DIGITS:
+        line = node.start_mark.line + 1
+        raise _error(f"a number of {len(text):,} digits (line {line}) is far out of range", node)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
     return int(text, 10)  # a leading zero is decimal (YAML 1.2), not octal
