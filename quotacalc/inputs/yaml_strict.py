@@ -95,8 +95,9 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
-#: Digits past which a whole number is no count or size anyone means (Python itself stops at 4,300).
-MAX_INT_DIGITS = 100
+#: Digits Python converts to an int (its default limit); a longer number is refused with its line here, since no
+#: key can then say what was wrong with it (a shorter one is refused at its key, as out of range).
+MAX_INT_DIGITS = 4300
 
 
 def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
