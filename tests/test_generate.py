@@ -492,6 +492,16 @@ def test_interrupted_run_leaves_nothing_the_next_run_refuses(run_cli, tmp_path: 
     assert canonical(run_cli, out_dir, "--check", plan=plan)[0] == 0
 
 
+def test_an_out_directory_several_levels_new_is_made(run_cli, tmp_path: Path, monkeypatch) -> None:
+    """--out new/deeper/generated, none of which exists: made, as mkdir -p would (the staged writer once made only
+    --out's own subfolders)."""
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
+    out_dir = tmp_path / "new" / "deeper" / "generated"
+    code, _, err = canonical(run_cli, out_dir)
+    assert code == 0, err
+    assert (out_dir / "canonical" / "policy.yaml").is_file()
+
+
 def test_a_write_that_fails_changes_nothing(run_cli, tmp_path: Path, monkeypatch) -> None:
     """A full disk (ENOSPC) on the third file this run writes: every file, the manifest included, stays byte for
     byte as the earlier run left it, no staged file remains, and the one-line error names the file it was writing

@@ -302,8 +302,8 @@ def _stage(out_dir: Path, writes: Sequence[tuple[Path, str, int]]) -> list[tuple
     path = out_dir
     try:
         for path, text, mode in writes:
-            for parent in reversed(path.parents):
-                if (out_dir == parent or out_dir in parent.parents) and not parent.exists():
+            for parent in reversed(path.parents):  # --out's own missing parents too (--out new/generated)
+                if not parent.exists():
                     parent.mkdir()
                     made.append(parent)
             descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
