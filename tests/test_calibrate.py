@@ -391,7 +391,7 @@ def test_calibrate_json(run_cli):
     [
         ((), 2, ("--bench", "nothing to calibrate on")),
         (("--bench", "missing.csv"), 2, ("missing.csv", "no such file")),
-        (("--bench", str(SYNTHETIC_CSV), "--fit", "mfu,batch"), 1, ("--fit", "cannot fit batch")),
+        (("--bench", str(SYNTHETIC_CSV), "--fit", "mfu,batch"), 2, ("--fit", "cannot fit batch")),  # a usage error
         (("--bench", str(SYNTHETIC_CSV), "--fit", " , "), 2, ("--fit", "no field named")),
     ],
     ids=["nothing", "missing-file", "unknown-fit", "empty-fit"],

@@ -186,6 +186,11 @@ def calibrate_command(
         parameters = [name.strip() for name in fit.split(",") if name.strip()]
         if not parameters:
             raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
+        from quotacalc.core.calibrate import BOUNDS
+
+        unknown = [name for name in parameters if name not in BOUNDS]
+        if unknown:  # a choice the command line got wrong: a usage error (exit 2), as --ttft-under-load's is
+            raise UsageError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
     if ttft_under_load not in get_args(TtftUnderLoad):
         raise UsageError(
             f"unknown value '{ttft_under_load}'",
