@@ -232,14 +232,16 @@ def test_table_output_has_key_rows(run_cli, monkeypatch, command, rows):
 
 def test_weights_row_shows_what_the_engine_adds_beside_the_split(run_cli, monkeypatch):
     """A dense model's weights per GPU are the split alone; DeepSeek-V3 at TP 8 adds 7/8 of the layers every
-    rank keeps whole (MLA down-projections and routers: 1.137 GB in the checkpoint's dtypes, 994.6 MB)."""
+    rank keeps whole (MLA down-projections, their latent norms and routers: 1,136,804,016 B in the checkpoint's
+    dtypes, 7/8 of it 994,703,514 B = 994.7 MB; the 61 x 2,048 latent norms at BF16, not FP8, add 124,928 x
+    (2 - 1 - 4/16,384) x 7/8 = 109,285 B to the 994,594,229 B = 994.6 MB counted when they sat in attention)."""
     monkeypatch.setenv("COLUMNS", "200")
     code, out, err = run_cli(*COMMANDS["price"])
     assert code == 0, err
     assert "70.6 GB / TP 4 " in out and "engine" not in out.split("weights per GPU")[1].splitlines()[0]
     code, out, err = run_cli("price", "--model", "DeepSeek-V3", "--gpu", "h200", "--tp", "8")
     assert code == 0, err
-    assert "673.2 GB / TP 8 + 994.6 MB engine" in out
+    assert "673.2 GB / TP 8 + 994.7 MB engine" in out
 
 
 def test_explain_prints_substituted_formulas(run_cli, monkeypatch):

@@ -105,10 +105,17 @@ def test_checkpoint_quantization_keeps_its_own_head():
     # Every rank also reads its whole copy of what the engine replicates: 61 MLA layers' down-projections
     # and norms (7,168 x 1,536 + 1,536 + 7,168 x (512 + 64) + 512) and 58 routers (7,168 x 256), each at its
     # group's stored bytes, beyond the 1/8 share the roofline counts.
-    mla, routers = 61 * (7_168 * 1_536 + 1_536 + 7_168 * 576 + 512), 58 * 7_168 * 256
-    assert inputs.arch.replicated_params_by_group() == {ParamGroup.ATTENTION: mla, ParamGroup.ROUTER: routers}
-    replicated = mla * inputs.weights.storage(ParamGroup.ATTENTION).bytes_per_param + routers * (
-        inputs.weights.storage(ParamGroup.ROUTER).bytes_per_param
+    # The norms (1,536 + 512 a layer) are counted in the norm group, stored in BF16 (the checkpoint keeps them so).
+    mla, norms, routers = 61 * (7_168 * 1_536 + 7_168 * 576), 61 * (1_536 + 512), 58 * 7_168 * 256
+    assert inputs.arch.replicated_params_by_group() == {
+        ParamGroup.ATTENTION: mla,
+        ParamGroup.NORM: norms,
+        ParamGroup.ROUTER: routers,
+    }
+    replicated = (
+        mla * inputs.weights.storage(ParamGroup.ATTENTION).bytes_per_param
+        + norms * inputs.weights.storage(ParamGroup.NORM).bytes_per_param
+        + routers * inputs.weights.storage(ParamGroup.ROUTER).bytes_per_param
     )
     for batch in (1, 64):
         assert model.engine_weight_read_bytes_per_gpu(batch) == pytest.approx(
@@ -177,7 +184,7 @@ def test_mla_without_a_query_latent_replicates_only_the_kv_down_projection():
         qk_rope_head_dim=64,
         v_head_dim=128,
     )
-    assert mla.replicated_params() == {ParamGroup.ATTENTION: 2048 * 576 + 512}
+    assert mla.replicated_params() == {ParamGroup.ATTENTION: 2048 * 576, ParamGroup.NORM: 512}
 
 
 def test_hybrid_layers_without_a_mixer_replicate_their_router():

@@ -102,7 +102,9 @@ def test_indexer_parameters_by_hand():
     indexer = 1_536 * 64 * 128 + 7_168 * 128 + 2 * 128 + 7_168 * 64
     mla = 7_168 * 1_536 + 1_536 + 1_536 * 128 * 192 + 7_168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7_168
     assert (indexer, mla) == (13_959_424, 187_107_328)
-    assert mixer.params() == {ParamGroup.ATTENTION: mla + indexer}
+    # The latent norms (q_a_layernorm 1,536 + kv_a_layernorm 512 = 2,048) are counted in the norm group, which
+    # quantized checkpoints keep 16-bit: attention 187,107,328 - 2,048 + 13,959,424.
+    assert mixer.params() == {ParamGroup.ATTENTION: mla - 2_048 + indexer, ParamGroup.NORM: 2_048}
 
 
 def test_deepseek_v3_2_active_params_by_hand():
@@ -149,8 +151,10 @@ def test_tp_keeps_latent_and_indexer_keys_whole():
     arch = _arch("deepseek_v3_2")
     for tp in (1, 2, 8):
         assert kv_bytes_per_token_per_gpu(arch, FP8_BYTES, tp) == 61 * 788 == 48_068
-    down = 7_168 * 1_536 + 1_536 + 7_168 * 576 + 512
+    # The two latent norms (1,536 + 512) are replicated too, counted in the norm group.
+    down = 7_168 * 1_536 + 7_168 * 576
     assert arch.replicated_params_by_group()[ParamGroup.ATTENTION] == 61 * (down + 13_959_424)
+    assert arch.replicated_params_by_group()[ParamGroup.NORM] == 61 * (1_536 + 512)
 
 
 def test_request_kv_at_128k():

@@ -640,9 +640,11 @@ def test_a_local_model_path_is_flagged_and_serve_model_names_what_the_engine_loa
     [
         # max_model_len 32,768: the engine admits nothing longer, so neither does the tier.
         ("max_model_len: 32768\n", 32_768),
-        # One H100 holds 46 sequences of 1,700 tokens of gpt-oss-120b at BF16 KV (78,200 tokens at the pool's context, its
-        # windows paid in full), less than the model's 131,072: the tier takes what the pool holds.
-        ("", 46 * 1_700),
+        # One H100 holds 45 sequences of 1,700 tokens of gpt-oss-120b at BF16 KV (76,500 tokens at the pool's context, its
+        # windows paid in full), less than the model's 131,072: the tier takes what the pool holds. (46 before its
+        # expert biases were priced in BF16: the pool lost 4,608 x 8,640 x (2 - 0.53125) = 58,475,520 B, to
+        # 3,107,190,471.68 B; tests/test_quantized_biases.py.)
+        ("", 45 * 1_700),
     ],
 )
 def test_a_flat_plans_tier_fits_what_its_pool_serves(run_cli, tmp_path, monkeypatch, extra, longest):

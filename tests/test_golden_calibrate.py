@@ -443,11 +443,12 @@ def test_the_reserve_counts_the_weights_the_engine_pads():
     from quotacalc.inputs.resolve import resolve
 
     # gpt-oss-120b on one B200: vLLM pads the MXFP4 experts for its kernels; the resident weights are
-    # the checkpoint's 65,190,340,224 B plus that padding, as price subtracts them.
+    # the checkpoint's 65,248,815,744 B (its expert biases in BF16: 65,190,340,224 + 4,608 experts x 8,640 biases
+    # x (2 - 0.53125) B; tests/test_quantized_biases.py) plus that padding, as price subtracts them.
     gpt = resolve(Deployment(model="gpt-oss-120b", gpu="b200", tp=1))
     padding = engine_padding_bytes_per_gpu(gpt.arch, gpt.weights, gpt.deployment, gpt.gpu)
     assert padding > 0
-    resident = 65_190_340_224 + padding
+    resident = 65_248_815_744 + padding
     assert weights_per_gpu(gpt) == resident
     expected = (0.9 * gpt.gpu.memory_bytes - resident - 50 * GIB) / GIB
     kv = kv_pool_fit(gpt, KvPoolReading(source="serve.log", available_kv_gib=50.0))

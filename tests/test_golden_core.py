@@ -188,11 +188,13 @@ def test_mla_parameters_with_and_without_q_lora():
         qk_rope_head_dim=16,
         v_head_dim=32,
     )
-    kv_and_o = 1024 * 144 + 128 + 128 * 4 * 64 + 4 * 32 * 1024
-    assert mla.params()[A] == 1024 * 256 + 256 + 256 * 4 * 48 + kv_and_o
-    # Without q_lora, q is one 1024 x (4 x 48) projection; o_bias adds 1024.
+    # The two latent norms (256 + 128) sit in the norm group, not the attention group: quantized checkpoints
+    # keep them 16-bit (tests/test_quantized_biases.py).
+    kv_and_o = 1024 * 144 + 128 * 4 * 64 + 4 * 32 * 1024
+    assert mla.params() == {A: 1024 * 256 + 256 * 4 * 48 + kv_and_o, ParamGroup.NORM: 256 + 128}
+    # Without q_lora, q is one 1024 x (4 x 48) projection (no q_a_norm); o_bias adds 1024.
     plain = mla.model_copy(update={"q_lora_rank": None, "o_bias": True})
-    assert plain.params()[A] == 1024 * 4 * 48 + kv_and_o + 1024
+    assert plain.params() == {A: 1024 * 4 * 48 + kv_and_o + 1024, ParamGroup.NORM: 128}
 
 
 def test_mamba1_parameters_by_module():

@@ -309,7 +309,9 @@ def test_padded_weights_per_gpu_of_gpt_oss_at_tp2_by_hand():
     from quotacalc.core.price import price
     from quotacalc.inputs.resolve import resolve
 
-    # gpt-oss-120b (65,190,340,224 B of checkpoint; 36 layers of 128 MXFP4 experts, 2,880 x 2,880, gated:
+    # gpt-oss-120b (65,248,815,744 B of checkpoint: 65,190,340,224 with its 4,608 experts' 8,640 biases each at
+    # MXFP4's 0.53125 B, plus 4,608 x 8,640 x (2 - 0.53125) = 58,475,520 B as they are stored, in BF16;
+    # tests/test_quantized_biases.py. 36 layers of 128 MXFP4 experts, 2,880 x 2,880, gated:
     # 1,692,057,600 B a layer) on 2 A100s: vLLM's Marlin backend pads each rank's 1,440 channels to 1,536
     # and the hidden 2,880 to 3,072. Each rank also holds the whole BF16 router (ReplicatedLinear): 36 x
     # (2,880 x 128 + 128 bias) x 2 B, half of it beyond its 1/TP share.
@@ -317,7 +319,7 @@ def test_padded_weights_per_gpu_of_gpt_oss_at_tp2_by_hand():
     padding = 36 * 1_692_057_600 * (1536 * 3072 / (1440 * 2880) - 1) / 2
     router = 36 * (2880 * 128 + 128) * 2
     assert router == 26_551_296
-    assert result.weight_bytes_per_gpu == pytest.approx(65_190_340_224 / 2 + router / 2 + padding, rel=1e-12)
+    assert result.weight_bytes_per_gpu == pytest.approx(65_248_815_744 / 2 + router / 2 + padding, rel=1e-12)
 
 
 def test_a_context_term_for_several_layers_alike_scales_every_per_token_figure():

@@ -26,6 +26,11 @@ class ParamGroup(str, Enum):
     ATTENTION = "attention"
     MLP = "mlp"
     ROUTED_EXPERTS = "routed_experts"
+    #: Biases inside routed experts (gpt-oss): no quantization method converts them, so a quantized checkpoint
+    #: stores them, and vLLM allocates them, in its 16-bit dtype (Mxfp4MoEMethod.create_weights' w13_bias and
+    #: w2_bias are torch.bfloat16 beside uint8 weight blocks and scales, vllm/model_executor/layers/quantization/
+    #: mxfp4.py); a group of their own keeps them out of the routed experts' quantized storage.
+    ROUTED_EXPERT_BIAS = "routed_expert_bias"
     SHARED_EXPERTS = "shared_experts"
     ROUTER = "router"
     MAMBA = "mamba"
@@ -402,18 +407,21 @@ class MLAAttention(_GrowingCache, _NoState, TokenMixer):
     v_head_dim: PositiveInt
     o_bias: bool = False
 
+    def _latent_norm_params(self) -> int:
+        """The RMSNorms on the query and KV latents (q_a_layernorm, kv_a_layernorm): norms, in the norm group,
+        which quantized checkpoints keep in their 16-bit dtype (DeepSeek-V3's fp8 checkpoint stores both in bf16)."""
+        return (self.q_lora_rank or 0) + self.kv_lora_rank
+
     def params(self) -> dict[ParamGroup, int]:
         qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         if self.q_lora_rank:
-            q_count = (
-                self.hidden_size * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk_head_dim
-            )
+            q_count = self.hidden_size * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk_head_dim
         else:
             q_count = self.hidden_size * self.num_heads * qk_head_dim
-        kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim)
         kv_up = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
         out = self.num_heads * self.v_head_dim * self.hidden_size + (self.hidden_size if self.o_bias else 0)
-        return {ParamGroup.ATTENTION: q_count + kv_down + kv_up + out}
+        return {ParamGroup.ATTENTION: q_count + kv_down + kv_up + out, ParamGroup.NORM: self._latent_norm_params()}
 
     def cache_elements_per_token(self) -> int:
         return self.kv_lora_rank + self.qk_rope_head_dim
@@ -424,9 +432,9 @@ class MLAAttention(_GrowingCache, _NoState, TokenMixer):
     def replicated_params(self) -> dict[ParamGroup, int]:
         # The down-projections to the query and KV latents and their norms: ReplicatedLinear in vLLM's
         # and SGLang's deepseek_v2.py (q_a_proj, kv_a_proj_with_mqa, or their fused form), not split by heads.
-        q_down = self.hidden_size * self.q_lora_rank + self.q_lora_rank if self.q_lora_rank else 0
-        kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-        return {ParamGroup.ATTENTION: q_down + kv_down}
+        q_down = self.hidden_size * self.q_lora_rank if self.q_lora_rank else 0
+        kv_down = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim)
+        return {ParamGroup.ATTENTION: q_down + kv_down, ParamGroup.NORM: self._latent_norm_params()}
 
     def attention_flops_per_token(self, attended_tokens: float) -> float:
         # Queries and keys carry the rope dimensions too: QK^T runs over nope + rope per head. This is the form
@@ -509,10 +517,10 @@ class SparseMLAAttention(MLAAttention):
         return self.q_lora_rank * heads * dim + self.hidden_size * dim + 2 * dim + self.hidden_size * heads
 
     def params(self) -> dict[ParamGroup, int]:
-        return {ParamGroup.ATTENTION: super().params()[ParamGroup.ATTENTION] + self._indexer_params()}
+        return _add(super().params(), {ParamGroup.ATTENTION: self._indexer_params()})
 
     def replicated_params(self) -> dict[ParamGroup, int]:
-        return {ParamGroup.ATTENTION: super().replicated_params()[ParamGroup.ATTENTION] + self._indexer_params()}
+        return _add(super().replicated_params(), {ParamGroup.ATTENTION: self._indexer_params()})
 
     def cache_elements_per_token(self) -> int:
         # Values, whatever their bytes: the latent and the indexer's key (cache_bytes_per_token has the layout).
@@ -1224,13 +1232,21 @@ class MoE(FeedForwardBlock):
     expert_width: PositiveInt | None = None
     latent_projection_bias: bool = False
 
-    def expert_params(self) -> int:
+    def expert_params_by_group(self) -> dict[ParamGroup, int]:
+        """One routed expert's parameters by group: its matrices, and any biases (gpt-oss: gate_up_proj_bias,
+        2 x intermediate, and down_proj_bias, width), which stay 16-bit where the matrices are quantized."""
         matrices = 3 if self.gated else 2
         width = self.expert_width or self.hidden_size
-        count = matrices * width * self.expert_intermediate_size
+        by_group = {ParamGroup.ROUTED_EXPERTS: matrices * width * self.expert_intermediate_size}
         if self.expert_bias:
-            count += (matrices - 1) * self.expert_intermediate_size + width
-        return count
+            by_group[ParamGroup.ROUTED_EXPERT_BIAS] = (matrices - 1) * self.expert_intermediate_size + width
+        return by_group
+
+    def expert_params(self) -> int:
+        return sum(self.expert_params_by_group().values())
+
+    def _routed_params(self, experts: int) -> dict[ParamGroup, int]:
+        return {group: experts * count for group, count in self.expert_params_by_group().items()}
 
     def _fixed_params(self) -> dict[ParamGroup, int]:
         router = self.hidden_size * self.num_experts
@@ -1248,10 +1264,10 @@ class MoE(FeedForwardBlock):
         return fixed
 
     def params(self) -> dict[ParamGroup, int]:
-        return {**self._fixed_params(), ParamGroup.ROUTED_EXPERTS: self.num_experts * self.expert_params()}
+        return {**self._fixed_params(), **self._routed_params(self.num_experts)}
 
     def active_params(self) -> dict[ParamGroup, int]:
-        return {**self._fixed_params(), ParamGroup.ROUTED_EXPERTS: self.top_k * self.expert_params()}
+        return {**self._fixed_params(), **self._routed_params(self.top_k)}
 
     def replicated_params(self) -> dict[ParamGroup, int]:
         # The router (and a shared-expert gate): ReplicatedLinear in vLLM's and SGLang's MoE models.

@@ -719,7 +719,7 @@ def _moe_steps(x: _Explainer, batch: int) -> None:
         x.figures["decode_weight_bytes_per_gpu"] = x.model.decode_weight_bytes_per_gpu_at(batch)
         return
     shape = moe_layers[0]
-    expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
+    expert_bytes = layout.weight_bytes(shape.expert_params_by_group())
     layers = len(moe_layers)
     skew = deployment.expert_skew
     touched = expected_distinct_experts(shape.num_experts, shape.top_k, batch, skew)

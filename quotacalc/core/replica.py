@@ -408,7 +408,7 @@ def decode_weight_reader(inputs: PricingInputs) -> Callable[[int], float]:
         per_gpu = weight_bytes / tp
         return lambda batch: per_gpu
     shape = moe_layers[0]
-    expert_bytes = shape.expert_params() * layout.storage(ParamGroup.ROUTED_EXPERTS).bytes_per_param
+    expert_bytes = layout.weight_bytes(shape.expert_params_by_group())  # matrices quantized, biases 16-bit
     other_bytes = weight_bytes - len(moe_layers) * shape.num_experts * expert_bytes
     layers = len(moe_layers)
 
