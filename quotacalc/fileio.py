@@ -52,6 +52,21 @@ def read_regular_bytes(path: str | Path, *, what: str, limit: int) -> bytes:
     return data
 
 
+def unwritable(error: OSError, place: str | Path, *, field: str, outcome: str = "") -> QuotacalcError:
+    """The one-line error for output that could not be written: where (the file the system names, else
+    ``place``), why, and a fix that fits (a full disk is not a permissions problem). ``outcome``: what the
+    failure left, e.g. "; nothing was changed"."""
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return QuotacalcError(
+        f"cannot write there: {error.strerror or error}{outcome}",
+        source=str(error.filename or place),
+        field=field,
+        fix=f"free space on that file system, or choose another {field}"
+        if full
+        else "choose a directory you can write",
+    )
+
+
 def _default_mode(path: Path) -> int:
     """What a plain ``open(path, "w")`` would leave: an existing file keeps its permissions, a new
     one gets 0o666 less the umask (``mkstemp`` alone would make every file owner-only)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from quotacalc.catalog.examples import ShippedExample, shipped_examples
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.exporters.writer import MANIFEST, PUBLIC_MODE, SECRET_MODE
-from quotacalc.fileio import write_text_atomic
+from quotacalc.fileio import unwritable, write_text_atomic
 
 
 def _find(name: str) -> ShippedExample:
@@ -94,12 +94,7 @@ def examples_command(name: str | None, copy_to: str | None, as_json: bool) -> No
         try:
             written = copy_examples(examples, target)
         except OSError as error:  # a folder it cannot create or write (/proc, a read-only file system, no space)
-            raise QuotacalcError(
-                f"cannot write there: {error.strerror or error}",
-                source=str(error.filename or target),
-                field="--copy",
-                fix="choose a directory you can write",
-            ) from None
+            raise unwritable(error, target, field="--copy") from None
         for path in written:
             sys.stdout.write(f"{path}\n")
         return

@@ -391,12 +391,9 @@ def generate(
     try:
         report = check_files(out_dir, generated) if check_only else write_files(out_dir, generated)
     except OSError as error:  # a directory without write permission, a read-only or special file system
-        raise QuotacalcError(
-            f"cannot write there: {error.strerror or error}",
-            source=str(error.filename or out_dir),
-            field="--out",
-            fix="choose a directory you can write",
-        ) from None
+        from quotacalc.fileio import unwritable
+
+        raise unwritable(error, out_dir, field="--out") from None
     if skipped:
         names = ", ".join(entry["target"] for entry in skipped)
         sys.stderr.write(f"quotacalc: note: skipped targets not in this build: {names}\n")

@@ -11,7 +11,6 @@ All checks run before the first write, so a refused run writes nothing.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters.base import GeneratedFile
+from quotacalc.fileio import unwritable
 
 MANIFEST = ".quotacalc-manifest.json"
 MANIFEST_VERSION = 1
@@ -319,18 +319,9 @@ def _stage(out_dir: Path, writes: Sequence[tuple[Path, str, int]]) -> list[tuple
                 folder.rmdir()
         if not isinstance(error, OSError):
             raise
-        failed = path  # the file being staged when the write failed
-        fix = (
-            "free space on that file system, or choose another --out"
-            if error.errno in (errno.ENOSPC, errno.EDQUOT)
-            else "choose a directory you can write"
-        )
-        raise QuotacalcError(
-            f"cannot write there: {error.strerror or error}; nothing was changed",
-            source=str(failed),
-            field="--out",
-            fix=fix,
-        ) from None
+        # Named by the file being staged when the write failed, never by its temporary name.
+        reason = OSError(error.errno, error.strerror)
+        raise unwritable(reason, path, field="--out", outcome="; nothing was changed") from None
     return staged
 
 
