@@ -553,6 +553,8 @@ def main() -> None:
 
         fit_output_encoding()
         code = app(standalone_mode=False)
+        # Output still buffered fails here, where it is reported, not in the interpreter's exit (exit 120).
+        sys.stdout.flush()
     except QuotacalcError as error:
         _fail(f"error: {error.one_line()}", error.exit_code)
     except KeyboardInterrupt:
