@@ -56,13 +56,15 @@ def test_explicit_fp8_reads_the_head_at_16_bits(tp):
     assert result.engine_decode_weight_bytes_per_gpu == pytest.approx((LLAMA8_PARAMS - skipped + upcast) / tp)
 
 
-def test_explicit_int4_head_upcast_is_one_and_a_half_bytes_a_parameter():
+def test_explicit_int4_head_upcast_is_the_16_bit_head_less_the_int4_one():
+    # --weight-dtype int4 stores 0.5 B + AWQ's default group scales (2.5 B per 128 weights) a parameter.
+    int4 = 0.5 + 2.5 / 128
     inputs = resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", weight_dtype="int4"))
     read = engine_read(inputs.arch, inputs.weights)
-    assert read.embedding_bytes == LLAMA8_TABLE_PARAMS * 0.5
-    assert read.lm_head_upcast_bytes == LLAMA8_TABLE_PARAMS * (2 - 0.5)
+    assert read.embedding_bytes == pytest.approx(LLAMA8_TABLE_PARAMS * int4)
+    assert read.lm_head_upcast_bytes == pytest.approx(LLAMA8_TABLE_PARAMS * (2 - int4))
     assert read.vision_bytes == 0
-    assert read.delta_bytes == LLAMA8_TABLE_PARAMS * (2 - 0.5 - 0.5)
+    assert read.delta_bytes == pytest.approx(LLAMA8_TABLE_PARAMS * (2 - int4 - int4))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])

@@ -503,3 +503,30 @@ def test_a_float32_checkpoint_is_priced_as_vllm_serves_it_in_bfloat16():
         resolve(Deployment(model=olmo, gpu="h100-sxm", context=1_000, weight_dtype="fp32", kv_dtype="fp32"))
     )
     assert as_fp32.weight_bytes == 4 * served.total_params and as_fp32.kv_bytes_per_token == 2 * 524_288
+
+
+@pytest.mark.parametrize(
+    ("name", "bytes_per_param"),
+    [
+        # A flag names no group, so int4 takes AutoAWQ's and GPTQ's default: 0.5 B + (2 B scale + 0.5 B zero) / 128.
+        ("int4", 0.5 + 2.5 / 128),
+        # Formats whose scales are part of the format, or per tensor/channel (negligible), add nothing.
+        ("fp8", 1.0),
+        ("int8", 1.0),
+        ("mxfp4", 4.25 / 8),
+        ("nvfp4", 4.5 / 8),
+        ("bf16", 2.0),
+    ],
+)
+def test_weight_dtype_flag_counts_the_formats_usual_scales(name, bytes_per_param):
+    result = explicit_layout(DTYPES[name], gpu_supports=blackwell)
+    assert {result.storage(group).bytes_per_param for group in ParamGroup} == {bytes_per_param}
+
+
+def test_weight_dtype_int4_flag_matches_a_default_awq_checkpoint():
+    """The flag and the checkpoint path agree on a linear layer, so a plan priced at --weight-dtype int4 is
+    what serving the AWQ/GPTQ build of the model costs (bar its 16-bit embeddings, which the flag quantizes)."""
+    flag = explicit_layout(DTYPES["int4"], gpu_supports=hopper)
+    checkpoint = layout({"quant_method": "awq", "bits": 4})
+    assert flag.storage(ParamGroup.MLP) == checkpoint.storage(ParamGroup.MLP)
+    assert "group scales" in flag.source

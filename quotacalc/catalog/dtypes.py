@@ -19,6 +19,9 @@ class Dtype(BaseModel):
     #: Format used instead when a GPU has no tensor cores for ``compute_dtype`` (weight-only kernels).
     fallback_compute_dtype: str
     note: str
+    #: Scale bytes per weight that ``--weight-dtype`` adds for a grouped format whose group a checkpoint states
+    #: (a checkpoint's ``quantization_config`` gives its own group and replaces this).
+    flag_scale_bytes_per_element: float = 0.0
 
 
 _DTYPES: tuple[Dtype, ...] = (
@@ -38,7 +41,10 @@ _DTYPES: tuple[Dtype, ...] = (
         bytes_per_element=0.5,
         compute_dtype="bf16",
         fallback_compute_dtype="fp16",
-        note="4-bit weight-only (AWQ, GPTQ); group scales are not counted",
+        note="4-bit weight-only (AWQ, GPTQ); as a flag, an fp16 scale and a 4-bit zero per 128 weights",
+        # AutoAWQ's and GPTQ's default group of 128 (q_group_size / group_size), each with an fp16 scale and a
+        # packed 4-bit zero point: what an AWQ/GPTQ checkpoint's quantization_config prices to.
+        flag_scale_bytes_per_element=(2 + 0.5) / 128,
     ),
     Dtype(
         name="mxfp4",

@@ -252,12 +252,18 @@ def checkpoint_layout(
 
 
 def explicit_layout(dtype: Dtype, *, gpu_supports) -> WeightLayout:
+    """Every parameter in ``dtype`` (``--weight-dtype``), with the group scales the format's usual checkpoints
+    carry (int4: an fp16 scale and a 4-bit zero per 128 weights, as AWQ/GPTQ ship)."""
     quantized = dtype.bytes_per_element < ENGINE_VOCAB_BYTES_PER_PARAM
+    scales = dtype.flag_scale_bytes_per_element
+    source = f"--weight-dtype {dtype.name}"
+    if scales:
+        source += f" (+{scales:.5f} B of group scales a weight)"
     return uniform_layout(
         dtype.name,
-        dtype.bytes_per_element,
+        dtype.bytes_per_element + scales,
         _compute(dtype, gpu_supports),
-        f"--weight-dtype {dtype.name}",
+        source,
         engine_vocab_bytes_per_param=ENGINE_VOCAB_BYTES_PER_PARAM if quantized else None,
     )
 
