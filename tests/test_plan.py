@@ -340,6 +340,11 @@ BAD_PLANS = [
         "tenants[0].lora_adapters: names x-v1 more than once: give each adapter once",
     ),
     (
+        "public prefix twice",
+        lambda d: d.update(public_prefixes=["system-v1", "tools-v1", "system-v1"]),
+        "public_prefixes: names system-v1 more than once: give each prefix id once",
+    ),
+    (
         "long-context chain",
         lambda d: d["pools"][1].update(long_context_pool="shared", route_above_prompt_tokens=60000),
         "pools[1]: a long_context pool takes the longest prompts itself: long-context pools do not chain",

@@ -156,6 +156,13 @@ class Oversubscription(BaseModel):
         return value
 
 
+def _each_once(names: tuple[str, ...], what: str) -> tuple[str, ...]:
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"names {', '.join(repeated)} more than once: give each {what} once")
+    return names
+
+
 class PlanTenant(BaseModel):
     """A tenant of the platform: its tier, its pool, and either a contract or a traffic profile to size."""
 
@@ -180,10 +187,7 @@ class PlanTenant(BaseModel):
     @field_validator("lora_adapters")
     @classmethod
     def _adapters_once(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise ValueError(f"names {', '.join(repeated)} more than once: give each adapter once")
-        return names
+        return _each_once(names, "adapter")
 
     @field_validator("units_per_s")
     @classmethod
@@ -230,6 +234,12 @@ class Plan(BaseModel):
         pattern=r"^[a-z0-9][a-z0-9-]{0,63}$",
         description="request header that carries the tenant id (lower-case, as HTTP/2 sends it)",
     )
+
+    @field_validator("public_prefixes")
+    @classmethod
+    def _prefixes_once(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        # A repeated id would be a duplicate entry in the gateways' match lists (decK refuses one).
+        return _each_once(names, "prefix id")
 
     @field_validator("tenant_header")
     @classmethod
