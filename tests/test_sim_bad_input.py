@@ -51,6 +51,17 @@ def _rename(path: str, new_key: str):
     return change
 
 
+def _replay_from(file: str):
+    """acme's arrivals replayed from ``file``: the file gives the lengths, so the distributions go."""
+
+    def change(document: dict) -> None:
+        tenant = document["workload"]["tenants"][0]
+        tenant["arrival"] = {"kind": "replay", "file": file}
+        del tenant["prompt_tokens"], tenant["output_tokens"]
+
+    return change
+
+
 CASES = [
     (
         "misspelt required key",
@@ -72,7 +83,7 @@ CASES = [
     ("unknown tier", _set("plan.tenants.2.tier", "platinum"), 1, "plan.tenants[2].tier", "platinum"),
     (
         "replay file with a NUL",
-        _set("workload.tenants.0.arrival", {"kind": "replay", "file": "u\x00.csv"}),
+        _replay_from("u\x00.csv"),
         1,
         "workload.tenants[0].arrival.file",
         "is not a file name",
@@ -86,10 +97,17 @@ CASES = [
     ("probability above 1", _set("workload.tenants.0.cancel_probability", 1.5), 1, "cancel_probability", "1"),
     ("duplicate workload", _set("workload.tenants.1.tenant", "acme"), 1, "workload.tenants[1].tenant", "two workloads"),
     ("runaway rate", _set("workload.tenants.0.arrival.rate_rps", 1e12), 1, "duration_s", "requests would arrive"),
+    (
+        "replay beside lengths",
+        _set("workload.tenants.0.arrival", {"kind": "replay", "file": "usage.csv"}),
+        1,
+        "workload.tenants[0]",
+        "prompt_tokens and output_tokens cannot go with a replay",
+    ),
     ("missing plan file", _set("plan", "nope.yaml"), 2, "nope.yaml", "no such file"),
     (
         "missing replay file",
-        _set("workload.tenants.0.arrival", {"kind": "replay", "file": "nope.csv"}),
+        _replay_from("nope.csv"),
         2,
         "nope.csv",
         "no such file",
@@ -132,7 +150,7 @@ def _replay(run_cli, tmp_path, name: str, text: str) -> tuple[int, str, str, Pat
     """Simulate the example with acme's arrivals replayed from ``name`` (holding ``text``)."""
     (tmp_path / name).write_text(text, encoding="utf-8")
     document = copy.deepcopy(BASE)
-    document["workload"]["tenants"][0]["arrival"] = {"kind": "replay", "file": name}
+    _replay_from(name)(document)
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(document))
     code, out, err = run_cli("simulate", str(scenario))

@@ -208,6 +208,14 @@ class TenantWorkload(_Strict):
     def _lengths(self) -> TenantWorkload:
         if self.arrival.kind != "replay" and (self.prompt_tokens is None or self.output_tokens is None):
             raise ValueError("prompt_tokens and output_tokens are required unless arrival.kind is replay")
+        if self.arrival.kind == "replay":
+            given = [name for name in ("prompt_tokens", "output_tokens") if getattr(self, name) is not None]
+            if given:
+                # The file's rows carry each request's lengths; a distribution beside them would never be drawn.
+                raise ValueError(
+                    f"{' and '.join(given)} cannot go with a replay: the usage file gives each request's "
+                    "lengths (remove them, or use another arrival kind)"
+                )
         return self
 
 
