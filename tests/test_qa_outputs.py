@@ -376,3 +376,16 @@ def test_price_warns_where_vllm_would_refuse_the_token_budget(run_cli):
     for extra in (("--max-num-batched-tokens", "128"), ("--max-num-batched-tokens", "64", "--engine", "sglang")):
         code, out, err = run_cli("price", *args, *extra, "--json")
         assert not any("refuses to start" in line for line in json.loads(out)["warnings"]), extra
+
+
+def test_a_state_dtype_on_a_model_without_state_is_a_warning(run_cli):
+    """--state-dtype sizes Mamba/linear-attention state only: on a dense model it would be silently ignored."""
+    args = ("--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm")
+    code, out, err = run_cli("price", *args, "--state-dtype", "fp32", "--json")
+    assert code == 0 and json.loads(out)
+    assert err.strip() == (
+        "quotacalc: warning: state_dtype fp32 changes nothing: Llama-3.1-8B-Instruct keeps no recurrent state "
+        "(Mamba, linear attention, short convolution) (leave --state-dtype out)"
+    )
+    code, _, err = run_cli("price", *args, "--json")
+    assert code == 0 and "state_dtype" not in err

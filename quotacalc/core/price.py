@@ -265,15 +265,15 @@ def _weights_section(x: _Explainer) -> None:
     x.record(
         "total_params",
         total,
-        formula="Σ parameters (tied embeddings once)",
-        substituted=f"{fmt(total)}",
+        formula="Σ_group parameters (tied embeddings once)",
+        substituted=_group_terms(arch.params_by_group()),
         unit="params",
     )
     x.record(
         "active_params",
         active,
-        formula="parameters a text token runs through (top-k routed experts; vision tower idle)",
-        substituted=f"{fmt(active)}",
+        formula="Σ_group parameters a text token runs through (top-k routed experts; vision tower idle)",
+        substituted=_group_terms(arch.active_params_by_group()),
         unit="params",
     )
     params_by_group = arch.params_by_group()
@@ -350,6 +350,11 @@ def _kv_section(x: _Explainer) -> None:
     )
     state = memory.state_bytes_per_sequence(arch, state_b)
     x.figures["state_bytes_per_sequence"] = state
+    if not state and inputs.deployment.state_dtype not in (None, "auto"):
+        x.warnings.append(
+            f"state_dtype {inputs.deployment.state_dtype} changes nothing: {arch.name} keeps no recurrent state "
+            "(Mamba, linear attention, short convolution) (leave --state-dtype out)"
+        )
     if state:
         x.record(
             "state_bytes_per_sequence",
@@ -359,6 +364,11 @@ def _kv_section(x: _Explainer) -> None:
             substituted=_state_substituted(arch, state, state_b, inputs.state_dtype.name),
             unit="B",
         )
+
+
+def _group_terms(params_by_group: Mapping[ParamGroup, int]) -> str:
+    """'525,336,576 (embedding) + ...': each group's parameters, as params_by_group in the JSON."""
+    return " + ".join(f"{fmt(params)} ({group.value})" for group, params in params_by_group.items() if params)
 
 
 def _state_substituted(arch: ModelArch, state: float, state_b: float, dtype_name: str) -> str:
