@@ -401,6 +401,18 @@ def test_starcoder2_window_kv_and_plain_biased_mlp():
     assert window_bytes_per_sequence(arch, BF16_BYTES, 16_384) == 335_544_320
 
 
+def test_starcoder2_as_published_has_its_own_lm_head():
+    """bigcode/starcoder2-15b's published config states tie_word_embeddings: false (the fixture without the key
+    is the tied variant, counted by transformers in reference_params_dense_families.json): one more matrix of
+    vocabulary x hidden = 49,152 x 6,144."""
+    tied = json.loads((Path(__file__).parent / "data" / "reference_params_dense_families.json").read_text())
+    tied_total = tied["models"]["starcoder2_15b"]["total_params"]
+    arch = _arch("starcoder2_15b_published")
+    assert not arch.tie_word_embeddings
+    assert arch.total_params() == tied_total + 49_152 * 6_144 == 15_957_889_024
+    assert arch.params_by_group()[ParamGroup.LM_HEAD] == 49_152 * 6_144
+
+
 def test_cohere_qk_norms_span_the_whole_projection():
     """Command R+ (use_qk_norm): q_norm over 96 x 128, k_norm over 8 x 128; one LayerNorm weight per layer.
     Attention: q 12,288 x 12,288, k and v 12,288 x 1,024 each, o 12,288 x 12,288, norms 12,288 + 1,024."""

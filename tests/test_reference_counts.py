@@ -44,7 +44,9 @@ HAND_COUNTED = {
     "mixtral_8x22b",
     "qwen2_7b_instruct",
     "qwen3_30b_a3b",
+    "qwen1_5_moe_a2_7b",  # tests/test_families_moe.py
     "qwen3_32b",
+    "starcoder2_15b_published",  # the tied fixture's reference + its own LM head: tests/test_families_dense.py
     "longcat_flash_chat",  # transformers over-counts its experts: checked in tests/test_families_fam3.py
 }
 
