@@ -9,6 +9,7 @@ The totals are checked in tests/test_reference_counts.py, with every other test 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -367,3 +368,26 @@ def test_llama4_chunk_not_below_max_context_is_full_attention(tmp_path):
     arch, _ = load_arch(path)
     assert arch.mixer_counts() == {"full_attention": 48}
     assert any("attention chunk 8192" in note for note in arch.notes)
+
+
+def test_qwen2_moe_counts_its_qkv_biases_as_its_config_sets_them(tmp_path):
+    """Qwen1.5-MoE-A2.7B by hand: untied 151,936 x 2,048 table and head; per layer q/k/v/o 4 x 2,048^2 with
+    q/k/v biases 3 x 2,048 (Qwen2MoeConfig.qkv_bias, default true), 60 experts x 3 x 2,048 x 1,408, a router
+    60 x 2,048, a shared expert 3 x 2,048 x 5,632 and its 2,048-wide gate, two norms; a final norm."""
+    hidden, layers = 2_048, 24
+    attention = 4 * hidden**2 + 3 * hidden
+    moe = 60 * 3 * hidden * 1_408 + 60 * hidden + 3 * hidden * 5_632 + hidden
+    total = 2 * 151_936 * hidden + layers * (attention + moe + 2 * hidden) + hidden
+    assert _arch("qwen1_5_moe_a2_7b").total_params() == total == 14_315_784_192
+    unbiased = _config_with(tmp_path, "qwen1_5_moe_a2_7b", lambda c: c.update(qkv_bias=False))
+    assert load_arch(unbiased)[0].total_params() == total - layers * 3 * hidden
+
+
+@pytest.mark.parametrize("flag", ["attention_bias", "mlp_bias"])
+def test_deepseek_with_biases_vllm_never_builds_is_refused(tmp_path, flag):
+    config = json.loads((Path(__file__).parent.parent / "models" / "DeepSeek-V3" / "config.json").read_text())
+    config[flag] = True
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    message = _one_line_error(str(tmp_path))
+    assert f"DeepSeek MLA with {flag} is not priced yet (vLLM builds no such bias)" in message
+    assert flag in message and "config.json" in message

@@ -391,7 +391,8 @@ _DECODERS: dict[tuple[str, ...], DecoderFamily] = {
     ),
     ("phi3",): DecoderFamily(),
     ("mixtral",): DecoderFamily(feed_forward=_local_experts_moe),
-    ("qwen2_moe",): DecoderFamily(attention=AttentionTraits(qkv_bias=True), feed_forward=_qwen_moe),
+    # Qwen2MoeConfig.qkv_bias (default true) sets the q/k/v biases.
+    ("qwen2_moe",): DecoderFamily(attention=AttentionTraits(qkv_bias="qkv_bias"), feed_forward=_qwen_moe),
     ("qwen3_moe",): DecoderFamily(
         attention=AttentionTraits(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True),
         feed_forward=_qwen_moe,
@@ -560,7 +561,16 @@ def read_deepseek(view: ConfigView, name: str) -> ModelArch:
     """MLA attention; the first ``first_k_dense_replace`` layers dense, then MoE every ``moe_layer_freq``."""
     layers_count = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
-    mla = mla_attention(view, o_bias=view.flag("attention_bias"))
+    for flag in ("attention_bias", "mlp_bias"):
+        if view.flag(flag):
+            # transformers then biases q_a_proj and kv_a_proj_with_mqa (or the dense and shared MLPs), which vLLM's
+            # DeepseekV2 model never builds: no checkpoint vLLM serves has them, and no count would match both.
+            raise UnsupportedArchitecture(
+                f"DeepSeek MLA with {flag} is not priced yet (vLLM builds no such bias)",
+                source=view.source,
+                field=view.prefix + flag,
+            )
+    mla = mla_attention(view)
     first_dense = view.get("first_k_dense_replace", 0)
     frequency = view.positive_int("moe_layer_freq", 1)
     moe = MoE(
