@@ -116,6 +116,15 @@ def test_config_with_unknown_model_type(run_cli, tmp_path):
     assert_one_line_error(*result, INVALID, "model_type", "'frobnicator'", "unknown")
 
 
+def test_config_of_a_custom_code_model(run_cli, tmp_path):
+    """ChatGLM's config class lives in its own repository (auto_map): upgrading transformers would not help."""
+    auto_map = {"AutoConfig": "configuration_chatglm.ChatGLMConfig"}
+    model = write_config(tmp_path / "chatglm", {**LLAMA_TEMPLATE, "model_type": "chatglm", "auto_map": auto_map})
+    result = run_cli("price", "--model", str(model), "--gpu", "h100-sxm")
+    line = assert_one_line_error(*result, INVALID, "model_type", "'chatglm'", "custom-code model (auto_map)")
+    assert "upgrade transformers" not in line
+
+
 def test_architecture_not_priced_yet_t5(run_cli, tmp_path):
     t5 = {"model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8}
     model = write_config(tmp_path / "t5", {**t5, "vocab_size": 32128})

@@ -230,6 +230,16 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
             resolved = _resolved_dict(config)
     except ValueError as error:
         if "Unrecognized" in str(error) or "model_type" in str(error):
+            if isinstance(raw.get("auto_map"), dict):
+                # ChatGLM, InternLM2, Baichuan...: the config class lives in the model's own repository
+                # (trust_remote_code), so no transformers release reads it and quotacalc has no reader for it.
+                raise QuotacalcError(
+                    f"model_type '{model_type}' is a custom-code model (auto_map), which transformers does not define "
+                    "and quotacalc does not price",
+                    source=source_name,
+                    field="model_type",
+                    fix="price a transformers-native build of the model if one exists, or a model of the same shape",
+                ) from None
             raise QuotacalcError(
                 f"model_type '{model_type}' is unknown to transformers {transformers.__version__}",
                 source=source_name,
