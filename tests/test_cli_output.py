@@ -400,3 +400,30 @@ def test_help_names_every_engine_profile_and_shows_enum_defaults_by_value(run_cl
     monkeypatch.setenv("COLUMNS", "300")
     code, out, _ = run_cli("price", "--help")
     assert code == 0 and "[default: roofline]" in out and "PricingBasis." not in out
+
+
+@pytest.mark.parametrize(
+    ("model", "growing", "windowed"),
+    [
+        # gpt-oss-120b: 18 full and 18 sliding (128-token) layers, 8 KV heads x (64 + 64) x 2 B each.
+        ("gpt-oss-120b", 18 * 8 * 128 * 2, 18 * 8 * 128 * 2),
+        # Gemma 3 27B: 10 full and 52 sliding (1,024) layers, 16 KV heads x (128 + 128) x 2 B.
+        ("gemma-3-27b-it", 10 * 16 * 256 * 2, 52 * 16 * 256 * 2),
+        # Llama 3.1 8B: every layer grows (32 x 8 x 256 x 2 B), none windowed.
+        ("Llama-3.1-8B-Instruct", 32 * 8 * 256 * 2, 0),
+    ],
+)
+def test_windowed_kv_per_token_is_reported_beside_the_growing_kv(run_cli, model, growing, windowed):
+    """kv_bytes_per_token counts the layers that keep growing; what the windowed layers cost a token while it is
+    inside their window is window_kv_bytes_per_token, and the table shows it as a second row."""
+    args = ("price", "--model", model, "--gpu", "h200", "--tp", "4")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert results["kv_bytes_per_token"] == growing
+    assert results["window_kv_bytes_per_token"] == windowed
+    code, table, err = run_cli(*args)
+    assert code == 0, err
+    assert ("+ windowed KV per token" in table) == bool(windowed)
+    if windowed:
+        assert f"{windowed:,} B" in table

@@ -108,12 +108,21 @@ def _price_rows(table: Table, result: PriceResult) -> None:
     if engine_extra_bytes > 0.5:
         split += f" + {units.data_bytes(engine_extra_bytes)} engine"
     _add_row(table, "weights per GPU", units.data_bytes(result.weight_bytes_per_gpu), split)
+    windowed = result.window_kv_bytes_per_token
     _add_row(
         table,
         "KV per token",
         f"{result.kv_bytes_per_token:,.0f} B",
-        f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU",
+        f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU"
+        + ("; layers that keep growing" if windowed else ""),
     )
+    if windowed:
+        _add_row(
+            table,
+            "+ windowed KV per token",
+            f"{windowed:,.0f} B",
+            "inside the window only: sliding-window layers stop there (kv shows a request's)",
+        )
     if result.state_bytes_per_sequence:
         _add_row(
             table,

@@ -59,6 +59,14 @@ def state_elements_per_sequence(arch: ModelArch) -> int:
     return sum(n * m.state_elements_per_sequence() for m, n in arch.mixer_groups())
 
 
+def window_kv_bytes_per_token(arch: ModelArch, kv_bytes_per_element: float) -> float:
+    """KV a token costs in the layers that keep only a window of tokens (sliding windows, local chunks), while it is
+    inside their window: what kv_bytes_per_token leaves out, since those layers stop growing."""
+    return sum(
+        n * m.cache_bytes_per_token(kv_bytes_per_element) for m, n in arch.mixer_groups() if not m.grows_with_context()
+    )
+
+
 def window_bytes_per_sequence(arch: ModelArch, kv_bytes_per_element: float, context_tokens: int) -> float:
     """KV held by sliding-window layers for one sequence at a context (at most their windows)."""
     return sum(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
-from quotacalc.core.arch import ModelArch, ParamGroup
+from quotacalc.core.arch import ModelArch, ParamGroup, TokenMixer
 from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
@@ -104,6 +104,8 @@ class PriceResult(BaseModel):
     kv_bytes_per_token: float
     kv_bytes_per_token_per_gpu: float
     state_bytes_per_sequence: float
+    #: KV a token costs in sliding-window and local-chunk layers while inside their window (0 when every layer grows).
+    window_kv_bytes_per_token: float
     peak_flops_per_gpu: float
     #: What the stated MFU is multiplied by on this GPU and dtype (PricingInputs.mfu_scale).
     mfu_scale: float
@@ -348,6 +350,25 @@ def _kv_section(x: _Explainer) -> None:
         substituted=f"{fmt(kv_per_token)} over TP {tp}",
         unit="B",
     )
+    windowed = memory.window_kv_bytes_per_token(arch, kv_b)
+    x.figures["window_kv_bytes_per_token"] = windowed
+    if windowed:
+        groups = _windowed_groups(arch, kv_b)
+        windows = sorted(
+            {term.bound_tokens for mixer, _ in groups for term in mixer.context_terms(kv_b, tp) if term.bound_tokens}
+        )
+        x.record(
+            "window_kv_bytes_per_token",
+            windowed,
+            formula="Σ_windowed layers cached values per token × kv_dtype_bytes, while the token is inside the window",
+            substituted=" + ".join(
+                f"{n} × {fmt(m.cache_bytes_per_token(kv_b) / kv_b)} × {fmt(kv_b)} ({inputs.kv_dtype.name})"
+                for m, n in groups
+            ),
+            unit="B",
+            note=f"{sum(n for _, n in groups)} layers keep at most {' or '.join(f'{w:,}' for w in windows)} tokens "
+            "a sequence (sliding windows, local chunks)",
+        )
     state = memory.state_bytes_per_sequence(arch, state_b)
     x.figures["state_bytes_per_sequence"] = state
     if not state and inputs.deployment.state_dtype not in (None, "auto"):
@@ -364,6 +385,11 @@ def _kv_section(x: _Explainer) -> None:
             substituted=_state_substituted(arch, state, state_b, inputs.state_dtype.name),
             unit="B",
         )
+
+
+def _windowed_groups(arch: ModelArch, kv_b: float) -> list[tuple[TokenMixer, int]]:
+    """The layer kinds whose KV stops at a window (not a fixed state), with their counts."""
+    return [(m, n) for m, n in arch.mixer_groups() if not m.grows_with_context() and m.cache_bytes_per_token(kv_b)]
 
 
 def _group_terms(params_by_group: Mapping[ParamGroup, int]) -> str:
@@ -1206,6 +1232,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         kv_bytes_per_token=f["kv_bytes_per_token"],
         kv_bytes_per_token_per_gpu=f["kv_bytes_per_token_per_gpu"],
         state_bytes_per_sequence=f["state_bytes_per_sequence"],
+        window_kv_bytes_per_token=f["window_kv_bytes_per_token"],
         peak_flops_per_gpu=f["peak_flops_per_gpu"],
         mfu_scale=f["mfu_scale"],
         compute_dtype=inputs.weights.compute_dtype,
