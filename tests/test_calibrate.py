@@ -883,3 +883,81 @@ def test_a_flag_over_an_earlier_fitted_value_is_not_another_deployment(run_cli, 
     code, _, err = run_cli("calibrate", plan, "--log", log, "--mbu", "0.8", "--write", plan)
     assert code == 0, err
     assert yaml.safe_load(plan.read_text(encoding="utf-8"))["mbu"] == 0.8
+
+
+# --------------------------------------------------------------------------- runs that do not measure MFU
+
+
+@pytest.fixture(scope="module")
+def qwen3_8b_fp8():
+    from quotacalc.inputs.resolve import resolve
+
+    return resolve(Deployment(model="Qwen3-8B", gpu="h100-sxm", tp=1, weight_dtype="fp8", kv_dtype="bf16"))
+
+
+def test_the_shortest_compute_bound_prompt_is_the_ridge_of_flops_and_one_weight_read(qwen3_8b_fp8):
+    """The method's ridge: a chunk of n tokens computes n × FLOPs a prompt token (plus one chunk's logits) at
+    TP × peak × MFU, against one read of the weights at peak bandwidth × MBU; below n the read is longer."""
+    from quotacalc.core.calibrate import compute_bound_prompt_tokens
+    from quotacalc.core.replica import replica_model
+
+    shortest = compute_bound_prompt_tokens(qwen3_8b_fp8)
+    model = replica_model(qwen3_8b_fp8, 0.0)
+    read_s = model.weight_bytes_per_gpu / (3.35e12 * 0.75)  # the H100 SXM's 3.35 TB/s (gpus.yaml), MBU 0.75
+    flops_per_s = 1979e12 * 0.5  # its dense FP8 peak, MFU 0.5 (the H100 at FP8 is the MFU scale's reference)
+    # Attention over a few hundred tokens adds well under 1% to a prompt token: the linear ridge is within 2%.
+    ridge = (read_s * flops_per_s - model.logits_flops_per_token) / model.prefill_flops_per_token
+    assert shortest == pytest.approx(ridge, rel=0.02)
+    assert model.prefill_compute_s(shortest) > read_s >= model.prefill_compute_s(shortest - 1)
+
+
+def test_runs_that_leave_mfu_at_its_default_say_which_prompt_would_measure_it(qwen3_8b_fp8):
+    # silybench's vLLM runs (tests/data/measurements/): a 128-token first token and ITLs at concurrency 1 and 4.
+    short = [
+        BenchmarkPoint(
+            source="s.csv",
+            row="row 1",
+            concurrency=1,
+            prompt_tokens=128,
+            output_tokens=128,
+            ttft_s=0.01445,
+            itl_s=0.004618,
+        ),
+        BenchmarkPoint(
+            source="s.csv", row="row 2", concurrency=4, prompt_tokens=128, output_tokens=128, itl_s=0.004716
+        ),
+    ]
+    from quotacalc.core.calibrate import compute_bound_prompt_tokens
+
+    shortest = compute_bound_prompt_tokens(qwen3_8b_fp8)
+    assert 128 < shortest < 1000
+    result = calibrate(qwen3_8b_fp8, short)
+    assert "mfu" not in fitted(result)
+    (warning,) = [w for w in result.warnings if "no run measures compute speed" in w]
+    assert "of 128-token prompts, are memory-bound" in warning and "mfu stays at 0.5" in warning
+    assert f"well past {shortest:,} tokens" in warning and "(1,000 or more)" in warning
+    # ITL runs alone say so too.
+    itl_only = [point.model_copy(update={"ttft_s": None}) for point in short]
+    assert any("no first token is measured" in w for w in calibrate(qwen3_8b_fp8, itl_only).warnings)
+    # A compute-bound first token fits MFU, and the warning goes.
+    long = short[0].model_copy(update={"row": "row 3", "prompt_tokens": 2048, "ttft_s": 0.04})
+    result = calibrate(qwen3_8b_fp8, [*short, long])
+    assert "mfu" in fitted(result)
+    assert not any("compute speed" in w for w in result.warnings)
+    # Parameters the user chose are the user's: no warning about what was left out.
+    assert not any("compute speed" in w for w in calibrate(qwen3_8b_fp8, short, parameters=["mbu"]).warnings)
+
+
+def test_the_unmeasured_mfu_warning_fails_strict(run_cli, tmp_path):
+    bench = tmp_path / "short.csv"
+    bench.write_text(
+        "concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,128,128,0.01445,0.004618\n4,128,128,,0.004716\n",
+        encoding="utf-8",
+    )
+    args = ("calibrate", "--bench", bench, "--model", "Qwen3-8B", "--gpu", "h100-sxm", "--weight-dtype", "fp8")
+    code, out, err = run_cli(*args)
+    assert code == 0 and "mbu" in out
+    (line,) = [line for line in err.splitlines() if "compute speed" in line]
+    assert line.startswith("quotacalc: warning: no run measures compute speed")
+    code, out, err = run_cli(*args, "--strict")
+    assert code == 1 and out == "" and "compute speed" in err

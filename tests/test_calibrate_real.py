@@ -122,3 +122,53 @@ def test_two_runs_predict_the_deployments_other_points(model):
         assert abs(errors[ident]) <= bound, (ident, errors[ident])
     # Within the target: the rest, most of the deployment's points.
     assert len(errors) - len(misses) >= len(errors) // 2
+
+
+#: bench/two_point.py's table in docs/accuracy.md ("Two points on every measured deployment"): deployment ->
+#: (other points within 5% calibrated, other points, the worst calibrated |error| the page states, rounded up).
+EVERY_DEPLOYMENT = {
+    "nim-1.0: Llama-3.3-70B-Instruct on 2x h100-sxm (fp8/fp8)": (10, 15, 0.13),
+    "nim-1.0: Llama-3.1-8B-Instruct on 1x h100-sxm (fp8/fp8)": (8, 12, 0.12),
+    "inference-bench: Qwen2.5-7B-Instruct on 1x l4 (bf16/bf16)": (4, 4, 0.02),
+    "inference-bench: Qwen2.5-7B-Instruct on 1x a100-40gb-sxm (bf16/bf16)": (1, 1, 0.04),
+    "silybench-h100: Qwen3-8B on 1x h100-sxm (bf16/bf16)": (4, 4, 0.03),
+    "silybench-h100: Qwen3-8B on 1x h100-sxm (fp8/bf16)": (2, 5, 0.29),
+    "trtllm-5929-h200: DeepSeek-V3 on 8x h200 (fp8/bf16)": (0, 2, 0.47),
+    "inferencex-870-h200: DeepSeek-V3 on 8x h200 (fp8/bf16)": (2, 2, 0.04),
+    "inferencex-828-h100: gpt-oss-120b on 8x h100-sxm (auto/bf16)": (7, 9, 0.08),
+    "inferencex-828-h100: gpt-oss-120b on 4x h100-sxm (auto/bf16)": (1, 4, 0.40),
+    "inferencex-app-fixture: DeepSeek-V3 on 8x b200 (fp8/bf16)": (2, 3, 0.09),
+    "inferencex-app-fixture: DeepSeek-V3 on 8x h200 (fp8/bf16)": (6, 13, 0.11),
+    "sglcb-qwen3-b200: Qwen3-235B-A22B on 8x b200 (bf16/bf16)": (4, 9, 0.18),
+    "gpustack-qwen3-8b-h100: Qwen3-8B on 1x h100-sxm (bf16/bf16)": (2, 2, 0.02),
+}
+#: Deployments whose points hold one workload at one concurrency: no pair to calibrate on.
+NO_PAIR = {
+    "sglcb-dsr1-b200: DeepSeek-V3 on 8x b200 (fp8/bf16)",
+    "sglcb-dsv31-mi300x: DeepSeek-V3 on 8x mi300x (fp8/bf16)",
+}
+
+
+def test_two_runs_on_every_measured_deployment_as_the_page_states():
+    """The same question asked of every deployment with four or more measured points, by bench/two_point.py's
+    rule: the dense vLLM deployments meet the target (every other point within 5%); NIM's, the MoE ones on vLLM,
+    SGLang and TensorRT-LLM's PyTorch backend, and vLLM's blockwise-FP8 first tokens do not, as the page says."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    try:
+        import two_point
+    finally:
+        sys.path.remove(str(Path(__file__).parent.parent / "bench"))
+
+    results = dict(two_point.outcomes(min_points=4))
+    assert {label for label, outcome in results.items() if outcome is None} == NO_PAIR
+    got = {label: (outcome.within, len(outcome.errors)) for label, outcome in results.items() if outcome is not None}
+    assert got == {label: (within, n) for label, (within, n, _) in EVERY_DEPLOYMENT.items()}
+    for label, (_, _, bound) in EVERY_DEPLOYMENT.items():
+        worst = max(abs(after) for _, after in results[label].errors.values())
+        assert worst <= bound, (label, worst)
+    # Where the model's shape is the engine's (dense models on vLLM), two runs do what the issue asks.
+    dense_vllm = [label for label in EVERY_DEPLOYMENT if results[label].engine == "vllm" and "gpt-oss" not in label]
+    met = [label for label in dense_vllm if results[label].within == len(results[label].errors)]
+    assert set(dense_vllm) - set(met) == {"silybench-h100: Qwen3-8B on 1x h100-sxm (fp8/bf16)"}

@@ -450,6 +450,55 @@ def one_prompt_length_warnings(
     ]
 
 
+def compute_bound_prompt_tokens(inputs: PricingInputs) -> int | None:
+    """The shortest prompt whose first prefill chunk takes longer to compute than to read the weights once on this
+    deployment (the shortest TTFT run that measures MFU), or None where no chunk of the engine's budget does."""
+    from quotacalc.core.replica import replica_model
+
+    model = replica_model(inputs, 0.0)
+    read_s = model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
+    budget = model.max_num_batched_tokens
+    if model.prefill_compute_s(budget) <= read_s:
+        return None
+    shortest, longest = 1, budget  # compute-bound at longest; FLOP time grows with the chunk
+    while shortest < longest:
+        middle = (shortest + longest) // 2
+        if model.prefill_compute_s(middle) > read_s:
+            longest = middle
+        else:
+            shortest = middle + 1
+    return shortest
+
+
+def unmeasured_mfu_warnings(
+    points: Sequence[BenchmarkPoint], names: Sequence[str], inputs: PricingInputs, *, chosen: bool
+) -> list[str]:
+    """Where calibrate chose its parameters and none of the runs measures compute speed (no first token of a
+    compute-bound prompt): MFU keeps its starting value, and with it every prompt token's price and long prompts'
+    first tokens, which the runs never tested."""
+    if not chosen or "mfu" in names or not points:
+        return []
+    shortest = compute_bound_prompt_tokens(inputs)
+    mfu = _current(inputs, "mfu")
+    if shortest is None:
+        return []
+    measured = sorted({point.prompt_tokens for point in points if point.ttft_s is not None})
+    what = (
+        f"the first tokens measured, of {' and '.join(f'{length:,.0f}' for length in measured)}-token prompts, are "
+        "memory-bound"
+        if measured
+        else "no first token is measured"
+    )
+    # Just past the ridge a prefill's time is as much the weight read and fixed costs as FLOPs (docs/accuracy.md):
+    # a prompt several times longer measures MFU cleanly.
+    clean = float(f"{max(4 * shortest, 1000):.2g}")
+    return [
+        f"no run measures compute speed ({what}): mfu stays at {mfu:g}, and with it the prompt token's price and "
+        f"long prompts' first tokens; add a TTFT run of a prompt well past {shortest:,} tokens, where this "
+        f"deployment's prefill turns compute-bound ({clean:,.0f} or more), to fit it"
+    ]
+
+
 def _any_compute_bound_prefill(inputs: PricingInputs, prompt_lengths: set[float]) -> bool:
     """Whether any prompt's first prefill chunk takes longer to compute than to read the weights once."""
     from quotacalc.core.replica import replica_model
@@ -839,6 +888,7 @@ def calibrate(
         + absent_term_warnings(inputs, names)
         + varied_lengths_warnings(points, ttft_under_load)
         + one_prompt_length_warnings(points, names, start or inputs, chosen=parameters is None)
+        + unmeasured_mfu_warnings(points, names, start or inputs, chosen=parameters is None)
     )
     after = before
     fitted_values: dict[str, object] = {}
