@@ -450,3 +450,10 @@ def test_dbrx_published_whole_number_for_a_float_field_is_read_as_that_float(tmp
     with pytest.raises(QuotacalcError) as caught:
         load_arch(str(folder))
     assert "\n" not in str(caught.value) and "moe_normalize_expert_weights" in str(caught.value)
+
+
+@pytest.mark.parametrize("flag", ["attention_bias", "router_bias"])
+def test_longcat_with_biases_it_does_not_price_is_refused(tmp_path, flag):
+    message = _one_line_error(_config_with(tmp_path, "longcat_flash_chat", lambda c: c.update({flag: True})))
+    assert f"{flag} adds biases quotacalc does not price yet for longcat_flash" in message
+    assert "config.json" in message

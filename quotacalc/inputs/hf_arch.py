@@ -100,6 +100,13 @@ class ConfigView:
     def flag(self, key: str, default: bool = False) -> bool:
         return bool(self.get(key, default))
 
+    def refuse_flags(self, keys: tuple[str, ...], message: str) -> None:
+        """Refuse the first of ``keys`` that is set: a variant the reader does not price. ``message`` names it as
+        ``{flag}``."""
+        for key in keys:
+            if self.flag(key):
+                raise UnsupportedArchitecture(message.format(flag=key), source=self.source, field=self.prefix + key)
+
     def sub(self, key: str) -> ConfigView:
         value = self.config.get(key)
         if not isinstance(value, dict):
@@ -561,15 +568,11 @@ def read_deepseek(view: ConfigView, name: str) -> ModelArch:
     """MLA attention; the first ``first_k_dense_replace`` layers dense, then MoE every ``moe_layer_freq``."""
     layers_count = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
-    for flag in ("attention_bias", "mlp_bias"):
-        if view.flag(flag):
-            # transformers then biases q_a_proj and kv_a_proj_with_mqa (or the dense and shared MLPs), which vLLM's
-            # DeepseekV2 model never builds: no checkpoint vLLM serves has them, and no count would match both.
-            raise UnsupportedArchitecture(
-                f"DeepSeek MLA with {flag} is not priced yet (vLLM builds no such bias)",
-                source=view.source,
-                field=view.prefix + flag,
-            )
+    # transformers then biases q_a_proj and kv_a_proj_with_mqa (or the dense and shared MLPs), which vLLM's
+    # DeepseekV2 model never builds: no checkpoint vLLM serves has them, and no count would match both.
+    view.refuse_flags(
+        ("attention_bias", "mlp_bias"), "DeepSeek MLA with {flag} is not priced yet (vLLM builds no such bias)"
+    )
     mla = mla_attention(view)
     first_dense = view.get("first_k_dense_replace", 0)
     frequency = view.positive_int("moe_layer_freq", 1)

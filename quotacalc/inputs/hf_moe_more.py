@@ -212,13 +212,9 @@ def read_longcat_flash(view: ConfigView, name: str) -> ModelArch:
     """
     layer_count = view.stated_int("num_layers")
     hidden = view.stated_int("hidden_size")
-    for flag in ("attention_bias", "router_bias"):
-        if view.flag(flag):
-            raise UnsupportedArchitecture(
-                f"{flag} adds biases quotacalc does not price yet for longcat_flash",
-                source=view.source,
-                field=view.prefix + flag,
-            )
+    view.refuse_flags(
+        ("attention_bias", "router_bias"), "{flag} adds biases quotacalc does not price yet for longcat_flash"
+    )
     mla = mla_attention(view)
     dense = DenseMLP(hidden_size=hidden, intermediate_size=view.stated_int("ffn_hidden_size"))
     zero_experts = view.get("zero_expert_num", 0)
