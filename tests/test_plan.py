@@ -691,3 +691,39 @@ def test_a_whole_number_in_exponent_form_is_a_count(run_cli, tmp_path) -> None:
     plan.write_text("model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ncontext: 2.5e3\n", encoding="utf-8")
     code, _, err = run_cli("price", str(plan))
     assert code == 1 and "context: must be an integer, got 2500.0" in err
+
+
+@pytest.mark.parametrize("kind", ["flat", "platform"])
+def test_a_relative_model_path_means_beside_the_plan_wherever_the_command_runs(run_cli, tmp_path, monkeypatch, kind):
+    """Both plan kinds read `model: ./folder` beside the plan file; a shipped name stays a name."""
+    plans = tmp_path / "plans"
+    (plans / "my-llama").mkdir(parents=True)
+    config = EXAMPLES.parent / "models" / "Llama-3.1-8B-Instruct" / "config.json"
+    (plans / "my-llama" / "config.json").write_bytes(config.read_bytes())
+    if kind == "flat":
+        document = yaml.safe_load(FLAT.read_text(encoding="utf-8"))
+        document["model"] = "my-llama"
+    else:
+        document = platform_document()
+        document["deployment"]["model"] = "./my-llama"
+        for pool in document["pools"]:
+            (pool.get("deployment") or {}).pop("model", None)
+    # The examples' measured pools hold for the 70B they were measured on, not for this model.
+    for deployment in (
+        document,
+        document.get("deployment") or {},
+        *((p.get("deployment") or {}) for p in document.get("pools", [])),
+    ):
+        for key in ("kv_pool_tokens", "kv_pool_measured_with", "calibration"):
+            deployment.pop(key, None)
+    plan = plans / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run_cli("check", plan, "--json")
+    assert code == 0, err
+    # The model read is the copy beside the plan: Llama 3.1 8B's 32 layers, not the example's 70B.
+    code, out, err = run_cli("size", plan, "--json")
+    assert code == 0, err
+    assert "my-llama" in out and "Llama-3.3-70B" not in out

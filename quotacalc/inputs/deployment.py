@@ -164,18 +164,21 @@ def plan_file_from_document(document: object, path: str) -> PlanFile:
             fix="the replicas check and generate size the plan's one pool with",
         )
     deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration", "replicas")}
-    model = deployment.get("model")
-    if isinstance(model, str) and _exists(beside := file.parent / model) and not Path(model).is_absolute():
-        # A model path in a plan file means beside the file, wherever the command runs from.
-        deployment["model"] = str(beside)
+    if "model" in deployment:
+        deployment["model"] = model_beside(deployment["model"], file)
     return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration, replicas=replicas)
 
 
-def _exists(path: Path) -> bool:
+def model_beside(model: Any, plan_file: str | Path) -> Any:
+    """A plan's relative model path as the path beside the plan file where one is there, wherever the command runs
+    from; anything else (a shipped name, a hub id, an absolute path) as written."""
+    if not isinstance(model, str) or Path(model).is_absolute():
+        return model
+    beside = Path(plan_file).parent / model
     try:
-        return path.exists()
+        return str(beside) if beside.exists() else model
     except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
-        return False
+        return model
 
 
 def build_deployment(

@@ -23,6 +23,7 @@ from quotacalc.inputs.deployment import (
     PlanFile,
     check_measured_pool,
     check_unrecorded_pool,
+    model_beside,
     model_max_context,
     suggest_key,
 )
@@ -240,26 +241,12 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
-def _beside(model: Any, path: str) -> Any:
-    # A model path in a plan file means beside the file, wherever the command runs from.
-    if isinstance(model, str) and not Path(model).is_absolute() and _exists(beside := Path(path).parent / model):
-        return str(beside)
-    return model
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
-        return False
-
-
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     defaults = document.get("deployment") or {}
     own = document["pools"][index].get("deployment") or {}
     merged = {**defaults, **own}
     if "model" in merged:
-        merged["model"] = _beside(merged["model"], path)
+        merged["model"] = model_beside(merged["model"], path)
     return merged
 
 
