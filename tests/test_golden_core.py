@@ -416,9 +416,9 @@ def test_check_parallelism_lists_the_tp_sizes_that_work():
     arch = toy_dense(mixer=FullAttention(hidden_size=1024, num_heads=12, num_kv_heads=4, head_dim=128, v_head_dim=128))
     with pytest.raises(QuotacalcError) as error:
         check_parallelism(arch, toy_deployment(tp=3))
-    # 12 heads, 4 KV heads: TP 1, 2 and 4 split both.
+    # 12 heads, 4 KV heads: TP 1, 2 and 4 split both; 12 gives each rank one head and a replica of a KV head.
     assert error.value.field == "tp"
-    assert error.value.fix == "valid: 1, 2, 4"
+    assert error.value.fix == "valid: 1, 2, 4, 12"
     # 3 divides the 12 query heads but not the 4 KV heads.
     assert error.value.problem == "3 does not divide the 4 KV heads of toy"
     check_parallelism(arch, toy_deployment(tp=4))
@@ -428,6 +428,12 @@ def test_check_parallelism_lists_the_tp_sizes_that_work():
     with pytest.raises(QuotacalcError) as error:
         check_parallelism(wide, toy_deployment(tp=3))
     assert error.value.fix == "valid: 1, 2, 4, 8, 16, 32, 64"
+    # 40 heads, 10 KV heads (phi-4's): sizes that are not powers of two are listed too.
+    phi = toy_dense(mixer=FullAttention(hidden_size=5120, num_heads=40, num_kv_heads=10, head_dim=128, v_head_dim=128))
+    with pytest.raises(QuotacalcError) as error:
+        check_parallelism(phi, toy_deployment(tp=4))
+    assert error.value.fix == "valid: 1, 2, 5, 10, 20, 40"
+    check_parallelism(phi, toy_deployment(tp=5))
 
 
 def test_expert_parallel_checks():

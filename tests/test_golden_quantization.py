@@ -1,7 +1,7 @@
 """Every branch of the quantization reader, with bytes per parameter worked out from each format's spec.
 
-Sources: AWQ and GPTQ store one fp16 scale per group (and, at 4 bits, a packed 4-bit zero point
-per group); DeepSeek-V3's fp8 checkpoint one fp32 scale per 128x128 block; OCP MX fp4 one 8-bit
+Sources: AWQ and GPTQ store one fp16 scale per group and a zero point packed at the weights' width
+(vLLM's qzeros, int32-packed: 4 or 8 bits) per group; DeepSeek-V3's fp8 checkpoint one fp32 scale per 128x128 block; OCP MX fp4 one 8-bit
 scale per 32 values; NVIDIA fp4 one fp8 scale per 16; compressed-tensors names ``num_bits`` and
 ``type`` ("int" or "float") in each config group's ``weights``.
 """
@@ -61,11 +61,11 @@ def assert_rest_in_bf16(result):
         ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
         # AWQ's own spelling (w_bit, q_group_size), group 64.
         ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64}, "int4", 0.5 + 2.5 / 64, "bf16"),
-        # GPTQ int8, group 128: 1 B + one fp16 scale per 128 (no zero point counted at 8 bits); weight-only (Marlin
+        # GPTQ int8, group 128: 1 B + (2 B fp16 scale + 1 B zero, qzeros packed four to an int32) / 128; weight-only (Marlin
         # dequantizes in the kernel, activations stay 16-bit), so the matmuls run at the bf16 rate, not int8's.
-        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 2 / 128, "bf16"),
-        # GPTQ int8, group 32: 1 B + 2 B / 32.
-        ({"quant_method": "gptq", "bits": 8, "group_size": 32}, "int8", 1 + 2 / 32, "bf16"),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 3 / 128, "bf16"),
+        # GPTQ int8, group 32: 1 B + 3 B / 32.
+        ({"quant_method": "gptq", "bits": 8, "group_size": 32}, "int8", 1 + 3 / 32, "bf16"),
         # No group size stated: 128 (the AWQ/GPTQ default).
         ({"quant_method": "gptq", "bits": 4}, "int4", 0.5 + 2.5 / 128, "bf16"),
         ({"quant_method": "autoround", "bits": 4, "group_size": 128}, "int4", 0.5 + 2.5 / 128, "bf16"),
@@ -73,7 +73,7 @@ def assert_rest_in_bf16(result):
         # Nothing stated: 4 bits in groups of 128.
         ({"quant_method": "awq"}, "int4", 0.5 + 2.5 / 128, "bf16"),
         # AWQ's spelling of 8 bits.
-        ({"quant_method": "awq", "w_bit": 8, "q_group_size": 64}, "int8", 1 + 2 / 64, "bf16"),
+        ({"quant_method": "awq", "w_bit": 8, "q_group_size": 64}, "int8", 1 + 3 / 64, "bf16"),
         # bitsandbytes NF4/FP4: blocks of 64 weights, an fp32 absmax each: 0.5 B + 4 B / 64.
         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", 0.5 + 4 / 64, "bf16"),
         # Double quantized: the absmax in 8 bits (1 B / 64) and an fp32 scale per 256 blocks (4 B / 16,384).
@@ -150,7 +150,7 @@ def test_descriptions_name_the_format():
         "checkpoint quantization_config: fp8, one fp32 scale per 64x32 block"
     )
     assert layout({"quant_method": "gptq", "bits": 8, "group_size": 32}).source == (
-        "checkpoint quantization_config: gptq int8, fp16 scale per 32, weight-only (16-bit activations)"
+        "checkpoint quantization_config: gptq int8, fp16 scale + 8-bit zero per 32, weight-only (16-bit activations)"
     )
     assert layout({"quant_method": "awq", "bits": 4, "group_size": 64}).source == (
         "checkpoint quantization_config: awq int4, fp16 scale + 4-bit zero per 64, weight-only (16-bit activations)"
@@ -386,7 +386,7 @@ def test_per_channel_scales_cover_the_inputs_of_a_row():
         "checkpoint quantization_config: gptq int4, fp16 scale + 4-bit zero per channel (4096 inputs per scale), "
         "weight-only (16-bit activations)"
     )
-    # At 8 bits, a 5120-wide model: 1 B + 2 B / 5120.
+    # At 8 bits, a 5120-wide model: 1 B + (2 B scale + 1 B zero) / 5120.
     wide = checkpoint_layout(
         {"quant_method": "gptq", "bits": 8, "group_size": -1},
         BF16,
@@ -395,9 +395,9 @@ def test_per_channel_scales_cover_the_inputs_of_a_row():
         per_channel_inputs=5120,
     )
     (stored,) = linear_bytes(wide)
-    assert stored == 1 + 2 / 5120
+    assert stored == 1 + 3 / 5120
     assert wide.source == (
-        "checkpoint quantization_config: gptq int8, fp16 scale per channel (5120 inputs per scale), "
+        "checkpoint quantization_config: gptq int8, fp16 scale + 8-bit zero per channel (5120 inputs per scale), "
         "weight-only (16-bit activations)"
     )
 

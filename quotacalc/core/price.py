@@ -186,7 +186,8 @@ def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
     mixers = [mixer for mixer, _ in arch.mixer_groups()]
     for mixer in mixers:
         if problem := mixer.tp_problem(tp):
-            valid = [size for size in (1, 2, 4, 8, 16, 32, 64) if not any(m.tp_problem(size) for m in mixers)]
+            # Every size up to 64 GPUs (eight 8-GPU nodes), not only powers of two: 10 KV heads split over 5.
+            valid = [size for size in range(1, 65) if not any(m.tp_problem(size) for m in mixers)]
             raise QuotacalcError(
                 f"{tp} {problem} of {arch.name}", field="tp", fix=f"valid: {', '.join(map(str, valid))}"
             )

@@ -121,12 +121,11 @@ def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: i
     if method in ("awq", "gptq", "autoround", "auto-round"):
         bits = _int_field(config, ("bits", "w_bit"), 4, source)
         group, per = _group_size(config, source, per_channel_inputs)
-        if bits == 8:
-            return "int8", 2 / group, f"{method} int8, fp16 scale {per}"
-        if bits != 4:
+        if bits not in (4, 8):
             raise _bad(source, "bits", f"{bits}-bit {method} is not priced yet", "4 and 8 bits are")
-        # An fp16 scale and a packed 4-bit zero point per group.
-        return "int4", (2 + 0.5) / group, f"{method} int4, fp16 scale + 4-bit zero {per}"
+        # An fp16 scale and a zero point packed at the weights' width per group: vLLM's GPTQ and AWQ methods
+        # allocate qzeros [groups, outputs / (32 / bits)] int32 whether or not the checkpoint is symmetric.
+        return f"int{bits}", (2 + bits / 8) / group, f"{method} int{bits}, fp16 scale + {bits}-bit zero {per}"
     if method in ("bitsandbytes",):
         if config.get("load_in_4bit"):
             # bitsandbytes quantizes 4-bit weights in blocks of 64 with an fp32 absmax each; double quantization
