@@ -243,6 +243,7 @@ def _priced(**overrides):
         "replica_units_per_s": 4000.0,
         "kv_pool_tokens": 90_000,
         "kv_pool_source": "measured",
+        "kv_pool_tokens_at_context": 30_000,
         "dedicated_usd_per_month": 14_400.0,
         "decode_batch": 96,
         "itl_s": 0.03,
@@ -268,6 +269,7 @@ def test_a_feasible_row_copies_the_price_and_the_calibration():
     row = rows[0]
     assert (row.gpu, row.tp, row.feasible, row.reason) == ("x", 8, True, None)
     assert row.kv_pool_source == "measured" and row.kv_pool_tokens == 90_000
+    assert row.kv_pool_tokens_at_context == 30_000
     assert row.warnings == ("a warning the price carried",)
     assert row.calibrated is True
     assert row.usd_per_million_prompt_tokens == 0.25 and row.dedicated_usd_per_month == 14_400.0
@@ -306,7 +308,8 @@ def test_size_rows_put_the_tenant_columns_before_reason_and_warnings():
     assert row.keys_for("price") == PRICE_KEYS
     assert row.keys_for("size") == (
         *("gpu", "tp", "feasible", "usd_per_million_prompt_tokens", "usd_per_million_output_tokens"),
-        *("output_weight", "replica_units_per_s", "kv_pool_tokens", "kv_pool_source", "dedicated_usd_per_month"),
+        *("output_weight", "replica_units_per_s", "kv_pool_tokens", "kv_pool_source", "kv_pool_tokens_at_context"),
+        "dedicated_usd_per_month",
         *("decode_batch", "itl_s", "ttft_s", "max_load_output_tokens_per_s"),
         "calibrated",
         *("units_per_s", "replicas", "shared_usd_per_month", "dedicated_replicas", "dedicated_total_usd_per_month"),
@@ -368,3 +371,28 @@ def test_a_context_above_the_models_maximum_names_its_origin(run_cli, tmp_path):
     plan.write_text("model: Llama-3.1-8B-Instruct\ncontext: 200000\n", encoding="utf-8")
     code, _, err = run_cli("price", str(plan), "--gpu", "h100,h200")
     assert code == 1 and err.startswith(f"quotacalc: error: {plan}: context: 200,000 tokens exceed")
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv", "markdown"])
+def test_a_windowed_model_compares_its_pool_at_the_context(run_cli, monkeypatch, fmt):
+    """Gemma 3's 52 sliding layers cost a 1,700-token sequence its whole 1,024-token window: the rows carry what the
+    pool holds at --context (price's kv_pool_tokens_at_context) beside vLLM's count, and the table shows it."""
+    monkeypatch.setenv("COLUMNS", "250")
+    args = ("price", "--model", "gemma-3-27b-it", "--gpu", "h100-sxm,h200", "--tp", "2,4")
+    code, out, err = run_cli(*args, "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    for row in rows:
+        single = run_cli("price", "--model", "gemma-3-27b-it", "--gpu", row["gpu"], "--tp", str(row["tp"]), "--json")
+        results = json.loads(single[1])["results"]
+        assert row["kv_pool_tokens_at_context"] == results["kv_pool_tokens_at_context"]
+        assert row["kv_pool_tokens_at_context"] < row["kv_pool_tokens"] / 3
+    code, out, err = run_cli(*args, "--format", fmt)
+    assert code == 0, err
+    if fmt in ("json", "csv"):
+        assert "kv_pool_tokens_at_context" in out and str(rows[0]["kv_pool_tokens_at_context"]) in out
+    else:
+        assert "KV pool at context" in out and f"{rows[0]['kv_pool_tokens_at_context']:,}" in out
+    # A model whose every layer grows has one pool: no second column.
+    code, out, err = run_cli("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm,h200", "--tp", "1,2")
+    assert code == 0 and "KV pool at context" not in out

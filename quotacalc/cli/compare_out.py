@@ -38,8 +38,14 @@ _SIZE_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def _columns(command: Command) -> tuple[tuple[str, str, Callable[[Any], str]], ...]:
-    return _PRICE_COLUMNS + (_SIZE_COLUMNS if command == "size" else ())
+def _columns(command: Command, rows: Sequence[ComparisonRow]) -> tuple[tuple[str, str, Callable[[Any], str]], ...]:
+    """The human columns; the pool at --context beside the pool where windows or fixed state make them differ."""
+    columns = _PRICE_COLUMNS
+    if any(row.kv_pool_tokens_at_context not in (None, row.kv_pool_tokens) for row in rows):
+        at = _PRICE_COLUMNS.index(next(c for c in _PRICE_COLUMNS if c[1] == "kv_pool_tokens")) + 1
+        pool_at_context = ("KV pool at context", "kv_pool_tokens_at_context", lambda value: f"{value:,}")
+        columns = (*_PRICE_COLUMNS[:at], pool_at_context, *_PRICE_COLUMNS[at:])
+    return columns + (_SIZE_COLUMNS if command == "size" else ())
 
 
 def _cell(row: ComparisonRow, key: str, render: Callable[[Any], str]) -> str:
@@ -122,7 +128,7 @@ def markdown_escape(text: str) -> str:
 def comparison_markdown(
     command: Command, deployment: Deployment, tenant: Tenant | None, rows, model_name: str | None = None
 ) -> str:
-    columns = _columns(command)
+    columns = _columns(command, rows)
     statuses, notes = _notes(rows)
     header = [heading for heading, _, _ in columns] + ["status"]
     lines = [
@@ -148,7 +154,7 @@ def comparison_table(
 
     console = Console(highlight=False, soft_wrap=False)
     table = Table(show_edge=False, pad_edge=False)
-    columns = _columns(command)
+    columns = _columns(command, rows)
     for heading, key, _ in columns:
         if key == "gpu":  # the row's name: never cut
             table.add_column(heading, no_wrap=True, min_width=max(len(row.gpu) for row in rows))

@@ -31,6 +31,7 @@ PRICE_KEYS = (
     "replica_units_per_s",
     "kv_pool_tokens",
     "kv_pool_source",
+    "kv_pool_tokens_at_context",
     "dedicated_usd_per_month",
     "decode_batch",
     "itl_s",
@@ -60,6 +61,9 @@ class ComparisonRow(BaseModel):
     replica_units_per_s: float | None = None
     kv_pool_tokens: int | None = None
     kv_pool_source: Literal["measured", "estimated"] | None = None
+    #: Tokens the pool holds filled with sequences of --context (price's kv_pool_tokens_at_context): kv_pool_tokens
+    #: where every layer grows, fewer where windows or fixed state cost a short sequence in full.
+    kv_pool_tokens_at_context: int | None = None
     #: One replica (TP GPUs) for a month.
     dedicated_usd_per_month: float | None = None
     #: The decode batch priced: the one asked for, or what the pool (or max_num_seqs) holds.
@@ -103,6 +107,7 @@ def _feasible_row(
         replica_units_per_s=priced.replica_units_per_s,
         kv_pool_tokens=priced.kv_pool_tokens,
         kv_pool_source=priced.kv_pool_source,
+        kv_pool_tokens_at_context=priced.kv_pool_tokens_at_context,
         dedicated_usd_per_month=priced.dedicated_usd_per_month,
         decode_batch=priced.decode_batch,
         itl_s=priced.itl_s,
