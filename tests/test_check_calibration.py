@@ -136,3 +136,30 @@ def test_a_flat_plan_names_its_top_level_keys_and_both_ranges():
         "runs_context_tokens_low": 200,
         "runs_context_tokens_high": 8256,
     }
+
+
+def test_a_pool_price_fix_names_the_key_where_the_plan_sets_it(run_cli, tmp_path):
+    """A state dtype on a model without state: the fix names deployment.state_dtype where the pools inherit it from
+    the plan's top level, and pools.NAME.deployment.state_dtype where a pool sets it itself (check and size)."""
+    import yaml
+
+    document = yaml.safe_load((Path(__file__).parent.parent / "examples" / "platform.yaml").read_text())
+    inherited = tmp_path / "inherited.yaml"
+    document["deployment"]["state_dtype"] = "fp32"
+    inherited.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    own = tmp_path / "own.yaml"
+    del document["deployment"]["state_dtype"]
+    first = document["pools"][0]
+    first.setdefault("deployment", {})["state_dtype"] = "fp32"
+    own.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+
+    def fixes(plan):
+        code, out, err = run_cli("check", plan, "--json")
+        assert code == 0, err
+        return {f["subject"]: f["fix"] for f in json.loads(out)["findings"] if "state_dtype" in f["message"]}
+
+    got = fixes(inherited)
+    assert len(got) == len(document["pools"]) and set(got.values()) == {"remove deployment.state_dtype"}
+    assert fixes(own) == {f"pools.{first['name']}": f"remove pools.{first['name']}.deployment.state_dtype"}
+    code, _, err = run_cli("size", inherited)
+    assert code == 0 and "(remove deployment.state_dtype)" in err and "pools." not in err.split("state_dtype fp32")[1]

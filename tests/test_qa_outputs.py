@@ -385,7 +385,7 @@ def test_a_state_dtype_on_a_model_without_state_is_a_warning(run_cli):
     assert code == 0 and json.loads(out)
     assert err.strip() == (
         "quotacalc: warning: state_dtype fp32 changes nothing: Llama-3.1-8B-Instruct keeps no recurrent state "
-        "(Mamba, linear attention, short convolution) (leave --state-dtype out)"
+        "(Mamba, linear attention, short convolution) (remove --state-dtype)"
     )
     code, _, err = run_cli("price", *args, "--json")
     assert code == 0 and "state_dtype" not in err

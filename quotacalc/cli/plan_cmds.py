@@ -157,7 +157,7 @@ MAX_REVERSAL_REPLICAS = 100_000
 def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
     """Run the plan's checks; returns the exit code (1 on any error)."""
     from quotacalc.core.checks import calibration_findings, check_plan
-    from quotacalc.inputs.plan import is_platform_file
+    from quotacalc.inputs.plan import inherited_deployment_keys, is_platform_file
 
     if not 0 < reversal_replicas <= MAX_REVERSAL_REPLICAS:
         raise QuotacalcError(
@@ -177,6 +177,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
         pool_warnings=pool_warnings,
         traffic=plan_traffic(plan),
         flat_plan=flat_plan,
+        inherited_keys=inherited_deployment_keys(path),
     )
     result = _with_target_limits(result, policy)
     result = _with_secret_strength(result, policy, secret_file)
@@ -341,12 +342,19 @@ def generate(
     from quotacalc.core.checks import check_plan
     from quotacalc.exporters.base import SALTED_TARGETS, ExportOptions, GeneratedFile
     from quotacalc.exporters.writer import check_files, write_files
+    from quotacalc.inputs.plan import inherited_deployment_keys
 
     names, explicit = _targets(target)
     plan, policy, pool_warnings = load_priced_policy(path)
     needs_salts = any(name in SALTED_TARGETS for name in names)
     salts = _salts(policy, secret_file, required=needs_salts) or {}
-    result = check_plan(policy, salts=salts if salts else None, pool_warnings=pool_warnings, traffic=plan_traffic(plan))
+    result = check_plan(
+        policy,
+        salts=salts if salts else None,
+        pool_warnings=pool_warnings,
+        traffic=plan_traffic(plan),
+        inherited_keys=inherited_deployment_keys(path),
+    )
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
         first = errors[0]
@@ -469,14 +477,16 @@ def size_platform(
     result = size_plan(policy, pool=pool)
     shown = pools_shown(policy, pool)
     from quotacalc.core.checks import plan_keys
-    from quotacalc.inputs.plan import is_platform_file
+    from quotacalc.inputs.plan import inherited_deployment_keys, is_platform_file
 
     given = any(value is not None for value in (deployment_flags or {}).values())
     platform = is_platform_file(path)
+    inherited = inherited_deployment_keys(path)
 
     def worded(name: str, warning: str) -> str:
         # Without flags the fix is in the file: name the plan key, as check does; a flag given is the user's to move.
-        return warning if given else plan_keys(warning, f"pools.{name}.deployment." if platform else "")
+        prefix = f"pools.{name}.deployment." if platform else ""
+        return warning if given else plan_keys(warning, prefix, inherited.get(name, ()))
 
     warnings = [
         f"pool '{name}': {worded(name, warning)}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -590,18 +590,20 @@ def _salts(policy: QuotaPolicy, salts: Mapping[str, str] | None) -> list[Finding
 _FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ([A-Za-z0-9.]+)(?=[),;]|$))?")
 
 
-def plan_keys(text: str, prefix: str) -> str:
+def plan_keys(text: str, prefix: str, inherited: Collection[str] = ()) -> str:
     """``text`` with each flag (``--batch``) named as the plan key that sets it (``prefix`` + ``batch``): a plan file's
-    findings are fixed in the file, which check reads without deployment flags."""
+    findings are fixed in the file, which check reads without deployment flags. A key in ``inherited`` is one the
+    pool takes from the plan's top-level ``deployment:``, and is named there."""
 
     def key(match: re.Match[str]) -> str:
-        name = prefix + match.group(1).replace("-", "_")
+        field = match.group(1).replace("-", "_")
+        name = ("deployment." if field in inherited else prefix) + field
         return f"{name}: {match.group(2)}" if match.group(2) else name
 
     return _FLAG.sub(key, text)
 
 
-def _pool_price(name: str, warning: str, prefix: str) -> Finding:
+def _pool_price(name: str, warning: str, prefix: str, inherited: Collection[str] = ()) -> Finding:
     """A pool's pricing warning as a finding: price words its hint as flags (``(lower --batch, or raise --tp)``);
     here the hint becomes the fix, naming the pool's deployment keys."""
     message, opening, hint = warning.rpartition(" (")
@@ -611,9 +613,11 @@ def _pool_price(name: str, warning: str, prefix: str) -> Finding:
             code="pool-price",
             subject=f"pools.{name}",
             message=message,
-            fix=plan_keys(hint[:-1], prefix),
+            fix=plan_keys(hint[:-1], prefix, inherited),
         )
-    return Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=plan_keys(warning, prefix))
+    return Finding(
+        severity="warning", code="pool-price", subject=f"pools.{name}", message=plan_keys(warning, prefix, inherited)
+    )
 
 
 #: The deployment keys a calibration's runs cover, and the ``covers`` range each is judged against.
@@ -710,11 +714,14 @@ def check_plan(
     pool_warnings: Mapping[str, tuple[str, ...]] | None = None,
     traffic: Mapping[str, Tenant] | None = None,
     flat_plan: bool = False,
+    inherited_keys: Mapping[str, Collection[str]] | None = None,
 ) -> CheckResult:
     """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
     ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), their flags named as the plan keys
     that set them (``pools.NAME.deployment.KEY``; a flat plan's, ``flat_plan``, are its top-level ``KEY``);
-    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``)."""
+    ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``);
+    ``inherited_keys``: pool name -> the deployment keys it takes from the plan's top-level ``deployment:``, which
+    those fixes name there."""
     if not (reversal_replicas > 0 and math.isfinite(reversal_replicas)):
         raise ValueError(f"reversal_replicas must be a positive finite number of replicas, got {reversal_replicas}")
     pools = {pool.name: pool for pool in policy.pools}
@@ -722,7 +729,9 @@ def check_plan(
     findings = [
         *_no_tenants(policy, flat_plan),
         *(
-            _pool_price(name, warning, "" if flat_plan else f"pools.{name}.deployment.")
+            _pool_price(
+                name, warning, "" if flat_plan else f"pools.{name}.deployment.", (inherited_keys or {}).get(name, ())
+            )
             for name, warnings in (pool_warnings or {}).items()
             for warning in warnings
         ),

@@ -375,7 +375,7 @@ def _kv_section(x: _Explainer) -> None:
     if not state and inputs.deployment.state_dtype not in (None, "auto"):
         x.warnings.append(
             f"state_dtype {inputs.deployment.state_dtype} changes nothing: {arch.name} keeps no recurrent state "
-            "(Mamba, linear attention, short convolution) (leave --state-dtype out)"
+            "(Mamba, linear attention, short convolution) (remove --state-dtype)"
         )
     if state:
         x.record(

@@ -241,6 +241,19 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
+def inherited_deployment_keys(path: str) -> dict[str, frozenset[str]]:
+    """Pool name -> the deployment keys a platform plan's pool takes from its top-level ``deployment:`` (so a fix
+    names the key the user wrote); empty for a flat plan. Read after the plan has loaded, so the file is valid."""
+    document = read_document(path)
+    if not is_platform(document):
+        return {}
+    defaults = document.get("deployment") or {}
+    return {
+        pool["name"]: frozenset(key for key in defaults if key not in (pool.get("deployment") or {}))
+        for pool in document["pools"]
+    }
+
+
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     defaults = document.get("deployment") or {}
     own = document["pools"][index].get("deployment") or {}
