@@ -346,10 +346,36 @@ def test_csv_with_a_byte_order_mark(tmp_path):
     assert (point.concurrency, point.itl_s) == (2, 0.02)
 
 
-def test_log_lines_that_only_look_like_figures_are_not_read(tmp_path):
+def test_log_lines_that_only_look_like_figures_are_named(tmp_path):
     text = "GPU KV cache size: ,,, tokens\nAvailable KV cache memory: 1.2.3 GiB\n"
     line = _error(read_start_up_log, _write(tmp_path, "odd.log", text)).one_line()
-    assert "no 'GPU KV cache size" in line
+    assert "line 1: 'GPU KV cache size: ,,, tokens' is no pool figure" in line
+
+
+@pytest.mark.parametrize(
+    ("figure", "line_number"),
+    [
+        ("GPU KV cache size: -178,880 tokens", 2),
+        ("GPU KV cache size: nan tokens", 2),
+        ("GPU KV cache size: 178880.5 tokens", 2),
+        ("Available KV cache memory: nan GiB", 1),
+        ("Available KV cache memory: inf GiB", 1),
+        ("Available KV cache memory: 8300 MiB", 1),
+        ("KV Cache is allocated. #tokens: -5, K size: 1.0 GB, V size: 1.0 GB", 1),
+    ],
+)
+def test_a_pool_figure_that_is_no_count_is_refused_with_its_line(tmp_path, figure, line_number):
+    """A log edited or corrupted into a negative, NaN, fractional or other-unit figure: one line naming the log's
+    line, exit 1, never the other figure alone (the pool line was dropped, and --write saved no measured pool)."""
+    lines = ["Available KV cache memory: 8.11 GiB", "GPU KV cache size: 178,880 tokens"]
+    if figure.startswith("KV Cache"):
+        lines = [figure]
+    else:
+        lines[line_number - 1] = figure
+    error = _error(read_start_up_log, _write(tmp_path, "edited.log", "\n".join(lines) + "\n"))
+    assert error.exit_code == EXIT_INVALID_INPUT
+    quoted = "#tokens: -5" if figure.startswith("KV Cache") else figure
+    assert f"edited.log: line {line_number}: '{quoted}" in error.one_line()
 
 
 def test_special_files_are_refused_without_waiting(tmp_path):
@@ -365,7 +391,8 @@ def test_special_files_are_refused_without_waiting(tmp_path):
 
 def test_a_figure_with_hundreds_of_digits_is_not_read(tmp_path):
     text = f"GPU KV cache size: {'9' * 500} tokens\nAvailable KV cache memory: {'9' * 500} GiB\n"
-    assert "no 'GPU KV cache size" in _error(read_start_up_log, _write(tmp_path, "huge.log", text)).one_line()
+    line = _error(read_start_up_log, _write(tmp_path, "huge.log", text)).one_line()
+    assert "line 1: 'GPU KV cache size: 9999" in line and "is no pool figure" in line and "9" * 60 not in line
 
 
 @pytest.mark.parametrize(

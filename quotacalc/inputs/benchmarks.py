@@ -651,8 +651,17 @@ class _LogFigures:
         self.sglang_pools: set[int] = set()
         self.sglang_available: list[float] = []
         self.sglang_args: dict[str, set[float]] = {name: set() for name in _SGLANG_ARGS}
+        #: (line number, the figure's words) of the first pool line whose figure is no count of tokens or GiB.
+        self.malformed: tuple[int, str] | None = None
 
-    def read(self, raw: bytes) -> None:
+    def _check_figure(self, number: int, line: str, marker: str, rule: re.Pattern[str]) -> None:
+        """A line that names a pool figure must give one a pattern reads: else it is a corrupt or edited log (a
+        negative, NaN or fractional token count), never a line to skip."""
+        if self.malformed is None and marker in line and not rule.search(line):
+            start = line.index(marker)
+            self.malformed = (number, line[start : start + len(marker) + 40].strip())
+
+    def read(self, raw: bytes, number: int = 0) -> None:
         if b"max_seq_len=" in raw or b"Maximum concurrency for" in raw:
             text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.lengths.update(int(match.replace(",", "")) for rule in _MAX_MODEL_LEN for match in rule.findall(text))
@@ -667,9 +676,13 @@ class _LogFigures:
             self.vllm_pools.update(int(match.replace(",", "")) for match in _POOL_TOKENS.findall(line))
             # Each tensor-parallel worker logs its own figure; the engine sizes the pool by the smallest.
             self.vllm_available += [float(match) for match in _AVAILABLE_GIB.findall(line)]
+            self._check_figure(number, line, "GPU KV cache size:", _POOL_TOKENS)
+            self._check_figure(number, line, "Available KV cache memory:", _AVAILABLE_GIB)
         if b"KV Cache is allocated" in raw or b"max_total_num_tokens=" in raw:
             line = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
             self.sglang_pools.update(int(match) for rule in _SGLANG_TOKENS for match in rule.findall(line))
+            self._check_figure(number, line, "#tokens:", _SGLANG_TOKENS[0])
+            self._check_figure(number, line, "max_total_num_tokens=", _SGLANG_TOKENS[1])
             if "KV Cache is allocated" in line and (sizes := _SGLANG_CACHE_GIB.findall(line)):
                 # K + V (or MLA's one latent cache) on this rank; the smallest rank bounds the pool.
                 self.sglang_available.append(sum(float(size) for size in sizes))
@@ -688,7 +701,14 @@ def read_start_up_log(path: str) -> KvPoolReading:
         for number, raw in enumerate(handle):
             if number == 0 and raw.startswith(b"\x1f\x8b"):
                 raise QuotacalcError("is gzip-compressed", source=path, fix="decompress it (gunzip) and give the log")
-            figures.read(raw)
+            figures.read(raw, number + 1)
+    if figures.malformed is not None:
+        line, words = figures.malformed
+        raise QuotacalcError(
+            f"line {line}: '{words}' is no pool figure (a whole number of tokens, or GiB at least 0)",
+            source=path,
+            fix="give the log as the engine printed it",
+        )
     if any(stages > 1 for stages in figures.vllm_pps):
         # Each stage holds its own layers and its own pool: quotacalc prices tensor parallelism only.
         raise QuotacalcError(
