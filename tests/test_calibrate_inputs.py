@@ -408,8 +408,23 @@ def test_a_figure_with_hundreds_of_digits_is_not_read(tmp_path):
             json.dumps({**VLLM_RESULT, "mean_itl_ms": 1e12}),
             ("mean_itl_ms: must be at most 3,600,000 milliseconds (an hour)",),
         ),
+        (
+            json.dumps(VLLM_RESULT)[:-1] + ', "mean_ttft_ms": 5000}',
+            ("duplicate key 'mean_ttft_ms': JSON keeps the last", "(keep one)"),
+        ),
+        (
+            json.dumps(VLLM_RESULT) + "\n" + json.dumps(VLLM_RESULT)[:-1] + ', "mean_itl_ms": 1}\n',
+            ("line 2: duplicate key 'mean_itl_ms'",),
+        ),
     ],
-    ids=["5000-digit-int", "deep-nesting", "concurrency-1e9", "itl-in-wrong-unit"],
+    ids=[
+        "5000-digit-int",
+        "deep-nesting",
+        "concurrency-1e9",
+        "itl-in-wrong-unit",
+        "duplicate-key",
+        "duplicate-key-jsonl",
+    ],
 )
 def test_hostile_json(json_file, text, needles):
     error = _error(read_benchmark, json_file(text))

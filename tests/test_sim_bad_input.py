@@ -238,6 +238,10 @@ def test_a_usage_file_without_a_timestamp_column_is_a_header_problem(run_cli, tm
             "not JSON: Exceeds the limit (4300 digits) for integer string conversion (one JSON object a line)",
         ),
         ("[" * 100_000 + "]" * 100_000, "not JSON: nested too deeply (one JSON object a line)"),  # was RecursionError
+        (
+            '{"timestamp": 1, "tenant": "acme", "prompt_tokens": 1000, "output_tokens": 5, "prompt_tokens": 99999}',
+            "duplicate key 'prompt_tokens': JSON keeps the last, so one of its values would be dropped (keep one)",
+        ),
     ],
 )
 def test_bad_jsonl_usage_row(run_cli, tmp_path, line, message):

@@ -30,6 +30,7 @@ from quotacalc.core.calibrate import BenchmarkPoint, KvPoolReading
 from quotacalc.core.deployment import GENERIC_ENGINE, VLLM_MEMORY_UTILIZATION
 from quotacalc.errors import QuotacalcError, close_names
 from quotacalc.fileio import open_regular
+from quotacalc.inputs.json_strict import DuplicateKey, loads_unique
 
 CSV_COLUMNS = ("concurrency", "prompt_tokens", "output_tokens", "ttft_s", "itl_s")
 _MS_COLUMNS = {"ttft_ms": "ttft_s", "itl_ms": "itl_s"}
@@ -527,8 +528,14 @@ def _json_documents(path: str, text: str) -> list[tuple[str, Any]]:
     # json's own limits: a nesting too deep (RecursionError), an integer of more than 4,300 digits (ValueError).
     too_deep = "malformed JSON: nested too deeply"
     too_long = "malformed JSON: a number of more than 4,300 digits"
+
+    def duplicate(error: DuplicateKey) -> str:
+        return f"duplicate key '{error.args[0]}': JSON keeps the last, so one of its figures would be dropped"
+
     try:
-        document = json.loads(text)
+        document = loads_unique(text)
+    except DuplicateKey as error:
+        raise QuotacalcError(duplicate(error), source=path, fix="keep one") from None
     except RecursionError:
         raise QuotacalcError(too_deep, source=path, fix=_json_fix(text)) from None
     except json.JSONDecodeError as whole_error:
@@ -539,7 +546,9 @@ def _json_documents(path: str, text: str) -> list[tuple[str, Any]]:
         for number, line in lines:
             field = f"line {number}"
             try:
-                documents.append((field, json.loads(line)))
+                documents.append((field, loads_unique(line)))
+            except DuplicateKey as error:
+                raise QuotacalcError(duplicate(error), source=path, field=field, fix="keep one") from None
             except json.JSONDecodeError as error:
                 problem = _json_problem(error, line=False)
                 raise QuotacalcError(problem, source=path, field=field, fix=_json_fix(text)) from None

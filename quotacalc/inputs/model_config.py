@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from quotacalc.cache import cache_key, read_entry, write_entry
 from quotacalc.catalog.models import find_shipped, shipped_models
 from quotacalc.errors import QuotacalcError, UsageError, close_names
+from quotacalc.inputs.json_strict import DuplicateKey, loads_unique
 
 #: Bump when the cached document's layout changes.
 CACHE_FORMAT = 4
@@ -563,8 +564,8 @@ def read_config_bytes(path: Path) -> bytes:
 def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
     """A config.json's object, with a one-line error when it is malformed, out of range or nested too deep."""
     try:
-        raw = json.loads(data, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as error:
+        raw = loads_unique(data)
+    except DuplicateKey as error:
         raise QuotacalcError(
             f"duplicate key '{error.args[0]}': JSON keeps the last, transformers would read that one",
             source=_shown(path),
@@ -585,18 +586,6 @@ def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
         raise QuotacalcError("config is not a JSON object", source=_shown(path))
     check_config_values(raw, _shown(path))
     return raw
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document = dict(pairs)
-    if len(document) != len(pairs):
-        seen: set[str] = set()
-        raise _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
-    return document
 
 
 def check_config_values(raw: dict[str, Any], source: str) -> None:

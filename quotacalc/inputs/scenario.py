@@ -509,11 +509,20 @@ def _usage_records(text: str, path: Path) -> list[tuple[int, dict[str, object]]]
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         import json
 
+        from quotacalc.inputs.json_strict import DuplicateKey, loads_unique
+
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = loads_unique(line)
+            except DuplicateKey as error:
+                raise QuotacalcError(
+                    f"duplicate key '{error.args[0]}': JSON keeps the last, so one of its values would be dropped",
+                    source=source,
+                    field=f"line {number}",
+                    fix="keep one",
+                ) from None
             except RecursionError:  # json's own limit: arrays or objects nested thousands deep
                 raise QuotacalcError(
                     "not JSON: nested too deeply", source=source, field=f"line {number}", fix="one JSON object a line"
