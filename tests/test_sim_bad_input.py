@@ -239,6 +239,11 @@ def test_a_usage_file_without_a_timestamp_column_is_a_header_problem(run_cli, tm
         ),
         ("[" * 100_000 + "]" * 100_000, "not JSON: nested too deeply (one JSON object a line)"),  # was RecursionError
         (
+            '{"timestamp": "2024-01-01T00:00:00Z", "tenant": "acme", "prompt_tokens": 5, "output_tokens": 5}',
+            "timestamp: an ISO 8601 time among seconds (line 1 gives seconds): seconds from an origin of the file's own "
+            "and ISO times are no one clock, and the rows would land decades apart (give every timestamp one way)",
+        ),
+        (
             '{"timestamp": 1, "tenant": "acme", "prompt_tokens": 1000, "output_tokens": 5, "prompt_tokens": 99999}',
             "duplicate key 'prompt_tokens': JSON keeps the last, so one of its values would be dropped (keep one)",
         ),

@@ -477,6 +477,16 @@ def _parse_time(value: object, *, source: str, field: str) -> float:
     return number
 
 
+def _clock(value: object) -> str:
+    """How a timestamp is given: 'an ISO 8601 time' or 'seconds' (a number, or a string of one)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return "an ISO 8601 time"
+    return "seconds"
+
+
 def _count(value: object, *, source: str, field: str) -> int:
     """A token count of a usage row: a whole number from 1 (what every length distribution gives) to MAX_TOKENS."""
     number = math.nan
@@ -581,6 +591,8 @@ def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
     # (utf-8-sig: a spreadsheet's CSV may start with a byte-order mark, which read_text_file drops.)
     text = read_text_file(path, what="usage file (arrival.file)", limit=MAX_USAGE_BYTES)
     by_tenant: dict[str, list[tuple[float, int, int]]] = {}
+    #: (line, kind) of the first row: seconds on an origin of their own and ISO times do not share a clock.
+    first_clock: tuple[int, str] | None = None
     for number, record in _usage_records(text, path):
         where = f"line {number}"
         for key in USAGE_COLUMNS:
@@ -591,6 +603,17 @@ def read_usage_file(path: Path) -> dict[str, list[tuple[float, int, int]]]:
                     field=f"{where}: {key}",
                     fix=f"every row gives {', '.join(USAGE_COLUMNS)}",
                 )
+        clock = _clock(record["timestamp"])
+        if first_clock is None:
+            first_clock = (number, clock)
+        elif clock != first_clock[1]:
+            raise QuotacalcError(
+                f"{clock} among {first_clock[1]} (line {first_clock[0]} gives {first_clock[1]}): seconds from an origin "
+                "of the file's own and ISO times are no one clock, and the rows would land decades apart",
+                source=source,
+                field=f"{where}: timestamp",
+                fix="give every timestamp one way",
+            )
         row = (
             _parse_time(record["timestamp"], source=source, field=f"{where}: timestamp"),
             _count(record["prompt_tokens"], source=source, field=f"{where}: prompt_tokens"),
