@@ -813,6 +813,9 @@ def test_dedicated_replicas_round_up_and_at_least_one(toy):
     with pytest.raises(QuotacalcError) as refused:
         size_tenant(toy, Tenant(rps=0, prompt_tokens=1000, output_tokens=0))
     assert refused.value.field == "rps" and "0 units/s" in refused.value.problem
+    with pytest.raises(QuotacalcError) as refused:
+        size_tenant(toy, Tenant(rps=5, prompt_tokens=0, output_tokens=0))
+    assert refused.value.field == "prompt_tokens" and "0 units/s" in refused.value.problem
 
 
 # --------------------------------------------------------------------------- weight layouts

@@ -267,6 +267,15 @@ FLAG_CASES = [
         "--rps=0", (*L, "--rps", "0", "--prompt-tokens", "1", "--output-tokens", "1"), INVALID, "--rps", command="size"
     ),
     flag_case("--rps=1e-9", (*L, "--rps", "1e-9", "--prompt-tokens", "1", "--output-tokens", "1"), OK, command="size"),
+    # Requests of no tokens size to 0 units/s too.
+    flag_case(
+        "no tokens",
+        (*L, "--rps", "5", "--prompt-tokens", "0", "--output-tokens", "0"),
+        INVALID,
+        "--prompt-tokens",
+        command="size",
+    ),
+    flag_case("prompt only", (*L, "--rps", "5", "--prompt-tokens", "1", "--output-tokens", "0"), OK, command="size"),
     flag_case("--batch=1 --context=1", (*L, "--batch", "1", "--context", "1"), OK),
     flag_case("--no-expert-parallel", (*MIX, "--no-expert-parallel"), OK),
 ]

@@ -104,6 +104,13 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
             field="rps",
             fix="give the tenant's requests per second",
         )
+    if tenant.prompt_tokens + tenant.output_tokens == 0:
+        # Requests of no tokens size to 0 units/s too (a plan's traffic refuses it alike).
+        raise QuotacalcError(
+            "is 0, and so is output_tokens: the tenant sizes to 0 units/s, a token bucket that admits nothing",
+            field="prompt_tokens",
+            fix="give the tenant's mean prompt and output tokens per request",
+        )
     # One of this tenant's requests at its full length (prompt + output), against the pool: a
     # request that cannot be resident at once is not served at any price.
     request_tokens = max(1, round(tenant.prompt_tokens + tenant.output_tokens))
