@@ -92,6 +92,13 @@ CASES = [
     ("no stop", _drop("duration_s"), 1, "duration_s or requests", ""),
     ("unknown policy", _set("policies", ["reserve_everything"]), 1, "policies[0]", "reserve_max_tokens"),
     ("sigma not a number", _set("workload.tenants.0.prompt_tokens.sigma", "wide"), 1, "prompt_tokens.sigma", "number"),
+    (
+        "lognormal max below its median",
+        _set("workload.tenants.0.prompt_tokens.max", 10),
+        1,
+        "workload.tenants[0].prompt_tokens",
+        "max 10 is below the median 1,800: more than half the lengths would be clamped",
+    ),
     ("missing lengths", _drop("workload.tenants.0.output_tokens"), 1, "workload.tenants[0]", "output_tokens"),
     ("nan duration", _set("duration_s", float("nan")), 1, "duration_s", "finite"),
     ("probability above 1", _set("workload.tenants.0.cancel_probability", 1.5), 1, "cancel_probability", "1"),

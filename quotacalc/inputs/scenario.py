@@ -103,6 +103,16 @@ class Lognormal(_Strict):
 
     _median = field_validator("median")(classmethod(lambda cls, v: _mean_tokens(v)))
 
+    @model_validator(mode="after")
+    def _max_above_median(self) -> Lognormal:
+        # A clamp below the median clamps most of the draws: every length would be max, not a lognormal.
+        if self.max is not None and self.max < self.median:
+            raise ValueError(
+                f"max {self.max:,} is below the median {self.median:,g}: more than half the lengths would be clamped "
+                "to it (raise max above the median, or use kind: fixed)"
+            )
+        return self
+
 
 class Exponential(_Strict):
     """Geometric lengths with the given mean (memoryless: the textbook M/M/1 service)."""
