@@ -418,6 +418,10 @@ CONFIG_CASES = [
     config_case("kv heads above heads", llama(num_key_value_heads=64), INVALID, "num_key_value_heads", "more than"),
     config_case("kv heads not dividing", llama(num_key_value_heads=5), INVALID, "num_key_value_heads", "divide"),
     config_case("kv heads 0", llama(num_key_value_heads=0), INVALID, "num_key_value_heads"),
+    # A dtype that is no torch dtype was priced as bf16 without a word; torch's own fp8 names read as no dtype.
+    config_case("torch_dtype float7", llama(torch_dtype="float7"), INVALID, "torch_dtype", "must name a torch dtype"),
+    config_case("torch_dtype 16", llama(torch_dtype=16), INVALID, "torch_dtype", "got 16"),
+    config_case("torch_dtype float8_e4m3fn", llama(torch_dtype="float8_e4m3fn"), OK),
     config_case("kv heads '8'", llama(num_key_value_heads="8"), INVALID, "num_key_value_heads"),
     config_case("layers 10**8", llama(num_hidden_layers=10**8), INVALID, "num_hidden_layers", "10,000"),
     config_case("layers 10001", llama(num_hidden_layers=10_001), INVALID, "num_hidden_layers", "10,000"),

@@ -30,6 +30,11 @@ _MISSING = object()
 
 #: transformers/torch dtype names -> quotacalc dtype names.
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+#: torch dtypes a config may state that are no dtype an engine serves unquantized weights in ('auto' lets the loader
+#: choose; fp8 names come with a quantization_config): read as no dtype stated.
+_OTHER_TORCH_DTYPES = frozenset(
+    {"auto", "float64", "double", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8"}
+)
 
 
 def torch_dtype_name(value: object) -> str | None:
@@ -140,6 +145,17 @@ def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, lis
     for candidate in (view, *fallbacks):
         for key in ("dtype", "torch_dtype"):
             value = candidate.get(key)
+            known = isinstance(value, str) and (value in _TORCH_DTYPES or value in _OTHER_TORCH_DTYPES)
+            if value is not None and not known:
+                # transformers keeps any value here, and a typo priced as bf16 would go unseen. It reads the file's
+                # torch_dtype as dtype: the error names the key the file states.
+                given = candidate.given_keys
+                stated = "torch_dtype" if given is not None and key not in given and "torch_dtype" in given else key
+                raise candidate.fail(
+                    stated,
+                    f"must name a torch dtype (bfloat16, float16, float32), got {value!r}",
+                    "write the checkpoint's dtype as its config.json on the hub gives it",
+                )
             if isinstance(value, str) and value in _TORCH_DTYPES:
                 if _TORCH_DTYPES[value] == "fp32":
                     return "bf16", [
