@@ -727,3 +727,16 @@ def test_a_relative_model_path_means_beside_the_plan_wherever_the_command_runs(r
     code, out, err = run_cli("size", plan, "--json")
     assert code == 0, err
     assert "my-llama" in out and "Llama-3.3-70B" not in out
+
+
+def test_an_empty_model_in_a_plan_is_named_as_its_key_not_read_as_the_plans_folder(run_cli, tmp_path):
+    """`model: ""` was read as the plan's own folder ('.: no config.json in this directory')."""
+    flat = tmp_path / "flat.yaml"
+    flat.write_text('model: ""\ngpu: h100-sxm\n', encoding="utf-8")
+    code, out, err = run_cli("price", flat)
+    assert code != 0 and out == ""
+    assert err.strip() == f"quotacalc: error: {flat}: model: must not be empty"
+    document = platform_document()
+    document["deployment"]["model"] = "  "
+    code, out, err = run_cli("check", write_plan(tmp_path, document))
+    assert code == 1 and "deployment.model: must not be empty" in err and "config.json" not in err

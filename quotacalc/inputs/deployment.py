@@ -172,8 +172,8 @@ def plan_file_from_document(document: object, path: str) -> PlanFile:
 def model_beside(model: Any, plan_file: str | Path) -> Any:
     """A plan's relative model path as the path beside the plan file where one is there, wherever the command runs
     from; anything else (a shipped name, a hub id, an absolute path) as written."""
-    if not isinstance(model, str) or Path(model).is_absolute():
-        return model
+    if not isinstance(model, str) or not model.strip() or Path(model).is_absolute():
+        return model  # an empty name is the Deployment's to refuse, not the plan's own folder
     beside = Path(plan_file).parent / model
     try:
         return str(beside) if beside.exists() else model
