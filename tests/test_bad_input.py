@@ -572,3 +572,14 @@ def test_an_oversubscription_source_is_one_printable_line(run_cli, tmp_path, sou
     code, out, err = run_cli("check", str(plan))
     assert code == 1 and out == "" and err.count("\n") == 1, err
     assert f"{plan}: oversubscription.source: " in err
+
+
+def test_a_section_that_must_be_a_mapping_says_so_without_pydantics_class_name(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nkv_pool_tokens: 1000\nkv_pool_measured_with: h100\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("price", plan)
+    assert (code, out) == (1, "")
+    assert err.strip() == f"quotacalc: error: {plan}: kv_pool_measured_with: must be a mapping"

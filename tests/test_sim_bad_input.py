@@ -417,11 +417,11 @@ def test_max_tokens_below_one_or_past_any_context_is_refused(run_cli, tmp_path, 
         ),
         (
             _set("workload.tenants.0.prompt_tokens.sigma", float("nan")),
-            "workload.tenants[0].prompt_tokens.sigma: Input should be a finite number",
+            "workload.tenants[0].prompt_tokens.sigma: must be a finite number, got nan",
         ),
         (
             _set("workload.tenants.0.cached_fraction", float("nan")),
-            "workload.tenants[0].cached_fraction: Input should be a finite number",
+            "workload.tenants[0].cached_fraction: must be a finite number, got nan",
         ),
         (
             _set("workload.tenants.0.arrival.rate_rps", 1e-300),
@@ -437,7 +437,7 @@ def test_max_tokens_below_one_or_past_any_context_is_refused(run_cli, tmp_path, 
         ),
         (_set("window_s", 1e-300), "window_s: must be at least 0.001 s, got 1e-300"),
         (_set("duration_s", 1e308), "duration_s: must be at most 31,622,400 s (a year), got 1e+308"),
-        (_set("engine.restart_s", float("inf")), "engine.restart_s: Input should be a finite number"),
+        (_set("engine.restart_s", float("inf")), "engine.restart_s: must be a finite number, got inf"),
         (_set("engine.restart_s", -1), "engine.restart_s: must be a finite number >= 0, got -1.0"),
         (
             _set("engine.failure_rate_per_hour", 1e12),
@@ -512,3 +512,15 @@ def test_the_token_budget_equal_to_the_sequences_is_accepted(run_cli, tmp_path):
     )
     assert code == 0, err
     assert [pool["max_num_batched_tokens"] for pool in json.loads(out)["pools"]] == [128, 128]
+
+
+def test_bounds_are_worded_as_the_house_words_them_not_as_pydantic(run_cli, tmp_path):
+    """'must be less than or equal to 1, got 1.5', as a plan words it; pydantic's 'Input should be' stays inside."""
+    document = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    document["workload"]["tenants"][0]["cancel_probability"] = 1.5
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    code, out, err = run_cli("simulate", scenario)
+    assert (code, out) == (1, "")
+    assert err.endswith("workload.tenants[0].cancel_probability: must be less than or equal to 1, got 1.5\n")
+    assert "Input should" not in err

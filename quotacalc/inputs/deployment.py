@@ -100,11 +100,28 @@ _WANTED = {
 }
 
 
+def worded_message(error: Any) -> str:
+    """One pydantic error entry in the house's words: 'must be a mapping', 'must be at most 1, got 1.5', never
+    'Input should be ...' or a class name."""
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] in ("tuple_type", "list_type"):
+        return "must be a list"
+    if error["type"] == "too_short":
+        return f"must list at least {error.get('ctx', {}).get('min_length', 1)}"
+    if error["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        return "must be a mapping"
+    if message.startswith("Input should be"):
+        value = error.get("input")
+        shown = f", got {value!r}" if isinstance(value, (int, float, str, bool)) or value is None else ""
+        return "must be" + message.removeprefix("Input should be") + shown
+    return message
+
+
 def _problem(error: Any) -> tuple[str, str | None]:
     """A validation error as 'must be ..., got ...' and a fix, for one line."""
     wanted = _WANTED.get(error["type"])
     if wanted is None:
-        return error["msg"].removeprefix("Value error, "), None
+        return worded_message(error), None
     value = error.get("input")
     if isinstance(value, int) and not isinstance(value, bool) and value > 10**20:
         # A whole number beyond a float's range (YAML's 1e400): its size is the problem, not its type.

@@ -26,6 +26,7 @@ from quotacalc.inputs.deployment import (
     model_beside,
     model_max_context,
     suggest_key,
+    worded_message,
 )
 
 #: The pool a flat plan's deployment becomes.
@@ -174,17 +175,7 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
         return QuotacalcError(f"unknown key '{key}'", source=source, field=yaml_path(loc), fix=fix)
     if first["type"] == "missing":
         return QuotacalcError("is required", source=source, field=yaml_path(loc))
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] in ("tuple_type", "list_type"):
-        message = "must be a list"
-    elif first["type"] == "too_short":
-        message = f"must list at least {first.get('ctx', {}).get('min_length', 1)}"
-    elif first["type"] in ("model_type", "dict_type", "model_attributes_type"):
-        message = "must be a mapping"
-    elif message.startswith("Input should be"):
-        value = first.get("input")
-        shown = f", got {value!r}" if isinstance(value, (int, float, str, bool)) or value is None else ""
-        message = "must be" + message.removeprefix("Input should be") + shown
+    message = worded_message(first)
     if first["type"] == "string_pattern_mismatch" and "lora_adapters" in loc:
         message = (
             f"'{first['input']}' is not a valid adapter name (no space, '=', comma or quote, at most 256 "

@@ -404,8 +404,9 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
         return QuotacalcError("needs a 'kind'", source=source, field=field)
     if kind == "too_short":
         return QuotacalcError("is empty", source=source, field=field, fix=_NOT_EMPTY.get(str(loc[-1])))
-    message = first["msg"].removeprefix("Value error, ")
-    return QuotacalcError(message, source=source, field=field)
+    from quotacalc.inputs.deployment import worded_message
+
+    return QuotacalcError(worded_message(first), source=source, field=field)
 
 
 #: What an empty list should hold.
