@@ -418,6 +418,13 @@ CONFIG_CASES = [
     config_case("kv heads above heads", llama(num_key_value_heads=64), INVALID, "num_key_value_heads", "more than"),
     config_case("kv heads not dividing", llama(num_key_value_heads=5), INVALID, "num_key_value_heads", "divide"),
     config_case("kv heads 0", llama(num_key_value_heads=0), INVALID, "num_key_value_heads"),
+    # More digits than Python converts: one line without Python's own advice (sys.set_int_max_str_digits).
+    config_case(
+        "hidden 5000 digits",
+        json.dumps(llama()).replace('"hidden_size": 4096', '"hidden_size": ' + "9" * 5000),
+        INVALID,
+        "more than 4,300 digits",
+    ),
     # A dtype that is no torch dtype was priced as bf16 without a word; torch's own fp8 names read as no dtype.
     config_case("torch_dtype float7", llama(torch_dtype="float7"), INVALID, "torch_dtype", "must name a torch dtype"),
     config_case("torch_dtype 16", llama(torch_dtype=16), INVALID, "torch_dtype", "got 16"),

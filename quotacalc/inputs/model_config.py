@@ -580,8 +580,12 @@ def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
         raise QuotacalcError(
             f"config JSON is nested more than {MAX_CONFIG_DEPTH} levels deep", source=_shown(path)
         ) from None
-    except ValueError as error:  # an integer of more digits than Python converts
-        raise QuotacalcError(f"config JSON holds a number out of range ({error})", source=_shown(path)) from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise QuotacalcError(
+            "config JSON holds a whole number of more than 4,300 digits, far out of any field's range",
+            source=_shown(path),
+            fix="fix or replace the config.json",
+        ) from None
     if not isinstance(raw, dict):
         raise QuotacalcError("config is not a JSON object", source=_shown(path))
     check_config_values(raw, _shown(path))
