@@ -145,8 +145,20 @@ def load_plan_file(path: str) -> PlanFile:
     return plan_file_from_document(load_yaml_text(text, source=path), path)
 
 
+def refuse_scenario(document: object, path: str) -> None:
+    """A simulate scenario given where a plan goes: say so, not that its first key is unknown to a deployment."""
+    if isinstance(document, dict) and "workload" in document and "pools" not in document:
+        raise QuotacalcError(
+            "is a simulate scenario, not a plan",
+            source=path,
+            fix=f"run quotacalc simulate {path}; give price, size, check and generate the plan its plan key names or "
+            "holds",
+        )
+
+
 def plan_file_from_document(document: object, path: str) -> PlanFile:
     """A flat plan's parsed YAML as its deployment keys, tenant and calibration (the file read once)."""
+    refuse_scenario(document, path)
     file = Path(path)
     if document is None:
         document = {}

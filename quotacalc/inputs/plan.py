@@ -25,6 +25,7 @@ from quotacalc.inputs.deployment import (
     check_unrecorded_pool,
     model_beside,
     model_max_context,
+    refuse_scenario,
     suggest_key,
     worded_message,
 )
@@ -224,6 +225,7 @@ def read_document(path: str) -> dict[str, Any]:
         document = {}
     if not isinstance(document, dict):
         raise QuotacalcError("expected a mapping (deployment keys, or pools/tiers/tenants)", source=path)
+    refuse_scenario(document, path)
     return document
 
 
