@@ -27,9 +27,14 @@ def open_regular(path: str | Path, *, what: str) -> BinaryIO:
             "is not a file name (it holds a NUL byte)", source=source, fix=f"give the {what}'s path"
         ) from None
     except OSError as error:
-        usage = error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
+        # A path that cannot be reached or opened is the command line's problem (exit 2), as a missing one is; a file
+        # read but invalid is the input's (exit 1).
+        denied = error.errno in (errno.EACCES, errno.EPERM)
+        usage = denied or error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR)
         raise (UsageError if usage else QuotacalcError)(
-            f"cannot read: {error.strerror or error}", source=source
+            f"cannot read: {error.strerror or error}",
+            source=source,
+            fix=f"make the {what} readable by this user, or give a copy that is" if denied else None,
         ) from None
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):

@@ -86,7 +86,7 @@ def test_directory_without_config_json(run_cli, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     result = run_cli("price", "--model", str(empty), "--gpu", "h100-sxm")
-    assert_one_line_error(*result, INVALID, str(empty), "model", "config.json")
+    assert_one_line_error(*result, USAGE, str(empty), "model", "config.json")
 
 
 def test_broken_config_json_names_the_line(run_cli, tmp_path):
@@ -583,3 +583,28 @@ def test_a_section_that_must_be_a_mapping_says_so_without_pydantics_class_name(r
     code, out, err = run_cli("price", plan)
     assert (code, out) == (1, "")
     assert err.strip() == f"quotacalc: error: {plan}: kv_pool_measured_with: must be a mapping"
+
+
+def test_a_path_that_cannot_be_reached_is_a_usage_error_as_a_missing_one_is(run_cli, tmp_path, monkeypatch):
+    """Exit 2 for a path the command line gives that cannot be opened (a folder without config.json, a file this
+    user may not read), as for a missing one; exit 1 stays for a file that was read and is invalid."""
+    code, out, err = run_cli("price", "--model", str(tmp_path), "--gpu", "h100-sxm")
+    assert (code, out) == (2, "") and "no config.json in this directory" in err
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: Llama-3.1-8B-Instruct\ngpu: h100-sxm\n", encoding="utf-8")
+    import os
+
+    real_open = os.open
+
+    def denied(path, *args, **kwargs):
+        if str(path) == str(plan):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", denied)  # the tests run as root, whom chmod does not stop
+    code, out, err = run_cli("price", plan)
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        f"quotacalc: error: {plan}: cannot read: Permission denied (make the plan readable by this user, "
+        "or give a copy that is)"
+    )

@@ -406,7 +406,7 @@ def test_calibrate_bad_arguments(run_cli, args, code, needles):
 
 def test_write_into_a_directory_or_a_broken_plan_changes_nothing(run_cli, tmp_path):
     code, _, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", tmp_path)
-    assert code == 1 and "is a directory" in err
+    assert code == 2 and "is a directory" in err  # a place the command line names, as a missing folder is
     broken = tmp_path / "broken.yaml"
     broken.write_text("model: [unclosed\n", encoding="utf-8")
     code, _, err = run_cli("calibrate", PLAN, "--bench", SYNTHETIC_CSV, "--write", broken)

@@ -289,7 +289,10 @@ def test_out_is_a_file(run_cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
     file = tmp_path / "file"
     file.write_text("x", encoding="utf-8")
-    assert one_line_error(*canonical(run_cli, file), EXIT_INVALID_INPUT) == f"{file}: --out: is not a directory"
+    # A place that cannot be written to is the command line's problem (exit 2), as examples --copy onto a file is.
+    assert (
+        one_line_error(*canonical(run_cli, file), EXIT_USAGE) == f"{file}: --out: is not a directory (name a directory)"
+    )
 
 
 # --- --check: the CI drift check ----------------------------------------------------------------------------

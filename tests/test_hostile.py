@@ -557,7 +557,7 @@ CONFIG_CASES = [
     Case(
         "config.json is a directory",
         ("--model", "{d}/m", "--gpu", "h100-sxm"),
-        INVALID,
+        USAGE,  # a folder with no config.json file: the path given cannot be used, as a missing one
         ("config.json",),
         setup=lambda d: d.joinpath("m", "config.json").mkdir(parents=True),
     ),

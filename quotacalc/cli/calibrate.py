@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from quotacalc.core.deployment import Deployment
-from quotacalc.errors import QuotacalcError
+from quotacalc.errors import QuotacalcError, UsageError
 
 
 def _version() -> str:
@@ -324,7 +324,7 @@ def _write_target(path: str):
 
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     if target.is_dir():
-        raise QuotacalcError("is a directory", source=path, field="--write", fix="name the plan file to write")
+        raise UsageError("is a directory", source=path, field="--write", fix="name the plan file to write")
     # A rename replaces a file whatever its mode: a plan its owner made read-only is refused here instead.
     if target.exists() and not target.stat().st_mode & 0o222:
         raise QuotacalcError(

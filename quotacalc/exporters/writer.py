@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.errors import QuotacalcError
+from quotacalc.errors import QuotacalcError, UsageError
 from quotacalc.exporters.base import GeneratedFile
 from quotacalc.fileio import unwritable
 
@@ -172,7 +172,7 @@ def _plan(
 ) -> tuple[list[FileChange], dict[str, ManifestEntry]]:
     """Each file's change (stale files, owned by a generated target but no longer generated, last)."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise QuotacalcError("is not a directory", source=str(out_dir), field="--out")
+        raise UsageError("is not a directory", source=str(out_dir), field="--out", fix="name a directory")
     owned = _read_manifest(out_dir) if out_dir.is_dir() else {}
     files = [file for target_files in generated.values() for file in target_files]
     paths = [_safe_relative(file.path) for file in files]
@@ -333,7 +333,7 @@ def _check_directories(out_dir: Path, paths: Sequence[str]) -> None:
         needed.update(parent for parent in (out_dir / path).parents if out_dir in parent.parents or parent == out_dir)
     for directory in sorted(needed, key=lambda entry: len(entry.parts)):
         if directory == out_dir and out_dir.exists() and not out_dir.is_dir():
-            raise QuotacalcError("is not a directory", source=str(out_dir), field="--out")
+            raise UsageError("is not a directory", source=str(out_dir), field="--out", fix="name a directory")
         if directory != out_dir and out_dir in directory.parents and directory.is_symlink():
             # A link would carry the writes, and the removal of stale files, out of --out.
             raise QuotacalcError(

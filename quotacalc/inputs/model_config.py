@@ -107,7 +107,7 @@ def locate_model(reference: str) -> ModelSource:
         if inner == "other":
             raise _not_regular(config_path)
         if inner != "file":
-            raise QuotacalcError(
+            raise UsageError(
                 "no config.json in this directory",
                 source=_shown(path),
                 field="model",
