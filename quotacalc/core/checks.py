@@ -593,11 +593,13 @@ _FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ([A-Za-z0-9.]+)(?=[),;]|$))?")
 def plan_keys(text: str, prefix: str, inherited: Collection[str] = ()) -> str:
     """``text`` with each flag (``--batch``) named as the plan key that sets it (``prefix`` + ``batch``): a plan file's
     findings are fixed in the file, which check reads without deployment flags. A key in ``inherited`` is one the
-    pool takes from the plan's top-level ``deployment:``, and is named there."""
+    pool takes from the plan's top-level ``deployment:``: a hint to remove it names it there, where it is written;
+    a hint to set it names the pool's own key, which changes that pool alone."""
 
     def key(match: re.Match[str]) -> str:
         field = match.group(1).replace("-", "_")
-        name = ("deployment." if field in inherited else prefix) + field
+        removal = match.string[: match.start()].endswith("remove ")
+        name = ("deployment." if removal and field in inherited else prefix) + field
         return f"{name}: {match.group(2)}" if match.group(2) else name
 
     return _FLAG.sub(key, text)
