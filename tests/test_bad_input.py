@@ -608,3 +608,19 @@ def test_a_path_that_cannot_be_reached_is_a_usage_error_as_a_missing_one_is(run_
         f"quotacalc: error: {plan}: cannot read: Permission denied (make the plan readable by this user, "
         "or give a copy that is)"
     )
+
+
+def test_a_misspelt_key_inside_a_section_is_judged_against_that_sections_keys(run_cli, tmp_path):
+    """kv_pool_measured_with.tpp: 'did you mean tp?', not the section's own name."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nkv_pool_tokens: 1000\n"
+        "kv_pool_measured_with: {gpu: h100-sxm, tpp: 4}\n",
+        encoding="utf-8",
+    )
+    code, out, err = run_cli("price", plan)
+    assert (code, out) == (1, "")
+    assert err.strip() == (
+        f"quotacalc: error: {plan}: kv_pool_measured_with.tpp: unknown key 'kv_pool_measured_with.tpp' "
+        "(did you mean 'tp'?)"
+    )

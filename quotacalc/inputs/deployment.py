@@ -61,6 +61,23 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def _nested_model(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The model whose keys are valid at ``loc`` inside ``model`` (``model`` itself where the path leads to none)."""
+    import typing
+
+    current = model
+    for part in loc:
+        field = current.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return model
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        nested = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nested is None:
+            return model
+        current = nested
+    return current
+
+
 def _one_line_validation_error(
     error: ValidationError, model: type[BaseModel], *, source: str | None, from_flags: set[str], prefix: str = ""
 ) -> QuotacalcError:
@@ -69,8 +86,11 @@ def _one_line_validation_error(
     first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
     field = ".".join(str(part) for part in first["loc"]) or "?"
     if first["type"] == "extra_forbidden":
-        close = suggest_key(field, list(model.model_fields))
-        fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(model.model_fields)}"
+        # A key inside a section (kv_pool_measured_with.foo) is judged against that section's keys.
+        section = _nested_model(model, tuple(first["loc"][:-1]))
+        key = str(first["loc"][-1]) if section is not model else field
+        close = suggest_key(key, list(section.model_fields))
+        fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(section.model_fields)}"
         return QuotacalcError(f"unknown key '{field}'", source=source, field=prefix + field, fix=fix)
     if first["type"] == "missing":
         return UsageError(
