@@ -700,3 +700,13 @@ def test_replay_reads_a_spreadsheets_csv(tmp_path):
     assert [(r.time_s, r.prompt_tokens, r.output_tokens) for r in loaded.replays["t"]] == [(0, 100, 20), (1.5, 200, 30)]
     result = Simulation(build_setup(loaded), "reserve_capped", "fair").run()
     assert result.requests == 2 and result.output_tokens == 50
+
+
+@pytest.mark.parametrize("where", ["missing/x.svg", "a-folder"])
+def test_a_plot_that_cannot_be_written_is_refused_before_simulating(run_cli, tmp_path, where):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "a-folder").mkdir()
+    target = tmp_path / where
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "20", "--json", "--plot", str(target))
+    assert (code, out) == (2, "")  # nothing simulated, nothing printed
+    assert err.startswith(f"quotacalc: error: {target}: --plot: is ")

@@ -22,6 +22,23 @@ if TYPE_CHECKING:
 SIMULATE_SCHEMA_VERSION = 1
 
 
+def _check_plot_folder(plot: Path) -> None:
+    """The plot's folder must exist and take a new file before the simulation runs, not after (a run can take
+    minutes); the write itself is still checked when it happens."""
+    import os
+
+    folder = plot.parent
+    if plot.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        why = (
+            "is a directory"
+            if plot.is_dir()
+            else "is in no folder that exists"
+            if not folder.is_dir()
+            else ("is in a folder this user cannot write")
+        )
+        raise UsageError(why, source=str(plot), field="--plot", fix="name a file in a directory you can write")
+
+
 def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None, requests: int | None) -> None:
     """The command's body."""
     from quotacalc.inputs.scenario import MAX_EXPECTED_REQUESTS, MAX_SEED, load_scenario
@@ -35,6 +52,7 @@ def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None
         from quotacalc.cli.sim_plot import require_matplotlib
 
         require_matplotlib()
+        _check_plot_folder(Path(plot))
     updates: dict[str, Any] = {}
     if seed is not None:
         updates["seed"] = seed
