@@ -702,10 +702,10 @@ def test_replay_reads_a_spreadsheets_csv(tmp_path):
     assert result.requests == 2 and result.output_tokens == 50
 
 
-@pytest.mark.parametrize("where", ["missing/x.svg", "a-folder"])
+@pytest.mark.parametrize("where", ["missing/x.svg", "a-folder.svg"])
 def test_a_plot_that_cannot_be_written_is_refused_before_simulating(run_cli, tmp_path, where):
     pytest.importorskip("matplotlib")
-    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-folder.svg").mkdir()
     target = tmp_path / where
     code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "20", "--json", "--plot", str(target))
     assert (code, out) == (2, "")  # nothing simulated, nothing printed
