@@ -183,6 +183,7 @@ def test_weights_per_gpu_fall_as_tp_grows(arch):
 def test_tenant_figures_scale_linearly_with_rps(arch, rps, factor, prompt, output, cached):
     """units/s, replicas, bucket rate and depth and the shared price are rps x per-request figures;
     the per-request figures and the request's share of the pool do not move with rps."""
+    assume(prompt + output > 0)  # requests of no tokens are refused (tests/test_golden_core.py)
     replica = price(inputs(arch, context=4096))
     base = size_tenant(replica, Tenant(rps=rps, prompt_tokens=prompt, output_tokens=output, cached_fraction=cached))
     scaled = size_tenant(
