@@ -110,7 +110,9 @@ def two_point_rule(points: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[s
     return low, high, ttft
 
 
-def _benchmark_point(point: dict[str, Any], ttft: dict[str, Any] | None = None) -> BenchmarkPoint:
+def benchmark_point(point: dict[str, Any], ttft: dict[str, Any] | None = None) -> BenchmarkPoint:
+    """A measurement of decode_itl.yaml (``kind`` itl) or ttft.yaml (``kind`` ttft) as calibrate reads a run; a
+    concurrency-1 ITL run carries ``ttft``'s first token."""
     if point["kind"] == "ttft":
         return BenchmarkPoint(
             source="ttft.yaml",
@@ -143,10 +145,10 @@ def outcome(points: list[dict[str, Any]]) -> Outcome | None:
     low, high, ttft = chosen
     used = {low["id"], high["id"]} | ({ttft["id"]} if ttft and low["concurrency"] == 1 else set())
     inputs = resolve(deployment_of(points[0]))
-    runs = [_benchmark_point(low, ttft), _benchmark_point(high)]
+    runs = [benchmark_point(low, ttft), benchmark_point(high)]
     fitted = calibrate(inputs, runs)
     values = {parameter.name: parameter.after for parameter in fitted.parameters}
-    others = [(p["id"], _benchmark_point(p)) for p in points if p["id"] not in used]
+    others = [(p["id"], benchmark_point(p)) for p in points if p["id"] not in used]
     before = predictions(inputs, {}, [point for _, point in others])
     after = predictions(inputs, values, [point for _, point in others])
     errors = {

@@ -17,6 +17,7 @@ and the page is updated with it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,10 @@ import yaml
 
 from quotacalc.core.calibrate import BenchmarkPoint, calibrate, predictions
 from quotacalc.core.deployment import Deployment
+
+# bench/two_point.py: the rule on every measured deployment, and how a measurement becomes a calibrate run.
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+import two_point
 
 DATA = Path(__file__).parent / "data" / "measurements"
 TARGET = 0.05
@@ -58,25 +63,10 @@ def _points(model: str) -> list[tuple[str, bool, BenchmarkPoint]]:
     out = []
     for entry in itl:
         if entry["model"] == model and entry["kind"] == "itl" and entry["source"] == "nim-1.0":
-            point = BenchmarkPoint(
-                source="decode_itl.yaml",
-                row=entry["id"],
-                concurrency=entry["concurrency"],
-                prompt_tokens=entry["prompt_tokens"],
-                output_tokens=entry["output_tokens"],
-                itl_s=entry["itl_s"],
-            )
-            out.append((entry["id"], entry.get("held_out", False), point))
+            out.append((entry["id"], entry.get("held_out", False), two_point.benchmark_point(entry)))
     for entry in ttft:
         if entry["model"] == model and entry["source"] == "nim-1.0":
-            point = BenchmarkPoint(
-                source="ttft.yaml",
-                row=entry["id"],
-                concurrency=1,
-                prompt_tokens=entry["prompt_tokens"],
-                output_tokens=1,
-                ttft_s=entry["ttft_s"],
-            )
+            point = two_point.benchmark_point({**entry, "kind": "ttft"})
             out.append((entry["id"], entry.get("held_out", False), point))
     return out
 
@@ -153,14 +143,6 @@ def test_two_runs_on_every_measured_deployment_as_the_page_states():
     """The same question asked of every deployment with four or more measured points, by bench/two_point.py's
     rule: the dense vLLM deployments meet the target (every other point within 5%); NIM's, the MoE ones on vLLM,
     SGLang and TensorRT-LLM's PyTorch backend, and vLLM's blockwise-FP8 first tokens do not, as the page says."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-    try:
-        import two_point
-    finally:
-        sys.path.remove(str(Path(__file__).parent.parent / "bench"))
-
     results = dict(two_point.outcomes(min_points=4))
     assert {label for label, outcome in results.items() if outcome is None} == NO_PAIR
     got = {label: (outcome.within, len(outcome.errors)) for label, outcome in results.items() if outcome is not None}
