@@ -427,3 +427,23 @@ def test_windowed_kv_per_token_is_reported_beside_the_growing_kv(run_cli, model,
     assert ("+ windowed KV per token" in table) == bool(windowed)
     if windowed:
         assert f"{windowed:,} B" in table
+
+
+def test_assumptions_about_the_model_are_shown_with_every_table(run_cli, tmp_path):
+    """A size left to transformers' class default moves every figure (Llama 3.3 70B without vocab_size: 32,000
+    rows, 1.6 B parameters fewer): the table says so, not only --explain and the JSON."""
+    config = json.loads((Path(__file__).parent.parent / "models" / "Llama-3.3-70B-Instruct" / "config.json").read_text())
+    del config["vocab_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    note = "vocab_size not stated in the config: transformers' default 32000 taken"
+    deployment = ("--model", str(tmp_path), "--gpu", "h100-sxm", "--tp", "8")
+    for args in (
+        ("price", *deployment),
+        ("size", *deployment, "--rps", "1", "--prompt-tokens", "100", "--output-tokens", "100"),
+        ("kv", *deployment, "--context", "1000"),
+    ):
+        code, out, err = run_cli(*args)
+        assert code == 0, err
+        assert "Assumptions about the model" in out and note in out, args[0]
+    code, out, _ = run_cli("price", "--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "8")
+    assert code == 0 and "Assumptions about the model" not in out  # a config that states its sizes has none

@@ -237,6 +237,13 @@ def _print_footer(
     """The warnings (the replica's, unless ``warnings`` gives the command's own), then with ``explain`` each step."""
     # Formulas hold brackets (E[max ...]) that rich would read as markup: escape every text.
     print_warnings(result.warnings if warnings is None else warnings)
+    # What was assumed about the model (a size left to transformers' class default, an unstated dtype) moves the
+    # figures: shown with every table, not only with --explain.
+    notes = list(result.inputs.arch.notes)
+    if notes:
+        console.print("[bold]Assumptions about the model[/]")
+        for note in notes:
+            console.print(f"  - {_text(note)}")
     if not explain:
         return
     console.print()
@@ -246,11 +253,6 @@ def _print_footer(
         console.print(f"    = {_text(step.substituted)}")
         note = f"   [dim]({_text(step.note)})[/]" if step.note else ""
         console.print(f"    = {_text(units.render(step.value, step.unit))}{note}")
-    notes = list(result.inputs.arch.notes)
-    if notes:
-        console.print("[bold]Assumptions about the model[/]")
-        for note in notes:
-            console.print(f"  - {_text(note)}")
 
 
 def _calibration_row(table: Table, calibration: Calibration) -> None:
