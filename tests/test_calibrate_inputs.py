@@ -74,7 +74,11 @@ def test_csv_model_column_names_each_runs_model(tmp_path, run_cli):
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20,-0.01\n", ("row 1: itl_s: must be a positive number of seconds, got -0.01 (leave the cell blank",)),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n1.5,200,20,0.01\n", ("row 1: concurrency", "whole number")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n0,200,20,0.01\n", ("row 1: concurrency: must be a whole number of requests in flight from 1 to 100,000, got 0",)),
-        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20\n", ("row 1", "3 cells for 4 columns")),
+        ("concurrency,prompt_tokens,output_tokens,itl_s\n1,200,20\n", ("row 1", "3 cells for 4 columns", "one cell per column")),
+        (
+            'concurrency,prompt_tokens,output_tokens,itl_s\n1,"200,20,0.01\n2,200,20,0.02\n',
+            ("row 1", "2 cells for 4 columns", "a quote opened in this row is never closed"),
+        ),
         ("concurrency,prompt_tokens,output_tokens,ttft_s,itl_s\n1,200,20,,\n", ("row 1", "neither a time to first token")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n,200,20,0.01\n", ("row 1: concurrency", "is empty")),
         ("concurrency,prompt_tokens,output_tokens,itl_s\n", ("no data rows",)),

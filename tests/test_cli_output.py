@@ -432,7 +432,9 @@ def test_windowed_kv_per_token_is_reported_beside_the_growing_kv(run_cli, model,
 def test_assumptions_about_the_model_are_shown_with_every_table(run_cli, tmp_path):
     """A size left to transformers' class default moves every figure (Llama 3.3 70B without vocab_size: 32,000
     rows, 1.6 B parameters fewer): the table says so, not only --explain and the JSON."""
-    config = json.loads((Path(__file__).parent.parent / "models" / "Llama-3.3-70B-Instruct" / "config.json").read_text())
+    config = json.loads(
+        (Path(__file__).parent.parent / "models" / "Llama-3.3-70B-Instruct" / "config.json").read_text()
+    )
     del config["vocab_size"]
     (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
     note = "vocab_size not stated in the config: transformers' default 32000 taken"

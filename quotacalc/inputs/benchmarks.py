@@ -208,7 +208,14 @@ def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
             continue
         row = f"row {number}"
         if len(cells) != len(header):
-            raise QuotacalcError(f"{len(cells)} cells for {len(header)} columns", source=path, field=row)
+            # csv reads an unclosed quote to the end of the file as one cell: say so, it is the likely cause.
+            unclosed = any("\n" in cell for cell in cells)
+            raise QuotacalcError(
+                f"{len(cells)} cells for {len(header)} columns",
+                source=path,
+                field=row,
+                fix="a quote opened in this row is never closed" if unclosed else "one cell per column, comma-separated",
+            )
         values: dict[str, Any] = {}
         for raw_name, name, cell in zip(header, columns, cells, strict=True):
             if name == "label" or not cell.strip():
