@@ -87,7 +87,7 @@ def test_csv_model_column_names_each_runs_model(tmp_path, run_cli):
     ],
     ids=[
         "typo-column", "no-concurrency", "no-times", "not-a-number", "nan", "negative", "fractional-concurrency",
-        "zero-concurrency", "short-row", "no-figure", "empty-cell", "header-only", "comment-only", "empty",
+        "zero-concurrency", "short-row", "unclosed-quote", "no-figure", "empty-cell", "header-only", "comment-only", "empty",
     ],
 )  # fmt: skip
 def test_bad_csv(tmp_path, text, needles):
