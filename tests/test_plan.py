@@ -421,6 +421,10 @@ def test_structure_errors(tmp_path: Path, run_cli) -> None:
             "tenant_header: 'x-ai-eg-model' is a header the gateway itself uses: choose another, e.g. x-tenant-id"
         ),
         "tenant_header: authorization\npools: [{name: a, replicas: 1}]\n": "tenant_header: 'authorization' is a",
+        # GIE picks the InferenceObjective (tier-pool) from it: tenant ids there would pick none.
+        "tenant_header: x-gateway-inference-objective\npools: [{name: a, replicas: 1}]\n": (
+            "tenant_header: 'x-gateway-inference-objective' is a header the gateway itself uses"
+        ),
         # A pool names a Kubernetes Service (RFC 1035: a letter first); a tenant or tier may start with a digit.
         "pools: [{name: 9lives, replicas: 1}]\n": "pools[0].name: '9lives' is not a valid name (a letter first, ",
         "public_prefixes: ['']\npools: [{name: a, replicas: 1}]\n": "public_prefixes[0]: String should have at least 1",
@@ -740,3 +744,18 @@ def test_an_empty_model_in_a_plan_is_named_as_its_key_not_read_as_the_plans_fold
     document["deployment"]["model"] = "  "
     code, out, err = run_cli("check", write_plan(tmp_path, document))
     assert code == 1 and "deployment.model: must not be empty" in err and "config.json" not in err
+
+
+def test_a_tenant_cannot_take_the_name_the_gateway_reserves_for_its_route_rule(tmp_path, run_cli):
+    """A tenant names its AIGatewayRoute rule, and the CRD refuses 'route-not-found' (the controller's catch-all):
+    check said sound and generate wrote a route the API server rejects."""
+    document = platform_document()
+    document["tenants"][0]["name"] = "route-not-found"
+    path = write_plan(tmp_path, document)
+    for command in (("check", path), ("generate", path, "--out", tmp_path / "out")):
+        line = one_line_error(*run_cli(*command), EXIT_INVALID_INPUT)
+        assert (
+            line
+            == f"{path}: tenants[0].name: 'route-not-found' is a name the gateway reserves for its own route rule: choose another"
+        )
+    assert not (tmp_path / "out").exists()

@@ -189,6 +189,14 @@ class PlanTenant(BaseModel):
     def _adapters_once(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         return _each_once(names, "adapter")
 
+    @field_validator("name")
+    @classmethod
+    def _not_a_reserved_name(cls, value: str) -> str:
+        # A tenant names its Envoy AI Gateway route rule, and the gateway's CRD refuses this one (its catch-all's).
+        if value in RESERVED_TENANT_NAMES:
+            raise ValueError(f"'{value}' is a name the gateway reserves for its own route rule: choose another")
+        return value
+
     @field_validator("units_per_s")
     @classmethod
     def _units(cls, value: float | None) -> float | None:
@@ -212,7 +220,21 @@ class PlanTenant(BaseModel):
 
 
 #: Headers the gateways route or authenticate on: none can carry the tenant id.
-RESERVED_HEADERS = frozenset({"x-ai-eg-model", "authorization", "content-type", "content-length", "host"})
+RESERVED_HEADERS = frozenset(
+    {
+        "x-ai-eg-model",
+        # The Gateway API Inference Extension picks a request's InferenceObjective (named tier-pool) from it: it cannot
+        # carry tenant ids too.
+        "x-gateway-inference-objective",
+        "authorization",
+        "content-type",
+        "content-length",
+        "host",
+    }
+)
+#: Names no tenant can take: the Envoy AI Gateway's AIGatewayRoute refuses a rule of this name (its CRD's
+#: x-kubernetes-validations: "rule name route-not-found is reserved").
+RESERVED_TENANT_NAMES = frozenset({"route-not-found"})
 
 
 class Plan(BaseModel):

@@ -214,7 +214,9 @@ def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
                 f"{len(cells)} cells for {len(header)} columns",
                 source=path,
                 field=row,
-                fix="a quote opened in this row is never closed" if unclosed else "one cell per column, comma-separated",
+                fix="a quote opened in this row is never closed"
+                if unclosed
+                else "one cell per column, comma-separated",
             )
         values: dict[str, Any] = {}
         for raw_name, name, cell in zip(header, columns, cells, strict=True):
