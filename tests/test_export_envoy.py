@@ -546,3 +546,19 @@ def test_long_prompts_on_a_standard_pool_that_refuses_them_are_said_to_be_refuse
         "pool standard, whose engine admits their longest (its max-model-len is 131,072 tokens): they are served "
         "there, charged at standard's weights."
     )
+
+
+def test_a_tiny_rate_takes_a_finer_scale_rather_than_rounding_up_to_one_count():
+    """0.0001 units/s over a 1 s window is 0.1 milli-units: floor gives 0, and the window's limit of at least 1 count
+    enforced 0.001 units/s, ten times the policy. A finer scale counts it exactly: 1 at 1/10,000 units."""
+    tier = platform_policy().tiers[1].model_copy(update={"burst_s": 0.5})
+    tiny = tenant_policy("micro", tier, 0.0001)
+    unit, seconds, scale, limit = envoy.window_for(tiny)
+    assert (unit, seconds, scale, limit) == ("Second", 1, 10_000, 1)
+    assert envoy.enforced_rate_units_per_s(tiny, seconds, scale) == pytest.approx(0.0001)
+    # 0.00037 units/s: 3 counts at 1/10,000 units are 19% off; 37 at 1/100,000 are exact.
+    odd = tenant_policy("odd", tier, 0.00037)
+    _, seconds, scale, limit = envoy.window_for(odd)
+    assert (scale, limit) == (100_000, 37)
+    # A rate every scale counts well keeps milli-units (its keys and limits do not move).
+    assert envoy.window_for(tenant_policy("usual", tier, 1000.0))[2] == 1000

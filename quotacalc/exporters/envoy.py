@@ -145,7 +145,11 @@ def scale_choice(tenant: TenantPolicy) -> tuple[str, int, int, int, str]:
     (FINE_SCALES' last) or "" (the weights are within WEIGHT_TOLERANCE: no finer scale is needed)."""
     unit, seconds, scale, limit = _coarse_window(tenant)
     weights = charged_weights(tenant, load_pool(tenant))
-    if not _weights_off(weights, scale):
+
+    def off(scale: int) -> bool:
+        return _weights_off(weights, scale) or _limit_off(tenant, seconds, scale)
+
+    if not off(scale):
         return unit, seconds, scale, limit, ""
     if scale != SCALES[0]:
         return unit, seconds, scale, limit, "uint32"
@@ -159,9 +163,21 @@ def scale_choice(tenant: TenantPolicy) -> tuple[str, int, int, int, str]:
             bound = "cel"
             break
         scale, limit = finer, max(finer_limit, 1)
-        if not _weights_off(weights, scale):
+        if not off(scale):
             return unit, seconds, scale, limit, ""
     return unit, seconds, scale, limit, bound
+
+
+def enforced_rate_units_per_s(tenant: TenantPolicy, seconds: int, scale: int) -> float:
+    """The rate a window's integer limit enforces: floor(rate x window x scale), at least 1, back in units/s."""
+    return max(math.floor(tenant.bucket_rate_units_per_s * seconds * scale), 1) / scale / seconds
+
+
+def _limit_off(tenant: TenantPolicy, seconds: int, scale: int) -> bool:
+    """Whether the window's integer limit enforces a rate off the policy's by more than WEIGHT_TOLERANCE (a limit
+    of a few counts, or one raised from 0 to 1, where the rate is tiny against the window and scale)."""
+    rate = tenant.bucket_rate_units_per_s
+    return abs(enforced_rate_units_per_s(tenant, seconds, scale) - rate) > WEIGHT_TOLERANCE * rate
 
 
 def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
@@ -443,6 +459,13 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 f"{tenant.name}: its burst is nearest a {nearest} window, whose limit would overflow Envoy's uint32 "
                 f"counter even in whole units, so it gets a {unit} window: at most rate x {seconds:,} s pass at once, "
                 "less than its bucket's depth."
+            )
+        enforced = enforced_rate_units_per_s(tenant, seconds, scale)
+        rate = tenant.bucket_rate_units_per_s
+        if abs(enforced - rate) > WEIGHT_TOLERANCE * rate:
+            limits.append(
+                f"{tenant.name}: its rate of {rate:.4g} units/s is enforced as {enforced:.4g} units/s, a whole number "
+                f"of 1/{scale:,} units per {unit} window ({_BOUNDS[bound or 'finest']})."
             )
         charged = charged_weights(tenant, homes[tenant.name])
         exact = (charged.prompt, charged.cached_prompt, charged.output)
