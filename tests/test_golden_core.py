@@ -816,6 +816,25 @@ def test_dedicated_replicas_round_up_and_at_least_one(toy):
     with pytest.raises(QuotacalcError) as refused:
         size_tenant(toy, Tenant(rps=5, prompt_tokens=0, output_tokens=0))
     assert refused.value.field == "prompt_tokens" and "0 units/s" in refused.value.problem
+    # Every prompt token cached at weight 0 and no output: 0 units a request, refused alike.
+    free = toy.inputs.model_copy(
+        update={"deployment": toy.inputs.deployment.model_copy(update={"cached_prompt_weight": 0.0})}
+    )
+    with pytest.raises(QuotacalcError) as refused:
+        size_tenant(price(free), Tenant(rps=5, prompt_tokens=100, output_tokens=0, cached_fraction=1.0))
+    assert refused.value.field == "cached_fraction" and "0 units" in refused.value.problem
+
+
+def test_a_share_of_replicas_never_costs_more_than_the_whole_replicas_it_rounds_to(toy):
+    """A load a hair above one replica from floating-point noise is one dedicated replica, and its shared price is
+    that replica's, not 7,200.000000000005 against 7,200 (a CI check of shared <= dedicated failed on it)."""
+    per_request = 1000 * (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)
+    rps = toy.replica_units_per_s / per_request * (1 + 4e-16)
+    sized = size_tenant(toy, Tenant(rps=rps, prompt_tokens=1000, output_tokens=0))
+    assert sized.replicas > 1 and sized.dedicated_replicas == 1
+    assert sized.shared_usd_per_month == sized.dedicated_total_usd_per_month == 2800
+    half = size_tenant(toy, Tenant(rps=rps / 2, prompt_tokens=1000, output_tokens=0))
+    assert half.shared_usd_per_month == pytest.approx(1400)  # a real share stays its share
 
 
 # --------------------------------------------------------------------------- weight layouts

@@ -155,6 +155,14 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         f"{fmt(replica.output_weight)} × {fmt(tenant.output_tokens)}",
         unit="units",
     )
+    if units_per_request == 0:
+        # Every prompt token cached at weight 0 and no output: the same bucket that admits nothing as rps 0.
+        raise QuotacalcError(
+            f"is {tenant.cached_fraction:g} at cached_prompt_weight {deployment.cached_prompt_weight:g} with no output "
+            "tokens: every request sizes to 0 units, a token bucket that admits nothing",
+            field="cached_fraction",
+            fix="give the tenant's uncached prompt or output tokens, or a cached_prompt_weight above 0",
+        )
     units_per_s = ledger.record(
         "units_per_s",
         tenant.rps * units_per_request,
@@ -183,14 +191,17 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         substituted=f"{fmt(deployment.burst_s)} × {fmt(units_per_s)}",
         unit="units",
     )
+    dedicated_replicas = whole_replicas(replicas)
+    # A share of replicas is never more than the whole replicas it rounds up to (1.0000000000000007 replicas from
+    # floating-point noise is one replica, and must not cost a hair more than that one dedicated).
+    shared_replicas = min(replicas, dedicated_replicas)
     shared_usd = ledger.record(
         "shared_usd_per_month",
-        replicas * replica.dedicated_usd_per_month,
+        shared_replicas * replica.dedicated_usd_per_month,
         formula="replicas × replica $/month (its share of shared replicas)",
-        substituted=f"{fmt(replicas)} × {fmt(replica.dedicated_usd_per_month)}",
+        substituted=f"{fmt(shared_replicas)} × {fmt(replica.dedicated_usd_per_month)}",
         unit="USD",
     )
-    dedicated_replicas = whole_replicas(replicas)
     dedicated_usd = ledger.record(
         "dedicated_total_usd_per_month",
         dedicated_replicas * replica.dedicated_usd_per_month,
