@@ -170,3 +170,16 @@ def test_size_of_the_long_pool_lists_the_tenants_whose_load_it_carries(run_cli, 
     # The long pool's cost alone: 2 replicas × 4 GPUs × $2.5 × 720 h (the shared pool is not this view's).
     code, out, err = run_cli("size", str(path), "--pool", "long", "--json")
     assert json.loads(out)["totals"]["pools_usd_per_month"] == pytest.approx(2 * 4 * 2.5 * 720)
+
+
+def test_size_of_one_pool_lists_the_pools_its_cost_counts_only(run_cli, tmp_path) -> None:
+    """size --pool shared counts the shared pool and the long pool its tenants route to; the pool lines under the
+    table are those, not every pool of the plan (acme-dedicated's line was listed under a total that leaves it out)."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(_document(), sort_keys=False), encoding="utf-8")
+    code, out, err = run_cli("size", str(path), "--pool", "long")
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("pool ")]
+    assert [line.split()[1] for line in lines] == ["long"]
+    code, out, err = run_cli("size", str(path))
+    assert len([line for line in out.splitlines() if line.startswith("pool ")]) == len(_document()["pools"])

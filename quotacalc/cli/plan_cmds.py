@@ -538,7 +538,7 @@ def size_platform(
     else:
         from quotacalc.cli.plan_tables import plan_size_table
 
-        plan_size_table(path, result, policy, formulas=_SIZE_FORMULAS if explain else None)
+        plan_size_table(path, result, policy, formulas=_SIZE_FORMULAS if explain else None, pools=shown)
     from quotacalc.cli.streams import print_warnings
 
     print_warnings(warnings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -46,7 +47,16 @@ def check_table(path: str, result: CheckResult) -> None:
     console.print(f"{escape(path)}: {verdict}: {counts}")
 
 
-def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formulas: dict[str, str] | None) -> None:
+def plan_size_table(
+    path: str,
+    result: PlanSize,
+    policy: QuotaPolicy,
+    *,
+    formulas: dict[str, str] | None,
+    pools: Collection[str] | None = None,
+) -> None:
+    """The tenants' rows and totals, then a line for each pool the totals' pool cost counts (``pools``: every one
+    when None; ``size --pool`` passes the pool and the long-context pools its tenants use)."""
     console = _console()
     table = Table(show_edge=False, pad_edge=False, show_footer=True)
     totals = result.totals
@@ -93,6 +103,8 @@ def plan_size_table(path: str, result: PlanSize, policy: QuotaPolicy, *, formula
         f"{units.usd(totals.pools_usd_per_month)}/month"
     )
     for pool in policy.pools:
+        if pools is not None and pool.name not in pools:
+            continue
         console.print(
             f"[dim]pool {escape(pool.name)} ({pool.role}): {pool.replicas} × {pool.replica_units_per_s:,.0f} units/s, "
             f"W {pool.output_weight:.2f}, {units.usd(pool.usd_per_replica_month)}/replica-month[/dim]"
