@@ -163,3 +163,31 @@ def test_a_pool_price_fix_names_the_key_where_the_plan_sets_it(run_cli, tmp_path
     assert fixes(own) == {f"pools.{first['name']}": f"remove pools.{first['name']}.deployment.state_dtype"}
     code, _, err = run_cli("size", inherited)
     assert code == 0 and "(remove deployment.state_dtype)" in err and "pools." not in err.split("state_dtype fp32")[1]
+
+
+def test_a_bucket_fix_names_the_key_that_sets_the_rate_and_clears_every_shortfall(run_cli, tmp_path):
+    """A traffic tenant has no units_per_s: its bucket's fix names tenants.NAME.traffic.rps. And size's burst to
+    raise clears the mean request too, not only the smallest (following the first fix met the second warning)."""
+    import yaml
+
+    document = yaml.safe_load((Path(__file__).parent.parent / "examples" / "platform.yaml").read_text())
+    sized = next(t for t in document["tenants"] if "traffic" in t)
+    sized["traffic"]["rps"] = 1e-9
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    code, out, err = run_cli("check", plan, "--json")
+    assert code == 0, err
+    (finding,) = [
+        f
+        for f in json.loads(out)["findings"]
+        if f["code"] == "bucket-below-any-request" and f["subject"] == f"tenants.{sized['name']}"
+    ]
+    assert finding["fix"] == f"raise tenants.{sized['name']}.traffic.rps or tiers.{sized['tier']}.burst_s"
+    flat = Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml"
+    code, out, err = run_cli("size", flat, "--rps", "0.001", "--burst-s", "1", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    per_request = document["results"]["units_per_request"]
+    (warning,) = [w for w in document["warnings"] if "burst_s" in w]
+    needed = float(warning.split("at least ")[1].split(" s")[0].replace(",", ""))
+    assert needed * 0.001 * per_request >= per_request * 0.999  # the depth it gives holds a mean request

@@ -558,7 +558,7 @@ def test_a_bucket_that_admits_nothing_or_never_the_largest_output():
     # 0.05 units/s × 60 s = 3 units: less than one prompt and one output token (1 + 3 units).
     assert note.fix == "raise the tenant's rate or tiers.std.burst_s, or lower its max_output_tokens"
     (warning,) = found(check_plan(policy(tenant("a", 0.05))), "bucket-below-any-request")
-    assert warning.fix == "raise the tenant's units_per_s or tiers.std.burst_s"
+    assert warning.fix == "raise tenants.a.units_per_s or tiers.std.burst_s"
     assert warning.severity == "warning" and warning.figures == {
         "bucket_depth_units": pytest.approx(3.0),
         "smallest_request_units": 4.0,
@@ -699,7 +699,7 @@ def test_a_bucket_is_checked_against_the_requests_routed_to_the_long_context_poo
             message="its bucket holds 20,000 units, less than the smallest request routed to pool 'long' (a prompt of "
             "32,769 tokens, above the threshold of 32,768, and one output token at W 4.50: 32,774 units): the gateway "
             "rejects every prompt above 32,768 tokens that tier 'std' allows",
-            fix="raise the tenant's units_per_s or tiers.std.burst_s, or lower tiers.std.max_context_tokens to 32,768 "
+            fix="raise tenants.a.units_per_s or tiers.std.burst_s, or lower tiers.std.max_context_tokens to 32,768 "
             "to keep its prompts on pool 'shared'",
             figures={"bucket_depth_units": 20_000.0, "smallest_request_units": 32_773.5},
         )

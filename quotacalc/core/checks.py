@@ -368,6 +368,13 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
     return findings
 
 
+def _rate_key(tenant: TenantPolicy) -> str:
+    """The plan key that sets a tenant's rate: a contract's units_per_s, or a profile's requests per second."""
+    if tenant.rate_source == "traffic":
+        return f"tenants.{tenant.name}.traffic.rps"
+    return f"tenants.{tenant.name}.units_per_s"
+
+
 def _buckets(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]:
     """A bucket shallower than the smallest request (one prompt and one output token) admits nothing: a warning. One
     shallower than the reservation of a request for the tier's max_output_tokens (the gateway reserves W × max_tokens
@@ -389,7 +396,7 @@ def _buckets(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Finding]
                     code=shortfall.code,
                     subject=f"tenants.{tenant.name}",
                     message=shortfall.message,
-                    fix=f"raise the tenant's units_per_s or tiers.{tenant.tier}.burst_s",
+                    fix=f"raise {_rate_key(tenant)} or tiers.{tenant.tier}.burst_s",
                     figures={"bucket_depth_units": depth, "smallest_request_units": shortfall.needed_units},
                 )
             )
@@ -436,7 +443,7 @@ def _long_context_bucket(tenant: TenantPolicy, pools: dict[str, PoolPolicy]) -> 
                 f"'{long_pool}' (a prompt of {shortest_prompt:,} tokens, above the threshold of {threshold:,}, and one "
                 f"output token at W {w:.2f}: {smallest:,.0f} units): the gateway rejects every prompt above "
                 f"{threshold:,} tokens that tier '{tier}' allows",
-                fix=f"raise the tenant's units_per_s or tiers.{tier}.burst_s, or lower tiers.{tier}.max_context_tokens "
+                fix=f"raise {_rate_key(tenant)} or tiers.{tier}.burst_s, or lower tiers.{tier}.max_context_tokens "
                 f"to {threshold:,} to keep its prompts on pool '{tenant.pool}'",
                 figures={"bucket_depth_units": depth, "smallest_request_units": smallest},
             )

@@ -42,9 +42,10 @@ def bucket_shortfall(
     ``size`` warns with it, and ``check``'s bucket findings (core/checks.py) are built from it."""
     smallest = 1 + output_weight
     if depth_units < smallest:
+        # The fix must clear the mean request too where there is one, or following it meets the second shortfall.
         return BucketShortfall(
             "bucket-below-any-request",
-            smallest,
+            max(smallest, units_per_request or 0.0),
             f"its bucket holds {depth_units:,.2f} units, less than the smallest request (one prompt and one output "
             f"token: 1 + {output_weight:.2f} units): the gateway rejects every request",
         )
