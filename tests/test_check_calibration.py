@@ -191,3 +191,21 @@ def test_a_bucket_fix_names_the_key_that_sets_the_rate_and_clears_every_shortfal
     (warning,) = [w for w in document["warnings"] if "burst_s" in w]
     needed = float(warning.split("at least ")[1].split(" s")[0].replace(",", ""))
     assert needed * 0.001 * per_request >= per_request * 0.999  # the depth it gives holds a mean request
+
+
+def test_size_of_a_plan_warns_of_a_bucket_that_admits_nothing_as_check_does(run_cli, tmp_path):
+    """size PLAN printed no warning for a tenant whose bucket holds less than the smallest request, so --strict
+    passed a tenant every gateway rejects; check and size of one tenant warned."""
+    import yaml
+
+    document = yaml.safe_load((Path(__file__).parent.parent / "examples" / "platform.yaml").read_text())
+    contract = next(t for t in document["tenants"] if "units_per_s" in t)
+    contract["units_per_s"] = 0.001
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    code, out, err = run_cli("size", plan, "--json")
+    assert code == 0, err
+    (warning,) = [w for w in json.loads(out)["warnings"] if w.startswith(f"tenants.{contract['name']}:")]
+    assert "less than the smallest request" in warning and f"raise tenants.{contract['name']}.units_per_s" in warning
+    code, out, err = run_cli("size", plan, "--strict")
+    assert code == 1 and out == "" and "less than the smallest request" in err

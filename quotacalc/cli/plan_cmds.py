@@ -470,6 +470,13 @@ def size_platform(
         traffic = {name: profile for name, profile in traffic.items() if name in members}
     findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]
+    from quotacalc.core.checks import bucket_warnings
+
+    # A bucket that admits no request is size's warning for one tenant, and check's: size of a plan gives it too.
+    shown_tenants = members if pool is not None else {tenant.name for tenant in policy.tenants}
+    findings += [
+        finding for finding in bucket_warnings(policy) if finding.subject.removeprefix("tenants.") in shown_tenants
+    ]
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
@@ -494,7 +501,9 @@ def size_platform(
         if name in shown
         for warning in lines
     ]
-    warnings += [f"{finding.subject}: {finding.message}" for finding in findings]
+    warnings += [
+        f"{finding.subject}: {finding.message}" + (f" ({finding.fix})" if finding.fix else "") for finding in findings
+    ]
     warnings += [f"pool '{name}': {note}" for name, (_, note) in calibrated.items() if note and name in shown]
     from quotacalc.cli.streams import fail_under_strict
 

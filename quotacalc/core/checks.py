@@ -368,6 +368,13 @@ def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list
     return findings
 
 
+def bucket_warnings(policy: QuotaPolicy) -> list[Finding]:
+    """``check``'s warnings about buckets that admit no request (on a tenant's pool or on its long-context pool), for
+    ``size`` of a plan to give as ``size`` of one tenant does."""
+    pools = {pool.name: pool for pool in policy.pools}
+    return [finding for finding in _buckets(policy, pools) if finding.severity == "warning"]
+
+
 def _rate_key(tenant: TenantPolicy) -> str:
     """The plan key that sets a tenant's rate: a contract's units_per_s, or a profile's requests per second."""
     if tenant.rate_source == "traffic":
