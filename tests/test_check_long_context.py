@@ -183,3 +183,20 @@ def test_size_of_one_pool_lists_the_pools_its_cost_counts_only(run_cli, tmp_path
     assert [line.split()[1] for line in lines] == ["long"]
     code, out, err = run_cli("size", str(path))
     assert len([line for line in out.splitlines() if line.startswith("pool ")]) == len(_document()["pools"])
+
+
+def test_sizing_a_long_prompt_on_a_pool_that_routes_it_away_says_so(run_cli, tmp_path) -> None:
+    """size --pool shared --prompt-tokens 40000 priced the tenant at the shared pool's W while the plan serves such
+    prompts on pool long (2.4x the units): a warning says where they go, and --strict fails on it."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(_document(), sort_keys=False), encoding="utf-8")
+    args = ("size", str(path), "--pool", "shared", "--rps", "0.2", "--output-tokens", "1000")
+    code, out, err = run_cli(*args, "--prompt-tokens", "40000", "--json")
+    assert code == 0, err
+    (warning,) = [w for w in json.loads(out)["warnings"] if "route_above_prompt_tokens" in w]
+    assert warning.startswith("prompts of 40,000 tokens are above pool shared's route_above_prompt_tokens (32,768)")
+    assert "size --pool long" in warning
+    code, out, err = run_cli(*args, "--prompt-tokens", "40000", "--strict")
+    assert code == 1 and out == ""
+    code, out, err = run_cli(*args, "--prompt-tokens", "32768", "--json")  # at the threshold it stays
+    assert code == 0 and not any("route_above" in w for w in json.loads(out)["warnings"])

@@ -113,14 +113,22 @@ def price_json(
     return _document("price", body, result, _steps_json(result.steps), explain, calibration)
 
 
-def size_json(result: SizeResult, *, explain: bool = False, calibration: Calibration = (None, None)) -> dict[str, Any]:
+def size_json(
+    result: SizeResult,
+    *,
+    explain: bool = False,
+    calibration: Calibration = (None, None),
+    warnings: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
     body = {
         "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
         "tenant": result.tenant.model_dump(),
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)
-    return _document("size", body, result.replica, steps, explain, calibration, result.warnings)
+    return _document(
+        "size", body, result.replica, steps, explain, calibration, result.warnings if warnings is None else warnings
+    )
 
 
 def kv_json(

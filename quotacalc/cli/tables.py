@@ -290,7 +290,14 @@ def price_table(result: PriceResult, *, explain: bool, calibration: Calibration 
     _print_footer(console, result.steps, result, explain)
 
 
-def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = (None, None)) -> None:
+def size_table(
+    result: SizeResult,
+    *,
+    explain: bool,
+    calibration: Calibration = (None, None),
+    warnings: tuple[str, ...] | None = None,
+) -> None:
+    """The tenant's figures; ``warnings``: the command's own (the result's and the plan's), else the result's."""
     console = _console()
     tenant = result.tenant
     table = _table()
@@ -326,7 +333,13 @@ def size_table(result: SizeResult, *, explain: bool, calibration: Calibration = 
     _calibration_row(table, calibration)
     _show(console, title, table)
     _calibration_warning(calibration)
-    _print_footer(console, result.steps + result.replica.steps, result.replica, explain, result.warnings)
+    _print_footer(
+        console,
+        result.steps + result.replica.steps,
+        result.replica,
+        explain,
+        result.warnings if warnings is None else warnings,
+    )
 
 
 def kv_table(result: RequestKvResult, *, explain: bool) -> None:

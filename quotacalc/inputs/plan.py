@@ -234,6 +234,18 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
+def long_routing(path: str, pool: str | None) -> tuple[int, str] | None:
+    """(threshold, long-context pool) where a platform plan's pool ``pool`` routes prompts above a length to another
+    pool, else None (a flat plan, no such pool, or no routing). Read after the plan has loaded."""
+    document = read_document(path)
+    if not is_platform(document) or pool is None:
+        return None
+    entry = next((p for p in document["pools"] if isinstance(p, dict) and p.get("name") == pool), None)
+    if entry is None or entry.get("route_above_prompt_tokens") is None or entry.get("long_context_pool") is None:
+        return None
+    return int(entry["route_above_prompt_tokens"]), str(entry["long_context_pool"])
+
+
 def inherited_deployment_keys(path: str) -> dict[str, frozenset[str]]:
     """Pool name -> the deployment keys a platform plan's pool takes from its top-level ``deployment:`` (so a fix
     names the key the user wrote); empty for a flat plan. Read after the plan has loaded, so the file is valid."""
