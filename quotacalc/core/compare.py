@@ -62,7 +62,8 @@ class ComparisonRow(BaseModel):
     kv_pool_tokens: int | None = None
     kv_pool_source: Literal["measured", "estimated"] | None = None
     #: Tokens the pool holds filled with sequences of --context (price's kv_pool_tokens_at_context): kv_pool_tokens
-    #: where every layer grows, fewer where windows or fixed state cost a short sequence in full.
+    #: where every layer grows; where windows or fixed state cost a sequence the same whatever its length, fewer at a
+    #: short context and more at a long one.
     kv_pool_tokens_at_context: int | None = None
     #: One replica (TP GPUs) for a month.
     dedicated_usd_per_month: float | None = None
