@@ -307,7 +307,7 @@ def test_size_rows_put_the_tenant_columns_before_reason_and_warnings():
     row = compare([_deployment("x", 8)], lambda d: _priced())[0]
     assert row.keys_for("price") == PRICE_KEYS
     assert row.keys_for("size") == (
-        *("gpu", "tp", "feasible", "usd_per_million_prompt_tokens", "usd_per_million_output_tokens"),
+        *("gpu", "tp", "gpu_hour_usd", "feasible", "usd_per_million_prompt_tokens", "usd_per_million_output_tokens"),
         *("output_weight", "replica_units_per_s", "kv_pool_tokens", "kv_pool_source", "kv_pool_tokens_at_context"),
         "dedicated_usd_per_month",
         *("decode_batch", "itl_s", "ttft_s", "max_load_output_tokens_per_s"),
@@ -396,3 +396,63 @@ def test_a_windowed_model_compares_its_pool_at_the_context(run_cli, monkeypatch,
     # A model whose every layer grows has one pool: no second column.
     code, out, err = run_cli("price", "--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm,h200", "--tp", "1,2")
     assert code == 0 and "KV pool at context" not in out
+
+
+def test_each_gpu_of_a_comparison_can_take_its_own_price(run_cli, monkeypatch):
+    """--gpu-hour-usd h100-sxm=2.5,b200=6: each row priced at its GPU's $/GPU-h (one price for a B200 and an H100
+    compared nothing), the row saying which; a replica's month is TP x price x 720 h."""
+    monkeypatch.setenv("COLUMNS", "200")
+    args = (
+        "price",
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--weight-dtype",
+        "fp8",
+        "--gpu",
+        "h100-sxm,b200",
+        "--tp",
+        "4",
+    )
+    code, out, err = run_cli(*args, "--gpu-hour-usd", "h100=2.5,b200=6", "--format", "json")
+    assert code == 0, err
+    rows = {row["gpu"]: row for row in json.loads(out)["rows"]}
+    assert (rows["h100-sxm"]["gpu_hour_usd"], rows["b200"]["gpu_hour_usd"]) == (2.5, 6.0)
+    assert rows["b200"]["dedicated_usd_per_month"] == pytest.approx(4 * 6.0 * 720)
+    # The same row as a single deployment at that price.
+    single = run_cli("price", *args[1:5], "--gpu", "b200", "--tp", "4", "--gpu-hour-usd", "6", "--json")
+    results = json.loads(single[1])["results"]
+    assert rows["b200"]["usd_per_million_output_tokens"] == pytest.approx(results["usd_per_million_output_tokens"])
+    code, out, err = run_cli(*args, "--gpu-hour-usd", "h100=2.5,b200=6")
+    assert code == 0 and "$/GPU-h" in out and "each GPU at its own $/GPU-h" in out and "$6.00" in out
+    # One price: no column, the title gives it.
+    code, out, err = run_cli(*args, "--gpu-hour-usd", "3")
+    assert code == 0 and "$/GPU-h ┃" not in out and "$3.0/GPU-h" in out
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "message"),
+    [
+        ("2.5,6", 2, "'2.5,6' lists prices without their GPUs"),
+        ("h100=2.5", 2, "no price for b200"),
+        ("h100=2.5,b200=6,h200=4", 2, "h200 is priced but not compared"),
+        ("h100=2.5,h100-sxm=3,b200=6", 2, "h100-sxm is priced twice"),
+        ("h100=cheap,b200=6", 2, "'cheap' is not a price"),
+        ("h100=nan,b200=6", 1, "must be a finite number, got nan"),
+        ("h100=-1,b200=6", 1, "must not be negative"),
+        ("x100=1,b200=6", 2, "unknown GPU"),
+    ],
+)
+def test_per_gpu_prices_name_every_gpu_compared_once(run_cli, value, code, message):
+    args = (
+        "price",
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--gpu",
+        "h100-sxm,b200",
+        "--tp",
+        "4",
+        "--gpu-hour-usd",
+        value,
+    )
+    got, out, err = run_cli(*args)
+    assert (got, out) == (code, "") and message in err and err.count("\n") == 1, err

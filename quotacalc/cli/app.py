@@ -92,7 +92,11 @@ def _warn(warnings: tuple[str, ...], *, printed: bool) -> None:
 def _comparable_options() -> dict[str, list]:
     from quotacalc.core.deployment import Deployment
 
-    return {"deployment_flags": option_parameters(Deployment, panel="Deployment", lists=("gpu", "tp"))}
+    return {
+        "deployment_flags": option_parameters(
+            Deployment, panel="Deployment", lists=("gpu", "tp"), per_gpu=("gpu_hour_usd",)
+        )
+    }
 
 
 def _tenant_options() -> dict[str, list]:

@@ -16,6 +16,8 @@ class Axes:
 
     gpus: tuple[str, ...] | None
     tps: tuple[int, ...] | None
+    #: $/GPU-hour by GPU catalog id, where --gpu-hour-usd gave one per GPU (None: one price, the flag's or the plan's).
+    gpu_prices: dict[str, float] | None = None
 
     @property
     def is_comparison(self) -> bool:
@@ -58,7 +60,70 @@ def split_axes(flags: dict[str, Any]) -> tuple[dict[str, Any], Axes]:
     single = dict(flags)
     single["gpu"] = gpus[0] if gpus and len(gpus) == 1 else None
     single["tp"] = tps[0] if tps and len(tps) == 1 else None
-    return single, Axes(gpus, tps)
+    single["gpu_hour_usd"], prices = _gpu_prices(flags.get("gpu_hour_usd"), gpus)
+    if prices is not None and gpus is not None and len(gpus) == 1:
+        single["gpu_hour_usd"], prices = prices[_gpu_id(gpus[0])], None
+    return single, Axes(gpus, tps, prices)
+
+
+def _gpu_id(name: str) -> str:
+    from quotacalc.catalog.gpus import load_gpu_catalog
+
+    return load_gpu_catalog().get(name).id
+
+
+def _price_value(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(
+            f"'{text}' is not a price", field="--gpu-hour-usd", fix="a number, or GPU=PRICE pairs: h100-sxm=2.5,b200=6"
+        ) from None
+    if not math.isfinite(value):  # as every number flag words it (a bad value: exit 1)
+        raise QuotacalcError(f"must be a finite number, got {value}", field="--gpu-hour-usd")
+    return value
+
+
+def _gpu_prices(text: str | float | None, gpus: tuple[str, ...] | None) -> tuple[float | None, dict[str, float] | None]:
+    """--gpu-hour-usd as (one price, None) or (None, the price of each GPU compared): GPU=PRICE pairs name every GPU
+    of --gpu once (a GPU's cost differs, and one price for a B200 and an L4 compares nothing)."""
+    if text is None or isinstance(text, (int, float)):
+        return text, None
+    if "=" not in text:
+        if "," in text:
+            raise UsageError(
+                f"'{text}' lists prices without their GPUs",
+                field="--gpu-hour-usd",
+                fix="one price, or GPU=PRICE pairs: h100-sxm=2.5,b200=6",
+            )
+        return _price_value(text.strip()), None
+    if gpus is None:
+        raise UsageError(
+            "prices per GPU need the GPUs compared", field="--gpu-hour-usd", fix="give --gpu with the same GPUs"
+        )
+    prices: dict[str, float] = {}
+    for item in _items(text, "--gpu-hour-usd"):
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise UsageError(f"'{item}' is not GPU=PRICE", field="--gpu-hour-usd", fix="e.g. h100-sxm=2.5,b200=6")
+        gpu = _gpu_id(name.strip())
+        if gpu in prices:
+            raise UsageError(f"{gpu} is priced twice", field="--gpu-hour-usd", fix="give each GPU one price")
+        prices[gpu] = _price_value(value.strip())
+    compared = [_gpu_id(name) for name in gpus]
+    missing = [gpu for gpu in compared if gpu not in prices]
+    if missing:
+        raise UsageError(
+            f"no price for {', '.join(missing)}", field="--gpu-hour-usd", fix="give GPU=PRICE for every GPU of --gpu"
+        )
+    extra = [gpu for gpu in prices if gpu not in compared]
+    if extra:
+        raise UsageError(
+            f"{', '.join(extra)} is priced but not compared", field="--gpu-hour-usd", fix="price the GPUs of --gpu only"
+        )
+    return None, prices
 
 
 def check_format(output_format: str, as_json: bool) -> str:
@@ -135,7 +200,11 @@ def run_comparison(
         raise UsageError("needs a plan file", field="--pool")
     plan_file = deployment_source(plan, pool) if plan else None
     file_values = plan_file.deployment if plan_file else {}
-    row_flags = [{**flags, "gpu": gpu, "tp": tp} for gpu in axes.gpus or (None,) for tp in axes.tps or (None,)]
+    row_flags = [
+        {**flags, "gpu": gpu, "tp": tp, **({"gpu_hour_usd": axes.gpu_prices[gpu]} if axes.gpu_prices else {})}
+        for gpu in axes.gpus or (None,)
+        for tp in axes.tps or (None,)
+    ]
     deployments = _catalog_ids(
         [build_deployment(file_values, given, source=plan, check_pool=False) for given in row_flags]
     )

@@ -41,10 +41,13 @@ _SIZE_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 def _columns(command: Command, rows: Sequence[ComparisonRow]) -> tuple[tuple[str, str, Callable[[Any], str]], ...]:
     """The human columns; the pool at --context beside the pool where windows or fixed state make them differ."""
     columns = _PRICE_COLUMNS
+    if len({row.gpu_hour_usd for row in rows}) > 1:
+        # Each GPU at its own price (--gpu-hour-usd GPU=PRICE): the row says which.
+        columns = (*columns[:2], ("$/GPU-h", "gpu_hour_usd", units.usd), *columns[2:])
     if any(row.kv_pool_tokens_at_context not in (None, row.kv_pool_tokens) for row in rows):
-        at = _PRICE_COLUMNS.index(next(c for c in _PRICE_COLUMNS if c[1] == "kv_pool_tokens")) + 1
+        at = columns.index(next(c for c in columns if c[1] == "kv_pool_tokens")) + 1
         pool_at_context = ("KV pool at context", "kv_pool_tokens_at_context", lambda value: f"{value:,}")
-        columns = (*_PRICE_COLUMNS[:at], pool_at_context, *_PRICE_COLUMNS[at:])
+        columns = (*columns[:at], pool_at_context, *columns[at:])
     return columns + (_SIZE_COLUMNS if command == "size" else ())
 
 
@@ -67,12 +70,19 @@ def _notes(rows: Sequence[ComparisonRow]) -> tuple[list[str], list[str]]:
     return statuses, notes
 
 
-def _title(command: Command, deployment: Deployment, tenant: Tenant | None, model_name: str | None = None) -> str:
+def _title(
+    command: Command,
+    deployment: Deployment,
+    tenant: Tenant | None,
+    model_name: str | None = None,
+    rows: Sequence[ComparisonRow] = (),
+) -> str:
     """The rows' shared inputs; the model by its resolved name (a hub id or a path names the model it resolves to)."""
     d = deployment
+    price = "each GPU at its own $/GPU-h" if len({row.gpu_hour_usd for row in rows}) > 1 else f"${d.gpu_hour_usd}/GPU-h"
     title = (
         f"{model_name or d.model}: batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, "
-        f"${d.gpu_hour_usd}/GPU-h{units.engine_note(d.engine)}"
+        f"{price}{units.engine_note(d.engine)}"
     )
     if command == "size" and tenant is not None:
         title = (
@@ -132,7 +142,7 @@ def comparison_markdown(
     statuses, notes = _notes(rows)
     header = [heading for heading, _, _ in columns] + ["status"]
     lines = [
-        f"**{markdown_escape(_title(command, deployment, tenant, model_name))}**",
+        f"**{markdown_escape(_title(command, deployment, tenant, model_name, rows))}**",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if key in ("gpu", "tp") else "---:" for _, key, _ in columns) + "|---|",
@@ -166,7 +176,7 @@ def comparison_table(
         table.add_row(*(_cell(row, key, render) for _, key, render in columns), status)
     if not console.is_terminal:  # piped to a file: print the table whole rather than squeezed to 80 columns
         console.width = max(console.width, console.measure(table, options=console.options.update_width(1000)).maximum)
-    console.print(_title(command, deployment, tenant, model_name), style="bold", markup=False)
+    console.print(_title(command, deployment, tenant, model_name, rows), style="bold", markup=False)
     console.print(table)
     for number, note in enumerate(notes, 1):
         console.print(f"[{number}] {note}", markup=False)

@@ -36,11 +36,17 @@ def _is_model(annotation: Any) -> bool:
 
 
 def option_parameters(
-    model: type[BaseModel], *, panel: str, exclude: tuple[str, ...] = (), lists: tuple[str, ...] = ()
+    model: type[BaseModel],
+    *,
+    panel: str,
+    exclude: tuple[str, ...] = (),
+    lists: tuple[str, ...] = (),
+    per_gpu: tuple[str, ...] = (),
 ) -> list[inspect.Parameter]:
     """One keyword-only typer option per field of ``model``; every default is None ('not given').
 
-    Fields named in ``lists`` take a comma-separated list as text (``--tp 2,4,8``); the command parses it.
+    Fields named in ``lists`` take a comma-separated list as text (``--tp 2,4,8``), and those in ``per_gpu`` a value
+    or one per GPU of a comparison (``--gpu-hour-usd h100-sxm=2.5,b200=6``); the command parses them.
     """
     from pydantic_core import PydanticUndefined
 
@@ -59,7 +65,9 @@ def option_parameters(
         stated = field.default not in (None, PydanticUndefined)
         default = f"  [default: {units.setting(field.default)}]" if stated else ""
         listed = "; a comma-separated list compares each" if name in lists else ""
-        kind = str if name in lists else plain
+        if name in per_gpu:
+            listed = "; or one per GPU of a comparison, GPU=VALUE pairs (h100-sxm=2.5,b200=6)"
+        kind = str if name in lists or name in per_gpu else plain
         strict = {"parser": whole_number, "metavar": "<int>"} if kind is int else {}
         option = typer.Option(
             flag, help=f"{field.description}{listed}{default}", rich_help_panel=panel, show_default=False, **strict

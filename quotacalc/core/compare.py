@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 PRICE_KEYS = (
     "gpu",
     "tp",
+    "gpu_hour_usd",
     "feasible",
     "usd_per_million_prompt_tokens",
     "usd_per_million_output_tokens",
@@ -52,6 +53,8 @@ class ComparisonRow(BaseModel):
 
     gpu: str
     tp: int
+    #: The GPU-hour price the row is priced at (one for every row, or each GPU's: --gpu-hour-usd GPU=PRICE pairs).
+    gpu_hour_usd: float | None = None
     feasible: bool
     #: The error's one line when the deployment cannot run; None when it can.
     reason: str | None = None
@@ -101,6 +104,7 @@ def _feasible_row(
     return ComparisonRow(
         gpu=deployment.gpu,
         tp=deployment.tp,
+        gpu_hour_usd=deployment.gpu_hour_usd,
         feasible=True,
         usd_per_million_prompt_tokens=priced.usd_per_million_prompt_tokens,
         usd_per_million_output_tokens=priced.usd_per_million_output_tokens,
@@ -146,7 +150,15 @@ def compare(
         except UsageError:
             raise
         except QuotacalcError as error:
-            rows.append(ComparisonRow(gpu=deployment.gpu, tp=deployment.tp, feasible=False, reason=error.one_line()))
+            rows.append(
+                ComparisonRow(
+                    gpu=deployment.gpu,
+                    tp=deployment.tp,
+                    gpu_hour_usd=deployment.gpu_hour_usd,
+                    feasible=False,
+                    reason=error.one_line(),
+                )
+            )
             continue
         calibrated = is_calibrated(priced) if is_calibrated is not None else False
         rows.append(_feasible_row(deployment, priced, sized, calibrated))
