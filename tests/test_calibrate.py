@@ -902,6 +902,7 @@ def test_the_shortest_compute_bound_prompt_is_the_ridge_of_flops_and_one_weight_
     from quotacalc.core.replica import replica_model
 
     shortest = compute_bound_prompt_tokens(qwen3_8b_fp8)
+    assert isinstance(shortest, int)  # a token count, as the warning prints it
     model = replica_model(qwen3_8b_fp8, 0.0)
     read_s = model.weight_bytes_per_gpu / (3.35e12 * 0.75)  # the H100 SXM's 3.35 TB/s (gpus.yaml), MBU 0.75
     flops_per_s = 1979e12 * 0.5  # its dense FP8 peak, MFU 0.5 (the H100 at FP8 is the MFU scale's reference)

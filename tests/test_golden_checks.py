@@ -843,3 +843,17 @@ def test_a_vllm_pool_stepping_fewer_tokens_than_sequences_is_an_error():
     assert found(check_plan(policy(tenant("a"), pools=(equal, LONG))), "engine-token-budget") == []
     sglang = tight.model_copy(update={"serving_engine": "sglang"})
     assert found(check_plan(policy(tenant("a"), pools=(sglang, LONG))), "engine-token-budget") == []
+
+
+def test_plan_keys_name_a_removed_inherited_key_where_it_is_written_and_a_set_one_on_the_pool():
+    """A hint to remove a key the pool inherits names the top-level deployment.KEY; a hint to set one names the pool's
+    own key (it changes that pool alone); a key the pool sets itself is always the pool's."""
+    from quotacalc.core.checks import plan_keys
+
+    prefix = "pools.long.deployment."
+    assert plan_keys("(remove --state-dtype)", prefix, {"state_dtype"}) == "(remove deployment.state_dtype)"
+    assert plan_keys("(remove --state-dtype)", prefix, ()) == "(remove pools.long.deployment.state_dtype)"
+    assert plan_keys("raise --tp, or use --kv-dtype fp8", prefix, {"tp", "kv_dtype"}) == (
+        "raise pools.long.deployment.tp, or use pools.long.deployment.kv_dtype: fp8"
+    )
+    assert plan_keys("lower --batch", "", {"batch"}) == "lower batch"  # a flat plan's keys are at its top level
