@@ -562,3 +562,19 @@ def test_a_tiny_rate_takes_a_finer_scale_rather_than_rounding_up_to_one_count():
     assert (scale, limit) == (100_000, 37)
     # A rate every scale counts well keeps milli-units (its keys and limits do not move).
     assert envoy.window_for(tenant_policy("usual", tier, 1000.0))[2] == 1000
+
+
+def test_a_rate_no_scale_counts_within_tolerance_is_stated_in_limits():
+    """1e-13 units/s over a 1 s window is 1e-4 counts even at 1/10^9 units: the limit of one count enforces 10^4 times
+    the policy, and LIMITS.md says so (a finer scale stops at FINE_SCALES' last)."""
+    policy = platform_policy()
+    tier = policy.tiers[1].model_copy(update={"burst_s": 0.5})
+    tiny = tenant_policy("micro", tier, 1e-13)
+    assert envoy.window_for(tiny) == ("Second", 1, 10**9, 1)
+    alone = policy.model_copy(update={"tenants": (tiny,)})
+    result = envoy.export(alone, sample_salts(alone), OPTIONS)
+    (line,) = [line for line in result.limits if line.startswith("micro: its rate")]
+    assert line == (
+        "micro: its rate of 1e-13 units/s is enforced as 1e-09 units/s, a whole number of 1/1,000,000,000 units per "
+        "Second window (1/1,000,000,000 units is the finest scale written)."
+    )

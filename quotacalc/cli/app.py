@@ -303,17 +303,15 @@ def size_command(
     calibration = plan_calibration(plan_file, result.replica.inputs)
     # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request).
     warnings = list(result.warnings)
-    if plan and tenant is not None:
-        from quotacalc.inputs.plan import long_routing
-
-        routing = long_routing(plan, pool)
-        if routing is not None and tenant.prompt_tokens > routing[0]:
-            # The plan sends such prompts elsewhere: this pool's units and W are not what they cost.
-            warnings.append(
-                f"prompts of {tenant.prompt_tokens:,.0f} tokens are above pool {pool}'s route_above_prompt_tokens "
-                f"({routing[0]:,}), so the plan serves them on pool {routing[1]}: sized here on pool {pool}, at its W "
-                f"(size --pool {routing[1]} for their cost there, or add the tenant to the plan with its traffic)"
-            )
+    routing = plan_file.long_routing if plan_file else None
+    if routing is not None and tenant.prompt_tokens > routing[1]:
+        # The plan sends such prompts elsewhere: this pool's units and W are not what they cost.
+        name, threshold, long_pool = routing
+        warnings.append(
+            f"prompts of {tenant.prompt_tokens:,.0f} tokens are above pool {name}'s route_above_prompt_tokens "
+            f"({threshold:,}), so the plan serves them on pool {long_pool}: sized here on pool {name}, at its W "
+            f"(size --pool {long_pool} for their cost there, or add the tenant to the plan with its traffic)"
+        )
     own = tuple(warnings)
     warnings = _strict_gate(own, calibration, strict=strict)
     if as_json:

@@ -86,11 +86,11 @@ def _price_value(text: str) -> float:
     return value
 
 
-def _gpu_prices(text: str | float | None, gpus: tuple[str, ...] | None) -> tuple[float | None, dict[str, float] | None]:
-    """--gpu-hour-usd as (one price, None) or (None, the price of each GPU compared): GPU=PRICE pairs name every GPU
-    of --gpu once (a GPU's cost differs, and one price for a B200 and an L4 compares nothing)."""
-    if text is None or isinstance(text, (int, float)):
-        return text, None
+def _gpu_prices(text: str | None, gpus: tuple[str, ...] | None) -> tuple[float | None, dict[str, float] | None]:
+    """--gpu-hour-usd as typed, as (one price, None) or (None, the price of each GPU compared): GPU=PRICE pairs name
+    every GPU of --gpu once (a GPU's cost differs, and one price for a B200 and an L4 compares nothing)."""
+    if text is None:
+        return None, None
     if "=" not in text:
         if "," in text:
             raise UsageError(

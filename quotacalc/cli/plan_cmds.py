@@ -157,7 +157,7 @@ MAX_REVERSAL_REPLICAS = 100_000
 def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
     """Run the plan's checks; returns the exit code (1 on any error)."""
     from quotacalc.core.checks import calibration_findings, check_plan
-    from quotacalc.inputs.plan import inherited_deployment_keys, is_platform_file
+    from quotacalc.inputs.plan import inherited_deployment_keys
 
     if not 0 < reversal_replicas <= MAX_REVERSAL_REPLICAS:
         raise QuotacalcError(
@@ -169,7 +169,8 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
     plan, policy, pool_warnings, calibrated = load_calibrated_policy(path)
     salts = _salts(policy, secret_file, required=False)
     # check takes no deployment flags: its fixes name the keys of the file (a flat plan's are at its top level).
-    flat_plan = not is_platform_file(path)
+    inherited = inherited_deployment_keys(path)
+    flat_plan = inherited is None
     result = check_plan(
         policy,
         salts=salts,
@@ -177,7 +178,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
         pool_warnings=pool_warnings,
         traffic=plan_traffic(plan),
         flat_plan=flat_plan,
-        inherited_keys=inherited_deployment_keys(path),
+        inherited_keys=inherited,
     )
     result = _with_target_limits(result, policy)
     result = _with_secret_strength(result, policy, secret_file)
@@ -451,7 +452,7 @@ def size_platform(
 
     A tenant whose mean request cannot be served (above its tier's max context or its pool's) is an error, as
     ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``."""
-    from quotacalc.core.checks import traffic_findings
+    from quotacalc.core.checks import bucket_warnings, traffic_findings
     from quotacalc.core.plan_size import pools_shown, size_plan
 
     plan, policy, pool_warnings, calibrated = load_calibrated_policy(path, deployment_flags)
@@ -470,30 +471,30 @@ def size_platform(
         traffic = {name: profile for name, profile in traffic.items() if name in members}
     findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]
-    from quotacalc.core.checks import bucket_warnings
-
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
+        raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
     # A bucket that admits no request is size's warning for one tenant, and check's: size of a plan gives it too.
     shown_tenants = members if pool is not None else {tenant.name for tenant in policy.tenants}
     findings += [
         finding for finding in bucket_warnings(policy) if finding.subject.removeprefix("tenants.") in shown_tenants
     ]
-    if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more: quotacalc check {path})" if len(errors) > 1 else ""
-        raise QuotacalcError(first.message + more, source=path, field=first.subject, fix=first.fix)
     result = size_plan(policy, pool=pool)
     shown = pools_shown(policy, pool)
     from quotacalc.core.checks import plan_keys
-    from quotacalc.inputs.plan import inherited_deployment_keys, is_platform_file
+    from quotacalc.inputs.plan import inherited_deployment_keys
 
     given = any(value is not None for value in (deployment_flags or {}).values())
-    platform = is_platform_file(path)
-    inherited = inherited_deployment_keys(path)
+    inherited = inherited_deployment_keys(path)  # None: a flat plan
 
     def worded(name: str, warning: str) -> str:
         # Without flags the fix is in the file: name the plan key, as check does; a flag given is the user's to move.
-        prefix = f"pools.{name}.deployment." if platform else ""
-        return warning if given else plan_keys(warning, prefix, inherited.get(name, ()))
+        if given:
+            return warning
+        if inherited is None:
+            return plan_keys(warning, "")
+        return plan_keys(warning, f"pools.{name}.deployment.", inherited.get(name, ()))
 
     warnings = [
         f"pool '{name}': {worded(name, warning)}"

@@ -28,15 +28,15 @@ def _check_plot_folder(plot: Path) -> None:
     import os
 
     folder = plot.parent
-    if plot.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        why = (
-            "is a directory"
-            if plot.is_dir()
-            else "is in no folder that exists"
-            if not folder.is_dir()
-            else ("is in a folder this user cannot write")
-        )
-        raise UsageError(why, source=str(plot), field="--plot", fix="name a file in a directory you can write")
+    if plot.is_dir():
+        why = "is a directory"
+    elif not folder.is_dir():
+        why = "is in no folder that exists"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        why = "is in a folder this user cannot write"
+    else:
+        return
+    raise UsageError(why, source=str(plot), field="--plot", fix="name a file in a directory you can write")
 
 
 def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None, requests: int | None) -> None:

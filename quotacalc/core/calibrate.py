@@ -500,14 +500,10 @@ def unmeasured_mfu_warnings(
 
 
 def _any_compute_bound_prefill(inputs: PricingInputs, prompt_lengths: set[float]) -> bool:
-    """Whether any prompt's first prefill chunk takes longer to compute than to read the weights once."""
-    from quotacalc.core.replica import replica_model
-
-    model = replica_model(inputs, 0.0)
-    read_s = model.weight_bytes_per_gpu / model.bandwidth_bytes_per_s
-    return any(
-        model.prefill_compute_s(min(int(length), model.max_num_batched_tokens)) > read_s for length in prompt_lengths
-    )
+    """Whether any prompt's first prefill chunk takes longer to compute than to read the weights once: a prompt at
+    least the ridge's length (a chunk's FLOP time grows with its tokens, and the ridge is within one chunk)."""
+    shortest = compute_bound_prompt_tokens(inputs)
+    return shortest is not None and any(length >= shortest for length in prompt_lengths)
 
 
 def _snap(name: str, value: float) -> float:

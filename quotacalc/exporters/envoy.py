@@ -460,12 +460,11 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 f"counter even in whole units, so it gets a {unit} window: at most rate x {seconds:,} s pass at once, "
                 "less than its bucket's depth."
             )
-        enforced = enforced_rate_units_per_s(tenant, seconds, scale)
-        rate = tenant.bucket_rate_units_per_s
-        if abs(enforced - rate) > WEIGHT_TOLERANCE * rate:
+        if _limit_off(tenant, seconds, scale):
             limits.append(
-                f"{tenant.name}: its rate of {rate:.4g} units/s is enforced as {enforced:.4g} units/s, a whole number "
-                f"of 1/{scale:,} units per {unit} window ({_BOUNDS[bound or 'finest']})."
+                f"{tenant.name}: its rate of {tenant.bucket_rate_units_per_s:.4g} units/s is enforced as "
+                f"{enforced_rate_units_per_s(tenant, seconds, scale):.4g} units/s, a whole number of 1/{scale:,} units "
+                f"per {unit} window ({_BOUNDS[bound or 'finest']})."
             )
         charged = charged_weights(tenant, homes[tenant.name])
         exact = (charged.prompt, charged.cached_prompt, charged.output)

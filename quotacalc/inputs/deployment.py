@@ -25,6 +25,9 @@ class PlanFile(BaseModel):
     #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
     #: does not import the calibration module.
     calibration: Any = None
+    #: A platform plan's pool that routes long prompts away: (its name, route_above_prompt_tokens, the long-context
+    #: pool); None for a flat plan or a pool that routes nothing.
+    long_routing: tuple[str, int, str] | None = None
 
 
 #: A pool's most replicas (core.plan.Pool's bound), for a flat plan's ``replicas`` key.

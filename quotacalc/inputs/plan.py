@@ -234,24 +234,13 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
-def long_routing(path: str, pool: str | None) -> tuple[int, str] | None:
-    """(threshold, long-context pool) where a platform plan's pool ``pool`` routes prompts above a length to another
-    pool, else None (a flat plan, no such pool, or no routing). Read after the plan has loaded."""
-    document = read_document(path)
-    if not is_platform(document) or pool is None:
-        return None
-    entry = next((p for p in document["pools"] if isinstance(p, dict) and p.get("name") == pool), None)
-    if entry is None or entry.get("route_above_prompt_tokens") is None or entry.get("long_context_pool") is None:
-        return None
-    return int(entry["route_above_prompt_tokens"]), str(entry["long_context_pool"])
-
-
-def inherited_deployment_keys(path: str) -> dict[str, frozenset[str]]:
+def inherited_deployment_keys(path: str) -> dict[str, frozenset[str]] | None:
     """Pool name -> the deployment keys a platform plan's pool takes from its top-level ``deployment:`` (so a fix
-    names the key the user wrote); empty for a flat plan. Read after the plan has loaded, so the file is valid."""
+    names the key the user wrote); None for a flat plan, whose keys are all its own. Read after the plan has loaded,
+    so the file is valid."""
     document = read_document(path)
     if not is_platform(document):
-        return {}
+        return None
     defaults = document.get("deployment") or {}
     return {
         pool["name"]: frozenset(key for key in defaults if key not in (pool.get("deployment") or {}))
@@ -301,7 +290,13 @@ def deployment_source(path: str, pool: str | None) -> PlanFile:
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     index = names.index(pool)
     values = _merged_deployment(document, index, path)
-    return PlanFile(deployment=values, tenant=None, calibration=pool_calibration(file, index, path))
+    entry = file.pools[index]
+    routing = None
+    if entry.route_above_prompt_tokens is not None and entry.long_context_pool is not None:
+        routing = (pool, entry.route_above_prompt_tokens, entry.long_context_pool)
+    return PlanFile(
+        deployment=values, tenant=None, calibration=pool_calibration(file, index, path), long_routing=routing
+    )
 
 
 def pool_calibration(file: PlatformPlanFile, index: int, path: str) -> Any:
