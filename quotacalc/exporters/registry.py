@@ -196,6 +196,18 @@ TARGETS: dict[str, Target] = {
                 priority=("partly", "only with --gie-objectives, on releases that still ship InferenceObjective"),
             ),
         ),
+        Target(
+            name="llm-d",
+            module="quotacalc.exporters.llm_d",
+            summary="llm-d router: InferenceObjectives per tier, endpoint picker flow control with per-tenant fairness",
+            files="llm-d/inferenceobjectives.yaml, endpointpickerconfig.yaml, gateway-headers.yaml",
+            salts=False,
+            salting=_NO_SALT,
+            enforces=_caps(
+                priority=("yes", "a flow-control band per tier, chosen by the objective header the gateway sets"),
+                fairness=("partly", "round robin between a tier's tenants, per picker replica, by turns not units"),
+            ),
+        ),
     )
 }
 
