@@ -115,12 +115,22 @@ TARGETS: dict[str, Target] = {
         ),
         Target(
             name="envoy",
-            module="quotacalc.exporters.envoy",
+            # envoy_quota writes the envoy module's files, with QuotaPolicies where --envoy-quota asks for them.
+            module="quotacalc.exporters.envoy_quota",
             summary="Envoy AI Gateway routes with CEL costs in units, Envoy Gateway global rate limits",
             files="envoy/aiservicebackends.yaml, aigatewayroutes.yaml, backendtrafficpolicies.yaml",
             salts=True,
             salting="sets cache_salt in the request body (AIGatewayRoute bodyMutation)",
             prechecks="quotacalc.exporters.envoy:prechecks",
+            options=(
+                TargetOption(
+                    "envoy_quota",
+                    "envoy: where the rate limits live: backendtrafficpolicy (Envoy Gateway, a cost per tenant) or "
+                    "quotapolicy (AI Gateway 1.1 QuotaPolicy, one cost per pool; see docs/targets.md)",
+                    default="backendtrafficpolicy",
+                    choices=("backendtrafficpolicy", "quotapolicy"),
+                ),
+            ),
             enforces=_caps(
                 rate=("partly", "fixed windows of units, charged after the response"),
                 weights=("yes", "a CEL cost per tenant over prompt, cached and output tokens"),
