@@ -10,8 +10,10 @@ Adding a target touches exactly these files:
    where ``generate`` would refuse a plan, ``prechecks(policy) -> list[Finding]`` so ``check`` says so first;
 2. one ``Target(...)`` entry in ``TARGETS`` here (options, salting, pre-checks, capabilities);
 3. ``tests/test_export_<name>.py``, validating the files against the target's own schema or tool;
-4. the shipped example's generated files, regenerated with the CLI when ``all`` now includes the target:
-   ``quotacalc generate examples/platform.yaml --out examples/platform`` (``test_export_example.py`` checks them).
+4. the generated files the repository ships, regenerated with the CLI: the example platform
+   (``quotacalc generate examples/platform.yaml --out examples/platform --salt-secret-file examples/platform.secret``,
+   checked by ``test_generate.py``) and the table of ``docs/targets.md`` (``quotacalc targets``, checked by
+   ``test_target_registry.py``).
 
 The CLI (``cli/app.py``, ``cli/plan_cmds.py``, ``cli/targets.py``) is not edited: it builds every flag, help text and
 table from these declarations. A declaration is plain data (the module and functions are named as text), so
