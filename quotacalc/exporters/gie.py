@@ -152,7 +152,8 @@ def _limits(policy: QuotaPolicy, options: ExportOptions) -> tuple[str, ...]:
         "fairness); without it, no request reaches these pools through the gateway.",
         "Token buckets and rate limits: none; the Inference Extension's flow control queues requests instead of "
         "rejecting them, so quotas need a gateway in front (Envoy, Kong or LiteLLM targets).",
-        "Unit weights: llm-d's fairness weighs output at a fixed 2x input, not the pool's W, and has no cached-prompt weight.",
+        "Unit weights: none here; an endpoint picker's fairness does not use them either (llm-d's program-aware "
+        "fairness weighs output at a fixed 2x input, not the pool's W, and has no cached-prompt weight).",
         "Resident KV cap and concurrent sequences per tenant: not expressible.",
         "Long-context routing by prompt size: not expressible in an InferencePool; route to each pool from an HTTPRoute or AIGatewayRoute.",
         "Cache salts: not injected; the gateway in front must set cache_salt.",

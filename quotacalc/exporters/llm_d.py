@@ -151,7 +151,8 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "tenants' rates and bursts need a gateway target in front (envoy, kong or litellm).",
         "Per-tenant weights: none. round-robin-fairness-policy gives each tenant with queued requests one dispatch "
         "per turn, whatever the request's size or the tenant's contracted rate: a tenant of long requests gets more "
-        "work per turn, and unit weights (prompt, cached prompt, output) do not enter.",
+        "work per turn, and unit weights (prompt, cached prompt, output) do not enter. llm-d's program-aware-fairness "
+        "counts tokens instead, but at its own fixed weights (output 2x input, strategy_las.go), not the pool's W.",
         "Fairness holds only per endpoint-picker replica: each replica queues and round-robins its own requests, so "
         "with several replicas of a pool's picker a tenant's share is kept within each, not across them.",
         "Fairness holds only between tenants of one tier: bands are strict, a higher tier's queued request always "
