@@ -23,7 +23,7 @@ listing the targets imports no exporter.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 Support = Literal["yes", "partly", "no"]
@@ -82,7 +82,7 @@ class Target:
     enforces: Mapping[str, Capability]
     options: tuple[TargetOption, ...] = ()
     prechecks: str | None = None
-    files: str = field(default="")
+    files: str = ""
 
 
 def _caps(**given: tuple[Support, str]) -> dict[str, Capability]:
