@@ -74,7 +74,8 @@ def in_process_stages(plan_path: Path, out_dir: Path, targets: str) -> list[tupl
     from quotacalc.core.checks import check_plan
     from quotacalc.core.policy import build_policy
     from quotacalc.core.salts import derive_salts
-    from quotacalc.exporters.base import TARGET_MODULES, ExportOptions
+    from quotacalc.exporters.base import ExportOptions
+    from quotacalc.exporters.registry import names as target_names
     from quotacalc.exporters.writer import write_files
     from quotacalc.inputs.plan import load_plan
 
@@ -94,7 +95,7 @@ def in_process_stages(plan_path: Path, out_dir: Path, targets: str) -> list[tupl
         salts = timed("derive the salts", lambda p=policy: derive_salts(p, SECRET.encode()))
         timed("check the plan", lambda p=policy, s=salts: check_plan(p, salts=s))
         generated = {}
-        for target in TARGET_MODULES if targets == "all" else targets.split(","):
+        for target in target_names() if targets == "all" else targets.split(","):
             exporter = _exporter(target, explicit=False)
             if exporter is None:
                 continue

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quotacalc.cli.app import commands
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -341,11 +343,13 @@ def test_unknown_target(run_cli, tmp_path: Path) -> None:
 
 
 def test_missing_target_module_skipped_under_all_and_an_error_when_named(run_cli, tmp_path: Path, monkeypatch) -> None:
-    from quotacalc.exporters import base
+    from quotacalc.exporters import registry
 
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
-    monkeypatch.setattr(base, "TARGET_MODULES", {"canonical": base.TARGET_MODULES["canonical"]})
-    monkeypatch.setitem(base.TARGET_MODULES, "future", "quotacalc.exporters.future_target")
+    canonical_target = registry.TARGETS["canonical"]
+    future = dataclasses.replace(canonical_target, name="future", module="quotacalc.exporters.future_target")
+    monkeypatch.setattr(registry, "TARGETS", {"canonical": canonical_target, "future": future})
+    monkeypatch.setattr(commands, "built", {})  # generate's flags are built from the declarations above
     code, _, err = run_cli("generate", PLATFORM, "--out", tmp_path / "all")
     assert code == 0
     assert "quotacalc: note: skipped targets not in this build: future" in err
@@ -372,7 +376,7 @@ def test_limits_written_beside_each_target(run_cli, tmp_path: Path, monkeypatch)
 
 
 def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monkeypatch) -> None:
-    from quotacalc.exporters import base
+    from quotacalc.exporters import registry
 
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
     out_dir = tmp_path / "out"
@@ -387,7 +391,9 @@ def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monk
 
     module.export = export
     monkeypatch.setitem(__import__("sys").modules, "quotacalc_test_extra_target", module)
-    monkeypatch.setitem(base.TARGET_MODULES, "extra", "quotacalc_test_extra_target")
+    extra = dataclasses.replace(registry.TARGETS["gie"], name="extra", module="quotacalc_test_extra_target", options=())
+    monkeypatch.setitem(registry.TARGETS, "extra", extra)
+    monkeypatch.setattr(commands, "built", {})
     code, _, err = run_cli("generate", PLATFORM, "--out", out_dir, "--target", "extra")
     assert code == 0
     assert f"quotacalc: note: extra cannot express 1 part of the policy: see {out_dir / 'extra/LIMITS.md'}" in err
@@ -594,9 +600,9 @@ def test_generate_a_flat_plan(run_cli, tmp_path: Path) -> None:
 
 
 def test_gie_objectives_only_on_request(run_cli, tmp_path: Path, monkeypatch) -> None:
-    from quotacalc.exporters.base import TARGET_MODULES
+    from quotacalc.exporters.registry import TARGETS
 
-    if "gie" not in TARGET_MODULES:
+    if "gie" not in TARGETS:
         pytest.skip("no gie target in this build")
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
     assert run_cli("generate", PLATFORM, "--out", tmp_path / "plain", "--target", "gie")[0] == 0

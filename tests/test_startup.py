@@ -110,7 +110,8 @@ def test_the_listing_is_what_each_command_says_of_itself(run_cli):
 
     built = {name: commands[name] for name in commands}
     assert list(built) == [
-        *("price", "size", "kv", "models", "gpus", "engines", "schema", "check", "generate", "examples", "simulate"),
+        *("price", "size", "kv", "models", "gpus", "engines", "schema", "check", "generate", "targets", "examples"),
+        "simulate",
         "calibrate",
     ]
     for name, command in built.items():

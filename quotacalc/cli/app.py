@@ -467,40 +467,51 @@ def check_command(
     )
 
 
-@commands.command("generate")
+def _target_options() -> dict[str, list]:
+    from quotacalc.cli.targets import target_parameters
+
+    return {"target_options": target_parameters()}
+
+
+@commands.command("generate", options=_target_options)
 def generate_command(
     plan: PlanFileArgument,
     out: Annotated[str, typer.Option("--out", help="output directory")],
-    target: Annotated[
-        str | None, typer.Option("--target", help="comma-separated: canonical,envoy,kong,litellm,vllm,sglang,gie (all)")
-    ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="write nothing; print a diff and exit 1 if DIR differs")
     ] = False,
     salt_secret_file: SecretFileOption = None,
-    gie_objectives: Annotated[
-        bool, typer.Option("--gie-objectives", help="also emit InferenceObjective (v1alpha2) per tier")
-    ] = False,
     as_json: JsonOption = False,
+    target_options: dict[str, Any] | None = None,
 ):
-    """Generate the canonical policy and gateway/engine configs into DIR (atomic, manifest-guarded)."""
+    """Generate the canonical policy and gateway/engine configs into DIR (atomic, manifest-guarded).
+
+    --target and the targets' own options come from the targets' declarations (quotacalc targets lists them)."""
     from quotacalc.cli.plan_cmds import generate
     from quotacalc.errors import UsageError
 
     if not out.strip():  # '' would be the current directory: a slip, not a choice
         raise UsageError("is empty", field="--out", fix="name the output directory, e.g. --out generated")
-
+    given = dict(target_options or {})
     sys.exit(
         generate(
             plan,
             out=out,
-            target=target,
+            target=given.get("target"),
             check_only=check,
             secret_file=salt_secret_file,
-            gie_objectives=gie_objectives,
+            target_options=given,
             as_json=as_json,
         )
     )
+
+
+@commands.command("targets")
+def targets_command(as_json: JsonOption = False):
+    """List the config targets: what each enforces of the policy, how it salts, and its options."""
+    from quotacalc.cli.targets import targets_listing
+
+    targets_listing(as_json=as_json)
 
 
 def _fail(message: str, code: int) -> NoReturn:

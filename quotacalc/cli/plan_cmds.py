@@ -239,24 +239,11 @@ def _with_findings(result: Any, found: list[Any]) -> Any:
 
 
 def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
-    """What one target cannot generate, said by check before generate refuses it (the core knows no target): a
-    warning, since the other targets still generate."""
-    from quotacalc.core.checks import Finding
-    from quotacalc.exporters.envoy import lora_adapters_problem
+    """What each target would refuse or lose, said by check before generate does (the core knows no target): the
+    findings of every declared target's pre-checks (``exporters.registry``), whose module is in this build."""
+    from quotacalc.cli.targets import target_findings
 
-    found = []
-    for tenant in policy.tenants:
-        if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None:
-            message, fix = problem
-            found.append(
-                Finding(
-                    severity="warning",
-                    code="envoy-lora-adapters",
-                    subject=f"tenants.{tenant.name}.lora_adapters",
-                    message=f"{message}: generate refuses the envoy target",
-                    fix=fix,
-                )
-            )
+    found = target_findings(policy)
     return _with_findings(result, found) if found else result
 
 
@@ -264,38 +251,35 @@ def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
 
 
 def _targets(requested: str | None) -> tuple[list[str], bool]:
-    from quotacalc.exporters.base import TARGET_MODULES
+    from quotacalc.exporters.registry import names as target_names
 
+    known = target_names()
     if requested is None or requested.strip() == "all":
-        return list(TARGET_MODULES), False
+        return known, False
     names = [name.strip() for name in requested.split(",") if name.strip()]
     for name in names:
-        if name not in TARGET_MODULES:
+        if name not in known:
             from quotacalc.errors import close_names
 
-            close = close_names(name, list(TARGET_MODULES), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"targets: all, {', '.join(TARGET_MODULES)}"
+            close = close_names(name, known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"targets: all, {', '.join(known)}"
             raise UsageError(f"unknown target '{name}'", field="--target", fix=hint)
     if not names:
-        raise UsageError("names no target", field="--target", fix=f"targets: all, {', '.join(TARGET_MODULES)}")
+        raise UsageError("names no target", field="--target", fix=f"targets: all, {', '.join(known)}")
     return list(dict.fromkeys(names)), True
 
 
 def _exporter(target: str, *, explicit: bool):
     """A target's ``export`` function, or None (with a note) when its module is not in this build."""
-    import importlib
+    from quotacalc.cli.targets import target_module
 
-    from quotacalc.exporters.base import TARGET_MODULES
-
-    module_name = TARGET_MODULES[target]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
+    module = target_module(target)
+    if module is None:
         if explicit:
+            from quotacalc.exporters.registry import get
+
             raise UsageError(
-                f"target '{target}' is not available in this build ({module_name} is missing)", field="--target"
+                f"target '{target}' is not available in this build ({get(target).module} is missing)", field="--target"
             ) from None
         return None
     return module.export
@@ -336,18 +320,22 @@ def generate(
     target: str | None,
     check_only: bool,
     secret_file: str | None,
-    gie_objectives: bool,
+    target_options: dict[str, Any],
     as_json: bool,
 ) -> int:
-    """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code."""
+    """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code.
+    ``target_options``: the targets' declared options as given (``exporters.registry``)."""
+    from quotacalc.cli.targets import export_options
     from quotacalc.core.checks import check_plan
-    from quotacalc.exporters.base import SALTED_TARGETS, ExportOptions, GeneratedFile
+    from quotacalc.exporters.base import GeneratedFile
+    from quotacalc.exporters.registry import get as declared_target
     from quotacalc.exporters.writer import check_files, write_files
     from quotacalc.inputs.plan import inherited_deployment_keys
 
     names, explicit = _targets(target)
+    options = export_options(target_options, names)
     plan, policy, pool_warnings = load_priced_policy(path)
-    needs_salts = any(name in SALTED_TARGETS for name in names)
+    needs_salts = any(declared_target(name).salts for name in names)
     salts = _salts(policy, secret_file, required=needs_salts) or {}
     result = check_plan(
         policy,
@@ -375,7 +363,6 @@ def generate(
             if finding.code == "pool-price" and finding.severity == "warning"
         ]
     )
-    options = ExportOptions(gie_objectives=gie_objectives)
     exports: list[Export] = []
     skipped: list[dict[str, str]] = []
     for name in names:

@@ -8,9 +8,9 @@ manifest, or as a ``--check`` diff) is ``quotacalc.exporters.writer``'s job.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from quotacalc.core.policy import QuotaPolicy
 
@@ -36,13 +36,31 @@ class Export(BaseModel):
 
 
 class ExportOptions(BaseModel):
-    """Choices a user makes per run."""
+    """Choices a user makes per run: the options the targets declare (``registry.TARGETS``), by name.
 
-    model_config = ConfigDict(frozen=True)
+    An option not given reads as its declared default (``ExportOptions().gie_objectives`` is False); a name no
+    target declares, or a value outside its choices, is refused."""
 
-    gie_objectives: bool = Field(
-        False, description="emit an InferenceObjective (v1alpha2) per tier, for releases that still ship it"
-    )
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    @model_validator(mode="after")
+    def _declared(self) -> ExportOptions:
+        from quotacalc.exporters.registry import option_problem
+
+        for name, value in (self.__pydantic_extra__ or {}).items():
+            if (problem := option_problem(name, value)) is not None:
+                raise ValueError(problem)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # type: ignore[misc]
+        except AttributeError:
+            if name.startswith("_"):
+                raise
+            from quotacalc.exporters.registry import option_default
+
+            return option_default(name)
 
 
 class Exporter(Protocol):
@@ -51,21 +69,6 @@ class Exporter(Protocol):
     def __call__(self, policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export: ...
 
 
-#: Target name -> module defining ``export``; imported only when the target is generated.
 #: The port every engine file serves on and every gateway file sends to (vLLM's default; SGLang's own is 30000,
 #: so its files say this one).
 ENGINE_PORT = 8000
-
-TARGET_MODULES = {
-    "canonical": "quotacalc.exporters.canonical",
-    "envoy": "quotacalc.exporters.envoy",
-    "kong": "quotacalc.exporters.kong",
-    "litellm": "quotacalc.exporters.litellm",
-    "vllm": "quotacalc.exporters.vllm",
-    "sglang": "quotacalc.exporters.sglang",
-    "gie": "quotacalc.exporters.gie",
-}
-
-#: Targets whose files carry the tenants' cache salts, so generating them needs the salt secret.
-#: vLLM and the Inference Extension take the salt from the request; LiteLLM cannot inject one.
-SALTED_TARGETS = frozenset({"canonical", "envoy", "kong"})

@@ -508,3 +508,21 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
             "Public prefixes: a salt covers the whole request (vLLM hashes it into the first block), so salted tenants do not share the platform's public prefixes."
         )
     return tuple(limits)
+
+
+def prechecks(policy: QuotaPolicy) -> list:
+    """``check``'s findings of what this target refuses (``registry.TARGETS``): a tenant with more LoRA adapters than
+    one route's rules hold, a warning, since the other targets still generate."""
+    from quotacalc.core.checks import Finding
+
+    return [
+        Finding(
+            severity="warning",
+            code="envoy-lora-adapters",
+            subject=f"tenants.{tenant.name}.lora_adapters",
+            message=f"{problem[0]}: generate refuses the envoy target",
+            fix=problem[1],
+        )
+        for tenant in policy.tenants
+        if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None
+    ]
