@@ -13,6 +13,7 @@ import pytest
 import yaml
 from test_export_envoy import GATEWAY_CEL
 
+from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.exporters import envoy
 
@@ -37,10 +38,11 @@ def test_the_examples_cost_expressions_give_the_policys_units():
         for rule in document["spec"]["rateLimit"]["global"]["rules"]
     }
     assert sorted(rules) == sorted(tenant.name for tenant in policy.tenants)
+    pools = {pool.name: pool for pool in policy.pools}
     prompt, cached, output = 3000, 1200, 700
     for tenant in policy.tenants:
         rule = rules[tenant.name]
-        _unit, seconds, scale, limit = envoy.window_for(tenant)
+        _unit, seconds, scale, limit = envoy.window_for(tenant, pools[load_pool(tenant)])
         assert rule["limit"]["requests"] == limit
         assert limit == pytest.approx(tenant.bucket_rate_units_per_s * seconds * scale, abs=1)
         expression = costs[rule["cost"]["response"]["metadata"]["key"]]

@@ -242,10 +242,23 @@ def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
     """What one target cannot generate, said by check before generate refuses it (the core knows no target): a
     warning, since the other targets still generate."""
     from quotacalc.core.checks import Finding
-    from quotacalc.exporters.envoy import lora_adapters_problem
+    from quotacalc.core.plan_size import load_pool
+    from quotacalc.exporters.envoy import hits_problem, lora_adapters_problem
 
+    pools = {pool.name: pool for pool in policy.pools}
     found = []
     for tenant in policy.tenants:
+        if (problem := hits_problem(tenant, pools[load_pool(tenant)])) is not None:
+            message, fix = problem
+            found.append(
+                Finding(
+                    severity="warning",
+                    code="envoy-hits-addend",
+                    subject=f"tenants.{tenant.name}",
+                    message=f"{message}: the envoy target charges such a response nothing",
+                    fix=fix,
+                )
+            )
         if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None:
             message, fix = problem
             found.append(
