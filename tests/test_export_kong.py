@@ -183,3 +183,35 @@ def test_the_limits_say_which_tier_every_tenant_runs_as_without_a_priority():
     assert _priority_line(platform_policy(scheduling_policy="fcfs")).endswith(
         "no pool's engine schedules by priority, so no tier's order is lost."
     )
+
+
+def _strings(node, path=""):
+    """Every string of a decoded YAML document, with its path."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _strings(value, f"{path}[{index}]")
+    elif isinstance(node, str):
+        yield path, node
+
+
+def test_every_secret_reference_is_a_whole_field_that_kongs_env_vault_resolves():
+    """Kong resolves a vault reference only where it is a field's whole value (``Bearer {vault://...}`` is sent as
+    written, and vLLM started with --api-key answers 401). Each reference here is a whole field, and the env vault
+    reads it from the variable the header names: the resource upper-cased, dashes to underscores
+    (kong/vaults/env/init.lua, Kong/kong commit 22246ef)."""
+    import re
+
+    policy, result = _export()
+    data = yaml.safe_load(result.files[0].text)
+    references = [(path, value) for path, value in _strings(data) if "vault://" in value]
+    assert references, "the upstream key is read from a vault"
+    for path, value in references:
+        match = re.fullmatch(r"\{vault://env/([a-z0-9-]+)\}", value)
+        assert match is not None, (path, value)
+        assert match.group(1).upper().replace("-", "_") == kong.UPSTREAM_AUTH_ENV
+        assert path.endswith(".auth.header_value")
+    assert f'export {kong.UPSTREAM_AUTH_ENV}="Bearer ' in result.files[0].text
+    assert any(kong.UPSTREAM_AUTH_ENV in line and '"Bearer ' in line for line in result.limits)
