@@ -148,7 +148,13 @@ def config(policy: QuotaPolicy) -> dict:
     """The proxy's config.yaml."""
     return {
         "model_list": [_deployment(policy, pool) for pool in policy.pools],
-        "router_settings": {"optional_pre_call_checks": ["enforce_model_rate_limits"]},
+        # enable_pre_call_checks: without it a deployment's max_input_tokens is never compared with a prompt
+        # (Router.async_get_healthy_deployments calls Router._pre_call_checks, which raises
+        # ContextWindowExceededError, only where it is set; LiteLLM 1.108).
+        "router_settings": {
+            "enable_pre_call_checks": True,
+            "optional_pre_call_checks": ["enforce_model_rate_limits"],
+        },
         "litellm_settings": {
             "callbacks": ["dynamic_rate_limiter_v3"],
             "priority_reservation": priority_reservation(policy),
@@ -248,13 +254,17 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "rpm and rpm_limit are not set: the policy prices tokens, not requests.",
         "Cached prompt tokens: a deployment has one cache_read_input_token_cost, set from the highest cached weight "
         "of the tiers on its pool; tiers with a lower weight are overcharged.",
-        "priority_reservation (dynamic_rate_limiter_v3) is a LiteLLM Enterprise feature (LITELLM_LICENSE); without it "
-        "every key shares the default pool.",
+        "priority_reservation (dynamic_rate_limiter_v3) is enforced without a LiteLLM licence: a tier named in it "
+        "takes its share from the normalised weights (_normalize_priority_weights), which no licence gates; LiteLLM "
+        "still logs 'PREMIUM FEATURE' for each such request (_get_priority_weight, evaluated as a fallback), which "
+        "changes nothing.",
         "Cache salts: LiteLLM has no per-tenant cache_salt injection; salted tenants share the prefix cache through it.",
         "Engine priority: not sent per tenant (a deployment's extra_body is the same for every tenant); "
         + unsent_priority_effect(policy),
         "Resident KV cap per tenant per replica: not expressible.",
-        "Max context per tier and output reservation cap: not enforced (max_input_tokens is per deployment).",
+        "Max context per tier and output reservation cap: not enforced; each deployment's max_input_tokens (its "
+        "engine's max-model-len) is, as router_settings.enable_pre_call_checks is set: a longer prompt is refused "
+        "(ContextWindowExceededError) before it reaches the engine.",
         f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
