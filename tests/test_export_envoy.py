@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from cel_expr_python import cel
@@ -698,4 +700,36 @@ def test_a_request_no_scale_keeps_within_the_hits_addend_is_stated_and_checked()
     warned = {finding.subject for finding in checked.findings if finding.code == "envoy-hits-addend"}
     # The batch tier's largest, 2,048 output tokens, costs 2,048 x 300,000 = 6.1 x 10^8 units: within.
     assert warned == {f"tenants.{tenant.name}" for tenant in policy.tenants if tenant.tier != "batch"}
-    assert all(finding.severity == "warning" and finding.fix for finding in checked.findings)
+    hits = [finding for finding in checked.findings if finding.code == "envoy-hits-addend"]
+    assert all(finding.severity == "warning" and finding.fix for finding in hits)
+
+
+def _mutated(body: dict, mutation: dict) -> dict:
+    """A request body after an AIServiceBackend's bodyMutation, as the AIGatewayRoute CRD documents it: ``remove``
+    drops top-level fields, ``set`` overwrites or adds a top-level field with its value as JSON."""
+    result = {key: value for key, value in body.items() if key not in mutation.get("remove", [])}
+    for field in mutation.get("set", []):
+        result[field["path"]] = json.loads(field["value"])
+    return result
+
+
+@pytest.mark.parametrize("scheduling_policy", ["priority", "fcfs"])
+def test_a_clients_own_priority_and_cache_salt_never_reach_the_engine(scheduling_policy):
+    """A starter tenant that sends priority 0 and another tenant's salt: every tenant's rule sends the engine its own
+    tier's priority (none on fcfs pools, where vLLM rejects a non-zero one) and its own salt (none where its cache is
+    shared), whatever the client sent."""
+    policy = platform_policy(scheduling_policy=scheduling_policy)
+    salts = sample_salts(policy)
+    result = envoy.export(policy, salts, OPTIONS)
+    routes = [d for f in result.files if f.path.endswith("routes.yaml") for d in yaml.safe_load_all(f.text)]
+    rules = {rule["name"]: rule for route in routes for rule in route["spec"]["rules"]}
+    spoofed = {"model": "llama-3.3-70b", "messages": [], "priority": -100, "cache_salt": salts["acme"]}
+    for tenant in policy.tenants:
+        (backend,) = rules[tenant.name]["backendRefs"]
+        sent = _mutated(spoofed, backend["bodyMutation"])
+        assert sent.get("cache_salt") == (salts[tenant.salt_ref] if tenant.salt_ref else None), tenant.name
+        assert sent.get("priority") == (tenant.priority if scheduling_policy == "priority" else None), tenant.name
+        assert sent["messages"] == [] and sent["model"] == "llama-3.3-70b"
+    for generated in result.files:
+        for manifest in yaml.safe_load_all(generated.text):
+            assert validate_manifest(manifest) == [], manifest["metadata"]["name"]

@@ -104,10 +104,11 @@ def test_salts_are_set_server_side_and_the_file_is_secret():
     consumers = {c["username"]: c for c in yaml.safe_load(generated.text)["consumers"]}
     transformer = next(p for p in consumers["acme"]["plugins"] if p["name"] == "request-transformer")
     assert transformer["config"] == {
-        "remove": {"body": ["cache_salt"]},
-        "add": {"body": [f"cache_salt:{salts['acme']}"]},
+        "remove": {"body": ["cache_salt", "priority"]},
+        "add": {"body": [f"cache_salt:{salts['acme']}", "priority:0"]},
     }
-    assert all(p["name"] != "request-transformer" for p in consumers["hooli"]["plugins"])  # shared cache
+    hooli = next(p for p in consumers["hooli"]["plugins"] if p["name"] == "request-transformer")
+    assert hooli["config"]["add"] == {"body": ["priority:1"]}  # shared cache: no salt, a client's removed
     assert all(salt not in line for salt in salts.values() for line in result.limits)
 
 
@@ -138,51 +139,78 @@ def test_the_limits_say_a_prompt_token_is_charged_flat_whatever_its_prompt():
     assert "pool long: 2.22 units a token at 131,072 tokens" in line
 
 
-def _priority_line(policy) -> str:
-    (line,) = [
+def _priority_lines(policy) -> list[str]:
+    return [
         line
         for line in kong.export(policy, sample_salts(policy), ExportOptions()).limits
         if line.startswith("Priority")
     ]
-    return line
 
 
-def test_the_limits_say_which_tier_every_tenant_runs_as_without_a_priority():
-    """Kong sends no priority. vLLM's request models default it to 0, the most urgent (lower runs first): on the
-    sample's vLLM pools, which schedule by priority, every tenant runs as premium (priority 0). An SGLang pool
-    gets default-priority-value from the sglang target, the least urgent tier's (batch, 2): there every tenant
-    runs as batch. fcfs engines order by arrival: nothing is lost."""
-    from quotacalc.exporters import sglang
-
+def test_the_limits_say_which_tier_a_tenant_runs_as_where_its_priority_cannot_be_sent():
+    """Where every pool schedules by priority each tenant's tier is sent, and nothing is said. Where a tenant's pool
+    schedules fcfs (vLLM rejects a non-zero priority there) its priority is not sent, and vLLM's default 0, the
+    most urgent (lower runs first), is what it gets on its pools that schedule by priority."""
+    assert _priority_lines(platform_policy()) == []
     policy = platform_policy()
-    line = _priority_line(policy)
-    assert line.startswith("Priority: not sent (request-transformer adds body values as strings")
+    standard = policy.pools[0].model_copy(
+        update={"engine": policy.pools[0].engine.model_copy(update={"scheduling_policy": "fcfs"})}
+    )
+    mixed = policy.model_copy(update={"pools": (standard, policy.pools[1])})
+    (line,) = _priority_lines(mixed)
+    assert line.startswith(
+        "Priority: not sent for acme, globex, hooli, initech, stark, umbrella, wayne, wonka, a pool of theirs "
+        "schedules fcfs"
+    )
     assert line.endswith(
-        "on pools long, standard, whose vLLM schedules by priority, a request without one takes vLLM's default "
-        "priority 0 (lower runs first), the most urgent tier's (premium): every tenant of this target runs as "
-        "urgently as premium there, whatever its tier."
+        "on pools long, whose vLLM schedules by priority, a request without one takes vLLM's default priority 0 "
+        "(lower runs first), the most urgent tier's (premium): every tenant of this target runs as urgently as "
+        "premium there, whatever its tier."
     )
-    long = policy.pools[1].model_copy(update={"serving_engine": "sglang"})
-    mixed = policy.model_copy(update={"pools": (policy.pools[0], long)})
-    assert sglang.documents(mixed)["sglang/long.yaml"]["default-priority-value"] == 2  # what the line relies on
-    line = _priority_line(mixed)
-    assert "on pools standard, whose vLLM schedules by priority" in line
-    assert line.endswith(
-        "on pools long, whose SGLang schedules by priority, a request without one takes default-priority-value 2, "
-        "the least urgent tier's (batch): every tenant of this target runs as batch there, whatever its tier."
-    )
-    # Tiers from priority 1: vLLM's default 0 runs ahead of them all.
-    later = policy.model_copy(
-        update={"tiers": tuple(tier.model_copy(update={"priority": tier.priority + 1}) for tier in policy.tiers)}
-    )
-    assert _priority_line(later).endswith(
-        "a request without one takes vLLM's default priority 0 (lower runs first), ahead of every tier (the most "
-        "urgent, premium, is 1): every tenant of this target runs before any request sent with a tier's priority, "
-        "whatever its tier."
-    )
-    assert _priority_line(platform_policy(scheduling_policy="fcfs")).endswith(
+    assert _priority_lines(platform_policy(scheduling_policy="fcfs"))[0].endswith(
         "no pool's engine schedules by priority, so no tier's order is lost."
     )
+
+
+def _transformed(body: dict, config: dict) -> dict:
+    """A JSON body after request-transformer, as transform_json_body does it (kong/plugins/request-transformer/
+    access.lua, Kong/kong commit 22246ef): ``remove`` first, then ``add`` sets a field only where it is absent;
+    each entry is ``name:value`` split at the first colon, the value a string. Lua's ``not parameters[name]`` is
+    true only for an absent field or false (JSON null decodes to cjson.null, which is true)."""
+    result = dict(body)
+    for name in config.get("remove", {}).get("body", []):
+        result.pop(name, None)
+    for entry in config.get("add", {}).get("body", []):
+        name, _, value = entry.partition(":")
+        if name not in result or result[name] is False:
+            result[name] = value
+    return result
+
+
+def test_a_clients_own_priority_and_cache_salt_are_replaced_by_the_tenants():
+    """A starter tenant's client sends priority 0 and another tenant's salt: after its consumer's
+    request-transformer the body carries its own tier's priority and salt (no salt where its cache is shared). The
+    priority travels as the string "2", which vLLM's request model (a pydantic model, extra fields allowed, lax
+    types: vllm/entrypoints/openai/protocol.py OpenAIBaseModel) reads as the integer 2, as pydantic does here."""
+    from pydantic import BaseModel, ConfigDict
+
+    class _Request(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        priority: int = 0
+        cache_salt: str | None = None
+
+    policy, result = _export()
+    salts = sample_salts(policy)
+    consumers = {c["username"]: c for c in yaml.safe_load(result.files[0].text)["consumers"]}
+    spoofed = {"model": "llama-3.3-70b", "messages": [], "priority": 0, "cache_salt": salts["acme"]}
+    for tenant in policy.tenants:
+        (transformer,) = [p for p in consumers[tenant.name]["plugins"] if p["name"] == "request-transformer"]
+        sent = _transformed(spoofed, transformer["config"])
+        engine = _Request.model_validate(sent)
+        assert engine.priority == tenant.priority, tenant.name
+        assert engine.cache_salt == (salts[tenant.salt_ref] if tenant.salt_ref else None), tenant.name
+        assert sent["messages"] == []
+    assert {t.name: t.priority for t in policy.tenants}["wayne"] == 2  # batch: the spoofed 0 did not survive
 
 
 def _strings(node, path=""):
@@ -204,7 +232,7 @@ def test_every_secret_reference_is_a_whole_field_that_kongs_env_vault_resolves()
     (kong/vaults/env/init.lua, Kong/kong commit 22246ef)."""
     import re
 
-    policy, result = _export()
+    _policy, result = _export()
     data = yaml.safe_load(result.files[0].text)
     references = [(path, value) for path, value in _strings(data) if "vault://" in value]
     assert references, "the upstream key is read from a vault"

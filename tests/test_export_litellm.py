@@ -566,3 +566,28 @@ def test_priority_reservation_is_enforced_without_a_licence(litellm_types, monke
     for tier, share in shares.items():
         weight, key = handler._get_priority_allocation("standard", tier, weights, model_info)
         assert (weight, key) == (pytest.approx(share), f"standard:{tier}")
+
+
+def test_the_limits_and_check_say_clients_set_their_own_priority_and_salt(run_cli):
+    """LiteLLM forwards a client's priority and cache_salt to the engine and this config cannot strip them: LIMITS.md
+    says so in those words, and check notes it (a structured finding), where the policy relies on either field; a
+    plan with one priority everywhere and no salted tenant relies on neither."""
+    policy, result = _export()
+    (line,) = [line for line in result.limits if line.startswith("Clients set their own priority and cache_salt:")]
+    assert "clients set their own priority and cache_salt through the litellm target" in line
+    unsalted = policy.model_copy(
+        update={
+            "tenants": tuple(
+                t.model_copy(update={"salt_ref": None, "cache_isolation": "shared"}) for t in policy.tenants
+            )
+        }
+    )
+    assert litellm_exporter.client_fields_problem(unsalted)[0].startswith("clients set their own priority through")
+    fcfs = platform_policy(scheduling_policy="fcfs")
+    assert litellm_exporter.client_fields_problem(fcfs)[0].startswith("clients set their own cache_salt through")
+    fcfs_unsalted = fcfs.model_copy(update={"tenants": unsalted.tenants})
+    assert litellm_exporter.client_fields_problem(fcfs_unsalted) is None
+    code, out, _ = run_cli("check", Path(__file__).parent.parent / "examples" / "platform.yaml", "--json")
+    assert code == 0
+    (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "litellm-client-fields"]
+    assert finding["subject"] == "targets.litellm" and finding["fix"].startswith("put a gateway that sets them")

@@ -244,9 +244,17 @@ def _with_target_limits(result: Any, policy: QuotaPolicy) -> Any:
     from quotacalc.core.checks import Finding
     from quotacalc.core.plan_size import load_pool
     from quotacalc.exporters.envoy import hits_problem, lora_adapters_problem
+    from quotacalc.exporters.litellm import client_fields_problem
 
     pools = {pool.name: pool for pool in policy.pools}
     found = []
+    # A note, not a warning: it holds for nearly every plan, and for none that leaves the litellm target out or puts
+    # a gateway that sets the fields in front of it; a warning would fail every such plan under --strict.
+    if (problem := client_fields_problem(policy)) is not None:
+        message, fix = problem
+        found.append(
+            Finding(severity="info", code="litellm-client-fields", subject="targets.litellm", message=message, fix=fix)
+        )
     for tenant in policy.tenants:
         if (problem := hits_problem(tenant, pools[load_pool(tenant)])) is not None:
             message, fix = problem

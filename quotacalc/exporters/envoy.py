@@ -273,14 +273,24 @@ def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str 
         }
         for model in models
     ]
+    # A client's own priority and cache_salt never reach the engine: each is set to the tenant's (set overwrites a
+    # top-level field) or, where the tenant has none, removed.
     body: list[dict[str, str]] = []
+    removed: list[str] = []
     if salt is not None:
         body.append({"path": "cache_salt", "value": json.dumps(salt)})
+    else:
+        removed.append("cache_salt")
     if pool.engine.scheduling_policy == "priority":
         body.append({"path": "priority", "value": str(tenant.priority)})
-    backend: dict = {"name": pool.name}
+    else:
+        removed.append("priority")
+    mutation: dict = {}
+    if removed:
+        mutation["remove"] = removed
     if body:
-        backend["bodyMutation"] = {"set": body}
+        mutation["set"] = body
+    backend: dict = {"name": pool.name, "bodyMutation": mutation}
     groups = [matches[start : start + MAX_MATCHES_PER_RULE] for start in range(0, len(matches), MAX_MATCHES_PER_RULE)]
     return [
         {"name": tenant.name if number == 1 else f"{tenant.name}.{number}", "matches": group, "backendRefs": [backend]}
@@ -516,6 +526,9 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         "Max context and output reservation cap (max_tokens): not checked at the gateway; the engine's max-model-len is the only bound.",
         "Fair queueing: the gateway admits or rejects; there are no per-tenant queues drained by a weighted scheduler.",
         "The tenant header is trusted as sent: an authenticating filter must set it (and strip a client's) in front of these routes.",
+        "Clients cannot set their own priority or cache_salt: each rule's bodyMutation sets the tenant's (or removes a "
+        "client's where the tenant has none), on AIServiceBackends only (the AI Gateway ignores body mutations on an "
+        "InferencePool backend).",
         f"Routes and their rate-limit policies are split at {MAX_RULES_PER_ROUTE} rules (the CRD's maxItems on rules); "
         f"a tenant takes one rule per {MAX_MATCHES_PER_RULE} models it may name (the base model and its LoRA adapters).",
         f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
@@ -589,7 +602,8 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     if any(pool.engine.scheduling_policy != "priority" for pool in pools.values()):
         fcfs = sorted(pool.name for pool in pools.values() if pool.engine.scheduling_policy != "priority")
         limits.append(
-            f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero priority there)."
+            f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero "
+            "priority there); a client's own priority is removed."
         )
     if salted:
         limits.append(

@@ -3,8 +3,8 @@
 One service per pool, whose ``ai-proxy`` prices tokens in units: ``input_cost`` and ``output_cost`` are per 1M
 tokens, so 1,000,000 x the weight makes the plugin's cost a count of units. One consumer per tenant, with an
 ``ai-rate-limiting-advanced`` plugin using ``tokens_count_strategy: cost``: a sliding window as long as the
-tenant's burst, holding the bucket's depth. The tenant's salt is set server-side by ``request-transformer``
-(removed from the client's body first). Tiers and pools become consumer tags and ACL groups: the decK release
+tenant's burst, holding the bucket's depth. The tenant's salt and priority are set server-side by
+``request-transformer`` (a client's removed from the body first). Tiers and pools become consumer tags and ACL groups: the decK release
 this project validates with (Debian's 1.4.0) predates consumer groups.
 """
 
@@ -75,7 +75,35 @@ def window_s(tenant: TenantPolicy) -> int:
     return max(1, round(tenant.bucket_depth_units / tenant.bucket_rate_units_per_s))
 
 
-def _consumer(tenant: TenantPolicy, salt: str | None) -> dict:
+#: Body fields a client must not choose: request-transformer removes the client's, then adds the tenant's.
+TENANT_BODY_FIELDS = ("cache_salt", "priority")
+
+
+def _body_rules(tenant: TenantPolicy, salt: str | None, sends_priority: bool) -> dict:
+    """The tenant's request-transformer: it removes a client's ``priority`` and ``cache_salt`` from the JSON body,
+    then adds the tenant's (``add`` sets a field only where it is absent, and runs after ``remove``:
+    transform_json_body in kong/plugins/request-transformer/access.lua). Values are added as JSON strings
+    (``"priority": "1"``): vLLM's and SGLang's request models are pydantic models in lax mode, which read "1" as the
+    integer 1."""
+    added = []
+    if salt is not None:
+        added.append(f"cache_salt:{salt}")
+    if sends_priority:
+        added.append(f"priority:{tenant.priority}")
+    config: dict = {"remove": {"body": list(TENANT_BODY_FIELDS)}}
+    if added:
+        config["add"] = {"body": added}
+    return {"name": "request-transformer", "config": config}
+
+
+def _sends_priority(tenant: TenantPolicy, pools: Mapping[str, PoolPolicy]) -> bool:
+    """Whether every pool the tenant may call schedules by priority (a consumer's one plugin serves them all, and
+    vLLM rejects a non-zero priority on an fcfs engine)."""
+    names = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+    return all(pools[name].engine.scheduling_policy == "priority" for name in names)
+
+
+def _consumer(tenant: TenantPolicy, salt: str | None, sends_priority: bool) -> dict:
     window = window_s(tenant)
     plugins: list[dict] = [
         {
@@ -94,14 +122,8 @@ def _consumer(tenant: TenantPolicy, salt: str | None) -> dict:
             },
         }
     ]
-    if salt is not None:
-        plugins.append(
-            {
-                "name": "request-transformer",
-                "config": {"remove": {"body": ["cache_salt"]}, "add": {"body": [f"cache_salt:{salt}"]}},
-            }
-        )
     pools = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+    plugins.append(_body_rules(tenant, salt, sends_priority))
     return {
         "username": tenant.name,
         "custom_id": tenant.name,
@@ -131,8 +153,10 @@ def _pool_weights(policy: QuotaPolicy) -> dict[str, tuple[float, float]]:
 def document(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict:
     """The decK state file."""
     weights = _pool_weights(policy)
+    pools = {pool.name: pool for pool in policy.pools}
     consumers = [
-        _consumer(tenant, salt_of(tenant, salts)) for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
+        _consumer(tenant, salt_of(tenant, salts), _sends_priority(tenant, pools))
+        for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
     ]
     return {
         "_format_version": "3.0",
@@ -170,8 +194,9 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "Resident KV cap per tenant per replica: not expressible.",
         "Concurrent sequences per tenant: not expressible with these plugins.",
         "Max context and output reservation cap (max_tokens): not enforced; ai-proxy's max_tokens is only a default.",
-        "Priority: not sent (request-transformer adds body values as strings; vLLM's priority is an integer); "
-        + unsent_priority_effect(policy),
+        "Clients cannot set their own priority or cache_salt: each consumer's request-transformer removes a "
+        "client's and adds the tenant's (its tier's priority as a JSON string, which vLLM and SGLang read as the "
+        "integer).",
         "Fair queueing: Kong admits or rejects; no per-tenant queues.",
         "Counters are per Kong node (strategy local); set strategy: cluster or redis for a shared count.",
         "Credentials are not generated: give each consumer a key-auth credential (consumers[].keyauth_credentials).",
@@ -182,6 +207,13 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "so it cannot pick the pool from the consumer; the acl plugin keeps tenants out of other pools.",
         "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
     ]
+    pools = {pool.name: pool for pool in policy.pools}
+    unsent = sorted(tenant.name for tenant in policy.tenants if not _sends_priority(tenant, pools))
+    if unsent:
+        limits.append(
+            f"Priority: not sent for {', '.join(unsent)}, a pool of theirs schedules fcfs (vLLM rejects a non-zero "
+            "priority there; a client's is removed); " + unsent_priority_effect(policy)
+        )
     limits += prompt_length_lines(
         policy,
         "a long prompt passes at less than its cost, and a tenant sized on long prompts gets more than it was sized for.",

@@ -244,6 +244,26 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     return Export(target="litellm", files=files, limits=_limits(policy))
 
 
+def client_fields_problem(policy: QuotaPolicy) -> tuple[str, str] | None:
+    """``(problem, fix)`` where the policy relies on the engine's ``priority`` or ``cache_salt`` (a pool schedules
+    tiers of different priorities, or a tenant is salted), which LiteLLM forwards from the client's body (unknown
+    body keys go to an OpenAI-compatible backend through extra_body) and this config cannot strip or set; else
+    None. ``check`` reports it; LIMITS.md says it."""
+    scheduled = any(pool.engine.scheduling_policy == "priority" for pool in policy.pools)
+    ranked = scheduled and len({tier.priority for tier in policy.tiers}) > 1
+    salted = any(tenant.salt_ref is not None for tenant in policy.tenants)
+    if not (ranked or salted):
+        return None
+    fields = " and ".join(name for name, used in (("priority", ranked), ("cache_salt", salted)) if used)
+    return (
+        f"clients set their own {fields} through the litellm target: LiteLLM forwards a client's {fields} to the "
+        "engine and cannot strip or set them per tenant, so a tenant can outrank a more urgent tier or choose its "
+        "cache namespace",
+        "put a gateway that sets them (the envoy or kong target) in front of LiteLLM, or do not generate the "
+        "litellm target",
+    )
+
+
 def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
     limits = [
         "Token bucket: a tenant's limit is a USD budget (max_budget, its units over "
@@ -268,6 +288,9 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
+    if (problem := client_fields_problem(policy)) is not None:
+        message, fix = problem
+        limits.append(f"Clients set their own priority and cache_salt: {message}; {fix}.")
     limits += _reservation_lines(policy)
     shares, raised = _reservation(policy, None)
     for tier, exact in raised.items():
