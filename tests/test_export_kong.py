@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -88,12 +89,15 @@ def test_each_tenant_gets_its_bucket_depth_over_a_sliding_window_of_its_burst():
     limits = {}
     for consumer in data["consumers"]:
         plugin = next(p for p in consumer["plugins"] if p["name"] == "ai-rate-limiting-advanced")
-        assert plugin["config"]["tokens_count_strategy"] == "cost"
-        (provider,) = plugin["config"]["llm_providers"]
-        limits[consumer["username"]] = (provider["limit"], provider["window_size"])
-    assert limits["acme"] == ([1_063_500], [60])
-    assert limits["wayne"] == ([1_800_000], [300])
-    assert limits["wonka"] == ([225_150], [300])
+        (rule,) = plugin["config"]["policies"]
+        assert rule["match"] == [{"type": "consumer", "key": "username", "values": [consumer["username"]]}]
+        assert rule["window_type"] == "sliding"
+        (limit,) = rule["limits"]
+        assert limit["tokens_count_strategy"] == "cost"
+        limits[consumer["username"]] = (limit["limit"], limit["window_size"])
+    assert limits["acme"] == (1_063_500, 60)
+    assert limits["wayne"] == (1_800_000, 300)
+    assert limits["wonka"] == (225_150, 300)
 
 
 def test_salts_are_set_server_side_and_the_file_is_secret():
@@ -243,3 +247,151 @@ def test_every_secret_reference_is_a_whole_field_that_kongs_env_vault_resolves()
         assert path.endswith(".auth.header_value")
     assert f'export {kong.UPSTREAM_AUTH_ENV}="Bearer ' in result.files[0].text
     assert any(kong.UPSTREAM_AUTH_ENV in line and '"Bearer ' in line for line in result.limits)
+
+
+SCHEMAS = Path(__file__).parent / "data" / "kong-3.15"
+#: Plugins of Kong Gateway Enterprise only (the docs' tier ai_gateway_enterprise; not in the Kong/kong repository).
+ENTERPRISE_ONLY = {"ai-rate-limiting-advanced"}
+
+
+def _closed(schema):
+    """The schema with unknown fields refused: Kong's schemas are records whose every field is declared, but the
+    JSON export leaves additionalProperties open."""
+    if isinstance(schema, dict):
+        closed = {key: _closed(value) for key, value in schema.items()}
+        if "properties" in closed and "additionalProperties" not in closed:
+            closed["additionalProperties"] = False
+        return closed
+    if isinstance(schema, list):
+        return [_closed(value) for value in schema]
+    return schema
+
+
+def _schema_problems(plugin: dict) -> list[str]:
+    """What Kong 3.15's schema of the plugin refuses in its config (an unknown plugin is refused outright)."""
+    from jsonschema import Draft7Validator
+
+    path = SCHEMAS / f"{plugin['name']}.json"
+    if not path.exists():
+        return [f"unknown plugin {plugin['name']}"]
+    schema = _closed(json.loads(path.read_text(encoding="utf-8"))["config"])
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in Draft7Validator(schema).iter_errors(plugin["config"])
+    ]
+
+
+def _plugins(data: dict):
+    for service in data["services"]:
+        yield from service["plugins"]
+    for consumer in data["consumers"]:
+        yield from consumer["plugins"]
+
+
+def _leaf_paths(node, prefix=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaf_paths(value, f"{prefix}{key}.")
+    else:
+        yield prefix[:-1]
+
+
+@pytest.mark.parametrize("edition", ["enterprise", "oss"])
+def test_every_plugin_config_passes_kongs_own_3_15_schema(edition):
+    """Each plugin's config against Kong's JSON schema of it (tests/data/kong-3.15, from Kong's docs repository):
+    deck validate accepts unknown plugins, unknown settings and bad enum values, this does not. The Enterprise file
+    uses ai-rate-limiting-advanced's policies form (3.14+), not the deprecated llm_providers."""
+    policy = platform_policy()
+    data = kong.document(policy, sample_salts(policy), edition)
+    names = set()
+    for plugin in _plugins(data):
+        names.add(plugin["name"])
+        assert _schema_problems(plugin) == [], plugin["name"]
+        assert "llm_providers" not in plugin["config"]
+    expected = {"key-auth", "acl", "ai-proxy", "request-transformer"}
+    assert names == expected | ({"ai-rate-limiting-advanced"} if edition == "enterprise" else {"rate-limiting"})
+
+
+def test_the_schema_check_refuses_what_kong_would():
+    """The check can fail: a bad enum, an unknown setting, a wrong type and an unknown plugin are each refused."""
+    policy = platform_policy()
+    data = kong.document(policy, sample_salts(policy))
+    limiter = next(p for p in data["consumers"][0]["plugins"] if p["name"] == "ai-rate-limiting-advanced")
+    limiter["config"]["policies"][0]["limits"][0]["tokens_count_strategy"] = "units"
+    limiter["config"]["policies"][0]["window"] = 60
+    assert any("'units' is not one of" in problem for problem in _schema_problems(limiter))
+    assert any("'window' was unexpected" in problem for problem in _schema_problems(limiter))
+    transformer = next(p for p in data["consumers"][0]["plugins"] if p["name"] == "request-transformer")
+    transformer["config"]["add"]["body"] = "priority:0"
+    assert any("is not of type 'array'" in problem for problem in _schema_problems(transformer))
+    assert _schema_problems({"name": "ai-rate-limiter", "config": {}}) == ["unknown plugin ai-rate-limiter"]
+
+
+def test_the_oss_file_holds_only_what_kong_oss_has():
+    """Kong OSS (Kong/kong's Lua schemas, tests/data/kong-3.15/oss-fields.json) has no Enterprise plugin: the oss
+    file uses only plugins and fields Kong OSS declares, with values its one_of lists allow, and its secret
+    reference is a field OSS resolves. Each tenant's request count is its units per the OSS window nearest its
+    burst: acme 17,725 units/s x 60 = 1,063,500 a minute; wayne (300 s burst: a minute is nearer than an hour on a
+    log scale) 6,000 x 60 = 360,000."""
+    oss = json.loads((SCHEMAS / "oss-fields.json").read_text(encoding="utf-8"))["plugins"]
+    policy = platform_policy()
+    data = kong.document(policy, sample_salts(policy), "oss")
+    for plugin in _plugins(data):
+        assert plugin["name"] not in ENTERPRISE_ONLY
+        declared = oss[plugin["name"]]
+        for path in _leaf_paths(plugin["config"]):
+            assert path in declared["fields"], (plugin["name"], path)
+        for path, allowed in declared.get("one_of", {}).items():
+            value = plugin["config"]
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            assert value is None or value in allowed, (plugin["name"], path, value)
+    limits = {
+        consumer["username"]: next(p for p in consumer["plugins"] if p["name"] == "rate-limiting")["config"]
+        for consumer in data["consumers"]
+    }
+    assert limits["acme"] == {"minute": 1_063_500, "limit_by": "consumer", "policy": "local"}
+    assert limits["wayne"] == {"minute": 360_000, "limit_by": "consumer", "policy": "local"}
+    assert "auth.header_value" in oss["ai-proxy"]["referenceable"]
+
+
+def test_each_edition_says_what_it_needs_and_what_it_loses(tmp_path: Path):
+    """The Enterprise file says in its header and LIMITS.md that it needs Kong Gateway Enterprise; the OSS one lists
+    what Kong OSS loses. Both pass deck validate where deck is installed."""
+    policy = platform_policy()
+    enterprise = kong.export(policy, sample_salts(policy), ExportOptions())
+    oss = kong.export(policy, sample_salts(policy), ExportOptions(kong_edition="oss"))
+    assert "Needs Kong Gateway Enterprise 3.14 or later" in enterprise.files[0].text.split("_format_version")[0]
+    assert any(line.startswith("Kong Gateway Enterprise only: ai-rate-limiting-advanced") for line in enterprise.limits)
+    assert "For Kong OSS" in oss.files[0].text.split("_format_version")[0]
+    assert any(line.startswith("Kong OSS has no token or cost rate limiting") for line in oss.limits)
+    assert any("acme 1,063,500 a minute" in line for line in oss.limits)
+    assert not any("sliding window" in line for line in oss.limits)
+    if DECK is not None:
+        for name, result in (("enterprise", enterprise), ("oss", oss)):
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(result.files[0].text, encoding="utf-8")
+            checked = _deck_validate(path)
+            assert checked.returncode == 0, checked.stderr
+
+
+def test_every_secret_reference_is_a_field_kongs_schema_resolves():
+    """Kong resolves vault references only in fields its schema marks referenceable: the upstream header is one."""
+    schema = json.loads((SCHEMAS / "ai-proxy.json").read_text(encoding="utf-8"))["config"]
+    assert schema["properties"]["auth"]["properties"]["header_value"]["x-referenceable"] is True
+
+
+def test_generate_takes_the_kong_edition_and_refuses_an_unknown_one(run_cli, tmp_path: Path):
+    plan = Path(__file__).parent.parent / "examples" / "platform.yaml"
+    secret = Path(__file__).parent.parent / "examples" / "platform.secret"
+    common = ("--target", "kong", "--salt-secret-file", secret)
+    code, _, err = run_cli("generate", plan, "--out", tmp_path / "oss", *common, "--kong-edition", "oss")
+    assert code == 0, err
+    text = (tmp_path / "oss" / "kong" / "kong.yaml").read_text(encoding="utf-8")
+    assert "name: rate-limiting" in text and "ai-rate-limiting-advanced\n" not in text.split("_format_version")[1]
+    assert "Kong OSS has no token or cost rate limiting" in (tmp_path / "oss" / "kong" / "LIMITS.md").read_text()
+    code, out, err = run_cli("generate", plan, "--out", tmp_path / "bad", *common, "--kong-edition", "free")
+    assert code != 0 and out == "" and not (tmp_path / "bad").exists()
+    assert err.strip().splitlines() == [
+        "quotacalc: error: --kong-edition: unknown Kong edition 'free' (one of: enterprise, oss)"
+    ]

@@ -481,6 +481,12 @@ def generate_command(
     gie_objectives: Annotated[
         bool, typer.Option("--gie-objectives", help="also emit InferenceObjective (v1alpha2) per tier")
     ] = False,
+    kong_edition: Annotated[
+        str,
+        typer.Option(
+            "--kong-edition", help="enterprise (ai-rate-limiting-advanced) or oss (no token limiter)", metavar="EDITION"
+        ),
+    ] = "enterprise",
     as_json: JsonOption = False,
 ):
     """Generate the canonical policy and gateway/engine configs into DIR (atomic, manifest-guarded)."""
@@ -498,6 +504,7 @@ def generate_command(
             check_only=check,
             secret_file=salt_secret_file,
             gie_objectives=gie_objectives,
+            kong_edition=kong_edition,
             as_json=as_json,
         )
     )

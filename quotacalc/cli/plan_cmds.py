@@ -350,6 +350,10 @@ def _plan_error(error: QuotacalcError, path: str) -> QuotacalcError:
     return type(error)(f"{error.problem}; nothing was written", source=path, field=field, fix=error.fix)
 
 
+#: --kong-edition's choices (ExportOptions.kong_edition).
+KONG_EDITIONS = ("enterprise", "oss")
+
+
 def generate(
     path: str,
     *,
@@ -359,6 +363,7 @@ def generate(
     secret_file: str | None,
     gie_objectives: bool,
     as_json: bool,
+    kong_edition: str = "enterprise",
 ) -> int:
     """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code."""
     from quotacalc.core.checks import check_plan
@@ -366,6 +371,10 @@ def generate(
     from quotacalc.exporters.writer import check_files, write_files
     from quotacalc.inputs.plan import inherited_deployment_keys
 
+    if kong_edition not in KONG_EDITIONS:
+        raise UsageError(
+            f"unknown Kong edition '{kong_edition}'", field="--kong-edition", fix=f"one of: {', '.join(KONG_EDITIONS)}"
+        )
     names, explicit = _targets(target)
     plan, policy, pool_warnings = load_priced_policy(path)
     needs_salts = any(name in SALTED_TARGETS for name in names)
@@ -396,7 +405,7 @@ def generate(
             if finding.code == "pool-price" and finding.severity == "warning"
         ]
     )
-    options = ExportOptions(gie_objectives=gie_objectives)
+    options = ExportOptions(gie_objectives=gie_objectives, kong_edition=kong_edition)
     exports: list[Export] = []
     skipped: list[dict[str, str]] = []
     for name in names:

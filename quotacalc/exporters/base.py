@@ -8,7 +8,7 @@ manifest, or as a ``--check`` diff) is ``quotacalc.exporters.writer``'s job.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,11 @@ class ExportOptions(BaseModel):
 
     gie_objectives: bool = Field(
         False, description="emit an InferenceObjective (v1alpha2) per tier, for releases that still ship it"
+    )
+    kong_edition: Literal["enterprise", "oss"] = Field(
+        "enterprise",
+        description="Kong Gateway Enterprise (ai-rate-limiting-advanced limits units) or Kong OSS (no token limiter: "
+        "rate-limiting counts requests)",
     )
 
 
