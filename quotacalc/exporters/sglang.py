@@ -27,10 +27,10 @@ from quotacalc.exporters.engine_files import (
 SGLANG_VERSION = "0.5.23"
 #: The engine profile (quotacalc engines) whose pools this target starts.
 SGLANG_ENGINE = "sglang"
-#: The first release whose scheduler carries a request's cache_salt into its radix cache (pull request 23300): read
+#: The first release whose scheduler carries a request's cache_salt into its radix cache: read
 #: in the wheels, Req.cache_salt first appears in 0.5.18's sglang/srt/managers/schedule_batch.py; 0.5.3 to 0.5.17
 #: fold cache_salt into the radix cache's extra_key on the OpenAI-compatible endpoints only
-#: (OpenAIServingBase._compute_extra_key), and earlier releases ignore it.
+#: (_compute_extra_key in sglang/srt/entrypoints/openai), and earlier releases ignore it.
 SGLANG_CACHE_SALT_MIN_VERSION = "0.5.18"
 #: SGLang preempts a running request only for one whose priority differs by more than
 #: --priority-scheduling-preemption-threshold (``priority_diff > threshold`` in PrefillAdder.preempt_to_schedule,
@@ -124,8 +124,9 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "a request that reaches the engine without a priority ranks with the least urgent tier "
         "(default-priority-value).",
         f"cache_salt needs SGLang {SGLANG_CACHE_SALT_MIN_VERSION} or later, the first release whose scheduler keys "
-        "its prefix cache by it (pull request 23300); 0.5.3 to 0.5.17 key it only through extra_key on the "
-        "OpenAI-compatible endpoints, and earlier releases ignore it, so salted tenants share the prefix cache there.",
+        "its prefix cache by it (read in the release wheels); 0.5.3 to 0.5.17 key it only through extra_key on the "
+        "OpenAI-compatible endpoints (not the native /generate), and releases before 0.5.3 ignore it: salted "
+        "tenants share the prefix cache there.",
     ]
     scheduled = [pool.name for pool in pools if pool.engine.scheduling_policy == "priority"]
     if scheduled:
