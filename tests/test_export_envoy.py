@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from cel_expr_python import cel
 from crd_validation import validate_manifest
 from policy_samples import many_tenants_policy, platform_policy, sample_salts, tenant_policy
 
+from quotacalc.core.plan_size import load_pool
 from quotacalc.exporters import envoy
 from quotacalc.exporters.base import ExportOptions
 
 OPTIONS = ExportOptions()
+#: The sample's standard pool: the home pool of every hand-built tenant below (its max-model-len 32,768 tokens).
+STANDARD = platform_policy().pools[0]
 
 #: The gateway's CEL environment (envoyproxy/ai-gateway internal/llmcostcel/cel.go, commit c217da8).
 GATEWAY_CEL = cel.NewEnv(
@@ -110,7 +115,7 @@ def test_cost_expression_matches_the_weights_on_many_samples():
     by_key = {cost["metadataKey"]: cost["cel"] for route in routes for cost in route["spec"]["llmRequestCosts"]}
     samples = [(0, 0, 0), (1, 0, 1), (2000, 500, 500), (32768, 0, 8192), (4000, 4000, 1), (7, 3, 11)]
     for tenant in policy.tenants:
-        _unit, _seconds, scale, _limit = envoy.window_for(tenant)
+        _unit, _seconds, scale, _limit = envoy.window_for(tenant, pools[tenant.pool])
         weights = envoy.scaled_weights(tenant.weights, scale)
         per_prompt = envoy.scaled_per_prompt(
             tenant.weights, scale, pools[tenant.pool].prompt_length_charge.longest_prompt_tokens
@@ -170,7 +175,7 @@ def test_limits_are_the_bucket_rate_over_the_window_nearest_the_burst():
 def test_a_limit_that_overflows_envoys_uint32_counter_takes_a_coarser_scale():
     """100,000 units/s x 60 s x 1,000 = 6.0e9 > 4,294,967,295, so 1/100 units: 600,000,000."""
     tenant = tenant_policy("big", platform_policy().tiers[1], 100_000.0)
-    assert envoy.window_for(tenant) == ("Minute", 60, 100, 600_000_000)
+    assert envoy.window_for(tenant, STANDARD) == ("Minute", 60, 100, 600_000_000)
     assert envoy.scaled_weights(tenant.weights, 100) == (100, 10, 309)
 
 
@@ -408,12 +413,15 @@ def test_a_weight_that_rounds_off_in_milli_units_takes_a_finer_scale():
     the prompt-length term 9.28909e-6 x 10^4 = 0.0928909 a token: 92,891 / 10^6 (five figures). A request of 2,000
     prompt tokens (1,000 cached) and 500 output: 1,000 x (1 + 2,000 x 9.2891e-6) + 1,000 x 0.0004 + 500 x 3.09 =
     1,018.5782 + 0.4 + 1,545 = 2,563.9782 units, 25,639,782 at 1/10^4; 2,000 cached tokens alone cost 0.8 units
-    (8,000), not 0. Weight 0.00004 at 500 units/s needs 10^5 (4), whose limit 500 x 60 x 10^5 = 3 x 10^9 fits."""
+    (8,000), not 0. Weight 0.00004 at 500 units/s would need 10^5 (4), whose limit 500 x 60 x 10^5 = 3 x 10^9
+    fits, but whose largest request, a 32,768-token prompt (the pool's max-model-len), would cost 32,768 x (1 +
+    32,768 x 9.28888e-6) x 10^5 = 4.27 x 10^9, past the 10^9 Envoy charges at most: 10^4 stays, and LIMITS.md says
+    the weight rounds to 0/10000 and why."""
     policy = platform_policy()
     fine = tenant_policy("fine", _charged_tier(0.0004), 100.0)
     finer = tenant_policy("finer", _charged_tier(0.00004), 500.0)
-    assert envoy.window_for(fine) == ("Minute", 60, 10_000, 60_000_000)
-    assert envoy.window_for(finer) == ("Minute", 60, 100_000, 3_000_000_000)
+    assert envoy.window_for(fine, STANDARD) == ("Minute", 60, 10_000, 60_000_000)
+    assert envoy.scale_choice(finer, STANDARD) == ("Minute", 60, 10_000, 300_000_000, "hits")
     policy = policy.model_copy(update={"tenants": (fine, finer)})
     result = envoy.export(policy, sample_salts(policy), OPTIONS)
     for generated in result.files:
@@ -427,38 +435,50 @@ def test_a_weight_that_rounds_off_in_milli_units_takes_a_finer_scale():
     cel_text = next(cost["cel"] for cost in route["spec"]["llmRequestCosts"] if cost["metadataKey"] == key)
     assert _evaluate(cel_text, 2000, 1000, 500).value() == 25_639_782
     assert _evaluate(cel_text, 2000, 2000, 0).value() == 8_000
-    assert not any("is charged as" in line for line in result.limits)
+    assert not any(line.startswith("fine:") and "is charged as" in line for line in result.limits)
+    assert (
+        "finer: cached prompt weight 4e-05 is charged as 0/10000 (a finer scale would take its largest request's cost "
+        "past the 1,000,000,000 Envoy charges at most)."
+    ) in result.limits
 
 
 def test_a_weight_still_off_says_what_stopped_a_finer_scale():
     """Each reason is true of its tenant. 0.0004 at 10,000 units/s: 10^4 would make the Minute's limit 10,000 x
     60 x 10^4 = 6 x 10^9 > 4,294,967,295, so milli-units stay (600,000,000). A weight of 10^-12 at 0.001 units/s
-    rounds to 0 at every scale: with W 100, 10^9 would let a 10^8-token request cost 10^8 x 10^11 = 10^19 > 2^62,
-    so 10^8 is the last; with W 3.09 (3.09 x 10^17 < 2^62) the scales end at 10^9."""
+    rounds to 0 at every scale: on the standard tier (32,768 tokens, 4,096 of output) with W 100 its largest request,
+    28,672 prompt tokens and 4,096 output, costs 28,672 x (1 + 28,672 x 92,891 / 10^10) + 409,600 = 445,908.4 units,
+    4.5 x 10^8 at 10^3 (CEL's truncating division: 445,908,416) and past 10^9 at 10^4, so 10^3 stays; a tier of one prompt token, no output and no prompt-length
+    term costs 1 unit at most, so the scales run to 10^9, the finest written."""
     capped = tenant_policy("capped", _charged_tier(0.0004), 10_000.0)
     base = tenant_policy("x", _charged_tier(0.1), 0.001)
-    cel_bound = base.model_copy(
+    hits_bound = base.model_copy(
         update={
-            "name": "celbound",
+            "name": "hitsbound",
             "weights": base.weights.model_copy(update={"cached_prompt": 1e-12, "output": 100.0}),
         }
     )
     finest = base.model_copy(
-        update={"name": "finest", "weights": base.weights.model_copy(update={"cached_prompt": 1e-12})}
+        update={
+            "name": "finest",
+            "max_context_tokens": 1,
+            "max_output_tokens": 0,
+            "weights": base.weights.model_copy(update={"cached_prompt": 1e-12, "prompt_per_prompt_token": 0.0}),
+        }
     )
-    assert envoy.scale_choice(capped) == ("Minute", 60, 1000, 600_000_000, "uint32")
-    assert envoy.scale_choice(cel_bound)[2:] == (10**8, 6_000_000, "cel")
-    assert envoy.scale_choice(finest)[2:] == (10**9, 60_000_000, "finest")
+    assert envoy.scale_choice(capped, STANDARD) == ("Minute", 60, 1000, 600_000_000, "uint32")
+    assert envoy.scale_choice(hits_bound, STANDARD)[2:] == (1000, 60, "hits")
+    assert envoy.largest_request(hits_bound, STANDARD, 1000) == ((28_672, 0, 4_096), 445_908_416)
+    assert envoy.scale_choice(finest, STANDARD)[2:] == (10**9, 60_000_000, "finest")
     policy = platform_policy()
-    policy = policy.model_copy(update={"tenants": (capped, cel_bound, finest)})
+    policy = policy.model_copy(update={"tenants": (capped, hits_bound, finest)})
     limits = envoy.export(policy, sample_salts(policy), OPTIONS).limits
     assert (
         "capped: cached prompt weight 0.0004 is charged as 0/1000 (a finer scale would take the window's limit past "
         "Envoy's uint32 counter)."
     ) in limits
     assert (
-        "celbound: cached prompt weight 1e-12 is charged as 0/100000000 (a finer scale would take a request's cost "
-        "past CEL's 64-bit integers)."
+        "hitsbound: cached prompt weight 1e-12 is charged as 0/1000 (a finer scale would take its largest request's "
+        "cost past the 1,000,000,000 Envoy charges at most)."
     ) in limits
     assert (
         "finest: cached prompt weight 1e-12 is charged as 0/1000000000 (1/1,000,000,000 units is the finest scale "
@@ -478,12 +498,12 @@ def test_long_bursts_get_week_month_and_year_windows():
         tenant = tenant_policy(f"b{int(seconds)}r{int(rate)}", platform_policy().tiers[1], rate)
         return tenant.model_copy(update={"bucket_depth_units": rate * seconds})
 
-    assert envoy.window_for(burst(228_592)) == ("Day", 86_400, 1000, 86_400_000)
-    assert envoy.window_for(burst(228_593)) == ("Week", 604_800, 1000, 604_800_000)
-    assert envoy.window_for(burst(30 * 86_400)) == ("Month", 2_592_000, 1000, 2_592_000_000)
-    assert envoy.window_for(burst(365 * 86_400)) == ("Year", 31_536_000, 100, 3_153_600_000)
+    assert envoy.window_for(burst(228_592), STANDARD) == ("Day", 86_400, 1000, 86_400_000)
+    assert envoy.window_for(burst(228_593), STANDARD) == ("Week", 604_800, 1000, 604_800_000)
+    assert envoy.window_for(burst(30 * 86_400), STANDARD) == ("Month", 2_592_000, 1000, 2_592_000_000)
+    assert envoy.window_for(burst(365 * 86_400), STANDARD) == ("Year", 31_536_000, 100, 3_153_600_000)
     squeezed = burst(365 * 86_400, 1000.0)
-    assert envoy.window_for(squeezed) == ("Month", 2_592_000, 1, 2_592_000_000)
+    assert envoy.window_for(squeezed, STANDARD) == ("Month", 2_592_000, 1, 2_592_000_000)
     policy = platform_policy()
     tenants = (burst(7 * 86_400), burst(365 * 86_400), squeezed, policy.tenants[0])
     policy = policy.model_copy(update={"tenants": tenants})
@@ -550,31 +570,166 @@ def test_long_prompts_on_a_standard_pool_that_refuses_them_are_said_to_be_refuse
 
 def test_a_tiny_rate_takes_a_finer_scale_rather_than_rounding_up_to_one_count():
     """0.0001 units/s over a 1 s window is 0.1 milli-units: floor gives 0, and the window's limit of at least 1 count
-    enforced 0.001 units/s, ten times the policy. A finer scale counts it exactly: 1 at 1/10,000 units."""
-    tier = platform_policy().tiers[1].model_copy(update={"burst_s": 0.5})
+    enforced 0.001 units/s, ten times the policy. A finer scale counts it exactly: 1 at 1/10,000 units. The tier's
+    requests are short (4,096 tokens, 1,024 of output: at most 3,072 x (1 + 3,072 x 9.2889e-6) + 1,024 x 3.09 =
+    6,323.7 units), so scales to 10^5 keep them within the 10^9 Envoy charges at most."""
+    tier = (
+        platform_policy()
+        .tiers[1]
+        .model_copy(update={"burst_s": 0.5, "max_context_tokens": 4096, "max_output_tokens": 1024})
+    )
     tiny = tenant_policy("micro", tier, 0.0001)
-    unit, seconds, scale, limit = envoy.window_for(tiny)
+    unit, seconds, scale, limit = envoy.window_for(tiny, STANDARD)
     assert (unit, seconds, scale, limit) == ("Second", 1, 10_000, 1)
     assert envoy.enforced_rate_units_per_s(tiny, seconds, scale) == pytest.approx(0.0001)
     # 0.00037 units/s: 3 counts at 1/10,000 units are 19% off; 37 at 1/100,000 are exact.
     odd = tenant_policy("odd", tier, 0.00037)
-    _, seconds, scale, limit = envoy.window_for(odd)
+    _, seconds, scale, limit = envoy.window_for(odd, STANDARD)
     assert (scale, limit) == (100_000, 37)
     # A rate every scale counts well keeps milli-units (its keys and limits do not move).
-    assert envoy.window_for(tenant_policy("usual", tier, 1000.0))[2] == 1000
+    assert envoy.window_for(tenant_policy("usual", tier, 1000.0), STANDARD)[2] == 1000
 
 
 def test_a_rate_no_scale_counts_within_tolerance_is_stated_in_limits():
-    """1e-13 units/s over a 1 s window is 1e-4 counts even at 1/10^9 units: the limit of one count enforces 10^4 times
-    the policy, and LIMITS.md says so (a finer scale stops at FINE_SCALES' last)."""
+    """1e-13 units/s over a 1 s window is 1e-9 counts at 1/10^4 units, and a finer scale would take the tier's
+    largest request (28,672 prompt tokens and 4,096 output: 48,965 units) past the 10^9 Envoy charges at most: the
+    limit of one count enforces 10^9 times the policy, and LIMITS.md says so and why."""
     policy = platform_policy()
     tier = policy.tiers[1].model_copy(update={"burst_s": 0.5})
     tiny = tenant_policy("micro", tier, 1e-13)
-    assert envoy.window_for(tiny) == ("Second", 1, 10**9, 1)
+    assert envoy.window_for(tiny, STANDARD) == ("Second", 1, 10**4, 1)
     alone = policy.model_copy(update={"tenants": (tiny,)})
     result = envoy.export(alone, sample_salts(alone), OPTIONS)
     (line,) = [line for line in result.limits if line.startswith("micro: its rate")]
     assert line == (
-        "micro: its rate of 1e-13 units/s is enforced as 1e-09 units/s, a whole number of 1/1,000,000,000 units per "
-        "Second window (1/1,000,000,000 units is the finest scale written)."
+        "micro: its rate of 1e-13 units/s is enforced as 0.0001 units/s, a whole number of 1/10,000 units per "
+        "Second window (a finer scale would take its largest request's cost past the 1,000,000,000 Envoy charges at "
+        "most)."
     )
+
+
+def _with_output_weight(policy, output_weight: float):
+    """The policy with every tenant's output weight (its pools' W) at ``output_weight``."""
+
+    def heavier(weights):
+        return None if weights is None else weights.model_copy(update={"output": output_weight})
+
+    tenants = tuple(
+        tenant.model_copy(
+            update={"weights": heavier(tenant.weights), "long_context_weights": heavier(tenant.long_context_weights)}
+        )
+        for tenant in policy.tenants
+    )
+    return policy.model_copy(update={"tenants": tenants})
+
+
+def _largest_charged(policy, result) -> dict[str, tuple[int, int, float]]:
+    """Per tenant: (the most its CEL charges any admissible request, the scale, the policy's units of that request
+    times the scale). Admissible: prompt + output within its tier's max context and its pool's max-model-len (the
+    engine refuses longer ones, which then cost nothing), output within its tier's max output; searched on a grid
+    of output lengths, with no prompt token cached or all of them."""
+    pools = {pool.name: pool for pool in policy.pools}
+    routes = [d for f in result.files if f.path.endswith("routes.yaml") for d in yaml.safe_load_all(f.text)]
+    costs = {cost["metadataKey"]: cost["cel"] for route in routes for cost in route["spec"]["llmRequestCosts"]}
+    found = {}
+    for tenant in policy.tenants:
+        rule = _rule_of(result, tenant.name)
+        key = rule["cost"]["response"]["metadata"]["key"]
+        scale = int(key.split("_x")[1].split("_")[0])
+        pool = pools[load_pool(tenant)]
+        context = min(tenant.max_context_tokens, pool.engine.max_model_len)
+        longest_output = min(tenant.max_output_tokens, context)
+        best = (-1, 0.0)
+        for step in range(17):
+            output = longest_output * step // 16
+            prompt = context - output
+            for cached in (0, prompt):
+                charged = _evaluate(costs[key], prompt, cached, output)
+                assert charged.type() == cel.Type.UINT
+                weights = tenant.long_context_weights if pool.name != tenant.pool else tenant.weights
+                best = max(best, (charged.value(), weights.request_units(prompt, cached, output) * scale))
+        found[tenant.name] = (best[0], scale, best[1])
+    return found
+
+
+@pytest.mark.parametrize("output_weight", [None, 30.0, 150.0])
+def test_every_tenants_largest_request_is_charged_within_envoys_hits_addend(output_weight):
+    """Envoy drops a hits addend above 10^9, so a costlier response would be free. For every tenant, the generated CEL
+    run on its largest admissible requests stays within 10^9 and gives the policy's units at the rule's scale (within
+    the integer weights' rounding). At W 150 a premium tenant's largest request on pool standard, 24,576 prompt
+    tokens and 8,192 output, costs 24,576 x (1 + 24,576 x 9.2889e-6) + 8,192 x 150 = 1,258,986 units: 1.26 x 10^9
+    milli-units, so 1/100 units."""
+    policy = platform_policy()
+    if output_weight is not None:
+        policy = _with_output_weight(policy, output_weight)
+    result = envoy.export(policy, sample_salts(policy), OPTIONS)
+    for name, (charged, _scale, units) in _largest_charged(policy, result).items():
+        assert charged <= envoy.MAX_HITS_ADDEND, name
+        assert charged == pytest.approx(units, rel=1e-4, abs=10), name
+    scales = {name: scale for name, (_charged, scale, _units) in _largest_charged(policy, result).items()}
+    if output_weight == 150.0:
+        assert scales["globex"] == 100
+    else:
+        assert set(scales.values()) == {1000}
+    for generated in result.files:
+        for manifest in yaml.safe_load_all(generated.text):
+            assert validate_manifest(manifest) == [], manifest["metadata"]["name"]
+
+
+def test_a_request_no_scale_keeps_within_the_hits_addend_is_stated_and_checked():
+    """At W 300,000 a standard-tier request of 28,672 prompt and 4,096 output tokens costs 28,672 x (1 + 28,672 x
+    9.2889e-6) + 4,096 x 300,000 = 1,228,836,308 units even in
+    whole units: LIMITS.md says such a response is free and how to fix it, and check (hits_problem) warns."""
+    policy = _with_output_weight(platform_policy(), 300_000.0)
+    tenant = next(tenant for tenant in policy.tenants if tenant.name == "hooli")
+    problem = envoy.hits_problem(tenant, STANDARD)
+    assert problem is not None
+    message, fix = problem
+    assert message.startswith(
+        "its largest request (28,672 prompt tokens, 0 of them cached, 4,096 output tokens on pool standard) costs "
+        "1,228,836,"
+    )
+    assert "max_output_tokens" in fix
+    assert envoy.hits_problem(platform_policy().tenants[4], STANDARD) is None
+    limits = envoy.export(policy, sample_salts(policy), OPTIONS).limits
+    assert any(line.startswith("hooli: its largest request") and "such a response is free" in line for line in limits)
+    from quotacalc.cli.plan_cmds import _with_target_limits
+    from quotacalc.core.checks import CheckResult
+
+    checked = _with_target_limits(CheckResult(findings=(), reversal_replicas=2.0, salts_checked=False), policy)
+    warned = {finding.subject for finding in checked.findings if finding.code == "envoy-hits-addend"}
+    # The batch tier's largest, 2,048 output tokens, costs 2,048 x 300,000 = 6.1 x 10^8 units: within.
+    assert warned == {f"tenants.{tenant.name}" for tenant in policy.tenants if tenant.tier != "batch"}
+    hits = [finding for finding in checked.findings if finding.code == "envoy-hits-addend"]
+    assert all(finding.severity == "warning" and finding.fix for finding in hits)
+
+
+def _mutated(body: dict, mutation: dict) -> dict:
+    """A request body after an AIServiceBackend's bodyMutation, as the AIGatewayRoute CRD documents it: ``remove``
+    drops top-level fields, ``set`` overwrites or adds a top-level field with its value as JSON."""
+    result = {key: value for key, value in body.items() if key not in mutation.get("remove", [])}
+    for field in mutation.get("set", []):
+        result[field["path"]] = json.loads(field["value"])
+    return result
+
+
+@pytest.mark.parametrize("scheduling_policy", ["priority", "fcfs"])
+def test_a_clients_own_priority_and_cache_salt_never_reach_the_engine(scheduling_policy):
+    """A starter tenant that sends priority 0 and another tenant's salt: every tenant's rule sends the engine its own
+    tier's priority (none on fcfs pools, where vLLM rejects a non-zero one) and its own salt (none where its cache is
+    shared), whatever the client sent."""
+    policy = platform_policy(scheduling_policy=scheduling_policy)
+    salts = sample_salts(policy)
+    result = envoy.export(policy, salts, OPTIONS)
+    routes = [d for f in result.files if f.path.endswith("routes.yaml") for d in yaml.safe_load_all(f.text)]
+    rules = {rule["name"]: rule for route in routes for rule in route["spec"]["rules"]}
+    spoofed = {"model": "llama-3.3-70b", "messages": [], "priority": -100, "cache_salt": salts["acme"]}
+    for tenant in policy.tenants:
+        (backend,) = rules[tenant.name]["backendRefs"]
+        sent = _mutated(spoofed, backend["bodyMutation"])
+        assert sent.get("cache_salt") == (salts[tenant.salt_ref] if tenant.salt_ref else None), tenant.name
+        assert sent.get("priority") == (tenant.priority if scheduling_policy == "priority" else None), tenant.name
+        assert sent["messages"] == [] and sent["model"] == "llama-3.3-70b"
+    for generated in result.files:
+        for manifest in yaml.safe_load_all(generated.text):
+            assert validate_manifest(manifest) == [], manifest["metadata"]["name"]

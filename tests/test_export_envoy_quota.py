@@ -120,7 +120,7 @@ def test_the_costliest_request_is_charged_within_envoys_hits_addend():
             for prompt, out in ((tenant.max_context_tokens, 0), (tenant.max_context_tokens - output, output)):
                 value = _evaluate(expression, prompt, 0, out)
                 assert value.type() == cel.Type.UINT
-                assert value.value() <= envoy_quota.MAX_HITS_ADDEND, (pool, tenant.name, prompt, out)
+                assert value.value() <= envoy.MAX_HITS_ADDEND, (pool, tenant.name, prompt, out)
         weights = envoy.charged_weights(tenants[0], pool)
         units = _evaluate(expression, 1000, 200, 300).value() / scale
         plain = 800 * weights.prompt + 200 * weights.cached_prompt + 300 * weights.output

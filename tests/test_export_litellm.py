@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -126,6 +127,8 @@ def test_priority_reservation_shares_the_units_sold_by_tier():
     }
     assert config["litellm_settings"]["callbacks"] == ["dynamic_rate_limiter_v3"]
     assert config["router_settings"]["optional_pre_call_checks"] == ["enforce_model_rate_limits"]
+    # max_input_tokens binds only with pre-call checks on (Router.async_get_healthy_deployments, LiteLLM 1.108).
+    assert config["router_settings"]["enable_pre_call_checks"] is True
     assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
     # Every tenant of the sample is on one pool: its shares are the global ones, and LIMITS.md says nothing more.
     assert not any("priority_reservation is one setting" in line for line in result.limits)
@@ -172,11 +175,14 @@ USAGE_TOKENS = (40, 10)  # prompt, completion tokens the fake backend reports pe
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat completions endpoint that reports fixed usage."""
+    """An OpenAI-compatible chat completions endpoint that reports fixed usage (and keeps what it was sent)."""
+
+    received: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         request = json.loads(self.rfile.read(length) or b"{}")
+        self.received.append(request)
         prompt, completion = USAGE_TOKENS
         body = json.dumps(
             {
@@ -242,11 +248,17 @@ def _post(url: str, key: str, payload: dict, timeout: float = 30) -> tuple[int, 
         return error.code, error.read().decode()
 
 
+#: The tiny pool's engine context: the deployment's max_input_tokens.
+TINY_MAX_MODEL_LEN = 256
+
+
 def _tiny_policy() -> QuotaPolicy:
-    """One standard pool of 2 units/s: the generated tpm is 2 x 60 = 120 tokens per minute."""
+    """One standard pool of 2 units/s: the generated tpm is 2 x 60 = 120 tokens per minute; its engine admits
+    TINY_MAX_MODEL_LEN tokens."""
     base = platform_policy()
     standard = base.pools[0].model_copy(
         update={
+            "engine": base.pools[0].engine.model_copy(update={"max_model_len": TINY_MAX_MODEL_LEN}),
             "replicas": 1,
             "replica_units_per_s": 2.0,
             "capacity_units_per_s": 2.0,
@@ -305,6 +317,15 @@ def test_a_real_proxy_loads_the_config_and_answers_429_over_the_deployments_tpm(
                 "proxy not healthy in 120 s:\n" + (tmp_path / "proxy.log").read_text()[-3000:]
             )
             time.sleep(0.5)
+        # A prompt over the deployment's max_input_tokens is refused before it reaches the engine: LiteLLM checks it
+        # only with router_settings.enable_pre_call_checks (Router._pre_call_checks), which the config sets.
+        assert config["router_settings"]["enable_pre_call_checks"] is True
+        assert config["model_list"][0]["model_info"]["max_input_tokens"] == TINY_MAX_MODEL_LEN
+        _FakeOpenAI.received.clear()
+        long_prompt = {"model": "standard", "messages": [{"role": "user", "content": "hello " * 1000}]}
+        status, body = _post(f"{base}/v1/chat/completions", master_key, long_prompt)
+        assert status == 400 and "context window" in body.lower(), (status, body[:500])
+        assert _FakeOpenAI.received == []
         payload = {"model": "standard", "messages": [{"role": "user", "content": "hi"}]}
         statuses: list[int] = []
         body = ""
@@ -522,3 +543,51 @@ def test_the_limits_say_what_priority_a_tenant_gets_without_one():
         "priority 0 (lower runs first), the most urgent tier's (premium): every tenant of this target runs as "
         "urgently as premium there, whatever its tier."
     ) in line
+
+
+@pytest.mark.litellm_proxy
+def test_priority_reservation_is_enforced_without_a_licence(litellm_types, monkeypatch):
+    """LiteLLM's v3 limiter gives a tier named in priority_reservation its share through the normalised weights
+    (_PROXY_DynamicRateLimitHandlerV3._normalize_priority_weights, then _get_priority_allocation), which check no
+    licence; only _get_priority_weight, passed as the fallback of that lookup, does, and it only logs. Run with no
+    LITELLM_LICENSE, each tier gets the generated share and a counter of its own."""
+    import litellm
+    from litellm.caching.dual_cache import DualCache
+    from litellm.proxy.hooks.dynamic_rate_limiter_v3 import _PROXY_DynamicRateLimitHandlerV3
+    from litellm.types.router import ModelGroupInfo
+
+    monkeypatch.delenv("LITELLM_LICENSE", raising=False)
+    _policy, result = _export()
+    shares = yaml.safe_load(_file(result, "config.yaml"))["litellm_settings"]["priority_reservation"]
+    monkeypatch.setattr(litellm, "priority_reservation", shares)
+    handler = _PROXY_DynamicRateLimitHandlerV3(internal_usage_cache=DualCache())
+    model_info = ModelGroupInfo(model_group="standard", providers=["hosted_vllm"], tpm=1_000_000)
+    weights = handler._normalize_priority_weights(model_info)
+    for tier, share in shares.items():
+        weight, key = handler._get_priority_allocation("standard", tier, weights, model_info)
+        assert (weight, key) == (pytest.approx(share), f"standard:{tier}")
+
+
+def test_the_limits_and_check_say_clients_set_their_own_priority_and_salt(run_cli):
+    """LiteLLM forwards a client's priority and cache_salt to the engine and this config cannot strip them: LIMITS.md
+    says so in those words, and check notes it (a structured finding), where the policy relies on either field; a
+    plan with one priority everywhere and no salted tenant relies on neither."""
+    policy, result = _export()
+    (line,) = [line for line in result.limits if line.startswith("Clients set their own priority and cache_salt:")]
+    assert "clients set their own priority and cache_salt through the litellm target" in line
+    unsalted = policy.model_copy(
+        update={
+            "tenants": tuple(
+                t.model_copy(update={"salt_ref": None, "cache_isolation": "shared"}) for t in policy.tenants
+            )
+        }
+    )
+    assert litellm_exporter.client_fields_problem(unsalted)[0].startswith("clients set their own priority through")
+    fcfs = platform_policy(scheduling_policy="fcfs")
+    assert litellm_exporter.client_fields_problem(fcfs)[0].startswith("clients set their own cache_salt through")
+    fcfs_unsalted = fcfs.model_copy(update={"tenants": unsalted.tenants})
+    assert litellm_exporter.client_fields_problem(fcfs_unsalted) is None
+    code, out, _ = run_cli("check", Path(__file__).parent.parent / "examples" / "platform.yaml", "--json")
+    assert code == 0
+    (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "litellm-client-fields"]
+    assert finding["subject"] == "targets.litellm" and finding["fix"].startswith("put a gateway that sets them")

@@ -333,7 +333,8 @@ def _write(tmp_path: Path, document: dict) -> Path:
 def test_check_table_output(run_cli) -> None:
     code, out, _ = run_cli("check", PLATFORM)
     assert code == 0
-    assert "sound: 0 errors, 1 warning, 5 notes" in " ".join(out.split())
+    # The notes: capacity of each of 3 pools, oversubscription, salts unchecked, litellm-client-fields.
+    assert "sound: 0 errors, 1 warning, 6 notes" in " ".join(out.split())
 
 
 def test_check_on_a_flat_plan(run_cli) -> None:

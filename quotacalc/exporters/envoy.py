@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from quotacalc.core.deployment import MAX_CONTEXT_TOKENS
-from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
@@ -38,9 +36,16 @@ MAX_LIMIT = 4_294_967_295
 #: Scales tried for the weights, finest first: milli-units unless the window's limit would overflow uint32.
 SCALES = (1000, 100, 10, 1)
 #: Finer scales, coarsest first, tried only where a weight rounds off by more than WEIGHT_TOLERANCE in milli-units
-#: (a cached weight of 0.0004 is 0 milli-units), while the window's limit still fits uint32 and a request's cost
-#: CEL's uint64 (``_fits_cel``). Elsewhere milli-units stay, so the keys and limits of such weights do not change.
+#: (a cached weight of 0.0004 is 0 milli-units), while the window's limit still fits uint32 and the tenant's largest
+#: request MAX_HITS_ADDEND. That bound also keeps CEL's uint64 far off: the linear terms of a request of the most
+#: tokens a plan admits (10^8, core.deployment.MAX_CONTEXT_TOKENS) cost at most 10^8 times the largest request's, 10^17
+#: (the prompt-length term is bounded on its own: ``scaled_per_prompt``). Elsewhere milli-units stay, so the keys and limits of such
+#: weights do not change.
 FINE_SCALES = tuple(10**power for power in range(4, 10))
+#: Envoy drops a rate-limit descriptor whose hits addend (the cost read from metadata) exceeds this
+#: (``RateLimit.HitsAddend`` in its route API, ``MAX_HITS_ADDEND`` in its rate-limit code): such a response is
+#: charged nothing, so the scale keeps a tenant's largest request at or below it.
+MAX_HITS_ADDEND = 1_000_000_000
 #: Window units of a global rate-limit rule (the BackendTrafficPolicy CRD's limit.unit enum), seconds each, as
 #: Envoy's rate limit service counts them (envoyproxy/ratelimit src/utils/utilities.go UnitToDivider, commit
 #: f2fb157): fixed windows aligned to multiples of their length since the Unix epoch (src/limiter/cache_key.go), a
@@ -112,16 +117,18 @@ def _nearest_window(tenant: TenantPolicy) -> tuple[str, int]:
     return min(WINDOWS, key=lambda window: (abs(math.log(window[1] / max(burst_s, 1.0))), window[1]))
 
 
-def _coarse_window(tenant: TenantPolicy) -> tuple[str, int, int, int]:
-    """(unit, seconds, scale, limit) at the finest of SCALES whose limit fits uint32 in the nearest window, moving
-    to a shorter window only when even whole units overflow."""
+def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> tuple[str, int, int, int]:
+    """(unit, seconds, scale, limit) at the finest of SCALES whose limit fits uint32 in the nearest window and whose
+    largest request fits Envoy's hits addend (``fits_hits``; whole units where none does), moving to a shorter
+    window only when even the coarsest such scale overflows."""
     start = WINDOWS.index(_nearest_window(tenant))
+    scales = [scale for scale in SCALES if fits_hits(scale)] or [SCALES[-1]]
     for unit, seconds in reversed(WINDOWS[: start + 1]):
-        for scale in SCALES:
+        for scale in scales:
             limit = math.floor(tenant.bucket_rate_units_per_s * seconds * scale)
             if limit <= MAX_LIMIT:
                 return unit, seconds, scale, max(limit, 1)
-    return "Second", 1, 1, MAX_LIMIT
+    return "Second", 1, scales[-1], MAX_LIMIT
 
 
 def _weights_off(weights: UnitWeights, scale: int) -> bool:
@@ -133,18 +140,53 @@ def _weights_off(weights: UnitWeights, scale: int) -> bool:
     )
 
 
-def _fits_cel(weights: UnitWeights, scale: int) -> bool:
-    """Whether a request of the most tokens a plan admits, each at the largest scaled weight, costs less than
-    ``_CEL_UINT_ROOM`` (the prompt-length term is bounded on its own: ``scaled_per_prompt``)."""
-    return MAX_CONTEXT_TOKENS * max(scaled_weights(weights, scale)) < _CEL_UINT_ROOM
+def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[tuple[int, int, int], ...]:
+    """(prompt, cached, output) requests among which the tenant's costliest lies: prompt + output within its tier's
+    max context and its pool's max-model-len (the engine refuses a longer one, which is then charged nothing), output
+    within its tier's max output. A cost grows with prompt and output and is convex along the edge prompt + output =
+    the context, and linear in the cached tokens, so its maximum is at the edge's ends, all cached or none."""
+    context = min(tenant.max_context_tokens, pool.engine.max_model_len)
+    output = min(tenant.max_output_tokens, context)
+    prompts = ((context, 0), (context - output, output))
+    return tuple((prompt, cached, out) for prompt, out in prompts for cached in (0, prompt))
 
 
-def scale_choice(tenant: TenantPolicy) -> tuple[str, int, int, int, str]:
+def scaled_cost(
+    weights: tuple[int, int, int], per_prompt: tuple[int, int] | None, prompt: int, cached: int, output: int
+) -> int:
+    """What ``cost_expression`` gives for a request, in the same unsigned integer arithmetic (division truncates)."""
+    scaled_prompt, scaled_cached, scaled_output = weights
+    uncached = max(prompt - cached, 0)
+    rest = cached * scaled_cached + output * scaled_output
+    if per_prompt is None or per_prompt[0] == 0:
+        return uncached * scaled_prompt + rest
+    numerator, denominator = per_prompt
+    return uncached * (scaled_prompt * denominator + prompt * numerator) // denominator + rest
+
+
+def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> tuple[tuple[int, int, int], int]:
+    """The tenant's costliest admissible request ``(prompt, cached, output)`` on its home ``pool`` and its cost at
+    ``scale``, as the generated CEL computes it."""
+    weights = charged_weights(tenant, pool.name)
+    scaled = scaled_weights(weights, scale)
+    per_prompt = scaled_per_prompt(weights, scale, pool.prompt_length_charge.longest_prompt_tokens)
+    costs = {request: scaled_cost(scaled, per_prompt, *request) for request in largest_request_tokens(tenant, pool)}
+    request = max(costs, key=lambda request: (costs[request], request))
+    return request, costs[request]
+
+
+def _fits_hits(tenant: TenantPolicy, pool: PoolPolicy) -> Callable[[int], bool]:
+    return lambda scale: largest_request(tenant, pool, scale)[1] <= MAX_HITS_ADDEND
+
+
+def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, int, str]:
     """(unit, seconds, scale, limit, bound): ``window_for``'s figures and what stops a finer scale: "uint32" (the
-    window's limit would overflow Envoy's counter), "cel" (a request's cost would leave CEL's uint64), "finest"
-    (FINE_SCALES' last) or "" (the weights are within WEIGHT_TOLERANCE: no finer scale is needed)."""
-    unit, seconds, scale, limit = _coarse_window(tenant)
-    weights = charged_weights(tenant, load_pool(tenant))
+    window's limit would overflow Envoy's counter), "hits" (the tenant's largest request would cost more than
+    Envoy's hits addend), "finest" (FINE_SCALES' last) or ""
+    (the weights are within WEIGHT_TOLERANCE: no finer scale is needed). ``pool``: the tenant's home pool."""
+    fits_hits = _fits_hits(tenant, pool)
+    unit, seconds, scale, limit = _coarse_window(tenant, fits_hits)
+    weights = charged_weights(tenant, pool.name)
 
     def off(scale: int) -> bool:
         return _weights_off(weights, scale) or _limit_off(tenant, seconds, scale)
@@ -152,20 +194,36 @@ def scale_choice(tenant: TenantPolicy) -> tuple[str, int, int, int, str]:
     if not off(scale):
         return unit, seconds, scale, limit, ""
     if scale != SCALES[0]:
-        return unit, seconds, scale, limit, "uint32"
+        finer = SCALES[SCALES.index(scale) - 1]
+        return unit, seconds, scale, limit, "uint32" if fits_hits(finer) else "hits"
     bound = "finest"
     for finer in FINE_SCALES:
         finer_limit = math.floor(tenant.bucket_rate_units_per_s * seconds * finer)
         if finer_limit > MAX_LIMIT:
             bound = "uint32"
             break
-        if not _fits_cel(weights, finer):
-            bound = "cel"
+        if not fits_hits(finer):
+            bound = "hits"
             break
         scale, limit = finer, max(finer_limit, 1)
         if not off(scale):
             return unit, seconds, scale, limit, ""
     return unit, seconds, scale, limit, bound
+
+
+def hits_problem(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, str] | None:
+    """``(problem, fix)`` when even whole units leave the tenant's largest request above Envoy's hits addend (such a
+    response is charged nothing), else None. ``check`` reports it; the caller names the tenant."""
+    (prompt, cached, output), cost = largest_request(tenant, pool, SCALES[-1])
+    if cost <= MAX_HITS_ADDEND:
+        return None
+    return (
+        f"its largest request ({prompt:,} prompt tokens, {cached:,} of them cached, {output:,} output tokens on pool "
+        f"{pool.name}) costs {cost:,} units, above the {MAX_HITS_ADDEND:,} Envoy charges at most (a larger hits "
+        "addend is dropped, so the response is charged nothing), even in whole units",
+        "lower the tier's max_context_tokens or max_output_tokens until its largest request costs at most "
+        f"{MAX_HITS_ADDEND:,} units, or leave the envoy target out with --target",
+    )
 
 
 def enforced_rate_units_per_s(tenant: TenantPolicy, seconds: int, scale: int) -> float:
@@ -180,14 +238,15 @@ def _limit_off(tenant: TenantPolicy, seconds: int, scale: int) -> bool:
     return abs(enforced_rate_units_per_s(tenant, seconds, scale) - rate) > WEIGHT_TOLERANCE * rate
 
 
-def window_for(tenant: TenantPolicy) -> tuple[str, int, int, int]:
+def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, int]:
     """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
 
     A window as long as the burst admits about one bucket depth per window; the finest of SCALES whose limit fits
-    Envoy's uint32 counter is used, moving to a shorter window only when even whole units overflow; where a
-    weight the tenant is charged rounds off in milli-units, a finer scale (FINE_SCALES) as far as the limit fits.
+    Envoy's uint32 counter, and at which the tenant's largest request on its home ``pool`` costs at most Envoy's
+    hits addend, is used, moving to a shorter window only when even whole units overflow; where a weight the tenant
+    is charged rounds off in milli-units, a finer scale (FINE_SCALES) as far as the limit and the cost fit.
     """
-    unit, seconds, scale, limit, _bound = scale_choice(tenant)
+    unit, seconds, scale, limit, _bound = scale_choice(tenant, pool)
     return unit, seconds, scale, limit
 
 
@@ -214,14 +273,24 @@ def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str 
         }
         for model in models
     ]
+    # A client's own priority and cache_salt never reach the engine: each is set to the tenant's (set overwrites a
+    # top-level field) or, where the tenant has none, removed.
     body: list[dict[str, str]] = []
+    removed: list[str] = []
     if salt is not None:
         body.append({"path": "cache_salt", "value": json.dumps(salt)})
+    else:
+        removed.append("cache_salt")
     if pool.engine.scheduling_policy == "priority":
         body.append({"path": "priority", "value": str(tenant.priority)})
-    backend: dict = {"name": pool.name}
+    else:
+        removed.append("priority")
+    mutation: dict = {}
+    if removed:
+        mutation["remove"] = removed
     if body:
-        backend["bodyMutation"] = {"set": body}
+        mutation["set"] = body
+    backend: dict = {"name": pool.name, "bodyMutation": mutation}
     groups = [matches[start : start + MAX_MATCHES_PER_RULE] for start in range(0, len(matches), MAX_MATCHES_PER_RULE)]
     return [
         {"name": tenant.name if number == 1 else f"{tenant.name}.{number}", "matches": group, "backendRefs": [backend]}
@@ -238,13 +307,13 @@ def charged_weights(tenant: TenantPolicy, home: str) -> UnitWeights:
     return tenant.weights
 
 
-def _rate_limit_rule(
-    tenant: TenantPolicy, header: str, charged: UnitWeights, longest_prompt_tokens: int
-) -> tuple[dict, str, str]:
-    """The tenant's global rate-limit rule, the metadata key it reads and the CEL cost that fills the key."""
-    unit, _seconds, scale, limit = window_for(tenant)
+def _rate_limit_rule(tenant: TenantPolicy, header: str, home: PoolPolicy) -> tuple[dict, str, str]:
+    """The tenant's global rate-limit rule, the metadata key it reads and the CEL cost that fills the key, at the
+    weights of ``home``, the pool its rate is counted in."""
+    unit, _seconds, scale, limit = window_for(tenant, home)
+    charged = charged_weights(tenant, home.name)
     weights = scaled_weights(charged, scale)
-    per_prompt = scaled_per_prompt(charged, scale, longest_prompt_tokens)
+    per_prompt = scaled_per_prompt(charged, scale, home.prompt_length_charge.longest_prompt_tokens)
     key = _metadata_key(scale, weights, per_prompt)
     rule = {
         "clientSelectors": [{"headers": [{"type": "Exact", "name": header, "value": tenant.name}]}],
@@ -322,8 +391,7 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
             salt = salt_of(tenant, salts)
             home = homes[tenant.name]
             rules += _route_rules(tenant, pools[home], header, salt)
-            longest = pools[home].prompt_length_charge.longest_prompt_tokens
-            rule, key, cel = _rate_limit_rule(tenant, header, charged_weights(tenant, home), longest)
+            rule, key, cel = _rate_limit_rule(tenant, header, pools[home])
             limit_rules.append(rule)
             costs[key] = {"metadataKey": key, "type": "CEL", "cel": cel}
         routes.append(
@@ -392,7 +460,7 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
 #: Why a weight is still off after ``scale_choice``, by the bound that stopped a finer scale.
 _BOUNDS = {
     "uint32": "a finer scale would take the window's limit past Envoy's uint32 counter",
-    "cel": "a finer scale would take a request's cost past CEL's 64-bit integers",
+    "hits": f"a finer scale would take its largest request's cost past the {MAX_HITS_ADDEND:,} Envoy charges at most",
     "finest": f"1/{FINE_SCALES[-1]:,} units is the finest scale written",
 }
 
@@ -421,6 +489,27 @@ def _unrouted(policy: QuotaPolicy, pool: str, long_pool: str, names: list[str]) 
     )
 
 
+def _beyond_tier(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> str | None:
+    """What Envoy charges a request beyond the tenant's tier caps, which it does not check, where the engine's
+    max-model-len admits one costing more than the hits addend at the tenant's scale."""
+    weights = charged_weights(tenant, pool.name)
+    scaled = scaled_weights(weights, scale)
+    per_prompt = scaled_per_prompt(weights, scale, pool.prompt_length_charge.longest_prompt_tokens)
+    context = pool.engine.max_model_len
+    cost = max(
+        scaled_cost(scaled, per_prompt, *request)
+        for request in ((context, 0, 0), (context, context, 0), (0, 0, context))
+    )
+    if cost <= MAX_HITS_ADDEND:
+        return None
+    return (
+        f"{tenant.name}: a request beyond its tier's max context or max output (not checked at the gateway) can cost "
+        f"up to {cost:,} 1/{scale:,} units within pool {pool.name}'s max-model-len ({context:,} tokens); above "
+        f"{MAX_HITS_ADDEND:,} Envoy charges it nothing. Cap max_tokens and the prompt at the tier's in front of the "
+        "gateway."
+    )
+
+
 def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     pools = {pool.name: pool for pool in policy.pools}
     homes = load_pools(policy)
@@ -437,9 +526,15 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         "Max context and output reservation cap (max_tokens): not checked at the gateway; the engine's max-model-len is the only bound.",
         "Fair queueing: the gateway admits or rejects; there are no per-tenant queues drained by a weighted scheduler.",
         "The tenant header is trusted as sent: an authenticating filter must set it (and strip a client's) in front of these routes.",
+        "Clients cannot set their own priority or cache_salt: each rule's bodyMutation sets the tenant's (or removes a "
+        "client's where the tenant has none), on AIServiceBackends only (the AI Gateway ignores body mutations on an "
+        "InferencePool backend).",
         f"Routes and their rate-limit policies are split at {MAX_RULES_PER_ROUTE} rules (the CRD's maxItems on rules); "
         f"a tenant takes one rule per {MAX_MATCHES_PER_RULE} models it may name (the base model and its LoRA adapters).",
         f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
+        f"Envoy drops a cost above {MAX_HITS_ADDEND:,} (its hits addend's bound), charging such a response nothing: "
+        "each tenant's scale keeps the cost of its largest request (its tier's max context and max output, within "
+        "its pool's max-model-len) at or below it.",
     ]
     limits += long_context_lines(
         policy, lambda pool, long_pool, names: _unrouted(policy, pool, long_pool, names), skip=moved
@@ -452,7 +547,13 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
             "their short prompts to their standard pool by size."
         )
     for tenant in policy.tenants:
-        unit, seconds, scale, _limit, bound = scale_choice(tenant)
+        home = pools[homes[tenant.name]]
+        unit, seconds, scale, _limit, bound = scale_choice(tenant, home)
+        if (problem := hits_problem(tenant, home)) is not None:
+            message, fix = problem
+            limits.append(f"{tenant.name}: {message}: such a response is free; {fix}.")
+        elif (beyond := _beyond_tier(tenant, home, scale)) is not None:
+            limits.append(beyond)
         nearest, nearest_s = _nearest_window(tenant)
         if seconds < nearest_s:
             limits.append(
@@ -486,7 +587,11 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 f"{charged_per_token:.4g} (CEL's 64-bit integers at the window's scale)."
             )
     long_windows = sorted(
-        {unit for tenant in policy.tenants if (unit := window_for(tenant)[0]) in ("Month", "Year")},
+        {
+            unit
+            for tenant in policy.tenants
+            if (unit := window_for(tenant, pools[homes[tenant.name]])[0]) in ("Month", "Year")
+        },
         key=lambda unit: dict(WINDOWS)[unit],
     )
     if long_windows:
@@ -497,7 +602,8 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     if any(pool.engine.scheduling_policy != "priority" for pool in pools.values()):
         fcfs = sorted(pool.name for pool in pools.values() if pool.engine.scheduling_policy != "priority")
         limits.append(
-            f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero priority there)."
+            f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero "
+            "priority there); a client's own priority is removed."
         )
     if salted:
         limits.append(
@@ -511,18 +617,33 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
 
 
 def prechecks(policy: QuotaPolicy) -> list:
-    """``check``'s findings of what this target refuses (``registry.TARGETS``): a tenant with more LoRA adapters than
-    one route's rules hold, a warning, since the other targets still generate."""
+    """``check``'s findings of what this target refuses or loses (``registry.TARGETS``), warnings, since the other
+    targets still generate: a tenant whose largest request costs more hits than Envoy counts (it is charged nothing),
+    and a tenant with more LoRA adapters than one route's rules hold."""
     from quotacalc.core.checks import Finding
+    from quotacalc.core.plan_size import load_pool
 
-    return [
-        Finding(
-            severity="warning",
-            code="envoy-lora-adapters",
-            subject=f"tenants.{tenant.name}.lora_adapters",
-            message=f"{problem[0]}: generate refuses the envoy target",
-            fix=problem[1],
-        )
-        for tenant in policy.tenants
-        if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None
-    ]
+    pools = {pool.name: pool for pool in policy.pools}
+    found = []
+    for tenant in policy.tenants:
+        if (problem := hits_problem(tenant, pools[load_pool(tenant)])) is not None:
+            found.append(
+                Finding(
+                    severity="warning",
+                    code="envoy-hits-addend",
+                    subject=f"tenants.{tenant.name}",
+                    message=f"{problem[0]}: the envoy target charges such a response nothing",
+                    fix=problem[1],
+                )
+            )
+        if (problem := lora_adapters_problem(len(tenant.lora_adapters))) is not None:
+            found.append(
+                Finding(
+                    severity="warning",
+                    code="envoy-lora-adapters",
+                    subject=f"tenants.{tenant.name}.lora_adapters",
+                    message=f"{problem[0]}: generate refuses the envoy target",
+                    fix=problem[1],
+                )
+            )
+    return found

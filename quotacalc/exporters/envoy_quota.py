@@ -33,9 +33,6 @@ BACKENDTRAFFICPOLICY = "backendtrafficpolicy"
 QUOTAPOLICY = "quotapolicy"
 #: QuotaPolicy's windows (its CRD's enum on ``duration``), seconds each.
 DURATIONS = (("1s", 1), ("1m", 60), ("1h", 3600), ("1d", 86400))
-#: Envoy drops a rate-limit descriptor whose hits addend exceeds this (``RateLimit.HitsAddend``): such a request
-#: would be charged nothing, so the scale keeps the costliest admissible request at or under it.
-MAX_HITS_ADDEND = 1_000_000_000
 QUOTA_FILE = "envoy/quotapolicies.yaml"
 TRAFFIC_POLICY_FILE = "envoy/backendtrafficpolicies.yaml"
 ROUTES_FILE = "envoy/aigatewayroutes.yaml"
@@ -110,14 +107,14 @@ def pool_quotas(policy: QuotaPolicy) -> dict[str, tuple[int, str, list[TenantPol
             scaled = envoy.scaled_weights(weights, scale)
             per_prompt = envoy.scaled_per_prompt(weights, scale, longest)
             fits = all(limit_for(tenant, scale) <= envoy.MAX_LIMIT for tenant in tenants) and all(
-                largest_request_cost(tenant, scaled, per_prompt) <= MAX_HITS_ADDEND for tenant in tenants
+                largest_request_cost(tenant, scaled, per_prompt) <= envoy.MAX_HITS_ADDEND for tenant in tenants
             )
             if fits:
                 break
         else:
             raise _refuse(
                 f"no scale of {envoy.SCALES} keeps pool {pool_name}'s limits within uint32 and its costliest request "
-                f"within Envoy's hits addend of {MAX_HITS_ADDEND:,}",
+                f"within Envoy's hits addend of {envoy.MAX_HITS_ADDEND:,}",
                 f"pools.{pool_name}",
             )
         quotas[pool_name] = (scale, envoy.cost_expression(*scaled, per_prompt=per_prompt), tenants)

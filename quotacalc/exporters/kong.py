@@ -1,10 +1,12 @@
 """Kong (decK, ``_format_version: "3.0"``): costs that express units, and a cost budget per consumer.
 
 One service per pool, whose ``ai-proxy`` prices tokens in units: ``input_cost`` and ``output_cost`` are per 1M
-tokens, so 1,000,000 x the weight makes the plugin's cost a count of units. One consumer per tenant, with an
-``ai-rate-limiting-advanced`` plugin using ``tokens_count_strategy: cost``: a sliding window as long as the
-tenant's burst, holding the bucket's depth. The tenant's salt is set server-side by ``request-transformer``
-(removed from the client's body first). Tiers and pools become consumer tags and ACL groups: the decK release
+tokens, so 1,000,000 x the weight makes the plugin's cost a count of units. One consumer per tenant. For Kong
+Gateway Enterprise (3.14+, the default edition) an ``ai-rate-limiting-advanced`` plugin in its policies form, a
+limit with ``tokens_count_strategy: cost``: a sliding window as long as the tenant's burst, holding the bucket's
+depth. Kong OSS has no such plugin: its edition gets the OSS ``rate-limiting`` plugin, which counts requests.
+Plugin configs are checked in the tests against Kong's own plugin schemas (3.15). The tenant's salt and priority are set server-side by
+``request-transformer`` (a client's removed from the body first). Tiers and pools become consumer tags and ACL groups: the decK release
 this project validates with (Debian's 1.4.0) predates consumer groups.
 """
 
@@ -24,13 +26,20 @@ from quotacalc.exporters._text import (
 )
 from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions, GeneratedFile
 
+#: The Kong editions a file is written for: Enterprise's ai-rate-limiting-advanced limits units; Kong OSS has no
+#: token or cost limiter.
+ENTERPRISE = "enterprise"
+OSS = "oss"
 #: ai-proxy costs are per 1M tokens.
 TOKENS_PER_COST = 1_000_000
 #: The provider name ai-rate-limiting-advanced keys its limits by (vLLM speaks the OpenAI API).
 PROVIDER = "openai"
-#: vLLM's default port; a Kubernetes Service named after the pool is assumed (edit where yours differs).
-#: The upstream API key, read by Kong from its environment vault, never written here.
-UPSTREAM_KEY = "{vault://env/vllm-api-key}"
+#: The environment variable holding the whole upstream Authorization header value, ``Bearer <the engines'
+#: --api-key>``: Kong resolves a secret reference only where it is a field's whole value (``Bearer {vault://...}``
+#: is sent as written), and its env vault reads ``vllm-auth-header`` as VLLM_AUTH_HEADER (kong/vaults/env/init.lua:
+#: upper-cased, dashes to underscores).
+UPSTREAM_AUTH_ENV = "VLLM_AUTH_HEADER"
+UPSTREAM_AUTH = "{vault://env/vllm-auth-header}"
 
 
 def _upstream(pool: PoolPolicy) -> str:
@@ -51,7 +60,7 @@ def _service(pool: PoolPolicy, weights: tuple[float, float]) -> dict:
                 "name": "ai-proxy",
                 "config": {
                     "route_type": "llm/v1/chat",
-                    "auth": {"header_name": "Authorization", "header_value": f"Bearer {UPSTREAM_KEY}"},
+                    "auth": {"header_name": "Authorization", "header_value": UPSTREAM_AUTH},
                     "model": {
                         "provider": PROVIDER,
                         "name": pool.engine.served_model_name,
@@ -72,33 +81,89 @@ def window_s(tenant: TenantPolicy) -> int:
     return max(1, round(tenant.bucket_depth_units / tenant.bucket_rate_units_per_s))
 
 
-def _consumer(tenant: TenantPolicy, salt: str | None) -> dict:
-    window = window_s(tenant)
-    plugins: list[dict] = [
-        {
-            "name": "ai-rate-limiting-advanced",
-            "config": {
-                "tokens_count_strategy": "cost",
-                "window_type": "sliding",
-                "strategy": "local",
-                "llm_providers": [
-                    {
-                        "name": PROVIDER,
-                        "limit": [_round_down(tenant.bucket_rate_units_per_s * window)],
-                        "window_size": [window],
-                    }
-                ],
-            },
-        }
-    ]
+#: Body fields a client must not choose: request-transformer removes the client's, then adds the tenant's.
+TENANT_BODY_FIELDS = ("cache_salt", "priority")
+
+
+def _body_rules(tenant: TenantPolicy, salt: str | None, sends_priority: bool) -> dict:
+    """The tenant's request-transformer: it removes a client's ``priority`` and ``cache_salt`` from the JSON body,
+    then adds the tenant's (``add`` sets a field only where it is absent, and runs after ``remove``:
+    transform_json_body in kong/plugins/request-transformer/access.lua). Values are added as JSON strings
+    (``"priority": "1"``): vLLM's and SGLang's request models are pydantic models in lax mode, which read "1" as the
+    integer 1."""
+    added = []
     if salt is not None:
-        plugins.append(
-            {
-                "name": "request-transformer",
-                "config": {"remove": {"body": ["cache_salt"]}, "add": {"body": [f"cache_salt:{salt}"]}},
-            }
-        )
+        added.append(f"cache_salt:{salt}")
+    if sends_priority:
+        added.append(f"priority:{tenant.priority}")
+    config: dict = {"remove": {"body": list(TENANT_BODY_FIELDS)}}
+    if added:
+        config["add"] = {"body": added}
+    return {"name": "request-transformer", "config": config}
+
+
+def _sends_priority(tenant: TenantPolicy, pools: Mapping[str, PoolPolicy]) -> bool:
+    """Whether every pool the tenant may call schedules by priority (a consumer's one plugin serves them all, and
+    vLLM rejects a non-zero priority on an fcfs engine)."""
+    names = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+    return all(pools[name].engine.scheduling_policy == "priority" for name in names)
+
+
+def _cost_limit(tenant: TenantPolicy) -> dict:
+    """Enterprise's ai-rate-limiting-advanced in its policies form (Kong 3.14+; ``llm_providers`` is deprecated
+    there): one policy matching the consumer, the bucket's depth in units (ai-proxy's cost) over a sliding window of
+    its burst."""
+    window = window_s(tenant)
+    return {
+        "name": "ai-rate-limiting-advanced",
+        "config": {
+            "strategy": "local",
+            "policies": [
+                {
+                    "match": [{"type": "consumer", "key": "username", "values": [tenant.name]}],
+                    "limits": [
+                        {
+                            "limit": _round_down(tenant.bucket_rate_units_per_s * window),
+                            "window_size": window,
+                            "tokens_count_strategy": "cost",
+                        }
+                    ],
+                    "window_type": "sliding",
+                }
+            ],
+        },
+    }
+
+
+#: Kong OSS rate-limiting's windows (its config keys), seconds each.
+OSS_WINDOWS = (
+    ("second", 1),
+    ("minute", 60),
+    ("hour", 3600),
+    ("day", 86400),
+    ("month", 30 * 86400),
+    ("year", 365 * 86400),
+)
+
+
+def oss_window(tenant: TenantPolicy) -> tuple[str, int]:
+    """The OSS rate-limiting window nearest the tenant's burst on a log scale (the shorter one on a tie)."""
+    burst_s = max(tenant.bucket_depth_units / tenant.bucket_rate_units_per_s, 1.0)
+    return min(OSS_WINDOWS, key=lambda window: (abs(math.log(window[1] / burst_s)), window[1]))
+
+
+def _request_limit(tenant: TenantPolicy) -> dict:
+    """Kong OSS's rate-limiting counts requests, not tokens: the tenant's units per window as a request count (at
+    least 1), which a request producing an output token (at least W >= 1 unit) never passes before its units would."""
+    unit, seconds = oss_window(tenant)
+    requests = max(1, math.floor(tenant.bucket_rate_units_per_s * seconds))
+    return {"name": "rate-limiting", "config": {unit: requests, "limit_by": "consumer", "policy": "local"}}
+
+
+def _consumer(tenant: TenantPolicy, salt: str | None, sends_priority: bool, edition: str) -> dict:
+    plugins: list[dict] = [_cost_limit(tenant) if edition == ENTERPRISE else _request_limit(tenant)]
     pools = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
+    plugins.append(_body_rules(tenant, salt, sends_priority))
     return {
         "username": tenant.name,
         "custom_id": tenant.name,
@@ -125,11 +190,13 @@ def _pool_weights(policy: QuotaPolicy) -> dict[str, tuple[float, float]]:
     return weights
 
 
-def document(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict:
-    """The decK state file."""
+def document(policy: QuotaPolicy, salts: Mapping[str, str], edition: str = ENTERPRISE) -> dict:
+    """The decK state file, for Kong Gateway Enterprise or Kong OSS (``edition``)."""
     weights = _pool_weights(policy)
+    pools = {pool.name: pool for pool in policy.pools}
     consumers = [
-        _consumer(tenant, salt_of(tenant, salts)) for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
+        _consumer(tenant, salt_of(tenant, salts), _sends_priority(tenant, pools), edition)
+        for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
     ]
     return {
         "_format_version": "3.0",
@@ -141,37 +208,88 @@ def document(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict:
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
     """kong/kong.yaml, a decK state file (holds the salts when any tenant is salted)."""
     salted = any(tenant.salt_ref is not None for tenant in policy.tenants)
-    header = "Generated by quotacalc: deck gateway sync kong/kong.yaml."
+    edition = options.kong_edition
+    needs = (
+        "Needs Kong Gateway Enterprise 3.14 or later: ai-rate-limiting-advanced is an Enterprise plugin (Kong OSS "
+        "refuses the sync); generate with --kong-edition oss for Kong OSS."
+        if edition == ENTERPRISE
+        else "For Kong OSS: no token or cost limiter (ai-rate-limiting-advanced is Enterprise-only); rate-limiting "
+        "counts requests. kong/LIMITS.md lists what is lost."
+    )
+    header = (
+        "Generated by quotacalc: deck gateway sync kong/kong.yaml.\n"
+        f"{needs}\n"
+        f"Kong reads the engines' Authorization header from {UPSTREAM_AUTH_ENV}: export {UPSTREAM_AUTH_ENV}=\"Bearer "
+        '<the engines\' --api-key>" in Kong\'s environment (the whole header value, "Bearer " included).'
+    )
     if salted:
         header += "\nHolds the tenants' cache salts: keep it out of logs and repositories anyone can read."
-    text = yaml_text(document(policy, salts), header=header)
+    text = yaml_text(document(policy, salts, edition), header=header)
     return Export(
-        target="kong", files=(GeneratedFile(path="kong/kong.yaml", text=text, secret=salted),), limits=_limits(policy)
+        target="kong",
+        files=(GeneratedFile(path="kong/kong.yaml", text=text, secret=salted),),
+        limits=_limits(policy, edition),
     )
 
 
-def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
+def _edition_limits(policy: QuotaPolicy, edition: str) -> list[str]:
+    """What the edition's limiter loses: Enterprise's counts units over a sliding window; OSS has none of units."""
+    if edition == ENTERPRISE:
+        return [
+            "Kong Gateway Enterprise only: ai-rate-limiting-advanced is an Enterprise plugin, so a sync to Kong OSS "
+            "fails; generate with --kong-edition oss for what Kong OSS can hold.",
+            "Token bucket: ai-rate-limiting-advanced counts a sliding window (the tenant's burst in whole seconds, at "
+            "least 1, holding the rate × that window: the bucket depth where burst_s is whole, else a burst up to "
+            "half a second's units more or less, the contracted rate kept), not a bucket refilled continuously.",
+            "Cached prompt tokens: Kong's cost has no cached-token term; cached tokens are charged as prompt tokens "
+            "(weight 1 instead of the tier's cached weight), so cache-heavy tenants hit their limit early.",
+            "Charging happens after the response (Kong's known limitation: a cost counts from the next request): one "
+            "request may overshoot, and nothing is reserved at admission.",
+            f"Retry-After: Kong sends Retry-After from its window, not the policy's {RETRY_AFTER_RULE}.",
+            "Counters are per Kong node (strategy local); set strategy: cluster or redis for a shared count.",
+        ]
+    windows = "; ".join(
+        f"{tenant.name} {max(1, math.floor(tenant.bucket_rate_units_per_s * oss_window(tenant)[1])):,} a "
+        f"{oss_window(tenant)[0]}"
+        for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
+    )
+    return [
+        "Kong OSS has no token or cost rate limiting (ai-rate-limiting-advanced is Enterprise-only), so the "
+        "tenants' units are not limited: the token bucket, the weights (prompt, cached prompt, output W, prompt "
+        "length) and the bucket depth are all lost.",
+        "What is written instead: the OSS rate-limiting plugin counts requests per fixed window (the one nearest "
+        f"each tenant's burst), at the tenant's units per window as a request count ({windows}); a request with an "
+        "output token costs at least one unit (W >= 1), so this bound stops floods of tiny requests and never "
+        "binds before the units would.",
+        "Counters are per Kong node (policy local); set policy: redis (or cluster) for a shared count.",
+    ]
+
+
+def _limits(policy: QuotaPolicy, edition: str = ENTERPRISE) -> tuple[str, ...]:
     limits = [
-        "Token bucket: ai-rate-limiting-advanced counts a sliding window (the tenant's burst in whole seconds, at "
-        "least 1, holding the rate × that window: the bucket depth where burst_s is whole, else a burst up to half a "
-        "second's units more or less, the contracted rate kept), not a bucket refilled continuously.",
-        "Cached prompt tokens: Kong's cost has no cached-token term; cached tokens are charged as prompt tokens "
-        "(weight 1 instead of the tier's cached weight), so cache-heavy tenants hit their limit early.",
-        "Charging happens after the response (Kong's known limitation: a cost counts from the next request): one "
-        "request may overshoot, and nothing is reserved at admission.",
-        f"Retry-After: Kong sends Retry-After from its window, not the policy's {RETRY_AFTER_RULE}.",
+        *_edition_limits(policy, edition),
         "Resident KV cap per tenant per replica: not expressible.",
         "Concurrent sequences per tenant: not expressible with these plugins.",
         "Max context and output reservation cap (max_tokens): not enforced; ai-proxy's max_tokens is only a default.",
-        "Priority: not sent (request-transformer adds body values as strings; vLLM's priority is an integer); "
-        + unsent_priority_effect(policy),
+        "Clients cannot set their own priority or cache_salt: each consumer's request-transformer removes a "
+        "client's and adds the tenant's (its tier's priority as a JSON string, which vLLM and SGLang read as the "
+        "integer).",
         "Fair queueing: Kong admits or rejects; no per-tenant queues.",
-        "Counters are per Kong node (strategy local); set strategy: cluster or redis for a shared count.",
         "Credentials are not generated: give each consumer a key-auth credential (consumers[].keyauth_credentials).",
+        f"Upstream key: ai-proxy sends {UPSTREAM_AUTH} as the engines' Authorization header; Kong resolves it from the "
+        f"environment variable {UPSTREAM_AUTH_ENV}, which must hold the whole value, \"Bearer <the engines' "
+        '--api-key>" (Kong resolves a reference only where it is the whole field).',
         "A tenant calls its pool's path (/pools/<pool>/v1/chat/completions): Kong routes before it authenticates, "
         "so it cannot pick the pool from the consumer; the acl plugin keeps tenants out of other pools.",
         "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
     ]
+    pools = {pool.name: pool for pool in policy.pools}
+    unsent = sorted(tenant.name for tenant in policy.tenants if not _sends_priority(tenant, pools))
+    if unsent:
+        limits.append(
+            f"Priority: not sent for {', '.join(unsent)}, a pool of theirs schedules fcfs (vLLM rejects a non-zero "
+            "priority there; a client's is removed); " + unsent_priority_effect(policy)
+        )
     limits += prompt_length_lines(
         policy,
         "a long prompt passes at less than its cost, and a tenant sized on long prompts gets more than it was sized for.",

@@ -148,7 +148,13 @@ def config(policy: QuotaPolicy) -> dict:
     """The proxy's config.yaml."""
     return {
         "model_list": [_deployment(policy, pool) for pool in policy.pools],
-        "router_settings": {"optional_pre_call_checks": ["enforce_model_rate_limits"]},
+        # enable_pre_call_checks: without it a deployment's max_input_tokens is never compared with a prompt
+        # (Router.async_get_healthy_deployments calls Router._pre_call_checks, which raises
+        # ContextWindowExceededError, only where it is set; LiteLLM 1.108).
+        "router_settings": {
+            "enable_pre_call_checks": True,
+            "optional_pre_call_checks": ["enforce_model_rate_limits"],
+        },
         "litellm_settings": {
             "callbacks": ["dynamic_rate_limiter_v3"],
             "priority_reservation": priority_reservation(policy),
@@ -238,6 +244,26 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     return Export(target="litellm", files=files, limits=_limits(policy))
 
 
+def client_fields_problem(policy: QuotaPolicy) -> tuple[str, str] | None:
+    """``(problem, fix)`` where the policy relies on the engine's ``priority`` or ``cache_salt`` (a pool schedules
+    tiers of different priorities, or a tenant is salted), which LiteLLM forwards from the client's body (unknown
+    body keys go to an OpenAI-compatible backend through extra_body) and this config cannot strip or set; else
+    None. ``check`` reports it; LIMITS.md says it."""
+    scheduled = any(pool.engine.scheduling_policy == "priority" for pool in policy.pools)
+    ranked = scheduled and len({tier.priority for tier in policy.tiers}) > 1
+    salted = any(tenant.salt_ref is not None for tenant in policy.tenants)
+    if not (ranked or salted):
+        return None
+    fields = " and ".join(name for name, used in (("priority", ranked), ("cache_salt", salted)) if used)
+    return (
+        f"clients set their own {fields} through the litellm target: LiteLLM forwards a client's {fields} to the "
+        "engine and cannot strip or set them per tenant, so a tenant can outrank a more urgent tier or choose its "
+        "cache namespace",
+        "put a gateway that sets them (the envoy or kong target) in front of LiteLLM, or do not generate the "
+        "litellm target",
+    )
+
+
 def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
     limits = [
         "Token bucket: a tenant's limit is a USD budget (max_budget, its units over "
@@ -248,16 +274,23 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "rpm and rpm_limit are not set: the policy prices tokens, not requests.",
         "Cached prompt tokens: a deployment has one cache_read_input_token_cost, set from the highest cached weight "
         "of the tiers on its pool; tiers with a lower weight are overcharged.",
-        "priority_reservation (dynamic_rate_limiter_v3) is a LiteLLM Enterprise feature (LITELLM_LICENSE); without it "
-        "every key shares the default pool.",
+        "priority_reservation (dynamic_rate_limiter_v3) is enforced without a LiteLLM licence: a tier named in it "
+        "takes its share from the normalised weights (_normalize_priority_weights), which no licence gates; LiteLLM "
+        "still logs 'PREMIUM FEATURE' for each such request (_get_priority_weight, evaluated as a fallback), which "
+        "changes nothing.",
         "Cache salts: LiteLLM has no per-tenant cache_salt injection; salted tenants share the prefix cache through it.",
         "Engine priority: not sent per tenant (a deployment's extra_body is the same for every tenant); "
         + unsent_priority_effect(policy),
         "Resident KV cap per tenant per replica: not expressible.",
-        "Max context per tier and output reservation cap: not enforced (max_input_tokens is per deployment).",
+        "Max context per tier and output reservation cap: not enforced; each deployment's max_input_tokens (its "
+        "engine's max-model-len) is, as router_settings.enable_pre_call_checks is set: a longer prompt is refused "
+        "(ContextWindowExceededError) before it reaches the engine.",
         f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
         "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
     ]
+    if (problem := client_fields_problem(policy)) is not None:
+        message, fix = problem
+        limits.append(f"Clients set their own priority and cache_salt: {message}; {fix}.")
     limits += _reservation_lines(policy)
     shares, raised = _reservation(policy, None)
     for tier, exact in raised.items():
@@ -298,3 +331,19 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "name an adapter; add a model_list entry per adapter (hosted_vllm/<adapter>) and it to the team's models.",
     )
     return tuple(limits)
+
+
+def prechecks(policy: QuotaPolicy) -> list:
+    """``check``'s findings of what this target loses (``registry.TARGETS``). A note, not a warning: clients' own
+    priority and cache_salt pass through for nearly every plan, and a warning would fail every plan under --strict
+    whether or not the litellm target is used or a gateway that sets the fields stands in front of it."""
+    from quotacalc.core.checks import Finding
+
+    problem = client_fields_problem(policy)
+    if problem is None:
+        return []
+    return [
+        Finding(
+            severity="info", code="litellm-client-fields", subject="targets.litellm", message=problem[0], fix=problem[1]
+        )
+    ]

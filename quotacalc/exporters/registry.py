@@ -147,10 +147,20 @@ TARGETS: dict[str, Target] = {
             files="kong/kong.yaml",
             salts=True,
             salting="request-transformer sets cache_salt in the request body",
+            options=(
+                TargetOption(
+                    "kong_edition",
+                    "kong: enterprise (ai-rate-limiting-advanced limits units; Kong Gateway Enterprise only) or oss "
+                    "(the OSS rate-limiting plugin, which counts requests; LIMITS.md lists what is lost)",
+                    default="enterprise",
+                    choices=("enterprise", "oss"),
+                ),
+            ),
             enforces=_caps(
                 rate=("partly", "sliding windows of cost, charged after the response"),
                 weights=("partly", "prompt and output costs; no cached-token term"),
-                salt=("yes", "request-transformer"),
+                priority=("yes", "request-transformer replaces the client's priority with the tier's"),
+                salt=("yes", "request-transformer replaces the client's cache_salt with the tenant's"),
             ),
         ),
         Target(
@@ -160,6 +170,7 @@ TARGETS: dict[str, Target] = {
             files="litellm/config.yaml, teams.json, keys.json",
             salts=False,
             salting=_NO_SALT + " (LiteLLM cannot inject one)",
+            prechecks="quotacalc.exporters.litellm:prechecks",
             enforces=_caps(
                 rate=("partly", "a USD budget per period and a raw-token tpm, neither refilled continuously"),
                 weights=("partly", "only the USD budget carries them"),

@@ -4,7 +4,8 @@ Keys are the long flag names with their dashes (SGLang's config reader passes ea
 the same engine settings the vLLM target writes: the context, the decode batch, the chunk, and the memory share
 the price assumed (``mem-fraction-static``: SGLang's own default rule or the plan's). Priorities keep the policy's
 order (lower first, as vLLM's): SGLang serves larger values first unless told otherwise, and schedules by priority
-only under ``fcfs`` or ``lof``. Flags and choices are checked in the tests against the list extracted from a stated
+only under ``fcfs`` or ``lof``; its preemption threshold is set to 0 so the tiers' gaps of 1 preempt. The header
+names the first release that keys its prefix cache by ``cache_salt``. Flags and choices are checked in the tests against the list extracted from a stated
 SGLang release (scripts/extract_sglang_flags.py).
 """
 
@@ -26,6 +27,16 @@ from quotacalc.exporters.engine_files import (
 SGLANG_VERSION = "0.5.23"
 #: The engine profile (quotacalc engines) whose pools this target starts.
 SGLANG_ENGINE = "sglang"
+#: The first release whose scheduler carries a request's cache_salt into its radix cache: read
+#: in the wheels, Req.cache_salt first appears in 0.5.18's sglang/srt/managers/schedule_batch.py; 0.5.3 to 0.5.17
+#: fold cache_salt into the radix cache's extra_key on the OpenAI-compatible endpoints only
+#: (_compute_extra_key in sglang/srt/entrypoints/openai), and earlier releases ignore it.
+SGLANG_CACHE_SALT_MIN_VERSION = "0.5.18"
+#: SGLang preempts a running request only for one whose priority differs by more than
+#: --priority-scheduling-preemption-threshold (``priority_diff > threshold`` in PrefillAdder.preempt_to_schedule,
+#: sglang/srt/managers/schedule_policy.py; default 10), so tiers 0, 1 and 2 would never preempt one another. 0 lets
+#: any more urgent tier preempt a less urgent one, as vLLM's priority scheduling does, and equal tiers never.
+PREEMPTION_THRESHOLD = 0
 
 #: The policy's KV cache dtype (vLLM's names) -> SGLang's --kv-cache-dtype choice; None: SGLang has none.
 KV_CACHE_DTYPES = {
@@ -72,6 +83,7 @@ def engine_config(engine: EngineSettings, least_urgent_priority: int | None = No
     if engine.scheduling_policy == "priority":
         config["enable-priority-scheduling"] = True
         config["schedule-low-priority-values-first"] = True
+        config["priority-scheduling-preemption-threshold"] = PREEMPTION_THRESHOLD
         if least_urgent_priority is not None:
             # SGLang otherwise ranks a request without a priority behind every other one.
             config["default-priority-value"] = least_urgent_priority
@@ -90,7 +102,11 @@ def _runs_sglang(pool: PoolPolicy) -> bool:
 
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
     """A ``sglang.launch_server --config`` file per SGLang pool."""
-    files = config_files(documents(policy), f"SGLang {SGLANG_VERSION}: python -m sglang.launch_server --config")
+    files = config_files(
+        documents(policy),
+        f"SGLang >= {SGLANG_CACHE_SALT_MIN_VERSION} (the first release that keys its prefix cache by a request's "
+        f"cache_salt; flags checked against {SGLANG_VERSION}): python -m sglang.launch_server --config",
+    )
     return Export(target="sglang", files=files, limits=_limits(policy))
 
 
@@ -107,7 +123,19 @@ def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
         "cache_salt and priority are per request (SGLang's OpenAI-compatible body fields): the gateway sets them; "
         "a request that reaches the engine without a priority ranks with the least urgent tier "
         "(default-priority-value).",
+        f"cache_salt needs SGLang {SGLANG_CACHE_SALT_MIN_VERSION} or later, the first release whose scheduler keys "
+        "its prefix cache by it (read in the release wheels); 0.5.3 to 0.5.17 key it only through extra_key on the "
+        "OpenAI-compatible endpoints (not the native /generate), and releases before 0.5.3 ignore it: salted "
+        "tenants share the prefix cache there.",
     ]
+    scheduled = [pool.name for pool in pools if pool.engine.scheduling_policy == "priority"]
+    if scheduled:
+        limits.append(
+            f"Priority preemption (pools {', '.join(scheduled)}): SGLang preempts a running request only for one whose "
+            "priority differs by more than priority-scheduling-preemption-threshold (10 by default, under which tiers "
+            f"10 or fewer apart, such as 0, 1 and 2, never preempt); these files set it to {PREEMPTION_THRESHOLD}, "
+            "so a more urgent tier preempts a less urgent one, and the tiers' priorities stay the policy's."
+        )
     unmapped = sorted({pool.engine.kv_cache_dtype for pool in pools} - set(KV_CACHE_DTYPES))
     if unmapped:
         limits.append(
