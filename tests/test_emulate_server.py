@@ -227,8 +227,11 @@ def test_bad_requests_are_openai_shaped_400s(server):
     assert post("/v1/completions", json.dumps({"prompt": [1, -2]}))["param"] == "prompt"
     assert post("/v1/completions", b"\xff\xfe")["type"] == "BadRequestError"
     salt = post("/v1/completions", json.dumps({"prompt": "x", "cache_salt": ""}))
-    assert salt["message"] == "cache_salt: Parameter 'cache_salt' must be a non-empty string if provided."
-    assert post("/v1/completions", json.dumps({"prompt": "x", "cache_salt": 5}))["param"] == "cache_salt"
+    assert salt["message"] == "Parameter 'cache_salt' must be a non-empty string if provided."
+    assert salt["param"] == "cache_salt"
+    assert post("/v1/completions", json.dumps({"prompt": "x", "cache_salt": 5}))["message"] == salt["message"]
+    options = post("/v1/completions", json.dumps({"prompt": "x", "stream_options": {"include_usage": True}}))
+    assert options["message"] == "Stream options can only be defined when `stream=True`."
     priority = post("/v1/completions", json.dumps({"prompt": "x", "priority": 2}))
     assert priority["message"] == "Got priority 2 but Priority scheduling is not enabled."
     long = post("/v1/completions", json.dumps({"prompt": "abcd" * 131_072}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
 
 class StreamOptions(BaseModel):
@@ -29,16 +29,20 @@ class _Common(BaseModel):
     min_tokens: StrictInt = Field(0, ge=0)
     ignore_eos: StrictBool = False
     priority: StrictInt = 0
-    cache_salt: StrictStr | None = None
+    cache_salt: str | None = None
     n: StrictInt | None = 1
 
-    @field_validator("cache_salt")
+    @model_validator(mode="before")
     @classmethod
-    def _salt_not_empty(cls, value: str | None) -> str | None:
-        # vLLM's protocol.py: "Parameter 'cache_salt' must be a non-empty string if provided."
-        if value is not None and not value:
-            raise ValueError("Parameter 'cache_salt' must be a non-empty string if provided.")
-        return value
+    def _vllm_rules(cls, data: Any) -> Any:
+        # vLLM's protocol.py (check_cache_salt_support, validate_stream_options), in its words.
+        if isinstance(data, dict):
+            salt = data.get("cache_salt")
+            if salt is not None and (not isinstance(salt, str) or not salt):
+                raise ValueError("Parameter 'cache_salt' must be a non-empty string if provided.")
+            if data.get("stream_options") is not None and not data.get("stream"):
+                raise ValueError("Stream options can only be defined when `stream=True`.")
+        return data
 
     @field_validator("n")
     @classmethod

@@ -247,8 +247,13 @@ async def _body(request: web.Request, model: type[BaseModel]) -> Any:
     except ValidationError as error:
         first = error.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None
-        message = first["msg"].removeprefix("Value error, ")
-        raise ApiError(f"{param}: {message}" if param else message, param=param) from None
+        if first["type"] == "value_error":  # vLLM's own rules, in its words
+            message = first["msg"].removeprefix("Value error, ")
+            if "cache_salt" in message:
+                param = "cache_salt"
+        else:
+            message = f"{param}: {first['msg']}" if param else first["msg"]
+        raise ApiError(message, param=param) from None
 
 
 def _usage(sequence: Sequence) -> dict[str, Any]:
