@@ -1,0 +1,256 @@
+"""How well ``quotacalc emulate`` keeps the priced time, and what it holds, on one core.
+
+Usage (from the repo root, with the ``emulate`` extra installed):
+
+    python bench/emulate.py [--markdown] [--quick]
+
+The server runs as a user runs it (``quotacalc emulate``), pinned to CPU 0; the client (aiohttp, in this
+process) to CPU 1. Each load fires N streaming completions at once (distinct prompts of 256 tokens, 128
+output tokens with ``ignore_eos``: vllm bench serve's random dataset at an infinite request rate) and
+records, on the client, each request's time to first token and every gap between tokens.
+
+What price gives for that load is the replica model stepping the same requests: the emulator's pure core
+run on a virtual clock (its steps are ``ReplicaModel.step_time_s`` and ``mixed_step_time_s``, held to them by
+tests/test_emulate_core.py), plus the request overhead in the first token. The table compares the client's
+percentiles, times the speed, with those; "keeps time" means p50 within 10% and p99 within 25%.
+
+Memory: the server's resident set (``VmRSS``) idle and with 1,000 streams open, at a speed slow enough that
+they all stay open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: examples/llama-3.3-70b-h100.yaml's deployment with a decode batch of 1,024 (the engine's max_num_seqs), so
+#: every stream of a load runs at once on one replica.
+PLAN = """\
+model: meta-llama/Llama-3.3-70B-Instruct
+gpu: h100-sxm
+tp: 4
+weight_dtype: fp8
+kv_dtype: bf16
+batch: 1024
+max_num_seqs: 1024
+context: 384
+kv_pool_tokens: 646503
+"""
+PROMPT_TOKENS = 256
+OUTPUT_TOKENS = 128
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def _prompt(index: int, tokens: int = PROMPT_TOKENS) -> str:
+    # Distinct from the first block on, so nothing is served from the prefix cache; four bytes a token.
+    return "".join(f"{(index * 7919 + i) % 10_000:04d}" for i in range(tokens))
+
+
+class Server:
+    def __init__(self, plan: str, speed: float) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", plan,
+                   "--port", "0", "--speed", str(speed)]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=lambda: os.sched_setaffinity(0, {0})
+        )
+        for line in self.process.stderr:
+            found = re.search(r"listening on (http://\S+)", line)
+            if found:
+                self.url = found.group(1)
+                return
+        raise RuntimeError("the emulator did not start")
+
+    def rss_mb(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=10)
+
+
+async def _one(session, url: str, index: int, output_tokens: int):
+    body = {"prompt": _prompt(index), "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
+    return await _timed(session, url, body)
+
+
+async def _timed(session, url: str, body: dict):
+    start = time.monotonic()
+    times: list[float] = []
+    async with session.post(url + "/v1/completions", json=body) as response:
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                chunk = json.loads(line[6:])
+                if chunk["choices"] and chunk["choices"][0]["text"]:
+                    times.append(time.monotonic())
+    return start, times[0] - start, [b - a for a, b in itertools.pairwise(times)]
+
+
+async def _load(url: str, concurrency: int, output_tokens: int):
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        # Open the connections first (one short request each, prompts of their own): the load's clock starts with
+        # every client connected, as a benchmark client's pool is after its first requests.
+        await asyncio.gather(
+            *(
+                _timed(session, url, {"prompt": f"warm-up {i}", "max_tokens": 1, "stream": True})
+                for i in range(concurrency)
+            )
+        )
+        start = time.monotonic()
+        results = await asyncio.gather(*(_one(session, url, i, output_tokens) for i in range(concurrency)))
+        wall_s = time.monotonic() - start
+    arrivals = [r[0] - start for r in results]
+    ttfts = [r[1] for r in results]
+    gaps = [gap for r in results for gap in r[2]]
+    return arrivals, ttfts, gaps, wall_s
+
+
+def ideal(serving, arrivals_s: list[float], output_tokens: int) -> tuple[list[float], list[float]]:
+    """What the replica model gives the same load: the pure core on a virtual clock, each request joining the
+    queue at its arrival (engine seconds) plus the request overhead."""
+    from quotacalc.emulate.engine import EngineCore, Sequence
+
+    engine = EngineCore(serving.engine)
+    block = serving.engine.block_tokens
+    pending = sorted((arrival, index) for index, arrival in enumerate(arrivals_s))
+    times: dict[int, list[float]] = {index: [] for index in range(len(arrivals_s))}
+    now = 0.0
+    position = 0
+    while position < len(pending) or engine.has_work():
+        while position < len(pending) and pending[position][0] + serving.request_overhead_s <= now:
+            arrival, index = pending[position]
+            engine.add(Sequence(index, data=_prompt(index).encode(), block_tokens=block, arrival_s=arrival,
+                                target_tokens=output_tokens))  # fmt: skip
+            position += 1
+        step = engine.schedule(now) if engine.has_work() else None
+        if step is None:
+            now = pending[position][0] + serving.request_overhead_s
+            continue
+        now = step.start_s + step.duration_s
+        for sequence in engine.complete(step):
+            times[sequence.id].append(now)
+    ttfts = [t[0] - arrivals_s[index] for index, t in times.items()]
+    gaps = [b - a for t in times.values() for a, b in itertools.pairwise(t)]
+    return ttfts, gaps
+
+
+def keeps_time(measured: list[float], expected: list[float], speed: float) -> tuple[float, float, float, float, bool]:
+    p50, p99 = _percentile(measured, 0.5) * speed, _percentile(measured, 0.99) * speed
+    e50, e99 = _percentile(expected, 0.5), _percentile(expected, 0.99)
+    ok = abs(p50 / e50 - 1) <= 0.10 and abs(p99 / e99 - 1) <= 0.25
+    return p50, p99, e50, e99, ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="fewer points")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {1})
+    from quotacalc.cli.emulate import _serving
+
+    with tempfile.TemporaryDirectory() as folder:
+        plan = str(Path(folder) / "bench.yaml")
+        Path(plan).write_text(PLAN)
+        serving, _ = _serving(plan, None, None, None, None)
+        points = [(1.0, 256)] if args.quick else [(1.0, 64), (1.0, 256), (1.0, 512), (2.0, 256), (4.0, 256),
+                                                  (0.5, 512), (0.5, 1024)]  # fmt: skip
+        rows = []
+        for speed, concurrency in points:
+            server = Server(plan, speed)
+            try:
+                arrivals, ttfts, gaps, wall_s = asyncio.run(_load(server.url, concurrency, OUTPUT_TOKENS))
+            finally:
+                server.stop()
+            expected_ttft, expected_itl = ideal(serving, [a * speed for a in arrivals], OUTPUT_TOKENS)
+            ttft = keeps_time(ttfts, expected_ttft, speed)
+            itl = keeps_time(gaps, expected_itl, speed)
+            tokens_per_s = concurrency * OUTPUT_TOKENS / wall_s
+            rows.append((speed, concurrency, ttft, itl, tokens_per_s))
+            print(f"speed {speed:g} streams {concurrency}: TTFT p50 {ttft[0] * 1e3:.1f}/{ttft[2] * 1e3:.1f} ms "
+                  f"p99 {ttft[1] * 1e3:.1f}/{ttft[3] * 1e3:.1f} ms; ITL p50 {itl[0] * 1e3:.2f}/{itl[2] * 1e3:.2f} ms "
+                  f"p99 {itl[1] * 1e3:.2f}/{itl[3] * 1e3:.2f} ms; {tokens_per_s:,.0f} tokens/s wall; "
+                  f"keeps time: {ttft[4] and itl[4]}", file=sys.stderr)  # fmt: skip
+        memory = None if args.quick else _memory(plan)
+    if args.markdown:
+        print("| speed | streams | TTFT p50 measured / priced | TTFT p99 | ITL p50 measured / priced | ITL p99 "
+              "| tokens/s (wall) | keeps time |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+        for speed, concurrency, ttft, itl, tokens_per_s in rows:
+            print(f"| {speed:g} | {concurrency:,} | {ttft[0] * 1e3:.0f} / {ttft[2] * 1e3:.0f} ms "
+                  f"| {ttft[1] * 1e3:.0f} / {ttft[3] * 1e3:.0f} ms | {itl[0] * 1e3:.1f} / {itl[2] * 1e3:.1f} ms "
+                  f"| {itl[1] * 1e3:.1f} / {itl[3] * 1e3:.1f} ms | {tokens_per_s:,.0f} "
+                  f"| {'yes' if ttft[4] and itl[4] else 'no'} |")  # fmt: skip
+        if memory is not None:
+            print(f"\nMemory (VmRSS): {memory[0]:.0f} MB idle, {memory[1]:.0f} MB with 1,000 streams open "
+                  f"({(memory[1] - memory[0]) * 1024 / 1000:.0f} kB a stream).")  # fmt: skip
+
+
+def _memory(plan: str, streams: int = 1000) -> tuple[float, float]:
+    """The server's RSS idle, and with ``streams`` streams open, each past its first token and still read."""
+    server = Server(plan, 0.2)
+    try:
+        idle = server.rss_mb()
+
+        async def hold() -> float:
+            import aiohttp
+
+            opened = 0
+            all_open = asyncio.Event()
+            release = asyncio.Event()
+
+            async def keep(session, index: int) -> None:
+                nonlocal opened
+                body = {"prompt": _prompt(index, 16), "max_tokens": 100_000, "ignore_eos": True, "stream": True}
+                async with session.post(server.url + "/v1/completions", json=body) as response:
+                    first = True
+                    async for line in response.content:
+                        if first and line.startswith(b"data: {"):
+                            first = False
+                            opened += 1
+                            if opened == streams:
+                                all_open.set()
+                        if release.is_set():
+                            return
+
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+                tasks = [asyncio.ensure_future(keep(session, i)) for i in range(streams)]
+                await asyncio.wait_for(all_open.wait(), timeout=300)
+                await asyncio.sleep(2)
+                loaded = server.rss_mb()
+                release.set()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                return loaded
+
+        loaded = asyncio.run(hold())
+    finally:
+        server.stop()
+    return idle, loaded
+
+
+if __name__ == "__main__":
+    main()
