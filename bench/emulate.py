@@ -7,7 +7,8 @@ Usage (from the repo root, with the ``emulate`` extra installed):
 The server runs as a user runs it (``quotacalc emulate``), pinned to CPU 0; the client (aiohttp, in this
 process) to CPU 1. Each load fires N streaming completions at once (distinct prompts of 256 tokens, 128
 output tokens with ``ignore_eos``: vllm bench serve's random dataset at an infinite request rate) and
-records, on the client, each request's time to first token and every gap between tokens.
+records, on the client, each request's time to first token, every gap between tokens and each request's
+mean gap. The client writes raw HTTP on connections opened beforehand, so its own cost stays small.
 
 What price gives for that load is the replica model stepping the same requests: the emulator's pure core
 run on a virtual clock (its steps are ``ReplicaModel.step_time_s`` and ``mixed_step_time_s``, held to them by
@@ -78,6 +79,19 @@ class Server:
                 return
         raise RuntimeError("the emulator did not start")
 
+    def cpu_s(self) -> float:
+        """User and system CPU seconds the server has used."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def late_steps(self) -> int:
+        """Steps the replica started too late to catch up (quotacalc:emulate_late_steps_total)."""
+        from urllib.request import urlopen
+
+        text = urlopen(self.url + "/metrics", timeout=10).read().decode()
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                   if line.startswith("quotacalc:emulate_late_steps_total{"))  # fmt: skip
+
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
@@ -87,43 +101,43 @@ class Server:
         self.process.wait(timeout=10)
 
 
-async def _one(session, url: str, index: int, output_tokens: int):
-    body = {"prompt": _prompt(index), "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
-    return await _timed(session, url, body)
-
-
-async def _timed(session, url: str, body: dict):
-    start = time.monotonic()
-    times: list[float] = []
-    async with session.post(url + "/v1/completions", json=body) as response:
-        async for line in response.content:
-            if line.startswith(b"data: {"):
-                chunk = json.loads(line[6:])
-                if chunk["choices"] and chunk["choices"][0]["text"]:
-                    times.append(time.monotonic())
-    return start, times[0] - start, [b - a for a, b in itertools.pairwise(times)]
-
-
 async def _load(url: str, concurrency: int, output_tokens: int):
-    import aiohttp
+    """Every request written at once on a connection opened beforehand (raw HTTP/1.1 over asyncio streams: the
+    client's own cost per request and per token is kept far below the server's, so what it measures is the
+    server); each request's arrival is the moment its bytes were written."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    connections = [await asyncio.open_connection(host, int(port)) for _ in range(concurrency)]
+    requests = []
+    for index in range(concurrency):
+        body = json.dumps({"prompt": _prompt(index), "max_tokens": output_tokens, "ignore_eos": True,
+                           "stream": True}).encode()  # fmt: skip
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        requests.append(head + body)
 
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
-        # Open the connections first (one short request each, prompts of their own): the load's clock starts with
-        # every client connected, as a benchmark client's pool is after its first requests.
-        await asyncio.gather(
-            *(
-                _timed(session, url, {"prompt": f"warm-up {i}", "max_tokens": 1, "stream": True})
-                for i in range(concurrency)
-            )
-        )
-        start = time.monotonic()
-        results = await asyncio.gather(*(_one(session, url, i, output_tokens) for i in range(concurrency)))
-        wall_s = time.monotonic() - start
-    arrivals = [r[0] - start for r in results]
-    ttfts = [r[1] for r in results]
-    gaps = [gap for r in results for gap in r[2]]
-    return arrivals, ttfts, gaps, wall_s
+    async def read(reader) -> list[float]:
+        times = []
+        while True:
+            line = await reader.readline()
+            if not line or line.startswith(b"data: [DONE]"):
+                return times
+            # A token's chunk has a non-empty text (the filler's words start with a space); no JSON parse.
+            if line.startswith(b"data: {") and b'"text":" ' in line:
+                times.append(time.monotonic())
+
+    start = time.monotonic()
+    arrivals = []
+    for (_, writer), request in zip(connections, requests, strict=True):
+        arrivals.append(time.monotonic() - start)
+        writer.write(request)
+    results = await asyncio.gather(*(read(reader) for reader, _ in connections))
+    wall_s = time.monotonic() - start
+    for _, writer in connections:
+        writer.close()
+    ttfts = [times[0] - start - arrival for times, arrival in zip(results, arrivals, strict=True)]
+    gaps = [b - a for times in results for a, b in itertools.pairwise(times)]
+    means = [(times[-1] - times[0]) / (len(times) - 1) for times in results]
+    return arrivals, ttfts, gaps, means, wall_s
 
 
 def ideal(serving, arrivals_s: list[float], output_tokens: int) -> tuple[list[float], list[float]]:
@@ -152,7 +166,8 @@ def ideal(serving, arrivals_s: list[float], output_tokens: int) -> tuple[list[fl
             times[sequence.id].append(now)
     ttfts = [t[0] - arrivals_s[index] for index, t in times.items()]
     gaps = [b - a for t in times.values() for a, b in itertools.pairwise(t)]
-    return ttfts, gaps
+    means = [(t[-1] - t[0]) / (len(t) - 1) for t in times.values()]
+    return ttfts, gaps, means
 
 
 def keeps_time(measured: list[float], expected: list[float], speed: float) -> tuple[float, float, float, float, bool]:
@@ -175,32 +190,40 @@ def main() -> None:
         Path(plan).write_text(PLAN)
         serving, _ = _serving(plan, None, None, None, None)
         points = [(1.0, 256)] if args.quick else [(1.0, 64), (1.0, 256), (1.0, 512), (2.0, 256), (4.0, 256),
-                                                  (0.5, 512), (0.5, 1024)]  # fmt: skip
+                                                  (8.0, 256)]  # fmt: skip
         rows = []
         for speed, concurrency in points:
             server = Server(plan, speed)
             try:
-                arrivals, ttfts, gaps, wall_s = asyncio.run(_load(server.url, concurrency, OUTPUT_TOKENS))
+                cpu_before = server.cpu_s()
+                arrivals, ttfts, gaps, means, wall_s = asyncio.run(_load(server.url, concurrency, OUTPUT_TOKENS))
+                cpu_share = (server.cpu_s() - cpu_before) / wall_s  # warm-up included: an upper bound
+                late = server.late_steps()
             finally:
                 server.stop()
-            expected_ttft, expected_itl = ideal(serving, [a * speed for a in arrivals], OUTPUT_TOKENS)
+            expected_ttft, expected_itl, expected_means = ideal(serving, [a * speed for a in arrivals], OUTPUT_TOKENS)
             ttft = keeps_time(ttfts, expected_ttft, speed)
             itl = keeps_time(gaps, expected_itl, speed)
+            mean_itl = keeps_time(means, expected_means, speed)
             tokens_per_s = concurrency * OUTPUT_TOKENS / wall_s
-            rows.append((speed, concurrency, ttft, itl, tokens_per_s))
+            rows.append((speed, concurrency, ttft, itl, mean_itl, tokens_per_s, cpu_share, late))
             print(f"speed {speed:g} streams {concurrency}: TTFT p50 {ttft[0] * 1e3:.1f}/{ttft[2] * 1e3:.1f} ms "
                   f"p99 {ttft[1] * 1e3:.1f}/{ttft[3] * 1e3:.1f} ms; ITL p50 {itl[0] * 1e3:.2f}/{itl[2] * 1e3:.2f} ms "
                   f"p99 {itl[1] * 1e3:.2f}/{itl[3] * 1e3:.2f} ms; {tokens_per_s:,.0f} tokens/s wall; "
+                  f"request mean ITL p50 {mean_itl[0] * 1e3:.2f}/{mean_itl[2] * 1e3:.2f} ms "
+                  f"p99 {mean_itl[1] * 1e3:.2f}/{mean_itl[3] * 1e3:.2f} ms; server CPU {cpu_share:.0%}; late steps {late}; "
                   f"keeps time: {ttft[4] and itl[4]}", file=sys.stderr)  # fmt: skip
         memory = None if args.quick else _memory(plan)
     if args.markdown:
         print("| speed | streams | TTFT p50 measured / priced | TTFT p99 | ITL p50 measured / priced | ITL p99 "
-              "| tokens/s (wall) | keeps time |")  # fmt: skip
-        print("|---:|---:|---:|---:|---:|---:|---:|---|")
-        for speed, concurrency, ttft, itl, tokens_per_s in rows:
+              "| a request's mean ITL p50 / p99 | tokens/s (wall) | server CPU | late steps | keeps time |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for speed, concurrency, ttft, itl, mean_itl, tokens_per_s, cpu_share, late in rows:
             print(f"| {speed:g} | {concurrency:,} | {ttft[0] * 1e3:.0f} / {ttft[2] * 1e3:.0f} ms "
                   f"| {ttft[1] * 1e3:.0f} / {ttft[3] * 1e3:.0f} ms | {itl[0] * 1e3:.1f} / {itl[2] * 1e3:.1f} ms "
-                  f"| {itl[1] * 1e3:.1f} / {itl[3] * 1e3:.1f} ms | {tokens_per_s:,.0f} "
+                  f"| {itl[1] * 1e3:.1f} / {itl[3] * 1e3:.1f} ms "
+                  f"| {mean_itl[0] * 1e3:.1f} / {mean_itl[2] * 1e3:.1f}, {mean_itl[1] * 1e3:.1f} / {mean_itl[3] * 1e3:.1f} ms "
+                  f"| {tokens_per_s:,.0f} | {cpu_share:.0%} | {late:,} "
                   f"| {'yes' if ttft[4] and itl[4] else 'no'} |")  # fmt: skip
         if memory is not None:
             print(f"\nMemory (VmRSS): {memory[0]:.0f} MB idle, {memory[1]:.0f} MB with 1,000 streams open "

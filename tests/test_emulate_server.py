@@ -185,9 +185,9 @@ def test_timing_follows_the_replica_model_at_speed_20(server, model):
 
 
 def test_same_salt_hits_the_prefix_cache_another_salt_does_not(server):
-    prompt = "".join(f"{i % 10_000:04d}" for i in range(16_000))
+    prompt = "".join(f"{i % 10_000:04d}" for i in range(32_000))
     block = 16
-    full_hit = (16_001 - 1) // block * block  # the 16,001st token ("q") is computed to sample
+    full_hit = (32_001 - 1) // block * block  # the 32,001st token ("q") is computed to sample
 
     def run(salt: str | None) -> tuple[float, int]:
         body = {"model": MODEL, "prompt": prompt + "q", "max_tokens": 1, "stream_options": {"include_usage": True}}
@@ -203,7 +203,7 @@ def test_same_salt_hits_the_prefix_cache_another_salt_does_not(server):
     unsalted_s, unsalted = run(None)
     again_s, again = run(None)
     assert (cold, warm, other, unsalted, again) == (0, full_hit, 0, 0, full_hit)
-    # 16,000 tokens of prefill take about 1.2 s of engine time (60 ms at speed 20); a hit leaves one block.
+    # 32,000 tokens of prefill take about 2.5 s of engine time (125 ms at speed 20); a hit leaves one block.
     assert warm_s < cold_s / 2 and again_s < unsalted_s / 2
     assert other_s > 2 * warm_s
 
@@ -361,7 +361,7 @@ def test_a_full_kv_pool_preempts_and_every_request_completes(small_plan):
             assert list(pool.map(send, range(2))) == [300, 300]
         metrics = emulator.metrics()
         # Two sequences of 100 + 300 tokens need 50 blocks; the pool has 40.
-        assert metrics["vllm:num_kv_cache_blocks"] == 40
+        assert 'num_gpu_blocks="40"' in _HTTP.get(emulator.url + "/metrics").text
         assert metrics["vllm:num_preemptions_total"] >= 1
         assert metrics["vllm:kv_cache_usage_perc"] == 0.0
     finally:
@@ -408,3 +408,42 @@ def test_a_plan_with_several_pools_needs_pool(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert done.returncode == 2
     assert "--pool" in done.stderr and "shared, long, acme-dedicated" in done.stderr
+
+
+def test_seed_makes_output_lengths_reproducible(small_plan):
+    plan = small_plan(2, 2, 640)
+
+    def lengths(seed: int) -> list[int]:
+        emulator = Emulator(plan, "--port", "0", "--speed", "20", "--seed", str(seed), "--output-tokens", "20")
+        try:
+            replies = [
+                _HTTP.post(emulator.url + "/v1/completions", json={"prompt": "x", "max_tokens": 200}).json()
+                for _ in range(8)
+            ]
+        finally:
+            emulator.stop()
+        return [reply["usage"]["completion_tokens"] for reply in replies]
+
+    first, again, other = lengths(1), lengths(1), lengths(2)
+    assert first == again and first != other
+    assert all(1 <= n <= 200 for n in first + other)
+
+
+def test_a_platform_pool_serves_its_lora_adapters_and_priorities():
+    emulator = Emulator(str(ROOT / "examples" / "platform.yaml"), "--pool", "shared", "--replicas", "1",
+                        "--port", "0", "--speed", "20")  # fmt: skip
+    try:
+        models = _HTTP.get(emulator.url + "/v1/models").json()["data"]
+        assert [(m["id"], m["parent"]) for m in models] == [(MODEL, None), ("initech-support-v2", MODEL)]
+        client = _client(emulator)
+        prompt = "abcd" * 200
+
+        def cached(model: str) -> int:
+            reply = client.completions.create(model=model, prompt=prompt, max_tokens=1, extra_body={"priority": 2})
+            return reply.usage.prompt_tokens_details.cached_tokens
+
+        # The pool's tiers have several priorities, so generate sets the priority policy and priority is accepted;
+        # the adapter is in every block's hash, so the base model's cached prefix is not the adapter's.
+        assert (cached(MODEL), cached("initech-support-v2"), cached("initech-support-v2")) == (0, 0, 192)
+    finally:
+        emulator.stop()

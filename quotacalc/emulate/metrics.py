@@ -24,8 +24,8 @@ def _number(value: float) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def render(model: str, cores: Seq[EngineCore]) -> str:
-    """The metrics of every replica of the pool."""
+def render(model: str, cores: Seq[EngineCore], late_steps: Seq[int] = ()) -> str:
+    """The metrics of every replica of the pool; ``late_steps``: each replica's steps that fell behind the clock."""
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, values: list[tuple[str, float]]) -> None:
@@ -43,8 +43,12 @@ def render(model: str, cores: Seq[EngineCore]) -> str:
            each(lambda c: c.n_waiting))  # fmt: skip
     family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
            each(lambda c: c.pool.usage()))  # fmt: skip
-    family("vllm:num_kv_cache_blocks", "gauge", "Blocks of the replica's KV pool (emulator).",
-           each(lambda c: c.pool.num_blocks))  # fmt: skip
+    config = [
+        (_labels(model, index, block_size=str(core.settings.block_tokens), num_gpu_blocks=str(core.pool.num_blocks),
+                 enable_prefix_caching="True"), 1)
+        for index, core in enumerate(cores)
+    ]  # fmt: skip
+    family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", config)
     family("vllm:prefix_cache_queries_total", "counter",
            "Prefix cache queries, in terms of number of queried tokens.",
            each(lambda c: c.stats.prefix_cache_queries))  # fmt: skip
@@ -70,6 +74,9 @@ def render(model: str, cores: Seq[EngineCore]) -> str:
         lines.append(f"# TYPE {name} histogram")
         for index, core in enumerate(cores):
             _histogram(lines, name, model, index, get(core))
+    family("quotacalc:emulate_late_steps_total", "counter",
+           "Steps a replica started more than the catch-up allowance behind its deadline: the emulator lost time.",
+           [(_labels(model, index), count) for index, count in enumerate(late_steps)])  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

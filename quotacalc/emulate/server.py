@@ -32,8 +32,9 @@ from quotacalc.emulate.tokens import ids_token_bytes, text_token_bytes, token_co
 if TYPE_CHECKING:
     from quotacalc.emulate.pool import PoolServing
 
-#: How far (wall seconds) a replica may run behind its step deadlines and still catch up.
-MAX_LAG_WALL_S = 0.05
+#: How far (wall seconds) a replica may run behind its step deadlines and still catch up: a process descheduled
+#: for a few time slices on a busy machine catches up rather than losing the time for good.
+MAX_LAG_WALL_S = 0.5
 #: The words filler output cycles through: token text carries no meaning here, counts and timings do.
 FILLER = (" the", " pool", " serves", " at", " the", " priced", " speed", ".")
 
@@ -69,11 +70,14 @@ class Replica:
         self.wake = asyncio.Event()
         self.events: dict[int, asyncio.Event] = {}
         self.lagged_steps = 0
+        #: Requests routed here still in their request overhead, not yet in the engine's queue.
+        self.arriving = 0
 
     def load(self) -> int:
-        return len(self.core.running) + self.core.n_waiting
+        return len(self.core.running) + self.core.n_waiting + self.arriving
 
     def add(self, sequence: Sequence, event: asyncio.Event) -> None:
+        self.arriving -= 1
         self.events[sequence.id] = event
         self.core.add(sequence)
         self.wake.set()
@@ -211,6 +215,7 @@ class Emulator:
         if self.options.fail_rate and self.random.random() < self.options.fail_rate:
             fail_at = self.random.randint(1, target)
         replica = min(self.replicas, key=Replica.load)
+        replica.arriving += 1
         sequence = Sequence(
             self.next_id,
             data=data,
@@ -296,7 +301,10 @@ class Handlers:
 
     async def metrics(self, request: web.Request) -> web.Response:
         emulator = self.emulator
-        text = render(emulator.serving.served_model_name, [replica.core for replica in emulator.replicas])
+        replicas = emulator.replicas
+        text = render(
+            emulator.serving.served_model_name, [r.core for r in replicas], [r.lagged_steps for r in replicas]
+        )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def fail(self, request: web.Request) -> web.Response:
@@ -341,11 +349,13 @@ class Handlers:
         except ApiError as error:
             return error.response()
         event = asyncio.Event()
+        queued = False
         try:
             overhead_s = emulator.serving.request_overhead_s / emulator.options.speed
             if overhead_s > 0:
                 await asyncio.sleep(overhead_s)
             replica.add(sequence, event)
+            queued = True
             if body.stream:
                 return await self._stream(request, body, sequence, event, chat=chat)
             while sequence.state != FINISHED:
@@ -357,7 +367,10 @@ class Handlers:
                 ).response()
             return web.json_response(self._whole(body, sequence, chat=chat))
         finally:
-            replica.abort(sequence)
+            if queued:
+                replica.abort(sequence)  # a client gone mid-request: freed at once; a finished one: nothing to do
+            else:
+                replica.arriving -= 1
 
     def _whole(self, body: Any, sequence: Sequence, *, chat: bool) -> dict[str, Any]:
         text = _filler(0, sequence.output_tokens)
@@ -395,6 +408,13 @@ class Handlers:
                 document["usage"] = usage
             return b"data: " + json.dumps(document, separators=(",", ":")).encode() + b"\n\n"
 
+        # Each filler token's chunk serialised once: the per-token cost is most of the server's work under load.
+        if chat:
+            tokens = [chunk({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None})
+                      for text in FILLER]  # fmt: skip
+        else:
+            tokens = [chunk({"index": 0, "text": text, "logprobs": None, "finish_reason": None, "stop_reason": None})
+                      for text in FILLER]  # fmt: skip
         if chat:
             first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
             await response.write(chunk(first))
@@ -411,16 +431,17 @@ class Handlers:
                 break
             out = []
             while sent < produced:
-                last = sent + 1 == produced and sequence.state == FINISHED
-                finish = sequence.finish_reason if last else None
-                text = FILLER[sent % len(FILLER)]
-                if chat:
-                    choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}
+                if sent + 1 == produced and sequence.state == FINISHED:
+                    text = FILLER[sent % len(FILLER)]
+                    if chat:
+                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+                                  "finish_reason": sequence.finish_reason, "stop_reason": None}  # fmt: skip
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None,
+                                  "finish_reason": sequence.finish_reason, "stop_reason": None}  # fmt: skip
+                    out.append(chunk(choice))
                 else:
-                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-                if finish is not None:
-                    choice["stop_reason"] = None
-                out.append(chunk(choice))
+                    out.append(tokens[sent % len(FILLER)])
                 sent += 1
             if out:
                 await response.write(b"".join(out))
