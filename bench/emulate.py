@@ -84,13 +84,24 @@ class Server:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def late_steps(self) -> int:
-        """Steps the replica started too late to catch up (quotacalc:emulate_late_steps_total)."""
+    def lag(self) -> tuple[float, float, int]:
+        """The server's own view of its timekeeping: the mean and the p99 bucket bound of how late its steps handed
+        out their tokens (quotacalc:emulate_step_lag_seconds, wall seconds), and its late steps."""
         from urllib.request import urlopen
 
         text = urlopen(self.url + "/metrics", timeout=10).read().decode()
-        return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
-                   if line.startswith("quotacalc:emulate_late_steps_total{"))  # fmt: skip
+        values: dict[str, float] = {}
+        buckets: list[tuple[float, float]] = []
+        for line in text.splitlines():
+            if line.startswith("quotacalc:emulate_step_lag_seconds_bucket"):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets.append((float(bound), float(line.rsplit(" ", 1)[1])))
+            elif line.startswith("quotacalc:"):
+                values[line.split("{", 1)[0]] = float(line.rsplit(" ", 1)[1])
+        count = values["quotacalc:emulate_step_lag_seconds_count"]
+        p99 = next(bound for bound, cumulative in buckets if cumulative >= 0.99 * count)
+        mean = values["quotacalc:emulate_step_lag_seconds_sum"] / count
+        return mean, p99, int(values["quotacalc:emulate_late_steps_total"])
 
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
@@ -198,7 +209,7 @@ def main() -> None:
                 cpu_before = server.cpu_s()
                 arrivals, ttfts, gaps, means, wall_s = asyncio.run(_load(server.url, concurrency, OUTPUT_TOKENS))
                 cpu_share = (server.cpu_s() - cpu_before) / wall_s  # warm-up included: an upper bound
-                late = server.late_steps()
+                lag_mean, lag_p99, late = server.lag()
             finally:
                 server.stop()
             expected_ttft, expected_itl, expected_means = ideal(serving, [a * speed for a in arrivals], OUTPUT_TOKENS)
@@ -206,24 +217,26 @@ def main() -> None:
             itl = keeps_time(gaps, expected_itl, speed)
             mean_itl = keeps_time(means, expected_means, speed)
             tokens_per_s = concurrency * OUTPUT_TOKENS / wall_s
-            rows.append((speed, concurrency, ttft, itl, mean_itl, tokens_per_s, cpu_share, late))
+            rows.append((speed, concurrency, ttft, itl, mean_itl, tokens_per_s, cpu_share, lag_mean, lag_p99, late))
             print(f"speed {speed:g} streams {concurrency}: TTFT p50 {ttft[0] * 1e3:.1f}/{ttft[2] * 1e3:.1f} ms "
                   f"p99 {ttft[1] * 1e3:.1f}/{ttft[3] * 1e3:.1f} ms; ITL p50 {itl[0] * 1e3:.2f}/{itl[2] * 1e3:.2f} ms "
                   f"p99 {itl[1] * 1e3:.2f}/{itl[3] * 1e3:.2f} ms; {tokens_per_s:,.0f} tokens/s wall; "
                   f"request mean ITL p50 {mean_itl[0] * 1e3:.2f}/{mean_itl[2] * 1e3:.2f} ms "
-                  f"p99 {mean_itl[1] * 1e3:.2f}/{mean_itl[3] * 1e3:.2f} ms; server CPU {cpu_share:.0%}; late steps {late}; "
+                  f"p99 {mean_itl[1] * 1e3:.2f}/{mean_itl[3] * 1e3:.2f} ms; server CPU {cpu_share:.0%}; step lag mean {lag_mean * 1e3:.1f} ms, "
+                  f"p99 <= {lag_p99 * 1e3:g} ms; late steps {late}; "
                   f"keeps time: {ttft[4] and itl[4]}", file=sys.stderr)  # fmt: skip
         memory = None if args.quick else _memory(plan)
     if args.markdown:
         print("| speed | streams | TTFT p50 measured / priced | TTFT p99 | ITL p50 measured / priced | ITL p99 "
-              "| a request's mean ITL p50 / p99 | tokens/s (wall) | server CPU | late steps | keeps time |")  # fmt: skip
+              "| a request's mean ITL p50, p99 | tokens/s (wall) | server CPU | step lag mean, p99 | keeps time |")  # fmt: skip
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for speed, concurrency, ttft, itl, mean_itl, tokens_per_s, cpu_share, late in rows:
+        for speed, concurrency, ttft, itl, mean_itl, tokens_per_s, cpu_share, lag_mean, lag_p99, late in rows:
             print(f"| {speed:g} | {concurrency:,} | {ttft[0] * 1e3:.0f} / {ttft[2] * 1e3:.0f} ms "
                   f"| {ttft[1] * 1e3:.0f} / {ttft[3] * 1e3:.0f} ms | {itl[0] * 1e3:.1f} / {itl[2] * 1e3:.1f} ms "
                   f"| {itl[1] * 1e3:.1f} / {itl[3] * 1e3:.1f} ms "
                   f"| {mean_itl[0] * 1e3:.1f} / {mean_itl[2] * 1e3:.1f}, {mean_itl[1] * 1e3:.1f} / {mean_itl[3] * 1e3:.1f} ms "
-                  f"| {tokens_per_s:,.0f} | {cpu_share:.0%} | {late:,} "
+                  f"| {tokens_per_s:,.0f} | {cpu_share:.0%} | {lag_mean * 1e3:.1f}, <= {lag_p99 * 1e3:g} ms "
+                  f"{'(' + format(late, ',') + ' late) ' if late else ''}"
                   f"| {'yes' if ttft[4] and itl[4] else 'no'} |")  # fmt: skip
         if memory is not None:
             print(f"\nMemory (VmRSS): {memory[0]:.0f} MB idle, {memory[1]:.0f} MB with 1,000 streams open "

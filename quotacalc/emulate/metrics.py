@@ -24,8 +24,9 @@ def _number(value: float) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def render(model: str, cores: Seq[EngineCore], late_steps: Seq[int] = ()) -> str:
-    """The metrics of every replica of the pool; ``late_steps``: each replica's steps that fell behind the clock."""
+def render(model: str, cores: Seq[EngineCore], late_steps: Seq[int] = (), lags: Seq[Histogram] = ()) -> str:
+    """The metrics of every replica of the pool; ``late_steps``: each replica's steps that fell too far behind the
+    clock to catch up; ``lags``: how late each replica's steps handed out their tokens (wall seconds)."""
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, values: list[tuple[str, float]]) -> None:
@@ -77,6 +78,12 @@ def render(model: str, cores: Seq[EngineCore], late_steps: Seq[int] = ()) -> str
     family("quotacalc:emulate_late_steps_total", "counter",
            "Steps a replica started more than the catch-up allowance behind its deadline: the emulator lost time.",
            [(_labels(model, index), count) for index, count in enumerate(late_steps)])  # fmt: skip
+    if lags:
+        name = "quotacalc:emulate_step_lag_seconds"
+        lines.append(f"# HELP {name} How late a step handed out its tokens after its deadline, wall seconds.")
+        lines.append(f"# TYPE {name} histogram")
+        for index, histogram in enumerate(lags):
+            _histogram(lines, name, model, index, histogram)
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from quotacalc.emulate.engine import FINISHED, EngineCore, Sequence
+from quotacalc.emulate.engine import FINISHED, EngineCore, Histogram, Sequence
 from quotacalc.emulate.metrics import render
 from quotacalc.emulate.requests import ChatRequest, CompletionRequest
 from quotacalc.emulate.tokens import ids_token_bytes, text_token_bytes, token_count
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 #: How far (wall seconds) a replica may run behind its step deadlines and still catch up: a process descheduled
 #: for a few time slices on a busy machine catches up rather than losing the time for good.
 MAX_LAG_WALL_S = 0.5
+#: Buckets of how late (wall seconds) a step's tokens go out after the step's deadline.
+LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 #: The words filler output cycles through: token text carries no meaning here, counts and timings do.
 FILLER = (" the", " pool", " serves", " at", " the", " priced", " speed", ".")
 
@@ -70,6 +72,7 @@ class Replica:
         self.wake = asyncio.Event()
         self.events: dict[int, asyncio.Event] = {}
         self.lagged_steps = 0
+        self.lag_s = Histogram(LAG_BUCKETS_S)
         #: Requests routed here still in their request overhead, not yet in the engine's queue.
         self.arriving = 0
 
@@ -116,6 +119,7 @@ class Replica:
             wait_s = (deadline - emulator.clock()) / speed
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
+            self.lag_s.observe(max(0.0, (emulator.clock() - deadline) / speed))
             for sequence in core.complete(step):
                 event = self.events.get(sequence.id)
                 if event is not None:
@@ -303,7 +307,10 @@ class Handlers:
         emulator = self.emulator
         replicas = emulator.replicas
         text = render(
-            emulator.serving.served_model_name, [r.core for r in replicas], [r.lagged_steps for r in replicas]
+            emulator.serving.served_model_name,
+            [r.core for r in replicas],
+            [r.lagged_steps for r in replicas],
+            [r.lag_s for r in replicas],
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
