@@ -112,6 +112,7 @@ def test_the_listing_is_what_each_command_says_of_itself(run_cli):
     assert list(built) == [
         *("price", "size", "kv", "models", "gpus", "engines", "schema", "check", "generate", "examples", "simulate"),
         "calibrate",
+        "emulate",
     ]
     for name, command in built.items():
         assert command.help.split("\n\n")[0] == commands.summary(name), name

@@ -71,11 +71,22 @@ def emulate_command(
 ):
     """Serve a plan's pool as an OpenAI-compatible engine at the priced speed (KV pool, prefix cache, priorities)."""
     _check(port, speed, fail_rate, replicas, scheduling_policy, output_tokens)
+    _require_aiohttp()
     serving, warnings = _serving(plan, pool, replicas, scheduling_policy, output_tokens)
     from quotacalc.cli.streams import print_warnings
 
     print_warnings(warnings)
     run(serving, host, port, speed=speed, seed=seed, fail_rate=fail_rate)
+
+
+def _require_aiohttp() -> None:
+    """Fail before pricing, in one line, where the server's library is not installed."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise QuotacalcError(
+            "the emulator's server needs aiohttp, which is not installed", fix="pip install 'quotacalc[emulate]'"
+        ) from None
 
 
 def _check(port, speed, fail_rate, replicas, scheduling_policy, output_tokens) -> None:
