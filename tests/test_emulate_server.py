@@ -225,6 +225,9 @@ def test_bad_requests_are_openai_shaped_400s(server):
     assert post("/v1/completions", json.dumps({"prompt": "x", "max_tokens": "ten"}))["param"] == "max_tokens"
     assert post("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 0}))["param"] == "max_tokens"
     assert post("/v1/completions", json.dumps({"prompt": [1, -2]}))["param"] == "prompt"
+    empty = post("/v1/completions", json.dumps({"prompt": ""}))
+    assert empty["message"] == "Either prompt or prompt_embeds must be provided and non-empty."
+    assert post("/v1/chat/completions", json.dumps({"messages": ["hi"]}))["param"] == "messages.0"
     assert post("/v1/completions", b"\xff\xfe")["type"] == "BadRequestError"
     salt = post("/v1/completions", json.dumps({"prompt": "x", "cache_salt": ""}))
     assert salt["message"] == "Parameter 'cache_salt' must be a non-empty string if provided."

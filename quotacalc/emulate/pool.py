@@ -54,6 +54,9 @@ def pool_serving(
     block_tokens = layout.min_block_tokens if layout is not None else VLLM_BLOCK_TOKENS
     kv_pool_tokens = result.kv_pool_tokens_at_context
     engine = pool.engine
+    # vLLM refuses to start where one sequence of max_model_len does not fit the pool; the pool here is whole
+    # blocks, a few tokens under the priced count, so the longest sequence is what the blocks hold.
+    max_model_len = min(engine.max_model_len, kv_pool_tokens // block_tokens * block_tokens)
     policy_name = scheduling_policy or engine.scheduling_policy
     adapters = sorted(
         {
@@ -74,7 +77,7 @@ def pool_serving(
             num_blocks=kv_pool_tokens // block_tokens,
             max_num_seqs=engine.max_num_seqs,
             max_num_batched_tokens=engine.max_num_batched_tokens,
-            max_model_len=engine.max_model_len,
+            max_model_len=max_model_len,
             priority_policy=policy_name == "priority",
         ),
         kv_pool_tokens=kv_pool_tokens,

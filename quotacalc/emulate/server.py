@@ -200,6 +200,11 @@ class Emulator:
         engine = self.serving.engine
         lora = self._lora(request.model)
         prompt_tokens = token_count(data)
+        if prompt_tokens == 0:
+            raise ApiError(
+                "Either prompt or prompt_embeds must be provided and non-empty.",
+                param="messages" if isinstance(request, ChatRequest) else "prompt",
+            )
         if prompt_tokens >= engine.max_model_len:
             raise ApiError(
                 f"This model's maximum context length is {engine.max_model_len} tokens. However, your request has "
@@ -209,12 +214,6 @@ class Emulator:
         if request.priority != 0 and not engine.priority_policy:
             raise ApiError(f"Got priority {request.priority} but Priority scheduling is not enabled.", param="priority")
         target, by_length = self.output_target(request, prompt_tokens)
-        if prompt_tokens + 1 > engine.num_blocks * engine.block_tokens:
-            raise ApiError(
-                f"the prompt's {prompt_tokens} tokens do not fit the replica's KV pool of "
-                f"{engine.num_blocks * engine.block_tokens} tokens",
-                param="messages" if isinstance(request, ChatRequest) else "prompt",
-            )
         fail_at = None
         if self.options.fail_rate and self.random.random() < self.options.fail_rate:
             fail_at = self.random.randint(1, target)
@@ -312,7 +311,7 @@ class Handlers:
             [r.lagged_steps for r in replicas],
             [r.lag_s for r in replicas],
         )
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+        return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def fail(self, request: web.Request) -> web.Response:
         remote = request.remote or ""
@@ -471,6 +470,11 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
             raise
         kind = "NotFoundError" if error.status == 404 else "BadRequestError"
         return ApiError(error.reason, status=error.status, kind=kind).response()
+    except (ConnectionError, asyncio.CancelledError):
+        raise  # the client is gone: nothing to answer
+    except Exception as error:  # a fault of the emulator itself: said in the API's shape, the server stays up
+        message = f"the emulator failed: {type(error).__name__}: {error}"
+        return ApiError(message, status=500, kind="InternalServerError").response()
 
 
 def make_app(emulator: Emulator) -> web.Application:
