@@ -450,3 +450,33 @@ def test_a_platform_pool_serves_its_lora_adapters_and_priorities():
         assert (cached(MODEL), cached("initech-support-v2"), cached("initech-support-v2")) == (0, 0, 192)
     finally:
         emulator.stop()
+
+
+def test_a_slow_reader_gets_every_token_and_its_kv_is_freed(server):
+    body = {"model": MODEL, "prompt": "abcd" * 50, "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with _HTTP.stream("POST", server.url + "/v1/completions", json=body) as response:
+        time.sleep(1.0)  # reads nothing while the replica runs the whole request (200 steps: 0.12 s at speed 20)
+        assert server.metrics()["vllm:kv_cache_usage_perc"] == 0.0
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert len(lines) == 201 and lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "length"
+
+
+def test_requests_spread_over_replicas_and_sigterm_exits_0(small_plan):
+    emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "1", "--replicas", "2")
+    try:
+        body = {"prompt": "abcd" * 10, "max_tokens": 300, "ignore_eos": True, "stream": True}
+        # Each stream's line iterator is kept: dropping it would close the stream (a disconnect).
+        with _HTTP.stream("POST", emulator.url + "/v1/completions", json=body) as first:
+            first_lines = first.iter_lines()
+            next(line for line in first_lines if line.startswith("data: "))
+            with _HTTP.stream("POST", emulator.url + "/v1/completions", json=body) as second:
+                second_lines = second.iter_lines()
+                next(line for line in second_lines if line.startswith("data: "))
+                text = _HTTP.get(emulator.url + "/metrics").text
+        running = re.findall(r'vllm:num_requests_running\{model_name="[^"]+",engine="(\d)"\} (\d+)', text)
+        assert running == [("0", "1"), ("1", "1")]
+    finally:
+        emulator.process.send_signal(signal.SIGTERM)
+        assert emulator.process.wait(timeout=10) == 0
+        emulator.stop()
