@@ -184,26 +184,33 @@ def test_timing_follows_the_replica_model_at_speed_20(server, model):
     assert sum(gaps) * SPEED == pytest.approx(expected_decode_s, rel=0.15)
 
 
-def test_same_salt_hits_the_prefix_cache_another_salt_does_not(server):
-    prompt = "".join(f"{i % 10_000:04d}" for i in range(32_000))
+def test_same_salt_hits_the_prefix_cache_another_salt_does_not(model):
+    # Speed 2, so the prefill a hit skips (16,000 tokens: ReplicaModel.ttft_s gives 0.8 s, 0.4 s of wall time) is
+    # far above what a busy machine adds to a request's wall time.
+    emulator = Emulator(PLAN, "--port", "0", "--speed", "2")
+    prompt = "".join(f"{i % 10_000:04d}" for i in range(16_000))
     block = 16
-    full_hit = (32_001 - 1) // block * block  # the 32,001st token ("q") is computed to sample
+    full_hit = (16_001 - 1) // block * block  # the 16,001st token ("q") is computed to sample
+    assert model.ttft_s(16_001) > 0.7
 
     def run(salt: str | None) -> tuple[float, int]:
         body = {"model": MODEL, "prompt": prompt + "q", "max_tokens": 1, "stream_options": {"include_usage": True}}
         if salt is not None:
             body["cache_salt"] = salt
-        ttft_s, _, chunks = _stream_times(server, body)
+        ttft_s, _, chunks = _stream_times(emulator, body)
         usage = next(c["usage"] for c in chunks if c.get("usage"))
         return ttft_s, usage["prompt_tokens_details"]["cached_tokens"]
 
-    cold_s, cold = run("tenant-a")
-    warm_s, warm = run("tenant-a")
-    other_s, other = run("tenant-b")
-    unsalted_s, unsalted = run(None)
-    again_s, again = run(None)
+    try:
+        cold_s, cold = run("tenant-a")
+        warm_s, warm = run("tenant-a")
+        other_s, other = run("tenant-b")
+        unsalted_s, unsalted = run(None)
+        again_s, again = run(None)
+    finally:
+        emulator.stop()
     assert (cold, warm, other, unsalted, again) == (0, full_hit, 0, 0, full_hit)
-    # 32,000 tokens of prefill take 1.8 s of engine time (ReplicaModel.ttft_s: 89 ms at speed 20); a hit leaves one block.
+    # A hit leaves one block to prefill: the time to first token drops to a fraction.
     assert warm_s < cold_s / 2 and again_s < unsalted_s / 2
     assert other_s > 2 * warm_s
 
