@@ -113,6 +113,7 @@ def test_the_listing_is_what_each_command_says_of_itself(run_cli):
         *("price", "size", "kv", "models", "gpus", "engines", "schema", "check", "generate", "targets", "examples"),
         "simulate",
         "calibrate",
+        "emulate",
     ]
     for name, command in built.items():
         assert command.help.split("\n\n")[0] == commands.summary(name), name

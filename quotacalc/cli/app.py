@@ -571,6 +571,13 @@ commands.declare(
     options=_options_no_context,
 )
 
+# The body lives in cli/emulate.py (imported when emulate runs, with aiohttp: the `emulate` extra).
+commands.declare(
+    "emulate",
+    "quotacalc.cli.emulate:emulate_command",
+    summary="Serve a plan's pool as an OpenAI-compatible engine at the priced speed (KV pool, prefix cache, priorities).",
+)
+
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""

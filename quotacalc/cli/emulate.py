@@ -1,0 +1,182 @@
+"""``quotacalc emulate PLAN.yaml``: serve one pool of a plan as an OpenAI-compatible engine at the priced speed.
+
+Parse, read and price the plan (the same path as ``check`` and ``generate``), then run the server of
+``quotacalc.emulate.server`` until Ctrl-C (exit 130) or SIGTERM (exit 0).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import sys
+from typing import Annotated
+
+import typer
+
+from quotacalc.cli.options import whole_number
+from quotacalc.errors import QuotacalcError, UsageError
+
+
+def _whole(text: str | int) -> int:
+    """whole_number, given the default as a number when the flag is absent."""
+    return text if isinstance(text, int) else whole_number(text)
+
+
+def _number(text: str | float) -> float:
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {text!r}")
+    return value
+
+
+def emulate_command(
+    plan: Annotated[str, typer.Argument(help="plan YAML file (flat or platform)", show_default=False)],
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="the plan's pool to serve (needed if it has several)")
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="port to listen on (0: any free one, printed)", parser=_whole)
+    ] = 8000,
+    speed: Annotated[
+        float,
+        typer.Option("--speed", help="run the engine this many times faster than the priced replica", parser=_number),
+    ] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the output lengths and faults", parser=_whole)] = 0,
+    fail_rate: Annotated[
+        float,
+        typer.Option("--fail-rate", help="share of requests the replica fails in flight, in [0, 1]", parser=_number),
+    ] = 0.0,
+    replicas: Annotated[
+        int | None,
+        typer.Option("--replicas", help="replicas behind the server (default: the pool's)", parser=_whole),
+    ] = None,
+    scheduling_policy: Annotated[
+        str | None,
+        typer.Option("--scheduling-policy", help="fcfs or priority (default: the policy generate writes for the pool)"),
+    ] = None,
+    output_tokens: Annotated[
+        float | None,
+        typer.Option(
+            "--output-tokens",
+            help="mean output tokens of a request without ignore_eos (default: the pool's load_output_tokens)",
+            parser=_number,
+        ),
+    ] = None,
+):
+    """Serve a plan's pool as an OpenAI-compatible engine at the priced speed (KV pool, prefix cache, priorities)."""
+    _check(port, speed, fail_rate, replicas, scheduling_policy, output_tokens)
+    _require_aiohttp()
+    serving, warnings = _serving(plan, pool, replicas, scheduling_policy, output_tokens)
+    from quotacalc.cli.streams import print_warnings
+
+    print_warnings(warnings)
+    run(serving, host, port, speed=speed, seed=seed, fail_rate=fail_rate)
+
+
+def _require_aiohttp() -> None:
+    """Fail before pricing, in one line, where the server's library is not installed."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise QuotacalcError(
+            "the emulator's server needs aiohttp, which is not installed", fix="pip install 'quotacalc[emulate]'"
+        ) from None
+
+
+def _check(port, speed, fail_rate, replicas, scheduling_policy, output_tokens) -> None:
+    if not 0 <= port <= 65535:
+        raise UsageError(f"must be from 0 to 65535, got {port}", field="--port")
+    if not 0 < speed <= 10_000:
+        raise UsageError(f"must be above 0 and at most 10000, got {speed:g}", field="--speed")
+    if not 0 <= fail_rate <= 1:
+        raise UsageError(f"must be from 0 to 1, got {fail_rate:g}", field="--fail-rate")
+    if replicas is not None and not 1 <= replicas <= 1024:
+        raise UsageError(f"must be from 1 to 1024, got {replicas}", field="--replicas")
+    if scheduling_policy is not None and scheduling_policy not in ("fcfs", "priority"):
+        raise UsageError(f"must be fcfs or priority, got '{scheduling_policy}'", field="--scheduling-policy")
+    if output_tokens is not None and not output_tokens >= 1:
+        raise UsageError(f"must be at least 1, got {output_tokens:g}", field="--output-tokens")
+
+
+def _serving(plan_path: str, pool: str | None, replicas, scheduling_policy, output_tokens):
+    """Read and price the plan as check and generate do, and build the chosen pool's serving settings."""
+    from quotacalc.cli.plan_cmds import price_pools
+    from quotacalc.core.policy import build_policy, pool_max_context_tokens
+    from quotacalc.emulate.pool import pool_serving
+    from quotacalc.errors import close_names
+    from quotacalc.inputs.plan import fit_flat_tier, load_plan
+
+    plan, platform = load_plan(plan_path)
+    names = [p.name for p in plan.pools]
+    if pool is None:
+        if len(names) > 1:
+            raise UsageError(
+                f"the plan has {len(names)} pools ({', '.join(names)})", field="--pool", fix="name the one to serve"
+            )
+        pool = names[0]
+    elif pool not in names:
+        near = close_names(pool, names)
+        hint = f"did you mean {', '.join(near)}?" if near else f"one of {', '.join(names)}"
+        raise UsageError(f"no pool '{pool}' in {plan_path}", field="--pool", fix=hint)
+    priced = price_pools(plan, source=plan_path, platform=platform)
+    if not platform:
+        (replica,) = priced.values()
+        plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
+    policy = build_policy(plan, priced)
+    serving = pool_serving(
+        policy,
+        priced,
+        pool,
+        replicas=replicas,
+        scheduling_policy=scheduling_policy,
+        mean_output_tokens=output_tokens,
+    )
+    warnings = tuple(f"pool '{pool}': {warning}" for warning in priced[pool].warnings)
+    return serving, warnings
+
+
+def run(serving, host: str, port: int, *, speed: float, seed: int, fail_rate: float) -> None:
+    """Serve until Ctrl-C (KeyboardInterrupt: the CLI exits 130) or SIGTERM."""
+    import asyncio
+    import signal
+
+    from quotacalc.core.words import plural
+    from quotacalc.emulate.server import ServerOptions, serve
+
+    engine = serving.engine
+
+    def ready(bound: int) -> None:
+        sys.stderr.write(
+            f"quotacalc emulate: pool '{serving.name}' as '{serving.served_model_name}': "
+            f"{plural(serving.replicas, 'replica')}, KV pool {engine.num_blocks * engine.block_tokens:,} tokens "
+            f"({engine.num_blocks:,} blocks of {engine.block_tokens}), max_num_seqs {engine.max_num_seqs}, "
+            f"max_num_batched_tokens {engine.max_num_batched_tokens:,}, "
+            f"{'priority' if engine.priority_policy else 'fcfs'}, speed {speed:g}\n"
+        )
+        sys.stderr.write(f"quotacalc emulate: listening on http://{_url_host(host)}:{bound}\n")
+        sys.stderr.flush()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        try:
+            await serve(serving, ServerOptions(speed=speed, seed=seed, fail_rate=fail_rate), host, port,
+                        ready=ready, stop=stop)  # fmt: skip
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise QuotacalcError(
+                    f"{host}:{port} is already in use", field="--port", fix="choose another port, or stop what is on it"
+                ) from None
+            raise QuotacalcError(f"cannot listen on {host}:{port}: {error.strerror or error}", field="--host") from None
+
+    asyncio.run(main())
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

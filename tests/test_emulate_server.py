@@ -1,0 +1,489 @@
+"""``quotacalc emulate`` over real HTTP on 127.0.0.1: the `openai` client and raw httpx streaming against the
+server started as a user starts it (a subprocess of the console script's entry point, on a free port).
+
+Timing runs at --speed 20 and is held to the replica model (``ReplicaModel``, the one price uses) within a
+tolerance that covers a shared 2-core machine; speed itself is measured in bench/emulate.py, not here."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = str(ROOT / "examples" / "llama-3.3-70b-h100.yaml")
+MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+SPEED = 20.0
+#: One client for the module: httpx's top-level functions build a client (and its TLS context) per call, ~25 ms.
+_HTTP = httpx.Client(timeout=30)
+#: The deployment of examples/llama-3.3-70b-h100.yaml, with a KV pool, batch or sequence count made small.
+SMALL = """\
+model: meta-llama/Llama-3.3-70B-Instruct
+gpu: h100-sxm
+tp: 4
+weight_dtype: fp8
+kv_dtype: bf16
+batch: {batch}
+context: 256
+max_num_seqs: {seqs}
+max_model_len: 640
+kv_pool_tokens: {pool}
+"""
+
+
+class Emulator:
+    """A running ``quotacalc emulate``; ``url`` once it listens."""
+
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", *args]
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.stderr: list[str] = []
+        deadline = time.monotonic() + 60
+        port = None
+        while port is None and time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line:
+                break
+            self.stderr.append(line)
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            port = int(found.group(1)) if found else None
+        if port is None:
+            self.stop()
+            raise AssertionError(f"the emulator did not start: {''.join(self.stderr)}")
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.stderr += self.process.stderr.readlines()
+        self.process.stderr.close()
+        return self.process.returncode
+
+    def metrics(self) -> dict[str, float]:
+        """Each metric summed over the replicas (histograms: their _sum and _count)."""
+        text = _HTTP.get(self.url + "/metrics", timeout=10).text
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("#") or "_bucket" in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            name = name.split("{", 1)[0]
+            out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Emulator]:
+    emulator = Emulator(PLAN, "--port", "0", "--speed", str(SPEED), "--seed", "7")
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def model():
+    from quotacalc.cli.emulate import _serving
+
+    serving, _ = _serving(PLAN, None, None, None, None)
+    return serving.engine.model
+
+
+def _client(server: Emulator):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=30)
+
+
+def _stream_times(server: Emulator, body: dict) -> tuple[float, list[float], list[dict]]:
+    """Raw SSE over httpx: (time to the first token, the gaps between tokens, the parsed chunks), wall seconds."""
+    chunks: list[dict] = []
+    times: list[float] = []
+    start = time.monotonic()
+    with _HTTP.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            payload = line.removeprefix("data: ")
+            if payload == "[DONE]":
+                chunks.append({"done": True})
+                break
+            chunk = json.loads(payload)
+            chunks.append(chunk)
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                times.append(time.monotonic())
+    return times[0] - start, [b - a for a, b in itertools.pairwise(times)], chunks
+
+
+def test_chat_and_models_as_openai_client_reads_them(server):
+    client = _client(server)
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x" * 400}], max_tokens=12, extra_body={"ignore_eos": True}
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 12
+    # The chat template adds "<|user|>\n", "\n" and "<|assistant|>\n" (24 bytes) to the 400: 424 bytes, 106 tokens.
+    assert reply.usage.prompt_tokens == 106
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_streaming_with_usage_ends_with_a_usage_chunk_and_done(server):
+    client = _client(server)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "stream me"}],
+        max_completion_tokens=5,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"min_tokens": 5},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content) == 5
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
+    assert content[-1].choices[0].finish_reason == "length"
+
+
+def test_timing_follows_the_replica_model_at_speed_20(server, model):
+    prompt_tokens, output_tokens = 4_000, 300
+    prompt = "".join(f"{i:04d}" for i in range(prompt_tokens))  # four bytes a token
+    ttft_s, gaps, _ = _stream_times(
+        server, {"model": MODEL, "prompt": prompt, "max_tokens": output_tokens, "ignore_eos": True, "cache_salt": "t"}
+    )
+    assert len(gaps) == output_tokens - 1
+    # What price's replica model gives this request alone: ttft_s (request overhead + prefill chunks), then one
+    # decode step of a batch of one per token at its context.
+    expected_ttft_s = model.ttft_s(prompt_tokens)
+    expected_decode_s = sum(model.step_time_s(1, prompt_tokens + k) for k in range(output_tokens - 1))
+    # A 2-core machine shared with other work: a loose bound on the first token (a few ms of wall time), a tight
+    # one on the run of decode steps (deadlines chain, so late wake-ups do not add up). A single gap is not held
+    # to its step here: at speed 20 a step is 0.6 ms, below the event loop's 1 ms timer (bench/emulate.py measures
+    # the percentiles at speed 1).
+    assert ttft_s * SPEED == pytest.approx(expected_ttft_s, abs=0.05 * SPEED)
+    assert sum(gaps) * SPEED == pytest.approx(expected_decode_s, rel=0.15)
+
+
+def test_same_salt_hits_the_prefix_cache_another_salt_does_not(model):
+    # Speed 2, so the prefill a hit skips (16,000 tokens: ReplicaModel.ttft_s gives 0.8 s, 0.4 s of wall time) is
+    # far above what a busy machine adds to a request's wall time.
+    emulator = Emulator(PLAN, "--port", "0", "--speed", "2")
+    prompt = "".join(f"{i % 10_000:04d}" for i in range(16_000))
+    block = 16
+    full_hit = (16_001 - 1) // block * block  # the 16,001st token ("q") is computed to sample
+    assert model.ttft_s(16_001) > 0.7
+
+    def run(salt: str | None) -> tuple[float, int]:
+        body = {"model": MODEL, "prompt": prompt + "q", "max_tokens": 1, "stream_options": {"include_usage": True}}
+        if salt is not None:
+            body["cache_salt"] = salt
+        ttft_s, _, chunks = _stream_times(emulator, body)
+        usage = next(c["usage"] for c in chunks if c.get("usage"))
+        return ttft_s, usage["prompt_tokens_details"]["cached_tokens"]
+
+    try:
+        cold_s, cold = run("tenant-a")
+        warm_s, warm = run("tenant-a")
+        other_s, other = run("tenant-b")
+        unsalted_s, unsalted = run(None)
+        again_s, again = run(None)
+    finally:
+        emulator.stop()
+    assert (cold, warm, other, unsalted, again) == (0, full_hit, 0, 0, full_hit)
+    # A hit leaves one block to prefill: the time to first token drops to a fraction.
+    assert warm_s < cold_s / 2 and again_s < unsalted_s / 2
+    assert other_s > 2 * warm_s
+
+
+def test_bad_requests_are_openai_shaped_400s(server):
+    url = server.url
+
+    def post(path: str, content: bytes | str, status: int = 400) -> dict:
+        response = _HTTP.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=10)
+        assert response.status_code == status, response.text
+        body = response.json()
+        assert set(body) == {"object", "message", "type", "param", "code"} and body["object"] == "error"
+        assert body["code"] == status
+        return body
+
+    assert post("/v1/chat/completions", b"{not json")["type"] == "BadRequestError"
+    assert post("/v1/chat/completions", b"[1, 2]")["type"] == "BadRequestError"
+    assert post("/v1/chat/completions", json.dumps({"model": MODEL}))["param"] == "messages"
+    assert post("/v1/completions", json.dumps({"prompt": "x", "max_tokens": "ten"}))["param"] == "max_tokens"
+    assert post("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 0}))["param"] == "max_tokens"
+    assert post("/v1/completions", json.dumps({"prompt": [1, -2]}))["param"] == "prompt"
+    empty = post("/v1/completions", json.dumps({"prompt": ""}))
+    assert empty["message"] == "Either prompt or prompt_embeds must be provided and non-empty."
+    assert post("/v1/chat/completions", json.dumps({"messages": ["hi"]}))["param"] == "messages.0"
+    assert post("/v1/completions", b"\xff\xfe")["type"] == "BadRequestError"
+    salt = post("/v1/completions", json.dumps({"prompt": "x", "cache_salt": ""}))
+    assert salt["message"] == "Parameter 'cache_salt' must be a non-empty string if provided."
+    assert salt["param"] == "cache_salt"
+    assert post("/v1/completions", json.dumps({"prompt": "x", "cache_salt": 5}))["message"] == salt["message"]
+    options = post("/v1/completions", json.dumps({"prompt": "x", "stream_options": {"include_usage": True}}))
+    assert options["message"] == "Stream options can only be defined when `stream=True`."
+    priority = post("/v1/completions", json.dumps({"prompt": "x", "priority": 2}))
+    assert priority["message"] == "Got priority 2 but Priority scheduling is not enabled."
+    long = post("/v1/completions", json.dumps({"prompt": "abcd" * 131_072}))
+    assert long["message"].startswith("This model's maximum context length is 131072 tokens.")
+    too_many = post("/v1/completions", json.dumps({"prompt": "abcd", "max_tokens": 131_072}))
+    assert "you requested 131073 tokens (1 in the messages, 131072 in the completion)" in too_many["message"]
+    assert post("/v1/completions", json.dumps({"prompt": "x", "model": "nope"}), 404)["type"] == "NotFoundError"
+    assert post("/v1/nowhere", b"{}", 404)["type"] == "NotFoundError"
+    # The server is still up and serving.
+    assert _HTTP.get(url + "/health", timeout=10).status_code == 200
+
+
+def test_disconnect_mid_stream_frees_its_kv(server):
+    body = {"model": MODEL, "prompt": "abcd" * 3000, "max_tokens": 20_000, "ignore_eos": True, "stream": True}
+    with _HTTP.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as response:
+        lines = response.iter_lines()
+        received = 0
+        for line in lines:
+            received += line.startswith("data: ")
+            if received >= 5:
+                break
+        during = server.metrics()
+        assert during["vllm:num_requests_running"] == 1
+        assert during["vllm:kv_cache_usage_perc"] > 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        after = server.metrics()
+        if after["vllm:num_requests_running"] == 0:
+            break
+        time.sleep(0.05)
+    assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
+    assert after["vllm:kv_cache_usage_perc"] == 0.0
+    assert after["vllm:request_success_total"] >= 1
+
+
+def test_bench_serve_shaped_load_completes(server):
+    """vllm bench serve's random dataset: random prompts of a fixed length, fixed outputs (ignore_eos), streaming,
+    a bounded concurrency; every request gets all its tokens and a usage chunk."""
+    import random
+
+    rng = random.Random(0)
+    prompts = ["".join(rng.choice("abcdefghij ") for _ in range(4 * 256)) for _ in range(48)]
+
+    def one(prompt: str) -> tuple[int, int]:
+        _, gaps, chunks = _stream_times(
+            server,
+            {"model": MODEL, "prompt": prompt, "max_tokens": 32, "ignore_eos": True,
+             "stream_options": {"include_usage": True}},
+        )  # fmt: skip
+        usage = next(c["usage"] for c in chunks if c.get("usage"))
+        return len(gaps) + 1, usage["completion_tokens"]
+
+    before = server.metrics()["vllm:generation_tokens_total"]
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, prompts))
+    assert results == [(32, 32)] * 48
+    assert server.metrics()["vllm:generation_tokens_total"] - before == 48 * 32
+
+
+def test_admin_fail_fails_requests_in_flight(server):
+    body = {"model": MODEL, "prompt": "abcd" * 100, "max_tokens": 50_000, "ignore_eos": True, "stream": True}
+    with _HTTP.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as response:
+        lines = response.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        failed = _HTTP.post(server.url + "/admin/fail", timeout=10).json()
+        assert failed["failed"] >= 1
+        rest = [line for line in lines if line.startswith("data: ")]
+    error = json.loads(rest[-2].removeprefix("data: "))
+    assert error["error"]["type"] == "InternalServerError" and rest[-1] == "data: [DONE]"
+
+
+@pytest.fixture
+def small_plan(tmp_path):
+    def write(batch: int, seqs: int, pool: int) -> str:
+        path = tmp_path / f"small-{batch}-{seqs}-{pool}.yaml"
+        path.write_text(SMALL.format(batch=batch, seqs=seqs, pool=pool))
+        return str(path)
+
+    return write
+
+
+def test_priority_order_under_contention(small_plan):
+    # Speed 2: a step of a batch of one is 6 ms of wall time, so the 20 tokens of one request end 120 ms before
+    # the next one's, far more than a client thread's scheduling jitter.
+    emulator = Emulator(small_plan(1, 1, 4096), "--port", "0", "--speed", "2", "--scheduling-policy", "priority")
+    try:
+        client = _client(emulator)
+        finished: list[str] = []
+
+        def send(name: str, priority: int, tokens: int) -> None:
+            client.completions.create(model=MODEL, prompt=name * 40, max_tokens=tokens,
+                                      extra_body={"ignore_eos": True, "priority": priority})  # fmt: skip
+            finished.append(name)
+
+        with ThreadPoolExecutor(3) as pool:
+            blocker = pool.submit(send, "b", 5, 100)
+            deadline = time.monotonic() + 10
+            while emulator.metrics()["vllm:num_requests_running"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            late_low = pool.submit(send, "l", 9, 20)
+            while emulator.metrics()["vllm:num_requests_waiting"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            later_high = pool.submit(send, "h", 0, 20)
+            while emulator.metrics()["vllm:num_requests_waiting"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            # Both wait behind the blocker (max_num_seqs 1), the low one queued first.
+            assert emulator.metrics()["vllm:num_requests_running"] == 1
+            for future in (blocker, late_low, later_high):
+                future.result()
+        # The blocker finishes, then the high priority that arrived last, then the low one.
+        assert finished == ["b", "h", "l"]
+    finally:
+        assert emulator.stop() == 130
+
+
+def test_a_full_kv_pool_preempts_and_every_request_completes(small_plan):
+    emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "20")
+    try:
+        client = _client(emulator)
+
+        def send(index: int) -> int:
+            reply = client.completions.create(model=MODEL, prompt=f"{index:04d}" * 100, max_tokens=300,
+                                              extra_body={"ignore_eos": True})  # fmt: skip
+            return reply.usage.completion_tokens
+
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(send, range(2))) == [300, 300]
+        metrics = emulator.metrics()
+        # Two sequences of 100 + 300 tokens need 50 blocks; the pool has 40.
+        assert 'num_gpu_blocks="40"' in _HTTP.get(emulator.url + "/metrics").text
+        assert metrics["vllm:num_preemptions_total"] >= 1
+        assert metrics["vllm:kv_cache_usage_perc"] == 0.0
+    finally:
+        emulator.stop()
+
+
+def test_fail_rate_one_fails_every_request(small_plan):
+    emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "20", "--fail-rate", "1")
+    try:
+        response = _HTTP.post(emulator.url + "/v1/completions", json={"prompt": "x", "max_tokens": 5}, timeout=10)
+        assert response.status_code == 500 and response.json()["type"] == "InternalServerError"
+    finally:
+        emulator.stop()
+
+
+def test_ctrl_c_with_open_streams_exits_130_within_2_s(small_plan):
+    emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "1")
+    body = {"prompt": "abcd", "max_tokens": 600, "ignore_eos": True, "stream": True}
+    with _HTTP.stream("POST", emulator.url + "/v1/completions", json=body, timeout=30) as response:
+        next(line for line in response.iter_lines() if line.startswith("data: "))
+        start = time.monotonic()
+        code = emulator.stop()
+        elapsed = time.monotonic() - start
+    assert code == 130 and elapsed < 2.0
+    assert emulator.stderr[-1] == "quotacalc: interrupted\n"
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(server):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", PLAN,
+               "--port", str(server.port)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"quotacalc: error: --port: 127.0.0.1:{server.port} is already in use "
+        "(choose another port, or stop what is on it)\n"
+    )
+
+
+def test_a_plan_with_several_pools_needs_pool(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate",
+               str(ROOT / "examples" / "platform.yaml"), "--port", "0"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert done.returncode == 2
+    assert "--pool" in done.stderr and "shared, long, acme-dedicated" in done.stderr
+
+
+def test_seed_makes_output_lengths_reproducible(small_plan):
+    plan = small_plan(2, 2, 640)
+
+    def lengths(seed: int) -> list[int]:
+        emulator = Emulator(plan, "--port", "0", "--speed", "20", "--seed", str(seed), "--output-tokens", "20")
+        try:
+            replies = [
+                _HTTP.post(emulator.url + "/v1/completions", json={"prompt": "x", "max_tokens": 200}).json()
+                for _ in range(8)
+            ]
+        finally:
+            emulator.stop()
+        return [reply["usage"]["completion_tokens"] for reply in replies]
+
+    first, again, other = lengths(1), lengths(1), lengths(2)
+    assert first == again and first != other
+    assert all(1 <= n <= 200 for n in first + other)
+
+
+def test_a_platform_pool_serves_its_lora_adapters_and_priorities():
+    emulator = Emulator(str(ROOT / "examples" / "platform.yaml"), "--pool", "shared", "--replicas", "1",
+                        "--port", "0", "--speed", "20")  # fmt: skip
+    try:
+        models = _HTTP.get(emulator.url + "/v1/models").json()["data"]
+        assert [(m["id"], m["parent"]) for m in models] == [(MODEL, None), ("initech-support-v2", MODEL)]
+        client = _client(emulator)
+        prompt = "abcd" * 200
+
+        def cached(model: str) -> int:
+            reply = client.completions.create(model=model, prompt=prompt, max_tokens=1, extra_body={"priority": 2})
+            return reply.usage.prompt_tokens_details.cached_tokens
+
+        # The pool's tiers have several priorities, so generate sets the priority policy and priority is accepted;
+        # the adapter is in every block's hash, so the base model's cached prefix is not the adapter's.
+        assert (cached(MODEL), cached("initech-support-v2"), cached("initech-support-v2")) == (0, 0, 192)
+    finally:
+        emulator.stop()
+
+
+def test_a_slow_reader_gets_every_token_and_its_kv_is_freed(server):
+    body = {"model": MODEL, "prompt": "abcd" * 50, "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with _HTTP.stream("POST", server.url + "/v1/completions", json=body) as response:
+        time.sleep(1.0)  # reads nothing while the replica runs the whole request (200 steps: 0.12 s at speed 20)
+        assert server.metrics()["vllm:kv_cache_usage_perc"] == 0.0
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert len(lines) == 201 and lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "length"
+
+
+def test_requests_spread_over_replicas_and_sigterm_exits_0(small_plan):
+    emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "1", "--replicas", "2")
+    try:
+        body = {"prompt": "abcd" * 10, "max_tokens": 300, "ignore_eos": True, "stream": True}
+        # Each stream's line iterator is kept: dropping it would close the stream (a disconnect).
+        with _HTTP.stream("POST", emulator.url + "/v1/completions", json=body) as first:
+            first_lines = first.iter_lines()
+            next(line for line in first_lines if line.startswith("data: "))
+            with _HTTP.stream("POST", emulator.url + "/v1/completions", json=body) as second:
+                second_lines = second.iter_lines()
+                next(line for line in second_lines if line.startswith("data: "))
+                text = _HTTP.get(emulator.url + "/metrics").text
+        running = re.findall(r'vllm:num_requests_running\{model_name="[^"]+",engine="(\d)"\} (\d+)', text)
+        assert running == [("0", "1"), ("1", "1")]
+    finally:
+        emulator.process.send_signal(signal.SIGTERM)
+        assert emulator.process.wait(timeout=10) == 0
+        emulator.stop()
