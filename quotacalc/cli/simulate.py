@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from quotacalc.sim.events import SimSetup
     from quotacalc.sim.metrics import PolicyRun
 
-#: Bumped only when a key is renamed or removed; new keys may appear at any time.
-SIMULATE_SCHEMA_VERSION = 1
+#: Bumped only when a key or a policy's name is renamed or removed; new keys may appear at any time.
+SIMULATE_SCHEMA_VERSION = 2
 
 
 def _check_plot_folder(plot: Path) -> None:

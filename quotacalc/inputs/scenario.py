@@ -14,11 +14,14 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from quotacalc.admission.policies import POLICY_NAMES, RETIRED_NAMES
 from quotacalc.core.deployment import MAX_BATCH, MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_TOKENS_PER_REQUEST, digit_count
 from quotacalc.core.plan import Plan
 from quotacalc.errors import QuotacalcError, close_names
 
-POLICY_NAMES = ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
+#: Who pays for the prompt of a request that ends before its first token through no act of the client (an engine
+#: failure or error during prefill): the platform (the tenant received nothing, docs/method.md) or the tenant.
+FAILED_PREFILL_BILLING = ("platform", "tenant")
 QUEUEING_NAMES = ("fair", "deep_priority")
 #: A scenario expected to send more requests than this without a request cap is a typo, not a plan:
 #: at ~150 us a request it would run for hours.
@@ -279,6 +282,20 @@ class EngineSettings(_Strict):
         return value
 
 
+def _policy_name(name: str) -> str:
+    """A registered policy's name; a retired one is refused with what to name instead, never run as another."""
+    if name in RETIRED_NAMES:
+        raise ValueError(f"policy '{name}' is retired: {RETIRED_NAMES[name]}")
+    if name not in POLICY_NAMES:
+        close = close_names(name, list(POLICY_NAMES), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ValueError(f"unknown policy '{name}': {hint}one of {', '.join(POLICY_NAMES)}")
+    return name
+
+
+PolicyName = Annotated[str, AfterValidator(_policy_name)]
+
+
 class Scenario(_Strict):
     """A simulation: a plan, its workload, and what to compare."""
 
@@ -293,10 +310,14 @@ class Scenario(_Strict):
     seed: int = Field(
         0, ge=0, le=MAX_SEED, description="random seed: the same seed gives the same output, byte for byte"
     )
-    policies: tuple[Literal[POLICY_NAMES], ...] = Field(POLICY_NAMES, min_length=1)  # type: ignore[valid-type]
+    policies: tuple[PolicyName, ...] = Field(POLICY_NAMES, min_length=1, description="admission policies to compare")
     queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
     lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
     window_s: float = Field(60.0, description="window over which quota overshoot is reported, seconds")
+    failed_prefill_billing: Literal[FAILED_PREFILL_BILLING] = Field(  # type: ignore[valid-type]
+        "platform",
+        description="who pays the prompt of a request the platform fails before its first token: platform or tenant",
+    )
     engine: EngineSettings = EngineSettings()
 
     @field_validator("window_s")

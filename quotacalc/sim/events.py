@@ -11,40 +11,35 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from quotacalc.admission.bucket import Bucket
+from quotacalc.admission.caps import TenantCaps, never_fits
+from quotacalc.admission.ledger import NEVER_ADMISSIBLE, REJECTED, Ledger
+from quotacalc.admission.policies import AdmissionPolicy, make_policy
+from quotacalc.admission.state import MemoryBuckets
 from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import Plan, Tier
 from quotacalc.core.replica import ReplicaModel
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.scenario import LoadedScenario
 from quotacalc.sim.engine import Replica
-from quotacalc.sim.gateway import Bucket, Gateway
-from quotacalc.sim.metrics import LogHistogram, PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
-from quotacalc.sim.policies import AdmissionPolicy, make_policy
+from quotacalc.sim.gateway import Gateway
+from quotacalc.sim.hooks import PoolRuntime
+from quotacalc.sim.metrics import (
+    FairShare,
+    LogHistogram,
+    PolicyRun,
+    PoolFigures,
+    TenantCounters,
+    TenantFigures,
+    figures,
+    jain_index,
+)
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
 from quotacalc.sim.workload import Arrival, arrivals
 
 _ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER = range(5)
-
-
-@dataclass
-class PoolRuntime:
-    """A pool as the simulator sees it: priced once, with its replicas."""
-
-    index: int
-    name: str
-    model: ReplicaModel
-    kv_pool_tokens: int
-    output_weight: float
-    prompt_per_prompt_token: float
-    replica_units_per_s: float
-    replica_count: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    route_above_prompt_tokens: int | None
-    long_context_pool: int | None
-    replicas: list[Replica] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -232,19 +227,27 @@ def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:
 
 
 class Simulation:
-    """One admission policy under one queueing mode, over the scenario's whole workload."""
+    """One admission policy under one queueing mode, over the scenario's whole workload.
+
+    It drives the admission contract (``quotacalc.admission``) on simulated time: the ledger holds, renews,
+    streams and settles units in the tenants' buckets, and the gateway's scheduler is charged the work each
+    tenant is served. The replicas and the gateway call back through ``EngineHooks`` and ``GatewayHooks``.
+    """
 
     def __init__(self, setup: SimSetup, policy_name: str, queueing: str) -> None:
         scenario = setup.loaded.scenario
         self.setup = setup
         self.scenario = scenario
-        self.policy: AdmissionPolicy = make_policy(policy_name, lease_tokens=scenario.lease_tokens)
+        self.policy: AdmissionPolicy = make_policy(policy_name, {"lease_tokens": scenario.lease_tokens})
         self.queueing = queueing
         self.tenants = setup.tenants
         self.counters = [TenantCounters() for _ in setup.tenants]
         #: Each replica's total resident KV (all tenants), weighted by its busy time: the run's p99, not a tenant's.
         self.replica_kv = LogHistogram()
         self.buckets = [Bucket(t.bucket_rate, t.bucket_depth) for t in setup.tenants]
+        self.ledger = Ledger(self.policy, MemoryBuckets(self.buckets))
+        self.streams = self.policy.streams
+        self.bill_failed_prefill = scenario.failed_prefill_billing == "tenant"
         self.holders: list[dict[int, Request]] = [{} for _ in setup.tenants]
         self.pools = [
             PoolRuntime(
@@ -270,7 +273,19 @@ class Simulation:
             pool.replicas = [
                 Replica(self, pool, i, order=order, tenants=len(self.tenants)) for i in range(pool.replica_count)
             ]
-        self.gateway = Gateway(self, fair=fair, queue_depth=engine.queue_depth if fair else engine.deep_queue_depth)
+        self.caps = [
+            TenantCaps(t.tier.max_concurrent_sequences, t.tier.kv_cap_tokens_per_replica) for t in self.tenants
+        ]
+        weights = [t.bucket_rate for t in self.tenants]
+        self.gateway = Gateway(
+            self,
+            self.pools,
+            self.caps,
+            weights,
+            fair=fair,
+            queue_depth=engine.queue_depth if fair else engine.deep_queue_depth,
+        )
+        self.fair_share = FairShare(len(self.pools), weights)
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.sequence = 0
         self.now = 0.0
@@ -294,6 +309,9 @@ class Simulation:
 
     def schedule_step(self, replica: Replica, time_s: float) -> None:
         self._push(time_s, _STEP, replica, replica.version)
+
+    def dispatch(self, pool: PoolRuntime, now: float) -> None:
+        self.gateway.dispatch(pool, now)
 
     def run(self, progress: Callable[[float], None] | None = None) -> PolicyRun:
         """Simulate until every admitted request has ended; Ctrl-C returns what was simulated so far."""
@@ -400,23 +418,23 @@ class Simulation:
             ends.append((max(1, arrival.error_at_token), 3, "error"))
         request.stop_at, _, request.stop_reason = min(ends)
         request.kv_estimate = prompt + request.limit_tokens
-        if self.gateway.fair and request.kv_estimate > tier.kv_cap_tokens_per_replica:
+        if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
             return
-        policy = self.policy
-        needed = policy.admission_units(request)
-        request.cost_units = needed if needed > 0 else request.prompt_units
-        bucket = self.buckets[index]
-        level = bucket.refill(now)
-        if level < needed:
-            counters.admission_rejects += 1
-            counters.retry_after_s.append(bucket.retry_after_s(needed))
+        admission = self.ledger.admit(index, request, now)
+        if admission.outcome == NEVER_ADMISSIBLE:
+            # A full bucket would not hold it: no Retry-After, since waiting never helps.
+            counters.other_rejects[NEVER_ADMISSIBLE] = counters.other_rejects.get(NEVER_ADMISSIBLE, 0) + 1
             return
-        hold = policy.hold_units(request)
-        request.granted = policy.granted_tokens(request)
+        if admission.outcome == REJECTED:
+            counters.admission_rejects += 1
+            counters.retry_after_s.append(admission.retry_after_s)  # type: ignore[arg-type]
+            return
+        needed = admission.needed_units
+        request.cost_units = needed if needed > 0 else request.prompt_units
+        hold = admission.hold_units
+        bucket = self.buckets[index]
         if hold > 0:
-            bucket.level = level - hold
-            request.hold = hold
             counters.reserved_units += hold
             self.holders[index][request.id] = request
             counters.unused_change(now, hold - request.prompt_units)
@@ -425,7 +443,18 @@ class Simulation:
         self.live += 1
         if arrival.cancel_after_s is not None:
             self._push(now + arrival.cancel_after_s, _CANCEL, request)
+        self.fair_share.arrive(pool.index, index)
         self.gateway.submit(request, now)
+
+    # -- callbacks from the gateway ----------------------------------------------------------
+
+    def on_sent(self, request: Request, in_flight: int) -> None:
+        counters = self.counters[request.tenant]
+        if in_flight > counters.concurrent_peak:
+            counters.concurrent_peak = in_flight
+
+    def on_dispatched(self, request: Request, now: float) -> None:
+        """A request left its tenant's queue at the gateway for an engine."""
 
     # -- callbacks from the engines ---------------------------------------------------------
 
@@ -435,6 +464,9 @@ class Simulation:
             counters = self.counters[request.tenant]
             counters.queue_wait_s_sum += now - request.arrival_s
             counters.queue_wait_count += 1
+            # Its prompt is the first work the tenant is served: counted while it still waited, then it leaves.
+            self.fair_share.serve(request.pool.index, request.tenant, request.prompt_units)
+            self.fair_share.leave(request.pool.index, request.tenant)
         if not request.prefill_started:
             request.prefill_started = True
             self.counters[request.tenant].prompt_tokens += request.prompt_tokens
@@ -444,13 +476,28 @@ class Simulation:
     ) -> None:
         """``count`` of a tenant's sequences each streamed ``steps`` tokens, one every ``dt`` seconds."""
         counters = self.counters[tenant]
-        counters.itl.add_at(itl_bin, steps * count)
-        counters.output_tokens += steps * count
+        tokens = steps * count
+        counters.itl.add_at(itl_bin, tokens)
+        counters.output_tokens += tokens
+        w = self.output_weights[tenant][pool.index]
+        units = w * tokens
+        self.gateway.charge(pool.index, tenant, units)
+        self.fair_share.serve(pool.index, tenant, units)
+        if self.streams:
+            self._stream(tenant, units, now)
         if self.policy.reserves:
-            w = self.output_weights[tenant][pool.index]
             counters.unused_change(now, -w * count * steps)
             # Tokens arrive at the end of each step, not all at the end of the macro-step.
             counters.unused_reservation_unit_s -= w * count * dt * steps * (steps - 1) / 2
+
+    def _stream(self, tenant: int, units: float, now: float) -> None:
+        """Debit streamed output from the bucket as it arrives (policies that debit in real time)."""
+        self.ledger.stream(tenant, units, now)
+        counters = self.counters[tenant]
+        counters.streamed_units += units
+        level = self.buckets[tenant].level
+        if level < counters.bucket_min_units:
+            counters.bucket_min_units = level
 
     def on_prefill_token(self, request: Request, now: float) -> None:
         """The step that finished a request's prefill also sampled its next token."""
@@ -463,14 +510,22 @@ class Simulation:
         elif request.preempted_s is not None:
             counters.itl.add(now - request.preempted_s, 1)
         counters.output_tokens += 1
+        w = request.output_weight
+        self.gateway.charge(request.pool.index, request.tenant, w)
+        self.fair_share.serve(request.pool.index, request.tenant, w)
+        if self.streams:
+            self._stream(request.tenant, w, now)
         if self.policy.reserves:
-            counters.unused_change(now, -request.output_weight)
+            counters.unused_change(now, -w)
 
     def on_resident_kv(self, tenant: int, tokens: int, weight_s: float) -> None:
         counters = self.counters[tenant]
         counters.resident_kv.add(tokens, weight_s)
         if tokens > counters.resident_kv_peak_tokens:
             counters.resident_kv_peak_tokens = tokens
+
+    def on_replica_kv(self, tokens: int, weight_s: float) -> None:
+        self.replica_kv.add(tokens, weight_s)
 
     def on_preempted(self, request: Request) -> None:
         self.counters[request.tenant].preemptions += 1
@@ -482,28 +537,34 @@ class Simulation:
         if generated >= request.stop_at:
             self.terminal(request, request.stop_reason, now)
             return
-        wanted = self.policy.renewal_tokens(request, request.granted)
-        bucket = self.buckets[request.tenant]
-        level = bucket.refill(now)
-        afford = int(level / request.output_weight) if request.output_weight > 0 else wanted
-        grant = min(wanted, afford)
-        if grant <= 0:
+        held = request.hold
+        if self.ledger.renew(request.tenant, request, now) <= 0:
             self.terminal(request, "quota_stop", now)
             return
-        units = grant * request.output_weight
-        bucket.level = max(0.0, level - units)
+        units = request.hold - held
         counters = self.counters[request.tenant]
-        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.bucket_min_units = min(counters.bucket_min_units, self.buckets[request.tenant].level)
         counters.reserved_units += units
         counters.unused_change(now, units)
-        request.hold += units
-        request.granted += grant
         replica.set_checkpoint(request)
 
     # -- terminal paths ----------------------------------------------------------------------
 
+    def billed_units(self, request: Request, reason: str) -> float:
+        """What the tenant received: its prompt once a token came back (or once the client itself ended a
+        request in prefill), and W per token streamed. A request the platform fails before its first token
+        costs the tenant nothing unless the scenario bills it (``failed_prefill_billing: tenant``)."""
+        generated = request.generated
+        if generated > 0:
+            return request.prompt_units + request.output_weight * generated
+        if not request.prefill_started:
+            return 0.0
+        if reason in _CLIENT_ENDS or self.bill_failed_prefill:
+            return request.prompt_units
+        return 0.0
+
     def terminal(self, request: Request, reason: str, now: float) -> None:
-        """End a request: settle its reservation (debit what it used, release the rest) on every path."""
+        """End a request: settle its units (bill what it received, release or charge the rest) on every path."""
         state = request.state
         if state == DONE:
             return
@@ -513,37 +574,34 @@ class Simulation:
             request.replica.release(request)
             self.gateway.inflight[index] -= 1
             self.gateway.inflight_total -= 1
+        if request.first_scheduled_s is None:
+            self.fair_share.leave(request.pool.index, index)
         request.state = DONE
         self.live -= 1
         generated = request.generated
-        used = (request.prompt_units if request.prefill_started else 0.0) + request.output_weight * generated
-        bucket = self.buckets[index]
-        level = bucket.refill(now)
-        if request.hold > 0:
-            held = request.hold
-            release = held - used
-            counters.debited_units += used
-            counters.released_units += release
-            bucket.level = min(bucket.depth, level + release)
+        billed = self.billed_units(request, reason)
+        if request.prefill_started and billed == 0.0 and generated == 0:
+            counters.platform_absorbed_units += request.prompt_units
+        held = request.hold
+        streamed = request.output_weight * generated if self.streams else 0.0
+        settlement = self.ledger.settle(index, request, billed, streamed, now)
+        counters.debited_units += settlement.billed
+        counters.released_units += settlement.released
+        counters.charged_units += settlement.charged
+        if settlement.forgiven > 0:
+            over = settlement.forgiven
+            counters.quota_overshoot_units += over
+            window = int(now / self.window_s)
+            counters.overshoot_by_window[window] = counters.overshoot_by_window.get(window, 0.0) + over
+        if held > 0:
             if self.policy.reserves:
                 counters.unused_change(now, -(held - request.prompt_units - request.output_weight * generated))
-            request.hold = 0.0
             del self.holders[index][request.id]
-        else:
-            counters.debited_units += used
-            if level >= used:
-                bucket.level = level - used
-            else:
-                over = used - level
-                bucket.level = 0.0
-                counters.quota_overshoot_units += over
-                window = int(now / self.window_s)
-                counters.overshoot_by_window[window] = counters.overshoot_by_window.get(window, 0.0) + over
-        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.bucket_min_units = min(counters.bucket_min_units, self.buckets[index].level)
         counters.terminal[reason] = counters.terminal.get(reason, 0) + 1
         if reason in ("eos", "length"):
             counters.completed += 1
-            counters.goodput_units += used
+            counters.goodput_units += billed
         if state in (QUEUED, WAITING) and self.gateway.fair:
             self.gateway.dispatch(request.pool, now)
 
@@ -573,15 +631,20 @@ class Simulation:
             # holding when the run ran to completion (every request should have ended).
             leaked = sum(r.hold for r in holders.values() if r.state == DONE or not partial)
             self.counters[index].leaked_reservation_units = leaked
+        served, entitled = self.fair_share.totals()
+        served_sum, entitled_sum = sum(served), sum(entitled)
         tenants = tuple(
             TenantFigures(
                 tenant=tenant.name,
                 tier=tenant.tier.name,
                 bucket_rate_units_per_s=tenant.bucket_rate,
                 bucket_depth_units=tenant.bucket_depth,
+                served_units_backlogged=served[index],
+                served_share_backlogged=served[index] / served_sum if served_sum > 0 else None,
+                weight_share_backlogged=entitled[index] / entitled_sum if entitled_sum > 0 else None,
                 **figures([counters], simulated_s=now),
             )
-            for tenant, counters in zip(self.tenants, self.counters, strict=True)
+            for index, (tenant, counters) in enumerate(zip(self.tenants, self.counters, strict=True))
             if counters.requests
         )
         engine_tokens = sum(r.output_tokens for pool in self.pools for r in pool.replicas)
@@ -605,6 +668,7 @@ class Simulation:
             engine_output_tokens=engine_tokens,
             tenants=tenants,
             pools=pools,
+            jain_fairness_index=jain_index(served, entitled),
             **{
                 **figures(self.counters, simulated_s=now),
                 # Pool-wide figures, not the largest tenant's: sequences in flight, and KV on the fullest replica.
@@ -615,6 +679,10 @@ class Simulation:
                 "resident_kv_p99_tokens": self.replica_kv.percentile(99),
             },
         )
+
+
+#: Ends the client chose: a prompt it had the engine start on is its cost, even with no token back yet.
+_CLIENT_ENDS = frozenset(("cancel", "disconnect"))
 
 
 def busy_fraction(simulation: Simulation) -> float:

@@ -18,8 +18,9 @@ _HIST_FLOOR = 1e-6
 
 TERMINAL_REASONS = ("eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full")
 #: Why a request is refused before admission other than a 429: its context does not fit the tier or the pool,
-#: or its KV estimate is over the tier's per-replica cap.
-OTHER_REJECT_REASONS = ("context", "kv_cap")
+#: its KV estimate is over the tier's per-replica cap, or a full bucket would not hold what the policy asks
+#: (never admissible: no Retry-After, since waiting never helps).
+OTHER_REJECT_REASONS = ("context", "kv_cap", "never_admissible")
 
 
 def bin_index(value: float) -> int:
@@ -80,8 +81,11 @@ class TenantCounters:
     retry_after_s: list[int] = field(default_factory=list)
     terminal: dict[str, int] = field(default_factory=dict)
     reserved_units: float = 0.0
+    streamed_units: float = 0.0
+    charged_units: float = 0.0
     debited_units: float = 0.0
     released_units: float = 0.0
+    platform_absorbed_units: float = 0.0
     leaked_reservation_units: float = 0.0
     quota_overshoot_units: float = 0.0
     overshoot_by_window: dict[int, float] = field(default_factory=dict)
@@ -128,9 +132,16 @@ class Figures(_Result):
     )
     quota_overshoot_units: float = Field(description="units used beyond what the bucket held (the contract)")
     quota_overshoot_units_max_window: float = Field(description="the largest overshoot in one window")
-    reserved_units: float
-    debited_units: float
-    released_units: float
+    reserved_units: float = Field(description="units held at admission and by lease renewals")
+    streamed_units: float = Field(description="output units taken from the bucket as they streamed (streamed_debit)")
+    charged_units: float = Field(description="units taken from the bucket at the end, beyond what was held or streamed")
+    debited_units: float = Field(description="units billed: what the tenants received")
+    released_units: float = Field(
+        description="units given back at the end; reserved + streamed + charged = debited + released"
+    )
+    platform_absorbed_units: float = Field(
+        description="prompt units of requests the platform failed before their first token, not billed"
+    )
     unused_reservation_unit_s: float = Field(description="∫ (reserved − used) dt over admitted requests")
     leaked_reservation_units: float = Field(description="held after a terminal path; must be 0")
     preemptions: int
@@ -150,7 +161,9 @@ class Figures(_Result):
     output_tokens: int = Field(description="output tokens streamed")
     completed: int = Field(description="requests that ended with eos or length")
     goodput_units_per_s: float = Field(description="units of completed requests per simulated second")
-    bucket_min_units: float | None = Field(description="lowest bucket level seen (never negative)")
+    bucket_min_units: float | None = Field(
+        description="lowest bucket level seen (below 0 only under a policy that carries debt: the deepest debt)"
+    )
 
 
 class TenantFigures(Figures):
@@ -158,6 +171,15 @@ class TenantFigures(Figures):
     tier: str
     bucket_rate_units_per_s: float
     bucket_depth_units: float
+    served_units_backlogged: float = Field(
+        description="units served to the tenant while it had a request waiting for an engine"
+    )
+    served_share_backlogged: float | None = Field(
+        description="its share of the units served to backlogged tenants (None when no tenant was backlogged)"
+    )
+    weight_share_backlogged: float | None = Field(
+        description="the share its weight (contracted units/s) entitled it to among the tenants backlogged with it"
+    )
 
 
 class PoolFigures(_Result):
@@ -182,6 +204,79 @@ class PolicyRun(Figures):
     engine_output_tokens: int = Field(description="tokens the engines produced; equals output_tokens")
     tenants: tuple[TenantFigures, ...]
     pools: tuple[PoolFigures, ...] = ()
+    jain_fairness_index: float | None = Field(
+        description="Jain's index over the tenants of served / entitled units while backlogged: 1 is fair by weight"
+    )
+
+
+class FairShare:
+    """Units served to each tenant while it is backlogged, against what its weight entitled it to.
+
+    A tenant is backlogged on a pool while it has an admitted request there that no engine has started. Each
+    unit served to a backlogged tenant is shared out among the tenants backlogged at that moment in proportion
+    to their weights: that is their entitlement. A fair scheduler serves each what it is entitled to; two
+    tenants backlogged throughout are entitled to their weights' shares exactly.
+    """
+
+    __slots__ = ("backlog_weight", "backlogged", "entitled", "gauge", "served", "start", "waiting", "weights")
+
+    def __init__(self, pools: int, weights: list[float]) -> None:
+        tenants = len(weights)
+        self.weights = weights
+        self.waiting = [[0] * tenants for _ in range(pools)]
+        #: Units served per unit of backlogged weight, per pool, ever rising.
+        self.gauge = [0.0] * pools
+        self.backlog_weight = [0.0] * pools
+        self.backlogged = [0] * pools
+        self.start = [[0.0] * tenants for _ in range(pools)]
+        self.entitled = [[0.0] * tenants for _ in range(pools)]
+        self.served = [[0.0] * tenants for _ in range(pools)]
+
+    def arrive(self, pool: int, tenant: int) -> None:
+        waiting = self.waiting[pool]
+        if waiting[tenant] == 0:
+            self.start[pool][tenant] = self.gauge[pool]
+            self.backlog_weight[pool] += self.weights[tenant]
+            self.backlogged[pool] += 1
+        waiting[tenant] += 1
+
+    def leave(self, pool: int, tenant: int) -> None:
+        waiting = self.waiting[pool]
+        waiting[tenant] -= 1
+        if waiting[tenant] == 0:
+            self.entitled[pool][tenant] += self.weights[tenant] * (self.gauge[pool] - self.start[pool][tenant])
+            self.backlogged[pool] -= 1
+            # Exactly zero when none is left, not what rounding leaves of the sum.
+            self.backlog_weight[pool] = (
+                self.backlog_weight[pool] - self.weights[tenant] if self.backlogged[pool] else 0.0
+            )
+
+    def serve(self, pool: int, tenant: int, units: float) -> None:
+        if self.waiting[pool][tenant]:
+            self.served[pool][tenant] += units
+            self.gauge[pool] += units / self.backlog_weight[pool]
+
+    def totals(self) -> tuple[list[float], list[float]]:
+        """(served, entitled) per tenant over every pool, the backlogs still open counted to now."""
+        tenants = len(self.weights)
+        served = [sum(pool[t] for pool in self.served) for t in range(tenants)]
+        entitled = [0.0] * tenants
+        for pool, rows in enumerate(self.entitled):
+            for t in range(tenants):
+                entitled[t] += rows[t]
+                if self.waiting[pool][t]:
+                    entitled[t] += self.weights[t] * (self.gauge[pool] - self.start[pool][t])
+        return served, entitled
+
+
+def jain_index(served: list[float], entitled: list[float]) -> float | None:
+    """Jain's fairness index (Jain, Chiu and Hawe, 1984) of served / entitled over the tenants entitled to any:
+    (Σx)² / (n Σx²), 1 when every tenant got its entitlement, 1/n when one got everything."""
+    ratios = [s / e for s, e in zip(served, entitled, strict=True) if e > 0]
+    if not ratios:
+        return None
+    squares = sum(x * x for x in ratios)
+    return sum(ratios) ** 2 / (len(ratios) * squares) if squares > 0 else None
 
 
 def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, object]:
@@ -222,8 +317,11 @@ def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, 
         "quota_overshoot_units": total("quota_overshoot_units"),
         "quota_overshoot_units_max_window": max(windows.values(), default=0.0),
         "reserved_units": total("reserved_units"),
+        "streamed_units": total("streamed_units"),
+        "charged_units": total("charged_units"),
         "debited_units": total("debited_units"),
         "released_units": total("released_units"),
+        "platform_absorbed_units": total("platform_absorbed_units"),
         "unused_reservation_unit_s": total("unused_reservation_unit_s"),
         "leaked_reservation_units": total("leaked_reservation_units"),
         "preemptions": int(total("preemptions")),
