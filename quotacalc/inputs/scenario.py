@@ -314,6 +314,13 @@ class Scenario(_Strict):
     queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
     lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
     window_s: float = Field(60.0, description="window over which quota overshoot is reported, seconds")
+    warmup_fraction: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="share of the run (of duration_s, else of the requests) left out of the headline figures, so "
+        "that buckets starting full do not flatter a short run",
+    )
     failed_prefill_billing: Literal[FAILED_PREFILL_BILLING] = Field(  # type: ignore[valid-type]
         "platform",
         description="who pays the prompt of a request the platform fails before its first token: platform or tenant",

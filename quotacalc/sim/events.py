@@ -9,6 +9,7 @@ nothing reads the clock, so a seed gives the same figures byte for byte.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from quotacalc.sim.engine import Replica
 from quotacalc.sim.gateway import Gateway
 from quotacalc.sim.hooks import PoolRuntime
 from quotacalc.sim.metrics import (
+    WAIT_REASONS,
     FairShare,
     LogHistogram,
     PolicyRun,
@@ -34,6 +36,7 @@ from quotacalc.sim.metrics import (
     TenantCounters,
     TenantFigures,
     figures,
+    headline_figures,
     jain_index,
 )
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
@@ -286,6 +289,15 @@ class Simulation:
             queue_depth=engine.queue_depth if fair else engine.deep_queue_depth,
         )
         self.fair_share = FairShare(len(self.pools), weights)
+        #: The measured window: from the end of the warm-up until arrivals stop.
+        self.measuring = False
+        self.window_start_s: float | None = None
+        self.window_end_s: float | None = None
+        fraction = scenario.warmup_fraction
+        self._warmup_until_s = fraction * scenario.duration_s if scenario.duration_s is not None else None
+        self._warmup_requests = math.ceil(fraction * (scenario.requests or 0))
+        self._arrived = 0
+        self._gateway_waits_start: list[dict[str, float]] = []
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.sequence = 0
         self.now = 0.0
@@ -351,6 +363,7 @@ class Simulation:
                     following = next(stream, None)
                     if following is None:
                         arrivals_open = False
+                        self._close_window(time_s)
                     else:
                         self._push(following.time_s, _ARRIVAL, following)
                 elif kind == _CANCEL:
@@ -381,12 +394,44 @@ class Simulation:
 
     # -- arrivals and admission --------------------------------------------------------------
 
+    def _open_window(self, now: float) -> None:
+        """The warm-up is over: start the window the headline figures cover."""
+        self.measuring = True
+        self.window_start_s = now
+        for counters in self.counters:
+            counters.unused_change(now, 0.0)
+            counters.window.unused_unit_s_start = counters.unused_reservation_unit_s
+        self._gateway_waits_start = self.gateway.wait_totals(now)
+
+    def _close_window(self, now: float) -> None:
+        """Arrivals stopped (or the run did): the window ends; the run goes on until every request ends."""
+        if not self.measuring:
+            return
+        self.measuring = False
+        self.window_end_s = now
+        ends = self.gateway.wait_totals(now)
+        for counters, start, end in zip(self.counters, self._gateway_waits_start, ends, strict=True):
+            counters.unused_change(now, 0.0)
+            window = counters.window
+            window.unused_unit_s_end = counters.unused_reservation_unit_s
+            for reason, seconds in end.items():
+                window.wait_s[reason] = window.wait_s.get(reason, 0.0) + seconds - start.get(reason, 0.0)
+
     def _arrive(self, arrival: Arrival, now: float) -> None:
+        if self.window_start_s is None and (
+            now >= self._warmup_until_s if self._warmup_until_s is not None else self._arrived >= self._warmup_requests
+        ):
+            self._open_window(now)
+        self._arrived += 1
+        measuring = self.measuring
         index = arrival.tenant
         tenant = self.tenants[index]
         tier = tenant.tier
         counters = self.counters[index]
         counters.requests += 1
+        window = counters.window
+        if measuring:
+            window.requests += 1
         prompt = arrival.prompt_tokens
         pool = self.pools[tenant.pool]
         if pool.route_above_prompt_tokens is not None and prompt > pool.route_above_prompt_tokens:
@@ -418,6 +463,9 @@ class Simulation:
             ends.append((max(1, arrival.error_at_token), 3, "error"))
         request.stop_at, _, request.stop_reason = min(ends)
         request.kv_estimate = prompt + request.limit_tokens
+        if measuring:
+            request.measured = True
+            window.offered_units += request.prompt_units + request.output_weight * request.stop_at
         if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
             return
@@ -425,9 +473,13 @@ class Simulation:
         if admission.outcome == NEVER_ADMISSIBLE:
             # A full bucket would not hold it: no Retry-After, since waiting never helps.
             counters.other_rejects[NEVER_ADMISSIBLE] = counters.other_rejects.get(NEVER_ADMISSIBLE, 0) + 1
+            if measuring:
+                window.never_admissible += 1
             return
         if admission.outcome == REJECTED:
             counters.admission_rejects += 1
+            if measuring:
+                window.admission_rejects += 1
             counters.retry_after_s.append(admission.retry_after_s)  # type: ignore[arg-type]
             return
         needed = admission.needed_units
@@ -440,6 +492,10 @@ class Simulation:
             counters.unused_change(now, hold - request.prompt_units)
         counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
         counters.admitted += 1
+        if measuring:
+            window.admitted += 1
+            if request.bucket_wait_s:
+                window.wait_s["bucket"] = window.wait_s.get("bucket", 0.0) + request.bucket_wait_s
         self.live += 1
         if arrival.cancel_after_s is not None:
             self._push(now + arrival.cancel_after_s, _CANCEL, request)
@@ -456,6 +512,9 @@ class Simulation:
     def on_dispatched(self, request: Request, now: float) -> None:
         """A request left its tenant's queue at the gateway for an engine."""
 
+    def on_capped(self, pool: int, tenant: int, capped: bool) -> None:
+        self.fair_share.cap(pool, tenant, capped)
+
     # -- callbacks from the engines ---------------------------------------------------------
 
     def on_scheduled(self, request: Request, now: float) -> None:
@@ -464,8 +523,11 @@ class Simulation:
             counters = self.counters[request.tenant]
             counters.queue_wait_s_sum += now - request.arrival_s
             counters.queue_wait_count += 1
+            if request.measured:
+                window = counters.window
+                window.wait_s["engine_queue"] = window.wait_s.get("engine_queue", 0.0) + now - request.sent_s
             # Its prompt is the first work the tenant is served: counted while it still waited, then it leaves.
-            self.fair_share.serve(request.pool.index, request.tenant, request.prompt_units)
+            self._served(request.pool.index, request.tenant, request.prompt_units)
             self.fair_share.leave(request.pool.index, request.tenant)
         if not request.prefill_started:
             request.prefill_started = True
@@ -482,13 +544,21 @@ class Simulation:
         w = self.output_weights[tenant][pool.index]
         units = w * tokens
         self.gateway.charge(pool.index, tenant, units)
-        self.fair_share.serve(pool.index, tenant, units)
+        if self.measuring:
+            counters.window.itl.add_at(itl_bin, tokens)
+            self._served(pool.index, tenant, units)
         if self.streams:
             self._stream(tenant, units, now)
         if self.policy.reserves:
             counters.unused_change(now, -w * count * steps)
             # Tokens arrive at the end of each step, not all at the end of the macro-step.
             counters.unused_reservation_unit_s -= w * count * dt * steps * (steps - 1) / 2
+
+    def _served(self, pool: int, tenant: int, units: float) -> None:
+        """Work served to a tenant inside the window: its fair share, and its served units."""
+        if self.measuring:
+            self.fair_share.serve(pool, tenant, units)
+            self.counters[tenant].window.served_units += units
 
     def _stream(self, tenant: int, units: float, now: float) -> None:
         """Debit streamed output from the bucket as it arrives (policies that debit in real time)."""
@@ -506,13 +576,18 @@ class Simulation:
             request.first_token_s = now
             # Plus what the engine spends on a request outside its steps (API server, tokenizer),
             # where the replica model has such a figure.
-            counters.ttft_s.append(now - request.arrival_s + self.request_overhead_s[request.pool.index])
+            ttft = now - request.arrival_s + self.request_overhead_s[request.pool.index]
+            counters.ttft_s.append(ttft)
+            if request.measured:
+                counters.window.ttft_s.append(ttft)
         elif request.preempted_s is not None:
             counters.itl.add(now - request.preempted_s, 1)
+            if self.measuring:
+                counters.window.itl.add(now - request.preempted_s, 1)
         counters.output_tokens += 1
         w = request.output_weight
         self.gateway.charge(request.pool.index, request.tenant, w)
-        self.fair_share.serve(request.pool.index, request.tenant, w)
+        self._served(request.pool.index, request.tenant, w)
         if self.streams:
             self._stream(request.tenant, w, now)
         if self.policy.reserves:
@@ -593,6 +668,8 @@ class Simulation:
             counters.quota_overshoot_units += over
             window = int(now / self.window_s)
             counters.overshoot_by_window[window] = counters.overshoot_by_window.get(window, 0.0) + over
+            if self.measuring:
+                counters.window.overshoot_units += over
         if held > 0:
             if self.policy.reserves:
                 counters.unused_change(now, -(held - request.prompt_units - request.output_weight * generated))
@@ -624,6 +701,7 @@ class Simulation:
 
     def _result(self, partial: bool) -> PolicyRun:
         now = self.now
+        self._close_window(now)
         for counters in self.counters:
             counters.unused_change(now, 0.0)
         for index, holders in enumerate(self.holders):
@@ -633,6 +711,13 @@ class Simulation:
             self.counters[index].leaked_reservation_units = leaked
         served, entitled = self.fair_share.totals()
         served_sum, entitled_sum = sum(served), sum(entitled)
+        start, end = self.window_start_s, self.window_end_s
+        window_s = end - start if start is not None and end is not None and end > start else None
+        offered = [c.window.offered_units / window_s if window_s else None for c in self.counters]
+        above = [
+            None if rate is None else rate > tenant.bucket_rate
+            for rate, tenant in zip(offered, self.tenants, strict=True)
+        ]
         tenants = tuple(
             TenantFigures(
                 tenant=tenant.name,
@@ -642,10 +727,26 @@ class Simulation:
                 served_units_backlogged=served[index],
                 served_share_backlogged=served[index] / served_sum if served_sum > 0 else None,
                 weight_share_backlogged=entitled[index] / entitled_sum if entitled_sum > 0 else None,
+                offered_units_per_s=offered[index],
+                above_contract=above[index],
+                wait_s_mean={
+                    reason: counters.window.wait_s.get(reason, 0.0) / counters.window.admitted
+                    if counters.window.admitted
+                    else 0.0
+                    for reason in WAIT_REASONS
+                },
                 **figures([counters], simulated_s=now),
             )
             for index, (tenant, counters) in enumerate(zip(self.tenants, self.counters, strict=True))
             if counters.requests
+        )
+        headline = headline_figures(
+            [c.window for c in self.counters],
+            rates=[t.bucket_rate for t in self.tenants],
+            names=[t.name for t in self.tenants],
+            above=above,
+            window=(start, end),
+            jain=jain_index(served, entitled),
         )
         engine_tokens = sum(r.output_tokens for pool in self.pools for r in pool.replicas)
         pools = tuple(
@@ -668,7 +769,7 @@ class Simulation:
             engine_output_tokens=engine_tokens,
             tenants=tenants,
             pools=pools,
-            jain_fairness_index=jain_index(served, entitled),
+            headline=headline,
             **{
                 **figures(self.counters, simulated_s=now),
                 # Pool-wide figures, not the largest tenant's: sequences in flight, and KV on the fullest replica.

@@ -49,6 +49,26 @@ class Gateway:
         self.inflight_peak = 0
         #: Why each tenant's head of queue waits on each pool (None: nothing waiting), as of the last dispatch.
         self.blocked: list[list[str | None]] = [[None] * tenants for _ in pools]
+        #: Request-seconds each tenant's queued requests have waited at the gateway, by reason, ever.
+        self.wait_s: list[dict[str, float]] = [{} for _ in range(tenants)]
+        self._since = [[0.0] * tenants for _ in pools]
+
+    def _account(self, pool: int, tenant: int, now: float) -> None:
+        """Add the waiting since the last change to the reason the tenant's queue waited for."""
+        queue = self.queues[pool][tenant]
+        since = self._since[pool]
+        if queue:
+            reason = self.blocked[pool][tenant] or WAIT_GATEWAY_QUEUE
+            waits = self.wait_s[tenant]
+            waits[reason] = waits.get(reason, 0.0) + len(queue) * (now - since[tenant])
+        since[tenant] = now
+
+    def wait_totals(self, now: float) -> list[dict[str, float]]:
+        """Every tenant's gateway waits by reason, up to ``now``."""
+        for pool in range(len(self.pools)):
+            for tenant in range(len(self.caps)):
+                self._account(pool, tenant, now)
+        return [dict(waits) for waits in self.wait_s]
 
     def submit(self, request: Request, now: float) -> None:
         """An admitted request enters the gateway."""
@@ -68,6 +88,7 @@ class Gateway:
             self._send(request, best, now)
             return
         queue = self.queues[pool.index][request.tenant]
+        self._account(pool.index, request.tenant, now)
         if not queue:
             self.schedulers[pool.index].backlog(request.tenant)
         queue.append(request)
@@ -79,6 +100,7 @@ class Gateway:
             self.schedulers[pool].charge(tenant, units)
 
     def _send(self, request: Request, replica: Replica, now: float) -> None:
+        request.sent_s = now
         self.inflight[request.tenant] += 1
         self.inflight_total += 1
         self.inflight_peak = max(self.inflight_peak, self.inflight_total)
@@ -95,27 +117,37 @@ class Gateway:
         blocked = self.blocked[pool.index]
         caps = self.caps
         depth = self.queue_depth
+        account = self._account
+        since = self._since[pool.index]
         while True:
             open_replicas = [r for r in pool.replicas if r.up and r.n_waiting < depth]
             best_key = None
             best = None
             for index, queue in enumerate(queues):
-                while queue and queue[0].state != QUEUED:
-                    queue.popleft()  # cancelled while queued
+                if queue and queue[0].state != QUEUED:
+                    account(pool.index, index, now)
+                    while queue and queue[0].state != QUEUED:
+                        queue.popleft()  # cancelled while queued
                 if not queue:
-                    blocked[index] = None
+                    if blocked[index] is not None:
+                        blocked[index] = None
+                        self.hooks.on_capped(pool.index, index, False)
+                    since[index] = now
                     scheduler.drained(index)
                     continue
                 request = queue[0]
                 tenant_caps = caps[index]
                 if at_concurrency_cap(tenant_caps, self.inflight[index]):
-                    blocked[index] = WAIT_CONCURRENCY
+                    reason = WAIT_CONCURRENCY
+                else:
+                    fits = [r for r in open_replicas if fits_kv(tenant_caps, r.gateway_kv[index], request.kv_estimate)]
+                    reason = WAIT_GATEWAY_QUEUE if fits or not open_replicas else WAIT_KV
+                if reason != blocked[index]:
+                    account(pool.index, index, now)
+                    blocked[index] = reason
+                    self.hooks.on_capped(pool.index, index, reason != WAIT_GATEWAY_QUEUE)
+                if reason != WAIT_GATEWAY_QUEUE or not fits:
                     continue
-                fits = [r for r in open_replicas if fits_kv(tenant_caps, r.gateway_kv[index], request.kv_estimate)]
-                if not fits:
-                    blocked[index] = WAIT_KV if open_replicas else WAIT_GATEWAY_QUEUE
-                    continue
-                blocked[index] = WAIT_GATEWAY_QUEUE
                 key = (counters[index], request.priority, index)
                 if best_key is None or key < best_key:
                     best_key, best = key, (request, fits)
@@ -123,9 +155,11 @@ class Gateway:
                 return
             request, fits = best
             queue = queues[request.tenant]
+            account(pool.index, request.tenant, now)
             queue.popleft()
             if not queue:
                 blocked[request.tenant] = None
+                self.hooks.on_capped(pool.index, request.tenant, False)
                 scheduler.drained(request.tenant)
             scheduler.charge(request.tenant, request.prompt_units)
             replica = min(fits, key=lambda r: (r.load(), r.index))

@@ -70,6 +70,32 @@ def exact_percentile(values: list[float], p: float) -> float | None:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
+#: Why a request waited before an engine started it: its tenant's bucket (a 429 and a retry), its tenant's
+#: concurrency or resident-KV cap, its turn at the gateway (the fair scheduler, or no engine with room), or the
+#: engine's own queue.
+WAIT_REASONS = ("bucket", "concurrency_cap", "kv_cap", "gateway_queue", "engine_queue")
+
+
+@dataclass(slots=True)
+class WindowCounters:
+    """What one tenant did inside the measured window (after the warm-up, until arrivals stop)."""
+
+    requests: int = 0
+    admitted: int = 0
+    admission_rejects: int = 0
+    never_admissible: int = 0
+    #: Units its requests would cost if served in full (prompt + W × the tokens they would produce).
+    offered_units: float = 0.0
+    served_units: float = 0.0
+    overshoot_units: float = 0.0
+    unused_unit_s_start: float = 0.0
+    unused_unit_s_end: float = 0.0
+    ttft_s: list[float] = field(default_factory=list)
+    itl: LogHistogram = field(default_factory=LogHistogram)
+    #: Seconds waited, summed over requests arriving in the window, by reason (WAIT_REASONS).
+    wait_s: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class TenantCounters:
     """Everything measured for one tenant in one simulated run."""
@@ -105,6 +131,7 @@ class TenantCounters:
     goodput_units: float = 0.0
     completed: int = 0
     bucket_min_units: float = math.inf
+    window: WindowCounters = field(default_factory=WindowCounters)
 
     def unused_change(self, now: float, delta: float) -> None:
         """Integrate the unused reservation up to ``now``, then change it by ``delta``."""
@@ -166,6 +193,31 @@ class Figures(_Result):
     )
 
 
+class Headline(_Result):
+    """A run's figures over the measured window (after the warm-up, until arrivals stop), normalised."""
+
+    window_start_s: float | None = Field(description="end of the warm-up (None: the run never left it)")
+    window_end_s: float | None = Field(description="when arrivals stopped (or the run did)")
+    requests: int = Field(description="requests that arrived in the window")
+    admission_reject_share: float | None = Field(description="429s / requests in the window")
+    never_admissible: int = Field(description="requests a full bucket would not hold (no Retry-After), in the window")
+    contract_units_per_s: float = Field(description="sum of the contracted rates of the tenants that sent requests")
+    overshoot_units_per_s: float | None = Field(description="units served beyond the bucket and forgiven, per second")
+    overshoot_pct_of_contract: float | None
+    unused_reservation_units_per_s: float | None = Field(description="mean units held but not (yet) used")
+    unused_reservation_pct_of_contract: float | None
+    tenants_above_contract: tuple[str, ...] = Field(
+        description="tenants that offered more units/s in the window than their contract"
+    )
+    ttft_p99_within_s: float | None = Field(description="TTFT p99 of tenants within their contract")
+    ttft_p99_above_s: float | None = Field(description="TTFT p99 of tenants above their contract")
+    itl_p99_within_s: float | None
+    itl_p99_above_s: float | None
+    jain_fairness_index: float | None = Field(
+        description="Jain's index of served / entitled units while backlogged, in the window: 1 is fair by weight"
+    )
+
+
 class TenantFigures(Figures):
     tenant: str
     tier: str
@@ -179,6 +231,12 @@ class TenantFigures(Figures):
     )
     weight_share_backlogged: float | None = Field(
         description="the share its weight (contracted units/s) entitled it to among the tenants backlogged with it"
+    )
+    offered_units_per_s: float | None = Field(description="units/s its requests would cost in full, in the window")
+    above_contract: bool | None = Field(description="offered more units/s than its contract in the window")
+    wait_s_mean: dict[str, float] = Field(
+        description="seconds an admitted request of the window waited, on average, by reason: bucket (429s and "
+        "retries), concurrency_cap, kv_cap, gateway_queue, engine_queue (every key, 0 when none)"
     )
 
 
@@ -204,55 +262,67 @@ class PolicyRun(Figures):
     engine_output_tokens: int = Field(description="tokens the engines produced; equals output_tokens")
     tenants: tuple[TenantFigures, ...]
     pools: tuple[PoolFigures, ...] = ()
-    jain_fairness_index: float | None = Field(
-        description="Jain's index over the tenants of served / entitled units while backlogged: 1 is fair by weight"
-    )
+    headline: Headline
 
 
 class FairShare:
     """Units served to each tenant while it is backlogged, against what its weight entitled it to.
 
-    A tenant is backlogged on a pool while it has an admitted request there that no engine has started. Each
-    unit served to a backlogged tenant is shared out among the tenants backlogged at that moment in proportion
-    to their weights: that is their entitlement. A fair scheduler serves each what it is entitled to; two
-    tenants backlogged throughout are entitled to their weights' shares exactly.
+    A tenant is backlogged on a pool while it has an admitted request there that no engine has started and
+    that its own concurrency or KV cap does not hold back (a tenant at its own cap cannot take more, so it is
+    entitled to nothing more). Each unit served to a backlogged tenant is shared out among the tenants
+    backlogged at that moment in proportion to their weights: that is their entitlement. A fair scheduler
+    serves each what it is entitled to; two tenants backlogged throughout are entitled to their weights' shares.
     """
 
-    __slots__ = ("backlog_weight", "backlogged", "entitled", "gauge", "served", "start", "waiting", "weights")
+    __slots__ = ("backlog_weight", "capped", "eligible", "entitled", "gauge", "served", "start", "waiting", "weights")
 
     def __init__(self, pools: int, weights: list[float]) -> None:
         tenants = len(weights)
         self.weights = weights
         self.waiting = [[0] * tenants for _ in range(pools)]
+        self.capped = [[False] * tenants for _ in range(pools)]
+        self.eligible = [[False] * tenants for _ in range(pools)]
         #: Units served per unit of backlogged weight, per pool, ever rising.
         self.gauge = [0.0] * pools
         self.backlog_weight = [0.0] * pools
-        self.backlogged = [0] * pools
         self.start = [[0.0] * tenants for _ in range(pools)]
         self.entitled = [[0.0] * tenants for _ in range(pools)]
         self.served = [[0.0] * tenants for _ in range(pools)]
 
-    def arrive(self, pool: int, tenant: int) -> None:
-        waiting = self.waiting[pool]
-        if waiting[tenant] == 0:
+    def _update(self, pool: int, tenant: int) -> None:
+        now_eligible = self.waiting[pool][tenant] > 0 and not self.capped[pool][tenant]
+        eligible = self.eligible[pool]
+        if now_eligible == eligible[tenant]:
+            return
+        eligible[tenant] = now_eligible
+        weight = self.weights[tenant]
+        if now_eligible:
             self.start[pool][tenant] = self.gauge[pool]
-            self.backlog_weight[pool] += self.weights[tenant]
-            self.backlogged[pool] += 1
-        waiting[tenant] += 1
+            self.backlog_weight[pool] += weight
+        else:
+            self.entitled[pool][tenant] += weight * (self.gauge[pool] - self.start[pool][tenant])
+            # Exactly zero when none is left, not what rounding leaves of the sum.
+            self.backlog_weight[pool] = self.backlog_weight[pool] - weight if any(eligible) else 0.0
+
+    def arrive(self, pool: int, tenant: int) -> None:
+        self.waiting[pool][tenant] += 1
+        if self.waiting[pool][tenant] == 1:
+            self._update(pool, tenant)
 
     def leave(self, pool: int, tenant: int) -> None:
-        waiting = self.waiting[pool]
-        waiting[tenant] -= 1
-        if waiting[tenant] == 0:
-            self.entitled[pool][tenant] += self.weights[tenant] * (self.gauge[pool] - self.start[pool][tenant])
-            self.backlogged[pool] -= 1
-            # Exactly zero when none is left, not what rounding leaves of the sum.
-            self.backlog_weight[pool] = (
-                self.backlog_weight[pool] - self.weights[tenant] if self.backlogged[pool] else 0.0
-            )
+        self.waiting[pool][tenant] -= 1
+        if self.waiting[pool][tenant] == 0:
+            self._update(pool, tenant)
+
+    def cap(self, pool: int, tenant: int, capped: bool) -> None:
+        """The tenant's own cap holds its queue back (or no longer does)."""
+        if self.capped[pool][tenant] != capped:
+            self.capped[pool][tenant] = capped
+            self._update(pool, tenant)
 
     def serve(self, pool: int, tenant: int, units: float) -> None:
-        if self.waiting[pool][tenant]:
+        if self.eligible[pool][tenant]:
             self.served[pool][tenant] += units
             self.gauge[pool] += units / self.backlog_weight[pool]
 
@@ -264,19 +334,78 @@ class FairShare:
         for pool, rows in enumerate(self.entitled):
             for t in range(tenants):
                 entitled[t] += rows[t]
-                if self.waiting[pool][t]:
+                if self.eligible[pool][t]:
                     entitled[t] += self.weights[t] * (self.gauge[pool] - self.start[pool][t])
         return served, entitled
 
 
+#: A tenant entitled to less than this share of the backlogged work is left out of Jain's index: the ratio of a
+#: handful of requests' units is noise, and the index weighs every tenant alike.
+JAIN_MIN_ENTITLED_SHARE = 0.01
+
+
 def jain_index(served: list[float], entitled: list[float]) -> float | None:
-    """Jain's fairness index (Jain, Chiu and Hawe, 1984) of served / entitled over the tenants entitled to any:
-    (Σx)² / (n Σx²), 1 when every tenant got its entitlement, 1/n when one got everything."""
-    ratios = [s / e for s, e in zip(served, entitled, strict=True) if e > 0]
+    """Jain's fairness index (Jain, Chiu and Hawe, 1984) of served / entitled over the tenants entitled to a share
+    of at least JAIN_MIN_ENTITLED_SHARE: (Σx)² / (n Σx²), 1 when each got its entitlement, 1/n when one got all."""
+    total = sum(entitled)
+    ratios = [s / e for s, e in zip(served, entitled, strict=True) if e > 0 and e >= JAIN_MIN_ENTITLED_SHARE * total]
     if not ratios:
         return None
     squares = sum(x * x for x in ratios)
     return sum(ratios) ** 2 / (len(ratios) * squares) if squares > 0 else None
+
+
+def headline_figures(
+    windows: list[WindowCounters],
+    *,
+    rates: list[float],
+    names: list[str],
+    above: list[bool | None],
+    window: tuple[float | None, float | None],
+    jain: float | None,
+) -> Headline:
+    """The run's normalised figures over the measured window."""
+    start, end = window
+    span = end - start if start is not None and end is not None and end > start else None
+    senders = [i for i, w in enumerate(windows) if w.requests]
+    contract = sum(rates[i] for i in senders)
+    requests = sum(w.requests for w in windows)
+
+    def per_s(total: float) -> float | None:
+        return total / span if span else None
+
+    def pct(rate: float | None) -> float | None:
+        return 100 * rate / contract if rate is not None and contract > 0 else None
+
+    def pooled(flag: bool) -> tuple[float | None, float | None]:
+        chosen = [windows[i] for i in senders if above[i] is flag]
+        itl = LogHistogram()
+        for w in chosen:
+            itl.merge(w.itl)
+        return exact_percentile([t for w in chosen for t in w.ttft_s], 99), itl.percentile(99)
+
+    overshoot = per_s(sum(w.overshoot_units for w in windows))
+    unused = per_s(sum(w.unused_unit_s_end - w.unused_unit_s_start for w in windows))
+    ttft_within, itl_within = pooled(False)
+    ttft_above, itl_above = pooled(True)
+    return Headline(
+        window_start_s=start,
+        window_end_s=end,
+        requests=requests,
+        admission_reject_share=sum(w.admission_rejects for w in windows) / requests if requests else None,
+        never_admissible=sum(w.never_admissible for w in windows),
+        contract_units_per_s=contract,
+        overshoot_units_per_s=overshoot,
+        overshoot_pct_of_contract=pct(overshoot),
+        unused_reservation_units_per_s=unused,
+        unused_reservation_pct_of_contract=pct(unused),
+        tenants_above_contract=tuple(names[i] for i in senders if above[i]),
+        ttft_p99_within_s=ttft_within,
+        ttft_p99_above_s=ttft_above,
+        itl_p99_within_s=itl_within,
+        itl_p99_above_s=itl_above,
+        jain_fairness_index=jain,
+    )
 
 
 def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, object]:

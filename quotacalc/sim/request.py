@@ -27,6 +27,7 @@ class Request:
         "kv_alloc",
         "kv_estimate",
         "limit_tokens",
+        "measured",
         "output_weight",
         "pool",
         "preempted_s",
@@ -36,10 +37,12 @@ class Request:
         "prompt_tokens",
         "prompt_units",
         "replica",
+        "sent_s",
         "start_tag",
         "state",
         "stop_at",
         "stop_reason",
+        "bucket_wait_s",
         "tenant",
     )
 
@@ -74,3 +77,8 @@ class Request:
         self.limit_tokens = 0
         self.stop_at = 0
         self.stop_reason = "eos"
+        #: Whether it arrived inside the measured window (after the warm-up, before arrivals stop).
+        self.measured = False
+        self.sent_s = 0.0
+        #: Seconds its client waited on 429s before this attempt was admitted.
+        self.bucket_wait_s = 0.0
