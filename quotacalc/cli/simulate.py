@@ -145,6 +145,8 @@ def simulate_json(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> d
         "scenario": {
             "source": setup.loaded.source,
             "seed": scenario.seed,
+            "warmup_fraction": scenario.warmup_fraction,
+            "failed_prefill_billing": scenario.failed_prefill_billing,
             "duration_s": scenario.duration_s,
             "requests": scenario.requests,
             "lease_tokens": scenario.lease_tokens,
@@ -177,10 +179,22 @@ def _fmt_units(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}%"
+
+
+def _rate(value: float | None, pct: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f} ({_pct(pct)})"
+
+
 def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
     from rich.box import SIMPLE_HEAD
     from rich.console import Console
     from rich.table import Table
+
+    from quotacalc.cli.tables import print_whole  # never cuts a figure, at any terminal width
 
     # Wide enough for the comparison when piped (rich assumes 80 columns off a terminal).
     console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 180))
@@ -190,8 +204,43 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         for p in setup.pools
     )
     console.print(f"{setup.loaded.source}: seed {scenario.seed}; {pools}")
+    console.print(
+        f"headline: after a warm-up of {scenario.warmup_fraction:.0%} of the run, until arrivals stop; "
+        f"a prefill the platform fails is billed to the {scenario.failed_prefill_billing}"
+    )
     if partial:
-        console.print("[bold yellow]partial: stopped early (Ctrl-C); the figures cover what was simulated[/]")
+        console.print("[bold yellow]partial: stopped early; the figures cover what was simulated[/]")
+    headline = Table(box=SIMPLE_HEAD)
+    for name in (
+        "policy",
+        "queueing",
+        "429 share",
+        "never adm.",
+        "overshoot units/s (% contract)",
+        "unused reserved units/s (% contract)",
+        "TTFT p99 within / above",
+        "ITL p99 within / above",
+        "Jain",
+    ):
+        headline.add_column(name, justify="left" if name in ("policy", "queueing") else "right", no_wrap=True)
+    for run in runs:
+        h = run.headline
+        headline.add_row(
+            run.policy + (" (partial)" if run.partial else ""),
+            run.queueing,
+            _pct(None if h.admission_reject_share is None else 100 * h.admission_reject_share),
+            f"{h.never_admissible:,}",
+            _rate(h.overshoot_units_per_s, h.overshoot_pct_of_contract),
+            _rate(h.unused_reservation_units_per_s, h.unused_reservation_pct_of_contract),
+            f"{_fmt_s(h.ttft_p99_within_s)} / {_fmt_s(h.ttft_p99_above_s)}",
+            f"{_fmt_s(h.itl_p99_within_s)} / {_fmt_s(h.itl_p99_above_s)}",
+            "-" if h.jain_fairness_index is None else f"{h.jain_fairness_index:.3f}",
+        )
+    print_whole(console, headline)
+    above = sorted({name for run in runs for name in run.headline.tenants_above_contract})
+    console.print(
+        "above contract (offered more units/s than contracted, in the window): " + (", ".join(above) or "none")
+    )
     columns = (
         ("policy", "left"),
         ("queueing", "left"),
@@ -206,9 +255,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("ITL p50/p99", "right"),
         ("goodput units/s", "right"),
     )
-    from quotacalc.cli.tables import print_whole  # never cuts a figure, at any terminal width
-
-    table = Table(box=SIMPLE_HEAD)
+    table = Table(box=SIMPLE_HEAD, title="whole run")
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for run in runs:
@@ -232,6 +279,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("policy / queueing", "left"),
         ("tenant", "left"),
         ("tier", "left"),
+        ("offered / contract", "right"),
         ("admitted", "right"),
         ("429s", "right"),
         ("other rejects", "left"),
@@ -240,6 +288,8 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("KV p99", "right"),
         ("TTFT p99", "right"),
         ("ITL p99", "right"),
+        ("served / weight share", "right"),
+        ("mean wait by reason", "left"),
     ):
         tenants.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for run in runs:
@@ -248,6 +298,9 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
                 f"{run.policy} / {run.queueing}" if index == 0 else "",
                 tenant.tenant,
                 tenant.tier,
+                "-"
+                if tenant.offered_units_per_s is None
+                else f"{tenant.offered_units_per_s / tenant.bucket_rate_units_per_s:,.2f}x",
                 f"{tenant.admitted:,}/{tenant.requests:,}",
                 f"{tenant.admission_rejects:,}",
                 ", ".join(f"{k} {v:,}" for k, v in tenant.other_rejects.items() if v) or "-",
@@ -256,5 +309,19 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
                 "-" if tenant.resident_kv_p99_tokens is None else f"{tenant.resident_kv_p99_tokens:,.0f}",
                 _fmt_s(tenant.ttft_p99_s),
                 _fmt_s(tenant.itl_p99_s),
+                _share(tenant.served_share_backlogged, tenant.weight_share_backlogged),
+                _waits(tenant.wait_s_mean),
             )
     print_whole(console, tenants)
+
+
+def _share(served: float | None, weight: float | None) -> str:
+    if served is None or weight is None:
+        return "-"
+    return f"{served:.0%} / {weight:.0%}"
+
+
+def _waits(waits: dict[str, float]) -> str:
+    """The reasons a request waited, longest first, those under a millisecond left out."""
+    shown = sorted(((seconds, reason) for reason, seconds in waits.items() if seconds >= 1e-3), reverse=True)
+    return ", ".join(f"{reason} {_fmt_s(seconds)}" for seconds, reason in shown) or "-"

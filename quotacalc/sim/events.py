@@ -482,8 +482,6 @@ class Simulation:
                 window.admission_rejects += 1
             counters.retry_after_s.append(admission.retry_after_s)  # type: ignore[arg-type]
             return
-        needed = admission.needed_units
-        request.cost_units = needed if needed > 0 else request.prompt_units
         hold = admission.hold_units
         bucket = self.buckets[index]
         if hold > 0:
@@ -663,6 +661,8 @@ class Simulation:
         counters.debited_units += settlement.billed
         counters.released_units += settlement.released
         counters.charged_units += settlement.charged
+        if request.measured:
+            counters.window.released_units += settlement.released
         if settlement.forgiven > 0:
             over = settlement.forgiven
             counters.quota_overshoot_units += over

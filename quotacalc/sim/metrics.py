@@ -88,6 +88,7 @@ class WindowCounters:
     offered_units: float = 0.0
     served_units: float = 0.0
     overshoot_units: float = 0.0
+    released_units: float = 0.0
     unused_unit_s_start: float = 0.0
     unused_unit_s_end: float = 0.0
     ttft_s: list[float] = field(default_factory=list)
@@ -204,8 +205,13 @@ class Headline(_Result):
     contract_units_per_s: float = Field(description="sum of the contracted rates of the tenants that sent requests")
     overshoot_units_per_s: float | None = Field(description="units served beyond the bucket and forgiven, per second")
     overshoot_pct_of_contract: float | None
-    unused_reservation_units_per_s: float | None = Field(description="mean units held but not (yet) used")
+    unused_reservation_units_per_s: float | None = Field(
+        description="units reserved and given back unused at the end, per second"
+    )
     unused_reservation_pct_of_contract: float | None
+    unused_reservation_units_mean: float | None = Field(
+        description="units held but not (yet) used, on average over the window (the quota a reservation idles)"
+    )
     tenants_above_contract: tuple[str, ...] = Field(
         description="tenants that offered more units/s in the window than their contract"
     )
@@ -385,7 +391,8 @@ def headline_figures(
         return exact_percentile([t for w in chosen for t in w.ttft_s], 99), itl.percentile(99)
 
     overshoot = per_s(sum(w.overshoot_units for w in windows))
-    unused = per_s(sum(w.unused_unit_s_end - w.unused_unit_s_start for w in windows))
+    unused = per_s(sum(w.released_units for w in windows))
+    held_idle = per_s(sum(w.unused_unit_s_end - w.unused_unit_s_start for w in windows))
     ttft_within, itl_within = pooled(False)
     ttft_above, itl_above = pooled(True)
     return Headline(
@@ -399,6 +406,7 @@ def headline_figures(
         overshoot_pct_of_contract=pct(overshoot),
         unused_reservation_units_per_s=unused,
         unused_reservation_pct_of_contract=pct(unused),
+        unused_reservation_units_mean=held_idle,
         tenants_above_contract=tuple(names[i] for i in senders if above[i]),
         ttft_p99_within_s=ttft_within,
         ttft_p99_above_s=ttft_above,

@@ -14,10 +14,10 @@ class Request:
         "abort",
         "arrival_s",
         "base",
+        "bucket_wait_s",
         "cached_tokens",
         "checkpoint",
         "client_max_tokens",
-        "cost_units",
         "first_scheduled_s",
         "first_token_s",
         "generated",
@@ -38,11 +38,9 @@ class Request:
         "prompt_units",
         "replica",
         "sent_s",
-        "start_tag",
         "state",
         "stop_at",
         "stop_reason",
-        "bucket_wait_s",
         "tenant",
     )
 
@@ -67,13 +65,11 @@ class Request:
         self.preempted_s: float | None = None
         self.abort: str | None = None
         self.replica: Any = None
-        self.start_tag = 0.0
         self.pool: Any = None
         self.priority = 0
         self.prompt_units = 0.0
         self.output_weight = 0.0
         self.client_max_tokens = 0
-        self.cost_units = 0.0
         self.limit_tokens = 0
         self.stop_at = 0
         self.stop_reason = "eos"
