@@ -457,6 +457,7 @@ def test_one_request_by_hand():
         "quota_stop": 0,
         "cancel": 0,
         "disconnect": 0,
+        "timeout": 0,
         "error": 0,
         "engine_failure": 0,
         "queue_full": 0,
@@ -579,7 +580,17 @@ def test_every_outcome_key_is_present_and_warnings_are_listed(run_cli):
     assert code == 0, err
     document = json.loads(out)
     assert document["warnings"] == [LONG_POOL_WARNING]
-    terminal = ["eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full"]
+    terminal = [
+        "eos",
+        "length",
+        "quota_stop",
+        "cancel",
+        "disconnect",
+        "timeout",
+        "error",
+        "engine_failure",
+        "queue_full",
+    ]
     for run in document["policies"]:
         for figures in (run, *run["tenants"]):
             assert list(figures["terminal"]) == terminal

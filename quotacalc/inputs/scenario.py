@@ -184,12 +184,26 @@ class Replay(_Strict):
         return value
 
 
-Arrival = Annotated[Poisson | OnOff | Replay, Field(discriminator="kind")]
+#: The most users a closed loop may simulate (each is a pending event at all times).
+MAX_CLOSED_LOOP_USERS = 1_000_000
+
+
+class ClosedLoop(_Strict):
+    """N users, each sending its next request a think time after its previous one ended (or was refused)."""
+
+    kind: Literal["closed_loop"]
+    users: int = Field(ge=1, le=MAX_CLOSED_LOOP_USERS, description="users, each with one request at a time")
+    think_s_mean: float = Field(description="mean think time between a request's end and the next, seconds (exp.)")
+
+    _think = field_validator("think_s_mean")(classmethod(lambda cls, v: _seconds(v)))
+
+
+Arrival = Annotated[Poisson | OnOff | Replay | ClosedLoop, Field(discriminator="kind")]
 
 #: Each ``kind`` of a length distribution or an arrival, and its model: an unknown key lists the kind's own keys.
 _KINDS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["kind"].annotation)[0]: model
-    for model in (Fixed, Lognormal, Exponential, Empirical, Poisson, OnOff, Replay)
+    for model in (Fixed, Lognormal, Exponential, Empirical, Poisson, OnOff, Replay, ClosedLoop)
 }
 
 
@@ -208,8 +222,25 @@ class TenantWorkload(_Strict):
     cancel_after_s_mean: float = Field(5.0, description="mean delay from arrival to a cancellation, seconds")
     disconnect_probability: float = Field(0.0, ge=0, le=1, description="share of streams the client drops mid-way")
     error_probability: float = Field(0.0, ge=0, le=1, description="share of requests ending in an engine error")
+    max_retries: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="times a client retries a 429 (after its Retry-After, with jitter) or, with "
+        "retry_on_engine_failure, an engine failure; then it gives up",
+    )
+    retry_jitter: float = Field(
+        0.2, ge=0, le=10, description="a retry waits Retry-After x (1 + retry_jitter x U), U uniform on [0, 1)"
+    )
+    retry_on_engine_failure: bool = Field(
+        False, description="a request lost to an engine failure is sent again at once (another replica takes it)"
+    )
+    timeout_s: float | None = Field(
+        None, description="a client abandons a request with no first token this long after it first sent it"
+    )
 
     _delay = field_validator("cancel_after_s_mean")(classmethod(lambda cls, v: _seconds(v)))
+    _timeout = field_validator("timeout_s")(classmethod(lambda cls, v: None if v is None else _seconds(v)))
 
     @field_validator("max_tokens")
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from quotacalc.admission.bucket import Bucket
@@ -23,7 +23,7 @@ from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import Plan, Tier
 from quotacalc.core.replica import ReplicaModel
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.scenario import LoadedScenario
+from quotacalc.inputs.scenario import ClosedLoop, LoadedScenario
 from quotacalc.sim.engine import Replica
 from quotacalc.sim.gateway import Gateway
 from quotacalc.sim.hooks import PoolRuntime
@@ -40,9 +40,9 @@ from quotacalc.sim.metrics import (
     jain_index,
 )
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
-from quotacalc.sim.workload import Arrival, arrivals
+from quotacalc.sim.workload import Arrival, arrivals, tenant_stream
 
-_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER = range(5)
+_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER, _RETRY, _TIMEOUT, _THINK = range(8)
 
 
 @dataclass(frozen=True)
@@ -298,6 +298,24 @@ class Simulation:
         self._warmup_requests = math.ceil(fraction * (scenario.requests or 0))
         self._arrived = 0
         self._gateway_waits_start: list[dict[str, float]] = []
+        # Clients: retries after a 429 or an engine failure, timeouts, closed-loop users.
+        by_tenant = {w.tenant: w for w in scenario.workload.tenants}
+        workloads = [by_tenant.get(t.name) for t in self.tenants]
+        self.max_retries = [w.max_retries if w else 0 for w in workloads]
+        self.retry_jitter = [w.retry_jitter if w else 0.0 for w in workloads]
+        self.retry_on_failure = [bool(w and w.retry_on_engine_failure) for w in workloads]
+        self.timeout_s = [w.timeout_s if w else None for w in workloads]
+        self.client_rng = random.Random(f"{scenario.seed}/clients")
+        self.closed_loops = [
+            (w, random.Random(f"{scenario.seed}/{w.tenant}/think"))
+            if w is not None and isinstance(w.arrival, ClosedLoop)
+            else None
+            for w in workloads
+        ]
+        self._closed_streams: list[Iterator[Arrival] | None] = [None] * len(self.tenants)
+        self._closed_active = 0
+        self._open_alive = False
+        self._pending_retries = 0
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.sequence = 0
         self.now = 0.0
@@ -340,7 +358,8 @@ class Simulation:
         first = next(stream, None)
         if first is not None:
             self._push(first.time_s, _ARRIVAL, first)
-        arrivals_open = first is not None
+        self._open_alive = first is not None
+        self._start_closed_loops()
         failure_rng = random.Random(f"{scenario.seed}/failures")
         rate_per_s = scenario.engine.failure_rate_per_hour / 3600
         if rate_per_s > 0:
@@ -362,14 +381,22 @@ class Simulation:
                     self._arrive(payload, time_s)  # type: ignore[arg-type]
                     following = next(stream, None)
                     if following is None:
-                        arrivals_open = False
-                        self._close_window(time_s)
+                        self._open_alive = False
+                        self._arrivals_may_have_stopped(time_s)
                     else:
                         self._push(following.time_s, _ARRIVAL, following)
+                elif kind == _THINK:
+                    self._arrive(payload, time_s)  # type: ignore[arg-type]
+                elif kind == _RETRY:
+                    self._pending_retries -= 1
+                    self._attempt(*payload, now=time_s)  # type: ignore[misc]
                 elif kind == _CANCEL:
                     self._cancel(payload, time_s)  # type: ignore[arg-type]
+                elif kind == _TIMEOUT:
+                    if payload.first_token_s is None:  # type: ignore[attr-defined]
+                        self._cancel(payload, time_s, "timeout")  # type: ignore[arg-type]
                 elif kind == _FAIL:
-                    if not arrivals_open and self.live == 0:
+                    if not self._arrivals_pending() and self.live == 0:
                         continue
                     # The next failure is drawn when the replica is back up (failures are memoryless): a replica
                     # that is down does not fail again, and its downtime costs no events however long it is.
@@ -378,7 +405,7 @@ class Simulation:
                     payload.recover()  # type: ignore[attr-defined]
                     self.gateway.dispatch(payload.pool, time_s)  # type: ignore[attr-defined]
                     self._push(time_s + failure_rng.expovariate(rate_per_s), _FAIL, payload)
-                if not arrivals_open and self.live == 0:
+                if self.live == 0 and not self._arrivals_pending():
                     break
                 processed += 1
                 if progress is not None and processed % 8192 == 0:
@@ -417,30 +444,80 @@ class Simulation:
             for reason, seconds in end.items():
                 window.wait_s[reason] = window.wait_s.get(reason, 0.0) + seconds - start.get(reason, 0.0)
 
-    def _arrive(self, arrival: Arrival, now: float) -> None:
-        if self.window_start_s is None and (
-            now >= self._warmup_until_s if self._warmup_until_s is not None else self._arrived >= self._warmup_requests
+    def _arrivals_pending(self) -> bool:
+        """Whether a request may still arrive: the open stream, a closed-loop user, or a client's retry."""
+        return self._open_alive or self._closed_active > 0 or self._pending_retries > 0
+
+    def _arrivals_may_have_stopped(self, now: float) -> None:
+        if not self._open_alive and self._closed_active == 0:
+            self._close_window(now)
+
+    def _start_closed_loops(self) -> None:
+        """Each closed-loop user sends its first request after a think time."""
+        for index, loop in enumerate(self.closed_loops):
+            if loop is None:
+                continue
+            workload, _ = loop
+            self._closed_streams[index] = tenant_stream(index, workload, seed=self.scenario.seed, replay=None)
+            for user in range(workload.arrival.users):  # type: ignore[union-attr]
+                self._closed_active += 1
+                self._user_next(index, user, 0.0)
+
+    def _user_next(self, tenant: int, user: int | None, now: float) -> None:
+        """A closed-loop user's request ended (or was refused): it thinks, then sends the next, until the run stops."""
+        if user is None:
+            return
+        workload, rng = self.closed_loops[tenant]  # type: ignore[misc]
+        at = now + rng.expovariate(1 / workload.arrival.think_s_mean)  # type: ignore[union-attr]
+        scenario = self.scenario
+        if (scenario.duration_s is not None and at > scenario.duration_s) or (
+            scenario.requests is not None and self._arrived >= scenario.requests
         ):
-            self._open_window(now)
-        self._arrived += 1
-        measuring = self.measuring
+            self._closed_active -= 1
+            self._arrivals_may_have_stopped(now)
+            return
+        following = next(self._closed_streams[tenant])  # type: ignore[arg-type]
+        self._push(at, _THINK, following._replace(time_s=at, user=user))
+
+    def _arrive(self, arrival: Arrival, now: float) -> None:
+        """A client sends a request for the first time."""
+        self._attempt(arrival, 0, now, 0.0, now=now)
+
+    def _attempt(self, arrival: Arrival, attempt: int, first_s: float, bucket_wait_s: float, *, now: float) -> None:
+        """One attempt at a request: the first, or a client's retry after a 429 or an engine failure."""
         index = arrival.tenant
+        counters = self.counters[index]
+        window = counters.window
+        if attempt == 0:
+            if self.window_start_s is None and (
+                now >= self._warmup_until_s
+                if self._warmup_until_s is not None
+                else self._arrived >= self._warmup_requests
+            ):
+                self._open_window(now)
+            self._arrived += 1
+            counters.requests += 1
+            if self.measuring:
+                window.requests += 1
+        else:
+            counters.retries += 1
+        measuring = self.measuring
         tenant = self.tenants[index]
         tier = tenant.tier
-        counters = self.counters[index]
-        counters.requests += 1
-        window = counters.window
-        if measuring:
-            window.requests += 1
         prompt = arrival.prompt_tokens
         pool = self.pools[tenant.pool]
         if pool.route_above_prompt_tokens is not None and prompt > pool.route_above_prompt_tokens:
             pool = self.pools[pool.long_context_pool]  # type: ignore[index]
         if prompt + 1 > tier.max_context_tokens or prompt + 1 > pool.kv_pool_tokens:
             counters.other_rejects["context"] = counters.other_rejects.get("context", 0) + 1
+            self._user_next(index, arrival.user, now)
             return
         cached = round(prompt * self.cached_fraction[index])
-        request = Request(self.next_id, index, now, prompt, cached)
+        # Latencies run from the client's first send: a retry's wait is the client's too.
+        request = Request(self.next_id, index, first_s, prompt, cached)
+        request.arrival = arrival
+        request.attempt = attempt
+        request.bucket_wait_s = bucket_wait_s
         self.next_id += 1
         request.pool = pool
         request.priority = tier.priority
@@ -468,6 +545,7 @@ class Simulation:
             window.offered_units += request.prompt_units + request.output_weight * request.stop_at
         if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
+            self._user_next(index, arrival.user, now)
             return
         admission = self.ledger.admit(index, request, now)
         if admission.outcome == NEVER_ADMISSIBLE:
@@ -475,12 +553,25 @@ class Simulation:
             counters.other_rejects[NEVER_ADMISSIBLE] = counters.other_rejects.get(NEVER_ADMISSIBLE, 0) + 1
             if measuring:
                 window.never_admissible += 1
+            self._user_next(index, arrival.user, now)
             return
         if admission.outcome == REJECTED:
             counters.admission_rejects += 1
             if measuring:
                 window.admission_rejects += 1
-            counters.retry_after_s.append(admission.retry_after_s)  # type: ignore[arg-type]
+            retry_after = admission.retry_after_s
+            counters.retry_after_s.append(retry_after)  # type: ignore[arg-type]
+            if attempt < self.max_retries[index]:
+                # The client honours Retry-After, with jitter so that refused clients do not return in step.
+                delay = retry_after * (1 + self.retry_jitter[index] * self.client_rng.random())  # type: ignore[operator]
+                timeout = self.timeout_s[index]
+                if timeout is None or now + delay - first_s <= timeout:
+                    self._pending_retries += 1
+                    self._push(now + delay, _RETRY, (arrival, attempt + 1, first_s, bucket_wait_s + delay))
+                    return
+            if self.max_retries[index]:
+                counters.gave_up += 1
+            self._user_next(index, arrival.user, now)
             return
         hold = admission.hold_units
         bucket = self.buckets[index]
@@ -497,6 +588,9 @@ class Simulation:
         self.live += 1
         if arrival.cancel_after_s is not None:
             self._push(now + arrival.cancel_after_s, _CANCEL, request)
+        timeout = self.timeout_s[index]
+        if timeout is not None:
+            self._push(first_s + timeout, _TIMEOUT, request)
         self.fair_share.arrive(pool.index, index)
         self.gateway.submit(request, now)
 
@@ -676,17 +770,29 @@ class Simulation:
             del self.holders[index][request.id]
         counters.bucket_min_units = min(counters.bucket_min_units, self.buckets[index].level)
         counters.terminal[reason] = counters.terminal.get(reason, 0) + 1
+        arrival = request.arrival
+        if (
+            reason == "engine_failure"
+            and self.retry_on_failure[index]
+            and request.attempt < self.max_retries[index]
+            and arrival is not None
+        ):
+            # The client sends it again at once; the gateway places it on a replica that is up.
+            self._pending_retries += 1
+            self._push(now, _RETRY, (arrival, request.attempt + 1, request.arrival_s, request.bucket_wait_s))
+        elif arrival is not None:
+            self._user_next(index, arrival.user, now)
         if reason in ("eos", "length"):
             counters.completed += 1
             counters.goodput_units += billed
         if state in (QUEUED, WAITING) and self.gateway.fair:
             self.gateway.dispatch(request.pool, now)
 
-    def _cancel(self, request: Request, now: float) -> None:
+    def _cancel(self, request: Request, now: float, reason: str = "cancel") -> None:
         if request.state in (QUEUED, WAITING):
-            self.terminal(request, "cancel", now)
+            self.terminal(request, reason, now)
         elif request.state in (PREFILL, DECODE):
-            request.abort = "cancel"
+            request.abort = reason
             request.replica.aborts.append(request)
             request.replica.interrupt(now)
 

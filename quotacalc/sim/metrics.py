@@ -16,7 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field
 _LOG_BASE = math.log(1.01)
 _HIST_FLOOR = 1e-6
 
-TERMINAL_REASONS = ("eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full")
+TERMINAL_REASONS = (
+    "eos",
+    "length",
+    "quota_stop",
+    "cancel",
+    "disconnect",
+    "timeout",
+    "error",
+    "engine_failure",
+    "queue_full",
+)
 #: Why a request is refused before admission other than a 429: its context does not fit the tier or the pool,
 #: its KV estimate is over the tier's per-replica cap, or a full bucket would not hold what the policy asks
 #: (never admissible: no Retry-After, since waiting never helps).
@@ -102,6 +112,8 @@ class TenantCounters:
     """Everything measured for one tenant in one simulated run."""
 
     requests: int = 0
+    retries: int = 0
+    gave_up: int = 0
     admitted: int = 0
     admission_rejects: int = 0
     other_rejects: dict[str, int] = field(default_factory=dict)
@@ -148,7 +160,9 @@ class _Result(BaseModel):
 class Figures(_Result):
     """The compared figures, for a tenant or a whole run."""
 
-    requests: int = Field(description="requests that arrived")
+    requests: int = Field(description="requests that arrived (a client's retries are not new requests)")
+    retries: int = Field(description="attempts clients sent again after a 429 or an engine failure")
+    gave_up: int = Field(description="requests whose client stopped retrying 429s (its retry limit or timeout)")
     admitted: int
     admission_rejects: int = Field(description="429s: the bucket lacked the units the policy asks for")
     other_rejects: dict[str, int] = Field(
@@ -445,6 +459,8 @@ def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, 
     bucket_min = min((c.bucket_min_units for c in counters), default=math.inf)
     return {
         "requests": int(total("requests")),
+        "retries": int(total("retries")),
+        "gave_up": int(total("gave_up")),
         "admitted": int(total("admitted")),
         "admission_rejects": int(total("admission_rejects")),
         # Every key every time, 0 when nothing took that path: a consumer reads a count, never tests for a key.

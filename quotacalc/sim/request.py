@@ -12,7 +12,9 @@ class Request:
 
     __slots__ = (
         "abort",
+        "arrival",
         "arrival_s",
+        "attempt",
         "base",
         "bucket_wait_s",
         "cached_tokens",
@@ -75,6 +77,9 @@ class Request:
         self.stop_reason = "eos"
         #: Whether it arrived inside the measured window (after the warm-up, before arrivals stop).
         self.measured = False
+        #: The client's request (None for one built by hand), and which attempt at it this is (0: the first).
+        self.arrival: Any = None
+        self.attempt = 0
         self.sent_s = 0.0
         #: Seconds its client waited on 429s before this attempt was admitted.
         self.bucket_wait_s = 0.0
