@@ -352,6 +352,7 @@ class Scenario(_Strict):
         description="share of the run (of duration_s, else of the requests) left out of the headline figures, so "
         "that buckets starting full do not flatter a short run",
     )
+    timeseries_interval_s: float = Field(1.0, description="--timeseries: simulated seconds between samples")
     failed_prefill_billing: Literal[FAILED_PREFILL_BILLING] = Field(  # type: ignore[valid-type]
         "platform",
         description="who pays the prompt of a request the platform fails before its first token: platform or tenant",
@@ -365,6 +366,8 @@ class Scenario(_Strict):
         if value < MIN_WINDOW_S:
             raise ValueError(f"must be at least {MIN_WINDOW_S:g} s, got {value:g}")
         return value
+
+    _interval = field_validator("timeseries_interval_s")(classmethod(lambda cls, v: _seconds(v)))
 
     @field_validator("duration_s")
     @classmethod

@@ -42,7 +42,38 @@ from quotacalc.sim.metrics import (
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
 from quotacalc.sim.workload import Arrival, arrivals, tenant_stream
 
-_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER, _RETRY, _TIMEOUT, _THINK = range(8)
+_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER, _RETRY, _TIMEOUT, _THINK, _SAMPLE = range(9)
+
+#: The columns of ``--trace``: one row per request attempt that ended (admitted ones by how they ended, refused
+#: ones by why), in the order they ended.
+TRACE_COLUMNS = (
+    "request",
+    "tenant",
+    "pool",
+    "attempt",
+    "arrival_s",
+    "admitted_s",
+    "first_token_s",
+    "end_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reserved_units",
+    "billed_units",
+    "released_units",
+    "outcome",
+    "retry_after_s",
+)
+#: The columns of ``--timeseries``: each tenant sampled every ``timeseries_interval_s`` of simulated time.
+TIMESERIES_COLUMNS = (
+    "time_s",
+    "tenant",
+    "bucket_level_units",
+    "gateway_queue",
+    "in_flight",
+    "served_units",
+    "live_kv_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -237,8 +268,19 @@ class Simulation:
     tenant is served. The replicas and the gateway call back through ``EngineHooks`` and ``GatewayHooks``.
     """
 
-    def __init__(self, setup: SimSetup, policy_name: str, queueing: str) -> None:
+    def __init__(
+        self,
+        setup: SimSetup,
+        policy_name: str,
+        queueing: str,
+        *,
+        trace: bool = False,
+        timeseries_interval_s: float | None = None,
+        seed: int | None = None,
+    ) -> None:
         scenario = setup.loaded.scenario
+        #: The run's seed: the scenario's, or one of --seeds.
+        self.seed = scenario.seed if seed is None else seed
         self.setup = setup
         self.scenario = scenario
         self.policy: AdmissionPolicy = make_policy(policy_name, {"lease_tokens": scenario.lease_tokens})
@@ -305,9 +347,9 @@ class Simulation:
         self.retry_jitter = [w.retry_jitter if w else 0.0 for w in workloads]
         self.retry_on_failure = [bool(w and w.retry_on_engine_failure) for w in workloads]
         self.timeout_s = [w.timeout_s if w else None for w in workloads]
-        self.client_rng = random.Random(f"{scenario.seed}/clients")
+        self.client_rng = random.Random(f"{self.seed}/clients")
         self.closed_loops = [
-            (w, random.Random(f"{scenario.seed}/{w.tenant}/think"))
+            (w, random.Random(f"{self.seed}/{w.tenant}/think"))
             if w is not None and isinstance(w.arrival, ClosedLoop)
             else None
             for w in workloads
@@ -316,6 +358,10 @@ class Simulation:
         self._closed_active = 0
         self._open_alive = False
         self._pending_retries = 0
+        #: Rows of --trace and --timeseries (TRACE_COLUMNS, TIMESERIES_COLUMNS), kept only when asked for.
+        self.trace: list[tuple[object, ...]] | None = [] if trace else None
+        self.timeseries: list[tuple[object, ...]] | None = [] if timeseries_interval_s else None
+        self.timeseries_interval_s = timeseries_interval_s
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.sequence = 0
         self.now = 0.0
@@ -343,14 +389,17 @@ class Simulation:
     def dispatch(self, pool: PoolRuntime, now: float) -> None:
         self.gateway.dispatch(pool, now)
 
-    def run(self, progress: Callable[[float], None] | None = None) -> PolicyRun:
-        """Simulate until every admitted request has ended; Ctrl-C returns what was simulated so far."""
+    def run(
+        self, progress: Callable[[float], None] | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> PolicyRun:
+        """Simulate until every admitted request has ended; Ctrl-C returns what was simulated so far, and so does
+        ``should_stop`` (asked every few thousand events; the caller's wall clock, never read here)."""
         scenario = self.scenario
         loaded = self.setup.loaded
         stream = arrivals(
             scenario.workload.tenants,
             self.tenant_index,
-            seed=scenario.seed,
+            seed=self.seed,
             replays=loaded.replays,
             duration_s=scenario.duration_s,
             requests=scenario.requests,
@@ -360,13 +409,16 @@ class Simulation:
             self._push(first.time_s, _ARRIVAL, first)
         self._open_alive = first is not None
         self._start_closed_loops()
-        failure_rng = random.Random(f"{scenario.seed}/failures")
+        failure_rng = random.Random(f"{self.seed}/failures")
         rate_per_s = scenario.engine.failure_rate_per_hour / 3600
         if rate_per_s > 0:
             for pool in self.pools:
                 for replica in pool.replicas:
                     self._push(failure_rng.expovariate(rate_per_s), _FAIL, replica)
+        if self.timeseries is not None:
+            self._push(0.0, _SAMPLE, None)
         partial = False
+        stopped_by: str | None = None
         processed = 0
         target_requests = scenario.requests
         target_s = scenario.duration_s
@@ -395,6 +447,10 @@ class Simulation:
                 elif kind == _TIMEOUT:
                     if payload.first_token_s is None:  # type: ignore[attr-defined]
                         self._cancel(payload, time_s, "timeout")  # type: ignore[arg-type]
+                elif kind == _SAMPLE:
+                    self._sample(time_s)
+                    if self._arrivals_pending() or self.live:
+                        self._push(time_s + self.timeseries_interval_s, _SAMPLE, None)  # type: ignore[operator]
                 elif kind == _FAIL:
                     if not self._arrivals_pending() and self.live == 0:
                         continue
@@ -408,16 +464,49 @@ class Simulation:
                 if self.live == 0 and not self._arrivals_pending():
                     break
                 processed += 1
-                if progress is not None and processed % 8192 == 0:
-                    done = 0.0
-                    if target_requests:
-                        done = self.next_id / target_requests
-                    if target_s:
-                        done = max(done, time_s / target_s)
-                    progress(min(done, 1.0))
+                if processed % 8192 == 0:
+                    if progress is not None:
+                        done = 0.0
+                        if target_requests:
+                            done = self._arrived / target_requests
+                        if target_s:
+                            done = max(done, time_s / target_s)
+                        progress(min(done, 1.0))
+                    if should_stop is not None and should_stop():
+                        partial, stopped_by = True, "max_seconds"
+                        break
         except KeyboardInterrupt:
-            partial = True
-        return self._result(partial)
+            partial, stopped_by = True, "interrupted"
+        return self._result(partial, stopped_by)
+
+    def _sample(self, now: float) -> None:
+        """One --timeseries row per tenant that has sent anything."""
+        gateway = self.gateway
+        for index, counters in enumerate(self.counters):
+            if not counters.requests:
+                continue
+            kv = 0
+            for pool in self.pools:
+                for replica in pool.replicas:
+                    kv += replica.tenant_kv_static[index] + replica.tenant_decoding[index] * replica.counter
+            self.timeseries.append(  # type: ignore[union-attr]
+                (
+                    now,
+                    self.tenants[index].name,
+                    self.buckets[index].refill(now),
+                    sum(len(queues[index]) for queues in gateway.queues),
+                    gateway.inflight[index],
+                    counters.served_units,
+                    kv,
+                )
+            )
+
+    def _trace_refusal(self, arrival: Arrival, attempt: int, first_s: float, now: float, outcome: str, retry_after):
+        if self.trace is not None:
+            self.trace.append(
+                (None, self.tenants[arrival.tenant].name, None, attempt, first_s, None, None, now,
+                 arrival.prompt_tokens, None, 0, 0.0, 0.0, 0.0, outcome, retry_after)
+            )  # fmt: skip
 
     # -- arrivals and admission --------------------------------------------------------------
 
@@ -458,7 +547,7 @@ class Simulation:
             if loop is None:
                 continue
             workload, _ = loop
-            self._closed_streams[index] = tenant_stream(index, workload, seed=self.scenario.seed, replay=None)
+            self._closed_streams[index] = tenant_stream(index, workload, seed=self.seed, replay=None)
             for user in range(workload.arrival.users):  # type: ignore[union-attr]
                 self._closed_active += 1
                 self._user_next(index, user, 0.0)
@@ -510,6 +599,7 @@ class Simulation:
             pool = self.pools[pool.long_context_pool]  # type: ignore[index]
         if prompt + 1 > tier.max_context_tokens or prompt + 1 > pool.kv_pool_tokens:
             counters.other_rejects["context"] = counters.other_rejects.get("context", 0) + 1
+            self._trace_refusal(arrival, attempt, first_s, now, "context", None)
             self._user_next(index, arrival.user, now)
             return
         cached = round(prompt * self.cached_fraction[index])
@@ -518,6 +608,7 @@ class Simulation:
         request.arrival = arrival
         request.attempt = attempt
         request.bucket_wait_s = bucket_wait_s
+        request.admitted_s = now
         self.next_id += 1
         request.pool = pool
         request.priority = tier.priority
@@ -545,6 +636,7 @@ class Simulation:
             window.offered_units += request.prompt_units + request.output_weight * request.stop_at
         if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
+            self._trace_refusal(arrival, attempt, first_s, now, "kv_cap", None)
             self._user_next(index, arrival.user, now)
             return
         admission = self.ledger.admit(index, request, now)
@@ -553,6 +645,7 @@ class Simulation:
             counters.other_rejects[NEVER_ADMISSIBLE] = counters.other_rejects.get(NEVER_ADMISSIBLE, 0) + 1
             if measuring:
                 window.never_admissible += 1
+            self._trace_refusal(arrival, attempt, first_s, now, NEVER_ADMISSIBLE, None)
             self._user_next(index, arrival.user, now)
             return
         if admission.outcome == REJECTED:
@@ -571,6 +664,9 @@ class Simulation:
                     return
             if self.max_retries[index]:
                 counters.gave_up += 1
+            self._trace_refusal(
+                arrival, attempt, first_s, now, "gave_up" if self.max_retries[index] else "429", retry_after
+            )
             self._user_next(index, arrival.user, now)
             return
         hold = admission.hold_units
@@ -648,9 +744,11 @@ class Simulation:
 
     def _served(self, pool: int, tenant: int, units: float) -> None:
         """Work served to a tenant inside the window: its fair share, and its served units."""
+        counters = self.counters[tenant]
+        counters.served_units += units
         if self.measuring:
             self.fair_share.serve(pool, tenant, units)
-            self.counters[tenant].window.served_units += units
+            counters.window.served_units += units
 
     def _stream(self, tenant: int, units: float, now: float) -> None:
         """Debit streamed output from the bucket as it arrives (policies that debit in real time)."""
@@ -753,6 +851,12 @@ class Simulation:
         streamed = request.output_weight * generated if self.streams else 0.0
         settlement = self.ledger.settle(index, request, billed, streamed, now)
         counters.debited_units += settlement.billed
+        if self.trace is not None:
+            self.trace.append(
+                (request.id, self.tenants[index].name, request.pool.name, request.attempt, request.arrival_s,
+                 request.admitted_s, request.first_token_s, now, request.prompt_tokens, request.cached_tokens,
+                 generated, held, billed, settlement.released, reason, None)
+            )  # fmt: skip
         counters.released_units += settlement.released
         counters.charged_units += settlement.charged
         if request.measured:
@@ -805,7 +909,7 @@ class Simulation:
 
     # -- results -----------------------------------------------------------------------------
 
-    def _result(self, partial: bool) -> PolicyRun:
+    def _result(self, partial: bool, stopped_by: str | None = None) -> PolicyRun:
         now = self.now
         self._close_window(now)
         for counters in self.counters:
@@ -870,6 +974,7 @@ class Simulation:
             policy=self.policy.name,
             queueing=self.queueing,
             partial=partial,
+            stopped_by=stopped_by,
             simulated_s=now,
             live_requests=self.live,
             engine_output_tokens=engine_tokens,

@@ -142,6 +142,8 @@ class TenantCounters:
     prompt_tokens: int = 0
     output_tokens: int = 0
     goodput_units: float = 0.0
+    #: Units served so far (prompts as engines start them, W per token as it streams): the --timeseries figure.
+    served_units: float = 0.0
     completed: int = 0
     bucket_min_units: float = math.inf
     window: WindowCounters = field(default_factory=WindowCounters)
@@ -276,7 +278,8 @@ class PolicyRun(Figures):
 
     policy: str
     queueing: str
-    partial: bool = Field(description="stopped early (Ctrl-C): figures cover what was simulated")
+    partial: bool = Field(description="stopped early (Ctrl-C or --max-seconds): figures cover what was simulated")
+    stopped_by: str | None = Field(description="interrupted (Ctrl-C, exit 130) or max_seconds; None: ran to the end")
     simulated_s: float
     live_requests: int = Field(description="admitted requests not yet ended (0 unless partial)")
     engine_output_tokens: int = Field(description="tokens the engines produced; equals output_tokens")
@@ -494,3 +497,62 @@ def figures(counters: list[TenantCounters], *, simulated_s: float) -> dict[str, 
         "goodput_units_per_s": total("goodput_units") / simulated_s if simulated_s > 0 else 0.0,
         "bucket_min_units": None if math.isinf(bucket_min) else bucket_min,
     }
+
+
+#: Student's t at 0.975 by degrees of freedom (any statistics table, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2);
+#: between rows the smaller df's (wider) value is used, past the last the normal 1.960.
+_T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+          11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+          20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}  # fmt: skip
+
+#: The headline figures --seeds summarises.
+HEADLINE_FIGURES = (
+    "admission_reject_share",
+    "never_admissible",
+    "overshoot_units_per_s",
+    "overshoot_pct_of_contract",
+    "unused_reservation_units_per_s",
+    "unused_reservation_pct_of_contract",
+    "ttft_p99_within_s",
+    "ttft_p99_above_s",
+    "itl_p99_within_s",
+    "itl_p99_above_s",
+    "jain_fairness_index",
+)
+
+
+class Interval(_Result):
+    """A figure over seeds: its mean and a 95% confidence interval for the mean (Student's t)."""
+
+    n: int = Field(description="seeds that gave the figure (a percentile of an empty group gives none)")
+    mean: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+
+
+def t_975(df: int) -> float:
+    """Student's t quantile at 0.975 with ``df`` degrees of freedom (conservative between table rows)."""
+    return _T_975[max(k for k in _T_975 if k <= df)] if df <= 120 else 1.960
+
+
+def interval(values: list[float]) -> Interval:
+    """Mean and 95% interval of ``values`` (one value: the mean, no interval). Every headline figure is at least
+    0, so the interval is clipped there (a t interval of a few skewed values can reach below)."""
+    n = len(values)
+    if n == 0:
+        return Interval(n=0, mean=None, ci95_low=None, ci95_high=None)
+    mean = sum(values) / n
+    if n == 1:
+        return Interval(n=1, mean=mean, ci95_low=None, ci95_high=None)
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    half = t_975(n - 1) * math.sqrt(variance / n)
+    return Interval(n=n, mean=mean, ci95_low=max(0.0, mean - half), ci95_high=mean + half)
+
+
+def seed_summary(headlines: list[Headline]) -> dict[str, Interval]:
+    """Each headline figure over the seeds' runs of one policy and queueing mode."""
+    summary = {}
+    for name in HEADLINE_FIGURES:
+        values = [getattr(h, name) for h in headlines]
+        summary[name] = interval([float(v) for v in values if v is not None])
+    return summary

@@ -12,6 +12,7 @@ class Request:
 
     __slots__ = (
         "abort",
+        "admitted_s",
         "arrival",
         "arrival_s",
         "attempt",
@@ -81,5 +82,6 @@ class Request:
         self.arrival: Any = None
         self.attempt = 0
         self.sent_s = 0.0
+        self.admitted_s = arrival_s
         #: Seconds its client waited on 429s before this attempt was admitted.
         self.bucket_wait_s = 0.0
