@@ -204,6 +204,16 @@ def test_plot_svg_is_written_and_deterministic(run_cli, tmp_path):
     assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(first))[0] == 0
     assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(second))[0] == 0
     assert first.read_text().startswith("<?xml") and first.read_bytes() == second.read_bytes()
+    # Every policy's per-tenant TTFT and live KV, and no panel without data.
+    from quotacalc.cli.sim_plot import panels
+    from quotacalc.sim.events import Simulation, build_setup
+
+    setup = build_setup(scenario_from_dict(document, base=EXAMPLE.parent))
+    shown = panels([Simulation(setup, p, "fair").run() for p in ("reserve_capped", "incremental_lease")])
+    titles = [title for title, _ in shown]
+    assert "TTFT p99 by tenant, s" in titles and any("live KV" in title for title in titles)
+    assert all(any(v for values in bars.values() for v in values) for _, bars in shown)
+    assert all(len(values) == 2 for _, bars in shown for values in bars.values())
     png = tmp_path / "c.png"
     assert run_cli("simulate", str(scenario), "--requests", "20", "--json", "--plot", str(png))[0] == 0
     assert png.read_bytes().startswith(b"\x89PNG")

@@ -91,7 +91,6 @@ def run_simulate(
     combos = [(policy, queueing) for queueing in scenario.queueing for policy in scenario.policies]
     runs: list[PolicyRun] = []
     seed_runs: list[tuple[int, PolicyRun]] = []
-    ttft_samples: list[dict[str, list[float]]] = []
     trace_rows: list[dict[str, Any]] = []
     series_rows: list[dict[str, Any]] = []
     total = len(combos) * len(seed_list)
@@ -130,13 +129,6 @@ def run_simulate(
                     ]
                 if seed_number == 0:
                     runs.append(result)
-                    ttft_samples.append(
-                        {
-                            t.name: list(c.ttft_s)
-                            for t, c in zip(setup.tenants, simulation.counters, strict=True)
-                            if c.ttft_s
-                        }
-                    )
                 if result.stopped_by == "interrupted":
                     stopped_by = "interrupted"
                     break
@@ -161,7 +153,7 @@ def run_simulate(
     if plot is not None:
         from quotacalc.cli.sim_plot import plot_runs
 
-        plot_runs(runs, ttft_samples, Path(plot))
+        plot_runs(runs, Path(plot))
     from quotacalc.cli.streams import print_warnings
 
     print_warnings(setup.warnings)
