@@ -44,8 +44,9 @@ from quotacalc.sim.workload import Arrival, arrivals, tenant_stream
 
 _ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER, _RETRY, _TIMEOUT, _THINK, _SAMPLE = range(9)
 
-#: The columns of ``--trace``: one row per request attempt that ended (admitted ones by how they ended, refused
-#: ones by why), in the order they ended.
+#: The columns of ``--trace``: one row per attempt at a request (a client's retry is another attempt), admitted
+#: ones by how they ended, refused ones by why (429, gave_up: the client's last 429, never_admissible, context,
+#: kv_cap), in the order they ended.
 TRACE_COLUMNS = (
     "request",
     "tenant",
@@ -659,6 +660,7 @@ class Simulation:
                 delay = retry_after * (1 + self.retry_jitter[index] * self.client_rng.random())  # type: ignore[operator]
                 timeout = self.timeout_s[index]
                 if timeout is None or now + delay - first_s <= timeout:
+                    self._trace_refusal(arrival, attempt, first_s, now, "429", retry_after)
                     self._pending_retries += 1
                     self._push(now + delay, _RETRY, (arrival, attempt + 1, first_s, bucket_wait_s + delay))
                     return
