@@ -592,6 +592,8 @@ class Simulation:
         else:
             counters.retries += 1
         measuring = self.measuring
+        if measuring:
+            window.attempts += 1
         tenant = self.tenants[index]
         tier = tenant.tier
         prompt = arrival.prompt_tokens

@@ -91,6 +91,8 @@ class WindowCounters:
     """What one tenant did inside the measured window (after the warm-up, until arrivals stop)."""
 
     requests: int = 0
+    #: Attempts at requests of the window: first sends and clients' retries.
+    attempts: int = 0
     admitted: int = 0
     admission_rejects: int = 0
     never_admissible: int = 0
@@ -216,7 +218,9 @@ class Headline(_Result):
     window_start_s: float | None = Field(description="end of the warm-up (None: the run never left it)")
     window_end_s: float | None = Field(description="when arrivals stopped (or the run did)")
     requests: int = Field(description="requests that arrived in the window")
-    admission_reject_share: float | None = Field(description="429s / requests in the window")
+    admission_reject_share: float | None = Field(
+        description="429s / attempts in the window (an attempt: a request's first send or a client's retry)"
+    )
     never_admissible: int = Field(description="requests a full bucket would not hold (no Retry-After), in the window")
     contract_units_per_s: float = Field(description="sum of the contracted rates of the tenants that sent requests")
     overshoot_units_per_s: float | None = Field(description="units served beyond the bucket and forgiven, per second")
@@ -393,6 +397,7 @@ def headline_figures(
     senders = [i for i, w in enumerate(windows) if w.requests]
     contract = sum(rates[i] for i in senders)
     requests = sum(w.requests for w in windows)
+    attempts = sum(w.attempts for w in windows)
 
     def per_s(total: float) -> float | None:
         return total / span if span else None
@@ -416,7 +421,7 @@ def headline_figures(
         window_start_s=start,
         window_end_s=end,
         requests=requests,
-        admission_reject_share=sum(w.admission_rejects for w in windows) / requests if requests else None,
+        admission_reject_share=sum(w.admission_rejects for w in windows) / attempts if attempts else None,
         never_admissible=sum(w.never_admissible for w in windows),
         contract_units_per_s=contract,
         overshoot_units_per_s=overshoot,
