@@ -293,6 +293,7 @@ class Simulation:
         self.buckets = [Bucket(t.bucket_rate, t.bucket_depth) for t in setup.tenants]
         self.ledger = Ledger(self.policy, MemoryBuckets(self.buckets))
         self.streams = self.policy.streams
+        self.reserves = self.policy.reserves
         self.bill_failed_prefill = scenario.failed_prefill_billing == "tenant"
         self.holders: list[dict[int, Request]] = [{} for _ in setup.tenants]
         self.pools = [
@@ -359,6 +360,8 @@ class Simulation:
         self._closed_active = 0
         self._open_alive = False
         self._pending_retries = 0
+        #: Events the loop processed (arrivals, engine steps, cancellations, failures, ...): the benchmark's figure.
+        self.events = 0
         #: Rows of --trace and --timeseries (TRACE_COLUMNS, TIMESERIES_COLUMNS), kept only when asked for.
         self.trace: list[tuple[object, ...]] | None = [] if trace else None
         self.timeseries: list[tuple[object, ...]] | None = [] if timeseries_interval_s else None
@@ -478,6 +481,7 @@ class Simulation:
                         break
         except KeyboardInterrupt:
             partial, stopped_by = True, "interrupted"
+        self.events = processed
         return self._result(partial, stopped_by)
 
     def _sample(self, now: float) -> None:
@@ -729,20 +733,26 @@ class Simulation:
         self, tenant: int, pool: PoolRuntime, count: int, steps: int, dt: float, now: float, itl_bin: int
     ) -> None:
         """``count`` of a tenant's sequences each streamed ``steps`` tokens, one every ``dt`` seconds."""
+        # Called once per tenant per engine step: the simulator's innermost path, so the work is inlined.
         counters = self.counters[tenant]
         tokens = steps * count
         counters.itl.add_at(itl_bin, tokens)
         counters.output_tokens += tokens
         w = self.output_weights[tenant][pool.index]
         units = w * tokens
-        self.gateway.charge(pool.index, tenant, units)
+        counters.served_units += units
+        gateway = self.gateway
+        if gateway.fair:
+            gateway.schedulers[pool.index].charge(tenant, units)
         if self.measuring:
-            counters.window.itl.add_at(itl_bin, tokens)
-            self._served(pool.index, tenant, units)
+            window = counters.window
+            window.itl.add_at(itl_bin, tokens)
+            window.served_units += units
+            self.fair_share.serve(pool.index, tenant, units)
         if self.streams:
             self._stream(tenant, units, now)
-        if self.policy.reserves:
-            counters.unused_change(now, -w * count * steps)
+        if self.reserves:
+            counters.unused_change(now, -w * tokens)
             # Tokens arrive at the end of each step, not all at the end of the macro-step.
             counters.unused_reservation_unit_s -= w * count * dt * steps * (steps - 1) / 2
 
