@@ -3,6 +3,7 @@
 Usage (from the repo root, quotacalc installed):
 
     python bench/simulate.py [--requests 10000,30000,100000] [--replicas 1,2,4,8] [--markdown]
+    python bench/simulate.py --example [--seeds 3] [--markdown]   # the shipped example, every policy
 
 The pool is the method's worked example (Llama 3.3 70B FP8, TP 4, H100); four tenants with
 lognormal prompts (median 1,500) and outputs (median 250), cancellations and disconnects, under
@@ -15,9 +16,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
-from quotacalc.inputs.scenario import scenario_from_dict
+from quotacalc.inputs.scenario import load_scenario, scenario_from_dict
 from quotacalc.sim.events import Simulation, build_setup, busy_fraction
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulate-platform.yaml"
 
 DEPLOYMENT = {
     "model": "Llama-3.3-70B-Instruct",
@@ -64,14 +68,39 @@ def scenario(requests: int, replicas: int, policy: str) -> dict:
     }
 
 
-def measure(requests: int, replicas: int, policy: str) -> tuple[float, float, float, int, float]:
+def measure(requests: int, replicas: int, policy: str) -> tuple[float, float, float, int, float, int]:
     setup = build_setup(scenario_from_dict(scenario(requests, replicas, policy)))
     start, start_cpu = time.perf_counter(), time.process_time()
     simulation = Simulation(setup, policy, "fair")
     result = simulation.run()
     wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     steps = sum(r.version for pool in simulation.pools for r in pool.replicas)
-    return wall, cpu, result.simulated_s, steps, busy_fraction(simulation)
+    return wall, cpu, result.simulated_s, steps, busy_fraction(simulation), simulation.events
+
+
+def example(seeds: int, markdown: bool) -> None:
+    """The shipped example, every policy under every queueing mode, for each of ``seeds`` seeds (as --seeds runs)."""
+    setup = build_setup(load_scenario(str(EXAMPLE)))
+    scenario_ = setup.loaded.scenario
+    combos = [(p, q) for q in scenario_.queueing for p in scenario_.policies]
+    start, start_cpu = time.perf_counter(), time.process_time()
+    events = requests = 0
+    for offset in range(seeds):
+        for policy, queueing in combos:
+            simulation = Simulation(setup, policy, queueing, seed=scenario_.seed + offset)
+            result = simulation.run()
+            events += simulation.events
+            requests += result.requests
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    runs = seeds * len(combos)
+    if markdown:
+        print("| seeds | runs | requests | events | wall | CPU | events/s (CPU) |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"| {seeds} | {runs} | {requests:,} | {events:,} | {wall:.1f} s | {cpu:.1f} s | {events / cpu:,.0f} |")
+    else:
+        print(
+            f"{seeds} seeds, {runs} runs, {requests:,} requests, {events:,} events: {wall:.1f} s wall, {cpu:.1f} s CPU"
+        )
 
 
 def main() -> None:
@@ -80,7 +109,12 @@ def main() -> None:
     parser.add_argument("--replicas", default="1,2,4,8")
     parser.add_argument("--policy", default="reserve_capped")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--example", action="store_true", help="time the shipped example, every policy")
+    parser.add_argument("--seeds", type=int, default=1, help="with --example: seeds, as simulate --seeds runs")
     args = parser.parse_args()
+    if args.example:
+        example(args.seeds, args.markdown)
+        return
     rows = []
     for requests in (int(n) for n in args.requests.split(",")):
         rows.append((requests, 4, *measure(requests, 4, args.policy)))
@@ -89,13 +123,17 @@ def main() -> None:
             rows.append((30000, replicas, *measure(30000, replicas, args.policy)))
     rows.sort(key=lambda row: (row[1] != 4, row[1], row[0]))
     if args.markdown:
-        print("| requests | replicas | wall | CPU | simulated | engine (macro-)steps | CPU µs per request | busy |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for requests, replicas, wall, cpu, simulated, steps, busy in rows:
+        print(
+            "| requests | replicas | wall | CPU | simulated | engine (macro-)steps | events | events/s (CPU) "
+            "| CPU µs per request | busy |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for requests, replicas, wall, cpu, simulated, steps, busy, events in rows:
         per_request = cpu / requests * 1e6
         if args.markdown:
             print(
-                f"| {requests:,} | {replicas} | {wall:.1f} s | {cpu:.1f} s | {simulated:,.0f} s | {steps:,} | {per_request:.0f} | {busy:.0%} |"
+                f"| {requests:,} | {replicas} | {wall:.1f} s | {cpu:.1f} s | {simulated:,.0f} s | {steps:,} | {events:,} "
+                f"| {events / cpu:,.0f} | {per_request:.0f} | {busy:.0%} |"
             )
         else:
             print(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quotacalc.admission.policies import POLICY_NAMES
 from quotacalc.inputs.scenario import scenario_from_dict
 from quotacalc.sim.events import Simulation, build_setup
 
@@ -130,7 +131,7 @@ def test_single_server_queue_matches_the_textbook_mean_wait():
         },
         requests=40000,
         seed=3,
-        policies=["debit_on_completion"],
+        policies=["debit_on_completion_forgiving"],
         queueing=["deep_priority"],
         engine={"max_num_seqs": 1},
     )
@@ -141,7 +142,7 @@ def test_single_server_queue_matches_the_textbook_mean_wait():
     lam = 0.5 / mean_s
     document["workload"]["tenants"][0]["arrival"]["rate_rps"] = lam
     setup = build_setup(scenario_from_dict(document))
-    result = Simulation(setup, "debit_on_completion", "deep_priority").run()
+    result = Simulation(setup, "debit_on_completion_forgiving", "deep_priority").run()
     expected = lam * second_moment / (2 * (1 - 0.5))
     mm1 = 0.5 / (1 / mean_s - lam)
     assert expected == pytest.approx(mm1, rel=0.05)  # the M/M/1 textbook figure, nearly
@@ -162,12 +163,10 @@ def test_json_shape(run_cli):
     code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "200", "--json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["command"] == "simulate" and document["schema_version"] == 1 and document["partial"] is False
+    assert document["command"] == "simulate" and document["schema_version"] == 2 and document["partial"] is False
     runs = document["policies"]
     assert {(r["policy"], r["queueing"]) for r in runs} == {
-        (p, q)
-        for p in ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
-        for q in ("fair", "deep_priority")
+        (p, q) for p in POLICY_NAMES for q in ("fair", "deep_priority")
     }
     required = [
         "policy",
@@ -184,7 +183,7 @@ def test_json_shape(run_cli):
         assert all(key in run for key in required)
         assert run["leaked_reservation_units"] == 0
         assert run["tenants"] and all("tenant" in t and "admission_rejects" in t for t in run["tenants"])
-        if run["policy"] != "debit_on_completion":
+        if run["policy"] != "debit_on_completion_forgiving":
             assert run["quota_overshoot_units"] == 0  # reservations are taken before the units are used
 
 
@@ -205,6 +204,16 @@ def test_plot_svg_is_written_and_deterministic(run_cli, tmp_path):
     assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(first))[0] == 0
     assert run_cli("simulate", str(scenario), "--requests", "50", "--json", "--plot", str(second))[0] == 0
     assert first.read_text().startswith("<?xml") and first.read_bytes() == second.read_bytes()
+    # Every policy's per-tenant TTFT and live KV, and no panel without data.
+    from quotacalc.cli.sim_plot import panels
+    from quotacalc.sim.events import Simulation, build_setup
+
+    setup = build_setup(scenario_from_dict(document, base=EXAMPLE.parent))
+    shown = panels([Simulation(setup, p, "fair").run() for p in ("reserve_capped", "incremental_lease")])
+    titles = [title for title, _ in shown]
+    assert "TTFT p99 by tenant, s" in titles and any("live KV" in title for title in titles)
+    assert all(any(v for values in bars.values() for v in values) for _, bars in shown)
+    assert all(len(values) == 2 for _, bars in shown for values in bars.values())
     png = tmp_path / "c.png"
     assert run_cli("simulate", str(scenario), "--requests", "20", "--json", "--plot", str(png))[0] == 0
     assert png.read_bytes().startswith(b"\x89PNG")
@@ -237,7 +246,7 @@ def _terminal_document(**workload_extra: object) -> dict:
     )
 
 
-@pytest.mark.parametrize("policy", ["reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion"])
+@pytest.mark.parametrize("policy", POLICY_NAMES)
 @pytest.mark.parametrize("queueing", ["fair", "deep_priority"])
 def test_every_terminal_path_releases_its_reservation(policy, queueing):
     setup = build_setup(scenario_from_dict(_terminal_document()))
@@ -247,8 +256,9 @@ def test_every_terminal_path_releases_its_reservation(policy, queueing):
     assert result.leaked_reservation_units == 0
     assert result.live_requests == 0
     assert sum(result.terminal.values()) == result.admitted
-    if policy != "debit_on_completion":  # every unit held was either debited or released
-        assert result.reserved_units == pytest.approx(result.debited_units + result.released_units, rel=1e-9)
+    # Every unit taken from a bucket (held, streamed or charged at the end) was billed or released.
+    taken = result.reserved_units + result.streamed_units + result.charged_units
+    assert taken == pytest.approx(result.debited_units + result.released_units, rel=1e-9)
     assert result.engine_output_tokens == result.output_tokens
 
 
@@ -269,7 +279,7 @@ def test_leases_stop_cleanly_at_the_quota_boundary():
     document["plan"]["tenants"][0]["units_per_s"] = 2000.0  # far below 5 rps × (100 + W × 2000)
     setup = build_setup(scenario_from_dict(document))
     lease = Simulation(setup, "incremental_lease", "fair").run()
-    debit = Simulation(setup, "debit_on_completion", "fair").run()
+    debit = Simulation(setup, "debit_on_completion_forgiving", "fair").run()
     assert lease.terminal.get("quota_stop", 0) > 0
     assert lease.quota_overshoot_units == 0 and lease.bucket_min_units >= 0
     assert debit.quota_overshoot_units > 0 and debit.bucket_min_units >= 0
@@ -457,11 +467,12 @@ def test_one_request_by_hand():
         "quota_stop": 0,
         "cancel": 0,
         "disconnect": 0,
+        "timeout": 0,
         "error": 0,
         "engine_failure": 0,
         "queue_full": 0,
     }
-    assert result.other_rejects == {"context": 0, "kv_cap": 0}
+    assert result.other_rejects == {"context": 0, "kv_cap": 0, "never_admissible": 0}
 
 
 def _two_tenants_at_once(tmp_path: Path, replicas: int) -> dict:
@@ -579,14 +590,28 @@ def test_every_outcome_key_is_present_and_warnings_are_listed(run_cli):
     assert code == 0, err
     document = json.loads(out)
     assert document["warnings"] == [LONG_POOL_WARNING]
-    terminal = ["eos", "length", "quota_stop", "cancel", "disconnect", "error", "engine_failure", "queue_full"]
+    terminal = [
+        "eos",
+        "length",
+        "quota_stop",
+        "cancel",
+        "disconnect",
+        "timeout",
+        "error",
+        "engine_failure",
+        "queue_full",
+    ]
     for run in document["policies"]:
         for figures in (run, *run["tenants"]):
             assert list(figures["terminal"]) == terminal
-            assert list(figures["other_rejects"]) == ["context", "kv_cap"]
+            assert list(figures["other_rejects"]) == ["context", "kv_cap", "never_admissible"]
             assert sum(figures["terminal"].values()) == figures["admitted"]
         # 50 requests with no prompt above 32K and no engine failure within a few seconds: zeros, not missing keys.
-        assert run["terminal"]["engine_failure"] == 0 and run["other_rejects"] == {"context": 0, "kv_cap": 0}
+        assert run["terminal"]["engine_failure"] == 0 and run["other_rejects"] == {
+            "context": 0,
+            "kv_cap": 0,
+            "never_admissible": 0,
+        }
 
 
 def test_a_pool_runs_at_the_batch_its_price_and_generate_use(run_cli):

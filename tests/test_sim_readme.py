@@ -3,13 +3,15 @@ bytes): a change to the simulator or the prices that moves a figure fails here u
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from quotacalc.admission.policies import POLICY_NAMES
+
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(
-    r"^\s*(reserve_max_tokens|reserve_capped|incremental_lease|debit_on_completion)\s+(fair|deep_priority)\s"
-)
+ROW = re.compile(rf"^\s*({'|'.join(POLICY_NAMES)})\s+(fair|deep_priority)\s")
+EXAMPLE = ROOT / "examples" / "simulate-platform.yaml"
 
 
 def _rows(text: str) -> list[str]:
@@ -18,23 +20,22 @@ def _rows(text: str) -> list[str]:
 
 def test_the_readmes_simulate_table_is_what_simulate_prints(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    code, out, err = run_cli("simulate", str(ROOT / "examples" / "simulate-platform.yaml"))
+    code, out, err = run_cli("simulate", str(EXAMPLE))
     assert code == 0, err
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     shown = _rows(
         readme[readme.index("quotacalc simulate examples/simulate-platform.yaml            # the table below") :]
     )
-    assert len(shown) == 8
-    assert _rows(out)[:8] == shown
-    # The sentence under the table: initech's TTFT p99 under debit_on_completion, fair against deep_priority (the
-    # per-tenant table's column before ITL p99; debit_on_completion is the fourth policy of each queueing mode).
-    initech = [line.split() for line in out.splitlines() if re.match(r"^\s+initech\s", line)]
-    assert len(initech) == 8
-
-    def ttft_p99_s(tokens: list[str]) -> float:
-        value, unit = float(tokens[-4]), tokens[-3]
-        return value / 1000 if unit == "ms" else value
-
-    fair, deep = ttft_p99_s(initech[3]), ttft_p99_s(initech[7])
-    stated = f"{fair:.2f} s with fair queueing against {deep:.1f} s under `deep_priority`"
+    runs = 2 * len(POLICY_NAMES)  # the example compares every policy under both queueing modes
+    assert len(shown) == runs
+    assert _rows(out)[:runs] == shown  # the headline table comes first
+    # The sentence under the table: initech's TTFT p99 under debit_on_completion_forgiving, fair against deep_priority.
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--json")
+    assert code == 0, err
+    ttft = {
+        run["queueing"]: next(t["ttft_p99_s"] for t in run["tenants"] if t["tenant"] == "initech")
+        for run in json.loads(out)["policies"]
+        if run["policy"] == "debit_on_completion_forgiving"
+    }
+    stated = f"{ttft['fair']:.2f} s with fair queueing against {ttft['deep_priority']:.1f} s under `deep_priority`"
     assert stated in " ".join(readme.split())

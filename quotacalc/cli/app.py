@@ -555,11 +555,41 @@ def simulate_command(
         int | None,
         typer.Option("--requests", help="stop arrivals after N requests", parser=whole_number, metavar="<int>"),
     ] = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--seeds",
+            help="run N seeds (the seed, then +1, ...): each headline figure's mean and 95% interval",
+            parser=whole_number,
+            metavar="<int>",
+        ),
+    ] = None,
+    trace: Annotated[
+        str | None, typer.Option("--trace", help="write one row per request to FILE.jsonl, .csv or .parquet")
+    ] = None,
+    timeseries: Annotated[
+        str | None,
+        typer.Option("--timeseries", help="write each tenant's bucket, queue, served units and live KV over time"),
+    ] = None,
+    max_seconds: Annotated[
+        float | None,
+        typer.Option("--max-seconds", help="stop after this much wall time, with what was simulated (exit 0)"),
+    ] = None,
 ):
     """Simulate admission policies and queueing on a plan's pool, side by side (rejects, overshoot, latency)."""
     from quotacalc.cli.simulate import run_simulate
 
-    run_simulate(scenario, seed=seed, as_json=as_json, plot=plot, requests=requests)
+    run_simulate(
+        scenario,
+        seed=seed,
+        as_json=as_json,
+        plot=plot,
+        requests=requests,
+        seeds=seeds,
+        trace=trace,
+        timeseries=timeseries,
+        max_seconds=max_seconds,
+    )
 
 
 # The body lives in cli/calibrate.py (imported when calibrate runs; the summary is its help's first paragraph,

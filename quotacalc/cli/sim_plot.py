@@ -26,8 +26,44 @@ def require_matplotlib() -> None:
         ) from None
 
 
-def plot_runs(runs: list[PolicyRun], ttft_samples: list[dict[str, list[float]]], path: Path) -> None:
-    """Write a PNG or SVG comparing the runs; deterministic bytes for the same runs."""
+def panels(runs: list[PolicyRun]) -> list[tuple[str, dict[str, list[float]]]]:
+    """Each panel's title and its bars (series name -> one value per run); a panel with nothing to show is left out."""
+    tenants = sorted({t.tenant for run in runs for t in run.tenants})
+
+    def by_tenant(figure: str) -> dict[str, list[float]]:
+        return {
+            name: [next((getattr(t, figure) or 0.0 for t in run.tenants if t.tenant == name), 0.0) for run in runs]
+            for name in tenants
+        }
+
+    def headline(figure: str, scale: float = 1.0) -> list[float]:
+        return [(getattr(run.headline, figure) or 0.0) * scale for run in runs]
+
+    candidates = [
+        ("429 share of requests, %", {"429s": headline("admission_reject_share", 100.0)}),
+        (
+            "overshoot and unused reservation, % of contracted units/s",
+            {
+                "overshoot": headline("overshoot_pct_of_contract"),
+                "unused reservation": headline("unused_reservation_pct_of_contract"),
+            },
+        ),
+        (
+            "TTFT p99, s: tenants within and above contract",
+            {"within contract": headline("ttft_p99_within_s"), "above contract": headline("ttft_p99_above_s")},
+        ),
+        ("TTFT p99 by tenant, s", by_tenant("ttft_p99_s")),
+        ("resident KV p99 by tenant, tokens (live KV)", by_tenant("resident_kv_p99_tokens")),
+        ("served share while backlogged, % (weight's share: its fair share)", {
+            **{name: [v * 100 for v in values] for name, values in by_tenant("served_share_backlogged").items()},
+        }),
+        ("goodput, units/s", {"goodput": [run.goodput_units_per_s for run in runs]}),
+    ]  # fmt: skip
+    return [(title, bars) for title, bars in candidates if any(v for values in bars.values() for v in values)]
+
+
+def plot_runs(runs: list[PolicyRun], path: Path) -> None:
+    """Write a PNG or SVG comparing the runs, one panel per figure with data; deterministic bytes for the same runs."""
     require_matplotlib()
     import matplotlib
 
@@ -36,32 +72,16 @@ def plot_runs(runs: list[PolicyRun], ttft_samples: list[dict[str, list[float]]],
 
     matplotlib.rcParams["svg.hashsalt"] = "quotacalc"  # stable element ids: same runs, same file
     labels = [f"{run.policy}\n{run.queueing}" for run in runs]
-    metrics = (
-        ("admission rejects (429)", [run.admission_rejects for run in runs]),
-        ("quota overshoot, units", [run.quota_overshoot_units for run in runs]),
-        ("unused reservation, unit·s", [run.unused_reservation_unit_s for run in runs]),
-        ("TTFT p99, s", [run.ttft_p99_s or 0.0 for run in runs]),
-        ("ITL p99, s", [run.itl_p99_s or 0.0 for run in runs]),
-        ("goodput, units/s", [run.goodput_units_per_s for run in runs]),
-    )
-    modes = sorted({run.queueing for run in runs})
-    figure, axes = plt.subplots(3, 3, figsize=(16, 13))
-    for axis, (title, values) in zip(axes.flat[:6], metrics, strict=True):
-        axis.bar(range(len(runs)), values, color="#4c72b0")
+    shown = panels(runs)
+    figure, axes = plt.subplots(max(1, len(shown)), 1, figsize=(14, 3.6 * max(1, len(shown))), squeeze=False)
+    for axis, (title, bars) in zip(axes.flat, shown, strict=False):
+        width = 0.8 / len(bars)
+        for offset, (name, values) in enumerate(bars.items()):
+            axis.bar([i + (offset - (len(bars) - 1) / 2) * width for i in range(len(runs))], values, width, label=name)
         axis.set_title(title)
-        axis.set_xticks(range(len(runs)), labels, rotation=60, ha="right", fontsize=7)
-    for axis, mode in zip(axes.flat[6:], modes, strict=False):
-        index = next(i for i, run in enumerate(runs) if run.queueing == mode)
-        for tenant, values in sorted(ttft_samples[index].items()):
-            ordered = sorted(values)
-            axis.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=tenant)
-        axis.set_xscale("log")
-        axis.set_title(f"TTFT by tenant ({runs[index].policy}, {mode})")
-        axis.set_xlabel("seconds")
-        axis.set_ylabel("share of requests")
-        axis.legend(fontsize=7)
-    for axis in axes.flat[6 + len(modes) :]:
-        axis.axis("off")
+        axis.set_xticks(range(len(runs)), labels, fontsize=7)
+        if len(bars) > 1:
+            axis.legend(fontsize=7, ncols=min(len(bars), 6))
     figure.tight_layout()
     buffer = io.BytesIO()
     kind = path.suffix.lower().lstrip(".")

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from quotacalc.sim.events import SimSetup
     from quotacalc.sim.metrics import PolicyRun
 
-#: Bumped only when a key is renamed or removed; new keys may appear at any time.
-SIMULATE_SCHEMA_VERSION = 1
+#: Bumped only when a key or a policy's name is renamed or removed; new keys may appear at any time.
+SIMULATE_SCHEMA_VERSION = 2
 
 
 def _check_plot_folder(plot: Path) -> None:
@@ -39,15 +39,38 @@ def _check_plot_folder(plot: Path) -> None:
     raise UsageError(why, source=str(plot), field="--plot", fix="name a file in a directory you can write")
 
 
-def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None, requests: int | None) -> None:
+#: The most seeds --seeds runs (each runs every policy and queueing mode again).
+MAX_SEEDS = 1000
+#: Formats --trace and --timeseries write, by suffix (Parquet needs pyarrow: the 'trace' extra).
+TABLE_FORMATS = (".jsonl", ".csv", ".parquet")
+
+
+def run_simulate(
+    path: str,
+    *,
+    seed: int | None,
+    as_json: bool,
+    plot: str | None,
+    requests: int | None,
+    seeds: int | None = None,
+    trace: str | None = None,
+    timeseries: str | None = None,
+    max_seconds: float | None = None,
+) -> None:
     """The command's body."""
     from quotacalc.inputs.scenario import MAX_EXPECTED_REQUESTS, MAX_SEED, load_scenario
-    from quotacalc.sim.events import Simulation, build_setup
+    from quotacalc.sim.events import TIMESERIES_COLUMNS, TRACE_COLUMNS, Simulation, build_setup
 
     if plot is not None and Path(plot).suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"cannot plot to '{plot}'", field="--plot", fix="name a .png or .svg file")
     _check_range("--requests", requests, 1, MAX_EXPECTED_REQUESTS)
     _check_range("--seed", seed, 0, MAX_SEED)
+    _check_range("--seeds", seeds, 1, MAX_SEEDS)
+    if max_seconds is not None and not (0 < max_seconds < float("inf")):
+        raise QuotacalcError(f"must be a positive number of seconds, got {max_seconds:g}", field="--max-seconds")
+    for flag, target in (("--trace", trace), ("--timeseries", timeseries)):
+        if target is not None:
+            _check_table_target(flag, Path(target))
     if plot is not None:
         from quotacalc.cli.sim_plot import require_matplotlib
 
@@ -62,36 +85,160 @@ def run_simulate(path: str, *, seed: int | None, as_json: bool, plot: str | None
     loaded = load_scenario(path, updates)
     setup = build_setup(loaded)
     scenario = loaded.scenario
+    if seed is not None and seed + (seeds or 1) - 1 > MAX_SEED:
+        raise QuotacalcError(f"--seed {seed:,} with --seeds {seeds:,} runs past the largest seed", field="--seeds")
+    seed_list = [scenario.seed + offset for offset in range(seeds or 1)]
     combos = [(policy, queueing) for queueing in scenario.queueing for policy in scenario.policies]
     runs: list[PolicyRun] = []
-    ttft_samples: list[dict[str, list[float]]] = []
-    with _progress(len(combos)) as advance:
-        for number, (policy, queueing) in enumerate(combos):
-            simulation = Simulation(setup, policy, queueing)
-            result = simulation.run(progress=lambda done, n=number: advance(n + done))
-            runs.append(result)
-            ttft_samples.append(
-                {t.name: list(c.ttft_s) for t, c in zip(setup.tenants, simulation.counters, strict=True) if c.ttft_s}
-            )
-            if result.partial:
+    seed_runs: list[tuple[int, PolicyRun]] = []
+    trace_rows: list[dict[str, Any]] = []
+    series_rows: list[dict[str, Any]] = []
+    total = len(combos) * len(seed_list)
+    import time
+
+    started = time.monotonic()
+    stopped_by: str | None = None
+    with _progress(total) as advance:
+        for seed_number, run_seed in enumerate(seed_list):
+            for number, (policy, queueing) in enumerate(combos):
+                done_before = seed_number * len(combos) + number
+                # --max-seconds: each run that remains gets an equal share of the wall time that remains.
+                deadline = None
+                if max_seconds is not None:
+                    left = max_seconds - (time.monotonic() - started)
+                    deadline = time.monotonic() + max(0.0, left) / (total - done_before)
+                simulation = Simulation(
+                    setup,
+                    policy,
+                    queueing,
+                    trace=trace is not None,
+                    timeseries_interval_s=scenario.timeseries_interval_s if timeseries is not None else None,
+                    seed=run_seed,
+                )
+                result = simulation.run(
+                    progress=lambda done, n=done_before: advance(n + done),
+                    should_stop=None if deadline is None else (lambda d=deadline: time.monotonic() >= d),
+                )
+                seed_runs.append((run_seed, result))
+                extra = {"seed": run_seed, "policy": policy, "queueing": queueing}
+                if simulation.trace is not None:
+                    trace_rows += [{**extra, **dict(zip(TRACE_COLUMNS, row, strict=True))} for row in simulation.trace]
+                if simulation.timeseries is not None:
+                    series_rows += [
+                        {**extra, **dict(zip(TIMESERIES_COLUMNS, row, strict=True))} for row in simulation.timeseries
+                    ]
+                if seed_number == 0:
+                    runs.append(result)
+                if result.stopped_by == "interrupted":
+                    stopped_by = "interrupted"
+                    break
+                if result.stopped_by == "max_seconds":
+                    stopped_by = "max_seconds"
+            if stopped_by == "interrupted":
                 break
-    partial = any(run.partial for run in runs) or len(runs) < len(combos)
-    document = simulate_json(setup, runs, partial=partial)
+    partial = stopped_by is not None or len(seed_runs) < total
+    summary = _seed_summary(seed_runs, combos) if seeds is not None else None
+    document = simulate_json(setup, runs, partial=partial, seeds=seed_list if seeds else None, summary=summary)
+    if stopped_by is not None:
+        document["stopped_by"] = stopped_by
     if as_json:
         sys.stdout.write(json.dumps(document, indent=2, allow_nan=False) + "\n")
     else:
-        _tables(setup, runs, partial=partial)
+        _tables(setup, runs, partial=partial, summary=summary, seeds=seed_list if seeds else None)
+    if trace is not None:
+        _write_table(Path(trace), ("seed", "policy", "queueing", *TRACE_COLUMNS), trace_rows, flag="--trace")
+    if timeseries is not None:
+        columns = ("seed", "policy", "queueing", *TIMESERIES_COLUMNS)
+        _write_table(Path(timeseries), columns, series_rows, flag="--timeseries")
     if plot is not None:
         from quotacalc.cli.sim_plot import plot_runs
 
-        plot_runs(runs, ttft_samples, Path(plot))
+        plot_runs(runs, Path(plot))
     from quotacalc.cli.streams import print_warnings
 
     print_warnings(setup.warnings)
-    if partial:
+    if stopped_by == "max_seconds":
+        sys.stderr.write("quotacalc: --max-seconds reached: the results above cover what was simulated\n")
+    elif partial:
         # 128 + SIGINT, as everywhere in quotacalc: an interrupted CI job must never look green.
         sys.stderr.write("quotacalc: interrupted: the results above are partial\n")
         sys.exit(130)
+
+
+def _seed_summary(seed_runs: list[tuple[int, PolicyRun]], combos: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    from quotacalc.sim.metrics import seed_summary
+
+    summary = []
+    for policy, queueing in combos:
+        headlines = [run.headline for _, run in seed_runs if run.policy == policy and run.queueing == queueing]
+        figures = seed_summary(headlines)
+        summary.append(
+            {
+                "policy": policy,
+                "queueing": queueing,
+                "seeds": len(headlines),
+                "figures": {name: value.model_dump() for name, value in figures.items()},
+            }
+        )
+    return summary
+
+
+def _check_table_target(flag: str, target: Path) -> None:
+    """A --trace or --timeseries file: a known format, in a folder that exists, checked before the run."""
+    suffix = target.suffix.lower()
+    if suffix not in TABLE_FORMATS:
+        raise UsageError(
+            f"cannot write '{target}'", field=flag, fix=f"name a {', '.join(TABLE_FORMATS)} file (by its suffix)"
+        )
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "writing Parquet needs pyarrow",
+                field=flag,
+                fix="pip install 'quotacalc[trace]', or name a .jsonl or .csv file",
+            ) from None
+    folder = target.parent
+    if target.is_dir() or not folder.is_dir():
+        raise UsageError(
+            "is a directory" if target.is_dir() else "is in no folder that exists",
+            source=str(target),
+            field=flag,
+            fix="name a file in a directory you can write",
+        )
+
+
+def _write_table(target: Path, columns: tuple[str, ...], rows: list[dict[str, Any]], *, flag: str) -> None:
+    """Rows to JSONL, CSV or Parquet, written atomically."""
+    from quotacalc.fileio import unwritable, write_bytes_atomic
+
+    suffix = target.suffix.lower()
+    if suffix == ".jsonl":
+        data = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows).encode()
+    elif suffix == ".csv":
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        data = buffer.getvalue().encode()
+    else:
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(rows, schema=None) if rows else pa.table({c: [] for c in columns})
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        data = sink.getvalue()
+    try:
+        write_bytes_atomic(target, data)
+    except OSError as error:
+        raise unwritable(error, target, field=flag) from None
 
 
 def _check_range(flag: str, value: int | None, low: int, high: int) -> None:
@@ -101,42 +248,68 @@ def _check_range(flag: str, value: int | None, low: int, high: int) -> None:
 
 
 class _progress:
-    """A rich progress bar on stderr, only when stderr is a terminal; ``advance(done_runs)``."""
+    """A progress bar on stderr with the time left, shown once a run has taken a second, on a terminal only;
+    ``advance(done_runs)`` (a fraction of a run counts)."""
+
+    #: Seconds before the bar appears: a quick run prints nothing but its results.
+    DELAY_S = 1.0
 
     def __init__(self, total: int) -> None:
+        import time
+
         self.total = total
         self.bar: Any = None
+        self.started = time.monotonic()
+        self.enabled = sys.stderr.isatty()
 
     def __enter__(self):
-        if sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(
-                TextColumn("simulating"),
-                BarColumn(),
-                TextColumn("{task.percentage:>3.0f}%"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("simulate", total=self.total)
         return self._advance
 
+    def _start(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("simulating"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("simulate", total=self.total)
+
     def _advance(self, completed: float) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, completed=completed)
+        if not self.enabled:
+            return
+        if self.bar is None:
+            import time
+
+            if time.monotonic() - self.started < self.DELAY_S:
+                return
+            self._start()
+        self.bar.update(self.task, completed=completed)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-def simulate_json(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> dict[str, Any]:
-    """The ``--json`` document: stable keys, no NaN, every run with its per-tenant breakdown."""
+def simulate_json(
+    setup: SimSetup,
+    runs: list[PolicyRun],
+    *,
+    partial: bool,
+    seeds: list[int] | None = None,
+    summary: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The ``--json`` document: stable keys, no NaN, every run with its per-tenant breakdown (the first seed's),
+    and with --seeds each headline figure's mean and 95% interval over the seeds."""
     scenario = setup.loaded.scenario
-    return {
+    document = {
         "schema_version": SIMULATE_SCHEMA_VERSION,
         "command": "simulate",
         "partial": partial,
@@ -145,6 +318,8 @@ def simulate_json(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> d
         "scenario": {
             "source": setup.loaded.source,
             "seed": scenario.seed,
+            "warmup_fraction": scenario.warmup_fraction,
+            "failed_prefill_billing": scenario.failed_prefill_billing,
             "duration_s": scenario.duration_s,
             "requests": scenario.requests,
             "lease_tokens": scenario.lease_tokens,
@@ -165,6 +340,9 @@ def simulate_json(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> d
         ],
         "policies": [run.model_dump(mode="json") for run in runs],
     }
+    if seeds is not None:
+        document["seeds"] = {"seeds": seeds, "summary": summary}
+    return document
 
 
 def _fmt_s(value: float | None) -> str:
@@ -177,10 +355,29 @@ def _fmt_units(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}%"
+
+
+def _rate(value: float | None, pct: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f} ({_pct(pct)})"
+
+
+def _tables(
+    setup: SimSetup,
+    runs: list[PolicyRun],
+    *,
+    partial: bool,
+    summary: list[dict[str, Any]] | None = None,
+    seeds: list[int] | None = None,
+) -> None:
     from rich.box import SIMPLE_HEAD
     from rich.console import Console
     from rich.table import Table
+
+    from quotacalc.cli.tables import print_whole  # never cuts a figure, at any terminal width
 
     # Wide enough for the comparison when piped (rich assumes 80 columns off a terminal).
     console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 180))
@@ -190,8 +387,45 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         for p in setup.pools
     )
     console.print(f"{setup.loaded.source}: seed {scenario.seed}; {pools}")
+    console.print(
+        f"headline: after a warm-up of {scenario.warmup_fraction:.0%} of the run, until arrivals stop; "
+        f"a prefill the platform fails is billed to the {scenario.failed_prefill_billing}"
+    )
     if partial:
-        console.print("[bold yellow]partial: stopped early (Ctrl-C); the figures cover what was simulated[/]")
+        console.print("[bold yellow]partial: stopped early; the figures cover what was simulated[/]")
+    headline = Table(box=SIMPLE_HEAD)
+    for name in (
+        "policy",
+        "queueing",
+        "429 share",
+        "never adm.",
+        "overshoot units/s (% contract)",
+        "unused reserved units/s (% contract)",
+        "TTFT p99 within / above",
+        "ITL p99 within / above",
+        "Jain",
+    ):
+        headline.add_column(name, justify="left" if name in ("policy", "queueing") else "right", no_wrap=True)
+    for run in runs:
+        h = run.headline
+        headline.add_row(
+            run.policy + (" (partial)" if run.partial else ""),
+            run.queueing,
+            _pct(None if h.admission_reject_share is None else 100 * h.admission_reject_share),
+            f"{h.never_admissible:,}",
+            _rate(h.overshoot_units_per_s, h.overshoot_pct_of_contract),
+            _rate(h.unused_reservation_units_per_s, h.unused_reservation_pct_of_contract),
+            f"{_fmt_s(h.ttft_p99_within_s)} / {_fmt_s(h.ttft_p99_above_s)}",
+            f"{_fmt_s(h.itl_p99_within_s)} / {_fmt_s(h.itl_p99_above_s)}",
+            "-" if h.jain_fairness_index is None else f"{h.jain_fairness_index:.3f}",
+        )
+    print_whole(console, headline)
+    if summary is not None and seeds is not None:
+        print_whole(console, _summary_table(summary, seeds))
+    above = sorted({name for run in runs for name in run.headline.tenants_above_contract})
+    console.print(
+        "above contract (offered more units/s than contracted, in the window): " + (", ".join(above) or "none")
+    )
     columns = (
         ("policy", "left"),
         ("queueing", "left"),
@@ -206,9 +440,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("ITL p50/p99", "right"),
         ("goodput units/s", "right"),
     )
-    from quotacalc.cli.tables import print_whole  # never cuts a figure, at any terminal width
-
-    table = Table(box=SIMPLE_HEAD)
+    table = Table(box=SIMPLE_HEAD, title="whole run")
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for run in runs:
@@ -232,6 +464,7 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("policy / queueing", "left"),
         ("tenant", "left"),
         ("tier", "left"),
+        ("offered / contract", "right"),
         ("admitted", "right"),
         ("429s", "right"),
         ("other rejects", "left"),
@@ -240,6 +473,8 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
         ("KV p99", "right"),
         ("TTFT p99", "right"),
         ("ITL p99", "right"),
+        ("served / weight share", "right"),
+        ("mean wait by reason", "left"),
     ):
         tenants.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for run in runs:
@@ -248,6 +483,9 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
                 f"{run.policy} / {run.queueing}" if index == 0 else "",
                 tenant.tenant,
                 tenant.tier,
+                "-"
+                if tenant.offered_units_per_s is None
+                else f"{tenant.offered_units_per_s / tenant.bucket_rate_units_per_s:,.2f}x",
                 f"{tenant.admitted:,}/{tenant.requests:,}",
                 f"{tenant.admission_rejects:,}",
                 ", ".join(f"{k} {v:,}" for k, v in tenant.other_rejects.items() if v) or "-",
@@ -256,5 +494,51 @@ def _tables(setup: SimSetup, runs: list[PolicyRun], *, partial: bool) -> None:
                 "-" if tenant.resident_kv_p99_tokens is None else f"{tenant.resident_kv_p99_tokens:,.0f}",
                 _fmt_s(tenant.ttft_p99_s),
                 _fmt_s(tenant.itl_p99_s),
+                _share(tenant.served_share_backlogged, tenant.weight_share_backlogged),
+                _waits(tenant.wait_s_mean),
             )
     print_whole(console, tenants)
+
+
+def _summary_table(summary: list[dict[str, Any]], seeds: list[int]) -> Any:
+    """The headline's figures over the seeds: mean [95% interval]."""
+    from rich.box import SIMPLE_HEAD
+    from rich.table import Table
+
+    table = Table(box=SIMPLE_HEAD, title=f"over {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): mean [95% interval]")
+    columns = (
+        ("429 share", "admission_reject_share", lambda v: f"{100 * v:.1f}%"),
+        ("overshoot % contract", "overshoot_pct_of_contract", lambda v: f"{v:,.1f}%"),
+        ("unused reserved % contract", "unused_reservation_pct_of_contract", lambda v: f"{v:,.1f}%"),
+        ("TTFT p99 within", "ttft_p99_within_s", _fmt_s),
+        ("TTFT p99 above", "ttft_p99_above_s", _fmt_s),
+        ("Jain", "jain_fairness_index", lambda v: f"{v:.3f}"),
+    )
+    table.add_column("policy", no_wrap=True)
+    table.add_column("queueing", no_wrap=True)
+    for title, _, _ in columns:
+        table.add_column(title, justify="right", no_wrap=True)
+    for row in summary:
+        cells = []
+        for _, key, fmt in columns:
+            figure = row["figures"][key]
+            if figure["mean"] is None:
+                cells.append("-")
+            elif figure["ci95_low"] is None:
+                cells.append(fmt(figure["mean"]))
+            else:
+                cells.append(f"{fmt(figure['mean'])} [{fmt(figure['ci95_low'])}, {fmt(figure['ci95_high'])}]")
+        table.add_row(row["policy"], row["queueing"], *cells)
+    return table
+
+
+def _share(served: float | None, weight: float | None) -> str:
+    if served is None or weight is None:
+        return "-"
+    return f"{served:.0%} / {weight:.0%}"
+
+
+def _waits(waits: dict[str, float]) -> str:
+    """The reasons a request waited, longest first, those under a millisecond left out."""
+    shown = sorted(((seconds, reason) for reason, seconds in waits.items() if seconds >= 1e-3), reverse=True)
+    return ", ".join(f"{reason} {_fmt_s(seconds)}" for seconds, reason in shown) or "-"

@@ -14,11 +14,14 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from quotacalc.admission.policies import POLICY_NAMES, RETIRED_NAMES
 from quotacalc.core.deployment import MAX_BATCH, MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_TOKENS_PER_REQUEST, digit_count
 from quotacalc.core.plan import Plan
 from quotacalc.errors import QuotacalcError, close_names
 
-POLICY_NAMES = ("reserve_max_tokens", "reserve_capped", "incremental_lease", "debit_on_completion")
+#: Who pays for the prompt of a request that ends before its first token through no act of the client (an engine
+#: failure or error during prefill): the platform (the tenant received nothing, docs/method.md) or the tenant.
+FAILED_PREFILL_BILLING = ("platform", "tenant")
 QUEUEING_NAMES = ("fair", "deep_priority")
 #: A scenario expected to send more requests than this without a request cap is a typo, not a plan:
 #: at ~150 us a request it would run for hours.
@@ -181,12 +184,26 @@ class Replay(_Strict):
         return value
 
 
-Arrival = Annotated[Poisson | OnOff | Replay, Field(discriminator="kind")]
+#: The most users a closed loop may simulate (each is a pending event at all times).
+MAX_CLOSED_LOOP_USERS = 1_000_000
+
+
+class ClosedLoop(_Strict):
+    """N users, each sending its next request a think time after its previous one ended (or was refused)."""
+
+    kind: Literal["closed_loop"]
+    users: int = Field(ge=1, le=MAX_CLOSED_LOOP_USERS, description="users, each with one request at a time")
+    think_s_mean: float = Field(description="mean think time between a request's end and the next, seconds (exp.)")
+
+    _think = field_validator("think_s_mean")(classmethod(lambda cls, v: _seconds(v)))
+
+
+Arrival = Annotated[Poisson | OnOff | Replay | ClosedLoop, Field(discriminator="kind")]
 
 #: Each ``kind`` of a length distribution or an arrival, and its model: an unknown key lists the kind's own keys.
 _KINDS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["kind"].annotation)[0]: model
-    for model in (Fixed, Lognormal, Exponential, Empirical, Poisson, OnOff, Replay)
+    for model in (Fixed, Lognormal, Exponential, Empirical, Poisson, OnOff, Replay, ClosedLoop)
 }
 
 
@@ -205,8 +222,25 @@ class TenantWorkload(_Strict):
     cancel_after_s_mean: float = Field(5.0, description="mean delay from arrival to a cancellation, seconds")
     disconnect_probability: float = Field(0.0, ge=0, le=1, description="share of streams the client drops mid-way")
     error_probability: float = Field(0.0, ge=0, le=1, description="share of requests ending in an engine error")
+    max_retries: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="times a client retries a 429 (after its Retry-After, with jitter) or, with "
+        "retry_on_engine_failure, an engine failure; then it gives up",
+    )
+    retry_jitter: float = Field(
+        0.2, ge=0, le=10, description="a retry waits Retry-After x (1 + retry_jitter x U), U uniform on [0, 1)"
+    )
+    retry_on_engine_failure: bool = Field(
+        False, description="a request lost to an engine failure is sent again at once (another replica takes it)"
+    )
+    timeout_s: float | None = Field(
+        None, description="a client abandons a request with no first token this long after it first sent it"
+    )
 
     _delay = field_validator("cancel_after_s_mean")(classmethod(lambda cls, v: _seconds(v)))
+    _timeout = field_validator("timeout_s")(classmethod(lambda cls, v: None if v is None else _seconds(v)))
 
     @field_validator("max_tokens")
     @classmethod
@@ -279,6 +313,20 @@ class EngineSettings(_Strict):
         return value
 
 
+def _policy_name(name: str) -> str:
+    """A registered policy's name; a retired one is refused with what to name instead, never run as another."""
+    if name in RETIRED_NAMES:
+        raise ValueError(f"policy '{name}' is retired: {RETIRED_NAMES[name]}")
+    if name not in POLICY_NAMES:
+        close = close_names(name, list(POLICY_NAMES), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ValueError(f"unknown policy '{name}': {hint}one of {', '.join(POLICY_NAMES)}")
+    return name
+
+
+PolicyName = Annotated[str, AfterValidator(_policy_name)]
+
+
 class Scenario(_Strict):
     """A simulation: a plan, its workload, and what to compare."""
 
@@ -293,10 +341,22 @@ class Scenario(_Strict):
     seed: int = Field(
         0, ge=0, le=MAX_SEED, description="random seed: the same seed gives the same output, byte for byte"
     )
-    policies: tuple[Literal[POLICY_NAMES], ...] = Field(POLICY_NAMES, min_length=1)  # type: ignore[valid-type]
+    policies: tuple[PolicyName, ...] = Field(POLICY_NAMES, min_length=1, description="admission policies to compare")
     queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
     lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
     window_s: float = Field(60.0, description="window over which quota overshoot is reported, seconds")
+    warmup_fraction: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="share of the run (of duration_s, else of the requests) left out of the headline figures, so "
+        "that buckets starting full do not flatter a short run",
+    )
+    timeseries_interval_s: float = Field(1.0, description="--timeseries: simulated seconds between samples")
+    failed_prefill_billing: Literal[FAILED_PREFILL_BILLING] = Field(  # type: ignore[valid-type]
+        "platform",
+        description="who pays the prompt of a request the platform fails before its first token: platform or tenant",
+    )
     engine: EngineSettings = EngineSettings()
 
     @field_validator("window_s")
@@ -306,6 +366,8 @@ class Scenario(_Strict):
         if value < MIN_WINDOW_S:
             raise ValueError(f"must be at least {MIN_WINDOW_S:g} s, got {value:g}")
         return value
+
+    _interval = field_validator("timeseries_interval_s")(classmethod(lambda cls, v: _seconds(v)))
 
     @field_validator("duration_s")
     @classmethod

@@ -19,19 +19,19 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
+from quotacalc.sim.hooks import EngineHooks, PoolRuntime
 from quotacalc.sim.metrics import bin_index
 from quotacalc.sim.request import DECODE, DONE, PREFILL, WAITING, Request
 
 if TYPE_CHECKING:
     from quotacalc.core.replica import ReplicaModel
-    from quotacalc.sim.events import PoolRuntime, Simulation
 
 
 class Replica:
     """One engine: its queue, its running batch, its KV pool."""
 
-    def __init__(self, sim: Simulation, pool: PoolRuntime, index: int, *, order: str, tenants: int) -> None:
-        self.sim = sim
+    def __init__(self, hooks: EngineHooks, pool: PoolRuntime, index: int, *, order: str, tenants: int) -> None:
+        self.hooks = hooks
         self.pool = pool
         self.index = index
         self.model: ReplicaModel = pool.model
@@ -115,7 +115,7 @@ class Replica:
             self.prefilling.append(request)
             if request.first_scheduled_s is None:
                 self.scheduled += 1
-            self.sim.on_scheduled(request, now)
+            self.hooks.on_scheduled(request, now)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class Replica:
         self.step_k = k
         self.step_chunks = chunks
         self.version += 1
-        self.sim.schedule_step(self, now + k * dt)
+        self.hooks.schedule_step(self, now + k * dt)
 
     def _valid(self, entry: tuple[int, int, Request]) -> bool:
         request = entry[2]
@@ -192,21 +192,21 @@ class Replica:
             if done < self.step_k:
                 self.step_k = done
                 self.version += 1
-                self.sim.schedule_step(self, self.step_start_s + done * self.step_dt_s)
+                self.hooks.schedule_step(self, self.step_start_s + done * self.step_dt_s)
 
     def on_step(self, now: float, version: int) -> None:
         if version != self.version or not self.busy:
             return
         self._complete(now)
         self.busy = False
-        self.sim.gateway.dispatch(self.pool, now)
+        self.hooks.dispatch(self.pool, now)
         if not self.busy:
             self.plan(now)
 
     def _complete(self, now: float) -> None:
         """Apply the finished (macro-)step: tokens, prefill progress, checkpoints, aborts."""
         k, dt = self.step_k, self.step_dt_s
-        sim = self.sim
+        hooks = self.hooks
         self.busy_s += k * dt
         n_decode = len(self.decoding)
         if n_decode:
@@ -215,7 +215,7 @@ class Replica:
             itl_bin = bin_index(dt)
             for tenant, count in enumerate(self.tenant_decoding):
                 if count:
-                    sim.on_decode(tenant, self.pool, count, k, dt, now, itl_bin)
+                    hooks.on_decode(tenant, self.pool, count, k, dt, now, itl_bin)
         for request, tokens in self.step_chunks:
             if request.state != PREFILL or request.replica is not self:
                 continue
@@ -227,7 +227,7 @@ class Replica:
                 self.tenant_kv_static[request.tenant] -= request.kv_alloc
                 request.generated += 1
                 self.output_tokens += 1
-                sim.on_prefill_token(request, now)
+                hooks.on_prefill_token(request, now)
                 request.state = DECODE
                 request.base = self.counter - request.generated
                 static = request.prompt_tokens - request.base
@@ -242,26 +242,26 @@ class Replica:
         for tenant, static in enumerate(self.tenant_kv_static):
             resident = static + self.tenant_decoding[tenant] * counter
             if resident > 0:
-                sim.on_resident_kv(tenant, resident, weight_s)
+                hooks.on_resident_kv(tenant, resident, weight_s)
         # The replica's own total, sampled where each tenant's is (before this step's ends free anything): KV only
         # grows within a step, so its end holds the step's most. Tenants share the pool, so their peaks do not add up
         # to this one unless they coincide, nor does the largest of them stand for it.
         resident = self.kv_used()
         if resident > 0:
-            sim.replica_kv.add(resident, weight_s)
+            hooks.on_replica_kv(resident, weight_s)
             if resident > self.kv_peak_tokens:
                 self.kv_peak_tokens = resident
         checkpoints = self.checkpoints
         while checkpoints and checkpoints[0][0] <= counter:
             entry = heapq.heappop(checkpoints)
             if self._valid(entry):
-                sim.on_checkpoint(entry[2], now)
+                hooks.on_checkpoint(entry[2], now)
         if self.aborts:
             aborts, self.aborts = self.aborts, []
             for request in aborts:
                 # A cancelled request may have been preempted back to the queue meanwhile.
                 if request.state in (WAITING, PREFILL, DECODE) and request.replica is self and request.abort:
-                    sim.terminal(request, request.abort, now)
+                    hooks.terminal(request, request.abort, now)
 
     def generated(self, request: Request) -> int:
         return self.counter - request.base if request.state == DECODE else request.generated
@@ -303,7 +303,7 @@ class Replica:
         victim.preempted_s = now
         heapq.heappush(self.waiting, (self.key(victim), victim.id, victim))
         self.n_waiting += 1
-        self.sim.on_preempted(victim)
+        self.hooks.on_preempted(victim)
 
     def fail(self, now: float) -> list[Request]:
         """The engine dies: steps finished before ``now`` count, the one in flight is lost.

@@ -9,42 +9,72 @@ nothing reads the clock, so a seed gives the same figures byte for byte.
 from __future__ import annotations
 
 import heapq
+import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+from quotacalc.admission.bucket import Bucket
+from quotacalc.admission.caps import TenantCaps, never_fits
+from quotacalc.admission.ledger import NEVER_ADMISSIBLE, REJECTED, Ledger
+from quotacalc.admission.policies import AdmissionPolicy, make_policy
+from quotacalc.admission.state import MemoryBuckets
 from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import Plan, Tier
 from quotacalc.core.replica import ReplicaModel
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.scenario import LoadedScenario
+from quotacalc.inputs.scenario import ClosedLoop, LoadedScenario
 from quotacalc.sim.engine import Replica
-from quotacalc.sim.gateway import Bucket, Gateway
-from quotacalc.sim.metrics import LogHistogram, PolicyRun, PoolFigures, TenantCounters, TenantFigures, figures
-from quotacalc.sim.policies import AdmissionPolicy, make_policy
+from quotacalc.sim.gateway import Gateway
+from quotacalc.sim.hooks import PoolRuntime
+from quotacalc.sim.metrics import (
+    WAIT_REASONS,
+    FairShare,
+    LogHistogram,
+    PolicyRun,
+    PoolFigures,
+    TenantCounters,
+    TenantFigures,
+    figures,
+    headline_figures,
+    jain_index,
+)
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
-from quotacalc.sim.workload import Arrival, arrivals
+from quotacalc.sim.workload import Arrival, arrivals, tenant_stream
 
-_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER = range(5)
+_ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER, _RETRY, _TIMEOUT, _THINK, _SAMPLE = range(9)
 
-
-@dataclass
-class PoolRuntime:
-    """A pool as the simulator sees it: priced once, with its replicas."""
-
-    index: int
-    name: str
-    model: ReplicaModel
-    kv_pool_tokens: int
-    output_weight: float
-    prompt_per_prompt_token: float
-    replica_units_per_s: float
-    replica_count: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    route_above_prompt_tokens: int | None
-    long_context_pool: int | None
-    replicas: list[Replica] = field(default_factory=list)
+#: The columns of ``--trace``: one row per attempt at a request (a client's retry is another attempt), admitted
+#: ones by how they ended, refused ones by why (429, gave_up: the client's last 429, never_admissible, context,
+#: kv_cap), in the order they ended.
+TRACE_COLUMNS = (
+    "request",
+    "tenant",
+    "pool",
+    "attempt",
+    "arrival_s",
+    "admitted_s",
+    "first_token_s",
+    "end_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reserved_units",
+    "billed_units",
+    "released_units",
+    "outcome",
+    "retry_after_s",
+)
+#: The columns of ``--timeseries``: each tenant sampled every ``timeseries_interval_s`` of simulated time.
+TIMESERIES_COLUMNS = (
+    "time_s",
+    "tenant",
+    "bucket_level_units",
+    "gateway_queue",
+    "in_flight",
+    "served_units",
+    "live_kv_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -232,19 +262,39 @@ def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:
 
 
 class Simulation:
-    """One admission policy under one queueing mode, over the scenario's whole workload."""
+    """One admission policy under one queueing mode, over the scenario's whole workload.
 
-    def __init__(self, setup: SimSetup, policy_name: str, queueing: str) -> None:
+    It drives the admission contract (``quotacalc.admission``) on simulated time: the ledger holds, renews,
+    streams and settles units in the tenants' buckets, and the gateway's scheduler is charged the work each
+    tenant is served. The replicas and the gateway call back through ``EngineHooks`` and ``GatewayHooks``.
+    """
+
+    def __init__(
+        self,
+        setup: SimSetup,
+        policy_name: str,
+        queueing: str,
+        *,
+        trace: bool = False,
+        timeseries_interval_s: float | None = None,
+        seed: int | None = None,
+    ) -> None:
         scenario = setup.loaded.scenario
+        #: The run's seed: the scenario's, or one of --seeds.
+        self.seed = scenario.seed if seed is None else seed
         self.setup = setup
         self.scenario = scenario
-        self.policy: AdmissionPolicy = make_policy(policy_name, lease_tokens=scenario.lease_tokens)
+        self.policy: AdmissionPolicy = make_policy(policy_name, {"lease_tokens": scenario.lease_tokens})
         self.queueing = queueing
         self.tenants = setup.tenants
         self.counters = [TenantCounters() for _ in setup.tenants]
         #: Each replica's total resident KV (all tenants), weighted by its busy time: the run's p99, not a tenant's.
         self.replica_kv = LogHistogram()
         self.buckets = [Bucket(t.bucket_rate, t.bucket_depth) for t in setup.tenants]
+        self.ledger = Ledger(self.policy, MemoryBuckets(self.buckets))
+        self.streams = self.policy.streams
+        self.reserves = self.policy.reserves
+        self.bill_failed_prefill = scenario.failed_prefill_billing == "tenant"
         self.holders: list[dict[int, Request]] = [{} for _ in setup.tenants]
         self.pools = [
             PoolRuntime(
@@ -270,7 +320,52 @@ class Simulation:
             pool.replicas = [
                 Replica(self, pool, i, order=order, tenants=len(self.tenants)) for i in range(pool.replica_count)
             ]
-        self.gateway = Gateway(self, fair=fair, queue_depth=engine.queue_depth if fair else engine.deep_queue_depth)
+        self.caps = [
+            TenantCaps(t.tier.max_concurrent_sequences, t.tier.kv_cap_tokens_per_replica) for t in self.tenants
+        ]
+        weights = [t.bucket_rate for t in self.tenants]
+        self.gateway = Gateway(
+            self,
+            self.pools,
+            self.caps,
+            weights,
+            fair=fair,
+            queue_depth=engine.queue_depth if fair else engine.deep_queue_depth,
+        )
+        self.fair_share = FairShare(len(self.pools), weights)
+        #: The measured window: from the end of the warm-up until arrivals stop.
+        self.measuring = False
+        self.window_start_s: float | None = None
+        self.window_end_s: float | None = None
+        fraction = scenario.warmup_fraction
+        self._warmup_until_s = fraction * scenario.duration_s if scenario.duration_s is not None else None
+        self._warmup_requests = math.ceil(fraction * (scenario.requests or 0))
+        self._arrived = 0
+        self._gateway_waits_start: list[dict[str, float]] = []
+        # Clients: retries after a 429 or an engine failure, timeouts, closed-loop users.
+        by_tenant = {w.tenant: w for w in scenario.workload.tenants}
+        workloads = [by_tenant.get(t.name) for t in self.tenants]
+        self.max_retries = [w.max_retries if w else 0 for w in workloads]
+        self.retry_jitter = [w.retry_jitter if w else 0.0 for w in workloads]
+        self.retry_on_failure = [bool(w and w.retry_on_engine_failure) for w in workloads]
+        self.timeout_s = [w.timeout_s if w else None for w in workloads]
+        self.client_rng = random.Random(f"{self.seed}/clients")
+        self.closed_loops = [
+            (w, random.Random(f"{self.seed}/{w.tenant}/think"))
+            if w is not None and isinstance(w.arrival, ClosedLoop)
+            else None
+            for w in workloads
+        ]
+        self._closed_streams: list[Iterator[Arrival] | None] = [None] * len(self.tenants)
+        self._closed_active = 0
+        self._open_alive = False
+        self._pending_retries = 0
+        #: Events the loop processed (arrivals, engine steps, cancellations, failures, ...): the benchmark's figure.
+        self.events = 0
+        #: Rows of --trace and --timeseries (TRACE_COLUMNS, TIMESERIES_COLUMNS), kept only when asked for.
+        self.trace: list[tuple[object, ...]] | None = [] if trace else None
+        self.timeseries: list[tuple[object, ...]] | None = [] if timeseries_interval_s else None
+        self.timeseries_interval_s = timeseries_interval_s
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.sequence = 0
         self.now = 0.0
@@ -295,14 +390,20 @@ class Simulation:
     def schedule_step(self, replica: Replica, time_s: float) -> None:
         self._push(time_s, _STEP, replica, replica.version)
 
-    def run(self, progress: Callable[[float], None] | None = None) -> PolicyRun:
-        """Simulate until every admitted request has ended; Ctrl-C returns what was simulated so far."""
+    def dispatch(self, pool: PoolRuntime, now: float) -> None:
+        self.gateway.dispatch(pool, now)
+
+    def run(
+        self, progress: Callable[[float], None] | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> PolicyRun:
+        """Simulate until every admitted request has ended; Ctrl-C returns what was simulated so far, and so does
+        ``should_stop`` (asked every few thousand events; the caller's wall clock, never read here)."""
         scenario = self.scenario
         loaded = self.setup.loaded
         stream = arrivals(
             scenario.workload.tenants,
             self.tenant_index,
-            seed=scenario.seed,
+            seed=self.seed,
             replays=loaded.replays,
             duration_s=scenario.duration_s,
             requests=scenario.requests,
@@ -310,14 +411,18 @@ class Simulation:
         first = next(stream, None)
         if first is not None:
             self._push(first.time_s, _ARRIVAL, first)
-        arrivals_open = first is not None
-        failure_rng = random.Random(f"{scenario.seed}/failures")
+        self._open_alive = first is not None
+        self._start_closed_loops()
+        failure_rng = random.Random(f"{self.seed}/failures")
         rate_per_s = scenario.engine.failure_rate_per_hour / 3600
         if rate_per_s > 0:
             for pool in self.pools:
                 for replica in pool.replicas:
                     self._push(failure_rng.expovariate(rate_per_s), _FAIL, replica)
+        if self.timeseries is not None:
+            self._push(0.0, _SAMPLE, None)
         partial = False
+        stopped_by: str | None = None
         processed = 0
         target_requests = scenario.requests
         target_s = scenario.duration_s
@@ -332,13 +437,26 @@ class Simulation:
                     self._arrive(payload, time_s)  # type: ignore[arg-type]
                     following = next(stream, None)
                     if following is None:
-                        arrivals_open = False
+                        self._open_alive = False
+                        self._arrivals_may_have_stopped(time_s)
                     else:
                         self._push(following.time_s, _ARRIVAL, following)
+                elif kind == _THINK:
+                    self._arrive(payload, time_s)  # type: ignore[arg-type]
+                elif kind == _RETRY:
+                    self._pending_retries -= 1
+                    self._attempt(*payload, now=time_s)  # type: ignore[misc]
                 elif kind == _CANCEL:
                     self._cancel(payload, time_s)  # type: ignore[arg-type]
+                elif kind == _TIMEOUT:
+                    if payload.first_token_s is None:  # type: ignore[attr-defined]
+                        self._cancel(payload, time_s, "timeout")  # type: ignore[arg-type]
+                elif kind == _SAMPLE:
+                    self._sample(time_s)
+                    if self._arrivals_pending() or self.live:
+                        self._push(time_s + self.timeseries_interval_s, _SAMPLE, None)  # type: ignore[operator]
                 elif kind == _FAIL:
-                    if not arrivals_open and self.live == 0:
+                    if not self._arrivals_pending() and self.live == 0:
                         continue
                     # The next failure is drawn when the replica is back up (failures are memoryless): a replica
                     # that is down does not fail again, and its downtime costs no events however long it is.
@@ -347,37 +465,157 @@ class Simulation:
                     payload.recover()  # type: ignore[attr-defined]
                     self.gateway.dispatch(payload.pool, time_s)  # type: ignore[attr-defined]
                     self._push(time_s + failure_rng.expovariate(rate_per_s), _FAIL, payload)
-                if not arrivals_open and self.live == 0:
+                if self.live == 0 and not self._arrivals_pending():
                     break
                 processed += 1
-                if progress is not None and processed % 8192 == 0:
-                    done = 0.0
-                    if target_requests:
-                        done = self.next_id / target_requests
-                    if target_s:
-                        done = max(done, time_s / target_s)
-                    progress(min(done, 1.0))
+                if processed % 8192 == 0:
+                    if progress is not None:
+                        done = 0.0
+                        if target_requests:
+                            done = self._arrived / target_requests
+                        if target_s:
+                            done = max(done, time_s / target_s)
+                        progress(min(done, 1.0))
+                    if should_stop is not None and should_stop():
+                        partial, stopped_by = True, "max_seconds"
+                        break
         except KeyboardInterrupt:
-            partial = True
-        return self._result(partial)
+            partial, stopped_by = True, "interrupted"
+        self.events = processed
+        return self._result(partial, stopped_by)
+
+    def _sample(self, now: float) -> None:
+        """One --timeseries row per tenant that has sent anything."""
+        gateway = self.gateway
+        for index, counters in enumerate(self.counters):
+            if not counters.requests:
+                continue
+            kv = 0
+            for pool in self.pools:
+                for replica in pool.replicas:
+                    kv += replica.tenant_kv_static[index] + replica.tenant_decoding[index] * replica.counter
+            self.timeseries.append(  # type: ignore[union-attr]
+                (
+                    now,
+                    self.tenants[index].name,
+                    self.buckets[index].refill(now),
+                    sum(len(queues[index]) for queues in gateway.queues),
+                    gateway.inflight[index],
+                    counters.served_units,
+                    kv,
+                )
+            )
+
+    def _trace_refusal(self, arrival: Arrival, attempt: int, first_s: float, now: float, outcome: str, retry_after):
+        if self.trace is not None:
+            self.trace.append(
+                (None, self.tenants[arrival.tenant].name, None, attempt, first_s, None, None, now,
+                 arrival.prompt_tokens, None, 0, 0.0, 0.0, 0.0, outcome, retry_after)
+            )  # fmt: skip
 
     # -- arrivals and admission --------------------------------------------------------------
 
+    def _open_window(self, now: float) -> None:
+        """The warm-up is over: start the window the headline figures cover."""
+        self.measuring = True
+        self.window_start_s = now
+        for counters in self.counters:
+            counters.unused_change(now, 0.0)
+            counters.window.unused_unit_s_start = counters.unused_reservation_unit_s
+        self._gateway_waits_start = self.gateway.wait_totals(now)
+
+    def _close_window(self, now: float) -> None:
+        """Arrivals stopped (or the run did): the window ends; the run goes on until every request ends."""
+        if not self.measuring:
+            return
+        self.measuring = False
+        self.window_end_s = now
+        ends = self.gateway.wait_totals(now)
+        for counters, start, end in zip(self.counters, self._gateway_waits_start, ends, strict=True):
+            counters.unused_change(now, 0.0)
+            window = counters.window
+            window.unused_unit_s_end = counters.unused_reservation_unit_s
+            for reason, seconds in end.items():
+                window.wait_s[reason] = window.wait_s.get(reason, 0.0) + seconds - start.get(reason, 0.0)
+
+    def _arrivals_pending(self) -> bool:
+        """Whether a request may still arrive: the open stream, a closed-loop user, or a client's retry."""
+        return self._open_alive or self._closed_active > 0 or self._pending_retries > 0
+
+    def _arrivals_may_have_stopped(self, now: float) -> None:
+        if not self._open_alive and self._closed_active == 0:
+            self._close_window(now)
+
+    def _start_closed_loops(self) -> None:
+        """Each closed-loop user sends its first request after a think time."""
+        for index, loop in enumerate(self.closed_loops):
+            if loop is None:
+                continue
+            workload, _ = loop
+            self._closed_streams[index] = tenant_stream(index, workload, seed=self.seed, replay=None)
+            for user in range(workload.arrival.users):  # type: ignore[union-attr]
+                self._closed_active += 1
+                self._user_next(index, user, 0.0)
+
+    def _user_next(self, tenant: int, user: int | None, now: float) -> None:
+        """A closed-loop user's request ended (or was refused): it thinks, then sends the next, until the run stops."""
+        if user is None:
+            return
+        workload, rng = self.closed_loops[tenant]  # type: ignore[misc]
+        at = now + rng.expovariate(1 / workload.arrival.think_s_mean)  # type: ignore[union-attr]
+        scenario = self.scenario
+        if (scenario.duration_s is not None and at > scenario.duration_s) or (
+            scenario.requests is not None and self._arrived >= scenario.requests
+        ):
+            self._closed_active -= 1
+            self._arrivals_may_have_stopped(now)
+            return
+        following = next(self._closed_streams[tenant])  # type: ignore[arg-type]
+        self._push(at, _THINK, following._replace(time_s=at, user=user))
+
     def _arrive(self, arrival: Arrival, now: float) -> None:
+        """A client sends a request for the first time."""
+        self._attempt(arrival, 0, now, 0.0, now=now)
+
+    def _attempt(self, arrival: Arrival, attempt: int, first_s: float, bucket_wait_s: float, *, now: float) -> None:
+        """One attempt at a request: the first, or a client's retry after a 429 or an engine failure."""
         index = arrival.tenant
+        counters = self.counters[index]
+        window = counters.window
+        if attempt == 0:
+            if self.window_start_s is None and (
+                now >= self._warmup_until_s
+                if self._warmup_until_s is not None
+                else self._arrived >= self._warmup_requests
+            ):
+                self._open_window(now)
+            self._arrived += 1
+            counters.requests += 1
+            if self.measuring:
+                window.requests += 1
+        else:
+            counters.retries += 1
+        measuring = self.measuring
+        if measuring:
+            window.attempts += 1
         tenant = self.tenants[index]
         tier = tenant.tier
-        counters = self.counters[index]
-        counters.requests += 1
         prompt = arrival.prompt_tokens
         pool = self.pools[tenant.pool]
         if pool.route_above_prompt_tokens is not None and prompt > pool.route_above_prompt_tokens:
             pool = self.pools[pool.long_context_pool]  # type: ignore[index]
         if prompt + 1 > tier.max_context_tokens or prompt + 1 > pool.kv_pool_tokens:
             counters.other_rejects["context"] = counters.other_rejects.get("context", 0) + 1
+            self._trace_refusal(arrival, attempt, first_s, now, "context", None)
+            self._user_next(index, arrival.user, now)
             return
         cached = round(prompt * self.cached_fraction[index])
-        request = Request(self.next_id, index, now, prompt, cached)
+        # Latencies run from the client's first send: a retry's wait is the client's too.
+        request = Request(self.next_id, index, first_s, prompt, cached)
+        request.arrival = arrival
+        request.attempt = attempt
+        request.bucket_wait_s = bucket_wait_s
+        request.admitted_s = now
         self.next_id += 1
         request.pool = pool
         request.priority = tier.priority
@@ -400,32 +638,78 @@ class Simulation:
             ends.append((max(1, arrival.error_at_token), 3, "error"))
         request.stop_at, _, request.stop_reason = min(ends)
         request.kv_estimate = prompt + request.limit_tokens
-        if self.gateway.fair and request.kv_estimate > tier.kv_cap_tokens_per_replica:
+        if measuring:
+            request.measured = True
+            window.offered_units += request.prompt_units + request.output_weight * request.stop_at
+        if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
+            self._trace_refusal(arrival, attempt, first_s, now, "kv_cap", None)
+            self._user_next(index, arrival.user, now)
             return
-        policy = self.policy
-        needed = policy.admission_units(request)
-        request.cost_units = needed if needed > 0 else request.prompt_units
-        bucket = self.buckets[index]
-        level = bucket.refill(now)
-        if level < needed:
+        admission = self.ledger.admit(index, request, now)
+        if admission.outcome == NEVER_ADMISSIBLE:
+            # A full bucket would not hold it: no Retry-After, since waiting never helps.
+            counters.other_rejects[NEVER_ADMISSIBLE] = counters.other_rejects.get(NEVER_ADMISSIBLE, 0) + 1
+            if measuring:
+                window.never_admissible += 1
+            self._trace_refusal(arrival, attempt, first_s, now, NEVER_ADMISSIBLE, None)
+            self._user_next(index, arrival.user, now)
+            return
+        if admission.outcome == REJECTED:
             counters.admission_rejects += 1
-            counters.retry_after_s.append(bucket.retry_after_s(needed))
+            if measuring:
+                window.admission_rejects += 1
+            retry_after = admission.retry_after_s
+            counters.retry_after_s.append(retry_after)  # type: ignore[arg-type]
+            if attempt < self.max_retries[index]:
+                # The client honours Retry-After, with jitter so that refused clients do not return in step.
+                delay = retry_after * (1 + self.retry_jitter[index] * self.client_rng.random())  # type: ignore[operator]
+                timeout = self.timeout_s[index]
+                if timeout is None or now + delay - first_s <= timeout:
+                    self._trace_refusal(arrival, attempt, first_s, now, "429", retry_after)
+                    self._pending_retries += 1
+                    self._push(now + delay, _RETRY, (arrival, attempt + 1, first_s, bucket_wait_s + delay))
+                    return
+            if self.max_retries[index]:
+                counters.gave_up += 1
+            self._trace_refusal(
+                arrival, attempt, first_s, now, "gave_up" if self.max_retries[index] else "429", retry_after
+            )
+            self._user_next(index, arrival.user, now)
             return
-        hold = policy.hold_units(request)
-        request.granted = policy.granted_tokens(request)
+        hold = admission.hold_units
+        bucket = self.buckets[index]
         if hold > 0:
-            bucket.level = level - hold
-            request.hold = hold
             counters.reserved_units += hold
             self.holders[index][request.id] = request
             counters.unused_change(now, hold - request.prompt_units)
         counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
         counters.admitted += 1
+        if measuring:
+            window.admitted += 1
+            if request.bucket_wait_s:
+                window.wait_s["bucket"] = window.wait_s.get("bucket", 0.0) + request.bucket_wait_s
         self.live += 1
         if arrival.cancel_after_s is not None:
             self._push(now + arrival.cancel_after_s, _CANCEL, request)
+        timeout = self.timeout_s[index]
+        if timeout is not None:
+            self._push(first_s + timeout, _TIMEOUT, request)
+        self.fair_share.arrive(pool.index, index)
         self.gateway.submit(request, now)
+
+    # -- callbacks from the gateway ----------------------------------------------------------
+
+    def on_sent(self, request: Request, in_flight: int) -> None:
+        counters = self.counters[request.tenant]
+        if in_flight > counters.concurrent_peak:
+            counters.concurrent_peak = in_flight
+
+    def on_dispatched(self, request: Request, now: float) -> None:
+        """A request left its tenant's queue at the gateway for an engine."""
+
+    def on_capped(self, pool: int, tenant: int, capped: bool) -> None:
+        self.fair_share.cap(pool, tenant, capped)
 
     # -- callbacks from the engines ---------------------------------------------------------
 
@@ -435,6 +719,12 @@ class Simulation:
             counters = self.counters[request.tenant]
             counters.queue_wait_s_sum += now - request.arrival_s
             counters.queue_wait_count += 1
+            if request.measured:
+                window = counters.window
+                window.wait_s["engine_queue"] = window.wait_s.get("engine_queue", 0.0) + now - request.sent_s
+            # Its prompt is the first work the tenant is served: counted while it still waited, then it leaves.
+            self._served(request.pool.index, request.tenant, request.prompt_units)
+            self.fair_share.leave(request.pool.index, request.tenant)
         if not request.prefill_started:
             request.prefill_started = True
             self.counters[request.tenant].prompt_tokens += request.prompt_tokens
@@ -443,14 +733,45 @@ class Simulation:
         self, tenant: int, pool: PoolRuntime, count: int, steps: int, dt: float, now: float, itl_bin: int
     ) -> None:
         """``count`` of a tenant's sequences each streamed ``steps`` tokens, one every ``dt`` seconds."""
+        # Called once per tenant per engine step: the simulator's innermost path, so the work is inlined.
         counters = self.counters[tenant]
-        counters.itl.add_at(itl_bin, steps * count)
-        counters.output_tokens += steps * count
-        if self.policy.reserves:
-            w = self.output_weights[tenant][pool.index]
-            counters.unused_change(now, -w * count * steps)
+        tokens = steps * count
+        counters.itl.add_at(itl_bin, tokens)
+        counters.output_tokens += tokens
+        w = self.output_weights[tenant][pool.index]
+        units = w * tokens
+        counters.served_units += units
+        gateway = self.gateway
+        if gateway.fair:
+            gateway.schedulers[pool.index].charge(tenant, units)
+        if self.measuring:
+            window = counters.window
+            window.itl.add_at(itl_bin, tokens)
+            window.served_units += units
+            self.fair_share.serve(pool.index, tenant, units)
+        if self.streams:
+            self._stream(tenant, units, now)
+        if self.reserves:
+            counters.unused_change(now, -w * tokens)
             # Tokens arrive at the end of each step, not all at the end of the macro-step.
             counters.unused_reservation_unit_s -= w * count * dt * steps * (steps - 1) / 2
+
+    def _served(self, pool: int, tenant: int, units: float) -> None:
+        """Work served to a tenant inside the window: its fair share, and its served units."""
+        counters = self.counters[tenant]
+        counters.served_units += units
+        if self.measuring:
+            self.fair_share.serve(pool, tenant, units)
+            counters.window.served_units += units
+
+    def _stream(self, tenant: int, units: float, now: float) -> None:
+        """Debit streamed output from the bucket as it arrives (policies that debit in real time)."""
+        self.ledger.stream(tenant, units, now)
+        counters = self.counters[tenant]
+        counters.streamed_units += units
+        level = self.buckets[tenant].level
+        if level < counters.bucket_min_units:
+            counters.bucket_min_units = level
 
     def on_prefill_token(self, request: Request, now: float) -> None:
         """The step that finished a request's prefill also sampled its next token."""
@@ -459,18 +780,31 @@ class Simulation:
             request.first_token_s = now
             # Plus what the engine spends on a request outside its steps (API server, tokenizer),
             # where the replica model has such a figure.
-            counters.ttft_s.append(now - request.arrival_s + self.request_overhead_s[request.pool.index])
+            ttft = now - request.arrival_s + self.request_overhead_s[request.pool.index]
+            counters.ttft_s.append(ttft)
+            if request.measured:
+                counters.window.ttft_s.append(ttft)
         elif request.preempted_s is not None:
             counters.itl.add(now - request.preempted_s, 1)
+            if self.measuring:
+                counters.window.itl.add(now - request.preempted_s, 1)
         counters.output_tokens += 1
+        w = request.output_weight
+        self.gateway.charge(request.pool.index, request.tenant, w)
+        self._served(request.pool.index, request.tenant, w)
+        if self.streams:
+            self._stream(request.tenant, w, now)
         if self.policy.reserves:
-            counters.unused_change(now, -request.output_weight)
+            counters.unused_change(now, -w)
 
     def on_resident_kv(self, tenant: int, tokens: int, weight_s: float) -> None:
         counters = self.counters[tenant]
         counters.resident_kv.add(tokens, weight_s)
         if tokens > counters.resident_kv_peak_tokens:
             counters.resident_kv_peak_tokens = tokens
+
+    def on_replica_kv(self, tokens: int, weight_s: float) -> None:
+        self.replica_kv.add(tokens, weight_s)
 
     def on_preempted(self, request: Request) -> None:
         self.counters[request.tenant].preemptions += 1
@@ -482,28 +816,34 @@ class Simulation:
         if generated >= request.stop_at:
             self.terminal(request, request.stop_reason, now)
             return
-        wanted = self.policy.renewal_tokens(request, request.granted)
-        bucket = self.buckets[request.tenant]
-        level = bucket.refill(now)
-        afford = int(level / request.output_weight) if request.output_weight > 0 else wanted
-        grant = min(wanted, afford)
-        if grant <= 0:
+        held = request.hold
+        if self.ledger.renew(request.tenant, request, now) <= 0:
             self.terminal(request, "quota_stop", now)
             return
-        units = grant * request.output_weight
-        bucket.level = max(0.0, level - units)
+        units = request.hold - held
         counters = self.counters[request.tenant]
-        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.bucket_min_units = min(counters.bucket_min_units, self.buckets[request.tenant].level)
         counters.reserved_units += units
         counters.unused_change(now, units)
-        request.hold += units
-        request.granted += grant
         replica.set_checkpoint(request)
 
     # -- terminal paths ----------------------------------------------------------------------
 
+    def billed_units(self, request: Request, reason: str) -> float:
+        """What the tenant received: its prompt once a token came back (or once the client itself ended a
+        request in prefill), and W per token streamed. A request the platform fails before its first token
+        costs the tenant nothing unless the scenario bills it (``failed_prefill_billing: tenant``)."""
+        generated = request.generated
+        if generated > 0:
+            return request.prompt_units + request.output_weight * generated
+        if not request.prefill_started:
+            return 0.0
+        if reason in _CLIENT_ENDS or self.bill_failed_prefill:
+            return request.prompt_units
+        return 0.0
+
     def terminal(self, request: Request, reason: str, now: float) -> None:
-        """End a request: settle its reservation (debit what it used, release the rest) on every path."""
+        """End a request: settle its units (bill what it received, release or charge the rest) on every path."""
         state = request.state
         if state == DONE:
             return
@@ -513,45 +853,64 @@ class Simulation:
             request.replica.release(request)
             self.gateway.inflight[index] -= 1
             self.gateway.inflight_total -= 1
+        if request.first_scheduled_s is None:
+            self.fair_share.leave(request.pool.index, index)
         request.state = DONE
         self.live -= 1
         generated = request.generated
-        used = (request.prompt_units if request.prefill_started else 0.0) + request.output_weight * generated
-        bucket = self.buckets[index]
-        level = bucket.refill(now)
-        if request.hold > 0:
-            held = request.hold
-            release = held - used
-            counters.debited_units += used
-            counters.released_units += release
-            bucket.level = min(bucket.depth, level + release)
+        billed = self.billed_units(request, reason)
+        if request.prefill_started and billed == 0.0 and generated == 0:
+            counters.platform_absorbed_units += request.prompt_units
+        held = request.hold
+        streamed = request.output_weight * generated if self.streams else 0.0
+        settlement = self.ledger.settle(index, request, billed, streamed, now)
+        counters.debited_units += settlement.billed
+        if self.trace is not None:
+            self.trace.append(
+                (request.id, self.tenants[index].name, request.pool.name, request.attempt, request.arrival_s,
+                 request.admitted_s, request.first_token_s, now, request.prompt_tokens, request.cached_tokens,
+                 generated, held, billed, settlement.released, reason, None)
+            )  # fmt: skip
+        counters.released_units += settlement.released
+        counters.charged_units += settlement.charged
+        if request.measured:
+            counters.window.released_units += settlement.released
+        if settlement.forgiven > 0:
+            over = settlement.forgiven
+            counters.quota_overshoot_units += over
+            window = int(now / self.window_s)
+            counters.overshoot_by_window[window] = counters.overshoot_by_window.get(window, 0.0) + over
+            if self.measuring:
+                counters.window.overshoot_units += over
+        if held > 0:
             if self.policy.reserves:
                 counters.unused_change(now, -(held - request.prompt_units - request.output_weight * generated))
-            request.hold = 0.0
             del self.holders[index][request.id]
-        else:
-            counters.debited_units += used
-            if level >= used:
-                bucket.level = level - used
-            else:
-                over = used - level
-                bucket.level = 0.0
-                counters.quota_overshoot_units += over
-                window = int(now / self.window_s)
-                counters.overshoot_by_window[window] = counters.overshoot_by_window.get(window, 0.0) + over
-        counters.bucket_min_units = min(counters.bucket_min_units, bucket.level)
+        counters.bucket_min_units = min(counters.bucket_min_units, self.buckets[index].level)
         counters.terminal[reason] = counters.terminal.get(reason, 0) + 1
+        arrival = request.arrival
+        if (
+            reason == "engine_failure"
+            and self.retry_on_failure[index]
+            and request.attempt < self.max_retries[index]
+            and arrival is not None
+        ):
+            # The client sends it again at once; the gateway places it on a replica that is up.
+            self._pending_retries += 1
+            self._push(now, _RETRY, (arrival, request.attempt + 1, request.arrival_s, request.bucket_wait_s))
+        elif arrival is not None:
+            self._user_next(index, arrival.user, now)
         if reason in ("eos", "length"):
             counters.completed += 1
-            counters.goodput_units += used
+            counters.goodput_units += billed
         if state in (QUEUED, WAITING) and self.gateway.fair:
             self.gateway.dispatch(request.pool, now)
 
-    def _cancel(self, request: Request, now: float) -> None:
+    def _cancel(self, request: Request, now: float, reason: str = "cancel") -> None:
         if request.state in (QUEUED, WAITING):
-            self.terminal(request, "cancel", now)
+            self.terminal(request, reason, now)
         elif request.state in (PREFILL, DECODE):
-            request.abort = "cancel"
+            request.abort = reason
             request.replica.aborts.append(request)
             request.replica.interrupt(now)
 
@@ -564,8 +923,9 @@ class Simulation:
 
     # -- results -----------------------------------------------------------------------------
 
-    def _result(self, partial: bool) -> PolicyRun:
+    def _result(self, partial: bool, stopped_by: str | None = None) -> PolicyRun:
         now = self.now
+        self._close_window(now)
         for counters in self.counters:
             counters.unused_change(now, 0.0)
         for index, holders in enumerate(self.holders):
@@ -573,16 +933,44 @@ class Simulation:
             # holding when the run ran to completion (every request should have ended).
             leaked = sum(r.hold for r in holders.values() if r.state == DONE or not partial)
             self.counters[index].leaked_reservation_units = leaked
+        served, entitled = self.fair_share.totals()
+        served_sum, entitled_sum = sum(served), sum(entitled)
+        start, end = self.window_start_s, self.window_end_s
+        window_s = end - start if start is not None and end is not None and end > start else None
+        offered = [c.window.offered_units / window_s if window_s else None for c in self.counters]
+        above = [
+            None if rate is None else rate > tenant.bucket_rate
+            for rate, tenant in zip(offered, self.tenants, strict=True)
+        ]
         tenants = tuple(
             TenantFigures(
                 tenant=tenant.name,
                 tier=tenant.tier.name,
                 bucket_rate_units_per_s=tenant.bucket_rate,
                 bucket_depth_units=tenant.bucket_depth,
+                served_units_backlogged=served[index],
+                served_share_backlogged=served[index] / served_sum if served_sum > 0 else None,
+                weight_share_backlogged=entitled[index] / entitled_sum if entitled_sum > 0 else None,
+                offered_units_per_s=offered[index],
+                above_contract=above[index],
+                wait_s_mean={
+                    reason: counters.window.wait_s.get(reason, 0.0) / counters.window.admitted
+                    if counters.window.admitted
+                    else 0.0
+                    for reason in WAIT_REASONS
+                },
                 **figures([counters], simulated_s=now),
             )
-            for tenant, counters in zip(self.tenants, self.counters, strict=True)
+            for index, (tenant, counters) in enumerate(zip(self.tenants, self.counters, strict=True))
             if counters.requests
+        )
+        headline = headline_figures(
+            [c.window for c in self.counters],
+            rates=[t.bucket_rate for t in self.tenants],
+            names=[t.name for t in self.tenants],
+            above=above,
+            window=(start, end),
+            jain=jain_index(served, entitled),
         )
         engine_tokens = sum(r.output_tokens for pool in self.pools for r in pool.replicas)
         pools = tuple(
@@ -600,11 +988,13 @@ class Simulation:
             policy=self.policy.name,
             queueing=self.queueing,
             partial=partial,
+            stopped_by=stopped_by,
             simulated_s=now,
             live_requests=self.live,
             engine_output_tokens=engine_tokens,
             tenants=tenants,
             pools=pools,
+            headline=headline,
             **{
                 **figures(self.counters, simulated_s=now),
                 # Pool-wide figures, not the largest tenant's: sequences in flight, and KV on the fullest replica.
@@ -615,6 +1005,10 @@ class Simulation:
                 "resident_kv_p99_tokens": self.replica_kv.percentile(99),
             },
         )
+
+
+#: Ends the client chose: a prompt it had the engine start on is its cost, even with no token back yet.
+_CLIENT_ENDS = frozenset(("cancel", "disconnect"))
 
 
 def busy_fraction(simulation: Simulation) -> float:

@@ -12,12 +12,15 @@ class Request:
 
     __slots__ = (
         "abort",
+        "admitted_s",
+        "arrival",
         "arrival_s",
+        "attempt",
         "base",
+        "bucket_wait_s",
         "cached_tokens",
         "checkpoint",
         "client_max_tokens",
-        "cost_units",
         "first_scheduled_s",
         "first_token_s",
         "generated",
@@ -27,6 +30,7 @@ class Request:
         "kv_alloc",
         "kv_estimate",
         "limit_tokens",
+        "measured",
         "output_weight",
         "pool",
         "preempted_s",
@@ -36,7 +40,7 @@ class Request:
         "prompt_tokens",
         "prompt_units",
         "replica",
-        "start_tag",
+        "sent_s",
         "state",
         "stop_at",
         "stop_reason",
@@ -64,13 +68,20 @@ class Request:
         self.preempted_s: float | None = None
         self.abort: str | None = None
         self.replica: Any = None
-        self.start_tag = 0.0
         self.pool: Any = None
         self.priority = 0
         self.prompt_units = 0.0
         self.output_weight = 0.0
         self.client_max_tokens = 0
-        self.cost_units = 0.0
         self.limit_tokens = 0
         self.stop_at = 0
         self.stop_reason = "eos"
+        #: Whether it arrived inside the measured window (after the warm-up, before arrivals stop).
+        self.measured = False
+        #: The client's request (None for one built by hand), and which attempt at it this is (0: the first).
+        self.arrival: Any = None
+        self.attempt = 0
+        self.sent_s = 0.0
+        self.admitted_s = arrival_s
+        #: Seconds its client waited on 429s before this attempt was admitted.
+        self.bucket_wait_s = 0.0

@@ -14,7 +14,17 @@ import random
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from quotacalc.inputs.scenario import Empirical, Exponential, Fixed, Lognormal, OnOff, Poisson, TenantWorkload, UsageRow
+from quotacalc.inputs.scenario import (
+    ClosedLoop,
+    Empirical,
+    Exponential,
+    Fixed,
+    Lognormal,
+    OnOff,
+    Poisson,
+    TenantWorkload,
+    UsageRow,
+)
 
 
 class Arrival(NamedTuple):
@@ -32,6 +42,8 @@ class Arrival(NamedTuple):
     disconnect_at_token: int | None
     #: Output token after which the engine returns an error, or None.
     error_at_token: int | None
+    #: The closed-loop user that sent it (None: an open arrival process).
+    user: int | None = None
 
 
 def draw_length(distribution: Fixed | Lognormal | Exponential | Empirical, rng: random.Random) -> int:
@@ -79,7 +91,9 @@ def tenant_stream(
         return
     time_s = 0.0
     while True:
-        if isinstance(arrival, Poisson):
+        if isinstance(arrival, ClosedLoop):
+            pass  # a closed loop's requests are timed by the simulation: a user's previous end + its think time
+        elif isinstance(arrival, Poisson):
             time_s += rng.expovariate(arrival.rate_rps)
         else:
             assert isinstance(arrival, OnOff)
@@ -104,7 +118,11 @@ def arrivals(
     requests: int | None,
 ) -> Iterator[Arrival]:
     """Every tenant's arrivals merged in time order, until the duration or the request count."""
-    streams = [tenant_stream(tenant_index[w.tenant], w, seed=seed, replay=replays.get(w.tenant)) for w in workloads]
+    streams = [
+        tenant_stream(tenant_index[w.tenant], w, seed=seed, replay=replays.get(w.tenant))
+        for w in workloads
+        if not isinstance(w.arrival, ClosedLoop)
+    ]
     merged = heapq.merge(*streams, key=lambda item: (item.time_s, item.tenant))
     for count, item in enumerate(merged):
         if requests is not None and count >= requests:

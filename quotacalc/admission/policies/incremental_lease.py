@@ -3,7 +3,7 @@ at the quota boundary when the bucket cannot extend the lease."""
 
 from __future__ import annotations
 
-from quotacalc.sim.policies.base import AdmissionPolicy, AdmittedRequest
+from quotacalc.admission.policies.base import AdmissionPolicy, AdmittedRequest, PolicyDeclaration, PolicyOption
 
 
 class IncrementalLease(AdmissionPolicy):
@@ -20,3 +20,14 @@ class IncrementalLease(AdmissionPolicy):
 
     def renewal_tokens(self, request: AdmittedRequest, granted: int) -> int:
         return min(self.lease_tokens, request.limit_tokens - granted)
+
+
+DECLARATION = PolicyDeclaration(
+    name=IncrementalLease.name,
+    help="hold prompt + W x lease_tokens, renew during decode, stop cleanly (quota_stop) at the quota",
+    holds="prompt + W × `lease_tokens`, renewed during decode; stops cleanly (`quota_stop`) when the bucket "
+    "cannot extend it",
+    settles="debit use, release the rest",
+    build=IncrementalLease,
+    options=(PolicyOption("lease_tokens", 128, "output tokens per lease"),),
+)

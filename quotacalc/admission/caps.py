@@ -1,0 +1,32 @@
+"""Per-tenant caps at the gateway: sequences in flight, and resident KV on each replica (docs/method.md §3).
+
+A request whose own KV estimate (prompt + the output it may produce) is above the tier's per-replica cap
+could never be placed: it is refused at once. Otherwise it waits while the tenant is at either cap.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: Why an admitted request waits at the gateway rather than going to an engine.
+WAIT_CONCURRENCY = "concurrency_cap"
+WAIT_KV = "kv_cap"
+
+
+class TenantCaps(NamedTuple):
+    max_concurrent_sequences: int
+    kv_cap_tokens_per_replica: int
+
+
+def never_fits(caps: TenantCaps, kv_estimate: int) -> bool:
+    """Whether the request alone is above the tenant's per-replica KV cap."""
+    return kv_estimate > caps.kv_cap_tokens_per_replica
+
+
+def at_concurrency_cap(caps: TenantCaps, in_flight: int) -> bool:
+    return in_flight >= caps.max_concurrent_sequences
+
+
+def fits_kv(caps: TenantCaps, resident_estimate: int, kv_estimate: int) -> bool:
+    """Whether the request fits under the cap beside the tenant's estimate already on a replica."""
+    return resident_estimate + kv_estimate <= caps.kv_cap_tokens_per_replica
