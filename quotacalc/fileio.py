@@ -255,7 +255,9 @@ class ConfinedDir:
             status = os.fstat(descriptor)
             if not stat.S_ISREG(status.st_mode):
                 raise NotPlainFile("not a regular file")
-            data = handle.read(limit + 1)
+            if status.st_size > limit:
+                raise NotPlainFile(f"larger than {limit:,} bytes")
+            data = handle.read(limit + 1)  # and a file growing while it is read stops here
         if len(data) > limit:
             raise NotPlainFile(f"larger than {limit:,} bytes")
         return data, stat.S_IMODE(status.st_mode)

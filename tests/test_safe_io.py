@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,67 @@ def test_a_copy_into_a_folder_given_as_a_link_is_the_users_choice(run_cli, tmp_p
     assert code == 0, err
     assert (real / "llama-3.3-70b-h100.yaml").is_file()
     assert os.path.islink(tmp_path / "named")
+
+
+# --- the manifest ----------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_subprocess(*args: object, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
+    """quotacalc as CI runs it: a process of its own (a hang is a timeout, not a stuck test run)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "QUOTACALC_SALT_SECRET": SECRET}
+    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", *(str(arg) for arg in args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["generate", "check"])
+def test_a_manifest_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path, check: bool):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    os.mkfifo(out_dir / ".quotacalc-manifest.json")
+    extra = ["--check"] if check else []
+    proc = run_subprocess("generate", PLATFORM, "--out", out_dir, "--target", "canonical", *extra)
+    line = one_error_line(proc.returncode, proc.stdout, proc.stderr, EXIT_INVALID_INPUT)
+    assert line.startswith(f"{out_dir / '.quotacalc-manifest.json'}: is not a regular file, not a quotacalc manifest")
+    assert sorted(path.name for path in out_dir.iterdir()) == [".quotacalc-manifest.json"]
+
+
+def test_a_manifest_linked_to_dev_zero_is_refused_unread(run_cli, tmp_path: Path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / ".quotacalc-manifest.json").symlink_to("/dev/zero")
+    line = one_error_line(*canonical(run_cli, out_dir), EXIT_INVALID_INPUT)
+    assert line.startswith(f"{out_dir / '.quotacalc-manifest.json'}: is a symbolic link, not a quotacalc manifest")
+
+
+def test_a_manifest_linked_to_a_manifest_elsewhere_is_refused(run_cli, tmp_path: Path):
+    """Even a link to a real manifest: what it lists would then be judged against another folder's record."""
+    assert canonical(run_cli, tmp_path / "first")[0] == 0
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / ".quotacalc-manifest.json").symlink_to(tmp_path / "first" / ".quotacalc-manifest.json")
+    line = one_error_line(*canonical(run_cli, out_dir, "--check"), EXIT_INVALID_INPUT)
+    assert "is a symbolic link, not a quotacalc manifest" in line
+
+
+def test_a_manifest_nested_100k_deep_is_a_clean_error(run_cli, tmp_path: Path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / ".quotacalc-manifest.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    for extra in ((), ("--check",)):
+        line = one_error_line(*canonical(run_cli, out_dir, *extra), EXIT_INVALID_INPUT)
+        assert line.startswith(f"{out_dir / '.quotacalc-manifest.json'}: is not a quotacalc manifest")
+
+
+def test_a_manifest_too_large_to_be_one_is_refused_before_it_is_read(run_cli, tmp_path: Path):
+    from quotacalc.exporters.writer import MAX_MANIFEST_BYTES
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with open(out_dir / ".quotacalc-manifest.json", "wb") as handle:
+        handle.truncate(MAX_MANIFEST_BYTES + 1)  # sparse: no disk used
+    line = one_error_line(*canonical(run_cli, out_dir), EXIT_INVALID_INPUT)
+    assert line.startswith(
+        f"{out_dir / '.quotacalc-manifest.json'}: is larger than {MAX_MANIFEST_BYTES:,} bytes, not a quotacalc manifest"
+    )
