@@ -183,7 +183,10 @@ class ConfinedDir:
         if create and not self.root.is_dir():
             for folder in reversed([self.root, *self.root.parents]):  # mkdir -p, remembering what it made
                 if not folder.exists():
-                    folder.mkdir()
+                    try:
+                        folder.mkdir()
+                    except FileExistsError:  # made by a run beside this one
+                        continue
                     self.made.append(folder)
         try:
             descriptor = os.open(self.root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
@@ -222,6 +225,37 @@ class ConfinedDir:
             raise
         self._descriptors[parts] = descriptor
         return descriptor
+
+    def lock(self, *, exclusive: bool, wait_s: float, doing: str) -> None:
+        """Hold the folder for this run: ``exclusive`` for one that writes, shared for one that only reads. The lock
+        is the kernel's (flock) on the folder itself, so it leaves no file behind, and a run that dies releases it.
+        A folder held past ``wait_s`` seconds is a one-line error (``doing``: what the other run is doing)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: runs are not serialised
+            return
+        import time
+
+        descriptor = self.directory(())
+        if descriptor is None:
+            return
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(descriptor, mode)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise QuotacalcError(
+                        f"another quotacalc run is {doing} this folder (waited {wait_s:g} s); {self.outcome}",
+                        source=str(self.root),
+                        field=self.field,
+                        fix=f"run again when it is done, or give each run its own {self.field}",
+                    ) from None
+                time.sleep(0.05)
+            except OSError:  # a file system without locks (some network mounts): runs are not serialised
+                return
 
     def _place(self, relative: str, *, create: bool = False) -> tuple[int | None, str]:
         *folders, name = self.parts(relative)

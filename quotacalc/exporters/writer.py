@@ -31,6 +31,8 @@ PUBLIC_MODE = 0o644
 MAX_MANIFEST_BYTES = 16 * 2**20
 #: A generated file read back (to compare or diff) is kilobytes; past this it is not quotacalc's.
 MAX_GENERATED_BYTES = 64 * 2**20
+#: How long a run waits for another run writing the same --out (a run's writes take well under a second).
+LOCK_WAIT_S = 10.0
 
 Status = Literal["created", "updated", "permissions", "unchanged", "removed", "foreign", "edited"]
 
@@ -216,6 +218,7 @@ def check_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]])
     """Compare the directory with what would be generated (target -> files); write nothing. Salts never show."""
     out_dir = Path(out_dir)
     with _confined(out_dir, "nothing was compared") as folder:
+        folder.lock(exclusive=False, wait_s=LOCK_WAIT_S, doing="writing")
         changes, owned = _plan(folder, generated)
         by_path = {file.path: file for files in generated.values() for file in files}
         parts = []
@@ -245,6 +248,10 @@ def write_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]])
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     with _confined(out_dir, "nothing was written") as folder:
+        # Held from the manifest's reading to the last rename: two runs' renames interleaved would leave one run's
+        # files under the other's manifest, which every later run refuses as edited.
+        folder.directory((), create=True)
+        folder.lock(exclusive=True, wait_s=LOCK_WAIT_S, doing="writing")
         for file in (file for files in generated.values() for file in files):
             folder.directory(ConfinedDir.parts(file.path)[:-1])  # a link or a file on the way: refused now
         changes, owned = _plan(folder, generated)
