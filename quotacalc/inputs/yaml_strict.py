@@ -136,6 +136,27 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+#: YAML 1.1 types beyond plain scalars, lists and mappings, which SafeLoader builds and no input of quotacalc means:
+#: a set (``!!set {a, b}``) would be iterated in Python's hash order, which changes from run to run
+#: (PYTHONHASHSEED), so a list made from it (public prefixes) and every file generated from that would too.
+_REFUSED_TAGS = {
+    "tag:yaml.org,2002:set": "a set, whose order changes from run to run; write a list",
+    "tag:yaml.org,2002:omap": "an ordered map; write a mapping",
+    "tag:yaml.org,2002:pairs": "a list of pairs; write a mapping",
+    "tag:yaml.org,2002:binary": "binary data; write text",
+}
+
+
+def _refuse_tag(loader: _StrictLoader, node: yaml.Node) -> None:
+    line = node.start_mark.line + 1
+    short = node.tag.replace("tag:yaml.org,2002:", "!!")
+    raise _error(f"{short} (line {line}) is {_REFUSED_TAGS[node.tag]}", node)
+
+
+for _tag in _REFUSED_TAGS:
+    _StrictLoader.add_constructor(_tag, _refuse_tag)
+
+
 #: How many nodes aliases may add to a document, each use of an anchor counting its whole subtree again. A plan
 #: with 10,000 tenants that each merge an anchored mapping adds ~100,000; nine nested lists of nine aliases (a
 #: 700-byte "billion laughs") add 435 million, which every reader after the parser would walk one by one.
