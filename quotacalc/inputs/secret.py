@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import SALT_SECRET_ENV, QuotacalcError, UsageError
 
-SECRET_ENV = "QUOTACALC_SALT_SECRET"
+SECRET_ENV = SALT_SECRET_ENV
 #: The shortest secret accepted. Each salt is an HMAC of a public tenant name, and the manifest meant to be committed
 #: holds the digests of the files the salts are in: a short secret can be searched for offline.
 MIN_SECRET_BYTES = 16

@@ -237,7 +237,13 @@ def load_yaml_text(text: str, *, source: str) -> object:
     try:
         return _load(text, source)
     except yaml.constructor.ConstructorError as error:
-        raise QuotacalcError(error.problem or str(error), source=source) from None
+        problem = error.problem or str(error)
+        if problem.startswith("could not determine a constructor for the tag"):
+            # The tag itself is not shown: in a file that is not YAML (a .env), it may be part of a secret.
+            mark = error.problem_mark
+            where = f" (line {mark.line + 1})" if mark else ""
+            problem = f"an unknown YAML tag{where}: quotacalc reads plain values, lists and mappings"
+        raise QuotacalcError(problem, source=source) from None
     except yaml.reader.ReaderError as error:
         line = text[: error.position].count("\n") + 1
         code = error.character if isinstance(error.character, int) else ord(str(error.character)[:1] or "\0")
