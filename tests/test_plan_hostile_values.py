@@ -16,6 +16,11 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PLATFORM = EXAMPLES / "platform.yaml"
 
 
+@pytest.fixture(autouse=True)
+def _secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUOTACALC_SALT_SECRET", "test-secret-not-for-production")
+
+
 def one_error_line(code: int, out: str, err: str) -> str:
     assert code == EXIT_INVALID_INPUT, f"exit {code}: {err!r}"
     assert "Traceback" not in err
