@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 #: Exit code for invalid input: a file or value that parses but cannot be priced.
@@ -60,11 +61,47 @@ def _abbreviated(match: re.Match[str]) -> str:
     return f"{digits[0]}.{digits[1:4]}e+{len(digits) - 1} (a {len(digits):,}-digit number)"
 
 
+#: The environment variable holding the salt secret (inputs/secret.py reads it). Named here, in the leaf everything
+#: imports, so that whatever quotacalc echoes can be checked against the secret.
+SALT_SECRET_ENV = "QUOTACALC_SALT_SECRET"
+#: The secret is hidden wherever this many of its characters stand in a row, so a shortened or lower-cased echo of it
+#: is hidden too.
+_SECRET_RUN = 12
+#: Shorter secrets are not looked for: they would hide common words (check reads them; generate refuses them).
+_SECRET_MIN = 8
+
+
+def hide_secret(text: str) -> str:
+    """``text`` with every run of ``_SECRET_RUN`` characters of the salt secret (any case) replaced by
+    ``<salt secret>``: a file that holds the secret, read as the wrong kind of input, is never echoed with it."""
+    secret = os.environ.get(SALT_SECRET_ENV, "").strip().lower()
+    if len(secret) < _SECRET_MIN:
+        return text
+    run = min(_SECRET_RUN, len(secret))
+    pieces = {secret[start : start + run] for start in range(len(secret) - run + 1)}
+    lowered = text.lower()
+    hidden = [False] * len(text)
+    for start in range(len(text) - run + 1):
+        if lowered[start : start + run] in pieces:
+            hidden[start : start + run] = [True] * run
+    if not any(hidden):
+        return text
+    parts: list[str] = []
+    for index, character in enumerate(text):
+        if not hidden[index]:
+            parts.append(character)
+        elif index == 0 or not hidden[index - 1]:
+            parts.append("<salt secret>")
+    return "".join(parts)
+
+
 def printable(text: str, *, limit: int = 2000) -> str:
-    """``text`` on one line, safe to echo to a terminal: control characters (escape sequences) become
-    ``?``, runs of whitespace one space, a number of 40 or more digits in scientific notation, and anything past
-    ``limit`` characters is cut with ``...``."""
-    text = " ".join(str(text).replace("\t", " ").split())  # newlines and tabs: spaces, before they become '?'
+    """``text`` on one line, safe to echo to a terminal: the salt secret hidden (``hide_secret``), control characters
+    (escape sequences) ``?``, runs of whitespace one space, a number of 40 or more digits in scientific notation,
+    and anything past ``limit`` characters is cut with ``...``."""
+    text = " ".join(
+        hide_secret(str(text)).replace("\t", " ").split()
+    )  # newlines and tabs: spaces, before they become '?'
     text = _CONTROL.sub("?", text)
     text = _HUGE_NUMBER.sub(_abbreviated, text)
     return text if len(text) <= limit else text[: limit - 3] + "..."

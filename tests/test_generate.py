@@ -518,8 +518,6 @@ def test_a_write_that_fails_changes_nothing(run_cli, tmp_path: Path, monkeypatch
     import errno
     import os
 
-    from quotacalc.exporters import writer
-
     monkeypatch.setenv("QUOTACALC_SALT_SECRET", SECRET)
     out_dir = tmp_path / "out"
     assert canonical(run_cli, out_dir)[0] == 0
@@ -550,9 +548,9 @@ def test_a_write_that_fails_changes_nothing(run_cli, tmp_path: Path, monkeypatch
         opened.append(handle)
         return FullDisk(handle) if len(opened) == 3 else handle
 
-    monkeypatch.setattr(writer.os, "fdopen", fdopen)
+    monkeypatch.setattr(os, "fdopen", fdopen)
     code, out, err = canonical(run_cli, out_dir, plan=plan)
-    monkeypatch.setattr(writer.os, "fdopen", real_fdopen)
+    monkeypatch.setattr(os, "fdopen", real_fdopen)
     line = one_line_error(code, out, err, EXIT_INVALID_INPUT)
     assert "cannot write there: No space left on device; nothing was changed" in line
     assert ".tmp" not in line and "free space on that file system" in line

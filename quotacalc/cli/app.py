@@ -612,8 +612,9 @@ commands.declare(
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""
     try:
-        from quotacalc.cli.streams import fit_output_encoding
+        from quotacalc.cli.streams import fit_output_encoding, outlive_closed_pipes
 
+        outlive_closed_pipes()
         fit_output_encoding()
         code = app(standalone_mode=False)
         # Output still buffered fails here, where it is reported, not in the interpreter's exit (exit 120).

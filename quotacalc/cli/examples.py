@@ -8,7 +8,7 @@ from pathlib import Path
 from quotacalc.catalog.examples import ShippedExample, shipped_examples
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.exporters.writer import MANIFEST, PUBLIC_MODE, SECRET_MODE
-from quotacalc.fileio import unwritable, write_text_atomic
+from quotacalc.fileio import ConfinedDir, NotPlainFile, unwritable
 
 
 def _find(name: str) -> ShippedExample:
@@ -33,43 +33,50 @@ def _files(example: ShippedExample) -> list[tuple[Path, Path]]:
     return files
 
 
-def _holds_already(destination: Path, source: Path) -> bool:
-    """Whether ``destination`` is a plain file with ``source``'s bytes: a companion an earlier copy wrote (a
-    scenario's plan, copied with the plan's own example first), which the copy leaves as it is."""
+#: A shipped example file is kilobytes: a file far larger at its place is not the same file.
+_MAX_EXAMPLE_BYTES = 16 * 2**20
+
+
+def _holds_already(folder: ConfinedDir, relative: str, source: Path) -> bool:
+    """Whether ``relative`` in the folder is a plain file with ``source``'s bytes: a companion an earlier copy wrote
+    (a scenario's plan, copied with the plan's own example first), which the copy leaves as it is."""
     try:
-        return (
-            destination.is_file() and not destination.is_symlink() and destination.read_bytes() == source.read_bytes()
-        )
-    except OSError:
+        found = folder.read(relative, limit=_MAX_EXAMPLE_BYTES)
+    except (NotPlainFile, OSError):
         return False
+    return found is not None and found[0] == source.read_bytes()
 
 
 def copy_examples(examples: list[ShippedExample], target: Path) -> list[Path]:
     """Copy examples into ``target``; refuses to overwrite a different file, and then writes nothing. A file
-    already there with the same bytes is kept."""
+    already there with the same bytes is kept. Every path is reached from ``target``'s own descriptor without
+    following a link (``ConfinedDir``): a link planted in ``target`` is refused, never written through."""
     # A scenario brings the plan it names, which may be copied as an example of its own too: once.
     planned = list(
-        dict.fromkeys((source, target / relative) for example in examples for source, relative in _files(example))
+        dict.fromkeys((source, relative.as_posix()) for example in examples for source, relative in _files(example))
     )
-    existing = [
-        str(destination)
-        for source, destination in planned
-        if (destination.exists() or destination.is_symlink()) and not _holds_already(destination, source)
-    ]
-    if existing:
-        raise QuotacalcError(
-            f"would overwrite {existing[0]}" + (f" and {len(existing) - 1} more" if len(existing) > 1 else ""),
-            field="--copy",
-            fix="remove them or choose another directory",
-        )
-    secret = _secret_files([source for source, _ in planned])
-    for source, destination in planned:
-        if _holds_already(destination, source):
-            continue
-        # A salt secret and generated salts stay owner-only in the copy, as generate writes them.
-        mode = SECRET_MODE if source in secret else PUBLIC_MODE
-        write_text_atomic(destination, source.read_text(encoding="utf-8"), mode=mode)
-    return [destination for _, destination in planned]
+    with ConfinedDir(target, field="--copy", contents="the copied examples", outcome="nothing was written") as folder:
+        for _, relative in planned:  # a link or a file where a folder goes: refused before anything is written
+            folder.directory(ConfinedDir.parts(relative)[:-1])
+        existing = [
+            str(target / relative)
+            for source, relative in planned
+            if folder.lstat(relative) is not None and not _holds_already(folder, relative, source)
+        ]
+        if existing:
+            raise QuotacalcError(
+                f"would overwrite {existing[0]}" + (f" and {len(existing) - 1} more" if len(existing) > 1 else ""),
+                field="--copy",
+                fix="remove them or choose another directory",
+            )
+        secret = _secret_files([source for source, _ in planned])
+        for source, relative in planned:
+            if _holds_already(folder, relative, source):
+                continue
+            # A salt secret and generated salts stay owner-only in the copy, as generate writes them.
+            mode = SECRET_MODE if source in secret else PUBLIC_MODE
+            folder.replace(folder.stage(relative, source.read_bytes(), mode), relative)
+    return [target / relative for _, relative in planned]
 
 
 def _secret_files(sources: list[Path]) -> set[Path]:

@@ -182,6 +182,7 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
     )
     result = _with_target_limits(result, policy)
     result = _with_secret_strength(result, policy, secret_file)
+    result = _with_secret_file_mode(result, secret_file)
     # A calibration that does not hold, or holds only by extrapolation, is a finding like the pools' pricing
     # warnings: counted, in the JSON, and an error under --strict (as size --strict fails on it).
     priced_at = {pool.name: {"batch": pool.deployment.batch, "context": pool.deployment.context} for pool in plan.pools}
@@ -227,6 +228,24 @@ def _with_secret_strength(result: Any, policy: QuotaPolicy, secret_file: str | N
         subject="--salt-secret-file" if secret_file is not None else SECRET_ENV,
         message=f"the salt secret {problem}: generate refuses to write salts with it",
         fix="use a random secret (e.g. openssl rand -hex 32) before the first generate: a new secret changes every salt",
+    )
+    return _with_findings(result, [finding])
+
+
+def _with_secret_file_mode(result: Any, secret_file: str | None) -> Any:
+    """A salt secret file others can read: a warning (an error under --strict), as ssh warns of an open key."""
+    from quotacalc.core.checks import Finding
+    from quotacalc.inputs.secret import open_secret_file_problem
+
+    problem = open_secret_file_problem(secret_file)
+    if problem is None:
+        return result
+    finding = Finding(
+        severity="warning",
+        code="salt-secret-file-open",
+        subject="--salt-secret-file",
+        message=f"{secret_file} {problem}",
+        fix=f"chmod 600 {secret_file}",
     )
     return _with_findings(result, [finding])
 
@@ -355,6 +374,7 @@ def generate(
         )
     # What the pools were priced with (a batch the pool cannot hold, a local model path) shapes the engine files.
     from quotacalc.cli.streams import print_warnings
+    from quotacalc.inputs.secret import open_secret_file_problem
 
     print_warnings(
         [
@@ -390,6 +410,9 @@ def generate(
         from quotacalc.fileio import unwritable
 
         raise unwritable(error, out_dir, field="--out") from None
+    # Said once the run is done, so a refused run's error stays its one line.
+    if (problem := open_secret_file_problem(secret_file)) is not None:
+        print_warnings([f"{secret_file}: --salt-secret-file: {problem} (chmod 600 {secret_file})"])
     if skipped:
         names = ", ".join(entry["target"] for entry in skipped)
         sys.stderr.write(f"quotacalc: note: skipped targets not in this build: {names}\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
+import stat
 import sys
 
 #: What the tables and messages print beyond ASCII, and the ASCII they fall back to.
@@ -56,6 +58,64 @@ def fit_output_encoding() -> None:
             "".join(_ASCII).encode(stream.encoding or "ascii")
         except (UnicodeEncodeError, LookupError):
             stream.reconfigure(errors=ERROR_HANDLER)
+
+
+class _ReaderMayLeave(io.RawIOBase):
+    """A pipe's write end whose reader may close it early (``| head -1``): what the reader no longer takes is
+    dropped, so the command runs to its end and exits with its own verdict, not with the race between its last
+    write and the reader's exit."""
+
+    def __init__(self, descriptor: int) -> None:
+        super().__init__()
+        self._descriptor = descriptor
+        self.reader_left = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._descriptor
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, data) -> int:  # type: ignore[override]
+        if self.reader_left:
+            return len(data)
+        try:
+            return os.write(self._descriptor, data)
+        except BrokenPipeError:
+            self.reader_left = True
+            return len(data)
+
+    def close(self) -> None:  # the descriptor stays the interpreter's to close
+        self.flush()
+        super().close()
+
+
+def outlive_closed_pipes() -> None:
+    """Where stdout or stderr is a pipe, a reader that closes it early no longer changes the exit code: the rest
+    of the output is dropped and the command exits as it would have (README, Errors). Other streams (a file, a
+    terminal, a test's capture) are left as they are."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if type(stream) is not io.TextIOWrapper:
+            continue
+        try:
+            descriptor = stream.fileno()
+            if not stat.S_ISFIFO(os.fstat(descriptor).st_mode):
+                continue
+            stream.flush()
+        except (OSError, ValueError):
+            continue
+        replacement = io.TextIOWrapper(
+            io.BufferedWriter(_ReaderMayLeave(descriptor)),
+            encoding=stream.encoding,
+            errors=stream.errors,
+            line_buffering=stream.line_buffering,
+            write_through=stream.write_through,
+        )
+        setattr(sys, name, replacement)
 
 
 def fail_under_strict(warnings: tuple[str, ...] | list[str], *, strict: bool, nothing: str = "printed") -> None:

@@ -144,6 +144,27 @@ class KvPoolMeasuredWith(BaseModel):
         return None if value is None else engine_id(value)
 
 
+def served_model_name(model: str) -> str:
+    """The name clients send for a model an engine loads: a hub id ("org/name") as it is, a local path by its last
+    component."""
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        return model.rstrip("/").rsplit("/", 1)[-1]
+    return model
+
+
+def not_a_flag(value: str) -> str:
+    """A name the engine files pass to vLLM or SGLang as an argument's value (their config files become arguments,
+    ``--model NAME``, ``--served-model-name NAME``): one starting with '-' would be read as a flag of its own
+    (``--trust-remote-code``)."""
+    text = value.strip()
+    if text.startswith("-") or served_model_name(text).startswith("-"):
+        raise ValueError(
+            f"must not start with '-', nor end in a folder or file whose name does, which an engine reads as a flag, "
+            f"got {text!r}"
+        )
+    return value
+
+
 class Deployment(BaseModel):
     """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
 
@@ -320,6 +341,11 @@ class Deployment(BaseModel):
         if value is not None and (not value.strip() or any(not character.isprintable() for character in value)):
             raise ValueError("must be a hub id or a path: not empty, no control characters")
         return value if value is None else value.strip()
+
+    @field_validator("model", "serve_model")
+    @classmethod
+    def _not_a_flag(cls, value: str | None) -> str | None:
+        return value if value is None else not_a_flag(value)
 
     @field_validator("tp", "batch", "context", "load_output_tokens")
     @classmethod

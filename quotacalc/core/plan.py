@@ -13,7 +13,14 @@ from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from quotacalc.core.deployment import MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_POOL_TOKENS, Deployment, Tenant
+from quotacalc.core.deployment import (
+    MAX_BURST_S,
+    MAX_CONTEXT_TOKENS,
+    MAX_POOL_TOKENS,
+    Deployment,
+    Tenant,
+    not_a_flag,
+)
 from quotacalc.errors import close_names
 
 
@@ -30,7 +37,7 @@ Identifier = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(
 #: A LoRA adapter's name, as engines load it (vLLM's --lora-modules NAME=PATH) and gateways match it in the model
 #: field: no space, '=', quote or comma, which those formats split or quote on.
 LORA_NAME_PATTERN = r"^[^\s=,'\"`]{1,256}$"
-LoraName = Annotated[str, Field(pattern=LORA_NAME_PATTERN), AfterValidator(_printable_name)]
+LoraName = Annotated[str, Field(pattern=LORA_NAME_PATTERN), AfterValidator(_printable_name), AfterValidator(not_a_flag)]
 
 #: The names plan entries use: what a header value, a Kubernetes name and a file name all accept.
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -232,6 +239,26 @@ RESERVED_HEADERS = frozenset(
         "host",
     }
 )
+#: Headers HTTP itself consumes: hop-by-hop headers (RFC 9110 section 7.6.1, and HTTP/1.1's keep-alive and
+#: proxy-connection) that every proxy strips before the gateway's check, and the ones that frame the message
+#: (HTTP/2 and HTTP/3 forbid connection-specific ones outright; their pseudo-headers start with ':', which the
+#: pattern refuses). A tenant id there never reaches the check, or breaks the request.
+HTTP_CONNECTION_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "http2-settings",
+        "host",
+        "content-length",
+    }
+)
 #: Names no tenant can take: the Envoy AI Gateway's AIGatewayRoute refuses a rule of this name (its CRD's
 #: x-kubernetes-validations: "rule name route-not-found is reserved").
 RESERVED_TENANT_NAMES = frozenset({"route-not-found"})
@@ -270,6 +297,11 @@ class Plan(BaseModel):
         # matched twice in one route (the API server refuses) or break the request.
         if value in RESERVED_HEADERS:
             raise ValueError(f"'{value}' is a header the gateway itself uses: choose another, e.g. x-tenant-id")
+        if value in HTTP_CONNECTION_HEADERS:
+            raise ValueError(
+                f"'{value}' is a header HTTP consumes between hops (proxies strip or reserve it), so the tenant id "
+                "would never reach the gateway's check: choose another, e.g. x-tenant-id"
+            )
         return value
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
 from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
+from quotacalc.core.deployment import served_model_name as _served_model_name
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, routed_pool
 from quotacalc.errors import QuotacalcError
 
@@ -354,13 +355,6 @@ def _mamba_ssm_cache_dtype(replica: PriceResult) -> str | None:
         return None
     name = replica.inputs.state_dtype.name
     return _VLLM_STATE_DTYPES.get(name, name)
-
-
-def _served_model_name(model: str) -> str:
-    # A hub id ("org/name") is what clients send; a local path is known to them by its last component.
-    if model.startswith((".", "/", "~")) or model.count("/") > 1:
-        return model.rstrip("/").rsplit("/", 1)[-1]
-    return model
 
 
 def _engine(pool: Pool, replica: PriceResult, routed: list[tuple[Tier, int]]) -> EngineSettings:

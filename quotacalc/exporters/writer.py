@@ -10,13 +10,10 @@ All checks run before the first write, so a refused run writes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import stat
-import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
@@ -24,12 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.errors import QuotacalcError, UsageError
 from quotacalc.exporters.base import GeneratedFile
-from quotacalc.fileio import unwritable
+from quotacalc.fileio import ConfinedDir, NotPlainFile, unwritable
 
 MANIFEST = ".quotacalc-manifest.json"
 MANIFEST_VERSION = 1
 SECRET_MODE = 0o600
 PUBLIC_MODE = 0o644
+#: A manifest lists a line per file: hundreds of bytes each. Past this it is not one (or it is /dev/zero).
+MAX_MANIFEST_BYTES = 16 * 2**20
+#: A generated file read back (to compare or diff) is kilobytes; past this it is not quotacalc's.
+MAX_GENERATED_BYTES = 64 * 2**20
+#: How long a run waits for another run writing the same --out (a run's writes take well under a second).
+LOCK_WAIT_S = 10.0
 
 Status = Literal["created", "updated", "permissions", "unchanged", "removed", "foreign", "edited"]
 
@@ -90,20 +93,23 @@ class ManifestEntry(BaseModel):
         return digest in (self.sha256, self.previous)
 
 
-def _read_manifest(out_dir: Path) -> dict[str, ManifestEntry]:
-    """path -> what quotacalc wrote there."""
-    file = out_dir / MANIFEST
-    if not file.exists():
+def _read_manifest(folder: ConfinedDir) -> dict[str, ManifestEntry]:
+    """path -> what quotacalc wrote there. Read as a plain file of bounded size (never through a link, never a FIFO
+    that would hang the run or a device that would fill memory); anything else is a one-line error."""
+    source = str(folder.root / MANIFEST)
+    fix = "restore it from version control, or move the directory's files away and generate again"
+    try:
+        found = folder.read(MANIFEST, limit=MAX_MANIFEST_BYTES)
+    except NotPlainFile as why:
+        raise QuotacalcError(f"is {why}, not a quotacalc manifest", source=source, fix=fix) from None
+    if found is None:
         return {}
     try:
-        document = json.loads(file.read_text(encoding="utf-8"))
+        document = json.loads(found[0].decode("utf-8"))
         return {_safe_relative(path): ManifestEntry.model_validate(entry) for path, entry in document["files"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise QuotacalcError(
-            "is not a quotacalc manifest",
-            source=str(file),
-            fix="restore it from version control, or move the directory's files away and generate again",
-        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        # RecursionError: JSON nested thousands deep, which no manifest is.
+        raise QuotacalcError("is not a quotacalc manifest", source=source, fix=fix) from None
 
 
 def _manifest(entries: dict[str, ManifestEntry]) -> str:
@@ -137,15 +143,15 @@ def _interim_manifest(generated: Mapping[str, Sequence[GeneratedFile]], owned: d
     return _manifest(entries)
 
 
-def _disk(path: Path) -> tuple[str | None, int | None]:
-    """(text, permission bits) of a file on disk, (None, None) when absent."""
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        return "", None  # not a plain file: never quotacalc's, never followed
+def _disk(folder: ConfinedDir, path: str) -> tuple[str | None, int | None]:
+    """(text, permission bits) of a file in the folder, (None, None) when absent."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        found = folder.read(path, limit=MAX_GENERATED_BYTES)
+    except NotPlainFile:
+        return "", None  # a link, FIFO or folder: never quotacalc's, never followed
+    if found is None:
         return None, None
-    mode = stat.S_IMODE(path.stat().st_mode)
+    data, mode = found
     try:
         return data.decode("utf-8"), mode
     except UnicodeDecodeError:
@@ -168,19 +174,17 @@ def _diff(path: str, old: str | None, new: str | None, secret: bool) -> str:
 
 
 def _plan(
-    out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]]
+    folder: ConfinedDir, generated: Mapping[str, Sequence[GeneratedFile]]
 ) -> tuple[list[FileChange], dict[str, ManifestEntry]]:
     """Each file's change (stale files, owned by a generated target but no longer generated, last)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError("is not a directory", source=str(out_dir), field="--out", fix="name a directory")
-    owned = _read_manifest(out_dir) if out_dir.is_dir() else {}
+    owned = _read_manifest(folder)
     files = [file for target_files in generated.values() for file in target_files]
     paths = [_safe_relative(file.path) for file in files]
     if len(set(paths)) != len(paths) or MANIFEST in paths:
         raise ValueError("exporters generated the same path twice, or the manifest's name")
     changes = []
     for file in files:
-        text, mode = _disk(out_dir / file.path)
+        text, mode = _disk(folder, file.path)
         want_mode = SECRET_MODE if file.secret else PUBLIC_MODE
         entry = owned.get(file.path)
         if text is None:
@@ -199,26 +203,32 @@ def _plan(
         entry = owned[path]
         if entry.target not in generated:
             continue  # another target's file: this run leaves it alone
-        text, _ = _disk(out_dir / path)
+        text, _ = _disk(folder, path)
         if text is not None:
             status = "removed" if entry.accepts(sha256(text)) else "edited"
             changes.append(FileChange(path=path, status=status, secret=entry.secret))
     return changes, owned
 
 
+def _confined(out_dir: Path, outcome: str) -> ConfinedDir:
+    return ConfinedDir(out_dir, field="--out", contents="the generated files", outcome=outcome)
+
+
 def check_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]]) -> WriteReport:
     """Compare the directory with what would be generated (target -> files); write nothing. Salts never show."""
     out_dir = Path(out_dir)
-    changes, owned = _plan(out_dir, generated)
-    by_path = {file.path: file for files in generated.values() for file in files}
-    parts = []
-    for change in changes:
-        if change.status in ("unchanged", "permissions"):
-            continue
-        old, _ = _disk(out_dir / change.path)
-        new = by_path[change.path].text if change.path in by_path else None
-        parts.append(_diff(change.path, old, new, change.secret))
-    manifest_now, _ = _disk(out_dir / MANIFEST)
+    with _confined(out_dir, "nothing was compared") as folder:
+        folder.lock(exclusive=False, wait_s=LOCK_WAIT_S, doing="writing")
+        changes, owned = _plan(folder, generated)
+        by_path = {file.path: file for files in generated.values() for file in files}
+        parts = []
+        for change in changes:
+            if change.status in ("unchanged", "permissions"):
+                continue
+            old, _ = _disk(folder, change.path)
+            new = by_path[change.path].text if change.path in by_path else None
+            parts.append(_diff(change.path, old, new, change.secret))
+        manifest_now, _ = _disk(folder, MANIFEST)
     wanted = _final_manifest(generated, owned)
     if manifest_now != wanted:
         changes.append(FileChange(path=MANIFEST, status="created" if manifest_now is None else "updated"))
@@ -231,117 +241,112 @@ def check_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]])
 def write_files(out_dir: Path, generated: Mapping[str, Sequence[GeneratedFile]]) -> WriteReport:
     """Write each target's files under ``out_dir`` (atomically), remove its stale ones, update the manifest.
 
-    Refuses, before writing anything, when a path holds a file quotacalc did not write or one edited since.
+    Refuses, before writing anything, when a path holds a file quotacalc did not write or one edited since, or a
+    link or file stands where a folder of the generated files goes. Every path is reached from ``out_dir``'s own
+    descriptor without following a link (``ConfinedDir``), so no write or removal lands outside it.
     """
     out_dir = Path(out_dir)
-    _check_directories(out_dir, [file.path for files in generated.values() for file in files])
-    changes, owned = _plan(out_dir, generated)
-    for change in changes:
-        if change.status == "foreign":
-            raise QuotacalcError(
-                "exists and quotacalc did not write it (not in the manifest); nothing was written",
-                source=str(out_dir / change.path),
-                fix="move it away, or choose another --out",
-            )
-        if change.status == "edited":
-            raise QuotacalcError(
-                "was edited since quotacalc wrote it; nothing was written",
-                source=str(out_dir / change.path),
-                fix="move the change into the plan, then delete the file and generate again",
-            )
-    by_path = {file.path: file for files in generated.values() for file in files}
-    writes = [
-        (out_dir / change.path, by_path[change.path].text, SECRET_MODE if change.secret else PUBLIC_MODE)
-        for change in changes
-        if change.status in ("created", "updated", "permissions")
-    ]
-    interim = (
-        [(out_dir / MANIFEST, _interim_manifest(generated, owned), PUBLIC_MODE)]
-        if any(change.status != "unchanged" for change in changes)
-        else []
-    )
-    final = _final_manifest(generated, owned)
-    finals = [(out_dir / MANIFEST, final, PUBLIC_MODE)] if _disk(out_dir / MANIFEST)[0] != final else []
-    # Every new file is first written beside its place; only when all of them are on disk does any replace what
-    # is there, so a full disk or a read-only folder leaves the earlier output as it was, not half of each.
-    staged = _stage(out_dir, [*interim, *writes, *finals])
-    done = 0
-    try:
-        # The interim manifest first: it owns old and new content alike, so a run stopped among the renames
-        # leaves nothing the next run calls foreign or edited.
-        for temporary, path in staged[: len(interim) + len(writes)]:
-            _put(temporary, path)
-            done += 1
+    _check_out_dir(out_dir)
+    with _confined(out_dir, "nothing was written") as folder:
+        # Held from the manifest's reading to the last rename: two runs' renames interleaved would leave one run's
+        # files under the other's manifest, which every later run refuses as edited.
+        folder.directory((), create=True)
+        folder.lock(exclusive=True, wait_s=LOCK_WAIT_S, doing="writing")
+        for file in (file for files in generated.values() for file in files):
+            folder.directory(ConfinedDir.parts(file.path)[:-1])  # a link or a file on the way: refused now
+        changes, owned = _plan(folder, generated)
         for change in changes:
-            if change.status == "removed":
-                (out_dir / change.path).unlink()
-                _remove_empty_parents(out_dir, out_dir / change.path)
-        for temporary, path in staged[len(interim) + len(writes) :]:
-            _put(temporary, path)
-            done += 1
-    except BaseException:
-        for temporary, _ in staged[done:]:
-            Path(temporary).unlink(missing_ok=True)
-        raise
+            if change.status == "foreign":
+                raise QuotacalcError(
+                    "exists and quotacalc did not write it (not in the manifest); nothing was written",
+                    source=str(out_dir / change.path),
+                    fix="move it away, or choose another --out",
+                )
+            if change.status == "edited":
+                raise QuotacalcError(
+                    "was edited since quotacalc wrote it; nothing was written",
+                    source=str(out_dir / change.path),
+                    fix="move the change into the plan, then delete the file and generate again",
+                )
+        by_path = {file.path: file for files in generated.values() for file in files}
+        writes = [
+            (change.path, by_path[change.path].text, SECRET_MODE if change.secret else PUBLIC_MODE)
+            for change in changes
+            if change.status in ("created", "updated", "permissions")
+        ]
+        interim = (
+            [(MANIFEST, _interim_manifest(generated, owned), PUBLIC_MODE)]
+            if any(change.status != "unchanged" for change in changes)
+            else []
+        )
+        final = _final_manifest(generated, owned)
+        finals = [(MANIFEST, final, PUBLIC_MODE)] if _disk(folder, MANIFEST)[0] != final else []
+        # Every new file is first written beside its place; only when all of them are on disk does any replace what
+        # is there, so a full disk or a read-only folder leaves the earlier output as it was, not half of each.
+        staged = _stage(folder, [*interim, *writes, *finals])
+        done = 0
+        try:
+            # The interim manifest first: it owns old and new content alike, so a run stopped among the renames
+            # leaves nothing the next run calls foreign or edited.
+            for temporary, path in staged[: len(interim) + len(writes)]:
+                _put(temporary, path)
+                done += 1
+            for change in changes:
+                if change.status == "removed":
+                    folder.unlink(change.path)
+                    folder.remove_empty_parents(change.path)
+            for temporary, path in staged[len(interim) + len(writes) :]:
+                _put(temporary, path)
+                done += 1
+        except BaseException:
+            for temporary, path in staged[done:]:
+                temporary.folder.discard(temporary.name, path)
+            raise
     return WriteReport(out_dir=str(out_dir), check=False, changes=tuple(changes))
 
 
-def _put(temporary: str, path: Path) -> None:
+@dataclass(frozen=True)
+class _Staged:
+    """A file written beside its place in ``folder``, under the temporary ``name``."""
+
+    folder: ConfinedDir
+    name: str
+
+
+def _put(temporary: _Staged, path: str) -> None:
     """Move a staged file into its place (atomic: a reader sees the old file or the new, never a mix)."""
-    os.replace(temporary, path)
+    temporary.folder.replace(temporary.name, path)
 
 
-def _stage(out_dir: Path, writes: Sequence[tuple[Path, str, int]]) -> list[tuple[str, Path]]:
+def _stage(folder: ConfinedDir, writes: Sequence[tuple[str, str, int]]) -> list[tuple[_Staged, str]]:
     """Write each (path, text, mode) to a temporary file beside its path: (temporary, path) pairs, in order.
 
     On any failure nothing stays behind (the temporary files and the folders made for them are removed) and the
     error names the file it was for: nothing has replaced anything yet.
     """
-    staged: list[tuple[str, Path]] = []
-    made: list[Path] = []
-    path = out_dir
+    staged: list[tuple[_Staged, str]] = []
+    path = MANIFEST
     try:
         for path, text, mode in writes:
-            for parent in reversed(path.parents):  # --out's own missing parents too (--out new/generated)
-                if not parent.exists():
-                    parent.mkdir()
-                    made.append(parent)
-            descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            staged.append((temporary, path))
-            os.fchmod(descriptor, mode)
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(text.encode("utf-8"))
+            staged.append((_Staged(folder, folder.stage(path, text.encode("utf-8"), mode)), path))
     except BaseException as error:
-        for temporary, _ in staged:
-            Path(temporary).unlink(missing_ok=True)
-        for folder in reversed(made):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        for temporary, where in staged:
+            folder.discard(temporary.name, where)
+        folder.remove_made()
         if not isinstance(error, OSError):
             raise
         # Named by the file being staged when the write failed, never by its temporary name.
         reason = OSError(error.errno, error.strerror)
-        raise unwritable(reason, path, field="--out", outcome="; nothing was changed") from None
+        raise unwritable(reason, folder.root / path, field="--out", outcome="; nothing was changed") from None
     return staged
 
 
-def _check_directories(out_dir: Path, paths: Sequence[str]) -> None:
-    """Refuse, before anything is written, where a directory the files need is a file (``--out`` names a file, or
-    a file sits where a target's directory goes)."""
-    needed = {out_dir, *out_dir.parents}
-    for path in paths:
-        needed.update(parent for parent in (out_dir / path).parents if out_dir in parent.parents or parent == out_dir)
-    for directory in sorted(needed, key=lambda entry: len(entry.parts)):
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse, before anything is written, where ``--out`` or a folder above it is a file (the folders inside it are
+    walked by ``ConfinedDir``)."""
+    for directory in sorted({out_dir, *out_dir.parents}, key=lambda entry: len(entry.parts)):
         if directory == out_dir and out_dir.exists() and not out_dir.is_dir():
             raise UsageError("is not a directory", source=str(out_dir), field="--out", fix="name a directory")
-        if directory != out_dir and out_dir in directory.parents and directory.is_symlink():
-            # A link would carry the writes, and the removal of stale files, out of --out.
-            raise QuotacalcError(
-                "is a symbolic link where a directory of the generated files goes; nothing was written",
-                source=str(directory),
-                field="--out",
-                fix="replace the link with a plain directory, or choose another --out",
-            )
         if directory.exists() and not directory.is_dir():
             raise QuotacalcError(
                 "is a file where a directory of the generated files goes; nothing was written",
@@ -349,13 +354,3 @@ def _check_directories(out_dir: Path, paths: Sequence[str]) -> None:
                 field="--out",
                 fix="choose another --out, or move the file away",
             )
-
-
-def _remove_empty_parents(out_dir: Path, path: Path) -> None:
-    parent = path.parent
-    while parent != out_dir and out_dir in parent.parents:
-        try:
-            parent.rmdir()
-        except OSError:
-            return
-        parent = parent.parent

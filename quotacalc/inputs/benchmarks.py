@@ -187,6 +187,14 @@ def read_csv(path: str, text: str) -> list[BenchmarkPoint]:
         raise QuotacalcError("empty CSV: no header", source=path, fix=f"columns: {', '.join(CSV_COLUMNS)}") from None
     columns = [_MS_COLUMNS.get(name, name) for name in header]
     known = set(CSV_COLUMNS) | set(_MS_COLUMNS) | set(_OPTIONAL_COLUMNS)
+    if not known.intersection(header):
+        # Not a benchmark CSV at all (a .env, a key file): its first line is not shown, it may be a secret.
+        raise QuotacalcError(
+            "the first line names none of a benchmark CSV's columns: is it a benchmark file?",
+            source=path,
+            field="header",
+            fix=f"columns: {', '.join(CSV_COLUMNS)}",
+        )
     for name in header:
         if name not in known:
             close = close_names(name, sorted(known), n=1)
@@ -580,8 +588,10 @@ def read_benchmark(path: str) -> tuple[list[BenchmarkPoint], list[str]]:
         raise QuotacalcError("empty file", source=path, fix="a vllm bench serve JSON, a GuideLLM report or a CSV")
     stripped = text.strip()
     if stripped in ("null", "true", "false") or stripped[:1] == '"' or _is_number(stripped):
+        # A string is not shown: a file holding one quoted line may hold a secret.
+        shown = "a string" if stripped[:1] == '"' else stripped[:20]
         raise QuotacalcError(
-            f"is a single JSON value ({stripped[:20]}), not a benchmark result",
+            f"is a single JSON value ({shown}), not a benchmark result",
             source=path,
             fix="a vllm bench serve JSON object, a GuideLLM report or a CSV",
         )

@@ -226,7 +226,19 @@ def read_document(path: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise QuotacalcError("expected a mapping (deployment keys, or pools/tiers/tenants)", source=path)
     refuse_scenario(document, path)
+    if document and not any(key in _plan_keys() for key in document):
+        # Not a plan at all (a .env read as YAML): its keys are not shown, they may be secrets.
+        raise QuotacalcError(
+            "names none of a plan's keys (model, gpu, ..., or pools, tiers, tenants): is it a plan file?",
+            source=path,
+            fix="see quotacalc examples",
+        )
     return document
+
+
+def _plan_keys() -> frozenset[str]:
+    """Every key a plan file may have at its top level, flat or platform."""
+    return frozenset(PlatformPlanFile.model_fields) | frozenset(_flat_plan_file_model().model_fields)
 
 
 def is_platform(document: dict[str, Any]) -> bool:

@@ -636,6 +636,14 @@ def _usage_records(text: str, path: Path) -> list[tuple[int, dict[str, object]]]
                 "no header", source=source, field="line 1", fix=f"the first line names the columns: {expected}"
             )
         missing = [column for column in USAGE_COLUMNS if column not in header]
+        if len(missing) == len(USAGE_COLUMNS):
+            # Not a usage file at all (a .env, /proc/self/environ): its first line is not shown, it may be a secret.
+            raise QuotacalcError(
+                "the first line names none of a usage file's columns: is it a usage file?",
+                source=source,
+                field="line 1",
+                fix=f"a CSV whose first line names the columns {expected}",
+            )
         if missing:
             raise QuotacalcError(
                 f"no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} in the header",
@@ -703,6 +711,13 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedS
     if not isinstance(document, dict):
         raise QuotacalcError("expected a mapping (plan, workload, ...)", source=path)
     _refuse_plan_file(document, file)
+    if document and not any(key in Scenario.model_fields for key in document):
+        # Not a scenario at all (a .env read as YAML): its keys are not shown, they may be secrets.
+        raise QuotacalcError(
+            "names none of a scenario's keys (plan, workload, ...): is it a scenario file?",
+            source=path,
+            fix="see quotacalc examples simulate-named-plan",
+        )
     try:
         scenario = Scenario.model_validate(document)
     except ValidationError as error:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
-from quotacalc.errors import QuotacalcError, UsageError
+from quotacalc.errors import SALT_SECRET_ENV, QuotacalcError, UsageError
 
-SECRET_ENV = "QUOTACALC_SALT_SECRET"
+SECRET_ENV = SALT_SECRET_ENV
 #: The shortest secret accepted. Each salt is an HMAC of a public tenant name, and the manifest meant to be committed
 #: holds the digests of the files the salts are in: a short secret can be searched for offline.
 MIN_SECRET_BYTES = 16
@@ -39,6 +39,21 @@ def require_strong_secret(secret: bytes, secret_file: str | None) -> bytes:
             fix="use a random secret (e.g. openssl rand -hex 32)",
         )
     return secret
+
+
+def open_secret_file_problem(secret_file: str | None) -> str | None:
+    """Why ``secret_file`` is not private to its owner, as ssh judges a key (any permission for group or others),
+    or None: whoever can read it can derive every tenant's salt, and so read or poison its prefix cache."""
+    if secret_file is None:
+        return None
+    try:
+        mode = os.stat(secret_file).st_mode & 0o777
+    except (OSError, ValueError):
+        return None  # load_salt_secret says what is wrong with the path
+    if not mode & 0o077:
+        return None
+    who = " and ".join(name for name, bits in (("its group", 0o070), ("others", 0o007)) if mode & bits)
+    return f"is open to {who} (mode {mode:04o}): whoever can read it can derive every tenant's salt"
 
 
 def load_salt_secret(secret_file: str | None) -> bytes | None:

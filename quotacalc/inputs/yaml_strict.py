@@ -136,6 +136,27 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+#: YAML 1.1 types beyond plain scalars, lists and mappings, which SafeLoader builds and no input of quotacalc means:
+#: a set (``!!set {a, b}``) would be iterated in Python's hash order, which changes from run to run
+#: (PYTHONHASHSEED), so a list made from it (public prefixes) and every file generated from that would too.
+_REFUSED_TAGS = {
+    "tag:yaml.org,2002:set": "a set, whose order changes from run to run; write a list",
+    "tag:yaml.org,2002:omap": "an ordered map; write a mapping",
+    "tag:yaml.org,2002:pairs": "a list of pairs; write a mapping",
+    "tag:yaml.org,2002:binary": "binary data; write text",
+}
+
+
+def _refuse_tag(loader: _StrictLoader, node: yaml.Node) -> None:
+    line = node.start_mark.line + 1
+    short = node.tag.replace("tag:yaml.org,2002:", "!!")
+    raise _error(f"{short} (line {line}) is {_REFUSED_TAGS[node.tag]}", node)
+
+
+for _tag in _REFUSED_TAGS:
+    _StrictLoader.add_constructor(_tag, _refuse_tag)
+
+
 #: How many nodes aliases may add to a document, each use of an anchor counting its whole subtree again. A plan
 #: with 10,000 tenants that each merge an anchored mapping adds ~100,000; nine nested lists of nine aliases (a
 #: 700-byte "billion laughs") add 435 million, which every reader after the parser would walk one by one.
@@ -216,7 +237,13 @@ def load_yaml_text(text: str, *, source: str) -> object:
     try:
         return _load(text, source)
     except yaml.constructor.ConstructorError as error:
-        raise QuotacalcError(error.problem or str(error), source=source) from None
+        problem = error.problem or str(error)
+        if problem.startswith("could not determine a constructor for the tag"):
+            # The tag itself is not shown: in a file that is not YAML (a .env), it may be part of a secret.
+            mark = error.problem_mark
+            where = f" (line {mark.line + 1})" if mark else ""
+            problem = f"an unknown YAML tag{where}: quotacalc reads plain values, lists and mappings"
+        raise QuotacalcError(problem, source=source) from None
     except yaml.reader.ReaderError as error:
         line = text[: error.position].count("\n") + 1
         code = error.character if isinstance(error.character, int) else ord(str(error.character)[:1] or "\0")
