@@ -215,3 +215,42 @@ def test_a_number_of_thousands_of_digits_is_refused_with_its_line_not_pythons_li
     message = refusal("pools:\n  - replicas: " + "9" * 5000 + "\n")
     assert message == "a number of 5,000 digits (line 2) is far out of range"
     assert load("a: " + "9" * 400 + "\n")["a"] == int("9" * 400)  # read, then refused at its key as out of range
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "model: " + "[" * 100_000,  # flow sequences, never closed
+        "model: " + "[" * 50_000 + "]" * 50_000,  # closed: valid YAML, still too deep
+        "- " * 100_000,  # block sequences on one line
+        "{a: " * 100_000,  # flow mappings
+        "? " * 100_000,  # complex keys
+    ],
+    ids=["flow-open", "flow-closed", "block-dashes", "flow-maps", "complex-keys"],
+)
+def test_deep_nesting_is_one_error_not_a_crash(text: str) -> None:
+    """libyaml's C composer overflows the stack at some tens of thousands of levels and kills the interpreter, so
+    the depth is judged before composing. Run in a child: a regression would crash it, not the test session."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from quotacalc.errors import QuotacalcError\n"
+        "from quotacalc.inputs.yaml_strict import load_yaml_text\n"
+        "try:\n"
+        "    load_yaml_text(sys.stdin.read(), source='plan.yaml')\n"
+        "except QuotacalcError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "plan.yaml: YAML nested too deeply to read (more than 256 levels)"
+
+
+def test_nesting_at_the_bound_is_read() -> None:
+    from quotacalc.inputs.yaml_strict import MAX_YAML_DEPTH
+
+    # The mapping holding "a" is one level, the sequences the rest.
+    inner = MAX_YAML_DEPTH - 1
+    assert load_yaml_text("a: " + "[" * inner + "]" * inner, source="plan.yaml") is not None

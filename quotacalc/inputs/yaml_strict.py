@@ -208,7 +208,35 @@ def _check_aliases(root: yaml.Node) -> None:
             stack.extend((child, False) for child in node.value)
 
 
+#: Deeper YAML is refused before it is composed: libyaml's composer recurses in C, and at some tens of thousands
+#: of levels it overflows the thread's stack and kills the interpreter (no RecursionError to catch). No plan,
+#: scenario or report nests beyond a dozen levels.
+MAX_YAML_DEPTH = 256
+#: Each level of nesting needs one of these indicators, so a text with fewer of them cannot nest too deep.
+_NESTING_INDICATORS = "[{-?:"
+
+
+def _too_deep(text: str) -> bool:
+    """Whether the text nests collections beyond ``MAX_YAML_DEPTH``, read from libyaml's event stream (its parser
+    keeps its own stack, so this pass is safe at any depth); a text with too few indicators is not parsed here."""
+    if sum(text.count(indicator) for indicator in _NESTING_INDICATORS) <= MAX_YAML_DEPTH:
+        return False
+    depth = 0
+    opening = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    closing = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, opening):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                return True
+        elif isinstance(event, closing):
+            depth -= 1
+    return False
+
+
 def _load(text: str, source: str) -> object:
+    if _too_deep(text):
+        raise QuotacalcError(f"YAML nested too deeply to read (more than {MAX_YAML_DEPTH} levels)", source=source)
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
