@@ -53,8 +53,28 @@ class ConfigView:
         self.given_keys = given_keys
 
     def get(self, key: str, default: Any = None) -> Any:
+        """A value a reader sizes or times the model with: NaN or infinity in it (or in its items) is refused here,
+        as transformers writes them into fields no reader reads (Mamba-2's ``time_step_limit`` is (0.0, inf))."""
         value = self.config.get(key)
-        return default if value is None else value
+        if value is None:
+            return default
+        self._refuse_non_finite(key, value)
+        return value
+
+    def has(self, key: str) -> bool:
+        """Whether the config holds ``key`` (a sub-config), without reading what is in it."""
+        return self.config.get(key) is not None
+
+    def _refuse_non_finite(self, key: str, value: Any) -> None:
+        stack: list[tuple[str, Any]] = [(key, value)]
+        while stack:
+            field, item = stack.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                raise self.fail(field, f"must be a finite number, got {item}", "give the size the model has")
+            if isinstance(item, dict):
+                stack.extend((f"{field}.{child}", part) for child, part in item.items())
+            elif isinstance(item, list):
+                stack.extend((f"{field}[{index}]", part) for index, part in enumerate(item))
 
     def fail(self, key: str, problem: str, fix: str | None = None) -> QuotacalcError:
         return QuotacalcError(problem, source=self.source, field=self.prefix + key, fix=fix)

@@ -593,7 +593,7 @@ def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
 
 
 def check_config_values(raw: dict[str, Any], source: str) -> None:
-    """Refuse what no real config holds before transformers sees it: NaN or infinite numbers, integers
+    """Refuse what no real config holds before transformers sees it: NaN or infinite sizes, integers
     past 2**53, nesting past ``MAX_CONFIG_DEPTH``, and more than ``MAX_LAYERS`` layers."""
     stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in raw.items()]
     while stack:
@@ -608,7 +608,11 @@ def check_config_values(raw: dict[str, Any], source: str) -> None:
                 raise _too_many_layers(source, field, len(value))
             continue
         if isinstance(value, float) and not math.isfinite(value):
-            raise QuotacalcError(f"must be a finite number, got {value}", source=source, field=field)
+            if key in _POSITIVE_KEYS:
+                raise QuotacalcError(f"must be a finite number, got {value}", source=source, field=field)
+            # transformers writes a float default of inf as Infinity (Mamba-2's time_step_limit): a real config
+            # holds it. The readers refuse one in any field they size or time the model with (ConfigView.get).
+            continue
         if key in _POSITIVE_KEYS and (not isinstance(value, int) or value <= 0):
             # transformers would divide by it (heads) or build lists of it (layers) before any check of ours.
             raise QuotacalcError(f"must be a positive integer, got {value!r}", source=source, field=field)
