@@ -67,3 +67,19 @@ def test_total_and_tying_match_transformers(folder):
 def test_every_fixture_has_a_reference_count():
     folders = {path.name for path in CONFIGS.iterdir() if (path / "config.json").is_file()}
     assert folders - HAND_COUNTED == set(REFERENCE)
+
+
+def test_pre_resolved_archs_match_their_configs():
+    """tests/data/archs/ (read by the fast goldens without transformers) is what the readers make of each config now:
+    rebuild with ``python scripts/build_test_archs.py`` after changing a reader or a config."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_test_archs", DATA.parent.parent / "scripts/build_test_archs.py"
+    )
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    assert sorted(path.stem for path in (DATA / "archs").glob("*.json")) == sorted(builder.FOLDERS)
+    for folder in builder.FOLDERS:
+        assert (DATA / "archs" / f"{folder}.json").read_text(encoding="utf-8") == builder.arch_text(folder), folder
