@@ -216,16 +216,42 @@ def _non_finite(
 
 def read_document(path: str) -> dict[str, Any]:
     """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
-    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
+    from quotacalc.inputs.text_file import read_text_file
 
     # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
     text = read_text_file(Path(path), what="plan")
-    document = load_yaml_text(text, source=path)
+    document = _parsed_yaml(text, path)
     if document is None:
         document = {}
     if not isinstance(document, dict):
         raise QuotacalcError("expected a mapping (deployment keys, or pools/tiers/tenants)", source=path)
     refuse_scenario(document, path)
+    return document
+
+
+def _parsed_yaml(text: str, path: str) -> Any:
+    """The strict YAML parse of ``text``, cached on disk by content: a plan read again is not parsed again, and
+    PyYAML is not imported. Only a parse that JSON keeps exactly is cached (no dates, no NaN), so the cached
+    document is the parse itself; a file that does not parse is parsed, and refused, every time."""
+    import json
+
+    from quotacalc.cache import cache_key, read_entry, write_entry
+
+    # The loader's own file in the key: a change to its rules parses every plan again.
+    loader = Path(__file__).with_name("yaml_strict.py").stat()
+    key = cache_key(text.encode("utf-8"), f"plan-yaml-{loader.st_size}-{loader.st_mtime_ns}")
+    cached = read_entry("plans", key)
+    if isinstance(cached, dict) and "document" in cached:
+        return cached["document"]
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    document = load_yaml_text(text, source=path)
+    try:
+        kept = json.loads(json.dumps(document, allow_nan=False)) == document
+    except (TypeError, ValueError, RecursionError):
+        kept = False
+    if kept:
+        write_entry("plans", key, {"document": document})
     return document
 
 

@@ -15,19 +15,42 @@ from quotacalc.core.deployment import Deployment
 from quotacalc.core.price import PricingInputs
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.arch_checks import check_arch
-from quotacalc.inputs.architectures import read_arch
 from quotacalc.inputs.hf_arch import torch_dtype_name
-from quotacalc.inputs.model_config import ResolvedConfig, load_model_config, locate_model, read_config_bytes
+from quotacalc.inputs.model_config import (
+    ModelSource,
+    ResolvedConfig,
+    load_model_config,
+    locate_model,
+    read_config_bytes,
+)
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
 from quotacalc.inputs.shipped_specs import load_spec, spec_arch
+
+#: Architectures read in this process, by reference and the config's bytes: a command reads its model once, however
+#: many checks ask for it (the measured pool's record, then the price).
+_READ: dict[tuple[str, str, bytes], tuple[ModelArch, ResolvedConfig]] = {}
+_READ_KEPT = 16
 
 
 def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
     """A model's architecture from a shipped name, hub id or path (shipped ones pre-resolved, no transformers)."""
     source = locate_model(reference)
+    if not source.config_path:
+        return _read_arch(reference, source)
+    key = (reference, source.config_path, read_config_bytes(Path(source.config_path)))
+    if key not in _READ:
+        if len(_READ) >= _READ_KEPT:
+            _READ.clear()
+        _READ[key] = _read_arch(reference, source, key[2])
+    return _READ[key]
+
+
+def _read_arch(reference: str, source: ModelSource, data: bytes | None = None) -> tuple[ModelArch, ResolvedConfig]:
     shipped = find_shipped(reference) if source.shipped else None
-    if shipped is not None and (spec := load_spec(shipped, read_config_bytes(Path(source.config_path)))):
+    if shipped is not None and data is not None and (spec := load_spec(shipped, data)):
         return spec_arch(spec, source.name), ResolvedConfig(source=source, **spec["resolved"])
+    from quotacalc.inputs.architectures import read_arch  # every family's reader: not needed for a shipped spec
+
     resolved = load_model_config(reference)
     source = resolved.source.config_path
     try:
