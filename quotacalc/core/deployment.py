@@ -391,7 +391,7 @@ class Deployment(BaseModel):
 
     @field_validator("*")
     @classmethod
-    def _bounded(cls, value: object, info) -> object:
+    def _bounded(cls, value: Any, info) -> Any:
         limit = _DEPLOYMENT_LIMITS.get(info.field_name)
         return value if limit is None or value is None else _at_most(value, limit)
 

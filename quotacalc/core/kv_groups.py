@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -121,9 +122,11 @@ class KvGroupLayout(BaseModel):
             if cache.kind is CacheKind.FULL:
                 per_group = math.ceil(max_model_len / block)
             elif cache.kind is CacheKind.SLIDING:
-                per_group = math.ceil(min(cache.window_tokens - 1 + max_num_batched_tokens, max_model_len) / block) + 1
+                window = cast(int, cache.window_tokens)  # a sliding or chunked cache states its window
+                per_group = math.ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block) + 1
             elif cache.kind is CacheKind.CHUNKED:
-                per_group = math.ceil(min(cache.window_tokens + max_num_batched_tokens, max_model_len) / block)
+                window = cast(int, cache.window_tokens)
+                per_group = math.ceil(min(window + max_num_batched_tokens, max_model_len) / block)
             else:
                 per_group = state_pages
             total += self.groups_of(cache) * per_group
@@ -149,7 +152,7 @@ class KvGroupLayout(BaseModel):
         return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens, state_pages) * max_model_len)
 
     def blocks_for_logged_tokens(
-        self, tokens: int, max_model_len: int, max_num_batched_tokens: int, state_pages: int = 1
+        self, tokens: float, max_model_len: int, max_num_batched_tokens: int, state_pages: int = 1
     ) -> int:
         """The fewest blocks whose logged count (the concurrency rule) is ``tokens``: a measured pool back in blocks."""
         per_request = self.blocks_per_request(max_model_len, max_num_batched_tokens, state_pages)

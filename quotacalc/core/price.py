@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,9 @@ from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, ParamGroup, TokenMixer
 from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
+
+if TYPE_CHECKING:
+    from quotacalc.catalog.engines import EngineProfile, StaticMemoryFraction
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.replica import (
     ReplicaModel,
@@ -244,6 +247,10 @@ def _check_inputs(inputs: PricingInputs) -> None:
             )
 
 
+#: A recorded figure keeps its own type: a count stays an int.
+_Figure = TypeVar("_Figure", int, float)
+
+
 @dataclass
 class _Explainer:
     """What every section reads (inputs, the replica model) and writes (the ledger, figures, warnings)."""
@@ -254,9 +261,10 @@ class _Explainer:
     warnings: list[str] = field(default_factory=list)
     model: ReplicaModel | None = None
 
-    def record(self, name: str, value: float, **kwargs) -> float:
+    def record(self, name: str, value: _Figure, **kwargs) -> _Figure:
         self.figures[name] = value
-        return self.ledger.record(name, value, **kwargs)
+        self.ledger.record(name, value, **kwargs)
+        return value
 
 
 # --------------------------------------------------------------------------- sections
@@ -423,7 +431,7 @@ def _pool_section(x: _Explainer) -> float:
             "runtime_reserve_bytes_per_gpu",
             reserve.total_bytes,
             formula="runtime_reserve_gib (given)",
-            substituted=f"{fmt(deployment.runtime_reserve_gib)} GiB",
+            substituted=f"{fmt(cast(float, deployment.runtime_reserve_gib))} GiB",
             unit="B",
         )
     elif reserve.static_fraction:
@@ -490,7 +498,8 @@ def _pool_section(x: _Explainer) -> float:
 
 def _static_fraction_note(deployment: Deployment, gpu: GpuSpec) -> str:
     """How the engine's default memory share was reached: its reserved MiB, term by term."""
-    rule = engine_profile(deployment.engine).static_memory_fraction
+    # Called only for an engine whose profile has the rule (default_memory_utilization's source).
+    rule = cast("StaticMemoryFraction", cast("EngineProfile", engine_profile(deployment.engine)).static_memory_fraction)
     tokens, source = memory.token_budget(deployment, gpu)
     graph_batch = rule.graph_batch(gpu.memory_bytes, deployment.tp)
     reserved = rule.reserved_mib(gpu.memory_bytes, deployment.tp, tokens)

@@ -93,8 +93,8 @@ def _one_line_validation_error(
         section = _nested_model(model, tuple(first["loc"][:-1]))
         key = str(first["loc"][-1]) if section is not model else field
         close = suggest_key(key, list(section.model_fields))
-        fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(section.model_fields)}"
-        return QuotacalcError(f"unknown key '{field}'", source=source, field=prefix + field, fix=fix)
+        known = f"did you mean '{close}'?" if close else f"known keys: {', '.join(section.model_fields)}"
+        return QuotacalcError(f"unknown key '{field}'", source=source, field=prefix + field, fix=known)
     if first["type"] == "missing":
         return UsageError(
             "is required",

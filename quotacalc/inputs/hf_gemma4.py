@@ -135,6 +135,7 @@ def read_gemma4_text(view: ConfigView, name: str, **finish) -> ModelArch:
             k_eq_v=k_eq_v and kind == "full_attention",
             kv_shared=shared,
         )
+        mixer: FullAttention | SlidingWindowAttention
         if kind == "full_attention":
             mixer = FullAttention(**common)
         elif kind == "sliding_attention":

@@ -137,6 +137,7 @@ def _afmoe_attention(view: ConfigView) -> tuple[list[GatedFullAttention | GatedS
     max_context = view.context_tokens()
     notes: list[str] = []
     full = GatedFullAttention(**sizes, qk_norm=True)
+    sliding: GatedFullAttention | GatedSlidingWindowAttention
     if window is None or (max_context and window >= max_context):
         if window is not None:
             notes.append(f"sliding window {window} >= max context {max_context}: those layers priced as full attention")

@@ -16,7 +16,7 @@ import stat
 import warnings
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -169,7 +169,8 @@ def _download_from_hub(source: ModelSource) -> Path:
 
     online = not constants.HF_HUB_OFFLINE and _hub_reachable(constants.ENDPOINT)
     try:
-        return Path(hf_hub_download(source.hf_id, "config.json", local_files_only=not online, etag_timeout=5))
+        hub_id = cast(str, source.hf_id)  # only a hub model is downloaded
+        return Path(hf_hub_download(hub_id, "config.json", local_files_only=not online, etag_timeout=5))
     except Exception as error:
         reason = "offline, and not in the local Hugging Face cache" if not online else type(error).__name__
         raise QuotacalcError(
@@ -415,7 +416,7 @@ def _culprits(raw: dict[str, Any]) -> list[str]:
     in turn, its class default taken instead. Only on the error path."""
     from transformers import AutoConfig
 
-    model_type = raw.get("model_type")
+    model_type = cast(str, raw.get("model_type"))  # a non-empty string: checked before AutoConfig ran
     fields = {key: value for key, value in raw.items() if key != "model_type"}
     found: list[str] = []
     tried = 0
@@ -462,7 +463,7 @@ def _mentioned_key(message: str, raw: dict[str, Any]) -> str | None:
 def check_family(raw: dict[str, Any], config_class: str, source: str) -> None:
     """Refuse a config relabelled as another family: its ``architectures`` name another model class, or a
     dense family's config carries experts it would ignore."""
-    model_type = raw.get("model_type")
+    model_type = cast(str, raw.get("model_type"))  # a non-empty string: checked before AutoConfig ran
     # Compared without underscores: Kimi_K25Config builds KimiK25ForConditionalGeneration.
     family = config_class.removesuffix("Config").lower().replace("_", "")
     architectures = raw.get("architectures")

@@ -43,7 +43,7 @@ _TIER_KEYS = ("burst_s", "cached_prompt_weight")
 def _deployment_keys_model() -> type[BaseModel]:
     """Deployment's keys, every one optional: a pool's ``deployment`` and the plan's defaults (merged, then checked)."""
     fields: dict[str, Any] = {
-        name: (field.annotation | None, Field(None, description=field.description))
+        name: (field.annotation | None, Field(None, description=field.description))  # type: ignore[operator]
         for name, field in Deployment.model_fields.items()
         if name not in _TIER_KEYS
     }
@@ -92,7 +92,7 @@ class PlatformPlanFile(Plan):
 def _optional_keys(model: type[BaseModel], name: str, doc: str, **extra: Any) -> type[BaseModel]:
     """``model``'s keys, every one optional (flags may give the rest), plus ``extra`` fields; unknown keys refused."""
     fields: dict[str, Any] = {
-        key: (field.annotation | None, Field(None, description=field.description))
+        key: (field.annotation | None, Field(None, description=field.description))  # type: ignore[operator]
         for key, field in model.model_fields.items()
     }
     return create_model(
@@ -127,7 +127,7 @@ def plan_json_schema() -> dict[str, Any]:
     from pydantic import TypeAdapter
 
     flat = _flat_plan_file_model()
-    schema = TypeAdapter(PlatformPlanFile | flat).json_schema()  # type: ignore[operator]
+    schema = TypeAdapter(PlatformPlanFile | flat).json_schema()
     return {"title": "quotacalc plan (platform or flat)", **schema}
 
 

@@ -52,19 +52,19 @@ def _read_arch(reference: str, source: ModelSource, data: bytes | None = None) -
     from quotacalc.inputs.architectures import read_arch  # every family's reader: not needed for a shipped spec
 
     resolved = load_model_config(reference)
-    source = resolved.source.config_path
+    config_path = str(resolved.source.config_path)
     try:
-        arch = read_arch(resolved.config, name=resolved.source.name, source=source, given_keys=resolved.given_keys)
+        arch = read_arch(resolved.config, name=resolved.source.name, source=config_path, given_keys=resolved.given_keys)
     except ValidationError as error:  # a layer spec refused a value the reader passed on
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
         raise QuotacalcError(
-            f"{first['msg']}, got {first.get('input')!r}", source=source, field=field or None
+            f"{first['msg']}, got {first.get('input')!r}", source=config_path, field=field or None
         ) from None
     except (TypeError, ArithmeticError, LookupError, AttributeError) as error:
         # A field of a type or shape no real config has, met where a reader did arithmetic on it.
-        raise QuotacalcError(f"the config's fields do not fit together ({error})", source=source) from None
-    check_arch(arch, source)
+        raise QuotacalcError(f"the config's fields do not fit together ({error})", source=config_path) from None
+    check_arch(arch, config_path)
     return arch, resolved
 
 
@@ -95,7 +95,7 @@ def resolve(deployment: Deployment) -> PricingInputs:
         )
     if deployment.kv_dtype in (None, "auto"):
         # The checkpoint's dtype, unless the engine keeps a layer kind's cache in one dtype only (DeepSeek V4: fp8).
-        served = {layer.mixer.served_kv_dtype() for layer in arch.layers if layer.mixer} - {None}
+        served = {name for layer in arch.layers if layer.mixer and (name := layer.mixer.served_kv_dtype())}
         kv_dtype = dtype_by_name(served.pop(), field="kv_dtype") if len(served) == 1 else native
     else:
         kv_dtype = dtype_by_name(deployment.kv_dtype, field="kv_dtype")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import yaml
 
@@ -12,7 +13,7 @@ from quotacalc.inputs.text_file import MAX_TEXT_BYTES, read_text_file
 __all__ = ["MAX_YAML_BYTES", "load_yaml_text", "read_text_file"]
 
 # libyaml's parser is ~7x faster than PyYAML's pure-Python one; the constructor stays Python.
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: A deployment or plan file is a few kB; past this, reading it is a mistake (or an attack).
 MAX_YAML_BYTES = MAX_TEXT_BYTES
