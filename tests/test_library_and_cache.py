@@ -83,7 +83,7 @@ def test_models_doc_is_generated_not_typed():
 
 
 def test_plan_file_model_path_is_relative_to_the_file(tmp_path, monkeypatch):
-    from quotacalc.inputs.deployment import load_plan_file
+    from quotacalc.inputs.plan import load_plan_file
 
     (tmp_path / "plans" / "my-model").mkdir(parents=True)
     (tmp_path / "plans" / "my-model" / "config.json").write_text("{}")
@@ -208,7 +208,7 @@ def test_distinct_experts_refuses_a_routing_no_model_has(experts, top_k, batch):
 
 
 def test_a_library_deployment_with_a_pool_measured_elsewhere_is_refused():
-    from quotacalc.inputs.deployment import load_plan_file
+    from quotacalc.inputs.plan import load_plan_file
 
     plan = load_plan_file(str(ROOT / "examples" / "llama-3.3-70b-h100.yaml"))
     moved = quotacalc.Deployment(**{**plan.deployment, "tp": 8})

@@ -352,7 +352,8 @@ def _write_plan(
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
-    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.plan import load_plan_file
     from quotacalc.inputs.plan_write import set_top_level_keys
 
     target = _write_target(path)

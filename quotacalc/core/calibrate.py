@@ -24,7 +24,7 @@ from quotacalc.core.deployment import GENERIC_ENGINE, GIB, Deployment
 from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
-    from quotacalc.core.price import PricingInputs
+    from quotacalc.core.pricing_inputs import PricingInputs
     from quotacalc.core.replica import ReplicaModel
 
 #: Deployment fields a fit may move, with the interval it keeps them in. The bounds are physical

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from quotacalc.catalog.kernels import MXFP4_MOE_PADDING
+
 if TYPE_CHECKING:
     from quotacalc.catalog.engines import EngineProfile
 
@@ -340,8 +342,6 @@ class Deployment(BaseModel):
     def _mxfp4_backend(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        from quotacalc.core.weights import MXFP4_MOE_PADDING
-
         name = value.strip().lower()
         if name not in MXFP4_MOE_PADDING:
             raise ValueError(f"must be one of {', '.join(MXFP4_MOE_PADDING)}, got {value!r}")

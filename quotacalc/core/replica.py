@@ -30,7 +30,7 @@ from quotacalc.core.weights import engine_read, replicated_extra_bytes_per_gpu
 
 if TYPE_CHECKING:
     from quotacalc.core.kv_groups import KvGroupLayout
-    from quotacalc.core.price import PricingInputs
+    from quotacalc.core.pricing_inputs import PricingInputs
 
 #: Bytes of one activation value moved by an all-reduce (engines all-reduce in the 16-bit model dtype).
 ACTIVATION_BYTES = 2
