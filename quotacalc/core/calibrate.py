@@ -1,4 +1,4 @@
-"""Fit a deployment's efficiencies and engine overheads to the user's own benchmark (issue 7, "Calibration").
+"""Fit a deployment's efficiencies and engine overheads to the user's own benchmark.
 
 Each benchmark point is a closed-loop run at a fixed concurrency with mean prompt and output lengths,
 and its mean time to first token and mean inter-token latency. The replica model predicts both

@@ -208,7 +208,7 @@ def read_longcat_flash(view: ConfigView, name: str) -> ModelArch:
 
     transformers 5.24 sizes the experts' fused gate/up projection for routed + identity experts (its
     down projection for routed experts only); the checkpoint and vLLM hold routed experts only, so that is
-    what is counted (tests/test_families_fam3.py checks the difference against transformers' own count).
+    what is counted (tests/test_families_olmoe_dbrx_lfm2_longcat.py checks the difference against transformers' own count).
     The router's score correction bias is a buffer in transformers and is not counted.
     """
     layer_count = view.stated_int("num_layers")

@@ -1,4 +1,4 @@
-"""Reading plan files: today's flat plan (one deployment, optionally one ``tenant``) and the platform plan
+"""Reading plan files: the flat plan (one deployment, optionally one ``tenant``) and the platform plan
 (pools, tiers, tenants) into ``core.plan.Plan``. Every error names the file and the YAML path
 (``tenants[3].tier``) and says how to fix it.
 
