@@ -22,6 +22,7 @@ from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, 
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.pricing_inputs import PricingInputs
 from quotacalc.core.replica import (
+    EngineCompute,
     ReplicaModel,
     engine_compute,
     expected_busiest_rank_experts,
@@ -942,8 +943,17 @@ def _decode_section(x: _Explainer, batch: int) -> None:
 
 def _engine_section(x: _Explainer, batch: int) -> None:
     """What an engine adds beside the roofline: the inter-token latency, the first token, the full load."""
-    inputs, model = x.inputs, x.model
-    assert model is not None
+    assert x.model is not None
+    compute = engine_compute(x.inputs.arch, x.inputs.deployment.tp)
+    _engine_overheads(x, x.model, batch)
+    _engine_decode(x, x.model, batch, compute)
+    _engine_prefill(x, x.model, compute)
+    _full_load(x, x.model)
+
+
+def _engine_overheads(x: _Explainer, model: ReplicaModel, batch: int) -> None:
+    """A decode step's fixed costs beside the roofline: MoE routing, per-step and per-sequence overheads, all-reduces."""
+    inputs = x.inputs
     deployment, gpu, arch = inputs.deployment, inputs.gpu, inputs.arch
     slots = routed_expert_slots(arch)
     moe_overhead_s = x.record(
@@ -978,6 +988,13 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "tensor parallelism, none at TP 1; "
         f"interconnect {fmt(gpu.interconnect_bandwidth_bytes_per_s)} B/s one way ({gpu.id} catalog)",
     )
+
+
+def _engine_decode(x: _Explainer, model: ReplicaModel, batch: int, compute: EngineCompute) -> None:
+    """The decode step as an engine runs it (the weights it reads, the FLOPs it computes) and the inter-token
+    latency."""
+    inputs = x.inputs
+    deployment, arch = inputs.deployment, inputs.arch
     tp = deployment.tp
     read = engine_read(arch, inputs.weights)
     engine_weights = x.record(
@@ -993,7 +1010,6 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "skips the vision tower on text, runs the LM head unquantized and reads whole the layers every rank holds "
         "whole",
     )
-    compute = engine_compute(arch, tp)
     rate = x.figures["compute_rate"]
     engine_compute_s = x.record(
         "engine_decode_compute_s",
@@ -1026,6 +1042,12 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         note="the engine's decode step: the inter-token latency a user measures at this batch, without prefills "
         "interleaved",
     )
+
+
+def _engine_prefill(x: _Explainer, model: ReplicaModel, compute: EngineCompute) -> None:
+    """A prompt token as an engine prefills it, and the first token's latency on an idle replica."""
+    deployment, gpu, arch = x.inputs.deployment, x.inputs.gpu, x.inputs.arch
+    tp = deployment.tp
     chunk = model.max_num_batched_tokens
     x.record(
         "engine_flops_per_prompt_token",
@@ -1070,6 +1092,11 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         note=f"one request of --context tokens ({fmt(deployment.context)}) on an idle replica, in chunks of at most "
         f"max_num_batched_tokens {fmt(chunk)} ({memory.token_budget(deployment, gpu)[1]}); {PREFILL_TERMS_NOTE}",
     )
+
+
+def _full_load(x: _Explainer, model: ReplicaModel) -> None:
+    """The full-load workload: the largest batch of its requests the pool holds, and the throughput then."""
+    deployment, arch = x.inputs.deployment, x.inputs.arch
     prompt, output = deployment.load_prompt, deployment.load_output_tokens
     x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
     # A workload the user gave must run; the default one (--context + 128) only reports what fits.
