@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import cast
+from typing import NamedTuple, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -159,18 +159,29 @@ class KvGroupLayout(BaseModel):
         return math.ceil(tokens * per_request / max_model_len)
 
 
-def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, conv_bytes: float, tp: int) -> tuple | None:
-    """(kind, window, bytes per token, state bytes) of one layer on one GPU, or None if it keeps no cache."""
+class _CacheKey(NamedTuple):
+    """What groups layers into one cache type: layers whose keys are equal share it."""
+
+    kind: CacheKind
+    window_tokens: int | None
+    bytes_per_token: float
+    state_bytes: float
+    latent: bool
+
+
+def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, conv_bytes: float, tp: int) -> _CacheKey | None:
+    """One layer's cache on one GPU (kind, window, bytes per token, state bytes, whether a latent), or None if it
+    keeps no cache."""
     per_token = arch_mixer.cache_bytes_per_token(kv_bytes, tp)
     state = arch_mixer.state_bytes_per_sequence(state_bytes, tp, conv_bytes)
     latent = isinstance(arch_mixer, MLAAttention)
     if per_token > 0 and arch_mixer.grows_with_context():
-        return (CacheKind.FULL, None, per_token, 0.0, latent)
+        return _CacheKey(CacheKind.FULL, None, per_token, 0.0, latent)
     if per_token > 0:
         kind = CacheKind.CHUNKED if isinstance(arch_mixer, ChunkedLocalAttention) else CacheKind.SLIDING
-        return (kind, arch_mixer.window_tokens, per_token, 0.0, latent)
+        return _CacheKey(kind, arch_mixer.window_tokens, per_token, 0.0, latent)
     if state > 0:
-        return (CacheKind.STATE, None, 0.0, state, False)
+        return _CacheKey(CacheKind.STATE, None, 0.0, state, False)
     return None
 
 
@@ -178,18 +189,13 @@ def cache_types(
     arch: ModelArch, kv_bytes_per_element: float, state_bytes_per_element: float, tp: int
 ) -> list[CacheType]:
     """The model's layers grouped by the cache they keep on one GPU, in layer order of first appearance."""
-    counts: dict[tuple, int] = {}
+    counts: dict[_CacheKey, int] = {}
     conv_bytes = memory.conv_state_bytes_per_element(arch)
     for mixer, layers in arch.mixer_groups():
         key = _cache_type_key(mixer, kv_bytes_per_element, state_bytes_per_element, conv_bytes, tp)
         if key is not None:
             counts[key] = counts.get(key, 0) + layers
-    return [
-        CacheType(
-            kind=kind, window_tokens=window, bytes_per_token=per_token, state_bytes=state, layers=n, latent=latent
-        )
-        for (kind, window, per_token, state, latent), n in counts.items()
-    ]
+    return [CacheType(**key._asdict(), layers=n) for key, n in counts.items()]
 
 
 def is_hybrid(types: list[CacheType]) -> bool:
