@@ -1,8 +1,10 @@
-"""Start-up benchmark: wall time of `quotacalc --help` and `quotacalc price` on a shipped model.
+"""Start-up benchmark: wall time of `quotacalc --help` and `quotacalc price` on a shipped model, beside `python -c pass`.
 
 Usage (from the repo root, quotacalc installed):
 
-    python bench/startup.py [--runs 20] [--markdown] [--instructions]
+    python bench/startup.py [--runs 20] [--markdown] [--instructions] [--only TEXT ...]
+
+``--only TEXT`` runs the cases whose label holds TEXT (repeat it for several).
 
 Each command runs once cold (an empty cache directory, as on a fresh machine or a CI container)
 and then ``--runs`` times warm (the cache filled), each in a fresh process, as a user runs it.
@@ -49,7 +51,13 @@ FLOOR_CORE = [
     "print(price(resolve(d)).replica_units_per_s)",
 ]
 LOCAL = ["price", "--model", "{local}", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8"]
+#: The method's worked example as the README runs it: a plan file naming a shipped model, with a measured pool.
+EXAMPLE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "llama-3.3-70b-h100.yaml"
+)
 CASES = {
+    "python -c pass (the interpreter alone)": [sys.executable, "-c", "pass"],
+    "quotacalc price examples/llama-3.3-70b-h100.yaml (the worked example)": ["price", EXAMPLE],
     "floor: typer + pydantic + rich, one option (bench/floor_app.py)": FLOOR,
     "floor: typer + pydantic + the core pricing it, no CLI": FLOOR_CORE,
     "quotacalc --help": ["--help"],
@@ -62,7 +70,10 @@ BUDGET_S = 0.3
 
 
 def _quotacalc() -> list[str]:
-    found = shutil.which("quotacalc")
+    # The console script beside this interpreter: a version manager's shim on PATH (pyenv's is a bash script that
+    # runs pyenv) would be timed with it.
+    beside = os.path.join(os.path.dirname(sys.executable), "quotacalc")
+    found = beside if os.access(beside, os.X_OK) else shutil.which("quotacalc")
     if found is None:
         sys.exit("quotacalc is not installed (pip install -e .)")
     return [found]
@@ -100,6 +111,7 @@ def _instructions(command: list[str], env: dict[str, str]) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", action="append", default=[], help="run the cases whose label holds this text")
     parser.add_argument("--markdown", action="store_true", help="print a docs/benchmarks.md table")
     parser.add_argument(
         "--instructions", action="store_true", help="also count each warm call's instructions (valgrind, slow)"
@@ -112,7 +124,8 @@ def main() -> None:
     rows = []
     from quotacalc.catalog.models import find_shipped
 
-    for label, arguments in CASES.items():
+    cases = {label: command for label, command in CASES.items() if not args.only or any(o in label for o in args.only)}
+    for label, arguments in cases.items():
         with tempfile.TemporaryDirectory() as cache:
             env = {**base_env, "QUOTACALC_CACHE_DIR": cache}
             local = os.path.join(cache, "local-model")

@@ -18,7 +18,7 @@ _EXPORTS = {
     "ModelArch": "quotacalc.core.arch",
     "ParamGroup": "quotacalc.core.arch",
     "PriceResult": "quotacalc.core.price",
-    "PricingInputs": "quotacalc.core.price",
+    "PricingInputs": "quotacalc.core.pricing_inputs",
     "QuotacalcError": "quotacalc.errors",
     "RequestKvResult": "quotacalc.core.kv",
     "SizeResult": "quotacalc.core.tenant",
@@ -28,7 +28,7 @@ _EXPORTS = {
     "build_deployment": "quotacalc.inputs.deployment",
     "expected_distinct_experts": "quotacalc.core.price",
     "load_arch": "quotacalc.inputs.resolve",
-    "load_plan_file": "quotacalc.inputs.deployment",
+    "load_plan_file": "quotacalc.inputs.plan",
     "price": "quotacalc.core.price",
     "request_kv": "quotacalc.core.kv",
     "resolve": "quotacalc.inputs.resolve",
@@ -72,8 +72,10 @@ if TYPE_CHECKING:
     from quotacalc.core.arch import ModelArch, ParamGroup
     from quotacalc.core.deployment import Deployment, Tenant
     from quotacalc.core.kv import RequestKvResult, request_kv
-    from quotacalc.core.price import PriceResult, PricingInputs, expected_distinct_experts, price
+    from quotacalc.core.price import PriceResult, expected_distinct_experts, price
+    from quotacalc.core.pricing_inputs import PricingInputs
     from quotacalc.core.tenant import SizeResult, size_tenant
     from quotacalc.errors import QuotacalcError, UnsupportedArchitecture, UsageError
-    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.plan import load_plan_file
     from quotacalc.inputs.resolve import load_arch, resolve

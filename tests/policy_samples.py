@@ -160,7 +160,7 @@ def tenant_policy(
     lora_adapters: tuple[str, ...] = (),
     long_context: bool = True,
 ) -> TenantPolicy:
-    """One tenant's policy as build_policy is specified to make it (issue 6)."""
+    """One tenant's policy as build_policy is specified to make it."""
     depth = tier.burst_s * units_per_s
     weights = UnitWeights(
         prompt=1.0,

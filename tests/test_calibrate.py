@@ -446,7 +446,7 @@ def test_real_measurements_two_points_predict_the_runs_the_model_covers():
     within 5%: every concurrency-1 ITL, the ITL at concurrency 5-50 of every shape, and the TTFTs of the 200- and
     500-token prompts.
 
-    Not within 5% (issue 7's target, reported; bench/calibrate.py has every pair of runs): ITL at
+    Not within 5% (the calibration target, reported; bench/calibrate.py has every pair of runs): ITL at
     concurrency 100-150 (-6% to -8%) and TTFT of long prompts (5,000: -11%, 20,000: -12%): the 1,000-token TTFT
     reads MFU beside a fixed 10 ms (3 ms request overhead and 80 layers x 90 us a prefill pass), where NIM's long
     prompts imply almost none; calibration moves efficiencies and overheads, not the shape of the replica model's

@@ -1,5 +1,5 @@
 """calibrate on a platform plan: ``--pool`` picks the pool calibrated, ``--write`` writes into that pool, and
-price, size and check on the plan say whether each pool's figures are calibrated (issue 7, "Calibration").
+price, size and check on the plan say whether each pool's figures are calibrated.
 
 The synthetic runs are predicted by the replica model from a known parameter set
 (examples/calibration/make_synthetic.py, whose header the CSV repeats): the fit must give that set back.

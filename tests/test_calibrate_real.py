@@ -1,4 +1,4 @@
-"""Issue 7's target on real runs: "calibrated on two points of a deployment, its other points within 5%".
+"""The calibration target on real runs: "calibrated on two points of a deployment, its other points within 5%".
 
 The measurements are NVIDIA NIM's published runs (tests/data/measurements/decode_itl.yaml and ttft.yaml,
 each with its source). The two points are chosen by a rule fixed before looking at the errors, the one a

@@ -64,7 +64,7 @@ def test_itl_llama8b_fp8_on_h100(llama8, concurrency, prompt, output, measured_s
 
 
 def test_the_roofline_alone_misses_a_fixed_gap_the_engine_model_closes(llama70):
-    """Issue 7: at concurrency 1 the roofline is about 4 ms short for 70B FP8 TP2, whatever the context.
+    """At concurrency 1 the roofline is about 4 ms short for 70B FP8 TP2, whatever the context.
 
     NIM measures 18.80 ms at 200/200 and 19.58 ms at 20000/2000: the roofline step (35.3 GB of
     weights per GPU at 2.51 TB/s = 14.1 ms, plus a little KV) is short by 4.5-5 ms at both, and
@@ -600,7 +600,7 @@ def test_the_fast_step_is_the_explained_one(model, tp):
 
 
 def test_accuracy_targets_and_the_doc_that_reports_them():
-    """Issue 7's targets at default efficiencies, on the cited measurements (bench/accuracy.py):
+    """The accuracy targets at default efficiencies, on the cited measurements (bench/accuracy.py):
     decode ITL within 10% and TTFT within 20% mean absolute error, KV pool within 10% median, on the
     fit points; on the held-out points too, or the doc states the miss; docs/accuracy.md holds the
     table the script prints now."""

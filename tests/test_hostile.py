@@ -438,7 +438,10 @@ CONFIG_CASES = [
     config_case("layers '32'", llama(num_hidden_layers="32"), INVALID, "num_hidden_layers"),
     config_case("hidden 10**30", llama(hidden_size=10**30), INVALID, "hidden_size", "out of range"),
     config_case("hidden NaN", llama(hidden_size=math.nan), INVALID, "hidden_size", "finite"),
-    config_case("rope_theta Infinity", llama(rope_theta=math.inf), INVALID, "rope_theta", "finite"),
+    # No reader sizes or times the model with rope_theta: a non-finite one is accepted (as transformers writes
+    # Mamba-2's time_step_limit default), a non-finite size is not.
+    config_case("rope_theta Infinity", llama(rope_theta=math.inf), OK),
+    config_case("intermediate Infinity", llama(intermediate_size=math.inf), INVALID, "intermediate_size"),
     config_case("vocab 0", llama(vocab_size=0), INVALID, "vocab_size"),
     config_case("intermediate -1", llama(intermediate_size=-1), INVALID, "intermediate_size"),
     config_case("head_dim 0", llama(head_dim=0), INVALID),

@@ -3,7 +3,7 @@ comparison docs/accuracy.md prints from it (bench/kernel_floor_compare.py).
 
 The measurement itself needs a GPU and is not re-run here; what is tested is the arithmetic drawn from it: the
 least-squares split of a step into bytes over a bandwidth and a fixed cost per layer, checked on steps made up by
-hand, and that the doc holds the table and the figures the script prints from the stored measurement today.
+hand, and that the doc holds the table and the figures the script prints from the stored measurement.
 """
 
 from __future__ import annotations

@@ -161,9 +161,18 @@ def test_core_does_no_io(module):
     assert not bad, f"{module}:\n" + "\n".join(bad)
 
 
-def test_no_import_cycles_at_load_time():
+#: Import cycles excused, counting imports inside functions and under TYPE_CHECKING: none. An entry would be a debt
+#: to pay (the test fails on an entry that no longer holds a cycle); never add one.
+KNOWN_CYCLES: list[frozenset[str]] = []
+
+
+def _cycles(*, load_time_only: bool) -> set[str]:
     graph = {
-        module: {name for name, _ in _imports(module, path, load_time_only=True) if name in MODULES and name != module}
+        module: {
+            name
+            for name, _ in _imports(module, path, load_time_only=load_time_only)
+            if name in MODULES and name != module
+        }
         for module, path in MODULES.items()
     }
     # A package's __init__ is loaded by its submodules' imports, not a cycle of the code's own making.
@@ -182,7 +191,22 @@ def test_no_import_cycles_at_load_time():
     for module in sorted(graph):
         if module not in state:
             walk(module, [module])
-    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+    return set(cycles)
+
+
+def test_no_import_cycles_at_load_time():
+    cycles = _cycles(load_time_only=True)
+    assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
+
+
+def test_no_import_cycles_counting_imports_in_functions_and_type_checking():
+    """A cycle hidden in a function body or under TYPE_CHECKING is a cycle all the same: the modules cannot be
+    understood, tested or moved apart."""
+    cycles = {cycle: frozenset(cycle.split(" -> ")) for cycle in _cycles(load_time_only=False)}
+    new = sorted(cycle for cycle, modules in cycles.items() if not any(modules <= known for known in KNOWN_CYCLES))
+    assert not new, "import cycles:\n" + "\n".join(new)
+    gone = [sorted(known) for known in KNOWN_CYCLES if not any(modules <= known for modules in cycles.values())]
+    assert not gone, f"no cycle left among {gone}: remove it from KNOWN_CYCLES"
 
 
 def test_the_checker_sees_what_it_checks():
@@ -190,7 +214,13 @@ def test_the_checker_sees_what_it_checks():
     price = [name for name, _ in _imports("quotacalc.core.price", MODULES["quotacalc.core.price"])]
     assert "quotacalc.core.memory" in price  # ``from quotacalc.core import memory``
     resolve = [name for name, _ in _imports("quotacalc.inputs.resolve", MODULES["quotacalc.inputs.resolve"])]
-    assert "quotacalc.inputs.architectures" in resolve and "quotacalc.core.price" in resolve
+    assert "quotacalc.core.pricing_inputs" in resolve
+    # imported inside a function
+    model_arch = [name for name, _ in _imports("quotacalc.inputs.model_arch", MODULES["quotacalc.inputs.model_arch"])]
+    assert "quotacalc.inputs.architectures" in model_arch
+    # under TYPE_CHECKING
+    replica = [name for name, _ in _imports("quotacalc.core.replica", MODULES["quotacalc.core.replica"])]
+    assert "quotacalc.core.pricing_inputs" in replica
     app = [name for name, _ in _imports("quotacalc.cli.app", MODULES["quotacalc.cli.app"])]
     # imported inside a command's function body
     assert "quotacalc.inputs.resolve" in app

@@ -83,7 +83,7 @@ def test_models_doc_is_generated_not_typed():
 
 
 def test_plan_file_model_path_is_relative_to_the_file(tmp_path, monkeypatch):
-    from quotacalc.inputs.deployment import load_plan_file
+    from quotacalc.inputs.plan import load_plan_file
 
     (tmp_path / "plans" / "my-model").mkdir(parents=True)
     (tmp_path / "plans" / "my-model" / "config.json").write_text("{}")
@@ -208,7 +208,7 @@ def test_distinct_experts_refuses_a_routing_no_model_has(experts, top_k, batch):
 
 
 def test_a_library_deployment_with_a_pool_measured_elsewhere_is_refused():
-    from quotacalc.inputs.deployment import load_plan_file
+    from quotacalc.inputs.plan import load_plan_file
 
     plan = load_plan_file(str(ROOT / "examples" / "llama-3.3-70b-h100.yaml"))
     moved = quotacalc.Deployment(**{**plan.deployment, "tp": 8})
@@ -216,3 +216,20 @@ def test_a_library_deployment_with_a_pool_measured_elsewhere_is_refused():
         quotacalc.resolve(moved)
     # Where it was measured, it holds.
     assert quotacalc.price(quotacalc.resolve(quotacalc.Deployment(**plan.deployment))).kv_pool_tokens == 646_503
+
+
+def test_a_model_is_read_once_per_process_and_again_when_its_config_changes(tmp_path):
+    """The measured pool's check and the price ask for the same model: one read serves both, until the file's
+    bytes change."""
+    from quotacalc.catalog.models import find_shipped
+    from quotacalc.inputs.resolve import load_arch
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = json.loads(find_shipped("Llama-3.1-8B-Instruct").config_path.read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    first = load_arch(str(folder))
+    assert load_arch(str(folder)) is first
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 16}), encoding="utf-8")
+    changed, _ = load_arch(str(folder))
+    assert len(changed.layers) == 16 and len(first[0].layers) == 32

@@ -70,7 +70,7 @@ def test_replica_budget(replica):
 def test_tenant(replica):
     tenant = size_tenant(replica, Tenant(rps=5, prompt_tokens=2000, output_tokens=500))
     # The method charges a prompt token 1 unit: 5 x (2000 + 3.09 x 500) = 17,725. quotacalc charges it
-    # at its cost inside the 2,000-token prompt (issue 7): 80 layers x 2 x 64 heads x 256 x 2,001/2
+    # at its cost inside the 2,000-token prompt: 80 layers x 2 x 64 heads x 256 x 2,001/2
     # attended = 2.62 GFLOP beside 2 x 70.55e9, so 1.0186 units; 5 x (2000 x 1.0186 + W x 500) = 17,919,
     # within the 2% the method's table allows (shared/checks/method-example).
     token_units = 1 + 80 * 2 * 64 * 256 * (2001 / 2) / (2 * 70_553_706_496)

@@ -4,7 +4,7 @@ The references are transformers 5.24's counts (``tests/data/make_reference_param
 virtualenv outside the project): ``reference_params_hybrid.json`` (Mamba-2 hybrids),
 ``reference_params_dense_families.json`` (dense and multimodal families), ``reference_params_deltanet_hybrids.json``
 (Gated DeltaNet and Kimi Delta Attention hybrids), ``reference_params_moe_families.json`` (more MoE families),
-``reference_params_dsa.json`` (DeepSeek Sparse Attention), ``reference_params_fam3.json`` (OLMoE, DBRX, LFM2 and
+``reference_params_dsa.json`` (DeepSeek Sparse Attention), ``reference_params_olmoe_dbrx_lfm2_longcat.json`` (OLMoE, DBRX, LFM2 and
 others), ``reference_params_vlmoe.json`` (MoE models with a vision tower) and ``reference_params_dsv4.json``
 (DeepSeek V4).
 The shipped models' counts (``reference_params.json``) are checked in tests/test_golden_models.py.
@@ -27,7 +27,7 @@ REFERENCE_FILES = (
     "reference_params_deltanet_hybrids.json",
     "reference_params_moe_families.json",
     "reference_params_dsa.json",
-    "reference_params_fam3.json",
+    "reference_params_olmoe_dbrx_lfm2_longcat.json",
     "reference_params_vlmoe.json",
     "reference_params_dsv4.json",
 )
@@ -47,7 +47,10 @@ HAND_COUNTED = {
     "qwen1_5_moe_a2_7b",  # tests/test_families_moe.py
     "qwen3_32b",
     "starcoder2_15b_published",  # the tied fixture's reference + its own LM head: tests/test_families_dense.py
-    "longcat_flash_chat",  # transformers over-counts its experts: checked in tests/test_families_fam3.py
+    "longcat_flash_chat",  # transformers over-counts its experts: checked in tests/test_families_olmoe_dbrx_lfm2_longcat.py
+    # Published configs holding Infinity, totals against their published figures: tests/test_config_non_finite.py
+    "nemotron_h_56b_base",
+    "nemotron_3_super_120b_a12b_fp8",
 }
 
 
@@ -64,3 +67,19 @@ def test_total_and_tying_match_transformers(folder):
 def test_every_fixture_has_a_reference_count():
     folders = {path.name for path in CONFIGS.iterdir() if (path / "config.json").is_file()}
     assert folders - HAND_COUNTED == set(REFERENCE)
+
+
+def test_pre_resolved_archs_match_their_configs():
+    """tests/data/archs/ (read by the fast goldens without transformers) is what the readers make of each config now:
+    rebuild with ``python scripts/build_test_archs.py`` after changing a reader or a config."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_test_archs", DATA.parent.parent / "scripts/build_test_archs.py"
+    )
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    assert sorted(path.stem for path in (DATA / "archs").glob("*.json")) == sorted(builder.FOLDERS)
+    for folder in builder.FOLDERS:
+        assert (DATA / "archs" / f"{folder}.json").read_text(encoding="utf-8") == builder.arch_text(folder), folder

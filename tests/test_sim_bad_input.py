@@ -167,7 +167,7 @@ def _replay(run_cli, tmp_path, name: str, text: str) -> tuple[int, str, str, Pat
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
-        # A NaN row with another used to crash (int(NaN)) or print TTFT nan s; an inf row was silently dropped.
+        # A NaN or inf row among others is refused at its line: not a crash (int(NaN)), a TTFT of nan s, or a row dropped.
         (HEADER + "nan,acme,5,5\n0,acme,5,5\n", f"line 2: timestamp: {SECONDS}, got 'nan'"),
         (HEADER + "nan,acme,5,5\n", f"line 2: timestamp: {SECONDS}, got 'nan'"),
         (HEADER + "0,acme,5,5\ninf,acme,5,5\n", f"line 3: timestamp: {SECONDS}, got 'inf'"),

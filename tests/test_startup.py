@@ -85,6 +85,22 @@ def test_a_json_call_builds_its_command_alone(tmp_path, args, command):
     assert _loaded(report["modules"], OTHER_COMMANDS + TABLES) == []
 
 
+def test_a_plan_read_again_is_not_parsed_again(tmp_path):
+    """The worked example's plan is parsed once (PyYAML), then read from the cache by content; a plan without a
+    calibration does not import the calibration module; a shipped model's spec needs no family reader."""
+    example = Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml"
+    plan = tmp_path / "plan.yaml"
+    # Bytes of this test's own (another test may have cached the example's in this session's cache).
+    plan.write_text(example.read_text(encoding="utf-8") + f"# {tmp_path.name}\n", encoding="utf-8")
+    first = _run_and_report(tmp_path, "price", str(plan), "--json")
+    again = _run_and_report(tmp_path, "price", str(plan), "--json")
+    assert _loaded(first["modules"], ("yaml",)) != []
+    assert _loaded(again["modules"], ("yaml", "quotacalc.core.calibrate", "quotacalc.inputs.hf_hybrid")) == []
+    plan.write_text(plan.read_text(encoding="utf-8").replace("batch: 128", "batch: 64"), encoding="utf-8")
+    changed = _run_and_report(tmp_path, "price", str(plan), "--json")
+    assert _loaded(changed["modules"], ("yaml",)) != []  # other bytes: parsed
+
+
 def test_help_builds_no_command_and_imports_no_model(tmp_path):
     report = _run_and_report(tmp_path, "--help")
     assert report["built"] == []

@@ -178,8 +178,8 @@ def _price(deployment: Deployment, plan: str | None = None, flags: dict[str, Any
 
 
 def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | None]:
-    """cli/calibrate.py's ``plan_calibration``, imported only when there is a plan to read it from."""
-    if plan_file is None:
+    """cli/calibrate.py's ``plan_calibration``, imported only when there is a plan calibration to read."""
+    if plan_file is None or plan_file.calibration is None:
         return None, None
     from quotacalc.cli.calibrate import plan_calibration as of_plan
 

@@ -133,70 +133,18 @@ def calibrate_command(
     ``deployment_flags``: the deployment's options (cli/app.py adds them with ``with_options``); the form feed
     above keeps this line out of ``--help``.
     """
-    from typing import get_args
-
-    from quotacalc.core.calibrate import TtftUnderLoad, calibrate, provenance
+    from quotacalc.core.calibrate import calibrate, provenance
     from quotacalc.errors import UsageError
-    from quotacalc.inputs.benchmarks import read_benchmark, read_start_up_log
     from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.resolve import resolve
 
     if not bench and not log:
         raise UsageError("nothing to calibrate on", field="--bench", fix="give --bench FILE and/or --log FILE")
-    from quotacalc.inputs.plan import deployment_source, is_platform_file
-
-    if pool is not None and not plan:
-        raise UsageError("needs a plan file", field="--pool", fix="give the platform plan before the options")
-    plan_file = deployment_source(plan, pool) if plan else None
-    platform = bool(plan) and is_platform_file(plan)
-    if platform and pool is None:
-        pool = _only_pool(plan)
-    if write and os.path.isfile(write) and is_platform_file(write) != platform:
-        raise UsageError(
-            "is a platform plan: calibrate writes a pool's values into the platform plan it read"
-            if not platform
-            else "is a flat plan: a platform pool's values go into a platform plan",
-            source=write,
-            field="--write",
-            fix="give the platform plan as the plan to calibrate, with --pool NAME"
-            if not platform
-            else "write into the platform plan (or a new file: a copy of it)",
-        )
+    plan_file, platform, pool = _plan_to_calibrate(plan, pool, write)
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
-    points, notes, files = [], [], []
-    seen: dict[str, str] = {}
-    for path in bench or ():
-        digest = _digest(path)
-        if digest in seen:
-            # The same runs twice would each keep its twin in the fit (and in every leave-one-out fit).
-            raise UsageError(
-                f"the same file as {seen[digest]} (the same bytes)", source=path, field="--bench", fix="give it once"
-            )
-        seen[digest] = path
-        read, skipped = read_benchmark(path)
-        points += read
-        notes += skipped
-        files.append((path, [point.row or "result" for point in read], digest))
-    notes += _repeated_runs(points)
-    reading = read_start_up_log(log) if log else None
-    if log:
-        files.append((log, [], None))
-    parameters = None
-    if fit is not None:
-        parameters = [name.strip() for name in fit.split(",") if name.strip()]
-        if not parameters:
-            raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
-        from quotacalc.core.calibrate import BOUNDS
-
-        unknown = [name for name in parameters if name not in BOUNDS]
-        if unknown:  # a choice the command line got wrong: a usage error (exit 2), as --ttft-under-load's is
-            raise UsageError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
-    if ttft_under_load not in get_args(TtftUnderLoad):
-        raise UsageError(
-            f"unknown value '{ttft_under_load}'",
-            field="--ttft-under-load",
-            fix=f"give {' or '.join(get_args(TtftUnderLoad))}",
-        )
+    points, notes, files, reading = _read_runs(bench, log)
+    parameters = _fit_parameters(fit)
+    _check_ttft_under_load(ttft_under_load)
     inputs = resolve(deployment)
     result = calibrate(
         inputs,
@@ -226,18 +174,106 @@ def calibrate_command(
         _write_pool(write, plan, pool, deployment, deployment_flags, result.fitted_values, section)
     elif write is not None:
         _write_plan(write, plan, deployment, deployment_flags, result.fitted_values, section)
+    _report(result, inputs, section, notes, as_json=as_json, written=write, pool=pool if platform else None)
+
+
+def _plan_to_calibrate(plan: str | None, pool: str | None, write: str | None):
+    """The plan read once (None without one), whether it is a platform plan, and the pool calibrated (a platform
+    plan's only pool when none is named); a --write target of the other kind of plan is refused."""
+    from quotacalc.errors import UsageError
+    from quotacalc.inputs.plan import deployment_source, is_platform_file
+
+    if pool is not None and not plan:
+        raise UsageError("needs a plan file", field="--pool", fix="give the platform plan before the options")
+    plan_file = deployment_source(plan, pool) if plan else None
+    platform = bool(plan) and is_platform_file(plan)
+    if platform and pool is None:
+        pool = _only_pool(plan)
+    if write and os.path.isfile(write) and is_platform_file(write) != platform:
+        raise UsageError(
+            "is a platform plan: calibrate writes a pool's values into the platform plan it read"
+            if not platform
+            else "is a flat plan: a platform pool's values go into a platform plan",
+            source=write,
+            field="--write",
+            fix="give the platform plan as the plan to calibrate, with --pool NAME"
+            if not platform
+            else "write into the platform plan (or a new file: a copy of it)",
+        )
+    return plan_file, platform, pool
+
+
+def _read_runs(bench: list[str] | None, log: str | None):
+    """The benchmark points of every --bench file (each file once, by its bytes), the notes on what was skipped or
+    repeated, the files read (path, rows, digest) and the --log reading (None without one)."""
+    from quotacalc.errors import UsageError
+    from quotacalc.inputs.benchmarks import read_benchmark, read_start_up_log
+
+    points, notes, files = [], [], []
+    seen: dict[str, str] = {}
+    for path in bench or ():
+        digest = _digest(path)
+        if digest in seen:
+            # The same runs twice would each keep its twin in the fit (and in every leave-one-out fit).
+            raise UsageError(
+                f"the same file as {seen[digest]} (the same bytes)", source=path, field="--bench", fix="give it once"
+            )
+        seen[digest] = path
+        read, skipped = read_benchmark(path)
+        points += read
+        notes += skipped
+        files.append((path, [point.row or "result" for point in read], digest))
+    notes += _repeated_runs(points)
+    reading = read_start_up_log(log) if log else None
+    if log:
+        files.append((log, [], None))
+    return points, notes, files, reading
+
+
+def _fit_parameters(fit: str | None) -> list[str] | None:
+    """The fields --fit names (None: what the runs determine); an empty or unknown one is a usage error."""
+    if fit is None:
+        return None
+    from quotacalc.core.calibrate import BOUNDS
+    from quotacalc.errors import UsageError
+
+    parameters = [name.strip() for name in fit.split(",") if name.strip()]
+    if not parameters:
+        raise UsageError("no field named", field="--fit", fix="e.g. --fit mbu,step_overhead_s")
+    unknown = [name for name in parameters if name not in BOUNDS]
+    if unknown:  # a choice the command line got wrong: a usage error (exit 2), as --ttft-under-load's is
+        raise UsageError(f"cannot fit {', '.join(unknown)}", field="--fit", fix=f"choose from {', '.join(BOUNDS)}")
+    return parameters
+
+
+def _check_ttft_under_load(value: str) -> None:
+    from typing import get_args
+
+    from quotacalc.core.calibrate import TtftUnderLoad
+    from quotacalc.errors import UsageError
+
+    if value not in get_args(TtftUnderLoad):
+        raise UsageError(
+            f"unknown value '{value}'",
+            field="--ttft-under-load",
+            fix=f"give {' or '.join(get_args(TtftUnderLoad))}",
+        )
+
+
+def _report(result, inputs, section, notes: list[str], *, as_json: bool, written: str | None, pool: str | None):
+    """The fit as JSON (its warnings on stderr too, as price's are) or as tables."""
     if as_json:
         from quotacalc.cli.calibrate_out import calibrate_json
         from quotacalc.cli.json_out import emit_json
 
-        emit_json(calibrate_json(result, section, notes, written=write, pool=pool if platform else None))
+        emit_json(calibrate_json(result, section, notes, written=written, pool=pool))
         from quotacalc.cli.streams import print_warnings
 
         print_warnings([*result.warnings, *notes])  # on stderr too, as price's are
     else:
         from quotacalc.cli.calibrate_out import calibrate_table
 
-        calibrate_table(result, inputs, notes, written=write, pool=pool if platform else None)
+        calibrate_table(result, inputs, notes, written=written, pool=pool)
 
 
 def _before_earlier_fit(plan, plan_file, given: dict[str, Any]):
@@ -352,7 +388,8 @@ def _write_plan(
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
-    from quotacalc.inputs.deployment import build_deployment, load_plan_file
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.plan import load_plan_file
     from quotacalc.inputs.plan_write import set_top_level_keys
 
     target = _write_target(path)

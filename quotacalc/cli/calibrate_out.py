@@ -10,7 +10,7 @@ from quotacalc.core.words import plural
 
 if TYPE_CHECKING:
     from quotacalc.core.calibrate import CalibrationProvenance, CalibrationResult
-    from quotacalc.core.price import PricingInputs
+    from quotacalc.core.pricing_inputs import PricingInputs
 
 
 def calibrate_json(

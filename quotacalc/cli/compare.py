@@ -127,7 +127,7 @@ def _gpu_prices(text: str | None, gpus: tuple[str, ...] | None) -> tuple[float |
 
 
 def check_format(output_format: str, as_json: bool) -> str:
-    """The ``--format`` given, checked: table (today's per-deployment output), json, csv or markdown (rows)."""
+    """The ``--format`` given, checked: table (the per-deployment output), json, csv or markdown (rows)."""
     if output_format not in FORMATS:
         raise UsageError(f"unknown format '{output_format}'", field="--format", fix=f"one of {', '.join(FORMATS)}")
     if as_json and output_format not in ("table", "json"):

@@ -88,7 +88,7 @@ class LazyCommands(MutableMapping[str, "Command"]):
         # A one-command app with the group's settings: typer builds the command as it would inside the group.
         single = typer.Typer(**self._settings)
         single.command(name)(function)
-        return typer.main.get_command(single)
+        return _coerce_given_values_only(typer.main.get_command(single))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._declared)
@@ -122,6 +122,36 @@ class LazyGroup(TyperGroup):
         # typer's own listing, over stand-ins that carry only the summary each command's help starts with.
         listing = {name: TyperCommand(name=name, help=self.commands_declared.summary(name)) for name in self.commands}
         TyperGroup(commands=listing, rich_markup_mode=self.rich_markup_mode).format_commands(ctx, formatter)
+
+
+class _CoercionOnValue:
+    """typer's coercion of one parameter, built when a value comes to coerce: typer (0.29) builds a pydantic
+    TypeAdapter for each of a command's parameters, also the ones not given, which cost more than the price."""
+
+    def __init__(self, build: Callable[[Any], Any], descriptor: Any) -> None:
+        self._build = build
+        self._descriptor = descriptor
+        self._built: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:  # as typer's own coercion answers a parameter not given, without an adapter
+            return () if param.multiple or param.nargs == -1 else None
+        if self._built is None:
+            self._built = self._build(self._descriptor)
+        return self._built.coerce(value, param=param, ctx=ctx)
+
+
+def _coerce_given_values_only(command: Command) -> Command:
+    """``command`` with each parameter's coercion built on its first value (``_CoercionOnValue``); a typer without
+    that per-parameter coercion is left as it is."""
+    try:
+        from typer._coercion import build_runtime_param
+    except ImportError:
+        return command
+    for param in command.params:
+        if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
+            param._runtime_param = _CoercionOnValue(build_runtime_param, param.type_descriptor)
+    return command
 
 
 def _first_paragraph(text: str | None) -> str:

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from enum import Enum
 from functools import cached_property
-from typing import Annotated, Literal, NamedTuple, Union
+from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_serializer
 
@@ -314,6 +314,15 @@ class GatedFullAttention(FullAttention):
 class _BoundedAttention:
     """Attention over at most ``window_tokens`` earlier tokens: a decode step's reads and FLOPs stop growing
     there (a mixin for the sliding and chunked siblings)."""
+
+    if TYPE_CHECKING:  # what the attention class it is mixed into gives it
+
+        @property
+        def window_tokens(self) -> int: ...
+
+        def read_elements_per_token_per_gpu(self, tp: int) -> int: ...
+
+        def attention_flops_per_token(self, attended_tokens: float) -> float: ...
 
     def context_terms(self, kv_bytes_per_element: float, tp: int) -> tuple[ContextTerm, ...]:
         read = self.read_elements_per_token_per_gpu(tp) * kv_bytes_per_element

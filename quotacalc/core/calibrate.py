@@ -1,4 +1,4 @@
-"""Fit a deployment's efficiencies and engine overheads to the user's own benchmark (issue 7, "Calibration").
+"""Fit a deployment's efficiencies and engine overheads to the user's own benchmark.
 
 Each benchmark point is a closed-loop run at a fixed concurrency with mean prompt and output lengths,
 and its mean time to first token and mean inter-token latency. The replica model predicts both
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +24,7 @@ from quotacalc.core.deployment import GENERIC_ENGINE, GIB, Deployment
 from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
-    from quotacalc.core.price import PricingInputs
+    from quotacalc.core.pricing_inputs import PricingInputs
     from quotacalc.core.replica import ReplicaModel
 
 #: Deployment fields a fit may move, with the interval it keeps them in. The bounds are physical
@@ -293,7 +293,7 @@ class _Predictor:
         from dataclasses import replace
 
         base, model = self.deployment, self.model
-        overheads = {name: value for name, value in values.items() if name not in ("mfu", "mbu")}
+        overheads: dict[str, Any] = {name: value for name, value in values.items() if name not in ("mfu", "mbu")}
         if "moe_slot_overhead_s" in overheads:
             overheads["moe_overhead_s"] = overheads.pop("moe_slot_overhead_s") * self.moe_slots
         if "prefill_layer_overhead_s" in overheads:
@@ -894,7 +894,7 @@ def calibrate(
         predict = _Predictor(inputs)
         after, result = _fit(predict, names, before, points)
         after = [_snap(name, value) for name, value in zip(names, after, strict=True)]
-        warnings += _identifiability_warnings(names, result.jac[: len(_measurements(points))])
+        warnings += _identifiability_warnings(names, cast(Any, result).jac[: len(_measurements(points))])
         point_fits = _point_fits(
             points,
             predictions(inputs, dict(zip(names, before, strict=True)), points),
@@ -923,8 +923,9 @@ def calibrate(
         if kv.kv_pool_tokens is not None:
             fitted_values["kv_pool_tokens"] = kv.kv_pool_tokens
             fitted_values["kv_pool_measured_with"] = kv.kv_pool_measured_with
-            if (kv.kv_pool_measured_with or {}).get("max_model_len") is not None:
-                fitted_values["max_model_len"] = kv.kv_pool_measured_with["max_model_len"]
+            recorded = kv.kv_pool_measured_with or {}
+            if recorded.get("max_model_len") is not None:
+                fitted_values["max_model_len"] = recorded["max_model_len"]
     loo_errors = [fit.leave_one_out_error for fit in point_fits if fit.leave_one_out_error is not None]
     rms_error_after = _rms([fit.error_after for fit in point_fits])
     if names and rms_error_after is not None and rms_error_after > POOR_FIT_RMS:
@@ -1216,7 +1217,7 @@ def calibration_status(
         )
     if changed:
         return None, f"not calibrated: the plan's calibration holds for what it was fitted on ({'; '.join(changed)})"
-    summary = {
+    summary: dict[str, object] = {
         "covers": None if section.covers is None else section.covers.model_dump(mode="json"),
         "sources": [file.path for file in section.files],
         "rows": section.rows,

@@ -1,4 +1,4 @@
-"""Side-by-side figures for one model on several GPUs and TP sizes, for sales (issue 7, "Comparing").
+"""Side-by-side figures for one model on several GPUs and TP sizes, for sales.
 
 A comparison is a list of rows, one per deployment, in the order given. A deployment that cannot run
 (weights do not fit, TP does not divide the heads, no tensor cores for the dtype, a tenant's request

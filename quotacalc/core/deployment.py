@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from quotacalc.catalog.kernels import MXFP4_MOE_PADDING
+
 if TYPE_CHECKING:
     from quotacalc.catalog.engines import EngineProfile
 
@@ -366,8 +368,6 @@ class Deployment(BaseModel):
     def _mxfp4_backend(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        from quotacalc.core.weights import MXFP4_MOE_PADDING
-
         name = value.strip().lower()
         if name not in MXFP4_MOE_PADDING:
             raise ValueError(f"must be one of {', '.join(MXFP4_MOE_PADDING)}, got {value!r}")
@@ -417,7 +417,7 @@ class Deployment(BaseModel):
 
     @field_validator("*")
     @classmethod
-    def _bounded(cls, value: object, info) -> object:
+    def _bounded(cls, value: Any, info) -> Any:
         limit = _DEPLOYMENT_LIMITS.get(info.field_name)
         return value if limit is None or value is None else _at_most(value, limit)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import NamedTuple, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -121,9 +122,11 @@ class KvGroupLayout(BaseModel):
             if cache.kind is CacheKind.FULL:
                 per_group = math.ceil(max_model_len / block)
             elif cache.kind is CacheKind.SLIDING:
-                per_group = math.ceil(min(cache.window_tokens - 1 + max_num_batched_tokens, max_model_len) / block) + 1
+                window = cast(int, cache.window_tokens)  # a sliding or chunked cache states its window
+                per_group = math.ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block) + 1
             elif cache.kind is CacheKind.CHUNKED:
-                per_group = math.ceil(min(cache.window_tokens + max_num_batched_tokens, max_model_len) / block)
+                window = cast(int, cache.window_tokens)
+                per_group = math.ceil(min(window + max_num_batched_tokens, max_model_len) / block)
             else:
                 per_group = state_pages
             total += self.groups_of(cache) * per_group
@@ -149,25 +152,36 @@ class KvGroupLayout(BaseModel):
         return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens, state_pages) * max_model_len)
 
     def blocks_for_logged_tokens(
-        self, tokens: int, max_model_len: int, max_num_batched_tokens: int, state_pages: int = 1
+        self, tokens: float, max_model_len: int, max_num_batched_tokens: int, state_pages: int = 1
     ) -> int:
         """The fewest blocks whose logged count (the concurrency rule) is ``tokens``: a measured pool back in blocks."""
         per_request = self.blocks_per_request(max_model_len, max_num_batched_tokens, state_pages)
         return math.ceil(tokens * per_request / max_model_len)
 
 
-def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, conv_bytes: float, tp: int) -> tuple | None:
-    """(kind, window, bytes per token, state bytes) of one layer on one GPU, or None if it keeps no cache."""
+class _CacheKey(NamedTuple):
+    """What groups layers into one cache type: layers whose keys are equal share it."""
+
+    kind: CacheKind
+    window_tokens: int | None
+    bytes_per_token: float
+    state_bytes: float
+    latent: bool
+
+
+def _cache_type_key(arch_mixer, kv_bytes: float, state_bytes: float, conv_bytes: float, tp: int) -> _CacheKey | None:
+    """One layer's cache on one GPU (kind, window, bytes per token, state bytes, whether a latent), or None if it
+    keeps no cache."""
     per_token = arch_mixer.cache_bytes_per_token(kv_bytes, tp)
     state = arch_mixer.state_bytes_per_sequence(state_bytes, tp, conv_bytes)
     latent = isinstance(arch_mixer, MLAAttention)
     if per_token > 0 and arch_mixer.grows_with_context():
-        return (CacheKind.FULL, None, per_token, 0.0, latent)
+        return _CacheKey(CacheKind.FULL, None, per_token, 0.0, latent)
     if per_token > 0:
         kind = CacheKind.CHUNKED if isinstance(arch_mixer, ChunkedLocalAttention) else CacheKind.SLIDING
-        return (kind, arch_mixer.window_tokens, per_token, 0.0, latent)
+        return _CacheKey(kind, arch_mixer.window_tokens, per_token, 0.0, latent)
     if state > 0:
-        return (CacheKind.STATE, None, 0.0, state, False)
+        return _CacheKey(CacheKind.STATE, None, 0.0, state, False)
     return None
 
 
@@ -175,18 +189,13 @@ def cache_types(
     arch: ModelArch, kv_bytes_per_element: float, state_bytes_per_element: float, tp: int
 ) -> list[CacheType]:
     """The model's layers grouped by the cache they keep on one GPU, in layer order of first appearance."""
-    counts: dict[tuple, int] = {}
+    counts: dict[_CacheKey, int] = {}
     conv_bytes = memory.conv_state_bytes_per_element(arch)
     for mixer, layers in arch.mixer_groups():
         key = _cache_type_key(mixer, kv_bytes_per_element, state_bytes_per_element, conv_bytes, tp)
         if key is not None:
             counts[key] = counts.get(key, 0) + layers
-    return [
-        CacheType(
-            kind=kind, window_tokens=window, bytes_per_token=per_token, state_bytes=state, layers=n, latent=latent
-        )
-        for (kind, window, per_token, state, latent), n in counts.items()
-    ]
+    return [CacheType(**key._asdict(), layers=n) for key, n in counts.items()]
 
 
 def is_hybrid(types: list[CacheType]) -> bool:

@@ -149,7 +149,7 @@ def default_token_budget(engine: str, gpu: GpuSpec) -> tuple[int, str]:
     vLLM's."""
     profile = engine_profile(engine)
     own = None if profile is None else profile.default_max_num_batched_tokens(gpu.memory_bytes)
-    if own is not None:
+    if profile is not None and own is not None:
         return own, f"{profile.id} default"
     return vllm_default_max_num_batched_tokens(gpu), "vLLM default"
 
@@ -177,7 +177,7 @@ def default_memory_utilization(engine: str, gpu: GpuSpec, tp: int, batched_token
     """(an engine's default share of GPU memory at this GPU, TP and token budget, where it comes from)."""
     profile = engine_profile(engine)
     rule = None if profile is None else profile.static_memory_fraction
-    if rule is None:
+    if profile is None or rule is None:
         return VLLM_MEMORY_UTILIZATION, "vLLM default"
     return rule.default_fraction(gpu.memory_bytes, tp, batched_tokens), f"{profile.id} default"
 

@@ -265,7 +265,7 @@ RESERVED_TENANT_NAMES = frozenset({"route-not-found"})
 
 
 class Plan(BaseModel):
-    """A platform plan. A one-pool plan (today's flat file) is a Plan with one pool and at most one tenant."""
+    """A platform plan. A one-pool plan (a flat plan file) is a Plan with one pool and at most one tenant."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 

@@ -11,17 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from quotacalc.catalog.dtypes import Dtype
 from quotacalc.catalog.gpus import GpuSpec
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, ParamGroup, TokenMixer
 from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
+from quotacalc.core.pricing_inputs import PricingInputs
 from quotacalc.core.replica import (
+    EngineCompute,
     ReplicaModel,
     engine_compute,
     expected_busiest_rank_experts,
@@ -38,6 +39,9 @@ from quotacalc.core.weights import (
 )
 from quotacalc.errors import QuotacalcError
 
+if TYPE_CHECKING:
+    from quotacalc.catalog.engines import EngineProfile, StaticMemoryFraction
+
 SECONDS_PER_HOUR = 3600
 
 __all__ = [
@@ -49,31 +53,6 @@ __all__ = [
     "expected_distinct_experts",
     "price",
 ]
-
-
-class PricingInputs(BaseModel):
-    """Everything a price depends on, resolved and validated."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    deployment: Deployment
-    arch: ModelArch
-    gpu: GpuSpec
-    weights: WeightLayout
-    kv_dtype: Dtype
-    state_dtype: Dtype
-    #: The GPU catalog's matmul efficiency at the compute dtype over the MFU reference's (catalog/gpus.yaml):
-    #: what the stated MFU is multiplied by on this GPU and dtype. 1 on the reference, or where unknown.
-    mfu_scale: float = Field(1.0, gt=0)
-    #: The checkpoint's own quantization method (its config's quantization_config.quant_method), None if it has none:
-    #: an engine loads such weights as they are, and quantizes a plain checkpoint only when told to.
-    checkpoint_quantization: str | None = None
-    #: The Hugging Face id an engine loads where the deployment names a shipped config by its folder name
-    #: (Llama-3.1-8B-Instruct -> meta-llama/Llama-3.1-8B-Instruct); None: the deployment's model as given.
-    hub_id: str | None = None
-    #: Whether the config was read from a local path (neither shipped nor a hub id): what an engine file loads then
-    #: is that path, which may not be where the engine's host keeps the weights.
-    local_model: bool = False
 
 
 class ExpertTraffic(BaseModel):
@@ -244,6 +223,10 @@ def _check_inputs(inputs: PricingInputs) -> None:
             )
 
 
+#: A recorded figure keeps its own type: a count stays an int.
+_Figure = TypeVar("_Figure", int, float)
+
+
 @dataclass
 class _Explainer:
     """What every section reads (inputs, the replica model) and writes (the ledger, figures, warnings)."""
@@ -254,9 +237,10 @@ class _Explainer:
     warnings: list[str] = field(default_factory=list)
     model: ReplicaModel | None = None
 
-    def record(self, name: str, value: float, **kwargs) -> float:
+    def record(self, name: str, value: _Figure, **kwargs) -> _Figure:
         self.figures[name] = value
-        return self.ledger.record(name, value, **kwargs)
+        self.ledger.record(name, value, **kwargs)
+        return value
 
 
 # --------------------------------------------------------------------------- sections
@@ -423,7 +407,7 @@ def _pool_section(x: _Explainer) -> float:
             "runtime_reserve_bytes_per_gpu",
             reserve.total_bytes,
             formula="runtime_reserve_gib (given)",
-            substituted=f"{fmt(deployment.runtime_reserve_gib)} GiB",
+            substituted=f"{fmt(cast(float, deployment.runtime_reserve_gib))} GiB",
             unit="B",
         )
     elif reserve.static_fraction:
@@ -490,7 +474,8 @@ def _pool_section(x: _Explainer) -> float:
 
 def _static_fraction_note(deployment: Deployment, gpu: GpuSpec) -> str:
     """How the engine's default memory share was reached: its reserved MiB, term by term."""
-    rule = engine_profile(deployment.engine).static_memory_fraction
+    # Called only for an engine whose profile has the rule (default_memory_utilization's source).
+    rule = cast("StaticMemoryFraction", cast("EngineProfile", engine_profile(deployment.engine)).static_memory_fraction)
     tokens, source = memory.token_budget(deployment, gpu)
     graph_batch = rule.graph_batch(gpu.memory_bytes, deployment.tp)
     reserved = rule.reserved_mib(gpu.memory_bytes, deployment.tp, tokens)
@@ -958,8 +943,17 @@ def _decode_section(x: _Explainer, batch: int) -> None:
 
 def _engine_section(x: _Explainer, batch: int) -> None:
     """What an engine adds beside the roofline: the inter-token latency, the first token, the full load."""
-    inputs, model = x.inputs, x.model
-    assert model is not None
+    assert x.model is not None
+    compute = engine_compute(x.inputs.arch, x.inputs.deployment.tp)
+    _engine_overheads(x, x.model, batch)
+    _engine_decode(x, x.model, batch, compute)
+    _engine_prefill(x, x.model, compute)
+    _full_load(x, x.model)
+
+
+def _engine_overheads(x: _Explainer, model: ReplicaModel, batch: int) -> None:
+    """A decode step's fixed costs beside the roofline: MoE routing, per-step and per-sequence overheads, all-reduces."""
+    inputs = x.inputs
     deployment, gpu, arch = inputs.deployment, inputs.gpu, inputs.arch
     slots = routed_expert_slots(arch)
     moe_overhead_s = x.record(
@@ -994,6 +988,13 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "tensor parallelism, none at TP 1; "
         f"interconnect {fmt(gpu.interconnect_bandwidth_bytes_per_s)} B/s one way ({gpu.id} catalog)",
     )
+
+
+def _engine_decode(x: _Explainer, model: ReplicaModel, batch: int, compute: EngineCompute) -> None:
+    """The decode step as an engine runs it (the weights it reads, the FLOPs it computes) and the inter-token
+    latency."""
+    inputs = x.inputs
+    deployment, arch = inputs.deployment, inputs.arch
     tp = deployment.tp
     read = engine_read(arch, inputs.weights)
     engine_weights = x.record(
@@ -1009,7 +1010,6 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         "skips the vision tower on text, runs the LM head unquantized and reads whole the layers every rank holds "
         "whole",
     )
-    compute = engine_compute(arch, tp)
     rate = x.figures["compute_rate"]
     engine_compute_s = x.record(
         "engine_decode_compute_s",
@@ -1042,6 +1042,12 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         note="the engine's decode step: the inter-token latency a user measures at this batch, without prefills "
         "interleaved",
     )
+
+
+def _engine_prefill(x: _Explainer, model: ReplicaModel, compute: EngineCompute) -> None:
+    """A prompt token as an engine prefills it, and the first token's latency on an idle replica."""
+    deployment, gpu, arch = x.inputs.deployment, x.inputs.gpu, x.inputs.arch
+    tp = deployment.tp
     chunk = model.max_num_batched_tokens
     x.record(
         "engine_flops_per_prompt_token",
@@ -1086,6 +1092,11 @@ def _engine_section(x: _Explainer, batch: int) -> None:
         note=f"one request of --context tokens ({fmt(deployment.context)}) on an idle replica, in chunks of at most "
         f"max_num_batched_tokens {fmt(chunk)} ({memory.token_budget(deployment, gpu)[1]}); {PREFILL_TERMS_NOTE}",
     )
+
+
+def _full_load(x: _Explainer, model: ReplicaModel) -> None:
+    """The full-load workload: the largest batch of its requests the pool holds, and the throughput then."""
+    deployment, arch = x.inputs.deployment, x.inputs.arch
     prompt, output = deployment.load_prompt, deployment.load_output_tokens
     x.figures["load_prompt_tokens"], x.figures["load_output_tokens"] = prompt, output
     # A workload the user gave must run; the default one (--context + 128) only reports what fits.

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, MoE, ParamGroup
@@ -30,7 +30,7 @@ from quotacalc.core.weights import engine_read, replicated_extra_bytes_per_gpu
 
 if TYPE_CHECKING:
     from quotacalc.core.kv_groups import KvGroupLayout
-    from quotacalc.core.price import PricingInputs
+    from quotacalc.core.pricing_inputs import PricingInputs
 
 #: Bytes of one activation value moved by an all-reduce (engines all-reduce in the 16-bit model dtype).
 ACTIVATION_BYTES = 2
@@ -69,11 +69,13 @@ def expected_busiest_rank_experts(num_experts: int, ranks: int, touch_probabilit
     return expected_max
 
 
-def _by_window(pairs: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
-    """Coefficients of layers that share a window, summed: one term per distinct window, not per layer."""
+def _by_window(pairs: list[tuple[int | None, float]]) -> tuple[tuple[int, float], ...]:
+    """Coefficients of layers that share a window, summed: one term per distinct window, not per layer (every
+    pair is a bounded term's, so every window is a number)."""
     summed: dict[int, float] = {}
     for window, coefficient in pairs:
-        summed[window] = summed.get(window, 0.0) + coefficient
+        key = cast(int, window)
+        summed[key] = summed.get(key, 0.0) + coefficient
     return tuple(sorted(summed.items()))
 
 
@@ -145,22 +147,22 @@ class ReplicaModel:
     mixed_prefill: bool = True
     #: FLOPs of one decode token as an engine computes it: flops_per_token less the input embedding table,
     #: which it gathers (engine_compute). None: flops_per_token.
-    engine_flops_per_token: float | None = None
+    engine_flops_per_token: float = None  # type: ignore[assignment]  # a float after __post_init__
     #: FLOPs of one token's logits (2 × vocabulary × hidden): an engine's prefill computes them for a
     #: chunk's last token only, so a prompt token costs engine_flops_per_token less these.
     logits_flops_per_token: float = 0.0
     #: KV bytes a decode step reads per token of context on one GPU in the layers whose cache grows: what they
     #: hold, and what a KV-shared layer (Gemma 4) reads of its producer's cache; a sparse layer's indexer keys
     #: only. None: kv_bytes_per_token_per_gpu.
-    kv_read_bytes_per_token_per_gpu: float | None = None
+    kv_read_bytes_per_token_per_gpu: float = None  # type: ignore[assignment]  # a float after __post_init__
     #: The same for the sliding layers, by window, and the latent a sparse layer reads of its index_topk
     #: tokens. None: sliding_kv.
-    sliding_kv_read: tuple[tuple[int, float], ...] | None = None
+    sliding_kv_read: tuple[tuple[int, float], ...] = None  # type: ignore[assignment]  # set by __post_init__
     #: What a prompt token computes per attended token where it differs from a decode token (MLA: engines prefill
     #: with the latents up-projected, and decode absorbed over the latent). None: attention_flops_per_attended_token.
-    prefill_attention_flops_per_attended_token: float | None = None
+    prefill_attention_flops_per_attended_token: float = None  # type: ignore[assignment]  # set by __post_init__
     #: The same for the bounded terms, by window. None: sliding_attention.
-    prefill_sliding_attention: tuple[tuple[int, float], ...] | None = None
+    prefill_sliding_attention: tuple[tuple[int, float], ...] = None  # type: ignore[assignment]  # set by __post_init__
     # Derived once for the hot path (step_time_s): reciprocals, and the sliding windows' KV and
     # attention coefficients side by side.
     _seconds_per_byte: float = field(init=False, repr=False, compare=False)
@@ -263,7 +265,7 @@ class ReplicaModel:
         """docs/method.md's decode step: max(memory, compute), no engine overheads."""
         return max(self.decode_memory_s(batch, context_tokens), self.decode_compute_s(batch, context_tokens))
 
-    def prefill_compute_s(self, tokens: int, context_tokens: float = 0) -> float:
+    def prefill_compute_s(self, tokens: float, context_tokens: float = 0) -> float:
         """FLOP time of a prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine computes it:
         each token attends half the chunk, and only the last one's logits are computed."""
         mean_attended = context_tokens + (tokens + 1) / 2
@@ -321,12 +323,12 @@ class ReplicaModel:
         compute_s = batch * (self.engine_flops_per_token + attention) * self._seconds_per_flop
         return (memory_s if memory_s > compute_s else compute_s) + self._per_step_s + batch * self._per_sequence_s
 
-    def prefill_time_s(self, tokens: int, context_tokens: float = 0) -> float:
+    def prefill_time_s(self, tokens: float, context_tokens: float = 0) -> float:
         """One prefill chunk of ``tokens`` after ``context_tokens`` cached, as an engine step on an idle replica."""
         return self.mixed_step_time_s(0, 0.0, self.prefill_compute_s(tokens, context_tokens), tokens)
 
     def mixed_step_time_s(
-        self, batch: int, context_tokens: float, prefill_compute_s: float, prefill_tokens: int
+        self, batch: int, context_tokens: float, prefill_compute_s: float, prefill_tokens: float
     ) -> float:
         """One engine step of ``batch`` decodes (mean context ``context_tokens``) and prefill chunks of
         ``prefill_tokens`` in all, whose FLOP time is ``prefill_compute_s`` (chunked prefill).
@@ -351,16 +353,16 @@ class ReplicaModel:
             + self.allreduces_per_step * prefill_tokens * self.allreduce_s_per_token
         )
 
-    def ttft_s(self, prompt_tokens: int) -> float:
+    def ttft_s(self, prompt_tokens: float) -> float:
         """Time to first token of one prompt on an idle replica: request overhead + its prefill chunks."""
-        total, done = self.request_overhead_s, 0
+        total, done = self.request_overhead_s, 0.0
         while done < prompt_tokens:
             chunk = min(self.max_num_batched_tokens, prompt_tokens - done)
             total += self.prefill_time_s(chunk, done)
             done += chunk
         return total
 
-    def interleaved_prefill_s(self, prompt_tokens: int) -> float:
+    def interleaved_prefill_s(self, prompt_tokens: float) -> float:
         """What one prompt's prefill adds to the decode steps it rides in (chunked prefill).
 
         Its FLOPs and its all-reduce traffic; the weights are read once per step anyway and the step
@@ -373,7 +375,7 @@ class ReplicaModel:
             + self.allreduces_per_step * prompt_tokens * self.allreduce_s_per_token
         )
 
-    def loaded_itl_s(self, concurrency: int, prompt_tokens: int, output_tokens: int) -> float:
+    def loaded_itl_s(self, concurrency: int, prompt_tokens: float, output_tokens: float) -> float:
         """Mean inter-token latency at a steady ``concurrency`` of requests of these lengths.
 
         Each decode step of the batch carries, on average, (concurrency − 1) / output of the other
@@ -529,7 +531,9 @@ def replica_model(inputs: PricingInputs, kv_pool_bytes_per_gpu: float) -> Replic
         compute_flops_per_s=tp * gpu.peak_flops_per_s(layout.compute_dtype) * deployment.mfu * inputs.mfu_scale,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * deployment.mbu,
         kv_bytes_per_token_per_gpu=memory.kv_bytes_per_token_per_gpu(arch, kv_b, tp),
-        sliding_kv=_by_window([(m.window_tokens, n * m.cache_bytes_per_token(kv_b, tp)) for m, n in windowed]),
+        sliding_kv=_by_window(
+            [(cast(Any, m).window_tokens, n * m.cache_bytes_per_token(kv_b, tp)) for m, n in windowed]
+        ),
         kv_read_bytes_per_token_per_gpu=sum(term.read_bytes_per_token for term in unbounded),
         sliding_kv_read=_by_window([(term.bound_tokens, term.read_bytes_per_token) for term in bounded]),
         state_bytes_per_sequence_per_gpu=memory.state_bytes_per_sequence(arch, state_b, tp),

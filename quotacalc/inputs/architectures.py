@@ -38,7 +38,7 @@ READER_MODULES = (hf_arch, hf_hybrid, hf_deltanet, hf_gemma4, hf_mistral3, hf_mo
 DSV4_READER_MODULES = (hf_dsv4,)
 #: More MoE families, LFM2's short-convolution hybrids and Apertus.
 MORE_READER_MODULES = (hf_moe_more, hf_shortconv, hf_dense_more)
-#: Mixture-of-experts models with a vision tower (branch vlmoe).
+#: Mixture-of-experts models with a vision tower.
 VLMOE_READER_MODULES = (hf_vlmoe,)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -89,7 +89,7 @@ def _point(
 
 
 #: The longest times BenchmarkPoint takes, in words: past them a figure is a unit slip, not a measurement.
-_SPANS = {86_400: "a day", 3_600: "an hour"}
+_SPANS: dict[float, str] = {86_400: "a day", 3_600: "an hour"}
 
 
 def _limits(field: str) -> tuple[float, float]:
@@ -288,7 +288,7 @@ def _vllm_point(path: str, row: str, result: dict[str, Any]) -> BenchmarkPoint:
     if completed <= 0:
         raise QuotacalcError("no request completed", source=path, field=field("completed"))
     clients = int(_number(concurrency, path, field("max_concurrency"), integer=True))
-    values = {
+    values: dict[str, Any] = {
         # Fewer requests than clients never reach the concurrency: at most as many are in flight as were sent (an
         # impossible figure is left for the point's validation to name).
         "concurrency": min(clients, int(completed)) if clients <= MAX_CONCURRENCY else clients,
@@ -343,7 +343,7 @@ def _varied_lengths(result: dict[str, Any]) -> str | None:
     ratio = result.get("random_range_ratio")
     is_sglang = "sharegpt_output_len" in result
     drawn = dataset in ("random", "random-ids") and isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
-    if is_sglang and drawn and ratio < 1:
+    if is_sglang and drawn and cast(float, ratio) < 1:
         return f"random_range_ratio {ratio:g}"
     return None
 
@@ -404,7 +404,7 @@ def _guidellm_mean(path: str, row: str, metrics: dict[str, Any], name: str) -> f
     if mean is None:
         raise QuotacalcError("has no successful.mean", source=path, field=f"{row}.metrics.{name}")
     # An empty distribution (no sample: one output token has no inter-token latency) is mean 0, count 0.
-    if successful.get("count") == 0:
+    if cast(dict, successful).get("count") == 0:
         return None
     return _number(mean, path, f"{row}.metrics.{name}.successful.mean")
 

@@ -3,35 +3,12 @@
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from quotacalc.core.deployment import Deployment, Tenant, digit_count
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-
-
-class PlanFile(BaseModel):
-    """A deployment YAML file: the deployment's fields, and optionally a ``tenant`` section."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    deployment: dict[str, Any]
-    tenant: dict[str, Any] | None = None
-    #: Replicas of the one pool ``check`` and ``generate`` read the file as (``price``, ``size``, ``kv`` price one).
-    replicas: int = 1
-    #: Where the plan's fitted values come from (``quotacalc calibrate --write``): a validated
-    #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
-    #: does not import the calibration module.
-    calibration: Any = None
-    #: A platform plan's pool that routes long prompts away: (its name, route_above_prompt_tokens, the long-context
-    #: pool); None for a flat plan or a pool that routes nothing.
-    long_routing: tuple[str, int, str] | None = None
-
-
-#: A pool's most replicas (core.plan.Pool's bound), for a flat plan's ``replicas`` key.
-MAX_FLAT_REPLICAS = 100_000
 
 #: Names other tools use for a field (vLLM's flags, common spellings), for "did you mean".
 KEY_SYNONYMS = {
@@ -93,8 +70,8 @@ def _one_line_validation_error(
         section = _nested_model(model, tuple(first["loc"][:-1]))
         key = str(first["loc"][-1]) if section is not model else field
         close = suggest_key(key, list(section.model_fields))
-        fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(section.model_fields)}"
-        return QuotacalcError(f"unknown key '{field}'", source=source, field=prefix + field, fix=fix)
+        known = f"did you mean '{close}'?" if close else f"known keys: {', '.join(section.model_fields)}"
+        return QuotacalcError(f"unknown key '{field}'", source=source, field=prefix + field, fix=known)
     if first["type"] == "missing":
         return UsageError(
             "is required",
@@ -158,79 +135,6 @@ def _problem(error: Any) -> tuple[str, str | None]:
     elif isinstance(value, float) and wanted == "an integer":
         fix = "a count is a whole number"
     return f"must be {wanted}, got {shown}", fix
-
-
-def load_plan_file(path: str) -> PlanFile:
-    """Read a deployment YAML file strictly: duplicate keys, unknown keys and bad YAML are errors."""
-    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file  # PyYAML only when a file is given
-
-    text = read_text_file(Path(path), what="deployment YAML")
-    return plan_file_from_document(load_yaml_text(text, source=path), path)
-
-
-def refuse_scenario(document: object, path: str) -> None:
-    """A simulate scenario given where a plan goes: say so, not that its first key is unknown to a deployment."""
-    if isinstance(document, dict) and "workload" in document and "pools" not in document:
-        raise QuotacalcError(
-            "is a simulate scenario, not a plan",
-            source=path,
-            fix=f"run quotacalc simulate {path}; give price, size, check and generate the plan its plan key names or "
-            "holds",
-        )
-
-
-def plan_file_from_document(document: object, path: str) -> PlanFile:
-    """A flat plan's parsed YAML as its deployment keys, tenant and calibration (the file read once)."""
-    refuse_scenario(document, path)
-    file = Path(path)
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise QuotacalcError("expected a mapping of deployment keys", source=path)
-    tenant = document.get("tenant")
-    if tenant is not None and not isinstance(tenant, dict):
-        raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
-    if tenant:
-        # Checked for every command, not only size: a plan file is valid or not whatever reads it. A key it leaves
-        # out may come from a flag (size --rps), so only the keys it gives are judged here.
-        try:
-            Tenant.model_validate({"rps": 1, "prompt_tokens": 1, "output_tokens": 1, **tenant})
-        except ValidationError as error:
-            raise _one_line_validation_error(error, Tenant, source=path, from_flags=set(), prefix="tenant.") from None
-    calibration = document.get("calibration")
-    if calibration is not None:
-        from quotacalc.core.calibrate import CalibrationProvenance
-
-        try:
-            calibration = CalibrationProvenance.model_validate(calibration)
-        except ValidationError as error:
-            from quotacalc.inputs.plan import calibration_section_error  # plan imports this module: import here
-
-            raise calibration_section_error(error, source=path, prefix="calibration.") from None
-    replicas = document.get("replicas", 1)
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_FLAT_REPLICAS:
-        raise QuotacalcError(
-            f"must be a whole number of replicas from 1 to {MAX_FLAT_REPLICAS:,}, got {replicas!r}",
-            source=path,
-            field="replicas",
-            fix="the replicas check and generate size the plan's one pool with",
-        )
-    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration", "replicas")}
-    if "model" in deployment:
-        deployment["model"] = model_beside(deployment["model"], file)
-    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration, replicas=replicas)
-
-
-def model_beside(model: Any, plan_file: str | Path) -> Any:
-    """A plan's relative model path as the path beside the plan file where one is there, wherever the command runs
-    from; anything else (a shipped name, a hub id, an absolute path) as written."""
-    if not isinstance(model, str) or not model.strip() or Path(model).is_absolute():
-        return model  # an empty name is the Deployment's to refuse, not the plan's own folder
-    beside = Path(plan_file).parent / model
-    try:
-        return str(beside) if beside.exists() else model
-    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
-        return model
 
 
 def build_deployment(
@@ -301,7 +205,7 @@ def _dtype_name(name: str | None, field: str) -> str | None:
 @cache
 def _checkpoint(model: str) -> tuple[str, bool]:
     """A model's checkpoint dtype and whether its checkpoint is quantized (read once per model)."""
-    from quotacalc.inputs.resolve import load_arch
+    from quotacalc.inputs.model_arch import load_arch
 
     arch, resolved = load_arch(model)
     text = resolved.config.get("text_config")
@@ -327,7 +231,7 @@ def _dtype_as_run(name: str | None, model: str, *, weights: bool, field: str) ->
 def _state_dtype_default(model: str) -> str | None:
     """The dtype the engine keeps a model's recurrent state in unless told otherwise, or None where the model keeps
     no such state (nothing a state dtype changes)."""
-    from quotacalc.inputs.resolve import config_state_dtype, load_arch
+    from quotacalc.inputs.model_arch import config_state_dtype, load_arch
 
     arch, resolved = load_arch(model)
     if not arch.keeps_recurrent_state():
@@ -338,7 +242,7 @@ def _state_dtype_default(model: str) -> str | None:
 
 @cache
 def _has_experts(model: str) -> bool:
-    from quotacalc.inputs.resolve import load_arch
+    from quotacalc.inputs.model_arch import load_arch
 
     return bool(load_arch(model)[0].moe_layers())
 
@@ -365,7 +269,7 @@ def model_key(reference: str) -> str:
 @cache
 def model_max_context(model: str) -> int | None:
     """The longest context a model's config allows (None where it states none); read once per model."""
-    from quotacalc.inputs.resolve import load_arch
+    from quotacalc.inputs.model_arch import load_arch
 
     return load_arch(model)[0].max_context_tokens
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from quotacalc.core.arch import (
     DenseMLP,
@@ -23,6 +23,7 @@ from quotacalc.core.arch import (
     ModelArch,
     MoE,
     SlidingWindowAttention,
+    TokenMixer,
 )
 from quotacalc.errors import QuotacalcError, UnsupportedArchitecture
 
@@ -53,8 +54,28 @@ class ConfigView:
         self.given_keys = given_keys
 
     def get(self, key: str, default: Any = None) -> Any:
+        """A value a reader sizes or times the model with: NaN or infinity in it (or in its items) is refused here,
+        as transformers writes them into fields no reader reads (Mamba-2's ``time_step_limit`` is (0.0, inf))."""
         value = self.config.get(key)
-        return default if value is None else value
+        if value is None:
+            return default
+        self._refuse_non_finite(key, value)
+        return value
+
+    def has(self, key: str) -> bool:
+        """Whether the config holds ``key`` (a sub-config), without reading what is in it."""
+        return self.config.get(key) is not None
+
+    def _refuse_non_finite(self, key: str, value: Any) -> None:
+        stack: list[tuple[str, Any]] = [(key, value)]
+        while stack:
+            field, item = stack.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                raise self.fail(field, f"must be a finite number, got {item}", "give the size the model has")
+            if isinstance(item, dict):
+                stack.extend((f"{field}.{child}", part) for child, part in item.items())
+            elif isinstance(item, list):
+                stack.extend((f"{field}[{index}]", part) for index, part in enumerate(item))
 
     def fail(self, key: str, problem: str, fix: str | None = None) -> QuotacalcError:
         return QuotacalcError(problem, source=self.source, field=self.prefix + key, fix=fix)
@@ -244,7 +265,7 @@ class AttentionTraits:
     sinks: bool = False
 
 
-def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]) -> list:
+def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]) -> list[TokenMixer]:
     """One attention spec per layer, full or sliding as the config declares."""
     layers, hidden, heads, kv_heads, head_dim = _common_sizes(view)
     kinds, kind_notes = layer_kinds(view, layers)
@@ -263,7 +284,7 @@ def attention_mixers(view: ConfigView, traits: AttentionTraits, notes: list[str]
     )
     window = view.get("sliding_window")
     max_context = view.context_tokens()
-    mixers = []
+    mixers: list[TokenMixer] = []
     for index, kind in enumerate(kinds):
         if kind == "full_attention":
             mixers.append(FullAttention(**common))
@@ -317,6 +338,10 @@ def finish_arch(
 # --------------------------------------------------------------------------- decoder families
 
 
+#: A family's feed-forward block of a layer, by the layer's index.
+FeedForwardOf = Callable[[ConfigView, int], DenseMLP | MoE]
+
+
 @dataclass(frozen=True)
 class DecoderFamily:
     """A transformer decoder family: attention traits, norms per layer, and how its MLPs are laid out."""
@@ -334,7 +359,7 @@ class DecoderFamily:
     #: Config flags that build layers this family's spec does not price (refused when set, never ignored).
     unpriced_flags: tuple[str, ...] = ()
     #: Reads the feed-forward block of layer ``index`` (dense unless the family says otherwise).
-    feed_forward: Callable[[ConfigView, int], DenseMLP | MoE] | None = None
+    feed_forward: FeedForwardOf | None = None
 
 
 def dense_mlp(view: ConfigView, bias: bool = False, gated: bool = True) -> DenseMLP:
@@ -361,7 +386,7 @@ def read_decoder(view: ConfigView, name: str, family: DecoderFamily, **finish: A
     layers = [
         Layer(
             mixer=mixer,
-            feed_forward=shared_mlp or family.feed_forward(view, index),
+            feed_forward=shared_mlp or cast(FeedForwardOf, family.feed_forward)(view, index),
             norm_params=norm_params,
         )
         for index, mixer in enumerate(mixers)
@@ -522,6 +547,14 @@ def decoder_family(model_type: object) -> DecoderFamily | None:
     return next((family for types, family in _DECODERS.items() if model_type in types), None)
 
 
+def registered_decoder_family(model_type: str) -> DecoderFamily:
+    """The plain decoder family a wrapper's reader names by its model_type (one registered here)."""
+    family = decoder_family(model_type)
+    if family is None:
+        raise LookupError(f"no decoder family is registered for {model_type!r}")
+    return family
+
+
 def text_decoder_family(view: ConfigView, text: ConfigView) -> DecoderFamily:
     """The plain decoder family of a multimodal wrapper's text model, or a one-line refusal naming
     ``text_config.model_type``."""
@@ -537,7 +570,7 @@ def text_decoder_family(view: ConfigView, text: ConfigView) -> DecoderFamily:
 
 def _register_decoders() -> None:
     for model_types, family in _DECODERS.items():
-        reads(*model_types)(lambda view, name, family=family: read_decoder(view, name, family))
+        reads(*model_types)(partial(read_decoder, family=family))
 
 
 _register_decoders()

@@ -11,6 +11,7 @@ and keys; the MoE blocks have a gated shared expert. Multi-token-prediction laye
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from quotacalc.core.arch import (
     DenseMLP,
@@ -115,7 +116,7 @@ def read_qwen3_next(view: ConfigView, name: str) -> ModelArch:
     dense = None if all(sparse) else _dense_mlp(view)
 
     def feed_forward(index: int) -> DenseMLP | MoE:
-        return moe if sparse[index] else dense
+        return cast(MoE, moe) if sparse[index] else cast(DenseMLP, dense)  # each built where a layer has it
 
     return finish_arch(view, name, _hybrid_layers(view, feed_forward), _notes(view))
 

@@ -135,6 +135,7 @@ def read_gemma4_text(view: ConfigView, name: str, **finish) -> ModelArch:
             k_eq_v=k_eq_v and kind == "full_attention",
             kv_shared=shared,
         )
+        mixer: FullAttention | SlidingWindowAttention
         if kind == "full_attention":
             mixer = FullAttention(**common)
         elif kind == "sliding_attention":
@@ -221,9 +222,9 @@ def read_gemma4(view: ConfigView, name: str) -> ModelArch:
     text = view.sub("text_config")
     text_hidden = text.positive_int("hidden_size")
     towers = 0
-    if view.get("vision_config") is not None:
+    if view.has("vision_config"):
         towers += gemma4_vision_params(view.sub("vision_config"), text_hidden)
-    if view.get("audio_config") is not None:
+    if view.has("audio_config"):
         towers += gemma4_audio_params(view.sub("audio_config"), text_hidden)
     arch = read_gemma4_text(text, name, dtype_views=(view,), vision_params=towers)
     tied = view.flag("tie_word_embeddings", text.flag("tie_word_embeddings", True))

@@ -183,7 +183,9 @@ def _llama4_layers(view: ConfigView) -> tuple[list[Layer], list[str]]:
     chunk = view.get("attention_chunk_size")
     max_context = view.context_tokens()
     notes: list[str] = []
-    mixers = {"full_attention": FullAttention(**sizes, qkv_bias=bias, o_bias=bias)}
+    mixers: dict[str, FullAttention | ChunkedLocalAttention] = {
+        "full_attention": FullAttention(**sizes, qkv_bias=bias, o_bias=bias)
+    }
     if "chunked_attention" in kinds:
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
             raise view.fail("attention_chunk_size", f"must be a positive number of tokens, got {chunk!r}")

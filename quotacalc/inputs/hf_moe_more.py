@@ -137,6 +137,7 @@ def _afmoe_attention(view: ConfigView) -> tuple[list[GatedFullAttention | GatedS
     max_context = view.context_tokens()
     notes: list[str] = []
     full = GatedFullAttention(**sizes, qk_norm=True)
+    sliding: GatedFullAttention | GatedSlidingWindowAttention
     if window is None or (max_context and window >= max_context):
         if window is not None:
             notes.append(f"sliding window {window} >= max context {max_context}: those layers priced as full attention")
@@ -207,7 +208,7 @@ def read_longcat_flash(view: ConfigView, name: str) -> ModelArch:
 
     transformers 5.24 sizes the experts' fused gate/up projection for routed + identity experts (its
     down projection for routed experts only); the checkpoint and vLLM hold routed experts only, so that is
-    what is counted (tests/test_families_fam3.py checks the difference against transformers' own count).
+    what is counted (tests/test_families_olmoe_dbrx_lfm2_longcat.py checks the difference against transformers' own count).
     The router's score correction bias is a buffer in transformers and is not counted.
     """
     layer_count = view.stated_int("num_layers")

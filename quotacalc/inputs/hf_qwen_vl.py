@@ -10,7 +10,14 @@ spatial_merge_size² patches to the text width). Its 2-D rotary positions have n
 from __future__ import annotations
 
 from quotacalc.core.arch import ModelArch
-from quotacalc.inputs.hf_arch import ConfigView, DecoderFamily, decoder_family, read_decoder, reads, text_decoder_family
+from quotacalc.inputs.hf_arch import (
+    ConfigView,
+    DecoderFamily,
+    read_decoder,
+    reads,
+    registered_decoder_family,
+    text_decoder_family,
+)
 
 
 def qwen_vl_vision_params(vision: ConfigView) -> int:
@@ -93,14 +100,14 @@ def _read_wrapper(
 @reads("qwen2_5_vl")
 def read_qwen2_5_vl(view: ConfigView, name: str) -> ModelArch:
     """Qwen2.5-VL's decoder is Qwen2's: biased q/k/v, unbiased output projection."""
-    return _read_wrapper(view, name, decoder_family("qwen2"), _text_view(view))
+    return _read_wrapper(view, name, registered_decoder_family("qwen2"), _text_view(view))
 
 
 @reads("qwen2_vl")
 def read_qwen2_vl(view: ConfigView, name: str) -> ModelArch:
     """Qwen2-VL: Qwen2's decoder, as Qwen2.5-VL's, with the older LayerNorm tower."""
     towers = qwen2_vl_vision_params(view.sub("vision_config"))
-    return _read_wrapper(view, name, decoder_family("qwen2"), _text_view(view), towers)
+    return _read_wrapper(view, name, registered_decoder_family("qwen2"), _text_view(view), towers)
 
 
 @reads("exaone4_5")
@@ -114,4 +121,4 @@ def read_qwen3_vl(view: ConfigView, name: str) -> ModelArch:
     """Qwen3-VL's decoder is Qwen3's (per-head q/k norms); DeepStack adds vision features to early layers, no
     weights of the decoder's own."""
     towers = qwen3_vl_vision_params(view.sub("vision_config"))
-    return _read_wrapper(view, name, decoder_family("qwen3"), view.sub("text_config"), towers)
+    return _read_wrapper(view, name, registered_decoder_family("qwen3"), view.sub("text_config"), towers)

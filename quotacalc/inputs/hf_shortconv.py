@@ -53,7 +53,7 @@ def _lfm2_mixers(view: ConfigView) -> list[FullAttention | ShortConvMixer]:
     kinds = view.get("layer_types")
     if not isinstance(kinds, list) or len(kinds) != layer_count or any(k not in (_CONV, _ATTENTION) for k in kinds):
         raise view.fail("layer_types", f"must list 'conv' or 'full_attention' for each of the {layer_count} layers")
-    mixers = {
+    mixers: dict[str, FullAttention | ShortConvMixer] = {
         _ATTENTION: FullAttention(**sizes, qk_norm=True),
         _CONV: ShortConvMixer(
             hidden_size=hidden, d_conv=view.positive_int("conv_L_cache"), bias=view.flag("conv_bias")

@@ -12,13 +12,13 @@ from quotacalc.core.arch import FullAttention, Layer, ModelArch, MoE, SlidingWin
 from quotacalc.errors import UnsupportedArchitecture
 from quotacalc.inputs.hf_arch import (
     ConfigView,
-    decoder_family,
     dense_mlp,
     finish_arch,
     layer_kinds,
     read_decoder,
     read_deepseek,
     reads,
+    registered_decoder_family,
 )
 from quotacalc.inputs.hf_moe import mlp_layer_kinds
 from quotacalc.inputs.hf_qwen_vl import qwen3_vl_vision_params
@@ -41,7 +41,7 @@ def read_qwen3_vl_moe(view: ConfigView, name: str) -> ModelArch:
     text = view.sub("text_config")
     _qwen3_moe_text(text)
     towers = qwen3_vl_vision_params(view.sub("vision_config"))
-    arch = read_decoder(text, name, decoder_family("qwen3_moe"), dtype_views=(view,), vision_params=towers)
+    arch = read_decoder(text, name, registered_decoder_family("qwen3_moe"), dtype_views=(view,), vision_params=towers)
     tied = view.flag("tie_word_embeddings", False)
     return arch.model_copy(update={"tie_word_embeddings": tied, "model_type": "qwen3_vl_moe"})
 
@@ -153,7 +153,9 @@ def read_qwen3_omni_moe(view: ConfigView, name: str) -> ModelArch:
             fix="Qwen3-Omni's thinker states shared_expert_intermediate_size 0",
         )
     towers = qwen3_vl_vision_params(thinker.sub("vision_config")) + qwen3_omni_audio_params(thinker.sub("audio_config"))
-    arch = read_decoder(text, name, decoder_family("qwen3_moe"), dtype_views=(thinker, view), vision_params=towers)
+    arch = read_decoder(
+        text, name, registered_decoder_family("qwen3_moe"), dtype_views=(thinker, view), vision_params=towers
+    )
     notes = list(arch.notes)
     if view.flag("enable_audio_output", True):
         notes.append("talker and code2wav (speech output) not counted: vLLM serves the thinker's text only")

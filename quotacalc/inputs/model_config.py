@@ -16,7 +16,7 @@ import stat
 import warnings
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -169,7 +169,8 @@ def _download_from_hub(source: ModelSource) -> Path:
 
     online = not constants.HF_HUB_OFFLINE and _hub_reachable(constants.ENDPOINT)
     try:
-        return Path(hf_hub_download(source.hf_id, "config.json", local_files_only=not online, etag_timeout=5))
+        hub_id = cast(str, source.hf_id)  # only a hub model is downloaded
+        return Path(hf_hub_download(hub_id, "config.json", local_files_only=not online, etag_timeout=5))
     except Exception as error:
         reason = "offline, and not in the local Hugging Face cache" if not online else type(error).__name__
         raise QuotacalcError(
@@ -415,7 +416,7 @@ def _culprits(raw: dict[str, Any]) -> list[str]:
     in turn, its class default taken instead. Only on the error path."""
     from transformers import AutoConfig
 
-    model_type = raw.get("model_type")
+    model_type = cast(str, raw.get("model_type"))  # a non-empty string: checked before AutoConfig ran
     fields = {key: value for key, value in raw.items() if key != "model_type"}
     found: list[str] = []
     tried = 0
@@ -462,7 +463,7 @@ def _mentioned_key(message: str, raw: dict[str, Any]) -> str | None:
 def check_family(raw: dict[str, Any], config_class: str, source: str) -> None:
     """Refuse a config relabelled as another family: its ``architectures`` name another model class, or a
     dense family's config carries experts it would ignore."""
-    model_type = raw.get("model_type")
+    model_type = cast(str, raw.get("model_type"))  # a non-empty string: checked before AutoConfig ran
     # Compared without underscores: Kimi_K25Config builds KimiK25ForConditionalGeneration.
     family = config_class.removesuffix("Config").lower().replace("_", "")
     architectures = raw.get("architectures")
@@ -593,7 +594,7 @@ def parse_config_json(data: bytes, path: Path) -> dict[str, Any]:
 
 
 def check_config_values(raw: dict[str, Any], source: str) -> None:
-    """Refuse what no real config holds before transformers sees it: NaN or infinite numbers, integers
+    """Refuse what no real config holds before transformers sees it: NaN or infinite sizes, integers
     past 2**53, nesting past ``MAX_CONFIG_DEPTH``, and more than ``MAX_LAYERS`` layers."""
     stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in raw.items()]
     while stack:
@@ -608,7 +609,11 @@ def check_config_values(raw: dict[str, Any], source: str) -> None:
                 raise _too_many_layers(source, field, len(value))
             continue
         if isinstance(value, float) and not math.isfinite(value):
-            raise QuotacalcError(f"must be a finite number, got {value}", source=source, field=field)
+            if key in _POSITIVE_KEYS:
+                raise QuotacalcError(f"must be a finite number, got {value}", source=source, field=field)
+            # transformers writes a float default of inf as Infinity (Mamba-2's time_step_limit): a real config
+            # holds it. The readers refuse one in any field they size or time the model with (ConfigView.get).
+            continue
         if key in _POSITIVE_KEYS and (not isinstance(value, int) or value <= 0):
             # transformers would divide by it (heads) or build lists of it (layers) before any check of ours.
             raise QuotacalcError(f"must be a positive integer, got {value!r}", source=source, field=field)

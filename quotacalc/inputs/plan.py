@@ -1,4 +1,4 @@
-"""Reading plan files: today's flat plan (one deployment, optionally one ``tenant``) and the platform plan
+"""Reading plan files: the flat plan (one deployment, optionally one ``tenant``) and the platform plan
 (pools, tiers, tenants) into ``core.plan.Plan``. Every error names the file and the YAML path
 (``tenants[3].tier``) and says how to fix it.
 
@@ -20,12 +20,10 @@ from quotacalc.core.deployment import Deployment, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, reference_problems
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.deployment import (
-    PlanFile,
+    _one_line_validation_error,
     check_measured_pool,
     check_unrecorded_pool,
-    model_beside,
     model_max_context,
-    refuse_scenario,
     suggest_key,
     worded_message,
 )
@@ -36,6 +34,29 @@ DEFAULT_POOL = "default"
 FLAT_TENANT = "tenant"
 FLAT_TIER = "default"
 
+
+class PlanFile(BaseModel):
+    """A deployment YAML file: the deployment's fields, and optionally a ``tenant`` section."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    deployment: dict[str, Any]
+    tenant: dict[str, Any] | None = None
+    #: Replicas of the one pool ``check`` and ``generate`` read the file as (``price``, ``size``, ``kv`` price one).
+    replicas: int = 1
+    #: Where the plan's fitted values come from (``quotacalc calibrate --write``): a validated
+    #: ``core.calibrate.CalibrationProvenance``, typed loosely so that reading a plan without one
+    #: does not import the calibration module.
+    calibration: Any = None
+    #: A platform plan's pool that routes long prompts away: (its name, route_above_prompt_tokens, the long-context
+    #: pool); None for a flat plan or a pool that routes nothing.
+    long_routing: tuple[str, int, str] | None = None
+
+
+#: A pool's most replicas (core.plan.Pool's bound), for a flat plan's ``replicas`` key.
+MAX_FLAT_REPLICAS = 100_000
+
+
 #: Deployment keys a platform plan sets per tier instead (one pool serves several tiers).
 _TIER_KEYS = ("burst_s", "cached_prompt_weight")
 
@@ -43,7 +64,7 @@ _TIER_KEYS = ("burst_s", "cached_prompt_weight")
 def _deployment_keys_model() -> type[BaseModel]:
     """Deployment's keys, every one optional: a pool's ``deployment`` and the plan's defaults (merged, then checked)."""
     fields: dict[str, Any] = {
-        name: (field.annotation | None, Field(None, description=field.description))
+        name: (field.annotation | None, Field(None, description=field.description))  # type: ignore[operator]
         for name, field in Deployment.model_fields.items()
         if name not in _TIER_KEYS
     }
@@ -92,7 +113,7 @@ class PlatformPlanFile(Plan):
 def _optional_keys(model: type[BaseModel], name: str, doc: str, **extra: Any) -> type[BaseModel]:
     """``model``'s keys, every one optional (flags may give the rest), plus ``extra`` fields; unknown keys refused."""
     fields: dict[str, Any] = {
-        key: (field.annotation | None, Field(None, description=field.description))
+        key: (field.annotation | None, Field(None, description=field.description))  # type: ignore[operator]
         for key, field in model.model_fields.items()
     }
     return create_model(
@@ -104,7 +125,6 @@ def _flat_plan_file_model() -> type[BaseModel]:
     """A flat plan file as editors see it: a deployment's keys at the top level, an optional ``tenant``, the
     ``replicas`` check and generate read it with, and the ``calibration`` that calibrate writes."""
     tenant = _optional_keys(Tenant, "FlatTenantKeys", "The tenant price and size read (flags win).")
-    from quotacalc.inputs.deployment import MAX_FLAT_REPLICAS
 
     return _optional_keys(
         Deployment,
@@ -127,7 +147,7 @@ def plan_json_schema() -> dict[str, Any]:
     from pydantic import TypeAdapter
 
     flat = _flat_plan_file_model()
-    schema = TypeAdapter(PlatformPlanFile | flat).json_schema()  # type: ignore[operator]
+    schema = TypeAdapter(PlatformPlanFile | flat).json_schema()
     return {"title": "quotacalc plan (platform or flat)", **schema}
 
 
@@ -214,13 +234,84 @@ def _non_finite(
 # --- reading -------------------------------------------------------------------------------------
 
 
+def load_plan_file(path: str) -> PlanFile:
+    """Read a deployment YAML file strictly: duplicate keys, unknown keys and bad YAML are errors."""
+    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file  # PyYAML only when a file is given
+
+    text = read_text_file(Path(path), what="deployment YAML")
+    return plan_file_from_document(load_yaml_text(text, source=path), path)
+
+
+def refuse_scenario(document: object, path: str) -> None:
+    """A simulate scenario given where a plan goes: say so, not that its first key is unknown to a deployment."""
+    if isinstance(document, dict) and "workload" in document and "pools" not in document:
+        raise QuotacalcError(
+            "is a simulate scenario, not a plan",
+            source=path,
+            fix=f"run quotacalc simulate {path}; give price, size, check and generate the plan its plan key names or "
+            "holds",
+        )
+
+
+def plan_file_from_document(document: object, path: str) -> PlanFile:
+    """A flat plan's parsed YAML as its deployment keys, tenant and calibration (the file read once)."""
+    refuse_scenario(document, path)
+    file = Path(path)
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise QuotacalcError("expected a mapping of deployment keys", source=path)
+    tenant = document.get("tenant")
+    if tenant is not None and not isinstance(tenant, dict):
+        raise QuotacalcError("must be a mapping (rps, prompt_tokens, ...)", source=path, field="tenant")
+    if tenant:
+        # Checked for every command, not only size: a plan file is valid or not whatever reads it. A key it leaves
+        # out may come from a flag (size --rps), so only the keys it gives are judged here.
+        try:
+            Tenant.model_validate({"rps": 1, "prompt_tokens": 1, "output_tokens": 1, **tenant})
+        except ValidationError as error:
+            raise _one_line_validation_error(error, Tenant, source=path, from_flags=set(), prefix="tenant.") from None
+    calibration = document.get("calibration")
+    if calibration is not None:
+        from quotacalc.core.calibrate import CalibrationProvenance
+
+        try:
+            calibration = CalibrationProvenance.model_validate(calibration)
+        except ValidationError as error:
+            raise calibration_section_error(error, source=path, prefix="calibration.") from None
+    replicas = document.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_FLAT_REPLICAS:
+        raise QuotacalcError(
+            f"must be a whole number of replicas from 1 to {MAX_FLAT_REPLICAS:,}, got {replicas!r}",
+            source=path,
+            field="replicas",
+            fix="the replicas check and generate size the plan's one pool with",
+        )
+    deployment = {key: value for key, value in document.items() if key not in ("tenant", "calibration", "replicas")}
+    if "model" in deployment:
+        deployment["model"] = model_beside(deployment["model"], file)
+    return PlanFile(deployment=deployment, tenant=tenant, calibration=calibration, replicas=replicas)
+
+
+def model_beside(model: Any, plan_file: str | Path) -> Any:
+    """A plan's relative model path as the path beside the plan file where one is there, wherever the command runs
+    from; anything else (a shipped name, a hub id, an absolute path) as written."""
+    if not isinstance(model, str) or not model.strip() or Path(model).is_absolute():
+        return model  # an empty name is the Deployment's to refuse, not the plan's own folder
+    beside = Path(plan_file).parent / model
+    try:
+        return str(beside) if beside.exists() else model
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file beside the plan
+        return model
+
+
 def read_document(path: str) -> dict[str, Any]:
     """A plan file's YAML mapping, read strictly (duplicate keys and bad YAML are errors)."""
-    from quotacalc.inputs.yaml_strict import load_yaml_text, read_text_file
+    from quotacalc.inputs.text_file import read_text_file
 
     # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
     text = read_text_file(Path(path), what="plan")
-    document = load_yaml_text(text, source=path)
+    document = _parsed_yaml(text, path)
     if document is None:
         document = {}
     if not isinstance(document, dict):
@@ -239,6 +330,32 @@ def read_document(path: str) -> dict[str, Any]:
 def _plan_keys() -> frozenset[str]:
     """Every key a plan file may have at its top level, flat or platform."""
     return frozenset(PlatformPlanFile.model_fields) | frozenset(_flat_plan_file_model().model_fields)
+
+
+def _parsed_yaml(text: str, path: str) -> Any:
+    """The strict YAML parse of ``text``, cached on disk by content: a plan read again is not parsed again, and
+    PyYAML is not imported. Only a parse that JSON keeps exactly is cached (no dates, no NaN), so the cached
+    document is the parse itself; a file that does not parse is parsed, and refused, every time."""
+    import json
+
+    from quotacalc.cache import cache_key, read_entry, write_entry
+
+    # The loader's own file in the key: a change to its rules parses every plan again.
+    loader = Path(__file__).with_name("yaml_strict.py").stat()
+    key = cache_key(text.encode("utf-8"), f"plan-yaml-{loader.st_size}-{loader.st_mtime_ns}")
+    cached = read_entry("plans", key)
+    if isinstance(cached, dict) and "document" in cached:
+        return cached["document"]
+    from quotacalc.inputs.yaml_strict import load_yaml_text
+
+    document = load_yaml_text(text, source=path)
+    try:
+        kept = json.loads(json.dumps(document, allow_nan=False)) == document
+    except (TypeError, ValueError, RecursionError):
+        kept = False
+    if kept:
+        write_entry("plans", key, {"document": document})
+    return document
 
 
 def is_platform(document: dict[str, Any]) -> bool:
@@ -285,7 +402,6 @@ def deployment_source(path: str, pool: str | None) -> PlanFile:
             raise UsageError(
                 f"a flat plan has one pool, '{DEFAULT_POOL}'", source=path, field="--pool", fix="drop --pool"
             )
-        from quotacalc.inputs.deployment import plan_file_from_document
 
         return plan_file_from_document(document, path)
     file = _validate_file(document, path)
@@ -569,7 +685,6 @@ def load_plan_calibrations(path: str) -> tuple[Plan, bool, dict[str, Any]]:
     if is_platform(document):
         plan, file = _read_platform(document, path)
         return plan, True, {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
-    from quotacalc.inputs.deployment import plan_file_from_document
 
     flat = plan_file_from_document(document, path)
     return flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration}

@@ -137,11 +137,11 @@ def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: i
         return "int8", 4 / per_channel_inputs, f"bitsandbytes 8-bit, fp32 scale per row ({per_channel_inputs} inputs)"
     if method in ("compressed-tensors", "compressed_tensors"):
         weights = _compressed_tensors_weights(config, source)
-        bits = weights.get("num_bits")
+        num_bits = weights.get("num_bits")
         is_float = weights.get("type") == "float"
-        if bits == 8 and not isinstance(bits, bool):
+        if num_bits == 8 and not isinstance(num_bits, bool):
             return "fp8" if is_float else "int8", 0.0, "compressed-tensors 8-bit"
-        if bits == 4 and not isinstance(bits, bool):
+        if num_bits == 4 and not isinstance(num_bits, bool):
             if not is_float and weights.get("strategy") in ("group", "channel"):
                 return ("int4", *_compressed_int4_scales(weights, source, per_channel_inputs))
             return ("nvfp4" if is_float else "int4"), 0.0, "compressed-tensors 4-bit"
@@ -181,7 +181,7 @@ def _compressed_tensors_group(config: dict[str, Any], source: str) -> dict[str, 
         if weights is not None and not isinstance(weights, dict):
             raise _bad(source, f"config_groups.{name}.weights", "must be an object")
         if weights:
-            return group
+            return group or {}
     return {}
 
 

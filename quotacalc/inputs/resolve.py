@@ -2,54 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from quotacalc.catalog.dtypes import Dtype, dtype_by_name
+from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.catalog.gpus import load_gpu_catalog
 from quotacalc.catalog.models import find_shipped
-from quotacalc.core.arch import ModelArch
 from quotacalc.core.deployment import Deployment
-from quotacalc.core.price import PricingInputs
+from quotacalc.core.pricing_inputs import PricingInputs
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.arch_checks import check_arch
-from quotacalc.inputs.architectures import read_arch
-from quotacalc.inputs.hf_arch import torch_dtype_name
-from quotacalc.inputs.model_config import ResolvedConfig, load_model_config, locate_model, read_config_bytes
+from quotacalc.inputs.deployment import check_measured_pool
+from quotacalc.inputs.model_arch import config_state_dtype, load_arch
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
-from quotacalc.inputs.shipped_specs import load_spec, spec_arch
-
-
-def load_arch(reference: str) -> tuple[ModelArch, ResolvedConfig]:
-    """A model's architecture from a shipped name, hub id or path (shipped ones pre-resolved, no transformers)."""
-    source = locate_model(reference)
-    shipped = find_shipped(reference) if source.shipped else None
-    if shipped is not None and (spec := load_spec(shipped, read_config_bytes(Path(source.config_path)))):
-        return spec_arch(spec, source.name), ResolvedConfig(source=source, **spec["resolved"])
-    resolved = load_model_config(reference)
-    source = resolved.source.config_path
-    try:
-        arch = read_arch(resolved.config, name=resolved.source.name, source=source, given_keys=resolved.given_keys)
-    except ValidationError as error:  # a layer spec refused a value the reader passed on
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"] if not isinstance(part, int))
-        raise QuotacalcError(
-            f"{first['msg']}, got {first.get('input')!r}", source=source, field=field or None
-        ) from None
-    except (TypeError, ArithmeticError, LookupError, AttributeError) as error:
-        # A field of a type or shape no real config has, met where a reader did arithmetic on it.
-        raise QuotacalcError(f"the config's fields do not fit together ({error})", source=source) from None
-    check_arch(arch, source)
-    return arch, resolved
 
 
 def resolve(deployment: Deployment) -> PricingInputs:
     """Everything ``price`` needs, looked up and validated once. A measured pool recorded on another deployment
     is refused here too, for a library caller that builds a Deployment without a plan file."""
-    from quotacalc.inputs.deployment import check_measured_pool
-
     if not isinstance(deployment, Deployment):
         raise TypeError(f"resolve() takes a quotacalc.Deployment, got {type(deployment).__name__}")
     check_measured_pool(deployment, source=None)
@@ -72,7 +40,7 @@ def resolve(deployment: Deployment) -> PricingInputs:
         )
     if deployment.kv_dtype in (None, "auto"):
         # The checkpoint's dtype, unless the engine keeps a layer kind's cache in one dtype only (DeepSeek V4: fp8).
-        served = {layer.mixer.served_kv_dtype() for layer in arch.layers if layer.mixer} - {None}
+        served = {name for layer in arch.layers if layer.mixer and (name := layer.mixer.served_kv_dtype())}
         kv_dtype = dtype_by_name(served.pop(), field="kv_dtype") if len(served) == 1 else native
     else:
         kv_dtype = dtype_by_name(deployment.kv_dtype, field="kv_dtype")
@@ -104,7 +72,6 @@ def resolve(deployment: Deployment) -> PricingInputs:
 
 def _hub_id(reference: str) -> str | None:
     """A shipped config's first hub id where ``reference`` is its folder name (not a hub id or a path)."""
-    from quotacalc.catalog.models import find_shipped
 
     shipped = find_shipped(reference) if "/" not in reference else None
     return shipped.hf_ids[0] if shipped is not None and shipped.hf_ids else None
@@ -118,15 +85,4 @@ def _quant_method(config: dict[str, Any]) -> str | None:
         if isinstance(quantization, dict):
             method = quantization.get("quant_method")
             return str(method) if method else "unknown"
-    return None
-
-
-def config_state_dtype(config: dict[str, Any]) -> Dtype | None:
-    """The recurrent state dtype a config asks for (``mamba_ssm_dtype``, at its top or in ``text_config``), which
-    vLLM keeps unless --mamba-ssm-cache-dtype says otherwise (a Qwen3.5-35B-A3B log matches only with it)."""
-    text = config.get("text_config")
-    for section in (config, text if isinstance(text, dict) else {}):
-        name = torch_dtype_name(section.get("mamba_ssm_dtype"))
-        if name is not None:
-            return dtype_by_name(name)
     return None

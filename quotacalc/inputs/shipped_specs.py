@@ -16,8 +16,6 @@ from typing import Any
 
 from quotacalc.catalog.models import ShippedModel, shipped_specs_dir
 from quotacalc.core.arch import ModelArch
-from quotacalc.inputs.architectures import read_arch
-from quotacalc.inputs.model_config import autoconfig_document, parse_config_json, read_config_bytes
 
 #: Bump when the spec document's layout changes (old specs are then ignored until rebuilt).
 SPEC_FORMAT = 1
@@ -33,6 +31,8 @@ def config_digest(data: bytes) -> str:
 
 def build_spec_document(model: ShippedModel) -> dict[str, Any]:
     """Resolve a shipped config through AutoConfig (imports transformers) into its spec document."""
+    from quotacalc.inputs.architectures import read_arch
+    from quotacalc.inputs.model_config import autoconfig_document, parse_config_json, read_config_bytes
 
     data = read_config_bytes(model.config_path)
     document = autoconfig_document(parse_config_json(data, model.config_path), str(model.config_path))

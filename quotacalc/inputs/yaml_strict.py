@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from typing import Any
 
 import yaml
 
 from quotacalc.errors import QuotacalcError
+from quotacalc.inputs.text_file import MAX_TEXT_BYTES, read_text_file
+
+__all__ = ["MAX_YAML_BYTES", "load_yaml_text", "read_text_file"]
 
 # libyaml's parser is ~7x faster than PyYAML's pure-Python one; the constructor stays Python.
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: A deployment or plan file is a few kB; past this, reading it is a mistake (or an attack).
-MAX_YAML_BYTES = 4 * 2**20
+MAX_YAML_BYTES = MAX_TEXT_BYTES
 
 
 class _StrictLoader(_BaseLoader):
@@ -287,27 +290,3 @@ def load_yaml_text(text: str, *, source: str) -> object:
         raise QuotacalcError("YAML nested too deeply to read", source=source) from None
     except (ValueError, OverflowError) as error:  # a date like 2024-13-45, an integer of 5,000 digits
         raise QuotacalcError(f"a value cannot be read: {error}", source=source) from None
-
-
-def read_text_file(path: str | Path, *, what: str, limit: int = MAX_YAML_BYTES) -> str:
-    """A regular UTF-8 text file of at most ``limit`` bytes; a FIFO, device or directory, an oversized or
-    non-UTF-8 file, or a name the system cannot use, is a one-line error instead of a hang or a traceback."""
-    from quotacalc.fileio import open_regular
-
-    source = str(path)
-    with open_regular(path, what=what) as handle:
-        try:
-            data = handle.read(limit + 1)
-        except OSError as error:
-            raise QuotacalcError(f"cannot read: {error.strerror or error}", source=source) from None
-    if len(data) > limit:
-        raise QuotacalcError(f"is larger than {limit // 2**20} MiB; a {what} is a few kB", source=source)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise QuotacalcError(
-            f"is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line})",
-            source=source,
-            fix="save the file as UTF-8",
-        ) from None

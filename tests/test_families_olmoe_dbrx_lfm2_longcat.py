@@ -1,7 +1,7 @@
 """OLMoE, FlexOlmo, DBRX, LFM2, LFM2-MoE, Apertus, AFMoE (Trinity) and LongCat-Flash priced against transformers' own counts, with cache, state and active-parameter
 goldens derived by hand.
 
-``reference_params_fam3.json`` holds the counts transformers 5.24 builds on the meta device for the
+``reference_params_olmoe_dbrx_lfm2_longcat.json`` holds the counts transformers 5.24 builds on the meta device for the
 folders of ``tests/data/configs`` named in it (``tests/data/make_reference_params.py`` run on a folder
 holding only those; the command is in the file's ``generated_by``). The totals are checked in
 tests/test_reference_counts.py, with every other test config's; the hand counts below check the same
@@ -41,7 +41,7 @@ from quotacalc.inputs.resolve import load_arch
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"
-REFERENCE_FILE = json.loads((DATA / "reference_params_fam3.json").read_text(encoding="utf-8"))
+REFERENCE_FILE = json.loads((DATA / "reference_params_olmoe_dbrx_lfm2_longcat.json").read_text(encoding="utf-8"))
 REFERENCE = REFERENCE_FILE["models"]
 #: Configs whose transformers count holds parameters no checkpoint has (each entry says why).
 OVERCOUNTED = REFERENCE_FILE["transformers_overcounts"]
