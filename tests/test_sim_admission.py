@@ -237,3 +237,24 @@ def test_jains_index():
     assert jain_index([60.0, 40.0], [50.0, 50.0]) == pytest.approx(2.0**2 / (2 * (1.2**2 + 0.8**2)))  # x = 1.2, 0.8
     assert jain_index([0.0, 1000.0], [0.5, 1000.0]) == 1.0  # a tenant entitled to under 1%: left out
     assert jain_index([0.0], [0.0]) is None
+
+
+def test_policy_options_are_the_declared_ones():
+    from quotacalc.errors import QuotacalcError
+
+    document = two_tenants(100, 100, policy_options={"lease_tokens": 7})
+    setup = build_setup(scenario_from_dict(document))
+    assert Simulation(setup, "incremental_lease", "fair").policy.lease_tokens == 7
+    with pytest.raises(QuotacalcError, match=r"policy_options.*unknown option 'lease_size'.*lease_tokens"):
+        scenario_from_dict(two_tenants(100, 100, policy_options={"lease_size": 7}))
+    with pytest.raises(QuotacalcError, match="given twice"):
+        scenario_from_dict(two_tenants(100, 100, policy_options={"lease_tokens": 7}, lease_tokens=9))
+
+
+def test_a_retired_policy_name_is_refused_with_what_to_name_instead():
+    from quotacalc.errors import QuotacalcError
+
+    with pytest.raises(QuotacalcError) as raised:
+        scenario_from_dict(two_tenants(100, 100, policies=["debit_on_completion"]))
+    line = raised.value.one_line()
+    assert "policies[0]" in line and "debit_on_completion_forgiving" in line and "streamed_debit" in line

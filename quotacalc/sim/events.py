@@ -284,7 +284,7 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.setup = setup
         self.scenario = scenario
-        self.policy: AdmissionPolicy = make_policy(policy_name, {"lease_tokens": scenario.lease_tokens})
+        self.policy: AdmissionPolicy = make_policy(policy_name, scenario.options())
         self.queueing = queueing
         self.tenants = setup.tenants
         self.counters = [TenantCounters() for _ in setup.tenants]

@@ -11,9 +11,11 @@ Adding a policy touches exactly these files:
    the ledger's conservation and every terminal path by the parametrised tests there and in
    ``tests/test_sim.py``).
 
-Nothing else: the scenario reader (``quotacalc/inputs/scenario.py``), ``simulate --help``, the reference
-table and the JSON read the names and options from here. An option (``PolicyOption``) is a top-level key of
-the scenario file; the scenario reader declares its field once, and ``make_policy`` passes it by name.
+Nothing else: the scenario reader (``quotacalc/inputs/scenario.py``: its ``policies`` and ``policy_options``
+keys), ``simulate --help`` (``quotacalc/cli/app.py``), the reference table's test and the JSON read the names,
+help and options from here. An option (``PolicyOption``) is set in a scenario under ``policy_options:`` by its
+name (``lease_tokens`` may also stay a top-level key, as scenarios have always given it), and ``make_policy``
+passes it to the policy's constructor by that name.
 """
 
 from __future__ import annotations
