@@ -152,3 +152,13 @@ def test_a_policy_takes_its_declared_options_and_their_defaults():
     assert make_policy("incremental_lease").lease_tokens == 128
     assert make_policy("incremental_lease", {"lease_tokens": 7}).lease_tokens == 7
     assert make_policy("reserve_capped", {"lease_tokens": 7}).name == "reserve_capped"  # not its option: unused
+
+
+def test_in_flight_counts_against_the_concurrency_cap():
+    from quotacalc.admission.caps import InFlight
+
+    tracker = InFlight([TenantCaps(2, 1000), TenantCaps(1, 1000)])
+    assert tracker.acquire(0) == 1 and not tracker.at_cap(0)
+    assert tracker.acquire(0) == 2 and tracker.at_cap(0)
+    tracker.release(0)
+    assert not tracker.at_cap(0) and not tracker.at_cap(1)

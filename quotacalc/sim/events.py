@@ -851,8 +851,7 @@ class Simulation:
         counters = self.counters[index]
         if state in (WAITING, PREFILL, DECODE):
             request.replica.release(request)
-            self.gateway.inflight[index] -= 1
-            self.gateway.inflight_total -= 1
+            self.gateway.release(index)
         if request.first_scheduled_s is None:
             self.fair_share.leave(request.pool.index, index)
         request.state = DONE
