@@ -5,8 +5,8 @@ Adding a policy touches exactly these files:
 1. ``quotacalc/admission/policies/<name>.py``: a subclass of ``AdmissionPolicy`` (``base.py``) and its
    ``DECLARATION`` (name, one-line help, what it holds, how it settles, its options with defaults).
 2. This module: one line in ``_MODULES`` below (the order is the order simulate compares them in).
-3. ``docs/simulate.md``: its row in the policy table (``tests/test_admission.py`` fails until the row says
-   what the declaration says).
+3. ``docs/simulate.md``: its row in the policy table, and ``README.md``'s table of the same rows while the
+   README has one (``tests/test_admission.py`` fails until each row says what the declaration says).
 4. A test of its own behaviour in ``tests/test_admission.py`` (every registered policy is already run through
    the ledger's conservation and every terminal path by the parametrised tests there and in
    ``tests/test_sim.py``).
