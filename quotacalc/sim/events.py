@@ -640,7 +640,8 @@ class Simulation:
         request.kv_estimate = prompt + request.limit_tokens
         if measuring:
             request.measured = True
-            window.offered_units += request.prompt_units + request.output_weight * request.stop_at
+            if attempt == 0:  # a retry offers the same work again, not more
+                window.offered_units += request.prompt_units + request.output_weight * request.stop_at
         if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
             self._trace_refusal(arrival, attempt, first_s, now, "kv_cap", None)
