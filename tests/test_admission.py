@@ -135,16 +135,24 @@ def test_the_virtual_token_counter_charges_served_work_by_weight_and_banks_no_id
     assert vtc2.counter(1) == 500.0
 
 
-def test_every_policy_is_declared_once_and_the_reference_table_says_what_the_declaration_says():
-    """docs/simulate.md's policy table is the declarations' (a new policy fails here until its row is written)."""
-    text = (ROOT / "docs" / "simulate.md").read_text(encoding="utf-8")
-    rows = {
-        m.group(1): (m.group(2).strip(), m.group(3).strip())
-        for m in re.finditer(r"^\| `(\w+)` \|(.*)\|(.*)\|$", text, re.M)
-    }
+def _policy_rows(text: str) -> dict[str, tuple[str, str]]:
+    """The rows of a markdown table of policies: name -> (holds, settles)."""
+    rows = re.finditer(r"^\| `(\w+)` \|(.*)\|(.*)\|$", text, re.M)
+    return {m.group(1): (m.group(2).strip(), m.group(3).strip()) for m in rows}
+
+
+def test_every_policy_is_declared_once_and_the_reference_tables_say_what_the_declarations_say():
+    """docs/simulate.md's policy table, and the README's where it has one, are the declarations' (a new policy
+    fails here until its rows are written, and a retired one until they are gone)."""
+    docs = _policy_rows((ROOT / "docs" / "simulate.md").read_text(encoding="utf-8"))
     for name, declaration in POLICIES.items():
         assert make_policy(name).name == name
-        assert rows.get(name) == (declaration.holds, declaration.settles), name
+        assert docs.get(name) == (declaration.holds, declaration.settles), name
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    header = "| policy | holds at admission | at the end |"
+    if header in readme:
+        table = readme[readme.index(header) :].split("\n\n")[0]
+        assert _policy_rows(table) == {name: (d.holds, d.settles) for name, d in POLICIES.items()}
     assert not set(RETIRED_NAMES) & set(POLICIES)
 
 
@@ -152,3 +160,27 @@ def test_a_policy_takes_its_declared_options_and_their_defaults():
     assert make_policy("incremental_lease").lease_tokens == 128
     assert make_policy("incremental_lease", {"lease_tokens": 7}).lease_tokens == 7
     assert make_policy("reserve_capped", {"lease_tokens": 7}).name == "reserve_capped"  # not its option: unused
+
+
+def test_in_flight_counts_against_the_concurrency_cap():
+    from quotacalc.admission.caps import InFlight
+
+    tracker = InFlight([TenantCaps(2, 1000), TenantCaps(1, 1000)])
+    assert tracker.acquire(0) == 1 and not tracker.at_cap(0)
+    assert tracker.acquire(0) == 2 and tracker.at_cap(0)
+    tracker.release(0)
+    assert not tracker.at_cap(0) and not tracker.at_cap(1)
+
+
+def test_the_progress_bar_waits_a_second_and_shows_the_time_left(monkeypatch):
+    from quotacalc.cli import simulate
+
+    monkeypatch.setattr(simulate.sys.stderr, "isatty", lambda: True, raising=False)
+    with simulate._progress(4) as advance:
+        bar = advance.__self__
+        advance(0.5)
+        assert bar.bar is None  # a run under a second prints nothing but its results
+        bar.started -= simulate._progress.DELAY_S
+        advance(1.0)
+        assert bar.bar is not None
+        assert "TimeRemainingColumn" in [type(column).__name__ for column in bar.bar.columns]

@@ -36,7 +36,8 @@ def two_tenants(output_a: int, output_b: int, *, rate_a=1e8, rate_b=1e8, load=3.
             "arrival": {"kind": "poisson", "rate_rps": load * BUDGET_UNITS_PER_S / cost},
             "prompt_tokens": {"kind": "fixed", "tokens": 500},
             "output_tokens": {"kind": "fixed", "tokens": output},
-            "max_tokens": output,
+            # The same max_tokens for both: admission estimates alike, the work actually served not.
+            "max_tokens": 4096,
         }
 
     return {
@@ -64,9 +65,9 @@ def test_the_budget_and_w_the_fairness_scenarios_use_are_the_prices():
 @pytest.mark.parametrize(
     ("output_a", "output_b", "engine", "rate_a", "share_a"),
     [
-        (2000, 50, {}, 1e8, 0.5),  # long outputs against short: 90/10 when counted by admission estimates
+        (2000, 50, {}, 1e8, 0.5),  # long outputs against short: 92/8 when counted by admission estimates
         (50, 2000, {}, 1e8, 0.5),
-        (2000, 50, {"max_num_seqs": 64}, 1e8, 0.5),  # a 64-sequence engine (it flipped to 20/80)
+        (2000, 50, {"max_num_seqs": 64}, 1e8, 0.5),  # an engine of 64 sequences: 93/7 by estimates
         (2000, 50, {}, 2e8, 2 / 3),  # weights 2:1
         (50, 2000, {"max_num_seqs": 64}, 2e8, 2 / 3),
     ],
@@ -237,3 +238,39 @@ def test_jains_index():
     assert jain_index([60.0, 40.0], [50.0, 50.0]) == pytest.approx(2.0**2 / (2 * (1.2**2 + 0.8**2)))  # x = 1.2, 0.8
     assert jain_index([0.0, 1000.0], [0.5, 1000.0]) == 1.0  # a tenant entitled to under 1%: left out
     assert jain_index([0.0], [0.0]) is None
+
+
+def test_policy_options_are_the_declared_ones():
+    from quotacalc.errors import QuotacalcError
+
+    document = two_tenants(100, 100, policy_options={"lease_tokens": 7})
+    setup = build_setup(scenario_from_dict(document))
+    assert Simulation(setup, "incremental_lease", "fair").policy.lease_tokens == 7
+    with pytest.raises(QuotacalcError, match=r"policy_options.*unknown option 'lease_size'.*lease_tokens"):
+        scenario_from_dict(two_tenants(100, 100, policy_options={"lease_size": 7}))
+    with pytest.raises(QuotacalcError, match="given twice"):
+        scenario_from_dict(two_tenants(100, 100, policy_options={"lease_tokens": 7}, lease_tokens=9))
+
+
+def test_a_retired_policy_name_is_refused_with_what_to_name_instead():
+    from quotacalc.errors import QuotacalcError
+
+    with pytest.raises(QuotacalcError) as raised:
+        scenario_from_dict(two_tenants(100, 100, policies=["debit_on_completion"]))
+    line = raised.value.one_line()
+    assert "policies[0]" in line and "debit_on_completion_forgiving" in line and "streamed_debit" in line
+
+
+def test_when_both_tenants_own_caps_bind_the_caps_set_the_split_and_the_waits_say_so():
+    """Both tenants capped at 64 sequences on an engine of 128: each holds its 64, and the short-output tenant's
+    sequences, more of each step spent on prefill, are served about three quarters of the units. No
+    work-conserving scheduler can move that; the fair-share figures do not count a capped tenant as wronged."""
+    document = two_tenants(2000, 50)
+    document["plan"]["tiers"] = [tier(max_concurrent_sequences=64)]
+    simulation = Simulation(build_setup(scenario_from_dict(document)), "reserve_capped", "fair")
+    result = simulation.run()
+    long_units, short_units = (c.window.served_units for c in simulation.counters)
+    assert short_units / (long_units + short_units) == pytest.approx(0.74, abs=0.05)
+    for tenant in result.tenants:
+        assert max(tenant.wait_s_mean, key=tenant.wait_s_mean.get) == "concurrency_cap"
+    assert result.headline.jain_fairness_index > 0.95

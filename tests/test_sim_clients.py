@@ -102,3 +102,11 @@ def test_a_request_lost_to_an_engine_failure_is_retried_on_a_replica_that_is_up(
     assert retried.completed > lost.completed
     assert retried.terminal["engine_failure"] - retried.retries < lost.terminal["engine_failure"]
     assert retried.leaked_reservation_units == 0 and retried.live_requests == 0
+
+
+def test_a_retried_request_is_offered_once():
+    """Offered load is what the clients want served, not how often they ask: retries do not inflate it."""
+    offered = {"arrival": {"kind": "poisson", "rate_rps": 9}}
+    once = run(scenario(offered, units_per_s=3000, duration_s=100))
+    retrying = run(scenario({**offered, "max_retries": 3}, units_per_s=3000, duration_s=100))
+    assert retrying.tenants[0].offered_units_per_s == pytest.approx(once.tenants[0].offered_units_per_s, rel=1e-12)

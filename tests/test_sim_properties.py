@@ -46,6 +46,11 @@ def lengths():
 
 def arrival():
     return st.one_of(
+        st.builds(
+            lambda users, think: {"kind": "closed_loop", "users": users, "think_s_mean": think},
+            st.integers(1, 30),
+            st.floats(0.05, 5),
+        ),
         st.builds(lambda r: {"kind": "poisson", "rate_rps": r}, st.floats(0.5, 60)),
         st.builds(
             lambda r, on, off: {"kind": "on_off", "rate_rps": r, "on_s": on, "off_s": off},
@@ -69,6 +74,10 @@ tenant_workload = st.fixed_dictionaries(
         "cancel_after_s_mean": st.floats(0.1, 10),
         "disconnect_probability": probability,
         "error_probability": probability,
+        "max_retries": st.sampled_from([0, 0, 1, 3]),
+        "retry_jitter": st.floats(0, 1),
+        "retry_on_engine_failure": st.booleans(),
+        "timeout_s": st.sampled_from([None, None, 0.5, 5.0]),
     }
 )
 
@@ -153,7 +162,9 @@ def test_invariants(document, policy, queueing):
         if policy != "debit_on_completion_forgiving":
             assert tenant.quota_overshoot_units == 0
         assert sum(tenant.terminal.values()) == tenant.admitted
-        assert tenant.admitted + tenant.admission_rejects + sum(tenant.other_rejects.values()) == tenant.requests
+        # Every attempt (a first send or a client's retry) ends one way.
+        attempts = tenant.requests + tenant.retries
+        assert tenant.admitted + tenant.admission_rejects + sum(tenant.other_rejects.values()) == attempts
         if queueing == "fair":  # the gateway's caps hold (deep_priority forwards without them)
             tier = next(t.tier for t in setup.tenants if t.name == tenant.tenant)
             assert tenant.concurrent_sequences_peak <= tier.max_concurrent_sequences

@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 from quotacalc.admission.policies import POLICY_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +28,8 @@ def test_the_readmes_simulate_table_is_what_simulate_prints(run_cli, monkeypatch
     shown = _rows(
         readme[readme.index("quotacalc simulate examples/simulate-platform.yaml            # the table below") :]
     )
-    runs = 2 * len(POLICY_NAMES)  # the example compares every policy under both queueing modes
+    example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    runs = len(example["policies"]) * len(example["queueing"])
     assert len(shown) == runs
     assert _rows(out)[:runs] == shown  # the headline table comes first
     # The sentence under the table: initech's TTFT p99 under debit_on_completion_forgiving, fair against deep_priority.

@@ -30,3 +30,25 @@ def at_concurrency_cap(caps: TenantCaps, in_flight: int) -> bool:
 def fits_kv(caps: TenantCaps, resident_estimate: int, kv_estimate: int) -> bool:
     """Whether the request fits under the cap beside the tenant's estimate already on a replica."""
     return resident_estimate + kv_estimate <= caps.kv_cap_tokens_per_replica
+
+
+class InFlight:
+    """Each tenant's sequences in flight against its concurrency cap (this process's count; a gateway of several
+    proxies keeps the same count in its shared store)."""
+
+    __slots__ = ("caps", "counts")
+
+    def __init__(self, caps: list[TenantCaps]) -> None:
+        self.caps = caps
+        self.counts = [0] * len(caps)
+
+    def at_cap(self, tenant: int) -> bool:
+        return at_concurrency_cap(self.caps[tenant], self.counts[tenant])
+
+    def acquire(self, tenant: int) -> int:
+        """One more in flight; returns the tenant's count."""
+        self.counts[tenant] += 1
+        return self.counts[tenant]
+
+    def release(self, tenant: int) -> None:
+        self.counts[tenant] -= 1

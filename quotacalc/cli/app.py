@@ -18,6 +18,8 @@ from quotacalc.cli.options import option_parameters, whole_number
 from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from quotacalc.core.deployment import Deployment
 
 _SETTINGS: dict[str, Any] = {
@@ -540,7 +542,11 @@ def examples_command(
     run(name, copy_to, as_json)
 
 
-@commands.command("simulate")
+_SIMULATE_SUMMARY = (
+    "Simulate admission policies and queueing on a plan's pool, side by side (rejects, overshoot, latency)."
+)
+
+
 def simulate_command(
     scenario: Annotated[
         str, typer.Argument(help="scenario YAML: a plan (named or embedded) and each tenant's workload")
@@ -576,7 +582,6 @@ def simulate_command(
         typer.Option("--max-seconds", help="stop after this much wall time, with what was simulated (exit 0)"),
     ] = None,
 ):
-    """Simulate admission policies and queueing on a plan's pool, side by side (rejects, overshoot, latency)."""
     from quotacalc.cli.simulate import run_simulate
 
     run_simulate(
@@ -590,6 +595,18 @@ def simulate_command(
         timeseries=timeseries,
         max_seconds=max_seconds,
     )
+
+
+def _simulate_with_policy_help() -> Callable[..., None]:
+    """simulate, its help closed by the admission policies as the registry declares them (built when it runs)."""
+    from quotacalc.admission.policies import POLICIES
+
+    listed = "\n\n".join(f"{d.name}: {d.help}." for d in POLICIES.values())
+    simulate_command.__doc__ = f"{_SIMULATE_SUMMARY}\n\nAdmission policies (a scenario's policies: key):\n\n{listed}"
+    return simulate_command
+
+
+commands.declare("simulate", _simulate_with_policy_help, summary=_SIMULATE_SUMMARY)
 
 
 # The body lives in cli/calibrate.py (imported when calibrate runs; the summary is its help's first paragraph,

@@ -323,6 +323,7 @@ def simulate_json(
             "duration_s": scenario.duration_s,
             "requests": scenario.requests,
             "lease_tokens": scenario.lease_tokens,
+            "policy_options": scenario.options(),
             "window_s": scenario.window_s,
             "engine": scenario.engine.model_dump(),
         },

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from quotacalc.admission.policies import POLICY_NAMES, RETIRED_NAMES
+from quotacalc.admission.policies import POLICY_NAMES, RETIRED_NAMES, option_defaults
 from quotacalc.core.deployment import MAX_BATCH, MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_TOKENS_PER_REQUEST, digit_count
 from quotacalc.core.plan import Plan
 from quotacalc.errors import QuotacalcError, close_names
@@ -344,6 +344,9 @@ class Scenario(_Strict):
     policies: tuple[PolicyName, ...] = Field(POLICY_NAMES, min_length=1, description="admission policies to compare")
     queueing: tuple[Literal[QUEUEING_NAMES], ...] = Field(("fair",), min_length=1)  # type: ignore[valid-type]
     lease_tokens: int = Field(128, ge=1, description="incremental_lease: output tokens per lease")
+    policy_options: dict[str, int] = Field(
+        {}, description="the options the policies declare, by name (a whole number >= 1 each): lease_tokens, ..."
+    )
     window_s: float = Field(60.0, description="window over which quota overshoot is reported, seconds")
     warmup_fraction: float = Field(
         0.1,
@@ -374,8 +377,25 @@ class Scenario(_Strict):
     def _duration(cls, value: float | None) -> float | None:
         return None if value is None else _seconds(value)
 
+    @field_validator("policy_options")
+    @classmethod
+    def _options(cls, value: dict[str, int]) -> dict[str, int]:
+        declared = option_defaults()
+        for name, number in value.items():
+            if name not in declared:
+                raise ValueError(f"unknown option '{name}': the policies declare {', '.join(declared) or 'none'}")
+            if number < 1:
+                raise ValueError(f"{name}: must be at least 1, got {number}")
+        return value
+
+    def options(self) -> dict[str, int]:
+        """Every policy option's value: the declared default, the top-level lease_tokens, then policy_options."""
+        return {**option_defaults(), "lease_tokens": self.lease_tokens, **self.policy_options}
+
     @model_validator(mode="after")
     def _stop(self) -> Scenario:
+        if "lease_tokens" in self.policy_options and "lease_tokens" in self.model_fields_set:
+            raise ValueError("lease_tokens is given twice (top level and policy_options): keep one")
         if self.duration_s is None and self.requests is None:
             raise ValueError("give duration_s or requests (or both): when arrivals stop")
         if len(set(self.policies)) != len(self.policies):

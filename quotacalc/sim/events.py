@@ -284,7 +284,7 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.setup = setup
         self.scenario = scenario
-        self.policy: AdmissionPolicy = make_policy(policy_name, {"lease_tokens": scenario.lease_tokens})
+        self.policy: AdmissionPolicy = make_policy(policy_name, scenario.options())
         self.queueing = queueing
         self.tenants = setup.tenants
         self.counters = [TenantCounters() for _ in setup.tenants]
@@ -640,7 +640,8 @@ class Simulation:
         request.kv_estimate = prompt + request.limit_tokens
         if measuring:
             request.measured = True
-            window.offered_units += request.prompt_units + request.output_weight * request.stop_at
+            if attempt == 0:  # a retry offers the same work again, not more
+                window.offered_units += request.prompt_units + request.output_weight * request.stop_at
         if self.gateway.fair and never_fits(self.caps[index], request.kv_estimate):
             counters.other_rejects["kv_cap"] = counters.other_rejects.get("kv_cap", 0) + 1
             self._trace_refusal(arrival, attempt, first_s, now, "kv_cap", None)
@@ -851,8 +852,7 @@ class Simulation:
         counters = self.counters[index]
         if state in (WAITING, PREFILL, DECODE):
             request.replica.release(request)
-            self.gateway.inflight[index] -= 1
-            self.gateway.inflight_total -= 1
+            self.gateway.release(index)
         if request.first_scheduled_s is None:
             self.fair_share.leave(request.pool.index, index)
         request.state = DONE

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from quotacalc.admission.caps import WAIT_CONCURRENCY, WAIT_KV, TenantCaps, at_concurrency_cap, fits_kv
+from quotacalc.admission.caps import WAIT_CONCURRENCY, WAIT_KV, InFlight, TenantCaps, fits_kv
 from quotacalc.admission.scheduler import VirtualTokenCounter
 from quotacalc.sim.engine import Replica
 from quotacalc.sim.hooks import GatewayHooks, PoolRuntime
@@ -44,7 +44,9 @@ class Gateway:
         tenants = len(caps)
         self.queues: list[list[deque[Request]]] = [[deque() for _ in range(tenants)] for _ in pools]
         self.schedulers = [VirtualTokenCounter(list(weights)) for _ in pools]
-        self.inflight = [0] * tenants
+        self.in_flight = InFlight(caps)
+        #: Each tenant's count (the tracker's list, read by the simulation's figures).
+        self.inflight = self.in_flight.counts
         self.inflight_total = 0
         self.inflight_peak = 0
         #: Why each tenant's head of queue waits on each pool (None: nothing waiting), as of the last dispatch.
@@ -101,11 +103,16 @@ class Gateway:
 
     def _send(self, request: Request, replica: Replica, now: float) -> None:
         request.sent_s = now
-        self.inflight[request.tenant] += 1
+        count = self.in_flight.acquire(request.tenant)
         self.inflight_total += 1
         self.inflight_peak = max(self.inflight_peak, self.inflight_total)
-        self.hooks.on_sent(request, self.inflight[request.tenant])
+        self.hooks.on_sent(request, count)
         replica.enqueue(request, now)
+
+    def release(self, tenant: int) -> None:
+        """A request left the engines (any terminal path)."""
+        self.in_flight.release(tenant)
+        self.inflight_total -= 1
 
     def dispatch(self, pool: PoolRuntime, now: float) -> None:
         """Hand queued requests to engines with room, the tenant with the smallest virtual counter first."""
@@ -137,7 +144,7 @@ class Gateway:
                     continue
                 request = queue[0]
                 tenant_caps = caps[index]
-                if at_concurrency_cap(tenant_caps, self.inflight[index]):
+                if self.in_flight.at_cap(index):
                     reason = WAIT_CONCURRENCY
                 else:
                     fits = [r for r in open_replicas if fits_kv(tenant_caps, r.gateway_kv[index], request.kv_estimate)]

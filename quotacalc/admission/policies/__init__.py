@@ -5,15 +5,17 @@ Adding a policy touches exactly these files:
 1. ``quotacalc/admission/policies/<name>.py``: a subclass of ``AdmissionPolicy`` (``base.py``) and its
    ``DECLARATION`` (name, one-line help, what it holds, how it settles, its options with defaults).
 2. This module: one line in ``_MODULES`` below (the order is the order simulate compares them in).
-3. ``docs/simulate.md``: its row in the policy table (``tests/test_admission.py`` fails until the row says
-   what the declaration says).
+3. ``docs/simulate.md``: its row in the policy table, and ``README.md``'s table of the same rows while the
+   README has one (``tests/test_admission.py`` fails until each row says what the declaration says).
 4. A test of its own behaviour in ``tests/test_admission.py`` (every registered policy is already run through
    the ledger's conservation and every terminal path by the parametrised tests there and in
    ``tests/test_sim.py``).
 
-Nothing else: the scenario reader (``quotacalc/inputs/scenario.py``), ``simulate --help``, the reference
-table and the JSON read the names and options from here. An option (``PolicyOption``) is a top-level key of
-the scenario file; the scenario reader declares its field once, and ``make_policy`` passes it by name.
+Nothing else: the scenario reader (``quotacalc/inputs/scenario.py``: its ``policies`` and ``policy_options``
+keys), ``simulate --help`` (``quotacalc/cli/app.py``), the reference table's test and the JSON read the names,
+help and options from here. An option (``PolicyOption``) is set in a scenario under ``policy_options:`` by its
+name (``lease_tokens`` may also stay a top-level key, as scenarios have always given it), and ``make_policy``
+passes it to the policy's constructor by that name.
 """
 
 from __future__ import annotations
