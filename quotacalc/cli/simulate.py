@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +58,45 @@ def run_simulate(
     timeseries: str | None = None,
     max_seconds: float | None = None,
 ) -> None:
-    """The command's body."""
-    from quotacalc.inputs.scenario import MAX_EXPECTED_REQUESTS, MAX_SEED, load_scenario
-    from quotacalc.sim.events import TIMESERIES_COLUMNS, TRACE_COLUMNS, Simulation, build_setup
+    """The command's body: every flag checked before the scenario is read, the runs, then the outputs."""
+    from quotacalc.inputs.scenario import MAX_SEED, load_scenario
+    from quotacalc.sim.events import build_setup
+
+    _check_flags(
+        seed=seed,
+        plot=plot,
+        requests=requests,
+        seeds=seeds,
+        trace=trace,
+        timeseries=timeseries,
+        max_seconds=max_seconds,
+    )
+    updates: dict[str, Any] = {}
+    if seed is not None:
+        updates["seed"] = seed
+    if requests is not None:
+        updates["requests"] = requests
+        updates["duration_s"] = None
+    loaded = load_scenario(path, updates)
+    setup = build_setup(loaded)
+    if seed is not None and seed + (seeds or 1) - 1 > MAX_SEED:
+        raise QuotacalcError(f"--seed {seed:,} with --seeds {seeds:,} runs past the largest seed", field="--seeds")
+    done = _run_all(setup, loaded.scenario, seeds=seeds, trace=trace, timeseries=timeseries, max_seconds=max_seconds)
+    _emit(setup, done, seeds=seeds, as_json=as_json, trace=trace, timeseries=timeseries, plot=plot)
+
+
+def _check_flags(
+    *,
+    seed: int | None,
+    plot: str | None,
+    requests: int | None,
+    seeds: int | None,
+    trace: str | None,
+    timeseries: str | None,
+    max_seconds: float | None,
+) -> None:
+    """Every flag's value and target, before anything is read or run."""
+    from quotacalc.inputs.scenario import MAX_EXPECTED_REQUESTS, MAX_SEED
 
     if plot is not None and Path(plot).suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"cannot plot to '{plot}'", field="--plot", fix="name a .png or .svg file")
@@ -76,33 +113,50 @@ def run_simulate(
 
         require_matplotlib()
         _check_plot_folder(Path(plot))
-    updates: dict[str, Any] = {}
-    if seed is not None:
-        updates["seed"] = seed
-    if requests is not None:
-        updates["requests"] = requests
-        updates["duration_s"] = None
-    loaded = load_scenario(path, updates)
-    setup = build_setup(loaded)
-    scenario = loaded.scenario
-    if seed is not None and seed + (seeds or 1) - 1 > MAX_SEED:
-        raise QuotacalcError(f"--seed {seed:,} with --seeds {seeds:,} runs past the largest seed", field="--seeds")
-    seed_list = [scenario.seed + offset for offset in range(seeds or 1)]
-    combos = [(policy, queueing) for queueing in scenario.queueing for policy in scenario.policies]
-    runs: list[PolicyRun] = []
-    seed_runs: list[tuple[int, PolicyRun]] = []
-    trace_rows: list[dict[str, Any]] = []
-    series_rows: list[dict[str, Any]] = []
-    total = len(combos) * len(seed_list)
+
+
+@dataclass
+class _Runs:
+    """What the runs of every seed, policy and queueing mode gave (``runs``: the first seed's, one per pair)."""
+
+    seed_list: list[int]
+    combos: list[tuple[str, str]]
+    runs: list[PolicyRun] = field(default_factory=list)
+    seed_runs: list[tuple[int, PolicyRun]] = field(default_factory=list)
+    trace_rows: list[dict[str, Any]] = field(default_factory=list)
+    series_rows: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.stopped_by is not None or len(self.seed_runs) < len(self.combos) * len(self.seed_list)
+
+
+def _run_all(
+    setup: Any,
+    scenario: Any,
+    *,
+    seeds: int | None,
+    trace: str | None,
+    timeseries: str | None,
+    max_seconds: float | None,
+) -> _Runs:
+    """Every policy and queueing mode for every seed, under one progress bar; Ctrl-C ends them all, --max-seconds
+    gives each run that remains an equal share of the wall time that remains."""
     import time
 
+    from quotacalc.sim.events import Simulation
+
+    done = _Runs(
+        seed_list=[scenario.seed + offset for offset in range(seeds or 1)],
+        combos=[(policy, queueing) for queueing in scenario.queueing for policy in scenario.policies],
+    )
+    total = len(done.combos) * len(done.seed_list)
     started = time.monotonic()
-    stopped_by: str | None = None
     with _progress(total) as advance:
-        for seed_number, run_seed in enumerate(seed_list):
-            for number, (policy, queueing) in enumerate(combos):
-                done_before = seed_number * len(combos) + number
-                # --max-seconds: each run that remains gets an equal share of the wall time that remains.
+        for seed_number, run_seed in enumerate(done.seed_list):
+            for number, (policy, queueing) in enumerate(done.combos):
+                done_before = seed_number * len(done.combos) + number
                 deadline = None
                 if max_seconds is not None:
                     left = max_seconds - (time.monotonic() - started)
@@ -116,50 +170,72 @@ def run_simulate(
                     seed=run_seed,
                 )
                 result = simulation.run(
-                    progress=lambda done, n=done_before: advance(n + done),
+                    progress=lambda count, n=done_before: advance(n + count),
                     should_stop=None if deadline is None else (lambda d=deadline: time.monotonic() >= d),
                 )
-                seed_runs.append((run_seed, result))
-                extra = {"seed": run_seed, "policy": policy, "queueing": queueing}
-                if simulation.trace is not None:
-                    trace_rows += [{**extra, **dict(zip(TRACE_COLUMNS, row, strict=True))} for row in simulation.trace]
-                if simulation.timeseries is not None:
-                    series_rows += [
-                        {**extra, **dict(zip(TIMESERIES_COLUMNS, row, strict=True))} for row in simulation.timeseries
-                    ]
-                if seed_number == 0:
-                    runs.append(result)
+                _keep(done, simulation, result, run_seed, first_seed=seed_number == 0)
                 if result.stopped_by == "interrupted":
-                    stopped_by = "interrupted"
                     break
-                if result.stopped_by == "max_seconds":
-                    stopped_by = "max_seconds"
-            if stopped_by == "interrupted":
+            if done.stopped_by == "interrupted":
                 break
-    partial = stopped_by is not None or len(seed_runs) < total
-    summary = _seed_summary(seed_runs, combos) if seeds is not None else None
-    document = simulate_json(setup, runs, partial=partial, seeds=seed_list if seeds else None, summary=summary)
-    if stopped_by is not None:
-        document["stopped_by"] = stopped_by
+    return done
+
+
+def _keep(done: _Runs, simulation: Any, result: PolicyRun, run_seed: int, *, first_seed: bool) -> None:
+    """One run's result, trace and time series added to ``done``; how it stopped, if it stopped early."""
+    from quotacalc.sim.events import TIMESERIES_COLUMNS, TRACE_COLUMNS
+
+    done.seed_runs.append((run_seed, result))
+    extra = {"seed": run_seed, "policy": result.policy, "queueing": result.queueing}
+    if simulation.trace is not None:
+        done.trace_rows += [{**extra, **dict(zip(TRACE_COLUMNS, row, strict=True))} for row in simulation.trace]
+    if simulation.timeseries is not None:
+        done.series_rows += [
+            {**extra, **dict(zip(TIMESERIES_COLUMNS, row, strict=True))} for row in simulation.timeseries
+        ]
+    if first_seed:
+        done.runs.append(result)
+    if result.stopped_by in ("interrupted", "max_seconds"):
+        done.stopped_by = result.stopped_by
+
+
+def _emit(
+    setup: Any,
+    done: _Runs,
+    *,
+    seeds: int | None,
+    as_json: bool,
+    trace: str | None,
+    timeseries: str | None,
+    plot: str | None,
+) -> None:
+    """The tables or JSON, the trace, time series and plot files, the warnings, and how a partial run ends."""
+    from quotacalc.sim.events import TIMESERIES_COLUMNS, TRACE_COLUMNS
+
+    seed_list = done.seed_list if seeds else None
+    summary = _seed_summary(done.seed_runs, done.combos) if seeds is not None else None
+    document = simulate_json(setup, done.runs, partial=done.partial, seeds=seed_list, summary=summary)
+    if done.stopped_by is not None:
+        document["stopped_by"] = done.stopped_by
     if as_json:
         sys.stdout.write(json.dumps(document, indent=2, allow_nan=False) + "\n")
     else:
-        _tables(setup, runs, partial=partial, summary=summary, seeds=seed_list if seeds else None)
+        _tables(setup, done.runs, partial=done.partial, summary=summary, seeds=seed_list)
     if trace is not None:
-        _write_table(Path(trace), ("seed", "policy", "queueing", *TRACE_COLUMNS), trace_rows, flag="--trace")
+        _write_table(Path(trace), ("seed", "policy", "queueing", *TRACE_COLUMNS), done.trace_rows, flag="--trace")
     if timeseries is not None:
         columns = ("seed", "policy", "queueing", *TIMESERIES_COLUMNS)
-        _write_table(Path(timeseries), columns, series_rows, flag="--timeseries")
+        _write_table(Path(timeseries), columns, done.series_rows, flag="--timeseries")
     if plot is not None:
         from quotacalc.cli.sim_plot import plot_runs
 
-        plot_runs(runs, Path(plot))
+        plot_runs(done.runs, Path(plot))
     from quotacalc.cli.streams import print_warnings
 
     print_warnings(setup.warnings)
-    if stopped_by == "max_seconds":
+    if done.stopped_by == "max_seconds":
         sys.stderr.write("quotacalc: --max-seconds reached: the results above cover what was simulated\n")
-    elif partial:
+    elif done.partial:
         # 128 + SIGINT, as everywhere in quotacalc: an interrupted CI job must never look green.
         sys.stderr.write("quotacalc: interrupted: the results above are partial\n")
         sys.exit(130)
