@@ -215,6 +215,32 @@ def test_same_salt_hits_the_prefix_cache_another_salt_does_not(model):
     assert other_s > 2 * warm_s
 
 
+def _sse(server: Emulator, path: str, body: dict) -> list[dict]:
+    with _HTTP.stream("POST", server.url + path, json={**body, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        payloads = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+    assert payloads[-1] == "[DONE]"
+    return [json.loads(payload) for payload in payloads[:-1]]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(server, path):
+    prompt = {"prompt": "abcd" * 8} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    body = {"model": MODEL, **prompt, "max_tokens": 6, "ignore_eos": True}
+    chunks = _sse(server, path, {**body, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    *steps, last = chunks
+    prompt_tokens = last["usage"]["prompt_tokens"]
+    tokens = [c for c in steps if (c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content"))]
+    assert [c["usage"]["completion_tokens"] for c in tokens] == [1, 2, 3, 4, 5, 6]
+    assert all(c["usage"]["prompt_tokens"] == prompt_tokens for c in steps)
+    assert all(c["usage"]["total_tokens"] == prompt_tokens + c["usage"]["completion_tokens"] for c in steps)
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 6
+    # Without it, or without include_usage (vLLM needs both), only the last chunk has the usage.
+    for options in ({"include_usage": True}, {"include_usage": False, "continuous_usage_stats": True}):
+        plain = _sse(server, path, {**body, "stream_options": options})
+        assert all("usage" not in c for c in plain if c["choices"])
+
+
 def test_bad_requests_are_openai_shaped_400s(server):
     url = server.url
 
@@ -247,7 +273,11 @@ def test_bad_requests_are_openai_shaped_400s(server):
     long = post("/v1/completions", json.dumps({"prompt": "abcd" * 131_072}))
     assert long["message"].startswith("This model's maximum context length is 131072 tokens.")
     too_many = post("/v1/completions", json.dumps({"prompt": "abcd", "max_tokens": 131_072}))
-    assert "you requested 131073 tokens (1 in the messages, 131072 in the completion)" in too_many["message"]
+    assert too_many["message"] == (
+        "'max_tokens' or 'max_completion_tokens' is too large: 131072. This model's maximum context length is "
+        "131072 tokens and your request has 1 input tokens (131072 > 131072 - 1)."
+    )
+    assert too_many["param"] == "max_tokens"
     assert post("/v1/completions", json.dumps({"prompt": "x", "model": "nope"}), 404)["type"] == "NotFoundError"
     assert post("/v1/nowhere", b"{}", 404)["type"] == "NotFoundError"
     # The server is still up and serving.

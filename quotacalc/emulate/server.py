@@ -179,10 +179,11 @@ class Emulator:
         if limit is None:
             limit = room
         elif prompt_tokens + limit > engine.max_model_len:
+            # vLLM's _validate_input (a VLLMValidationError on max_tokens), in its words.
             raise ApiError(
-                f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
-                f"{prompt_tokens + limit} tokens ({prompt_tokens} in the messages, {limit} in the completion). "
-                "Please reduce the length of the messages or completion.",
+                f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This model's maximum context "
+                f"length is {engine.max_model_len} tokens and your request has {prompt_tokens} input tokens "
+                f"({limit} > {engine.max_model_len} - {prompt_tokens}).",
                 param="max_tokens",
             )
         if request.min_tokens > limit:
@@ -406,6 +407,15 @@ class Handlers:
         ident = f"chatcmpl-{uuid.uuid4().hex}" if chat else f"cmpl-{uuid.uuid4().hex}"
         kind = "chat.completion.chunk" if chat else "text_completion"
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        # vLLM gives every chunk the usage so far only where the last chunk has it too.
+        continuous = include_usage and bool(body.stream_options.continuous_usage_stats)
+        prompt_tokens = sequence.prompt_tokens
+
+        def running(completion_tokens: int) -> dict[str, Any] | None:
+            if not continuous:
+                return None
+            return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                    "completion_tokens": completion_tokens}  # fmt: skip
 
         def chunk(choice: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> bytes:
             document: dict[str, Any] = {"id": ident, "object": kind, "created": created, "model": model,
@@ -423,7 +433,7 @@ class Handlers:
                       for text in FILLER]  # fmt: skip
         if chat:
             first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            await response.write(chunk(first))
+            await response.write(chunk(first, running(0)))
         sent = 0
         while True:
             await event.wait()
@@ -445,7 +455,15 @@ class Handlers:
                     else:
                         choice = {"index": 0, "text": text, "logprobs": None,
                                   "finish_reason": sequence.finish_reason, "stop_reason": None}  # fmt: skip
-                    out.append(chunk(choice))
+                    out.append(chunk(choice, running(sent + 1)))
+                elif continuous:
+                    text = FILLER[sent % len(FILLER)]
+                    if chat:
+                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None,
+                                  "stop_reason": None}  # fmt: skip
+                    out.append(chunk(choice, running(sent + 1)))
                 else:
                     out.append(tokens[sent % len(FILLER)])
                 sent += 1
