@@ -343,6 +343,35 @@ def test_admin_fail_fails_requests_in_flight(server):
     assert error["error"]["type"] == "InternalServerError" and rest[-1] == "data: [DONE]"
 
 
+@pytest.mark.parametrize(
+    ("remote", "allowed"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("::ffff:127.0.0.1", True),
+     ("192.0.2.2", False), ("::ffff:192.0.2.2", False), ("fd00::2", False), ("", False), (None, False)],
+)  # fmt: skip
+def test_admin_fail_answers_only_a_loopback_peer(remote, allowed):
+    """The handler as aiohttp calls it, with the peer address a socket would give: a remote peer gets a 403 in the
+    API's shape and fails nothing, whatever X-Forwarded-For says. (The tests' servers listen on 127.0.0.1 only,
+    so the refusal cannot be reached over real HTTP here.)"""
+    import asyncio
+    from unittest import mock
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from quotacalc.emulate.server import Handlers, from_loopback
+
+    assert from_loopback(remote) is allowed
+    if allowed:
+        return
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (remote, 8000) if name == "peername" else default
+    request = make_mocked_request("POST", "/admin/fail", headers={"X-Forwarded-For": "127.0.0.1"}, transport=transport)
+    emulator = mock.Mock()
+    response = asyncio.run(Handlers(emulator).fail(request))
+    assert response.status == 403
+    assert json.loads(response.body)["type"] == "ForbiddenError"
+    emulator.fail.assert_not_called()
+
+
 @pytest.fixture
 def small_plan(tmp_path):
     def write(batch: int, seqs: int, pool: int) -> str:

@@ -278,6 +278,17 @@ def _filler(start: int, count: int) -> str:
     return "".join(FILLER[(start + i) % len(FILLER)] for i in range(count))
 
 
+def from_loopback(remote: str | None) -> bool:
+    """Whether a peer address is the loopback: the TCP peer, never a forwarding header a client can write. An
+    IPv4 peer on a dual-stack socket arrives mapped (``::ffff:127.0.0.1``); a Unix socket's peer has no address."""
+    try:
+        address = ipaddress.ip_address((remote or "").split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
 class Handlers:
     def __init__(self, emulator: Emulator) -> None:
         self.emulator = emulator
@@ -315,12 +326,7 @@ class Handlers:
         return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def fail(self, request: web.Request) -> web.Response:
-        remote = request.remote or ""
-        try:
-            loopback = ipaddress.ip_address(remote.split("%")[0]).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
+        if not from_loopback(request.remote):
             return ApiError(
                 "the admin endpoint answers the loopback only", status=403, kind="ForbiddenError"
             ).response()
