@@ -241,6 +241,31 @@ def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(server, pat
         assert all("usage" not in c for c in plain if c["choices"])
 
 
+def test_metrics_parse_as_prometheus_text_with_vllms_names(server):
+    """Prometheus's own text parser reads /metrics, and the families a dashboard of vLLM reads are there, with
+    vLLM's names and types, counting what a request did."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    body = {"model": MODEL, "prompt": "abcd" * 64, "max_tokens": 4, "ignore_eos": True}
+    for _ in range(2):  # the second one hits the first's cached blocks
+        assert _HTTP.post(server.url + "/v1/completions", json=body, timeout=30).status_code == 200
+    text = _HTTP.get(server.url + "/metrics", timeout=10).text
+    families = {family.name: family for family in parser.text_string_to_metric_families(text)}
+    kinds = {name: family.type for name, family in families.items()}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert kinds[name] == "gauge", name
+    # The parser names a counter without its _total suffix, as vLLM's prometheus_client does.
+    for name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:num_preemptions",
+                 "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success"):  # fmt: skip
+        assert kinds[name] == "counter", name
+    for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                 "vllm:e2e_request_latency_seconds"):  # fmt: skip
+        assert kinds[name] == "histogram", name
+        samples = {sample.name: sample for sample in families[name].samples if sample.name.endswith("_count")}
+        assert samples[name + "_count"].value >= 2
+    hits = sum(s.value for s in families["vllm:prefix_cache_hits"].samples if s.name.endswith("_total"))
+    assert hits >= 64 - 16  # the second request's whole blocks of its 64-token prompt
+
+
 def test_bad_requests_are_openai_shaped_400s(server):
     url = server.url
 
