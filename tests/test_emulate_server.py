@@ -407,6 +407,36 @@ def small_plan(tmp_path):
     return write
 
 
+def test_the_body_kongs_request_transformer_sends_is_served(small_plan):
+    """Kong's request-transformer can only add strings to a JSON body, so a tenant's tier reaches the engine as
+    "priority": "2"; vLLM's request model reads that as 2 (pydantic's lax mode), and so must the emulator, or
+    every request of a non-zero tier through the generated Kong file is a 400. A priority that is no whole number
+    is still refused, naming it."""
+    import yaml
+    from policy_samples import platform_policy, sample_salts
+    from test_export_kong import _transformed
+
+    from quotacalc.exporters import kong
+
+    policy = platform_policy()
+    document = kong.document(policy, sample_salts(policy), "oss")
+    consumers = {consumer["username"]: consumer for consumer in yaml.safe_load(yaml.safe_dump(document))["consumers"]}
+    (transformer,) = [p for p in consumers["wayne"]["plugins"] if p["name"] == "request-transformer"]
+    spoofed = {"model": MODEL, "prompt": "abcd" * 8, "max_tokens": 3, "priority": 0, "cache_salt": "someone-else"}
+    sent = _transformed(spoofed, transformer["config"])
+    assert sent["priority"] == "2"  # a string, as Kong sends it
+    emulator = Emulator(small_plan(64, 4, 4096), "--port", "0", "--speed", "20", "--scheduling-policy", "priority")
+    try:
+        served = _HTTP.post(emulator.url + "/v1/completions", json=sent, timeout=30)
+        assert served.status_code == 200, served.text
+        assert served.json()["usage"]["completion_tokens"] >= 1
+        for bad in ("high", "1.5", 1.5):
+            refused = _HTTP.post(emulator.url + "/v1/completions", json={**sent, "priority": bad}, timeout=30)
+            assert refused.status_code == 400 and refused.json()["param"] == "priority", bad
+    finally:
+        assert emulator.stop() == 130
+
+
 def test_priority_order_under_contention(small_plan):
     # Speed 2: a step of a batch of one is 6 ms of wall time, so the 20 tokens of one request end 120 ms before
     # the next one's, far more than a client thread's scheduling jitter.
