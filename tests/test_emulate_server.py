@@ -272,8 +272,10 @@ def test_bad_requests_are_openai_shaped_400s(server):
     def post(path: str, content: bytes | str, status: int = 400) -> dict:
         response = _HTTP.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=10)
         assert response.status_code == status, response.text
-        body = response.json()
-        assert set(body) == {"object", "message", "type", "param", "code"} and body["object"] == "error"
+        document = response.json()
+        assert set(document) == {"error"}  # OpenAI's and current vLLM's envelope
+        body = document["error"]
+        assert set(body) == {"message", "type", "param", "code"}
         assert body["code"] == status
         return body
 
@@ -393,7 +395,7 @@ def test_admin_fail_answers_only_a_loopback_peer(remote, allowed):
     emulator = mock.Mock()
     response = asyncio.run(Handlers(emulator).fail(request))
     assert response.status == 403
-    assert json.loads(response.body)["type"] == "ForbiddenError"
+    assert json.loads(response.body)["error"]["type"] == "ForbiddenError"
     emulator.fail.assert_not_called()
 
 
@@ -432,7 +434,7 @@ def test_the_body_kongs_request_transformer_sends_is_served(small_plan):
         assert served.json()["usage"]["completion_tokens"] >= 1
         for bad in ("high", "1.5", 1.5):
             refused = _HTTP.post(emulator.url + "/v1/completions", json={**sent, "priority": bad}, timeout=30)
-            assert refused.status_code == 400 and refused.json()["param"] == "priority", bad
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority", bad
     finally:
         assert emulator.stop() == 130
 
@@ -496,7 +498,7 @@ def test_fail_rate_one_fails_every_request(small_plan):
     emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "20", "--fail-rate", "1")
     try:
         response = _HTTP.post(emulator.url + "/v1/completions", json={"prompt": "x", "max_tokens": 5}, timeout=10)
-        assert response.status_code == 500 and response.json()["type"] == "InternalServerError"
+        assert response.status_code == 500 and response.json()["error"]["type"] == "InternalServerError"
     finally:
         emulator.stop()
 

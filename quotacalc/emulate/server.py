@@ -49,17 +49,18 @@ class ServerOptions:
 
 
 class ApiError(Exception):
-    """An OpenAI-shaped error response, as vLLM's ErrorResponse."""
+    """An OpenAI-shaped error response, as vLLM's ErrorResponse: ``{"error": {message, type, param, code}}``, the
+    HTTP status as the code (vllm/entrypoints/openai/protocol.py ErrorInfo)."""
 
     def __init__(self, message: str, *, status: int = 400, kind: str = "BadRequestError", param: str | None = None):
         super().__init__(message)
         self.message, self.status, self.kind, self.param = message, status, kind, param
 
     def body(self) -> dict[str, Any]:
-        return {"object": "error", "message": self.message, "type": self.kind, "param": self.param, "code": self.status}
+        return {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
 
     def response(self) -> web.Response:
-        return web.json_response(self.body(), status=self.status)
+        return web.json_response({"error": self.body()}, status=self.status)
 
 
 class Replica:
