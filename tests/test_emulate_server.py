@@ -527,13 +527,79 @@ def test_a_port_in_use_is_one_line_and_exit_1(server):
     )
 
 
-def test_a_plan_with_several_pools_needs_pool(tmp_path):
+PLATFORM = str(ROOT / "examples" / "platform.yaml")
+
+
+def _start_pools(*args: str) -> tuple[subprocess.Popen, dict[str, int]]:
+    """``quotacalc emulate`` on the platform plan: the process and each pool's port, read from its lines."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate",
-               str(ROOT / "examples" / "platform.yaml"), "--port", "0"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
-    assert done.returncode == 2
-    assert "--pool" in done.stderr and "shared, long, acme-dedicated" in done.stderr
+    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", PLATFORM, *args]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    ports: dict[str, int] = {}
+    pool = None
+    deadline = time.monotonic() + 90
+    while len(ports) < 3 and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        if found := re.search(r"pool '([^']+)' as", line):
+            pool = found.group(1)
+        elif found := re.search(r"listening on http://127\.0\.0\.1:(\d+)", line):
+            ports[pool] = int(found.group(1))
+    return process, ports
+
+
+def test_a_plan_with_several_pools_serves_each_on_its_own_port():
+    """Without --pool, one server per pool: each answers with its own pool's engine (its max_model_len, as
+    _serving builds it for that pool alone), and Ctrl-C stops them all with 130."""
+    from quotacalc.cli.emulate import _serving
+
+    process, ports = _start_pools("--port", "0", "--speed", "20")
+    try:
+        assert set(ports) == {"shared", "long", "acme-dedicated"}, ports
+        assert len(set(ports.values())) == 3
+        for pool, port in ports.items():
+            url = f"http://127.0.0.1:{port}"
+            serving, _ = _serving(PLATFORM, pool, None, None, None)
+            (card,) = [m for m in _HTTP.get(url + "/v1/models").json()["data"] if m["parent"] is None]
+            assert card["max_model_len"] == serving.engine.max_model_len, pool
+            body = {"model": card["id"], "prompt": "abcd", "max_tokens": 2, "ignore_eos": True}
+            assert _HTTP.post(url + "/v1/completions", json=body).json()["usage"]["completion_tokens"] == 2
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stderr.close()
+
+
+def test_a_pool_whose_port_is_taken_stops_every_pool_in_one_line():
+    """--port P gives the pools P, P+1, P+2 in the plan's order; the second one's port taken: one line naming it
+    and its pool, exit 1, and the first pool's port is free again."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        second = taken.getsockname()[1]
+        first = second - 1
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", first))
+            except OSError:
+                pytest.skip(f"port {first} is in use on this machine")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", PLATFORM,
+                   "--port", str(first)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=90, cwd=ROOT)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"quotacalc: error: --port: 127.0.0.1:{second} (pool 'long') is already in use "
+        "(choose another port, or stop what is on it)"
+    )
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", first))  # the shared pool's server closed
 
 
 def test_seed_makes_output_lengths_reproducible(small_plan):
