@@ -298,11 +298,16 @@ def test_bad_requests_are_openai_shaped_400s(server):
     priority = post("/v1/completions", json.dumps({"prompt": "x", "priority": 2}))
     assert priority["message"] == "Got priority 2 but Priority scheduling is not enabled."
     long = post("/v1/completions", json.dumps({"prompt": "abcd" * 131_072}))
-    assert long["message"].startswith("This model's maximum context length is 131072 tokens.")
+    assert long["message"] == (
+        "This model's maximum context length is 131072 tokens. However, your request has 131072 input tokens. "
+        "Please reduce the length of the input messages. (parameter=input_tokens, value=131072)"
+    )
+    assert long["param"] == "input_tokens"
     too_many = post("/v1/completions", json.dumps({"prompt": "abcd", "max_tokens": 131_072}))
     assert too_many["message"] == (
         "'max_tokens' or 'max_completion_tokens' is too large: 131072. This model's maximum context length is "
-        "131072 tokens and your request has 1 input tokens (131072 > 131072 - 1)."
+        "131072 tokens and your request has 1 input tokens (131072 > 131072 - 1). (parameter=max_tokens, "
+        "value=131072)"
     )
     assert too_many["param"] == "max_tokens"
     assert post("/v1/completions", json.dumps({"prompt": "x", "model": "nope"}), 404)["type"] == "NotFoundError"

@@ -56,6 +56,13 @@ class ApiError(Exception):
         super().__init__(message)
         self.message, self.status, self.kind, self.param = message, status, kind, param
 
+    @classmethod
+    def validation(cls, message: str, *, parameter: str, value: Any) -> ApiError:
+        """A check of the request against the engine (vLLM's _validate_input raises a VLLMValidationError): its
+        message ends with the parameter and value, as VLLMValidationError.__str__ writes them
+        (vllm/exceptions.py), and the parameter is the error's param."""
+        return cls(f"{message} (parameter={parameter}, value={value})", param=parameter)
+
     def body(self) -> dict[str, Any]:
         return {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
 
@@ -180,12 +187,12 @@ class Emulator:
         if limit is None:
             limit = room
         elif prompt_tokens + limit > engine.max_model_len:
-            # vLLM's _validate_input (a VLLMValidationError on max_tokens), in its words.
-            raise ApiError(
+            raise ApiError.validation(
                 f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This model's maximum context "
                 f"length is {engine.max_model_len} tokens and your request has {prompt_tokens} input tokens "
                 f"({limit} > {engine.max_model_len} - {prompt_tokens}).",
-                param="max_tokens",
+                parameter="max_tokens",
+                value=limit,
             )
         if request.min_tokens > limit:
             raise ApiError(
@@ -208,10 +215,11 @@ class Emulator:
                 param="messages" if isinstance(request, ChatRequest) else "prompt",
             )
         if prompt_tokens >= engine.max_model_len:
-            raise ApiError(
+            raise ApiError.validation(
                 f"This model's maximum context length is {engine.max_model_len} tokens. However, your request has "
                 f"{prompt_tokens} input tokens. Please reduce the length of the input messages.",
-                param="messages" if isinstance(request, ChatRequest) else "prompt",
+                parameter="input_tokens",
+                value=prompt_tokens,
             )
         if request.priority != 0 and not engine.priority_policy:
             raise ApiError(f"Got priority {request.priority} but Priority scheduling is not enabled.", param="priority")
