@@ -235,10 +235,17 @@ def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(server, pat
     assert all(c["usage"]["prompt_tokens"] == prompt_tokens for c in steps)
     assert all(c["usage"]["total_tokens"] == prompt_tokens + c["usage"]["completion_tokens"] for c in steps)
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == 6
-    # Without it, or without include_usage (vLLM needs both), only the last chunk has the usage.
-    for options in ({"include_usage": True}, {"include_usage": False, "continuous_usage_stats": True}):
-        plain = _sse(server, path, {**body, "stream_options": options})
+    # include_usage defaults to true once stream_options is given (vLLM's StreamOptions).
+    alone = _sse(server, path, {**body, "stream_options": {"continuous_usage_stats": True}})
+    assert [c["usage"]["completion_tokens"] for c in alone if c["choices"]][-1] == 6
+    empty = _sse(server, path, {**body, "stream_options": {}})
+    assert empty[-1]["choices"] == [] and empty[-1]["usage"]["completion_tokens"] == 6
+    # Without continuous_usage_stats, or with include_usage false (vLLM needs both), only the last chunk has it;
+    # without stream_options, none.
+    for options in ({"include_usage": True}, {"include_usage": False, "continuous_usage_stats": True}, None):
+        plain = _sse(server, path, {**body, **({"stream_options": options} if options is not None else {})})
         assert all("usage" not in c for c in plain if c["choices"])
+        assert ("usage" in plain[-1]) == (options == {"include_usage": True})
 
 
 def test_metrics_parse_as_prometheus_text_with_vllms_names(server):

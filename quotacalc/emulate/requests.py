@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    include_usage: StrictBool | None = False
+    # vLLM's defaults: stream_options given at all asks for the usage unless it says include_usage false.
+    include_usage: StrictBool | None = True
     continuous_usage_stats: StrictBool | None = False
 
 
