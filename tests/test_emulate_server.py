@@ -382,6 +382,22 @@ def test_admin_fail_fails_requests_in_flight(server):
     assert error["error"]["type"] == "InternalServerError" and rest[-1] == "data: [DONE]"
 
 
+def test_admin_fail_takes_a_replica_and_refuses_one_it_does_not_have(server):
+    """The server fixture has the plan's one replica: 0 is it, 1 and a non-number are 400s naming replica."""
+    url = server.url + "/admin/fail"
+    assert _HTTP.post(url, json={"replica": 0}, timeout=10).json() == {"failed": 0}
+    for bad in (1, -1, "0", True, 0.5):
+        refused = _HTTP.post(url, json={"replica": bad}, timeout=10)
+        assert refused.status_code == 400, bad
+        assert refused.json()["error"] == {
+            "message": "replica must be a whole number from 0 to 0",
+            "type": "BadRequestError",
+            "param": "replica",
+            "code": 400,
+        }
+    assert _HTTP.post(url, content=b"{nope", timeout=10).json()["error"]["type"] == "BadRequestError"
+
+
 @pytest.mark.parametrize(
     ("remote", "allowed"),
     [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("::ffff:127.0.0.1", True),
