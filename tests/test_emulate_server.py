@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -593,8 +594,18 @@ def test_a_plan_with_several_pools_serves_each_on_its_own_port():
             assert card["max_model_len"] == serving.engine.max_model_len, pool
             body = {"model": card["id"], "prompt": "abcd", "max_tokens": 2, "ignore_eos": True}
             assert _HTTP.post(url + "/v1/completions", json=body).json()["usage"]["completion_tokens"] == 2
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=10) == 130
+        # A stream open on each pool while Ctrl-C stops them all.
+        long_body = {"prompt": "abcd", "max_tokens": 5000, "ignore_eos": True, "stream": True}
+        with ExitStack() as streams:
+            for port in ports.values():
+                url = f"http://127.0.0.1:{port}/v1/completions"
+                response = streams.enter_context(_HTTP.stream("POST", url, json=long_body, timeout=30))
+                next(line for line in response.iter_lines() if line.startswith("data: "))
+            start = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=10)
+            elapsed = time.monotonic() - start
+        assert code == 130 and elapsed < 2.0
     finally:
         if process.poll() is None:
             process.kill()
