@@ -47,3 +47,12 @@ def test_a_bad_plan_value_names_the_file_and_field(run_cli, tmp_path):
     code, _, err = run_cli("emulate", str(plan))
     assert code == 1 and len(err.splitlines()) == 1
     assert str(plan) in err and "tp" in err
+
+
+def test_pools_whose_ports_would_pass_65535_are_one_line(run_cli):
+    code, out, err = run_cli("emulate", PLATFORM, "--port", "65534")
+    assert (code, out) == (2, "")
+    assert err == (
+        "quotacalc: error: --port: 3 pools need ports 65534 to 65536, past 65535 "
+        "(choose a lower port, 0 for free ones, or --pool to serve one)\n"
+    )

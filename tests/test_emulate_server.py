@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -215,14 +216,74 @@ def test_same_salt_hits_the_prefix_cache_another_salt_does_not(model):
     assert other_s > 2 * warm_s
 
 
+def _sse(server: Emulator, path: str, body: dict) -> list[dict]:
+    with _HTTP.stream("POST", server.url + path, json={**body, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        payloads = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+    assert payloads[-1] == "[DONE]"
+    return [json.loads(payload) for payload in payloads[:-1]]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(server, path):
+    prompt = {"prompt": "abcd" * 8} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    body = {"model": MODEL, **prompt, "max_tokens": 6, "ignore_eos": True}
+    chunks = _sse(server, path, {**body, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    *steps, last = chunks
+    prompt_tokens = last["usage"]["prompt_tokens"]
+    tokens = [c for c in steps if (c["choices"][0].get("text") or c["choices"][0].get("delta", {}).get("content"))]
+    assert [c["usage"]["completion_tokens"] for c in tokens] == [1, 2, 3, 4, 5, 6]
+    assert all(c["usage"]["prompt_tokens"] == prompt_tokens for c in steps)
+    assert all(c["usage"]["total_tokens"] == prompt_tokens + c["usage"]["completion_tokens"] for c in steps)
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 6
+    # include_usage defaults to true once stream_options is given (vLLM's StreamOptions).
+    alone = _sse(server, path, {**body, "stream_options": {"continuous_usage_stats": True}})
+    assert [c["usage"]["completion_tokens"] for c in alone if c["choices"]][-1] == 6
+    empty = _sse(server, path, {**body, "stream_options": {}})
+    assert empty[-1]["choices"] == [] and empty[-1]["usage"]["completion_tokens"] == 6
+    # Without continuous_usage_stats, or with include_usage false (vLLM needs both), only the last chunk has it;
+    # without stream_options, none.
+    for options in ({"include_usage": True}, {"include_usage": False, "continuous_usage_stats": True}, None):
+        plain = _sse(server, path, {**body, **({"stream_options": options} if options is not None else {})})
+        assert all("usage" not in c for c in plain if c["choices"])
+        assert ("usage" in plain[-1]) == (options == {"include_usage": True})
+
+
+def test_metrics_parse_as_prometheus_text_with_vllms_names(server):
+    """Prometheus's own text parser reads /metrics, and the families a dashboard of vLLM reads are there, with
+    vLLM's names and types, counting what a request did."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    body = {"model": MODEL, "prompt": "abcd" * 64, "max_tokens": 4, "ignore_eos": True}
+    for _ in range(2):  # the second one hits the first's cached blocks
+        assert _HTTP.post(server.url + "/v1/completions", json=body, timeout=30).status_code == 200
+    text = _HTTP.get(server.url + "/metrics", timeout=10).text
+    families = {family.name: family for family in parser.text_string_to_metric_families(text)}
+    kinds = {name: family.type for name, family in families.items()}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert kinds[name] == "gauge", name
+    # The parser names a counter without its _total suffix, as vLLM's prometheus_client does.
+    for name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:num_preemptions",
+                 "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success"):  # fmt: skip
+        assert kinds[name] == "counter", name
+    for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                 "vllm:e2e_request_latency_seconds"):  # fmt: skip
+        assert kinds[name] == "histogram", name
+        samples = {sample.name: sample for sample in families[name].samples if sample.name.endswith("_count")}
+        assert samples[name + "_count"].value >= 2
+    hits = sum(s.value for s in families["vllm:prefix_cache_hits"].samples if s.name.endswith("_total"))
+    assert hits >= 64 - 16  # the second request's whole blocks of its 64-token prompt
+
+
 def test_bad_requests_are_openai_shaped_400s(server):
     url = server.url
 
     def post(path: str, content: bytes | str, status: int = 400) -> dict:
         response = _HTTP.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=10)
         assert response.status_code == status, response.text
-        body = response.json()
-        assert set(body) == {"object", "message", "type", "param", "code"} and body["object"] == "error"
+        document = response.json()
+        assert set(document) == {"error"}  # OpenAI's and current vLLM's envelope
+        body = document["error"]
+        assert set(body) == {"message", "type", "param", "code"}
         assert body["code"] == status
         return body
 
@@ -245,9 +306,18 @@ def test_bad_requests_are_openai_shaped_400s(server):
     priority = post("/v1/completions", json.dumps({"prompt": "x", "priority": 2}))
     assert priority["message"] == "Got priority 2 but Priority scheduling is not enabled."
     long = post("/v1/completions", json.dumps({"prompt": "abcd" * 131_072}))
-    assert long["message"].startswith("This model's maximum context length is 131072 tokens.")
+    assert long["message"] == (
+        "This model's maximum context length is 131072 tokens. However, your request has 131072 input tokens. "
+        "Please reduce the length of the input messages. (parameter=input_tokens, value=131072)"
+    )
+    assert long["param"] == "input_tokens"
     too_many = post("/v1/completions", json.dumps({"prompt": "abcd", "max_tokens": 131_072}))
-    assert "you requested 131073 tokens (1 in the messages, 131072 in the completion)" in too_many["message"]
+    assert too_many["message"] == (
+        "'max_tokens' or 'max_completion_tokens' is too large: 131072. This model's maximum context length is "
+        "131072 tokens and your request has 1 input tokens (131072 > 131072 - 1). (parameter=max_tokens, "
+        "value=131072)"
+    )
+    assert too_many["param"] == "max_tokens"
     assert post("/v1/completions", json.dumps({"prompt": "x", "model": "nope"}), 404)["type"] == "NotFoundError"
     assert post("/v1/nowhere", b"{}", 404)["type"] == "NotFoundError"
     # The server is still up and serving.
@@ -313,6 +383,51 @@ def test_admin_fail_fails_requests_in_flight(server):
     assert error["error"]["type"] == "InternalServerError" and rest[-1] == "data: [DONE]"
 
 
+def test_admin_fail_takes_a_replica_and_refuses_one_it_does_not_have(server):
+    """The server fixture has the plan's one replica: 0 is it, 1 and a non-number are 400s naming replica."""
+    url = server.url + "/admin/fail"
+    assert _HTTP.post(url, json={"replica": 0}, timeout=10).json() == {"failed": 0}
+    for bad in (1, -1, "0", True, 0.5):
+        refused = _HTTP.post(url, json={"replica": bad}, timeout=10)
+        assert refused.status_code == 400, bad
+        assert refused.json()["error"] == {
+            "message": "replica must be a whole number from 0 to 0",
+            "type": "BadRequestError",
+            "param": "replica",
+            "code": 400,
+        }
+    assert _HTTP.post(url, content=b"{nope", timeout=10).json()["error"]["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize(
+    ("remote", "allowed"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("::ffff:127.0.0.1", True),
+     ("192.0.2.2", False), ("::ffff:192.0.2.2", False), ("fd00::2", False), ("", False), (None, False)],
+)  # fmt: skip
+def test_admin_fail_answers_only_a_loopback_peer(remote, allowed):
+    """The handler as aiohttp calls it, with the peer address a socket would give: a remote peer gets a 403 in the
+    API's shape and fails nothing, whatever X-Forwarded-For says. (The tests' servers listen on 127.0.0.1 only,
+    so the refusal cannot be reached over real HTTP here.)"""
+    import asyncio
+    from unittest import mock
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from quotacalc.emulate.server import Handlers, from_loopback
+
+    assert from_loopback(remote) is allowed
+    if allowed:
+        return
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (remote, 8000) if name == "peername" else default
+    request = make_mocked_request("POST", "/admin/fail", headers={"X-Forwarded-For": "127.0.0.1"}, transport=transport)
+    emulator = mock.Mock()
+    response = asyncio.run(Handlers(emulator).fail(request))
+    assert response.status == 403
+    assert json.loads(response.body)["error"]["type"] == "ForbiddenError"
+    emulator.fail.assert_not_called()
+
+
 @pytest.fixture
 def small_plan(tmp_path):
     def write(batch: int, seqs: int, pool: int) -> str:
@@ -321,6 +436,36 @@ def small_plan(tmp_path):
         return str(path)
 
     return write
+
+
+def test_the_body_kongs_request_transformer_sends_is_served(small_plan):
+    """Kong's request-transformer can only add strings to a JSON body, so a tenant's tier reaches the engine as
+    "priority": "2"; vLLM's request model reads that as 2 (pydantic's lax mode), and so must the emulator, or
+    every request of a non-zero tier through the generated Kong file is a 400. A priority that is no whole number
+    is still refused, naming it."""
+    import yaml
+    from policy_samples import platform_policy, sample_salts
+    from test_export_kong import _transformed
+
+    from quotacalc.exporters import kong
+
+    policy = platform_policy()
+    document = kong.document(policy, sample_salts(policy), "oss")
+    consumers = {consumer["username"]: consumer for consumer in yaml.safe_load(yaml.safe_dump(document))["consumers"]}
+    (transformer,) = [p for p in consumers["wayne"]["plugins"] if p["name"] == "request-transformer"]
+    spoofed = {"model": MODEL, "prompt": "abcd" * 8, "max_tokens": 3, "priority": 0, "cache_salt": "someone-else"}
+    sent = _transformed(spoofed, transformer["config"])
+    assert sent["priority"] == "2"  # a string, as Kong sends it
+    emulator = Emulator(small_plan(64, 4, 4096), "--port", "0", "--speed", "20", "--scheduling-policy", "priority")
+    try:
+        served = _HTTP.post(emulator.url + "/v1/completions", json=sent, timeout=30)
+        assert served.status_code == 200, served.text
+        assert served.json()["usage"]["completion_tokens"] >= 1
+        for bad in ("high", "1.5", 1.5):
+            refused = _HTTP.post(emulator.url + "/v1/completions", json={**sent, "priority": bad}, timeout=30)
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority", bad
+    finally:
+        assert emulator.stop() == 130
 
 
 def test_priority_order_under_contention(small_plan):
@@ -382,7 +527,7 @@ def test_fail_rate_one_fails_every_request(small_plan):
     emulator = Emulator(small_plan(2, 2, 640), "--port", "0", "--speed", "20", "--fail-rate", "1")
     try:
         response = _HTTP.post(emulator.url + "/v1/completions", json={"prompt": "x", "max_tokens": 5}, timeout=10)
-        assert response.status_code == 500 and response.json()["type"] == "InternalServerError"
+        assert response.status_code == 500 and response.json()["error"]["type"] == "InternalServerError"
     finally:
         emulator.stop()
 
@@ -411,13 +556,89 @@ def test_a_port_in_use_is_one_line_and_exit_1(server):
     )
 
 
-def test_a_plan_with_several_pools_needs_pool(tmp_path):
+PLATFORM = str(ROOT / "examples" / "platform.yaml")
+
+
+def _start_pools(*args: str) -> tuple[subprocess.Popen, dict[str, int]]:
+    """``quotacalc emulate`` on the platform plan: the process and each pool's port, read from its lines."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate",
-               str(ROOT / "examples" / "platform.yaml"), "--port", "0"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
-    assert done.returncode == 2
-    assert "--pool" in done.stderr and "shared, long, acme-dedicated" in done.stderr
+    command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", PLATFORM, *args]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    ports: dict[str, int] = {}
+    pool = None
+    deadline = time.monotonic() + 90
+    while len(ports) < 3 and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        if found := re.search(r"pool '([^']+)' as", line):
+            pool = found.group(1)
+        elif found := re.search(r"listening on http://127\.0\.0\.1:(\d+)", line):
+            ports[pool] = int(found.group(1))
+    return process, ports
+
+
+def test_a_plan_with_several_pools_serves_each_on_its_own_port():
+    """Without --pool, one server per pool: each answers with its own pool's engine (its max_model_len, as
+    _serving builds it for that pool alone), and Ctrl-C stops them all with 130."""
+    from quotacalc.cli.emulate import _serving
+
+    process, ports = _start_pools("--port", "0", "--speed", "20")
+    try:
+        assert set(ports) == {"shared", "long", "acme-dedicated"}, ports
+        assert len(set(ports.values())) == 3
+        for pool, port in ports.items():
+            url = f"http://127.0.0.1:{port}"
+            serving, _ = _serving(PLATFORM, pool, None, None, None)
+            (card,) = [m for m in _HTTP.get(url + "/v1/models").json()["data"] if m["parent"] is None]
+            assert card["max_model_len"] == serving.engine.max_model_len, pool
+            body = {"model": card["id"], "prompt": "abcd", "max_tokens": 2, "ignore_eos": True}
+            assert _HTTP.post(url + "/v1/completions", json=body).json()["usage"]["completion_tokens"] == 2
+        # A stream open on each pool while Ctrl-C stops them all.
+        long_body = {"prompt": "abcd", "max_tokens": 5000, "ignore_eos": True, "stream": True}
+        with ExitStack() as streams:
+            for port in ports.values():
+                url = f"http://127.0.0.1:{port}/v1/completions"
+                response = streams.enter_context(_HTTP.stream("POST", url, json=long_body, timeout=30))
+                next(line for line in response.iter_lines() if line.startswith("data: "))
+            start = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=10)
+            elapsed = time.monotonic() - start
+        assert code == 130 and elapsed < 2.0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stderr.close()
+
+
+def test_a_pool_whose_port_is_taken_stops_every_pool_in_one_line():
+    """--port P gives the pools P, P+1, P+2 in the plan's order; the second one's port taken: one line naming it
+    and its pool, exit 1, and the first pool's port is free again."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        second = taken.getsockname()[1]
+        first = second - 1
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", first))
+            except OSError:
+                pytest.skip(f"port {first} is in use on this machine")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", PLATFORM,
+                   "--port", str(first)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=90, cwd=ROOT)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"quotacalc: error: --port: 127.0.0.1:{second} (pool 'long') is already in use "
+        "(choose another port, or stop what is on it)"
+    )
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", first))  # the shared pool's server closed
 
 
 def test_seed_makes_output_lengths_reproducible(small_plan):

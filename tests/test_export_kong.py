@@ -168,11 +168,30 @@ def test_the_limits_say_which_tier_a_tenant_runs_as_where_its_priority_cannot_be
     )
     assert line.endswith(
         "on pools long, whose vLLM schedules by priority, a request without one takes vLLM's default priority 0 "
-        "(lower runs first), the most urgent tier's (premium): every tenant of this target runs as urgently as "
-        "premium there, whatever its tier."
+        "(lower runs first), the most urgent tier's (premium): each of them runs as urgently as premium there, "
+        "whatever its tier."
     )
     assert _priority_lines(platform_policy(scheduling_policy="fcfs"))[0].endswith(
         "no pool's engine schedules by priority, so no tier's order is lost."
+    )
+
+
+def test_the_priority_line_speaks_only_of_the_pools_its_tenants_call():
+    """A tenant only on an fcfs pool gets no priority and loses nothing: the other pools' priority scheduling is not
+    its concern, and the line does not say that every tenant runs as the most urgent tier."""
+    policy = platform_policy()
+    fcfs_long = policy.pools[1].model_copy(
+        update={"engine": policy.pools[1].engine.model_copy(update={"scheduling_policy": "fcfs"})}
+    )
+    tenants = tuple(
+        t.model_copy(update={"pool": "long"} if t.name == "initech" else {"long_context_pool": None})
+        for t in policy.tenants
+    )
+    alone = policy.model_copy(update={"pools": (policy.pools[0], fcfs_long), "tenants": tenants})
+    (line,) = _priority_lines(alone)
+    assert line == (
+        "Priority: not sent for initech, a pool of theirs schedules fcfs (vLLM rejects a non-zero priority there; a "
+        "client's is removed); none of their pools' engines schedules by priority, so no tier's order is lost."
     )
 
 

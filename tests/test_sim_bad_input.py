@@ -526,7 +526,7 @@ def test_bounds_are_worded_as_the_house_words_them_not_as_pydantic(run_cli, tmp_
     assert "Input should" not in err
 
 
-@pytest.mark.parametrize("command", ["price", "size", "check", "generate"])
+@pytest.mark.parametrize("command", ["price", "size", "check", "generate", "emulate"])
 def test_a_scenario_given_where_a_plan_goes_is_named_as_a_scenario(run_cli, tmp_path, command):
     """The mirror of a plan given to simulate: 'seed: unknown key' named the scenario's first key instead."""
     extra = ("--out", str(tmp_path / "out")) if command == "generate" else ()
@@ -534,6 +534,6 @@ def test_a_scenario_given_where_a_plan_goes_is_named_as_a_scenario(run_cli, tmp_
     assert (code, out) == (1, "")
     assert err.strip() == (
         f"quotacalc: error: {EXAMPLE}: is a simulate scenario, not a plan (run quotacalc simulate {EXAMPLE}; give "
-        "price, size, check and generate the plan its plan key names or holds)"
+        "price, size, check, generate and emulate the plan its plan key names or holds)"
     )
     assert not (tmp_path / "out").exists()

@@ -622,7 +622,7 @@ commands.declare(
 commands.declare(
     "emulate",
     "quotacalc.cli.emulate:emulate_command",
-    summary="Serve a plan's pool as an OpenAI-compatible engine at the priced speed (KV pool, prefix cache, priorities).",
+    summary="Serve a plan's pools as OpenAI-compatible engines at the priced speed (KV pool, prefix cache, priorities).",
 )
 
 

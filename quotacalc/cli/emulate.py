@@ -1,7 +1,7 @@
-"""``quotacalc emulate PLAN.yaml``: serve one pool of a plan as an OpenAI-compatible engine at the priced speed.
+"""``quotacalc emulate PLAN.yaml``: serve a plan's pools as OpenAI-compatible engines at the priced speed.
 
-Parse, read and price the plan (the same path as ``check`` and ``generate``), then run the server of
-``quotacalc.emulate.server`` until Ctrl-C (exit 130) or SIGTERM (exit 0).
+Parse, read and price the plan (the same path as ``check`` and ``generate``), then run one server of
+``quotacalc.emulate.server`` per pool (or the one ``--pool`` names) until Ctrl-C (exit 130) or SIGTERM (exit 0).
 """
 
 from __future__ import annotations
@@ -37,11 +37,18 @@ def _number(text: str | float) -> float:
 def emulate_command(
     plan: Annotated[str, typer.Argument(help="plan YAML file (flat or platform)", show_default=False)],
     pool: Annotated[
-        str | None, typer.Option("--pool", help="the plan's pool to serve (needed if it has several)")
+        str | None,
+        typer.Option("--pool", help="the plan's pool to serve (default: every pool, each on its own port)"),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("--port", help="port to listen on (0: any free one, printed)", parser=_whole)
+        int,
+        typer.Option(
+            "--port",
+            help="port to listen on; several pools take it and the next ones in the plan's order (0: any free "
+            "one each, printed)",
+            parser=_whole,
+        ),
     ] = 8000,
     speed: Annotated[
         float,
@@ -69,14 +76,20 @@ def emulate_command(
         ),
     ] = None,
 ):
-    """Serve a plan's pool as an OpenAI-compatible engine at the priced speed (KV pool, prefix cache, priorities)."""
+    """Serve a plan's pools as OpenAI-compatible engines at the priced speed (KV pool, prefix cache, priorities)."""
     _check(port, speed, fail_rate, replicas, scheduling_policy, output_tokens)
     _require_aiohttp()
-    serving, warnings = _serving(plan, pool, replicas, scheduling_policy, output_tokens)
+    servings = _servings(plan, pool, replicas, scheduling_policy, output_tokens)
+    if port and port + len(servings) - 1 > 65535:
+        raise UsageError(
+            f"{len(servings)} pools need ports {port} to {port + len(servings) - 1}, past 65535",
+            field="--port",
+            fix="choose a lower port, 0 for free ones, or --pool to serve one",
+        )
     from quotacalc.cli.streams import print_warnings
 
-    print_warnings(warnings)
-    run(serving, host, port, speed=speed, seed=seed, fail_rate=fail_rate)
+    print_warnings(tuple(warning for _, warnings in servings for warning in warnings))
+    run([serving for serving, _ in servings], host, port, speed=speed, seed=seed, fail_rate=fail_rate)
 
 
 def _require_aiohttp() -> None:
@@ -105,7 +118,17 @@ def _check(port, speed, fail_rate, replicas, scheduling_policy, output_tokens) -
 
 
 def _serving(plan_path: str, pool: str | None, replicas, scheduling_policy, output_tokens):
-    """Read and price the plan as check and generate do, and build the chosen pool's serving settings."""
+    """The serving settings of the pool named, or of the plan's only pool; (settings, warnings)."""
+    servings = _servings(plan_path, pool, replicas, scheduling_policy, output_tokens)
+    if len(servings) > 1:
+        names = [serving.name for serving, _ in servings]
+        raise UsageError(f"the plan has {len(names)} pools ({', '.join(names)})", field="--pool", fix="name one")
+    return servings[0]
+
+
+def _servings(plan_path: str, pool: str | None, replicas, scheduling_policy, output_tokens):
+    """Read and price the plan as check and generate do, and build the serving settings of the pool named, or of
+    every pool in the plan's order: a list of (settings, warnings)."""
     from quotacalc.cli.plan_cmds import price_pools
     from quotacalc.core.policy import build_policy, pool_max_context_tokens
     from quotacalc.emulate.pool import pool_serving
@@ -114,13 +137,7 @@ def _serving(plan_path: str, pool: str | None, replicas, scheduling_policy, outp
 
     plan, platform = load_plan(plan_path)
     names = [p.name for p in plan.pools]
-    if pool is None:
-        if len(names) > 1:
-            raise UsageError(
-                f"the plan has {len(names)} pools ({', '.join(names)})", field="--pool", fix="name the one to serve"
-            )
-        pool = names[0]
-    elif pool not in names:
+    if pool is not None and pool not in names:
         near = close_names(pool, names)
         hint = f"did you mean {', '.join(near)}?" if near else f"one of {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in {plan_path}", field="--pool", fix=hint)
@@ -129,51 +146,74 @@ def _serving(plan_path: str, pool: str | None, replicas, scheduling_policy, outp
         (replica,) = priced.values()
         plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
     policy = build_policy(plan, priced)
-    serving = pool_serving(
-        policy,
-        priced,
-        pool,
-        replicas=replicas,
-        scheduling_policy=scheduling_policy,
-        mean_output_tokens=output_tokens,
-    )
-    warnings = tuple(f"pool '{pool}': {warning}" for warning in priced[pool].warnings)
-    return serving, warnings
+    chosen = [pool] if pool is not None else names
+    return [
+        (
+            pool_serving(
+                policy,
+                priced,
+                name,
+                replicas=replicas,
+                scheduling_policy=scheduling_policy,
+                mean_output_tokens=output_tokens,
+            ),
+            tuple(f"pool '{name}': {warning}" for warning in priced[name].warnings),
+        )
+        for name in chosen
+    ]
 
 
-def run(serving, host: str, port: int, *, speed: float, seed: int, fail_rate: float) -> None:
-    """Serve until Ctrl-C (KeyboardInterrupt: the CLI exits 130) or SIGTERM."""
+def run(servings, host: str, port: int, *, speed: float, seed: int, fail_rate: float) -> None:
+    """Serve each pool on its own port (``port`` and the next ones; 0: a free one each) until Ctrl-C
+    (KeyboardInterrupt: the CLI exits 130) or SIGTERM; a pool that cannot listen stops them all."""
     import asyncio
     import signal
 
     from quotacalc.core.words import plural
     from quotacalc.emulate.server import ServerOptions, serve
 
-    engine = serving.engine
+    options = ServerOptions(speed=speed, seed=seed, fail_rate=fail_rate)
 
-    def ready(bound: int) -> None:
-        sys.stderr.write(
-            f"quotacalc emulate: pool '{serving.name}' as '{serving.served_model_name}': "
-            f"{plural(serving.replicas, 'replica')}, KV pool {engine.num_blocks * engine.block_tokens:,} tokens "
-            f"({engine.num_blocks:,} blocks of {engine.block_tokens}), max_num_seqs {engine.max_num_seqs}, "
-            f"max_num_batched_tokens {engine.max_num_batched_tokens:,}, "
-            f"{'priority' if engine.priority_policy else 'fcfs'}, speed {speed:g}\n"
-        )
-        sys.stderr.write(f"quotacalc emulate: listening on http://{_url_host(host)}:{bound}\n")
-        sys.stderr.flush()
+    def ready_for(serving):
+        engine = serving.engine
+
+        def ready(bound: int) -> None:
+            sys.stderr.write(
+                f"quotacalc emulate: pool '{serving.name}' as '{serving.served_model_name}': "
+                f"{plural(serving.replicas, 'replica')}, KV pool {engine.num_blocks * engine.block_tokens:,} tokens "
+                f"({engine.num_blocks:,} blocks of {engine.block_tokens}), max_num_seqs {engine.max_num_seqs}, "
+                f"max_num_batched_tokens {engine.max_num_batched_tokens:,}, "
+                f"{'priority' if engine.priority_policy else 'fcfs'}, speed {speed:g}\n"
+            )
+            sys.stderr.write(f"quotacalc emulate: listening on http://{_url_host(host)}:{bound}\n")
+            sys.stderr.flush()
+
+        return ready
+
+    async def one(serving, pool_port: int, stop: asyncio.Event) -> None:
+        try:
+            await serve(serving, options, host, pool_port, ready=ready_for(serving), stop=stop)
+        except OSError as error:
+            where = f"{host}:{pool_port}" + (f" (pool '{serving.name}')" if len(servings) > 1 else "")
+            if error.errno == errno.EADDRINUSE:
+                raise QuotacalcError(
+                    f"{where} is already in use", field="--port", fix="choose another port, or stop what is on it"
+                ) from None
+            raise QuotacalcError(f"cannot listen on {where}: {error.strerror or error}", field="--host") from None
 
     async def main() -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        try:
-            await serve(serving, ServerOptions(speed=speed, seed=seed, fail_rate=fail_rate), host, port,
-                        ready=ready, stop=stop)  # fmt: skip
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                raise QuotacalcError(
-                    f"{host}:{port} is already in use", field="--port", fix="choose another port, or stop what is on it"
-                ) from None
-            raise QuotacalcError(f"cannot listen on {host}:{port}: {error.strerror or error}", field="--host") from None
+        tasks = [
+            asyncio.ensure_future(one(serving, port + index if port else 0, stop))
+            for index, serving in enumerate(servings)
+        ]
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [task for task in done if task.exception() is not None]
+        if failed:
+            stop.set()  # the pools already listening close too
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise failed[0].exception()
 
     asyncio.run(main())
 

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    include_usage: StrictBool | None = False
+    # vLLM's defaults: stream_options given at all asks for the usage unless it says include_usage false.
+    include_usage: StrictBool | None = True
     continuous_usage_stats: StrictBool | None = False
 
 
@@ -25,12 +26,14 @@ class _Common(BaseModel):
     model: StrictStr | None = None
     stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    min_tokens: StrictInt = Field(0, ge=0)
+    # Whole numbers as vLLM's request models read them (pydantic's lax mode): "1" is 1, "1.5" and "ten" are refused.
+    # A gateway that can only add strings to a body (Kong's request-transformer: "priority": "1") relies on it.
+    max_tokens: int | None = Field(None, ge=1)
+    min_tokens: int = Field(0, ge=0)
     ignore_eos: StrictBool = False
-    priority: StrictInt = 0
+    priority: int = 0
     cache_salt: str | None = None
-    n: StrictInt | None = 1
+    n: int | None = 1
 
     @model_validator(mode="before")
     @classmethod
@@ -68,7 +71,7 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
 
     def output_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

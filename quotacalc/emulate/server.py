@@ -49,17 +49,25 @@ class ServerOptions:
 
 
 class ApiError(Exception):
-    """An OpenAI-shaped error response, as vLLM's ErrorResponse."""
+    """An OpenAI-shaped error response, as vLLM's ErrorResponse: ``{"error": {message, type, param, code}}``, the
+    HTTP status as the code (vllm/entrypoints/openai/protocol.py ErrorInfo)."""
 
     def __init__(self, message: str, *, status: int = 400, kind: str = "BadRequestError", param: str | None = None):
         super().__init__(message)
         self.message, self.status, self.kind, self.param = message, status, kind, param
 
+    @classmethod
+    def validation(cls, message: str, *, parameter: str, value: Any) -> ApiError:
+        """A check of the request against the engine (vLLM's _validate_input raises a VLLMValidationError): its
+        message ends with the parameter and value, as VLLMValidationError.__str__ writes them
+        (vllm/exceptions.py), and the parameter is the error's param."""
+        return cls(f"{message} (parameter={parameter}, value={value})", param=parameter)
+
     def body(self) -> dict[str, Any]:
-        return {"object": "error", "message": self.message, "type": self.kind, "param": self.param, "code": self.status}
+        return {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
 
     def response(self) -> web.Response:
-        return web.json_response(self.body(), status=self.status)
+        return web.json_response({"error": self.body()}, status=self.status)
 
 
 class Replica:
@@ -179,11 +187,12 @@ class Emulator:
         if limit is None:
             limit = room
         elif prompt_tokens + limit > engine.max_model_len:
-            raise ApiError(
-                f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
-                f"{prompt_tokens + limit} tokens ({prompt_tokens} in the messages, {limit} in the completion). "
-                "Please reduce the length of the messages or completion.",
-                param="max_tokens",
+            raise ApiError.validation(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This model's maximum context "
+                f"length is {engine.max_model_len} tokens and your request has {prompt_tokens} input tokens "
+                f"({limit} > {engine.max_model_len} - {prompt_tokens}).",
+                parameter="max_tokens",
+                value=limit,
             )
         if request.min_tokens > limit:
             raise ApiError(
@@ -206,10 +215,11 @@ class Emulator:
                 param="messages" if isinstance(request, ChatRequest) else "prompt",
             )
         if prompt_tokens >= engine.max_model_len:
-            raise ApiError(
+            raise ApiError.validation(
                 f"This model's maximum context length is {engine.max_model_len} tokens. However, your request has "
                 f"{prompt_tokens} input tokens. Please reduce the length of the input messages.",
-                param="messages" if isinstance(request, ChatRequest) else "prompt",
+                parameter="input_tokens",
+                value=prompt_tokens,
             )
         if request.priority != 0 and not engine.priority_policy:
             raise ApiError(f"Got priority {request.priority} but Priority scheduling is not enabled.", param="priority")
@@ -277,6 +287,17 @@ def _filler(start: int, count: int) -> str:
     return "".join(FILLER[(start + i) % len(FILLER)] for i in range(count))
 
 
+def from_loopback(remote: str | None) -> bool:
+    """Whether a peer address is the loopback: the TCP peer, never a forwarding header a client can write. An
+    IPv4 peer on a dual-stack socket arrives mapped (``::ffff:127.0.0.1``); a Unix socket's peer has no address."""
+    try:
+        address = ipaddress.ip_address((remote or "").split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
 class Handlers:
     def __init__(self, emulator: Emulator) -> None:
         self.emulator = emulator
@@ -314,12 +335,7 @@ class Handlers:
         return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def fail(self, request: web.Request) -> web.Response:
-        remote = request.remote or ""
-        try:
-            loopback = ipaddress.ip_address(remote.split("%")[0]).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
+        if not from_loopback(request.remote):
             return ApiError(
                 "the admin endpoint answers the loopback only", status=403, kind="ForbiddenError"
             ).response()
@@ -406,6 +422,15 @@ class Handlers:
         ident = f"chatcmpl-{uuid.uuid4().hex}" if chat else f"cmpl-{uuid.uuid4().hex}"
         kind = "chat.completion.chunk" if chat else "text_completion"
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        # vLLM gives every chunk the usage so far only where the last chunk has it too.
+        continuous = include_usage and bool(body.stream_options.continuous_usage_stats)
+        prompt_tokens = sequence.prompt_tokens
+
+        def running(completion_tokens: int) -> dict[str, Any] | None:
+            if not continuous:
+                return None
+            return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                    "completion_tokens": completion_tokens}  # fmt: skip
 
         def chunk(choice: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> bytes:
             document: dict[str, Any] = {"id": ident, "object": kind, "created": created, "model": model,
@@ -423,7 +448,7 @@ class Handlers:
                       for text in FILLER]  # fmt: skip
         if chat:
             first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            await response.write(chunk(first))
+            await response.write(chunk(first, running(0)))
         sent = 0
         while True:
             await event.wait()
@@ -445,7 +470,15 @@ class Handlers:
                     else:
                         choice = {"index": 0, "text": text, "logprobs": None,
                                   "finish_reason": sequence.finish_reason, "stop_reason": None}  # fmt: skip
-                    out.append(chunk(choice))
+                    out.append(chunk(choice, running(sent + 1)))
+                elif continuous:
+                    text = FILLER[sent % len(FILLER)]
+                    if chat:
+                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None,
+                                  "stop_reason": None}  # fmt: skip
+                    out.append(chunk(choice, running(sent + 1)))
                 else:
                     out.append(tokens[sent % len(FILLER)])
                 sent += 1

@@ -57,13 +57,26 @@ def long_context_lines(
     return lines
 
 
-def unsent_priority_effect(policy: QuotaPolicy) -> str:
+def unsent_priority_effect(policy: QuotaPolicy, tenants: Collection[str] | None = None) -> str:
     """What becomes of the tiers' order where a target sends no ``priority``: each engine's default for a request
     without one (vLLM: 0, ``priority`` in its OpenAI request models, lower runs first; SGLang: the
     ``default-priority-value`` the sglang target writes, the least urgent tier's), on the pools whose engine
-    schedules by priority."""
+    schedules by priority. ``tenants``: where only these go without one, only the pools they may call count."""
     by_priority = sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name))
     scheduled = [pool for pool in policy.pools if pool.engine.scheduling_policy == "priority"]
+    who = "every tenant of this target"
+    if tenants is not None and by_priority and scheduled:
+        reached = {
+            name
+            for tenant in policy.tenants
+            if tenant.name in tenants
+            for name in (tenant.pool, tenant.long_context_pool)
+            if name is not None
+        }
+        scheduled = [pool for pool in scheduled if pool.name in reached]
+        if not scheduled:
+            return "none of their pools' engines schedules by priority, so no tier's order is lost."
+        who = "each of them"
     if not by_priority or not scheduled:
         return "no pool's engine schedules by priority, so no tier's order is lost."
     top, least = by_priority[0], by_priority[-1]
@@ -73,11 +86,10 @@ def unsent_priority_effect(policy: QuotaPolicy) -> str:
     if vllm:
         # Tier priorities are at least 0 (plan.Tier), so vLLM's default is never behind a tier.
         rank = (
-            f"the most urgent tier's ({urgent}): every tenant of this target runs as urgently as {urgent} there, "
-            "whatever its tier"
+            f"the most urgent tier's ({urgent}): {who} runs as urgently as {urgent} there, whatever its tier"
             if top.priority == 0
-            else f"ahead of every tier (the most urgent, {top.name}, is {top.priority}): every tenant of this "
-            "target runs before any request sent with a tier's priority, whatever its tier"
+            else f"ahead of every tier (the most urgent, {top.name}, is {top.priority}): {who} runs before any "
+            "request sent with a tier's priority, whatever its tier"
         )
         said.append(
             f"on pools {', '.join(vllm)}, whose vLLM schedules by priority, a request without one takes vLLM's "
@@ -88,8 +100,8 @@ def unsent_priority_effect(policy: QuotaPolicy) -> str:
     if sglang:
         said.append(
             f"on pools {', '.join(sglang)}, whose SGLang schedules by priority, a request without one takes "
-            f"default-priority-value {least.priority}, the least urgent tier's ({least.name}): every tenant of this "
-            f"target runs as {least.name} there, whatever its tier"
+            f"default-priority-value {least.priority}, the least urgent tier's ({least.name}): {who} runs as "
+            f"{least.name} there, whatever its tier"
         )
     other = sorted(
         f"{pool.name} ({pool.serving_engine})"

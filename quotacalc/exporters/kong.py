@@ -288,7 +288,7 @@ def _limits(policy: QuotaPolicy, edition: str = ENTERPRISE) -> tuple[str, ...]:
     if unsent:
         limits.append(
             f"Priority: not sent for {', '.join(unsent)}, a pool of theirs schedules fcfs (vLLM rejects a non-zero "
-            "priority there; a client's is removed); " + unsent_priority_effect(policy)
+            "priority there; a client's is removed); " + unsent_priority_effect(policy, unsent)
         )
     limits += prompt_length_lines(
         policy,

@@ -248,8 +248,8 @@ def refuse_scenario(document: object, path: str) -> None:
         raise QuotacalcError(
             "is a simulate scenario, not a plan",
             source=path,
-            fix=f"run quotacalc simulate {path}; give price, size, check and generate the plan its plan key names or "
-            "holds",
+            fix=f"run quotacalc simulate {path}; give price, size, check, generate and emulate the plan its plan key "
+            "names or holds",
         )
 
 
