@@ -440,12 +440,7 @@ class Handlers:
             return b"data: " + json.dumps(document, separators=(",", ":")).encode() + b"\n\n"
 
         # Each filler token's chunk serialised once: the per-token cost is most of the server's work under load.
-        if chat:
-            tokens = [chunk({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None})
-                      for text in FILLER]  # fmt: skip
-        else:
-            tokens = [chunk({"index": 0, "text": text, "logprobs": None, "finish_reason": None, "stop_reason": None})
-                      for text in FILLER]  # fmt: skip
+        tokens = [chunk(_token_choice(text, chat=chat)) for text in FILLER]
         if chat:
             first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
             await response.write(chunk(first, running(0)))
@@ -462,22 +457,10 @@ class Handlers:
                 break
             out = []
             while sent < produced:
-                if sent + 1 == produced and sequence.state == FINISHED:
-                    text = FILLER[sent % len(FILLER)]
-                    if chat:
-                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
-                                  "finish_reason": sequence.finish_reason, "stop_reason": None}  # fmt: skip
-                    else:
-                        choice = {"index": 0, "text": text, "logprobs": None,
-                                  "finish_reason": sequence.finish_reason, "stop_reason": None}  # fmt: skip
-                    out.append(chunk(choice, running(sent + 1)))
-                elif continuous:
-                    text = FILLER[sent % len(FILLER)]
-                    if chat:
-                        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
-                    else:
-                        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None,
-                                  "stop_reason": None}  # fmt: skip
+                last = sent + 1 == produced and sequence.state == FINISHED
+                if last or continuous:
+                    finish = sequence.finish_reason if last else None
+                    choice = _token_choice(FILLER[sent % len(FILLER)], chat=chat, finish_reason=finish)
                     out.append(chunk(choice, running(sent + 1)))
                 else:
                     out.append(tokens[sent % len(FILLER)])
@@ -491,6 +474,21 @@ class Handlers:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _token_choice(text: str, *, chat: bool, finish_reason: str | None = None) -> dict[str, Any]:
+    """One streamed token's choice, as vLLM writes it: a chat delta names its stop reason only when it finishes."""
+    if chat:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": {"content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        if finish_reason is not None:
+            choice["stop_reason"] = None
+        return choice
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
 
 
 @web.middleware
