@@ -31,6 +31,7 @@ RANKS = {
     "inputs": 3,
     "exporters": 4,
     "sim": 4,
+    "fleet": 4,
     "render": 4,
     "cli": 5,
 }

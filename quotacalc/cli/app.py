@@ -560,6 +560,13 @@ commands.declare(
     options=_options_no_context,
 )
 
+# The body lives in cli/fleet.py (DuckDB, SQLGlot and the engines are imported only when fleet runs).
+commands.declare(
+    "fleet",
+    "quotacalc.cli.fleet:fleet_command",
+    summary="Measure peaks, tenants over contract and the oversubscription ratio from usage logs, and record the ratio.",
+)
+
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""

@@ -1,0 +1,352 @@
+"""The one aggregation: canonical request rows in, per-window peaks and p99s of every tenant and of the fleet out.
+
+Written once, in DuckDB's SQL, and transpiled with SQLGlot to Postgres and Spark SQL, so the three engines run
+the same query and give the same figures on the same rows. It reads a relation named ``fleet_requests`` with
+the canonical columns (``CANONICAL_COLUMNS``), which each source format provides (``sources``).
+
+How a request loads a window, without one row per request and window: a request spread over its duration
+carries ``rate = units / (end − start)`` units/s. In the windows it covers whole it adds ``rate``; in its first
+and last windows it adds the part of its units that falls inside them. So each request gives at most four
+rows per window size: the two partial amounts, ``+rate`` at the window after its first and ``−rate`` at its last.
+A running sum of the rate changes over each tenant's windows (and the fleet's) gives the rate every window holds
+whole; the windows between two that carry rows hold that rate unchanged. The work grows with the requests, not
+with their durations or the number of windows. A request counted at its start (``--attribution start``, or a
+log without end times) puts all its units in the window of its start.
+
+The weights (W, the cached-prompt weight, the prompt-length charge) are not derived here: the caller passes each
+tenant's ``UnitWeights`` from the canonical policy, and they enter the query as literals. The arithmetic is
+``UnitWeights.request_units``, in SQL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: The columns every source gives the aggregation, with their SQL types (DuckDB's spelling).
+CANONICAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("request_id", "VARCHAR"),  # NULL where the log has no request id: such rows are never duplicates
+    ("tenant", "VARCHAR"),
+    ("start_s", "DOUBLE"),  # seconds since the Unix epoch, UTC; NULL where the time does not parse
+    ("first_token_s", "DOUBLE"),  # NULL where the log has none
+    ("end_s", "DOUBLE"),  # the start where the log has no end or duration
+    ("prompt_tokens", "DOUBLE"),  # NULL where the count does not parse as a number
+    ("cached_tokens", "DOUBLE"),
+    ("output_tokens", "DOUBLE"),
+    ("max_tokens", "DOUBLE"),  # the output the request asked for; NULL where the log does not say
+    ("malformed", "BOOLEAN"),  # a line that is not a JSON object (line formats only)
+)
+
+#: Why a row is not used, in the order the checks run (a row is counted under the first that applies).
+REJECT_REASONS: tuple[str, ...] = (
+    "malformed_record",
+    "missing_tenant",
+    "unparsable_time",
+    "end_before_start",
+    "time_out_of_order",
+    "negative_tokens",
+    "non_integer_tokens",
+    "cached_above_prompt",
+    "duplicate_request_id",
+)
+
+#: The nearest-rank percentile reported beside each peak.
+PERCENTILE = 0.99
+
+
+@dataclass(frozen=True)
+class TenantWeights:
+    """A tenant's unit weights on the pool measured, and which of its prompts that pool serves.
+
+    ``prompt_above``/``prompt_at_most``: the pool serves prompts of more than ``prompt_above`` and at most
+    ``prompt_at_most`` tokens (None: no bound); the tenant's other requests load another pool."""
+
+    tenant: str | None
+    prompt: float
+    prompt_per_prompt_token: float
+    cached_prompt: float
+    output: float
+    prompt_above: float | None = None
+    prompt_at_most: float | None = None
+
+
+@dataclass(frozen=True)
+class AggregationParams:
+    """What the query needs besides the rows."""
+
+    windows_s: tuple[float, ...]
+    spread: bool
+    #: Tenants of the plan; a tenant in the log but not here is charged ``default``.
+    tenants: tuple[TenantWeights, ...]
+    default: TenantWeights
+    #: The window whose load over time is returned too (for --plot); None: no series.
+    series_window_s: float | None = None
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "CAST(NULL AS DOUBLE)"
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value}")
+    return f"CAST({float(value)!r} AS DOUBLE)"
+
+
+def _text(value: str | None) -> str:
+    if value is None:
+        return "CAST(NULL AS VARCHAR)"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _weights_row(weights: TenantWeights) -> str:
+    values = (
+        _text(weights.tenant),
+        _number(weights.prompt),
+        _number(weights.prompt_per_prompt_token),
+        _number(weights.cached_prompt),
+        _number(weights.output),
+        _number(weights.prompt_above),
+        _number(weights.prompt_at_most),
+    )
+    return "(" + ", ".join(values) + ")"
+
+
+def aggregation_sql(params: AggregationParams) -> str:
+    """The query, in DuckDB's dialect, over a relation ``fleet_requests``."""
+    if not params.windows_s:
+        raise ValueError("at least one window")
+    # The default row (tenant NULL) never matches the join: it gives the columns their types when the plan has none.
+    weights = ",\n    ".join(_weights_row(w) for w in (*params.tenants, TenantWeights(None, 0, 0, 0, 0)))
+    windows = ", ".join(f"({_number(w)})" for w in params.windows_s)
+    d = params.default
+
+    def weight(column: str, value: float | None) -> str:
+        return f"COALESCE(w.{column}, {_number(value)})"
+
+    # A tenant of the plan has its own routing bounds (NULL: none); one not in it, the default's.
+    above = f"CASE WHEN w.tenant IS NULL THEN {_number(d.prompt_above)} ELSE w.prompt_above END"
+    at_most = f"CASE WHEN w.tenant IS NULL THEN {_number(d.prompt_at_most)} ELSE w.prompt_at_most END"
+    end = "u.end_s" if params.spread else "u.start_s"
+    series = ""
+    if params.series_window_s is not None:
+        sw = _number(params.series_window_s)
+        series = f"""
+UNION ALL
+SELECT 'series', window_s, tenant, CAST(NULL AS VARCHAR), CAST(k AS DOUBLE), rate_after + point_units / window_s,
+       rate_after, CAST(next_k AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM tenant_levels WHERE window_s = {sw}
+UNION ALL
+SELECT 'series', window_s, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(k AS DOUBLE),
+       rate_after + point_units / window_s, rate_after, CAST(next_k AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM fleet_levels WHERE window_s = {sw}"""
+    return f"""WITH
+fleet_weights AS (
+  SELECT * FROM (VALUES
+    {weights}
+  ) AS t(tenant, w_prompt, w_prompt_per_prompt_token, w_cached, w_output, prompt_above, prompt_at_most)
+),
+fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(window_s)),
+fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2), (3)) AS t(part)),
+classified AS (
+  SELECT r.*, CASE
+    WHEN r.malformed THEN 'malformed_record'
+    WHEN r.tenant IS NULL OR TRIM(r.tenant) = '' THEN 'missing_tenant'
+    WHEN r.start_s IS NULL OR r.end_s IS NULL THEN 'unparsable_time'
+    WHEN r.end_s < r.start_s THEN 'end_before_start'
+    WHEN r.first_token_s IS NOT NULL AND (r.first_token_s < r.start_s OR r.first_token_s > r.end_s)
+      THEN 'time_out_of_order'
+    WHEN r.prompt_tokens < 0 OR r.cached_tokens < 0 OR r.output_tokens < 0 OR r.max_tokens < 0 THEN 'negative_tokens'
+    WHEN r.prompt_tokens IS NULL OR r.cached_tokens IS NULL OR r.output_tokens IS NULL
+      OR r.prompt_tokens <> FLOOR(r.prompt_tokens) OR r.cached_tokens <> FLOOR(r.cached_tokens)
+      OR r.output_tokens <> FLOOR(r.output_tokens) THEN 'non_integer_tokens'
+    WHEN r.cached_tokens > r.prompt_tokens THEN 'cached_above_prompt'
+    ELSE CAST(NULL AS VARCHAR)
+  END AS problem
+  FROM fleet_requests AS r
+),
+ranked AS (
+  SELECT c.*, ROW_NUMBER() OVER (
+    PARTITION BY c.request_id
+    ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
+  ) AS copy_number
+  FROM classified AS c
+  WHERE c.problem IS NULL
+),
+kept AS (SELECT * FROM ranked WHERE request_id IS NULL OR copy_number = 1),
+priced AS (
+  SELECT
+    u.tenant,
+    u.start_s,
+    {end} AS end_s,
+    u.output_tokens,
+    u.max_tokens,
+    GREATEST(u.prompt_tokens - u.cached_tokens, 0)
+      * ({weight("w_prompt", d.prompt)} + {weight("w_prompt_per_prompt_token", d.prompt_per_prompt_token)} * u.prompt_tokens)
+      + u.cached_tokens * {weight("w_cached", d.cached_prompt)}
+      + u.output_tokens * {weight("w_output", d.output)} AS units,
+    CASE WHEN ({above}) IS NOT NULL AND u.prompt_tokens <= ({above}) THEN FALSE
+         WHEN ({at_most}) IS NOT NULL AND u.prompt_tokens > ({at_most}) THEN FALSE
+         ELSE TRUE END AS in_pool
+  FROM kept AS u
+  LEFT JOIN fleet_weights AS w ON w.tenant = u.tenant
+),
+loaded AS (SELECT * FROM priced WHERE in_pool),
+events AS (
+  SELECT l.tenant, win.window_s, l.start_s, l.end_s, l.units,
+    CAST(FLOOR(l.start_s / win.window_s) AS BIGINT) AS ks,
+    CAST(FLOOR(l.end_s / win.window_s) AS BIGINT) AS ke
+  FROM loaded AS l CROSS JOIN fleet_windows AS win
+),
+pieces AS (
+  SELECT e.tenant, e.window_s,
+    CASE p.part WHEN 0 THEN e.ks WHEN 1 THEN e.ke WHEN 2 THEN e.ks + 1 ELSE e.ke END AS k,
+    CASE
+      WHEN p.part = 0 AND e.ks = e.ke THEN e.units
+      WHEN p.part = 0 THEN e.units / NULLIF(e.end_s - e.start_s, 0) * ((e.ks + 1) * e.window_s - e.start_s)
+      WHEN p.part = 1 THEN e.units / NULLIF(e.end_s - e.start_s, 0) * (e.end_s - e.ke * e.window_s)
+      ELSE CAST(0 AS DOUBLE)
+    END AS point_units,
+    CASE
+      WHEN p.part = 2 THEN e.units / NULLIF(e.end_s - e.start_s, 0)
+      WHEN p.part = 3 THEN -(e.units / NULLIF(e.end_s - e.start_s, 0))
+      ELSE CAST(0 AS DOUBLE)
+    END AS rate_change
+  FROM events AS e CROSS JOIN fleet_parts AS p
+  WHERE p.part = 0 OR e.ks < e.ke
+),
+period AS (
+  SELECT window_s, MIN(ks) AS first_k, MAX(ke) AS last_k, MAX(ke) - MIN(ks) + 1 AS windows_total
+  FROM events GROUP BY window_s
+),
+tenant_cells AS (
+  SELECT window_s, tenant, k, SUM(point_units) AS point_units, SUM(rate_change) AS rate_change
+  FROM pieces GROUP BY window_s, tenant, k
+),
+tenant_levels AS (
+  SELECT window_s, tenant, k, point_units,
+    SUM(rate_change) OVER (
+      PARTITION BY window_s, tenant ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS rate_after,
+    LEAD(k) OVER (PARTITION BY window_s, tenant ORDER BY k) AS next_k
+  FROM tenant_cells
+),
+tenant_values AS (
+  SELECT window_s, tenant, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
+  FROM tenant_levels
+  UNION ALL
+  SELECT window_s, tenant, rate_after, next_k - k - 1 FROM tenant_levels WHERE next_k > k + 1
+),
+tenant_all AS (
+  SELECT window_s, tenant, units_per_s, windows FROM tenant_values
+  UNION ALL
+  SELECT v.window_s, v.tenant, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
+  FROM tenant_values AS v JOIN period AS p ON p.window_s = v.window_s
+  GROUP BY v.window_s, v.tenant
+  HAVING MAX(p.windows_total) - SUM(v.windows) > 0
+),
+tenant_ranked AS (
+  SELECT a.window_s, a.tenant, a.units_per_s, p.windows_total,
+    SUM(a.windows) OVER (
+      PARTITION BY a.window_s, a.tenant ORDER BY a.units_per_s ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS cumulative
+  FROM tenant_all AS a JOIN period AS p ON p.window_s = a.window_s
+),
+tenant_stats AS (
+  SELECT window_s, tenant, MAX(units_per_s) AS peak,
+    MIN(CASE WHEN cumulative >= CEIL({PERCENTILE!r} * windows_total) THEN units_per_s END) AS p99
+  FROM tenant_ranked GROUP BY window_s, tenant
+),
+fleet_cells AS (
+  SELECT window_s, k, SUM(point_units) AS point_units, SUM(rate_change) AS rate_change
+  FROM pieces GROUP BY window_s, k
+),
+fleet_levels AS (
+  SELECT window_s, k, point_units,
+    SUM(rate_change) OVER (PARTITION BY window_s ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+      AS rate_after,
+    LEAD(k) OVER (PARTITION BY window_s ORDER BY k) AS next_k
+  FROM fleet_cells
+),
+fleet_values AS (
+  SELECT window_s, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
+  FROM fleet_levels
+  UNION ALL
+  SELECT window_s, rate_after, next_k - k - 1 FROM fleet_levels WHERE next_k > k + 1
+),
+fleet_all AS (
+  SELECT window_s, units_per_s, windows FROM fleet_values
+  UNION ALL
+  SELECT v.window_s, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
+  FROM fleet_values AS v JOIN period AS p ON p.window_s = v.window_s
+  GROUP BY v.window_s
+  HAVING MAX(p.windows_total) - SUM(v.windows) > 0
+),
+fleet_ranked AS (
+  SELECT a.window_s, a.units_per_s, p.windows_total, p.first_k,
+    SUM(a.windows) OVER (
+      PARTITION BY a.window_s ORDER BY a.units_per_s ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS cumulative
+  FROM fleet_all AS a JOIN period AS p ON p.window_s = a.window_s
+),
+fleet_stats AS (
+  SELECT window_s, MAX(units_per_s) AS peak,
+    MIN(CASE WHEN cumulative >= CEIL({PERCENTILE!r} * windows_total) THEN units_per_s END) AS p99,
+    MAX(windows_total) AS windows_total, MAX(first_k) AS first_k
+  FROM fleet_ranked GROUP BY window_s
+)
+SELECT 'read' AS kind, CAST(NULL AS DOUBLE) AS window_s, CAST(NULL AS VARCHAR) AS tenant,
+       CAST(NULL AS VARCHAR) AS label, CAST(COUNT(*) AS DOUBLE) AS a, CAST(NULL AS DOUBLE) AS b,
+       CAST(NULL AS DOUBLE) AS c, CAST(NULL AS DOUBLE) AS d, CAST(NULL AS DOUBLE) AS e
+FROM fleet_requests
+UNION ALL
+SELECT 'rejected', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), problem, CAST(COUNT(*) AS DOUBLE),
+       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM classified WHERE problem IS NOT NULL GROUP BY problem
+UNION ALL
+SELECT 'rejected', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), 'duplicate_request_id', CAST(COUNT(*) AS DOUBLE),
+       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM ranked WHERE request_id IS NOT NULL AND copy_number > 1
+UNION ALL
+SELECT 'other_pool', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(COUNT(*) AS DOUBLE),
+       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM priced WHERE NOT in_pool
+UNION ALL
+SELECT 'usage', CAST(NULL AS DOUBLE), tenant, CAST(NULL AS VARCHAR), SUM(units), CAST(COUNT(*) AS DOUBLE),
+       SUM(CASE WHEN max_tokens IS NOT NULL THEN max_tokens END),
+       SUM(CASE WHEN max_tokens IS NOT NULL THEN output_tokens END),
+       CAST(SUM(CASE WHEN max_tokens IS NOT NULL THEN 1 ELSE 0 END) AS DOUBLE)
+FROM loaded GROUP BY tenant
+UNION ALL
+SELECT 'period', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), MIN(start_s), MAX(end_s),
+       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM loaded
+UNION ALL
+SELECT 'tenant', window_s, tenant, CAST(NULL AS VARCHAR), peak, p99, CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE),
+       CAST(NULL AS DOUBLE)
+FROM tenant_stats
+UNION ALL
+SELECT 'fleet', window_s, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), peak, p99, CAST(windows_total AS DOUBLE),
+       CAST(first_k AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM fleet_stats{series}
+"""
+
+
+#: Engines the query is written for, by SQLGlot's dialect name.
+DIALECTS = ("duckdb", "postgres", "spark")
+
+
+def transpile(sql: str, dialect: str) -> str:
+    """``sql`` (DuckDB's dialect) in ``dialect``'s."""
+    if dialect == "duckdb":
+        return sql
+    import sqlglot
+
+    return sqlglot.transpile(sql, read="duckdb", write=dialect, pretty=True)[0]
+
+
+def with_source(source_sql: str, aggregation: str) -> str:
+    """The aggregation over ``source_sql`` (a SELECT of the canonical columns, in the same dialect): the source
+    becomes the first common table expression, ``fleet_requests``, so the whole runs as one statement."""
+    body = aggregation.lstrip()
+    if not body.upper().startswith("WITH"):
+        raise ValueError("the aggregation starts with WITH")
+    return f"WITH fleet_requests AS (\n{source_sql}\n),\n{body[4:].lstrip()}"
