@@ -182,15 +182,17 @@ def run_postgres(url: str, fields: dict[str, str], sql: str, table: str = LITELL
     try:
         with psycopg.connect(url, connect_timeout=10) as connection, connection.cursor() as cursor:
             connection.read_only = True
+            # The catalog, not information_schema: a role without SELECT on the table still sees its columns, and
+            # the query then fails saying so.
+            quoted = '"' + table.replace('"', '""') + '"'
             cursor.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = %s AND "
-                "table_schema = ANY(current_schemas(false))",
-                (table,),
+                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+                (quoted,),
             )
             columns = [row[0] for row in cursor.fetchall()]
             if not columns:
                 raise QuotacalcError(
-                    f'no table "{table}" (or no permission to see it)',
+                    f'no table "{table}"',
                     source=shown,
                     fix="point --from at LiteLLM's database, or grant SELECT on the table",
                 )
