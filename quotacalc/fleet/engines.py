@@ -224,6 +224,7 @@ def spark_session(master: str = "local[2]"):
         .appName("quotacalc-fleet")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .getOrCreate()
     )
