@@ -116,7 +116,7 @@ def aggregation_sql(params: AggregationParams) -> str:
         raise ValueError("at least one window")
     # The default row (tenant NULL) never matches the join: it gives the columns their types when the plan has none.
     weights = ",\n    ".join(_weights_row(w) for w in (*params.tenants, TenantWeights(None, 0, 0, 0, 0)))
-    windows = ", ".join(f"({_number(w)})" for w in params.windows_s)
+    windows = ", ".join(f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s))
     d = params.default
 
     def weight(column: str, value: float | None) -> str:
@@ -131,9 +131,9 @@ def aggregation_sql(params: AggregationParams) -> str:
         sw = _number(params.series_window_s)
         series = f"""
 UNION ALL
-SELECT 'series', window_s, tenant, CAST(NULL AS VARCHAR), CAST(k AS DOUBLE), rate_after + point_units / window_s,
-       rate_after, CAST(next_k AS DOUBLE), CAST(NULL AS DOUBLE)
-FROM tenant_levels WHERE window_s = {sw}
+SELECT 'series', l.window_s, i.tenant, CAST(NULL AS VARCHAR), CAST(l.k AS DOUBLE),
+       l.rate_after + l.point_units / l.window_s, l.rate_after, CAST(l.next_k AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM tenant_levels AS l JOIN tenant_ids AS i ON i.tenant_id = l.tenant_id WHERE l.window_s = {sw}
 UNION ALL
 SELECT 'series', window_s, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(k AS DOUBLE),
        rate_after + point_units / window_s, rate_after, CAST(next_k AS DOUBLE), CAST(NULL AS DOUBLE)
@@ -144,7 +144,7 @@ fleet_weights AS (
     {weights}
   ) AS t(tenant, w_prompt, w_prompt_per_prompt_token, w_cached, w_output, prompt_above, prompt_at_most)
 ),
-fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(window_s)),
+fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(w, window_s)),
 fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2), (3)) AS t(part)),
 classified AS (
   SELECT r.*, CASE
@@ -163,16 +163,15 @@ classified AS (
   END AS problem
   FROM fleet_requests AS r
 ),
-ranked AS (
-  SELECT c.*, ROW_NUMBER() OVER (
-    PARTITION BY c.request_id
-    ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
-  ) AS copy_number
+ranked AS MATERIALIZED (
+  SELECT c.tenant, c.start_s, c.end_s, c.prompt_tokens, c.cached_tokens, c.output_tokens, c.max_tokens,
+    COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
+      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
+      ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
+    ) > 1 THEN 'duplicate_request_id' END) AS reason
   FROM classified AS c
-  WHERE c.problem IS NULL
 ),
-kept AS (SELECT * FROM ranked WHERE request_id IS NULL OR copy_number = 1),
-priced AS (
+priced AS MATERIALIZED (
   SELECT
     u.tenant,
     u.start_s,
@@ -186,18 +185,22 @@ priced AS (
     CASE WHEN ({above}) IS NOT NULL AND u.prompt_tokens <= ({above}) THEN FALSE
          WHEN ({at_most}) IS NOT NULL AND u.prompt_tokens > ({at_most}) THEN FALSE
          ELSE TRUE END AS in_pool
-  FROM kept AS u
+  FROM ranked AS u
   LEFT JOIN fleet_weights AS w ON w.tenant = u.tenant
+  WHERE u.reason IS NULL
 ),
 loaded AS (SELECT * FROM priced WHERE in_pool),
+tenant_ids AS MATERIALIZED (
+  SELECT tenant, ROW_NUMBER() OVER (ORDER BY tenant) AS tenant_id FROM (SELECT DISTINCT tenant FROM loaded) AS t
+),
 events AS (
-  SELECT l.tenant, win.window_s, l.start_s, l.end_s, l.units,
+  SELECT i.tenant_id, win.w, win.window_s, l.start_s, l.end_s, l.units,
     CAST(FLOOR(l.start_s / win.window_s) AS BIGINT) AS ks,
     CAST(FLOOR(l.end_s / win.window_s) AS BIGINT) AS ke
-  FROM loaded AS l CROSS JOIN fleet_windows AS win
+  FROM loaded AS l JOIN tenant_ids AS i ON i.tenant = l.tenant CROSS JOIN fleet_windows AS win
 ),
-pieces AS (
-  SELECT e.tenant, e.window_s,
+pieces AS MATERIALIZED (
+  SELECT e.tenant_id, e.w, e.window_s,
     CASE p.part WHEN 0 THEN e.ks WHEN 1 THEN e.ke WHEN 2 THEN e.ks + 1 ELSE e.ke END AS k,
     CASE
       WHEN p.part = 0 AND e.ks = e.ke THEN e.units
@@ -213,98 +216,99 @@ pieces AS (
   FROM events AS e CROSS JOIN fleet_parts AS p
   WHERE p.part = 0 OR e.ks < e.ke
 ),
-period AS (
-  SELECT window_s, MIN(ks) AS first_k, MAX(ke) AS last_k, MAX(ke) - MIN(ks) + 1 AS windows_total
-  FROM events GROUP BY window_s
+period AS MATERIALIZED (
+  SELECT w, MIN(k) AS first_k, MAX(k) AS last_k, MAX(k) - MIN(k) + 1 AS windows_total
+  FROM pieces GROUP BY w
 ),
 tenant_cells AS (
-  SELECT window_s, tenant, k, SUM(point_units) AS point_units, SUM(rate_change) AS rate_change
-  FROM pieces GROUP BY window_s, tenant, k
+  SELECT w, tenant_id, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units,
+    SUM(rate_change) AS rate_change
+  FROM pieces GROUP BY w, tenant_id, k
 ),
-tenant_levels AS (
-  SELECT window_s, tenant, k, point_units,
+tenant_levels AS MATERIALIZED (
+  SELECT w, tenant_id, k, window_s, point_units,
     SUM(rate_change) OVER (
-      PARTITION BY window_s, tenant ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+      PARTITION BY w, tenant_id ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
     ) AS rate_after,
-    LEAD(k) OVER (PARTITION BY window_s, tenant ORDER BY k) AS next_k
+    LEAD(k) OVER (PARTITION BY w, tenant_id ORDER BY k) AS next_k
   FROM tenant_cells
 ),
-tenant_values AS (
-  SELECT window_s, tenant, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
+tenant_values AS MATERIALIZED (
+  SELECT w, tenant_id, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
   FROM tenant_levels
   UNION ALL
-  SELECT window_s, tenant, rate_after, next_k - k - 1 FROM tenant_levels WHERE next_k > k + 1
+  SELECT w, tenant_id, rate_after, next_k - k - 1 FROM tenant_levels WHERE next_k > k + 1
 ),
 tenant_all AS (
-  SELECT window_s, tenant, units_per_s, windows FROM tenant_values
+  SELECT w, tenant_id, units_per_s, windows FROM tenant_values
   UNION ALL
-  SELECT v.window_s, v.tenant, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
-  FROM tenant_values AS v JOIN period AS p ON p.window_s = v.window_s
-  GROUP BY v.window_s, v.tenant
+  SELECT v.w, v.tenant_id, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
+  FROM tenant_values AS v JOIN period AS p ON p.w = v.w
+  GROUP BY v.w, v.tenant_id
   HAVING MAX(p.windows_total) - SUM(v.windows) > 0
 ),
+tenant_top AS (
+  SELECT a.w, a.tenant_id, a.units_per_s, a.windows,
+    ROW_NUMBER() OVER (PARTITION BY a.w, a.tenant_id ORDER BY a.units_per_s DESC) AS from_top
+  FROM tenant_all AS a
+),
 tenant_ranked AS (
-  SELECT a.window_s, a.tenant, a.units_per_s, p.windows_total,
-    SUM(a.windows) OVER (
-      PARTITION BY a.window_s, a.tenant ORDER BY a.units_per_s ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-    ) AS cumulative
-  FROM tenant_all AS a JOIN period AS p ON p.window_s = a.window_s
+  SELECT t.w, t.tenant_id, t.units_per_s, p.windows_total,
+    SUM(t.windows) OVER (
+      PARTITION BY t.w, t.tenant_id ORDER BY t.units_per_s DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS from_top_windows
+  FROM tenant_top AS t JOIN period AS p ON p.w = t.w
+  WHERE t.from_top <= p.windows_total - CEIL({PERCENTILE!r} * p.windows_total) + 1
 ),
 tenant_stats AS (
-  SELECT window_s, tenant, MAX(units_per_s) AS peak,
-    MIN(CASE WHEN cumulative >= CEIL({PERCENTILE!r} * windows_total) THEN units_per_s END) AS p99
-  FROM tenant_ranked GROUP BY window_s, tenant
+  SELECT r.w, r.tenant_id, MAX(r.units_per_s) AS peak,
+    MAX(CASE WHEN r.from_top_windows >= r.windows_total - CEIL({PERCENTILE!r} * r.windows_total) + 1
+      THEN r.units_per_s END) AS p99
+  FROM tenant_ranked AS r GROUP BY r.w, r.tenant_id
 ),
 fleet_cells AS (
-  SELECT window_s, k, SUM(point_units) AS point_units, SUM(rate_change) AS rate_change
-  FROM pieces GROUP BY window_s, k
+  SELECT w, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units, SUM(rate_change) AS rate_change
+  FROM pieces GROUP BY w, k
 ),
-fleet_levels AS (
-  SELECT window_s, k, point_units,
-    SUM(rate_change) OVER (PARTITION BY window_s ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+fleet_levels AS MATERIALIZED (
+  SELECT w, k, window_s, point_units,
+    SUM(rate_change) OVER (PARTITION BY w ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
       AS rate_after,
-    LEAD(k) OVER (PARTITION BY window_s ORDER BY k) AS next_k
+    LEAD(k) OVER (PARTITION BY w ORDER BY k) AS next_k
   FROM fleet_cells
 ),
-fleet_values AS (
-  SELECT window_s, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
+fleet_values AS MATERIALIZED (
+  SELECT w, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
   FROM fleet_levels
   UNION ALL
-  SELECT window_s, rate_after, next_k - k - 1 FROM fleet_levels WHERE next_k > k + 1
+  SELECT w, rate_after, next_k - k - 1 FROM fleet_levels WHERE next_k > k + 1
 ),
 fleet_all AS (
-  SELECT window_s, units_per_s, windows FROM fleet_values
+  SELECT w, units_per_s, windows FROM fleet_values
   UNION ALL
-  SELECT v.window_s, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
-  FROM fleet_values AS v JOIN period AS p ON p.window_s = v.window_s
-  GROUP BY v.window_s
+  SELECT v.w, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
+  FROM fleet_values AS v JOIN period AS p ON p.w = v.w
+  GROUP BY v.w
   HAVING MAX(p.windows_total) - SUM(v.windows) > 0
 ),
 fleet_ranked AS (
-  SELECT a.window_s, a.units_per_s, p.windows_total, p.first_k,
+  SELECT a.w, a.units_per_s, p.windows_total, p.first_k,
     SUM(a.windows) OVER (
-      PARTITION BY a.window_s ORDER BY a.units_per_s ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-    ) AS cumulative
-  FROM fleet_all AS a JOIN period AS p ON p.window_s = a.window_s
+      PARTITION BY a.w ORDER BY a.units_per_s DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS from_top_windows
+  FROM fleet_all AS a JOIN period AS p ON p.w = a.w
 ),
 fleet_stats AS (
-  SELECT window_s, MAX(units_per_s) AS peak,
-    MIN(CASE WHEN cumulative >= CEIL({PERCENTILE!r} * windows_total) THEN units_per_s END) AS p99,
+  SELECT w, MAX(units_per_s) AS peak,
+    MAX(CASE WHEN from_top_windows >= windows_total - CEIL({PERCENTILE!r} * windows_total) + 1
+      THEN units_per_s END) AS p99,
     MAX(windows_total) AS windows_total, MAX(first_k) AS first_k
-  FROM fleet_ranked GROUP BY window_s
+  FROM fleet_ranked GROUP BY w
 )
-SELECT 'read' AS kind, CAST(NULL AS DOUBLE) AS window_s, CAST(NULL AS VARCHAR) AS tenant,
-       CAST(NULL AS VARCHAR) AS label, CAST(COUNT(*) AS DOUBLE) AS a, CAST(NULL AS DOUBLE) AS b,
+SELECT 'rows' AS kind, CAST(NULL AS DOUBLE) AS window_s, CAST(NULL AS VARCHAR) AS tenant,
+       reason AS label, CAST(COUNT(*) AS DOUBLE) AS a, CAST(NULL AS DOUBLE) AS b,
        CAST(NULL AS DOUBLE) AS c, CAST(NULL AS DOUBLE) AS d, CAST(NULL AS DOUBLE) AS e
-FROM fleet_requests
-UNION ALL
-SELECT 'rejected', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), problem, CAST(COUNT(*) AS DOUBLE),
-       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
-FROM classified WHERE problem IS NOT NULL GROUP BY problem
-UNION ALL
-SELECT 'rejected', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), 'duplicate_request_id', CAST(COUNT(*) AS DOUBLE),
-       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
-FROM ranked WHERE request_id IS NOT NULL AND copy_number > 1
+FROM ranked GROUP BY reason
 UNION ALL
 SELECT 'other_pool', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(COUNT(*) AS DOUBLE),
        CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
@@ -320,13 +324,13 @@ SELECT 'period', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), CAST(NULL AS VARCH
        CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
 FROM loaded
 UNION ALL
-SELECT 'tenant', window_s, tenant, CAST(NULL AS VARCHAR), peak, p99, CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE),
-       CAST(NULL AS DOUBLE)
-FROM tenant_stats
+SELECT 'tenant', win.window_s, i.tenant, CAST(NULL AS VARCHAR), s.peak, s.p99, CAST(NULL AS DOUBLE),
+       CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM tenant_stats AS s JOIN tenant_ids AS i ON i.tenant_id = s.tenant_id JOIN fleet_windows AS win ON win.w = s.w
 UNION ALL
-SELECT 'fleet', window_s, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), peak, p99, CAST(windows_total AS DOUBLE),
-       CAST(first_k AS DOUBLE), CAST(NULL AS DOUBLE)
-FROM fleet_stats{series}
+SELECT 'fleet', win.window_s, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), s.peak, s.p99,
+       CAST(s.windows_total AS DOUBLE), CAST(s.first_k AS DOUBLE), CAST(NULL AS DOUBLE)
+FROM fleet_stats AS s JOIN fleet_windows AS win ON win.w = s.w{series}
 """
 
 
@@ -339,8 +343,13 @@ def transpile(sql: str, dialect: str) -> str:
     if dialect == "duckdb":
         return sql
     import sqlglot
+    from sqlglot import exp
 
-    return sqlglot.transpile(sql, read="duckdb", write=dialect, pretty=True)[0]
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    if dialect == "spark":  # Spark SQL has no MATERIALIZED hint (it plans each reference; caching is the session's)
+        for cte in tree.find_all(exp.CTE):
+            cte.set("materialized", None)
+    return tree.sql(dialect=dialect, pretty=True)
 
 
 def with_source(source_sql: str, aggregation: str) -> str:

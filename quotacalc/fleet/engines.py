@@ -65,13 +65,13 @@ def duckdb_sql(paths: list[str], source_format: SourceFormat, fields: dict[str, 
     """The whole query DuckDB runs over ``paths`` (checks each file's columns or first record first)."""
     import duckdb
 
-    columns: set[str] | None = None
+    columns: dict[str, str] | None = None
     if source_format.kind == "lines":
         for path in paths:
             check_lines(Path(path), source_format, fields)
     else:
         connection = duckdb.connect()
-        columns = set()
+        columns = {}
         try:
             for path in paths:
                 relation = duckdb_relation([path], source_format)
@@ -81,7 +81,9 @@ def duckdb_sql(paths: list[str], source_format: SourceFormat, fields: dict[str, 
                     raise QuotacalcError(f"cannot read as {_kind(path)}: {_first_line(error)}", source=path) from None
                 names = [row[0] for row in described]
                 check_columns(path, names, source_format, fields)
-                columns.update(names)
+                for name, type_name in ((row[0], str(row[1])) for row in described):
+                    # Files that disagree on a column's type are read through its text.
+                    columns[name] = type_name if columns.get(name, type_name) == type_name else "VARCHAR"
         finally:
             connection.close()
     source = duckdb_source(duckdb_relation(paths, source_format), source_format, fields, columns)

@@ -106,10 +106,10 @@ def build_report(
     tenant_rows: dict[float, dict[str, tuple[float, float]]] = {}
     fleet_rows: dict[float, tuple[float, float, int]] = {}
     for kind, window_s, tenant, label, a, b, c, d, e in rows:
-        if kind == "read":
-            read = int(a)
-        elif kind == "rejected":
-            rejected[label] = rejected.get(label, 0) + int(a)
+        if kind == "rows":  # one row per reason; the rows used have none
+            read += int(a)
+            if label is not None:
+                rejected[label] = rejected.get(label, 0) + int(a)
         elif kind == "other_pool":
             other_pool = int(a or 0)
         elif kind == "usage":

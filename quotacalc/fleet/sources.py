@@ -193,6 +193,25 @@ def check_columns(path: str, columns: list[str], source_format: SourceFormat, fi
 
 # --- the canonical SELECT on each engine ------------------------------------------------------------------------
 
+#: DuckDB's numeric types: a column of one of them is read as a number, not parsed from text.
+_DUCKDB_NUMBERS = frozenset(
+    (
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "HUGEINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "FLOAT",
+        "DOUBLE",
+        "DECIMAL",
+        "REAL",
+    )
+)
+
 
 def _quoted(name: str, quote: str = '"') -> str:
     return quote + name.replace(quote, quote * 2) + quote
@@ -203,13 +222,22 @@ def _json_path(keys: tuple[str, ...]) -> str:
 
 
 def duckdb_source(
-    relation: str, source_format: SourceFormat, fields: dict[str, str], columns: set[str] | None = None
+    relation: str, source_format: SourceFormat, fields: dict[str, str], columns: dict[str, str] | None = None
 ) -> str:
     """The canonical SELECT over ``relation`` (DuckDB): for a line format a relation of one VARCHAR column
-    ``line``; for a table format its own ``columns``, of any type (read as text; a field whose column is absent
-    reads as NULL)."""
+    ``line``; for a table format its own ``columns`` (name -> DuckDB type: a timestamp or a number is used as it
+    is, anything else is parsed from its text; a field whose column is absent reads as NULL)."""
+    types = dict(columns or {})
     if columns is not None:
         fields = {name: column for name, column in fields.items() if column in columns}
+
+    def kind(name: str) -> str:
+        type_name = types.get(fields.get(name, ""), "VARCHAR").upper()
+        if type_name.startswith(("TIMESTAMP", "DATE")):
+            return "time"
+        if type_name.split("(")[0] in _DUCKDB_NUMBERS:
+            return "number"
+        return "text"
 
     if source_format.kind == "lines":
         record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
@@ -232,16 +260,21 @@ def duckdb_source(
         where = ""
 
     def time(name: str) -> str:
+        if source_format.kind == "table" and name in fields and kind(name) != "text":
+            column = _quoted(fields[name])
+            return f"epoch({column})" if kind(name) == "time" else f"CAST({column} AS DOUBLE)"
         text = raw(name)
         return f"COALESCE(epoch(TRY_CAST({text} AS TIMESTAMPTZ)), TRY_CAST({text} AS DOUBLE))"
 
     def number(name: str) -> str:
+        if source_format.kind == "table" and name in fields and kind(name) == "number":
+            return f"CAST({_quoted(fields[name])} AS DOUBLE)"
         return f"TRY_CAST({raw(name)} AS DOUBLE)"
 
     cached = number("cached_tokens") if "cached_tokens" in fields else "CAST(0 AS DOUBLE)"
     max_tokens = number("max_tokens")
     if source_format.name == "litellm":
-        cached, max_tokens = _duckdb_litellm_json(fields, columns or set())
+        cached, max_tokens = _duckdb_litellm_json(fields, set(types))
     if "end" in fields:
         end = time("end")
     elif "duration_ms" in fields:
