@@ -428,3 +428,90 @@ def test_the_table_names_the_ratio_and_tenants_over_contract(run_cli, tmp_path, 
     code, out, err = run_cli("fleet", log, "--plan", plan_path, "--window", "1")
     assert code == 0, err
     assert "1.100" in out and "over" in out
+
+
+# --- OpenAI organization usage export ------------------------------------------------------------------------------
+
+
+def openai_page(buckets: list[tuple[float, float, list[dict]]]) -> dict:
+    """A /v1/organization/usage/completions response page (group_by=project_id), as the API returns it."""
+    from tests.fleet_logs import T0
+
+    start = T0.timestamp()
+    return {
+        "object": "page",
+        "data": [
+            {
+                "object": "bucket",
+                "start_time": int(start + begin),
+                "end_time": int(start + end),
+                "results": [
+                    {
+                        "object": "organization.usage.completions.result",
+                        "input_tokens": 0,
+                        "output_tokens": 0,
+                        "input_cached_tokens": 0,
+                        "input_audio_tokens": 0,
+                        "output_audio_tokens": 0,
+                        "num_model_requests": 0,
+                        "project_id": None,
+                        "user_id": None,
+                        "api_key_id": None,
+                        "model": None,
+                        "batch": None,
+                        **result,
+                    }
+                    for result in results
+                ],
+            }
+            for begin, end, results in buckets
+        ],
+        "has_more": False,
+        "next_page": None,
+    }
+
+
+def test_openai_usage_buckets_are_spread_over_the_bucket(run_cli, tmp_path, plan_path, policy) -> None:
+    """1-minute buckets: project a sends 5 requests (5,000 prompt tokens, 1,000 cached, 500 output) in the first,
+    b 10 (10,000 prompt, 1,000 output) in the second. A bucket's units are its requests' at their mean prompt:
+    a 5 × R(1000, 200, 100), b 10 × R(1000, 0, 100); each over its 60 s; the peaks fall in different minutes."""
+    page = openai_page(
+        [
+            (
+                0,
+                60,
+                [
+                    {
+                        "project_id": "a",
+                        "input_tokens": 5000,
+                        "input_cached_tokens": 1000,
+                        "output_tokens": 500,
+                        "num_model_requests": 5,
+                    }
+                ],
+            ),
+            (60, 120, [{"project_id": "b", "input_tokens": 10000, "output_tokens": 1000, "num_model_requests": 10}]),
+        ]
+    )
+    export = tmp_path / "usage.json"
+    export.write_text(json.dumps(page, indent=2), encoding="utf-8")
+    document = fleet_json(run_cli, export, "--format", "openai", "--plan", plan_path, "--window", "60")
+    a, b = 5 * units(policy, 1000, 200, 100) / 60, 10 * units(policy, 1000, 0, 100) / 60
+    sixty = window(document, 60)
+    assert tenant(sixty, "a")["peak_units_per_s"] == pytest.approx(a)
+    assert tenant(sixty, "b")["peak_units_per_s"] == pytest.approx(b)
+    assert sixty["oversubscription_ratio"] == pytest.approx((a + b) / max(a, b))
+    assert {t["tenant"]: t["requests"] for t in document["tenants"]} == {"a": 5, "b": 10, "d": 0}
+    code, _, err = run_cli("fleet", export, "--format", "openai", "--plan", plan_path, "--window", "1,60")
+    assert code == 2
+    assert "--window: 1 s is shorter than the export's buckets (60 s)" in err
+
+
+def test_an_openai_export_without_project_ids_names_the_key(run_cli, tmp_path, plan_path) -> None:
+    page = openai_page([(0, 60, [{"input_tokens": 10, "output_tokens": 1, "num_model_requests": 1}])])
+    del page["data"][0]["results"][0]["project_id"]
+    export = tmp_path / "usage.json"
+    export.write_text(json.dumps(page), encoding="utf-8")
+    code, _, err = run_cli("fleet", export, "--format", "openai", "--plan", plan_path, "--window", "60")
+    assert code == 1
+    assert "the first result has no key 'project_id'" in err and err.count("\n") == 1

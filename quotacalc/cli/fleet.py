@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from quotacalc.core.policy import QuotaPolicy
     from quotacalc.fleet.report import FleetReport
 
-FORMAT_NAMES = ("quotacalc", "litellm", "envoy", "csv")
+FORMAT_NAMES = ("quotacalc", "litellm", "envoy", "openai", "csv")
 #: The default bad-row budget: a log with more rejected rows than this share is not measured.
 DEFAULT_MAX_BAD_ROWS = 0.01
 #: The longest window: peaks over more than an hour say little about capacity.
@@ -168,7 +168,11 @@ def fleet_command(
         str | None, typer.Option("--pool", help="the pool measured (needed if the plan has several)")
     ] = None,
     source_format: Annotated[
-        str, typer.Option("--format", help="quotacalc, litellm (LiteLLM_SpendLogs), envoy (AI Gateway JSON log) or csv")
+        str,
+        typer.Option(
+            "--format",
+            help="quotacalc, litellm (LiteLLM_SpendLogs), envoy (AI Gateway JSON log), openai (usage export) or csv",
+        ),
     ] = "quotacalc",
     column_map: Annotated[
         str | None,
@@ -254,7 +258,8 @@ def fleet_command(
     if not database and not paths and print_sql not in ("postgres", "spark"):
         raise UsageError("no log files", field="SOURCE", fix="name the log files, or --from postgresql://...")
     for path in paths:
-        if not Path(path).is_file():
+        # A URL (s3a://, hdfs://) is for the Spark cluster to read, not for this machine.
+        if not (engine == "spark" and "://" in path) and not Path(path).is_file():
             raise QuotacalcError("no such file", source=path)
     if plan is None:
         raise UsageError(
@@ -278,6 +283,16 @@ def fleet_command(
         series_window_s=max(windows) if plot else None,
     )
     query = aggregate.aggregation_sql(params)
+    if spec.kind == "pages" and paths and engine == "duckdb":
+        engines.duckdb_sql(paths, spec, fields, query)  # each file is an export page before anything is read
+        bucket_s = engines.duckdb_shortest_row_s(paths, spec, fields)
+        if bucket_s is not None and min(windows) < bucket_s - 1e-9:
+            raise UsageError(
+                f"{min(windows):g} s is shorter than the export's buckets ({bucket_s:g} s): rates within a bucket "
+                "are not in it",
+                field="--window",
+                fix=f"windows of {bucket_s:g} s or more",
+            )
 
     if print_sql is not None:
         if print_sql == "postgres":

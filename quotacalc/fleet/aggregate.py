@@ -15,7 +15,8 @@ log without end times) puts all its units in the window of its start.
 
 The weights (W, the cached-prompt weight, the prompt-length charge) are not derived here: the caller passes each
 tenant's ``UnitWeights`` from the canonical policy, and they enter the query as literals. The arithmetic is
-``UnitWeights.request_units``, in SQL.
+``UnitWeights.request_units``, in SQL; a row that stands for several requests (a usage bucket) is charged as
+that many requests of its mean prompt.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ CANONICAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("output_tokens", "DOUBLE"),
     ("max_tokens", "DOUBLE"),  # the output the request asked for; NULL where the log does not say
     ("malformed", "BOOLEAN"),  # a line that is not a JSON object (line formats only)
+    ("requests", "DOUBLE"),  # requests the row stands for: 1, or a usage bucket's count (token counts are its sums)
 )
 
 #: Why a row is not used, in the order the checks run (a row is counted under the first that applies).
@@ -157,14 +159,15 @@ classified AS (
     WHEN r.prompt_tokens < 0 OR r.cached_tokens < 0 OR r.output_tokens < 0 OR r.max_tokens < 0 THEN 'negative_tokens'
     WHEN r.prompt_tokens IS NULL OR r.cached_tokens IS NULL OR r.output_tokens IS NULL
       OR r.prompt_tokens <> FLOOR(r.prompt_tokens) OR r.cached_tokens <> FLOOR(r.cached_tokens)
-      OR r.output_tokens <> FLOOR(r.output_tokens) THEN 'non_integer_tokens'
+      OR r.output_tokens <> FLOOR(r.output_tokens) OR r.requests IS NULL OR r.requests < 1
+      OR r.requests <> FLOOR(r.requests) THEN 'non_integer_tokens'
     WHEN r.cached_tokens > r.prompt_tokens THEN 'cached_above_prompt'
     ELSE CAST(NULL AS VARCHAR)
   END AS problem
   FROM fleet_requests AS r
 ),
 ranked AS MATERIALIZED (
-  SELECT c.tenant, c.start_s, c.end_s, c.prompt_tokens, c.cached_tokens, c.output_tokens, c.max_tokens,
+  SELECT c.tenant, c.start_s, c.end_s, c.prompt_tokens, c.cached_tokens, c.output_tokens, c.max_tokens, c.requests,
     COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
       PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
       ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
@@ -178,8 +181,9 @@ priced AS MATERIALIZED (
     {end} AS end_s,
     u.output_tokens,
     u.max_tokens,
+    u.requests,
     GREATEST(u.prompt_tokens - u.cached_tokens, 0)
-      * ({weight("w_prompt", d.prompt)} + {weight("w_prompt_per_prompt_token", d.prompt_per_prompt_token)} * u.prompt_tokens)
+      * ({weight("w_prompt", d.prompt)} + {weight("w_prompt_per_prompt_token", d.prompt_per_prompt_token)} * u.prompt_tokens / u.requests)
       + u.cached_tokens * {weight("w_cached", d.cached_prompt)}
       + u.output_tokens * {weight("w_output", d.output)} AS units,
     CASE WHEN ({above}) IS NOT NULL AND u.prompt_tokens <= ({above}) THEN FALSE
@@ -314,7 +318,7 @@ SELECT 'other_pool', CAST(NULL AS DOUBLE), CAST(NULL AS VARCHAR), CAST(NULL AS V
        CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE), CAST(NULL AS DOUBLE)
 FROM priced WHERE NOT in_pool
 UNION ALL
-SELECT 'usage', CAST(NULL AS DOUBLE), tenant, CAST(NULL AS VARCHAR), SUM(units), CAST(COUNT(*) AS DOUBLE),
+SELECT 'usage', CAST(NULL AS DOUBLE), tenant, CAST(NULL AS VARCHAR), SUM(units), SUM(requests),
        SUM(CASE WHEN max_tokens IS NOT NULL THEN max_tokens END),
        SUM(CASE WHEN max_tokens IS NOT NULL THEN output_tokens END),
        CAST(SUM(CASE WHEN max_tokens IS NOT NULL THEN 1 ELSE 0 END) AS DOUBLE)

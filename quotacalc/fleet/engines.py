@@ -20,6 +20,7 @@ from quotacalc.fleet.sources import (
     SourceFormat,
     check_columns,
     check_lines,
+    check_pages,
     duckdb_source,
     postgres_litellm_source,
     spark_litellm_source,
@@ -47,6 +48,8 @@ def _is_parquet(path: str) -> bool:
 def duckdb_relation(paths: list[str], source_format: SourceFormat) -> str:
     """The DuckDB table function reading ``paths`` out of core."""
     files = _files_literal(paths)
+    if source_format.kind == "pages":  # one JSON value per page, pretty-printed or one a line
+        return f"read_json_objects({files}, format='auto')"
     if source_format.kind == "lines":
         # One VARCHAR per line (a NUL delimiter and no quoting): each line is parsed as JSON by the query, so a
         # malformed line is counted, not fatal.
@@ -66,7 +69,10 @@ def duckdb_sql(paths: list[str], source_format: SourceFormat, fields: dict[str, 
     import duckdb
 
     columns: dict[str, str] | None = None
-    if source_format.kind == "lines":
+    if source_format.kind == "pages":
+        for path in paths:
+            check_pages(Path(path), source_format, fields)
+    elif source_format.kind == "lines":
         for path in paths:
             check_lines(Path(path), source_format, fields)
     else:
@@ -88,6 +94,21 @@ def duckdb_sql(paths: list[str], source_format: SourceFormat, fields: dict[str, 
             connection.close()
     source = duckdb_source(duckdb_relation(paths, source_format), source_format, fields, columns)
     return with_source(source, aggregation)
+
+
+def duckdb_shortest_row_s(paths: list[str], source_format: SourceFormat, fields: dict[str, str]) -> float | None:
+    """The shortest time a row of ``paths`` spans (a usage bucket's length), seconds; None when none does."""
+    import duckdb
+
+    source = duckdb_source(duckdb_relation(paths, source_format), source_format, fields)
+    connection = duckdb.connect()
+    try:
+        value = connection.execute(f"SELECT MIN(end_s - start_s) FROM ({source}) AS s WHERE end_s > start_s").fetchone()
+    except duckdb.Error as error:
+        raise QuotacalcError(f"cannot read: {_first_line(error)}", source=", ".join(paths)) from None
+    finally:
+        connection.close()
+    return None if value is None or value[0] is None else float(value[0])
 
 
 def _kind(path: str) -> str:

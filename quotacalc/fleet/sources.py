@@ -26,6 +26,7 @@ FIELDS = (
     "cached_tokens",
     "output_tokens",
     "max_tokens",
+    "requests",
 )
 
 #: The LiteLLM proxy's spend-log table (litellm/proxy/schema.prisma, model LiteLLM_SpendLogs).
@@ -103,7 +104,27 @@ FORMATS: dict[str, SourceFormat] = {
         "an Envoy AI Gateway JSON access log",
     ),
     "csv": SourceFormat("csv", "table", {}, ("tenant", "start", "prompt_tokens", "output_tokens"), "a CSV log"),
+    # OpenAI's organization usage export: pages of /v1/organization/usage/completions, grouped by project_id (or
+    # api_key_id, model). Each result is the sums over a bucket, spread over the bucket: the smallest window is it.
+    "openai": SourceFormat(
+        "openai",
+        "pages",
+        {
+            "tenant": "project_id",
+            "start": "start_time",
+            "end": "end_time",
+            "prompt_tokens": "input_tokens",
+            "cached_tokens": "input_cached_tokens",
+            "output_tokens": "output_tokens",
+            "requests": "num_model_requests",
+        },
+        ("tenant", "start", "end", "prompt_tokens", "output_tokens", "requests"),
+        "an OpenAI usage export (/v1/organization/usage/completions pages)",
+    ),
 }
+
+#: Fields an OpenAI usage bucket holds itself; the rest are its results'.
+_BUCKET_FIELDS = ("start", "end")
 
 
 def parse_map(text: str | None) -> dict[str, str]:
@@ -178,6 +199,44 @@ def check_lines(path: Path, source_format: SourceFormat, fields: dict[str, str])
             )
 
 
+def check_pages(path: Path, source_format: SourceFormat, fields: dict[str, str]) -> None:
+    """The first page has ``data``, its first bucket its times and ``results``, its first result every key."""
+    try:
+        with path.open("rb") as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError as error:
+        raise QuotacalcError(f"cannot read: {error.strerror or error}", source=str(path)) from None
+    decoder = json.JSONDecoder()
+    try:
+        page, _ = decoder.raw_decode(text.lstrip())
+    except ValueError:
+        raise QuotacalcError(f"not {source_format.what}: not JSON", source=str(path)) from None
+
+    def missing(key: str, where: str) -> QuotacalcError:
+        return QuotacalcError(
+            f"not {source_format.what}: {where} has no key '{key}'",
+            source=str(path),
+            fix="export /v1/organization/usage/completions with group_by=project_id, or map the key with --map",
+        )
+
+    if not isinstance(page, dict) or not isinstance(page.get("data"), list):
+        raise missing("data", "the page")
+    buckets = [bucket for bucket in page["data"] if isinstance(bucket, dict)]
+    if not buckets:
+        return
+    for name in _BUCKET_FIELDS:
+        if fields[name] not in buckets[0]:
+            raise missing(fields[name], "the first bucket")
+    if not isinstance(buckets[0].get("results"), list):
+        raise missing("results", "the first bucket")
+    result = next((r for b in buckets for r in b.get("results") or [] if isinstance(r, dict)), None)
+    if result is None:
+        return
+    for name in source_format.required:
+        if name not in _BUCKET_FIELDS and fields[name] not in result:
+            raise missing(fields[name], "the first result")
+
+
 def check_columns(path: str, columns: list[str], source_format: SourceFormat, fields: dict[str, str]) -> None:
     """A table has every column the format needs; else one line naming it and the first column missing."""
     present = set(columns)
@@ -239,6 +298,8 @@ def duckdb_source(
             return "number"
         return "text"
 
+    if source_format.kind == "pages":
+        return _duckdb_pages(relation, fields)
     if source_format.kind == "lines":
         record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
 
@@ -294,8 +355,45 @@ def duckdb_source(
   {cached} AS cached_tokens,
   {number("output_tokens")} AS output_tokens,
   {max_tokens} AS max_tokens,
-  {malformed} AS malformed
+  {malformed} AS malformed,
+  CAST(1 AS DOUBLE) AS requests
 FROM {relation} {where}"""
+
+
+def _duckdb_pages(relation: str, fields: dict[str, str]) -> str:
+    """Usage export pages: one canonical row per result of each bucket, spread over the bucket."""
+
+    def raw(name: str) -> str:
+        if name not in fields:
+            return "CAST(NULL AS VARCHAR)"
+        document = "r.bucket" if name in _BUCKET_FIELDS else "r.result"
+        return f"json_extract_string({document}, '{_json_path((fields[name],))}')"
+
+    def time(name: str) -> str:
+        return f"COALESCE(TRY_CAST({raw(name)} AS DOUBLE), epoch(TRY_CAST({raw(name)} AS TIMESTAMPTZ)))"
+
+    def number(name: str) -> str:
+        return f"TRY_CAST({raw(name)} AS DOUBLE)"
+
+    cached = (
+        f"COALESCE({number('cached_tokens')}, CAST(0 AS DOUBLE))" if "cached_tokens" in fields else "CAST(0 AS DOUBLE)"
+    )
+    return f"""SELECT
+  CAST(NULL AS VARCHAR) AS request_id,
+  {raw("tenant")} AS tenant,
+  {time("start")} AS start_s,
+  CAST(NULL AS DOUBLE) AS first_token_s,
+  {time("end")} AS end_s,
+  {number("prompt_tokens")} AS prompt_tokens,
+  {cached} AS cached_tokens,
+  {number("output_tokens")} AS output_tokens,
+  CAST(NULL AS DOUBLE) AS max_tokens,
+  FALSE AS malformed,
+  {number("requests")} AS requests
+FROM (
+  SELECT b.bucket, UNNEST(CAST(json_extract(b.bucket, '$.results') AS JSON[])) AS result
+  FROM (SELECT UNNEST(CAST(json_extract(json, '$.data') AS JSON[])) AS bucket FROM {relation}) AS b
+) AS r"""
 
 
 def _duckdb_litellm_json(fields: dict[str, str], columns: set[str]) -> tuple[str, str]:
@@ -344,7 +442,8 @@ def postgres_litellm_source(fields: dict[str, str], table: str = LITELLM_TABLE) 
   CAST({cached} AS DOUBLE PRECISION) AS cached_tokens,
   CAST({column("output_tokens")} AS DOUBLE PRECISION) AS output_tokens,
   CAST({max_tokens} AS DOUBLE PRECISION) AS max_tokens,
-  FALSE AS malformed
+  FALSE AS malformed,
+  CAST(1 AS DOUBLE PRECISION) AS requests
 FROM {_quoted(table)}"""
 
 
@@ -386,5 +485,6 @@ def spark_litellm_source(fields: dict[str, str], columns: set[str], table: str =
   {cached} AS cached_tokens,
   {number("output_tokens")} AS output_tokens,
   {max_tokens} AS max_tokens,
-  FALSE AS malformed
+  FALSE AS malformed,
+  CAST(1 AS DOUBLE) AS requests
 FROM {_quoted(table, "`")}"""
