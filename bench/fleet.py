@@ -73,12 +73,12 @@ def generate(rows: int, path: Path) -> float:
 
 
 def _params(windows: tuple[float, ...]):
-    from quotacalc.cli.fleet import _pool_weights
     from quotacalc.cli.plan_cmds import load_policy
     from quotacalc.fleet.aggregate import AggregationParams
+    from quotacalc.fleet.weights import pool_weights
 
     plan, policy = load_policy(str(PLAN))
-    pool, tenants, _, default = _pool_weights(policy, plan, "shared")
+    pool, tenants, _, default = pool_weights(policy, plan, "shared")
     return AggregationParams(windows_s=windows, spread=True, tenants=tenants, default=default), pool
 
 
@@ -138,7 +138,11 @@ def main() -> None:
         results = [measure(int(n), windows, "duckdb", workdir) for n in args.rows.split(",") if n]
         results += [measure(int(n), windows, "spark", workdir) for n in args.spark.split(",") if n]
     if args.markdown:
-        print("| engine | rows | Parquet | wall | per million rows | peak RSS | rejected | ratio at " + args.window + " s |")
+        print(
+            "| engine | rows | Parquet | wall | per million rows | peak RSS | rejected | ratio at "
+            + args.window
+            + " s |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         for r in results:
             print(

@@ -515,3 +515,25 @@ def test_an_openai_export_without_project_ids_names_the_key(run_cli, tmp_path, p
     code, _, err = run_cli("fleet", export, "--format", "openai", "--plan", plan_path, "--window", "60")
     assert code == 1
     assert "the first result has no key 'project_id'" in err and err.count("\n") == 1
+
+
+def test_long_prompts_load_the_long_context_pool(run_cli, tmp_path) -> None:
+    """examples/platform.yaml routes prompts above 32,768 tokens from pool shared to pool long: measuring shared
+    leaves such a request out (not a bad row), measuring long counts it at the long pool's weights."""
+    from quotacalc.cli.plan_cmds import load_policy
+
+    plan = Path(__file__).resolve().parent.parent / "examples" / "platform.yaml"
+    policy = load_policy(str(plan))[1]
+    globex = next(t for t in policy.tenants if t.name == "globex")
+    requests = [Request("short", "globex", 0.0, 1.0, prompt=2000), Request("long", "globex", 0.0, 1.0, prompt=40000)]
+    log = write_quotacalc(tmp_path / "usage.jsonl", requests)
+    shared = fleet_json(run_cli, log, "--plan", plan, "--pool", "shared", "--window", "1")
+    assert shared["rows_other_pool"] == 1 and shared["rows_used"] == 1
+    assert tenant(window(shared, 1), "globex")["peak_units_per_s"] == pytest.approx(
+        globex.weights.request_units(2000, 0, 100)
+    )
+    long = fleet_json(run_cli, log, "--plan", plan, "--pool", "long", "--window", "1")
+    assert long["rows_other_pool"] == 1 and long["rows_used"] == 1
+    assert tenant(window(long, 1), "globex")["peak_units_per_s"] == pytest.approx(
+        globex.long_context_weights.request_units(40000, 0, 100)
+    )

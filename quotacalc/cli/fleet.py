@@ -15,7 +15,6 @@ import typer
 from quotacalc.errors import QuotacalcError, UsageError
 
 if TYPE_CHECKING:
-    from quotacalc.core.policy import QuotaPolicy
     from quotacalc.fleet.report import FleetReport
 
 FORMAT_NAMES = ("quotacalc", "litellm", "envoy", "openai", "csv")
@@ -55,69 +54,6 @@ def parse_windows(text: str) -> tuple[float, ...]:
     if not windows:
         raise UsageError("names no window", field="--window", fix="e.g. --window 1,10,60")
     return tuple(sorted(windows))
-
-
-def _pool_weights(policy: QuotaPolicy, plan: Any, pool_name: str | None):
-    """The measured pool, each tenant's weights and routing bounds on it, contracts, and the default weights."""
-    from quotacalc.fleet.aggregate import TenantWeights
-
-    names = [pool.name for pool in policy.pools]
-    if pool_name is None:
-        standard = [pool.name for pool in policy.pools if pool.role == "standard"]
-        if len(standard) != 1:
-            raise UsageError(f"the plan has pools {', '.join(names)}", field="--pool", fix="name the pool measured")
-        pool_name = standard[0]
-    if pool_name not in names:
-        raise UsageError(f"no pool '{pool_name}' in the plan", field="--pool", fix=f"pools: {', '.join(names)}")
-    pool = next(p for p in policy.pools if p.name == pool_name)
-    tenants = []
-    contracts = {}
-    for tenant in policy.tenants:
-        if tenant.pool == pool_name:
-            upper = tenant.route_above_prompt_tokens if tenant.long_context_pool else None
-            weights = tenant.weights
-            tenants.append(
-                TenantWeights(
-                    tenant.name,
-                    weights.prompt,
-                    weights.prompt_per_prompt_token,
-                    weights.cached_prompt,
-                    weights.output,
-                    None,
-                    upper,
-                )
-            )
-        elif tenant.long_context_pool == pool_name and tenant.long_context_weights is not None:
-            weights = tenant.long_context_weights
-            tenants.append(
-                TenantWeights(
-                    tenant.name,
-                    weights.prompt,
-                    weights.prompt_per_prompt_token,
-                    weights.cached_prompt,
-                    weights.output,
-                    tenant.route_above_prompt_tokens,
-                    None,
-                )
-            )
-        if (tenant.load_pool or tenant.pool) == pool_name:
-            contracts[tenant.name] = tenant.bucket_rate_units_per_s
-    # A tenant in the log but not in the plan: the pool's W and prompt-length charge, the deployment's cached weight.
-    deployment = next(p for p in plan.pools if p.name == pool_name).deployment
-    above = None
-    if pool.role == "long_context":
-        feeders = [p.route_above_prompt_tokens for p in policy.pools if p.long_context_pool == pool_name]
-        above = min((t for t in feeders if t is not None), default=None)
-    default = TenantWeights(
-        None,
-        1.0,
-        pool.prompt_length_charge.per_prompt_token,
-        deployment.cached_prompt_weight,
-        pool.output_weight,
-        above,
-        pool.route_above_prompt_tokens if pool.long_context_pool else None,
-    )
-    return pool, tuple(tenants), contracts, default
 
 
 class _Progress:
@@ -232,6 +168,7 @@ def fleet_command(
     from quotacalc.cli.plan_cmds import load_policy
     from quotacalc.fleet import aggregate, engines
     from quotacalc.fleet import sources as formats
+    from quotacalc.fleet.weights import pool_weights
 
     if source_format not in FORMAT_NAMES:
         raise UsageError(f"unknown format '{source_format}'", field="--format", fix=f"one of {', '.join(FORMAT_NAMES)}")
@@ -272,7 +209,7 @@ def fleet_command(
 
         require_matplotlib()
     plan_object, policy = load_policy(plan)
-    measured_pool, tenant_weights, contracts, default = _pool_weights(policy, plan_object, pool)
+    measured_pool, tenant_weights, contracts, default = pool_weights(policy, plan_object, pool)
     spec = formats.FORMATS[source_format]
     fields = formats.field_map(spec, formats.parse_map(column_map), policy.tenant_header)
     params = aggregate.AggregationParams(
