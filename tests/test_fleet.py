@@ -350,7 +350,9 @@ def test_write_records_the_ratio_with_its_provenance_and_check_uses_it(run_cli, 
     capacity = next(f for f in findings if f["code"] == "capacity")
     assert capacity["figures"]["ratio"] == pytest.approx(1.1)
     assert "measured oversubscription 1.1" in capacity["message"]
-    assert "oversubscription" not in {f["code"] for f in findings}
+    (measured,) = [f for f in findings if f["code"] == "oversubscription"]
+    assert measured["message"] == f"measured oversubscription 1.1: {block['source']}"
+    assert "no oversubscription assumed" not in out
 
 
 def test_write_defaults_to_the_smallest_ratio(run_cli, tmp_path) -> None:
