@@ -6,9 +6,9 @@ the canonical columns (``CANONICAL_COLUMNS``), which each source format provides
 
 How a request loads a window, without one row per request and window: a request spread over its duration
 carries ``rate = units / (end − start)`` units/s. In the windows it covers whole it adds ``rate``; in its first
-and last windows it adds the part of its units that falls inside them. So each request gives at most four
-rows per window size: the two partial amounts, ``+rate`` at the window after its first and ``−rate`` at its last.
-A running sum of the rate changes over each tenant's windows (and the fleet's) gives the rate every window holds
+and last windows it adds the part of its units that falls inside them. So each request gives at most three
+rows per window size: its first window's part; its last window's part with ``−rate``; ``+rate`` at the window after
+its first (the rate rows only where a window lies whole between its first and last). A running sum of the rate changes over each tenant's windows (and the fleet's) gives the rate every window holds
 whole; the windows between two that carry rows hold that rate unchanged. The work grows with the requests, not
 with their durations or the number of windows. A request counted at its start (``--attribution start``, or a
 log without end times) puts all its units in the window of its start.
@@ -127,7 +127,7 @@ def aggregation_sql(params: AggregationParams) -> str:
     # A tenant of the plan has its own routing bounds (NULL: none); one not in it, the default's.
     above = f"CASE WHEN w.tenant IS NULL THEN {_number(d.prompt_above)} ELSE w.prompt_above END"
     at_most = f"CASE WHEN w.tenant IS NULL THEN {_number(d.prompt_at_most)} ELSE w.prompt_at_most END"
-    end = "u.end_s" if params.spread else "u.start_s"
+    end = "c.end_s" if params.spread else "c.start_s"
     series = ""
     if params.series_window_s is not None:
         sw = _number(params.series_window_s)
@@ -147,7 +147,7 @@ fleet_weights AS (
   ) AS t(tenant, w_prompt, w_prompt_per_prompt_token, w_cached, w_output, prompt_above, prompt_at_most)
 ),
 fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(w, window_s)),
-fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2), (3)) AS t(part)),
+fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2)) AS t(part)),
 classified AS (
   SELECT r.*, CASE
     WHEN r.malformed THEN 'malformed_record'
@@ -167,32 +167,28 @@ classified AS (
   FROM fleet_requests AS r
 ),
 ranked AS MATERIALIZED (
-  SELECT c.tenant, c.start_s, c.end_s, c.prompt_tokens, c.cached_tokens, c.output_tokens, c.max_tokens, c.requests,
+  SELECT
+    c.tenant,
+    c.start_s,
+    {end} AS end_s,
+    c.output_tokens,
+    c.max_tokens,
+    c.requests,
+    GREATEST(c.prompt_tokens - c.cached_tokens, 0)
+      * ({weight("w_prompt", d.prompt)} + {weight("w_prompt_per_prompt_token", d.prompt_per_prompt_token)} * c.prompt_tokens / c.requests)
+      + c.cached_tokens * {weight("w_cached", d.cached_prompt)}
+      + c.output_tokens * {weight("w_output", d.output)} AS units,
+    CASE WHEN ({above}) IS NOT NULL AND c.prompt_tokens <= ({above}) THEN FALSE
+         WHEN ({at_most}) IS NOT NULL AND c.prompt_tokens > ({at_most}) THEN FALSE
+         ELSE TRUE END AS in_pool,
     COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
       PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
       ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
     ) > 1 THEN 'duplicate_request_id' END) AS reason
   FROM classified AS c
+  LEFT JOIN fleet_weights AS w ON w.tenant = c.tenant
 ),
-priced AS MATERIALIZED (
-  SELECT
-    u.tenant,
-    u.start_s,
-    {end} AS end_s,
-    u.output_tokens,
-    u.max_tokens,
-    u.requests,
-    GREATEST(u.prompt_tokens - u.cached_tokens, 0)
-      * ({weight("w_prompt", d.prompt)} + {weight("w_prompt_per_prompt_token", d.prompt_per_prompt_token)} * u.prompt_tokens / u.requests)
-      + u.cached_tokens * {weight("w_cached", d.cached_prompt)}
-      + u.output_tokens * {weight("w_output", d.output)} AS units,
-    CASE WHEN ({above}) IS NOT NULL AND u.prompt_tokens <= ({above}) THEN FALSE
-         WHEN ({at_most}) IS NOT NULL AND u.prompt_tokens > ({at_most}) THEN FALSE
-         ELSE TRUE END AS in_pool
-  FROM ranked AS u
-  LEFT JOIN fleet_weights AS w ON w.tenant = u.tenant
-  WHERE u.reason IS NULL
-),
+priced AS (SELECT * FROM ranked WHERE reason IS NULL),
 loaded AS (SELECT * FROM priced WHERE in_pool),
 tenant_ids AS MATERIALIZED (
   SELECT tenant, ROW_NUMBER() OVER (ORDER BY tenant) AS tenant_id FROM (SELECT DISTINCT tenant FROM loaded) AS t
@@ -203,9 +199,9 @@ events AS (
     CAST(FLOOR(l.end_s / win.window_s) AS BIGINT) AS ke
   FROM loaded AS l JOIN tenant_ids AS i ON i.tenant = l.tenant CROSS JOIN fleet_windows AS win
 ),
-pieces AS MATERIALIZED (
+pieces AS (
   SELECT e.tenant_id, e.w, e.window_s,
-    CASE p.part WHEN 0 THEN e.ks WHEN 1 THEN e.ke WHEN 2 THEN e.ks + 1 ELSE e.ke END AS k,
+    CASE p.part WHEN 0 THEN e.ks WHEN 1 THEN e.ke ELSE e.ks + 1 END AS k,
     CASE
       WHEN p.part = 0 AND e.ks = e.ke THEN e.units
       WHEN p.part = 0 THEN e.units / NULLIF(e.end_s - e.start_s, 0) * ((e.ks + 1) * e.window_s - e.start_s)
@@ -213,21 +209,21 @@ pieces AS MATERIALIZED (
       ELSE CAST(0 AS DOUBLE)
     END AS point_units,
     CASE
+      WHEN p.part = 1 AND e.ke > e.ks + 1 THEN -(e.units / NULLIF(e.end_s - e.start_s, 0))
       WHEN p.part = 2 THEN e.units / NULLIF(e.end_s - e.start_s, 0)
-      WHEN p.part = 3 THEN -(e.units / NULLIF(e.end_s - e.start_s, 0))
       ELSE CAST(0 AS DOUBLE)
     END AS rate_change
   FROM events AS e CROSS JOIN fleet_parts AS p
-  WHERE p.part = 0 OR e.ks < e.ke
+  WHERE p.part = 0 OR (p.part = 1 AND e.ks < e.ke) OR (p.part = 2 AND e.ks + 1 < e.ke)
 ),
-period AS MATERIALIZED (
-  SELECT w, MIN(k) AS first_k, MAX(k) AS last_k, MAX(k) - MIN(k) + 1 AS windows_total
-  FROM pieces GROUP BY w
-),
-tenant_cells AS (
+tenant_cells AS MATERIALIZED (
   SELECT w, tenant_id, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units,
     SUM(rate_change) AS rate_change
   FROM pieces GROUP BY w, tenant_id, k
+),
+period AS MATERIALIZED (
+  SELECT w, MIN(k) AS first_k, MAX(k) AS last_k, MAX(k) - MIN(k) + 1 AS windows_total
+  FROM tenant_cells GROUP BY w
 ),
 tenant_levels AS MATERIALIZED (
   SELECT w, tenant_id, k, window_s, point_units,
@@ -237,19 +233,17 @@ tenant_levels AS MATERIALIZED (
     LEAD(k) OVER (PARTITION BY w, tenant_id ORDER BY k) AS next_k
   FROM tenant_cells
 ),
-tenant_values AS MATERIALIZED (
+tenant_all AS (
   SELECT w, tenant_id, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
   FROM tenant_levels
   UNION ALL
   SELECT w, tenant_id, rate_after, next_k - k - 1 FROM tenant_levels WHERE next_k > k + 1
-),
-tenant_all AS (
-  SELECT w, tenant_id, units_per_s, windows FROM tenant_values
   UNION ALL
-  SELECT v.w, v.tenant_id, CAST(0 AS DOUBLE), MAX(p.windows_total) - SUM(v.windows)
-  FROM tenant_values AS v JOIN period AS p ON p.w = v.w
-  GROUP BY v.w, v.tenant_id
-  HAVING MAX(p.windows_total) - SUM(v.windows) > 0
+  SELECT l.w, l.tenant_id, CAST(0 AS DOUBLE),
+    MAX(p.windows_total) - COUNT(*) - SUM(CASE WHEN l.next_k > l.k + 1 THEN l.next_k - l.k - 1 ELSE 0 END)
+  FROM tenant_levels AS l JOIN period AS p ON p.w = l.w
+  GROUP BY l.w, l.tenant_id
+  HAVING MAX(p.windows_total) - COUNT(*) - SUM(CASE WHEN l.next_k > l.k + 1 THEN l.next_k - l.k - 1 ELSE 0 END) > 0
 ),
 tenant_top AS (
   SELECT a.w, a.tenant_id, a.units_per_s, a.windows,
@@ -272,7 +266,7 @@ tenant_stats AS (
 ),
 fleet_cells AS (
   SELECT w, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units, SUM(rate_change) AS rate_change
-  FROM pieces GROUP BY w, k
+  FROM tenant_cells GROUP BY w, k
 ),
 fleet_levels AS MATERIALIZED (
   SELECT w, k, window_s, point_units,
@@ -281,7 +275,7 @@ fleet_levels AS MATERIALIZED (
     LEAD(k) OVER (PARTITION BY w ORDER BY k) AS next_k
   FROM fleet_cells
 ),
-fleet_values AS MATERIALIZED (
+fleet_values AS (
   SELECT w, rate_after + point_units / window_s AS units_per_s, CAST(1 AS BIGINT) AS windows
   FROM fleet_levels
   UNION ALL
