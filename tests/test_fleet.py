@@ -539,3 +539,13 @@ def test_long_prompts_load_the_long_context_pool(run_cli, tmp_path) -> None:
     assert tenant(window(long, 1), "globex")["peak_units_per_s"] == pytest.approx(
         globex.long_context_weights.request_units(40000, 0, 100)
     )
+
+
+def test_without_a_plan_there_are_no_weights(run_cli, tmp_path) -> None:
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
+    code, _, err = run_cli("fleet", log)
+    assert code == 2
+    assert err == (
+        "quotacalc: error: --plan: is needed: the pool's weights price each request "
+        "(name a platform plan, or a deployment file)\n"
+    )

@@ -92,7 +92,9 @@ class _Progress:
 def fleet_command(
     sources: Annotated[
         list[str] | None,
-        typer.Argument(help="log files (JSON lines, CSV or Parquet); or none with --from", show_default=False),
+        typer.Argument(
+            help="log files (JSON lines, CSV or Parquet); or none with --from", show_default=False, metavar="SOURCE"
+        ),
     ] = None,
     plan: Annotated[
         str | None,
@@ -202,7 +204,7 @@ def fleet_command(
         raise UsageError(
             "is needed: the pool's weights price each request",
             field="--plan",
-            fix="give the plan (or a deployment file)",
+            fix="name a platform plan, or a deployment file",
         )
     if plot:
         from quotacalc.cli.sim_plot import require_matplotlib
