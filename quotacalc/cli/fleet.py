@@ -256,7 +256,10 @@ def fleet_command(
         else:
             sql = engines.duckdb_sql(paths, spec, fields, query)
             rows = engines.run_duckdb(
-                sql, engines.EngineSettings(memory_limit=memory_limit), progress, source=", ".join(paths)
+                sql,
+                engines.EngineSettings(memory_limit=memory_limit),
+                progress if progress.enabled else None,
+                source=", ".join(paths),
             )
             shown_sources = paths
     finally:

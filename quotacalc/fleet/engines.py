@@ -142,6 +142,9 @@ def run_duckdb(
             done = threading.Event()
             watcher = None
             if progress is not None:
+                # DuckDB tracks a query's progress only with its progress bar on; its own printing stays off.
+                connection.execute("SET enable_progress_bar = true")
+                connection.execute("SET enable_progress_bar_print = false")
 
                 def watch() -> None:
                     while not done.wait(0.2):
