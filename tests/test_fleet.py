@@ -549,3 +549,18 @@ def test_without_a_plan_there_are_no_weights(run_cli, tmp_path) -> None:
         "quotacalc: error: --plan: is needed: the pool's weights price each request "
         "(name a platform plan, or a deployment file)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("postgresql://fleet:p%40ss/w0rd@db:5432/litellm", "postgresql://fleet:***@db:5432/litellm"),
+        ("postgresql://fleet@db/litellm?password=hunter2", "postgresql://fleet@db/litellm?password=***"),
+        ("host=db user=fleet password=hunter2 dbname=litellm", "host=db user=fleet password=*** dbname=litellm"),
+        ("host=db password = 'two words' user=fleet", "host=db password = *** user=fleet"),
+    ],
+)
+def test_a_connection_string_is_shown_without_its_password(given, shown) -> None:
+    from quotacalc.fleet.engines import redact_url
+
+    assert redact_url(given) == shown

@@ -173,8 +173,10 @@ def run_duckdb(
 
 
 def redact_url(url: str) -> str:
-    """A connection URL without its password (``postgresql://user:***@host/db``)."""
-    return re.sub(r"(://[^/:@]*):[^@/]*@", r"\1:***@", url)
+    """A connection URL or key=value string without its password (``postgresql://user:***@host/db``)."""
+    # Up to the last '@': a password may hold '/' or '@' unescaped, a host never holds '@'.
+    url = re.sub(r"(://[^/:@]*):.*@", r"\1:***@", url)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url, flags=re.IGNORECASE)
 
 
 def _without_secrets(text: str, url: str) -> str:
