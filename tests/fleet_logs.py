@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from pytest import approx as _approx
+
 #: 2026-10-01T00:00:00Z: a whole number of hours since the epoch, so windows of 1, 10 and 60 s start on it.
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -242,3 +244,25 @@ def envoy_record(request: Request, tenant_header: str = "x-tenant-id") -> dict:
         "llm_output_token": request.output,
         "llm_total_token": request.prompt + request.output,
     }
+
+
+def figures(document: dict) -> dict:
+    """The measured figures, without where they were measured."""
+    keep = ("rows_read", "rows_used", "rows_rejected", "period_start", "period_end", "windows", "tenants")
+    return {key: document[key] for key in keep}
+
+
+def assert_same(left, right) -> None:
+    """Equal, floats to 1e-9 relative (each engine sums in its own order)."""
+    if isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_same(left[key], right[key])
+    elif isinstance(left, list):
+        assert len(left) == len(right)
+        for a, b in zip(left, right, strict=True):
+            assert_same(a, b)
+    elif isinstance(left, float) or isinstance(right, float):
+        assert left == _approx(right, rel=1e-9, abs=1e-9)
+    else:
+        assert left == right

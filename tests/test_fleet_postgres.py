@@ -24,7 +24,16 @@ pytest.importorskip("duckdb")
 pytest.importorskip("sqlglot")
 psycopg = pytest.importorskip("psycopg")
 
-from tests.fleet_logs import LITELLM_COLUMNS, PLAN, Request, golden_requests, litellm_row, write_litellm_csv  # noqa: E402
+from tests.fleet_logs import (  # noqa: E402
+    LITELLM_COLUMNS,
+    PLAN,
+    Request,
+    assert_same,
+    figures,
+    golden_requests,
+    litellm_row,
+    write_litellm_csv,
+)
 
 PASSWORD = "s3cret-Pa55-not-in-output"
 
@@ -133,28 +142,6 @@ def plan_path(tmp_path) -> Path:
     path = tmp_path / "plan.yaml"
     path.write_text(PLAN, encoding="utf-8")
     return path
-
-
-def figures(document: dict) -> dict:
-    """The measured figures, without where they were measured."""
-    keep = ("rows_read", "rows_used", "rows_rejected", "period_start", "period_end", "windows", "tenants")
-    return {key: document[key] for key in keep}
-
-
-def assert_same(left, right) -> None:
-    """Equal, floats to 1e-9 relative (each engine sums in its own order)."""
-    if isinstance(left, dict):
-        assert left.keys() == right.keys()
-        for key in left:
-            assert_same(left[key], right[key])
-    elif isinstance(left, list):
-        assert len(left) == len(right)
-        for a, b in zip(left, right, strict=True):
-            assert_same(a, b)
-    elif isinstance(left, float) or isinstance(right, float):
-        assert left == pytest.approx(right, rel=1e-9, abs=1e-9)
-    else:
-        assert left == right
 
 
 def test_postgres_gives_duckdbs_figures_on_the_same_rows(run_cli, postgres_url, plan_path, tmp_path) -> None:

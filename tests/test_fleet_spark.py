@@ -15,8 +15,7 @@ pytest.importorskip("pyspark")
 if shutil.which("java") is None:
     pytest.skip("PySpark needs Java (17)", allow_module_level=True)
 
-from tests.fleet_logs import PLAN, Request, golden_requests, write_litellm_csv
-from tests.test_fleet_postgres import assert_same, figures
+from tests.fleet_logs import PLAN, Request, assert_same, figures, golden_requests, write_litellm_csv
 
 pytestmark = pytest.mark.spark
 
