@@ -353,6 +353,15 @@ def test_write_records_the_ratio_with_its_provenance_and_check_uses_it(run_cli, 
     (measured,) = [f for f in findings if f["code"] == "oversubscription"]
     assert measured["message"] == f"measured oversubscription 1.1: {block['source']}"
     assert "no oversubscription assumed" not in out
+    # size counts the shared tenants' replicas at the fleet's measured peak: every tenant here is shared.
+    code, out, err = run_cli("size", plan, "--json")
+    assert code == 0, err
+    totals = json.loads(out)["totals"]
+    assert totals["oversubscription_ratio"] == pytest.approx(1.1)
+    assert totals["replicas_at_measured_peak"] == pytest.approx(totals["replicas"] / 1.1)
+    code, out, err = run_cli("size", plan)
+    assert code == 0, err
+    assert f"at the measured oversubscription 1.1: {totals['replicas'] / 1.1:,.2f} replicas of load" in out
 
 
 def test_write_defaults_to_the_smallest_ratio(run_cli, tmp_path) -> None:
@@ -564,3 +573,17 @@ def test_a_connection_string_is_shown_without_its_password(given, shown) -> None
     from quotacalc.fleet.engines import redact_url
 
     assert redact_url(given) == shown
+
+
+def test_size_divides_only_the_shared_tenants_load_by_the_ratio(run_cli, tmp_path) -> None:
+    """A dedicated tenant's pool serves it alone: its replicas multiplex nothing, whatever the fleet's ratio."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "platform.yaml"
+    plan = tmp_path / "platform.yaml"
+    plan.write_text(example.read_text(encoding="utf-8") + "oversubscription: {ratio: 2, source: test}\n")
+    code, out, err = run_cli("size", plan, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    shared = math.fsum(t["replicas"] for t in document["tenants"] if t["placement"] == "shared")
+    dedicated = math.fsum(t["replicas"] for t in document["tenants"] if t["placement"] == "dedicated")
+    assert dedicated > 0 and shared > 0
+    assert document["totals"]["replicas_at_measured_peak"] == pytest.approx(shared / 2 + dedicated)
