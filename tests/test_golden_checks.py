@@ -181,7 +181,16 @@ def test_a_measured_ratio_raises_the_limit():
             figures={"units_sold_per_s": 20_000.0, "capacity_units_per_s": 40_000.0, "ratio": 1.25},
         )
     ]
-    assert found(result, "oversubscription") == []
+    # The ratio's source stands beside it, in place of "no oversubscription assumed".
+    assert found(result, "oversubscription") == [
+        Finding(
+            severity="info",
+            code="oversubscription",
+            subject="oversubscription",
+            message="measured oversubscription 1.25: usage logs",
+            figures={"ratio": 1.25},
+        )
+    ]
 
 
 def test_selling_exactly_the_capacity_is_not_overselling():

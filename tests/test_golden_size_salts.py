@@ -32,6 +32,7 @@ def tenant(name, home, rate, long_context_pool=None, placement="shared"):
 
 #: Two standard pools, each tenant's long-context pool, and a pool no tenant uses.
 POLICY = SimpleNamespace(
+    oversubscription=None,  # none measured: size counts the load one for one
     pools=(
         pool("std-a", 2, 1000.0),
         pool("std-b", 1, 700.0),
@@ -55,6 +56,9 @@ def test_every_pool_is_paid_for_used_or_not():
     assert totals.shared_usd_per_month == pytest.approx(250 + 140)
     # globex: 1.5 replicas -> 2 dedicated at $700.
     assert totals.dedicated_usd_per_month == 1400
+    # No ratio measured: the replicas at the fleet's peak are the replicas of load, 0.5 + 1.5 + 0.2.
+    assert totals.oversubscription_ratio == 1.0
+    assert totals.replicas_at_measured_peak == pytest.approx(0.5 + 1.5 + 0.2)
 
 
 def test_one_pool_counts_its_tenants_long_context_pools_only():

@@ -33,6 +33,7 @@ RANKS = {
     "exporters": 4,
     "sim": 4,
     "emulate": 4,
+    "fleet": 4,
     "render": 4,
     "cli": 5,
 }

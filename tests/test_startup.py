@@ -25,6 +25,10 @@ OTHER_COMMANDS = (
     "quotacalc.cli.plan_cmds",
     "quotacalc.cli.examples",
     "quotacalc.cli.models_doc",
+    "quotacalc.cli.fleet",
+    "quotacalc.fleet",
+    "duckdb",
+    "sqlglot",
     "quotacalc.core.calibrate",
     "quotacalc.inputs.benchmarks",
     "quotacalc.inputs.plan",  # read only when a plan file is given
@@ -130,6 +134,7 @@ def test_the_listing_is_what_each_command_says_of_itself(run_cli):
         "simulate",
         "calibrate",
         "emulate",
+        "fleet",
     ]
     for name, command in built.items():
         assert command.help.split("\n\n")[0] == commands.summary(name), name

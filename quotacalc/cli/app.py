@@ -625,6 +625,13 @@ commands.declare(
     summary="Serve a plan's pools as OpenAI-compatible engines at the priced speed (KV pool, prefix cache, priorities).",
 )
 
+# The body lives in cli/fleet.py (DuckDB, SQLGlot and the engines are imported only when fleet runs).
+commands.declare(
+    "fleet",
+    "quotacalc.cli.fleet:fleet_command",
+    summary="Measure peaks, tenants over contract and the oversubscription ratio from usage logs, and record the ratio.",
+)
+
 
 def main() -> None:
     """Entry point: one-line errors with exit codes, never a traceback for bad input."""

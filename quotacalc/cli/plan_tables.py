@@ -102,6 +102,11 @@ def plan_size_table(
         f"{units.usd(totals.dedicated_usd_per_month)}/month (whole replicas); pools "
         f"{units.usd(totals.pools_usd_per_month)}/month"
     )
+    if policy.oversubscription is not None:
+        console.print(
+            f"at the measured oversubscription {totals.oversubscription_ratio:g}: "
+            f"{totals.replicas_at_measured_peak:,.2f} replicas of load at the fleet's peak"
+        )
     for pool in policy.pools:
         if pools is not None and pool.name not in pools:
             continue

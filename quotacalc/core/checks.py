@@ -122,6 +122,17 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
                 fix="measure the ratio (sum of per-tenant peaks / fleet peak) from usage data to sell more",
             )
         )
+    else:
+        # Where the ratio comes from, beside the capacity it raises: a ratio is only as good as its measurement.
+        findings.append(
+            Finding(
+                severity="info",
+                code="oversubscription",
+                subject="oversubscription",
+                message=f"measured oversubscription {ratio:g}: {policy.oversubscription.source}",
+                figures={"ratio": ratio},
+            )
+        )
     return findings
 
 

@@ -57,6 +57,14 @@ class PlanSizeTotals(BaseModel):
     shared_usd_per_month: float = Field(description="shared tenants' shares of shared replicas")
     dedicated_usd_per_month: float = Field(description="dedicated tenants' whole replicas")
     pools_usd_per_month: float = Field(description="every pool's replicas, used or not")
+    oversubscription_ratio: float = Field(
+        1.0, description="the plan's measured oversubscription ratio (quotacalc fleet); 1: none measured"
+    )
+    replicas_at_measured_peak: float = Field(
+        0.0,
+        description="the shared tenants' replicas / oversubscription_ratio, plus the dedicated tenants' (a pool that "
+        "serves one tenant multiplexes nothing): the load the replicas carry at the fleet's measured peak",
+    )
 
 
 class PlanSize(BaseModel):
@@ -105,6 +113,7 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
             )
         )
     listed = pools_shown(policy, pool)
+    ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
     totals = PlanSizeTotals(
         tenants=len(rows),
         units_sold_per_s=math.fsum(row.units_per_s for row in rows),
@@ -112,6 +121,9 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
         shared_usd_per_month=math.fsum(row.shared_usd_per_month for row in rows if row.placement == "shared"),
         dedicated_usd_per_month=math.fsum(row.dedicated_usd_per_month for row in rows if row.placement == "dedicated"),
         pools_usd_per_month=math.fsum(entry.usd_per_month for entry in policy.pools if entry.name in listed),
+        oversubscription_ratio=ratio,
+        replicas_at_measured_peak=math.fsum(row.replicas for row in rows if row.placement == "shared") / ratio
+        + math.fsum(row.replicas for row in rows if row.placement != "shared"),
     )
     return PlanSize(tenants=tuple(rows), totals=totals)
 

@@ -94,6 +94,30 @@ class PoolFile(Pool):
     )
 
 
+class FleetMeasurement(BaseModel):
+    """Where a measured oversubscription ratio comes from: written by ``quotacalc fleet --write``."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+
+    sources: tuple[str, ...] = Field(min_length=1, description="the log files, or the database table (no password)")
+    format: str = Field(description="the log format read (quotacalc, litellm, envoy, csv)")
+    pool: str = Field(description="the pool whose load was measured")
+    rows_used: int = Field(ge=0, description="requests counted")
+    rows_read: int = Field(ge=0, description="rows read, rejected ones included")
+    period_start: str = Field(description="the first request's start, RFC 3339 UTC")
+    period_end: str = Field(description="the last request's end, RFC 3339 UTC")
+    window_s: float = Field(gt=0, description="the window length the peaks were taken over, seconds")
+    attribution: str = Field(description="spread: a request's units over its duration; start: at its start")
+    measured_on: str = Field(description="the date of the measurement (UTC)")
+
+
+class OversubscriptionFile(Oversubscription):
+    """The plan's ``oversubscription:`` block: the ratio, a line saying where it comes from, and, when
+    ``quotacalc fleet --write`` measured it, the measurement."""
+
+    measured: FleetMeasurement | None = Field(None, description="the measurement behind the ratio (quotacalc fleet)")
+
+
 class PlatformPlanFile(Plan):
     """A platform plan file: pools of replicas, tiers of service, tenants (quotacalc schema)."""
 
@@ -103,6 +127,9 @@ class PlatformPlanFile(Plan):
         None, description="deployment defaults merged under every pool's `deployment`"
     )
     pools: tuple[PoolFile, ...] = Field(min_length=1, description="pools of replicas")
+    oversubscription: OversubscriptionFile | None = Field(  # type: ignore[assignment]
+        None, description="measured oversubscription; none is assumed when absent"
+    )
 
     @model_validator(mode="after")
     def _references_resolve(self) -> PlatformPlanFile:
@@ -177,7 +204,8 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
         ("tiers",): Tier,
         ("tenants",): PlanTenant,
         ("tenants", "traffic"): Tenant,
-        ("oversubscription",): Oversubscription,
+        ("oversubscription",): OversubscriptionFile,
+        ("oversubscription", "measured"): FleetMeasurement,
     }
     return table.get(tuple(names), PlatformPlanFile)
 
@@ -598,7 +626,11 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
         tiers=file.tiers,
         tenants=file.tenants,
         public_prefixes=file.public_prefixes,
-        oversubscription=file.oversubscription,
+        oversubscription=(
+            Oversubscription(ratio=file.oversubscription.ratio, source=file.oversubscription.source)
+            if file.oversubscription
+            else None
+        ),
         tenant_header=file.tenant_header,
     )
     return plan, file
