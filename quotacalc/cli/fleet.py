@@ -15,6 +15,8 @@ import typer
 from quotacalc.errors import QuotacalcError, UsageError
 
 if TYPE_CHECKING:
+    from quotacalc.core.plan import Plan
+    from quotacalc.core.policy import QuotaPolicy
     from quotacalc.fleet.engines import Rows
     from quotacalc.fleet.report import FleetReport
     from quotacalc.fleet.sources import SourceFormat
@@ -166,10 +168,11 @@ def fleet_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")
     ] = False,
+    *,
+    deployment_flags: dict[str, Any],
 ):
     """Measure peaks, tenants over contract and the oversubscription ratio from usage logs, and record the ratio."""
     _require("duckdb", "sqlglot")
-    from quotacalc.cli.plan_cmds import load_policy
     from quotacalc.fleet import aggregate
     from quotacalc.fleet import sources as formats
     from quotacalc.fleet.weights import pool_weights
@@ -177,17 +180,11 @@ def fleet_command(
     windows, paths = _checked_flags(
         source_format, attribution, engine, max_bad_rows, print_sql, window, write_window, sources, database
     )
-    if plan is None:
-        raise UsageError(
-            "is needed: the pool's weights price each request",
-            field="--plan",
-            fix="name a platform plan, or a deployment file",
-        )
+    plan_object, policy = _measured_policy(plan, pool, write, deployment_flags)
     if plot:
         from quotacalc.cli.sim_plot import require_matplotlib
 
         require_matplotlib()
-    plan_object, policy = load_policy(plan)
     measured_pool, tenant_weights, contracts, default = pool_weights(policy, plan_object, pool)
     spec = formats.FORMATS[source_format]
     fields = formats.field_map(spec, formats.parse_map(column_map), policy.tenant_header)
@@ -255,6 +252,29 @@ def fleet_command(
         render_report(report, pool=measured_pool.name, written=written)
     if too_many_bad:
         _fail_bad_rows(report, max_bad_rows, where)
+
+
+def _measured_policy(
+    plan: str | None, pool: str | None, write: str | None, deployment_flags: dict[str, Any]
+) -> tuple[Plan, QuotaPolicy]:
+    """The policy whose weights price each request: the plan's, its deployments overridden by any of price's
+    deployment flags, or a one-pool deployment of those flags alone (no tenant, so no contract)."""
+    from quotacalc.cli.plan_cmds import load_flags_policy, load_policy
+
+    given = {name: value for name, value in deployment_flags.items() if value is not None}
+    if plan is not None:
+        return load_policy(plan, given)
+    if not given:
+        raise UsageError(
+            "is needed: the pool's weights price each request",
+            field="--plan",
+            fix="name a platform plan or a deployment file, or give the deployment as price's flags (--model ...)",
+        )
+    if write:
+        raise UsageError("needs --plan: the ratio is recorded in the plan whose pool is measured", field="--write")
+    if pool is not None:
+        raise UsageError("needs a plan file", field="--pool")
+    return load_flags_policy(given)
 
 
 def _checked_flags(
