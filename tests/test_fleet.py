@@ -364,6 +364,17 @@ def test_write_records_the_ratio_with_its_provenance_and_check_uses_it(run_cli, 
     assert f"at the measured oversubscription 1.1: {totals['replicas'] / 1.1:,.2f} replicas of load" in out
 
 
+def test_write_keeps_a_crlf_plans_line_ends(run_cli, tmp_path) -> None:
+    plan = tmp_path / "plan.yaml"
+    original = PLAN.replace("\n", "\r\n").encode("utf-8")
+    plan.write_bytes(original)
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
+    fleet_json(run_cli, log, "--plan", plan, "--write", plan)
+    written = plan.read_bytes()
+    assert written.startswith(original)  # every line as it was, its CRLF included
+    assert b"oversubscription:" in written and b"\n" not in written.replace(b"\r\n", b"")
+
+
 def test_write_defaults_to_the_smallest_ratio(run_cli, tmp_path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN, encoding="utf-8")

@@ -439,7 +439,7 @@ def write_oversubscription(
 
     from quotacalc.fileio import write_text_atomic
     from quotacalc.inputs.plan import is_platform, load_plan, read_document
-    from quotacalc.inputs.plan_write import set_top_level_keys
+    from quotacalc.inputs.plan_write import plan_text, set_top_level_keys, with_line_ends
 
     path = Path(target)
     source_path = path if path.exists() else Path(plan)
@@ -449,7 +449,7 @@ def write_oversubscription(
             source=target,
             field="--write",
         )
-    text = source_path.read_text(encoding="utf-8")
+    text = plan_text(source_path)
     today = datetime.now(timezone.utc).date().isoformat()
     shown = sources if len(sources) <= 3 else [*sources[:3], f"and {len(sources) - 3} more"]
     line = (
@@ -485,5 +485,5 @@ def write_oversubscription(
             raise QuotacalcError(error.problem, source=target, field=error.field, fix=error.fix) from None
     finally:
         Path(probe).unlink(missing_ok=True)
-    write_text_atomic(path, updated)
+    write_text_atomic(path, with_line_ends(updated, text))
     return {"path": target, **block}
