@@ -364,6 +364,17 @@ def test_write_records_the_ratio_with_its_provenance_and_check_uses_it(run_cli, 
     assert f"at the measured oversubscription 1.1: {totals['replicas'] / 1.1:,.2f} replicas of load" in out
 
 
+def test_write_keeps_a_crlf_plans_line_ends(run_cli, tmp_path) -> None:
+    plan = tmp_path / "plan.yaml"
+    original = PLAN.replace("\n", "\r\n").encode("utf-8")
+    plan.write_bytes(original)
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
+    fleet_json(run_cli, log, "--plan", plan, "--write", plan)
+    written = plan.read_bytes()
+    assert written.startswith(original)  # every line as it was, its CRLF included
+    assert b"oversubscription:" in written and b"\n" not in written.replace(b"\r\n", b"")
+
+
 def test_write_defaults_to_the_smallest_ratio(run_cli, tmp_path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN, encoding="utf-8")
@@ -550,14 +561,69 @@ def test_long_prompts_load_the_long_context_pool(run_cli, tmp_path) -> None:
     )
 
 
-def test_without_a_plan_there_are_no_weights(run_cli, tmp_path) -> None:
+def test_without_a_plan_or_deployment_flags_there_are_no_weights(run_cli, tmp_path) -> None:
     log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
     code, _, err = run_cli("fleet", log)
     assert code == 2
     assert err == (
         "quotacalc: error: --plan: is needed: the pool's weights price each request "
-        "(name a platform plan, or a deployment file)\n"
+        "(name a platform plan or a deployment file, or give the deployment as price's flags (--model ...))\n"
     )
+
+
+#: The plan's pool as price's deployment flags: the keys of PLAN's deployment and of its pool's.
+POOL_FLAGS = (
+    *("--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4"),
+    *("--weight-dtype", "fp8", "--kv-dtype", "bf16", "--batch", "128", "--context", "1700"),
+)
+
+
+def test_deployment_flags_in_place_of_a_plan_price_as_a_deployment_file(run_cli, tmp_path) -> None:
+    """price's flags are the deployment a flat file of the same keys is: one pool, default, and no tenant, so every
+    tenant of the log is priced at the pool's weights (the deployment's cached weight) and has no contract."""
+    from quotacalc.cli.plan_cmds import load_policy
+
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(
+        "".join(f"{k[2:].replace('-', '_')}: {v}\n" for k, v in zip(POOL_FLAGS[::2], POOL_FLAGS[1::2], strict=True))
+    )
+    output_weight = next(p for p in load_policy(str(flat))[1].pools).output_weight
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
+    by_flags = fleet_json(run_cli, log, *POOL_FLAGS)
+    assert by_flags["pool"] == "default"
+    assert by_flags["weights"] == {"default": by_flags["weights"]["default"], "tenants": {}}
+    assert by_flags["weights"]["default"]["output"] == pytest.approx(output_weight)
+    assert all(t["contract_units_per_s"] is None for t in window(by_flags, 1)["tenants"])
+    by_file = fleet_json(run_cli, log, "--plan", flat)
+    assert by_flags["windows"] == by_file["windows"]
+    assert by_flags["oversubscription_ratio"]["1"] == pytest.approx(1.1)
+
+
+def test_deployment_flags_override_the_plans_deployment(run_cli, tmp_path, plan_path, policy) -> None:
+    from quotacalc.cli.plan_cmds import load_policy
+
+    smaller_batch = load_policy(str(plan_path), {"batch": 16})[1]
+    assert units(smaller_batch) != pytest.approx(units(policy))  # the flag changes W, so the figures show it
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
+    document = fleet_json(run_cli, log, "--plan", plan_path, "--batch", "16", "--window", "1")
+    assert window(document, 1)["fleet_peak_units_per_s"] == pytest.approx(units(smaller_batch))
+    assert tenant(window(document, 1), "a")["contract_units_per_s"] == pytest.approx(100)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--write", "plan.yaml"), "--write: needs --plan: the ratio is recorded in the plan whose pool is measured"),
+        (("--pool", "shared"), "--pool: needs a plan file"),
+        (("--tp", "3"), "quotacalc: error: --tp: 3 does not divide the 64 attention heads"),
+    ],
+)
+def test_deployment_flags_alone_refuse_what_needs_a_plan(run_cli, tmp_path, extra, message) -> None:
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
+    args = POOL_FLAGS if extra[0] != "--tp" else POOL_FLAGS[:4] + POOL_FLAGS[6:]
+    code, _, err = run_cli("fleet", log, *args, *extra)
+    assert code in (1, 2) and message in err and "Traceback" not in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

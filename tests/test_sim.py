@@ -736,3 +736,29 @@ def test_a_plot_that_cannot_be_written_is_refused_before_simulating(run_cli, tmp
     code, out, err = run_cli("simulate", str(EXAMPLE), "--requests", "20", "--json", "--plot", str(target))
     assert (code, out) == (2, "")  # nothing simulated, nothing printed
     assert err.startswith(f"quotacalc: error: {target}: --plot: is ")
+
+
+def test_the_shipped_scenarios_show_every_path(run_cli):
+    """What the examples are for: each path shows in their output. The platform example preempts, loses requests
+    to engine failures, stops quotas and routes long prompts to the long-context pool; the named plan's wayne asks
+    a third of the time for max_tokens 20,000, whose hold under reserve_max_tokens (20,000 x W, its prompt on top)
+    is more than its full bucket (2,000 units/s x the starter tier's 30 s), so it is never admissible there, while
+    reserve_capped holds the tier's 2,048 output tokens at most and admits it."""
+    code, out, err = run_cli("simulate", str(EXAMPLE), "--json")
+    assert code == 0, err
+    runs = json.loads(out)["policies"]
+    assert max(run["preemptions"] for run in runs) > 0
+    assert max(run["terminal"]["engine_failure"] for run in runs) > 0
+    assert max(run["terminal"]["quota_stop"] for run in runs) > 0
+    assert max(next(p for p in run["pools"] if p["pool"] == "long")["requests_scheduled"] for run in runs) > 0
+
+    code, out, err = run_cli("simulate", str(EXAMPLE.parent / "simulate-named-plan.yaml"), "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    shared = next(p for p in document["pools"] if p["pool"] == "shared")
+    assert 20_000 * shared["output_weight"] > 2_000 * 30
+    for run in document["policies"]:
+        never = {t["tenant"]: t["other_rejects"]["never_admissible"] for t in run["tenants"]}
+        if run["policy"] == "reserve_max_tokens":
+            assert never.pop("wayne") > 0
+        assert set(never.values()) == {0}, (run["policy"], never)

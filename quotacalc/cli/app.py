@@ -625,11 +625,20 @@ commands.declare(
     summary="Serve a plan's pools as OpenAI-compatible engines at the priced speed (KV pool, prefix cache, priorities).",
 )
 
+
+def _fleet_options() -> dict[str, list]:
+    """price's deployment options, but --engine: fleet's own names where its query runs."""
+    from quotacalc.core.deployment import Deployment
+
+    return {"deployment_flags": option_parameters(Deployment, panel="Deployment", exclude=("engine",))}
+
+
 # The body lives in cli/fleet.py (DuckDB, SQLGlot and the engines are imported only when fleet runs).
 commands.declare(
     "fleet",
     "quotacalc.cli.fleet:fleet_command",
     summary="Measure peaks, tenants over contract and the oversubscription ratio from usage logs, and record the ratio.",
+    options=_fleet_options,
 )
 
 

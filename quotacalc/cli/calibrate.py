@@ -369,17 +369,6 @@ def _write_target(path: str):
     return target
 
 
-def _plan_text(path) -> str:
-    """A plan's text with its line ends as they are ('\\r\\n' kept: the rest of the file stays byte for byte)."""
-    with open(path, encoding="utf-8", newline="") as handle:
-        return handle.read()
-
-
-def _with_newlines(updated: str, original: str) -> str:
-    """The edited text with the original file's line ends: the edits insert '\\n', a CRLF file keeps CRLF."""
-    return updated.replace("\n", "\r\n") if "\r\n" in original else updated
-
-
 def _write_plan(
     path: str, plan: str | None, deployment: Deployment, given: dict[str, Any], values: dict[str, Any], section
 ) -> None:
@@ -390,7 +379,7 @@ def _write_plan(
     from quotacalc.core.calibrate import merge_provenance
     from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import load_plan_file
-    from quotacalc.inputs.plan_write import set_top_level_keys
+    from quotacalc.inputs.plan_write import plan_text, set_top_level_keys, with_line_ends
 
     target = _write_target(path)
     dumped = deployment.model_dump(mode="json")
@@ -399,9 +388,9 @@ def _write_plan(
     keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}
     if target.exists():
         previous = load_plan_file(path).calibration  # the file must be a valid plan before it is changed
-        text = _plan_text(target)
+        text = plan_text(target)
     elif plan is not None:  # a new plan: a copy of the one read, comments and tenant included
-        previous, text = load_plan_file(plan).calibration, _plan_text(Path(plan))
+        previous, text = load_plan_file(plan).calibration, plan_text(Path(plan))
     else:  # a new plan from flags alone
         previous, text = None, ""
         keys = deployment.model_dump(mode="json", exclude_defaults=True)
@@ -416,7 +405,7 @@ def _write_plan(
         _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
     finally:
         Path(probe).unlink(missing_ok=True)
-    _write_file(path, target, _with_newlines(updated, text))
+    _write_file(path, target, with_line_ends(updated, text))
 
 
 def _only_pool(path: str) -> str:
@@ -443,13 +432,13 @@ def _write_pool(
     from quotacalc.errors import QuotacalcError
     from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import _pool_names, deployment_source, load_plan, read_document
-    from quotacalc.inputs.plan_write import set_pool_keys
+    from quotacalc.inputs.plan_write import plan_text, set_pool_keys, with_line_ends
 
     target = _write_target(path)
     source = path if target.exists() else plan
     previous = deployment_source(source, pool).calibration  # names the file and --pool when the pool is not there
     names = _pool_names(read_document(source))
-    text = _plan_text(Path(source))
+    text = plan_text(Path(source))
     dumped = deployment.model_dump(mode="json")
     keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}
     keys.update(values)
@@ -466,7 +455,7 @@ def _write_pool(
     finally:
         Path(probe).unlink(missing_ok=True)
     _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
-    _write_file(path, target, _with_newlines(updated, text))
+    _write_file(path, target, with_line_ends(updated, text))
 
 
 def _holds_for_the_plan(path: str, written: Deployment, section) -> None:

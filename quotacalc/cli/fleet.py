@@ -15,7 +15,11 @@ import typer
 from quotacalc.errors import QuotacalcError, UsageError
 
 if TYPE_CHECKING:
+    from quotacalc.core.plan import Plan
+    from quotacalc.core.policy import QuotaPolicy
+    from quotacalc.fleet.engines import Rows
     from quotacalc.fleet.report import FleetReport
+    from quotacalc.fleet.sources import SourceFormat
 
 FORMAT_NAMES = ("quotacalc", "litellm", "envoy", "openai", "csv")
 #: The default bad-row budget: a log with more rejected rows than this share is not measured.
@@ -164,53 +168,23 @@ def fleet_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="print machine-readable JSON (SI units, stable keys)")
     ] = False,
+    *,
+    deployment_flags: dict[str, Any],
 ):
     """Measure peaks, tenants over contract and the oversubscription ratio from usage logs, and record the ratio."""
     _require("duckdb", "sqlglot")
-    from quotacalc.cli.plan_cmds import load_policy
-    from quotacalc.fleet import aggregate, engines
+    from quotacalc.fleet import aggregate
     from quotacalc.fleet import sources as formats
     from quotacalc.fleet.weights import pool_weights
 
-    if source_format not in FORMAT_NAMES:
-        raise UsageError(f"unknown format '{source_format}'", field="--format", fix=f"one of {', '.join(FORMAT_NAMES)}")
-    if attribution not in ("spread", "start"):
-        raise UsageError(f"'{attribution}' is not spread or start", field="--attribution")
-    if engine not in ("duckdb", "spark"):
-        raise UsageError(
-            f"unknown engine '{engine}'", field="--engine", fix="duckdb or spark (--from runs on Postgres)"
-        )
-    if not 0 <= max_bad_rows <= 1:
-        raise UsageError(f"{max_bad_rows:g} is not a share from 0 to 1", field="--max-bad-rows", fix="e.g. 0.01 for 1%")
-    if print_sql is not None and print_sql not in aggregate.DIALECTS:
-        raise UsageError(
-            f"unknown dialect '{print_sql}'", field="--print-sql", fix=f"one of {', '.join(aggregate.DIALECTS)}"
-        )
-    windows = parse_windows(window)
-    if write_window is not None and write_window not in windows:
-        raise UsageError(f"{write_window:g} s is not among --window", field="--write-window")
-    paths = list(sources or [])
-    if database and paths:
-        raise UsageError("give log files or --from, not both", field="--from")
-    if database and source_format != "litellm":
-        raise UsageError("--from reads LiteLLM's table: use --format litellm", field="--format")
-    if not database and not paths and print_sql not in ("postgres", "spark"):
-        raise UsageError("no log files", field="SOURCE", fix="name the log files, or --from postgresql://...")
-    for path in paths:
-        # A URL (s3a://, hdfs://) is for the Spark cluster to read, not for this machine.
-        if not (engine == "spark" and "://" in path) and not Path(path).is_file():
-            raise QuotacalcError("no such file", source=path)
-    if plan is None:
-        raise UsageError(
-            "is needed: the pool's weights price each request",
-            field="--plan",
-            fix="name a platform plan, or a deployment file",
-        )
+    windows, paths = _checked_flags(
+        source_format, attribution, engine, max_bad_rows, print_sql, window, write_window, sources, database
+    )
+    plan_object, policy = _measured_policy(plan, pool, write, deployment_flags)
     if plot:
         from quotacalc.cli.sim_plot import require_matplotlib
 
         require_matplotlib()
-    plan_object, policy = load_policy(plan)
     measured_pool, tenant_weights, contracts, default = pool_weights(policy, plan_object, pool)
     spec = formats.FORMATS[source_format]
     fields = formats.field_map(spec, formats.parse_map(column_map), policy.tenant_header)
@@ -223,49 +197,13 @@ def fleet_command(
     )
     query = aggregate.aggregation_sql(params)
     if spec.kind == "pages" and paths and engine == "duckdb":
-        engines.duckdb_sql(paths, spec, fields, query)  # each file is an export page before anything is read
-        bucket_s = engines.duckdb_shortest_row_s(paths, spec, fields)
-        if bucket_s is not None and min(windows) < bucket_s - 1e-9:
-            raise UsageError(
-                f"{min(windows):g} s is shorter than the export's buckets ({bucket_s:g} s): rates within a bucket "
-                "are not in it",
-                field="--window",
-                fix=f"windows of {bucket_s:g} s or more",
-            )
-
+        _check_page_buckets(paths, spec, fields, query, windows)
     if print_sql is not None:
-        if print_sql == "postgres":
-            text = engines.postgres_sql(fields, query, table)
-        elif print_sql == "spark":
-            text = engines.spark_sql(fields, {"metadata", "proxy_server_request", "completionStartTime"}, query)
-        else:
-            if not paths:
-                raise UsageError("--print-sql duckdb reads the log files: name them", field="SOURCE")
-            text = engines.duckdb_sql(paths, spec, fields, query)
-        sys.stdout.write(text.rstrip() + "\n")
+        sys.stdout.write(_printed_sql(print_sql, paths, spec, fields, query, table).rstrip() + "\n")
         return
+    rows, shown_sources = _run_query(database, table, engine, paths, spec, fields, query, spark_master, memory_limit)
 
-    progress = _Progress(enabled=True)
-    try:
-        if database:
-            rows = engines.run_postgres(database, fields, engines.postgres_sql(fields, query, table), table)
-            shown_sources = [f"{engines.redact_url(database)} table {table}"]
-        elif engine == "spark":
-            rows = engines.run_spark(paths, spec, fields, query, spark_master)
-            shown_sources = paths
-        else:
-            sql = engines.duckdb_sql(paths, spec, fields, query)
-            rows = engines.run_duckdb(
-                sql,
-                engines.EngineSettings(memory_limit=memory_limit),
-                progress if progress.enabled else None,
-                source=", ".join(paths),
-            )
-            shown_sources = paths
-    finally:
-        progress.close()
-
-    from quotacalc.fleet.report import build_report, conservative_window
+    from quotacalc.fleet.report import build_report
 
     report = build_report(
         rows,
@@ -284,26 +222,13 @@ def fleet_command(
         )
     written = None
     if write and not too_many_bad:
-        chosen = (
-            next(w for w in report.windows if w.window_s == write_window)
-            if write_window
-            else conservative_window(report)
-        )
-        written = write_oversubscription(
-            write,
-            plan,
-            report,
-            chosen.window_s,
-            chosen.oversubscription_ratio,
-            shown_sources,
-            source_format,
-            measured_pool.name,
+        written = _write_chosen_window(
+            write, write_window, plan, report, shown_sources, source_format, measured_pool.name
         )
     if plot and not too_many_bad:
         from quotacalc.cli.fleet_out import plot_report
 
-        series = [row for row in rows if row[0] == "series"]
-        plot_report(report, series, Path(plot))
+        plot_report(report, [row for row in rows if row[0] == "series"], Path(plot))
     if as_json:
         from quotacalc.cli.fleet_out import report_json
         from quotacalc.cli.json_out import emit_json
@@ -326,13 +251,175 @@ def fleet_command(
 
         render_report(report, pool=measured_pool.name, written=written)
     if too_many_bad:
-        counts = ", ".join(f"{reason} {count}" for reason, count in report.rows_rejected.items() if count)
-        raise QuotacalcError(
-            f"{report.rows_rejected_total} of {report.rows_read} rows rejected "
-            f"({100 * report.rows_rejected_fraction:.2f}%, above --max-bad-rows {100 * max_bad_rows:g}%): {counts}",
-            source=where,
-            fix="fix the log, or raise --max-bad-rows",
+        _fail_bad_rows(report, max_bad_rows, where)
+
+
+def _measured_policy(
+    plan: str | None, pool: str | None, write: str | None, deployment_flags: dict[str, Any]
+) -> tuple[Plan, QuotaPolicy]:
+    """The policy whose weights price each request: the plan's, its deployments overridden by any of price's
+    deployment flags, or a one-pool deployment of those flags alone (no tenant, so no contract)."""
+    from quotacalc.cli.plan_cmds import load_flags_policy, load_policy
+
+    given = {name: value for name, value in deployment_flags.items() if value is not None}
+    if plan is not None:
+        return load_policy(plan, given)
+    if not given:
+        raise UsageError(
+            "is needed: the pool's weights price each request",
+            field="--plan",
+            fix="name a platform plan or a deployment file, or give the deployment as price's flags (--model ...)",
         )
+    if write:
+        raise UsageError("needs --plan: the ratio is recorded in the plan whose pool is measured", field="--write")
+    if pool is not None:
+        raise UsageError("needs a plan file", field="--pool")
+    return load_flags_policy(given)
+
+
+def _checked_flags(
+    source_format: str,
+    attribution: str,
+    engine: str,
+    max_bad_rows: float,
+    print_sql: str | None,
+    window: str,
+    write_window: float | None,
+    sources: list[str] | None,
+    database: str | None,
+) -> tuple[tuple[float, ...], list[str]]:
+    """Every flag checked before a plan or a log is read: the windows and the log paths."""
+    from quotacalc.fleet import aggregate
+
+    if source_format not in FORMAT_NAMES:
+        raise UsageError(f"unknown format '{source_format}'", field="--format", fix=f"one of {', '.join(FORMAT_NAMES)}")
+    if attribution not in ("spread", "start"):
+        raise UsageError(f"'{attribution}' is not spread or start", field="--attribution")
+    if engine not in ("duckdb", "spark"):
+        raise UsageError(
+            f"unknown engine '{engine}'", field="--engine", fix="duckdb or spark (--from runs on Postgres)"
+        )
+    if not 0 <= max_bad_rows <= 1:
+        raise UsageError(f"{max_bad_rows:g} is not a share from 0 to 1", field="--max-bad-rows", fix="e.g. 0.01 for 1%")
+    if print_sql is not None and print_sql not in aggregate.DIALECTS:
+        raise UsageError(
+            f"unknown dialect '{print_sql}'", field="--print-sql", fix=f"one of {', '.join(aggregate.DIALECTS)}"
+        )
+    windows = parse_windows(window)
+    if write_window is not None and write_window not in windows:
+        raise UsageError(f"{write_window:g} s is not among --window", field="--write-window")
+    return windows, _checked_sources(sources, database, source_format, engine, print_sql)
+
+
+def _checked_sources(
+    sources: list[str] | None, database: str | None, source_format: str, engine: str, print_sql: str | None
+) -> list[str]:
+    paths = list(sources or [])
+    if database and paths:
+        raise UsageError("give log files or --from, not both", field="--from")
+    if database and source_format != "litellm":
+        raise UsageError("--from reads LiteLLM's table: use --format litellm", field="--format")
+    if not database and not paths and print_sql not in ("postgres", "spark"):
+        raise UsageError("no log files", field="SOURCE", fix="name the log files, or --from postgresql://...")
+    for path in paths:
+        # A URL (s3a://, hdfs://) is for the Spark cluster to read, not for this machine.
+        if not (engine == "spark" and "://" in path) and not Path(path).is_file():
+            raise QuotacalcError("no such file", source=path)
+    return paths
+
+
+def _check_page_buckets(
+    paths: list[str], spec: SourceFormat, fields: dict[str, str], query: str, windows: tuple[float, ...]
+) -> None:
+    """Each file is an export page before anything is read, and no window is shorter than its buckets."""
+    from quotacalc.fleet import engines
+
+    engines.duckdb_sql(paths, spec, fields, query)
+    bucket_s = engines.duckdb_shortest_row_s(paths, spec, fields)
+    if bucket_s is not None and min(windows) < bucket_s - 1e-9:
+        raise UsageError(
+            f"{min(windows):g} s is shorter than the export's buckets ({bucket_s:g} s): rates within a bucket "
+            "are not in it",
+            field="--window",
+            fix=f"windows of {bucket_s:g} s or more",
+        )
+
+
+def _printed_sql(
+    dialect: str, paths: list[str], spec: SourceFormat, fields: dict[str, str], query: str, table: str
+) -> str:
+    from quotacalc.fleet import engines
+
+    if dialect == "postgres":
+        return engines.postgres_sql(fields, query, table)
+    if dialect == "spark":
+        return engines.spark_sql(fields, {"metadata", "proxy_server_request", "completionStartTime"}, query)
+    if not paths:
+        raise UsageError("--print-sql duckdb reads the log files: name them", field="SOURCE")
+    return engines.duckdb_sql(paths, spec, fields, query)
+
+
+def _run_query(
+    database: str | None,
+    table: str,
+    engine: str,
+    paths: list[str],
+    spec: SourceFormat,
+    fields: dict[str, str],
+    query: str,
+    spark_master: str,
+    memory_limit: str,
+) -> tuple[Rows, list[str]]:
+    """The aggregation's result rows, run where the logs are, and the sources as shown (no password)."""
+    from quotacalc.fleet import engines
+
+    progress = _Progress(enabled=True)
+    try:
+        if database:
+            rows = engines.run_postgres(database, fields, engines.postgres_sql(fields, query, table), table)
+            return rows, [f"{engines.redact_url(database)} table {table}"]
+        if engine == "spark":
+            return engines.run_spark(paths, spec, fields, query, spark_master), paths
+        sql = engines.duckdb_sql(paths, spec, fields, query)
+        rows = engines.run_duckdb(
+            sql,
+            engines.EngineSettings(memory_limit=memory_limit),
+            progress if progress.enabled else None,
+            source=", ".join(paths),
+        )
+        return rows, paths
+    finally:
+        progress.close()
+
+
+def _write_chosen_window(
+    write: str,
+    write_window: float | None,
+    plan: str,
+    report: FleetReport,
+    shown_sources: list[str],
+    source_format: str,
+    pool: str,
+) -> dict[str, Any]:
+    """Write the ratio of --write-window, or of the window claiming the least multiplexing."""
+    from quotacalc.fleet.report import conservative_window
+
+    chosen = (
+        next(w for w in report.windows if w.window_s == write_window) if write_window else conservative_window(report)
+    )
+    return write_oversubscription(
+        write, plan, report, chosen.window_s, chosen.oversubscription_ratio, shown_sources, source_format, pool
+    )
+
+
+def _fail_bad_rows(report: FleetReport, max_bad_rows: float, where: str) -> None:
+    counts = ", ".join(f"{reason} {count}" for reason, count in report.rows_rejected.items() if count)
+    raise QuotacalcError(
+        f"{report.rows_rejected_total} of {report.rows_read} rows rejected "
+        f"({100 * report.rows_rejected_fraction:.2f}%, above --max-bad-rows {100 * max_bad_rows:g}%): {counts}",
+        source=where,
+        fix="fix the log, or raise --max-bad-rows",
+    )
 
 
 def write_oversubscription(
@@ -352,7 +439,7 @@ def write_oversubscription(
 
     from quotacalc.fileio import write_text_atomic
     from quotacalc.inputs.plan import is_platform, load_plan, read_document
-    from quotacalc.inputs.plan_write import set_top_level_keys
+    from quotacalc.inputs.plan_write import plan_text, set_top_level_keys, with_line_ends
 
     path = Path(target)
     source_path = path if path.exists() else Path(plan)
@@ -362,7 +449,7 @@ def write_oversubscription(
             source=target,
             field="--write",
         )
-    text = source_path.read_text(encoding="utf-8")
+    text = plan_text(source_path)
     today = datetime.now(timezone.utc).date().isoformat()
     shown = sources if len(sources) <= 3 else [*sources[:3], f"and {len(sources) - 3} more"]
     line = (
@@ -398,5 +485,5 @@ def write_oversubscription(
             raise QuotacalcError(error.problem, source=target, field=error.field, fix=error.fix) from None
     finally:
         Path(probe).unlink(missing_ok=True)
-    write_text_atomic(path, updated)
+    write_text_atomic(path, with_line_ends(updated, text))
     return {"path": target, **block}

@@ -280,80 +280,93 @@ def _json_path(keys: tuple[str, ...]) -> str:
     return "$" + "".join("." + _quoted(key) for key in keys)
 
 
-def duckdb_source(
-    relation: str, source_format: SourceFormat, fields: dict[str, str], columns: dict[str, str] | None = None
-) -> str:
-    """The canonical SELECT over ``relation`` (DuckDB): for a line format a relation of one VARCHAR column
-    ``line``; for a table format its own ``columns`` (name -> DuckDB type: a timestamp or a number is used as it
-    is, anything else is parsed from its text; a field whose column is absent reads as NULL)."""
-    types = dict(columns or {})
-    if columns is not None:
-        fields = {name: column for name, column in fields.items() if column in columns}
+class _DuckdbFields:
+    """How each canonical field reads on DuckDB: from a JSON line's key, or from a table's column by its type."""
 
-    def kind(name: str) -> str:
-        type_name = types.get(fields.get(name, ""), "VARCHAR").upper()
+    def __init__(self, source_format: SourceFormat, fields: dict[str, str], types: dict[str, str]) -> None:
+        self.source_format = source_format
+        self.fields = fields
+        self.types = types
+        self.lines = source_format.kind == "lines"
+
+    def kind(self, name: str) -> str:
+        type_name = self.types.get(self.fields.get(name, ""), "VARCHAR").upper()
         if type_name.startswith(("TIMESTAMP", "DATE")):
             return "time"
         if type_name.split("(")[0] in _DUCKDB_NUMBERS:
             return "number"
         return "text"
 
+    def raw(self, name: str) -> str:
+        if name not in self.fields:
+            return "CAST(NULL AS VARCHAR)"
+        if self.lines:
+            record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
+            return f"json_extract_string({record}, '{_json_path((self.fields[name],))}')"
+        return f"CAST({_quoted(self.fields[name])} AS VARCHAR)"
+
+    def typed(self, name: str) -> bool:
+        """A table's column whose type is used as it is, not parsed from text."""
+        return self.source_format.kind == "table" and name in self.fields and self.kind(name) != "text"
+
+    def time(self, name: str) -> str:
+        if self.typed(name):
+            column = _quoted(self.fields[name])
+            return f"epoch({column})" if self.kind(name) == "time" else f"CAST({column} AS DOUBLE)"
+        text = self.raw(name)
+        return f"COALESCE(epoch(TRY_CAST({text} AS TIMESTAMPTZ)), TRY_CAST({text} AS DOUBLE))"
+
+    def number(self, name: str) -> str:
+        if self.typed(name) and self.kind(name) == "number":
+            return f"CAST({_quoted(self.fields[name])} AS DOUBLE)"
+        return f"TRY_CAST({self.raw(name)} AS DOUBLE)"
+
+    def end(self) -> str:
+        if "end" in self.fields:
+            return self.time("end")
+        if "duration_ms" in self.fields:
+            return f"{self.time('start')} + {self.number('duration_ms')} / 1000.0"
+        return self.time("start")
+
+    def cached_and_max_tokens(self) -> tuple[str, str]:
+        if self.source_format.name == "litellm":
+            return _duckdb_litellm_json(self.fields, set(self.types))
+        if "cached_tokens" not in self.fields:
+            return "CAST(0 AS DOUBLE)", self.number("max_tokens")
+        cached = self.number("cached_tokens")
+        if self.lines:
+            # A record without the key has no cached prompt tokens; one with a value that does not parse is counted.
+            cached = f"CASE WHEN {self.raw('cached_tokens')} IS NULL THEN CAST(0 AS DOUBLE) ELSE {cached} END"
+        return cached, self.number("max_tokens")
+
+
+def duckdb_source(
+    relation: str, source_format: SourceFormat, fields: dict[str, str], columns: dict[str, str] | None = None
+) -> str:
+    """The canonical SELECT over ``relation`` (DuckDB): for a line format a relation of one VARCHAR column
+    ``line``; for a table format its own ``columns`` (name -> DuckDB type: a timestamp or a number is used as it
+    is, anything else is parsed from its text; a field whose column is absent reads as NULL)."""
+    if columns is not None:
+        fields = {name: column for name, column in fields.items() if column in columns}
     if source_format.kind == "pages":
         return _duckdb_pages(relation, fields)
-    if source_format.kind == "lines":
-        record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
-
-        def raw(name: str) -> str:
-            if name not in fields:
-                return "CAST(NULL AS VARCHAR)"
-            return f"json_extract_string({record}, '{_json_path((fields[name],))}')"
-
+    read = _DuckdbFields(source_format, fields, dict(columns or {}))
+    if read.lines:
         malformed = "NOT json_valid(line)"
         where = "WHERE line IS NOT NULL AND TRIM(line) <> ''"
     else:
-
-        def raw(name: str) -> str:
-            if name not in fields:
-                return "CAST(NULL AS VARCHAR)"
-            return f"CAST({_quoted(fields[name])} AS VARCHAR)"
-
         malformed = "FALSE"
         where = ""
-
-    def time(name: str) -> str:
-        if source_format.kind == "table" and name in fields and kind(name) != "text":
-            column = _quoted(fields[name])
-            return f"epoch({column})" if kind(name) == "time" else f"CAST({column} AS DOUBLE)"
-        text = raw(name)
-        return f"COALESCE(epoch(TRY_CAST({text} AS TIMESTAMPTZ)), TRY_CAST({text} AS DOUBLE))"
-
-    def number(name: str) -> str:
-        if source_format.kind == "table" and name in fields and kind(name) == "number":
-            return f"CAST({_quoted(fields[name])} AS DOUBLE)"
-        return f"TRY_CAST({raw(name)} AS DOUBLE)"
-
-    cached = number("cached_tokens") if "cached_tokens" in fields else "CAST(0 AS DOUBLE)"
-    max_tokens = number("max_tokens")
-    if source_format.name == "litellm":
-        cached, max_tokens = _duckdb_litellm_json(fields, set(types))
-    if "end" in fields:
-        end = time("end")
-    elif "duration_ms" in fields:
-        end = f"{time('start')} + {number('duration_ms')} / 1000.0"
-    else:
-        end = time("start")
-    if source_format.kind == "lines" and "cached_tokens" in fields and source_format.name != "litellm":
-        # A record without the key has no cached prompt tokens; one with a value that does not parse is counted.
-        cached = f"CASE WHEN {raw('cached_tokens')} IS NULL THEN CAST(0 AS DOUBLE) ELSE {cached} END"
+    cached, max_tokens = read.cached_and_max_tokens()
     return f"""SELECT
-  {raw("request_id")} AS request_id,
-  {raw("tenant")} AS tenant,
-  {time("start")} AS start_s,
-  {time("first_token")} AS first_token_s,
-  {end} AS end_s,
-  {number("prompt_tokens")} AS prompt_tokens,
+  {read.raw("request_id")} AS request_id,
+  {read.raw("tenant")} AS tenant,
+  {read.time("start")} AS start_s,
+  {read.time("first_token")} AS first_token_s,
+  {read.end()} AS end_s,
+  {read.number("prompt_tokens")} AS prompt_tokens,
   {cached} AS cached_tokens,
-  {number("output_tokens")} AS output_tokens,
+  {read.number("output_tokens")} AS output_tokens,
   {max_tokens} AS max_tokens,
   {malformed} AS malformed,
   CAST(1 AS DOUBLE) AS requests

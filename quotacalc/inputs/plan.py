@@ -127,7 +127,7 @@ class PlatformPlanFile(Plan):
         None, description="deployment defaults merged under every pool's `deployment`"
     )
     pools: tuple[PoolFile, ...] = Field(min_length=1, description="pools of replicas")
-    oversubscription: OversubscriptionFile | None = Field(  # type: ignore[assignment]
+    oversubscription: OversubscriptionFile | None = Field(
         None, description="measured oversubscription; none is assumed when absent"
     )
 

@@ -7,11 +7,23 @@ value is replaced where it stands (its trailing comment stays), a mapping is rew
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from quotacalc.errors import QuotacalcError
+
+
+def plan_text(path: str | Path) -> str:
+    """A plan's text with its line ends as they are ('\\r\\n' kept: the rest of the file stays byte for byte)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def with_line_ends(updated: str, original: str) -> str:
+    """The edited text with the original file's line ends: the edits insert '\\n', a CRLF file keeps CRLF."""
+    return updated.replace("\n", "\r\n") if "\r\n" in original else updated
 
 
 def _flow(value: Any) -> str:

@@ -41,6 +41,8 @@ class Replica:
         self.by_priority = order == "priority"
         self.waiting: list[tuple[tuple[int, ...], int, Request]] = []
         self.n_waiting = 0
+        #: Each tenant's requests in ``waiting`` (sent here, not yet scheduled, or preempted and queued again).
+        self.tenant_waiting = [0] * tenants
         self.prefilling: list[Request] = []
         self.decoding: dict[int, Request] = {}
         self.checkpoints: list[tuple[int, int, Request]] = []
@@ -88,6 +90,7 @@ class Replica:
         request.replica = self
         heapq.heappush(self.waiting, (self.key(request), request.id, request))
         self.n_waiting += 1
+        self.tenant_waiting[request.tenant] += 1
         self.gateway_kv[request.tenant] += request.kv_estimate
         if not self.busy:
             self.plan(now)
@@ -106,6 +109,7 @@ class Replica:
                 break  # head-of-line: the engine waits for room rather than skip ahead
             heapq.heappop(waiting)
             self.n_waiting -= 1
+            self.tenant_waiting[request.tenant] -= 1
             request.state = PREFILL
             fresh = request.generated == 0 and request.preempted_s is None
             request.prefill_left = max(1, need - request.cached_tokens) if fresh else need
@@ -279,6 +283,7 @@ class Replica:
         tenant = request.tenant
         if state == WAITING:
             self.n_waiting -= 1
+            self.tenant_waiting[tenant] -= 1
         elif state == PREFILL:
             self.prefilling.remove(request)
             self.kv_prefill -= request.kv_alloc
@@ -303,6 +308,7 @@ class Replica:
         victim.preempted_s = now
         heapq.heappush(self.waiting, (self.key(victim), victim.id, victim))
         self.n_waiting += 1
+        self.tenant_waiting[victim.tenant] += 1
         self.hooks.on_preempted(victim)
 
     def fail(self, now: float) -> list[Request]:
@@ -328,4 +334,5 @@ class Replica:
         self.up = True
         self.waiting = []
         self.n_waiting = 0
+        self.tenant_waiting = [0] * len(self.tenant_waiting)
         self.checkpoints = []

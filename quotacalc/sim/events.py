@@ -71,6 +71,7 @@ TIMESERIES_COLUMNS = (
     "tenant",
     "bucket_level_units",
     "gateway_queue",
+    "engine_queue",
     "in_flight",
     "served_units",
     "live_kv_tokens",
@@ -491,15 +492,18 @@ class Simulation:
             if not counters.requests:
                 continue
             kv = 0
+            engine_queue = 0
             for pool in self.pools:
                 for replica in pool.replicas:
                     kv += replica.tenant_kv_static[index] + replica.tenant_decoding[index] * replica.counter
+                    engine_queue += replica.tenant_waiting[index]
             self.timeseries.append(  # type: ignore[union-attr]
                 (
                     now,
                     self.tenants[index].name,
                     self.buckets[index].refill(now),
                     sum(len(queues[index]) for queues in gateway.queues),
+                    engine_queue,
                     gateway.inflight[index],
                     counters.served_units,
                     kv,
