@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -363,11 +364,12 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
-def inherited_deployment_keys(path: str) -> dict[str, frozenset[str]] | None:
+def inherited_deployment_keys(path: str, document: dict[str, Any] | None = None) -> dict[str, frozenset[str]] | None:
     """Pool name -> the deployment keys a platform plan's pool takes from its top-level ``deployment:`` (so a fix
     names the key the user wrote); None for a flat plan, whose keys are all its own. Read after the plan has loaded,
-    so the file is valid."""
-    document = read_document(path)
+    so the file is valid (``document``: the file as read then)."""
+    if document is None:
+        document = read_document(path)
     if not is_platform(document):
         return None
     defaults = document.get("deployment") or {}
@@ -390,13 +392,15 @@ def _pool_names(document: dict[str, Any]) -> list[str]:
     return [str(pool.get("name")) for pool in document.get("pools") or [] if isinstance(pool, dict)]
 
 
-def deployment_source(path: str, pool: str | None) -> PlanFile:
-    """The deployment keys (and flat tenant) ``price``, ``size`` and ``kv`` read from a plan file.
+def deployment_source(path: str, pool: str | None, document: dict[str, Any] | None = None) -> PlanFile:
+    """The deployment keys (and flat tenant) ``price``, ``size`` and ``kv`` read from a plan file (``document``:
+    the file as already read, if it was).
 
     Flat plans as before; a platform plan gives the named pool's deployment merged over the defaults
     (``--pool`` may be left out when the plan has one pool).
     """
-    document = read_document(path)
+    if document is None:
+        document = read_document(path)
     if not is_platform(document):
         if pool not in (None, DEFAULT_POOL):
             raise UsageError(
@@ -496,8 +500,10 @@ def _tier_key_error(path: str, field: str) -> QuotacalcError:
 
 
 @contextmanager
-def pool_errors(path: str, index: int | None) -> Iterator[None]:
-    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path."""
+def pool_errors(path: str, index: int | None, document: dict[str, Any] | None = None, at: str = "") -> Iterator[None]:
+    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path;
+    ``document``, the plan as read, says which keys a pool inherits (without it, the file is read again); ``at``,
+    where the plan sits in the file (``plan.``: a scenario's embedded plan)."""
     try:
         yield
     except QuotacalcError as error:
@@ -506,19 +512,20 @@ def pool_errors(path: str, index: int | None) -> Iterator[None]:
         if index is None:  # a flat plan: its deployment keys are the file's top level
             field = error.field
         else:
-            field = f"pools[{index}].deployment" + (f".{error.field}" if error.field else "")
-            if error.field and _inherited(path, index, error.field):
+            field = f"{at}pools[{index}].deployment" + (f".{error.field}" if error.field else "")
+            if error.field and _inherited(path, index, error.field, document):
                 # The plan's default, which the pool does not set itself: the place to fix it may be either.
-                field += f" (inherited from deployment.{error.field.split('.', 1)[0]})"
+                field += f" (inherited from {at}deployment.{error.field.split('.', 1)[0]})"
         raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
 
 
-def _inherited(path: str, index: int, field: str) -> bool:
-    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (read again:
-    only an error takes this path)."""
+def _inherited(path: str, index: int, field: str, document: dict[str, Any] | None = None) -> bool:
+    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (the file is
+    read again when ``document`` is not given: only an error takes this path)."""
     key = field.split(".", 1)[0].split("[", 1)[0]
     try:
-        document = read_document(path)
+        if document is None:
+            document = read_document(path)
         own = document["pools"][index].get("deployment") or {}
         defaults = document.get("deployment") or {}
     except (QuotacalcError, LookupError, AttributeError, TypeError):
@@ -583,7 +590,7 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
             if first["type"] == "missing":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
-        with pool_errors(path, index):
+        with pool_errors(path, index, document):
             check_measured_pool(deployment, source=None)
             # The plan's pool without a record holds for the plan's deployment, not for a pool that changes it.
             check_unrecorded_pool(document.get("deployment") or {}, deployment, source=None)
@@ -672,22 +679,43 @@ def _flat_tenant(traffic: Tenant, path: str) -> PlanTenant:
         raise QuotacalcError(message, source=path, field="tenant") from None
 
 
+@dataclass(frozen=True)
+class ReadPlan:
+    """A plan file read once: its YAML mapping as written, the Plan it reads as (a flat plan as one pool,
+    ``default``), and each pool's ``calibration:`` section (a CalibrationProvenance or None)."""
+
+    source: str
+    document: dict[str, Any]
+    plan: Plan
+    platform: bool
+    calibrations: dict[str, Any]
+    #: Where the plan sits in its file: ``plan.`` for a scenario's embedded plan, else nothing.
+    at: str = ""
+
+
+def read_plan(path: str, document: dict[str, Any] | None = None) -> ReadPlan:
+    """Any plan file as a ``ReadPlan``; ``document``, the file's mapping when it has been read already."""
+    if document is None:
+        document = read_document(path)
+    if is_platform(document):
+        plan, file = _read_platform(document, path)
+        sections = {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
+        return ReadPlan(path, document, plan, True, sections)
+    flat = plan_file_from_document(document, path)
+    return ReadPlan(path, document, flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration})
+
+
 def load_plan(path: str) -> tuple[Plan, bool]:
     """Any plan file as a Plan, and whether it was a platform plan."""
-    plan, platform, _ = load_plan_calibrations(path)
-    return plan, platform
+    read = read_plan(path)
+    return read.plan, read.platform
 
 
 def load_plan_calibrations(path: str) -> tuple[Plan, bool, dict[str, Any]]:
     """Any plan file as a Plan, whether it was a platform plan, and each pool's ``calibration:`` section
     (a CalibrationProvenance or None; a flat plan's is its pool ``default``'s), the file read once."""
-    document = read_document(path)
-    if is_platform(document):
-        plan, file = _read_platform(document, path)
-        return plan, True, {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
-
-    flat = plan_file_from_document(document, path)
-    return flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration}
+    read = read_plan(path)
+    return read.plan, read.platform, read.calibrations
 
 
 def is_platform_file(path: str) -> bool:

@@ -1,0 +1,181 @@
+"""``PricedPlan``: a plan file read once, its pools priced once, its policy, and each value's origin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from quotacalc.core.plan import Plan
+    from quotacalc.core.policy import QuotaPolicy
+    from quotacalc.core.price import PriceResult
+    from quotacalc.inputs.plan import ReadPlan
+
+#: Where a deployment value came from: a flag, the pool's own key (a flat plan's top-level key), the
+#: platform plan's top-level ``deployment:`` the pool inherits, or the field's default.
+OriginKind = Literal["flag", "pool", "inherited", "default"]
+
+
+@dataclass(frozen=True)
+class ValueOrigin:
+    """Where one deployment value of one pool came from, and the name the user wrote it under."""
+
+    kind: OriginKind
+    #: ``--batch``, ``pools.chat.deployment.batch``, ``deployment.batch`` or (a flat plan) ``batch``; a default's
+    #: is the key the pool would set it with.
+    written: str
+
+
+@dataclass(frozen=True)
+class PricedPlan:
+    """One plan, as every plan command takes it."""
+
+    #: The plan file.
+    source: str
+    #: The file's YAML mapping as read (once).
+    document: dict[str, Any]
+    #: Whether the file is a platform plan (``pools:``); a flat plan is the one pool ``default``.
+    platform: bool
+    #: The plan; a flat plan's synthesised tier fitted to what its pool serves.
+    plan: Plan
+    #: Pool name -> its price (each distinct deployment priced once).
+    prices: dict[str, PriceResult]
+    #: The canonical policy.
+    policy: QuotaPolicy
+    #: Pool name -> its pricing warnings as ``price`` words them (only pools that have some).
+    warnings: dict[str, tuple[str, ...]]
+    #: Pool name -> its ``calibration:`` section (a CalibrationProvenance) or None.
+    calibrations: dict[str, Any]
+    #: Pool name -> (the ``calibrated`` summary or None, why the calibration does not hold or None).
+    calibrated: dict[str, Any]
+    #: Pool name -> deployment key -> where its value came from.
+    origins: dict[str, dict[str, ValueOrigin]]
+    #: The deployment flags given (those not None).
+    flags: dict[str, Any]
+
+    @property
+    def flat(self) -> bool:
+        return not self.platform
+
+    def inherited_keys(self) -> dict[str, frozenset[str]] | None:
+        """Pool name -> the deployment keys it takes from the plan's top-level ``deployment:``; None for a flat plan."""
+        if not self.platform:
+            return None
+        return {
+            pool: frozenset(key for key, origin in keys.items() if origin.kind == "inherited")
+            for pool, keys in self.origins.items()
+        }
+
+    def key_prefix(self, pool: str) -> str:
+        """What a pool's own deployment key is written after: ``pools.NAME.deployment.``, or nothing in a flat plan."""
+        return f"pools.{pool}.deployment." if self.platform else ""
+
+
+def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, ValueOrigin]]:
+    from quotacalc.core.deployment import Deployment
+    from quotacalc.inputs.deployment import flag_name
+
+    document = read.document
+    defaults = (document.get("deployment") or {}) if read.platform else {}
+    result: dict[str, dict[str, ValueOrigin]] = {}
+    for index, pool in enumerate(read.plan.pools):
+        if read.platform:
+            own = document["pools"][index].get("deployment") or {}
+            prefix = f"pools.{pool.name}.deployment."
+        else:
+            own, prefix = document, ""
+        keys = {}
+        for key in Deployment.model_fields:
+            if flags.get(key) is not None:
+                keys[key] = ValueOrigin("flag", flag_name(key))
+            elif key in own:
+                keys[key] = ValueOrigin("pool", prefix + key)
+            elif key in defaults:
+                keys[key] = ValueOrigin("inherited", f"deployment.{key}")
+            else:
+                keys[key] = ValueOrigin("default", prefix + key)
+        result[pool.name] = keys
+    return result
+
+
+def price_pools(
+    plan: Plan,
+    deployment_flags: dict[str, Any] | None = None,
+    *,
+    source: str,
+    platform: bool = True,
+    document: dict[str, Any] | None = None,
+    at: str = "",
+) -> dict[str, PriceResult]:
+    """Each pool's price (resolve + core price), each distinct deployment priced once; flags, when given, override
+    every pool's deployment. ``document``: the plan file as read, for errors that name an inherited key; ``at``:
+    where the plan sits in that file (``plan.`` in a scenario)."""
+    from quotacalc.core.price import price
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.plan import pool_errors
+    from quotacalc.inputs.resolve import resolve
+
+    priced: dict[Any, PriceResult] = {}
+    result = {}
+    for index, pool in enumerate(plan.pools):
+        deployment = pool.deployment
+        if deployment_flags and any(value is not None for value in deployment_flags.values()):
+            deployment = build_deployment(deployment.model_dump(), deployment_flags, source=source)
+        if deployment not in priced:
+            with pool_errors(source, index if platform else None, document, at):
+                priced[deployment] = price(resolve(deployment))
+        result[pool.name] = priced[deployment]
+    return result
+
+
+def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
+    """Read the plan file at ``path`` once and price it (``deployment_flags`` override every pool's deployment)."""
+    from quotacalc.inputs.plan import read_plan
+
+    return price_read_plan(read_plan(path), deployment_flags)
+
+
+def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
+    """A plan already read, priced: pools, policy, warnings, calibration and origins."""
+    from quotacalc.core.policy import build_policy
+
+    flags = {key: value for key, value in (deployment_flags or {}).items() if value is not None}
+    plan = read.plan
+    prices = price_pools(plan, flags, source=read.source, platform=read.platform, document=read.document, at=read.at)
+    if not read.platform:
+        from quotacalc.core.policy import pool_max_context_tokens
+        from quotacalc.inputs.plan import fit_flat_tier
+
+        (replica,) = prices.values()  # a flat plan is one pool
+        plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
+    pool_warnings = {name: (*replica.warnings, *_local_model_warning(replica)) for name, replica in prices.items()}
+    calibrated: dict[str, Any] = {name: (None, None) for name in prices}
+    if any(section is not None for section in read.calibrations.values()):
+        from quotacalc.core.calibrate import calibration_status
+
+        for name, replica in prices.items():
+            calibrated[name] = calibration_status(read.calibrations.get(name), replica.inputs)
+    return PricedPlan(
+        source=read.source,
+        document=read.document,
+        platform=read.platform,
+        plan=plan,
+        prices=prices,
+        policy=build_policy(plan, prices),
+        warnings={name: lines for name, lines in pool_warnings.items() if lines},
+        calibrations=read.calibrations,
+        calibrated=calibrated,
+        origins=_origins(read, flags),
+        flags=flags,
+    )
+
+
+def _local_model_warning(replica: Any) -> tuple[str, ...]:
+    """A pool priced from a local config whose engine files would load that path: say where to name the real one."""
+    deployment = replica.inputs.deployment
+    if not replica.inputs.local_model or deployment.serve_model is not None:
+        return ()
+    return (
+        f"the model is the local config '{deployment.model}', which the engine files load as their model: set the "
+        "deployment's serve_model to its hub id or the weights' path on the engine's host",
+    )
