@@ -1,0 +1,133 @@
+"""A plan is read once and priced once: every plan command takes one ``PricedPlan``.
+
+Reads are counted where every plan file is opened (``fileio.open_regular``, through ``read_text_file``), for the
+plan's own path only (a model's config, a secret or a scenario are other files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+PLATFORM = EXAMPLES / "platform.yaml"
+FLAT = EXAMPLES / "llama-3.3-70b-h100.yaml"
+SECRET = EXAMPLES / "platform.secret"
+
+
+@pytest.fixture
+def plan_reads(monkeypatch: pytest.MonkeyPatch):
+    """path (resolved) -> how many times it was opened for reading."""
+    import quotacalc.fileio as fileio
+
+    counts: dict[Path, int] = {}
+    real = fileio.open_regular
+
+    def counting(path, *, what):
+        resolved = Path(path).resolve()
+        counts[resolved] = counts.get(resolved, 0) + 1
+        return real(path, what=what)
+
+    monkeypatch.setattr(fileio, "open_regular", counting)
+    return counts
+
+
+def _secret(tmp_path: Path) -> str:
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET.read_text())
+    secret.chmod(0o600)
+    return str(secret)
+
+
+@pytest.mark.parametrize("plan", [PLATFORM, FLAT], ids=["platform", "flat"])
+def test_check_reads_the_plan_once(run_cli, plan_reads, plan, tmp_path):
+    code, out, _ = run_cli("check", str(plan), "--json", "--salt-secret-file", _secret(tmp_path))
+    assert '"command": "check"' in out and code in (0, 1)
+    assert plan_reads[plan.resolve()] == 1
+
+
+@pytest.mark.parametrize("plan", [PLATFORM, FLAT], ids=["platform", "flat"])
+def test_size_reads_the_plan_once(run_cli, plan_reads, plan):
+    code, out, err = run_cli("size", str(plan), "--json")
+    assert code == 0, err
+    assert '"command": "size"' in out
+    assert plan_reads[plan.resolve()] == 1
+
+
+def test_size_with_a_flag_reads_the_plan_once(run_cli, plan_reads):
+    code, out, err = run_cli("size", str(PLATFORM), "--json", "--batch", "64")
+    assert code == 0, err
+    assert '"batch": 64' in out or "64" in out
+    assert plan_reads[PLATFORM.resolve()] == 1
+
+
+@pytest.mark.parametrize("plan", [PLATFORM, FLAT], ids=["platform", "flat"])
+def test_generate_reads_the_plan_once(run_cli, plan_reads, plan, tmp_path):
+    out_dir = tmp_path / "out"
+    code, _, err = run_cli("generate", str(plan), "--out", str(out_dir), "--salt-secret-file", _secret(tmp_path))
+    assert code == 0, err
+    assert any(out_dir.rglob("*"))
+    assert plan_reads[plan.resolve()] == 1
+
+
+def test_simulate_reads_its_named_plan_once_and_prices_it_once(plan_reads, monkeypatch):
+    import quotacalc.core.price as core_price
+    from quotacalc.inputs.scenario import load_scenario
+    from quotacalc.sim.events import build_setup
+
+    priced: list[str] = []
+    real = core_price.price
+
+    def counting(inputs, *args, **kwargs):
+        priced.append(inputs.deployment.model)
+        return real(inputs, *args, **kwargs)
+
+    monkeypatch.setattr(core_price, "price", counting)
+    setup = build_setup(load_scenario(str(EXAMPLES / "simulate-named-plan.yaml")))
+    assert [pool.name for pool in setup.pools] == ["shared", "long", "acme-dedicated"]
+    assert plan_reads[PLATFORM.resolve()] == 1
+    # shared and acme-dedicated are the same deployment: priced once between them.
+    assert len(priced) == 2
+
+
+@pytest.mark.parametrize("plan", [PLATFORM, FLAT], ids=["platform", "flat"])
+def test_emulate_reads_the_plan_once(plan_reads, plan):
+    from quotacalc.cli.emulate import _servings
+
+    servings = _servings(str(plan), None, None, None, None)
+    assert len(servings) == (3 if plan == PLATFORM else 1)
+    assert plan_reads[plan.resolve()] == 1
+
+
+def test_origins_say_where_each_value_came_from():
+    from quotacalc.priced import price_plan
+
+    priced = price_plan(str(PLATFORM), {"mfu": 0.4})
+    shared = priced.origins["shared"]
+    # examples/platform.yaml: batch is the pool's own key, tp the plan's top-level deployment's, mfu a flag's.
+    assert (shared["batch"].kind, shared["batch"].written) == ("pool", "pools.shared.deployment.batch")
+    assert (shared["tp"].kind, shared["tp"].written) == ("inherited", "deployment.tp")
+    assert (shared["mfu"].kind, shared["mfu"].written) == ("flag", "--mfu")
+    assert (shared["ceiling"].kind, shared["ceiling"].written) == ("default", "pools.shared.deployment.ceiling")
+    assert "tp" in priced.inherited_keys()["long"] and "context" not in priced.inherited_keys()["long"]
+    assert priced.prices["shared"].inputs.deployment.mfu == 0.4
+
+
+def test_a_flat_plans_origins_are_its_top_level_keys():
+    from quotacalc.priced import price_plan
+
+    priced = price_plan(str(FLAT))
+    (origins,) = priced.origins.values()
+    assert (origins["batch"].kind, origins["batch"].written) == ("pool", "batch")
+    assert priced.inherited_keys() is None and priced.flat
+
+
+def test_the_old_entry_points_give_what_the_priced_plan_holds():
+    from quotacalc.cli.plan_cmds import load_calibrated_policy, load_priced_policy, price_pools
+    from quotacalc.priced import price_plan
+
+    priced = price_plan(str(PLATFORM))
+    plan, policy, warnings = load_priced_policy(str(PLATFORM))
+    assert (plan, policy, warnings) == (priced.plan, priced.policy, priced.warnings)
+    assert load_calibrated_policy(str(PLATFORM))[3] == priced.calibrated
+    assert price_pools(priced.plan, source=str(PLATFORM)) == priced.prices
