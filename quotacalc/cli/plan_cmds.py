@@ -62,6 +62,11 @@ def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> Pri
     return priced_plan(path, deployment_flags)
 
 
+def _key_names(priced: PricedPlan) -> dict[str, Any]:
+    """Pool name -> how its findings name a deployment key: where the plan (or a flag) set it."""
+    return {pool.name: priced.key_namer(pool.name) for pool in priced.plan.pools}
+
+
 def plan_traffic(plan: Plan) -> dict[str, Any]:
     """Tenant name -> the traffic profile it is sized on (tenants on a contract have none)."""
     return {tenant.name: tenant.traffic for tenant in plan.tenants if tenant.traffic is not None}
@@ -150,10 +155,10 @@ def check_priced(
         policy,
         salts=salts,
         reversal_replicas=reversal_replicas,
-        pool_warnings=priced.warnings,
+        pool_warnings=priced.pricing_warnings,
         traffic=plan_traffic(plan),
         flat_plan=flat_plan,
-        inherited_keys=priced.inherited_keys(),
+        key_names=_key_names(priced),
     )
     result = _with_target_limits(result, policy)
     result = _with_secret_strength(result, policy, secret_file)
@@ -325,15 +330,16 @@ def generate(
     names, explicit = _targets(target)
     options = export_options(target_options, names)
     priced = path if not isinstance(path, str) else price_plan(path)
-    path, plan, policy, pool_warnings = priced.source, priced.plan, priced.policy, priced.warnings
+    path, plan, policy = priced.source, priced.plan, priced.policy
     needs_salts = any(declared_target(name).salts for name in names)
     salts = _salts(policy, secret_file, required=needs_salts) or {}
     result = check_plan(
         policy,
         salts=salts if salts else None,
-        pool_warnings=pool_warnings,
+        pool_warnings=priced.pricing_warnings,
         traffic=plan_traffic(plan),
-        inherited_keys=priced.inherited_keys(),
+        flat_plan=priced.flat,
+        key_names=_key_names(priced),
     )
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
@@ -439,7 +445,6 @@ def size_platform(
 
     priced = path if not isinstance(path, str) else price_plan(path, deployment_flags)
     path, plan, policy, calibrated = priced.source, priced.plan, priced.policy, priced.calibrated
-    pool_warnings = priced.warnings
     if pool is not None and pool not in [entry.name for entry in plan.pools]:
         from quotacalc.errors import close_names
 
@@ -466,24 +471,12 @@ def size_platform(
     ]
     result = size_plan(policy, pool=pool)
     shown = pools_shown(policy, pool)
-    from quotacalc.core.checks import plan_keys
-
-    given = bool(priced.flags)
-    inherited = priced.inherited_keys()  # None: a flat plan
-
-    def worded(name: str, warning: str) -> str:
-        # Without flags the fix is in the file: name the plan key, as check does; a flag given is the user's to move.
-        if given:
-            return warning
-        if inherited is None:
-            return plan_keys(warning, "")
-        return plan_keys(warning, f"pools.{name}.deployment.", inherited.get(name, ()))
-
+    # Each key named where it was set: a flag given names the flag, a key of the file the key.
     warnings = [
-        f"pool '{name}': {worded(name, warning)}"
-        for name, lines in pool_warnings.items()
+        f"pool '{name}': {warning}"
+        for name in priced.pricing_warnings
         if name in shown
-        for warning in lines
+        for warning in priced.worded_warnings(name)
     ]
     warnings += [
         f"{finding.subject}: {finding.message}" + (f" ({finding.fix})" if finding.fix else "") for finding in findings

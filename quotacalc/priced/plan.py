@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from quotacalc.core.pricing_warning import KeyNamer, PricingWarning, flag_words
+
 if TYPE_CHECKING:
     from quotacalc.core.plan import Plan
     from quotacalc.core.policy import QuotaPolicy
@@ -42,8 +44,10 @@ class PricedPlan:
     prices: dict[str, PriceResult]
     #: The canonical policy.
     policy: QuotaPolicy
-    #: Pool name -> its pricing warnings as ``price`` words them (only pools that have some).
+    #: Pool name -> its pricing warnings as ``price`` words them, keys as flags (only pools that have some).
     warnings: dict[str, tuple[str, ...]]
+    #: Pool name -> its pricing warnings as data (only pools that have some): ``worded`` names their keys.
+    pricing_warnings: dict[str, tuple[PricingWarning, ...]]
     #: Pool name -> its ``calibration:`` section (a CalibrationProvenance) or None.
     calibrations: dict[str, Any]
     #: Pool name -> (the ``calibrated`` summary or None, why the calibration does not hold or None).
@@ -52,6 +56,8 @@ class PricedPlan:
     origins: dict[str, dict[str, ValueOrigin]]
     #: The deployment flags given (those not None).
     flags: dict[str, Any]
+    #: Where the plan sits in its file: ``plan.`` for a scenario's embedded plan, else nothing.
+    at: str = ""
 
     @property
     def flat(self) -> bool:
@@ -68,10 +74,34 @@ class PricedPlan:
 
     def key_prefix(self, pool: str) -> str:
         """What a pool's own deployment key is written after: ``pools.NAME.deployment.``, or nothing in a flat plan."""
-        return f"pools.{pool}.deployment." if self.platform else ""
+        return f"{self.at}pools.{pool}.deployment." if self.platform else ""
+
+    def key_namer(self, pool: str) -> KeyNamer:
+        """How a message names a deployment key of ``pool``: as the flag, when a flag gave it; else as the plan
+        writes it. A fix that removes a key the pool inherits names it where it is written (``deployment.KEY``);
+        one that sets a key names the pool's own (it changes that pool alone)."""
+        origins = self.origins.get(pool, {})
+        own = self.key_prefix(pool)
+
+        def name(key: str, value: str | None, removal: bool) -> str:
+            origin = origins.get(key)
+            if origin is not None and origin.kind == "flag":
+                return flag_words(key, value, removal)
+            inherited = origin is not None and origin.kind == "inherited" and removal
+            written = origin.written if inherited and origin is not None else own + key
+            return f"{written}: {value}" if value is not None else written
+
+        return name
+
+    def worded_warnings(self, pool: str) -> tuple[str, ...]:
+        """``pool``'s pricing warnings, each key named where it was set (``key_namer``)."""
+        namer = self.key_namer(pool)
+        return tuple(warning.worded(namer) for warning in self.pricing_warnings.get(pool, ()))
 
 
 def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, ValueOrigin]]:
+    """Pool name -> deployment key -> where its value came from: a flag wins over the pool's key, which wins over
+    the plan's top-level ``deployment:``."""
     from quotacalc.core.deployment import Deployment
     from quotacalc.inputs.deployment import flag_name
 
@@ -81,7 +111,7 @@ def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, Value
     for index, pool in enumerate(read.plan.pools):
         if read.platform:
             own = document["pools"][index].get("deployment") or {}
-            prefix = f"pools.{pool.name}.deployment."
+            prefix = f"{read.at}pools.{pool.name}.deployment."
         else:
             own, prefix = document, ""
         keys = {}
@@ -91,7 +121,7 @@ def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, Value
             elif key in own:
                 keys[key] = ValueOrigin("pool", prefix + key)
             elif key in defaults:
-                keys[key] = ValueOrigin("inherited", f"deployment.{key}")
+                keys[key] = ValueOrigin("inherited", f"{read.at}deployment.{key}")
             else:
                 keys[key] = ValueOrigin("default", prefix + key)
         result[pool.name] = keys
@@ -148,7 +178,9 @@ def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = No
 
         (replica,) = prices.values()  # a flat plan is one pool
         plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
-    pool_warnings = {name: (*replica.warnings, *_local_model_warning(replica)) for name, replica in prices.items()}
+    pool_warnings = {
+        name: (*replica.pricing_warnings, *_local_model_warning(replica)) for name, replica in prices.items()
+    }
     calibrated: dict[str, Any] = {name: (None, None) for name in prices}
     if any(section is not None for section in read.calibrations.values()):
         from quotacalc.core.calibrate import calibration_status
@@ -162,20 +194,25 @@ def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = No
         plan=plan,
         prices=prices,
         policy=build_policy(plan, prices),
-        warnings={name: lines for name, lines in pool_warnings.items() if lines},
+        warnings={name: tuple(line.worded() for line in lines) for name, lines in pool_warnings.items() if lines},
+        pricing_warnings={name: lines for name, lines in pool_warnings.items() if lines},
         calibrations=read.calibrations,
         calibrated=calibrated,
         origins=_origins(read, flags),
         flags=flags,
+        at=read.at,
     )
 
 
-def _local_model_warning(replica: Any) -> tuple[str, ...]:
+def _local_model_warning(replica: Any) -> tuple[PricingWarning, ...]:
     """A pool priced from a local config whose engine files would load that path: say where to name the real one."""
     deployment = replica.inputs.deployment
     if not replica.inputs.local_model or deployment.serve_model is not None:
         return ()
     return (
-        f"the model is the local config '{deployment.model}', which the engine files load as their model: set the "
-        "deployment's serve_model to its hub id or the weights' path on the engine's host",
+        PricingWarning(
+            field="serve_model",
+            problem=f"the model is the local config '{deployment.model}', which the engine files load as their "
+            "model: set the deployment's serve_model to its hub id or the weights' path on the engine's host",
+        ),
     )

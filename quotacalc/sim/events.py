@@ -128,7 +128,6 @@ class SimSetup:
 
 def build_setup(loaded: LoadedScenario) -> SimSetup:
     """Price every pool with the core's cost model; take each tenant's bucket and weights from the policy."""
-    from quotacalc.core.checks import plan_keys
     from quotacalc.core.replica import replica_model
 
     priced = _priced(loaded)
@@ -138,13 +137,12 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
     inputs_by_pool = {name: result.inputs for name, result in prices.items()}
     engine = loaded.scenario.engine
     names = [pool.name for pool in plan.pools]
-    warnings: list[str] = []
-    key_prefix = _deployment_key_prefix(loaded)
-    for pool in plan.pools:
-        # simulate takes no deployment flags: price's hints (--batch, --tp) become the plan keys that set them.
-        warnings += [
-            f"pool '{pool.name}': {plan_keys(warning, key_prefix(pool.name))}" for warning in prices[pool.name].warnings
-        ]
+    # simulate takes no deployment flags: price's hints (--batch, --tp) name the plan keys that set them.
+    warnings = [
+        f"pool '{pool.name}': {warning.worded(priced.key_namer(pool.name))}"
+        for pool in plan.pools
+        for warning in prices[pool.name].pricing_warnings
+    ]
     generated_seqs = {pool.name: pool.engine.max_num_seqs for pool in policy.pools}
     charges = {pool.name: pool.prompt_length_charge.per_prompt_token for pool in policy.pools}
     # The token budget the price assumed and generate writes (its KV reserve grows with it).
@@ -210,15 +208,6 @@ def _priced(loaded: LoadedScenario) -> PricedPlan:
         sections = {pool.name: None for pool in loaded.plan.pools}
         read = ReadPlan(loaded.source, embedded, loaded.plan, True, sections, at="plan.")
     return price_read_plan(read)
-
-
-def _deployment_key_prefix(loaded: LoadedScenario) -> Callable[[str], str]:
-    """Pool name -> where its deployment keys are, as check and size name them: an embedded plan's under the
-    scenario's ``plan.pools.NAME.deployment.``; a named platform plan's ``pools.NAME.deployment.``; a named flat
-    plan's at its top level."""
-    if loaded.plan_read is None:
-        return lambda name: f"plan.pools.{name}.deployment."
-    return (lambda name: "") if not loaded.plan_read.platform else (lambda name: f"pools.{name}.deployment.")
 
 
 def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:
