@@ -54,11 +54,19 @@ def test_size_reads_the_plan_once(run_cli, plan_reads, plan):
     assert plan_reads[plan.resolve()] == 1
 
 
-def test_size_with_a_flag_reads_the_plan_once(run_cli, plan_reads):
-    code, out, err = run_cli("size", str(PLATFORM), "--json", "--batch", "64")
+def test_size_with_a_flag_reads_the_plan_once_and_names_each_key_where_it_was_set(run_cli, plan_reads):
+    import json
+
+    # A batch of 4,096 sequences of 1,700 tokens is more than examples/platform.yaml's shared pool holds (380).
+    code, out, err = run_cli("size", str(PLATFORM), "--json", "--batch", "4096")
     assert code == 0, err
-    assert '"batch": 64' in out or "64" in out
     assert plan_reads[PLATFORM.resolve()] == 1
+    (shared,) = [line for line in json.loads(out)["warnings"] if line.startswith("pool 'shared': a decode batch")]
+    # batch came from the flag; tp and kv_dtype from the plan, whose pool key changes that pool alone.
+    assert shared.endswith(
+        "priced at batch 380 (lower --batch, raise pools.shared.deployment.tp, or use "
+        "pools.shared.deployment.kv_dtype: fp8)"
+    )
 
 
 @pytest.mark.parametrize("plan", [PLATFORM, FLAT], ids=["platform", "flat"])
