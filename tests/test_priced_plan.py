@@ -139,3 +139,38 @@ def test_the_old_entry_points_give_what_the_priced_plan_holds():
     assert (plan, policy, warnings) == (priced.plan, priced.policy, priced.warnings)
     assert load_calibrated_policy(str(PLATFORM))[3] == priced.calibrated
     assert price_pools(priced.plan, source=str(PLATFORM)) == priced.prices
+
+
+SYNTHETIC_CSV = EXAMPLES / "calibration" / "synthetic-llama-3.3-70b-h100-tp4.csv"
+
+
+@pytest.mark.parametrize(("plan", "pool"), [(PLATFORM, ["--pool", "shared"]), (FLAT, [])], ids=["platform", "flat"])
+def test_calibrate_write_parses_the_plan_once(run_cli, monkeypatch, plan, pool, tmp_path):
+    """calibrate --write into the plan it calibrates parses it once; the file's text is read once more, as written,
+    to edit it with its comments and line ends kept; the edit is read back from a probe file, not the plan."""
+    import builtins
+
+    import quotacalc.fileio as fileio
+
+    copy = tmp_path / plan.name
+    copy.write_bytes(plan.read_bytes())
+    opened: list[str] = []
+    real_regular, real_open = fileio.open_regular, builtins.open
+
+    def regular(path, *, what):
+        opened.append(f"parse {Path(path).name}")
+        return real_regular(path, what=what)
+
+    def any_open(path, *args, **kwargs):
+        if isinstance(path, (str, Path)) and Path(path) == copy:
+            opened.append(f"open {Path(path).name}")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(fileio, "open_regular", regular)
+    monkeypatch.setattr(builtins, "open", any_open)
+    code, _, err = run_cli("calibrate", str(copy), *pool, "--bench", str(SYNTHETIC_CSV), "--write", str(copy))
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert code == 0, err
+    assert "calibration:" in copy.read_text()
+    assert opened.count(f"parse {plan.name}") == 1
+    assert opened.count(f"open {plan.name}") == 1
