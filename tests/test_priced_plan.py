@@ -174,3 +174,21 @@ def test_calibrate_write_parses_the_plan_once(run_cli, monkeypatch, plan, pool, 
     assert "calibration:" in copy.read_text()
     assert opened.count(f"parse {plan.name}") == 1
     assert opened.count(f"open {plan.name}") == 1
+
+
+def test_emulate_names_a_pools_keys_where_the_plan_sets_them(tmp_path):
+    from quotacalc.cli.emulate import _servings
+
+    plan = tmp_path / "platform.yaml"
+    text = PLATFORM.read_text()
+    assert "deployment: {batch: 128, context: 1700}" in text
+    plan.write_text(
+        text.replace("deployment: {batch: 128, context: 1700}", "deployment: {batch: 4096, context: 1700}", 1)
+    )
+    (_, warnings), *_ = _servings(str(plan), "shared", None, None, None)
+    # emulate takes no deployment flags: batch is the pool's key, tp and kv_dtype the plan's, set on the pool.
+    assert warnings == (
+        "pool 'shared': a decode batch of 4096 at 1,700 tokens does not fit the KV pool, which holds 380 such "
+        "sequences: priced at batch 380 (lower pools.shared.deployment.batch, raise pools.shared.deployment.tp, or "
+        "use pools.shared.deployment.kv_dtype: fp8)",
+    )

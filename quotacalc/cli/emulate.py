@@ -153,7 +153,10 @@ def _servings(plan_path: str, pool: str | None, replicas, scheduling_policy, out
                 scheduling_policy=scheduling_policy,
                 mean_output_tokens=output_tokens,
             ),
-            tuple(f"pool '{name}': {warning}" for warning in priced[name].warnings),
+            # emulate takes no deployment flags: each key is named where the plan sets it.
+            tuple(
+                f"pool '{name}': {warning.worded(planned.key_namer(name))}" for warning in priced[name].pricing_warnings
+            ),
         )
         for name in chosen
     ]
