@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, QuotaConfig, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, reference_problems
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.deployment import (
@@ -58,8 +58,8 @@ class PlanFile(BaseModel):
 MAX_FLAT_REPLICAS = 100_000
 
 
-#: Deployment keys a platform plan sets per tier instead (one pool serves several tiers).
-_TIER_KEYS = ("burst_s", "cached_prompt_weight")
+#: Deployment keys a platform plan sets per tier instead (one pool serves several tiers): the quota part's.
+_TIER_KEYS = tuple(QuotaConfig.model_fields)
 
 
 def _deployment_keys_model() -> type[BaseModel]:
