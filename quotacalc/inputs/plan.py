@@ -20,14 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from quotacalc.core.deployment import Deployment, QuotaConfig, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, reference_problems
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import (
-    _one_line_validation_error,
-    check_measured_pool,
-    check_unrecorded_pool,
-    model_max_context,
-    suggest_key,
-    worded_message,
-)
+from quotacalc.inputs.key_errors import _one_line_validation_error, suggest_key, worded_message
+from quotacalc.inputs.measured_pool import check_measured_pool, check_unrecorded_pool, model_max_context
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -454,7 +448,7 @@ def calibration_section_error(
     No flag gives a key of it, and hand-filling one would forge the provenance: the fix is to drop the section or
     write it again. ``prefix`` is the section's YAML path and a dot; ``pool`` the pool's name in a platform plan."""
     from quotacalc.core.calibrate import CalibrationProvenance
-    from quotacalc.inputs.deployment import _WANTED, _one_line_validation_error, _problem
+    from quotacalc.inputs.key_errors import _WANTED, _one_line_validation_error, _problem
 
     errors = error.errors()
     if any(entry["type"] == "extra_forbidden" for entry in errors):

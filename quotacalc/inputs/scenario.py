@@ -491,7 +491,7 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
         return QuotacalcError("needs a 'kind'", source=source, field=field)
     if kind == "too_short":
         return QuotacalcError("is empty", source=source, field=field, fix=_NOT_EMPTY.get(str(loc[-1])))
-    from quotacalc.inputs.deployment import worded_message
+    from quotacalc.inputs.key_errors import worded_message
 
     return QuotacalcError(worded_message(first), source=source, field=field)
 

@@ -103,7 +103,7 @@ def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, Value
     """Pool name -> deployment key -> where its value came from: a flag wins over the pool's key, which wins over
     the plan's top-level ``deployment:``."""
     from quotacalc.core.deployment import Deployment
-    from quotacalc.inputs.deployment import flag_name
+    from quotacalc.inputs.key_errors import flag_name
 
     document = read.document
     defaults = (document.get("deployment") or {}) if read.platform else {}
