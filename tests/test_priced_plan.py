@@ -192,3 +192,62 @@ def test_emulate_names_a_pools_keys_where_the_plan_sets_them(tmp_path):
         "sequences: priced at batch 380 (lower pools.shared.deployment.batch, raise pools.shared.deployment.tp, or "
         "use pools.shared.deployment.kv_dtype: fp8)",
     )
+
+
+_TIGHT = """\
+deployment: {model: meta-llama/Llama-3.3-70B-Instruct, gpu: h100-sxm, tp: 2, weight_dtype: fp8}
+pools:
+  - {name: shared, replicas: 1, deployment: {batch: 8, context: 4096}}
+  - {name: long, replicas: 1, deployment: {batch: 1, context: 120000, tp: 1}}
+tiers:
+  - {name: t, max_context_tokens: 4096, kv_cap_tokens_per_replica: 8192, max_concurrent_sequences: 8,
+     max_output_tokens: 1024, priority: 0, burst_s: 10, cached_prompt_weight: 0.1}
+tenants:
+  - {name: a, tier: t, pool: shared, units_per_s: 100}
+"""
+
+
+def test_a_pool_the_plan_cannot_price_names_its_keys_where_the_plan_sets_them(run_cli, tmp_path):
+    # Llama 3.3 70B in FP8 on one H100 leaves no room for a 120,000-token sequence: the long pool's own tp and
+    # context, and an FP8 cache, are the fixes; price of the same deployment names them as flags.
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_TIGHT)
+    code, _, err = run_cli("check", str(plan))
+    assert code == 1
+    assert err == (
+        f"quotacalc: error: {plan}: pools[1].deployment.context: one sequence of 120,000 tokens does not fit the KV "
+        "pool (lower pools.long.deployment.context, raise pools.long.deployment.tp, or use "
+        "pools.long.deployment.kv_dtype: fp8)\n"
+    )
+    code, _, err = run_cli(
+        "price",
+        "--model",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--gpu",
+        "h100-sxm",
+        "--weight-dtype",
+        "fp8",
+        "--context",
+        "120000",
+        "--batch",
+        "1",
+    )
+    assert code == 1
+    assert err.endswith("(lower --context, raise --tp, or use --kv-dtype fp8)\n")
+
+
+def test_a_value_a_flag_gave_is_the_flags_error_and_the_plans_keys_stay_the_plans(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_TIGHT)
+    code, _, err = run_cli("size", str(plan), "--context", "120000")
+    assert code == 1
+    assert err == (
+        "quotacalc: error: --context: one sequence of 120,000 tokens does not fit the KV pool (lower --context, "
+        "raise pools.long.deployment.tp, or use pools.long.deployment.kv_dtype: fp8)\n"
+    )
+    code, _, err = run_cli("size", str(plan), "--tp", "1")
+    assert code == 1
+    assert err == (
+        f"quotacalc: error: {plan}: pools[0].deployment.context: one sequence of 4,096 tokens does not fit the KV pool "
+        "(lower pools.shared.deployment.context, raise --tp, or use pools.shared.deployment.kv_dtype: fp8)\n"
+    )

@@ -21,7 +21,7 @@ from quotacalc.core.arch import ModelArch, ParamGroup, TokenMixer
 from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.pricing_inputs import PricingInputs
-from quotacalc.core.pricing_warning import PricingWarning, flag_words
+from quotacalc.core.pricing_warning import PricingError, PricingWarning, flag_words
 from quotacalc.core.replica import (
     EngineCompute,
     ReplicaModel,
@@ -187,8 +187,8 @@ def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
                     fix="choose a TP that divides the experts, or turn expert parallelism off",
                 )
         if not arch.moe_layers():
-            raise QuotacalcError(
-                f"{arch.name} has no experts to shard", field="expert_parallel", fix="drop --expert-parallel"
+            raise PricingError(
+                f"{arch.name} has no experts to shard", field="expert_parallel", fix="drop {expert_parallel}"
             )
 
 
@@ -510,20 +510,20 @@ def _no_pool(x: _Explainer) -> None:
     set_share = deployment.memory_utilization is not None and weights >= share * inputs.gpu.memory_bytes
     if weights < inputs.gpu.memory_bytes / 2 and (set_share or deployment.runtime_reserve_gib is not None):
         field = "memory_utilization" if set_share else "runtime_reserve_gib"
-        raise QuotacalcError(
+        raise PricingError(
             f"{share:g} of {inputs.gpu.id}'s {inputs.gpu.memory_bytes / 1e9:.1f} GB less {weights / 1e9:.1f} GB of "
             f"weights and {x.figures['runtime_reserve_bytes_per_gpu'] / 1e9:.1f} GB of runtime reserve per GPU leave "
             "no KV pool",
             field=field,
-            fix="raise --memory-utilization"
+            fix="raise {memory_utilization}"
             if set_share
-            else "lower --runtime-reserve-gib or raise --memory-utilization",
+            else "lower {runtime_reserve_gib} or raise {memory_utilization}",
         )
-    raise QuotacalcError(
+    raise PricingError(
         f"{inputs.arch.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU leave no KV pool on "
         f"{inputs.gpu.id}",
         field="tp",
-        fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
+        fix="raise {tp}, use a smaller {weight_dtype}, or a larger GPU",
     )
 
 
@@ -830,16 +830,16 @@ def _decode_batch(x: _Explainer) -> int:
         )
     if resident < 1 and deployment.kv_pool_tokens is not None:
         # The pool was given, not estimated: the figure to doubt is the one given.
-        raise QuotacalcError(
+        raise PricingError(
             f"a pool of {deployment.kv_pool_tokens:,} tokens does not hold one sequence of {deployment.context:,} tokens",
             field="kv_pool_tokens",
-            fix="give the engine's logged 'GPU KV cache size' for this deployment, or lower --context",
+            fix="give the engine's logged 'GPU KV cache size' for this deployment, or lower {context}",
         )
     if resident < 1:
-        raise QuotacalcError(
+        raise PricingError(
             f"one sequence of {deployment.context:,} tokens does not fit the KV pool",
             field="context",
-            fix=larger_pool_fixes(x.inputs, "lower --context"),
+            fix=_larger_pool_fix(x.inputs, "lower {context}"),
         )
     # A window or a fixed state costs a short sequence in full, whether or not vLLM's hybrid layout holds it
     # (DeepSeek V4 keeps its window and compressor state per sequence, priced by bytes).
@@ -1135,11 +1135,11 @@ def _full_load(x: _Explainer, model: ReplicaModel) -> None:
     ]
     if given and limits and prompt + output > min(limits)[0]:
         limit, what = min(limits)
-        raise QuotacalcError(
+        raise PricingError(
             f"the full-load workload's requests of {prompt + output:,} tokens (prompt {prompt:,} + output {output:,}) "
             f"exceed {what} of {limit:,}",
             field="load_prompt_tokens",
-            fix=f"--load-prompt-tokens + --load-output-tokens of at most {limit:,}",
+            fix=f"{{load_prompt_tokens}} + {{load_output_tokens}} of at most {limit:,}",
         )
     load_batch = x.record(
         "max_load_batch",

@@ -10,6 +10,8 @@ from string import Formatter
 
 from pydantic import BaseModel, ConfigDict
 
+from quotacalc.errors import QuotacalcError
+
 #: (deployment key, the value the fix gives it or None, whether the fix removes it) -> how a message names it.
 KeyNamer = Callable[[str, str | None, bool], str]
 
@@ -63,3 +65,19 @@ class PricingWarning(BaseModel):
 def _key(spec: str) -> tuple[str, str | None]:
     key, _, value = spec.partition("=")
     return key, value or None
+
+
+class PricingError(QuotacalcError):
+    """A deployment ``price`` refuses, with a fix over keys (a ``PricingWarning``'s template): its text names flags,
+    as ``price`` says it; ``worded_fix`` names them as a plan sets them."""
+
+    def __init__(
+        self, message: str, *, source: str | None = None, field: str | None = None, fix: str | None = None
+    ) -> None:
+        self.fix_template = fix or ""
+        worded = PricingWarning(field=field or "", problem=message, fix=self.fix_template).worded_fix(flag_words)
+        super().__init__(message, source=source, field=field, fix=worded or None)
+
+    def worded_fix(self, name: KeyNamer) -> str:
+        """The fix with each key named by ``name``."""
+        return PricingWarning(field=self.field or "", problem=self.problem, fix=self.fix_template).worded_fix(name)

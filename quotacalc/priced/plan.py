@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from quotacalc.core.pricing_warning import KeyNamer, PricingWarning, flag_words
+from quotacalc.core.pricing_warning import KeyNamer, PricingError, PricingWarning, flag_words
+from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
     from quotacalc.core.plan import Plan
@@ -80,23 +81,27 @@ class PricedPlan:
         """How a message names a deployment key of ``pool``: as the flag, when a flag gave it; else as the plan
         writes it. A fix that removes a key the pool inherits names it where it is written (``deployment.KEY``);
         one that sets a key names the pool's own (it changes that pool alone)."""
-        origins = self.origins.get(pool, {})
-        own = self.key_prefix(pool)
-
-        def name(key: str, value: str | None, removal: bool) -> str:
-            origin = origins.get(key)
-            if origin is not None and origin.kind == "flag":
-                return flag_words(key, value, removal)
-            inherited = origin is not None and origin.kind == "inherited" and removal
-            written = origin.written if inherited and origin is not None else own + key
-            return f"{written}: {value}" if value is not None else written
-
-        return name
+        return _key_namer(self.origins.get(pool, {}), self.key_prefix(pool))
 
     def worded_warnings(self, pool: str) -> tuple[str, ...]:
         """``pool``'s pricing warnings, each key named where it was set (``key_namer``)."""
         namer = self.key_namer(pool)
         return tuple(warning.worded(namer) for warning in self.pricing_warnings.get(pool, ()))
+
+
+def _key_namer(origins: dict[str, ValueOrigin], own: str) -> KeyNamer:
+    """``PricedPlan.key_namer`` of a pool whose keys came from ``origins`` and whose own keys are written after
+    ``own``."""
+
+    def name(key: str, value: str | None, removal: bool) -> str:
+        origin = origins.get(key)
+        if origin is not None and origin.kind == "flag":
+            return flag_words(key, value, removal)
+        inherited = origin is not None and origin.kind == "inherited" and removal
+        written = origin.written if inherited and origin is not None else own + key
+        return f"{written}: {value}" if value is not None else written
+
+    return name
 
 
 def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, ValueOrigin]]:
@@ -136,10 +141,12 @@ def price_pools(
     platform: bool = True,
     document: dict[str, Any] | None = None,
     at: str = "",
+    key_namers: dict[str, KeyNamer] | None = None,
 ) -> dict[str, PriceResult]:
     """Each pool's price (resolve + core price), each distinct deployment priced once; flags, when given, override
     every pool's deployment. ``document``: the plan file as read, for errors that name an inherited key; ``at``:
-    where the plan sits in that file (``plan.`` in a scenario)."""
+    where the plan sits in that file (``plan.`` in a scenario); ``key_namers``: pool name -> how a refusal's fix
+    names a key (where it was set; without one, as a flag)."""
     from quotacalc.core.price import price
     from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import pool_errors
@@ -152,10 +159,31 @@ def price_pools(
         if deployment_flags and any(value is not None for value in deployment_flags.values()):
             deployment = build_deployment(deployment.model_dump(), deployment_flags, source=source)
         if deployment not in priced:
-            with pool_errors(source, index if platform else None, document, at):
+            try:
                 priced[deployment] = price(resolve(deployment))
+            except QuotacalcError as error:
+                named, flagged = _named(error, (key_namers or {}).get(pool.name), deployment_flags)
+                if flagged:  # the flag's error, whichever pool took it first
+                    raise named from None
+                with pool_errors(source, index if platform else None, document, at):
+                    raise named from None
         result[pool.name] = priced[deployment]
     return result
+
+
+def _named(error: QuotacalcError, namer: KeyNamer | None, flags: dict[str, Any] | None) -> tuple[QuotacalcError, bool]:
+    """A pool's refusal with its keys named where they were set (a fix's keys as ``namer`` names them), and whether
+    a flag gave the value it is about: then it is the flag's error, which every pool takes. Another file's error (a
+    model's config) is left as it is."""
+    if error.source is not None:
+        return error, False
+    fix = (error.worded_fix(namer) or None) if isinstance(error, PricingError) and namer is not None else error.fix
+    key = (error.field or "").split(".", 1)[0].split("[", 1)[0]
+    if key and (flags or {}).get(key) is not None:
+        from quotacalc.inputs.key_errors import flag_name
+
+        return type(error)(error.problem, field=flag_name(key), fix=fix), True
+    return type(error)(error.problem, field=error.field, fix=fix), False
 
 
 def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
@@ -171,7 +199,17 @@ def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = No
 
     flags = {key: value for key, value in (deployment_flags or {}).items() if value is not None}
     plan = read.plan
-    prices = price_pools(plan, flags, source=read.source, platform=read.platform, document=read.document, at=read.at)
+    origins = _origins(read, flags)
+    own = {pool.name: f"{read.at}pools.{pool.name}.deployment." if read.platform else "" for pool in plan.pools}
+    prices = price_pools(
+        plan,
+        flags,
+        source=read.source,
+        platform=read.platform,
+        document=read.document,
+        at=read.at,
+        key_namers={name: _key_namer(origins[name], own[name]) for name in origins},
+    )
     if not read.platform:
         from quotacalc.core.policy import pool_max_context_tokens
         from quotacalc.inputs.plan import fit_flat_tier
@@ -198,7 +236,7 @@ def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = No
         pricing_warnings={name: lines for name, lines in pool_warnings.items() if lines},
         calibrations=read.calibrations,
         calibrated=calibrated,
-        origins=_origins(read, flags),
+        origins=origins,
         flags=flags,
         at=read.at,
     )
