@@ -251,3 +251,38 @@ def test_a_value_a_flag_gave_is_the_flags_error_and_the_plans_keys_stay_the_plan
         f"quotacalc: error: {plan}: pools[0].deployment.context: one sequence of 4,096 tokens does not fit the KV pool "
         "(lower pools.shared.deployment.context, raise --tp, or use pools.shared.deployment.kv_dtype: fp8)\n"
     )
+
+
+def test_a_scenarios_embedded_plan_it_cannot_price_names_the_scenarios_keys():
+    import yaml
+
+    from quotacalc.errors import QuotacalcError
+    from quotacalc.inputs.scenario import scenario_from_dict
+    from quotacalc.sim.events import build_setup
+
+    plan = yaml.safe_load(_TIGHT)
+    for pool in plan["pools"]:  # an embedded plan has no top-level deployment
+        pool["deployment"] = {**plan["deployment"], **pool["deployment"]}
+    del plan["deployment"]
+    scenario = {
+        "plan": plan,
+        "duration_s": 10,
+        "workload": {
+            "tenants": [
+                {
+                    "tenant": "a",
+                    "arrival": {"kind": "poisson", "rate_rps": 1},
+                    "prompt_tokens": {"kind": "fixed", "tokens": 500},
+                    "output_tokens": {"kind": "fixed", "tokens": 100},
+                }
+            ]
+        },
+    }
+    with pytest.raises(QuotacalcError) as raised:
+        build_setup(scenario_from_dict(scenario, source="scenario.yaml"))
+    error = raised.value
+    assert (error.source, error.field) == ("scenario.yaml", "plan.pools[1].deployment.context")
+    assert error.fix == (
+        "lower plan.pools.long.deployment.context, raise plan.pools.long.deployment.tp, or use "
+        "plan.pools.long.deployment.kv_dtype: fp8"
+    )
