@@ -439,7 +439,8 @@ def size_platform(
     """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals.
 
     A tenant whose mean request cannot be served (above its tier's max context or its pool's) is an error, as
-    ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``."""
+    ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``.
+    ``path``: the plan file, priced here with ``deployment_flags``, or a ``PricedPlan`` priced with them already."""
     from quotacalc.core.checks import bucket_warnings, traffic_findings
     from quotacalc.core.plan_size import pools_shown, size_plan
 
