@@ -358,21 +358,6 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
-def inherited_deployment_keys(path: str, document: dict[str, Any] | None = None) -> dict[str, frozenset[str]] | None:
-    """Pool name -> the deployment keys a platform plan's pool takes from its top-level ``deployment:`` (so a fix
-    names the key the user wrote); None for a flat plan, whose keys are all its own. Read after the plan has loaded,
-    so the file is valid (``document``: the file as read then)."""
-    if document is None:
-        document = read_document(path)
-    if not is_platform(document):
-        return None
-    defaults = document.get("deployment") or {}
-    return {
-        pool["name"]: frozenset(key for key in defaults if key not in (pool.get("deployment") or {}))
-        for pool in document["pools"]
-    }
-
-
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     defaults = document.get("deployment") or {}
     own = document["pools"][index].get("deployment") or {}
@@ -703,13 +688,6 @@ def load_plan(path: str) -> tuple[Plan, bool]:
     """Any plan file as a Plan, and whether it was a platform plan."""
     read = read_plan(path)
     return read.plan, read.platform
-
-
-def load_plan_calibrations(path: str) -> tuple[Plan, bool, dict[str, Any]]:
-    """Any plan file as a Plan, whether it was a platform plan, and each pool's ``calibration:`` section
-    (a CalibrationProvenance or None; a flat plan's is its pool ``default``'s), the file read once."""
-    read = read_plan(path)
-    return read.plan, read.platform, read.calibrations
 
 
 def is_platform_file(path: str) -> bool:
