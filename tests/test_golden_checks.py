@@ -15,6 +15,7 @@ from quotacalc.core.checks import Finding, check_plan
 from quotacalc.core.plan import Oversubscription
 from quotacalc.core.plan_size import size_plan
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy, RetryAfter, TenantPolicy, UnitWeights
+from quotacalc.core.pricing_warning import PricingWarning
 from quotacalc.core.salts import looks_like_salt
 
 
@@ -767,13 +768,20 @@ def test_the_long_context_reservation_uses_the_tenants_long_weights_and_the_cont
 # --------------------------------------------------------------------------- pricing warnings name plan keys
 
 
-PRICE_WARNING = (
-    "a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: priced at batch 9 "
-    "(lower --batch, or raise --tp or use --kv-dtype fp8)"
+PRICE_WARNING = PricingWarning(
+    field="batch",
+    problem="a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: priced at "
+    "batch 9",
+    fix="lower {batch}, or raise {tp} or use {kv_dtype=fp8}",
 )
 
 
 def test_a_pools_pricing_warning_names_the_plan_keys_not_flags():
+    # price says it with flags; check names the pool's keys.
+    assert PRICE_WARNING.worded() == (
+        "a decode batch of 16 at 65,536 tokens does not fit the KV pool, which holds 9 such sequences: priced at batch 9 "
+        "(lower --batch, or raise --tp or use --kv-dtype fp8)"
+    )
     result = check_plan(policy(tenant("a")), pool_warnings={"long": (PRICE_WARNING,)})
     assert found(result, "pool-price") == [
         Finding(
@@ -791,9 +799,11 @@ def test_a_pools_pricing_warning_names_the_plan_keys_not_flags():
         check_plan(policy(tenant("a")), pool_warnings={"default": (PRICE_WARNING,)}, flat_plan=True), "pool-price"
     )
     assert flat.fix == "lower batch, or raise tp or use kv_dtype: fp8"
-    load = (
-        "no request of the full-load workload (200,000 + 500 tokens) fits the KV pool: max_load_output_tokens_per_s "
-        "is 0 (shorten --load-prompt-tokens / --load-output-tokens, or raise --tp)"
+    load = PricingWarning(
+        field="load_prompt_tokens",
+        problem="no request of the full-load workload (200,000 + 500 tokens) fits the KV pool: "
+        "max_load_output_tokens_per_s is 0",
+        fix="shorten {load_prompt_tokens} / {load_output_tokens}, or raise {tp}",
     )
     (finding,) = found(check_plan(policy(tenant("a")), pool_warnings={"shared": (load,)}), "pool-price")
     assert finding.fix == (
@@ -854,15 +864,36 @@ def test_a_vllm_pool_stepping_fewer_tokens_than_sequences_is_an_error():
     assert found(check_plan(policy(tenant("a"), pools=(sglang, LONG))), "engine-token-budget") == []
 
 
-def test_plan_keys_name_a_removed_inherited_key_where_it_is_written_and_a_set_one_on_the_pool():
-    """A hint to remove a key the pool inherits names the top-level deployment.KEY; a hint to set one names the pool's
-    own key (it changes that pool alone); a key the pool sets itself is always the pool's."""
-    from quotacalc.core.checks import plan_keys
+def test_a_fix_names_a_removed_inherited_key_where_it_is_written_and_a_set_one_on_the_pool(tmp_path):
+    """A fix that removes a key the pool inherits names the top-level deployment.KEY; one that sets a key names the
+    pool's own key (it changes that pool alone); a key the pool sets itself is always the pool's; a key a flag gave
+    is the flag."""
+    from quotacalc.priced import price_plan
 
-    prefix = "pools.long.deployment."
-    assert plan_keys("(remove --state-dtype)", prefix, {"state_dtype"}) == "(remove deployment.state_dtype)"
-    assert plan_keys("(remove --state-dtype)", prefix, ()) == "(remove pools.long.deployment.state_dtype)"
-    assert plan_keys("raise --tp, or use --kv-dtype fp8", prefix, {"tp", "kv_dtype"}) == (
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "deployment: {model: meta-llama/Llama-3.3-70B-Instruct, gpu: h100-sxm, tp: 4, state_dtype: fp32}\n"
+        "pools:\n"
+        "  - {name: long, replicas: 1, deployment: {batch: 8, context: 4096, kv_dtype: bf16}}\n"
+        "tiers: [{name: t, max_context_tokens: 4096, kv_cap_tokens_per_replica: 8192, max_concurrent_sequences: 8,\n"
+        "         max_output_tokens: 1024, priority: 0, burst_s: 10, cached_prompt_weight: 0.1}]\n"
+        "tenants: [{name: a, tier: t, pool: long, units_per_s: 100}]\n"
+    )
+    namer = price_plan(str(plan)).key_namer("long")
+    remove = PricingWarning(field="state_dtype", problem="p", fix="remove {state_dtype}")
+    assert remove.worded_fix(namer) == "remove deployment.state_dtype"
+    assert PricingWarning(field="tp", problem="p", fix="raise {tp}, or use {kv_dtype=fp8}").worded_fix(namer) == (
         "raise pools.long.deployment.tp, or use pools.long.deployment.kv_dtype: fp8"
     )
-    assert plan_keys("lower --batch", "", {"batch"}) == "lower batch"  # a flat plan's keys are at its top level
+    assert remove.worded_fix(price_plan(str(plan), {"state_dtype": "bf16"}).key_namer("long")) == (
+        "remove --state-dtype"
+    )
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("model: meta-llama/Llama-3.3-70B-Instruct\ngpu: h100-sxm\ntp: 4\nbatch: 8\n")
+    # A flat plan's keys are at its top level.
+    assert (
+        PricingWarning(field="batch", problem="p", fix="lower {batch}").worded_fix(
+            price_plan(str(flat)).key_namer("default")
+        )
+        == "lower batch"
+    )

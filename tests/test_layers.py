@@ -1,6 +1,6 @@
 """The package's layers hold: every import runs downward, read from the source (ast), not from a run.
 
-    cli  ->  exporters, sim, render  ->  inputs  ->  core  ->  catalog  ->  errors, fileio, cache
+    cli  ->  exporters, sim, render  ->  priced  ->  inputs  ->  core  ->  catalog  ->  errors, fileio, cache
 
 A module may import its own layer and any layer below it (the leaves may use one another; the
 parts that share rank 4 may not). Imports inside functions and under
@@ -30,6 +30,8 @@ RANKS = {
     "core": 2,
     "admission": 2,
     "inputs": 3,
+    # Between the readers and every plan consumer; a fraction so the integer ranks other parts use stay as they are.
+    "priced": 3.5,
     "exporters": 4,
     "sim": 4,
     "emulate": 4,

@@ -147,6 +147,7 @@ def _load(
     deployment_flags: dict[str, Any],
     tenant_flags: dict[str, Any] | None = None,
     pool: str | None = None,
+    document: dict[str, Any] | None = None,
 ):
     from quotacalc.inputs.deployment import build_deployment, build_tenant
 
@@ -158,7 +159,7 @@ def _load(
     if plan:
         from quotacalc.inputs.plan import deployment_source
 
-        plan_file = deployment_source(plan, pool)
+        plan_file = deployment_source(plan, pool, document)
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     tenant = None
     if tenant_flags is not None:
@@ -234,10 +235,17 @@ def _no_explain_in_rows(explain: bool) -> None:
         )
 
 
-def _is_platform_file(plan: str) -> bool:
-    from quotacalc.inputs.plan import is_platform_file
+def _plan_document(plan: str) -> dict[str, Any]:
+    """The plan file's mapping, read once for the commands that pass it on."""
+    from quotacalc.inputs.plan import read_document
 
-    return is_platform_file(plan)
+    return read_document(plan)
+
+
+def is_platform(document: dict[str, Any]) -> bool:
+    from quotacalc.inputs.plan import is_platform as platform
+
+    return platform(document)
 
 
 @commands.command("size", options=_tenant_options)
@@ -259,8 +267,10 @@ def size_command(
     from quotacalc.core.tenant import size_tenant
 
     deployment_flags, axes = split_axes(deployment_flags)
-    if plan and all(value is None for value in tenant_flags.values()) and _is_platform_file(plan):
+    document = _plan_document(plan) if plan else None
+    if document is not None and all(value is None for value in tenant_flags.values()) and is_platform(document):
         from quotacalc.cli.plan_cmds import size_platform
+        from quotacalc.priced import price_read_plan
 
         if axes.is_comparison:
             from quotacalc.errors import UsageError
@@ -276,8 +286,10 @@ def size_command(
                 fix="size one tenant with --pool NAME and --rps, --prompt-tokens, --output-tokens, or read --json",
             )
         output_format = check_format(output_format, as_json)
+        from quotacalc.inputs.plan import read_plan
+
         return size_platform(
-            plan,
+            price_read_plan(read_plan(plan, document), deployment_flags),
             pool,
             deployment_flags,
             output_format="json" if as_json else output_format,
@@ -290,7 +302,7 @@ def size_command(
         return run_comparison(
             "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
         )
-    deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool)
+    deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool, document)
     replica = _price(deployment, plan, deployment_flags)
     try:
         result = size_tenant(replica, tenant)

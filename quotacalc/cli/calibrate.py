@@ -140,7 +140,7 @@ def calibrate_command(
 
     if not bench and not log:
         raise UsageError("nothing to calibrate on", field="--bench", fix="give --bench FILE and/or --log FILE")
-    plan_file, platform, pool = _plan_to_calibrate(plan, pool, write)
+    plan_file, platform, pool, written_document = _plan_to_calibrate(plan, pool, write)
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     points, notes, files, reading = _read_runs(bench, log)
     parameters = _fit_parameters(fit)
@@ -171,25 +171,28 @@ def calibrate_command(
     records = [_file_record(path, rows, write, digest) for path, rows, digest in files]
     section = provenance(result, inputs, records, _version())
     if write is not None and platform:
-        _write_pool(write, plan, pool, deployment, deployment_flags, result.fitted_values, section)
+        _write_pool(write, plan, pool, deployment, deployment_flags, result.fitted_values, section, written_document)
     elif write is not None:
-        _write_plan(write, plan, deployment, deployment_flags, result.fitted_values, section)
+        _write_plan(write, plan, deployment, deployment_flags, result.fitted_values, section, written_document)
     _report(result, inputs, section, notes, as_json=as_json, written=write, pool=pool if platform else None)
 
 
 def _plan_to_calibrate(plan: str | None, pool: str | None, write: str | None):
-    """The plan read once (None without one), whether it is a platform plan, and the pool calibrated (a platform
-    plan's only pool when none is named); a --write target of the other kind of plan is refused."""
+    """The plan read once (None without one), whether it is a platform plan, the pool calibrated (a platform
+    plan's only pool when none is named), and the plan's mapping when --write names the plan itself (else None);
+    a --write target of the other kind of plan is refused."""
     from quotacalc.errors import UsageError
-    from quotacalc.inputs.plan import deployment_source, is_platform_file
+    from quotacalc.inputs.plan import _pool_names, deployment_source, is_platform, is_platform_file, read_document
 
     if pool is not None and not plan:
         raise UsageError("needs a plan file", field="--pool", fix="give the platform plan before the options")
-    plan_file = deployment_source(plan, pool) if plan else None
-    platform = bool(plan) and is_platform_file(plan)
+    document = read_document(plan) if plan else None
+    plan_file = deployment_source(plan, pool, document) if plan else None
+    platform = document is not None and is_platform(document)
     if platform and pool is None:
-        pool = _only_pool(plan)
-    if write and os.path.isfile(write) and is_platform_file(write) != platform:
+        pool = _pool_names(document)[0]  # deployment_source has refused several pools without --pool
+    same = plan is not None and write is not None and os.path.abspath(write) == os.path.abspath(plan)
+    if write and os.path.isfile(write) and (platform if same else is_platform_file(write)) != platform:
         raise UsageError(
             "is a platform plan: calibrate writes a pool's values into the platform plan it read"
             if not platform
@@ -200,7 +203,7 @@ def _plan_to_calibrate(plan: str | None, pool: str | None, write: str | None):
             if not platform
             else "write into the platform plan (or a new file: a copy of it)",
         )
-    return plan_file, platform, pool
+    return plan_file, platform, pool, document if same else None
 
 
 def _read_runs(bench: list[str] | None, log: str | None):
@@ -370,15 +373,22 @@ def _write_target(path: str):
 
 
 def _write_plan(
-    path: str, plan: str | None, deployment: Deployment, given: dict[str, Any], values: dict[str, Any], section
+    path: str,
+    plan: str | None,
+    deployment: Deployment,
+    given: dict[str, Any],
+    values: dict[str, Any],
+    section,
+    document: dict[str, Any] | None = None,
 ) -> None:
     """Set the deployment's given flags, the fitted keys and the ``calibration:`` section in ``path``,
-    atomically, once the result reads back as a plan."""
+    atomically, once the result reads back as a plan. ``document``: ``path``'s mapping when it is the plan
+    calibrated, already read."""
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
     from quotacalc.inputs.deployment import build_deployment
-    from quotacalc.inputs.plan import load_plan_file
+    from quotacalc.inputs.plan import load_plan_file, plan_file_from_document
     from quotacalc.inputs.plan_write import plan_text, set_top_level_keys, with_line_ends
 
     target = _write_target(path)
@@ -387,7 +397,9 @@ def _write_plan(
     # choices (--ceiling, --batch...) play no part in a fit, and stay the plan's.
     keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}
     if target.exists():
-        previous = load_plan_file(path).calibration  # the file must be a valid plan before it is changed
+        # The file must be a valid plan before it is changed (the plan calibrated has been read already).
+        read = plan_file_from_document(document, path) if document is not None else load_plan_file(path)
+        previous = read.calibration
         text = plan_text(target)
     elif plan is not None:  # a new plan: a copy of the one read, comments and tenant included
         previous, text = load_plan_file(plan).calibration, plan_text(Path(plan))
@@ -408,13 +420,6 @@ def _write_plan(
     _write_file(path, target, with_line_ends(updated, text))
 
 
-def _only_pool(path: str) -> str:
-    """The name of a platform plan's one pool (deployment_source has already refused several without --pool)."""
-    from quotacalc.inputs.plan import _pool_names, read_document
-
-    return _pool_names(read_document(path))[0]
-
-
 def _write_pool(
     path: str,
     plan: str,
@@ -423,9 +428,11 @@ def _write_pool(
     given: dict[str, Any],
     values: dict[str, Any],
     section,
+    document: dict[str, Any] | None = None,
 ) -> None:
     """Set the given flags and fitted keys in pool ``pool``'s ``deployment`` of platform plan ``path`` (a
-    copy of ``plan`` when new) and its ``calibration:`` section, atomically, once the result reads back."""
+    copy of ``plan`` when new) and its ``calibration:`` section, atomically, once the result reads back.
+    ``document``: ``path``'s mapping when it is the plan calibrated, already read."""
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
@@ -436,8 +443,10 @@ def _write_pool(
 
     target = _write_target(path)
     source = path if target.exists() else plan
-    previous = deployment_source(source, pool).calibration  # names the file and --pool when the pool is not there
-    names = _pool_names(read_document(source))
+    if document is None or source != path:
+        document = read_document(source)
+    previous = deployment_source(source, pool, document).calibration  # names the file and --pool if it is not there
+    names = _pool_names(document)
     text = plan_text(Path(source))
     dumped = deployment.model_dump(mode="json")
     keys: dict[str, Any] = {name: dumped[name] for name in calibrated_flags(given)}

@@ -129,23 +129,19 @@ def _serving(plan_path: str, pool: str | None, replicas, scheduling_policy, outp
 def _servings(plan_path: str, pool: str | None, replicas, scheduling_policy, output_tokens):
     """Read and price the plan as check and generate do, and build the serving settings of the pool named, or of
     every pool in the plan's order: a list of (settings, warnings)."""
-    from quotacalc.cli.plan_cmds import price_pools
-    from quotacalc.core.policy import build_policy, pool_max_context_tokens
     from quotacalc.emulate.pool import pool_serving
     from quotacalc.errors import close_names
-    from quotacalc.inputs.plan import fit_flat_tier, load_plan
+    from quotacalc.inputs.plan import read_plan
+    from quotacalc.priced import price_read_plan
 
-    plan, platform = load_plan(plan_path)
-    names = [p.name for p in plan.pools]
+    read = read_plan(plan_path)
+    names = [p.name for p in read.plan.pools]
     if pool is not None and pool not in names:
         near = close_names(pool, names)
         hint = f"did you mean {', '.join(near)}?" if near else f"one of {', '.join(names)}"
         raise UsageError(f"no pool '{pool}' in {plan_path}", field="--pool", fix=hint)
-    priced = price_pools(plan, source=plan_path, platform=platform)
-    if not platform:
-        (replica,) = priced.values()
-        plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
-    policy = build_policy(plan, priced)
+    planned = price_read_plan(read)
+    priced, policy = planned.prices, planned.policy
     chosen = [pool] if pool is not None else names
     return [
         (
@@ -157,7 +153,10 @@ def _servings(plan_path: str, pool: str | None, replicas, scheduling_policy, out
                 scheduling_policy=scheduling_policy,
                 mean_output_tokens=output_tokens,
             ),
-            tuple(f"pool '{name}': {warning}" for warning in priced[name].warnings),
+            # emulate takes no deployment flags: each key is named where the plan sets it.
+            tuple(
+                f"pool '{name}': {warning.worded(planned.key_namer(name))}" for warning in priced[name].pricing_warnings
+            ),
         )
         for name in chosen
     ]

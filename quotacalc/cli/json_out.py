@@ -78,7 +78,7 @@ def _inputs_json(result: PriceResult) -> dict[str, Any]:
 
 
 def price_results_json(result: PriceResult) -> dict[str, Any]:
-    return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings"})
+    return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings", "pricing_warnings"})
 
 
 def _document(

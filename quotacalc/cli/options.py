@@ -50,7 +50,7 @@ def option_parameters(
     """
     from pydantic_core import PydanticUndefined
 
-    from quotacalc.inputs.deployment import flag_name
+    from quotacalc.inputs.key_errors import flag_name
 
     parameters = []
     for name, field in model.model_fields.items():

@@ -18,34 +18,23 @@ if TYPE_CHECKING:
     from quotacalc.core.policy import QuotaPolicy
     from quotacalc.core.price import PriceResult
     from quotacalc.exporters.base import Export
+    from quotacalc.priced import PricedPlan
 
 
 def price_pools(
     plan: Plan, deployment_flags: dict[str, Any] | None = None, *, source: str, platform: bool = True
 ) -> dict[str, PriceResult]:
-    """Each pool's price (resolve + core price); flags, when given, override every pool's deployment."""
-    from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment
-    from quotacalc.inputs.plan import pool_errors
-    from quotacalc.inputs.resolve import resolve
+    """Each pool's price (resolve + core price); flags, when given, override every pool's deployment.
+    A wrapper of ``quotacalc.priced.price_pools`` for callers that hold a Plan, not a ``PricedPlan``."""
+    from quotacalc.priced import price_pools as priced_pools
 
-    priced: dict[Any, PriceResult] = {}
-    result = {}
-    for index, pool in enumerate(plan.pools):
-        deployment = pool.deployment
-        if deployment_flags and any(value is not None for value in deployment_flags.values()):
-            deployment = build_deployment(deployment.model_dump(), deployment_flags, source=source)
-        if deployment not in priced:
-            with pool_errors(source, index if platform else None):
-                priced[deployment] = price(resolve(deployment))
-        result[pool.name] = priced[deployment]
-    return result
+    return priced_pools(plan, deployment_flags, source=source, platform=platform)
 
 
 def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tuple[Plan, QuotaPolicy]:
     """Read any plan file and build its canonical policy."""
-    plan, policy, _ = load_priced_policy(path, deployment_flags)
-    return plan, policy
+    priced = price_plan(path, deployment_flags)
+    return priced.plan, priced.policy
 
 
 def load_flags_policy(deployment_flags: dict[str, Any]) -> tuple[Plan, QuotaPolicy]:
@@ -70,9 +59,10 @@ def load_flags_policy(deployment_flags: dict[str, Any]) -> tuple[Plan, QuotaPoli
 def load_priced_policy(
     path: str, deployment_flags: dict[str, Any] | None = None
 ) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]]]:
-    """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings."""
-    plan, policy, warnings, _ = load_calibrated_policy(path, deployment_flags)
-    return plan, policy, warnings
+    """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings.
+    A wrapper of ``price_plan``, whose ``PricedPlan`` holds these and more."""
+    priced = price_plan(path, deployment_flags)
+    return priced.plan, priced.policy, priced.warnings
 
 
 def load_calibrated_policy(
@@ -80,37 +70,20 @@ def load_calibrated_policy(
 ) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]], dict[str, Any]]:
     """``load_priced_policy``, and whether each pool's calibration holds for the deployment priced:
     pool name -> (the ``calibrated`` summary or None, why it does not hold or None), as price says it."""
-    from quotacalc.core.policy import build_policy
-    from quotacalc.inputs.plan import load_plan_calibrations
-
-    plan, platform, sections = load_plan_calibrations(path)
-    priced = price_pools(plan, deployment_flags, source=path, platform=platform)
-    if not platform:
-        from quotacalc.core.policy import pool_max_context_tokens
-        from quotacalc.inputs.plan import fit_flat_tier
-
-        (replica,) = priced.values()  # a flat plan is one pool
-        plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
-    pool_warnings = {name: (*replica.warnings, *_local_model_warning(replica)) for name, replica in priced.items()}
-    warnings = {name: lines for name, lines in pool_warnings.items() if lines}
-    calibrated: dict[str, Any] = {name: (None, None) for name in priced}
-    if any(section is not None for section in sections.values()):
-        from quotacalc.core.calibrate import calibration_status
-
-        for name, replica in priced.items():
-            calibrated[name] = calibration_status(sections.get(name), replica.inputs)
-    return plan, build_policy(plan, priced), warnings, calibrated
+    priced = price_plan(path, deployment_flags)
+    return priced.plan, priced.policy, priced.warnings, priced.calibrated
 
 
-def _local_model_warning(replica: Any) -> tuple[str, ...]:
-    """A pool priced from a local config whose engine files would load that path: say where to name the real one."""
-    deployment = replica.inputs.deployment
-    if not replica.inputs.local_model or deployment.serve_model is not None:
-        return ()
-    return (
-        f"the model is the local config '{deployment.model}', which the engine files load as their model: set the "
-        "deployment's serve_model to its hub id or the weights' path on the engine's host",
-    )
+def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
+    """The plan file read once and priced (``quotacalc.priced``)."""
+    from quotacalc.priced import price_plan as priced_plan
+
+    return priced_plan(path, deployment_flags)
+
+
+def _key_names(priced: PricedPlan) -> dict[str, Any]:
+    """Pool name -> how its findings name a deployment key: where the plan (or a flag) set it."""
+    return {pool.name: priced.key_namer(pool.name) for pool in priced.plan.pools}
 
 
 def plan_traffic(plan: Plan) -> dict[str, Any]:
@@ -175,9 +148,6 @@ MAX_REVERSAL_REPLICAS = 100_000
 
 def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float) -> int:
     """Run the plan's checks; returns the exit code (1 on any error)."""
-    from quotacalc.core.checks import calibration_findings, check_plan
-    from quotacalc.inputs.plan import inherited_deployment_keys
-
     if not 0 < reversal_replicas <= MAX_REVERSAL_REPLICAS:
         raise QuotacalcError(
             f"must be a number of replicas above 0 and at most {MAX_REVERSAL_REPLICAS:,} (a pool's most), got "
@@ -185,19 +155,29 @@ def check(path: str, *, as_json: bool, strict: bool, secret_file: str | None, re
             field="--reversal-replicas",
             fix="e.g. --reversal-replicas 2",
         )
-    plan, policy, pool_warnings, calibrated = load_calibrated_policy(path)
+    return check_priced(
+        price_plan(path), as_json=as_json, strict=strict, secret_file=secret_file, reversal_replicas=reversal_replicas
+    )
+
+
+def check_priced(
+    priced: PricedPlan, *, as_json: bool, strict: bool, secret_file: str | None, reversal_replicas: float
+) -> int:
+    """``check`` of a plan read and priced; returns the exit code (1 on any error)."""
+    from quotacalc.core.checks import calibration_findings, check_plan
+
+    path, plan, policy, calibrated = priced.source, priced.plan, priced.policy, priced.calibrated
     salts = _salts(policy, secret_file, required=False)
     # check takes no deployment flags: its fixes name the keys of the file (a flat plan's are at its top level).
-    inherited = inherited_deployment_keys(path)
-    flat_plan = inherited is None
+    flat_plan = priced.flat
     result = check_plan(
         policy,
         salts=salts,
         reversal_replicas=reversal_replicas,
-        pool_warnings=pool_warnings,
+        pool_warnings=priced.pricing_warnings,
         traffic=plan_traffic(plan),
         flat_plan=flat_plan,
-        inherited_keys=inherited,
+        key_names=_key_names(priced),
     )
     result = _with_target_limits(result, policy)
     result = _with_secret_strength(result, policy, secret_file)
@@ -339,20 +319,17 @@ def limits_markdown(export: Export) -> str:
     return "".join(lines)
 
 
-def _plan_error(error: QuotacalcError, path: str) -> QuotacalcError:
+def _plan_error(error: QuotacalcError, path: str, *, platform: bool) -> QuotacalcError:
     """An exporter's refusal, at its YAML path in the policy (``tenants[2].lora_adapters``: the plan's order), as
     an error of the plan file: a flat plan's one tenant is its ``tenant`` key."""
     field = error.field
-    if field is not None and field.startswith("tenants[0]"):
-        from quotacalc.inputs.plan import is_platform_file
-
-        if not is_platform_file(path):
-            field = "tenant" + field.removeprefix("tenants[0]")
+    if field is not None and field.startswith("tenants[0]") and not platform:
+        field = "tenant" + field.removeprefix("tenants[0]")
     return type(error)(f"{error.problem}; nothing was written", source=path, field=field, fix=error.fix)
 
 
 def generate(
-    path: str,
+    path: str | PricedPlan,
     *,
     out: str,
     target: str | None,
@@ -362,25 +339,26 @@ def generate(
     as_json: bool,
 ) -> int:
     """Generate the targets' files into ``out`` (or diff them with ``check_only``); returns the exit code.
-    ``target_options``: the targets' declared options as given (``exporters.registry``)."""
+    ``path``: the plan file, or the plan read and priced. ``target_options``: the targets' declared options as given (``exporters.registry``)."""
     from quotacalc.cli.targets import export_options
     from quotacalc.core.checks import check_plan
     from quotacalc.exporters.base import GeneratedFile
     from quotacalc.exporters.registry import get as declared_target
     from quotacalc.exporters.writer import check_files, write_files
-    from quotacalc.inputs.plan import inherited_deployment_keys
 
     names, explicit = _targets(target)
     options = export_options(target_options, names)
-    plan, policy, pool_warnings = load_priced_policy(path)
+    priced = path if not isinstance(path, str) else price_plan(path)
+    path, plan, policy = priced.source, priced.plan, priced.policy
     needs_salts = any(declared_target(name).salts for name in names)
     salts = _salts(policy, secret_file, required=needs_salts) or {}
     result = check_plan(
         policy,
         salts=salts if salts else None,
-        pool_warnings=pool_warnings,
+        pool_warnings=priced.pricing_warnings,
         traffic=plan_traffic(plan),
-        inherited_keys=inherited_deployment_keys(path),
+        flat_plan=priced.flat,
+        key_names=_key_names(priced),
     )
     errors = [finding for finding in result.findings if finding.severity == "error"]
     if errors:
@@ -414,7 +392,7 @@ def generate(
         except QuotacalcError as error:
             if error.source is not None:
                 raise
-            raise _plan_error(error, path) from None
+            raise _plan_error(error, path, platform=priced.platform) from None
     generated: dict[str, list[GeneratedFile]] = {}
     for export in exports:
         files = generated.setdefault(export.target, [])
@@ -469,7 +447,7 @@ def generate(
 
 
 def size_platform(
-    path: str,
+    path: str | PricedPlan,
     pool: str | None,
     deployment_flags: dict[str, Any],
     *,
@@ -480,11 +458,13 @@ def size_platform(
     """``size PLAN`` on a platform plan: one row per tenant (of ``--pool``), and totals.
 
     A tenant whose mean request cannot be served (above its tier's max context or its pool's) is an error, as
-    ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``."""
+    ``size`` of one tenant is; each pool's pricing warnings go to stderr and the JSON, and fail ``--strict``.
+    ``path``: the plan file, priced here with ``deployment_flags``, or a ``PricedPlan`` priced with them already."""
     from quotacalc.core.checks import bucket_warnings, traffic_findings
     from quotacalc.core.plan_size import pools_shown, size_plan
 
-    plan, policy, pool_warnings, calibrated = load_calibrated_policy(path, deployment_flags)
+    priced = path if not isinstance(path, str) else price_plan(path, deployment_flags)
+    path, plan, policy, calibrated = priced.source, priced.plan, priced.policy, priced.calibrated
     if pool is not None and pool not in [entry.name for entry in plan.pools]:
         from quotacalc.errors import close_names
 
@@ -511,25 +491,12 @@ def size_platform(
     ]
     result = size_plan(policy, pool=pool)
     shown = pools_shown(policy, pool)
-    from quotacalc.core.checks import plan_keys
-    from quotacalc.inputs.plan import inherited_deployment_keys
-
-    given = any(value is not None for value in (deployment_flags or {}).values())
-    inherited = inherited_deployment_keys(path)  # None: a flat plan
-
-    def worded(name: str, warning: str) -> str:
-        # Without flags the fix is in the file: name the plan key, as check does; a flag given is the user's to move.
-        if given:
-            return warning
-        if inherited is None:
-            return plan_keys(warning, "")
-        return plan_keys(warning, f"pools.{name}.deployment.", inherited.get(name, ()))
-
+    # Each key named where it was set: a flag given names the flag, a key of the file the key.
     warnings = [
-        f"pool '{name}': {worded(name, warning)}"
-        for name, lines in pool_warnings.items()
+        f"pool '{name}': {warning}"
+        for name in priced.pricing_warnings
         if name in shown
-        for warning in lines
+        for warning in priced.worded_warnings(name)
     ]
     warnings += [
         f"{finding.subject}: {finding.message}" + (f" ({finding.fix})" if finding.fix else "") for finding in findings

@@ -7,8 +7,7 @@ advises against it; info: a figure worth seeing), the plan entry it is about, an
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +17,7 @@ from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
 from quotacalc.core.plan_size import load_pool
 from quotacalc.core.policy import VLLM_KV_CACHE_DTYPES, PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.core.pricing_warning import KeyNamer, PricingWarning, key_words
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
 from quotacalc.core.tenant import bucket_shortfall, whole_replicas
 from quotacalc.core.words import plural
@@ -611,39 +611,17 @@ def _salts(policy: QuotaPolicy, salts: Mapping[str, str] | None) -> list[Finding
     return findings
 
 
-#: A flag in a pricing warning's hint, and the value it is given there (``--kv-dtype fp8``).
-_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ([A-Za-z0-9.]+)(?=[),;]|$))?")
-
-
-def plan_keys(text: str, prefix: str, inherited: Collection[str] = ()) -> str:
-    """``text`` with each flag (``--batch``) named as the plan key that sets it (``prefix`` + ``batch``): a plan file's
-    findings are fixed in the file, which check reads without deployment flags. A key in ``inherited`` is one the
-    pool takes from the plan's top-level ``deployment:``: a hint to remove it names it there, where it is written;
-    a hint to set it names the pool's own key, which changes that pool alone."""
-
-    def key(match: re.Match[str]) -> str:
-        field = match.group(1).replace("-", "_")
-        removal = match.string[: match.start()].endswith("remove ")
-        name = ("deployment." if removal and field in inherited else prefix) + field
-        return f"{name}: {match.group(2)}" if match.group(2) else name
-
-    return _FLAG.sub(key, text)
-
-
-def _pool_price(name: str, warning: str, prefix: str, inherited: Collection[str] = ()) -> Finding:
-    """A pool's pricing warning as a finding: price words its hint as flags (``(lower --batch, or raise --tp)``);
-    here the hint becomes the fix, naming the pool's deployment keys."""
-    message, opening, hint = warning.rpartition(" (")
-    if opening and hint.endswith(")") and "--" in hint:
-        return Finding(
-            severity="warning",
-            code="pool-price",
-            subject=f"pools.{name}",
-            message=message,
-            fix=plan_keys(hint[:-1], prefix, inherited),
-        )
+def _pool_price(name: str, warning: PricingWarning | str, key_name: KeyNamer) -> Finding:
+    """A pool's pricing warning as a finding: its problem, and its fix with each key named by ``key_name`` (where
+    the plan sets it). A warning given as text is its message alone."""
+    if isinstance(warning, str):
+        return Finding(severity="warning", code="pool-price", subject=f"pools.{name}", message=warning)
     return Finding(
-        severity="warning", code="pool-price", subject=f"pools.{name}", message=plan_keys(warning, prefix, inherited)
+        severity="warning",
+        code="pool-price",
+        subject=f"pools.{name}",
+        message=warning.problem,
+        fix=warning.worded_fix(key_name) or None,
     )
 
 
@@ -738,17 +716,17 @@ def check_plan(
     *,
     salts: Mapping[str, str] | None = None,
     reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
-    pool_warnings: Mapping[str, tuple[str, ...]] | None = None,
+    pool_warnings: Mapping[str, Sequence[PricingWarning | str]] | None = None,
     traffic: Mapping[str, Tenant] | None = None,
     flat_plan: bool = False,
-    inherited_keys: Mapping[str, Collection[str]] | None = None,
+    key_names: Mapping[str, KeyNamer] | None = None,
 ) -> CheckResult:
     """Every finding about a plan's policy; ``salts`` (salt_ref -> salt) when the secret is known;
-    ``pool_warnings``: each pool's pricing warnings (``PriceResult.warnings``), their flags named as the plan keys
-    that set them (``pools.NAME.deployment.KEY``; a flat plan's, ``flat_plan``, are its top-level ``KEY``);
+    ``pool_warnings``: each pool's pricing warnings (``PriceResult.pricing_warnings``);
     ``traffic``: the traffic profile each tenant sized on traffic was sized with (``traffic_findings``);
-    ``inherited_keys``: pool name -> the deployment keys it takes from the plan's top-level ``deployment:``, which
-    those fixes name there."""
+    ``key_names``: pool name -> how its warnings' fixes name a deployment key (where the plan sets it: the
+    ``priced`` layer knows); without one, the pool's own key, ``pools.NAME.deployment.KEY`` (a flat plan's,
+    ``flat_plan``, its top-level ``KEY``)."""
     if not (reversal_replicas > 0 and math.isfinite(reversal_replicas)):
         raise ValueError(f"reversal_replicas must be a positive finite number of replicas, got {reversal_replicas}")
     pools = {pool.name: pool for pool in policy.pools}
@@ -757,7 +735,9 @@ def check_plan(
         *_no_tenants(policy, flat_plan),
         *(
             _pool_price(
-                name, warning, "" if flat_plan else f"pools.{name}.deployment.", (inherited_keys or {}).get(name, ())
+                name,
+                warning,
+                (key_names or {}).get(name) or key_words("" if flat_plan else f"pools.{name}.deployment."),
             )
             for name, warnings in (pool_warnings or {}).items()
             for warning in warnings

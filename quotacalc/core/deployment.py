@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -167,8 +167,8 @@ def not_a_flag(value: str) -> str:
     return value
 
 
-class Deployment(BaseModel):
-    """How one replica serves a model. Defaults are the worked example's assumptions (docs/method.md §7)."""
+class EngineConfig(BaseModel):
+    """How the engine runs the replica: the model, the GPUs and their parallelism, dtypes, the batch and context it is priced at, and the engine's memory and scheduling settings."""
 
     model_config = _STRICT
 
@@ -199,13 +199,6 @@ class Deployment(BaseModel):
         "default: the model's maximum context. vLLM's logged KV cache size of a model with windowed or state "
         "layers counts requests of this length",
     )
-    mfu: float = Field(
-        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in [0.01, 1]"
-    )
-    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in [0.01, 1]")
-    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in [0.01, 1]")
-    gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
-    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
     memory_utilization: float | None = Field(
         None,
         description="share of GPU memory the engine may use, a fraction in [0.01, 1] (vLLM gpu-memory-utilization, "
@@ -249,22 +242,29 @@ class Deployment(BaseModel):
         description="engine's cap on concurrent sequences (vLLM --max-num-seqs), bounds the full-load batch; "
         "default: vLLM 0.10's for 'vllm serve': 1024 on GPUs of 70 GiB or more except A100, else 256",
     )
-    kv_pool_tokens: int | None = Field(
-        None, description="measured KV pool (tokens per replica); overrides the estimate"
-    )
-    kv_pool_measured_with: KvPoolMeasuredWith | None = Field(
-        None, description="the deployment kv_pool_tokens was measured on (plan files); a run that differs is an error"
-    )
-    pricing_basis: PricingBasis = Field(
-        PricingBasis.ROOFLINE,
-        strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
-        description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
-    )
     engine: str = Field(
         GENERIC_ENGINE,
         description="serving engine whose engine-model defaults apply ('quotacalc engines'): generic (vLLM, NIM / "
         "TensorRT-LLM), sglang or tensorrt-llm-pytorch; an input given explicitly still wins",
     )
+    mixed_prefill: bool = Field(
+        True,
+        description="prefill chunks ride in decode steps (vLLM chunked prefill, TensorRT-LLM in-flight batching), so a "
+        "prompt adds no prefill pass of its own to the decodes; off: each prefill costs the decodes a prefill pass's "
+        "overhead (SGLang without --enable-mixed-chunk runs it apart; TensorRT-LLM's PyTorch backend runs the step "
+        "that holds it eagerly)",
+    )
+
+
+class EfficiencyConfig(BaseModel):
+    """How far the engine falls short of the roofline: utilisations and overheads, measured or fitted (quotacalc calibrate)."""
+
+    model_config = _STRICT
+
+    mfu: float = Field(
+        0.5, description="model FLOPs utilisation in prefill (and compute-bound decode), a fraction in [0.01, 1]"
+    )
+    mbu: float = Field(0.75, description="memory-bandwidth utilisation in decode, a fraction in [0.01, 1]")
     step_overhead_s: float = Field(
         0.0002, description="fixed time of each engine step beside the roofline and the layers' own: scheduling, s"
     )
@@ -291,15 +291,26 @@ class Deployment(BaseModel):
         description="time each layer adds to a prefill forward pass beside the roofline: its small kernels' fixed "
         "cost (norms, rotary, attention set-up), and an eager engine's launches and rank synchronisation, s",
     )
-    mixed_prefill: bool = Field(
-        True,
-        description="prefill chunks ride in decode steps (vLLM chunked prefill, TensorRT-LLM in-flight batching), so a "
-        "prompt adds no prefill pass of its own to the decodes; off: each prefill costs the decodes a prefill pass's "
-        "overhead (SGLang without --enable-mixed-chunk runs it apart; TensorRT-LLM's PyTorch backend runs the step "
-        "that holds it eagerly)",
-    )
     allreduce_latency_s: float | None = Field(
         None, description="latency of one tensor-parallel all-reduce, s; default: the GPU catalog's"
+    )
+    expert_skew: float = Field(
+        0.0, description="MoE routing skew: Zipf exponent of expert popularity (0 to 100); 0 = uniform routing"
+    )
+
+
+class CommercialConfig(BaseModel):
+    """What a replica costs and how much of it is sold: prices, the ceiling, the pricing basis and the full-load workload the budget is read at."""
+
+    model_config = _STRICT
+
+    ceiling: float = Field(0.65, description="utilisation ceiling: share of replica time sold, a fraction in [0.01, 1]")
+    gpu_hour_usd: float = Field(2.5, description="price of one GPU-hour, USD")
+    hours_per_month: float = Field(720, description="hours billed per month for a dedicated replica, h (at most 744)")
+    pricing_basis: PricingBasis = Field(
+        PricingBasis.ROOFLINE,
+        strict=False,  # named in YAML and flags as a string; strict mode would want the enum itself
+        description="decode step behind W, budget and prices: roofline (docs/method.md) or engine (with overheads)",
     )
     load_prompt_tokens: int | None = Field(
         None, description="prompt tokens per request of the full-load workload; default: --context"
@@ -307,13 +318,49 @@ class Deployment(BaseModel):
     load_output_tokens: int = Field(
         128, description="output tokens per request of the full-load workload (vllm bench serve's default)"
     )
-    expert_skew: float = Field(
-        0.0, description="MoE routing skew: Zipf exponent of expert popularity (0 to 100); 0 = uniform routing"
+
+
+class MeasuredPoolConfig(BaseModel):
+    """A KV pool read from the engine's start-up log, and the deployment it was read on."""
+
+    model_config = _STRICT
+
+    kv_pool_tokens: int | None = Field(
+        None, description="measured KV pool (tokens per replica); overrides the estimate"
     )
+    kv_pool_measured_with: KvPoolMeasuredWith | None = Field(
+        None, description="the deployment kv_pool_tokens was measured on (plan files); a run that differs is an error"
+    )
+
+
+class QuotaConfig(BaseModel):
+    """How a tenant's quota is charged: cached prompt tokens' weight and the token bucket's depth."""
+
+    model_config = _STRICT
+
     cached_prompt_weight: float = Field(
         0.1, description="units charged per prompt token served from the prefix cache, in [0, 1]"
     )
     burst_s: float = Field(60, description="token-bucket depth, s of contracted units")
+
+
+_Part = TypeVar("_Part", bound=BaseModel)
+
+#: The deployment's parts, one per concern; ``Deployment`` holds their fields flat (the flags, the plan's keys and
+#: the JSON Schema are its fields).
+DEPLOYMENT_PARTS = (EngineConfig, EfficiencyConfig, CommercialConfig, MeasuredPoolConfig, QuotaConfig)
+
+
+# pydantic orders inherited fields from the last base to the first: the engine's come first.
+class Deployment(QuotaConfig, MeasuredPoolConfig, CommercialConfig, EfficiencyConfig, EngineConfig):
+    """How one replica serves a model: every part's fields, flat. Defaults are the worked example's assumptions
+    (docs/method.md §7)."""
+
+    model_config = _STRICT
+
+    def part(self, kind: type[_Part]) -> _Part:
+        """This deployment's fields of one concern (one of ``DEPLOYMENT_PARTS``), as that part."""
+        return kind.model_construct(**{name: getattr(self, name) for name in kind.model_fields})
 
     @model_validator(mode="before")
     @classmethod

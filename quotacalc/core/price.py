@@ -21,6 +21,7 @@ from quotacalc.core.arch import ModelArch, ParamGroup, TokenMixer
 from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.pricing_inputs import PricingInputs
+from quotacalc.core.pricing_warning import PricingError, PricingWarning, flag_words
 from quotacalc.core.replica import (
     EngineCompute,
     ReplicaModel,
@@ -147,15 +148,22 @@ class PriceResult(BaseModel):
     expert_traffic: ExpertTraffic | None
     steps: tuple[Step, ...]
     warnings: tuple[str, ...]
+    #: The warnings as data: each one's key, problem and fix, for a reader that names keys where they were set.
+    pricing_warnings: tuple[PricingWarning, ...] = ()
     inputs: PricingInputs
 
 
 def larger_pool_fixes(inputs: PricingInputs, *first: str) -> str:
     """The fixes for a pool too small, as one clause: ``first``, raising TP, an FP8 KV cache unless it is one
     already (advice to use the dtype in use helps nobody)."""
-    fixes = [*first, "raise --tp"]
+    return PricingWarning(field="", problem="", fix=_larger_pool_fix(inputs, *first)).worded_fix(flag_words)
+
+
+def _larger_pool_fix(inputs: PricingInputs, *first: str) -> str:
+    """``larger_pool_fixes`` as a fix template (``first`` may name keys: ``lower {batch}``)."""
+    fixes = [*first, "raise {tp}"]
     if inputs.kv_dtype.bytes_per_element > 1:
-        fixes.append("use --kv-dtype fp8")
+        fixes.append("use {kv_dtype=fp8}")
     return ", ".join(fixes[:-1]) + (", or " if len(fixes) > 2 else " or ") + fixes[-1]
 
 
@@ -179,8 +187,8 @@ def check_parallelism(arch: ModelArch, deployment: Deployment) -> None:
                     fix="choose a TP that divides the experts, or turn expert parallelism off",
                 )
         if not arch.moe_layers():
-            raise QuotacalcError(
-                f"{arch.name} has no experts to shard", field="expert_parallel", fix="drop --expert-parallel"
+            raise PricingError(
+                f"{arch.name} has no experts to shard", field="expert_parallel", fix="drop {expert_parallel}"
             )
 
 
@@ -234,7 +242,7 @@ class _Explainer:
     inputs: PricingInputs
     ledger: Ledger = field(default_factory=Ledger)
     figures: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[PricingWarning] = field(default_factory=list)
     model: ReplicaModel | None = None
 
     def record(self, name: str, value: _Figure, **kwargs) -> _Figure:
@@ -358,8 +366,12 @@ def _kv_section(x: _Explainer) -> None:
     x.figures["state_bytes_per_sequence"] = state
     if not state and inputs.deployment.state_dtype not in (None, "auto"):
         x.warnings.append(
-            f"state_dtype {inputs.deployment.state_dtype} changes nothing: {arch.name} keeps no recurrent state "
-            "(Mamba, linear attention, short convolution) (remove --state-dtype)"
+            PricingWarning(
+                field="state_dtype",
+                problem=f"state_dtype {inputs.deployment.state_dtype} changes nothing: {arch.name} keeps no "
+                "recurrent state (Mamba, linear attention, short convolution)",
+                fix="remove {state_dtype}",
+            )
         )
     if state:
         x.record(
@@ -498,20 +510,20 @@ def _no_pool(x: _Explainer) -> None:
     set_share = deployment.memory_utilization is not None and weights >= share * inputs.gpu.memory_bytes
     if weights < inputs.gpu.memory_bytes / 2 and (set_share or deployment.runtime_reserve_gib is not None):
         field = "memory_utilization" if set_share else "runtime_reserve_gib"
-        raise QuotacalcError(
+        raise PricingError(
             f"{share:g} of {inputs.gpu.id}'s {inputs.gpu.memory_bytes / 1e9:.1f} GB less {weights / 1e9:.1f} GB of "
             f"weights and {x.figures['runtime_reserve_bytes_per_gpu'] / 1e9:.1f} GB of runtime reserve per GPU leave "
             "no KV pool",
             field=field,
-            fix="raise --memory-utilization"
+            fix="raise {memory_utilization}"
             if set_share
-            else "lower --runtime-reserve-gib or raise --memory-utilization",
+            else "lower {runtime_reserve_gib} or raise {memory_utilization}",
         )
-    raise QuotacalcError(
+    raise PricingError(
         f"{inputs.arch.name} does not fit: {weights / 1e9:.1f} GB of weights per GPU leave no KV pool on "
         f"{inputs.gpu.id}",
         field="tp",
-        fix="raise --tp, use a smaller --weight-dtype, or a larger GPU",
+        fix="raise {tp}, use a smaller {weight_dtype}, or a larger GPU",
     )
 
 
@@ -818,16 +830,16 @@ def _decode_batch(x: _Explainer) -> int:
         )
     if resident < 1 and deployment.kv_pool_tokens is not None:
         # The pool was given, not estimated: the figure to doubt is the one given.
-        raise QuotacalcError(
+        raise PricingError(
             f"a pool of {deployment.kv_pool_tokens:,} tokens does not hold one sequence of {deployment.context:,} tokens",
             field="kv_pool_tokens",
-            fix="give the engine's logged 'GPU KV cache size' for this deployment, or lower --context",
+            fix="give the engine's logged 'GPU KV cache size' for this deployment, or lower {context}",
         )
     if resident < 1:
-        raise QuotacalcError(
+        raise PricingError(
             f"one sequence of {deployment.context:,} tokens does not fit the KV pool",
             field="context",
-            fix=larger_pool_fixes(x.inputs, "lower --context"),
+            fix=_larger_pool_fix(x.inputs, "lower {context}"),
         )
     # A window or a fixed state costs a short sequence in full, whether or not vLLM's hybrid layout holds it
     # (DeepSeek V4 keeps its window and compressor state per sequence, priced by bytes).
@@ -838,15 +850,23 @@ def _decode_batch(x: _Explainer) -> int:
     seqs = deployment.max_num_seqs
     if seqs is not None and seqs < min(deployment.batch, resident):
         x.warnings.append(
-            f"a decode batch of {deployment.batch} is above max_num_seqs {seqs}, the most the engine runs at once: "
-            f"priced at batch {seqs} (lower --batch, or raise --max-num-seqs)"
+            PricingWarning(
+                field="batch",
+                problem=f"a decode batch of {deployment.batch} is above max_num_seqs {seqs}, the most the engine runs "
+                f"at once: priced at batch {seqs}",
+                fix="lower {batch}, or raise {max_num_seqs}",
+            )
         )
         return seqs
     if deployment.batch <= resident:
         return deployment.batch
     x.warnings.append(
-        f"a decode batch of {deployment.batch} at {deployment.context:,} tokens does not fit the KV pool, which holds "
-        f"{resident} such sequences: priced at batch {resident} ({larger_pool_fixes(x.inputs, 'lower --batch')})"
+        PricingWarning(
+            field="batch",
+            problem=f"a decode batch of {deployment.batch} at {deployment.context:,} tokens does not fit the KV pool, "
+            f"which holds {resident} such sequences: priced at batch {resident}",
+            fix=_larger_pool_fix(x.inputs, "lower {batch}"),
+        )
     )
     return int(resident)
 
@@ -860,8 +880,12 @@ def _token_budget_warning(x: _Explainer, batch: int) -> None:
     tokens = memory.max_num_batched_tokens(deployment, x.inputs.gpu)
     if memory.token_budget_below_sequences(tokens, batch):
         x.warnings.append(
-            f"max_num_batched_tokens {tokens:,} is below the decode batch of {batch}, which generate writes as "
-            f"max-num-seqs: vLLM refuses to start (raise --max-num-batched-tokens to at least {batch}, or lower --batch)"
+            PricingWarning(
+                field="max_num_batched_tokens",
+                problem=f"max_num_batched_tokens {tokens:,} is below the decode batch of {batch}, which generate "
+                "writes as max-num-seqs: vLLM refuses to start",
+                fix=f"raise {{max_num_batched_tokens}} to at least {batch}, or lower {{batch}}",
+            )
         )
 
 
@@ -1111,11 +1135,11 @@ def _full_load(x: _Explainer, model: ReplicaModel) -> None:
     ]
     if given and limits and prompt + output > min(limits)[0]:
         limit, what = min(limits)
-        raise QuotacalcError(
+        raise PricingError(
             f"the full-load workload's requests of {prompt + output:,} tokens (prompt {prompt:,} + output {output:,}) "
             f"exceed {what} of {limit:,}",
             field="load_prompt_tokens",
-            fix=f"--load-prompt-tokens + --load-output-tokens of at most {limit:,}",
+            fix=f"{{load_prompt_tokens}} + {{load_output_tokens}} of at most {limit:,}",
         )
     load_batch = x.record(
         "max_load_batch",
@@ -1129,8 +1153,12 @@ def _full_load(x: _Explainer, model: ReplicaModel) -> None:
     )
     if load_batch < 1:
         x.warnings.append(
-            f"no request of the full-load workload ({prompt:,} + {output:,} tokens) fits the KV pool: "
-            "max_load_output_tokens_per_s is 0 (shorten --load-prompt-tokens / --load-output-tokens, or raise --tp)"
+            PricingWarning(
+                field="load_prompt_tokens",
+                problem=f"no request of the full-load workload ({prompt:,} + {output:,} tokens) fits the KV pool: "
+                "max_load_output_tokens_per_s is 0",
+                fix="shorten {load_prompt_tokens} / {load_output_tokens}, or raise {tp}",
+            )
         )
     x.record(
         "max_load_output_tokens_per_s",
@@ -1293,7 +1321,8 @@ def price(inputs: PricingInputs) -> PriceResult:
         usd_per_million_output_tokens=f["usd_per_million_output_tokens"],
         expert_traffic=f["expert_traffic"],
         steps=tuple(x.ledger.steps),
-        warnings=tuple(x.warnings),
+        warnings=tuple(warning.worded() for warning in x.warnings),
+        pricing_warnings=tuple(x.warnings),
         inputs=inputs,
     )
 

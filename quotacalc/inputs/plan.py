@@ -11,22 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, QuotaConfig, Tenant
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, reference_problems
 from quotacalc.errors import QuotacalcError, UsageError, close_names
-from quotacalc.inputs.deployment import (
-    _one_line_validation_error,
-    check_measured_pool,
-    check_unrecorded_pool,
-    model_max_context,
-    suggest_key,
-    worded_message,
-)
+from quotacalc.inputs.key_errors import _one_line_validation_error, suggest_key, worded_message
+from quotacalc.inputs.measured_pool import check_measured_pool, check_unrecorded_pool, model_max_context
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -57,8 +52,8 @@ class PlanFile(BaseModel):
 MAX_FLAT_REPLICAS = 100_000
 
 
-#: Deployment keys a platform plan sets per tier instead (one pool serves several tiers).
-_TIER_KEYS = ("burst_s", "cached_prompt_weight")
+#: Deployment keys a platform plan sets per tier instead (one pool serves several tiers): the quota part's.
+_TIER_KEYS = tuple(QuotaConfig.model_fields)
 
 
 def _deployment_keys_model() -> type[BaseModel]:
@@ -391,20 +386,6 @@ def is_platform(document: dict[str, Any]) -> bool:
     return "pools" in document
 
 
-def inherited_deployment_keys(path: str) -> dict[str, frozenset[str]] | None:
-    """Pool name -> the deployment keys a platform plan's pool takes from its top-level ``deployment:`` (so a fix
-    names the key the user wrote); None for a flat plan, whose keys are all its own. Read after the plan has loaded,
-    so the file is valid."""
-    document = read_document(path)
-    if not is_platform(document):
-        return None
-    defaults = document.get("deployment") or {}
-    return {
-        pool["name"]: frozenset(key for key in defaults if key not in (pool.get("deployment") or {}))
-        for pool in document["pools"]
-    }
-
-
 def _merged_deployment(document: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     defaults = document.get("deployment") or {}
     own = document["pools"][index].get("deployment") or {}
@@ -418,13 +399,15 @@ def _pool_names(document: dict[str, Any]) -> list[str]:
     return [str(pool.get("name")) for pool in document.get("pools") or [] if isinstance(pool, dict)]
 
 
-def deployment_source(path: str, pool: str | None) -> PlanFile:
-    """The deployment keys (and flat tenant) ``price``, ``size`` and ``kv`` read from a plan file.
+def deployment_source(path: str, pool: str | None, document: dict[str, Any] | None = None) -> PlanFile:
+    """The deployment keys (and flat tenant) ``price``, ``size`` and ``kv`` read from a plan file (``document``:
+    the file as already read, if it was).
 
     Flat plans as before; a platform plan gives the named pool's deployment merged over the defaults
     (``--pool`` may be left out when the plan has one pool).
     """
-    document = read_document(path)
+    if document is None:
+        document = read_document(path)
     if not is_platform(document):
         if pool not in (None, DEFAULT_POOL):
             raise UsageError(
@@ -478,7 +461,7 @@ def calibration_section_error(
     No flag gives a key of it, and hand-filling one would forge the provenance: the fix is to drop the section or
     write it again. ``prefix`` is the section's YAML path and a dot; ``pool`` the pool's name in a platform plan."""
     from quotacalc.core.calibrate import CalibrationProvenance
-    from quotacalc.inputs.deployment import _WANTED, _one_line_validation_error, _problem
+    from quotacalc.inputs.key_errors import _WANTED, _one_line_validation_error, _problem
 
     errors = error.errors()
     if any(entry["type"] == "extra_forbidden" for entry in errors):
@@ -524,8 +507,10 @@ def _tier_key_error(path: str, field: str) -> QuotacalcError:
 
 
 @contextmanager
-def pool_errors(path: str, index: int | None) -> Iterator[None]:
-    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path."""
+def pool_errors(path: str, index: int | None, document: dict[str, Any] | None = None, at: str = "") -> Iterator[None]:
+    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path;
+    ``document``, the plan as read, says which keys a pool inherits (without it, the file is read again); ``at``,
+    where the plan sits in the file (``plan.``: a scenario's embedded plan)."""
     try:
         yield
     except QuotacalcError as error:
@@ -534,19 +519,20 @@ def pool_errors(path: str, index: int | None) -> Iterator[None]:
         if index is None:  # a flat plan: its deployment keys are the file's top level
             field = error.field
         else:
-            field = f"pools[{index}].deployment" + (f".{error.field}" if error.field else "")
-            if error.field and _inherited(path, index, error.field):
+            field = f"{at}pools[{index}].deployment" + (f".{error.field}" if error.field else "")
+            if error.field and _inherited(path, index, error.field, document):
                 # The plan's default, which the pool does not set itself: the place to fix it may be either.
-                field += f" (inherited from deployment.{error.field.split('.', 1)[0]})"
+                field += f" (inherited from {at}deployment.{error.field.split('.', 1)[0]})"
         raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
 
 
-def _inherited(path: str, index: int, field: str) -> bool:
-    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (read again:
-    only an error takes this path)."""
+def _inherited(path: str, index: int, field: str, document: dict[str, Any] | None = None) -> bool:
+    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (the file is
+    read again when ``document`` is not given: only an error takes this path)."""
     key = field.split(".", 1)[0].split("[", 1)[0]
     try:
-        document = read_document(path)
+        if document is None:
+            document = read_document(path)
         own = document["pools"][index].get("deployment") or {}
         defaults = document.get("deployment") or {}
     except (QuotacalcError, LookupError, AttributeError, TypeError):
@@ -611,7 +597,7 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
             if first["type"] == "missing":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
             raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
-        with pool_errors(path, index):
+        with pool_errors(path, index, document):
             check_measured_pool(deployment, source=None)
             # The plan's pool without a record holds for the plan's deployment, not for a pool that changes it.
             check_unrecorded_pool(document.get("deployment") or {}, deployment, source=None)
@@ -704,22 +690,36 @@ def _flat_tenant(traffic: Tenant, path: str) -> PlanTenant:
         raise QuotacalcError(message, source=path, field="tenant") from None
 
 
-def load_plan(path: str) -> tuple[Plan, bool]:
-    """Any plan file as a Plan, and whether it was a platform plan."""
-    plan, platform, _ = load_plan_calibrations(path)
-    return plan, platform
+@dataclass(frozen=True)
+class ReadPlan:
+    """A plan file read once: its YAML mapping as written, the Plan it reads as (a flat plan as one pool,
+    ``default``), and each pool's ``calibration:`` section (a CalibrationProvenance or None)."""
+
+    source: str
+    document: dict[str, Any]
+    plan: Plan
+    platform: bool
+    calibrations: dict[str, Any]
+    #: Where the plan sits in its file: ``plan.`` for a scenario's embedded plan, else nothing.
+    at: str = ""
 
 
-def load_plan_calibrations(path: str) -> tuple[Plan, bool, dict[str, Any]]:
-    """Any plan file as a Plan, whether it was a platform plan, and each pool's ``calibration:`` section
-    (a CalibrationProvenance or None; a flat plan's is its pool ``default``'s), the file read once."""
-    document = read_document(path)
+def read_plan(path: str, document: dict[str, Any] | None = None) -> ReadPlan:
+    """Any plan file as a ``ReadPlan``; ``document``, the file's mapping when it has been read already."""
+    if document is None:
+        document = read_document(path)
     if is_platform(document):
         plan, file = _read_platform(document, path)
-        return plan, True, {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
-
+        sections = {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
+        return ReadPlan(path, document, plan, True, sections)
     flat = plan_file_from_document(document, path)
-    return flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration}
+    return ReadPlan(path, document, flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration})
+
+
+def load_plan(path: str) -> tuple[Plan, bool]:
+    """Any plan file as a Plan, and whether it was a platform plan."""
+    read = read_plan(path)
+    return read.plan, read.platform
 
 
 def is_platform_file(path: str) -> bool:

@@ -10,7 +10,7 @@ from quotacalc.catalog.models import find_shipped
 from quotacalc.core.deployment import Deployment
 from quotacalc.core.pricing_inputs import PricingInputs
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.deployment import check_measured_pool
+from quotacalc.inputs.measured_pool import check_measured_pool
 from quotacalc.inputs.model_arch import config_state_dtype, load_arch
 from quotacalc.inputs.quantization import checkpoint_layout, explicit_layout
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -18,6 +18,9 @@ from quotacalc.admission.policies import POLICY_NAMES, RETIRED_NAMES, option_def
 from quotacalc.core.deployment import MAX_BATCH, MAX_BURST_S, MAX_CONTEXT_TOKENS, MAX_TOKENS_PER_REQUEST, digit_count
 from quotacalc.core.plan import Plan
 from quotacalc.errors import QuotacalcError, close_names
+
+if TYPE_CHECKING:
+    from quotacalc.inputs.plan import ReadPlan
 
 #: Who pays for the prompt of a request that ends before its first token through no act of the client (an engine
 #: failure or error during prefill): the platform (the tenant received nothing, docs/method.md) or the tenant.
@@ -424,6 +427,8 @@ class LoadedScenario(BaseModel):
     plan: Plan
     source: str
     replays: dict[str, tuple[UsageRow, ...]] = Field(description="tenant -> rows of its replay file, in time order")
+    #: The named plan file as read once (an ``inputs.plan.ReadPlan``); None for an embedded plan.
+    plan_read: Any = None
 
 
 # Errors -----------------------------------------------------------------------------------------
@@ -486,7 +491,7 @@ def _validation_error(error: ValidationError, *, source: str, prefix: str = "") 
         return QuotacalcError("needs a 'kind'", source=source, field=field)
     if kind == "too_short":
         return QuotacalcError("is empty", source=source, field=field, fix=_NOT_EMPTY.get(str(loc[-1])))
-    from quotacalc.inputs.deployment import worded_message
+    from quotacalc.inputs.key_errors import worded_message
 
     return QuotacalcError(worded_message(first), source=source, field=field)
 
@@ -511,12 +516,11 @@ def _read_yaml(path: Path, what: str) -> object:
     return load_yaml_text(text, source=str(path))
 
 
-def _plan_from_file(path: Path) -> Plan:
-    """A plan file through the plan reader: the same errors as ``quotacalc check``."""
-    from quotacalc.inputs.plan import load_plan
+def _plan_from_file(path: Path) -> ReadPlan:
+    """A plan file through the plan reader, read once: the same errors as ``quotacalc check``."""
+    from quotacalc.inputs.plan import read_plan
 
-    plan, _ = load_plan(str(path))
-    return plan
+    return read_plan(str(path))
 
 
 def _embedded_plan(document: dict[str, Any], *, source: str) -> Plan:
@@ -754,9 +758,9 @@ def load_scenario(path: str, overrides: dict[str, Any] | None = None) -> LoadedS
                 raise QuotacalcError(message, field="--" + name.replace("_", "-")) from None
             raise _validation_error(error, source=path) from None
     if isinstance(scenario.plan, str):
-        plan = _plan_from_file(file.parent / scenario.plan)
-    else:
-        plan = _embedded_plan(scenario.plan, source=path)
+        read = _plan_from_file(file.parent / scenario.plan)
+        return _finish(scenario, read.plan, source=path, base=file.parent, plan_read=read)
+    plan = _embedded_plan(scenario.plan, source=path)
     return _finish(scenario, plan, source=path, base=file.parent)
 
 
@@ -785,13 +789,13 @@ def scenario_from_dict(
     except ValidationError as error:
         raise _validation_error(error, source=source) from None
     if isinstance(scenario.plan, str):
-        plan = _plan_from_file((base or Path.cwd()) / scenario.plan)
-    else:
-        plan = _embedded_plan(scenario.plan, source=source)
+        read = _plan_from_file((base or Path.cwd()) / scenario.plan)
+        return _finish(scenario, read.plan, source=source, base=base or Path.cwd(), plan_read=read)
+    plan = _embedded_plan(scenario.plan, source=source)
     return _finish(scenario, plan, source=source, base=base or Path.cwd())
 
 
-def _finish(scenario: Scenario, plan: Plan, *, source: str, base: Path) -> LoadedScenario:
+def _finish(scenario: Scenario, plan: Plan, *, source: str, base: Path, plan_read: Any = None) -> LoadedScenario:
     names = [tenant.name for tenant in plan.tenants]
     seen: set[str] = set()
     replays: dict[str, tuple[UsageRow, ...]] = {}
@@ -850,4 +854,4 @@ def _finish(scenario: Scenario, plan: Plan, *, source: str, base: Path) -> Loade
             name: tuple(row.model_copy(update={"time_s": row.time_s - start}) for row in rows)
             for name, rows in replays.items()
         }
-    return LoadedScenario(scenario=scenario, plan=plan, source=source, replays=replays)
+    return LoadedScenario(scenario=scenario, plan=plan, source=source, replays=replays, plan_read=plan_read)

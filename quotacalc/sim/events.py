@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from quotacalc.admission.bucket import Bucket
 from quotacalc.admission.caps import TenantCaps, never_fits
@@ -41,6 +42,9 @@ from quotacalc.sim.metrics import (
 )
 from quotacalc.sim.request import DECODE, DONE, PREFILL, QUEUED, WAITING, Request
 from quotacalc.sim.workload import Arrival, arrivals, tenant_stream
+
+if TYPE_CHECKING:
+    from quotacalc.priced import PricedPlan
 
 _ARRIVAL, _STEP, _CANCEL, _FAIL, _RECOVER, _RETRY, _TIMEOUT, _THINK, _SAMPLE = range(9)
 
@@ -125,27 +129,21 @@ class SimSetup:
 
 def build_setup(loaded: LoadedScenario) -> SimSetup:
     """Price every pool with the core's cost model; take each tenant's bucket and weights from the policy."""
-    from quotacalc.core.checks import plan_keys
-    from quotacalc.core.policy import build_policy
-    from quotacalc.core.price import price
     from quotacalc.core.replica import replica_model
-    from quotacalc.inputs.resolve import resolve
 
-    plan: Plan = loaded.plan
+    priced = _priced(loaded)
+    plan: Plan = priced.plan
+    policy = priced.policy
+    prices = priced.prices
+    inputs_by_pool = {name: result.inputs for name, result in prices.items()}
     engine = loaded.scenario.engine
     names = [pool.name for pool in plan.pools]
-    prices = {}
-    inputs_by_pool = {}
-    warnings: list[str] = []
-    key_prefix = _deployment_key_prefix(loaded)
-    for pool in plan.pools:
-        inputs_by_pool[pool.name] = resolve(pool.deployment)
-        prices[pool.name] = price(inputs_by_pool[pool.name])
-        # simulate takes no deployment flags: price's hints (--batch, --tp) become the plan keys that set them.
-        warnings += [
-            f"pool '{pool.name}': {plan_keys(warning, key_prefix(pool.name))}" for warning in prices[pool.name].warnings
-        ]
-    policy = build_policy(plan, prices)
+    # simulate takes no deployment flags: price's hints (--batch, --tp) name the plan keys that set them.
+    warnings = [
+        f"pool '{pool.name}': {warning.worded(priced.key_namer(pool.name))}"
+        for pool in plan.pools
+        for warning in prices[pool.name].pricing_warnings
+    ]
     generated_seqs = {pool.name: pool.engine.max_num_seqs for pool in policy.pools}
     charges = {pool.name: pool.prompt_length_charge.per_prompt_token for pool in policy.pools}
     # The token budget the price assumed and generate writes (its KV reserve grows with it).
@@ -199,24 +197,18 @@ def build_setup(loaded: LoadedScenario) -> SimSetup:
     return SimSetup(loaded=loaded, pools=tuple(specs), tenants=tuple(tenants), warnings=tuple(warnings))
 
 
-def _deployment_key_prefix(loaded: LoadedScenario) -> Callable[[str], str]:
-    """Pool name -> where its deployment keys are, as check and size name them: an embedded plan's under the
-    scenario's ``plan.pools.NAME.deployment.``; a named platform plan's ``pools.NAME.deployment.``; a named flat
-    plan's at its top level."""
-    from pathlib import Path
+def _priced(loaded: LoadedScenario) -> PricedPlan:
+    """The scenario's plan priced once, as the plan commands price it: a named plan file as read with the scenario;
+    an embedded plan, whose errors already name the scenario's ``plan.`` keys, as its pools."""
+    from quotacalc.inputs.plan import ReadPlan
+    from quotacalc.priced import price_read_plan
 
-    from quotacalc.inputs.plan import DEFAULT_POOL, is_platform_file
-
-    named = loaded.scenario.plan
-    if not isinstance(named, str):
-        return lambda name: f"plan.pools.{name}.deployment."
-    pools = loaded.plan.pools
-    flat = len(pools) == 1 and pools[0].name == DEFAULT_POOL
-    plan_file = Path(loaded.source).parent / named
-    if flat and plan_file.is_file():
-        # A platform plan may name its one pool 'default' too: the file says which it is.
-        flat = not is_platform_file(str(plan_file))
-    return (lambda name: "") if flat else (lambda name: f"pools.{name}.deployment.")
+    read = loaded.plan_read
+    if read is None:
+        embedded = loaded.scenario.plan if isinstance(loaded.scenario.plan, dict) else {}
+        sections = {pool.name: None for pool in loaded.plan.pools}
+        read = ReadPlan(loaded.source, embedded, loaded.plan, True, sections, at="plan.")
+    return price_read_plan(read)
 
 
 def _check_token_budgets(loaded: LoadedScenario, specs: list[PoolSpec]) -> None:

@@ -1,0 +1,10 @@
+"""A plan read once and priced once: the one object every plan command takes (``PricedPlan``).
+
+The file is read once (``inputs.plan.read_plan``), a flat plan is one pool, every pool is priced once, and
+each deployment value remembers where it came from (a flag, the pool's key, the plan's top-level
+``deployment:``, a default), so a message names the place the user can change it.
+"""
+
+from quotacalc.priced.plan import PricedPlan, ValueOrigin, price_plan, price_pools, price_read_plan
+
+__all__ = ["PricedPlan", "ValueOrigin", "price_plan", "price_pools", "price_read_plan"]

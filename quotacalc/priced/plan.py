@@ -1,0 +1,256 @@
+"""``PricedPlan``: a plan file read once, its pools priced once, its policy, and each value's origin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from quotacalc.core.pricing_warning import KeyNamer, PricingError, PricingWarning, flag_words
+from quotacalc.errors import QuotacalcError
+
+if TYPE_CHECKING:
+    from quotacalc.core.plan import Plan
+    from quotacalc.core.policy import QuotaPolicy
+    from quotacalc.core.price import PriceResult
+    from quotacalc.inputs.plan import ReadPlan
+
+#: Where a deployment value came from: a flag, the pool's own key (a flat plan's top-level key), the
+#: platform plan's top-level ``deployment:`` the pool inherits, or the field's default.
+OriginKind = Literal["flag", "pool", "inherited", "default"]
+
+
+@dataclass(frozen=True)
+class ValueOrigin:
+    """Where one deployment value of one pool came from, and the name the user wrote it under."""
+
+    kind: OriginKind
+    #: ``--batch``, ``pools.chat.deployment.batch``, ``deployment.batch`` or (a flat plan) ``batch``; a default's
+    #: is the key the pool would set it with.
+    written: str
+
+
+@dataclass(frozen=True)
+class PricedPlan:
+    """One plan, as every plan command takes it."""
+
+    #: The plan file.
+    source: str
+    #: The file's YAML mapping as read (once).
+    document: dict[str, Any]
+    #: Whether the file is a platform plan (``pools:``); a flat plan is the one pool ``default``.
+    platform: bool
+    #: The plan; a flat plan's synthesised tier fitted to what its pool serves.
+    plan: Plan
+    #: Pool name -> its price (each distinct deployment priced once).
+    prices: dict[str, PriceResult]
+    #: The canonical policy.
+    policy: QuotaPolicy
+    #: Pool name -> its pricing warnings as ``price`` words them, keys as flags (only pools that have some).
+    warnings: dict[str, tuple[str, ...]]
+    #: Pool name -> its pricing warnings as data (only pools that have some): ``worded`` names their keys.
+    pricing_warnings: dict[str, tuple[PricingWarning, ...]]
+    #: Pool name -> its ``calibration:`` section (a CalibrationProvenance) or None.
+    calibrations: dict[str, Any]
+    #: Pool name -> (the ``calibrated`` summary or None, why the calibration does not hold or None).
+    calibrated: dict[str, Any]
+    #: Pool name -> deployment key -> where its value came from.
+    origins: dict[str, dict[str, ValueOrigin]]
+    #: The deployment flags given (those not None).
+    flags: dict[str, Any]
+    #: Where the plan sits in its file: ``plan.`` for a scenario's embedded plan, else nothing.
+    at: str = ""
+
+    @property
+    def flat(self) -> bool:
+        return not self.platform
+
+    def inherited_keys(self) -> dict[str, frozenset[str]] | None:
+        """Pool name -> the deployment keys it takes from the plan's top-level ``deployment:``; None for a flat plan."""
+        if not self.platform:
+            return None
+        return {
+            pool: frozenset(key for key, origin in keys.items() if origin.kind == "inherited")
+            for pool, keys in self.origins.items()
+        }
+
+    def key_prefix(self, pool: str) -> str:
+        """What a pool's own deployment key is written after: ``pools.NAME.deployment.``, or nothing in a flat plan."""
+        return f"{self.at}pools.{pool}.deployment." if self.platform else ""
+
+    def key_namer(self, pool: str) -> KeyNamer:
+        """How a message names a deployment key of ``pool``: as the flag, when a flag gave it; else as the plan
+        writes it. A fix that removes a key the pool inherits names it where it is written (``deployment.KEY``);
+        one that sets a key names the pool's own (it changes that pool alone)."""
+        return _key_namer(self.origins.get(pool, {}), self.key_prefix(pool))
+
+    def worded_warnings(self, pool: str) -> tuple[str, ...]:
+        """``pool``'s pricing warnings, each key named where it was set (``key_namer``)."""
+        namer = self.key_namer(pool)
+        return tuple(warning.worded(namer) for warning in self.pricing_warnings.get(pool, ()))
+
+
+def _key_namer(origins: dict[str, ValueOrigin], own: str) -> KeyNamer:
+    """``PricedPlan.key_namer`` of a pool whose keys came from ``origins`` and whose own keys are written after
+    ``own``."""
+
+    def name(key: str, value: str | None, removal: bool) -> str:
+        origin = origins.get(key)
+        if origin is not None and origin.kind == "flag":
+            return flag_words(key, value, removal)
+        inherited = origin is not None and origin.kind == "inherited" and removal
+        written = origin.written if inherited and origin is not None else own + key
+        return f"{written}: {value}" if value is not None else written
+
+    return name
+
+
+def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, ValueOrigin]]:
+    """Pool name -> deployment key -> where its value came from: a flag wins over the pool's key, which wins over
+    the plan's top-level ``deployment:``."""
+    from quotacalc.core.deployment import Deployment
+    from quotacalc.inputs.key_errors import flag_name
+
+    document = read.document
+    defaults = (document.get("deployment") or {}) if read.platform else {}
+    result: dict[str, dict[str, ValueOrigin]] = {}
+    for index, pool in enumerate(read.plan.pools):
+        if read.platform:
+            own = document["pools"][index].get("deployment") or {}
+            prefix = f"{read.at}pools.{pool.name}.deployment."
+        else:
+            own, prefix = document, ""
+        keys = {}
+        for key in Deployment.model_fields:
+            if flags.get(key) is not None:
+                keys[key] = ValueOrigin("flag", flag_name(key))
+            elif key in own:
+                keys[key] = ValueOrigin("pool", prefix + key)
+            elif key in defaults:
+                keys[key] = ValueOrigin("inherited", f"{read.at}deployment.{key}")
+            else:
+                keys[key] = ValueOrigin("default", prefix + key)
+        result[pool.name] = keys
+    return result
+
+
+def price_pools(
+    plan: Plan,
+    deployment_flags: dict[str, Any] | None = None,
+    *,
+    source: str,
+    platform: bool = True,
+    document: dict[str, Any] | None = None,
+    at: str = "",
+    key_namers: dict[str, KeyNamer] | None = None,
+) -> dict[str, PriceResult]:
+    """Each pool's price (resolve + core price), each distinct deployment priced once; flags, when given, override
+    every pool's deployment. ``document``: the plan file as read, for errors that name an inherited key; ``at``:
+    where the plan sits in that file (``plan.`` in a scenario); ``key_namers``: pool name -> how a refusal's fix
+    names a key (where it was set; without one, as a flag)."""
+    from quotacalc.core.price import price
+    from quotacalc.inputs.deployment import build_deployment
+    from quotacalc.inputs.plan import pool_errors
+    from quotacalc.inputs.resolve import resolve
+
+    priced: dict[Any, PriceResult] = {}
+    result = {}
+    for index, pool in enumerate(plan.pools):
+        deployment = pool.deployment
+        if deployment_flags and any(value is not None for value in deployment_flags.values()):
+            deployment = build_deployment(deployment.model_dump(), deployment_flags, source=source)
+        if deployment not in priced:
+            try:
+                priced[deployment] = price(resolve(deployment))
+            except QuotacalcError as error:
+                named, flagged = _named(error, (key_namers or {}).get(pool.name), deployment_flags)
+                if flagged:  # the flag's error, whichever pool took it first
+                    raise named from None
+                with pool_errors(source, index if platform else None, document, at):
+                    raise named from None
+        result[pool.name] = priced[deployment]
+    return result
+
+
+def _named(error: QuotacalcError, namer: KeyNamer | None, flags: dict[str, Any] | None) -> tuple[QuotacalcError, bool]:
+    """A pool's refusal with its keys named where they were set (a fix's keys as ``namer`` names them), and whether
+    a flag gave the value it is about: then it is the flag's error, which every pool takes. Another file's error (a
+    model's config) is left as it is."""
+    if error.source is not None:
+        return error, False
+    fix = (error.worded_fix(namer) or None) if isinstance(error, PricingError) and namer is not None else error.fix
+    key = (error.field or "").split(".", 1)[0].split("[", 1)[0]
+    if key and (flags or {}).get(key) is not None:
+        from quotacalc.inputs.key_errors import flag_name
+
+        return type(error)(error.problem, field=flag_name(key), fix=fix), True
+    return type(error)(error.problem, field=error.field, fix=fix), False
+
+
+def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
+    """Read the plan file at ``path`` once and price it (``deployment_flags`` override every pool's deployment)."""
+    from quotacalc.inputs.plan import read_plan
+
+    return price_read_plan(read_plan(path), deployment_flags)
+
+
+def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
+    """A plan already read, priced: pools, policy, warnings, calibration and origins."""
+    from quotacalc.core.policy import build_policy
+
+    flags = {key: value for key, value in (deployment_flags or {}).items() if value is not None}
+    plan = read.plan
+    origins = _origins(read, flags)
+    own = {pool.name: f"{read.at}pools.{pool.name}.deployment." if read.platform else "" for pool in plan.pools}
+    prices = price_pools(
+        plan,
+        flags,
+        source=read.source,
+        platform=read.platform,
+        document=read.document,
+        at=read.at,
+        key_namers={name: _key_namer(origins[name], own[name]) for name in origins},
+    )
+    if not read.platform:
+        from quotacalc.core.policy import pool_max_context_tokens
+        from quotacalc.inputs.plan import fit_flat_tier
+
+        (replica,) = prices.values()  # a flat plan is one pool
+        plan = fit_flat_tier(plan, pool_max_context_tokens(replica), replica.kv_pool_tokens_at_context)
+    pool_warnings = {
+        name: (*replica.pricing_warnings, *_local_model_warning(replica)) for name, replica in prices.items()
+    }
+    calibrated: dict[str, Any] = {name: (None, None) for name in prices}
+    if any(section is not None for section in read.calibrations.values()):
+        from quotacalc.core.calibrate import calibration_status
+
+        for name, replica in prices.items():
+            calibrated[name] = calibration_status(read.calibrations.get(name), replica.inputs)
+    return PricedPlan(
+        source=read.source,
+        document=read.document,
+        platform=read.platform,
+        plan=plan,
+        prices=prices,
+        policy=build_policy(plan, prices),
+        warnings={name: tuple(line.worded() for line in lines) for name, lines in pool_warnings.items() if lines},
+        pricing_warnings={name: lines for name, lines in pool_warnings.items() if lines},
+        calibrations=read.calibrations,
+        calibrated=calibrated,
+        origins=origins,
+        flags=flags,
+        at=read.at,
+    )
+
+
+def _local_model_warning(replica: Any) -> tuple[PricingWarning, ...]:
+    """A pool priced from a local config whose engine files would load that path: say where to name the real one."""
+    deployment = replica.inputs.deployment
+    if not replica.inputs.local_model or deployment.serve_model is not None:
+        return ()
+    return (
+        PricingWarning(
+            field="serve_model",
+            problem=f"the model is the local config '{deployment.model}', which the engine files load as their "
+            "model: set the deployment's serve_model to its hub id or the weights' path on the engine's host",
+        ),
+    )
