@@ -168,8 +168,9 @@ def plan_json_schema() -> dict[str, Any]:
     """The JSON Schema of a plan file, platform or flat (either validates), for editors and CI linters."""
     from pydantic import TypeAdapter
 
-    flat = _flat_plan_file_model()
-    schema = TypeAdapter(PlatformPlanFile | flat).json_schema()
+    # Typed Any: pydantic's TypeForm annotation of TypeAdapter takes no union built at run time.
+    either: Any = PlatformPlanFile | _flat_plan_file_model()
+    schema = TypeAdapter(either).json_schema()
     return {"title": "quotacalc plan (platform or flat)", **schema}
 
 
