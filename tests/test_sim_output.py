@@ -145,3 +145,41 @@ def test_timeseries_engine_queue_counts_each_tenants_requests_waiting_in_the_eng
     assert [(r["time_s"], r["tenant"], r["engine_queue"]) for r in rows] == scanned
     assert all(0 <= r["engine_queue"] <= r["in_flight"] for r in rows)
     assert max(r["engine_queue"] for r in rows) > 0  # queues form, so the comparison compares something
+
+
+def test_a_long_run_shows_its_time_left_on_a_terminal_and_ctrl_c_stops_it_with_exit_130(tmp_path):
+    """The run of ten million requests, as a person starts it: stderr a terminal (a pseudo-terminal here). After a
+    second the bar shows on stderr with the time left; SIGINT then stops it at once (here: within 10 s, the
+    bound of a loaded machine), exit 130, with the partial results on stdout."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import time
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parent.parent), "COLUMNS": "120"}
+    command = [sys.executable, "-c", "from quotacalc.cli.app import main; main()", "simulate", str(EXAMPLE)]
+    child = subprocess.Popen(
+        [*command, "--requests", "10000000", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"left" not in shown and time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.5)[0]:
+                shown += os.read(leader, 65536)
+        assert b"simulating" in shown and b"left" in shown  # the bar, and its estimate of the time left
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=10)
+    finally:
+        child.kill()
+        os.close(leader)
+    assert child.returncode == 130
+    document = json.loads(out)
+    assert document["partial"] is True and document["policies"][0]["stopped_by"] == "interrupted"

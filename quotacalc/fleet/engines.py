@@ -139,34 +139,54 @@ def run_duckdb(
             connection.execute("SET preserve_insertion_order = false")
             if settings.threads:
                 connection.execute(f"SET threads = {int(settings.threads)}")
-            done = threading.Event()
-            watcher = None
             if progress is not None:
                 # DuckDB tracks a query's progress only with its progress bar on; its own printing stays off.
                 connection.execute("SET enable_progress_bar = true")
                 connection.execute("SET enable_progress_bar_print = false")
+            # The query runs on a thread of its own while this one waits in Python: Ctrl-C lands here as
+            # KeyboardInterrupt whenever it comes, and stops the query, which DuckDB's client, left to itself,
+            # turns into a RuntimeError or, in a short statement, loses.
+            outcome: list[Any] = []
+            finished = threading.Event()
 
-                def watch() -> None:
-                    while not done.wait(0.2):
-                        try:
-                            value = connection.query_progress()
-                        except Exception:  # the query ended between the wait and the call
-                            return
-                        if value is not None and value >= 0:
-                            progress(float(value))
+            def run() -> None:
+                try:
+                    outcome.append(connection.execute(sql).fetchall())
+                except BaseException as error:  # handed to the waiting thread, which raises it
+                    outcome.append(error)
+                finally:
+                    finished.set()
 
-                watcher = threading.Thread(target=watch, daemon=True)
-                watcher.start()
+            # Waited on by an Event, not Thread.join: a join that Ctrl-C interrupts can leave the thread marked as
+            # ended while it runs (CPython 3.11), and the connection would be closed under the query.
+            worker = threading.Thread(target=run, daemon=True)
             try:
-                return connection.execute(sql).fetchall()
-            except duckdb.Error as error:
-                raise QuotacalcError(f"the query failed: {_first_line(error)}", source=source) from None
-            finally:
-                done.set()
-                if watcher is not None:
-                    watcher.join()
+                worker.start()
+                while not finished.wait(0.2):
+                    if progress is not None:
+                        _report_progress(connection, progress)
+            except KeyboardInterrupt:
+                if worker.ident is not None:  # started: stop the query before the connection closes
+                    connection.interrupt()
+                    finished.wait()
+                raise
+            (result,) = outcome
+            if isinstance(result, duckdb.Error):
+                raise QuotacalcError(f"the query failed: {_first_line(result)}", source=source) from None
+            if isinstance(result, BaseException):
+                raise result
+            return result
         finally:
             connection.close()
+
+
+def _report_progress(connection: Any, progress: Callable[[float], None]) -> None:
+    try:
+        value = connection.query_progress()
+    except Exception:  # the query ended between the check and the call
+        return
+    if value is not None and value >= 0:
+        progress(float(value))
 
 
 # --- Postgres ------------------------------------------------------------------------------------------------
