@@ -708,3 +708,48 @@ def test_requests_spread_over_replicas_and_sigterm_exits_0(small_plan):
         emulator.process.send_signal(signal.SIGTERM)
         assert emulator.process.wait(timeout=10) == 0
         emulator.stop()
+
+
+_STUCK_POOL = """
+import asyncio, sys
+import quotacalc.emulate.server as server
+
+async def stuck(serving, options, host, port, *, ready=None, stop=None):
+    ready(port)
+    while True:  # a pool whose close never ends: it ignores both the stop event and cancellation
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+
+server.serve = stuck
+from quotacalc.cli.entry import main
+sys.argv = ["quotacalc", "emulate", sys.argv[1], "--port", "0"]
+main()
+"""
+
+
+def test_ctrl_c_ends_the_process_within_2_s_even_when_a_pool_never_closes():
+    """The bound on Ctrl-C holds whatever a pool's close does: past INTERRUPT_BOUND_S the process exits 130 with
+    the interrupted line, rather than waiting on the pool for ever."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STUCK_POOL, PLAN], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()
+            if not line or "listening on" in line:
+                break
+        assert "listening on" in line, line
+        start = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=10)
+        elapsed = time.monotonic() - start
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 130 and elapsed < 2.0
+    assert process.stderr.read().splitlines()[-1] == "quotacalc: interrupted"

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 import sys
+import threading
 from typing import Annotated
 
 import typer
@@ -202,7 +204,21 @@ def run(servings, host: str, port: int, *, speed: float, seed: int, fail_rate: f
 
     async def main() -> None:
         stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        interrupted = False
+
+        def on_interrupt() -> None:
+            nonlocal interrupted
+            interrupted = True
+            stop.set()
+            # Ctrl-C ends the process within 2 s whatever an open connection's handler is doing: the pools close
+            # as on SIGTERM, and a close that outlasts the bound is cut short.
+            watchdog = threading.Timer(INTERRUPT_BOUND_S, _exit_interrupted)
+            watchdog.daemon = True
+            watchdog.start()
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
         tasks = [
             asyncio.ensure_future(one(serving, port + index if port else 0, stop))
             for index, serving in enumerate(servings)
@@ -213,8 +229,20 @@ def run(servings, host: str, port: int, *, speed: float, seed: int, fail_rate: f
             stop.set()  # the pools already listening close too
             await asyncio.gather(*pending, return_exceptions=True)
             raise failed[0].exception()
+        if interrupted:
+            raise KeyboardInterrupt  # the CLI's own interrupted line and exit 130
 
     asyncio.run(main())
+
+
+#: How long the pools may take to close after Ctrl-C before the process exits anyway (under the 2 s a user waits).
+INTERRUPT_BOUND_S = 1.5
+
+
+def _exit_interrupted() -> None:
+    sys.stderr.write("quotacalc: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def _url_host(host: str) -> str:
