@@ -1,5 +1,5 @@
 """check reports a plan's calibration that does not hold, or holds only by extrapolation, as warning findings:
-counted, in --json, and an error under --strict, as README's "Calibration" says ("an error under --strict").
+counted, in --json, and an error under --strict, as docs/calibration.md says ("an error under --strict").
 
 The shipped synthetic runs (examples/calibration/synthetic-llama-3.3-70b-h100-tp4.csv) are at concurrency 1-64,
 prompts of 200 tokens up to 8,256 tokens of prompt + output; platform.yaml's `shared` pool is priced at batch 128,

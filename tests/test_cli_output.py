@@ -358,13 +358,13 @@ def test_models_families_lists_every_reader(run_cli):
     assert {"llama", "glm4_moe", "qwen3_next", "gemma4", "llava"} <= set(document["model_types"])
     code, out, _ = run_cli("models", "--families")
     assert code == 0 and f"{len(document['model_types'])} model_type values priced" in out
-    # The README states the count.
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    assert f"quotacalc prices ({len(document['model_types'])})" in readme
+    # docs/commands.md states the count.
+    commands_doc = (Path(__file__).resolve().parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert f"quotacalc prices ({len(document['model_types'])})" in commands_doc
 
 
 def test_the_readmes_worked_example_is_what_price_prints(run_cli, monkeypatch):
-    # README "What it prints" shows `quotacalc price examples/llama-3.3-70b-h100.yaml` (101 columns, trailing blanks
+    # README "A platform engineer" shows `quotacalc price examples/llama-3.3-70b-h100.yaml` (101 columns, trailing blanks
     # stripped): a change of any figure fails here until the README is regenerated with it.
     monkeypatch.setenv("COLUMNS", "101")
     root = Path(__file__).resolve().parent.parent
@@ -377,7 +377,23 @@ def test_the_readmes_worked_example_is_what_price_prints(run_cli, monkeypatch):
     assert shown == printed
 
 
-def test_the_readmes_engine_basis_figures_are_what_price_prints(run_cli):
+def test_the_readmes_sales_example_is_what_size_prints(run_cli, monkeypatch):
+    # README "Sales" shows `quotacalc size examples/llama-3.3-70b-h100.yaml` (101 columns, trailing blanks stripped).
+    monkeypatch.setenv("COLUMNS", "101")
+    root = Path(__file__).resolve().parent.parent
+    code, out, err = run_cli("size", str(root / "examples" / "llama-3.3-70b-h100.yaml"))
+    assert code == 0, err
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    marker = (
+        "`quotacalc size examples/llama-3.3-70b-h100.yaml` (the file's tenant: 5 req/s, 2,000 prompt and 500 output"
+        " tokens):\n\n```\n"
+    )
+    shown = readme[readme.index(marker) + len(marker) :].split("```", 1)[0]
+    printed = "".join(line.rstrip() + "\n" for line in out.splitlines())
+    assert shown == printed
+
+
+def test_the_engine_basis_figures_in_docs_figures_are_what_price_prints(run_cli):
     root = Path(__file__).resolve().parent.parent
     code, out, err = run_cli(
         "price", str(root / "examples" / "llama-3.3-70b-h100.yaml"), "--pricing-basis", "engine", "--json"
@@ -388,7 +404,7 @@ def test_the_readmes_engine_basis_figures_are_what_price_prints(run_cli):
         f"W {figures['output_weight']:.2f}, {figures['replica_units_per_s']:,.0f} units/s, "
         f"${figures['usd_per_million_output_tokens']:.2f} instead of $0.47"
     )
-    assert stated in " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert stated in " ".join((root / "docs" / "figures.md").read_text(encoding="utf-8").split())
 
 
 def test_help_names_every_engine_profile_and_shows_enum_defaults_by_value(run_cli, monkeypatch):

@@ -48,7 +48,7 @@ def test_copy_writes_the_example_and_refuses_to_overwrite(run_cli, tmp_path):
 
 
 def test_a_companion_an_earlier_copy_wrote_is_kept_not_refused(run_cli, tmp_path):
-    """README: `examples platform --copy .` then `examples simulate-named-plan --copy .`: the scenario brings
+    """docs/simulate.md: `examples platform --copy .` then `examples simulate-named-plan --copy .`: the scenario brings
     platform.yaml, which the first copy wrote with the same bytes, so the second copies only what is new. A
     platform.yaml of the user's own (other bytes) is still refused, and nothing is written then."""
     assert run_cli("examples", "platform", "--copy", str(tmp_path))[0] == 0

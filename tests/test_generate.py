@@ -63,7 +63,7 @@ def test_checked_in_example_is_current(run_cli) -> None:
     code, out, err = run_cli(
         "generate", PLATFORM, "--out", EXAMPLES / "platform", "--check", "--salt-secret-file", EXAMPLE_SECRET
     )
-    assert code == 0, f"examples/platform is stale; regenerate it (see README):\n{out}{err}"
+    assert code == 0, f"examples/platform is stale; regenerate it (see docs/targets.md):\n{out}{err}"
     assert out == ""
 
 

@@ -3,7 +3,7 @@
 Each expected value is written as the arithmetic a reader can redo (shapes of the modules as
 transformers builds them, the method's formulas), never copied from quotacalc's output. The
 models are built directly from the core's specs (no config file, no transformers), so these tests
-run in milliseconds and are the ones the mutation run (README, development) relies on.
+run in milliseconds and are the ones the mutation run (CONTRIBUTING.md, "Mutation testing") relies on.
 """
 
 from __future__ import annotations

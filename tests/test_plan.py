@@ -597,7 +597,7 @@ def test_generate_into_a_file_is_refused_before_anything_is_written(run_cli, tmp
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        # Numbers as strings: refused as tp: "4" is (the README's rule), not read as numbers.
+        # Numbers as strings: refused as tp: "4" is (docs/commands.md, Errors), not read as numbers.
         (lambda d: d["tenants"][0].update(units_per_s="100"), "tenants[0].units_per_s: must be a valid number"),
         (lambda d: d["tiers"][0].update(burst_s="60"), "tiers[0].burst_s: must be a valid number"),
         # A burst beyond a year: the Retry-After of a full bucket would run to hundreds of digits.

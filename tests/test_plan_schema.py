@@ -1,4 +1,4 @@
-"""`quotacalc schema`: editors validate plan files against it, flat and platform alike (README, Platform plans)."""
+"""`quotacalc schema`: editors validate plan files against it, flat and platform alike (docs/plans.md)."""
 
 from __future__ import annotations
 

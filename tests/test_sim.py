@@ -717,7 +717,7 @@ def test_failures_come_at_their_rate_while_a_replica_is_up():
 
 
 def test_replay_reads_a_spreadsheets_csv(tmp_path):
-    """A byte-order mark and a space after each comma (as the README writes the columns) are no error."""
+    """A byte-order mark and a space after each comma (as docs/simulate.md writes the columns) are no error."""
     (tmp_path / "usage.csv").write_text(
         "\ufefftimestamp, tenant, prompt_tokens, output_tokens\n0, t, 100, 20\n\n1.5, t, 200, 30\n", encoding="utf-8"
     )

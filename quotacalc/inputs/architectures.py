@@ -61,7 +61,7 @@ def read_arch(config: dict[str, Any], *, name: str, source: str, given_keys: fro
                 f"model_type '{model_type}' is not priced: {hf_refused.NOT_PRICED[model_type]}",
                 source=source,
                 field="model_type",
-                fix="price another model; README's 'Architectures' says why this family is refused",
+                fix="price another model; docs/families.md, 'Refused families', says why this family is refused",
             )
         raise UnsupportedArchitecture(
             f"model_type '{model_type}' is not priced yet",

@@ -627,7 +627,7 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     """Today's flat plan as a one-pool Plan: pool ``default`` of its ``replicas`` (one unless the file says); its
     tenant (if any) is ``tenant``.
 
-    The tenant's tier is synthesised from the deployment (documented in the README): the model's max
+    The tenant's tier is synthesised from the deployment (documented in docs/plans.md): the model's max
     context capped by max_model_len (and, once the pool is priced, by its KV: ``fit_flat_tier``), a KV cap of one
     such sequence, the decode batch as its concurrency, the deployment's burst and cached weight, priority 0; its
     cache is shared (no secret needed).

@@ -1,5 +1,5 @@
-"""The README's simulate table is what `quotacalc simulate examples/simulate-platform.yaml` prints (same seed, same
-bytes): a change to the simulator or the prices that moves a figure fails here until the README shows it."""
+"""docs/simulate.md's table is what `quotacalc simulate examples/simulate-platform.yaml` prints (same seed, same
+bytes): a change to the simulator or the prices that moves a figure fails here until the page shows it."""
 
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ def _rows(text: str) -> list[str]:
     return [" ".join(line.split()) for line in text.splitlines() if ROW.match(line)]
 
 
-def test_the_readmes_simulate_table_is_what_simulate_prints(run_cli, monkeypatch):
+def test_the_simulate_pages_table_is_what_simulate_prints(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     code, out, err = run_cli("simulate", str(EXAMPLE))
     assert code == 0, err
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    shown = _rows(
-        readme[readme.index("quotacalc simulate examples/simulate-platform.yaml            # the table below") :]
-    )
+    page = (ROOT / "docs" / "simulate.md").read_text(encoding="utf-8")
+    shown = _rows(page[page.index("quotacalc simulate examples/simulate-platform.yaml            # the table below") :])
     example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     runs = len(example["policies"]) * len(example["queueing"])
     assert len(shown) == runs
@@ -41,4 +39,4 @@ def test_the_readmes_simulate_table_is_what_simulate_prints(run_cli, monkeypatch
         if run["policy"] == "debit_on_completion_forgiving"
     }
     stated = f"{ttft['fair']:.2f} s with fair queueing against {ttft['deep_priority']:.1f} s under `deep_priority`"
-    assert stated in " ".join(readme.split())
+    assert stated in " ".join(page.split())
