@@ -96,3 +96,16 @@ def test_the_readme_stays_an_introduction():
     """The reference lives in docs/; the README is an introduction with room for short feature sections."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 300, f"README.md has {len(lines)} lines: move reference material into docs/"
+
+
+def test_the_commands_page_lists_every_command():
+    """docs/commands.md's table has one row per command ``quotacalc --help`` lists, and no row for any other."""
+    from quotacalc.cli.app import commands
+
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    table = text.split("## The commands", 1)[1].split("\n\n", 2)[1]
+    documented = {match for match in re.findall(r"^\| `quotacalc ([a-z]+)", table, flags=re.MULTILINE)}
+    assert documented == set(commands), (
+        f"docs/commands.md, The commands: missing {sorted(set(commands) - documented)}, "
+        f"extra {sorted(documented - set(commands))}"
+    )
