@@ -10,7 +10,14 @@ and last windows it adds the part of its units that falls inside them. So each r
 rows per window size: its first window's part; its last window's part with ``−rate``; ``+rate`` at the window after
 its first (the rate rows only where a window lies whole between its first and last). A running sum of the rate changes over each tenant's windows (and the fleet's) gives the rate every window holds
 whole; the windows between two that carry rows hold that rate unchanged. The work grows with the requests, not
-with their durations or the number of windows. A request counted at its start (``--attribution start``, or a
+with their durations or the number of windows.
+
+A window that is a whole number ``m`` of the finest window (windows align at time 0, so each of its windows is
+``m`` whole finest windows) is not spread again: its cells come from the finest window's cells, each mapped to
+the coarser window that holds it. A cell's units stay in that window; a rate that starts inside it adds, in that
+window, the part of the window after its start, and holds from the next window on. The sums are those of spreading
+every request over the coarser windows (the same units in each window); only the sparse rows that carry them differ.
+A window that is not a multiple of the finest (7 s beside 10 s) is spread from the requests. A request counted at its start (``--attribution start``, or a
 log without end times) puts all its units in the window of its start.
 
 The weights (W, the cached-prompt weight, the prompt-length charge) are not derived here: the caller passes each
@@ -99,6 +106,12 @@ def _text(value: str | None) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _multiple(window_s: float, finest_s: float) -> float | None:
+    """How many of the finest windows make ``window_s``, where it is a whole number of them (at least two)."""
+    count = round(window_s / finest_s)
+    return float(count) if count >= 2 and count * finest_s == window_s else None
+
+
 def _weights_row(weights: TenantWeights) -> str:
     values = (
         _text(weights.tenant),
@@ -119,6 +132,19 @@ def aggregation_sql(params: AggregationParams) -> str:
     # The default row (tenant NULL) never matches the join: it gives the columns their types when the plan has none.
     weights = ",\n    ".join(_weights_row(w) for w in (*params.tenants, TenantWeights(None, 0, 0, 0, 0)))
     windows = ", ".join(f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s))
+    finest = min(params.windows_s)
+    nested = {index: _multiple(w, finest) for index, w in enumerate(params.windows_s)}
+    nested = {index: m for index, m in nested.items() if m is not None}
+    finest_index = params.windows_s.index(finest)
+    # Spread over its own windows: the finest, and any not a whole multiple of it. The NULL row types the columns.
+    spread_windows = ", ".join(
+        [f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s) if index not in nested]
+        + [f"(CAST(NULL AS INTEGER), {_number(None)})"]
+    )
+    nested_windows = ", ".join(
+        [f"({index}, {_number(params.windows_s[index])}, {_number(m)})" for index, m in nested.items()]
+        + [f"(CAST(NULL AS INTEGER), {_number(None)}, {_number(None)})"]
+    )
     d = params.default
 
     def weight(column: str, value: float | None) -> str:
@@ -147,6 +173,8 @@ fleet_weights AS (
   ) AS t(tenant, w_prompt, w_prompt_per_prompt_token, w_cached, w_output, prompt_above, prompt_at_most)
 ),
 fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(w, window_s)),
+spread_windows AS (SELECT * FROM (VALUES {spread_windows}) AS t(w, window_s) WHERE w IS NOT NULL),
+nested_windows AS (SELECT * FROM (VALUES {nested_windows}) AS t(w, window_s, m) WHERE w IS NOT NULL),
 fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2)) AS t(part)),
 classified AS (
   SELECT r.*, CASE
@@ -197,7 +225,7 @@ events AS (
   SELECT i.tenant_id, win.w, win.window_s, l.start_s, l.end_s, l.units,
     CAST(FLOOR(l.start_s / win.window_s) AS BIGINT) AS ks,
     CAST(FLOOR(l.end_s / win.window_s) AS BIGINT) AS ke
-  FROM loaded AS l JOIN tenant_ids AS i ON i.tenant = l.tenant CROSS JOIN fleet_windows AS win
+  FROM loaded AS l JOIN tenant_ids AS i ON i.tenant = l.tenant CROSS JOIN spread_windows AS win
 ),
 pieces AS (
   SELECT e.tenant_id, e.w, e.window_s,
@@ -216,10 +244,36 @@ pieces AS (
   FROM events AS e CROSS JOIN fleet_parts AS p
   WHERE p.part = 0 OR (p.part = 1 AND e.ks < e.ke) OR (p.part = 2 AND e.ks + 1 < e.ke)
 ),
-tenant_cells AS MATERIALIZED (
+spread_cells AS MATERIALIZED (
   SELECT w, tenant_id, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units,
     SUM(rate_change) AS rate_change
   FROM pieces GROUP BY w, tenant_id, k
+),
+finest_last AS (SELECT MAX(k) AS last_k FROM spread_cells WHERE w = {finest_index}),
+nested_split AS (
+  SELECT c.tenant_id, c.k, c.point_units, c.rate_change, n.w, n.window_s, n.m,
+    CAST(FLOOR(CAST(c.k AS DOUBLE) / n.m) AS BIGINT) AS kn
+  FROM spread_cells AS c CROSS JOIN nested_windows AS n WHERE c.w = {finest_index}
+),
+nested_pieces AS (
+  SELECT s.w, s.window_s, s.tenant_id, s.kn + p.part AS k,
+    CASE
+      WHEN p.part = 1 THEN CAST(0 AS DOUBLE)
+      WHEN s.k = s.kn * s.m THEN s.point_units
+      ELSE s.point_units + s.rate_change * (((s.kn + 1) * s.m - s.k) * {_number(finest)})
+    END AS point_units,
+    CASE WHEN p.part = 1 OR s.k = s.kn * s.m THEN s.rate_change ELSE CAST(0 AS DOUBLE) END AS rate_change
+  FROM nested_split AS s CROSS JOIN fleet_parts AS p CROSS JOIN finest_last AS f
+  WHERE p.part = 0
+    OR (p.part = 1 AND s.k <> s.kn * s.m AND s.rate_change <> 0
+      AND s.kn + 1 <= CAST(FLOOR(CAST(f.last_k AS DOUBLE) / s.m) AS BIGINT))
+),
+tenant_cells AS MATERIALIZED (
+  SELECT * FROM spread_cells
+  UNION ALL
+  SELECT w, tenant_id, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units,
+    SUM(rate_change) AS rate_change
+  FROM nested_pieces GROUP BY w, tenant_id, k
 ),
 period AS MATERIALIZED (
   SELECT w, MIN(k) AS first_k, MAX(k) AS last_k, MAX(k) - MIN(k) + 1 AS windows_total
