@@ -194,11 +194,16 @@ classified AS (
   END AS problem
   FROM fleet_requests AS r
 ),
-ranked AS MATERIALIZED (
+weighed AS (
   SELECT
+    c.request_id,
+    c.problem,
     c.tenant,
     c.start_s,
+    c.end_s AS logged_end_s,
     {end} AS end_s,
+    c.prompt_tokens,
+    c.cached_tokens,
     c.output_tokens,
     c.max_tokens,
     c.requests,
@@ -208,13 +213,17 @@ ranked AS MATERIALIZED (
       + c.output_tokens * {weight("w_output", d.output)} AS units,
     CASE WHEN ({above}) IS NOT NULL AND c.prompt_tokens <= ({above}) THEN FALSE
          WHEN ({at_most}) IS NOT NULL AND c.prompt_tokens > ({at_most}) THEN FALSE
-         ELSE TRUE END AS in_pool,
-    COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
-      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
-      ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
-    ) > 1 THEN 'duplicate_request_id' END) AS reason
+         ELSE TRUE END AS in_pool
   FROM classified AS c
   LEFT JOIN fleet_weights AS w ON w.tenant = c.tenant
+),
+ranked AS MATERIALIZED (
+  SELECT c.tenant, c.start_s, c.end_s, c.output_tokens, c.max_tokens, c.requests, c.units, c.in_pool,
+    COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
+      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
+      ORDER BY c.start_s, c.logged_end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
+    ) > 1 THEN 'duplicate_request_id' END) AS reason
+  FROM weighed AS c
 ),
 priced AS (SELECT * FROM ranked WHERE reason IS NULL),
 loaded AS (SELECT * FROM priced WHERE in_pool),
