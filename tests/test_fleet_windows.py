@@ -66,7 +66,9 @@ def assert_same(together: dict, alone: dict) -> None:
 
 
 @pytest.mark.parametrize("spread", [True, False])
-@pytest.mark.parametrize("windows", [(1.0, 10.0, 60.0), (10.0, 1.0, 60.0), (0.5, 1.0, 2.5), (7.0, 10.0, 14.0)])
+@pytest.mark.parametrize(
+    "windows", [(1.0, 10.0, 60.0), (10.0, 1.0, 60.0), (0.5, 1.0, 2.5), (7.0, 10.0, 14.0), (1.0, 2.0, 6.0, 60.0, 4.0)]
+)
 def test_each_window_has_the_figures_it_has_alone(connection, windows, spread) -> None:
     together = figures(connection, windows, spread)
     for window_s in windows:

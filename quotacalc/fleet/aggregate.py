@@ -112,6 +112,53 @@ def _multiple(window_s: float, finest_s: float) -> float | None:
     return float(count) if count >= 2 and count * finest_s == window_s else None
 
 
+def _nested_cells(windows_s: tuple[float, ...], finest_index: int) -> tuple[str, dict[int, str]]:
+    """The common table expressions that sum each window that is a whole multiple of the finest from the cells of
+    the longest window it is a multiple of (10 s from 1 s, 60 s from 10 s), and for each such window the SELECT of
+    its cells within the period (a rate that ends in the period's last window changes after it: no such row).
+
+    A cell's units stay in the coarser window that holds it; a rate change inside a coarser window adds, there, the
+    rate over the part of the window after it, and changes the rate from the next window on."""
+    finest = windows_s[finest_index]
+    nested = sorted(
+        (index for index, w in enumerate(windows_s) if _multiple(w, finest) is not None), key=lambda i: windows_s[i]
+    )
+    ctes: list[str] = []
+    cells: dict[int, str] = {}
+    for position, index in enumerate(nested):
+        window_s = windows_s[index]
+        bases = [b for b in nested[:position] if _multiple(window_s, windows_s[b]) is not None]
+        base = bases[-1] if bases else finest_index
+        source = f"nested_{base}" if bases else f"(SELECT * FROM spread_cells WHERE w = {finest_index})"
+        m = _number(_multiple(window_s, windows_s[base]))
+        ctes.append(f"""
+nested_{index} AS MATERIALIZED (
+  SELECT {index} AS w, tenant_id, k, {_number(window_s)} AS window_s, SUM(point_units) AS point_units,
+    SUM(rate_change) AS rate_change
+  FROM (
+    SELECT s.tenant_id, s.kn + p.part AS k,
+      CASE
+        WHEN p.part = 1 THEN CAST(0 AS DOUBLE)
+        WHEN s.k = s.kn * {m} THEN s.point_units
+        ELSE s.point_units + s.rate_change * (((s.kn + 1) * {m} - s.k) * {_number(windows_s[base])})
+      END AS point_units,
+      CASE WHEN p.part = 1 OR s.k = s.kn * {m} THEN s.rate_change ELSE CAST(0 AS DOUBLE) END AS rate_change
+    FROM (
+      SELECT c.tenant_id, c.k, c.point_units, c.rate_change, CAST(FLOOR(CAST(c.k AS DOUBLE) / {m}) AS BIGINT) AS kn
+      FROM {source} AS c
+    ) AS s CROSS JOIN fleet_parts AS p
+    WHERE p.part = 0 OR (p.part = 1 AND s.k <> s.kn * {m} AND s.rate_change <> 0)
+  ) AS x
+  GROUP BY tenant_id, k
+),""")
+        last = f"CAST(FLOOR(CAST(f.last_k AS DOUBLE) / {_number(_multiple(window_s, finest))}) AS BIGINT)"
+        cells[index] = (
+            f"SELECT n.w, n.tenant_id, n.k, n.window_s, n.point_units, n.rate_change FROM nested_{index} AS n "
+            f"CROSS JOIN finest_last AS f WHERE n.k <= {last}"
+        )
+    return "".join(ctes), cells
+
+
 def _weights_row(weights: TenantWeights) -> str:
     values = (
         _text(weights.tenant),
@@ -133,18 +180,14 @@ def aggregation_sql(params: AggregationParams) -> str:
     weights = ",\n    ".join(_weights_row(w) for w in (*params.tenants, TenantWeights(None, 0, 0, 0, 0)))
     windows = ", ".join(f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s))
     finest = min(params.windows_s)
-    nested = {index: _multiple(w, finest) for index, w in enumerate(params.windows_s)}
-    nested = {index: m for index, m in nested.items() if m is not None}
     finest_index = params.windows_s.index(finest)
+    nested_ctes, nested_cells = _nested_cells(params.windows_s, finest_index)
     # Spread over its own windows: the finest, and any not a whole multiple of it. The NULL row types the columns.
     spread_windows = ", ".join(
-        [f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s) if index not in nested]
+        [f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s) if index not in nested_cells]
         + [f"(CAST(NULL AS INTEGER), {_number(None)})"]
     )
-    nested_windows = ", ".join(
-        [f"({index}, {_number(params.windows_s[index])}, {_number(m)})" for index, m in nested.items()]
-        + [f"(CAST(NULL AS INTEGER), {_number(None)}, {_number(None)})"]
-    )
+    nested_union = "".join(f"\n  UNION ALL\n  {cells}" for cells in nested_cells.values())
     d = params.default
 
     def weight(column: str, value: float | None) -> str:
@@ -174,7 +217,6 @@ fleet_weights AS (
 ),
 fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(w, window_s)),
 spread_windows AS (SELECT * FROM (VALUES {spread_windows}) AS t(w, window_s) WHERE w IS NOT NULL),
-nested_windows AS (SELECT * FROM (VALUES {nested_windows}) AS t(w, window_s, m) WHERE w IS NOT NULL),
 fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2)) AS t(part)),
 classified AS (
   SELECT r.*, CASE
@@ -258,31 +300,9 @@ spread_cells AS MATERIALIZED (
     SUM(rate_change) AS rate_change
   FROM pieces GROUP BY w, tenant_id, k
 ),
-finest_last AS (SELECT MAX(k) AS last_k FROM spread_cells WHERE w = {finest_index}),
-nested_split AS (
-  SELECT c.tenant_id, c.k, c.point_units, c.rate_change, n.w, n.window_s, n.m,
-    CAST(FLOOR(CAST(c.k AS DOUBLE) / n.m) AS BIGINT) AS kn
-  FROM spread_cells AS c CROSS JOIN nested_windows AS n WHERE c.w = {finest_index}
-),
-nested_pieces AS (
-  SELECT s.w, s.window_s, s.tenant_id, s.kn + p.part AS k,
-    CASE
-      WHEN p.part = 1 THEN CAST(0 AS DOUBLE)
-      WHEN s.k = s.kn * s.m THEN s.point_units
-      ELSE s.point_units + s.rate_change * (((s.kn + 1) * s.m - s.k) * {_number(finest)})
-    END AS point_units,
-    CASE WHEN p.part = 1 OR s.k = s.kn * s.m THEN s.rate_change ELSE CAST(0 AS DOUBLE) END AS rate_change
-  FROM nested_split AS s CROSS JOIN fleet_parts AS p CROSS JOIN finest_last AS f
-  WHERE p.part = 0
-    OR (p.part = 1 AND s.k <> s.kn * s.m AND s.rate_change <> 0
-      AND s.kn + 1 <= CAST(FLOOR(CAST(f.last_k AS DOUBLE) / s.m) AS BIGINT))
-),
+finest_last AS (SELECT MAX(k) AS last_k FROM spread_cells WHERE w = {finest_index}),{nested_ctes}
 tenant_cells AS MATERIALIZED (
-  SELECT * FROM spread_cells
-  UNION ALL
-  SELECT w, tenant_id, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units,
-    SUM(rate_change) AS rate_change
-  FROM nested_pieces GROUP BY w, tenant_id, k
+  SELECT * FROM spread_cells{nested_union}
 ),
 period AS MATERIALIZED (
   SELECT w, MIN(k) AS first_k, MAX(k) AS last_k, MAX(k) - MIN(k) + 1 AS windows_total
