@@ -13,11 +13,14 @@ whole; the windows between two that carry rows hold that rate unchanged. The wor
 with their durations or the number of windows.
 
 A window that is a whole number ``m`` of the finest window (windows align at time 0, so each of its windows is
-``m`` whole finest windows) is not spread again: its cells come from the finest window's cells, each mapped to
-the coarser window that holds it. A cell's units stay in that window; a rate that starts inside it adds, in that
-window, the part of the window after its start, and holds from the next window on. The sums are those of spreading
-every request over the coarser windows (the same units in each window); only the sparse rows that carry them differ.
-A window that is not a multiple of the finest (7 s beside 10 s) is spread from the requests. A request counted at its start (``--attribution start``, or a
+``m`` whole finest windows) is not spread again: its cells come from those of the longest window it is a
+multiple of (10 s from 1 s, 60 s from 10 s), each mapped to the coarser window that holds it. A cell's units
+stay in that window; a rate that starts inside it adds, in that window, the part of the window after its start,
+and holds from the next window on. The sums are those of spreading every request over the coarser windows (the
+same units in each window); only the sparse rows that carry them differ. A window that is not a multiple of the
+finest (7 s beside 10 s) is spread from the requests.
+
+A request counted at its start (``--attribution start``, or a
 log without end times) puts all its units in the window of its start.
 
 The weights (W, the cached-prompt weight, the prompt-length charge) are not derived here: the caller passes each
