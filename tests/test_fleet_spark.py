@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,18 @@ pytest.importorskip("pyspark")
 if shutil.which("java") is None:
     pytest.skip("PySpark needs Java (17)", allow_module_level=True)
 
-from tests.fleet_logs import PLAN, Request, assert_same, figures, golden_requests, write_litellm_csv
+from tests.fleet_logs import (
+    PLAN,
+    T0,
+    Request,
+    assert_same,
+    envoy_record,
+    figures,
+    golden_requests,
+    quotacalc_record,
+    rfc3339,
+    write_litellm_csv,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -47,11 +59,82 @@ def test_spark_gives_duckdbs_figures_on_the_same_export(run_cli, tmp_path) -> No
     assert on_spark["oversubscription_ratio"]["60"] == pytest.approx(1.0)
 
 
-def test_spark_refuses_a_format_it_does_not_read(run_cli, tmp_path) -> None:
+def _quotacalc_log(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+    requests = [*golden_requests(), Request("c1", "b", 100.0, 100.0, cached=400), Request("r1", "a", 0.0, 10.0)]
+    bad = ["{not json", json.dumps({**quotacalc_record(Request("n1", None, 3.0, 4.0))}), "", "[1, 2]"]
+    lines = [json.dumps(quotacalc_record(r)) for r in requests] + bad
+    lines.append(json.dumps({**quotacalc_record(Request("x1", "b", 30.0, 31.0)), "output_tokens": 1.5}))
+    lines.append(json.dumps({**quotacalc_record(Request("x2", "b", 30.0, 31.0)), "start": "yesterday"}))
+    lines.append(
+        json.dumps({k: v for k, v in quotacalc_record(Request("x3", "a", 40.0, 52.5)).items() if k != "cached_tokens"})
+    )
+    path = tmp_path / "usage.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, ("--format", "quotacalc", "--max-bad-rows", "0.9")
+
+
+def _envoy_log(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+    requests = [*golden_requests(), Request("e4", "b", 12.25, 14.0, output=7)]
+    path = tmp_path / "access.log"
+    path.write_text("".join(json.dumps(envoy_record(r)) + "\n" for r in requests), encoding="utf-8")
+    return path, ("--format", "envoy")
+
+
+def _openai_pages(tmp_path: Path, one_a_line: bool) -> tuple[Path, tuple[str, ...]]:
+    start = int(T0.timestamp())
+
+    def page(begin: int, results: list[dict]) -> dict:
+        bucket = {"object": "bucket", "start_time": start + begin, "end_time": start + begin + 60, "results": results}
+        return {"object": "page", "data": [bucket], "has_more": False, "next_page": None}
+
+    a = {"project_id": "a", "input_tokens": 5000, "input_cached_tokens": 1000, "output_tokens": 500}
+    b = {"project_id": "b", "input_tokens": 10000, "output_tokens": 1000, "num_model_requests": 10, "model": None}
+    pages = [page(0, [{**a, "num_model_requests": 5}]), page(60, [b, {**a, "num_model_requests": 2}])]
+    path = tmp_path / "usage.json"
+    if one_a_line:
+        path.write_text("".join(json.dumps(p) + "\n" for p in pages), encoding="utf-8")
+    else:
+        path.write_text(
+            json.dumps({**pages[0], "data": pages[0]["data"] + pages[1]["data"]}, indent=2), encoding="utf-8"
+        )
+    return path, ("--format", "openai")
+
+
+def _generic_csv(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+    rows = [*golden_requests(), Request("g4", "b", 2.5, 7.75, prompt=3000, cached=1000)]
+    lines = ["team,ts,done,in,hit,out"] + [
+        f"{r.tenant},{rfc3339(r.start_s)},{rfc3339(r.end_s)},{r.prompt},{r.cached},{r.output}" for r in rows
+    ]
+    lines.append("c,not a time,,12,0,3")
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    mapping = "tenant=team,start=ts,end=done,prompt_tokens=in,cached_tokens=hit,output_tokens=out"
+    return path, ("--format", "csv", "--map", mapping, "--max-bad-rows", "0.5")
+
+
+LOGS = {
+    "quotacalc": _quotacalc_log,
+    "envoy": _envoy_log,
+    "openai-pretty": lambda tmp_path: _openai_pages(tmp_path, one_a_line=False),
+    "openai-lines": lambda tmp_path: _openai_pages(tmp_path, one_a_line=True),
+    "csv": _generic_csv,
+}
+
+
+@pytest.mark.parametrize("name", list(LOGS))
+def test_spark_reads_every_format_as_duckdb_does(run_cli, tmp_path, name) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN, encoding="utf-8")
-    log = tmp_path / "usage.jsonl"
-    log.write_text("{}\n")
-    code, _, err = run_cli("fleet", log, "--plan", plan, "--engine", "spark")
-    assert code == 1
-    assert "--engine spark reads the litellm format (CSV or Parquet), not quotacalc" in err
+    log, options = LOGS[name](tmp_path)
+    windows = "60,120" if name.startswith("openai") else "1,10,60"
+    common = (*options, "--plan", plan, "--window", windows, "--json")
+    code, out, err = run_cli("fleet", log, *common)
+    assert code == 0, err
+    on_duckdb = json.loads(out)
+    code, out, err = run_cli("fleet", log, *common, "--engine", "spark")
+    assert code == 0, err
+    on_spark = json.loads(out)
+    assert on_spark["engine"] == "spark"
+    assert on_duckdb["rows_used"] >= 3
+    assert any(w["fleet_peak_units_per_s"] > 0 for w in on_duckdb["windows"])
+    assert_same(figures(on_spark), figures(on_duckdb))

@@ -353,7 +353,9 @@ def _printed_sql(
     if dialect == "postgres":
         return engines.postgres_sql(fields, query, table)
     if dialect == "spark":
-        return engines.spark_sql(fields, {"metadata", "proxy_server_request", "completionStartTime"}, query)
+        # Read without the files: every mapped column taken as present, and LiteLLM's JSON columns.
+        columns = {*fields.values(), "metadata", "proxy_server_request"}
+        return engines.spark_sql(spec, fields, columns, query)
     if not paths:
         raise UsageError("--print-sql duckdb reads the log files: name them", field="SOURCE")
     return engines.duckdb_sql(paths, spec, fields, query)

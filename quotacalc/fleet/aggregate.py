@@ -10,7 +10,17 @@ and last windows it adds the part of its units that falls inside them. So each r
 rows per window size: its first window's part; its last window's part with ``−rate``; ``+rate`` at the window after
 its first (the rate rows only where a window lies whole between its first and last). A running sum of the rate changes over each tenant's windows (and the fleet's) gives the rate every window holds
 whole; the windows between two that carry rows hold that rate unchanged. The work grows with the requests, not
-with their durations or the number of windows. A request counted at its start (``--attribution start``, or a
+with their durations or the number of windows.
+
+A window that is a whole number ``m`` of the finest window (windows align at time 0, so each of its windows is
+``m`` whole finest windows) is not spread again: its cells come from those of the longest window it is a
+multiple of (10 s from 1 s, 60 s from 10 s), each mapped to the coarser window that holds it. A cell's units
+stay in that window; a rate that starts inside it adds, in that window, the part of the window after its start,
+and holds from the next window on. The sums are those of spreading every request over the coarser windows (the
+same units in each window); only the sparse rows that carry them differ. A window that is not a multiple of the
+finest (7 s beside 10 s) is spread from the requests.
+
+A request counted at its start (``--attribution start``, or a
 log without end times) puts all its units in the window of its start.
 
 The weights (W, the cached-prompt weight, the prompt-length charge) are not derived here: the caller passes each
@@ -99,6 +109,59 @@ def _text(value: str | None) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _multiple(window_s: float, finest_s: float) -> float | None:
+    """How many of the finest windows make ``window_s``, where it is a whole number of them (at least two)."""
+    count = round(window_s / finest_s)
+    return float(count) if count >= 2 and count * finest_s == window_s else None
+
+
+def _nested_cells(windows_s: tuple[float, ...], finest_index: int) -> tuple[str, dict[int, str]]:
+    """The common table expressions that sum each window that is a whole multiple of the finest from the cells of
+    the longest window it is a multiple of (10 s from 1 s, 60 s from 10 s), and for each such window the SELECT of
+    its cells within the period (a rate that ends in the period's last window changes after it: no such row).
+
+    A cell's units stay in the coarser window that holds it; a rate change inside a coarser window adds, there, the
+    rate over the part of the window after it, and changes the rate from the next window on."""
+    finest = windows_s[finest_index]
+    nested = sorted(
+        (index for index, w in enumerate(windows_s) if _multiple(w, finest) is not None), key=lambda i: windows_s[i]
+    )
+    ctes: list[str] = []
+    cells: dict[int, str] = {}
+    for position, index in enumerate(nested):
+        window_s = windows_s[index]
+        bases = [b for b in nested[:position] if _multiple(window_s, windows_s[b]) is not None]
+        base = bases[-1] if bases else finest_index
+        source = f"nested_{base}" if bases else f"(SELECT * FROM spread_cells WHERE w = {finest_index})"
+        m = _number(_multiple(window_s, windows_s[base]))
+        ctes.append(f"""
+nested_{index} AS MATERIALIZED (
+  SELECT {index} AS w, tenant_id, k, {_number(window_s)} AS window_s, SUM(point_units) AS point_units,
+    SUM(rate_change) AS rate_change
+  FROM (
+    SELECT s.tenant_id, s.kn + p.part AS k,
+      CASE
+        WHEN p.part = 1 THEN CAST(0 AS DOUBLE)
+        WHEN s.k = s.kn * {m} THEN s.point_units
+        ELSE s.point_units + s.rate_change * (((s.kn + 1) * {m} - s.k) * {_number(windows_s[base])})
+      END AS point_units,
+      CASE WHEN p.part = 1 OR s.k = s.kn * {m} THEN s.rate_change ELSE CAST(0 AS DOUBLE) END AS rate_change
+    FROM (
+      SELECT c.tenant_id, c.k, c.point_units, c.rate_change, CAST(FLOOR(CAST(c.k AS DOUBLE) / {m}) AS BIGINT) AS kn
+      FROM {source} AS c
+    ) AS s CROSS JOIN fleet_parts AS p
+    WHERE p.part = 0 OR (p.part = 1 AND s.k <> s.kn * {m} AND s.rate_change <> 0)
+  ) AS x
+  GROUP BY tenant_id, k
+),""")
+        last = f"CAST(FLOOR(CAST(f.last_k AS DOUBLE) / {_number(_multiple(window_s, finest))}) AS BIGINT)"
+        cells[index] = (
+            f"SELECT n.w, n.tenant_id, n.k, n.window_s, n.point_units, n.rate_change FROM nested_{index} AS n "
+            f"CROSS JOIN finest_last AS f WHERE n.k <= {last}"
+        )
+    return "".join(ctes), cells
+
+
 def _weights_row(weights: TenantWeights) -> str:
     values = (
         _text(weights.tenant),
@@ -119,6 +182,15 @@ def aggregation_sql(params: AggregationParams) -> str:
     # The default row (tenant NULL) never matches the join: it gives the columns their types when the plan has none.
     weights = ",\n    ".join(_weights_row(w) for w in (*params.tenants, TenantWeights(None, 0, 0, 0, 0)))
     windows = ", ".join(f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s))
+    finest = min(params.windows_s)
+    finest_index = params.windows_s.index(finest)
+    nested_ctes, nested_cells = _nested_cells(params.windows_s, finest_index)
+    # Spread over its own windows: the finest, and any not a whole multiple of it. The NULL row types the columns.
+    spread_windows = ", ".join(
+        [f"({index}, {_number(w)})" for index, w in enumerate(params.windows_s) if index not in nested_cells]
+        + [f"(CAST(NULL AS INTEGER), {_number(None)})"]
+    )
+    nested_union = "".join(f"\n  UNION ALL\n  {cells}" for cells in nested_cells.values())
     d = params.default
 
     def weight(column: str, value: float | None) -> str:
@@ -147,6 +219,7 @@ fleet_weights AS (
   ) AS t(tenant, w_prompt, w_prompt_per_prompt_token, w_cached, w_output, prompt_above, prompt_at_most)
 ),
 fleet_windows AS (SELECT * FROM (VALUES {windows}) AS t(w, window_s)),
+spread_windows AS (SELECT * FROM (VALUES {spread_windows}) AS t(w, window_s) WHERE w IS NOT NULL),
 fleet_parts AS (SELECT * FROM (VALUES (0), (1), (2)) AS t(part)),
 classified AS (
   SELECT r.*, CASE
@@ -166,11 +239,16 @@ classified AS (
   END AS problem
   FROM fleet_requests AS r
 ),
-ranked AS MATERIALIZED (
+weighed AS (
   SELECT
+    c.request_id,
+    c.problem,
     c.tenant,
     c.start_s,
+    c.end_s AS logged_end_s,
     {end} AS end_s,
+    c.prompt_tokens,
+    c.cached_tokens,
     c.output_tokens,
     c.max_tokens,
     c.requests,
@@ -180,13 +258,17 @@ ranked AS MATERIALIZED (
       + c.output_tokens * {weight("w_output", d.output)} AS units,
     CASE WHEN ({above}) IS NOT NULL AND c.prompt_tokens <= ({above}) THEN FALSE
          WHEN ({at_most}) IS NOT NULL AND c.prompt_tokens > ({at_most}) THEN FALSE
-         ELSE TRUE END AS in_pool,
-    COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
-      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
-      ORDER BY c.start_s, c.end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
-    ) > 1 THEN 'duplicate_request_id' END) AS reason
+         ELSE TRUE END AS in_pool
   FROM classified AS c
   LEFT JOIN fleet_weights AS w ON w.tenant = c.tenant
+),
+ranked AS MATERIALIZED (
+  SELECT c.tenant, c.start_s, c.end_s, c.output_tokens, c.max_tokens, c.requests, c.units, c.in_pool,
+    COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
+      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
+      ORDER BY c.start_s, c.logged_end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
+    ) > 1 THEN 'duplicate_request_id' END) AS reason
+  FROM weighed AS c
 ),
 priced AS (SELECT * FROM ranked WHERE reason IS NULL),
 loaded AS (SELECT * FROM priced WHERE in_pool),
@@ -197,7 +279,7 @@ events AS (
   SELECT i.tenant_id, win.w, win.window_s, l.start_s, l.end_s, l.units,
     CAST(FLOOR(l.start_s / win.window_s) AS BIGINT) AS ks,
     CAST(FLOOR(l.end_s / win.window_s) AS BIGINT) AS ke
-  FROM loaded AS l JOIN tenant_ids AS i ON i.tenant = l.tenant CROSS JOIN fleet_windows AS win
+  FROM loaded AS l JOIN tenant_ids AS i ON i.tenant = l.tenant CROSS JOIN spread_windows AS win
 ),
 pieces AS (
   SELECT e.tenant_id, e.w, e.window_s,
@@ -216,10 +298,14 @@ pieces AS (
   FROM events AS e CROSS JOIN fleet_parts AS p
   WHERE p.part = 0 OR (p.part = 1 AND e.ks < e.ke) OR (p.part = 2 AND e.ks + 1 < e.ke)
 ),
-tenant_cells AS MATERIALIZED (
+spread_cells AS MATERIALIZED (
   SELECT w, tenant_id, k, MAX(window_s) AS window_s, SUM(point_units) AS point_units,
     SUM(rate_change) AS rate_change
   FROM pieces GROUP BY w, tenant_id, k
+),
+finest_last AS (SELECT MAX(k) AS last_k FROM spread_cells WHERE w = {finest_index}),{nested_ctes}
+tenant_cells AS MATERIALIZED (
+  SELECT * FROM spread_cells{nested_union}
 ),
 period AS MATERIALIZED (
   SELECT w, MIN(k) AS first_k, MAX(k) AS last_k, MAX(k) - MIN(k) + 1 AS windows_total

@@ -6,6 +6,7 @@ Errors are one line, naming the file or the database, never its password.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from collections.abc import Callable
@@ -17,13 +18,14 @@ from quotacalc.errors import QuotacalcError
 from quotacalc.fleet.aggregate import transpile, with_source
 from quotacalc.fleet.sources import (
     LITELLM_TABLE,
+    SPARK_VIEW,
     SourceFormat,
     check_columns,
     check_lines,
     check_pages,
     duckdb_source,
     postgres_litellm_source,
-    spark_litellm_source,
+    spark_source,
 )
 
 Rows = list[tuple[Any, ...]]
@@ -280,32 +282,63 @@ def spark_session(master: str = "local[2]"):
     return session
 
 
-def spark_sql(fields: dict[str, str], columns: set[str], aggregation_duckdb: str) -> str:
-    """The whole query Spark runs over a table named ``LiteLLM_SpendLogs``."""
-    return with_source(spark_litellm_source(fields, columns), transpile(aggregation_duckdb, "spark"))
+def spark_sql(source_format: SourceFormat, fields: dict[str, str], columns: set[str], aggregation_duckdb: str) -> str:
+    """The whole query Spark runs over the view ``run_spark`` registers (``columns``: a table's own)."""
+    return with_source(spark_source(source_format, fields, columns), transpile(aggregation_duckdb, "spark"))
+
+
+def _is_one_document(path: str) -> bool:
+    """The file holds one JSON value (a page, pretty-printed or not), not one a line."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return end == len(text)
+
+
+def _spark_frame(session, paths: list[str], source_format: SourceFormat):
+    """The log as a Spark DataFrame: a table's columns, or one string column ``value`` a line (a page for a file
+    that holds one)."""
+    if source_format.kind == "lines":
+        return session.read.text(paths)
+    if source_format.kind == "pages":
+        frames = [session.read.text(path, wholetext=_is_one_document(path)) for path in paths]
+        frame = frames[0]
+        for other in frames[1:]:
+            frame = frame.unionByName(other)
+        return frame
+    if all(_is_parquet(path) for path in paths):
+        return session.read.parquet(*paths)
+    if any(_is_parquet(path) for path in paths):
+        raise QuotacalcError("mixes Parquet and CSV files", field="SOURCE", fix="read one kind per run")
+    return session.read.option("header", "true").option("multiLine", "true").option("escape", '"').csv(paths)
 
 
 def run_spark(
     paths: list[str], source_format: SourceFormat, fields: dict[str, str], aggregation: str, master: str
 ) -> Rows:
-    """Read a LiteLLM export (CSV or Parquet) into Spark as ``LiteLLM_SpendLogs`` and run the aggregation there."""
-    if source_format.name != "litellm":
-        raise QuotacalcError(
-            f"--engine spark reads the litellm format (CSV or Parquet), not {source_format.name}",
-            field="--engine",
-            fix="use --engine duckdb for this format",
-        )
+    """Read the log into Spark (a LiteLLM export as ``LiteLLM_SpendLogs``, any other as ``fleet_log``) and run the
+    aggregation there. Each file is checked against its format first, as on DuckDB."""
+    local = [path for path in paths if "://" not in path]
+    if source_format.kind == "pages":
+        for path in local:
+            check_pages(Path(path), source_format, fields)
+    elif source_format.kind == "lines":
+        for path in local:
+            check_lines(Path(path), source_format, fields)
     session = spark_session(master)
     try:
-        if all(_is_parquet(path) for path in paths):
-            frame = session.read.parquet(*paths)
-        else:
-            frame = session.read.option("header", "true").option("multiLine", "true").option("escape", '"').csv(paths)
+        frame = _spark_frame(session, paths, source_format)
+    except QuotacalcError:
+        raise
     except Exception as error:
         raise QuotacalcError(f"Spark cannot read it: {_first_line(error)}", source=", ".join(paths)) from None
-    check_columns(", ".join(paths), frame.columns, source_format, fields)
-    frame.createOrReplaceTempView(LITELLM_TABLE)
-    sql = spark_sql(fields, set(frame.columns), aggregation)
+    if source_format.kind == "table":
+        check_columns(", ".join(paths), frame.columns, source_format, fields)
+    view = LITELLM_TABLE if source_format.name == "litellm" else SPARK_VIEW
+    frame.createOrReplaceTempView(view)
+    sql = spark_sql(source_format, fields, set(frame.columns), aggregation)
     try:
         return [tuple(row) for row in session.sql(sql).collect()]
     except Exception as error:

@@ -9,6 +9,7 @@ and the aggregation counts its row under a reason instead of failing the run. Ti
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -460,22 +461,124 @@ def postgres_litellm_source(fields: dict[str, str], table: str = LITELLM_TABLE) 
 FROM {_quoted(table)}"""
 
 
-def spark_litellm_source(fields: dict[str, str], columns: set[str], table: str = LITELLM_TABLE) -> str:
-    """The canonical SELECT over a LiteLLM spend-log export registered in Spark as ``table`` (strings or typed)."""
+#: The view a log file other than a LiteLLM export is registered as on Spark.
+SPARK_VIEW = "fleet_log"
 
-    def text(name: str) -> str:
+
+def _spark_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _spark_time(value: str, number_first: bool = False) -> str:
+    """RFC 3339 / ISO 8601 text (zone-less: the session's UTC) or epoch seconds, as epoch seconds; else NULL."""
+    parsed = (f"CAST(unix_micros(try_to_timestamp({value})) AS DOUBLE) / 1000000.0", f"try_cast({value} AS DOUBLE)")
+    return f"COALESCE({parsed[1]}, {parsed[0]})" if number_first else f"COALESCE({parsed[0]}, {parsed[1]})"
+
+
+def spark_source(source_format: SourceFormat, fields: dict[str, str], columns: set[str]) -> str:
+    """The canonical SELECT on Spark over the view ``run_spark`` registers: a table's own columns (``columns``;
+    strings or typed), or for the line and page formats one string column ``value`` (a line, or a page). The same
+    fields as ``duckdb_source`` reads, parsed the same way: a value that does not parse is NULL."""
+    if source_format.kind == "pages":
+        return _spark_pages(fields)
+    if source_format.kind == "lines":
+        return _spark_lines(source_format, fields)
+    table = LITELLM_TABLE if source_format.name == "litellm" else SPARK_VIEW
+    return spark_table_source(source_format, fields, columns, table)
+
+
+def _spark_select(
+    raw: Callable[[str], str],
+    cached: str,
+    max_tokens: str,
+    malformed: str,
+    requests: str,
+    source: str,
+    fields: dict[str, str],
+    number_first: bool = False,
+) -> str:
+    def number(name: str) -> str:
+        return f"try_cast({raw(name)} AS DOUBLE)"
+
+    start = _spark_time(raw("start"), number_first)
+    if "end" in fields:
+        end = _spark_time(raw("end"), number_first)
+    elif "duration_ms" in fields:
+        end = f"{start} + {number('duration_ms')} / 1000.0"
+    else:
+        end = start
+    return f"""SELECT
+  {raw("request_id")} AS request_id,
+  {raw("tenant")} AS tenant,
+  {start} AS start_s,
+  {_spark_time(raw("first_token"))} AS first_token_s,
+  {end} AS end_s,
+  {number("prompt_tokens")} AS prompt_tokens,
+  {cached} AS cached_tokens,
+  {number("output_tokens")} AS output_tokens,
+  {max_tokens} AS max_tokens,
+  {malformed} AS malformed,
+  {requests} AS requests
+FROM {source}"""
+
+
+def _spark_lines(source_format: SourceFormat, fields: dict[str, str]) -> str:
+    """JSON lines: each line parsed once into a map of its keys (a number's value as its JSON text)."""
+
+    def raw(name: str) -> str:
+        return f"r.record[{_spark_string(fields[name])}]" if name in fields else "CAST(NULL AS STRING)"
+
+    cached = "CAST(0 AS DOUBLE)"
+    if "cached_tokens" in fields:
+        # A record without the key has no cached prompt tokens; one with a value that does not parse is counted.
+        raw_cached = raw("cached_tokens")
+        cached = f"CASE WHEN {raw_cached} IS NULL THEN CAST(0 AS DOUBLE) ELSE try_cast({raw_cached} AS DOUBLE) END"
+    source = (
+        f"(SELECT value AS line, from_json(value, 'MAP<STRING,STRING>') AS record FROM {_quoted(SPARK_VIEW, '`')}"
+        " WHERE value IS NOT NULL AND TRIM(value) <> '') AS r"
+    )
+    # Not JSON at all (get_json_object of the whole document is NULL): a malformed record, as DuckDB's json_valid.
+    malformed = "get_json_object(r.line, '$') IS NULL"
+    return _spark_select(
+        raw, cached, f"try_cast({raw('max_tokens')} AS DOUBLE)", malformed, "CAST(1 AS DOUBLE)", source, fields
+    )
+
+
+def _spark_pages(fields: dict[str, str]) -> str:
+    """Usage export pages: one canonical row per result of each bucket, spread over the bucket."""
+
+    def raw(name: str) -> str:
+        if name not in fields or name in ("request_id", "first_token"):
+            return "CAST(NULL AS STRING)"
+        document = "r.bucket" if name in _BUCKET_FIELDS else "r.result"
+        return f"{document}[{_spark_string(fields[name])}]"
+
+    cached = "CAST(0 AS DOUBLE)"
+    if "cached_tokens" in fields:
+        cached = f"COALESCE(try_cast({raw('cached_tokens')} AS DOUBLE), CAST(0 AS DOUBLE))"
+    maps = "'ARRAY<MAP<STRING,STRING>>'"
+    source = f"""(
+  SELECT b.bucket, explode(from_json(b.bucket['results'], {maps})) AS result
+  FROM (
+    SELECT explode(from_json(from_json(value, 'MAP<STRING,STRING>')['data'], {maps})) AS bucket
+    FROM {_quoted(SPARK_VIEW, "`")}
+    WHERE value IS NOT NULL AND TRIM(value) <> ''
+  ) AS b
+) AS r"""
+    requests = f"try_cast({raw('requests')} AS DOUBLE)"
+    return _spark_select(raw, cached, "CAST(NULL AS DOUBLE)", "FALSE", requests, source, fields, number_first=True)
+
+
+def spark_table_source(
+    source_format: SourceFormat, fields: dict[str, str], columns: set[str], table: str = LITELLM_TABLE
+) -> str:
+    """The canonical SELECT over a table registered in Spark as ``table`` (a LiteLLM spend-log export or a CSV log;
+    strings or typed columns, each read through its text)."""
+
+    def raw(name: str) -> str:
         if name not in fields or fields[name] not in columns:
             return "CAST(NULL AS STRING)"
         return f"CAST({_quoted(fields[name], '`')} AS STRING)"
-
-    def epoch(name: str) -> str:
-        value = text(name)
-        return (
-            f"COALESCE(CAST(unix_micros(try_to_timestamp({value})) AS DOUBLE) / 1000000.0, try_cast({value} AS DOUBLE))"
-        )
-
-    def number(name: str) -> str:
-        return f"try_cast({text(name)} AS DOUBLE)"
 
     def first_of(json_column: str, paths: tuple[tuple[str, ...], ...]) -> str:
         if json_column not in columns:
@@ -484,20 +587,14 @@ def spark_litellm_source(fields: dict[str, str], columns: set[str], table: str =
         texts = ", ".join(f"get_json_object(CAST({quoted} AS STRING), '$.{'.'.join(p)}')" for p in paths)
         return f"COALESCE({texts})"
 
-    cached = f"COALESCE(try_cast({first_of('metadata', LITELLM_CACHED_PATHS)} AS DOUBLE), CAST(0 AS DOUBLE))"
+    cached = "CAST(0 AS DOUBLE)"
+    max_tokens = "CAST(NULL AS DOUBLE)"
+    if source_format.name == "litellm":
+        cached = f"COALESCE(try_cast({first_of('metadata', LITELLM_CACHED_PATHS)} AS DOUBLE), CAST(0 AS DOUBLE))"
+        max_tokens = f"try_cast({first_of('proxy_server_request', LITELLM_MAX_TOKENS_PATHS)} AS DOUBLE)"
     if "cached_tokens" in fields:
-        cached = number("cached_tokens")
-    max_tokens = f"try_cast({first_of('proxy_server_request', LITELLM_MAX_TOKENS_PATHS)} AS DOUBLE)"
-    return f"""SELECT
-  {text("request_id")} AS request_id,
-  {text("tenant")} AS tenant,
-  {epoch("start")} AS start_s,
-  {epoch("first_token")} AS first_token_s,
-  {epoch("end")} AS end_s,
-  {number("prompt_tokens")} AS prompt_tokens,
-  {cached} AS cached_tokens,
-  {number("output_tokens")} AS output_tokens,
-  {max_tokens} AS max_tokens,
-  FALSE AS malformed,
-  CAST(1 AS DOUBLE) AS requests
-FROM {_quoted(table, "`")}"""
+        cached = f"try_cast({raw('cached_tokens')} AS DOUBLE)"
+    if "max_tokens" in fields:
+        max_tokens = f"try_cast({raw('max_tokens')} AS DOUBLE)"
+    present = {name: column for name, column in fields.items() if column in columns}
+    return _spark_select(raw, cached, max_tokens, "FALSE", "CAST(1 AS DOUBLE)", _quoted(table, "`"), present)
