@@ -30,6 +30,9 @@ RANKS = {
     "core": 2,
     "admission": 2,
     "inputs": 3,
+    # The enforcement point: a pure gate over the admission contract, its settings reader and the LiteLLM driver;
+    # the LiteLLM exporter writes its settings file from the settings model.
+    "enforce": 3,
     "exporters": 4,
     "sim": 4,
     "emulate": 4,
