@@ -40,8 +40,8 @@ tiers:
   - {name: bronze, max_context_tokens: 2048, kv_cap_tokens_per_replica: 30000, max_concurrent_sequences: 8,
      max_output_tokens: 512, priority: 2, burst_s: 60, cached_prompt_weight: 0.1}
 tenants:
-  - {name: alpha, tier: gold, pool: std, units_per_s: 5000}
-  - {name: beta, tier: bronze, pool: std, units_per_s: 5000}
+  - {name: alpha, tier: gold, pool: std, units_per_s: 2000}
+  - {name: beta, tier: bronze, pool: std, units_per_s: 2000}
   - {name: gamma, tier: bronze, pool: std, units_per_s: 5000, cache_isolation: shared}
 """
 SECRET = "quotacalc-enforce-tests-secret-0123456789"
