@@ -134,6 +134,9 @@ def test_a_stream_stops_at_the_quota_with_no_overshoot_and_the_engine_request_en
     tokens = sum(1 for e in events for c in e.get("choices", []) if (c.get("delta") or {}).get("content"))
     last = [e for e in events if e.get("choices")][-1]
     assert last["choices"][0]["finish_reason"] == "length"
+    # The last event says the quota stopped it (LiteLLM passes provider_specific_fields through to the client).
+    assert last["provider_specific_fields"] == {"quotacalc_stop": "quota"}
+    assert last["choices"][0]["provider_specific_fields"] == {"quotacalc_stop": "quota"}
     (record,) = [r for r in records(folder) if r["tenant"] == "streamer"]
     assert record["outcome"] == "quota_stop" and record["output_tokens"] == tokens
     # 2,000 units of bucket: nothing beyond it was served (the refill over the stream is 1 unit/s).

@@ -342,7 +342,11 @@ class QuotacalcEnforcer(CustomLogger):
                             if getattr(choice, "delta", None) is not None:
                                 choice.delta.content = None
                         with contextlib.suppress(Exception):
-                            setattr(chunk, QUOTA_STOP_FIELD, "quota")
+                            chunk.provider_specific_fields = {QUOTA_STOP_FIELD: "quota"}
+                        for choice in choices:
+                            with contextlib.suppress(Exception):
+                                choice.provider_specific_fields = {QUOTA_STOP_FIELD: "quota"}
+
                         yield chunk
                         break
                 yield chunk
