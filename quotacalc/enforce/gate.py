@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, never_fits
-from quotacalc.admission.ledger import ADMITTED, NEVER_ADMISSIBLE, Ledger
+from quotacalc.admission.ledger import ADMITTED, NEVER_ADMISSIBLE, Ledger, Settlement
 from quotacalc.admission.policies import AdmissionPolicy
 from quotacalc.admission.policies.base import UNLIMITED
 from quotacalc.admission.scheduler import VirtualTokenCounter
@@ -101,6 +101,7 @@ class Ticket:
     #: Output units debited as they streamed (a policy that streams its debit).
     streamed_units: float = 0.0
     lease_expires_s: float = 0.0
+    lease_recorded_s: float = 0.0
     outcome: str | None = None
     record: dict[str, Any] | None = None
 
@@ -177,6 +178,15 @@ class Gate:
         self.resident_kv: list[dict[str, int]] = [{} for _ in self.tenants]
         self.live: dict[str, Ticket] = {}
         self.stats = [TenantStats() for _ in self.tenants]
+        # A shared store records each lease with its expiry, so that a gateway that dies holds nothing past it.
+        self._store_lease = getattr(store, "lease", None)
+        self._store_end_lease = getattr(store, "end_lease", None)
+
+    def _lease(self, ticket: Ticket, now: float) -> None:
+        ticket.lease_expires_s = now + self.settings.lease_ttl_s
+        if self._store_lease is not None and ticket.hold > 0:
+            self._store_lease(ticket.tenant, ticket.request_id, ticket.hold)
+            ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
 
@@ -284,7 +294,7 @@ class Gate:
                 ),
             )
         ticket.reserved_units = ticket.hold
-        ticket.lease_expires_s = now + self.settings.lease_ttl_s
+        self._lease(ticket, now)
         stats = self.stats[tenant]
         stats.admitted += 1
         stats.units_reserved += ticket.hold
@@ -304,6 +314,7 @@ class Gate:
                 break
             self.stats[ticket.tenant].units_reserved += ticket.hold - before
             ticket.reserved_units += ticket.hold - before
+        self._lease(ticket, now)
         return min(ticket.granted, ticket.limit_tokens)
 
     # -- the body the engine gets ------------------------------------------------------------------
@@ -372,7 +383,7 @@ class Gate:
             stats.queue_waits += 1
             stats.live_sequences += 1
             stats.live_kv_tokens += ticket.kv_estimate
-            ticket.lease_expires_s = now + self.settings.lease_ttl_s
+            self._lease(ticket, now)
             sent.append(ticket)
         return sent
 
@@ -404,6 +415,7 @@ class Gate:
         if ticket.first_token_s is None and tokens > 0:
             ticket.first_token_s = now
         covered = 0
+        renewed_any = False
         for _ in range(tokens):
             if ticket.output_tokens >= ticket.granted and ticket.granted < UNLIMITED:
                 before = ticket.hold
@@ -412,6 +424,7 @@ class Gate:
                 renewed = ticket.hold - before
                 ticket.reserved_units += renewed
                 self.stats[ticket.tenant].units_reserved += renewed
+                renewed_any = True
             ticket.output_tokens += 1
             covered += 1
         if covered:
@@ -420,7 +433,10 @@ class Gate:
             if self.admission.streams:
                 ticket.streamed_units += units
             self.queues[ticket.pool].scheduler.charge(ticket.tenant, units)
-            ticket.lease_expires_s = now + self.settings.lease_ttl_s
+            if renewed_any or now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
+                self._lease(ticket, now)
+            else:
+                ticket.lease_expires_s = now + self.settings.lease_ttl_s
         return covered
 
     # -- settlement --------------------------------------------------------------------------------
@@ -459,7 +475,20 @@ class Gate:
         billed = self.billed_units(ticket, outcome)
         streamed = ticket.streamed_units
         taken = ticket.hold + streamed
-        settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
+        store_failed = False
+        try:
+            if (
+                self._store_end_lease is not None
+                and ticket.hold > 0
+                and not self._store_end_lease(ticket.tenant, ticket.request_id)
+            ):
+                # The shared store's lease expired first and gave the held units back: nothing is held any more.
+                ticket.hold = 0.0
+                taken = streamed
+            settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
+        except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
+            store_failed = True
+            settlement = Settlement(billed, 0.0, 0.0, 0.0)
         ticket.state = DONE
         ticket.outcome = outcome
         ticket.end_s = now
@@ -497,6 +526,8 @@ class Gate:
             "outcome": outcome,
             "retry_after_s": retry_after_s,
         }
+        if store_failed:
+            ticket.record["store_failed"] = True
         return ticket.record
 
     def expired(self, now: float) -> list[Ticket]:

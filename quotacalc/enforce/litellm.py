@@ -278,8 +278,7 @@ class QuotacalcEnforcer(CustomLogger):
         data: dict,
     ) -> dict:
         """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open)."""
-        self.store_failures += 1
-        log.error("quotacalc: the bucket store failed (%s): failing %s", error, self.settings.redis_failure)
+        self._count_store_failure(error)
         if self.settings.redis_failure == "closed":
             refusal = self.gate.refuse(
                 tenant,
@@ -334,18 +333,28 @@ class QuotacalcEnforcer(CustomLogger):
                     if text:
                         tokens += 1
                 if tokens:
-                    covered = gate.on_tokens(ticket, tokens, time.time())
+                    try:
+                        covered = gate.on_tokens(ticket, tokens, time.time())
+                        stop = QUOTA_STOP
+                    except Exception as error:  # the store failed renewing the lease
+                        self._count_store_failure(error)
+                        if self.settings.redis_failure == "closed":
+                            covered, stop = 0, STORE_DOWN
+                        else:
+                            covered = tokens
+                            ticket.output_tokens += tokens
                     if covered < tokens:
-                        outcome = QUOTA_STOP
+                        outcome = stop
                         for choice in choices:
                             choice.finish_reason = "length"
                             if getattr(choice, "delta", None) is not None:
                                 choice.delta.content = None
+                        said = {QUOTA_STOP_FIELD: "quota" if outcome == QUOTA_STOP else STORE_DOWN}
                         with contextlib.suppress(Exception):
-                            chunk.provider_specific_fields = {QUOTA_STOP_FIELD: "quota"}
+                            chunk.provider_specific_fields = said
                         for choice in choices:
                             with contextlib.suppress(Exception):
-                                choice.provider_specific_fields = {QUOTA_STOP_FIELD: "quota"}
+                                choice.provider_specific_fields = said
 
                         yield chunk
                         break
@@ -359,7 +368,7 @@ class QuotacalcEnforcer(CustomLogger):
             outcome = ENGINE_ERROR
             raise
         finally:
-            if outcome == QUOTA_STOP:
+            if outcome in (QUOTA_STOP, STORE_DOWN):
                 # Closing the engine's stream ends its request, so the engine frees the sequence's KV.
                 with contextlib.suppress(Exception):
                     await response.aclose()
@@ -372,12 +381,17 @@ class QuotacalcEnforcer(CustomLogger):
             output = getattr(usage, "completion_tokens", None)
             details = getattr(usage, "prompt_tokens_details", None)
             cached = getattr(details, "cached_tokens", None) if details is not None else None
-        self.write_record(
-            self.gate.settle(
-                ticket, outcome, time.time(), prompt_tokens=prompt, cached_tokens=cached, output_tokens=output
-            )
+        record = self.gate.settle(
+            ticket, outcome, time.time(), prompt_tokens=prompt, cached_tokens=cached, output_tokens=output
         )
+        if record is not None and record.get("store_failed"):
+            self._count_store_failure(None)
+        self.write_record(record)
         self._pump(ticket.pool)
+
+    def _count_store_failure(self, error: Exception | None) -> None:
+        self.store_failures += 1
+        log.error("quotacalc: the bucket store failed (%s): failing %s", error, self.settings.redis_failure)
 
     # -- settlement of responses not streamed --------------------------------------------------------
 
