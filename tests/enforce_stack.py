@@ -214,7 +214,9 @@ class Proxy:
 class RedisServer:
     """Debian's redis-server on a free loopback port, without persistence."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, persist_dir: Path | None = None) -> None:
+        """``persist_dir``: keep the data there (an fsync'ed append-only file), so a restart keeps the buckets."""
+        self.persist_dir = persist_dir
         executable = shutil.which("redis-server")
         assert executable is not None
         self.port = port or free_port()
@@ -223,8 +225,11 @@ class RedisServer:
         self.start()
 
     def start(self) -> None:
+        persistence = ["--appendonly", "no"]
+        if self.persist_dir is not None:
+            persistence = ["--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.persist_dir)]
         self.process = subprocess.Popen(
-            [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
