@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from enforce_stack import PLAN, Emulator, Proxy, RedisServer, edit_settings, generate  # noqa: E402
+from enforce_stack import Emulator, Proxy, RedisServer, edit_policy, edit_settings, generate  # noqa: E402
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -91,10 +91,9 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="quotacalc-bench-enforce-"))
     # Deep buckets: the benchmark measures the plugin's work, not its refusals.
-    generate(
-        base,
-        PLAN.replace("units_per_s: 2000", "units_per_s: 1000000").replace("units_per_s: 5000", "units_per_s: 1000000"),
-    )
+    folder = generate(base)
+    deep = {"bucket_depth_units": 1e12, "bucket_rate_units_per_s": 1e9}
+    edit_policy(folder, alpha=deep, beta=deep, gamma=deep)
     kinds = ["bare", "builtin", "plugin"] + (["redis"] if shutil.which("redis-server") else [])
     redis_server = RedisServer() if "redis" in kinds else None
     emulator = Emulator(base / "plan.yaml", "--speed", "1000")
