@@ -216,7 +216,7 @@ class QuotacalcEnforcer(CustomLogger):
         tenant = gate.tenant_index(name)
         if tenant is None:
             refusal = gate.refuse_unknown(name)
-            self.write_record(refusal_record(refusal, name, request_id, now, None))
+            self.write_record(refusal_record(refusal, name, request_id, now, 0))
             raise self.http_error(refusal)
         if self.settings.prompt_tokens == "bytes4":
             prompt_tokens = prompt_tokens_bytes4(data)
