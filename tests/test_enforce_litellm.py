@@ -68,6 +68,28 @@ def _plan_with_test_tenants() -> str:
     )
 
 
+def test_the_tenant_is_the_authenticated_keys_team_or_metadata(tmp_path):
+    """tenant_from: key reads LiteLLM's own UserAPIKeyAuth: the key's metadata.tenant, else its team's alias or id;
+    a key of no tenant names none (the proxy then answers 401)."""
+    import os
+
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    folder = generate(tmp_path)
+    edit_settings(folder, records=None)
+    enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    assert enforcer.tenant_name(UserAPIKeyAuth(team_id="alpha"), {}) == "alpha"
+    assert enforcer.tenant_name(UserAPIKeyAuth(team_id="t-1", team_alias="beta"), {}) == "beta"
+    assert enforcer.tenant_name(UserAPIKeyAuth(team_id="alpha", metadata={"tenant": "gamma"}), {}) == "gamma"
+    assert enforcer.tenant_name(UserAPIKeyAuth(), {}) is None
+    # A header names no tenant unless the settings say a trusted layer sets it.
+    spoofed = {"proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}
+    assert enforcer.tenant_name(UserAPIKeyAuth(), spoofed) is None
+
+
 def test_unknown_tenants_are_refused_never_defaulted(stack):
     proxy, emulator, _ = stack
     before = len(emulator.received())

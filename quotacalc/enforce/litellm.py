@@ -10,6 +10,7 @@ the success and failure hooks and the stream's end settle. A sweeper settles lea
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import datetime as dt
 import json
@@ -111,6 +112,8 @@ class QuotacalcEnforcer(CustomLogger):
         self.store_failures = 0
         self._sweeper: asyncio.Task[None] | None = None
         self._mounted = False
+        # A proxy that stops settles what it holds (in Redis, its holds come back now rather than at expiry).
+        atexit.register(self.shutdown)
 
     # -- who is asking ---------------------------------------------------------------------------
 
@@ -416,4 +419,5 @@ class QuotacalcEnforcer(CustomLogger):
         """Settle every live request (the proxy is stopping) and write their records."""
         now = time.time()
         for ticket in list(self.gate.live.values()):
-            self.write_record(self.gate.settle(ticket, SHUTDOWN, now))
+            with contextlib.suppress(Exception):
+                self.write_record(self.gate.settle(ticket, SHUTDOWN, now))
