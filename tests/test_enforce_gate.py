@@ -282,3 +282,21 @@ def test_a_salted_tenant_without_its_salt_is_refused_not_served_unsalted(tmp_pat
     (tmp_path / "salts.json").write_text(json.dumps(sample_salts(policy)), encoding="utf-8")
     read_back, salts = read_policy(settings, tmp_path)
     assert read_back == policy and salts == sample_salts(policy)
+
+
+def test_a_request_that_waits_past_the_bound_gets_a_429_and_its_hold_back():
+    gate = _gate(
+        settings=GateSettings(queue_wait_max_s=8.0),
+        globex={"max_concurrent_sequences": 1, "bucket_depth_units": 50_000.0, "bucket_rate_units_per_s": 1e-9},
+    )
+    globex = _tenant(gate, "globex")
+    first = gate.arrive(globex, 10, 10, 0.0, "first")
+    waiting = gate.arrive(globex, 10, 10, 0.0, "waiting")
+    gate.dispatch(first.pool, 0.0)
+    assert gate.overdue(8.0) == [] and gate.overdue(8.5) == [waiting]
+    refusal = gate.queue_refusal(waiting)
+    assert (refusal.status, refusal.reason, refusal.retry_after_s) == (429, "queue_timeout", 2)
+    record = gate.settle(waiting, refusal.reason, 8.5, retry_after_s=refusal.retry_after_s)
+    assert record["units_debited"] == 0 and record["units_released"] == pytest.approx(waiting.reserved_units)
+    assert record["retry_after_s"] == 2
+    assert gate.store.level(globex, 8.5) == pytest.approx(50_000.0 - first.hold)
