@@ -33,7 +33,7 @@ class EnforceSettings(BaseModel):
     )
     prompt_tokens: Literal["litellm", "bytes4"] = Field(
         "litellm",
-        description="how a prompt's tokens are counted at admission: litellm.token_counter for the model, or "
+        description="how a prompt's tokens are counted at admission: litellm.token_counter (its default tokenizer), or "
         "UTF-8 bytes / 4 over the chat template (quotacalc emulate's rule); usage settles the real count",
     )
     state: Literal["memory", "redis"] = Field("memory", description="where bucket levels and leases live")
