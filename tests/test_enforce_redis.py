@@ -150,3 +150,17 @@ def test_two_proxies_share_one_tenants_bucket_and_fail_closed_while_redis_is_dow
             proxy.stop()
         emulator.stop()
         redis_server.stop()
+
+
+def test_a_request_whose_lease_expired_while_it_waited_is_billed_in_full_at_the_end(server):
+    """Its hold went back at expiry; when it goes on to the engine nothing is held any more, and the end charges
+    what it received: the bucket ends short by exactly the units billed."""
+    depth = 10_000.0
+    gate = _gate(server, _policy(depth), ttl=0.5)
+    ticket = gate.arrive(0, 100, 1000, 0.0, "slow")
+    time.sleep(0.8)
+    assert gate.dispatch(ticket.pool, 0.0) == [ticket] and ticket.hold == 0
+    assert gate.on_tokens(ticket, 5, 0.0) == 5
+    record = gate.settle(ticket, COMPLETED, 0.0)
+    assert record["units_debited"] > 0
+    assert gate.store.level(0, 0.0) == pytest.approx(depth - record["units_debited"], abs=1e-6)

@@ -182,11 +182,17 @@ class Gate:
         self._store_lease = getattr(store, "lease", None)
         self._store_end_lease = getattr(store, "end_lease", None)
 
-    def _lease(self, ticket: Ticket, now: float) -> None:
+    def _lease(self, ticket: Ticket, now: float, added: float = 0.0, *, first: bool = False) -> None:
+        """Extend the lease's life; in a shared store, record its hold. ``added``: units taken since the hold was
+        last recorded. A lease the store already expired gave its hold back: only ``added`` is held since."""
         ticket.lease_expires_s = now + self.settings.lease_ttl_s
-        if self._store_lease is not None and ticket.hold > 0:
-            self._store_lease(ticket.tenant, ticket.request_id, ticket.hold)
-            ticket.lease_recorded_s = now
+        if self._store_lease is None or ticket.hold <= 0:
+            return
+        if not self._store_lease(ticket.tenant, ticket.request_id, ticket.hold, refresh=not first):
+            ticket.hold = added
+            if added > 0:
+                self._store_lease(ticket.tenant, ticket.request_id, ticket.hold, refresh=False)
+        ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
 
@@ -294,7 +300,7 @@ class Gate:
                 ),
             )
         ticket.reserved_units = ticket.hold
-        self._lease(ticket, now)
+        self._lease(ticket, now, ticket.hold, first=True)
         stats = self.stats[tenant]
         stats.admitted += 1
         stats.units_reserved += ticket.hold
@@ -308,13 +314,14 @@ class Gate:
     def lease_all(self, ticket: Ticket, now: float) -> int:
         """Lease every output token the request may produce (a response not streamed cannot be stopped at a
         lease boundary): the tokens granted, which the engine's max_tokens is then capped at."""
+        start = ticket.hold
         while ticket.granted < ticket.limit_tokens:
             before = ticket.hold
             if self.ledger.renew(ticket.tenant, ticket, now) <= 0:
                 break
             self.stats[ticket.tenant].units_reserved += ticket.hold - before
             ticket.reserved_units += ticket.hold - before
-        self._lease(ticket, now)
+        self._lease(ticket, now, ticket.hold - start)
         return min(ticket.granted, ticket.limit_tokens)
 
     # -- the body the engine gets ------------------------------------------------------------------
@@ -415,7 +422,7 @@ class Gate:
         if ticket.first_token_s is None and tokens > 0:
             ticket.first_token_s = now
         covered = 0
-        renewed_any = False
+        renewed_units = 0.0
         for _ in range(tokens):
             if ticket.output_tokens >= ticket.granted and ticket.granted < UNLIMITED:
                 before = ticket.hold
@@ -424,7 +431,7 @@ class Gate:
                 renewed = ticket.hold - before
                 ticket.reserved_units += renewed
                 self.stats[ticket.tenant].units_reserved += renewed
-                renewed_any = True
+                renewed_units += renewed
             ticket.output_tokens += 1
             covered += 1
         if covered:
@@ -433,8 +440,8 @@ class Gate:
             if self.admission.streams:
                 ticket.streamed_units += units
             self.queues[ticket.pool].scheduler.charge(ticket.tenant, units)
-            if renewed_any or now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
-                self._lease(ticket, now)
+            if renewed_units > 0 or now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
+                self._lease(ticket, now, renewed_units)
             else:
                 ticket.lease_expires_s = now + self.settings.lease_ttl_s
         return covered
@@ -531,8 +538,9 @@ class Gate:
         return ticket.record
 
     def expired(self, now: float) -> list[Ticket]:
-        """Live tickets whose lease ran out (no token nor renewal within the lease's life)."""
-        return [t for t in self.live.values() if t.state != DONE and t.lease_expires_s < now]
+        """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one
+        has its own bound (``overdue``)."""
+        return [t for t in self.live.values() if t.state == SENT and t.lease_expires_s < now]
 
 
 def refusal_record(

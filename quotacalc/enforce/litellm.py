@@ -34,6 +34,7 @@ from quotacalc.enforce.gate import (
     LEASE_EXPIRED,
     QUEUED,
     QUOTA_STOP,
+    SENT,
     SHUTDOWN,
     STORE_DOWN,
     Gate,
@@ -255,6 +256,10 @@ class QuotacalcEnforcer(CustomLogger):
             self.write_record(gate.settle(ticket, DISCONNECT, time.time()))
             self._pump(ticket.pool)
             raise
+        if ticket.state != SENT:
+            # Settled while it waited (the proxy is stopping): it never reaches the engine unmetered.
+            refusal = gate.queue_refusal(ticket)
+            raise self.http_error(refusal)
         max_tokens = None if data.get("stream") else gate.lease_all(ticket, time.time())
         rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
         # priority and cache_salt travel in extra_body, which LiteLLM merges into the engine's body: a top-level

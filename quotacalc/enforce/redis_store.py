@@ -79,14 +79,18 @@ return string.format('%.17g', forgiven)
 
 _CREDIT = _PRELUDE + "level = math.min(depth, level + tonumber(ARGV[3]))\nsave()\nreturn 1"
 
-#: Record (or update) a lease: its held units and its expiry, server seconds from now.
-_LEASE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+#: Record a lease (ARGV[6] '0') or update one still held (ARGV[6] '1'): its held units and its expiry, server
+#: seconds from now. Returns 0 where an update finds the lease gone (expired: its units went back to the bucket).
+_LEASE = (
+    _PRELUDE
+    + """
+save()
+if ARGV[6] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 0 then return 0 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 return 1
 """
+)
 
 #: End a lease: 1 if it was still held (its units not yet returned by expiry), else 0.
 _END_LEASE = """
@@ -152,10 +156,11 @@ class RedisBuckets:
 
     # -- leases (the gate calls these where the store has them) ------------------------------------------
 
-    def lease(self, tenant: int, request_id: str, held_units: float) -> None:
-        """Record that ``request_id`` holds ``held_units``, expiring ``lease_ttl_s`` from now (server clock)."""
-        args = self._args(tenant, repr(self.lease_ttl_s), request_id, repr(held_units))
-        self._lease(keys=self.keys[tenant], args=args)
+    def lease(self, tenant: int, request_id: str, held_units: float, *, refresh: bool = False) -> bool:
+        """Record that ``request_id`` holds ``held_units``, expiring ``lease_ttl_s`` from now (server clock).
+        ``refresh``: only if the lease is still held; False where it expired (its units went back)."""
+        args = self._args(tenant, repr(self.lease_ttl_s), request_id, repr(held_units), "1" if refresh else "0")
+        return bool(self._lease(keys=self.keys[tenant], args=args))
 
     def end_lease(self, tenant: int, request_id: str) -> bool:
         """Forget the lease; False when it had expired and its units were already returned to the bucket."""
