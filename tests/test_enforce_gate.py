@@ -300,3 +300,18 @@ def test_a_request_that_waits_past_the_bound_gets_a_429_and_its_hold_back():
     assert record["units_debited"] == 0 and record["units_released"] == pytest.approx(waiting.reserved_units)
     assert record["retry_after_s"] == 2
     assert gate.store.level(globex, 8.5) == pytest.approx(50_000.0 - first.hold)
+
+
+def test_a_response_not_streamed_whose_lease_expires_is_billed_what_it_was_granted():
+    gate = _gate(settings=GateSettings(lease_ttl_s=5.0))
+    globex = _tenant(gate, "globex")
+    ticket = gate.arrive(globex, 10, 300, 0.0, "r")
+    ticket.streaming = False
+    gate.dispatch(ticket.pool, 0.0)
+    granted = gate.lease_all(ticket, 0.0)
+    assert gate.expired(6.0) == [ticket]
+    record = gate.settle(ticket, "lease_expired", 6.0)
+    weights = gate.tenants[globex].weights
+    assert record["output_tokens"] == granted == 300
+    assert record["units_debited"] == pytest.approx(weights.request_units(10, 0, 0) + weights.output * 300)
+    assert record["units_released"] == pytest.approx(0.0, abs=1e-9)

@@ -102,6 +102,8 @@ class Ticket:
     streamed_units: float = 0.0
     lease_expires_s: float = 0.0
     lease_recorded_s: float = 0.0
+    #: Whether the response streams (its tokens are counted as they come); else usage arrives at the end only.
+    streaming: bool = True
     outcome: str | None = None
     record: dict[str, Any] | None = None
 
@@ -479,6 +481,10 @@ class Gate:
         if output_tokens is not None and output_tokens > ticket.output_tokens:
             # Usage counts tokens the stream did not show one by one (a response not streamed).
             ticket.output_tokens = min(output_tokens, max(ticket.granted, ticket.output_tokens))
+        if outcome == LEASE_EXPIRED and not ticket.streaming and was_sent:
+            # A response not streamed whose end never came: what it received is unknown, so it is billed all it
+            # was granted (its hold), never nothing.
+            ticket.output_tokens = max(ticket.output_tokens, min(ticket.granted, ticket.limit_tokens))
         billed = self.billed_units(ticket, outcome)
         streamed = ticket.streamed_units
         taken = ticket.hold + streamed

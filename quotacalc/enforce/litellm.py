@@ -240,6 +240,7 @@ class QuotacalcEnforcer(CustomLogger):
             self.write_record(refusal_record(outcome, name, request_id, now, prompt_tokens))
             raise self.http_error(outcome)
         ticket = outcome
+        ticket.streaming = bool(data.get("stream"))
         waiter = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = waiter
         self._pump(ticket.pool)
