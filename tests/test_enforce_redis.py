@@ -159,7 +159,7 @@ def test_a_request_whose_lease_expired_while_it_waited_is_billed_in_full_at_the_
     gate = _gate(server, _policy(depth), ttl=0.5)
     ticket = gate.arrive(0, 100, 1000, 0.0, "slow")
     time.sleep(0.8)
-    assert gate.dispatch(ticket.pool, 0.0) == [ticket] and ticket.hold == 0
+    assert gate.dispatch(ticket.pool, 0.0) == [ticket]
     assert gate.on_tokens(ticket, 5, 0.0) == 5
     record = gate.settle(ticket, COMPLETED, 0.0)
     assert record["units_debited"] > 0

@@ -11,7 +11,8 @@ as they stream (``on_tokens``) and ends every request through ``settle``, exactl
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,21 +181,27 @@ class Gate:
         self.resident_kv: list[dict[str, int]] = [{} for _ in self.tenants]
         self.live: dict[str, Ticket] = {}
         self.stats = [TenantStats() for _ in self.tenants]
-        # A shared store records each lease with its expiry, so that a gateway that dies holds nothing past it.
-        self._store_lease = getattr(store, "lease", None)
-        self._store_end_lease = getattr(store, "end_lease", None)
+        # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
+        # holds nothing past it; ``holding_for`` names the request the store's next take is for.
+        self._leases_in_store = hasattr(store, "holding_for")
 
-    def _lease(self, ticket: Ticket, now: float, added: float = 0.0, *, first: bool = False) -> None:
-        """Extend the lease's life; in a shared store, record its hold. ``added``: units taken since the hold was
-        last recorded. A lease the store already expired gave its hold back: only ``added`` is held since."""
-        ticket.lease_expires_s = now + self.settings.lease_ttl_s
-        if self._store_lease is None or ticket.hold <= 0:
+    @contextmanager
+    def _holding_for(self, request_id: str) -> Iterator[None]:
+        if not self._leases_in_store:
+            yield
             return
-        if not self._store_lease(ticket.tenant, ticket.request_id, ticket.hold, refresh=not first):
-            ticket.hold = added
-            if added > 0:
-                self._store_lease(ticket.tenant, ticket.request_id, ticket.hold, refresh=False)
-        ticket.lease_recorded_s = now
+        self.store.holding_for = request_id  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            self.store.holding_for = None  # type: ignore[attr-defined]
+
+    def _lease(self, ticket: Ticket, now: float) -> None:
+        """Extend the lease's life (in a shared store too)."""
+        ticket.lease_expires_s = now + self.settings.lease_ttl_s
+        if self._leases_in_store and ticket.hold > 0:
+            self.store.refresh_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+            ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
 
@@ -275,7 +282,8 @@ class Gate:
                     code="never_fits",
                 ),
             )
-        admission = self.ledger.admit(tenant, ticket, now)
+        with self._holding_for(request_id):
+            admission = self.ledger.admit(tenant, ticket, now)
         if admission.outcome == NEVER_ADMISSIBLE:
             return self.refuse(
                 tenant,
@@ -302,7 +310,7 @@ class Gate:
                 ),
             )
         ticket.reserved_units = ticket.hold
-        self._lease(ticket, now, ticket.hold, first=True)
+        self._lease(ticket, now)
         stats = self.stats[tenant]
         stats.admitted += 1
         stats.units_reserved += ticket.hold
@@ -316,14 +324,15 @@ class Gate:
     def lease_all(self, ticket: Ticket, now: float) -> int:
         """Lease every output token the request may produce (a response not streamed cannot be stopped at a
         lease boundary): the tokens granted, which the engine's max_tokens is then capped at."""
-        start = ticket.hold
         while ticket.granted < ticket.limit_tokens:
             before = ticket.hold
-            if self.ledger.renew(ticket.tenant, ticket, now) <= 0:
+            with self._holding_for(ticket.request_id):
+                renewed = self.ledger.renew(ticket.tenant, ticket, now)
+            if renewed <= 0:
                 break
             self.stats[ticket.tenant].units_reserved += ticket.hold - before
             ticket.reserved_units += ticket.hold - before
-        self._lease(ticket, now, ticket.hold - start)
+        self._lease(ticket, now)
         return min(ticket.granted, ticket.limit_tokens)
 
     # -- the body the engine gets ------------------------------------------------------------------
@@ -428,7 +437,9 @@ class Gate:
         for _ in range(tokens):
             if ticket.output_tokens >= ticket.granted and ticket.granted < UNLIMITED:
                 before = ticket.hold
-                if self.ledger.renew(ticket.tenant, ticket, now) <= 0:
+                with self._holding_for(ticket.request_id):
+                    extended = self.ledger.renew(ticket.tenant, ticket, now)
+                if extended <= 0:
                     break
                 renewed = ticket.hold - before
                 ticket.reserved_units += renewed
@@ -443,7 +454,7 @@ class Gate:
                 ticket.streamed_units += units
             self.queues[ticket.pool].scheduler.charge(ticket.tenant, units)
             if renewed_units > 0 or now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
-                self._lease(ticket, now, renewed_units)
+                self._lease(ticket, now)
             else:
                 ticket.lease_expires_s = now + self.settings.lease_ttl_s
         return covered
@@ -490,14 +501,11 @@ class Gate:
         taken = ticket.hold + streamed
         store_failed = False
         try:
-            if (
-                self._store_end_lease is not None
-                and ticket.hold > 0
-                and not self._store_end_lease(ticket.tenant, ticket.request_id)
-            ):
-                # The shared store's lease expired first and gave the held units back: nothing is held any more.
-                ticket.hold = 0.0
-                taken = streamed
+            if self._leases_in_store:
+                # What the store still holds for it: less than the gate's count where the lease expired on the way
+                # (its units went back to the bucket then), so nothing is returned twice.
+                ticket.hold = self.store.end_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+                taken = ticket.hold + streamed
             settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
         except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
             store_failed = True

@@ -3,7 +3,7 @@
 Every operation is one Lua script, so it is atomic on the server, and reads the server's clock (``TIME``), so
 gateways whose clocks disagree refill the same bucket alike. A tenant's keys share one hash tag
 (``quotacalc:{tenant}:...``): they live in one slot, so each script works on Redis Cluster. A lease is recorded
-with its expiry (``lease``); a script that touches a tenant's bucket first returns the units of its expired
+with its expiry by the script that takes its units (atomically, so a lost reply leaves a lease that expires); a script that touches a tenant's bucket first returns the units of its expired
 leases to it, so a gateway that dies holds nothing past its leases' life.
 """
 
@@ -39,13 +39,25 @@ end
 
 _LEVEL = _PRELUDE + "save()\nreturn string.format('%.17g', level)"
 
+#: Units taken for a request join its lease in the same script (ARGV[5]: its id, '' for none; ARGV[6]: the lease's
+#: life): a reply lost on the way back leaves a lease that expires, never units taken and held by no one.
+_HOLD = """
+local function hold(units)
+  if ARGV[5] ~= '' and units > 0 then
+    redis.call('HINCRBYFLOAT', KEYS[3], ARGV[5], string.format('%.17g', units))
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[5])
+  end
+end
+"""
+
 _TRY_TAKE = (
     _PRELUDE
+    + _HOLD
     + """
 local needed = tonumber(ARGV[3])
 local take = tonumber(ARGV[4])
 local ok = 0
-if level >= needed then level = level - take; ok = 1 end
+if level >= needed then level = level - take; ok = 1; hold(take) end
 save()
 return {ok, string.format('%.17g', level)}
 """
@@ -53,12 +65,14 @@ return {ok, string.format('%.17g', level)}
 
 _TAKE_WHOLE = (
     _PRELUDE
+    + _HOLD
     + """
 local unit = tonumber(ARGV[3])
 local wanted = tonumber(ARGV[4])
 local granted = wanted
 if unit > 0 then granted = math.max(0, math.min(wanted, math.floor(level / unit))) end
 level = level - granted * unit
+hold(granted * unit)
 save()
 return granted
 """
@@ -79,22 +93,21 @@ return string.format('%.17g', forgiven)
 
 _CREDIT = _PRELUDE + "level = math.min(depth, level + tonumber(ARGV[3]))\nsave()\nreturn 1"
 
-#: Record a lease (ARGV[6] '0') or update one still held (ARGV[6] '1'): its held units and its expiry, server
-#: seconds from now. Returns 0 where an update finds the lease gone (expired: its units went back to the bucket).
-_LEASE = (
+#: Extend a lease still held (ARGV[3]: its life, ARGV[4]: its id); 0 where it expired (its units went back).
+_REFRESH = (
     _PRELUDE
     + """
 save()
-if ARGV[6] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 0 then return 0 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
-redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 return 1
 """
 )
 
-#: End a lease: 1 if it was still held (its units not yet returned by expiry), else 0.
+#: End a lease: the units it still held (0 where it expired and they went back to the bucket).
 _END_LEASE = """
-local held = redis.call('HDEL', KEYS[3], ARGV[1])
+local held = redis.call('HGET', KEYS[3], ARGV[1]) or '0'
+redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 return held
 """
@@ -118,8 +131,10 @@ class RedisBuckets:
         self._take_whole = register(_TAKE_WHOLE)
         self._debit = register(_DEBIT)
         self._credit = register(_CREDIT)
-        self._lease = register(_LEASE)
+        self._refresh = register(_REFRESH)
         self._end_lease = register(_END_LEASE)
+        #: The request the next take is held for (set by the gate around the ledger's calls; one event loop).
+        self.holding_for: str | None = None
 
     @classmethod
     def from_url(cls, url: str, policy: QuotaPolicy, *, lease_ttl_s: float = 120.0) -> RedisBuckets:
@@ -140,12 +155,17 @@ class RedisBuckets:
     def level(self, tenant: int, now: float) -> float:
         return float(self._level(keys=self.keys[tenant], args=self._args(tenant)))
 
+    def _lease_args(self) -> list[str]:
+        return [self.holding_for or "", repr(self.lease_ttl_s)]
+
     def try_take(self, tenant: int, needed: float, take: float, now: float) -> Taken:
-        ok, level = self._try_take(keys=self.keys[tenant], args=self._args(tenant, repr(needed), repr(take)))
+        args = self._args(tenant, repr(needed), repr(take), *self._lease_args())
+        ok, level = self._try_take(keys=self.keys[tenant], args=args)
         return Taken(bool(ok), float(level))
 
     def take_whole(self, tenant: int, unit: float, wanted: int, now: float) -> int:
-        return int(self._take_whole(keys=self.keys[tenant], args=self._args(tenant, repr(unit), str(wanted))))
+        args = self._args(tenant, repr(unit), str(wanted), *self._lease_args())
+        return int(self._take_whole(keys=self.keys[tenant], args=args))
 
     def debit(self, tenant: int, units: float, now: float, *, carry_debt: bool) -> float:
         args = self._args(tenant, repr(units), "1" if carry_debt else "0")
@@ -156,12 +176,11 @@ class RedisBuckets:
 
     # -- leases (the gate calls these where the store has them) ------------------------------------------
 
-    def lease(self, tenant: int, request_id: str, held_units: float, *, refresh: bool = False) -> bool:
-        """Record that ``request_id`` holds ``held_units``, expiring ``lease_ttl_s`` from now (server clock).
-        ``refresh``: only if the lease is still held; False where it expired (its units went back)."""
-        args = self._args(tenant, repr(self.lease_ttl_s), request_id, repr(held_units), "1" if refresh else "0")
-        return bool(self._lease(keys=self.keys[tenant], args=args))
+    def refresh_lease(self, tenant: int, request_id: str) -> bool:
+        """Extend the lease ``lease_ttl_s`` from now (server clock); False where it had expired."""
+        args = self._args(tenant, repr(self.lease_ttl_s), request_id)
+        return bool(self._refresh(keys=self.keys[tenant], args=args))
 
-    def end_lease(self, tenant: int, request_id: str) -> bool:
-        """Forget the lease; False when it had expired and its units were already returned to the bucket."""
-        return bool(self._end_lease(keys=self.keys[tenant], args=[request_id]))
+    def end_lease(self, tenant: int, request_id: str) -> float:
+        """Forget the lease; the units it still held (0 where it expired and they went back to the bucket)."""
+        return float(self._end_lease(keys=self.keys[tenant], args=[request_id]))
