@@ -71,7 +71,12 @@ def test_salt_holding_files_are_marked_secret_in_the_manifest():
     """Files written 0600 are those the manifest marks secret: the salts, and the gateway files holding them."""
     files = json.loads((OUT / ".quotacalc-manifest.json").read_text(encoding="utf-8"))["files"]
     secret = sorted(path for path, entry in files.items() if entry["secret"])
-    assert secret == ["canonical/salts.json", "envoy/aigatewayroutes.yaml", "kong/kong.yaml"]
+    assert secret == [
+        "canonical/salts.json",
+        "envoy/aigatewayroutes.yaml",
+        "kong/kong.yaml",
+        "litellm/salts.json",
+    ]
 
 
 def test_the_examples_largest_requests_are_charged_within_envoys_hits_addend():

@@ -40,9 +40,11 @@ def litellm_types():
     return pytest.importorskip("litellm.proxy._types", reason="litellm[proxy] not installed (extra litellm-proxy)")
 
 
-def _export(policy: QuotaPolicy | None = None):
+def _export(policy: QuotaPolicy | None = None, enforce: str = "builtin"):
+    """The builtin limiters' export by default (most tests here are about them); enforce="plugin": quotacalc's plugin
+    (tests/test_enforce_litellm.py)."""
     policy = policy or platform_policy()
-    return policy, litellm_exporter.export(policy, sample_salts(policy), ExportOptions())
+    return policy, litellm_exporter.export(policy, sample_salts(policy), ExportOptions(litellm_enforce=enforce))
 
 
 def _file(result, name: str) -> str:
@@ -164,9 +166,9 @@ def test_no_salt_is_written_and_the_limits_say_so():
 
 def test_round_trips_and_is_deterministic():
     policy, result = _export()
-    assert yaml.safe_load(_file(result, "config.yaml")) == litellm_exporter.config(policy)
+    assert yaml.safe_load(_file(result, "config.yaml")) == litellm_exporter.config(policy, "builtin")
     assert json.loads(_file(result, "teams.json")) == litellm_exporter.team_payloads(policy)
-    assert result == litellm_exporter.export(policy, sample_salts(policy), ExportOptions())
+    assert result == litellm_exporter.export(policy, sample_salts(policy), ExportOptions(litellm_enforce="builtin"))
 
 
 # --- a real LiteLLM proxy ---------------------------------------------------------------------------------
@@ -276,7 +278,7 @@ def test_a_real_proxy_loads_the_config_and_answers_429_over_the_deployments_tpm(
     if executable is None:
         pytest.skip("the litellm CLI is not installed (test extra litellm-proxy)")
     policy = _tiny_policy()
-    config = litellm_exporter.config(policy)
+    config = litellm_exporter.config(policy, "builtin")
     assert config["model_list"][0]["litellm_params"]["tpm"] == 120
     # Only the deployment's address changes: the fake backend stands where the pool's vLLM would.
     config["model_list"][0]["litellm_params"]["api_base"] = fake_backend
@@ -364,7 +366,7 @@ def test_a_tenant_sized_on_the_long_context_pool_counts_there():
         for tenant in contract.tenants
     )
     policy = contract.model_copy(update={"tenants": tenants})
-    result = litellm_exporter.export(policy, {}, ExportOptions())
+    result = litellm_exporter.export(policy, {}, ExportOptions(litellm_enforce="builtin"))
     assert litellm_exporter.priority_reservation(policy, "standard") == {
         "premium": 0.3267,
         "standard": 0.4283,
@@ -418,7 +420,13 @@ def test_generate_counts_each_tenants_shares_on_the_pool_size_loads(tmp_path, ru
     assert code == 0, err
     rows = {row["name"]: row for row in json.loads(out)["tenants"]}
     assert rows["delta"]["load_pool"] == "long8b" and rows["alpha"]["load_pool"] == "std"
-    code, out, err = run_cli("generate", plan, "--out", tmp_path / "out", "--target", "litellm", "--json")
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 32, encoding="utf-8")
+    secret.chmod(0o600)
+    code, out, err = run_cli(
+        "generate", plan, "--out", tmp_path / "out", "--target", "litellm", "--litellm-enforce", "builtin",
+        "--salt-secret-file", secret, "--json",
+    )  # fmt: skip
     assert code == 0, err
     limits = json.loads(out)["limits"]["litellm"]
     shares = [line for line in limits if "priority_reservation is one setting" in line]
@@ -444,7 +452,11 @@ def test_the_limits_say_a_prompt_token_costs_flat_usd_whatever_its_prompt():
     """LiteLLM prices a prompt token at one USD figure: the policy's prompt-length term is lost (policy_samples:
     2.22 units a token at 131,072 tokens on the long pool)."""
     policy = platform_policy()
-    (line,) = [line for line in litellm_exporter.export(policy, {}, ExportOptions()).limits if "Prompt length" in line]
+    (line,) = [
+        line
+        for line in litellm_exporter.export(policy, {}, ExportOptions(litellm_enforce="builtin")).limits
+        if "Prompt length" in line
+    ]
     assert "pool long: 2.22 units a token at 131,072 tokens" in line
     assert "spends less budget than its cost" in line
 
@@ -469,10 +481,14 @@ def test_a_tier_whose_share_rounds_to_zero_is_raised_and_the_limits_say_so():
     shares = litellm_exporter.priority_reservation(policy)
     assert shares == {"premium": 0.9999, "standard": 0.0001}
     assert sum(shares.values()) <= 1
-    config = litellm_exporter.config(policy)
+    config = litellm_exporter.config(policy, "builtin")
     for deployment in config["model_list"]:
         assert int(deployment["litellm_params"]["tpm"] * shares["standard"]) >= 1
-    (line,) = [line for line in litellm_exporter.export(policy, {}, ExportOptions()).limits if "raised" in line]
+    (line,) = [
+        line
+        for line in litellm_exporter.export(policy, {}, ExportOptions(litellm_enforce="builtin")).limits
+        if "raised" in line
+    ]
     assert line.startswith("priority_reservation: tier standard sells 2e-08 of the units")
     assert "its share is raised to 0.0001, taken from the largest shares" in line
     # The sample's shares round to no zero: nothing is raised, nothing is said.
@@ -505,7 +521,7 @@ def test_a_tpm_limit_that_would_refuse_every_request_is_left_out():
         tenant_policy("b", tier, 0.03),
         tenant_policy("c", tier, 0.04),
     )
-    result = litellm_exporter.export(policy, {}, ExportOptions())
+    result = litellm_exporter.export(policy, {}, ExportOptions(litellm_enforce="builtin"))
     for name in ("teams.json", "keys.json"):
         rows = {row["team_id"]: row for row in json.loads(_file(result, name))}
         assert "tpm_limit" not in rows["a"] and "tpm_limit" not in rows["b"]
@@ -521,13 +537,13 @@ def test_a_tiny_budget_keeps_six_significant_figures():
     9.721917. The JSON writes the shortest decimal of each, the same on every run."""
     base = platform_policy()
     policy = _with_tenants(base, tenant_policy("tiny", base.tiers[1], 0.01), base.tenants[0])
-    result = litellm_exporter.export(policy, {}, ExportOptions())
+    result = litellm_exporter.export(policy, {}, ExportOptions(litellm_enforce="builtin"))
     text = _file(result, "teams.json")
     teams = {team["team_id"]: team for team in json.loads(text)}
     assert teams["tiny"]["max_budget"] == 5.48486e-06
     assert teams["acme"]["max_budget"] == 9.721917
     assert '"max_budget": 5.48486e-06' in text and '"max_budget": 9.721917' in text
-    assert litellm_exporter.export(policy, {}, ExportOptions()) == result
+    assert litellm_exporter.export(policy, {}, ExportOptions(litellm_enforce="builtin")) == result
     # Rounded down, never above the contract; float noise below the 12th figure costs no figure.
     assert litellm_exporter.budget_usd(36, 43_200 / 283_544_064_000) <= 36 * 43_200 / 283_544_064_000
     assert litellm_exporter.budget_usd(3, 0.3) == 0.9  # 3 x 0.3 = 0.8999999999999999 in floats: not 0.899999

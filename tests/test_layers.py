@@ -32,6 +32,9 @@ RANKS = {
     "inputs": 3,
     # Between the readers and every plan consumer; a fraction so the integer ranks other parts use stay as they are.
     "priced": 3.5,
+    # The enforcement point: a pure gate over the admission contract, its settings reader and the LiteLLM driver;
+    # the LiteLLM exporter writes its settings file from the settings model.
+    "enforce": 3,
     "exporters": 4,
     "sim": 4,
     "emulate": 4,

@@ -18,6 +18,7 @@ import json
 import random
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ from quotacalc.emulate.tokens import ids_token_bytes, text_token_bytes, token_co
 if TYPE_CHECKING:
     from quotacalc.emulate.pool import PoolServing
 
+#: Requests GET /admin/received keeps (the newest).
+RECEIVED_KEPT = 1000
 #: How far (wall seconds) a replica may run behind its step deadlines and still catch up: a process descheduled
 #: for a few time slices on a busy machine catches up rather than losing the time for good.
 MAX_LAG_WALL_S = 0.5
@@ -155,6 +158,8 @@ class Emulator:
         self.created = int(time.time())
         self.replicas: list[Replica] = []
         self.tasks: list[asyncio.Task] = []
+        #: The fields a gateway sets of the last requests, newest last, for GET /admin/received (loopback only).
+        self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEPT)
 
     def clock(self) -> float:
         """Engine seconds since start: the wall clock × speed."""
@@ -223,6 +228,16 @@ class Emulator:
             )
         if request.priority != 0 and not engine.priority_policy:
             raise ApiError(f"Got priority {request.priority} but Priority scheduling is not enabled.", param="priority")
+        self.received.append(
+            {
+                "model": request.model,
+                "priority": request.priority,
+                "cache_salt": request.cache_salt,
+                "max_tokens": request.output_limit(),
+                "stream": bool(request.stream),
+                "prompt_tokens": prompt_tokens,
+            }
+        )
         target, by_length = self.output_target(request, prompt_tokens)
         fail_at = None
         if self.options.fail_rate and self.random.random() < self.options.fail_rate:
@@ -333,6 +348,15 @@ class Handlers:
             [r.lag_s for r in replicas],
         )
         return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def received(self, request: web.Request) -> web.Response:
+        """What the last requests asked the engine for (model, priority, cache_salt, max_tokens): how a test sees
+        what a gateway in front set. Loopback only, as it shows salts."""
+        if not from_loopback(request.remote):
+            return ApiError(
+                "the admin endpoint answers the loopback only", status=403, kind="ForbiddenError"
+            ).response()
+        return web.json_response({"received": list(self.emulator.received)})
 
     async def fail(self, request: web.Request) -> web.Response:
         if not from_loopback(request.remote):
@@ -517,6 +541,7 @@ def make_app(emulator: Emulator) -> web.Application:
     app.router.add_post("/v1/chat/completions", handlers.chat)
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/admin/fail", handlers.fail)
+    app.router.add_get("/admin/received", handlers.received)
     return app
 
 

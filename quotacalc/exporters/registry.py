@@ -166,16 +166,27 @@ TARGETS: dict[str, Target] = {
         Target(
             name="litellm",
             module="quotacalc.exporters.litellm",
-            summary="LiteLLM proxy config, teams and keys: USD budgets, tpm, parallel requests, priority reservation",
-            files="litellm/config.yaml, teams.json, keys.json",
-            salts=False,
-            salting=_NO_SALT + " (LiteLLM cannot inject one)",
+            summary="LiteLLM proxy config with quotacalc's plugin (units, leases, caps, fair queueing), teams and keys",
+            files="litellm/config.yaml, teams.json, keys.json, quotacalc_enforce.py, enforce.json, policy.json, salts.json",
+            salts=True,
+            salting="quotacalc's plugin replaces the client's cache_salt with the tenant's (salts.json, owner-only)",
             prechecks="quotacalc.exporters.litellm:prechecks",
+            options=(
+                TargetOption(
+                    "litellm_enforce",
+                    "litellm: plugin (quotacalc's plugin enforces the whole policy; docs/enforce.md) or builtin "
+                    "(LiteLLM's own budgets, tpm and priority reservation; LIMITS.md lists what is lost)",
+                    default="plugin",
+                    choices=("plugin", "builtin"),
+                ),
+            ),
             enforces=_caps(
-                rate=("partly", "a USD budget per period and a raw-token tpm, neither refilled continuously"),
-                weights=("partly", "only the USD budget carries them"),
-                priority=("partly", "priority_reservation shares per tier"),
-                concurrency=("yes", "max_parallel_requests per key"),
+                rate=("yes", "quotacalc's plugin: a bucket in units refilled continuously, 429 with Retry-After"),
+                weights=("yes", "prompt (with its length charge), cached prompt and output tokens"),
+                priority=("yes", "the plugin replaces the client's priority with the tier's"),
+                salt=("yes", "the plugin replaces the client's cache_salt with the tenant's"),
+                concurrency=("yes", "the plugin's per-tenant cap (requests wait in the fair queue)"),
+                fairness=("yes", "the plugin's Virtual Token Counter over served units"),
             ),
         ),
         Target(

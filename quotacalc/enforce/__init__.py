@@ -1,0 +1,1 @@
+"""The enforcement point: quotacalc's admission contract in a gateway (docs/enforce.md)."""

@@ -1,0 +1,585 @@
+"""The enforcement point's decisions, pure and on an injected clock: who may go, what the engine is sent,
+what each request is billed (docs/enforce.md).
+
+It drives the admission contract simulate drives (``quotacalc.admission``): the policy's ledger over a
+``BucketStore`` (in memory, or Redis for several gateways), the tenant's concurrency and resident-KV caps,
+and the Virtual Token Counter in front of each pool's engines. A gateway driver (``quotacalc.enforce.litellm``)
+calls ``arrive`` with a request body and its prompt length, sends what ``dispatch`` hands it, reports tokens
+as they stream (``on_tokens``) and ends every request through ``settle``, exactly once, on every path.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, never_fits
+from quotacalc.admission.ledger import ADMITTED, NEVER_ADMISSIBLE, Ledger, Settlement
+from quotacalc.admission.policies import AdmissionPolicy
+from quotacalc.admission.policies.base import UNLIMITED
+from quotacalc.admission.scheduler import VirtualTokenCounter
+from quotacalc.admission.state import BucketStore
+from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
+
+#: Body fields a client may not set: the gateway decides them (engine order, cache namespace, routing).
+CLIENT_FORBIDDEN_FIELDS = (
+    "priority",
+    "cache_salt",
+    "extra_body",
+    "api_base",
+    "base_url",
+    "model_list",
+    "deployment_id",
+)
+
+#: Refusal reasons, as the records and the metrics name them.
+TOO_LONG = "too_long"
+NEVER_FITS_KV = "never_fits_kv"
+NEVER_FITS_BUCKET = "never_fits_bucket"
+BUCKET = "bucket"
+QUEUE_TIMEOUT = "queue_timeout"
+UNKNOWN_TENANT = "unknown_tenant"
+STORE_DOWN = "store_down"
+
+#: Terminal outcomes of an admitted request.
+COMPLETED = "completed"
+QUOTA_STOP = "quota_stop"
+ENGINE_ERROR = "engine_error"
+DISCONNECT = "disconnect"
+TIMEOUT = "timeout"
+SHUTDOWN = "shutdown"
+LEASE_EXPIRED = "lease_expired"
+#: Outcomes where the client (not the platform) ended a request the engine had started: the prompt is billed.
+CLIENT_ENDS = (DISCONNECT, TIMEOUT)
+
+QUEUED = "queued"
+SENT = "sent"
+DONE = "done"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request refused before the engine: its HTTP status, reason, one-line message and Retry-After."""
+
+    status: int
+    reason: str
+    message: str
+    retry_after_s: int | None = None
+    #: The OpenAI error type and code the body carries.
+    kind: str = "invalid_request_error"
+    code: str | None = None
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One admitted request, from admission to settlement (it is the ledger's ``Lease``)."""
+
+    request_id: str
+    tenant: int
+    tenant_name: str
+    pool: str
+    model: str
+    prompt_tokens: int
+    prompt_units: float
+    output_weight: float
+    weights: UnitWeights
+    client_max_tokens: int
+    limit_tokens: int
+    kv_estimate: int
+    start_s: float
+    hold: float = 0.0
+    granted: int = 0
+    reserved_units: float = 0.0
+    state: str = QUEUED
+    sent_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float | None = None
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    #: Output units debited as they streamed (a policy that streams its debit).
+    streamed_units: float = 0.0
+    lease_expires_s: float = 0.0
+    lease_recorded_s: float = 0.0
+    #: Whether the response streams (its tokens are counted as they come); else usage arrives at the end only.
+    streaming: bool = True
+    outcome: str | None = None
+    record: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """The gateway's own settings (each one documented in docs/enforce.md)."""
+
+    #: Sequences in flight per replica of a pool before admitted requests wait in the fair queues
+    #: (None: the engine's max_num_seqs, one decode batch, so the engine's own queue stays shallow).
+    inflight_per_replica: int | None = None
+    #: Longest wait in the fair queue before a 429.
+    queue_wait_max_s: float = 30.0
+    #: Seconds a lease lives without a token or a renewal; past it the request is settled as expired.
+    lease_ttl_s: float = 120.0
+
+
+@dataclass
+class _PoolQueue:
+    scheduler: VirtualTokenCounter
+    queues: list[deque[Ticket]]
+    inflight_bound: int
+    inflight: int = 0
+
+
+@dataclass
+class TenantStats:
+    """A tenant's counters, for the metrics."""
+
+    admitted: int = 0
+    rejects: dict[str, int] = field(default_factory=dict)
+    units_reserved: float = 0.0
+    units_debited: float = 0.0
+    units_released: float = 0.0
+    queue_wait_s_sum: float = 0.0
+    queue_waits: int = 0
+    live_sequences: int = 0
+    live_kv_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Gate:
+    """Admission, rewriting, fair dispatch and settlement for one gateway, over one policy."""
+
+    def __init__(
+        self,
+        policy: QuotaPolicy,
+        salts: Mapping[str, str],
+        admission: AdmissionPolicy,
+        store: BucketStore,
+        settings: GateSettings | None = None,
+    ) -> None:
+        self.policy = policy
+        self.settings = settings or GateSettings()
+        self.admission = admission
+        self.ledger = Ledger(admission, store)
+        self.store = store
+        self.tenants: tuple[TenantPolicy, ...] = policy.tenants
+        self.index = {tenant.name: i for i, tenant in enumerate(self.tenants)}
+        self.pools: dict[str, PoolPolicy] = {pool.name: pool for pool in policy.pools}
+        self.salts = {t.name: salts[t.salt_ref] for t in self.tenants if t.salt_ref is not None}
+        self.caps = [TenantCaps(t.max_concurrent_sequences, t.kv_cap_tokens_per_replica) for t in self.tenants]
+        weights = [t.bucket_rate_units_per_s for t in self.tenants]
+        self.queues: dict[str, _PoolQueue] = {}
+        for pool in policy.pools:
+            per_replica = self.settings.inflight_per_replica or pool.engine.max_num_seqs
+            self.queues[pool.name] = _PoolQueue(
+                VirtualTokenCounter(list(weights)),
+                [deque() for _ in self.tenants],
+                max(1, per_replica * pool.replicas),
+            )
+        self.inflight = [0] * len(self.tenants)
+        #: Each tenant's resident KV estimate (prompt + granted output) on each pool, summed over its replicas.
+        self.resident_kv: list[dict[str, int]] = [{} for _ in self.tenants]
+        self.live: dict[str, Ticket] = {}
+        self.stats = [TenantStats() for _ in self.tenants]
+        # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
+        # holds nothing past it; ``holding_for`` names the request the store's next take is for.
+        self._leases_in_store = hasattr(store, "holding_for")
+
+    @contextmanager
+    def _holding_for(self, request_id: str) -> Iterator[None]:
+        if not self._leases_in_store:
+            yield
+            return
+        self.store.holding_for = request_id  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            self.store.holding_for = None  # type: ignore[attr-defined]
+
+    def _lease(self, ticket: Ticket, now: float) -> None:
+        """Extend the lease's life (in a shared store too)."""
+        ticket.lease_expires_s = now + self.settings.lease_ttl_s
+        if self._leases_in_store and ticket.hold > 0:
+            self.store.refresh_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+            ticket.lease_recorded_s = now
+
+    # -- who and what ----------------------------------------------------------------------------
+
+    def tenant_index(self, name: str | None) -> int | None:
+        return self.index.get(name) if name else None
+
+    def refuse_unknown(self, name: str | None) -> Refusal:
+        said = f"'{name}'" if name else "none"
+        return Refusal(
+            403 if name else 401,
+            UNKNOWN_TENANT,
+            f"quotacalc: the request's tenant ({said}) is not in the policy: ask the platform for a key of your tenant",
+            kind="authentication_error" if not name else "permission_denied",
+            code=UNKNOWN_TENANT,
+        )
+
+    def refuse(self, tenant: int, refusal: Refusal) -> Refusal:
+        rejects = self.stats[tenant].rejects
+        rejects[refusal.reason] = rejects.get(refusal.reason, 0) + 1
+        return refusal
+
+    # -- admission ---------------------------------------------------------------------------------
+
+    def arrive(
+        self, tenant: int, prompt_tokens: int, client_max_tokens: int | None, now: float, request_id: str
+    ) -> Refusal | Ticket:
+        """Decide on a request: too long (400), never fits (413, no Retry-After), the bucket (429 with
+        Retry-After), else admitted with the policy's units held; routed to the long-context pool above the
+        threshold. Admitted tickets then wait for ``dispatch``."""
+        t = self.tenants[tenant]
+        pool = self.pools[t.pool]
+        weights = t.weights
+        routed = t.long_context_pool is not None and t.route_above_prompt_tokens is not None
+        if routed and prompt_tokens > t.route_above_prompt_tokens:  # type: ignore[operator]
+            pool = self.pools[t.long_context_pool]  # type: ignore[index]
+            weights = t.long_context_weights or weights
+        context = min(t.max_context_tokens, pool.engine.max_model_len)
+        if prompt_tokens + 1 > context:
+            return self.refuse(
+                tenant,
+                Refusal(
+                    400,
+                    TOO_LONG,
+                    f"quotacalc: the prompt's {prompt_tokens} tokens leave no room for output in tier {t.tier}'s "
+                    f"context of {context} tokens: shorten the prompt",
+                    code="context_length_exceeded",
+                ),
+            )
+        limit = min(t.max_output_tokens, context - prompt_tokens)
+        if client_max_tokens is not None:
+            limit = min(limit, client_max_tokens)
+        limit = max(1, limit)
+        prompt_units = weights.request_units(prompt_tokens, 0, 0)
+        ticket = Ticket(
+            request_id=request_id,
+            tenant=tenant,
+            tenant_name=t.name,
+            pool=pool.name,
+            model=pool.engine.served_model_name,
+            prompt_tokens=prompt_tokens,
+            prompt_units=prompt_units,
+            output_weight=weights.output,
+            weights=weights,
+            client_max_tokens=client_max_tokens if client_max_tokens is not None else limit,
+            limit_tokens=limit,
+            kv_estimate=prompt_tokens + limit,
+            start_s=now,
+        )
+        if never_fits(self.caps[tenant], ticket.kv_estimate):
+            return self.refuse(
+                tenant,
+                Refusal(
+                    413,
+                    NEVER_FITS_KV,
+                    f"quotacalc: the prompt and its output ({ticket.kv_estimate} tokens) exceed tenant {t.name}'s "
+                    f"resident-KV cap of {t.kv_cap_tokens_per_replica} tokens; waiting will not help: lower "
+                    "max_tokens or shorten the prompt",
+                    code="never_fits",
+                ),
+            )
+        with self._holding_for(request_id):
+            admission = self.ledger.admit(tenant, ticket, now)
+        if admission.outcome == NEVER_ADMISSIBLE:
+            return self.refuse(
+                tenant,
+                Refusal(
+                    413,
+                    NEVER_FITS_BUCKET,
+                    f"quotacalc: the request needs {admission.needed_units:.0f} units and tenant {t.name}'s bucket "
+                    f"holds at most {t.bucket_depth_units:.0f}; waiting will not help: lower max_tokens or shorten "
+                    "the prompt",
+                    code="never_fits",
+                ),
+            )
+        if admission.outcome != ADMITTED:
+            return self.refuse(
+                tenant,
+                Refusal(
+                    429,
+                    BUCKET,
+                    f"quotacalc: tenant {t.name}'s bucket lacks the {admission.needed_units:.0f} units this request "
+                    f"needs; retry after {admission.retry_after_s} s",
+                    retry_after_s=admission.retry_after_s,
+                    kind="rate_limit_error",
+                    code="rate_limit_exceeded",
+                ),
+            )
+        ticket.reserved_units = ticket.hold
+        self._lease(ticket, now)
+        stats = self.stats[tenant]
+        stats.admitted += 1
+        stats.units_reserved += ticket.hold
+        self.live[request_id] = ticket
+        queue = self.queues[pool.name]
+        if not queue.queues[tenant]:
+            queue.scheduler.backlog(tenant)
+        queue.queues[tenant].append(ticket)
+        return ticket
+
+    def lease_all(self, ticket: Ticket, now: float) -> int:
+        """Lease every output token the request may produce (a response not streamed cannot be stopped at a
+        lease boundary): the tokens granted, which the engine's max_tokens is then capped at."""
+        while ticket.granted < ticket.limit_tokens:
+            before = ticket.hold
+            with self._holding_for(ticket.request_id):
+                renewed = self.ledger.renew(ticket.tenant, ticket, now)
+            if renewed <= 0:
+                break
+            self.stats[ticket.tenant].units_reserved += ticket.hold - before
+            ticket.reserved_units += ticket.hold - before
+        self._lease(ticket, now)
+        return min(ticket.granted, ticket.limit_tokens)
+
+    # -- the body the engine gets ------------------------------------------------------------------
+
+    def rewrite(self, ticket: Ticket, body: Mapping[str, Any], *, max_tokens: int | None = None) -> dict[str, Any]:
+        """The body without the fields clients may not set, with the tier's priority, the tenant's salt,
+        max_tokens capped and the pool as the model."""
+        t = self.tenants[ticket.tenant]
+        out = {key: value for key, value in body.items() if key not in CLIENT_FORBIDDEN_FIELDS}
+        out.pop("max_completion_tokens", None)
+        out["model"] = ticket.pool
+        pool = self.pools[ticket.pool]
+        if pool.engine.scheduling_policy == "priority":
+            # vLLM runs the lower value first; tier 0 is the most important.
+            out["priority"] = t.priority
+        salt = self.salts.get(t.name)
+        if salt is not None:
+            out["cache_salt"] = salt
+        out["max_tokens"] = max_tokens if max_tokens is not None else ticket.limit_tokens
+        if out.get("stream"):
+            options = dict(out.get("stream_options") or {})
+            options["include_usage"] = True
+            out["stream_options"] = options
+        return out
+
+    # -- fair queueing -----------------------------------------------------------------------------
+
+    def _fits_kv(self, ticket: Ticket) -> bool:
+        pool = self.pools[ticket.pool]
+        resident = self.resident_kv[ticket.tenant].get(ticket.pool, 0)
+        return resident + ticket.kv_estimate <= self.caps[ticket.tenant].kv_cap_tokens_per_replica * pool.replicas
+
+    def dispatch(self, pool_name: str, now: float) -> list[Ticket]:
+        """Tickets that may go to the pool's engines now, the backlogged tenant with the smallest virtual counter
+        first, within the pool's in-flight bound and each tenant's concurrency and resident-KV caps."""
+        queue = self.queues[pool_name]
+        sent: list[Ticket] = []
+        while queue.inflight < queue.inflight_bound:
+            best: tuple[float, int, int] | None = None
+            for tenant, waiting in enumerate(queue.queues):
+                while waiting and waiting[0].state != QUEUED:
+                    waiting.popleft()
+                if not waiting:
+                    queue.scheduler.drained(tenant)
+                    continue
+                if at_concurrency_cap(self.caps[tenant], self.inflight[tenant]) or not self._fits_kv(waiting[0]):
+                    continue
+                key = (queue.scheduler.counter(tenant), self.tenants[tenant].priority, tenant)
+                if best is None or key < best:
+                    best = key
+            if best is None:
+                break
+            tenant = best[2]
+            ticket = queue.queues[tenant].popleft()
+            if not queue.queues[tenant]:
+                queue.scheduler.drained(tenant)
+            queue.scheduler.charge(tenant, ticket.prompt_units)
+            ticket.state = SENT
+            ticket.sent_s = now
+            queue.inflight += 1
+            self.inflight[tenant] += 1
+            kv = self.resident_kv[tenant]
+            kv[pool_name] = kv.get(pool_name, 0) + ticket.kv_estimate
+            stats = self.stats[tenant]
+            stats.queue_wait_s_sum += now - ticket.start_s
+            stats.queue_waits += 1
+            stats.live_sequences += 1
+            stats.live_kv_tokens += ticket.kv_estimate
+            self._lease(ticket, now)
+            sent.append(ticket)
+        return sent
+
+    def overdue(self, now: float) -> list[Ticket]:
+        """Queued tickets that waited past the bound (each to be refused with a 429 and settled)."""
+        bound = self.settings.queue_wait_max_s
+        return [t for t in self.live.values() if t.state == QUEUED and now - t.start_s > bound]
+
+    def queue_refusal(self, ticket: Ticket) -> Refusal:
+        retry = max(1, round(self.settings.queue_wait_max_s / 4))
+        return self.refuse(
+            ticket.tenant,
+            Refusal(
+                429,
+                QUEUE_TIMEOUT,
+                f"quotacalc: pool {ticket.pool} is busy and the request waited {self.settings.queue_wait_max_s:g} s "
+                f"in tenant {ticket.tenant_name}'s queue; retry after {retry} s",
+                retry_after_s=retry,
+                kind="rate_limit_error",
+                code="queue_timeout",
+            ),
+        )
+
+    # -- streaming ---------------------------------------------------------------------------------
+
+    def on_tokens(self, ticket: Ticket, tokens: int, now: float) -> int:
+        """``tokens`` more output tokens streamed. Returns how many of them the lease covers: fewer than
+        ``tokens`` when the bucket could not extend the lease (a quota stop at the boundary)."""
+        if ticket.first_token_s is None and tokens > 0:
+            ticket.first_token_s = now
+        covered = 0
+        renewed_units = 0.0
+        for _ in range(tokens):
+            if ticket.output_tokens >= ticket.granted and ticket.granted < UNLIMITED:
+                before = ticket.hold
+                with self._holding_for(ticket.request_id):
+                    extended = self.ledger.renew(ticket.tenant, ticket, now)
+                if extended <= 0:
+                    break
+                renewed = ticket.hold - before
+                ticket.reserved_units += renewed
+                self.stats[ticket.tenant].units_reserved += renewed
+                renewed_units += renewed
+            ticket.output_tokens += 1
+            covered += 1
+        if covered:
+            units = ticket.output_weight * covered
+            self.ledger.stream(ticket.tenant, units, now)
+            if self.admission.streams:
+                ticket.streamed_units += units
+            self.queues[ticket.pool].scheduler.charge(ticket.tenant, units)
+            if renewed_units > 0 or now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
+                self._lease(ticket, now)
+            else:
+                ticket.lease_expires_s = now + self.settings.lease_ttl_s
+        return covered
+
+    # -- settlement --------------------------------------------------------------------------------
+
+    def billed_units(self, ticket: Ticket, outcome: str) -> float:
+        """What the tenant received: its prompt (cached tokens at their weight) once a token came back, or once
+        the client itself ended a request the engine had, and W per output token."""
+        if ticket.output_tokens > 0 or (outcome in CLIENT_ENDS and ticket.state == SENT):
+            prompt = ticket.weights.request_units(ticket.prompt_tokens, ticket.cached_tokens, 0)
+            return prompt + ticket.output_weight * ticket.output_tokens
+        return 0.0
+
+    def settle(
+        self,
+        ticket: Ticket,
+        outcome: str,
+        now: float,
+        *,
+        prompt_tokens: int | None = None,
+        cached_tokens: int | None = None,
+        output_tokens: int | None = None,
+        retry_after_s: int | None = None,
+    ) -> dict[str, Any] | None:
+        """End a request (once; a second call returns None): bill what it received from the engine's usage
+        where known, release the rest, free its caps, and return its usage record."""
+        if ticket.state == DONE:
+            return None
+        was_sent = ticket.state == SENT
+        if prompt_tokens is not None and prompt_tokens > 0:
+            ticket.prompt_tokens = prompt_tokens
+        if cached_tokens is not None:
+            ticket.cached_tokens = min(cached_tokens, ticket.prompt_tokens)
+        if output_tokens is not None and output_tokens > ticket.output_tokens:
+            # Usage counts tokens the stream did not show one by one (a response not streamed).
+            ticket.output_tokens = min(output_tokens, max(ticket.granted, ticket.output_tokens))
+        if outcome == LEASE_EXPIRED and not ticket.streaming and was_sent:
+            # A response not streamed whose end never came: what it received is unknown, so it is billed all it
+            # was granted (its hold), never nothing.
+            ticket.output_tokens = max(ticket.output_tokens, min(ticket.granted, ticket.limit_tokens))
+        billed = self.billed_units(ticket, outcome)
+        streamed = ticket.streamed_units
+        taken = ticket.hold + streamed
+        store_failed = False
+        try:
+            if self._leases_in_store:
+                # What the store still holds for it: less than the gate's count where the lease expired on the way
+                # (its units went back to the bucket then), so nothing is returned twice.
+                ticket.hold = self.store.end_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+                taken = ticket.hold + streamed
+            settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
+        except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
+            store_failed = True
+            settlement = Settlement(billed, 0.0, 0.0, 0.0)
+        ticket.state = DONE
+        ticket.outcome = outcome
+        ticket.end_s = now
+        self.live.pop(ticket.request_id, None)
+        stats = self.stats[ticket.tenant]
+        stats.units_debited += billed
+        stats.units_released += settlement.released
+        stats.output_tokens += ticket.output_tokens
+        if was_sent:
+            queue = self.queues[ticket.pool]
+            queue.inflight -= 1
+            self.inflight[ticket.tenant] -= 1
+            kv = self.resident_kv[ticket.tenant]
+            kv[ticket.pool] = kv.get(ticket.pool, 0) - ticket.kv_estimate
+            stats.live_sequences -= 1
+            stats.live_kv_tokens -= ticket.kv_estimate
+        ticket.record = {
+            "request_id": ticket.request_id,
+            "tenant": ticket.tenant_name,
+            "pool": ticket.pool,
+            "model": ticket.model,
+            "start": ticket.start_s,
+            "first_token": ticket.first_token_s,
+            "end": now,
+            "prompt_tokens": ticket.prompt_tokens,
+            "cached_tokens": ticket.cached_tokens,
+            "output_tokens": ticket.output_tokens,
+            "max_tokens": ticket.limit_tokens,
+            "units_reserved": ticket.reserved_units,
+            "units_taken": taken,
+            "units_debited": billed,
+            "units_released": settlement.released,
+            "units_charged": settlement.charged,
+            "units_forgiven": settlement.forgiven,
+            "outcome": outcome,
+            "retry_after_s": retry_after_s,
+        }
+        if store_failed:
+            ticket.record["store_failed"] = True
+        return ticket.record
+
+    def expired(self, now: float) -> list[Ticket]:
+        """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one
+        has its own bound (``overdue``)."""
+        return [t for t in self.live.values() if t.state == SENT and t.lease_expires_s < now]
+
+
+def refusal_record(
+    refusal: Refusal, tenant: str | None, request_id: str, now: float, prompt_tokens: int | None
+) -> dict[str, Any]:
+    """The usage record of a request refused before the engine (nothing held, nothing billed)."""
+    return {
+        "request_id": request_id,
+        "tenant": tenant,
+        "pool": None,
+        "model": None,
+        "start": now,
+        "first_token": None,
+        "end": now,
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": 0,
+        "output_tokens": 0,
+        "max_tokens": None,
+        "units_reserved": 0.0,
+        "units_taken": 0.0,
+        "units_debited": 0.0,
+        "units_released": 0.0,
+        "units_charged": 0.0,
+        "units_forgiven": 0.0,
+        "outcome": refusal.reason,
+        "status": refusal.status,
+        "retry_after_s": refusal.retry_after_s,
+    }

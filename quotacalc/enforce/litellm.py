@@ -1,0 +1,442 @@
+"""The LiteLLM proxy plugin: quotacalc's policy enforced in front of the engines (docs/enforce.md).
+
+LiteLLM loads it from ``litellm_settings.callbacks`` (the generated ``quotacalc_enforce.py`` next to the config
+makes one ``QuotacalcEnforcer`` from ``enforce.json``). It is a thin driver of ``quotacalc.enforce.gate.Gate``:
+``async_pre_call_hook`` names the tenant, admits or refuses, waits for the fair queue and rewrites the body;
+``async_post_call_streaming_iterator_hook`` counts tokens, renews leases and stops a stream at the quota;
+the success and failure hooks and the stream's end settle. A sweeper settles leases that expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+from litellm.integrations.custom_logger import CustomLogger
+
+from quotacalc.admission.bucket import Bucket
+from quotacalc.admission.state import MemoryBuckets
+from quotacalc.enforce.gate import (
+    COMPLETED,
+    DISCONNECT,
+    ENGINE_ERROR,
+    LEASE_EXPIRED,
+    QUEUED,
+    QUOTA_STOP,
+    SENT,
+    SHUTDOWN,
+    STORE_DOWN,
+    Gate,
+    GateSettings,
+    Refusal,
+    Ticket,
+    refusal_record,
+)
+from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, read_policy, read_settings
+
+log = logging.getLogger("quotacalc.enforce")
+
+#: The key of ``data`` (LiteLLM's request dict) that carries the request's ticket id between hooks.
+TICKET_KEY = "quotacalc_request_id"
+#: The field of a stream's last chunk that says the quota stopped it.
+QUOTA_STOP_FIELD = "quotacalc_stop"
+_CALL_TYPES = {"completion", "acompletion", "text_completion", "atext_completion"}
+
+
+def _rfc3339(epoch_s: float | None) -> str | None:
+    if epoch_s is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch_s, tz=dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def prompt_tokens_bytes4(data: dict[str, Any]) -> int:
+    """quotacalc emulate's rule: UTF-8 bytes / 4 (rounded up) over its chat template, or of the prompt."""
+    if "messages" in data:
+        parts = []
+        for message in data.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                content = "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+            parts.append(f"<|{message.get('role', '')}|>\n{content or ''}\n")
+        parts.append("<|assistant|>\n")
+        text = "".join(parts)
+    else:
+        prompt = data.get("prompt")
+        if isinstance(prompt, list):
+            return len(prompt) if prompt and isinstance(prompt[0], int) else len(json.dumps(prompt)) // 4
+        text = prompt or ""
+    return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
+
+
+class QuotacalcEnforcer(CustomLogger):
+    """quotacalc's admission, fair queueing, streaming leases and settlement inside a LiteLLM proxy."""
+
+    def __init__(self, settings_path: str | os.PathLike[str] | None = None, *, store: Any = None) -> None:
+        super().__init__()
+        path = Path(settings_path or os.environ.get(SETTINGS_ENV) or "enforce.json").resolve()
+        settings = read_settings(path)
+        self.settings: EnforceSettings = settings
+        policy, salts = read_policy(settings, path.parent)
+        self.policy = policy
+        now = time.time()
+        if store is None:
+            if settings.state == "redis":
+                from quotacalc.enforce.redis_store import RedisBuckets
+
+                url = os.environ.get(settings.redis_url_env, "redis://127.0.0.1:6379/0")
+                store = RedisBuckets.from_url(url, policy, lease_ttl_s=settings.lease_ttl_s)
+            else:
+                store = MemoryBuckets(
+                    [Bucket(t.bucket_rate_units_per_s, t.bucket_depth_units, now=now) for t in policy.tenants]
+                )
+        self.store = store
+        self.gate = Gate(
+            policy,
+            salts,
+            settings.admission(),
+            store,
+            GateSettings(settings.inflight_per_replica, settings.queue_wait_max_s, settings.lease_ttl_s),
+        )
+        self.waiters: dict[str, asyncio.Future[None]] = {}
+        self.records_path = (path.parent / settings.records) if settings.records else None
+        self.store_failures = 0
+        self._sweeper: asyncio.Task[None] | None = None
+        self._mounted = False
+        # A proxy that stops settles what it holds (in Redis, its holds come back now rather than at expiry).
+        atexit.register(self.shutdown)
+
+    # -- who is asking ---------------------------------------------------------------------------
+
+    def tenant_name(self, user_api_key_dict: Any, data: dict[str, Any]) -> str | None:
+        if self.settings.tenant_from == "header":
+            headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+            wanted = self.policy.tenant_header.lower()
+            for name, value in headers.items():
+                if name.lower() == wanted:
+                    return value
+            return None
+        metadata = getattr(user_api_key_dict, "metadata", None) or {}
+        team_metadata = getattr(user_api_key_dict, "team_metadata", None) or {}
+        for candidate in (
+            metadata.get("tenant"),
+            team_metadata.get("tenant"),
+            getattr(user_api_key_dict, "team_alias", None),
+            getattr(user_api_key_dict, "team_id", None),
+        ):
+            if candidate and self.gate.tenant_index(candidate) is not None:
+                return candidate
+        return metadata.get("tenant") or getattr(user_api_key_dict, "team_alias", None)
+
+    # -- records and errors ------------------------------------------------------------------------
+
+    def write_record(self, record: dict[str, Any] | None) -> None:
+        if record is None or self.records_path is None:
+            return
+        line = dict(record)
+        for key in ("start", "first_token", "end"):
+            line[key] = _rfc3339(line[key])
+        text = json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n"
+        # One write of one line to a file opened for appending: lines of concurrent requests never interleave.
+        fd = os.open(self.records_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def http_error(refusal: Refusal) -> HTTPException:
+        headers = {"x-quotacalc-reason": refusal.reason}
+        if refusal.retry_after_s is not None:
+            headers["retry-after"] = str(refusal.retry_after_s)
+        detail = {"error": {"message": refusal.message, "type": refusal.kind, "param": None, "code": refusal.code}}
+        return HTTPException(status_code=refusal.status, detail=detail, headers=headers)
+
+    # -- background ----------------------------------------------------------------------------------
+
+    def _start_background(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        if not self._mounted:
+            self._mounted = True
+            self._mount_metrics()
+
+    async def _sweep(self) -> None:
+        """Settle leases that expired (a request whose hooks never ran to its end) and refuse overdue waits."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.time()
+            try:
+                for ticket in self.gate.expired(now):
+                    self.write_record(self.gate.settle(ticket, LEASE_EXPIRED, now))
+                    self._pump(ticket.pool)
+            except Exception:  # the sweeper must outlive a store's outage
+                log.exception("quotacalc: settling expired leases failed")
+
+    def _mount_metrics(self) -> None:
+        """GET /quotacalc/metrics on the proxy's own app: Prometheus text, per tenant."""
+        try:
+            from fastapi.responses import PlainTextResponse
+            from litellm.proxy.proxy_server import app
+        except Exception:  # not inside a proxy (a library use): no endpoint
+            return
+
+        async def metrics() -> PlainTextResponse:
+            return PlainTextResponse(self.metrics_text(), media_type="text/plain; version=0.0.4")
+
+        app.add_api_route("/quotacalc/metrics", metrics, methods=["GET"], include_in_schema=False)
+
+    def metrics_text(self) -> str:
+        from quotacalc.enforce.metrics import render
+
+        return render(self.gate, self.store_failures)
+
+    def _pump(self, pool: str) -> None:
+        for ticket in self.gate.dispatch(pool, time.time()):
+            waiter = self.waiters.pop(ticket.request_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    # -- admission ---------------------------------------------------------------------------------
+
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
+        if str(call_type) not in _CALL_TYPES and getattr(call_type, "value", None) not in _CALL_TYPES:
+            return data
+        self._start_background()
+        gate = self.gate
+        request_id = str(data.get("litellm_call_id") or uuid.uuid4())
+        now = time.time()
+        name = self.tenant_name(user_api_key_dict, data)
+        tenant = gate.tenant_index(name)
+        if tenant is None:
+            refusal = gate.refuse_unknown(name)
+            self.write_record(refusal_record(refusal, name, request_id, now, 0))
+            raise self.http_error(refusal)
+        if self.settings.prompt_tokens == "bytes4":
+            prompt_tokens = prompt_tokens_bytes4(data)
+        else:
+            import litellm
+
+            prompt_tokens = litellm.token_counter(
+                model=str(data.get("model") or ""), messages=data.get("messages"), text=data.get("prompt")
+            )
+        client_max = data.get("max_completion_tokens") or data.get("max_tokens")
+        client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
+        try:
+            outcome = gate.arrive(tenant, prompt_tokens, client_max, now, request_id)
+        except Exception as error:
+            return self._store_down(error, tenant, name, request_id, now, prompt_tokens, data)
+        if isinstance(outcome, Refusal):
+            self.write_record(refusal_record(outcome, name, request_id, now, prompt_tokens))
+            raise self.http_error(outcome)
+        ticket = outcome
+        ticket.streaming = bool(data.get("stream"))
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters[request_id] = waiter
+        self._pump(ticket.pool)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout=self.settings.queue_wait_max_s)
+        except asyncio.TimeoutError:
+            self.waiters.pop(request_id, None)
+            if ticket.state == QUEUED:
+                refusal = gate.queue_refusal(ticket)
+                self.write_record(gate.settle(ticket, refusal.reason, time.time(), retry_after_s=refusal.retry_after_s))
+                raise self.http_error(refusal) from None
+        except asyncio.CancelledError:
+            self.waiters.pop(request_id, None)
+            self.write_record(gate.settle(ticket, DISCONNECT, time.time()))
+            self._pump(ticket.pool)
+            raise
+        if ticket.state != SENT:
+            # Settled while it waited (the proxy is stopping): it never reaches the engine unmetered.
+            refusal = gate.queue_refusal(ticket)
+            raise self.http_error(refusal)
+        max_tokens = None if data.get("stream") else gate.lease_all(ticket, time.time())
+        rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
+        # priority and cache_salt travel in extra_body, which LiteLLM merges into the engine's body: a top-level
+        # integer priority would instead queue the request in LiteLLM's own scheduler (Router.schedule_acompletion).
+        extra = {key: rewritten.pop(key) for key in ("priority", "cache_salt") if key in rewritten}
+        if extra:
+            rewritten["extra_body"] = extra
+        rewritten[TICKET_KEY] = request_id
+        metadata = dict(rewritten.get("metadata") or {})
+        metadata[TICKET_KEY] = request_id
+        rewritten["metadata"] = metadata
+        data.clear()
+        data.update(rewritten)
+        return data
+
+    def _store_down(
+        self,
+        error: Exception,
+        tenant: int,
+        name: str | None,
+        request_id: str,
+        now: float,
+        prompt_tokens: int,
+        data: dict,
+    ) -> dict:
+        """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open)."""
+        self._count_store_failure(error)
+        if self.settings.redis_failure == "closed":
+            refusal = self.gate.refuse(
+                tenant,
+                Refusal(
+                    503,
+                    STORE_DOWN,
+                    "quotacalc: the quota store is unavailable; retry after 5 s",
+                    retry_after_s=5,
+                    kind="service_unavailable",
+                    code=STORE_DOWN,
+                ),
+            )
+            self.write_record(refusal_record(refusal, name, request_id, now, prompt_tokens))
+            raise self.http_error(refusal) from None
+        record = refusal_record(Refusal(200, "unmetered", ""), name, request_id, now, prompt_tokens)
+        self.write_record(record)
+        for key in ("priority", "cache_salt"):
+            data.pop(key, None)
+        return data
+
+    # -- streaming -----------------------------------------------------------------------------------
+
+    def _ticket(self, data: dict | None) -> Ticket | None:
+        if not data:
+            return None
+        request_id = data.get(TICKET_KEY) or (data.get("metadata") or {}).get(TICKET_KEY)
+        litellm_params = data.get("litellm_params") or {}
+        request_id = request_id or (litellm_params.get("metadata") or {}).get(TICKET_KEY)
+        return self.gate.live.get(request_id) if request_id else None
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict
+    ) -> AsyncGenerator[Any, None]:
+        ticket = self._ticket(request_data)
+        if ticket is None:
+            async for item in response:
+                yield item
+            return
+        outcome = DISCONNECT
+        usage = None
+        try:
+            async for chunk in response:
+                chunk_usage = getattr(chunk, "usage", None)
+                if chunk_usage is not None:
+                    usage = chunk_usage
+                choices = getattr(chunk, "choices", None) or []
+                tokens = _chunk_tokens(choices)
+                if tokens:
+                    covered, stop = self._renew(ticket, tokens)
+                    if covered < tokens:
+                        outcome = stop
+                        _mark_stopped(chunk, choices, stop)
+                        yield chunk
+                        break
+                yield chunk
+            else:
+                outcome = COMPLETED
+        except (GeneratorExit, asyncio.CancelledError):
+            outcome = DISCONNECT
+            raise
+        except Exception:
+            outcome = ENGINE_ERROR
+            raise
+        finally:
+            if outcome in (QUOTA_STOP, STORE_DOWN):
+                # Closing the engine's stream ends its request, so the engine frees the sequence's KV.
+                with contextlib.suppress(Exception):
+                    await response.aclose()
+            self._settle_with_usage(ticket, outcome, usage)
+
+    def _renew(self, ticket: Ticket, tokens: int) -> tuple[int, str]:
+        """How many of a chunk's tokens the lease covers, and how the stream stops if not all: at the quota, or
+        (the store failed renewing it) where a closed failure policy stops it; an open one lets them through."""
+        try:
+            return self.gate.on_tokens(ticket, tokens, time.time()), QUOTA_STOP
+        except Exception as error:  # the store failed renewing the lease
+            self._count_store_failure(error)
+            if self.settings.redis_failure == "closed":
+                return 0, STORE_DOWN
+            ticket.output_tokens += tokens
+            return tokens, QUOTA_STOP
+
+    def _settle_with_usage(self, ticket: Ticket, outcome: str, usage: Any) -> None:
+        prompt = cached = output = None
+        if usage is not None:
+            prompt = getattr(usage, "prompt_tokens", None)
+            output = getattr(usage, "completion_tokens", None)
+            details = getattr(usage, "prompt_tokens_details", None)
+            cached = getattr(details, "cached_tokens", None) if details is not None else None
+        record = self.gate.settle(
+            ticket, outcome, time.time(), prompt_tokens=prompt, cached_tokens=cached, output_tokens=output
+        )
+        if record is not None and record.get("store_failed"):
+            self._count_store_failure(None)
+        self.write_record(record)
+        self._pump(ticket.pool)
+
+    def _count_store_failure(self, error: Exception | None) -> None:
+        self.store_failures += 1
+        log.error("quotacalc: the bucket store failed (%s): failing %s", error, self.settings.redis_failure)
+
+    # -- settlement of responses not streamed --------------------------------------------------------
+
+    async def async_post_call_success_hook(self, data: dict, user_api_key_dict: Any, response: Any) -> Any:
+        ticket = self._ticket(data)
+        if ticket is not None and not data.get("stream"):
+            usage = getattr(response, "usage", None)
+            if usage is not None and getattr(usage, "completion_tokens", 0):
+                ticket.first_token_s = ticket.first_token_s or time.time()
+            self._settle_with_usage(ticket, COMPLETED, usage)
+        return response
+
+    async def async_post_call_failure_hook(
+        self, request_data: dict, original_exception: Exception, user_api_key_dict: Any, traceback_str: Any = None
+    ) -> Any:
+        ticket = self._ticket(request_data)
+        if ticket is not None:
+            self._settle_with_usage(ticket, ENGINE_ERROR, None)
+        return None
+
+    def shutdown(self) -> None:
+        """Settle every live request (the proxy is stopping) and write their records."""
+        now = time.time()
+        for ticket in list(self.gate.live.values()):
+            with contextlib.suppress(Exception):
+                self.write_record(self.gate.settle(ticket, SHUTDOWN, now))
+
+
+def _chunk_tokens(choices: list[Any]) -> int:
+    """Output tokens in a streamed chunk: one per choice that carries text (the engine streams a token a chunk)."""
+    tokens = 0
+    for choice in choices:
+        delta = getattr(choice, "delta", None)
+        text = getattr(delta, "content", None) if delta is not None else getattr(choice, "text", None)
+        if text:
+            tokens += 1
+    return tokens
+
+
+def _mark_stopped(chunk: Any, choices: list[Any], stop: str) -> None:
+    """The chunk a lease could not cover becomes the stream's last: finish_reason length, no text, and a field
+    that says the quota (or the store) stopped it."""
+    for choice in choices:
+        choice.finish_reason = "length"
+        if getattr(choice, "delta", None) is not None:
+            choice.delta.content = None
+    said = {QUOTA_STOP_FIELD: "quota" if stop == QUOTA_STOP else STORE_DOWN}
+    with contextlib.suppress(Exception):
+        chunk.provider_specific_fields = said
+    for choice in choices:
+        with contextlib.suppress(Exception):
+            choice.provider_specific_fields = said

@@ -1,0 +1,186 @@
+"""Bucket levels and leases in Redis or Valkey, shared by several gateways (``state: redis`` in enforce.json).
+
+Every operation is one Lua script, so it is atomic on the server, and reads the server's clock (``TIME``), so
+gateways whose clocks disagree refill the same bucket alike. A tenant's keys share one hash tag
+(``quotacalc:{tenant}:...``): they live in one slot, so each script works on Redis Cluster. A lease is recorded
+with its expiry by the script that takes its units (atomically, so a lost reply leaves a lease that expires); a script that touches a tenant's bucket first returns the units of its expired
+leases to it, so a gateway that dies holds nothing past its leases' life.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quotacalc.admission.state import Taken
+from quotacalc.core.policy import QuotaPolicy
+
+#: Refill to the server's now and return expired leases' units; leaves ``now``, ``level``, ``depth`` set.
+_PRELUDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local rate = tonumber(ARGV[1])
+local depth = tonumber(ARGV[2])
+local v = redis.call('HMGET', KEYS[1], 'level', 'at')
+local level = tonumber(v[1])
+local at = tonumber(v[2])
+if level == nil then level = depth; at = now end
+if now > at then level = math.min(depth, level + rate * (now - at)); at = now end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, id in ipairs(expired) do
+  local units = tonumber(redis.call('HGET', KEYS[3], id) or '0') or 0
+  level = math.min(depth, level + units)
+  redis.call('HDEL', KEYS[3], id)
+end
+if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+local function save()
+  redis.call('HSET', KEYS[1], 'level', string.format('%.17g', level), 'at', string.format('%.17g', now))
+end
+"""
+
+_LEVEL = _PRELUDE + "save()\nreturn string.format('%.17g', level)"
+
+#: Units taken for a request join its lease in the same script (ARGV[5]: its id, '' for none; ARGV[6]: the lease's
+#: life): a reply lost on the way back leaves a lease that expires, never units taken and held by no one.
+_HOLD = """
+local function hold(units)
+  if ARGV[5] ~= '' and units > 0 then
+    redis.call('HINCRBYFLOAT', KEYS[3], ARGV[5], string.format('%.17g', units))
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[5])
+  end
+end
+"""
+
+_TRY_TAKE = (
+    _PRELUDE
+    + _HOLD
+    + """
+local needed = tonumber(ARGV[3])
+local take = tonumber(ARGV[4])
+local ok = 0
+if level >= needed then level = level - take; ok = 1; hold(take) end
+save()
+return {ok, string.format('%.17g', level)}
+"""
+)
+
+_TAKE_WHOLE = (
+    _PRELUDE
+    + _HOLD
+    + """
+local unit = tonumber(ARGV[3])
+local wanted = tonumber(ARGV[4])
+local granted = wanted
+if unit > 0 then granted = math.max(0, math.min(wanted, math.floor(level / unit))) end
+level = level - granted * unit
+hold(granted * unit)
+save()
+return granted
+"""
+)
+
+_DEBIT = (
+    _PRELUDE
+    + """
+local units = tonumber(ARGV[3])
+local carry = ARGV[4] == '1'
+level = level - units
+local forgiven = 0
+if level < 0 and not carry then forgiven = -level; level = 0 end
+save()
+return string.format('%.17g', forgiven)
+"""
+)
+
+_CREDIT = _PRELUDE + "level = math.min(depth, level + tonumber(ARGV[3]))\nsave()\nreturn 1"
+
+#: Extend a lease still held (ARGV[3]: its life, ARGV[4]: its id); 0 where it expired (its units went back).
+_REFRESH = (
+    _PRELUDE
+    + """
+save()
+if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
+return 1
+"""
+)
+
+#: End a lease: the units it still held (0 where it expired and they went back to the bucket).
+_END_LEASE = """
+local held = redis.call('HGET', KEYS[3], ARGV[1]) or '0'
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return held
+"""
+
+
+class RedisBuckets:
+    """The ``BucketStore`` of quotacalc.admission.state over Redis; ``now`` arguments are ignored (server clock)."""
+
+    def __init__(self, client: Any, policy: QuotaPolicy, *, prefix: str = "quotacalc", lease_ttl_s: float = 120.0):
+        self.client = client
+        self.rates = [t.bucket_rate_units_per_s for t in policy.tenants]
+        self.depths = [t.bucket_depth_units for t in policy.tenants]
+        self.lease_ttl_s = lease_ttl_s
+        self.keys = [
+            [f"{prefix}:{{{t.name}}}:bucket", f"{prefix}:{{{t.name}}}:expiry", f"{prefix}:{{{t.name}}}:leases"]
+            for t in policy.tenants
+        ]
+        register = client.register_script
+        self._level = register(_LEVEL)
+        self._try_take = register(_TRY_TAKE)
+        self._take_whole = register(_TAKE_WHOLE)
+        self._debit = register(_DEBIT)
+        self._credit = register(_CREDIT)
+        self._refresh = register(_REFRESH)
+        self._end_lease = register(_END_LEASE)
+        #: The request the next take is held for (set by the gate around the ledger's calls; one event loop).
+        self.holding_for: str | None = None
+
+    @classmethod
+    def from_url(cls, url: str, policy: QuotaPolicy, *, lease_ttl_s: float = 120.0) -> RedisBuckets:
+        import redis
+
+        client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        return cls(client, policy, lease_ttl_s=lease_ttl_s)
+
+    def _args(self, tenant: int, *more: Any) -> list[Any]:
+        return [repr(self.rates[tenant]), repr(self.depths[tenant]), *more]
+
+    def depth(self, tenant: int) -> float:
+        return self.depths[tenant]
+
+    def rate(self, tenant: int) -> float:
+        return self.rates[tenant]
+
+    def level(self, tenant: int, now: float) -> float:
+        return float(self._level(keys=self.keys[tenant], args=self._args(tenant)))
+
+    def _lease_args(self) -> list[str]:
+        return [self.holding_for or "", repr(self.lease_ttl_s)]
+
+    def try_take(self, tenant: int, needed: float, take: float, now: float) -> Taken:
+        args = self._args(tenant, repr(needed), repr(take), *self._lease_args())
+        ok, level = self._try_take(keys=self.keys[tenant], args=args)
+        return Taken(bool(ok), float(level))
+
+    def take_whole(self, tenant: int, unit: float, wanted: int, now: float) -> int:
+        args = self._args(tenant, repr(unit), str(wanted), *self._lease_args())
+        return int(self._take_whole(keys=self.keys[tenant], args=args))
+
+    def debit(self, tenant: int, units: float, now: float, *, carry_debt: bool) -> float:
+        args = self._args(tenant, repr(units), "1" if carry_debt else "0")
+        return float(self._debit(keys=self.keys[tenant], args=args))
+
+    def credit(self, tenant: int, units: float, now: float) -> None:
+        self._credit(keys=self.keys[tenant], args=self._args(tenant, repr(units)))
+
+    # -- leases (the gate calls these where the store has them) ------------------------------------------
+
+    def refresh_lease(self, tenant: int, request_id: str) -> bool:
+        """Extend the lease ``lease_ttl_s`` from now (server clock); False where it had expired."""
+        args = self._args(tenant, repr(self.lease_ttl_s), request_id)
+        return bool(self._refresh(keys=self.keys[tenant], args=args))
+
+    def end_lease(self, tenant: int, request_id: str) -> float:
+        """Forget the lease; the units it still held (0 where it expired and they went back to the bucket)."""
+        return float(self._end_lease(keys=self.keys[tenant], args=[request_id]))

@@ -1,0 +1,317 @@
+"""The enforcement point's decisions on an injected clock (quotacalc.enforce.gate): the admission order and each
+outcome's status and Retry-After, the body the engine gets, fair dispatch by served work, leases, the quota stop,
+settlement on every terminal path with its conservation, lease expiry, and the settings file's errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from policy_samples import platform_policy, sample_salts
+
+from quotacalc.admission.bucket import Bucket
+from quotacalc.admission.policies import POLICY_NAMES, make_policy
+from quotacalc.admission.state import MemoryBuckets
+from quotacalc.enforce.gate import (
+    BUCKET,
+    COMPLETED,
+    DISCONNECT,
+    ENGINE_ERROR,
+    NEVER_FITS_BUCKET,
+    NEVER_FITS_KV,
+    QUOTA_STOP,
+    SENT,
+    TOO_LONG,
+    Gate,
+    GateSettings,
+    Refusal,
+    Ticket,
+)
+from quotacalc.enforce.settings import EnforceSettings, read_policy, read_settings
+from quotacalc.errors import QuotacalcError
+
+
+def _gate(policy=None, admission="incremental_lease", lease_tokens=128, settings=None, **tenants):
+    """A gate over the sample policy; ``tenants``: field changes by tenant name (rate, depth, caps)."""
+    policy = policy or platform_policy()
+    changed = tuple(t.model_copy(update=tenants.get(t.name, {})) for t in policy.tenants)
+    policy = policy.model_copy(update={"tenants": changed})
+    store = MemoryBuckets([Bucket(t.bucket_rate_units_per_s, t.bucket_depth_units, now=0.0) for t in policy.tenants])
+    return Gate(policy, sample_salts(policy), make_policy(admission, {"lease_tokens": lease_tokens}), store, settings)
+
+
+def _tenant(gate: Gate, name: str) -> int:
+    index = gate.tenant_index(name)
+    assert index is not None
+    return index
+
+
+def test_the_admission_order_and_each_outcomes_status():
+    depth = 2000.0
+    gate = _gate(globex={"bucket_depth_units": depth, "bucket_rate_units_per_s": 100.0})
+    globex = _tenant(gate, "globex")
+    tenant = gate.tenants[globex]
+    # Too long: a prompt leaving no room for one output token in the tier's context.
+    too_long = gate.arrive(globex, tenant.max_context_tokens, None, 0.0, "r1")
+    assert isinstance(too_long, Refusal) and (too_long.status, too_long.reason, too_long.retry_after_s) == (
+        400,
+        TOO_LONG,
+        None,
+    )
+    # Never fits the bucket: the prompt alone is above the depth; waiting would not help, so no Retry-After.
+    never = gate.arrive(globex, 6000, 10, 0.0, "r2")
+    assert isinstance(never, Refusal) and (never.status, never.reason, never.retry_after_s) == (
+        413,
+        NEVER_FITS_BUCKET,
+        None,
+    )
+    # Admitted: prompt + W x one lease held.
+    first = gate.arrive(globex, 1000, 2000, 0.0, "r3")
+    assert isinstance(first, Ticket)
+    weights = tenant.weights
+    held = weights.request_units(1000, 0, 0) + weights.output * 128
+    assert first.hold == pytest.approx(held)
+    # The bucket: what is left is short of the next request's units; Retry-After = ceil(deficit / rate).
+    level = depth - held
+    refused = gate.arrive(globex, 1000, 2000, 0.0, "r4")
+    assert isinstance(refused, Refusal) and (refused.status, refused.reason) == (429, BUCKET)
+    assert refused.retry_after_s == math.ceil((held - level) / 100.0)
+    assert gate.stats[globex].rejects == {TOO_LONG: 1, NEVER_FITS_BUCKET: 1, BUCKET: 1}
+
+
+def test_a_request_above_the_kv_cap_never_fits_and_one_beside_others_waits():
+    gate = _gate(globex={"kv_cap_tokens_per_replica": 3000})
+    globex = _tenant(gate, "globex")
+    pool = gate.pools[gate.tenants[globex].pool]
+    cap_over_pool = 3000 * pool.replicas
+    never = gate.arrive(globex, 100, 2950, 0.0, "big")
+    assert isinstance(never, Refusal) and (never.status, never.reason, never.retry_after_s) == (
+        413,
+        NEVER_FITS_KV,
+        None,
+    )
+    fit = cap_over_pool // 2500
+    tickets = [gate.arrive(globex, 100, 2400, 0.0, f"r{i}") for i in range(fit + 1)]
+    assert all(isinstance(t, Ticket) for t in tickets)
+    sent = gate.dispatch(pool.name, 0.0)
+    # Each holds 2,500 tokens of KV estimate (prompt and granted output): the pool's cap takes ``fit`` of them.
+    assert len(sent) == fit
+    assert tickets[-1].state == "queued"
+    gate.settle(sent[0], COMPLETED, 1.0)
+    assert gate.dispatch(pool.name, 1.0) == [tickets[-1]]
+
+
+def test_the_concurrency_cap_holds_requests_in_the_queue():
+    gate = _gate(globex={"max_concurrent_sequences": 2})
+    globex = _tenant(gate, "globex")
+    pool = gate.tenants[globex].pool
+    tickets = [gate.arrive(globex, 10, 10, 0.0, f"r{i}") for i in range(3)]
+    assert [t.state for t in gate.dispatch(pool, 0.0)] == [SENT, SENT]
+    assert tickets[2].state == "queued"
+    gate.settle(tickets[0], COMPLETED, 1.0)
+    assert gate.dispatch(pool, 1.0) == [tickets[2]]
+
+
+def test_a_long_prompt_is_routed_to_the_long_context_pool_at_its_weights():
+    gate = _gate()
+    globex = _tenant(gate, "globex")
+    tenant = gate.tenants[globex]
+    assert tenant.long_context_pool is not None and tenant.route_above_prompt_tokens is not None
+    short = gate.arrive(globex, tenant.route_above_prompt_tokens - 100, 10, 0.0, "short")
+    long = gate.arrive(globex, tenant.route_above_prompt_tokens + 1, 10, 0.0, "long")
+    assert isinstance(short, Ticket) and isinstance(long, Ticket)
+    assert short.pool == tenant.pool and long.pool == tenant.long_context_pool
+    assert long.output_weight == tenant.long_context_weights.output
+
+
+def test_the_engine_gets_the_tiers_priority_the_tenants_salt_and_a_capped_max_tokens():
+    gate = _gate()
+    globex = _tenant(gate, "globex")
+    tenant = gate.tenants[globex]
+    ticket = gate.arrive(globex, 10, 10**6, 0.0, "r")
+    assert isinstance(ticket, Ticket)
+    body = {"model": "anything", "messages": [], "priority": -100, "cache_salt": "mine", "max_tokens": 10**6,
+            "max_completion_tokens": 10**6, "stream": True, "api_base": "http://elsewhere"}  # fmt: skip
+    out = gate.rewrite(ticket, body)
+    assert out["priority"] == tenant.priority
+    assert out["cache_salt"] == sample_salts(gate.policy)[tenant.salt_ref]
+    assert out["max_tokens"] == tenant.max_output_tokens and "max_completion_tokens" not in out
+    assert out["model"] == tenant.pool and "api_base" not in out
+    assert out["stream_options"] == {"include_usage": True}
+    shared = next(i for i, t in enumerate(gate.tenants) if t.salt_ref is None)
+    other = gate.arrive(shared, 10, 10, 0.0, "s")
+    assert "cache_salt" not in gate.rewrite(other, {"cache_salt": "mine"})
+
+
+def test_leases_renew_as_tokens_stream_and_stop_at_the_quota_with_no_overshoot():
+    depth = 2000.0
+    gate = _gate(globex={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
+    globex = _tenant(gate, "globex")
+    ticket = gate.arrive(globex, 10, 1000, 0.0, "r")
+    assert isinstance(ticket, Ticket)
+    gate.dispatch(ticket.pool, 0.0)
+    streamed = 0
+    while gate.on_tokens(ticket, 1, 1.0) == 1:
+        streamed += 1
+    record = gate.settle(ticket, QUOTA_STOP, 2.0)
+    weight = ticket.output_weight
+    # Whole tokens while the bucket held their units: nothing past the depth.
+    assert streamed == int((depth - ticket.prompt_units) / weight)
+    assert record["units_debited"] <= depth
+    assert record["units_debited"] == pytest.approx(ticket.prompt_units + weight * streamed)
+
+
+@pytest.mark.parametrize("admission", POLICY_NAMES)
+@pytest.mark.parametrize(
+    ("outcome", "tokens", "billed_prompt"),
+    [(COMPLETED, 40, True), (QUOTA_STOP, 40, True), (ENGINE_ERROR, 0, False), (ENGINE_ERROR, 7, True),
+     (DISCONNECT, 0, True), (DISCONNECT, 5, True)],
+)  # fmt: skip
+def test_settlement_on_every_terminal_path_conserves_units(admission, outcome, tokens, billed_prompt):
+    """Every path: the bucket ends at its depth less what was billed (prompt at its weights, W per token received),
+    and the record says held + streamed + charged = billed + released."""
+    depth = 50_000.0
+    gate = _gate(admission=admission, globex={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
+    globex = _tenant(gate, "globex")
+    ticket = gate.arrive(globex, 100, 60, 0.0, "r")
+    assert isinstance(ticket, Ticket)
+    gate.dispatch(ticket.pool, 0.0)
+    assert gate.on_tokens(ticket, tokens, 0.5) == tokens
+    record = gate.settle(ticket, outcome, 1.0, prompt_tokens=100, cached_tokens=40)
+    weights = gate.tenants[globex].weights
+    expected = (weights.request_units(100, 40, 0) if billed_prompt else 0.0) + weights.output * tokens
+    assert record["units_debited"] == pytest.approx(expected)
+    assert gate.store.level(globex, 1.0) == pytest.approx(depth - expected, abs=1e-6)
+    assert record["units_taken"] + record["units_charged"] == pytest.approx(
+        record["units_debited"] + record["units_released"]
+    )
+    assert gate.settle(ticket, outcome, 2.0) is None  # once
+    assert gate.inflight[globex] == 0 and gate.resident_kv[globex][ticket.pool] == 0
+
+
+def test_cached_prompt_tokens_are_refunded_to_their_weight():
+    gate = _gate(globex={"bucket_depth_units": 50_000.0, "bucket_rate_units_per_s": 1e-9})
+    globex = _tenant(gate, "globex")
+    ticket = gate.arrive(globex, 1000, 10, 0.0, "r")
+    gate.dispatch(ticket.pool, 0.0)
+    gate.on_tokens(ticket, 10, 0.1)
+    held_prompt = ticket.prompt_units
+    record = gate.settle(ticket, COMPLETED, 0.2, prompt_tokens=1000, cached_tokens=800)
+    weights = gate.tenants[globex].weights
+    assert record["units_debited"] == pytest.approx(weights.request_units(1000, 800, 10))
+    assert record["units_debited"] < held_prompt  # the cached tokens came back
+
+
+def test_a_lease_that_is_not_renewed_expires():
+    gate = _gate(settings=GateSettings(lease_ttl_s=5.0))
+    globex = _tenant(gate, "globex")
+    ticket = gate.arrive(globex, 10, 10, 0.0, "r")
+    gate.dispatch(ticket.pool, 0.0)
+    gate.on_tokens(ticket, 3, 1.0)
+    assert gate.expired(5.5) == []
+    assert gate.expired(6.5) == [ticket]
+
+
+def _backlogged_shares(gate: Gate, a: int, b: int, outputs: tuple[int, int], steps: int) -> tuple[float, float]:
+    """Two tenants always backlogged on one pool; each step every request in flight streams a token. Returns the
+    units each was served."""
+    pool = gate.tenants[a].pool
+    served = {a: 0.0, b: 0.0}
+    n = 0
+    for tenant in (a, b):
+        for _ in range(30):
+            gate.arrive(tenant, 10, 1000, 0.0, f"r{n}")
+            n += 1
+    live: list[Ticket] = []
+    for step in range(steps):
+        now = float(step)
+        live += gate.dispatch(pool, now)
+        for ticket in list(live):
+            gate.on_tokens(ticket, 1, now)
+            served[ticket.tenant] += ticket.output_weight
+            if ticket.output_tokens >= outputs[0 if ticket.tenant == a else 1]:
+                served[ticket.tenant] += ticket.prompt_units
+                gate.settle(ticket, COMPLETED, now)
+                live.remove(ticket)
+                gate.arrive(ticket.tenant, 10, 1000, now, f"r{n}")
+                n += 1
+    return served[a], served[b]
+
+
+@pytest.mark.parametrize(("rates", "share"), [((1e6, 1e6), 0.5), ((2e6, 1e6), 2 / 3)])
+def test_fair_dispatch_serves_backlogged_tenants_in_proportion_to_their_contracts(rates, share):
+    """Outputs of 20 and 200 tokens: the Virtual Token Counter serves units in proportion to the contracts."""
+    policy = platform_policy()
+    names = [t.name for t in policy.tenants if t.pool == policy.tenants[0].pool][:2]
+    gate = _gate(
+        settings=GateSettings(inflight_per_replica=1),
+        **{
+            name: {"bucket_rate_units_per_s": rate, "bucket_depth_units": 1e9}
+            for name, rate in zip(names, rates, strict=True)
+        },
+    )
+    a, b = _tenant(gate, names[0]), _tenant(gate, names[1])
+    served_a, served_b = _backlogged_shares(gate, a, b, (20, 200), 20_000)
+    assert served_a / (served_a + served_b) == pytest.approx(share, abs=0.05)
+
+
+def test_the_settings_file_errors_name_the_file_and_field(tmp_path):
+    path = tmp_path / "enforce.json"
+    path.write_text(json.dumps({"admission_policy": "nope"}), encoding="utf-8")
+    with pytest.raises(QuotacalcError, match=r"enforce.json: admission_policy: unknown admission policy 'nope'"):
+        read_settings(path)
+    path.write_text(json.dumps({"lease_tokens": 0}), encoding="utf-8")
+    with pytest.raises(QuotacalcError, match=r"enforce.json: lease_tokens: Input should be greater than or equal"):
+        read_settings(path)
+    path.write_text("{", encoding="utf-8")
+    with pytest.raises(QuotacalcError, match=r"enforce.json: not JSON"):
+        read_settings(path)
+    path.write_text(json.dumps({"state": "etcd"}), encoding="utf-8")
+    with pytest.raises(QuotacalcError, match=r"enforce.json: state: "):
+        read_settings(path)
+
+
+def test_a_salted_tenant_without_its_salt_is_refused_not_served_unsalted(tmp_path):
+    policy = platform_policy()
+    (tmp_path / "policy.json").write_text(policy.model_dump_json(), encoding="utf-8")
+    (tmp_path / "salts.json").write_text("{}", encoding="utf-8")
+    settings = EnforceSettings(policy="policy.json", salts="salts.json")
+    with pytest.raises(QuotacalcError, match=r"salts.json: .*is salted but the salts file has no salt for it"):
+        read_policy(settings, tmp_path)
+    (tmp_path / "salts.json").write_text(json.dumps(sample_salts(policy)), encoding="utf-8")
+    read_back, salts = read_policy(settings, tmp_path)
+    assert read_back == policy and salts == sample_salts(policy)
+
+
+def test_a_request_that_waits_past_the_bound_gets_a_429_and_its_hold_back():
+    gate = _gate(
+        settings=GateSettings(queue_wait_max_s=8.0),
+        globex={"max_concurrent_sequences": 1, "bucket_depth_units": 50_000.0, "bucket_rate_units_per_s": 1e-9},
+    )
+    globex = _tenant(gate, "globex")
+    first = gate.arrive(globex, 10, 10, 0.0, "first")
+    waiting = gate.arrive(globex, 10, 10, 0.0, "waiting")
+    gate.dispatch(first.pool, 0.0)
+    assert gate.overdue(8.0) == [] and gate.overdue(8.5) == [waiting]
+    refusal = gate.queue_refusal(waiting)
+    assert (refusal.status, refusal.reason, refusal.retry_after_s) == (429, "queue_timeout", 2)
+    record = gate.settle(waiting, refusal.reason, 8.5, retry_after_s=refusal.retry_after_s)
+    assert record["units_debited"] == 0 and record["units_released"] == pytest.approx(waiting.reserved_units)
+    assert record["retry_after_s"] == 2
+    assert gate.store.level(globex, 8.5) == pytest.approx(50_000.0 - first.hold)
+
+
+def test_a_response_not_streamed_whose_lease_expires_is_billed_what_it_was_granted():
+    gate = _gate(settings=GateSettings(lease_ttl_s=5.0))
+    globex = _tenant(gate, "globex")
+    ticket = gate.arrive(globex, 10, 300, 0.0, "r")
+    ticket.streaming = False
+    gate.dispatch(ticket.pool, 0.0)
+    granted = gate.lease_all(ticket, 0.0)
+    assert gate.expired(6.0) == [ticket]
+    record = gate.settle(ticket, "lease_expired", 6.0)
+    weights = gate.tenants[globex].weights
+    assert record["output_tokens"] == granted == 300
+    assert record["units_debited"] == pytest.approx(weights.request_units(10, 0, 0) + weights.output * 300)
+    assert record["units_released"] == pytest.approx(0.0, abs=1e-9)
