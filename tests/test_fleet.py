@@ -713,3 +713,21 @@ def test_ctrl_c_during_the_query_is_an_interrupt_not_an_internal_error() -> None
     finally:
         child.kill()
     assert child.returncode == 130, err
+
+
+def test_the_plugins_refusal_records_are_no_load(run_cli, tmp_path, plan_path, policy) -> None:
+    """A request the enforcement plugin refused (401/403 without a tenant, 429, 413) never reached an engine: its
+    record, as the plugin writes it, adds nothing to a tenant's load and is not a bad row (no tenant is no fault of
+    the log's)."""
+    from quotacalc.enforce.gate import Refusal, refusal_record
+
+    refusals = [
+        refusal_record(Refusal(401, "no_tenant", "no tenant"), None, "x1", 1_700_000_001.0, 0),
+        refusal_record(Refusal(429, "bucket", "over quota", retry_after_s=3), "a", "x2", 1_700_000_002.0, 50_000),
+        refusal_record(Refusal(413, "never_admissible", "too big"), "b", "x3", 1_700_000_003.0, 90_000),
+    ]
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests(), [json.dumps(r) for r in refusals])
+    document = fleet_json(run_cli, log, "--plan", plan_path, "--window", "1,10,60", "--reversal-replicas", "0.05")
+    assert_golden_spread(document, units(policy))
+    assert document["rows_read"] == 3 and document["rows_used"] == 3
+    assert document["rows_rejected"] == dict.fromkeys(document["rows_rejected"], 0)

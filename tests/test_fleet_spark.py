@@ -68,6 +68,8 @@ def _quotacalc_log(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
     lines.append(
         json.dumps({k: v for k, v in quotacalc_record(Request("x3", "a", 40.0, 52.5)).items() if k != "cached_tokens"})
     )
+    # A request the enforcement plugin refused (its record carries the status): no load, on either engine.
+    lines.append(json.dumps({**quotacalc_record(Request("z1", "a", 5.0, 6.0)), "status": 429}))
     path = tmp_path / "usage.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path, ("--format", "quotacalc", "--max-bad-rows", "0.9")

@@ -53,6 +53,10 @@ class SourceFormat:
     what: str = ""
 
 
+#: The key quotacalc's enforcement plugin writes only on the record of a request it refused (401, 403, 400, 413,
+#: 429, 503): such a request never reached an engine, so its prompt is no load; the records are left out.
+REFUSAL_KEY = "status"
+
 FORMATS: dict[str, SourceFormat] = {
     # quotacalc's usage records, one JSON object per line (docs/fleet.md lists the keys).
     "quotacalc": SourceFormat(
@@ -355,6 +359,9 @@ def duckdb_source(
     if read.lines:
         malformed = "NOT json_valid(line)"
         where = "WHERE line IS NOT NULL AND TRIM(line) <> ''"
+        if source_format.name == "quotacalc":
+            record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
+            where += f" AND json_extract({record}, '$.{REFUSAL_KEY}') IS NULL"
     else:
         malformed = "FALSE"
         where = ""
@@ -533,9 +540,12 @@ def _spark_lines(source_format: SourceFormat, fields: dict[str, str]) -> str:
         # A record without the key has no cached prompt tokens; one with a value that does not parse is counted.
         raw_cached = raw("cached_tokens")
         cached = f"CASE WHEN {raw_cached} IS NULL THEN CAST(0 AS DOUBLE) ELSE try_cast({raw_cached} AS DOUBLE) END"
+    refused = ""
+    if source_format.name == "quotacalc":
+        refused = f" AND get_json_object(value, '$.{REFUSAL_KEY}') IS NULL"
     source = (
         f"(SELECT value AS line, from_json(value, 'MAP<STRING,STRING>') AS record FROM {_quoted(SPARK_VIEW, '`')}"
-        " WHERE value IS NOT NULL AND TRIM(value) <> '') AS r"
+        f" WHERE value IS NOT NULL AND TRIM(value) <> ''{refused}) AS r"
     )
     # Not JSON at all (get_json_object of the whole document is NULL): a malformed record, as DuckDB's json_valid.
     malformed = "get_json_object(r.line, '$') IS NULL"
