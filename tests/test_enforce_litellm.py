@@ -9,6 +9,7 @@ engine agree on a prompt's length.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -223,8 +224,7 @@ def test_a_client_that_disconnects_mid_stream_is_billed_what_it_received(stack):
         json=_body(max_tokens=1000, ignore_eos=True, stream=True),
     ) as response:  # fmt: skip
         for line in response.iter_lines():
-            if '"content"' in line:
-                got += 1
+            got += _streamed_tokens(line)
             if got >= 20:
                 break
     deadline = time.monotonic() + 10
@@ -238,6 +238,15 @@ def test_a_client_that_disconnects_mid_stream_is_billed_what_it_received(stack):
     assert got <= record["output_tokens"] < 1000
     assert record["units_released"] > 0
     assert emulator.metric("vllm:num_requests_running") == 0
+
+
+def _streamed_tokens(line: str) -> int:
+    """Output tokens in one SSE line: choices whose delta carries text (the first chunk's role delta has an empty
+    content, which is no token)."""
+    if not line.startswith("data: {"):
+        return 0
+    chunk = json.loads(line[len("data: ") :])
+    return sum(1 for choice in chunk.get("choices") or [] if (choice.get("delta") or {}).get("content"))
 
 
 # -- fairness --------------------------------------------------------------------------------------------------------
