@@ -12,6 +12,7 @@ import pytest
 from quotacalc import Deployment, price, resolve
 from quotacalc.cli import units
 from quotacalc.cli.json_out import price_results_json
+from quotacalc.core.explain import fmt
 from quotacalc.core.figures import FIGURES, declared, figures_markdown, json_keys, substitute
 from quotacalc.core.kv import RequestKvResult
 from quotacalc.core.price import PriceResult
@@ -143,3 +144,25 @@ def test_substitute_replaces_whole_names_longest_first():
     # "units" inside another name stays: only whole names are numbers
     assert substitute("units + replica_units_per_s", values) == "2 + 18,232"
     assert substitute("tpx / tp", {"tp": 2}) == "tpx / 2"
+
+
+def test_a_derived_figure_is_recorded_with_its_declared_formula_and_numbers(worked):
+    step = next(step for step in worked.steps if step.name == "units_per_gpu_hour")
+    assert step.formula == "replica_units_per_s × 3600 / tp"
+    assert step.substituted == f"{fmt(worked.replica_units_per_s)} × 3600 / 4"
+    assert step.value == worked.units_per_gpu_hour and step.unit == "units"
+
+
+def test_a_derived_figure_follows_the_basis_its_inputs_follow(worked, engine_basis):
+    # replica_units_per_s follows the pricing basis; so does what a GPU-hour sells
+    for priced in (worked, engine_basis):
+        assert priced.units_per_gpu_hour == pytest.approx(priced.replica_units_per_s * 3600 / 4, rel=1e-12)
+    assert engine_basis.units_per_gpu_hour < worked.units_per_gpu_hour
+
+
+def test_the_gpu_hour_row_names_one_gpu_in_the_singular():
+    priced = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="h100-sxm", tp=1)))
+    row = next(figure.row for figure in declared("price") if figure.key == "units_per_gpu_hour")
+    assert row.how(priced, units) == "replica budget × 3600 s / 1 GPU"
+    assert row.value(priced, units) == f"{units.count(priced.replica_units_per_s * 3600)} units"
+    assert row.value(priced, units).endswith(" M units")

@@ -34,6 +34,8 @@ class Render(Protocol):
 
     def usd(self, value: float, digits: int = 3) -> str: ...
 
+    def count(self, value: float) -> str: ...
+
 
 #: A cell of a row, from the priced result (``PriceResult``) and the renderer.
 Cell = Callable[[Any, Render], str]
@@ -415,6 +417,24 @@ FIGURES: tuple[Figure, ...] = (
             _text("replica budget"),
             lambda r, u: f"{r.replica_units_per_s:,.0f} units/s",
             lambda r, u: f"ceiling {r.inputs.deployment.ceiling} / {_unit_token(r)}",
+        ),
+    ),
+    Figure(
+        "units_per_gpu_hour",
+        "units",
+        "replica_units_per_s × 3600 / GPUs: the units one GPU-hour sells at the ceiling, to compare GPUs and "
+        "deployments by what an hour of a GPU earns (its $/GPU-hour over this is `usd_per_unit`)",
+        row=Row(
+            _text("units per GPU-hour"),
+            lambda r, u: f"{u.count(r.units_per_gpu_hour)} units",
+            lambda r, u: (
+                f"replica budget × 3600 s / {r.inputs.deployment.tp} GPU{'s' if r.inputs.deployment.tp > 1 else ''}"
+            ),
+        ),
+        derived=Derived(
+            "replica_units_per_s × 3600 / tp",
+            ("replica_units_per_s", "tp"),
+            lambda units_per_s, gpus: units_per_s * SECONDS_PER_HOUR / gpus,
         ),
     ),
     Figure(
