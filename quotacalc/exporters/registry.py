@@ -173,7 +173,7 @@ TARGETS: dict[str, Target] = {
                 routing=("yes", "Each tenant's long-context pool and the prompt length above which it goes there"),
                 identity=("yes", "The policy's tenant header and its tenants"),
                 lora=("yes", "Each tenant's adapters"),
-                files=("yes", "The whole plan: an enforcer (quotacalc's plugin, simulate) reads these files"),
+                files=("yes", "The whole plan: an enforcer (such as quotacalc's LiteLLM plugin) reads these files"),
             ),
         ),
         Target(
@@ -440,10 +440,11 @@ TARGETS: dict[str, Target] = {
                     "The plugin sends a prompt above the tenant's route_above_prompt_tokens to its long-context pool",
                 ),
                 identity=(
-                    "partly",
-                    "Teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres)",
-                    "without it, set tenant_from: header in enforce.json and let a trusted layer in front set the "
-                    "policy's tenant header",
+                    "yes",
+                    "The plugin takes the tenant from the authenticated LiteLLM key (its or its team's metadata), "
+                    "never the body; teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres)",
+                    "without the database, set tenant_from: header in enforce.json and let a trusted layer in front "
+                    "set the policy's tenant header",
                 ),
                 lora=(
                     "no",
