@@ -31,7 +31,7 @@ COMMANDS = {
 PRICE_KEYS = {
     "total_params", "active_params", "weight_bytes_per_gpu", "kv_bytes_per_token", "prompt_token_s",
     "decode_step_s", "output_token_s", "output_weight", "replica_units_per_s", "kv_pool_tokens",
-    "dedicated_usd_per_month",
+    "dedicated_usd_per_month", "units_per_gpu_hour",
 }  # fmt: skip
 SIZE_KEYS = {"units_per_s", "replicas", "bucket_rate_units_per_s", "bucket_depth_units"}
 KV_KEYS = {"request_kv_bytes", "request_kv_bytes_per_gpu", "pool_share"}

@@ -221,9 +221,16 @@ def test_fcfs_engines_get_no_priority_and_the_limit_says_so():
 
 
 def test_limits_name_what_envoy_cannot_express():
+    from quotacalc.exporters.limits import limits_markdown
+
     _policy, result = _export()
-    text = "\n".join(result.limits)
-    for phrase in ("fixed windows, not a bucket", "KV cap", "Concurrent sequences", "not routed to pool long"):
+    text = limits_markdown(result, OPTIONS)
+    for phrase in (
+        "**rate**: approximated. Envoy's global rate limit counts fixed windows, not a bucket",
+        "**kv_cap**: lost.",
+        "**concurrency**: lost. Not expressible with global rate limits",
+        "  - Long-context routing: prompts above 32768 tokens",
+    ):
         assert phrase in text
 
 

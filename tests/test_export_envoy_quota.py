@@ -142,15 +142,18 @@ def test_what_one_cost_per_pool_cannot_say_is_refused():
 
 def test_limits_say_it_charges_after_the_response_and_never_stops_a_stream():
     policy = _one_cost_per_pool()
-    limits = envoy_quota.export(policy, sample_salts(policy), QUOTA).limits
+    from quotacalc.exporters.limits import limit_lines
+
+    limits = limit_lines(envoy_quota.export(policy, sample_salts(policy), QUOTA), QUOTA)
     assert any("an admitted request is never stopped, a stream is never cut" in line for line in limits)
     assert any(
-        line.startswith("Token bucket: a QuotaPolicy counts fixed windows of 1s, 1m, 1h or 1d") for line in limits
+        line.startswith("**rate**: approximated. A QuotaPolicy counts fixed windows of 1s, 1m, 1h or 1d")
+        for line in limits
     )
     # BackendTrafficPolicy's own mechanism lines are gone; the gateway's general ones stay.
     assert not any("Envoy's global rate limit" in line or "split at" in line for line in limits)
     assert sum("after the response" in line for line in limits) == 1
-    assert any(line.startswith("Resident KV cap") for line in limits)
+    assert any(line.startswith("**kv_cap**: lost.") for line in limits)
 
 
 def test_the_cli_takes_the_option_through_the_declaration(run_cli, tmp_path: Path, monkeypatch):

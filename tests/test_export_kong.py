@@ -117,14 +117,17 @@ def test_salts_are_set_server_side_and_the_file_is_secret():
 
 
 def test_limits_name_what_kong_cannot_express_and_output_round_trips():
+    from quotacalc.exporters.limits import limits_markdown
+
     policy, result = _export()
-    text = "\n".join(result.limits)
+    text = limits_markdown(result, ExportOptions())
     for phrase in (
-        "no cached-token term",
-        "sliding window",
-        "KV cap",
-        "Concurrent sequences",
-        "not routed to pool long",
+        "**weights**: approximated. Prompt and output costs; Kong's cost has no cached-token term",
+        "**rate**: approximated. ai-rate-limiting-advanced counts a sliding window",
+        "**kv_cap**: lost.",
+        "**concurrency**: lost.",
+        "  - Long-context routing: prompts above ",
+        "are not routed to pool long by their size",
     ):
         assert phrase in text
     assert yaml.safe_load(result.files[0].text) == kong.document(policy, sample_salts(policy))
@@ -383,11 +386,19 @@ def test_each_edition_says_what_it_needs_and_what_it_loses(tmp_path: Path):
     enterprise = kong.export(policy, sample_salts(policy), ExportOptions())
     oss = kong.export(policy, sample_salts(policy), ExportOptions(kong_edition="oss"))
     assert "Needs Kong Gateway Enterprise 3.14 or later" in enterprise.files[0].text.split("_format_version")[0]
-    assert any(line.startswith("Kong Gateway Enterprise only: ai-rate-limiting-advanced") for line in enterprise.limits)
+    from quotacalc.exporters.limits import limit_lines
+
+    enterprise_lines = limit_lines(enterprise, ExportOptions())
+    oss_lines = limit_lines(oss, ExportOptions(kong_edition="oss"))
+    assert "**files**: approximated. Kong Gateway Enterprise only: ai-rate-limiting-advanced" in "\n".join(
+        enterprise_lines
+    )
     assert "For Kong OSS" in oss.files[0].text.split("_format_version")[0]
-    assert any(line.startswith("Kong OSS has no token or cost rate limiting") for line in oss.limits)
+    assert any(line.startswith("**rate**: lost. Kong OSS has no token or cost rate limiting") for line in oss_lines)
+    assert any(line.startswith("**weights**: lost.") for line in oss_lines)
     assert any("acme 1,063,500 a minute" in line for line in oss.limits)
-    assert not any("sliding window" in line for line in oss.limits)
+    assert not any("sliding window" in line for line in oss_lines)
+    assert not any("Enterprise only" in line for line in oss_lines)
     if DECK is not None:
         for name, result in (("enterprise", enterprise), ("oss", oss)):
             path = tmp_path / f"{name}.yaml"

@@ -159,8 +159,15 @@ def test_no_salt_is_written_and_the_limits_say_so():
     assert not any(f.secret for f in result.files)
     for salt in sample_salts(policy).values():
         assert all(salt not in f.text for f in result.files)
-    text = "\n".join(result.limits)
-    for phrase in ("no per-tenant cache_salt", "raw tokens, not units", "database", "KV cap"):
+    from quotacalc.exporters.limits import limits_markdown
+
+    text = limits_markdown(result, ExportOptions(litellm_enforce="builtin"))
+    for phrase in (
+        "**salt**: lost. LiteLLM has no per-tenant cache_salt",
+        "raw tokens, not units",
+        "database",
+        "**kv_cap**: lost.",
+    ):
         assert phrase in text
 
 

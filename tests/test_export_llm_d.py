@@ -210,10 +210,18 @@ def test_every_tenant_and_pool_it_may_reach_gets_its_own_objective():
 
 @pytest.mark.parametrize(
     "said",
-    ["Per-tenant weights: none.", "Token quotas: none.", "Fairness holds only per endpoint-picker replica"],
+    [
+        "**weights**: lost. None: round-robin-fairness-policy gives each tenant",
+        "**rate**: lost. Token quotas: none.",
+        "**fairness**: approximated. Round robin between a tier's tenants, by turns, not units, and only per "
+        "endpoint-picker replica",
+    ],
 )
 def test_limits_say_what_llm_d_cannot_do(said: str):
-    assert any(line.startswith(said) for line in llm_d.export(platform_policy(), {}, ExportOptions()).limits)
+    from quotacalc.exporters.limits import limit_lines
+
+    lines = limit_lines(llm_d.export(platform_policy(), {}, ExportOptions()), ExportOptions())
+    assert any(line.startswith(said) for line in lines)
 
 
 def test_generate_writes_the_target_by_its_declaration(run_cli, tmp_path: Path):
@@ -227,4 +235,4 @@ def test_generate_writes_the_target_by_its_declaration(run_cli, tmp_path: Path):
         "inferenceobjectives.yaml",
     ]
     limits = (tmp_path / "llm-d/LIMITS.md").read_text(encoding="utf-8")
-    assert "- Per-tenant weights: none." in limits and "- Token quotas: none." in limits
+    assert "- **weights**: lost. None:" in limits and "- **rate**: lost. Token quotas: none." in limits

@@ -369,10 +369,12 @@ def test_limits_written_beside_each_target(run_cli, tmp_path: Path, monkeypatch)
     result = json.loads(out)
     for target in result["targets"]:
         limits = (tmp_path / target / "LIMITS.md").read_text(encoding="utf-8")
-        assert limits.startswith(f"# What the {target} target cannot express")
+        assert limits.startswith(f"# What the {target} target enforces")
         for limit in result["limits"][target]:
             assert limit in limits
-    assert "nothing: these files express the whole plan" in (tmp_path / "canonical/LIMITS.md").read_text("utf-8")
+    canonical_limits = (tmp_path / "canonical/LIMITS.md").read_text("utf-8")
+    assert "- **rate**: enforced." in canonical_limits
+    assert ": lost." not in canonical_limits and ": approximated." not in canonical_limits
 
 
 def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monkeypatch) -> None:
@@ -387,7 +389,9 @@ def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monk
     def export(policy, salts, options):
         from quotacalc.exporters.base import Export, GeneratedFile
 
-        return Export(target="extra", files=(GeneratedFile(path="extra/x.txt", text="x\n"),), limits=("no buckets",))
+        return Export(
+            target="extra", files=(GeneratedFile(path="extra/x.txt", text="x\n"),), notes=(("rate", "no buckets"),)
+        )
 
     module.export = export
     monkeypatch.setitem(__import__("sys").modules, "quotacalc_test_extra_target", module)
@@ -396,9 +400,15 @@ def test_subset_of_targets_leaves_the_others_files(run_cli, tmp_path: Path, monk
     monkeypatch.setattr(commands, "built", {})
     code, _, err = run_cli("generate", PLATFORM, "--out", out_dir, "--target", "extra")
     assert code == 0
-    assert f"quotacalc: note: extra cannot express 1 part of the policy: see {out_dir / 'extra/LIMITS.md'}" in err
+    # gie's declared capabilities, with the default --gie-objectives (off): 13 parts lost, identity approximated
+    assert (
+        f"quotacalc: note: extra loses 13 and approximates 1 of the policy's parts: see {out_dir / 'extra/LIMITS.md'}"
+        in err
+    )
     assert (out_dir / "canonical/policy.yaml").exists() and (out_dir / "extra/x.txt").exists()
-    assert "- no buckets" in (out_dir / "extra/LIMITS.md").read_text(encoding="utf-8")
+    limits = (out_dir / "extra/LIMITS.md").read_text(encoding="utf-8")
+    assert "- **rate**: lost. None: the Inference Extension's flow control" in limits
+    assert "\n  - no buckets\n- **weights**" in limits
     manifest = json.loads((out_dir / ".quotacalc-manifest.json").read_text(encoding="utf-8"))
     assert {entry["target"] for entry in manifest["files"].values()} == {"canonical", "extra"}
     assert canonical(run_cli, out_dir, "--check")[0] == 0

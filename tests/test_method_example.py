@@ -67,6 +67,16 @@ def test_replica_budget(replica):
     assert round(replica.replica_units_per_s) == 18_232
 
 
+def test_units_per_gpu_hour(replica):
+    # §1: replica_units_s = ceiling / prompt_token_s, prompt_token_s = 2 x active / (TP x FP8 peak x MFU);
+    # an hour of each of the TP GPUs sells a TP-th of 3600 s of it: 0.65 / 35.65 us x 3600 / 4 = 16.41 M units
+    prompt_token_s = 2 * 70_553_706_496 / (4 * 1979e12 * 0.5)
+    assert replica.units_per_gpu_hour == pytest.approx(0.65 / prompt_token_s * 3600 / 4, rel=1e-12)
+    assert round(replica.units_per_gpu_hour / 1e6, 2) == 16.41
+    # what a GPU-hour costs over what it sells is one unit's price
+    assert 2.5 / replica.units_per_gpu_hour == pytest.approx(replica.usd_per_unit, rel=1e-12)
+
+
 def test_tenant(replica):
     tenant = size_tenant(replica, Tenant(rps=5, prompt_tokens=2000, output_tokens=500))
     # The method charges a prompt token 1 unit: 5 x (2000 + 3.09 x 500) = 17,725. quotacalc charges it

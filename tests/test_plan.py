@@ -651,8 +651,12 @@ def test_gateways_that_pin_the_base_model_say_the_lora_adapters_are_not_served(r
     assert code == 0, err
     limits = json.loads(out_json)["limits"]
     for target in ("kong", "litellm"):
-        (line,) = [limit for limit in limits[target] if limit.startswith("LoRA adapters")]
-        assert line.startswith("LoRA adapters (initech: initech-support-v2): ") and "add " in line
+        lines = limits[target]
+        (line,) = [limit for limit in lines if limit.startswith("LoRA adapters")]
+        assert line.startswith("LoRA adapters (initech: initech-support-v2): not served")
+        # under the lora part, which says why and what to add
+        part = lines[lines.index(line) - 1]
+        assert part.startswith("**lora**: lost.") and "Fix: add a" in part
 
 
 def test_a_misspelt_required_key_is_named_as_unknown_with_its_spelling(run_cli, tmp_path) -> None:

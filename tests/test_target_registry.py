@@ -35,7 +35,11 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> dict:
     def export(policy, salts, options):
         seen.update(options=options, salts=dict(salts))
         text = f"flavour: {options.probe_flavour}\ntenants: {len(policy.tenants)}\n"
-        return Export(target="probe", files=(GeneratedFile(path="probe/probe.yaml", text=text),), limits=("all of it",))
+        return Export(
+            target="probe",
+            files=(GeneratedFile(path="probe/probe.yaml", text=text),),
+            notes=(("fairness", "all of it"),),
+        )
 
     def prechecks(policy):
         return [
@@ -87,8 +91,11 @@ def test_a_declared_target_is_generated_with_its_option_and_needs_the_secret(
     assert code == 0, out
     assert (tmp_path / "out/probe/probe.yaml").read_text(encoding="utf-8").startswith("flavour: salty\n")
     assert probe["options"].probe_flavour == "salty" and probe["salts"]
-    assert json.loads(out)["limits"] == {"probe": ["all of it"]}
-    assert "- all of it" in (tmp_path / "out/probe/LIMITS.md").read_text(encoding="utf-8")
+    (listed,) = json.loads(out)["limits"].values()
+    assert len(listed) == len(registry.PARTS) + 1
+    assert listed[listed.index("**fairness**: enforced. by probing.") + 1] == "all of it"
+    limits = (tmp_path / "out/probe/LIMITS.md").read_text(encoding="utf-8")
+    assert "- **fairness**: enforced. by probing.\n  - all of it\n" in limits
 
 
 def test_an_option_is_checked_against_its_declaration(run_cli, tmp_path: Path, probe, monkeypatch) -> None:
@@ -130,7 +137,8 @@ def test_the_targets_table_and_json_come_from_the_declarations(run_cli, probe) -
     assert entry["options"] == [
         {"flag": "--probe-flavour", "help": "probe: the flavour", "default": "plain", "choices": ["plain", "salty"]}
     ]
-    assert entry["enforces"]["fairness"] == {"support": "yes", "how": "by probing"}
+    assert entry["enforces"]["fairness"] == {"support": "yes", "how": "by probing", "fix": ""}
+    assert list(entry["enforces"]) == list(listed["parts"]) == list(registry.PARTS)
     assert entry["salts"] is True
 
 
@@ -151,7 +159,15 @@ def test_every_shipped_declaration_resolves(name: str) -> None:
     if target.prechecks is not None:
         module_name, _, function = target.prechecks.partition(":")
         assert callable(getattr(importlib.import_module(module_name), function))
-    assert list(target.enforces) == list(registry.CAPABILITIES)
+    assert list(target.enforces) == list(registry.PARTS)
+    # every part declared with its own reason: none left at _caps's fallback
+    assert [name for name, capability in target.enforces.items() if capability.how == registry.UNDECLARED] == []
+    declared = {option.name: option for option in target.options}
+    for option, by_value in target.variants.items():
+        choices = declared[option].choices or (False, True)
+        assert set(by_value) <= set(choices), (option, by_value)
+        for changes in by_value.values():
+            assert set(changes) <= set(registry.PARTS)
     assert all(option.name.isidentifier() and option.help for option in target.options)
     for option in target.options:
         assert (option.choices is None and option.default is False) or option.default in (option.choices or ())

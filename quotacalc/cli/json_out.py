@@ -9,6 +9,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from quotacalc.core.figures import json_keys
+
 if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.explain import Step
     from quotacalc.core.kv import RequestKvResult
@@ -78,7 +80,8 @@ def _inputs_json(result: PriceResult) -> dict[str, Any]:
 
 
 def price_results_json(result: PriceResult) -> dict[str, Any]:
-    return result.model_dump(mode="json", exclude={"steps", "inputs", "warnings", "pricing_warnings"})
+    """The declared figures (``core/figures.py``), in ``PriceResult``'s order."""
+    return result.model_dump(mode="json", include=set(json_keys("price")))
 
 
 def _document(

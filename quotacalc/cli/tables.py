@@ -15,6 +15,7 @@ from quotacalc.cli import units
 from quotacalc.cli.json_out import Calibration
 from quotacalc.cli.streams import print_warnings
 from quotacalc.core.deployment import GIB
+from quotacalc.core.figures import declared
 from quotacalc.core.words import plural
 from quotacalc.errors import printable
 
@@ -98,126 +99,11 @@ def _header(result: PriceResult) -> str:
 
 
 def _price_rows(table: Table, result: PriceResult) -> None:
-    d = result.inputs.deployment
-    _add_row(table, "parameters (total)", f"{result.total_params:,}", result.inputs.arch.model_type)
-    if result.active_params != result.total_params:
-        _add_row(table, "parameters (active)", f"{result.active_params:,}", "per text token")
-    split = f"{units.data_bytes(result.weight_bytes)} / TP {d.tp}"
-    # Layers the engine keeps whole on every rank, and MXFP4 padding (--explain: weight_bytes_per_gpu).
-    engine_extra_bytes = result.weight_bytes_per_gpu - result.weight_bytes / d.tp
-    if engine_extra_bytes > 0.5:
-        split += f" + {units.data_bytes(engine_extra_bytes)} engine"
-    _add_row(table, "weights per GPU", units.data_bytes(result.weight_bytes_per_gpu), split)
-    windowed = result.window_kv_bytes_per_token
-    _add_row(
-        table,
-        "KV per token",
-        f"{result.kv_bytes_per_token:,.0f} B",
-        f"{units.data_bytes(result.kv_bytes_per_token_per_gpu)} per GPU"
-        + ("; layers that keep growing" if windowed else ""),
-    )
-    if windowed:
-        _add_row(
-            table,
-            "+ windowed KV per token",
-            f"{windowed:,.0f} B",
-            "inside the window only: sliding-window layers stop there (kv shows a request's)",
-        )
-    if result.state_bytes_per_sequence:
-        _add_row(
-            table,
-            "state per sequence",
-            units.data_bytes(result.state_bytes_per_sequence),
-            "fixed: conv + SSM or recurrent state (DeepSeek V4: window + compressor state)",
-        )
-    # One unit is the prompt token the basis prices (core/price.py's _price_section): the roofline's (parameters
-    # only), or on the engine basis the engine's (a full prefill chunk's time per token).
-    engine_basis = result.pricing_basis == "engine"
-    unit_token = "engine prompt token" if engine_basis else "prompt token"
-    _add_row(
-        table,
-        "prompt token",
-        units.seconds(result.prompt_token_s),
-        "parameters only (roofline; not the unit on the engine basis)" if engine_basis else "1 unit; parameters only",
-    )
-    if engine_basis:
-        chunk = result.max_num_batched_tokens
-        _add_row(
-            table,
-            "engine prompt token",
-            units.seconds(result.engine_prompt_token_s),
-            f"1 unit; prefill of one {chunk:,}-token chunk / {chunk:,}",
-        )
-    _add_row(
-        table,
-        f"prompt token at {d.context:,} context",
-        units.seconds(result.prompt_token_at_context_s),
-        "with attention FLOPs",
-    )
-    _add_row(
-        table,
-        "decode step",
-        units.seconds(result.decode_step_s),
-        f"roofline, {result.decode_bound}-bound, batch {result.decode_batch}",
-    )
-    _add_row(
-        table,
-        "inter-token latency",
-        units.seconds(result.itl_s),
-        f"engine: + {units.seconds(result.decode_overhead_s)} overhead, {units.seconds(result.allreduce_s)} all-reduce",
-    )
-    _add_row(table, "time to first token", units.seconds(result.ttft_s), f"{d.context:,}-token prompt, idle replica")
-    _add_row(
-        table,
-        "full-load output",
-        f"{result.max_load_output_tokens_per_s:,.0f} tokens/s",
-        f"{result.load_prompt_tokens:,} in / {result.load_output_tokens:,} out, batch {result.max_load_batch:,}",
-    )
-    step = "inter-token latency" if result.pricing_basis == "engine" else "decode step"
-    _add_row(
-        table, "output token", units.seconds(result.output_token_s), f"{step} / batch ({result.pricing_basis} basis)"
-    )
-    _add_row(
-        table,
-        "output weight W",
-        f"{result.output_weight:.2f}",
-        f"units per output token: output token / {unit_token}" if engine_basis else "units per output token",
-    )
-    _add_row(
-        table, "replica budget", f"{result.replica_units_per_s:,.0f} units/s", f"ceiling {d.ceiling} / {unit_token}"
-    )
-    how = result.kv_pool_source
-    if how == "estimated":
-        # Which share of memory the estimate rests on: the engine's default (vLLM 0.9, SGLang's rule) or given.
-        how += f" at {result.memory_utilization:g} of memory"
-    _add_row(table, "KV pool", f"{result.kv_pool_tokens:,} tokens", how)
-    _add_row(
-        table,
-        f"resident at {d.context:,} tokens",
-        f"{result.max_resident_sequences:,} sequences",
-        "KV + state fit at once",
-    )
-    if result.kv_pool_tokens_at_context != result.kv_pool_tokens:
-        _add_row(
-            table,
-            f"KV pool at {d.context:,} tokens",
-            f"{result.kv_pool_tokens_at_context:,} tokens",
-            "windows and state cost a short sequence in full; tier caps count these",
-        )
-    _add_row(
-        table,
-        "dedicated replica",
-        f"{units.usd(result.dedicated_usd_per_month)}/month",
-        f"{d.tp} GPU{'s' if d.tp > 1 else ''} × ${d.gpu_hour_usd} × {d.hours_per_month:g} h",
-    )
-    _add_row(table, "$ per 1M prompt tokens", units.usd(result.usd_per_million_prompt_tokens), "at the ceiling")
-    _add_row(
-        table,
-        "$ per 1M cached prompt tokens",
-        units.usd(result.usd_per_million_cached_prompt_tokens),
-        f"× {d.cached_prompt_weight}",
-    )
-    _add_row(table, "$ per 1M output tokens", units.usd(result.usd_per_million_output_tokens), "× W")
+    """A row per declared figure that has one and shows for this result (``core/figures.py``)."""
+    for figure in declared("price"):
+        row = figure.row
+        if row is not None and row.shown(result):
+            _add_row(table, row.label(result, units), row.value(result, units), row.how(result, units))
 
 
 def _show(console: Console, title: str, table: Table) -> None:

@@ -113,6 +113,7 @@ def targets_listing(*, as_json: bool) -> None:
                 "schema_version": JSON_SCHEMA_VERSION,
                 "command": "targets",
                 "capabilities": registry.CAPABILITIES,
+                "parts": registry.PARTS,
                 "targets": [
                     {
                         "name": target.name,
@@ -130,8 +131,19 @@ def targets_listing(*, as_json: bool) -> None:
                             for option in target.options
                         ],
                         "enforces": {
-                            name: {"support": capability.support, "how": capability.how}
+                            name: {"support": capability.support, "how": capability.how, "fix": capability.fix}
                             for name, capability in target.enforces.items()
+                        },
+                        # What an option's value changes of ``enforces`` (LIMITS.md renders the options chosen).
+                        "variants": {
+                            option: {
+                                str(value).lower() if isinstance(value, bool) else value: {
+                                    name: {"support": capability.support, "how": capability.how, "fix": capability.fix}
+                                    for name, capability in changes.items()
+                                }
+                                for value, changes in by_value.items()
+                            }
+                            for option, by_value in target.variants.items()
                         },
                     }
                     for target in registry.TARGETS.values()
@@ -150,7 +162,7 @@ def capability_table() -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for target in registry.TARGETS.values():
         cells = [f"`{target.name}`"]
-        cells += [capability.support for capability in target.enforces.values()]
+        cells += [target.enforces[name].support for name in registry.CAPABILITIES]
         cells.append(", ".join(f"`{option.flag}`" for option in target.options) or "")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")

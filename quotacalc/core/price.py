@@ -20,6 +20,7 @@ from quotacalc.core import kv_groups, memory
 from quotacalc.core.arch import ModelArch, ParamGroup, TokenMixer
 from quotacalc.core.deployment import GENERIC_ENGINE, Deployment, PricingBasis, engine_profile
 from quotacalc.core.explain import Ledger, Step, fmt
+from quotacalc.core.figures import derived_keys, record_derived
 from quotacalc.core.pricing_inputs import PricingInputs
 from quotacalc.core.pricing_warning import PricingError, PricingWarning, flag_words
 from quotacalc.core.replica import (
@@ -146,6 +147,8 @@ class PriceResult(BaseModel):
     usd_per_million_cached_prompt_tokens: float
     usd_per_million_output_tokens: float
     expert_traffic: ExpertTraffic | None
+    #: Units one GPU-hour sells at the ceiling (core/figures.py derives it).
+    units_per_gpu_hour: float
     steps: tuple[Step, ...]
     warnings: tuple[str, ...]
     #: The warnings as data: each one's key, problem and fix, for a reader that names keys where they were set.
@@ -1263,6 +1266,7 @@ def price(inputs: PricingInputs) -> PriceResult:
     _decode_section(x, batch)
     _engine_section(x, batch)
     _price_section(x, batch)
+    record_derived(x.record, x.figures, inputs.deployment)
     f = x.figures
     return PriceResult(
         total_params=f["total_params"],
@@ -1320,6 +1324,7 @@ def price(inputs: PricingInputs) -> PriceResult:
         usd_per_million_cached_prompt_tokens=f["usd_per_million_cached_prompt_tokens"],
         usd_per_million_output_tokens=f["usd_per_million_output_tokens"],
         expert_traffic=f["expert_traffic"],
+        **{key: f[key] for key in derived_keys()},
         steps=tuple(x.ledger.steps),
         warnings=tuple(warning.worded() for warning in x.warnings),
         pricing_warnings=tuple(x.warnings),

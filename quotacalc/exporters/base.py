@@ -26,13 +26,20 @@ class GeneratedFile(BaseModel):
 
 
 class Export(BaseModel):
-    """A target's files and the parts of the policy it cannot express (never dropped silently)."""
+    """A target's files, and what of this plan its declared capabilities (``registry.PARTS``) do not say: each note
+    explains one part, named by its key (``("routing", "prompts above ... from acme ...")``). LIMITS.md renders the
+    target's capability table with each part's notes under it (``exporters/limits.py``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: str
     files: tuple[GeneratedFile, ...]
-    limits: tuple[str, ...] = Field((), description="what the target loses from the policy, one line each")
+    notes: tuple[tuple[str, str], ...] = Field((), description="(part, one line about this plan), in order")
+
+    @property
+    def limits(self) -> tuple[str, ...]:
+        """The notes' lines, without their parts."""
+        return tuple(text for _part, text in self.notes)
 
 
 class ExportOptions(BaseModel):

@@ -1,6 +1,6 @@
 """The canonical quota policy as files: YAML and JSON (the same document), its JSON Schema, and the salts.
 
-quotacalc's own format, complete: nothing of the plan is lost, so it has no limits to report.
+quotacalc's own format, complete: nothing of the plan is lost, so it adds no note to its declared capabilities.
 """
 
 from __future__ import annotations
@@ -69,4 +69,4 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     ordered = {tenant.salt_ref: salt_of(tenant, salts) for tenant in policy.tenants if tenant.salt_ref}
     if ordered:
         files.append(GeneratedFile(path=f"{TARGET}/salts.json", text=dump_json(ordered), secret=True))
-    return Export(target=TARGET, files=tuple(files), limits=())
+    return Export(target=TARGET, files=tuple(files))

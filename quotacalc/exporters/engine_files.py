@@ -8,12 +8,6 @@ from quotacalc.core.policy import EngineSettings, QuotaPolicy
 from quotacalc.exporters._text import yaml_text
 from quotacalc.exporters.base import GeneratedFile
 
-#: What no engine file can hold: the engine knows no tenants.
-PER_TENANT_LIMIT = (
-    "Per-tenant limits (token bucket, resident KV cap, concurrent sequences, max context per tier, output "
-    "reservation cap): the engine knows no tenants; the gateway enforces them."
-)
-
 
 def pool_documents(
     policy: QuotaPolicy, target: str, engine: str, config_of: Callable[[EngineSettings], dict]

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 
-from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
+from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
@@ -454,7 +454,7 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
         )
         for path, manifests in documents(policy, salts).items()
     )
-    return Export(target="envoy", files=files, limits=_limits(policy, salted))
+    return Export(target="envoy", files=files, notes=_limits(policy, salted))
 
 
 #: Why a weight is still off after ``scale_choice``, by the bound that stopped a finer scale.
@@ -510,62 +510,71 @@ def _beyond_tier(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> str | No
     )
 
 
-def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy, salted: bool) -> tuple[tuple[str, str], ...]:
     pools = {pool.name: pool for pool in policy.pools}
     homes = load_pools(policy)
     moved = {tenant.name: homes[tenant.name] for tenant in policy.tenants if homes[tenant.name] != tenant.pool}
-    limits = [
-        "Token bucket: Envoy's global rate limit counts fixed windows, not a bucket; each tenant gets the window "
-        "nearest its burst (rate x window units per window), so up to twice that can pass across a window boundary.",
-        "Charging happens after the response: a request is admitted while the window's count is under the limit, "
-        "so one request may overshoot it; nothing is reserved at admission (no output reservation).",
-        f"Retry-After: Envoy answers 429 without the policy's Retry-After ({RETRY_AFTER_RULE}); "
-        "clients learn only that the window is spent.",
-        "Resident KV cap per tenant per replica: not expressible in the gateway (no KV accounting).",
-        "Concurrent sequences per tenant: not expressible with global rate limits (no concurrency counter per tenant).",
-        "Max context and output reservation cap (max_tokens): not checked at the gateway; the engine's max-model-len is the only bound.",
-        "Fair queueing: the gateway admits or rejects; there are no per-tenant queues drained by a weighted scheduler.",
-        "The tenant header is trusted as sent: an authenticating filter must set it (and strip a client's) in front of these routes.",
-        "Clients cannot set their own priority or cache_salt: each rule's bodyMutation sets the tenant's (or removes a "
-        "client's where the tenant has none), on AIServiceBackends only (the AI Gateway ignores body mutations on an "
-        "InferencePool backend).",
-        f"Routes and their rate-limit policies are split at {MAX_RULES_PER_ROUTE} rules (the CRD's maxItems on rules); "
-        f"a tenant takes one rule per {MAX_MATCHES_PER_RULE} models it may name (the base model and its LoRA adapters).",
-        f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not reported.",
-        f"Envoy drops a cost above {MAX_HITS_ADDEND:,} (its hits addend's bound), charging such a response nothing: "
-        "each tenant's scale keeps the cost of its largest request (its tier's max context and max output, within "
-        "its pool's max-model-len) at or below it.",
+    limits: list[tuple[str, str]] = [
+        (
+            "weights",
+            f"Cost weights are integers in 1/scale units; rounding below {WEIGHT_TOLERANCE:.1%} of a weight is not "
+            "reported.",
+        ),
+        (
+            "weights",
+            f"Envoy drops a cost above {MAX_HITS_ADDEND:,} (its hits addend's bound), charging such a response nothing: "
+            "each tenant's scale keeps the cost of its largest request (its tier's max context and max output, within "
+            "its pool's max-model-len) at or below it.",
+        ),
+        (
+            "files",
+            f"Routes and their rate-limit policies are split at {MAX_RULES_PER_ROUTE} rules (the CRD's maxItems on "
+            f"rules); a tenant takes one rule per {MAX_MATCHES_PER_RULE} models it may name (the base model and its "
+            "LoRA adapters).",
+        ),
     ]
-    limits += long_context_lines(
-        policy, lambda pool, long_pool, names: _unrouted(policy, pool, long_pool, names), skip=moved
-    )
+    limits += [
+        ("routing", line)
+        for line in long_context_lines(
+            policy, lambda pool, long_pool, names: _unrouted(policy, pool, long_pool, names), skip=moved
+        )
+    ]
     for home in sorted(set(moved.values())):
         names = ", ".join(sorted(name for name, pool in moved.items() if pool == home))
         limits.append(
-            f"{names}: sized on traffic whose mean prompt routes to pool {home}, so every request of theirs goes to "
-            f"{home} and is charged at {home}'s weights (their rate is in its units); AIGatewayRoute cannot send "
-            "their short prompts to their standard pool by size."
+            (
+                "routing",
+                f"{names}: sized on traffic whose mean prompt routes to pool {home}, so every request of theirs goes to "
+                f"{home} and is charged at {home}'s weights (their rate is in its units); AIGatewayRoute cannot send "
+                "their short prompts to their standard pool by size.",
+            )
         )
     for tenant in policy.tenants:
         home = pools[homes[tenant.name]]
         unit, seconds, scale, _limit, bound = scale_choice(tenant, home)
         if (problem := hits_problem(tenant, home)) is not None:
             message, fix = problem
-            limits.append(f"{tenant.name}: {message}: such a response is free; {fix}.")
+            limits.append(("weights", f"{tenant.name}: {message}: such a response is free; {fix}."))
         elif (beyond := _beyond_tier(tenant, home, scale)) is not None:
-            limits.append(beyond)
+            limits.append(("weights", beyond))
         nearest, nearest_s = _nearest_window(tenant)
         if seconds < nearest_s:
             limits.append(
-                f"{tenant.name}: its burst is nearest a {nearest} window, whose limit would overflow Envoy's uint32 "
-                f"counter even in whole units, so it gets a {unit} window: at most rate x {seconds:,} s pass at once, "
-                "less than its bucket's depth."
+                (
+                    "rate",
+                    f"{tenant.name}: its burst is nearest a {nearest} window, whose limit would overflow Envoy's uint32 "
+                    f"counter even in whole units, so it gets a {unit} window: at most rate x {seconds:,} s pass at once, "
+                    "less than its bucket's depth.",
+                )
             )
         if _limit_off(tenant, seconds, scale):
             limits.append(
-                f"{tenant.name}: its rate of {tenant.bucket_rate_units_per_s:.4g} units/s is enforced as "
-                f"{enforced_rate_units_per_s(tenant, seconds, scale):.4g} units/s, a whole number of 1/{scale:,} units "
-                f"per {unit} window ({_BOUNDS[bound or 'finest']})."
+                (
+                    "rate",
+                    f"{tenant.name}: its rate of {tenant.bucket_rate_units_per_s:.4g} units/s is enforced as "
+                    f"{enforced_rate_units_per_s(tenant, seconds, scale):.4g} units/s, a whole number of 1/{scale:,} units "
+                    f"per {unit} window ({_BOUNDS[bound or 'finest']}).",
+                )
             )
         charged = charged_weights(tenant, homes[tenant.name])
         exact = (charged.prompt, charged.cached_prompt, charged.output)
@@ -574,7 +583,10 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         ):
             if weight and abs(scaled / scale - weight) > WEIGHT_TOLERANCE * weight:
                 limits.append(
-                    f"{tenant.name}: {label} weight {weight:g} is charged as {scaled}/{scale} ({_BOUNDS[bound]})."
+                    (
+                        "weights",
+                        f"{tenant.name}: {label} weight {weight:g} is charged as {scaled}/{scale} ({_BOUNDS[bound]}).",
+                    )
                 )
         per_token = charged.prompt_per_prompt_token
         per_prompt = scaled_per_prompt(
@@ -583,8 +595,11 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         charged_per_token = per_prompt[0] / per_prompt[1] / scale if per_prompt else 0.0
         if per_token and abs(charged_per_token - per_token) > WEIGHT_TOLERANCE * per_token:
             limits.append(
-                f"{tenant.name}: a prompt token's {per_token:.4g} units per token of its prompt are charged as "
-                f"{charged_per_token:.4g} (CEL's 64-bit integers at the window's scale)."
+                (
+                    "weights",
+                    f"{tenant.name}: a prompt token's {per_token:.4g} units per token of its prompt are charged as "
+                    f"{charged_per_token:.4g} (CEL's 64-bit integers at the window's scale).",
+                )
             )
     long_windows = sorted(
         {
@@ -596,22 +611,34 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     )
     if long_windows:
         limits.append(
-            f"{' and '.join(long_windows)} windows are Envoy's rate limit service's fixed 30 and 365 days "
-            "(a Month, a Year), counted from the Unix epoch, not calendar months or years."
+            (
+                "rate",
+                f"{' and '.join(long_windows)} windows are Envoy's rate limit service's fixed 30 and 365 days "
+                "(a Month, a Year), counted from the Unix epoch, not calendar months or years.",
+            )
         )
     if any(pool.engine.scheduling_policy != "priority" for pool in pools.values()):
         fcfs = sorted(pool.name for pool in pools.values() if pool.engine.scheduling_policy != "priority")
         limits.append(
-            f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero "
-            "priority there); a client's own priority is removed."
+            (
+                "priority",
+                f"Priority: not sent to pools {', '.join(fcfs)}, whose engines schedule fcfs (vLLM rejects a non-zero "
+                "priority there); a client's own priority is removed.",
+            )
         )
     if salted:
         limits.append(
-            "Cache salts are written into the AIGatewayRoutes' bodyMutation (not a Kubernetes Secret): restrict who can read AIGatewayRoutes."
+            (
+                "salt",
+                "Cache salts are written into the AIGatewayRoutes' bodyMutation (not a Kubernetes Secret): restrict who can read AIGatewayRoutes.",
+            )
         )
     if policy.public_prefixes:
         limits.append(
-            "Public prefixes: a salt covers the whole request (vLLM hashes it into the first block), so salted tenants do not share the platform's public prefixes."
+            (
+                "salt",
+                "Public prefixes: a salt covers the whole request (vLLM hashes it into the first block), so salted tenants do not share the platform's public prefixes.",
+            )
         )
     return tuple(limits)
 

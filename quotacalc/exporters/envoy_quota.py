@@ -175,11 +175,9 @@ def _routes_with_model_override(policy: QuotaPolicy, routes: list[dict]) -> list
     return out
 
 
-#: The envoy target's LIMITS.md lines that state BackendTrafficPolicy's mechanism (its windows, counters and
-#: route split), by their opening words: a QuotaPolicy replaces them with ``_limits``'s.
+#: The envoy target's notes that state BackendTrafficPolicy's mechanism (its windows, counters and route split), by
+#: their opening words: a QuotaPolicy has its own (``_limits``), and its capabilities are the registry's variant.
 _TRAFFIC_POLICY_LINES = (
-    "Token bucket:",
-    "Charging happens after the response",
     "Routes and their rate-limit policies",
     "Cost weights are integers",
     "Month",
@@ -187,27 +185,15 @@ _TRAFFIC_POLICY_LINES = (
 
 
 def _traffic_policy_line(line: str, policy: QuotaPolicy) -> bool:
-    """Whether an envoy LIMITS.md line is about BackendTrafficPolicy's windows, counters or scales."""
+    """Whether an envoy note is about BackendTrafficPolicy's windows, counters or scales."""
     if line.startswith(_TRAFFIC_POLICY_LINES):
         return True
     about_a_tenant = line.startswith(tuple(f"{tenant.name}: " for tenant in policy.tenants))
     return about_a_tenant and any(word in line for word in (" window", "charged as", "enforced as"))
 
 
-def _limits(policy: QuotaPolicy, inherited: tuple[str, ...]) -> tuple[str, ...]:
-    lines = [line for line in inherited if not _traffic_policy_line(line, policy)]
-    lines += [
-        "QuotaPolicy charges after the response: a request's cost is counted when its stream is done, so an "
-        "admitted request is never stopped, a stream is never cut at the limit, and one request may overshoot it; "
-        "nothing is reserved at admission.",
-        "Token bucket: a QuotaPolicy counts fixed windows of 1s, 1m, 1h or 1d, not a bucket; each tenant gets the one "
-        "nearest its burst, so up to twice its limit can pass across a window boundary.",
-        "One cost expression per pool and model: every tenant charged on a pool pays the same weights (the policy's "
-        "per-tier weights are refused where they differ on one pool).",
-        "Routes set modelNameOverride to each pool's served model name, as the QuotaPolicy requires; a LoRA adapter "
-        "name would be rewritten, so tenants with adapters are refused.",
-        "QuotaPolicy is v1alpha1 (Envoy AI Gateway 1.1); its serviceQuota is not wired into Envoy yet and is not used.",
-    ]
+def _limits(policy: QuotaPolicy, inherited: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    notes = [(part, line) for part, line in inherited if not _traffic_policy_line(line, policy)]
     for pool_name, (scale, _expression, tenants) in pool_quotas(policy).items():
         weights = envoy.charged_weights(tenants[0], pool_name)
         exact = (weights.prompt, weights.cached_prompt, weights.output)
@@ -215,17 +201,22 @@ def _limits(policy: QuotaPolicy, inherited: tuple[str, ...]) -> tuple[str, ...]:
             ("prompt", "cached prompt", "output"), exact, envoy.scaled_weights(weights, scale), strict=True
         ):
             if weight and abs(scaled / scale - weight) > envoy.WEIGHT_TOLERANCE * weight:
-                lines.append(f"Pool {pool_name}: {label} weight {weight:g} is charged as {scaled}/{scale}.")
+                notes.append(
+                    ("weights", f"Pool {pool_name}: {label} weight {weight:g} is charged as {scaled}/{scale}.")
+                )
         for tenant in tenants:
             unit, seconds = duration_for(tenant)
             enforced = limit_for(tenant, scale) / scale / seconds
             rate = tenant.bucket_rate_units_per_s
             if abs(enforced - rate) > envoy.WEIGHT_TOLERANCE * rate:
-                lines.append(
-                    f"{tenant.name}: its rate of {rate:.4g} units/s is enforced as {enforced:.4g} units/s, a whole "
-                    f"number of 1/{scale:,} units per {unit} window on pool {pool_name}."
+                notes.append(
+                    (
+                        "rate",
+                        f"{tenant.name}: its rate of {rate:.4g} units/s is enforced as {enforced:.4g} units/s, a whole "
+                        f"number of 1/{scale:,} units per {unit} window on pool {pool_name}.",
+                    )
                 )
-    return tuple(lines)
+    return tuple(notes)
 
 
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
@@ -254,4 +245,4 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
             ),
         )
     )
-    return Export(target=plain.target, files=tuple(files), limits=_limits(policy, plain.limits))
+    return Export(target=plain.target, files=tuple(files), notes=_limits(policy, plain.notes))

@@ -139,25 +139,18 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
         GeneratedFile(path=path, text=yaml_documents(manifests, header=NO_PICKER))
         for path, manifests in documents(policy, options).items()
     )
-    return Export(target="gie", files=files, limits=_limits(policy, options))
+    return Export(target="gie", files=files, notes=_limits(policy))
 
 
-def _limits(policy: QuotaPolicy, options: ExportOptions) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
     pickers = picker_names(policy)
     limits = [
-        "Endpoint picker: none is generated. Each InferencePool's endpointPickerRef names a Service ("
-        + ", ".join(f"{pool}: {picker}" for pool, picker in pickers.items())
-        + f", port {EPP_PORT}) where you must deploy an endpoint picker, such as llm-d's router (its inferencepool "
-        "Helm chart), with its EndpointPickerConfig (the llm-d target writes one with flow control and per-tenant "
-        "fairness); without it, no request reaches these pools through the gateway.",
-        "Token buckets and rate limits: none; the Inference Extension's flow control queues requests instead of "
-        "rejecting them, so quotas need a gateway in front (Envoy, Kong or LiteLLM targets).",
-        "Unit weights: none here; an endpoint picker's fairness does not use them either (llm-d's program-aware "
-        "fairness weighs output at a fixed 2x input, not the pool's W, and has no cached-prompt weight).",
-        "Resident KV cap and concurrent sequences per tenant: not expressible.",
-        "Long-context routing by prompt size: not expressible in an InferencePool; route to each pool from an HTTPRoute or AIGatewayRoute.",
-        "Cache salts: not injected; the gateway in front must set cache_salt.",
-        "Tenant identity reaches flow control only through the x-gateway-inference-fairness-id header, which the gateway must set from the tenant header.",
+        (
+            "files",
+            "Endpoint picker: each InferencePool's endpointPickerRef names a Service ("
+            + ", ".join(f"{pool}: {picker}" for pool, picker in pickers.items())
+            + f", port {EPP_PORT}) where you must deploy it.",
+        )
     ]
     pools = {pool.name for pool in policy.pools}
     for pool, picker in pickers.items():
@@ -165,18 +158,10 @@ def _limits(policy: QuotaPolicy, options: ExportOptions) -> tuple[str, ...]:
         if picker != plain:
             whose = f"pool {plain}'s own Service" if plain in pools else "another pool's endpoint picker"
             limits.append(
-                f"Pool {pool}'s endpoint picker Service is {picker}, not the usual {plain}, which is {whose}: "
-                f"deploy its endpoint picker under {picker}."
+                (
+                    "files",
+                    f"Pool {pool}'s endpoint picker Service is {picker}, not the usual {plain}, which is {whose}: "
+                    f"deploy its endpoint picker under {picker}.",
+                )
             )
-    if options.gie_objectives:
-        limits.append(
-            "InferenceObjective (v1alpha2) was removed from the Inference Extension's main branch in 2026 (pull request 2973) "
-            "and now lives in llm-d: these objectives need a release that still ships it. A request picks one with the "
-            "x-gateway-inference-objective header, which the gateway must set from the tenant's tier."
-        )
-    else:
-        limits.append(
-            "Priority tiers: not emitted; InferenceObjective was removed from the Inference Extension's main branch in "
-            "2026 (ask for --gie-objectives where your release still ships v1alpha2)."
-        )
     return tuple(limits)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.exporters._text import (
     long_context_lines,
     lora_lines,
@@ -228,80 +228,74 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     return Export(
         target="kong",
         files=(GeneratedFile(path="kong/kong.yaml", text=text, secret=salted),),
-        limits=_limits(policy, edition),
+        notes=_limits(policy, edition),
     )
 
 
-def _edition_limits(policy: QuotaPolicy, edition: str) -> list[str]:
-    """What the edition's limiter loses: Enterprise's counts units over a sliding window; OSS has none of units."""
+def _edition_limits(policy: QuotaPolicy, edition: str) -> list[tuple[str, str]]:
+    """What the edition's limiter writes beyond its declared capabilities: the OSS windows per tenant."""
     if edition == ENTERPRISE:
-        return [
-            "Kong Gateway Enterprise only: ai-rate-limiting-advanced is an Enterprise plugin, so a sync to Kong OSS "
-            "fails; generate with --kong-edition oss for what Kong OSS can hold.",
-            "Token bucket: ai-rate-limiting-advanced counts a sliding window (the tenant's burst in whole seconds, at "
-            "least 1, holding the rate × that window: the bucket depth where burst_s is whole, else a burst up to "
-            "half a second's units more or less, the contracted rate kept), not a bucket refilled continuously.",
-            "Cached prompt tokens: Kong's cost has no cached-token term; cached tokens are charged as prompt tokens "
-            "(weight 1 instead of the tier's cached weight), so cache-heavy tenants hit their limit early.",
-            "Charging happens after the response (Kong's known limitation: a cost counts from the next request): one "
-            "request may overshoot, and nothing is reserved at admission.",
-            f"Retry-After: Kong sends Retry-After from its window, not the policy's {RETRY_AFTER_RULE}.",
-            "Counters are per Kong node (strategy local); set strategy: cluster or redis for a shared count.",
-        ]
+        return []
     windows = "; ".join(
         f"{tenant.name} {max(1, math.floor(tenant.bucket_rate_units_per_s * oss_window(tenant)[1])):,} a "
         f"{oss_window(tenant)[0]}"
         for tenant in sorted(policy.tenants, key=lambda tenant: tenant.name)
     )
     return [
-        "Kong OSS has no token or cost rate limiting (ai-rate-limiting-advanced is Enterprise-only), so the "
-        "tenants' units are not limited: the token bucket, the weights (prompt, cached prompt, output W, prompt "
-        "length) and the bucket depth are all lost.",
-        "What is written instead: the OSS rate-limiting plugin counts requests per fixed window (the one nearest "
-        f"each tenant's burst), at the tenant's units per window as a request count ({windows}); a request with an "
-        "output token costs at least one unit (W >= 1), so this bound stops floods of tiny requests and never "
-        "binds before the units would.",
-        "Counters are per Kong node (policy local); set policy: redis (or cluster) for a shared count.",
+        (
+            "rate",
+            "What is written instead: the OSS rate-limiting plugin counts requests per fixed window (the one nearest "
+            f"each tenant's burst), at the tenant's units per window as a request count ({windows}); a request with an "
+            "output token costs at least one unit (W >= 1), so this bound stops floods of tiny requests and never "
+            "binds before the units would.",
+        )
     ]
 
 
-def _limits(policy: QuotaPolicy, edition: str = ENTERPRISE) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy, edition: str = ENTERPRISE) -> tuple[tuple[str, str], ...]:
     limits = [
         *_edition_limits(policy, edition),
-        "Resident KV cap per tenant per replica: not expressible.",
-        "Concurrent sequences per tenant: not expressible with these plugins.",
-        "Max context and output reservation cap (max_tokens): not enforced; ai-proxy's max_tokens is only a default.",
-        "Clients cannot set their own priority or cache_salt: each consumer's request-transformer removes a "
-        "client's and adds the tenant's (its tier's priority as a JSON string, which vLLM and SGLang read as the "
-        "integer).",
-        "Fair queueing: Kong admits or rejects; no per-tenant queues.",
-        "Credentials are not generated: give each consumer a key-auth credential (consumers[].keyauth_credentials).",
-        f"Upstream key: ai-proxy sends {UPSTREAM_AUTH} as the engines' Authorization header; Kong resolves it from the "
-        f"environment variable {UPSTREAM_AUTH_ENV}, which must hold the whole value, \"Bearer <the engines' "
-        '--api-key>" (Kong resolves a reference only where it is the whole field).',
-        "A tenant calls its pool's path (/pools/<pool>/v1/chat/completions): Kong routes before it authenticates, "
-        "so it cannot pick the pool from the consumer; the acl plugin keeps tenants out of other pools.",
-        "Tiers are consumer tags: Debian's decK 1.4.0, which validates this file, predates consumer groups.",
+        (
+            "files",
+            f"Upstream key: ai-proxy sends {UPSTREAM_AUTH} as the engines' Authorization header; Kong resolves it from "
+            f"the environment variable {UPSTREAM_AUTH_ENV}, which must hold the whole value, \"Bearer <the engines' "
+            '--api-key>" (Kong resolves a reference only where it is the whole field).',
+        ),
     ]
     pools = {pool.name: pool for pool in policy.pools}
     unsent = sorted(tenant.name for tenant in policy.tenants if not _sends_priority(tenant, pools))
     if unsent:
         limits.append(
-            f"Priority: not sent for {', '.join(unsent)}, a pool of theirs schedules fcfs (vLLM rejects a non-zero "
-            "priority there; a client's is removed); " + unsent_priority_effect(policy, unsent)
+            (
+                "priority",
+                f"Priority: not sent for {', '.join(unsent)}, a pool of theirs schedules fcfs (vLLM rejects a non-zero "
+                "priority there; a client's is removed); " + unsent_priority_effect(policy, unsent),
+            )
         )
-    limits += prompt_length_lines(
-        policy,
-        "a long prompt passes at less than its cost, and a tenant sized on long prompts gets more than it was sized for.",
-    )
-    limits += long_context_lines(policy, "such a tenant must call the long-context pool's path itself.")
-    limits += lora_lines(
-        policy,
-        "ai-proxy pins each route's model to its pool's base model, so a request cannot name an adapter; add a route "
-        "per adapter (its model.name the adapter's) to serve them.",
-    )
+    limits += [
+        ("weights", line)
+        for line in prompt_length_lines(
+            policy,
+            "a long prompt passes at less than its cost, and a tenant sized on long prompts gets more than it was "
+            "sized for.",
+        )
+    ]
+    limits += [
+        ("routing", line)
+        for line in long_context_lines(policy, "such a tenant must call the long-context pool's path itself.")
+    ]
+    limits += [
+        ("lora", line)
+        for line in lora_lines(
+            policy,
+            "not served through these routes until a route per adapter names it.",
+        )
+    ]
     if any(tenant.salt_ref is not None for tenant in policy.tenants) and policy.public_prefixes:
         limits.append(
-            "Public prefixes: a salt covers the whole request, so salted tenants do not share the platform's public prefixes."
+            (
+                "salt",
+                "Public prefixes: a salt covers the whole request, so salted tenants do not share the platform's public prefixes.",
+            )
         )
     return tuple(limits)

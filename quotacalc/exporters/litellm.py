@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from decimal import ROUND_FLOOR, Context, Decimal
 
-from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.exporters._text import (
     json_text,
     load_pools,
@@ -289,29 +289,19 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
         files.append(GeneratedFile(path="litellm/policy.json", text=canonical_files["policy.json"].text))
         if "salts.json" in canonical_files:
             files.append(GeneratedFile(path="litellm/salts.json", text=canonical_files["salts.json"].text, secret=True))
-        return Export(target="litellm", files=tuple(files), limits=_plugin_limits(policy))
-    return Export(target="litellm", files=tuple(files), limits=_limits(policy))
+        return Export(target="litellm", files=tuple(files), notes=_plugin_limits(policy))
+    return Export(target="litellm", files=tuple(files), notes=_limits(policy))
 
 
-def _plugin_limits(policy: QuotaPolicy) -> tuple[str, ...]:
-    """What is still lost with quotacalc's plugin enforcing the policy (docs/enforce.md)."""
-    limits = [
-        "Resident KV cap per replica: the plugin counts a tenant's live prompt and granted output over the pool (its "
-        "cap times the pool's replicas) and refuses a request above one replica's cap; it cannot see which replica "
-        "LiteLLM's api_base sends a request to, so one replica may hold more than the cap while another holds less.",
-        "Prompt length at admission is counted with LiteLLM's tokenizer for the model (enforce.json prompt_tokens), "
-        "which may differ from the engine's; the engine's usage settles the real count.",
-        "Teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres); without it, set tenant_from: "
-        "header in enforce.json and let a trusted layer in front set the policy's tenant header.",
-        "State: in the proxy's memory by default (one proxy); several proxies share buckets only with state: redis.",
-        "Response not streamed: its whole output is leased at admission (max_tokens capped at what the bucket "
-        "holds); only a streamed response is stopped at a lease boundary.",
-    ]
-    limits += lora_lines(
-        policy,
-        "model_list holds each pool's base model only: add a model_list entry per adapter (hosted_vllm/<adapter>).",
+def _plugin_limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
+    """What this plan adds to the plugin's declared capabilities (docs/enforce.md)."""
+    return tuple(
+        ("lora", line)
+        for line in lora_lines(
+            policy,
+            "not served through this proxy until model_list has an entry per adapter.",
+        )
     )
-    return tuple(limits)
 
 
 def client_fields_problem(policy: QuotaPolicy) -> tuple[str, str] | None:
@@ -335,72 +325,75 @@ def client_fields_problem(policy: QuotaPolicy) -> tuple[str, str] | None:
     )
 
 
-def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
     limits = [
-        "Token bucket: a tenant's limit is a USD budget (max_budget, its units over "
-        f"{BUDGET_DURATION}) reset on LiteLLM's schedule, and a raw-token tpm_limit; neither refills continuously.",
-        "tpm and tpm_limit count raw tokens, not units: an output-heavy load can use up to W times its units before "
-        "they bind; only max_budget (USD) carries the weights.",
-        "Budgets, teams and keys need LiteLLM's database (Postgres); without it only the deployments' tpm is enforced.",
-        "rpm and rpm_limit are not set: the policy prices tokens, not requests.",
-        "Cached prompt tokens: a deployment has one cache_read_input_token_cost, set from the highest cached weight "
-        "of the tiers on its pool; tiers with a lower weight are overcharged.",
-        "priority_reservation (dynamic_rate_limiter_v3) is enforced without a LiteLLM licence: a tier named in it "
-        "takes its share from the normalised weights (_normalize_priority_weights), which no licence gates; LiteLLM "
-        "still logs 'PREMIUM FEATURE' for each such request (_get_priority_weight, evaluated as a fallback), which "
-        "changes nothing.",
-        "Cache salts: LiteLLM has no per-tenant cache_salt injection; salted tenants share the prefix cache through it.",
-        "Engine priority: not sent per tenant (a deployment's extra_body is the same for every tenant); "
-        + unsent_priority_effect(policy),
-        "Resident KV cap per tenant per replica: not expressible.",
-        "Max context per tier and output reservation cap: not enforced; each deployment's max_input_tokens (its "
-        "engine's max-model-len) is, as router_settings.enable_pre_call_checks is set: a longer prompt is refused "
-        "(ContextWindowExceededError) before it reaches the engine.",
-        f"Retry-After: LiteLLM's 429 does not follow the policy's rule ({RETRY_AFTER_RULE}).",
-        "Clients name the pool as the model (model names are the pool names); LiteLLM does not route by prompt size.",
+        (
+            "rate",
+            f"max_budget holds a tenant's units over {BUDGET_DURATION} (budget_duration), priced at the USD per unit "
+            "of the pool its rate is counted in.",
+        ),
+        ("priority", "Engine priority: not sent per tenant; " + unsent_priority_effect(policy)),
     ]
     if (problem := client_fields_problem(policy)) is not None:
         message, fix = problem
-        limits.append(f"Clients set their own priority and cache_salt: {message}; {fix}.")
-    limits += _reservation_lines(policy)
+        limits.append(("priority", f"Clients set their own priority and cache_salt: {message}; {fix}."))
+    limits += [("priority", line) for line in _reservation_lines(policy)]
     shares, raised = _reservation(policy, None)
     for tier, exact in raised.items():
         limits.append(
-            f"priority_reservation: tier {tier} sells {exact:.2g} of the units, which rounds to less than LiteLLM "
-            f"reserves a token a minute of (int(tpm x share)); its share is raised to {shares[tier]:g}, taken from "
-            "the largest shares, so it is not refused every request once a model saturates."
+            (
+                "priority",
+                f"priority_reservation: tier {tier} sells {exact:.2g} of the units, which rounds to less than LiteLLM "
+                f"reserves a token a minute of (int(tpm x share)); its share is raised to {shares[tier]:g}, taken from "
+                "the largest shares, so it is not refused every request once a model saturates.",
+            )
         )
     unlimited = sorted(tenant.name for tenant in policy.tenants if tpm_limit(tenant) is None)
     if unlimited:
         limits.append(
-            f"tpm_limit is left out for {', '.join(unlimited)}: their rate is under {LEAST_REQUEST_TOKENS} tokens a "
-            "minute, and LiteLLM refuses a request whose reserved tokens (one prompt and one output token at the "
-            "least) would pass a key's tpm_limit, so such a limit would refuse every request; max_budget (and "
-            "max_parallel_requests) limit them."
+            (
+                "rate",
+                f"tpm_limit is left out for {', '.join(unlimited)}: their rate is under {LEAST_REQUEST_TOKENS} tokens a "
+                "minute, and LiteLLM refuses a request whose reserved tokens (one prompt and one output token at the "
+                "least) would pass a key's tpm_limit, so such a limit would refuse every request; max_budget (and "
+                "max_parallel_requests) limit them.",
+            )
         )
-    limits += prompt_length_lines(
-        policy,
-        "a long prompt spends less budget than its cost, and a tenant sized on long prompts gets more than it was sized for.",
-    )
-    limits += long_context_lines(
-        policy,
-        "such a tenant must request the long-context pool as its model; its budget is priced at the USD per unit of "
-        "the pool its rate is counted in.",
-    )
+    limits += [
+        ("weights", line)
+        for line in prompt_length_lines(
+            policy,
+            "a long prompt spends less budget than its cost, and a tenant sized on long prompts gets more than it was "
+            "sized for.",
+        )
+    ]
+    limits += [
+        ("routing", line)
+        for line in long_context_lines(
+            policy,
+            "such a tenant must request the long-context pool as its model; its budget is priced at the USD per unit "
+            "of the pool its rate is counted in.",
+        )
+    ]
     homes = load_pools(policy)
     moved = sorted((home, tenant.name) for tenant in policy.tenants if (home := homes[tenant.name]) != tenant.pool)
     for home in sorted({home for home, _ in moved}):
         names = ", ".join(name for pool, name in moved if pool == home)
         limits.append(
-            f"{names}: sized on traffic whose mean prompt routes to pool {home}, so the rate, the budget (at "
-            f"{home}'s USD per unit) and the tier shares are counted on {home}; a request to another pool spends "
-            "that budget at that pool's price."
+            (
+                "routing",
+                f"{names}: sized on traffic whose mean prompt routes to pool {home}, so the rate, the budget (at "
+                f"{home}'s USD per unit) and the tier shares are counted on {home}; a request to another pool spends "
+                "that budget at that pool's price.",
+            )
         )
-    limits += lora_lines(
-        policy,
-        "model_list holds each pool's base model only and teams may call only their pools, so a request cannot "
-        "name an adapter; add a model_list entry per adapter (hosted_vllm/<adapter>) and it to the team's models.",
-    )
+    limits += [
+        ("lora", line)
+        for line in lora_lines(
+            policy,
+            "not served through this proxy until model_list and the teams' models name each adapter.",
+        )
+    ]
     return tuple(limits)
 
 

@@ -139,35 +139,22 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
             ),
         ),
     )
-    return Export(target=TARGET, files=files, limits=_limits(policy))
+    return Export(target=TARGET, files=files, notes=_limits(policy))
 
 
-def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
     tiers = sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name))
     least = tiers[-1].name if tiers else "the least important tier"
     return (
-        "Token quotas: none. llm-d's flow control queues requests and sheds them (429) when a band is full or a "
-        f"request waits past its TTL ({DEFAULT_REQUEST_TTL_S} s by default); it counts no tokens and no units, so the "
-        "tenants' rates and bursts need a gateway target in front (envoy, kong or litellm).",
-        "Per-tenant weights: none. round-robin-fairness-policy gives each tenant with queued requests one dispatch "
-        "per turn, whatever the request's size or the tenant's contracted rate: a tenant of long requests gets more "
-        "work per turn, and unit weights (prompt, cached prompt, output) do not enter. llm-d's program-aware-fairness "
-        "counts tokens instead, but at its own fixed weights (output 2x input, strategy_las.go), not the pool's W.",
-        "Fairness holds only per endpoint-picker replica: each replica queues and round-robins its own requests, so "
-        "with several replicas of a pool's picker a tenant's share is kept within each, not across them.",
-        "Fairness holds only between tenants of one tier: bands are strict, a higher tier's queued request always "
-        "dispatches first, so a lower tier can wait until its requests are shed at the TTL.",
-        f"A request without {OBJECTIVE_HEADER} gets priority 0, the band of {least} (the least important tier); one "
-        f"without {FAIRNESS_HEADER} joins the shared flow 'default-flow'.",
-        f"The headers are trusted as sent: the gateway must remove {', '.join([OBJECTIVE_HEADER, FAIRNESS_HEADER, *DEPRECATED_HEADERS])} "
-        "from every client request and set them per tenant (gateway-headers.yaml); the tenant header itself must "
-        "come from authentication.",
-        "Resident KV cap and concurrent sequences per tenant: not expressible (a band's maxRequests bounds a whole "
-        "tier; it is left at llm-d's default).",
-        "Cache salts and the engine's priority: not set; the gateway in front sets cache_salt and priority in the "
-        "request body.",
-        "Long-context routing by prompt size: not expressible here; route to each pool from an HTTPRoute or "
-        "AIGatewayRoute.",
-        "InferencePools and the pickers' Deployments are not written: the gie target writes the InferencePools, and "
-        "llm-d's charts deploy a picker per pool with this config.",
+        ("rate", f"A request's TTL in the queue is {DEFAULT_REQUEST_TTL_S} s by default."),
+        (
+            "priority",
+            f"A request without {OBJECTIVE_HEADER} gets priority 0, the band of {least} (the least important tier); "
+            f"one without {FAIRNESS_HEADER} joins the shared flow 'default-flow'.",
+        ),
+        (
+            "identity",
+            f"The gateway must remove {', '.join([OBJECTIVE_HEADER, FAIRNESS_HEADER, *DEPRECATED_HEADERS])} from every "
+            "client request and set them per tenant (gateway-headers.yaml).",
+        ),
     )

@@ -6,9 +6,11 @@ need the salt secret, ``check``'s per-target findings and ``quotacalc targets``'
 
 Adding a target touches exactly these files:
 
-1. ``quotacalc/exporters/<name>.py``: ``export(policy, salts, options) -> Export`` (pure, see ``base.py``), and,
-   where ``generate`` would refuse a plan, ``prechecks(policy) -> list[Finding]`` so ``check`` says so first;
-2. one ``Target(...)`` entry in ``TARGETS`` here (options, salting, pre-checks, capabilities);
+1. ``quotacalc/exporters/<name>.py``: ``export(policy, salts, options) -> Export`` (pure, see ``base.py``; its notes
+   each under a part of ``PARTS``), and, where ``generate`` would refuse a plan, ``prechecks(policy) -> list[Finding]``
+   so ``check`` says so first;
+2. one ``Target(...)`` entry in ``TARGETS`` here (options, salting, pre-checks, a capability per part, and what an
+   option's value changes of them), from which its LIMITS.md is rendered (``limits.py``);
 3. ``tests/test_export_<name>.py``, validating the files against the target's own schema or tool;
 4. the generated files the repository ships, regenerated with the CLI: the example platform
    (``quotacalc generate examples/platform.yaml --out examples/platform --salt-secret-file examples/platform.secret``,
@@ -23,10 +25,13 @@ listing the targets imports no exporter.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 Support = Literal["yes", "partly", "no"]
+
+#: How a target's LIMITS.md words each support.
+SUPPORT_WORDS: dict[str, str] = {"yes": "enforced", "partly": "approximated", "no": "lost"}
 
 #: What a target may enforce of the policy, in the order ``quotacalc targets`` shows them.
 CAPABILITIES: dict[str, str] = {
@@ -38,13 +43,28 @@ CAPABILITIES: dict[str, str] = {
     "fairness": "fair queueing between the tenants of one priority",
 }
 
+#: Every part of the policy a target declares how far it enforces, in LIMITS.md's order: the capabilities
+#: ``quotacalc targets`` tabulates, then the rest.
+PARTS: dict[str, str] = {
+    **CAPABILITIES,
+    "admission": "output reserved or leased at admission, so that one request cannot overshoot its tenant's bucket",
+    "retry_after": "a 429's Retry-After from the bucket's refill, by the policy's retry_after rule",
+    "kv_cap": "each tier's cap on a tenant's resident KV per replica",
+    "max_context": "each tier's max context and output reservation cap (max_tokens)",
+    "routing": "long prompts sent to the tenant's long-context pool by their size",
+    "identity": "the tenant a request is from, set by the platform and not by the client",
+    "lora": "the tenants' LoRA adapters, served on their pools",
+    "files": "what else must be written or deployed beside these files (nothing, where enforced)",
+}
+
 
 @dataclass(frozen=True)
 class Capability:
-    """How far a target enforces one of ``CAPABILITIES``, and in one line how (or why not)."""
+    """How far a target enforces one of ``PARTS``: in one line how (or why not), and what to do about a gap."""
 
     support: Support
     how: str
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,10 @@ class TargetOption:
         return "--" + self.name.replace("_", "-")
 
 
+#: Per option, per value: the parts that value changes (``Target.variants``).
+Variants = Mapping[str, Mapping[bool | str, Mapping[str, Capability]]]
+
+
 @dataclass(frozen=True)
 class Target:
     """One config target.
@@ -71,7 +95,9 @@ class Target:
     ``salts``: whether its files carry the tenants' cache salts (then ``generate`` needs the salt secret for a plan
     with salted tenants); ``salting`` says in a few words how the salt reaches the engine. ``prechecks``:
     ``"module:function"``, a function of the policy returning ``check`` findings (``core.checks.Finding``) about what
-    this target would refuse or lose. ``enforces``: one ``Capability`` per key of ``CAPABILITIES``.
+    this target would refuse or lose. ``enforces``: one ``Capability`` per key of ``PARTS``, with the options'
+    defaults (what ``quotacalc targets`` shows); ``variants``: what an option's value changes of it (LIMITS.md
+    renders the table of the options a run chose: ``capabilities``).
     """
 
     name: str
@@ -83,17 +109,44 @@ class Target:
     options: tuple[TargetOption, ...] = ()
     prechecks: str | None = None
     files: str = ""
+    variants: Variants = field(default_factory=dict)
+
+    def capabilities(self, chosen: Any = None) -> dict[str, Capability]:
+        """Every part's capability under the options ``chosen`` (an ``ExportOptions``; None: their defaults)."""
+        table = dict(self.enforces)
+        defaults = {option.name: option.default for option in self.options}
+        for option, by_value in self.variants.items():
+            value = defaults.get(option) if chosen is None else getattr(chosen, option)
+            table.update(by_value.get(value, {}))
+        return table
 
 
-def _caps(**given: tuple[Support, str]) -> dict[str, Capability]:
-    """Every capability, in ``CAPABILITIES``'s order; one not given is ``no``."""
-    unknown = set(given) - set(CAPABILITIES)
+Given = tuple[Support, str] | tuple[Support, str, str]
+#: What ``_caps`` says of a part a declaration leaves out.
+UNDECLARED = "Not declared by this target"
+
+
+def _caps(**given: Given) -> dict[str, Capability]:
+    """Every part, in ``PARTS``'s order; one not given is ``no``, saying so (a shipped target declares every part)."""
+    unknown = set(given) - set(PARTS)
     if unknown:
-        raise ValueError(f"unknown capabilities {sorted(unknown)}: known are {list(CAPABILITIES)}")
-    return {name: Capability(*given.get(name, ("no", "not expressible"))) for name in CAPABILITIES}
+        raise ValueError(f"unknown parts {sorted(unknown)}: known are {list(PARTS)}")
+    return {name: Capability(*given.get(name, ("no", UNDECLARED))) for name in PARTS}
+
+
+def _changes(**given: Given) -> dict[str, Capability]:
+    """The parts an option's value changes (``Target.variants``)."""
+    unknown = set(given) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}: known are {list(PARTS)}")
+    return {name: Capability(*capability) for name, capability in given.items()}
 
 
 _NO_SALT = "none: the gateway in front must set cache_salt"
+#: What an engine target says of every per-tenant part: an engine file knows no tenants.
+_NO_TENANTS = "The engine knows no tenants: the gateway in front enforces it"
+_GATEWAY_FIX = "a gateway target in front (envoy, kong or litellm)"
+_ENGINE_LORA = "The policy holds no adapter's path, so these files load none"
 
 #: Name -> declaration, in ``generate``'s order (``all``).
 TARGETS: dict[str, Target] = {
@@ -107,12 +160,20 @@ TARGETS: dict[str, Target] = {
             salts=True,
             salting="writes each salted tenant's salt to salts.json (owner-only)",
             enforces=_caps(
-                rate=("yes", "the policy itself: bucket rate and depth per tenant"),
-                weights=("yes", "per pool and tier"),
-                priority=("yes", "per tier"),
+                rate=("yes", "The policy itself: bucket rate and depth per tenant"),
+                weights=("yes", "Per pool and tier"),
+                priority=("yes", "Per tier"),
                 salt=("yes", "salts.json by salt_ref"),
                 concurrency=("yes", "max_concurrent_sequences per tenant"),
-                fairness=("yes", "stated for an enforcer to apply"),
+                fairness=("yes", "Stated for an enforcer to apply"),
+                admission=("yes", "The admission policy and its output reservation, stated for an enforcer"),
+                retry_after=("yes", "The policy's retry_after rule"),
+                kv_cap=("yes", "Each tier's resident KV cap per replica"),
+                max_context=("yes", "Each tier's max context and output reservation cap"),
+                routing=("yes", "Each tenant's long-context pool and the prompt length above which it goes there"),
+                identity=("yes", "The policy's tenant header and its tenants"),
+                lora=("yes", "Each tenant's adapters"),
+                files=("yes", "The whole plan: an enforcer (such as quotacalc's LiteLLM plugin) reads these files"),
             ),
         ),
         Target(
@@ -134,11 +195,95 @@ TARGETS: dict[str, Target] = {
                 ),
             ),
             enforces=_caps(
-                rate=("partly", "fixed windows of units, charged after the response"),
-                weights=("yes", "a CEL cost per tenant over prompt, cached and output tokens"),
-                priority=("yes", "bodyMutation sets the tier's priority on priority-scheduling pools"),
-                salt=("yes", "bodyMutation"),
+                rate=(
+                    "partly",
+                    "Envoy's global rate limit counts fixed windows, not a bucket: each tenant gets the window nearest "
+                    "its burst (rate x window units per window), so up to twice that can pass across a window "
+                    "boundary",
+                ),
+                weights=("yes", "A CEL cost per tenant over prompt, cached and output tokens, in 1/scale units"),
+                priority=(
+                    "yes",
+                    "Each rule's bodyMutation sets the tier's priority (a client's own is removed), on "
+                    "AIServiceBackends only: the AI Gateway ignores body mutations on an InferencePool backend",
+                ),
+                salt=(
+                    "yes",
+                    "Each rule's bodyMutation sets the tenant's cache_salt (or removes a client's where the tenant has "
+                    "none), on AIServiceBackends only: the AI Gateway ignores body mutations on an InferencePool "
+                    "backend",
+                ),
+                concurrency=("no", "Not expressible with global rate limits: no concurrency counter per tenant"),
+                fairness=(
+                    "no",
+                    "The gateway admits or rejects; there are no per-tenant queues drained by a weighted scheduler",
+                ),
+                admission=(
+                    "no",
+                    "Charging happens after the response: a request is admitted while the window's count is under the "
+                    "limit, so one request may overshoot it; nothing is reserved at admission (no output reservation)",
+                ),
+                retry_after=(
+                    "no",
+                    "Envoy answers 429 without the policy's Retry-After; clients learn only that the window is spent",
+                ),
+                kv_cap=("no", "Not expressible in the gateway: no KV accounting"),
+                max_context=(
+                    "no",
+                    "Not checked at the gateway; the engine's max-model-len is the only bound",
+                    "cap max_tokens and the prompt at the tier's in front of the gateway",
+                ),
+                routing=(
+                    "no",
+                    "AIGatewayRoute matches headers, not prompt size: a tenant's rules send each of its prompts to one "
+                    "pool",
+                    "route by prompt size in front of the gateway, or give long prompts a model name of their own "
+                    "that a rule sends to the long-context pool",
+                ),
+                identity=(
+                    "partly",
+                    "The tenant header is trusted as sent",
+                    "an authenticating filter must set it (and strip a client's) in front of these routes",
+                ),
+                lora=("yes", "A tenant's rules match its base model and its adapters' names"),
+                files=(
+                    "yes",
+                    "AIServiceBackends, AIGatewayRoutes and BackendTrafficPolicies: the gateway's whole part",
+                ),
             ),
+            variants={
+                "envoy_quota": {
+                    "quotapolicy": _changes(
+                        rate=(
+                            "partly",
+                            "A QuotaPolicy counts fixed windows of 1s, 1m, 1h or 1d, not a bucket: each tenant gets "
+                            "the one nearest its burst, so up to twice its limit can pass across a window boundary",
+                        ),
+                        weights=(
+                            "partly",
+                            "One cost expression per pool and model: every tenant charged on a pool pays the same "
+                            "weights (the policy's per-tier weights are refused where they differ on one pool)",
+                        ),
+                        admission=(
+                            "no",
+                            "QuotaPolicy charges after the response: a request's cost is counted when its stream is "
+                            "done, so an admitted request is never stopped, a stream is never cut at the limit, and "
+                            "one request may overshoot it; nothing is reserved at admission",
+                        ),
+                        lora=(
+                            "no",
+                            "Routes set modelNameOverride to each pool's served model name, as the QuotaPolicy "
+                            "requires; a LoRA adapter name would be rewritten, so tenants with adapters are refused",
+                            "--envoy-quota backendtrafficpolicy",
+                        ),
+                        files=(
+                            "yes",
+                            "AIServiceBackends, AIGatewayRoutes and QuotaPolicies: QuotaPolicy is v1alpha1 (Envoy AI "
+                            "Gateway 1.1); its serviceQuota is not wired into Envoy yet and is not used",
+                        ),
+                    )
+                }
+            },
         ),
         Target(
             name="kong",
@@ -157,11 +302,84 @@ TARGETS: dict[str, Target] = {
                 ),
             ),
             enforces=_caps(
-                rate=("partly", "sliding windows of cost, charged after the response"),
-                weights=("partly", "prompt and output costs; no cached-token term"),
-                priority=("yes", "request-transformer replaces the client's priority with the tier's"),
-                salt=("yes", "request-transformer replaces the client's cache_salt with the tenant's"),
+                rate=(
+                    "partly",
+                    "ai-rate-limiting-advanced counts a sliding window (the tenant's burst in whole seconds, at least "
+                    "1, holding the rate × that window: the bucket depth where burst_s is whole, else a burst up to "
+                    "half a second's units more or less, the contracted rate kept), not a bucket refilled "
+                    "continuously; counters are per Kong node (strategy local)",
+                    "set strategy: cluster or redis for a shared count",
+                ),
+                weights=(
+                    "partly",
+                    "Prompt and output costs; Kong's cost has no cached-token term, so cached tokens are charged as "
+                    "prompt tokens (weight 1 instead of the tier's cached weight) and cache-heavy tenants hit their "
+                    "limit early",
+                ),
+                priority=(
+                    "yes",
+                    "Each consumer's request-transformer removes a client's priority and adds its tier's (as a JSON "
+                    "string, which vLLM and SGLang read as the integer)",
+                ),
+                salt=(
+                    "yes",
+                    "Each consumer's request-transformer removes a client's cache_salt and adds the tenant's",
+                ),
+                concurrency=("no", "Not expressible with these plugins"),
+                fairness=("no", "Kong admits or rejects; no per-tenant queues"),
+                admission=(
+                    "no",
+                    "Charging happens after the response (Kong's known limitation: a cost counts from the next "
+                    "request): one request may overshoot, and nothing is reserved at admission",
+                ),
+                retry_after=("partly", "Kong sends Retry-After from its window, not by the policy's rule"),
+                kv_cap=("no", "Not expressible"),
+                max_context=("no", "Not enforced; ai-proxy's max_tokens is only a default"),
+                routing=(
+                    "no",
+                    "A tenant calls its pool's path (/pools/<pool>/v1/chat/completions): Kong routes before it "
+                    "authenticates, so it cannot pick the pool from the consumer, nor by the prompt's size; the acl "
+                    "plugin keeps tenants out of other pools",
+                ),
+                identity=(
+                    "partly",
+                    "Consumers, their acl groups and their tiers (consumer tags: Debian's decK 1.4.0, which validates "
+                    "this file, predates consumer groups) are written; their credentials are not",
+                    "give each consumer a key-auth credential (consumers[].keyauth_credentials)",
+                ),
+                lora=(
+                    "no",
+                    "ai-proxy pins each route's model to its pool's base model, so a request cannot name an adapter",
+                    "add a route per adapter (its model.name the adapter's)",
+                ),
+                files=(
+                    "partly",
+                    "Kong Gateway Enterprise only: ai-rate-limiting-advanced is an Enterprise plugin, so a sync to "
+                    "Kong OSS fails",
+                    "generate with --kong-edition oss for what Kong OSS can hold",
+                ),
             ),
+            variants={
+                "kong_edition": {
+                    "oss": _changes(
+                        rate=(
+                            "no",
+                            "Kong OSS has no token or cost rate limiting (ai-rate-limiting-advanced is "
+                            "Enterprise-only), so the tenants' units are not limited: the token bucket and its depth "
+                            "are lost; the OSS rate-limiting plugin counts requests per fixed window instead, which "
+                            "stops floods of tiny requests and never binds before the units would; counters are per "
+                            "Kong node (policy local)",
+                            "set policy: redis (or cluster) for a shared count; Kong Gateway Enterprise "
+                            "(--kong-edition enterprise) limits units",
+                        ),
+                        weights=(
+                            "no",
+                            "Lost with the units: prompt, cached prompt, output (W) and prompt length are not counted",
+                        ),
+                        files=("yes", "kong.yaml for Kong OSS: every plugin it names ships with Kong OSS"),
+                    )
+                }
+            },
         ),
         Target(
             name="litellm",
@@ -180,14 +398,136 @@ TARGETS: dict[str, Target] = {
                     choices=("plugin", "builtin"),
                 ),
             ),
+            # With the plugin (docs/enforce.md); ``variants`` has LiteLLM's own limiters (--litellm-enforce builtin).
             enforces=_caps(
-                rate=("yes", "quotacalc's plugin: a bucket in units refilled continuously, 429 with Retry-After"),
-                weights=("yes", "prompt (with its length charge), cached prompt and output tokens"),
-                priority=("yes", "the plugin replaces the client's priority with the tier's"),
-                salt=("yes", "the plugin replaces the client's cache_salt with the tenant's"),
-                concurrency=("yes", "the plugin's per-tenant cap (requests wait in the fair queue)"),
-                fairness=("yes", "the plugin's Virtual Token Counter over served units"),
+                rate=(
+                    "yes",
+                    "quotacalc's plugin: a bucket in units refilled continuously, 429 with Retry-After; its state is "
+                    "in the proxy's memory by default (one proxy)",
+                    "several proxies share buckets only with state: redis in enforce.json",
+                ),
+                weights=(
+                    "yes",
+                    "Prompt (with its length charge), cached prompt and output tokens; a prompt is counted at "
+                    "admission with LiteLLM's tokenizer for the model (enforce.json prompt_tokens), which may differ "
+                    "from the engine's, and the engine's usage settles the real count",
+                ),
+                priority=("yes", "The plugin replaces the client's priority with the tier's"),
+                salt=("yes", "The plugin replaces the client's cache_salt with the tenant's"),
+                concurrency=("yes", "The plugin's per-tenant cap (requests wait in the fair queue)"),
+                fairness=("yes", "The plugin's Virtual Token Counter over served units"),
+                admission=(
+                    "yes",
+                    "The plugin holds the policy's output reservation and leases it: a streamed response is stopped "
+                    "at a lease boundary; a response not streamed has its whole output leased at admission "
+                    "(max_tokens capped at what the bucket holds)",
+                ),
+                retry_after=("yes", "The plugin's 429 carries the policy's Retry-After"),
+                kv_cap=(
+                    "partly",
+                    "Per replica: the plugin counts a tenant's live prompt and granted output over the pool (its cap "
+                    "times the pool's replicas) and refuses a request above one replica's cap; it cannot see which "
+                    "replica LiteLLM's api_base sends a request to, so one replica may hold more than the cap while "
+                    "another holds less",
+                ),
+                max_context=(
+                    "yes",
+                    "The plugin refuses a prompt that leaves no room in the tier's context (400) and caps max_tokens "
+                    "at the tier's output cap",
+                ),
+                routing=(
+                    "yes",
+                    "The plugin sends a prompt above the tenant's route_above_prompt_tokens to its long-context pool",
+                ),
+                identity=(
+                    "yes",
+                    "The plugin takes the tenant from the authenticated LiteLLM key (its or its team's metadata), "
+                    "never the body; teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres)",
+                    "without the database, set tenant_from: header in enforce.json and let a trusted layer in front "
+                    "set the policy's tenant header",
+                ),
+                lora=(
+                    "no",
+                    "model_list holds each pool's base model only",
+                    "add a model_list entry per adapter (hosted_vllm/<adapter>)",
+                ),
+                files=("yes", "config.yaml loads the plugin, its settings, the policy and the salts beside it"),
             ),
+            variants={
+                "litellm_enforce": {
+                    "builtin": _changes(
+                        rate=(
+                            "partly",
+                            "A tenant's limit is a USD budget (max_budget) reset on LiteLLM's schedule and a raw-token "
+                            "tpm_limit; neither refills continuously; rpm and rpm_limit are not set: the policy prices "
+                            "tokens, not requests",
+                            "--litellm-enforce plugin",
+                        ),
+                        weights=(
+                            "partly",
+                            "tpm and tpm_limit count raw tokens, not units: an output-heavy load can use up to W times "
+                            "its units before they bind; only max_budget (USD) carries the weights, and a deployment "
+                            "has one cache_read_input_token_cost, set from the highest cached weight of the tiers on "
+                            "its pool, so tiers with a lower weight are overcharged",
+                            "--litellm-enforce plugin",
+                        ),
+                        priority=(
+                            "partly",
+                            "priority_reservation (dynamic_rate_limiter_v3) is enforced without a LiteLLM licence: a "
+                            "tier named in it takes its share from the normalised weights "
+                            "(_normalize_priority_weights), which no licence gates; LiteLLM still logs 'PREMIUM "
+                            "FEATURE' for each such request (_get_priority_weight, evaluated as a fallback), which "
+                            "changes nothing. The engine's priority is not sent per tenant (a deployment's extra_body "
+                            "is the same for every tenant)",
+                        ),
+                        salt=(
+                            "no",
+                            "LiteLLM has no per-tenant cache_salt injection; salted tenants share the prefix cache "
+                            "through it",
+                            "--litellm-enforce plugin",
+                        ),
+                        concurrency=("yes", "Each tenant's key carries max_parallel_requests"),
+                        fairness=(
+                            "no",
+                            "LiteLLM has no per-tenant queues: priority_reservation shares a model between tiers, not "
+                            "between a tier's tenants",
+                            "--litellm-enforce plugin",
+                        ),
+                        admission=(
+                            "no",
+                            "The policy's output reservation and leases are the plugin's; LiteLLM's limiters hold none "
+                            "of them",
+                            "--litellm-enforce plugin",
+                        ),
+                        retry_after=("no", "LiteLLM's 429 does not follow the policy's rule"),
+                        kv_cap=("no", "Not expressible", "--litellm-enforce plugin"),
+                        max_context=(
+                            "partly",
+                            "Each tier's max context and output reservation cap are not enforced; each deployment's "
+                            "max_input_tokens (its engine's max-model-len) is, as router_settings.enable_pre_call_checks "
+                            "is set: a longer prompt is refused (ContextWindowExceededError) before it reaches the "
+                            "engine",
+                        ),
+                        routing=(
+                            "no",
+                            "Clients name the pool as the model (model names are the pool names); LiteLLM does not "
+                            "route by prompt size",
+                        ),
+                        identity=(
+                            "partly",
+                            "Budgets, teams and keys need LiteLLM's database (Postgres); without it only the "
+                            "deployments' tpm is enforced",
+                        ),
+                        lora=(
+                            "no",
+                            "model_list holds each pool's base model only and teams may call only their pools, so a "
+                            "request cannot name an adapter",
+                            "add a model_list entry per adapter (hosted_vllm/<adapter>) and it to the team's models",
+                        ),
+                        files=("yes", "config.yaml, and teams.json and keys.json to POST to LiteLLM's API"),
+                    )
+                }
+            },
         ),
         Target(
             name="vllm",
@@ -197,8 +537,35 @@ TARGETS: dict[str, Target] = {
             salts=False,
             salting="takes cache_salt from the request: the gateway sets it",
             enforces=_caps(
-                priority=("partly", "schedules by the request's priority, which the gateway must set"),
-                salt=("partly", "hashes the request's cache_salt, which the gateway must set"),
+                rate=("no", _NO_TENANTS),
+                weights=("no", _NO_TENANTS),
+                priority=(
+                    "partly",
+                    "vLLM schedules by the request's priority, which the gateway must set (vLLM trusts whatever the "
+                    "request body says)",
+                ),
+                salt=(
+                    "partly",
+                    "vLLM hashes the request's cache_salt into its first block, which the gateway must set (vLLM "
+                    "trusts whatever the request body says)",
+                ),
+                concurrency=("no", _NO_TENANTS),
+                fairness=(
+                    "no",
+                    "vLLM orders by priority then arrival (or fcfs); a tenant's share is kept only by the gateway's "
+                    "fair queueing",
+                ),
+                admission=("no", _NO_TENANTS),
+                retry_after=("no", _NO_TENANTS),
+                kv_cap=("no", _NO_TENANTS),
+                max_context=(
+                    "partly",
+                    "The engine enforces its pool's max-model-len for every tenant, not each tier's max context",
+                ),
+                routing=("no", "One file per pool: the gateway sends long prompts to the long-context pool"),
+                identity=("no", _NO_TENANTS),
+                lora=("no", _ENGINE_LORA, "add enable-lora and lora-modules with the adapters' paths"),
+                files=("yes", "A vllm serve --config file per pool priced as vLLM"),
             ),
         ),
         Target(
@@ -209,8 +576,36 @@ TARGETS: dict[str, Target] = {
             salts=False,
             salting="takes cache_salt from the request: the gateway sets it",
             enforces=_caps(
-                priority=("partly", "schedules by the request's priority, which the gateway must set"),
-                salt=("partly", "hashes the request's cache_salt, which the gateway must set"),
+                rate=("no", _NO_TENANTS),
+                weights=("no", _NO_TENANTS),
+                priority=(
+                    "partly",
+                    "SGLang schedules by the request's priority (an OpenAI-compatible body field), which the gateway "
+                    "must set; a request that reaches the engine without one ranks with the least urgent tier "
+                    "(default-priority-value)",
+                ),
+                salt=(
+                    "partly",
+                    "SGLang keys its prefix cache by the request's cache_salt (an OpenAI-compatible body field), which "
+                    "the gateway must set",
+                ),
+                concurrency=("no", _NO_TENANTS),
+                fairness=(
+                    "no",
+                    "SGLang orders by priority then arrival; a tenant's share is kept only by the gateway's fair "
+                    "queueing",
+                ),
+                admission=("no", _NO_TENANTS),
+                retry_after=("no", _NO_TENANTS),
+                kv_cap=("no", _NO_TENANTS),
+                max_context=(
+                    "partly",
+                    "The engine enforces its pool's context-length for every tenant, not each tier's max context",
+                ),
+                routing=("no", "One file per pool: the gateway sends long prompts to the long-context pool"),
+                identity=("no", _NO_TENANTS),
+                lora=("no", _ENGINE_LORA, "add enable-lora and lora-paths with the adapters' paths"),
+                files=("yes", "An SGLang server config file per pool priced as SGLang"),
             ),
         ),
         Target(
@@ -227,8 +622,67 @@ TARGETS: dict[str, Target] = {
                 ),
             ),
             enforces=_caps(
-                priority=("partly", "only with --gie-objectives, on releases that still ship InferenceObjective"),
+                rate=(
+                    "no",
+                    "None: the Inference Extension's flow control queues requests instead of rejecting them",
+                    _GATEWAY_FIX,
+                ),
+                weights=(
+                    "no",
+                    "None here; an endpoint picker's fairness does not use them either (llm-d's program-aware "
+                    "fairness weighs output at a fixed 2x input, not the pool's W, and has no cached-prompt weight)",
+                ),
+                priority=("partly", "Only with --gie-objectives, on releases that still ship InferenceObjective"),
+                salt=("no", "Not injected", "the gateway in front must set cache_salt"),
+                concurrency=("no", "Not expressible"),
+                fairness=(
+                    "no",
+                    "Not here: the endpoint picker's config decides it (the llm-d target writes one with per-tenant "
+                    "fairness)",
+                ),
+                admission=("no", "No quota is charged here, so nothing is reserved", _GATEWAY_FIX),
+                retry_after=("no", "No quota is charged here", _GATEWAY_FIX),
+                kv_cap=("no", "Not expressible"),
+                max_context=("no", "Not expressible in an InferencePool; the engine's max-model-len is the only bound"),
+                routing=(
+                    "no",
+                    "Long-context routing by prompt size: not expressible in an InferencePool",
+                    "route to each pool from an HTTPRoute or AIGatewayRoute",
+                ),
+                identity=(
+                    "partly",
+                    "Tenant identity reaches flow control only through the x-gateway-inference-fairness-id header",
+                    "the gateway must set it from the tenant header",
+                ),
+                lora=("no", "Not here: an engine loads adapters (the vllm and sglang targets say how)"),
+                files=(
+                    "no",
+                    "No endpoint picker is generated; without one, no request reaches these pools through the gateway",
+                    "deploy an endpoint picker per pool, such as llm-d's router (its inferencepool Helm chart), with "
+                    "its EndpointPickerConfig (the llm-d target writes one with flow control and per-tenant fairness)",
+                ),
             ),
+            variants={
+                "gie_objectives": {
+                    False: _changes(
+                        priority=(
+                            "no",
+                            "Priority tiers: not emitted; InferenceObjective was removed from the Inference "
+                            "Extension's main branch in 2026",
+                            "ask for --gie-objectives where your release still ships v1alpha2",
+                        )
+                    ),
+                    True: _changes(
+                        priority=(
+                            "partly",
+                            "An InferenceObjective (v1alpha2) per tier, picked by the x-gateway-inference-objective "
+                            "header, which the gateway must set from the tenant's tier; InferenceObjective was removed "
+                            "from the Inference Extension's main branch in 2026 (pull request 2973) and now lives in "
+                            "llm-d: these objectives need a release that still ships it",
+                        )
+                    ),
+                }
+            },
         ),
         Target(
             name="llm-d",
@@ -238,8 +692,60 @@ TARGETS: dict[str, Target] = {
             salts=False,
             salting=_NO_SALT,
             enforces=_caps(
-                priority=("yes", "a flow-control band per tier, chosen by the objective header the gateway sets"),
-                fairness=("partly", "round robin between a tier's tenants, per picker replica, by turns not units"),
+                rate=(
+                    "no",
+                    "Token quotas: none. llm-d's flow control queues requests and sheds them (429) when a band is full "
+                    "or a request waits past its TTL; it counts no tokens and no units",
+                    _GATEWAY_FIX,
+                ),
+                weights=(
+                    "no",
+                    "None: round-robin-fairness-policy gives each tenant with queued requests one dispatch per turn, "
+                    "whatever the request's size or the tenant's contracted rate: a tenant of long requests gets more "
+                    "work per turn, and unit weights (prompt, cached prompt, output) do not enter. llm-d's "
+                    "program-aware-fairness counts tokens instead, but at its own fixed weights (output 2x input, "
+                    "strategy_las.go), not the pool's W",
+                ),
+                priority=(
+                    "yes",
+                    "A flow-control band per tier, chosen by the objective header the gateway sets; the engine's "
+                    "priority is not set here: the gateway in front sets priority in the request body",
+                ),
+                salt=("no", "Not set: the gateway in front sets cache_salt in the request body"),
+                concurrency=(
+                    "no",
+                    "Not expressible: a band's maxRequests bounds a whole tier (it is left at llm-d's default)",
+                ),
+                fairness=(
+                    "partly",
+                    "Round robin between a tier's tenants, by turns, not units, and only per endpoint-picker replica: "
+                    "each replica queues and round-robins its own requests, so with several replicas of a pool's "
+                    "picker a tenant's share is kept within each, not across them. Only between tenants of one tier: "
+                    "bands are strict, a higher tier's queued request always dispatches first, so a lower tier can "
+                    "wait until its requests are shed at the TTL",
+                ),
+                admission=("no", "No quota is charged here, so nothing is reserved", _GATEWAY_FIX),
+                retry_after=("no", "A 429 here sheds a full band or a request past its TTL; no bucket", _GATEWAY_FIX),
+                kv_cap=("no", "Not expressible"),
+                max_context=("no", "Not expressible here; the engine's max-model-len is the only bound"),
+                routing=(
+                    "no",
+                    "Long-context routing by prompt size: not expressible here",
+                    "route to each pool from an HTTPRoute or AIGatewayRoute",
+                ),
+                identity=(
+                    "partly",
+                    "The headers are trusted as sent; the tenant header itself must come from authentication",
+                    "the gateway removes the headers from every client request and sets them per tenant "
+                    "(gateway-headers.yaml)",
+                ),
+                lora=("no", "Not here: an engine loads adapters (the vllm and sglang targets say how)"),
+                files=(
+                    "partly",
+                    "InferencePools and the pickers' Deployments are not written",
+                    "the gie target writes the InferencePools, and llm-d's charts deploy a picker per pool with this "
+                    "config",
+                ),
             ),
         ),
     )

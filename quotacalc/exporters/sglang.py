@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from quotacalc.core.policy import EngineSettings, PoolPolicy, QuotaPolicy
 from quotacalc.exporters.base import ENGINE_PORT, Export, ExportOptions
 from quotacalc.exporters.engine_files import (
-    PER_TENANT_LIMIT,
     config_files,
     lora_limits,
     pool_documents,
@@ -107,49 +106,63 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
         f"SGLang >= {SGLANG_CACHE_SALT_MIN_VERSION} (the first release that keys its prefix cache by a request's "
         f"cache_salt; flags checked against {SGLANG_VERSION}): python -m sglang.launch_server --config",
     )
-    return Export(target="sglang", files=files, limits=_limits(policy))
+    return Export(target="sglang", files=files, notes=_limits(policy))
 
 
-def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
+def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
     pools = [pool for pool in policy.pools if _runs_sglang(pool)]
     if not pools:
         return (
-            "No pool of this plan is priced as SGLang (engine: sglang), so no file: its pools' engine files are the "
-            "vllm target's.",
+            (
+                "files",
+                "No pool of this plan is priced as SGLang (engine: sglang), so no file: its pools' engine files are "
+                "the vllm target's.",
+            ),
         )
     limits = [
-        PER_TENANT_LIMIT,
-        "Max context: the engine enforces its pool's context-length for every tenant, not each tier's max context.",
-        "cache_salt and priority are per request (SGLang's OpenAI-compatible body fields): the gateway sets them; "
-        "a request that reaches the engine without a priority ranks with the least urgent tier "
-        "(default-priority-value).",
-        f"cache_salt needs SGLang {SGLANG_CACHE_SALT_MIN_VERSION} or later, the first release whose scheduler keys "
-        "its prefix cache by it (read in the release wheels); 0.5.3 to 0.5.17 key it only through extra_key on the "
-        "OpenAI-compatible endpoints (not the native /generate), and releases before 0.5.3 ignore it: salted "
-        "tenants share the prefix cache there.",
+        (
+            "salt",
+            f"cache_salt needs SGLang {SGLANG_CACHE_SALT_MIN_VERSION} or later, the first release whose scheduler keys "
+            "its prefix cache by it (read in the release wheels); 0.5.3 to 0.5.17 key it only through extra_key on "
+            "the OpenAI-compatible endpoints (not the native /generate), and releases before 0.5.3 ignore it: salted "
+            "tenants share the prefix cache there.",
+        ),
     ]
     scheduled = [pool.name for pool in pools if pool.engine.scheduling_policy == "priority"]
     if scheduled:
         limits.append(
-            f"Priority preemption (pools {', '.join(scheduled)}): SGLang preempts a running request only for one whose "
-            "priority differs by more than priority-scheduling-preemption-threshold (10 by default, under which tiers "
-            f"10 or fewer apart, such as 0, 1 and 2, never preempt); these files set it to {PREEMPTION_THRESHOLD}, "
-            "so a more urgent tier preempts a less urgent one, and the tiers' priorities stay the policy's."
+            (
+                "priority",
+                f"Priority preemption (pools {', '.join(scheduled)}): SGLang preempts a running request only for one "
+                "whose priority differs by more than priority-scheduling-preemption-threshold (10 by default, under "
+                f"which tiers 10 or fewer apart, such as 0, 1 and 2, never preempt); these files set it to "
+                f"{PREEMPTION_THRESHOLD}, so a more urgent tier preempts a less urgent one, and the tiers' priorities "
+                "stay the policy's.",
+            )
         )
     unmapped = sorted({pool.engine.kv_cache_dtype for pool in pools} - set(KV_CACHE_DTYPES))
     if unmapped:
         limits.append(
-            f"KV cache dtype {', '.join(unmapped)}: no SGLang {SGLANG_VERSION} choice; kv-cache-dtype is left to "
-            "SGLang's default (the checkpoint's), which the price did not assume."
+            (
+                "files",
+                f"KV cache dtype {', '.join(unmapped)}: no SGLang {SGLANG_VERSION} choice; kv-cache-dtype is left to "
+                "SGLang's default (the checkpoint's), which the price did not assume.",
+            )
         )
     for pool in pools:
         state = pool.engine.mamba_ssm_cache_dtype
         if state is not None and state not in MAMBA_SSM_DTYPES:
             limits.append(
-                f"Pool {pool.name}: recurrent state dtype {state} has no SGLang {SGLANG_VERSION} mamba-ssm-dtype "
-                "choice, so the file leaves it out and SGLang keeps the model's, which the price did not assume: "
-                "price the pool with a state_dtype SGLang keeps (bf16, fp16, fp32)."
+                (
+                    "files",
+                    f"Pool {pool.name}: recurrent state dtype {state} has no SGLang {SGLANG_VERSION} mamba-ssm-dtype "
+                    "choice, so the file leaves it out and SGLang keeps the model's, which the price did not assume: "
+                    "price the pool with a state_dtype SGLang keeps (bf16, fp16, fp32).",
+                )
             )
-    limits += weight_limits(policy, lambda engine: engine == "sglang")
-    limits += lora_limits(policy, "enable-lora and lora-paths", lambda engine: engine == SGLANG_ENGINE)
+    limits += [("files", line) for line in weight_limits(policy, lambda engine: engine == "sglang")]
+    limits += [
+        ("lora", line)
+        for line in lora_limits(policy, "enable-lora and lora-paths", lambda engine: engine == SGLANG_ENGINE)
+    ]
     return tuple(limits)

@@ -20,7 +20,6 @@ from quotacalc.core.policy import (
 )
 from quotacalc.exporters.base import Export, ExportOptions
 from quotacalc.exporters.engine_files import (
-    PER_TENANT_LIMIT,
     config_files,
     lora_limits,
     pool_documents,
@@ -81,25 +80,26 @@ def _runs_vllm(pool: PoolPolicy) -> bool:
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
     """A ``vllm serve --config`` file per pool."""
     files = config_files(documents(policy), f"vLLM {VLLM_VERSION}: vllm serve --config")
-    return Export(target="vllm", files=files, limits=_limits(policy))
+    return Export(target="vllm", files=files, notes=_limits(policy))
 
 
-def _limits(policy: QuotaPolicy) -> tuple[str, ...]:
-    limits = [
-        PER_TENANT_LIMIT,
-        "Max context: the engine enforces its pool's max-model-len for every tenant, not each tier's max context.",
-        "cache_salt and priority are per request: the gateway sets them (vLLM trusts whatever the request body says).",
-        "Fairness: vLLM orders by priority then arrival (or fcfs); a tenant's share is kept only by the gateway's fair queueing.",
-    ]
+def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
+    limits: list[tuple[str, str]] = []
     others = [f"{pool.name} ({pool.serving_engine})" for pool in policy.pools if not _runs_vllm(pool)]
     if others:
         limits.append(
-            f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine (SGLang's "
-            "file is the sglang target's; any other: the canonical target's engine block)."
+            (
+                "files",
+                f"No vllm serve file for {', '.join(others)}: the plan prices those pools as another engine (SGLang's "
+                "file is the sglang target's; any other: the canonical target's engine block).",
+            )
         )
-    limits += _dtype_limits(policy)
-    limits += weight_limits(policy, lambda engine: engine == GENERIC_ENGINE)
-    limits += lora_limits(policy, "enable-lora and lora-modules", lambda engine: engine == GENERIC_ENGINE)
+    limits += [("files", line) for line in _dtype_limits(policy)]
+    limits += [("files", line) for line in weight_limits(policy, lambda engine: engine == GENERIC_ENGINE)]
+    limits += [
+        ("lora", line)
+        for line in lora_limits(policy, "enable-lora and lora-modules", lambda engine: engine == GENERIC_ENGINE)
+    ]
     return tuple(limits)
 
 
