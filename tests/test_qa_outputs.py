@@ -1,7 +1,7 @@
 """QA's output defects: each figure a command prints is traceable, and what it cannot honour it says.
 
 - flat ``size`` warns (and fails --strict) where its token bucket cannot hold one of the tenant's mean requests,
-  by the rule and in the words ``check`` uses for a platform plan's tenants (core/tenant.bucket_shortfall);
+  by the rule and in the words ``check`` uses for a platform plan's tenants (core/traffic.bucket_shortfall);
 - ``price --pricing-basis engine`` shows which prompt token is 1 unit, and its W and budget name that figure;
 - rows (``--format json|csv|markdown``) name a GPU by its catalog id, one GPU or several;
 - ``kv`` given a list of GPUs or TP sizes says it prices one deployment;
@@ -23,7 +23,7 @@ import pytest
 from conftest import llama70b_prompt_token_units
 
 from quotacalc.cli import units
-from quotacalc.core.tenant import bucket_shortfall
+from quotacalc.core.traffic import bucket_shortfall
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

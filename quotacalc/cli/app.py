@@ -101,10 +101,10 @@ def _comparable_options() -> dict[str, list]:
     }
 
 
-def _tenant_options() -> dict[str, list]:
-    from quotacalc.core.deployment import Tenant
+def _traffic_options() -> dict[str, list]:
+    from quotacalc.core.deployment import Traffic
 
-    return {**_comparable_options(), "tenant_flags": option_parameters(Tenant, panel="Tenant")}
+    return {**_comparable_options(), "traffic_flags": option_parameters(Traffic, panel="Traffic")}
 
 
 def _options_no_context() -> dict[str, list]:
@@ -145,11 +145,11 @@ def _kv_options() -> dict[str, list]:
 def _load(
     plan: str | None,
     deployment_flags: dict[str, Any],
-    tenant_flags: dict[str, Any] | None = None,
+    traffic_flags: dict[str, Any] | None = None,
     pool: str | None = None,
     document: dict[str, Any] | None = None,
 ):
-    from quotacalc.inputs.deployment import build_deployment, build_tenant
+    from quotacalc.inputs.deployment import build_deployment, build_traffic
 
     if pool is not None and not plan:
         from quotacalc.errors import UsageError
@@ -161,10 +161,10 @@ def _load(
 
         plan_file = deployment_source(plan, pool, document)
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
-    tenant = None
-    if tenant_flags is not None:
-        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags, source=plan)
-    return deployment, tenant, plan_file
+    traffic = None
+    if traffic_flags is not None:
+        traffic = build_traffic(plan_file.tenant if plan_file else None, traffic_flags, source=plan)
+    return deployment, traffic, plan_file
 
 
 def _price(deployment: Deployment, plan: str | None = None, flags: dict[str, Any] | None = None):
@@ -248,7 +248,7 @@ def is_platform(document: dict[str, Any]) -> bool:
     return platform(document)
 
 
-@commands.command("size", options=_tenant_options)
+@commands.command("size", options=_traffic_options)
 def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
@@ -258,17 +258,17 @@ def size_command(
     strict: StrictOption = False,
     *,
     deployment_flags,
-    tenant_flags,
+    traffic_flags,
 ):
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated.
 
     On a platform plan (without tenant flags): one row per tenant, and totals."""
     from quotacalc.cli.compare import check_format, run_comparison, split_axes
-    from quotacalc.core.tenant import size_tenant
+    from quotacalc.core.traffic import size_traffic
 
     deployment_flags, axes = split_axes(deployment_flags)
     document = _plan_document(plan) if plan else None
-    if document is not None and all(value is None for value in tenant_flags.values()) and is_platform(document):
+    if document is not None and all(value is None for value in traffic_flags.values()) and is_platform(document):
         from quotacalc.cli.plan_cmds import size_platform
         from quotacalc.priced import price_read_plan
 
@@ -300,16 +300,16 @@ def size_command(
         output_format = "json" if as_json else output_format
         _no_explain_in_rows(explain)
         return run_comparison(
-            "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
+            "size", plan, deployment_flags, axes, output_format, traffic_flags, strict=strict, pool=pool
         )
-    deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool, document)
+    deployment, traffic, plan_file = _load(plan, deployment_flags, traffic_flags, pool, document)
     replica = _price(deployment, plan, deployment_flags)
     try:
-        result = size_tenant(replica, tenant)
+        result = size_traffic(replica, traffic)
     except QuotacalcError as error:
         # A tenant figure a flag gave names the flag; one the plan's tenant section gave, the file and its key.
-        if error.source is None and error.field in tenant_flags:
-            if tenant_flags.get(error.field) is not None:
+        if error.source is None and error.field in traffic_flags:
+            if traffic_flags.get(error.field) is not None:
                 error.field = "--" + error.field.replace("_", "-")
             elif plan:
                 error.source, error.field = plan, f"tenant.{error.field}"
@@ -318,11 +318,11 @@ def size_command(
     # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request).
     warnings = list(result.warnings)
     routing = plan_file.long_routing if plan_file else None
-    if routing is not None and tenant.prompt_tokens > routing[1]:
+    if routing is not None and traffic.prompt_tokens > routing[1]:
         # The plan sends such prompts elsewhere: this pool's units and W are not what they cost.
         name, threshold, long_pool = routing
         warnings.append(
-            f"prompts of {tenant.prompt_tokens:,.0f} tokens are above pool {name}'s route_above_prompt_tokens "
+            f"prompts of {traffic.prompt_tokens:,.0f} tokens are above pool {name}'s route_above_prompt_tokens "
             f"({threshold:,}), so the plan serves them on pool {long_pool}: sized here on pool {name}, at its W "
             f"(size --pool {long_pool} for their cost there, or add the tenant to the plan with its traffic)"
         )

@@ -176,7 +176,7 @@ def run_comparison(
     flags: dict[str, Any],
     axes: Axes,
     output_format: str,
-    tenant_flags: dict[str, Any] | None = None,
+    traffic_flags: dict[str, Any] | None = None,
     *,
     strict: bool = False,
     pool: str | None = None,
@@ -186,10 +186,10 @@ def run_comparison(
     from quotacalc.cli.options import name_error_origin
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
-    from quotacalc.core.tenant import size_tenant
+    from quotacalc.core.traffic import size_traffic
     from quotacalc.inputs.deployment import (
         build_deployment,
-        build_tenant,
+        build_traffic,
         measured_pool_mismatch,
         unrecorded_pool_change,
     )
@@ -208,9 +208,9 @@ def run_comparison(
     deployments = _catalog_ids(
         [build_deployment(file_values, given, source=plan, check_pool=False) for given in row_flags]
     )
-    tenant = None
+    traffic = None
     if command == "size":
-        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
+        traffic = build_traffic(plan_file.tenant if plan_file else None, traffic_flags or {}, source=plan)
     section = plan_file.calibration if plan_file else None
 
     # Whether the plan's calibration holds for each row, read once in evaluate (by the row's inputs).
@@ -229,11 +229,11 @@ def run_comparison(
             name_error_origin(error, plan, given)
             raise
         notes = []
-        if tenant is not None:
+        if traffic is not None:
             # The tenant's own warnings on this row (a bucket that cannot admit its mean request), as size gives them.
             # A tenant this row cannot serve raises again in compare's own sizing, which makes the row's reason.
             try:
-                sized = size_tenant(priced, tenant)
+                sized = size_traffic(priced, traffic)
             except QuotacalcError:
                 pass
             else:
@@ -275,8 +275,8 @@ def run_comparison(
     except QuotacalcError as error:
         name_error_origin(error, plan, flags)
         raise
-    rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
-    render_comparison(command, deployments[0], tenant, rows, output_format, model_name=model_name)
+    rows = compare(deployments, evaluate, traffic, is_calibrated=is_calibrated)
+    render_comparison(command, deployments[0], traffic, rows, output_format, model_name=model_name)
     if not any(row.feasible for row in rows):
         raise QuotacalcError(f"none of the {len(rows)} GPU and TP combinations can run it", fix="see each row's reason")
     warned = [row for row in rows if row.warnings]

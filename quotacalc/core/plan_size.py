@@ -10,7 +10,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
-from quotacalc.core.tenant import whole_replicas
+from quotacalc.core.traffic import whole_replicas
 
 
 class TenantSizeRow(BaseModel):

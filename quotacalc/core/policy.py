@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
-from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
+from quotacalc.core.deployment import GENERIC_ENGINE, Traffic
 from quotacalc.core.deployment import served_model_name as _served_model_name
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, routed_pool
 from quotacalc.errors import QuotacalcError
@@ -225,7 +225,7 @@ def retry_after_s(deficit_units: float, bucket_rate_units_per_s: float) -> int:
 
 
 def replica_for_tier(replica: PriceResult, tier: Tier) -> PriceResult:
-    """A pool's price with the tier's cached-prompt weight and burst, which ``size_tenant`` reads from the deployment."""
+    """A pool's price with the tier's cached-prompt weight and burst, which ``size_traffic`` reads from the deployment."""
     deployment = replica.inputs.deployment.model_copy(
         update={"cached_prompt_weight": tier.cached_prompt_weight, "burst_s": tier.burst_s}
     )
@@ -272,12 +272,12 @@ def prompt_length_charge(replica: PriceResult, longest_prompt_tokens: int | None
 
 
 def traffic_units_per_s(
-    traffic: Tenant, cached_prompt_weight: float, output_weight: float, prompt_units: float = 1.0
+    traffic: Traffic, cached_prompt_weight: float, output_weight: float, prompt_units: float = 1.0
 ) -> float:
     """A traffic profile's load (docs/method.md §1): rps × (uncached prompt × a prompt token's units inside
     its prompt + cached prompt × its weight + W × output).
 
-    ``core.tenant.size_tenant``'s units, without the per-request KV figures it adds (80 layers summed
+    ``core.traffic.size_traffic``'s units, without the per-request KV figures it adds (80 layers summed
     per tenant, which a 1,000-tenant plan cannot afford); the tests hold the two equal.
     """
     uncached = traffic.prompt_tokens * (1 - traffic.cached_fraction)
