@@ -575,7 +575,7 @@ def test_build_policy_counts_traffic_routed_long_on_the_long_pool(worked_example
     """A tenant sized on traffic whose mean prompt is above its pool's threshold is sized in the long-context pool's
     units, and its policy says so (load_pool); at the threshold it stays (routing is for prompts above it)."""
     from quotacalc.core.deployment import Traffic
-    from quotacalc.core.plan_size import load_pool
+    from quotacalc.core.plan_size import load_pool_of
 
     deployment, replica = worked_example_price
     plan = Plan(
@@ -588,8 +588,8 @@ def test_build_policy_counts_traffic_routed_long_on_the_long_pool(worked_example
     )
     policy = build_policy(plan, {"main": replica, "long": replica})
     routed, contract = policy.tenants
-    assert routed.load_pool == load_pool(routed) == load
-    assert contract.load_pool == load_pool(contract) == "main"
+    assert routed.load_pool == load_pool_of(routed) == load
+    assert contract.load_pool == load_pool_of(contract) == "main"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e308"])

@@ -474,9 +474,9 @@ def size_platform(
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     traffic = plan_traffic(plan)
     if pool is not None:  # only the tenants of the pool shown: its own, and those whose load it carries
-        from quotacalc.core.plan_size import load_pool
+        from quotacalc.core.plan_size import load_pool_of
 
-        members = {tenant.name for tenant in policy.tenants if pool in (tenant.pool, load_pool(tenant))}
+        members = {tenant.name for tenant in policy.tenants if pool in (tenant.pool, load_pool_of(tenant))}
         traffic = {name: profile for name, profile in traffic.items() if name in members}
     findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]

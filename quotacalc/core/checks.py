@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quotacalc.core.deployment import GENERIC_ENGINE, Traffic
 from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
-from quotacalc.core.plan_size import load_pool
+from quotacalc.core.plan_size import load_pool_of
 from quotacalc.core.policy import VLLM_KV_CACHE_DTYPES, PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.pricing_warning import KeyNamer, PricingWarning, key_words
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
@@ -65,7 +65,7 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
     ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
     # Each tenant's units go to the pool they are counted in, as size counts them: a tenant sized on traffic whose
     # mean prompt is above its pool's threshold is sized in the long-context pool's units and loads that pool.
-    load = {tenant.name: load_pool(tenant) for tenant in policy.tenants}
+    load = {tenant.name: load_pool_of(tenant) for tenant in policy.tenants}
     for pool in policy.pools:
         sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if load[t.name] == pool.name)
         limit = pool.capacity_units_per_s * ratio
@@ -491,7 +491,7 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
     findings = []
     for tenant in policy.tenants:
         # Its load is on the pool its units are counted in (a long-context pool's replicas sell other units).
-        load = pools[load_pool(tenant)]
+        load = pools[load_pool_of(tenant)]
         replicas = tenant.bucket_rate_units_per_s / load.replica_units_per_s
         if tenant.placement == "dedicated":
             others = [t.name for t in policy.tenants if t.pool == tenant.pool and t.name != tenant.name]

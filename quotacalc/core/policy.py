@@ -449,16 +449,16 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
         pool = plan.standard_pool_of(tenant)
         replica = priced_pools[pool.name]
         units = None
-        sized_on = pool.name
+        load_pool = pool.name
         if tenant.traffic is not None:
             prompt = tenant.traffic.prompt_tokens
             # A mean request routed to the long-context pool is sized in units there, as it is charged.
-            sized_on = routed_pool(pool.name, pool.long_context_pool, pool.route_above_prompt_tokens, prompt)
-            key = (sized_on, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
+            load_pool = routed_pool(pool.name, pool.long_context_pool, pool.route_above_prompt_tokens, prompt)
+            key = (load_pool, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
             if key not in prompt_units:
-                prompt_units[key] = prompt_token_units(priced_pools[sized_on], tenant.traffic.prompt_tokens)
+                prompt_units[key] = prompt_token_units(priced_pools[load_pool], tenant.traffic.prompt_tokens)
             units = prompt_units[key]
-        rate = tenant_units_per_s(tenant, tier, priced_pools[sized_on], units)
+        rate = tenant_units_per_s(tenant, tier, priced_pools[load_pool], units)
         depth = tier.burst_s * rate
         threshold = pool.route_above_prompt_tokens
         long_pool = pool.long_context_pool
@@ -477,7 +477,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 pool=pool.name,
                 long_context_pool=long_pool,
                 route_above_prompt_tokens=threshold,
-                load_pool=sized_on,
+                load_pool=load_pool,
                 placement=tenant.placement,
                 rate_source="contract" if tenant.units_per_s is not None else "traffic",
                 bucket_rate_units_per_s=rate,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
-from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
+from quotacalc.exporters._text import load_pool_by_tenant, long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -165,7 +165,7 @@ def scaled_cost(
 
 
 def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> tuple[tuple[int, int, int], int]:
-    """The tenant's costliest admissible request ``(prompt, cached, output)`` on its home ``pool`` and its cost at
+    """The tenant's costliest admissible request ``(prompt, cached, output)`` on its load pool ``pool`` and its cost at
     ``scale``, as the generated CEL computes it."""
     weights = charged_weights(tenant, pool.name)
     scaled = scaled_weights(weights, scale)
@@ -183,7 +183,7 @@ def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int,
     """(unit, seconds, scale, limit, bound): ``window_for``'s figures and what stops a finer scale: "uint32" (the
     window's limit would overflow Envoy's counter), "hits" (the tenant's largest request would cost more than
     Envoy's hits addend), "finest" (FINE_SCALES' last) or ""
-    (the weights are within WEIGHT_TOLERANCE: no finer scale is needed). ``pool``: the tenant's home pool."""
+    (the weights are within WEIGHT_TOLERANCE: no finer scale is needed). ``pool``: the tenant's load pool."""
     fits_hits = _fits_hits(tenant, pool)
     unit, seconds, scale, limit = _coarse_window(tenant, fits_hits)
     weights = charged_weights(tenant, pool.name)
@@ -242,7 +242,7 @@ def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, i
     """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
 
     A window as long as the burst admits about one bucket depth per window; the finest of SCALES whose limit fits
-    Envoy's uint32 counter, and at which the tenant's largest request on its home ``pool`` costs at most Envoy's
+    Envoy's uint32 counter, and at which the tenant's largest request on its load pool ``pool`` costs at most Envoy's
     hits addend, is used, moving to a shorter window only when even whole units overflow; where a weight the tenant
     is charged rounds off in milli-units, a finer scale (FINE_SCALES) as far as the limit and the cost fit.
     """
@@ -298,22 +298,22 @@ def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str 
     ]
 
 
-def charged_weights(tenant: TenantPolicy, home: str) -> UnitWeights:
-    """The weights a tenant's requests are charged at: those of ``home``, the pool its rate is counted in (its
+def charged_weights(tenant: TenantPolicy, load_pool: str) -> UnitWeights:
+    """The weights a tenant's requests are charged at: those of ``load_pool``, the pool its rate is counted in (its
     long-context pool's for a tenant sized on traffic whose mean prompt routes there), so cost and limit share a
     unit."""
-    if home != tenant.pool and home == tenant.long_context_pool and tenant.long_context_weights is not None:
+    if load_pool != tenant.pool and load_pool == tenant.long_context_pool and tenant.long_context_weights is not None:
         return tenant.long_context_weights
     return tenant.weights
 
 
-def _rate_limit_rule(tenant: TenantPolicy, header: str, home: PoolPolicy) -> tuple[dict, str, str]:
+def _rate_limit_rule(tenant: TenantPolicy, header: str, load_pool: PoolPolicy) -> tuple[dict, str, str]:
     """The tenant's global rate-limit rule, the metadata key it reads and the CEL cost that fills the key, at the
-    weights of ``home``, the pool its rate is counted in."""
-    unit, _seconds, scale, limit = window_for(tenant, home)
-    charged = charged_weights(tenant, home.name)
+    weights of ``load_pool``, the pool its rate is counted in."""
+    unit, _seconds, scale, limit = window_for(tenant, load_pool)
+    charged = charged_weights(tenant, load_pool.name)
     weights = scaled_weights(charged, scale)
-    per_prompt = scaled_per_prompt(charged, scale, home.prompt_length_charge.longest_prompt_tokens)
+    per_prompt = scaled_per_prompt(charged, scale, load_pool.prompt_length_charge.longest_prompt_tokens)
     key = _metadata_key(scale, weights, per_prompt)
     rule = {
         "clientSelectors": [{"headers": [{"type": "Exact", "name": header, "value": tenant.name}]}],
@@ -380,7 +380,7 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
     A tenant's rule sends to the pool its rate is counted in (``TenantPolicy.load_pool``: a tenant sized on traffic
     whose mean prompt routes to its long-context pool is sized there) and charges that pool's weights."""
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy)
+    load_pools = load_pool_by_tenant(policy)
     header = policy.tenant_header
     routes: list[dict] = []
     traffic_policies: list[dict] = []
@@ -389,9 +389,9 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
         rules, limit_rules, costs = [], [], {}
         for tenant in chunk:
             salt = salt_of(tenant, salts)
-            home = homes[tenant.name]
-            rules += _route_rules(tenant, pools[home], header, salt)
-            rule, key, cel = _rate_limit_rule(tenant, header, pools[home])
+            load_pool = load_pools[tenant.name]
+            rules += _route_rules(tenant, pools[load_pool], header, salt)
+            rule, key, cel = _rate_limit_rule(tenant, header, pools[load_pool])
             limit_rules.append(rule)
             costs[key] = {"metadataKey": key, "type": "CEL", "cel": cel}
         routes.append(
@@ -512,8 +512,10 @@ def _beyond_tier(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> str | No
 
 def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy)
-    moved = {tenant.name: homes[tenant.name] for tenant in policy.tenants if homes[tenant.name] != tenant.pool}
+    load_pools = load_pool_by_tenant(policy)
+    moved = {
+        tenant.name: load_pools[tenant.name] for tenant in policy.tenants if load_pools[tenant.name] != tenant.pool
+    }
     limits = [
         "Token bucket: Envoy's global rate limit counts fixed windows, not a bucket; each tenant gets the window "
         "nearest its burst (rate x window units per window), so up to twice that can pass across a window boundary.",
@@ -539,20 +541,20 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
     limits += long_context_lines(
         policy, lambda pool, long_pool, names: _unrouted(policy, pool, long_pool, names), skip=moved
     )
-    for home in sorted(set(moved.values())):
-        names = ", ".join(sorted(name for name, pool in moved.items() if pool == home))
+    for load_pool in sorted(set(moved.values())):
+        names = ", ".join(sorted(name for name, pool in moved.items() if pool == load_pool))
         limits.append(
-            f"{names}: sized on traffic whose mean prompt routes to pool {home}, so every request of theirs goes to "
-            f"{home} and is charged at {home}'s weights (their rate is in its units); AIGatewayRoute cannot send "
+            f"{names}: sized on traffic whose mean prompt routes to pool {load_pool}, so every request of theirs goes to "
+            f"{load_pool} and is charged at {load_pool}'s weights (their rate is in its units); AIGatewayRoute cannot send "
             "their short prompts to their standard pool by size."
         )
     for tenant in policy.tenants:
-        home = pools[homes[tenant.name]]
-        unit, seconds, scale, _limit, bound = scale_choice(tenant, home)
-        if (problem := hits_problem(tenant, home)) is not None:
+        load_pool = pools[load_pools[tenant.name]]
+        unit, seconds, scale, _limit, bound = scale_choice(tenant, load_pool)
+        if (problem := hits_problem(tenant, load_pool)) is not None:
             message, fix = problem
             limits.append(f"{tenant.name}: {message}: such a response is free; {fix}.")
-        elif (beyond := _beyond_tier(tenant, home, scale)) is not None:
+        elif (beyond := _beyond_tier(tenant, load_pool, scale)) is not None:
             limits.append(beyond)
         nearest, nearest_s = _nearest_window(tenant)
         if seconds < nearest_s:
@@ -567,7 +569,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 f"{enforced_rate_units_per_s(tenant, seconds, scale):.4g} units/s, a whole number of 1/{scale:,} units "
                 f"per {unit} window ({_BOUNDS[bound or 'finest']})."
             )
-        charged = charged_weights(tenant, homes[tenant.name])
+        charged = charged_weights(tenant, load_pools[tenant.name])
         exact = (charged.prompt, charged.cached_prompt, charged.output)
         for label, weight, scaled in zip(
             ("prompt", "cached prompt", "output"), exact, scaled_weights(charged, scale), strict=True
@@ -578,7 +580,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
                 )
         per_token = charged.prompt_per_prompt_token
         per_prompt = scaled_per_prompt(
-            charged, scale, pools[homes[tenant.name]].prompt_length_charge.longest_prompt_tokens
+            charged, scale, pools[load_pools[tenant.name]].prompt_length_charge.longest_prompt_tokens
         )
         charged_per_token = per_prompt[0] / per_prompt[1] / scale if per_prompt else 0.0
         if per_token and abs(charged_per_token - per_token) > WEIGHT_TOLERANCE * per_token:
@@ -590,7 +592,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         {
             unit
             for tenant in policy.tenants
-            if (unit := window_for(tenant, pools[homes[tenant.name]])[0]) in ("Month", "Year")
+            if (unit := window_for(tenant, pools[load_pools[tenant.name]])[0]) in ("Month", "Year")
         },
         key=lambda unit: dict(WINDOWS)[unit],
     )
@@ -621,12 +623,12 @@ def prechecks(policy: QuotaPolicy) -> list:
     targets still generate: a tenant whose largest request costs more hits than Envoy counts (it is charged nothing),
     and a tenant with more LoRA adapters than one route's rules hold."""
     from quotacalc.core.checks import Finding
-    from quotacalc.core.plan_size import load_pool
+    from quotacalc.core.plan_size import load_pool_of
 
     pools = {pool.name: pool for pool in policy.pools}
     found = []
     for tenant in policy.tenants:
-        if (problem := hits_problem(tenant, pools[load_pool(tenant)])) is not None:
+        if (problem := hits_problem(tenant, pools[load_pool_of(tenant)])) is not None:
             found.append(
                 Finding(
                     severity="warning",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from quotacalc.core.plan_size import load_pool_of
 from quotacalc.errors import UsageError
 from quotacalc.fleet.aggregate import TenantWeights
 
@@ -56,7 +57,7 @@ def pool_weights(
                     None,
                 )
             )
-        if (tenant.load_pool or tenant.pool) == pool_name:
+        if load_pool_of(tenant) == pool_name:
             contracts[tenant.name] = tenant.bucket_rate_units_per_s
     # A tenant in the log but not in the plan: the pool's W and prompt-length charge, the deployment's cached weight.
     deployment = next(p for p in plan.pools if p.name == pool_name).deployment
