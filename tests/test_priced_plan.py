@@ -130,17 +130,6 @@ def test_a_flat_plans_origins_are_its_top_level_keys():
     assert priced.inherited_keys() is None and priced.flat
 
 
-def test_the_old_entry_points_give_what_the_priced_plan_holds():
-    from quotacalc.cli.plan_cmds import load_calibrated_policy, load_priced_policy, price_pools
-    from quotacalc.priced import price_plan
-
-    priced = price_plan(str(PLATFORM))
-    plan, policy, warnings = load_priced_policy(str(PLATFORM))
-    assert (plan, policy, warnings) == (priced.plan, priced.policy, priced.warnings)
-    assert load_calibrated_policy(str(PLATFORM))[3] == priced.calibrated
-    assert price_pools(priced.plan, source=str(PLATFORM)) == priced.prices
-
-
 SYNTHETIC_CSV = EXAMPLES / "calibration" / "synthetic-llama-3.3-70b-h100-tp4.csv"
 
 

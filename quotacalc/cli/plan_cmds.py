@@ -16,19 +16,8 @@ if TYPE_CHECKING:
     from quotacalc.core.checks import CheckResult
     from quotacalc.core.plan import Plan
     from quotacalc.core.policy import QuotaPolicy
-    from quotacalc.core.price import PriceResult
     from quotacalc.exporters.base import Export
     from quotacalc.priced import PricedPlan
-
-
-def price_pools(
-    plan: Plan, deployment_flags: dict[str, Any] | None = None, *, source: str, platform: bool = True
-) -> dict[str, PriceResult]:
-    """Each pool's price (resolve + core price); flags, when given, override every pool's deployment.
-    A wrapper of ``quotacalc.priced.price_pools`` for callers that hold a Plan, not a ``PricedPlan``."""
-    from quotacalc.priced import price_pools as priced_pools
-
-    return priced_pools(plan, deployment_flags, source=source, platform=platform)
 
 
 def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tuple[Plan, QuotaPolicy]:
@@ -54,24 +43,6 @@ def load_flags_policy(deployment_flags: dict[str, Any]) -> tuple[Plan, QuotaPoli
     except QuotacalcError as error:
         name_error_origin(error, None, deployment_flags)
         raise
-
-
-def load_priced_policy(
-    path: str, deployment_flags: dict[str, Any] | None = None
-) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]]]:
-    """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings.
-    A wrapper of ``price_plan``, whose ``PricedPlan`` holds these and more."""
-    priced = price_plan(path, deployment_flags)
-    return priced.plan, priced.policy, priced.warnings
-
-
-def load_calibrated_policy(
-    path: str, deployment_flags: dict[str, Any] | None = None
-) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]], dict[str, Any]]:
-    """``load_priced_policy``, and whether each pool's calibration holds for the deployment priced:
-    pool name -> (the ``calibrated`` summary or None, why it does not hold or None), as price says it."""
-    priced = price_plan(path, deployment_flags)
-    return priced.plan, priced.policy, priced.warnings, priced.calibrated
 
 
 def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from quotacalc.core.policy import RETRY_AFTER_RULE, PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
@@ -88,9 +89,53 @@ _PER_PROMPT_DENOMINATORS = tuple(10**power for power in range(13))
 _PER_PROMPT_DIGITS = 10_000
 
 
-def scaled_weights(weights: UnitWeights, scale: int) -> tuple[int, int, int]:
+class ScaledWeights(NamedTuple):
+    """A unit's weights in 1/scale units: what the generated CEL multiplies each token count by."""
+
+    prompt: int
+    cached_prompt: int
+    output: int
+
+
+class RequestTokens(NamedTuple):
+    """One request's token counts, as the generated CEL reads them from the response's usage."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+class LargestRequest(NamedTuple):
+    """The tenant's costliest admissible request and its cost in 1/scale units."""
+
+    request: RequestTokens
+    cost: int
+
+
+class RateWindow(NamedTuple):
+    """A fixed window of Envoy's rate limit: its unit and length, the scale its counts are in, and its limit."""
+
+    unit: str
+    seconds: int
+    scale: int
+    limit: int
+
+
+class ScaleChoice(NamedTuple):
+    """``RateWindow``'s figures and what stops a finer scale (``scale_choice``)."""
+
+    unit: str
+    seconds: int
+    scale: int
+    limit: int
+    bound: str
+
+
+def scaled_weights(weights: UnitWeights, scale: int) -> ScaledWeights:
     """Weights in 1/scale units, rounded to the nearest integer."""
-    return (round(weights.prompt * scale), round(weights.cached_prompt * scale), round(weights.output * scale))
+    return ScaledWeights(
+        round(weights.prompt * scale), round(weights.cached_prompt * scale), round(weights.output * scale)
+    )
 
 
 def scaled_per_prompt(weights: UnitWeights, scale: int, longest_prompt_tokens: int) -> tuple[int, int] | None:
@@ -117,7 +162,7 @@ def _nearest_window(tenant: TenantPolicy) -> tuple[str, int]:
     return min(WINDOWS, key=lambda window: (abs(math.log(window[1] / max(burst_s, 1.0))), window[1]))
 
 
-def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> tuple[str, int, int, int]:
+def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> RateWindow:
     """(unit, seconds, scale, limit) at the finest of SCALES whose limit fits uint32 in the nearest window and whose
     largest request fits Envoy's hits addend (``fits_hits``; whole units where none does), moving to a shorter
     window only when even the coarsest such scale overflows."""
@@ -127,8 +172,8 @@ def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> tu
         for scale in scales:
             limit = math.floor(tenant.bucket_rate_units_per_s * seconds * scale)
             if limit <= MAX_LIMIT:
-                return unit, seconds, scale, max(limit, 1)
-    return "Second", 1, scales[-1], MAX_LIMIT
+                return RateWindow(unit, seconds, scale, max(limit, 1))
+    return RateWindow("Second", 1, scales[-1], MAX_LIMIT)
 
 
 def _weights_off(weights: UnitWeights, scale: int) -> bool:
@@ -140,7 +185,7 @@ def _weights_off(weights: UnitWeights, scale: int) -> bool:
     )
 
 
-def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[tuple[int, int, int], ...]:
+def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[RequestTokens, ...]:
     """(prompt, cached, output) requests among which the tenant's costliest lies: prompt + output within its tier's
     max context and its pool's max-model-len (the engine refuses a longer one, which is then charged nothing), output
     within its tier's max output. A cost grows with prompt and output and is convex along the edge prompt + output =
@@ -148,7 +193,7 @@ def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[tupl
     context = min(tenant.max_context_tokens, pool.engine.max_model_len)
     output = min(tenant.max_output_tokens, context)
     prompts = ((context, 0), (context - output, output))
-    return tuple((prompt, cached, out) for prompt, out in prompts for cached in (0, prompt))
+    return tuple(RequestTokens(prompt, cached, out) for prompt, out in prompts for cached in (0, prompt))
 
 
 def scaled_cost(
@@ -164,7 +209,7 @@ def scaled_cost(
     return uncached * (scaled_prompt * denominator + prompt * numerator) // denominator + rest
 
 
-def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> tuple[tuple[int, int, int], int]:
+def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> LargestRequest:
     """The tenant's costliest admissible request ``(prompt, cached, output)`` on its load pool ``pool`` and its cost at
     ``scale``, as the generated CEL computes it."""
     weights = charged_weights(tenant, pool.name)
@@ -172,14 +217,14 @@ def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> tuple
     per_prompt = scaled_per_prompt(weights, scale, pool.prompt_length_charge.longest_prompt_tokens)
     costs = {request: scaled_cost(scaled, per_prompt, *request) for request in largest_request_tokens(tenant, pool)}
     request = max(costs, key=lambda request: (costs[request], request))
-    return request, costs[request]
+    return LargestRequest(request, costs[request])
 
 
 def _fits_hits(tenant: TenantPolicy, pool: PoolPolicy) -> Callable[[int], bool]:
-    return lambda scale: largest_request(tenant, pool, scale)[1] <= MAX_HITS_ADDEND
+    return lambda scale: largest_request(tenant, pool, scale).cost <= MAX_HITS_ADDEND
 
 
-def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, int, str]:
+def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> ScaleChoice:
     """(unit, seconds, scale, limit, bound): ``window_for``'s figures and what stops a finer scale: "uint32" (the
     window's limit would overflow Envoy's counter), "hits" (the tenant's largest request would cost more than
     Envoy's hits addend), "finest" (FINE_SCALES' last) or ""
@@ -192,10 +237,10 @@ def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int,
         return _weights_off(weights, scale) or _limit_off(tenant, seconds, scale)
 
     if not off(scale):
-        return unit, seconds, scale, limit, ""
+        return ScaleChoice(unit, seconds, scale, limit, "")
     if scale != SCALES[0]:
         finer = SCALES[SCALES.index(scale) - 1]
-        return unit, seconds, scale, limit, "uint32" if fits_hits(finer) else "hits"
+        return ScaleChoice(unit, seconds, scale, limit, "uint32" if fits_hits(finer) else "hits")
     bound = "finest"
     for finer in FINE_SCALES:
         finer_limit = math.floor(tenant.bucket_rate_units_per_s * seconds * finer)
@@ -207,8 +252,8 @@ def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int,
             break
         scale, limit = finer, max(finer_limit, 1)
         if not off(scale):
-            return unit, seconds, scale, limit, ""
-    return unit, seconds, scale, limit, bound
+            return ScaleChoice(unit, seconds, scale, limit, "")
+    return ScaleChoice(unit, seconds, scale, limit, bound)
 
 
 def hits_problem(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, str] | None:
@@ -238,7 +283,7 @@ def _limit_off(tenant: TenantPolicy, seconds: int, scale: int) -> bool:
     return abs(enforced_rate_units_per_s(tenant, seconds, scale) - rate) > WEIGHT_TOLERANCE * rate
 
 
-def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, int]:
+def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> RateWindow:
     """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
 
     A window as long as the burst admits about one bucket depth per window; the finest of SCALES whose limit fits
@@ -246,8 +291,8 @@ def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, i
     hits addend, is used, moving to a shorter window only when even whole units overflow; where a weight the tenant
     is charged rounds off in milli-units, a finer scale (FINE_SCALES) as far as the limit and the cost fit.
     """
-    unit, seconds, scale, limit, _bound = scale_choice(tenant, pool)
-    return unit, seconds, scale, limit
+    choice = scale_choice(tenant, pool)
+    return RateWindow(choice.unit, choice.seconds, choice.scale, choice.limit)
 
 
 def _metadata_key(scale: int, weights: tuple[int, int, int], per_prompt: tuple[int, int] | None) -> str:
@@ -592,7 +637,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[str, ...]:
         {
             unit
             for tenant in policy.tenants
-            if (unit := window_for(tenant, pools[load_pools[tenant.name]])[0]) in ("Month", "Year")
+            if (unit := window_for(tenant, pools[load_pools[tenant.name]]).unit) in ("Month", "Year")
         },
         key=lambda unit: dict(WINDOWS)[unit],
     )

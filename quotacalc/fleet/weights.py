@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from quotacalc.core.plan_size import load_pool_of
 from quotacalc.errors import UsageError
@@ -14,9 +14,20 @@ if TYPE_CHECKING:
     from quotacalc.core.policy import PoolPolicy, QuotaPolicy
 
 
-def pool_weights(
-    policy: QuotaPolicy, plan: Plan, pool_name: str | None
-) -> tuple[PoolPolicy, tuple[TenantWeights, ...], dict[str, float], TenantWeights]:
+class PoolWeights(NamedTuple):
+    """What fleet prices a measured pool's log rows with."""
+
+    #: The pool the log was measured on.
+    pool: PoolPolicy
+    #: Each tenant's weights on it, with the prompt bounds routing gives its rows there.
+    tenant_weights: tuple[TenantWeights, ...]
+    #: Tenant name -> contracted units/s, for the tenants whose load lands on this pool.
+    contracts: dict[str, float]
+    #: The weights of a row whose tenant is not in the plan.
+    default: TenantWeights
+
+
+def pool_weights(policy: QuotaPolicy, plan: Plan, pool_name: str | None) -> PoolWeights:
     """The measured pool, each tenant's weights and routing bounds on it, contracts, and the default weights."""
     names = [pool.name for pool in policy.pools]
     if pool_name is None:
@@ -74,4 +85,4 @@ def pool_weights(
         above,
         pool.route_above_prompt_tokens if pool.long_context_pool else None,
     )
-    return pool, tuple(tenants), contracts, default
+    return PoolWeights(pool, tuple(tenants), contracts, default)
