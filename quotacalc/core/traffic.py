@@ -11,7 +11,8 @@ from quotacalc.core import memory
 from quotacalc.core.deployment import Traffic
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.kv import context_limit, request_kv
-from quotacalc.core.price import PriceResult, larger_pool_fixes
+from quotacalc.core.price import PriceResult, _larger_pool_fix
+from quotacalc.core.pricing_warning import PricingError, PricingWarning
 from quotacalc.errors import QuotacalcError
 
 
@@ -79,19 +80,29 @@ class SizeResult(BaseModel):
     replica: PriceResult
 
     @property
-    def warnings(self) -> tuple[str, ...]:
-        """The replica's warnings, and one where the tenant's bucket cannot admit its own mean request."""
+    def traffic_warnings(self) -> tuple[PricingWarning, ...]:
+        """The traffic's own warning, as data: one where its bucket cannot admit its own mean request."""
         shortfall = bucket_shortfall(self.bucket_depth_units, self.replica.output_weight, self.units_per_request)
         if shortfall is None:
-            return self.replica.warnings
+            return ()
         rate = self.bucket_rate_units_per_s
         # At 0 units/s (no prompt or output tokens) no burst fills the bucket: the traffic is what to fix.
         fix = (
-            f"raise burst_s (--burst-s) to at least {shortfall.needed_units / rate:,.2f} s"
+            f"raise {{burst_s}} to at least {shortfall.needed_units / rate:,.2f} s"
             if rate > 0
             else "the tenant sizes to 0 units/s: give its prompt and output tokens"
         )
-        return (*self.replica.warnings, f"tenant: {shortfall.message} ({fix})")
+        return (PricingWarning(field="burst_s", problem=f"tenant: {shortfall.message}", fix=fix),)
+
+    @property
+    def pricing_warnings(self) -> tuple[PricingWarning, ...]:
+        """The replica's warnings and the traffic's, as data."""
+        return (*self.replica.pricing_warnings, *self.traffic_warnings)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The replica's warnings and the traffic's, keys named as flags."""
+        return (*self.replica.warnings, *(warning.worded() for warning in self.traffic_warnings))
 
 
 def size_traffic(replica: PriceResult, traffic: Traffic) -> SizeResult:
@@ -125,11 +136,11 @@ def size_traffic(replica: PriceResult, traffic: Traffic) -> SizeResult:
         )
     request = request_kv(replica, request_tokens)
     if request.pool_share > 1:
-        raise QuotacalcError(
+        raise PricingError(
             f"one request of {request.context_tokens:,} tokens needs {request.pool_share:.0%} of the replica's KV pool "
             f"({replica.kv_pool_tokens:,} tokens)",
             field="prompt_tokens",
-            fix=larger_pool_fixes(replica.inputs, "shorten the tenant's requests", "use a GPU with more memory"),
+            fix=_larger_pool_fix(replica.inputs, "shorten the tenant's requests", "use a GPU with more memory"),
         )
     # A prompt token costs more inside a long prompt (it attends to those before it): charged at
     # its cost inside this tenant's prompt, as `kv` reports it.
