@@ -204,3 +204,35 @@ def test_size_request_beyond_the_pool_names_the_keys_that_raise_it(run_cli, tmp_
     code, _, err = run_cli("size", plan, "--prompt-tokens", "90000", "--tp", "4")
     assert code == 1 and err.startswith("quotacalc: error: --prompt-tokens: one request"), err
     assert err.rstrip().endswith("raise --tp, or use kv_dtype: fp8)")
+
+
+# comparisons and fleet: the same origins, no error moved after the fact
+
+
+def test_a_comparison_row_names_the_pools_key_or_the_axis(run_cli, tmp_path):
+    plan = _platform(tmp_path, inherited={"tp": 3})
+    code, out, _ = run_cli("price", plan, "--gpu", "h100-sxm,h200", "--json")
+    assert code == 1
+    reasons = [row["reason"] for row in json.loads(out)["rows"]]
+    assert all(
+        reason.startswith(f"{plan}: pools[0].deployment.tp (inherited from deployment.tp): 3 does not divide")
+        for reason in reasons
+    ), reasons
+    code, out, _ = run_cli("price", plan, "--gpu", "h100-sxm,h200", "--tp", "3,4", "--json")
+    reasons = [row["reason"] for row in json.loads(out)["rows"] if not row["feasible"]]
+    assert len(reasons) == 2 and all(reason.startswith("--tp: 3 does not divide") for reason in reasons), reasons
+
+
+@pytest.mark.parametrize(("flags", "where"), [((), "{plan}: context"), (("--context", "200000"), "--context")])
+def test_a_comparisons_context_error_names_the_key_or_the_flag(run_cli, tmp_path, flags, where):
+    # 200,000 tokens exceed Llama 3.3 70B's 131,072 whatever the GPU: the input's error, not a row's.
+    plan = _yaml(tmp_path, "flat.yaml", {**DEPLOYMENT, "context": 200_000 if not flags else 1_000})
+    code, _, err = run_cli("price", plan, "--gpu", "h100-sxm,h200", *flags)
+    assert code == 1 and err.startswith(f"quotacalc: error: {where.format(plan=plan)}: 200,000 tokens exceed"), err
+
+
+def test_fleet_of_flags_alone_names_the_flag(run_cli, tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("{}\n", encoding="utf-8")
+    code, _, err = run_cli("fleet", log, *FLAGS[:-4], "--tp", "3", "--json")
+    assert code == 1 and err.startswith("quotacalc: error: --tp: 3 does not divide"), err

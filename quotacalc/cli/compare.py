@@ -183,7 +183,6 @@ def run_comparison(
 ) -> None:
     """Price (or size the tenant on) every GPU and TP combination and print the rows side by side."""
     from quotacalc.cli.compare_out import render_comparison
-    from quotacalc.cli.options import name_error_origin
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
     from quotacalc.core.traffic import size_traffic
@@ -193,12 +192,14 @@ def run_comparison(
         measured_pool_mismatch,
         unrecorded_pool_change,
     )
-    from quotacalc.inputs.plan import deployment_source
+    from quotacalc.inputs.plan import deployment_source, read_document
     from quotacalc.inputs.resolve import resolve
+    from quotacalc.priced.deployment import deployment_origins
 
     if pool is not None and not plan:
         raise UsageError("needs a plan file", field="--pool")
-    plan_file = deployment_source(plan, pool) if plan else None
+    document = read_document(plan) if plan else None
+    plan_file = deployment_source(plan, pool, document) if plan else None
     file_values = plan_file.deployment if plan_file else {}
     row_flags = [
         {**flags, "gpu": gpu, "tp": tp, **({"gpu_hour_usd": axes.gpu_prices[gpu]} if axes.gpu_prices else {})}
@@ -220,14 +221,13 @@ def run_comparison(
         return calibrated.get(id(priced.inputs), False)
 
     # The axes are flags too: a row's error about its TP names --tp.
-    given = {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}
+    row_origins = deployment_origins(plan, pool, {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}, document)
 
     def evaluate(deployment):
         try:
             priced = _evaluate(deployment)
         except QuotacalcError as error:
-            name_error_origin(error, plan, given)
-            raise
+            raise row_origins.located(error, source=None) from None
         notes = []
         if traffic is not None:
             # The tenant's own warnings on this row (a bucket that cannot admit its mean request), as size gives them.
@@ -273,8 +273,7 @@ def run_comparison(
     try:
         model_name = _check_context(deployments[0])
     except QuotacalcError as error:
-        name_error_origin(error, plan, flags)
-        raise
+        raise deployment_origins(plan, pool, flags, document).located(error, source=None) from None
     rows = compare(deployments, evaluate, traffic, is_calibrated=is_calibrated)
     render_comparison(command, deployments[0], traffic, rows, output_format, model_name=model_name)
     if not any(row.feasible for row in rows):

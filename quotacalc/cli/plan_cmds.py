@@ -28,21 +28,14 @@ def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tu
 
 def load_flags_policy(deployment_flags: dict[str, Any]) -> tuple[Plan, QuotaPolicy]:
     """The canonical policy of a deployment given by price's flags alone: one pool, ``default``, and no tenant."""
-    from quotacalc.cli.options import name_error_origin
     from quotacalc.core.plan import Plan, Pool
     from quotacalc.core.policy import build_policy
-    from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import DEFAULT_POOL
-    from quotacalc.inputs.resolve import resolve
+    from quotacalc.priced.deployment import price_deployment
 
-    try:
-        deployment = build_deployment({}, deployment_flags, source=None)
-        plan = Plan(pools=(Pool(name=DEFAULT_POOL, deployment=deployment, replicas=1),))
-        return plan, build_policy(plan, {DEFAULT_POOL: price(resolve(deployment))})
-    except QuotacalcError as error:
-        name_error_origin(error, None, deployment_flags)
-        raise
+    replica = price_deployment(None, None, deployment_flags).price
+    plan = Plan(pools=(Pool(name=DEFAULT_POOL, deployment=replica.inputs.deployment, replicas=1),))
+    return plan, build_policy(plan, {DEFAULT_POOL: replica})
 
 
 def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:

@@ -92,35 +92,28 @@ def price_deployment(
     """Read the deployment (a plan's pool, ``pool`` naming it where the plan has several, or flags alone) once,
     recording each value's origin, and price it. ``traffic_flags``: also read the traffic ``size`` sizes.
     ``document``: the plan file's mapping, when it has been read already."""
-    from quotacalc.core.deployment import Deployment, Traffic
+    from quotacalc.core.deployment import Traffic
     from quotacalc.core.price import price
     from quotacalc.inputs.deployment import build_deployment, build_traffic
     from quotacalc.inputs.resolve import resolve
 
     if pool is not None and not plan:
         raise UsageError("needs a plan file", field="--pool")
-    flags = {key: value for key, value in deployment_flags.items() if value is not None}
     plan_file = None
-    own: str | None = None
-    within = None
-    name = None
-    platform = False
     if plan:
-        from quotacalc.inputs.plan import deployment_source, is_platform, read_document
+        from quotacalc.inputs.plan import deployment_source, read_document
 
         if document is None:
             document = read_document(plan)
         plan_file = deployment_source(plan, pool, document)
-        platform = is_platform(document)
-        origins, own, within, name = _plan_origins(document, plan, pool, flags, platform)
-    else:
-        origins = value_origins(Deployment.model_fields, flags)
+    read = deployment_origins(plan, pool, deployment_flags, document)
+    origins, own, within, name, platform = read.origins, read.own, read.within, read.pool, read.platform
     deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
     namer = key_namer(origins, own)
     try:
         replica = price(resolve(deployment))
     except QuotacalcError as error:
-        raise located(error, origins, namer, source=plan, within=within) from None
+        raise read.located(error, source=plan) from None
     replica = replica.model_copy(
         update={"warnings": tuple(warning.worded(namer) for warning in replica.pricing_warnings)}
     )
@@ -137,29 +130,55 @@ def price_deployment(
     return PricedDeployment(plan, name, replica, origins, own, within, plan_file, traffic, traffic_origins)
 
 
-def _plan_origins(
-    document: dict[str, Any], plan: str, pool: str | None, flags: Mapping[str, Any], platform: bool
-) -> tuple[dict[str, ValueOrigin], str, str | None, str | None]:
-    """The deployment's origins in a plan file, what its own keys are written after, where it sits (None: the
-    file's top level), and a platform plan's pool's name. A platform plan's tier keys (``burst_s``) are not the pool's: a value
-    for them comes from the flag, which names them."""
+@dataclass(frozen=True)
+class DeploymentOrigins:
+    """Where each value of one deployment came from: flags alone, or a plan's pool with flags over it."""
+
+    #: Deployment key -> its origin.
+    origins: dict[str, ValueOrigin]
+    #: What a key the pool sets is written after (``pools.NAME.deployment.``, nothing in a flat plan); None with no
+    #: file, where every key is named by its flag.
+    own: str | None
+    #: Where the pool's deployment sits in the file (``pools[0].deployment``); None at the file's top level.
+    within: str | None
+    #: The platform plan's pool; None for flags alone or a flat plan.
+    pool: str | None
+    platform: bool
+
+    def key_namer(self) -> KeyNamer:
+        return key_namer(self.origins, self.own)
+
+    def located(self, error: QuotacalcError, *, source: str | None) -> QuotacalcError:
+        """``error`` at the place its value was read; one about no recorded value is ``source``'s."""
+        return located(error, self.origins, self.key_namer(), source=source, within=self.within if source else None)
+
+
+def deployment_origins(
+    plan: str | None, pool: str | None, flags: Mapping[str, Any], document: dict[str, Any] | None
+) -> DeploymentOrigins:
+    """The origins of the deployment read from ``plan`` (its mapping ``document``, already read and checked by
+    ``inputs.plan.deployment_source``) and ``flags``. A platform plan's tier keys (``burst_s``) are not a pool's: a
+    value for them comes from the flag, which names them."""
     from quotacalc.core.deployment import Deployment, QuotaConfig
 
     fields = Deployment.model_fields
-    if not platform:
-        return value_origins(fields, flags, own=document, source=plan), "", None, None
+    given = {key: value for key, value in flags.items() if value is not None}
+    if not plan or document is None:
+        return DeploymentOrigins(value_origins(fields, given), None, None, None, False)
+    if "pools" not in document:  # a flat plan: its deployment keys are the file's top level
+        return DeploymentOrigins(value_origins(fields, given, own=document, source=plan), "", None, None, False)
     names = [str(entry.get("name")) for entry in document["pools"]]
     name = pool if pool is not None else names[0]
     index = names.index(name)
     prefix = f"pools.{name}.deployment."
     origins = value_origins(
         fields,
-        flags,
+        given,
         own=document["pools"][index].get("deployment") or {},
         inherited=document.get("deployment") or {},
         source=plan,
         written=prefix,
         at=f"pools[{index}].deployment.",
     )
-    origins.update(value_origins(QuotaConfig.model_fields, flags))
-    return origins, prefix, f"pools[{index}].deployment", name
+    origins.update(value_origins(QuotaConfig.model_fields, given))
+    return DeploymentOrigins(origins, prefix, f"pools[{index}].deployment", name, True)
