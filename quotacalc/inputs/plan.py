@@ -334,7 +334,12 @@ def read_document(path: str) -> dict[str, Any]:
     from quotacalc.inputs.text_file import read_text_file
 
     # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
-    text = read_text_file(Path(path), what="plan")
+    return document_from_text(read_text_file(Path(path), what="plan"), path)
+
+
+def document_from_text(text: str, path: str) -> dict[str, Any]:
+    """``text`` read as the plan file at ``path`` would be (its errors name ``path``; relative model paths resolve
+    beside it): how a plan's new text is read back before it replaces the file."""
     document = _parsed_yaml(text, path)
     if document is None:
         document = {}
