@@ -283,13 +283,15 @@ def limits_markdown(export: Export) -> str:
     return "".join(lines)
 
 
-def _plan_error(error: QuotacalcError, path: str, *, platform: bool) -> QuotacalcError:
-    """An exporter's refusal, at its YAML path in the policy (``tenants[2].lora_adapters``: the plan's order), as
-    an error of the plan file: a flat plan's one tenant is its ``tenant`` key."""
-    field = error.field
-    if field is not None and field.startswith("tenants[0]") and not platform:
-        field = "tenant" + field.removeprefix("tenants[0]")
-    return type(error)(f"{error.problem}; nothing was written", source=path, field=field, fix=error.fix)
+def _plan_error(error: QuotacalcError, priced: PricedPlan) -> QuotacalcError:
+    """An exporter's refusal, at its YAML path in the policy, as an error of the plan file where the plan writes
+    it (``PricedPlan.plan_field``)."""
+    return type(error)(
+        f"{error.problem}; nothing was written",
+        source=priced.source,
+        field=priced.plan_field(error.field),
+        fix=error.fix,
+    )
 
 
 def generate(
@@ -356,7 +358,7 @@ def generate(
         except QuotacalcError as error:
             if error.source is not None:
                 raise
-            raise _plan_error(error, path, platform=priced.platform) from None
+            raise _plan_error(error, priced) from None
     generated: dict[str, list[GeneratedFile]] = {}
     for export in exports:
         files = generated.setdefault(export.target, [])

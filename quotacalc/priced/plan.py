@@ -64,6 +64,18 @@ class PricedPlan:
         """What a pool's own deployment key is written after: ``pools.NAME.deployment.``, or nothing in a flat plan."""
         return f"{self.at}pools.{pool}.deployment." if self.platform else ""
 
+    def plan_field(self, policy_field: str | None) -> str | None:
+        """Where the plan writes what a path in its policy names (an exporter's refusal names the policy): the
+        policy keeps the plan's tenants in order, so ``tenants[2].lora_adapters`` is the plan's own; a flat plan's
+        one tenant is its ``tenant`` key."""
+        if policy_field is None:
+            return None
+        if not self.platform and (
+            policy_field == "tenants[0]" or policy_field.startswith(("tenants[0].", "tenants[0]["))
+        ):
+            return "tenant" + policy_field.removeprefix("tenants[0]")
+        return self.at + policy_field
+
     def key_namer(self, pool: str) -> KeyNamer:
         """How a message names a deployment key of ``pool``: as the flag, when a flag gave it; else as the plan
         writes it. A fix that removes a key the pool inherits names it where it is written (``deployment.KEY``);
