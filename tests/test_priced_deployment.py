@@ -236,3 +236,23 @@ def test_fleet_of_flags_alone_names_the_flag(run_cli, tmp_path):
     log.write_text("{}\n", encoding="utf-8")
     code, _, err = run_cli("fleet", log, *FLAGS[:-4], "--tp", "3", "--json")
     assert code == 1 and err.startswith("quotacalc: error: --tp: 3 does not divide"), err
+
+
+def test_a_comparison_rows_warnings_name_the_key_or_the_flag(run_cli, tmp_path):
+    code, out, err = run_cli("price", _flat(tmp_path), "--gpu", "h100-sxm,h200", "--json")
+    assert code == 0, err
+    first = json.loads(out)["rows"][0]["warnings"]
+    assert next(w for w in first if w.startswith(BATCH_PROBLEM)).endswith(
+        "(lower batch, raise tp, or use kv_dtype: fp8)"
+    )
+    code, out, err = run_cli("price", *FLAGS[:-4], *SMALL_POOL_FLAGS, "--tp", "4,8", "--json")
+    assert code == 0, err
+    first = json.loads(out)["rows"][0]["warnings"]
+    assert next(w for w in first if w.startswith(BATCH_PROBLEM)).endswith(
+        "(lower --batch, raise --tp, or use --kv-dtype fp8)"
+    )
+    # size rows add the traffic's own warning, worded alike: --burst-s from the flag.
+    traffic = ("--rps", "0.001", "--prompt-tokens", "2000", "--output-tokens", "500", "--burst-s", "1")
+    code, out, err = run_cli("size", *FLAGS[:-4], "--tp", "4,8", *traffic, "--json")
+    assert code == 0, err
+    assert all("(raise --burst-s to at least" in row["warnings"][-1] for row in json.loads(out)["rows"])

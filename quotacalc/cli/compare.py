@@ -222,6 +222,8 @@ def run_comparison(
 
     # The axes are flags too: a row's error about its TP names --tp.
     row_origins = deployment_origins(plan, pool, {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}, document)
+    # Each row's warnings name a key where its value was set, as price of one deployment does.
+    namer = row_origins.key_namer()
 
     def evaluate(deployment):
         try:
@@ -237,7 +239,7 @@ def run_comparison(
             except QuotacalcError:
                 pass
             else:
-                notes.extend(sized.warnings[len(priced.warnings) :])
+                notes.extend(warning.worded(namer) for warning in sized.traffic_warnings)
         if flags.get("kv_pool_tokens") is not None and len(deployments) > 1:
             # One measured pool for every GPU and TP: a pool holds only where it was measured.
             notes.append(
@@ -265,10 +267,13 @@ def run_comparison(
             else None
         )
         if mismatch is None:
-            return price(resolve(deployment))
+            return _worded(price(resolve(deployment)))
         estimated = deployment.model_copy(update={"kv_pool_tokens": None, "kv_pool_measured_with": None})
-        priced = price(resolve(estimated))
+        priced = _worded(price(resolve(estimated)))
         return priced.model_copy(update={"warnings": (f"KV pool estimated: {mismatch}", *priced.warnings)})
+
+    def _worded(priced):
+        return priced.model_copy(update={"warnings": tuple(w.worded(namer) for w in priced.pricing_warnings)})
 
     try:
         model_name = _check_context(deployments[0])
