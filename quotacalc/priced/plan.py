@@ -100,7 +100,7 @@ def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, Value
             result[pool.name] = value_origins(
                 Deployment.model_fields,
                 flags,
-                own=document["pools"][index].get("deployment") or {},
+                own=_pool_entry(document, index).get("deployment") or {},
                 inherited=document.get("deployment") or {},
                 source=read.source,
                 written=f"{read.at}pools.{pool.name}.deployment.",
@@ -110,6 +110,12 @@ def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, Value
         else:
             result[pool.name] = value_origins(Deployment.model_fields, flags, own=document, source=read.source)
     return result
+
+
+def _pool_entry(document: dict[str, Any], index: int) -> dict[str, Any]:
+    """Pool ``index``'s mapping in the plan as read (empty where the caller has no document)."""
+    pools = document.get("pools") or []
+    return pools[index] if index < len(pools) and isinstance(pools[index], dict) else {}
 
 
 def price_pools(
@@ -144,7 +150,7 @@ def price_pools(
             try:
                 priced[deployment] = price(resolve(deployment))
             except QuotacalcError as error:
-                # A flag's error is the flag's, whichever pool took it first.
+                # Named at the value's origin: a flag's error is the flag's, whichever pool took it first.
                 own = f"{at}pools.{pool.name}.deployment." if platform else ""
                 within = f"{at}pools[{index}].deployment" if platform else None
                 namer = key_namer(origins[pool.name], own)
