@@ -1,4 +1,4 @@
-"""Loading a deployment and a tenant from a YAML file and/or flags into the core's typed values.
+"""Loading a deployment and a traffic profile from a YAML file and/or flags into the core's typed values.
 
 How a key or value that does not validate is worded is ``inputs.key_errors``; whether a measured KV pool holds
 for the deployment given, ``inputs.measured_pool``."""
