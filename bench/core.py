@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-from quotacalc import Deployment, Tenant, price, resolve, size_tenant
+from quotacalc import Deployment, Traffic, price, resolve, size_traffic
 from quotacalc.catalog.models import shipped_models
 from quotacalc.cli.models_doc import reference_price
 
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     rows = []
-    tenant = Tenant(rps=5, prompt_tokens=2000, output_tokens=500)
+    traffic = Traffic(rps=5, prompt_tokens=2000, output_tokens=500)
     for model in shipped_models():
         reference = reference_price(model.name)
         if reference is None:
@@ -43,7 +43,7 @@ def main() -> None:
         resolve_s = _per_call_s(lambda d=deployment: resolve(d), args.repeat)
         inputs = resolve(deployment)
         price_s = _per_call_s(lambda i=inputs: price(i), args.repeat)
-        size_s = _per_call_s(lambda r=reference: size_tenant(r, tenant), args.repeat)
+        size_s = _per_call_s(lambda r=reference: size_traffic(r, traffic), args.repeat)
         rows.append((model.name, len(inputs.arch.layers), resolve_s, price_s, size_s))
     if args.markdown:
         print("| model | layers | resolve (config -> arch) | price | size a tenant |")

@@ -1,6 +1,6 @@
 """quotacalc: price LLM serving in replica time and KV memory, as a library and a CLI.
 
-from quotacalc import Deployment, Tenant, resolve, price, size_tenant, request_kv
+from quotacalc import Deployment, Traffic, resolve, price, size_traffic, request_kv
 
 replica = price(resolve(Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8")))
 replica.output_weight, replica.replica_units_per_s
@@ -22,8 +22,8 @@ _EXPORTS = {
     "PricingInputs": "quotacalc.core.pricing_inputs",
     "QuotacalcError": "quotacalc.errors",
     "RequestKvResult": "quotacalc.core.kv",
-    "SizeResult": "quotacalc.core.tenant",
-    "Tenant": "quotacalc.core.deployment",
+    "SizeResult": "quotacalc.core.traffic",
+    "Traffic": "quotacalc.core.deployment",
     "UnsupportedArchitecture": "quotacalc.errors",
     "UsageError": "quotacalc.errors",
     "build_deployment": "quotacalc.inputs.deployment",
@@ -34,7 +34,7 @@ _EXPORTS = {
     "price_plan": "quotacalc.priced",
     "request_kv": "quotacalc.core.kv",
     "resolve": "quotacalc.inputs.resolve",
-    "size_tenant": "quotacalc.core.tenant",
+    "size_traffic": "quotacalc.core.traffic",
 }
 
 __all__ = [
@@ -47,7 +47,7 @@ __all__ = [
     "QuotacalcError",
     "RequestKvResult",
     "SizeResult",
-    "Tenant",
+    "Traffic",
     "UnsupportedArchitecture",
     "UsageError",
     "build_deployment",
@@ -58,7 +58,7 @@ __all__ = [
     "price_plan",
     "request_kv",
     "resolve",
-    "size_tenant",
+    "size_traffic",
 ]
 
 
@@ -74,11 +74,11 @@ if TYPE_CHECKING:
     from typing import Any
 
     from quotacalc.core.arch import ModelArch, ParamGroup
-    from quotacalc.core.deployment import Deployment, Tenant
+    from quotacalc.core.deployment import Deployment, Traffic
     from quotacalc.core.kv import RequestKvResult, request_kv
     from quotacalc.core.price import PriceResult, expected_distinct_experts, price
     from quotacalc.core.pricing_inputs import PricingInputs
-    from quotacalc.core.tenant import SizeResult, size_tenant
+    from quotacalc.core.traffic import SizeResult, size_traffic
     from quotacalc.errors import QuotacalcError, UnsupportedArchitecture, UsageError
     from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import load_plan_file

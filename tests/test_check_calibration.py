@@ -188,7 +188,7 @@ def test_a_bucket_fix_names_the_key_that_sets_the_rate_and_clears_every_shortfal
     assert code == 0, err
     document = json.loads(out)
     per_request = document["results"]["units_per_request"]
-    (warning,) = [w for w in document["warnings"] if "burst_s" in w]
+    (warning,) = [w for w in document["warnings"] if "raise --burst-s to at least" in w]
     needed = float(warning.split("at least ")[1].split(" s")[0].replace(",", ""))
     assert needed * 0.001 * per_request >= per_request * 0.999  # the depth it gives holds a mean request
 

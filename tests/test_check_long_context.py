@@ -138,10 +138,15 @@ def test_check_names_the_plan_keys_where_price_names_flags(run_cli, tmp_path) ->
     for _target, option in options().values():
         texts = texts.replace(option.flag, "")
     assert "--" not in texts.replace("--salt-secret-file", "")
-    # price keeps its flags: there the flags are how the user changes the deployment.
+    # price of the same pool names the same keys; a flag it was given, the flag.
     path = tmp_path / "plan.yaml"
     code, _, err = run_cli("price", str(path), "--pool", "long")
-    assert code == 0 and "(lower --batch, raise --tp, or use --kv-dtype fp8)" in err
+    assert code == 0 and (
+        "(lower pools.long.deployment.batch, raise pools.long.deployment.tp, or use pools.long.deployment.kv_dtype: "
+        "fp8)" in err
+    )
+    code, _, err = run_cli("price", str(path), "--pool", "long", "--batch", "16", "--tp", "4")
+    assert code == 0 and "(lower --batch, raise --tp, or use pools.long.deployment.kv_dtype: fp8)" in err
     # A pool whose KV cache is FP8 already is not told to use one.
     document["pools"][1]["deployment"]["kv_dtype"] = "fp8"
     document["pools"][1]["deployment"]["batch"] = 32

@@ -17,7 +17,7 @@ import pytest
 
 from quotacalc.cli.json_out import JSON_SCHEMA_VERSION
 from quotacalc.core.compare import PRICE_KEYS, SIZE_KEYS, compare
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, Traffic
 from quotacalc.errors import EXIT_INVALID_INPUT, EXIT_USAGE, QuotacalcError, UsageError
 
 MODEL = ("--model", "Llama-3.3-70B-Instruct", "--weight-dtype", "fp8", "--kv-dtype", "bf16", "--context", "1700")
@@ -287,7 +287,7 @@ def test_a_row_is_uncalibrated_unless_the_caller_says_otherwise():
 
 
 def test_sizing_uses_the_given_function_and_only_with_a_tenant():
-    tenant = Tenant(rps=1, prompt_tokens=800, output_tokens=200)
+    tenant = Traffic(rps=1, prompt_tokens=800, output_tokens=200)
     calls = []
 
     def size(priced, sized_tenant):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc import Deployment, Tenant, price, resolve, size_tenant
+from quotacalc import Deployment, Traffic, price, resolve, size_traffic
 from quotacalc.catalog.gpus import load_gpu_catalog
 from quotacalc.core.memory import (
     GIB,
@@ -488,14 +488,14 @@ def test_context_above_the_models_maximum_is_an_error(run_cli):
 
 def test_size_refuses_a_request_the_pool_cannot_hold(run_cli):
     # 646,503 tokens of pool; a request of 700,000 tokens cannot be resident.
-    tenant = Tenant(rps=1, prompt_tokens=100_000, output_tokens=1000)
+    tenant = Traffic(rps=1, prompt_tokens=100_000, output_tokens=1000)
     replica = price(
         resolve(
             Deployment(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_pool_tokens=50_000)
         )
     )
     with pytest.raises(Exception, match="of the replica's KV pool"):
-        size_tenant(replica, tenant)
+        size_traffic(replica, tenant)
     code, out, err = run_cli(
         "size",
         *EXAMPLE,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from quotacalc import Deployment, Tenant, price, request_kv, resolve, size_tenant
+from quotacalc import Deployment, Traffic, price, request_kv, resolve, size_traffic
 
 #: Steps whose ``substituted`` text describes its inputs instead of spelling the arithmetic.
 DESCRIPTIVE = {
@@ -71,7 +71,7 @@ CASES = {
 def test_substituted_formulas_compute_their_values(case):
     deployment, context = CASES[case]
     replica = price(resolve(Deployment(**deployment)))
-    sized = size_tenant(replica, Tenant(rps=3, prompt_tokens=1800, output_tokens=300, cached_fraction=0.25))
+    sized = size_traffic(replica, Traffic(rps=3, prompt_tokens=1800, output_tokens=300, cached_fraction=0.25))
     kv = request_kv(replica, context)
     checked = 0
     for step in (*replica.steps, *sized.steps, *kv.steps):

@@ -10,12 +10,12 @@ from cel_expr_python import cel
 from crd_validation import validate_manifest
 from policy_samples import many_tenants_policy, platform_policy, sample_salts, tenant_policy
 
-from quotacalc.core.plan_size import load_pool
+from quotacalc.core.plan_size import load_pool_of
 from quotacalc.exporters import envoy
 from quotacalc.exporters.base import ExportOptions
 
 OPTIONS = ExportOptions()
-#: The sample's standard pool: the home pool of every hand-built tenant below (its max-model-len 32,768 tokens).
+#: The sample's standard pool: the load pool of every hand-built tenant below (its max-model-len 32,768 tokens).
 STANDARD = platform_policy().pools[0]
 
 #: The gateway's CEL environment (envoyproxy/ai-gateway internal/llmcostcel/cel.go, commit c217da8).
@@ -643,7 +643,7 @@ def _largest_charged(policy, result) -> dict[str, tuple[int, int, float]]:
         rule = _rule_of(result, tenant.name)
         key = rule["cost"]["response"]["metadata"]["key"]
         scale = int(key.split("_x")[1].split("_")[0])
-        pool = pools[load_pool(tenant)]
+        pool = pools[load_pool_of(tenant)]
         context = min(tenant.max_context_tokens, pool.engine.max_model_len)
         longest_output = min(tenant.max_output_tokens, context)
         best = (-1, 0.0)

@@ -86,8 +86,8 @@ def test_every_quota_applies_to_a_route_that_carries_its_model():
                 (header,) = selector["headers"]
                 assert header["name"] == policy.tenant_header and header["type"] == "Exact"
                 buckets[header["value"]] = (target["name"], rule["quota"])
-    homes = envoy.load_pools(policy)
-    assert {name: pool for name, (pool, _) in buckets.items()} == homes
+    load_pools = envoy.load_pool_by_tenant(policy)
+    assert {name: pool for name, (pool, _) in buckets.items()} == load_pools
 
 
 def test_limits_are_the_rate_over_the_window_nearest_the_burst_within_uint32():

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_export_envoy import GATEWAY_CEL
 
-from quotacalc.core.plan_size import load_pool
+from quotacalc.core.plan_size import load_pool_of
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.exporters import envoy
 
@@ -42,7 +42,7 @@ def test_the_examples_cost_expressions_give_the_policys_units():
     prompt, cached, output = 3000, 1200, 700
     for tenant in policy.tenants:
         rule = rules[tenant.name]
-        _unit, seconds, scale, limit = envoy.window_for(tenant, pools[load_pool(tenant)])
+        _unit, seconds, scale, limit = envoy.window_for(tenant, pools[load_pool_of(tenant)])
         assert rule["limit"]["requests"] == limit
         assert limit == pytest.approx(tenant.bucket_rate_units_per_s * seconds * scale, abs=1)
         expression = costs[rule["cost"]["response"]["metadata"]["key"]]
@@ -93,7 +93,7 @@ def test_the_examples_largest_requests_are_charged_within_envoys_hits_addend():
         for rule in document["spec"]["rateLimit"]["global"]["rules"]
     }
     for tenant in policy.tenants:
-        pool = pools[load_pool(tenant)]
+        pool = pools[load_pool_of(tenant)]
         weights = envoy.charged_weights(tenant, pool.name)
         scale = envoy.window_for(tenant, pool)[2]
         program = GATEWAY_CEL.compile(costs[rules[tenant.name]["cost"]["response"]["metadata"]["key"]])

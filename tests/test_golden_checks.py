@@ -482,9 +482,9 @@ def test_a_pool_filter_counts_the_pool_and_the_long_context_pools_its_tenants_us
 
 
 def _traffic(prompt: float, output: float) -> dict:
-    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.deployment import Traffic
 
-    return Tenant(rps=1.0, prompt_tokens=prompt, output_tokens=output)
+    return Traffic(rps=1.0, prompt_tokens=prompt, output_tokens=output)
 
 
 def test_traffic_above_its_tiers_context_is_an_error():
@@ -621,9 +621,9 @@ def test_traffic_and_bucket_limits_hold_at_their_boundaries():
 
 
 def _Tenant(rps: float, prompt: float, output: float):
-    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.deployment import Traffic
 
-    return Tenant(rps=rps, prompt_tokens=prompt, output_tokens=output)
+    return Traffic(rps=rps, prompt_tokens=prompt, output_tokens=output)
 
 
 # --------------------------------------------------------------------------- load routed to the long-context pool
@@ -814,10 +814,10 @@ def test_a_pools_pricing_warning_names_the_plan_keys_not_flags():
 
 
 def test_traffic_that_sizes_beyond_what_a_tenant_may_be_sold_is_an_error():
-    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.deployment import Traffic
 
     huge = tenant("a", 2e9)
-    traffic = {"a": Tenant(rps=1e6, prompt_tokens=1000, output_tokens=100)}
+    traffic = {"a": Traffic(rps=1e6, prompt_tokens=1000, output_tokens=100)}
     (finding,) = found(check_plan(policy(huge), traffic=traffic), "traffic-too-large")
     assert (finding.severity, finding.subject) == ("error", "tenants.a.traffic")
     assert finding.message == (

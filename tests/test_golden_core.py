@@ -30,7 +30,7 @@ from quotacalc.core.arch import (
     kv_heads_per_rank,
     mean_attended_tokens,
 )
-from quotacalc.core.deployment import GIB, Deployment, Tenant
+from quotacalc.core.deployment import GIB, Deployment, Traffic
 from quotacalc.core.kv import request_kv
 from quotacalc.core.price import (
     PricingInputs,
@@ -39,7 +39,7 @@ from quotacalc.core.price import (
     expected_distinct_experts,
     price,
 )
-from quotacalc.core.tenant import size_tenant
+from quotacalc.core.traffic import size_traffic
 from quotacalc.core.weights import GroupStorage, WeightLayout, uniform_layout
 from quotacalc.errors import QuotacalcError
 
@@ -780,8 +780,8 @@ def test_request_kv_of_a_state_only_model_at_zero_kv():
 
 def test_tenant_units_with_cached_prompt_and_its_weight(toy):
     # 1,000 prompt tokens, 40% from the prefix cache at weight 0.1, 100 output tokens at W.
-    tenant = Tenant(rps=3, prompt_tokens=1000, output_tokens=100, cached_fraction=0.4)
-    sized = size_tenant(toy, tenant)
+    tenant = Traffic(rps=3, prompt_tokens=1000, output_tokens=100, cached_fraction=0.4)
+    sized = size_traffic(toy, tenant)
     # An uncached prompt token inside a 1,000-token prompt also attends 500.5 tokens on average:
     # (2 x params + 4 layers x 4,096 x 500.5) / (2 x params) units.
     token_units = (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)
@@ -796,7 +796,7 @@ def test_tenant_units_with_cached_prompt_and_its_weight(toy):
 
 
 def test_tenant_request_kv_includes_its_output_tokens(toy):
-    sized = size_tenant(toy, Tenant(rps=1, prompt_tokens=3000, output_tokens=1000))
+    sized = size_traffic(toy, Traffic(rps=1, prompt_tokens=3000, output_tokens=1000))
     # The request at its full length: 4,000 tokens x 4,096 B; its share is 4,000 x 2,048 B of the pool per GPU.
     assert sized.request_kv_bytes == 4000 * 4096
     assert sized.request_pool_share == pytest.approx(4000 * 2048 / toy.kv_pool_bytes_per_gpu)
@@ -806,22 +806,22 @@ def test_dedicated_replicas_round_up_and_at_least_one(toy):
     per_request = 1000 * (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)  # prompt only, at its attention
     for wanted, expected in ((1e-9, 1), (0.3, 1), (1.0, 1), (2.0, 2), (2.5, 3)):
         rps = wanted * toy.replica_units_per_s / per_request
-        sized = size_tenant(toy, Tenant(rps=rps, prompt_tokens=1000, output_tokens=0))
+        sized = size_traffic(toy, Traffic(rps=rps, prompt_tokens=1000, output_tokens=0))
         assert sized.dedicated_replicas == expected, wanted
         assert sized.dedicated_total_usd_per_month == expected * 2800
     # No requests at all size to nothing: refused, as a plan refuses such a tenant.
     with pytest.raises(QuotacalcError) as refused:
-        size_tenant(toy, Tenant(rps=0, prompt_tokens=1000, output_tokens=0))
+        size_traffic(toy, Traffic(rps=0, prompt_tokens=1000, output_tokens=0))
     assert refused.value.field == "rps" and "0 units/s" in refused.value.problem
     with pytest.raises(QuotacalcError) as refused:
-        size_tenant(toy, Tenant(rps=5, prompt_tokens=0, output_tokens=0))
+        size_traffic(toy, Traffic(rps=5, prompt_tokens=0, output_tokens=0))
     assert refused.value.field == "prompt_tokens" and "0 units/s" in refused.value.problem
     # Every prompt token cached at weight 0 and no output: 0 units a request, refused alike.
     free = toy.inputs.model_copy(
         update={"deployment": toy.inputs.deployment.model_copy(update={"cached_prompt_weight": 0.0})}
     )
     with pytest.raises(QuotacalcError) as refused:
-        size_tenant(price(free), Tenant(rps=5, prompt_tokens=100, output_tokens=0, cached_fraction=1.0))
+        size_traffic(price(free), Traffic(rps=5, prompt_tokens=100, output_tokens=0, cached_fraction=1.0))
     assert refused.value.field == "cached_fraction" and "0 units" in refused.value.problem
 
 
@@ -830,10 +830,10 @@ def test_a_share_of_replicas_never_costs_more_than_the_whole_replicas_it_rounds_
     that replica's, not 7,200.000000000005 against 7,200 (a CI check of shared <= dedicated failed on it)."""
     per_request = 1000 * (2 * TOY_TOTAL + 4 * 4096 * 500.5) / (2 * TOY_TOTAL)
     rps = toy.replica_units_per_s / per_request * (1 + 4e-16)
-    sized = size_tenant(toy, Tenant(rps=rps, prompt_tokens=1000, output_tokens=0))
+    sized = size_traffic(toy, Traffic(rps=rps, prompt_tokens=1000, output_tokens=0))
     assert sized.replicas > 1 and sized.dedicated_replicas == 1
     assert sized.shared_usd_per_month == sized.dedicated_total_usd_per_month == 2800
-    half = size_tenant(toy, Tenant(rps=rps / 2, prompt_tokens=1000, output_tokens=0))
+    half = size_traffic(toy, Traffic(rps=rps / 2, prompt_tokens=1000, output_tokens=0))
     assert half.shared_usd_per_month == pytest.approx(1400)  # a real share stays its share
 
 
@@ -902,7 +902,7 @@ def test_ledger_records_and_returns():
 
 
 def test_size_steps_are_named_for_their_figures(toy):
-    sized = size_tenant(toy, Tenant(rps=1, prompt_tokens=100, output_tokens=10))
+    sized = size_traffic(toy, Traffic(rps=1, prompt_tokens=100, output_tokens=10))
     assert [step.name for step in sized.steps] == [
         "prompt_token_units",
         "units_per_request",
@@ -921,12 +921,12 @@ def test_size_steps_are_named_for_their_figures(toy):
 
 def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
     replica = price(toy_inputs(kv_pool_tokens=5000, batch=1))
-    exact = size_tenant(replica, Tenant(rps=1, prompt_tokens=4000, output_tokens=1000))
+    exact = size_traffic(replica, Traffic(rps=1, prompt_tokens=4000, output_tokens=1000))
     assert exact.request_pool_share == 1
     with pytest.raises(
         QuotacalcError, match=r"one request of 5,001 tokens needs 100% of the replica's KV pool"
     ) as error:
-        size_tenant(replica, Tenant(rps=1, prompt_tokens=4001, output_tokens=1000))
+        size_traffic(replica, Traffic(rps=1, prompt_tokens=4001, output_tokens=1000))
     assert error.value.field == "prompt_tokens"
     # 5,001 / 5,000 = 100.02%, shown rounded; the fix names every way to make room.
     assert str(error.value) == (
@@ -938,15 +938,15 @@ def test_a_request_of_exactly_the_pool_is_served_and_one_token_more_is_not():
 def test_the_shortest_requests_are_sized_at_their_own_length():
     replica = price(toy_inputs(kv_pool_tokens=5000, batch=1))
     # One output token and no prompt: a request of 1 token, 1/5,000 of a 5,000-token pool (full attention).
-    one = size_tenant(replica, Tenant(rps=1, prompt_tokens=0, output_tokens=1))
+    one = size_traffic(replica, Traffic(rps=1, prompt_tokens=0, output_tokens=1))
     assert one.request_pool_share == pytest.approx(1 / 5000, rel=1e-12)
     # No prompt, or under one token of it: charged at the parameter-only cost of 1 unit per prompt token.
     for prompt_tokens in (0, 0.4):
-        sized = size_tenant(replica, Tenant(rps=1, prompt_tokens=prompt_tokens, output_tokens=1))
+        sized = size_traffic(replica, Traffic(rps=1, prompt_tokens=prompt_tokens, output_tokens=1))
         assert {step.name: step.value for step in sized.steps}["prompt_token_units"] == 1.0
     # A one-token prompt is charged at its cost inside a 1-token prompt, as kv reports it (above 1: it
     # attends to itself), not a 2-token one.
-    sized = size_tenant(replica, Tenant(rps=1, prompt_tokens=1, output_tokens=0))
+    sized = size_traffic(replica, Traffic(rps=1, prompt_tokens=1, output_tokens=0))
     at_one = request_kv(replica, 1).prompt_token_units_at_context
     assert at_one > 1 and at_one < request_kv(replica, 2).prompt_token_units_at_context
     assert {step.name: step.value for step in sized.steps}["prompt_token_units"] == at_one

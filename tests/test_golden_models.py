@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from quotacalc import Deployment, Tenant, load_arch, price, resolve, size_tenant
+from quotacalc import Deployment, Traffic, load_arch, price, resolve, size_traffic
 
 
 def arch_of(name):
@@ -79,7 +79,7 @@ def test_llama_tenant_request_holds_prompt_and_output():
             )
         )
     )
-    sized = size_tenant(replica, Tenant(rps=5, prompt_tokens=2000, output_tokens=500))
+    sized = size_traffic(replica, Traffic(rps=5, prompt_tokens=2000, output_tokens=500))
     assert sized.request_kv_bytes == 2500 * 327_680
     assert sized.request_pool_share == pytest.approx(2500 / 646_503)
     assert sized.dedicated_replicas == 1 and sized.dedicated_total_usd_per_month == 7200

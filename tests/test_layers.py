@@ -229,7 +229,7 @@ def test_the_checker_sees_what_it_checks():
     assert "quotacalc.core.pricing_inputs" in replica
     app = [name for name, _ in _imports("quotacalc.cli.app", MODULES["quotacalc.cli.app"])]
     # imported inside a command's function body
-    assert "quotacalc.inputs.resolve" in app
+    assert "quotacalc.priced.deployment" in app
 
 
 def test_shipped_yaml_passes_the_strict_loader():

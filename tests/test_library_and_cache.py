@@ -21,7 +21,7 @@ def test_public_api_without_the_cli():
     replica = quotacalc.price(quotacalc.resolve(quotacalc.Deployment(model="Qwen3-8B", gpu="h200", kv_dtype="fp8")))
     assert isinstance(replica, quotacalc.PriceResult)
     assert replica.inputs.deployment.kv_dtype == "fp8"
-    tenant = quotacalc.size_tenant(replica, quotacalc.Tenant(rps=1, prompt_tokens=100, output_tokens=10))
+    tenant = quotacalc.size_traffic(replica, quotacalc.Traffic(rps=1, prompt_tokens=100, output_tokens=10))
     # Qwen3-8B: 36 layers x 2 x 32 heads x (128 + 128) x 50.5 mean attended tokens of a 100-token prompt,
     # beside 2 x active params per token: a prompt token costs 1.0018 units inside it.
     token_units = 1 + 36 * 2 * 32 * 256 * 50.5 / (2 * replica.active_params)

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from quotacalc import Deployment, Tenant, price, request_kv, resolve, size_tenant
+from quotacalc import Deployment, Traffic, price, request_kv, resolve, size_traffic
 
 GIB = 2**30
 
@@ -78,7 +78,7 @@ def test_units_per_gpu_hour(replica):
 
 
 def test_tenant(replica):
-    tenant = size_tenant(replica, Tenant(rps=5, prompt_tokens=2000, output_tokens=500))
+    tenant = size_traffic(replica, Traffic(rps=5, prompt_tokens=2000, output_tokens=500))
     # The method charges a prompt token 1 unit: 5 x (2000 + 3.09 x 500) = 17,725. quotacalc charges it
     # at its cost inside the 2,000-token prompt: 80 layers x 2 x 64 heads x 256 x 2,001/2
     # attended = 2.62 GFLOP beside 2 x 70.55e9, so 1.0186 units; 5 x (2000 x 1.0186 + W x 500) = 17,919,

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from quotacalc.cli import units
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, Traffic
 
 LLAMA_70B = ("--model", "Llama-3.3-70B-Instruct", "--gpu", "h100-sxm", "--tp", "4")
 LLAMA_8B = ("--model", "Llama-3.1-8B-Instruct", "--gpu", "h100-sxm")
@@ -151,7 +151,7 @@ def _shown(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-@pytest.mark.parametrize(("command", "models"), [("price", (Deployment,)), ("size", (Deployment, Tenant))])
+@pytest.mark.parametrize(("command", "models"), [("price", (Deployment,)), ("size", (Deployment, Traffic))])
 def test_help_shows_every_default_and_no_bool_placeholder(run_cli, command, models):
     code, out, _ = run_cli(command, "--help")
     assert code == 0

@@ -356,15 +356,15 @@ def test_check_on_a_flat_plan(run_cli) -> None:
     ],
 )
 def test_policy_units_equal_size_tenants(worked_example_price, traffic) -> None:
-    """The policy's fast sizing and `quotacalc size`'s (core.tenant.size_tenant) are one formula."""
-    from quotacalc.core.deployment import Tenant
+    """The policy's fast sizing and `quotacalc size`'s (core.traffic.size_traffic) are one formula."""
+    from quotacalc.core.deployment import Traffic
     from quotacalc.core.policy import replica_for_tier, tenant_units_per_s
-    from quotacalc.core.tenant import size_tenant
+    from quotacalc.core.traffic import size_traffic
 
     _, replica = worked_example_price
     gold = tier(cached_prompt_weight=0.25, burst_s=45)
     tenant = PlanTenant(name="t", tier="gold", traffic=traffic)
-    sized = size_tenant(replica_for_tier(replica, gold), Tenant(**traffic))
+    sized = size_traffic(replica_for_tier(replica, gold), Traffic(**traffic))
     assert tenant_units_per_s(tenant, gold, replica) == pytest.approx(sized.units_per_s, rel=1e-12)
     assert gold.burst_s * sized.units_per_s == pytest.approx(sized.bucket_depth_units, rel=1e-12)
 
@@ -504,11 +504,11 @@ def test_prompt_units_are_cached_per_rounded_prompt_but_never_across_one_token(w
 
 
 def test_traffic_units_default_to_one_unit_per_prompt_token() -> None:
-    from quotacalc.core.deployment import Tenant
+    from quotacalc.core.deployment import Traffic
     from quotacalc.core.policy import traffic_units_per_s
 
     # 2 req/s × (100 prompt × (1 − 0.2) × 1 + 100 × 0.2 × 0.1 + 3 × 10 output) = 2 × (80 + 2 + 30) = 224.
-    traffic = Tenant(rps=2, prompt_tokens=100, output_tokens=10, cached_fraction=0.2)
+    traffic = Traffic(rps=2, prompt_tokens=100, output_tokens=10, cached_fraction=0.2)
     assert traffic_units_per_s(traffic, 0.1, 3.0) == pytest.approx(224, rel=1e-12)
 
 
@@ -574,22 +574,22 @@ def test_size_names_a_pools_pricing_fix_as_the_plan_key_unless_a_flag_set_it(run
 def test_build_policy_counts_traffic_routed_long_on_the_long_pool(worked_example_price, prompt, load) -> None:
     """A tenant sized on traffic whose mean prompt is above its pool's threshold is sized in the long-context pool's
     units, and its policy says so (load_pool); at the threshold it stays (routing is for prompts above it)."""
-    from quotacalc.core.deployment import Tenant
-    from quotacalc.core.plan_size import load_pool
+    from quotacalc.core.deployment import Traffic
+    from quotacalc.core.plan_size import load_pool_of
 
     deployment, replica = worked_example_price
     plan = Plan(
         pools=(*_routed_pools(deployment),),
         tiers=(tier("gold", priority=0).model_copy(update={"max_context_tokens": 131072}),),
         tenants=(
-            PlanTenant(name="t", tier="gold", traffic=Tenant(rps=0.1, prompt_tokens=prompt, output_tokens=100)),
+            PlanTenant(name="t", tier="gold", traffic=Traffic(rps=0.1, prompt_tokens=prompt, output_tokens=100)),
             PlanTenant(name="c", tier="gold", units_per_s=1000),
         ),
     )
     policy = build_policy(plan, {"main": replica, "long": replica})
     routed, contract = policy.tenants
-    assert routed.load_pool == load_pool(routed) == load
-    assert contract.load_pool == load_pool(contract) == "main"
+    assert routed.load_pool == load_pool_of(routed) == load
+    assert contract.load_pool == load_pool_of(contract) == "main"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e308"])

@@ -130,17 +130,6 @@ def test_a_flat_plans_origins_are_its_top_level_keys():
     assert priced.inherited_keys() is None and priced.flat
 
 
-def test_the_old_entry_points_give_what_the_priced_plan_holds():
-    from quotacalc.cli.plan_cmds import load_calibrated_policy, load_priced_policy, price_pools
-    from quotacalc.priced import price_plan
-
-    priced = price_plan(str(PLATFORM))
-    plan, policy, warnings = load_priced_policy(str(PLATFORM))
-    assert (plan, policy, warnings) == (priced.plan, priced.policy, priced.warnings)
-    assert load_calibrated_policy(str(PLATFORM))[3] == priced.calibrated
-    assert price_pools(priced.plan, source=str(PLATFORM)) == priced.prices
-
-
 SYNTHETIC_CSV = EXAMPLES / "calibration" / "synthetic-llama-3.3-70b-h100-tp4.csv"
 
 
@@ -286,3 +275,20 @@ def test_a_scenarios_embedded_plan_it_cannot_price_names_the_scenarios_keys():
         "lower plan.pools.long.deployment.context, raise plan.pools.long.deployment.tp, or use "
         "plan.pools.long.deployment.kv_dtype: fp8"
     )
+
+
+def test_an_exporters_policy_path_is_named_where_the_plan_writes_it():
+    """A refusal of the policy's ``tenants[0].lora_adapters`` is the plan's own key: a platform plan's (under
+    ``plan.`` in a scenario), or a flat plan's one ``tenant``."""
+    from dataclasses import replace
+
+    from quotacalc.priced import price_plan
+
+    platform = price_plan(str(PLATFORM))
+    assert platform.plan_field("tenants[2].lora_adapters") == "tenants[2].lora_adapters"
+    assert replace(platform, at="plan.").plan_field("tenants[0].tier") == "plan.tenants[0].tier"
+    flat = price_plan(str(FLAT))
+    assert flat.plan_field("tenants[0].lora_adapters") == "tenant.lora_adapters"
+    assert flat.plan_field("tenants[0]") == "tenant"
+    assert flat.plan_field("pools[0].deployment.batch") == "pools[0].deployment.batch"
+    assert flat.plan_field(None) is None

@@ -28,10 +28,10 @@ from quotacalc.core.arch import (
     SlidingWindowAttention,
     mean_attended_tokens,
 )
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, Traffic
 from quotacalc.core.kv import request_kv
 from quotacalc.core.price import PricingInputs, expected_busiest_rank_experts, expected_distinct_experts, price
-from quotacalc.core.tenant import size_tenant
+from quotacalc.core.traffic import size_traffic
 from quotacalc.core.weights import uniform_layout
 
 FAST = settings(
@@ -185,9 +185,9 @@ def test_tenant_figures_scale_linearly_with_rps(arch, rps, factor, prompt, outpu
     the per-request figures and the request's share of the pool do not move with rps."""
     assume(prompt + output > 0)  # requests of no tokens are refused (tests/test_golden_core.py)
     replica = price(inputs(arch, context=4096))
-    base = size_tenant(replica, Tenant(rps=rps, prompt_tokens=prompt, output_tokens=output, cached_fraction=cached))
-    scaled = size_tenant(
-        replica, Tenant(rps=rps * factor, prompt_tokens=prompt, output_tokens=output, cached_fraction=cached)
+    base = size_traffic(replica, Traffic(rps=rps, prompt_tokens=prompt, output_tokens=output, cached_fraction=cached))
+    scaled = size_traffic(
+        replica, Traffic(rps=rps * factor, prompt_tokens=prompt, output_tokens=output, cached_fraction=cached)
     )
     for key in ("units_per_s", "replicas", "bucket_rate_units_per_s", "bucket_depth_units", "shared_usd_per_month"):
         assert math.isclose(getattr(scaled, key), factor * getattr(base, key), rel_tol=1e-9, abs_tol=1e-12), key

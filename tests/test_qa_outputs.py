@@ -1,7 +1,7 @@
 """QA's output defects: each figure a command prints is traceable, and what it cannot honour it says.
 
 - flat ``size`` warns (and fails --strict) where its token bucket cannot hold one of the tenant's mean requests,
-  by the rule and in the words ``check`` uses for a platform plan's tenants (core/tenant.bucket_shortfall);
+  by the rule and in the words ``check`` uses for a platform plan's tenants (core/traffic.bucket_shortfall);
 - ``price --pricing-basis engine`` shows which prompt token is 1 unit, and its W and budget name that figure;
 - rows (``--format json|csv|markdown``) name a GPU by its catalog id, one GPU or several;
 - ``kv`` given a list of GPUs or TP sizes says it prices one deployment;
@@ -23,7 +23,7 @@ import pytest
 from conftest import llama70b_prompt_token_units
 
 from quotacalc.cli import units
-from quotacalc.core.tenant import bucket_shortfall
+from quotacalc.core.traffic import bucket_shortfall
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -72,7 +72,7 @@ def test_flat_size_warns_where_its_bucket_cannot_hold_one_mean_request(run_cli):
     assert document["results"]["bucket_depth_units"] == pytest.approx(depth)
     warning = (
         f"tenant: its bucket holds {depth:,.1f} units, less than one of its mean requests ({request:,.1f} units): "
-        "the gateway rejects every one (raise burst_s (--burst-s) to at least 100.00 s)"
+        "the gateway rejects every one (raise --burst-s to at least 100.00 s)"
     )
     assert f"{depth:,.1f}" == "2,150.2" and f"{request:,.1f}" == "3,583.7"
     assert document["warnings"] == [warning]
@@ -101,7 +101,7 @@ def test_flat_size_bucket_warning_follows_burst_s(run_cli):
     assert document["results"]["bucket_depth_units"] == pytest.approx(0.01 * request)
     assert document["warnings"] == [
         f"tenant: its bucket holds {0.01 * request:,.1f} units, less than one of its mean requests "
-        f"({request:,.1f} units): the gateway rejects every one (raise burst_s (--burst-s) to at least 100.00 s)"
+        f"({request:,.1f} units): the gateway rejects every one (raise --burst-s to at least 100.00 s)"
     ]
     assert f"{0.01 * request:,.1f}" == "35.8"
     short = _json(
@@ -129,7 +129,7 @@ def test_flat_size_warns_where_its_bucket_holds_not_even_the_smallest_request(ru
     assert document["results"]["bucket_rate_units_per_s"] == pytest.approx(rate)
     assert document["warnings"] == [
         f"tenant: its bucket holds {0.5 * rate:,.2f} units, less than the smallest request (one prompt and one output "
-        f"token: 1 + {w:.2f} units): the gateway rejects every request (raise burst_s (--burst-s) to at least "
+        f"token: 1 + {w:.2f} units): the gateway rejects every request (raise --burst-s to at least "
         f"{(1 + w) / rate:,.2f} s)"
     ]
     assert f"{(1 + w) / rate:,.2f}" == "1.00"
@@ -151,7 +151,7 @@ def test_flat_size_and_check_state_the_same_rule_in_the_same_words(run_cli, tmp_
     assert code == 0, err
     (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "bucket-below-request"]
     flat = _json(run_cli, "size", *LLAMA, "--gpu", "h100-sxm", "--tp", "4", *SMALL_TENANT, "--json")
-    assert flat["warnings"] == [f"tenant: {finding['message']} (raise burst_s (--burst-s) to at least 100.00 s)"]
+    assert flat["warnings"] == [f"tenant: {finding['message']} (raise --burst-s to at least 100.00 s)"]
     figures = finding["figures"]
     shortfall = bucket_shortfall(
         figures["bucket_depth_units"], flat["replica"]["output_weight"], figures["units_per_request"]
@@ -176,7 +176,7 @@ def test_a_size_comparison_row_carries_the_bucket_warning_and_fails_strict(run_c
         request = row["units_per_s"] / 0.01
         assert row["warnings"][-1] == (
             f"tenant: its bucket holds {60 * row['units_per_s']:,.1f} units, less than one of its mean requests "
-            f"({request:,.1f} units): the gateway rejects every one (raise burst_s (--burst-s) to at least 100.00 s)"
+            f"({request:,.1f} units): the gateway rejects every one (raise --burst-s to at least 100.00 s)"
         )
     code, _, err = run_cli(*args, "--strict")
     assert code == 1

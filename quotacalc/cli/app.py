@@ -20,7 +20,6 @@ from quotacalc.errors import QuotacalcError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from quotacalc.core.deployment import Deployment
 
 _SETTINGS: dict[str, Any] = {
     "add_completion": False,
@@ -101,10 +100,10 @@ def _comparable_options() -> dict[str, list]:
     }
 
 
-def _tenant_options() -> dict[str, list]:
-    from quotacalc.core.deployment import Tenant
+def _traffic_options() -> dict[str, list]:
+    from quotacalc.core.deployment import Traffic
 
-    return {**_comparable_options(), "tenant_flags": option_parameters(Tenant, panel="Tenant")}
+    return {**_comparable_options(), "traffic_flags": option_parameters(Traffic, panel="Traffic")}
 
 
 def _options_no_context() -> dict[str, list]:
@@ -142,44 +141,6 @@ def _kv_options() -> dict[str, list]:
     return options
 
 
-def _load(
-    plan: str | None,
-    deployment_flags: dict[str, Any],
-    tenant_flags: dict[str, Any] | None = None,
-    pool: str | None = None,
-    document: dict[str, Any] | None = None,
-):
-    from quotacalc.inputs.deployment import build_deployment, build_tenant
-
-    if pool is not None and not plan:
-        from quotacalc.errors import UsageError
-
-        raise UsageError("needs a plan file", field="--pool")
-    plan_file = None
-    if plan:
-        from quotacalc.inputs.plan import deployment_source
-
-        plan_file = deployment_source(plan, pool, document)
-    deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
-    tenant = None
-    if tenant_flags is not None:
-        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags, source=plan)
-    return deployment, tenant, plan_file
-
-
-def _price(deployment: Deployment, plan: str | None = None, flags: dict[str, Any] | None = None):
-    """Resolve and price; an error about a value the plan file gave names the file (one a flag gave, the flag)."""
-    from quotacalc.cli.options import name_error_origin
-    from quotacalc.core.price import price
-    from quotacalc.inputs.resolve import resolve
-
-    try:
-        return price(resolve(deployment))
-    except QuotacalcError as error:
-        name_error_origin(error, plan, flags or {})
-        raise
-
-
 def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | None]:
     """cli/calibrate.py's ``plan_calibration``, imported only when there is a plan calibration to read."""
     if plan_file is None or plan_file.calibration is None:
@@ -208,9 +169,11 @@ def price_command(
         output_format = "json" if as_json else output_format
         _no_explain_in_rows(explain)
         return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
-    deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
-    result = _price(deployment, plan, deployment_flags)
-    calibration = plan_calibration(plan_file, result.inputs)
+    from quotacalc.priced.deployment import price_deployment
+
+    priced = price_deployment(plan, pool, deployment_flags)
+    result = priced.price
+    calibration = plan_calibration(priced.plan_file, result.inputs)
     warnings = _strict_gate(result.warnings, calibration, strict=strict)
     if as_json:
         from quotacalc.cli.json_out import emit_json, price_json
@@ -248,7 +211,7 @@ def is_platform(document: dict[str, Any]) -> bool:
     return platform(document)
 
 
-@commands.command("size", options=_tenant_options)
+@commands.command("size", options=_traffic_options)
 def size_command(
     plan: PlanArgument = None,
     as_json: JsonOption = False,
@@ -258,17 +221,16 @@ def size_command(
     strict: StrictOption = False,
     *,
     deployment_flags,
-    tenant_flags,
+    traffic_flags,
 ):
     """Size a tenant: units/s, replicas, token bucket, and monthly cost shared against dedicated.
 
     On a platform plan (without tenant flags): one row per tenant, and totals."""
     from quotacalc.cli.compare import check_format, run_comparison, split_axes
-    from quotacalc.core.tenant import size_tenant
 
     deployment_flags, axes = split_axes(deployment_flags)
     document = _plan_document(plan) if plan else None
-    if document is not None and all(value is None for value in tenant_flags.values()) and is_platform(document):
+    if document is not None and all(value is None for value in traffic_flags.values()) and is_platform(document):
         from quotacalc.cli.plan_cmds import size_platform
         from quotacalc.priced import price_read_plan
 
@@ -300,29 +262,22 @@ def size_command(
         output_format = "json" if as_json else output_format
         _no_explain_in_rows(explain)
         return run_comparison(
-            "size", plan, deployment_flags, axes, output_format, tenant_flags, strict=strict, pool=pool
+            "size", plan, deployment_flags, axes, output_format, traffic_flags, strict=strict, pool=pool
         )
-    deployment, tenant, plan_file = _load(plan, deployment_flags, tenant_flags, pool, document)
-    replica = _price(deployment, plan, deployment_flags)
-    try:
-        result = size_tenant(replica, tenant)
-    except QuotacalcError as error:
-        # A tenant figure a flag gave names the flag; one the plan's tenant section gave, the file and its key.
-        if error.source is None and error.field in tenant_flags:
-            if tenant_flags.get(error.field) is not None:
-                error.field = "--" + error.field.replace("_", "-")
-            elif plan:
-                error.source, error.field = plan, f"tenant.{error.field}"
-        raise
-    calibration = plan_calibration(plan_file, result.replica.inputs)
-    # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request).
-    warnings = list(result.warnings)
-    routing = plan_file.long_routing if plan_file else None
-    if routing is not None and tenant.prompt_tokens > routing[1]:
+    from quotacalc.priced.deployment import price_deployment
+
+    priced = price_deployment(plan, pool, deployment_flags, traffic_flags=traffic_flags, document=document)
+    result = priced.size()
+    traffic = result.traffic
+    calibration = plan_calibration(priced.plan_file, result.replica.inputs)
+    # The replica's warnings and the tenant's own (a bucket that cannot admit its mean request), worded by origin.
+    warnings = [*result.replica.warnings, *priced.worded(result.traffic_warnings)]
+    routing = priced.plan_file.long_routing if priced.plan_file else None
+    if routing is not None and traffic.prompt_tokens > routing[1]:
         # The plan sends such prompts elsewhere: this pool's units and W are not what they cost.
         name, threshold, long_pool = routing
         warnings.append(
-            f"prompts of {tenant.prompt_tokens:,.0f} tokens are above pool {name}'s route_above_prompt_tokens "
+            f"prompts of {traffic.prompt_tokens:,.0f} tokens are above pool {name}'s route_above_prompt_tokens "
             f"({threshold:,}), so the plan serves them on pool {long_pool}: sized here on pool {name}, at its W "
             f"(size --pool {long_pool} for their cost there, or add the tenant to the plan with its traffic)"
         )
@@ -361,31 +316,31 @@ def kv_command(
 ):
     """One request's KV at a context length: bytes, per GPU, share of the pool, how many fill a replica."""
     from quotacalc.core.deployment import MAX_CONTEXT_TOKENS
-    from quotacalc.core.kv import request_kv
     from quotacalc.errors import UsageError
 
     if "," in (deployment_flags.get("gpu") or ""):
         _one_deployment("kv", "--gpu", "GPU", deployment_flags["gpu"])
-    deployment, _, plan_file = _load(plan, deployment_flags, pool=pool)
+    from quotacalc.priced.deployment import price_deployment
+    from quotacalc.priced.origins import ValueOrigin
+
+    priced = price_deployment(plan, pool, deployment_flags)
     if context is None:
         raise UsageError("is required", field="--context", fix="the request's context length in tokens")
     if context <= 0:
         raise QuotacalcError(f"must be a positive integer, got {context}", field="--context")
     if context > MAX_CONTEXT_TOKENS:
         raise QuotacalcError(f"must be at most {MAX_CONTEXT_TOKENS:,}, got {context}", field="--context")
-    try:
-        result = request_kv(_price(deployment, plan, deployment_flags), context)
-    except QuotacalcError as error:
-        if error.field != "context":
-            raise
-        # The core names its argument; here the context came from the flag, as price's errors name it.
-        raise QuotacalcError(error.problem, field="--context", fix=error.fix) from None
-    calibration = plan_calibration(plan_file, result.replica.inputs)
-    warnings = _strict_gate(result.warnings, calibration, strict=strict)
+    result = priced.request_kv(context, ValueOrigin("flag", "--context"))
+    calibration = plan_calibration(priced.plan_file, result.replica.inputs)
+    own = (*result.replica.warnings, *priced.worded(result.request_warnings))
+    warnings = _strict_gate(own, calibration, strict=strict)
     if as_json:
         from quotacalc.cli.json_out import emit_json, kv_json
 
-        emit_json(kv_json(result, explain=explain, calibration=calibration))
+        document = kv_json(result, explain=explain, calibration=calibration)
+        # The request's warning worded by origin, as the table's stderr line says it.
+        document["warnings"] = list(warnings)
+        emit_json(document)
     else:
         from quotacalc.cli.tables import kv_table
 

@@ -388,7 +388,7 @@ def _write_plan(
 
     from quotacalc.core.calibrate import merge_provenance
     from quotacalc.inputs.deployment import build_deployment
-    from quotacalc.inputs.plan import load_plan_file, plan_file_from_document
+    from quotacalc.inputs.plan import document_from_text, load_plan_file, plan_file_from_document
     from quotacalc.inputs.plan_write import plan_text, set_top_level_keys, with_line_ends
 
     target = _write_target(path)
@@ -410,13 +410,10 @@ def _write_plan(
     merged = merge_provenance(previous, section)
     keys["calibration"] = merged.model_dump(mode="json")
     updated = set_top_level_keys(text.replace("\r\n", "\n"), keys, source=path)
-    # Read the new text back as a plan before it replaces anything (beside the target: relative model paths hold).
-    probe = _probe(path, target, updated)
-    try:
-        written = load_plan_file(probe)
-        _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
-    finally:
-        Path(probe).unlink(missing_ok=True)
+    # Read the new text back as the plan at path before it replaces anything: its errors name path.
+    _check_folder(path, target)
+    written = plan_file_from_document(document_from_text(updated, path), path)
+    _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
     _write_file(path, target, with_line_ends(updated, text))
 
 
@@ -436,9 +433,8 @@ def _write_pool(
     from pathlib import Path
 
     from quotacalc.core.calibrate import merge_provenance
-    from quotacalc.errors import QuotacalcError
     from quotacalc.inputs.deployment import build_deployment
-    from quotacalc.inputs.plan import _pool_names, deployment_source, load_plan, read_document
+    from quotacalc.inputs.plan import _pool_names, deployment_source, document_from_text, read_document, read_plan
     from quotacalc.inputs.plan_write import plan_text, set_pool_keys, with_line_ends
 
     target = _write_target(path)
@@ -455,14 +451,11 @@ def _write_pool(
     updated = set_pool_keys(
         text.replace("\r\n", "\n"), names.index(pool), keys, merged.model_dump(mode="json"), source=path
     )
-    probe = _probe(path, target, updated)
-    try:
-        load_plan(probe)  # the whole plan still reads (references, measured pools)
-        written = deployment_source(probe, pool)
-    except QuotacalcError as error:
-        raise type(error)(error.problem, source=path, field=error.field, fix=error.fix) from None
-    finally:
-        Path(probe).unlink(missing_ok=True)
+    # Read the new text back as the plan at path before it replaces anything: its errors name path.
+    _check_folder(path, target)
+    written_document = document_from_text(updated, path)
+    read_plan(path, written_document)  # the whole plan still reads (references, measured pools)
+    written = deployment_source(path, pool, written_document)
     _holds_for_the_plan(path, build_deployment(written.deployment, {}, source=path), merged)
     _write_file(path, target, with_line_ends(updated, text))
 
@@ -485,31 +478,14 @@ def _holds_for_the_plan(path: str, written: Deployment, section) -> None:
         )
 
 
-def _probe(path: str, target, text: str) -> str:
-    """``text`` in a temporary file beside ``target`` (relative model paths resolve as they will from the plan),
-    to read back as a plan before anything is replaced; the caller removes it."""
-    import os
-    import tempfile
-
-    from quotacalc.errors import QuotacalcError, UsageError
+def _check_folder(path: str, target) -> None:
+    """A new file goes into a folder that exists: a mistyped folder is not created on the way."""
+    from quotacalc.errors import UsageError
 
     if not target.parent.is_dir():
-        # A new file goes into a folder that exists: a mistyped folder is not created on the way.
         raise UsageError(
             f"no such directory '{target.parent}'", source=path, field="--write", fix="create it first, or fix the path"
         )
-    try:
-        descriptor, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".check.yaml")
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError as error:
-        raise QuotacalcError(
-            f"cannot write in '{target.parent}': {error.strerror or error}",
-            source=path,
-            field="--write",
-            fix="write to a writable path",
-        ) from None
-    return probe
 
 
 def _write_file(path: str, target, text: str) -> None:
@@ -521,5 +497,8 @@ def _write_file(path: str, target, text: str) -> None:
         write_text_atomic(target, text)
     except OSError as error:
         raise QuotacalcError(
-            f"cannot write: {error.strerror or error}", source=path, field="--write", fix="write to a writable path"
+            f"cannot write in '{target.parent}': {error.strerror or error}",
+            source=path,
+            field="--write",
+            fix="write to a writable path",
         ) from None

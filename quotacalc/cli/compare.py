@@ -176,29 +176,30 @@ def run_comparison(
     flags: dict[str, Any],
     axes: Axes,
     output_format: str,
-    tenant_flags: dict[str, Any] | None = None,
+    traffic_flags: dict[str, Any] | None = None,
     *,
     strict: bool = False,
     pool: str | None = None,
 ) -> None:
     """Price (or size the tenant on) every GPU and TP combination and print the rows side by side."""
     from quotacalc.cli.compare_out import render_comparison
-    from quotacalc.cli.options import name_error_origin
     from quotacalc.core.compare import compare
     from quotacalc.core.price import price
-    from quotacalc.core.tenant import size_tenant
+    from quotacalc.core.traffic import size_traffic
     from quotacalc.inputs.deployment import (
         build_deployment,
-        build_tenant,
+        build_traffic,
         measured_pool_mismatch,
         unrecorded_pool_change,
     )
-    from quotacalc.inputs.plan import deployment_source
+    from quotacalc.inputs.plan import deployment_source, read_document
     from quotacalc.inputs.resolve import resolve
+    from quotacalc.priced.deployment import deployment_origins
 
     if pool is not None and not plan:
         raise UsageError("needs a plan file", field="--pool")
-    plan_file = deployment_source(plan, pool) if plan else None
+    document = read_document(plan) if plan else None
+    plan_file = deployment_source(plan, pool, document) if plan else None
     file_values = plan_file.deployment if plan_file else {}
     row_flags = [
         {**flags, "gpu": gpu, "tp": tp, **({"gpu_hour_usd": axes.gpu_prices[gpu]} if axes.gpu_prices else {})}
@@ -208,9 +209,9 @@ def run_comparison(
     deployments = _catalog_ids(
         [build_deployment(file_values, given, source=plan, check_pool=False) for given in row_flags]
     )
-    tenant = None
+    traffic = None
     if command == "size":
-        tenant = build_tenant(plan_file.tenant if plan_file else None, tenant_flags or {}, source=plan)
+        traffic = build_traffic(plan_file.tenant if plan_file else None, traffic_flags or {}, source=plan)
     section = plan_file.calibration if plan_file else None
 
     # Whether the plan's calibration holds for each row, read once in evaluate (by the row's inputs).
@@ -220,24 +221,25 @@ def run_comparison(
         return calibrated.get(id(priced.inputs), False)
 
     # The axes are flags too: a row's error about its TP names --tp.
-    given = {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}
+    row_origins = deployment_origins(plan, pool, {**flags, "gpu": axes.gpus or None, "tp": axes.tps or None}, document)
+    # Each row's warnings name a key where its value was set, as price of one deployment does.
+    namer = row_origins.key_namer()
 
     def evaluate(deployment):
         try:
             priced = _evaluate(deployment)
         except QuotacalcError as error:
-            name_error_origin(error, plan, given)
-            raise
+            raise row_origins.located(error, source=None) from None
         notes = []
-        if tenant is not None:
+        if traffic is not None:
             # The tenant's own warnings on this row (a bucket that cannot admit its mean request), as size gives them.
             # A tenant this row cannot serve raises again in compare's own sizing, which makes the row's reason.
             try:
-                sized = size_tenant(priced, tenant)
+                sized = size_traffic(priced, traffic)
             except QuotacalcError:
                 pass
             else:
-                notes.extend(sized.warnings[len(priced.warnings) :])
+                notes.extend(warning.worded(namer) for warning in sized.traffic_warnings)
         if flags.get("kv_pool_tokens") is not None and len(deployments) > 1:
             # One measured pool for every GPU and TP: a pool holds only where it was measured.
             notes.append(
@@ -265,18 +267,20 @@ def run_comparison(
             else None
         )
         if mismatch is None:
-            return price(resolve(deployment))
+            return _worded(price(resolve(deployment)))
         estimated = deployment.model_copy(update={"kv_pool_tokens": None, "kv_pool_measured_with": None})
-        priced = price(resolve(estimated))
+        priced = _worded(price(resolve(estimated)))
         return priced.model_copy(update={"warnings": (f"KV pool estimated: {mismatch}", *priced.warnings)})
+
+    def _worded(priced):
+        return priced.model_copy(update={"warnings": tuple(w.worded(namer) for w in priced.pricing_warnings)})
 
     try:
         model_name = _check_context(deployments[0])
     except QuotacalcError as error:
-        name_error_origin(error, plan, flags)
-        raise
-    rows = compare(deployments, evaluate, tenant, is_calibrated=is_calibrated)
-    render_comparison(command, deployments[0], tenant, rows, output_format, model_name=model_name)
+        raise deployment_origins(plan, pool, flags, document).located(error, source=None) from None
+    rows = compare(deployments, evaluate, traffic, is_calibrated=is_calibrated)
+    render_comparison(command, deployments[0], traffic, rows, output_format, model_name=model_name)
     if not any(row.feasible for row in rows):
         raise QuotacalcError(f"none of the {len(rows)} GPU and TP combinations can run it", fix="see each row's reason")
     warned = [row for row in rows if row.warnings]

@@ -16,7 +16,7 @@ from quotacalc.cli.json_out import JSON_SCHEMA_VERSION, emit_json
 
 if TYPE_CHECKING:
     from quotacalc.core.compare import ComparisonRow
-    from quotacalc.core.deployment import Deployment, Tenant
+    from quotacalc.core.deployment import Deployment, Traffic
 
 Command = Literal["price", "size"]
 
@@ -73,7 +73,7 @@ def _notes(rows: Sequence[ComparisonRow]) -> tuple[list[str], list[str]]:
 def _title(
     command: Command,
     deployment: Deployment,
-    tenant: Tenant | None,
+    traffic: Traffic | None,
     model_name: str | None = None,
     rows: Sequence[ComparisonRow] = (),
 ) -> str:
@@ -84,10 +84,10 @@ def _title(
         f"{model_name or d.model}: batch {d.batch} at {d.context:,} tokens, MFU {d.mfu}, MBU {d.mbu}, ceiling {d.ceiling}, "
         f"{price}{units.engine_note(d.engine)}"
     )
-    if command == "size" and tenant is not None:
+    if command == "size" and traffic is not None:
         title = (
-            f"Tenant: {units.number(tenant.rps)} req/s × ({units.number(tenant.prompt_tokens)} prompt, "
-            f"{units.number(tenant.output_tokens)} output tokens, {tenant.cached_fraction:.0%} cached) on {title}"
+            f"Tenant: {units.number(traffic.rps)} req/s × ({units.number(traffic.prompt_tokens)} prompt, "
+            f"{units.number(traffic.output_tokens)} output tokens, {traffic.cached_fraction:.0%} cached) on {title}"
         )
     return title
 
@@ -98,7 +98,10 @@ def _row_values(command: Command, row: ComparisonRow) -> dict[str, Any]:
 
 
 def comparison_json(
-    command: Command, rows: Sequence[ComparisonRow], deployment: Deployment | None = None, tenant: Tenant | None = None
+    command: Command,
+    rows: Sequence[ComparisonRow],
+    deployment: Deployment | None = None,
+    traffic: Traffic | None = None,
 ) -> dict[str, Any]:
     """The rows, and the inputs they share (the deployment less its GPU and TP, the tenant)."""
     document: dict[str, Any] = {
@@ -108,7 +111,7 @@ def comparison_json(
     }
     if deployment is not None:
         shared = deployment.model_dump(mode="json", exclude={"gpu", "tp"})
-        document["inputs"] = {"deployment": shared, "tenant": tenant.model_dump() if tenant is not None else None}
+        document["inputs"] = {"deployment": shared, "tenant": traffic.model_dump() if traffic is not None else None}
     return document
 
 
@@ -136,13 +139,13 @@ def markdown_escape(text: str) -> str:
 
 
 def comparison_markdown(
-    command: Command, deployment: Deployment, tenant: Tenant | None, rows, model_name: str | None = None
+    command: Command, deployment: Deployment, traffic: Traffic | None, rows, model_name: str | None = None
 ) -> str:
     columns = _columns(command, rows)
     statuses, notes = _notes(rows)
     header = [heading for heading, _, _ in columns] + ["status"]
     lines = [
-        f"**{markdown_escape(_title(command, deployment, tenant, model_name, rows))}**",
+        f"**{markdown_escape(_title(command, deployment, traffic, model_name, rows))}**",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if key in ("gpu", "tp") else "---:" for _, key, _ in columns) + "|---|",
@@ -157,7 +160,7 @@ def comparison_markdown(
 
 
 def comparison_table(
-    command: Command, deployment: Deployment, tenant: Tenant | None, rows, model_name: str | None = None
+    command: Command, deployment: Deployment, traffic: Traffic | None, rows, model_name: str | None = None
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -176,7 +179,7 @@ def comparison_table(
         table.add_row(*(_cell(row, key, render) for _, key, render in columns), status)
     if not console.is_terminal:  # piped to a file: print the table whole rather than squeezed to 80 columns
         console.width = max(console.width, console.measure(table, options=console.options.update_width(1000)).maximum)
-    console.print(_title(command, deployment, tenant, model_name, rows), style="bold", markup=False)
+    console.print(_title(command, deployment, traffic, model_name, rows), style="bold", markup=False)
     console.print(table)
     for number, note in enumerate(notes, 1):
         console.print(f"[{number}] {note}", markup=False)
@@ -185,7 +188,7 @@ def comparison_table(
 def render_comparison(
     command: Command,
     deployment: Deployment,
-    tenant: Tenant | None,
+    traffic: Traffic | None,
     rows: Sequence[ComparisonRow],
     output_format: str,
     *,
@@ -193,10 +196,10 @@ def render_comparison(
 ) -> None:
     """Print the rows in ``output_format``; ``model_name`` (the model as resolved) titles the table and Markdown."""
     if output_format == "json":
-        emit_json(comparison_json(command, rows, deployment, tenant))
+        emit_json(comparison_json(command, rows, deployment, traffic))
     elif output_format == "csv":
         sys.stdout.write(comparison_csv(command, rows))
     elif output_format == "markdown":
-        sys.stdout.write(comparison_markdown(command, deployment, tenant, rows, model_name))
+        sys.stdout.write(comparison_markdown(command, deployment, traffic, rows, model_name))
     else:
-        comparison_table(command, deployment, tenant, rows, model_name)
+        comparison_table(command, deployment, traffic, rows, model_name)

@@ -436,11 +436,8 @@ def write_oversubscription(
 ) -> dict[str, Any]:
     """Set the plan's ``oversubscription:`` block (ratio, source line, measurement) in its text, every other key and
     comment kept; the new text is read back as a plan before it replaces the file (atomically)."""
-    import os
-    import tempfile
-
     from quotacalc.fileio import write_text_atomic
-    from quotacalc.inputs.plan import is_platform, load_plan, read_document
+    from quotacalc.inputs.plan import document_from_text, is_platform, read_document, read_plan
     from quotacalc.inputs.plan_write import plan_text, set_top_level_keys, with_line_ends
 
     path = Path(target)
@@ -476,16 +473,8 @@ def write_oversubscription(
         },
     }
     updated = set_top_level_keys(text.replace("\r\n", "\n"), {"oversubscription": block}, source=target)
-    # Read back beside the target, so relative model paths hold, before anything is replaced.
-    handle, probe = tempfile.mkstemp(prefix=".quotacalc-fleet-", suffix=".yaml", dir=path.parent.resolve())
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as probe_file:
-            probe_file.write(updated)
-        try:
-            load_plan(probe)
-        except QuotacalcError as error:
-            raise QuotacalcError(error.problem, source=target, field=error.field, fix=error.fix) from None
-    finally:
-        Path(probe).unlink(missing_ok=True)
+    # Read back as the plan at target (its errors name it, relative model paths resolve beside it) before anything
+    # is replaced.
+    read_plan(target, document_from_text(updated, target))
     write_text_atomic(path, with_line_ends(updated, text))
     return {"path": target, **block}

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.explain import Step
     from quotacalc.core.kv import RequestKvResult
     from quotacalc.core.price import PriceResult
-    from quotacalc.core.tenant import SizeResult
+    from quotacalc.core.traffic import SizeResult
 
 #: Bumped only when a key is renamed or removed; new keys may appear at any time.
 #: 2: "explain" only with --explain; inputs.gpu without its sources (quotacalc gpus --json has them).
@@ -125,7 +125,7 @@ def size_json(
 ) -> dict[str, Any]:
     body = {
         "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
-        "tenant": result.tenant.model_dump(),
+        "tenant": result.traffic.model_dump(),
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)

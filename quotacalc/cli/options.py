@@ -104,19 +104,3 @@ def with_options(groups: dict[str, list[inspect.Parameter]]) -> Callable[[Callab
         return wrapper
 
     return decorate
-
-
-def name_error_origin(error: Exception, plan: str | None, flags: dict[str, Any]) -> None:
-    """Point a core error about a deployment field at its origin: the flag that gave it, else the plan file.
-
-    The core names bare fields (``tp``); a user typed ``--tp`` or wrote ``tp:`` in a file.
-    """
-    from quotacalc.core.deployment import Deployment
-    from quotacalc.errors import QuotacalcError
-
-    if not isinstance(error, QuotacalcError) or error.source is not None or error.field not in Deployment.model_fields:
-        return
-    if flags.get(error.field) is not None:
-        error.field = "--" + error.field.replace("_", "-")
-    elif plan:
-        error.source = plan

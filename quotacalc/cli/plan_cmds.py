@@ -16,19 +16,8 @@ if TYPE_CHECKING:
     from quotacalc.core.checks import CheckResult
     from quotacalc.core.plan import Plan
     from quotacalc.core.policy import QuotaPolicy
-    from quotacalc.core.price import PriceResult
     from quotacalc.exporters.base import Export
     from quotacalc.priced import PricedPlan
-
-
-def price_pools(
-    plan: Plan, deployment_flags: dict[str, Any] | None = None, *, source: str, platform: bool = True
-) -> dict[str, PriceResult]:
-    """Each pool's price (resolve + core price); flags, when given, override every pool's deployment.
-    A wrapper of ``quotacalc.priced.price_pools`` for callers that hold a Plan, not a ``PricedPlan``."""
-    from quotacalc.priced import price_pools as priced_pools
-
-    return priced_pools(plan, deployment_flags, source=source, platform=platform)
 
 
 def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tuple[Plan, QuotaPolicy]:
@@ -39,39 +28,14 @@ def load_policy(path: str, deployment_flags: dict[str, Any] | None = None) -> tu
 
 def load_flags_policy(deployment_flags: dict[str, Any]) -> tuple[Plan, QuotaPolicy]:
     """The canonical policy of a deployment given by price's flags alone: one pool, ``default``, and no tenant."""
-    from quotacalc.cli.options import name_error_origin
     from quotacalc.core.plan import Plan, Pool
     from quotacalc.core.policy import build_policy
-    from quotacalc.core.price import price
-    from quotacalc.inputs.deployment import build_deployment
     from quotacalc.inputs.plan import DEFAULT_POOL
-    from quotacalc.inputs.resolve import resolve
+    from quotacalc.priced.deployment import price_deployment
 
-    try:
-        deployment = build_deployment({}, deployment_flags, source=None)
-        plan = Plan(pools=(Pool(name=DEFAULT_POOL, deployment=deployment, replicas=1),))
-        return plan, build_policy(plan, {DEFAULT_POOL: price(resolve(deployment))})
-    except QuotacalcError as error:
-        name_error_origin(error, None, deployment_flags)
-        raise
-
-
-def load_priced_policy(
-    path: str, deployment_flags: dict[str, Any] | None = None
-) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]]]:
-    """Read any plan file, price its pools, build its canonical policy; also each pool's pricing warnings.
-    A wrapper of ``price_plan``, whose ``PricedPlan`` holds these and more."""
-    priced = price_plan(path, deployment_flags)
-    return priced.plan, priced.policy, priced.warnings
-
-
-def load_calibrated_policy(
-    path: str, deployment_flags: dict[str, Any] | None = None
-) -> tuple[Plan, QuotaPolicy, dict[str, tuple[str, ...]], dict[str, Any]]:
-    """``load_priced_policy``, and whether each pool's calibration holds for the deployment priced:
-    pool name -> (the ``calibrated`` summary or None, why it does not hold or None), as price says it."""
-    priced = price_plan(path, deployment_flags)
-    return priced.plan, priced.policy, priced.warnings, priced.calibrated
+    replica = price_deployment(None, None, deployment_flags).price
+    plan = Plan(pools=(Pool(name=DEFAULT_POOL, deployment=replica.inputs.deployment, replicas=1),))
+    return plan, build_policy(plan, {DEFAULT_POOL: replica})
 
 
 def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
@@ -303,13 +267,15 @@ def _exporter(target: str, *, explicit: bool):
     return module.export
 
 
-def _plan_error(error: QuotacalcError, path: str, *, platform: bool) -> QuotacalcError:
-    """An exporter's refusal, at its YAML path in the policy (``tenants[2].lora_adapters``: the plan's order), as
-    an error of the plan file: a flat plan's one tenant is its ``tenant`` key."""
-    field = error.field
-    if field is not None and field.startswith("tenants[0]") and not platform:
-        field = "tenant" + field.removeprefix("tenants[0]")
-    return type(error)(f"{error.problem}; nothing was written", source=path, field=field, fix=error.fix)
+def _plan_error(error: QuotacalcError, priced: PricedPlan) -> QuotacalcError:
+    """An exporter's refusal, at its YAML path in the policy, as an error of the plan file where the plan writes
+    it (``PricedPlan.plan_field``)."""
+    return type(error)(
+        f"{error.problem}; nothing was written",
+        source=priced.source,
+        field=priced.plan_field(error.field),
+        fix=error.fix,
+    )
 
 
 def generate(
@@ -377,7 +343,7 @@ def generate(
         except QuotacalcError as error:
             if error.source is not None:
                 raise
-            raise _plan_error(error, path, platform=priced.platform) from None
+            raise _plan_error(error, priced) from None
     generated: dict[str, list[GeneratedFile]] = {}
     for export in exports:
         files = generated.setdefault(export.target, [])
@@ -459,9 +425,9 @@ def size_platform(
         raise UsageError(f"no pool '{pool}' in the plan", source=path, field="--pool", fix=hint)
     traffic = plan_traffic(plan)
     if pool is not None:  # only the tenants of the pool shown: its own, and those whose load it carries
-        from quotacalc.core.plan_size import load_pool
+        from quotacalc.core.plan_size import load_pool_of
 
-        members = {tenant.name for tenant in policy.tenants if pool in (tenant.pool, load_pool(tenant))}
+        members = {tenant.name for tenant in policy.tenants if pool in (tenant.pool, load_pool_of(tenant))}
         traffic = {name: profile for name, profile in traffic.items() if name in members}
     findings = traffic_findings(policy, traffic)
     errors = [finding for finding in findings if finding.severity == "error"]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # each command imports only the core modules it runs
     from quotacalc.core.explain import Step
     from quotacalc.core.kv import RequestKvResult
     from quotacalc.core.price import PriceResult
-    from quotacalc.core.tenant import SizeResult
+    from quotacalc.core.traffic import SizeResult
 
 
 def _console(*, stderr: bool = False, width: int | None = None) -> Console:
@@ -185,11 +185,11 @@ def size_table(
 ) -> None:
     """The tenant's figures; ``warnings``: the command's own (the result's and the plan's), else the result's."""
     console = _console()
-    tenant = result.tenant
+    traffic = result.traffic
     table = _table()
     title = (
-        f"Tenant: {units.number(tenant.rps)} req/s × ({units.number(tenant.prompt_tokens)} prompt, "
-        f"{units.number(tenant.output_tokens)} output tokens, {tenant.cached_fraction:.0%} cached) on {_header(result.replica)}"
+        f"Tenant: {units.number(traffic.rps)} req/s × ({units.number(traffic.prompt_tokens)} prompt, "
+        f"{units.number(traffic.output_tokens)} output tokens, {traffic.cached_fraction:.0%} cached) on {_header(result.replica)}"
     )
     _add_row(
         table, "units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}"

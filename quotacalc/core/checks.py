@@ -12,14 +12,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
+from quotacalc.core.deployment import GENERIC_ENGINE, Traffic
 from quotacalc.core.memory import token_budget_below_sequences
 from quotacalc.core.plan import MAX_UNITS_PER_S, routed_pool
-from quotacalc.core.plan_size import load_pool
+from quotacalc.core.plan_size import load_pool_of
 from quotacalc.core.policy import VLLM_KV_CACHE_DTYPES, PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.core.pricing_warning import KeyNamer, PricingWarning, key_words
 from quotacalc.core.salts import looks_like_salt, salt_lora_collisions
-from quotacalc.core.tenant import bucket_shortfall, whole_replicas
+from quotacalc.core.traffic import bucket_shortfall, whole_replicas
 from quotacalc.core.words import plural
 
 Severity = Literal["error", "warning", "info"]
@@ -65,7 +65,7 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
     ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
     # Each tenant's units go to the pool they are counted in, as size counts them: a tenant sized on traffic whose
     # mean prompt is above its pool's threshold is sized in the long-context pool's units and loads that pool.
-    load = {tenant.name: load_pool(tenant) for tenant in policy.tenants}
+    load = {tenant.name: load_pool_of(tenant) for tenant in policy.tenants}
     for pool in policy.pools:
         sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if load[t.name] == pool.name)
         limit = pool.capacity_units_per_s * ratio
@@ -295,7 +295,7 @@ def _tier_limits(policy: QuotaPolicy, pools: dict[str, PoolPolicy]) -> list[Find
     return findings
 
 
-def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Tenant]) -> list[Finding]:
+def traffic_findings(policy: QuotaPolicy, traffic: Mapping[str, Traffic]) -> list[Finding]:
     """Tenants sized on traffic whose mean request cannot be served: above its tier's max context (the gateway
     refuses it) or above what the pool it routes to serves (the model's maximum, max_model_len, the KV pool);
     and a mean output above the tier's output cap. A price for such traffic would be a price for the impossible.
@@ -491,7 +491,7 @@ def _placement(policy: QuotaPolicy, pools: dict[str, PoolPolicy], reversal_repli
     findings = []
     for tenant in policy.tenants:
         # Its load is on the pool its units are counted in (a long-context pool's replicas sell other units).
-        load = pools[load_pool(tenant)]
+        load = pools[load_pool_of(tenant)]
         replicas = tenant.bucket_rate_units_per_s / load.replica_units_per_s
         if tenant.placement == "dedicated":
             others = [t.name for t in policy.tenants if t.pool == tenant.pool and t.name != tenant.name]
@@ -717,7 +717,7 @@ def check_plan(
     salts: Mapping[str, str] | None = None,
     reversal_replicas: float = DEFAULT_REVERSAL_REPLICAS,
     pool_warnings: Mapping[str, Sequence[PricingWarning | str]] | None = None,
-    traffic: Mapping[str, Tenant] | None = None,
+    traffic: Mapping[str, Traffic] | None = None,
     flat_plan: bool = False,
     key_names: Mapping[str, KeyNamer] | None = None,
 ) -> CheckResult:

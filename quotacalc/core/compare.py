@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, Traffic
 from quotacalc.errors import QuotacalcError, UsageError
 
 if TYPE_CHECKING:
     from quotacalc.core.price import PriceResult
-    from quotacalc.core.tenant import SizeResult
+    from quotacalc.core.traffic import SizeResult
 
 #: Keys of a ``price`` comparison row, in column order (stable: JSON, CSV and Markdown use them).
 PRICE_KEYS = (
@@ -127,8 +127,8 @@ def _feasible_row(
 def compare(
     deployments: Sequence[Deployment],
     evaluate: Callable[[Deployment], PriceResult],
-    tenant: Tenant | None = None,
-    size: Callable[[PriceResult, Tenant], SizeResult] | None = None,
+    traffic: Traffic | None = None,
+    size: Callable[[PriceResult, Traffic], SizeResult] | None = None,
     is_calibrated: Callable[[PriceResult], bool] | None = None,
 ) -> tuple[ComparisonRow, ...]:
     """One row per deployment: its prices (and the tenant's size when ``tenant`` is given), or why not.
@@ -138,15 +138,15 @@ def compare(
     A ``UsageError`` (an unknown GPU or dtype name: a typo, not an infeasible deployment) is raised,
     not turned into a row.
     """
-    if tenant is not None and size is None:
-        from quotacalc.core.tenant import size_tenant
+    if traffic is not None and size is None:
+        from quotacalc.core.traffic import size_traffic
 
-        size = size_tenant
+        size = size_traffic
     rows = []
     for deployment in deployments:
         try:
             priced = evaluate(deployment)
-            sized = size(priced, tenant) if tenant is not None and size is not None else None
+            sized = size(priced, traffic) if traffic is not None and size is not None else None
         except UsageError:
             raise
         except QuotacalcError as error:

@@ -499,7 +499,7 @@ def engine_profile(name: str) -> EngineProfile | None:
     return load_engine_catalog().find(name)
 
 
-class Tenant(BaseModel):
+class Traffic(BaseModel):
     """A tenant's traffic on a deployment."""
 
     model_config = _STRICT

@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.explain import Ledger, Step, fmt
-from quotacalc.core.price import PriceResult, larger_pool_fixes
+from quotacalc.core.price import PriceResult, _larger_pool_fix
+from quotacalc.core.pricing_warning import PricingWarning
 from quotacalc.errors import QuotacalcError
 
 
@@ -33,16 +34,28 @@ class RequestKvResult(BaseModel):
     replica: PriceResult
 
     @property
-    def warnings(self) -> tuple[str, ...]:
-        """The replica's warnings, and one where this request is larger than the whole pool."""
+    def request_warnings(self) -> tuple[PricingWarning, ...]:
+        """The request's own warning, as data: one where it is larger than the whole pool."""
         if self.pool_share <= 1:
-            return self.replica.warnings
+            return ()
         return (
-            *self.replica.warnings,
-            f"one request of {self.context_tokens:,} tokens needs {self.pool_share:.0%} of the replica's KV pool "
-            f"({self.replica.kv_pool_tokens:,} tokens): it can never be resident "
-            f"({larger_pool_fixes(self.replica.inputs, 'a GPU with more memory')})",
+            PricingWarning(
+                field="context",
+                problem=f"one request of {self.context_tokens:,} tokens needs {self.pool_share:.0%} of the replica's "
+                f"KV pool ({self.replica.kv_pool_tokens:,} tokens): it can never be resident",
+                fix=_larger_pool_fix(self.replica.inputs, "a GPU with more memory"),
+            ),
         )
+
+    @property
+    def pricing_warnings(self) -> tuple[PricingWarning, ...]:
+        """The replica's warnings and the request's, as data."""
+        return (*self.replica.pricing_warnings, *self.request_warnings)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The replica's warnings and the request's, keys named as flags."""
+        return (*self.replica.warnings, *(warning.worded() for warning in self.request_warnings))
 
 
 def context_limit(replica: PriceResult, context_tokens: int) -> tuple[str, str] | None:

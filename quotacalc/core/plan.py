@@ -18,7 +18,7 @@ from quotacalc.core.deployment import (
     MAX_CONTEXT_TOKENS,
     MAX_POOL_TOKENS,
     Deployment,
-    Tenant,
+    Traffic,
     not_a_flag,
 )
 from quotacalc.errors import close_names
@@ -179,7 +179,7 @@ class PlanTenant(BaseModel):
     tier: str = Field(description="a tier's name")
     pool: str | None = Field(None, description="a standard pool's name; default: the plan's only standard pool")
     units_per_s: float | None = Field(None, strict=True, description="contracted units/s (give this or traffic)")
-    traffic: Tenant | None = Field(None, description="a traffic profile to size (rps, prompt/output tokens)")
+    traffic: Traffic | None = Field(None, description="a traffic profile to size (rps, prompt/output tokens)")
     placement: Literal["shared", "dedicated"] = Field(
         "shared",
         description="shared replicas, or dedicated: its pool serves this tenant alone (priced as whole replicas)",
@@ -219,7 +219,7 @@ class PlanTenant(BaseModel):
 
     @field_validator("traffic")
     @classmethod
-    def _some_traffic(cls, traffic: Tenant | None) -> Tenant | None:
+    def _some_traffic(cls, traffic: Traffic | None) -> Traffic | None:
         # Its bucket refills at the traffic's units/s: a profile of no load is a bucket that admits nothing.
         if traffic is not None and (traffic.rps == 0 or traffic.prompt_tokens + traffic.output_tokens == 0):
             raise ValueError("sizes to 0 units/s, a token bucket that admits nothing: give rps and tokens above 0")

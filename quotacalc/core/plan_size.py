@@ -10,7 +10,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
-from quotacalc.core.tenant import whole_replicas
+from quotacalc.core.traffic import whole_replicas
 
 
 class TenantSizeRow(BaseModel):
@@ -74,7 +74,7 @@ class PlanSize(BaseModel):
     totals: PlanSizeTotals
 
 
-def load_pool(tenant: TenantPolicy) -> str:
+def load_pool_of(tenant: TenantPolicy) -> str:
     """The pool whose units a tenant's rate is counted in, and whose replicas carry that load (``build_policy`` sets
     it: the long-context pool for a tenant sized on traffic whose mean prompt routes there, else its standard pool;
     a contract says nothing of its share above the threshold, so it stays on its standard pool)."""
@@ -88,18 +88,18 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
     rows = []
     for tenant in policy.tenants:
         # Its units are that pool's: a long-context pool's replica sells another number of them, at its own price.
-        home = pools[load_pool(tenant)]
-        if pool is not None and pool not in (tenant.pool, home.name):
+        load_pool = pools[load_pool_of(tenant)]
+        if pool is not None and pool not in (tenant.pool, load_pool.name):
             continue
-        replicas = tenant.bucket_rate_units_per_s / home.replica_units_per_s
+        replicas = tenant.bucket_rate_units_per_s / load_pool.replica_units_per_s
         whole = whole_replicas(replicas)
-        per_replica = home.usd_per_month / home.replicas
+        per_replica = load_pool.usd_per_month / load_pool.replicas
         rows.append(
             TenantSizeRow(
                 name=tenant.name,
                 tier=tenant.tier,
                 pool=tenant.pool,
-                load_pool=home.name,
+                load_pool=load_pool.name,
                 placement=tenant.placement,
                 rate_source=tenant.rate_source,
                 units_per_s=tenant.bucket_rate_units_per_s,

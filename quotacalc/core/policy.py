@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
-from quotacalc.core.deployment import GENERIC_ENGINE, Tenant
+from quotacalc.core.deployment import GENERIC_ENGINE, Traffic
 from quotacalc.core.deployment import served_model_name as _served_model_name
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, routed_pool
 from quotacalc.errors import QuotacalcError
@@ -225,7 +225,7 @@ def retry_after_s(deficit_units: float, bucket_rate_units_per_s: float) -> int:
 
 
 def replica_for_tier(replica: PriceResult, tier: Tier) -> PriceResult:
-    """A pool's price with the tier's cached-prompt weight and burst, which ``size_tenant`` reads from the deployment."""
+    """A pool's price with the tier's cached-prompt weight and burst, which ``size_traffic`` reads from the deployment."""
     deployment = replica.inputs.deployment.model_copy(
         update={"cached_prompt_weight": tier.cached_prompt_weight, "burst_s": tier.burst_s}
     )
@@ -272,12 +272,12 @@ def prompt_length_charge(replica: PriceResult, longest_prompt_tokens: int | None
 
 
 def traffic_units_per_s(
-    traffic: Tenant, cached_prompt_weight: float, output_weight: float, prompt_units: float = 1.0
+    traffic: Traffic, cached_prompt_weight: float, output_weight: float, prompt_units: float = 1.0
 ) -> float:
     """A traffic profile's load (docs/method.md §1): rps × (uncached prompt × a prompt token's units inside
     its prompt + cached prompt × its weight + W × output).
 
-    ``core.tenant.size_tenant``'s units, without the per-request KV figures it adds (80 layers summed
+    ``core.traffic.size_traffic``'s units, without the per-request KV figures it adds (80 layers summed
     per tenant, which a 1,000-tenant plan cannot afford); the tests hold the two equal.
     """
     uncached = traffic.prompt_tokens * (1 - traffic.cached_fraction)
@@ -449,16 +449,16 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
         pool = plan.standard_pool_of(tenant)
         replica = priced_pools[pool.name]
         units = None
-        sized_on = pool.name
+        load_pool = pool.name
         if tenant.traffic is not None:
             prompt = tenant.traffic.prompt_tokens
             # A mean request routed to the long-context pool is sized in units there, as it is charged.
-            sized_on = routed_pool(pool.name, pool.long_context_pool, pool.route_above_prompt_tokens, prompt)
-            key = (sized_on, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
+            load_pool = routed_pool(pool.name, pool.long_context_pool, pool.route_above_prompt_tokens, prompt)
+            key = (load_pool, round(prompt) if prompt >= 1 else -1)  # below one token: no attention term
             if key not in prompt_units:
-                prompt_units[key] = prompt_token_units(priced_pools[sized_on], tenant.traffic.prompt_tokens)
+                prompt_units[key] = prompt_token_units(priced_pools[load_pool], tenant.traffic.prompt_tokens)
             units = prompt_units[key]
-        rate = tenant_units_per_s(tenant, tier, priced_pools[sized_on], units)
+        rate = tenant_units_per_s(tenant, tier, priced_pools[load_pool], units)
         depth = tier.burst_s * rate
         threshold = pool.route_above_prompt_tokens
         long_pool = pool.long_context_pool
@@ -477,7 +477,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 pool=pool.name,
                 long_context_pool=long_pool,
                 route_above_prompt_tokens=threshold,
-                load_pool=sized_on,
+                load_pool=load_pool,
                 placement=tenant.placement,
                 rate_source="contract" if tenant.units_per_s is not None else "traffic",
                 bucket_rate_units_per_s=rate,

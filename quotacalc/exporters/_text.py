@@ -139,12 +139,12 @@ def lora_lines(policy: QuotaPolicy, consequence: str) -> list[str]:
     return [f"LoRA adapters ({listed}): {consequence}"]
 
 
-def load_pools(policy: QuotaPolicy) -> dict[str, str]:
+def load_pool_by_tenant(policy: QuotaPolicy) -> dict[str, str]:
     """Tenant name -> the pool its rate is counted in and whose replicas carry its load (``TenantPolicy.load_pool``,
     as check and size count it)."""
-    from quotacalc.core.plan_size import load_pool
+    from quotacalc.core.plan_size import load_pool_of
 
-    return {tenant.name: load_pool(tenant) for tenant in policy.tenants}
+    return {tenant.name: load_pool_of(tenant) for tenant in policy.tenants}
 
 
 def salt_of(tenant: TenantPolicy, salts: Mapping[str, str]) -> str | None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy, UnitWeights
 from quotacalc.errors import QuotacalcError
-from quotacalc.exporters._text import load_pools, long_context_lines, salt_of, yaml_documents
+from quotacalc.exporters._text import load_pool_by_tenant, long_context_lines, salt_of, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -88,9 +89,53 @@ _PER_PROMPT_DENOMINATORS = tuple(10**power for power in range(13))
 _PER_PROMPT_DIGITS = 10_000
 
 
-def scaled_weights(weights: UnitWeights, scale: int) -> tuple[int, int, int]:
+class ScaledWeights(NamedTuple):
+    """A unit's weights in 1/scale units: what the generated CEL multiplies each token count by."""
+
+    prompt: int
+    cached_prompt: int
+    output: int
+
+
+class RequestTokens(NamedTuple):
+    """One request's token counts, as the generated CEL reads them from the response's usage."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+class LargestRequest(NamedTuple):
+    """The tenant's costliest admissible request and its cost in 1/scale units."""
+
+    request: RequestTokens
+    cost: int
+
+
+class RateWindow(NamedTuple):
+    """A fixed window of Envoy's rate limit: its unit and length, the scale its counts are in, and its limit."""
+
+    unit: str
+    seconds: int
+    scale: int
+    limit: int
+
+
+class ScaleChoice(NamedTuple):
+    """``RateWindow``'s figures and what stops a finer scale (``scale_choice``)."""
+
+    unit: str
+    seconds: int
+    scale: int
+    limit: int
+    bound: str
+
+
+def scaled_weights(weights: UnitWeights, scale: int) -> ScaledWeights:
     """Weights in 1/scale units, rounded to the nearest integer."""
-    return (round(weights.prompt * scale), round(weights.cached_prompt * scale), round(weights.output * scale))
+    return ScaledWeights(
+        round(weights.prompt * scale), round(weights.cached_prompt * scale), round(weights.output * scale)
+    )
 
 
 def scaled_per_prompt(weights: UnitWeights, scale: int, longest_prompt_tokens: int) -> tuple[int, int] | None:
@@ -117,7 +162,7 @@ def _nearest_window(tenant: TenantPolicy) -> tuple[str, int]:
     return min(WINDOWS, key=lambda window: (abs(math.log(window[1] / max(burst_s, 1.0))), window[1]))
 
 
-def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> tuple[str, int, int, int]:
+def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> RateWindow:
     """(unit, seconds, scale, limit) at the finest of SCALES whose limit fits uint32 in the nearest window and whose
     largest request fits Envoy's hits addend (``fits_hits``; whole units where none does), moving to a shorter
     window only when even the coarsest such scale overflows."""
@@ -127,8 +172,8 @@ def _coarse_window(tenant: TenantPolicy, fits_hits: Callable[[int], bool]) -> tu
         for scale in scales:
             limit = math.floor(tenant.bucket_rate_units_per_s * seconds * scale)
             if limit <= MAX_LIMIT:
-                return unit, seconds, scale, max(limit, 1)
-    return "Second", 1, scales[-1], MAX_LIMIT
+                return RateWindow(unit, seconds, scale, max(limit, 1))
+    return RateWindow("Second", 1, scales[-1], MAX_LIMIT)
 
 
 def _weights_off(weights: UnitWeights, scale: int) -> bool:
@@ -140,7 +185,7 @@ def _weights_off(weights: UnitWeights, scale: int) -> bool:
     )
 
 
-def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[tuple[int, int, int], ...]:
+def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[RequestTokens, ...]:
     """(prompt, cached, output) requests among which the tenant's costliest lies: prompt + output within its tier's
     max context and its pool's max-model-len (the engine refuses a longer one, which is then charged nothing), output
     within its tier's max output. A cost grows with prompt and output and is convex along the edge prompt + output =
@@ -148,7 +193,7 @@ def largest_request_tokens(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[tupl
     context = min(tenant.max_context_tokens, pool.engine.max_model_len)
     output = min(tenant.max_output_tokens, context)
     prompts = ((context, 0), (context - output, output))
-    return tuple((prompt, cached, out) for prompt, out in prompts for cached in (0, prompt))
+    return tuple(RequestTokens(prompt, cached, out) for prompt, out in prompts for cached in (0, prompt))
 
 
 def scaled_cost(
@@ -164,26 +209,26 @@ def scaled_cost(
     return uncached * (scaled_prompt * denominator + prompt * numerator) // denominator + rest
 
 
-def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> tuple[tuple[int, int, int], int]:
-    """The tenant's costliest admissible request ``(prompt, cached, output)`` on its home ``pool`` and its cost at
+def largest_request(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> LargestRequest:
+    """The tenant's costliest admissible request ``(prompt, cached, output)`` on its load pool ``pool`` and its cost at
     ``scale``, as the generated CEL computes it."""
     weights = charged_weights(tenant, pool.name)
     scaled = scaled_weights(weights, scale)
     per_prompt = scaled_per_prompt(weights, scale, pool.prompt_length_charge.longest_prompt_tokens)
     costs = {request: scaled_cost(scaled, per_prompt, *request) for request in largest_request_tokens(tenant, pool)}
     request = max(costs, key=lambda request: (costs[request], request))
-    return request, costs[request]
+    return LargestRequest(request, costs[request])
 
 
 def _fits_hits(tenant: TenantPolicy, pool: PoolPolicy) -> Callable[[int], bool]:
-    return lambda scale: largest_request(tenant, pool, scale)[1] <= MAX_HITS_ADDEND
+    return lambda scale: largest_request(tenant, pool, scale).cost <= MAX_HITS_ADDEND
 
 
-def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, int, str]:
+def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> ScaleChoice:
     """(unit, seconds, scale, limit, bound): ``window_for``'s figures and what stops a finer scale: "uint32" (the
     window's limit would overflow Envoy's counter), "hits" (the tenant's largest request would cost more than
     Envoy's hits addend), "finest" (FINE_SCALES' last) or ""
-    (the weights are within WEIGHT_TOLERANCE: no finer scale is needed). ``pool``: the tenant's home pool."""
+    (the weights are within WEIGHT_TOLERANCE: no finer scale is needed). ``pool``: the tenant's load pool."""
     fits_hits = _fits_hits(tenant, pool)
     unit, seconds, scale, limit = _coarse_window(tenant, fits_hits)
     weights = charged_weights(tenant, pool.name)
@@ -192,10 +237,10 @@ def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int,
         return _weights_off(weights, scale) or _limit_off(tenant, seconds, scale)
 
     if not off(scale):
-        return unit, seconds, scale, limit, ""
+        return ScaleChoice(unit, seconds, scale, limit, "")
     if scale != SCALES[0]:
         finer = SCALES[SCALES.index(scale) - 1]
-        return unit, seconds, scale, limit, "uint32" if fits_hits(finer) else "hits"
+        return ScaleChoice(unit, seconds, scale, limit, "uint32" if fits_hits(finer) else "hits")
     bound = "finest"
     for finer in FINE_SCALES:
         finer_limit = math.floor(tenant.bucket_rate_units_per_s * seconds * finer)
@@ -207,8 +252,8 @@ def scale_choice(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int,
             break
         scale, limit = finer, max(finer_limit, 1)
         if not off(scale):
-            return unit, seconds, scale, limit, ""
-    return unit, seconds, scale, limit, bound
+            return ScaleChoice(unit, seconds, scale, limit, "")
+    return ScaleChoice(unit, seconds, scale, limit, bound)
 
 
 def hits_problem(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, str] | None:
@@ -238,16 +283,16 @@ def _limit_off(tenant: TenantPolicy, seconds: int, scale: int) -> bool:
     return abs(enforced_rate_units_per_s(tenant, seconds, scale) - rate) > WEIGHT_TOLERANCE * rate
 
 
-def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> tuple[str, int, int, int]:
+def window_for(tenant: TenantPolicy, pool: PoolPolicy) -> RateWindow:
     """(unit, seconds, scale, limit): the fixed window nearest the bucket's burst, and its limit in scaled units.
 
     A window as long as the burst admits about one bucket depth per window; the finest of SCALES whose limit fits
-    Envoy's uint32 counter, and at which the tenant's largest request on its home ``pool`` costs at most Envoy's
+    Envoy's uint32 counter, and at which the tenant's largest request on its load pool ``pool`` costs at most Envoy's
     hits addend, is used, moving to a shorter window only when even whole units overflow; where a weight the tenant
     is charged rounds off in milli-units, a finer scale (FINE_SCALES) as far as the limit and the cost fit.
     """
-    unit, seconds, scale, limit, _bound = scale_choice(tenant, pool)
-    return unit, seconds, scale, limit
+    choice = scale_choice(tenant, pool)
+    return RateWindow(choice.unit, choice.seconds, choice.scale, choice.limit)
 
 
 def _metadata_key(scale: int, weights: tuple[int, int, int], per_prompt: tuple[int, int] | None) -> str:
@@ -298,22 +343,22 @@ def _route_rules(tenant: TenantPolicy, pool: PoolPolicy, header: str, salt: str 
     ]
 
 
-def charged_weights(tenant: TenantPolicy, home: str) -> UnitWeights:
-    """The weights a tenant's requests are charged at: those of ``home``, the pool its rate is counted in (its
+def charged_weights(tenant: TenantPolicy, load_pool: str) -> UnitWeights:
+    """The weights a tenant's requests are charged at: those of ``load_pool``, the pool its rate is counted in (its
     long-context pool's for a tenant sized on traffic whose mean prompt routes there), so cost and limit share a
     unit."""
-    if home != tenant.pool and home == tenant.long_context_pool and tenant.long_context_weights is not None:
+    if load_pool != tenant.pool and load_pool == tenant.long_context_pool and tenant.long_context_weights is not None:
         return tenant.long_context_weights
     return tenant.weights
 
 
-def _rate_limit_rule(tenant: TenantPolicy, header: str, home: PoolPolicy) -> tuple[dict, str, str]:
+def _rate_limit_rule(tenant: TenantPolicy, header: str, load_pool: PoolPolicy) -> tuple[dict, str, str]:
     """The tenant's global rate-limit rule, the metadata key it reads and the CEL cost that fills the key, at the
-    weights of ``home``, the pool its rate is counted in."""
-    unit, _seconds, scale, limit = window_for(tenant, home)
-    charged = charged_weights(tenant, home.name)
+    weights of ``load_pool``, the pool its rate is counted in."""
+    unit, _seconds, scale, limit = window_for(tenant, load_pool)
+    charged = charged_weights(tenant, load_pool.name)
     weights = scaled_weights(charged, scale)
-    per_prompt = scaled_per_prompt(charged, scale, home.prompt_length_charge.longest_prompt_tokens)
+    per_prompt = scaled_per_prompt(charged, scale, load_pool.prompt_length_charge.longest_prompt_tokens)
     key = _metadata_key(scale, weights, per_prompt)
     rule = {
         "clientSelectors": [{"headers": [{"type": "Exact", "name": header, "value": tenant.name}]}],
@@ -380,7 +425,7 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
     A tenant's rule sends to the pool its rate is counted in (``TenantPolicy.load_pool``: a tenant sized on traffic
     whose mean prompt routes to its long-context pool is sized there) and charges that pool's weights."""
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy)
+    load_pools = load_pool_by_tenant(policy)
     header = policy.tenant_header
     routes: list[dict] = []
     traffic_policies: list[dict] = []
@@ -389,9 +434,9 @@ def documents(policy: QuotaPolicy, salts: Mapping[str, str]) -> dict[str, list[d
         rules, limit_rules, costs = [], [], {}
         for tenant in chunk:
             salt = salt_of(tenant, salts)
-            home = homes[tenant.name]
-            rules += _route_rules(tenant, pools[home], header, salt)
-            rule, key, cel = _rate_limit_rule(tenant, header, pools[home])
+            load_pool = load_pools[tenant.name]
+            rules += _route_rules(tenant, pools[load_pool], header, salt)
+            rule, key, cel = _rate_limit_rule(tenant, header, pools[load_pool])
             limit_rules.append(rule)
             costs[key] = {"metadataKey": key, "type": "CEL", "cel": cel}
         routes.append(
@@ -512,8 +557,10 @@ def _beyond_tier(tenant: TenantPolicy, pool: PoolPolicy, scale: int) -> str | No
 
 def _limits(policy: QuotaPolicy, salted: bool) -> tuple[tuple[str, str], ...]:
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy)
-    moved = {tenant.name: homes[tenant.name] for tenant in policy.tenants if homes[tenant.name] != tenant.pool}
+    load_pools = load_pool_by_tenant(policy)
+    moved = {
+        tenant.name: load_pools[tenant.name] for tenant in policy.tenants if load_pools[tenant.name] != tenant.pool
+    }
     limits: list[tuple[str, str]] = [
         (
             "weights",
@@ -539,23 +586,23 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[tuple[str, str], ...]:
             policy, lambda pool, long_pool, names: _unrouted(policy, pool, long_pool, names), skip=moved
         )
     ]
-    for home in sorted(set(moved.values())):
-        names = ", ".join(sorted(name for name, pool in moved.items() if pool == home))
+    for load_pool in sorted(set(moved.values())):
+        names = ", ".join(sorted(name for name, pool in moved.items() if pool == load_pool))
         limits.append(
             (
                 "routing",
-                f"{names}: sized on traffic whose mean prompt routes to pool {home}, so every request of theirs goes to "
-                f"{home} and is charged at {home}'s weights (their rate is in its units); AIGatewayRoute cannot send "
+                f"{names}: sized on traffic whose mean prompt routes to pool {load_pool}, so every request of theirs goes to "
+                f"{load_pool} and is charged at {load_pool}'s weights (their rate is in its units); AIGatewayRoute cannot send "
                 "their short prompts to their standard pool by size.",
             )
         )
     for tenant in policy.tenants:
-        home = pools[homes[tenant.name]]
-        unit, seconds, scale, _limit, bound = scale_choice(tenant, home)
-        if (problem := hits_problem(tenant, home)) is not None:
+        load_pool = pools[load_pools[tenant.name]]
+        unit, seconds, scale, _limit, bound = scale_choice(tenant, load_pool)
+        if (problem := hits_problem(tenant, load_pool)) is not None:
             message, fix = problem
             limits.append(("weights", f"{tenant.name}: {message}: such a response is free; {fix}."))
-        elif (beyond := _beyond_tier(tenant, home, scale)) is not None:
+        elif (beyond := _beyond_tier(tenant, load_pool, scale)) is not None:
             limits.append(("weights", beyond))
         nearest, nearest_s = _nearest_window(tenant)
         if seconds < nearest_s:
@@ -576,7 +623,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[tuple[str, str], ...]:
                     f"per {unit} window ({_BOUNDS[bound or 'finest']}).",
                 )
             )
-        charged = charged_weights(tenant, homes[tenant.name])
+        charged = charged_weights(tenant, load_pools[tenant.name])
         exact = (charged.prompt, charged.cached_prompt, charged.output)
         for label, weight, scaled in zip(
             ("prompt", "cached prompt", "output"), exact, scaled_weights(charged, scale), strict=True
@@ -590,7 +637,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[tuple[str, str], ...]:
                 )
         per_token = charged.prompt_per_prompt_token
         per_prompt = scaled_per_prompt(
-            charged, scale, pools[homes[tenant.name]].prompt_length_charge.longest_prompt_tokens
+            charged, scale, pools[load_pools[tenant.name]].prompt_length_charge.longest_prompt_tokens
         )
         charged_per_token = per_prompt[0] / per_prompt[1] / scale if per_prompt else 0.0
         if per_token and abs(charged_per_token - per_token) > WEIGHT_TOLERANCE * per_token:
@@ -605,7 +652,7 @@ def _limits(policy: QuotaPolicy, salted: bool) -> tuple[tuple[str, str], ...]:
         {
             unit
             for tenant in policy.tenants
-            if (unit := window_for(tenant, pools[homes[tenant.name]])[0]) in ("Month", "Year")
+            if (unit := window_for(tenant, pools[load_pools[tenant.name]]).unit) in ("Month", "Year")
         },
         key=lambda unit: dict(WINDOWS)[unit],
     )
@@ -648,12 +695,12 @@ def prechecks(policy: QuotaPolicy) -> list:
     targets still generate: a tenant whose largest request costs more hits than Envoy counts (it is charged nothing),
     and a tenant with more LoRA adapters than one route's rules hold."""
     from quotacalc.core.checks import Finding
-    from quotacalc.core.plan_size import load_pool
+    from quotacalc.core.plan_size import load_pool_of
 
     pools = {pool.name: pool for pool in policy.pools}
     found = []
     for tenant in policy.tenants:
-        if (problem := hits_problem(tenant, pools[load_pool(tenant)])) is not None:
+        if (problem := hits_problem(tenant, pools[load_pool_of(tenant)])) is not None:
             found.append(
                 Finding(
                     severity="warning",

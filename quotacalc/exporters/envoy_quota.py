@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from quotacalc.core.policy import QuotaPolicy, TenantPolicy
 from quotacalc.errors import QuotacalcError
 from quotacalc.exporters import envoy
-from quotacalc.exporters._text import load_pools, yaml_documents
+from quotacalc.exporters._text import load_pool_by_tenant, yaml_documents
 from quotacalc.exporters.base import Export, ExportOptions, GeneratedFile
 
 QUOTA_API = "aigateway.envoyproxy.io/v1alpha1"
@@ -78,7 +78,7 @@ def pool_quotas(policy: QuotaPolicy) -> dict[str, tuple[int, str, list[TenantPol
     """Pool -> (scale, cost expression, tenants charged there), refusing what one expression per pool cannot say."""
     index = {tenant.name: number for number, tenant in enumerate(policy.tenants)}
     pools = {pool.name: pool for pool in policy.pools}
-    homes = load_pools(policy)
+    load_pools = load_pool_by_tenant(policy)
     by_pool: dict[str, list[TenantPolicy]] = {}
     for tenant in policy.tenants:
         if tenant.lora_adapters:
@@ -87,7 +87,7 @@ def pool_quotas(policy: QuotaPolicy) -> dict[str, tuple[int, str, list[TenantPol
                 "route would rewrite to the base model",
                 f"tenants[{index[tenant.name]}].lora_adapters",
             )
-        by_pool.setdefault(homes[tenant.name], []).append(tenant)
+        by_pool.setdefault(load_pools[tenant.name], []).append(tenant)
     quotas = {}
     for pool_name, tenants in sorted(by_pool.items()):
         tenants = sorted(tenants, key=lambda tenant: tenant.name)

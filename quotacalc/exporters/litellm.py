@@ -17,7 +17,7 @@ from decimal import ROUND_FLOOR, Context, Decimal
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
 from quotacalc.exporters._text import (
     json_text,
-    load_pools,
+    load_pool_by_tenant,
     long_context_lines,
     lora_lines,
     prompt_length_lines,
@@ -91,8 +91,8 @@ def _least_share_steps(policy: QuotaPolicy, tiers: int) -> int:
 def _reservation(policy: QuotaPolicy, pool: str | None) -> tuple[dict[str, float], dict[str, float]]:
     """(shares, raised): each tier's share of the units sold, and the exact share of each tier whose share was
     raised so that LiteLLM reserves it something (see ``priority_reservation``)."""
-    homes = load_pools(policy)
-    tenants = [tenant for tenant in policy.tenants if pool is None or homes[tenant.name] == pool]
+    load_pools = load_pool_by_tenant(policy)
+    tenants = [tenant for tenant in policy.tenants if pool is None or load_pools[tenant.name] == pool]
     sold = sum(tenant.bucket_rate_units_per_s for tenant in tenants)
     exact: dict[str, float] = {}
     for tier in sorted(policy.tiers, key=lambda tier: (tier.priority, tier.name)):
@@ -120,7 +120,7 @@ def priority_reservation(policy: QuotaPolicy, pool: str | None = None) -> dict[s
     """Each tier's share of the units sold (on ``pool``, or on every pool), in priority order (LiteLLM reserves
     capacity by these shares). A pool's shares count the load it carries: a tenant sized on traffic whose mean
     prompt routes to its long-context pool (``TenantPolicy.load_pool``) counts there, not on its standard
-    pool (``core.plan_size.load_pool``, as check and size count it).
+    pool (``core.plan_size.load_pool_of``, as check and size count it).
 
     Shares are rounded to 4 decimals and sum to at most 1; a tier with tenants never gets 0 (LiteLLM would reserve
     it ``int(tpm x 0) = 0`` tokens, refusing its every request once the model saturates): its share is raised to
@@ -210,9 +210,9 @@ def tpm_limit(tenant: TenantPolicy) -> int | None:
     return tokens if tokens >= LEAST_REQUEST_TOKENS else None
 
 
-def _limits_of(policy: QuotaPolicy, tenant: TenantPolicy, home: str) -> dict:
-    """A tenant's team and key limits; ``home``: the pool its rate is counted in (its budget is that pool's USD)."""
-    pool = next(pool for pool in policy.pools if pool.name == home)
+def _limits_of(policy: QuotaPolicy, tenant: TenantPolicy, load_pool: str) -> dict:
+    """A tenant's team and key limits; ``load_pool``: the pool its rate is counted in (its budget is that pool's USD)."""
+    pool = next(pool for pool in policy.pools if pool.name == load_pool)
     models = [tenant.pool] + ([tenant.long_context_pool] if tenant.long_context_pool else [])
     limits = {
         "models": models,
@@ -230,10 +230,10 @@ def _limits_of(policy: QuotaPolicy, tenant: TenantPolicy, home: str) -> dict:
 def team_payloads(policy: QuotaPolicy) -> list[dict]:
     """POST /team/new bodies, one team per tenant. A team has no concurrency cap in LiteLLM (NewTeamRequest has no
     max_parallel_requests, and drops it unread): the tenant's one key carries it."""
-    homes = load_pools(policy)
+    load_pools = load_pool_by_tenant(policy)
     teams = []
     for tenant in sorted(policy.tenants, key=lambda t: t.name):
-        limits = _limits_of(policy, tenant, homes[tenant.name])
+        limits = _limits_of(policy, tenant, load_pools[tenant.name])
         del limits["max_parallel_requests"]
         teams.append({"team_id": tenant.name, "team_alias": tenant.name, **limits})
     return teams
@@ -241,9 +241,9 @@ def team_payloads(policy: QuotaPolicy) -> list[dict]:
 
 def key_payloads(policy: QuotaPolicy) -> list[dict]:
     """POST /key/generate bodies, one key per tenant in its team (LiteLLM generates the key itself)."""
-    homes = load_pools(policy)
+    load_pools = load_pool_by_tenant(policy)
     return [
-        {"key_alias": t.name, "team_id": t.name, **_limits_of(policy, t, homes[t.name])}
+        {"key_alias": t.name, "team_id": t.name, **_limits_of(policy, t, load_pools[t.name])}
         for t in sorted(policy.tenants, key=lambda t: t.name)
     ]
 
@@ -375,15 +375,17 @@ def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
             "of the pool its rate is counted in.",
         )
     ]
-    homes = load_pools(policy)
-    moved = sorted((home, tenant.name) for tenant in policy.tenants if (home := homes[tenant.name]) != tenant.pool)
-    for home in sorted({home for home, _ in moved}):
-        names = ", ".join(name for pool, name in moved if pool == home)
+    load_pools = load_pool_by_tenant(policy)
+    moved = sorted(
+        (load_pool, tenant.name) for tenant in policy.tenants if (load_pool := load_pools[tenant.name]) != tenant.pool
+    )
+    for load_pool in sorted({load_pool for load_pool, _ in moved}):
+        names = ", ".join(name for pool, name in moved if pool == load_pool)
         limits.append(
             (
                 "routing",
-                f"{names}: sized on traffic whose mean prompt routes to pool {home}, so the rate, the budget (at "
-                f"{home}'s USD per unit) and the tier shares are counted on {home}; a request to another pool spends "
+                f"{names}: sized on traffic whose mean prompt routes to pool {load_pool}, so the rate, the budget (at "
+                f"{load_pool}'s USD per unit) and the tier shares are counted on {load_pool}; a request to another pool spends "
                 "that budget at that pool's price.",
             )
         )

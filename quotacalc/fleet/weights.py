@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from quotacalc.core.plan_size import load_pool_of
 from quotacalc.errors import UsageError
 from quotacalc.fleet.aggregate import TenantWeights
 
@@ -13,9 +14,20 @@ if TYPE_CHECKING:
     from quotacalc.core.policy import PoolPolicy, QuotaPolicy
 
 
-def pool_weights(
-    policy: QuotaPolicy, plan: Plan, pool_name: str | None
-) -> tuple[PoolPolicy, tuple[TenantWeights, ...], dict[str, float], TenantWeights]:
+class PoolWeights(NamedTuple):
+    """What fleet prices a measured pool's log rows with."""
+
+    #: The pool the log was measured on.
+    pool: PoolPolicy
+    #: Each tenant's weights on it, with the prompt bounds routing gives its rows there.
+    tenant_weights: tuple[TenantWeights, ...]
+    #: Tenant name -> contracted units/s, for the tenants whose load lands on this pool.
+    contracts: dict[str, float]
+    #: The weights of a row whose tenant is not in the plan.
+    default: TenantWeights
+
+
+def pool_weights(policy: QuotaPolicy, plan: Plan, pool_name: str | None) -> PoolWeights:
     """The measured pool, each tenant's weights and routing bounds on it, contracts, and the default weights."""
     names = [pool.name for pool in policy.pools]
     if pool_name is None:
@@ -56,7 +68,7 @@ def pool_weights(
                     None,
                 )
             )
-        if (tenant.load_pool or tenant.pool) == pool_name:
+        if load_pool_of(tenant) == pool_name:
             contracts[tenant.name] = tenant.bucket_rate_units_per_s
     # A tenant in the log but not in the plan: the pool's W and prompt-length charge, the deployment's cached weight.
     deployment = next(p for p in plan.pools if p.name == pool_name).deployment
@@ -73,4 +85,4 @@ def pool_weights(
         above,
         pool.route_above_prompt_tokens if pool.long_context_pool else None,
     )
-    return pool, tuple(tenants), contracts, default
+    return PoolWeights(pool, tuple(tenants), contracts, default)

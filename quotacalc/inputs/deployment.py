@@ -1,4 +1,4 @@
-"""Loading a deployment and a tenant from a YAML file and/or flags into the core's typed values.
+"""Loading a deployment and a traffic profile from a YAML file and/or flags into the core's typed values.
 
 How a key or value that does not validate is worded is ``inputs.key_errors``; whether a measured KV pool holds
 for the deployment given, ``inputs.measured_pool``."""
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from quotacalc.core.deployment import Deployment, Tenant
+from quotacalc.core.deployment import Deployment, Traffic
 from quotacalc.errors import QuotacalcError
 from quotacalc.inputs.key_errors import _one_line_validation_error, flag_name
 from quotacalc.inputs.measured_pool import (
@@ -22,7 +22,7 @@ from quotacalc.inputs.measured_pool import (
 
 __all__ = [
     "build_deployment",
-    "build_tenant",
+    "build_traffic",
     "check_measured_pool",
     "check_unrecorded_pool",
     "flag_name",
@@ -66,11 +66,11 @@ def build_deployment(
     return deployment
 
 
-def build_tenant(file_values: dict[str, Any] | None, flag_values: dict[str, Any], *, source: str | None) -> Tenant:
+def build_traffic(file_values: dict[str, Any] | None, flag_values: dict[str, Any], *, source: str | None) -> Traffic:
     given = {key: value for key, value in flag_values.items() if value is not None}
     try:
-        return Tenant.model_validate({**(file_values or {}), **given})
+        return Traffic.model_validate({**(file_values or {}), **given})
     except ValidationError as error:
         raise _one_line_validation_error(
-            error, Tenant, source=source, from_flags=set(given), prefix="tenant."
+            error, Traffic, source=source, from_flags=set(given), prefix="tenant."
         ) from None

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from quotacalc.core.arch import (
     DenseMLP,
@@ -225,12 +225,22 @@ def mla_attention(view: ConfigView, *, o_bias: bool = False) -> MLAAttention:
     )
 
 
-def _common_sizes(view: ConfigView) -> tuple[int, int, int, int, int]:
+class CommonSizes(NamedTuple):
+    """The sizes every decoder config states (the KV heads default to the attention heads)."""
+
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def _common_sizes(view: ConfigView) -> CommonSizes:
     layers = view.stated_int("num_hidden_layers")
     hidden = view.stated_int("hidden_size")
     heads = view.stated_int("num_attention_heads")
     kv_heads = view.positive_int("num_key_value_heads", heads)
-    return layers, hidden, heads, kv_heads, head_dim_of(view, hidden, heads)
+    return CommonSizes(layers, hidden, heads, kv_heads, head_dim_of(view, hidden, heads))
 
 
 def _bias(view: ConfigView, setting: bool | str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from quotacalc.core.deployment import Deployment, QuotaConfig, Tenant
+from quotacalc.core.deployment import Deployment, QuotaConfig, Traffic
 from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, reference_problems
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.key_errors import _one_line_validation_error, suggest_key, worded_message
@@ -146,7 +146,7 @@ def _optional_keys(model: type[BaseModel], name: str, doc: str, **extra: Any) ->
 def _flat_plan_file_model() -> type[BaseModel]:
     """A flat plan file as editors see it: a deployment's keys at the top level, an optional ``tenant``, the
     ``replicas`` check and generate read it with, and the ``calibration`` that calibrate writes."""
-    tenant = _optional_keys(Tenant, "FlatTenantKeys", "The tenant price and size read (flags win).")
+    tenant = _optional_keys(Traffic, "FlatTenantKeys", "The tenant price and size read (flags win).")
 
     return _optional_keys(
         Deployment,
@@ -199,7 +199,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
         ("pools", "deployment"): Deployment,
         ("tiers",): Tier,
         ("tenants",): PlanTenant,
-        ("tenants", "traffic"): Tenant,
+        ("tenants", "traffic"): Traffic,
         ("oversubscription",): OversubscriptionFile,
         ("oversubscription", "measured"): FleetMeasurement,
     }
@@ -292,9 +292,9 @@ def plan_file_from_document(document: object, path: str) -> PlanFile:
         # Checked for every command, not only size: a plan file is valid or not whatever reads it. A key it leaves
         # out may come from a flag (size --rps), so only the keys it gives are judged here.
         try:
-            Tenant.model_validate({"rps": 1, "prompt_tokens": 1, "output_tokens": 1, **tenant})
+            Traffic.model_validate({"rps": 1, "prompt_tokens": 1, "output_tokens": 1, **tenant})
         except ValidationError as error:
-            raise _one_line_validation_error(error, Tenant, source=path, from_flags=set(), prefix="tenant.") from None
+            raise _one_line_validation_error(error, Traffic, source=path, from_flags=set(), prefix="tenant.") from None
     calibration = document.get("calibration")
     if calibration is not None:
         from quotacalc.core.calibrate import CalibrationProvenance
@@ -334,7 +334,12 @@ def read_document(path: str) -> dict[str, Any]:
     from quotacalc.inputs.text_file import read_text_file
 
     # A regular UTF-8 file of bounded size: a FIFO, a device or a huge file is an error, not a hang.
-    text = read_text_file(Path(path), what="plan")
+    return document_from_text(read_text_file(Path(path), what="plan"), path)
+
+
+def document_from_text(text: str, path: str) -> dict[str, Any]:
+    """``text`` read as the plan file at ``path`` would be (its errors name ``path``; relative model paths resolve
+    beside it): how a plan's new text is read back before it replaces the file."""
     document = _parsed_yaml(text, path)
     if document is None:
         document = {}
@@ -632,13 +637,13 @@ def flat_plan(flat: PlanFile, path: str) -> Plan:
     such sequence, the decode batch as its concurrency, the deployment's burst and cached weight, priority 0; its
     cache is shared (no secret needed).
     """
-    from quotacalc.inputs.deployment import build_deployment, build_tenant
+    from quotacalc.inputs.deployment import build_deployment, build_traffic
 
     deployment = build_deployment(flat.deployment, {}, source=path)
     pool = Pool(name=DEFAULT_POOL, deployment=deployment, replicas=flat.replicas)
     if flat.tenant is None:
         return Plan(pools=(pool,))
-    tenant = build_tenant(flat.tenant, {}, source=path)
+    tenant = build_traffic(flat.tenant, {}, source=path)
     # The engine admits no longer sequence than its max_model_len (what the pool's KV holds is fitted once priced).
     limits = [limit for limit in (model_max_context(deployment.model), deployment.max_model_len) if limit]
     max_context = min(limits) if limits else deployment.context
@@ -682,7 +687,7 @@ def fit_flat_tier(plan: Plan, served_tokens: int, held_tokens: int) -> Plan:
     return plan.model_copy(update={"tiers": tuple(fitted if entry is tier else entry for entry in plan.tiers)})
 
 
-def _flat_tenant(traffic: Tenant, path: str) -> PlanTenant:
+def _flat_tenant(traffic: Traffic, path: str) -> PlanTenant:
     """A flat plan's tenant as the one-pool plan's; an error names the file's ``tenant`` section."""
     try:
         return PlanTenant(name=FLAT_TENANT, tier=FLAT_TIER, traffic=traffic, cache_isolation="shared")

@@ -6,7 +6,7 @@ routers in the checkpoint dtype, unless ``modules_to_not_convert``/``ignore`` sa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from quotacalc.catalog.dtypes import Dtype, dtype_by_name
 from quotacalc.core.arch import ParamGroup
@@ -79,8 +79,17 @@ def _group_size(config: dict[str, Any], source: str, per_channel_inputs: int) ->
     return group, f"per {group}"
 
 
-def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str, bool]:
-    """(dtype name, scale bytes per element, description, weight-only) for a quantization config.
+class QuantizedDtype(NamedTuple):
+    """What a quantization config stores its weights as, and whether the matmuls still take 16-bit activations."""
+
+    dtype_name: str
+    scale_bytes_per_element: float
+    description: str
+    weight_only: bool
+
+
+def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: int) -> QuantizedDtype:
+    """The stored dtype, its scale bytes per element, a description and whether it is weight-only.
 
     Weight-only: the matmuls take 16-bit activations (the weights are dequantized in the kernel), so they run at the
     checkpoint's 16-bit rate, not the stored format's: GPTQ/AWQ at any width (Marlin), bitsandbytes, and
@@ -94,7 +103,9 @@ def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: in
         weight_only = "input_activations" in group and group["input_activations"] is None
     else:
         weight_only = method in ("awq", "gptq", "autoround", "auto-round", "bitsandbytes")
-    return dtype, scale, description + (", weight-only (16-bit activations)" if weight_only else ""), weight_only
+    return QuantizedDtype(
+        dtype, scale, description + (", weight-only (16-bit activations)" if weight_only else ""), weight_only
+    )
 
 
 def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str]:

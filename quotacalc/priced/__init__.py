@@ -3,8 +3,21 @@
 The file is read once (``inputs.plan.read_plan``), a flat plan is one pool, every pool is priced once, and
 each deployment value remembers where it came from (a flag, the pool's key, the plan's top-level
 ``deployment:``, a default), so a message names the place the user can change it.
+
+``price``, ``kv`` and ``size`` of one tenant take one pool the same way (``PricedDeployment``): a plan's, or
+flags alone, a one-pool plan whose values have origin ``flag``.
 """
 
-from quotacalc.priced.plan import PricedPlan, ValueOrigin, price_plan, price_pools, price_read_plan
+from quotacalc.priced.deployment import PricedDeployment, price_deployment
+from quotacalc.priced.origins import ValueOrigin
+from quotacalc.priced.plan import PricedPlan, price_plan, price_pools, price_read_plan
 
-__all__ = ["PricedPlan", "ValueOrigin", "price_plan", "price_pools", "price_read_plan"]
+__all__ = [
+    "PricedDeployment",
+    "PricedPlan",
+    "ValueOrigin",
+    "price_deployment",
+    "price_plan",
+    "price_pools",
+    "price_read_plan",
+]

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from quotacalc.core.pricing_warning import KeyNamer, PricingError, PricingWarning, flag_words
+from quotacalc.core.pricing_warning import KeyNamer, PricingWarning
 from quotacalc.errors import QuotacalcError
+from quotacalc.priced.origins import ValueOrigin, key_namer, located, value_origins
 
 if TYPE_CHECKING:
     from quotacalc.core.plan import Plan
     from quotacalc.core.policy import QuotaPolicy
     from quotacalc.core.price import PriceResult
     from quotacalc.inputs.plan import ReadPlan
-
-#: Where a deployment value came from: a flag, the pool's own key (a flat plan's top-level key), the
-#: platform plan's top-level ``deployment:`` the pool inherits, or the field's default.
-OriginKind = Literal["flag", "pool", "inherited", "default"]
-
-
-@dataclass(frozen=True)
-class ValueOrigin:
-    """Where one deployment value of one pool came from, and the name the user wrote it under."""
-
-    kind: OriginKind
-    #: ``--batch``, ``pools.chat.deployment.batch``, ``deployment.batch`` or (a flat plan) ``batch``; a default's
-    #: is the key the pool would set it with.
-    written: str
 
 
 @dataclass(frozen=True)
@@ -77,11 +64,23 @@ class PricedPlan:
         """What a pool's own deployment key is written after: ``pools.NAME.deployment.``, or nothing in a flat plan."""
         return f"{self.at}pools.{pool}.deployment." if self.platform else ""
 
+    def plan_field(self, policy_field: str | None) -> str | None:
+        """Where the plan writes what a path in its policy names (an exporter's refusal names the policy): the
+        policy keeps the plan's tenants in order, so ``tenants[2].lora_adapters`` is the plan's own; a flat plan's
+        one tenant is its ``tenant`` key."""
+        if policy_field is None:
+            return None
+        if not self.platform and (
+            policy_field == "tenants[0]" or policy_field.startswith(("tenants[0].", "tenants[0]["))
+        ):
+            return "tenant" + policy_field.removeprefix("tenants[0]")
+        return self.at + policy_field
+
     def key_namer(self, pool: str) -> KeyNamer:
         """How a message names a deployment key of ``pool``: as the flag, when a flag gave it; else as the plan
         writes it. A fix that removes a key the pool inherits names it where it is written (``deployment.KEY``);
         one that sets a key names the pool's own (it changes that pool alone)."""
-        return _key_namer(self.origins.get(pool, {}), self.key_prefix(pool))
+        return key_namer(self.origins.get(pool, {}), self.key_prefix(pool))
 
     def worded_warnings(self, pool: str) -> tuple[str, ...]:
         """``pool``'s pricing warnings, each key named where it was set (``key_namer``)."""
@@ -89,48 +88,34 @@ class PricedPlan:
         return tuple(warning.worded(namer) for warning in self.pricing_warnings.get(pool, ()))
 
 
-def _key_namer(origins: dict[str, ValueOrigin], own: str) -> KeyNamer:
-    """``PricedPlan.key_namer`` of a pool whose keys came from ``origins`` and whose own keys are written after
-    ``own``."""
-
-    def name(key: str, value: str | None, removal: bool) -> str:
-        origin = origins.get(key)
-        if origin is not None and origin.kind == "flag":
-            return flag_words(key, value, removal)
-        inherited = origin is not None and origin.kind == "inherited" and removal
-        written = origin.written if inherited and origin is not None else own + key
-        return f"{written}: {value}" if value is not None else written
-
-    return name
-
-
 def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, ValueOrigin]]:
     """Pool name -> deployment key -> where its value came from: a flag wins over the pool's key, which wins over
     the plan's top-level ``deployment:``."""
     from quotacalc.core.deployment import Deployment
-    from quotacalc.inputs.key_errors import flag_name
 
     document = read.document
-    defaults = (document.get("deployment") or {}) if read.platform else {}
     result: dict[str, dict[str, ValueOrigin]] = {}
     for index, pool in enumerate(read.plan.pools):
         if read.platform:
-            own = document["pools"][index].get("deployment") or {}
-            prefix = f"{read.at}pools.{pool.name}.deployment."
+            result[pool.name] = value_origins(
+                Deployment.model_fields,
+                flags,
+                own=_pool_entry(document, index).get("deployment") or {},
+                inherited=document.get("deployment") or {},
+                source=read.source,
+                written=f"{read.at}pools.{pool.name}.deployment.",
+                at=f"{read.at}pools[{index}].deployment.",
+                inherited_written=f"{read.at}deployment.",
+            )
         else:
-            own, prefix = document, ""
-        keys = {}
-        for key in Deployment.model_fields:
-            if flags.get(key) is not None:
-                keys[key] = ValueOrigin("flag", flag_name(key))
-            elif key in own:
-                keys[key] = ValueOrigin("pool", prefix + key)
-            elif key in defaults:
-                keys[key] = ValueOrigin("inherited", f"{read.at}deployment.{key}")
-            else:
-                keys[key] = ValueOrigin("default", prefix + key)
-        result[pool.name] = keys
+            result[pool.name] = value_origins(Deployment.model_fields, flags, own=document, source=read.source)
     return result
+
+
+def _pool_entry(document: dict[str, Any], index: int) -> dict[str, Any]:
+    """Pool ``index``'s mapping in the plan as read (empty where the caller has no document)."""
+    pools = document.get("pools") or []
+    return pools[index] if index < len(pools) and isinstance(pools[index], dict) else {}
 
 
 def price_pools(
@@ -141,16 +126,19 @@ def price_pools(
     platform: bool = True,
     document: dict[str, Any] | None = None,
     at: str = "",
-    key_namers: dict[str, KeyNamer] | None = None,
+    origins: dict[str, dict[str, ValueOrigin]] | None = None,
 ) -> dict[str, PriceResult]:
     """Each pool's price (resolve + core price), each distinct deployment priced once; flags, when given, override
-    every pool's deployment. ``document``: the plan file as read, for errors that name an inherited key; ``at``:
-    where the plan sits in that file (``plan.`` in a scenario); ``key_namers``: pool name -> how a refusal's fix
-    names a key (where it was set; without one, as a flag)."""
+    every pool's deployment. ``origins``: pool name -> where each of its values came from, which a refusal names
+    (without them, as read from ``document``, the plan file as read; ``at``: where the plan sits in that file,
+    ``plan.`` in a scenario)."""
     from quotacalc.core.price import price
     from quotacalc.inputs.deployment import build_deployment
-    from quotacalc.inputs.plan import pool_errors
+    from quotacalc.inputs.plan import ReadPlan
     from quotacalc.inputs.resolve import resolve
+
+    if origins is None:
+        origins = _origins(ReadPlan(source, document or {}, plan, platform, {}, at), deployment_flags or {})
 
     priced: dict[Any, PriceResult] = {}
     result = {}
@@ -162,28 +150,13 @@ def price_pools(
             try:
                 priced[deployment] = price(resolve(deployment))
             except QuotacalcError as error:
-                named, flagged = _named(error, (key_namers or {}).get(pool.name), deployment_flags)
-                if flagged:  # the flag's error, whichever pool took it first
-                    raise named from None
-                with pool_errors(source, index if platform else None, document, at):
-                    raise named from None
+                # Named at the value's origin: a flag's error is the flag's, whichever pool took it first.
+                own = f"{at}pools.{pool.name}.deployment." if platform else ""
+                within = f"{at}pools[{index}].deployment" if platform else None
+                namer = key_namer(origins[pool.name], own)
+                raise located(error, origins[pool.name], namer, source=source, within=within) from None
         result[pool.name] = priced[deployment]
     return result
-
-
-def _named(error: QuotacalcError, namer: KeyNamer | None, flags: dict[str, Any] | None) -> tuple[QuotacalcError, bool]:
-    """A pool's refusal with its keys named where they were set (a fix's keys as ``namer`` names them), and whether
-    a flag gave the value it is about: then it is the flag's error, which every pool takes. Another file's error (a
-    model's config) is left as it is."""
-    if error.source is not None:
-        return error, False
-    fix = (error.worded_fix(namer) or None) if isinstance(error, PricingError) and namer is not None else error.fix
-    key = (error.field or "").split(".", 1)[0].split("[", 1)[0]
-    if key and (flags or {}).get(key) is not None:
-        from quotacalc.inputs.key_errors import flag_name
-
-        return type(error)(error.problem, field=flag_name(key), fix=fix), True
-    return type(error)(error.problem, field=error.field, fix=fix), False
 
 
 def price_plan(path: str, deployment_flags: dict[str, Any] | None = None) -> PricedPlan:
@@ -200,15 +173,8 @@ def price_read_plan(read: ReadPlan, deployment_flags: dict[str, Any] | None = No
     flags = {key: value for key, value in (deployment_flags or {}).items() if value is not None}
     plan = read.plan
     origins = _origins(read, flags)
-    own = {pool.name: f"{read.at}pools.{pool.name}.deployment." if read.platform else "" for pool in plan.pools}
     prices = price_pools(
-        plan,
-        flags,
-        source=read.source,
-        platform=read.platform,
-        document=read.document,
-        at=read.at,
-        key_namers={name: _key_namer(origins[name], own[name]) for name in origins},
+        plan, flags, source=read.source, platform=read.platform, document=read.document, at=read.at, origins=origins
     )
     if not read.platform:
         from quotacalc.core.policy import pool_max_context_tokens

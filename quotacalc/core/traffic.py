@@ -1,4 +1,4 @@
-"""A tenant's traffic on a deployment -> units/s, replicas, token bucket, shared vs dedicated cost (docs/method.md §1, §3, §6)."""
+"""A traffic profile on a deployment -> units/s, replicas, token bucket, shared vs dedicated cost (docs/method.md §1, §3, §6)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from quotacalc.core import memory
-from quotacalc.core.deployment import Tenant
+from quotacalc.core.deployment import Traffic
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.kv import context_limit, request_kv
-from quotacalc.core.price import PriceResult, larger_pool_fixes
+from quotacalc.core.price import PriceResult, _larger_pool_fix
+from quotacalc.core.pricing_warning import PricingError, PricingWarning
 from quotacalc.errors import QuotacalcError
 
 
@@ -60,7 +61,7 @@ def bucket_shortfall(
 
 
 class SizeResult(BaseModel):
-    """What a tenant needs and costs on one deployment."""
+    """What a traffic profile needs and costs on one deployment."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -75,37 +76,47 @@ class SizeResult(BaseModel):
     request_kv_bytes: float
     request_pool_share: float
     steps: tuple[Step, ...]
-    tenant: Tenant
+    traffic: Traffic
     replica: PriceResult
 
     @property
-    def warnings(self) -> tuple[str, ...]:
-        """The replica's warnings, and one where the tenant's bucket cannot admit its own mean request."""
+    def traffic_warnings(self) -> tuple[PricingWarning, ...]:
+        """The traffic's own warning, as data: one where its bucket cannot admit its own mean request."""
         shortfall = bucket_shortfall(self.bucket_depth_units, self.replica.output_weight, self.units_per_request)
         if shortfall is None:
-            return self.replica.warnings
+            return ()
         rate = self.bucket_rate_units_per_s
         # At 0 units/s (no prompt or output tokens) no burst fills the bucket: the traffic is what to fix.
         fix = (
-            f"raise burst_s (--burst-s) to at least {shortfall.needed_units / rate:,.2f} s"
+            f"raise {{burst_s}} to at least {shortfall.needed_units / rate:,.2f} s"
             if rate > 0
             else "the tenant sizes to 0 units/s: give its prompt and output tokens"
         )
-        return (*self.replica.warnings, f"tenant: {shortfall.message} ({fix})")
+        return (PricingWarning(field="burst_s", problem=f"tenant: {shortfall.message}", fix=fix),)
+
+    @property
+    def pricing_warnings(self) -> tuple[PricingWarning, ...]:
+        """The replica's warnings and the traffic's, as data."""
+        return (*self.replica.pricing_warnings, *self.traffic_warnings)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The replica's warnings and the traffic's, keys named as flags."""
+        return (*self.replica.warnings, *(warning.worded() for warning in self.traffic_warnings))
 
 
-def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
-    """Size a tenant's contract: its load in units, its share of replicas, its bucket and cost."""
+def size_traffic(replica: PriceResult, traffic: Traffic) -> SizeResult:
+    """Size a traffic profile's contract: its load in units, its share of replicas, its bucket and cost."""
     deployment = replica.inputs.deployment
     ledger = Ledger()
-    if tenant.rps == 0:
+    if traffic.rps == 0:
         # No requests size to 0 units/s: a bucket that admits nothing, and a contract worth $0 (as a plan refuses it).
         raise QuotacalcError(
             "is 0: the tenant sizes to 0 units/s, a token bucket that admits nothing",
             field="rps",
             fix="give the tenant's requests per second",
         )
-    if tenant.prompt_tokens + tenant.output_tokens == 0:
+    if traffic.prompt_tokens + traffic.output_tokens == 0:
         # Requests of no tokens size to 0 units/s too (a plan's traffic refuses it alike).
         raise QuotacalcError(
             "is 0, and so is output_tokens: the tenant sizes to 0 units/s, a token bucket that admits nothing",
@@ -114,61 +125,61 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         )
     # One of this tenant's requests at its full length (prompt + output), against the pool: a
     # request that cannot be resident at once is not served at any price.
-    request_tokens = max(1, round(tenant.prompt_tokens + tenant.output_tokens))
+    request_tokens = max(1, round(traffic.prompt_tokens + traffic.output_tokens))
     limit = context_limit(replica, request_tokens)
     if limit is not None:
         raise QuotacalcError(
-            f"one request of {request_tokens:,} tokens (prompt {fmt(tenant.prompt_tokens)} + output "
-            f"{fmt(tenant.output_tokens)}) exceeds {limit[0]}",
+            f"one request of {request_tokens:,} tokens (prompt {fmt(traffic.prompt_tokens)} + output "
+            f"{fmt(traffic.output_tokens)}) exceeds {limit[0]}",
             field="prompt_tokens",
             fix=f"prompt + output of {limit[1]}",
         )
     request = request_kv(replica, request_tokens)
     if request.pool_share > 1:
-        raise QuotacalcError(
+        raise PricingError(
             f"one request of {request.context_tokens:,} tokens needs {request.pool_share:.0%} of the replica's KV pool "
             f"({replica.kv_pool_tokens:,} tokens)",
             field="prompt_tokens",
-            fix=larger_pool_fixes(replica.inputs, "shorten the tenant's requests", "use a GPU with more memory"),
+            fix=_larger_pool_fix(replica.inputs, "shorten the tenant's requests", "use a GPU with more memory"),
         )
     # A prompt token costs more inside a long prompt (it attends to those before it): charged at
     # its cost inside this tenant's prompt, as `kv` reports it.
-    prompt = request_kv(replica, max(1, round(tenant.prompt_tokens))) if tenant.prompt_tokens >= 1 else None
+    prompt = request_kv(replica, max(1, round(traffic.prompt_tokens))) if traffic.prompt_tokens >= 1 else None
     token_units = prompt.prompt_token_units_at_context if prompt else 1.0
     ledger.record(
         "prompt_token_units",
         token_units,
         formula="(2 × active_params + attention_flops_per_prompt_token(prompt)) / (2 × active_params)",
-        substituted=_prompt_token_terms(replica, tenant.prompt_tokens),
+        substituted=_prompt_token_terms(replica, traffic.prompt_tokens),
         unit="units",
-        note=f"a prompt token's cost inside this tenant's {fmt(tenant.prompt_tokens)}-token prompt",
+        note=f"a prompt token's cost inside this tenant's {fmt(traffic.prompt_tokens)}-token prompt",
     )
-    uncached = tenant.prompt_tokens * (1 - tenant.cached_fraction)
-    cached = tenant.prompt_tokens * tenant.cached_fraction
+    uncached = traffic.prompt_tokens * (1 - traffic.cached_fraction)
+    cached = traffic.prompt_tokens * traffic.cached_fraction
     units_per_request = ledger.record(
         "units_per_request",
         uncached * token_units
         + cached * deployment.cached_prompt_weight
-        + replica.output_weight * tenant.output_tokens,
+        + replica.output_weight * traffic.output_tokens,
         formula="prompt × (1 − cached_fraction) × prompt_token_units + prompt × cached_fraction × cached_prompt_weight "
         "+ W × output",
         substituted=f"{fmt(uncached)} × {fmt(token_units)} + {fmt(cached)} × {deployment.cached_prompt_weight} + "
-        f"{fmt(replica.output_weight)} × {fmt(tenant.output_tokens)}",
+        f"{fmt(replica.output_weight)} × {fmt(traffic.output_tokens)}",
         unit="units",
     )
     if units_per_request == 0:
         # Every prompt token cached at weight 0 and no output: the same bucket that admits nothing as rps 0.
         raise QuotacalcError(
-            f"is {tenant.cached_fraction:g} at cached_prompt_weight {deployment.cached_prompt_weight:g} with no output "
+            f"is {traffic.cached_fraction:g} at cached_prompt_weight {deployment.cached_prompt_weight:g} with no output "
             "tokens: every request sizes to 0 units, a token bucket that admits nothing",
             field="cached_fraction",
             fix="give the tenant's uncached prompt or output tokens, or a cached_prompt_weight above 0",
         )
     units_per_s = ledger.record(
         "units_per_s",
-        tenant.rps * units_per_request,
+        traffic.rps * units_per_request,
         formula="rps × units_per_request",
-        substituted=f"{fmt(tenant.rps)} × {fmt(units_per_request)}",
+        substituted=f"{fmt(traffic.rps)} × {fmt(units_per_request)}",
         unit="units/s",
     )
     replicas = ledger.record(
@@ -232,7 +243,7 @@ def size_tenant(replica: PriceResult, tenant: Tenant) -> SizeResult:
         request_kv_bytes=request.request_kv_bytes,
         request_pool_share=share,
         steps=tuple(ledger.steps),
-        tenant=tenant,
+        traffic=traffic,
         replica=replica,
     )
 
