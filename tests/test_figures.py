@@ -16,7 +16,7 @@ from quotacalc.core.explain import fmt
 from quotacalc.core.figures import FIGURES, declared, figures_markdown, json_keys, substitute
 from quotacalc.core.kv import RequestKvResult
 from quotacalc.core.price import PriceResult
-from quotacalc.core.tenant import SizeResult
+from quotacalc.core.traffic import SizeResult
 
 ROOT = Path(__file__).resolve().parent.parent
 #: PriceResult's fields that are no figure: what --explain, the warnings and the inputs carry.
