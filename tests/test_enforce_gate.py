@@ -29,7 +29,7 @@ from quotacalc.enforce.gate import (
     Refusal,
     Ticket,
 )
-from quotacalc.enforce.settings import EnforceSettings, read_policy, read_settings
+from quotacalc.enforce.settings import EnforceSettings, check_replicas, read_policy, read_settings
 from quotacalc.errors import QuotacalcError
 
 
@@ -305,6 +305,27 @@ def test_the_settings_file_errors_name_the_file_and_field(tmp_path):
         read_settings(path)
     path.write_text(json.dumps({"state": "etcd"}), encoding="utf-8")
     with pytest.raises(QuotacalcError, match=r"enforce.json: state: "):
+        read_settings(path)
+
+
+def test_replica_deployments_name_each_replica_of_a_pool_once(tmp_path):
+    policy = platform_policy()
+    pool = policy.pools[0]
+    path = tmp_path / "enforce.json"
+    ids = [f"{pool.name}-{i}" for i in range(pool.replicas)]
+    check_replicas(EnforceSettings(replica_deployments={pool.name: ids}), policy, path)
+    for given, said in (
+        ({"nowhere": ids}, r"enforce.json: replica_deployments.nowhere: no pool 'nowhere' in the policy \(name one of "),
+        ({pool.name: ids[:-1]}, rf"replica_deployments.{pool.name}: {pool.replicas - 1} deployment ids .* of "
+         rf"{pool.replicas} replicas \(list the model_info.id of each"),
+        ({pool.name: [ids[0]] * pool.replicas}, rf"\({1} distinct\) for pool '{pool.name}'"),
+    ):  # fmt: skip
+        with pytest.raises(QuotacalcError, match=said):
+            check_replicas(EnforceSettings(replica_deployments=given), policy, path)
+    path.write_text(json.dumps({"replica_deployments": {pool.name: "one-id"}}), encoding="utf-8")
+    with pytest.raises(
+        QuotacalcError, match=rf"enforce.json: replica_deployments.{pool.name}: Input should be a valid list"
+    ):
         read_settings(path)
 
 
