@@ -295,14 +295,23 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
 
 def _plugin_limits(policy: QuotaPolicy) -> tuple[str, ...]:
     """What is still lost with quotacalc's plugin enforcing the policy (docs/enforce.md)."""
-    limits = [
-        "Resident KV cap per replica: the plugin counts a tenant's live prompt and granted output over the pool (its "
-        "cap times the pool's replicas) and refuses a request above one replica's cap; it cannot see which replica "
-        "LiteLLM's api_base sends a request to, so one replica may hold more than the cap while another holds less.",
+    limits: list[str] = []
+    shared = [pool.name for pool in policy.pools if pool.replicas > 1]
+    if shared:
+        limits.append(
+            f"Resident KV cap per replica on pool{'s' if len(shared) > 1 else ''} {', '.join(shared)}: the plugin "
+            "places each request on a replica with room under the tenant's cap, but config.yaml reaches each pool "
+            "through one api_base (its Service), whose balancer picks the replica: the tenant's KV over the pool "
+            "stays within the cap times the replicas and no request is above one replica's cap, but one replica may "
+            "hold more than the cap while another holds less. List one deployment per replica (model_info.id) and "
+            "name them in enforce.json's replica_deployments to hold it on each replica (docs/enforce.md)."
+        )
+    limits += [
         "Prompt length at admission is counted with LiteLLM's tokenizer for the model (enforce.json prompt_tokens), "
         "which may differ from the engine's; the engine's usage settles the real count.",
-        "Teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres); without it, set tenant_from: "
-        "header in enforce.json and let a trusted layer in front set the policy's tenant header.",
+        "Teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres); without it, authenticate keys "
+        "with LiteLLM's general_settings.custom_auth (a UserAPIKeyAuth naming the key's team or metadata tenant), or "
+        "set tenant_from: header in enforce.json and let a trusted layer in front set the policy's tenant header.",
         "State: in the proxy's memory by default (one proxy); several proxies share buckets only with state: redis.",
         "Response not streamed: its whole output is leased at admission (max_tokens capped at what the bucket "
         "holds); only a streamed response is stopped at a lease boundary.",
