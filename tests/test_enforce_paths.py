@@ -58,13 +58,14 @@ KEY_OF = {
     "solo": "sk-solo-team-metadata",
 }
 KEY_OF["kv"] = "sk-kv"
-#: A queued request waits this long at most (shorter than the long stream that holds solo's one slot).
-QUEUE_WAIT_MAX_S = 3.0
-#: Speed 1: about 8 ms an output token on this plan's replica, so a 1,000-token stream outlasts the queue's bound.
-SPEED = "1"
-#: solo runs one sequence at a time; kv's cap per replica takes one of its 108-token requests, not two.
+#: A queued request waits this long at most: longer than the streams that end while others wait (2.5 s at most), far
+#: shorter than the one that holds solo's only slot (15 s).
+QUEUE_WAIT_MAX_S = 6.0
+#: Half the priced speed: about 15 ms an output token on this plan's replica (8 ms at speed 1, measured with emulate).
+SPEED = "0.5"
+#: solo runs one sequence at a time; kv's cap per replica takes one of its 158-token requests, not two.
 SOLO = {"max_concurrent_sequences": 1}
-KV = {"kv_cap_tokens_per_replica": 200}
+KV = {"kv_cap_tokens_per_replica": 300}
 
 
 def _replicas_config(folder: Path) -> None:
@@ -80,6 +81,9 @@ def _replicas_config(folder: Path) -> None:
         replicas.append(replica)
     config["model_list"] = replicas + others
     config["general_settings"]["custom_auth"] = "litellm_keys_auth.user_api_key_auth"
+    # A stream that ends without usage (a client that left) is counted by LiteLLM with the model's Hugging Face
+    # tokenizer, which it tries to download (about 23 s of retries, blocking the proxy's event loop) unless told not to.
+    config["litellm_settings"]["disable_hf_tokenizer_download"] = True
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     shutil.copy(HERE / "litellm_keys_auth.py", folder / "litellm_keys_auth.py")
     edit_settings(
@@ -218,10 +222,10 @@ def test_a_tenant_at_its_concurrency_cap_waits_in_the_queue_then_is_served(stack
     written = len(records(folder))
     with ThreadPoolExecutor(2) as pool:
         results = list(
-            pool.map(lambda _: _stream(proxy, KEY_OF["solo"], _body(max_tokens=100, ignore_eos=True)), range(2))
+            pool.map(lambda _: _stream(proxy, KEY_OF["solo"], _body(max_tokens=60, ignore_eos=True)), range(2))
         )
     assert [status for status, _ in results] == [200, 200]
-    assert [tokens for _, tokens in results] == [100, 100]
+    assert [tokens for _, tokens in results] == [60, 60]
     first, second = sorted(records(folder)[written:], key=lambda r: r["first_token"])
     assert (first["outcome"], second["outcome"]) == ("completed", "completed")
     # One at a time: the second's first token came after the first ended, though both arrived together.
@@ -266,14 +270,14 @@ def test_a_tenant_that_waits_past_the_bound_gets_a_429_with_retry_after(stack):
 
 
 def test_the_kv_cap_holds_on_each_replica(stack):
-    """kv's cap is 200 tokens a replica; each request holds 108 (an 8-token prompt + max_tokens 100). Over the pool
-    (400) three would run at once; per replica one runs on each, and the third waits for one to end."""
+    """kv's cap is 300 tokens a replica; each request holds 158 (an 8-token prompt + max_tokens 150). Over the pool
+    (600) three would run at once; per replica one runs on each, and the third waits for one to end."""
     proxy, engines, folder = stack
     before = _received(engines)
     written = len(records(folder))
     with ThreadPoolExecutor(3) as pool:
         results = list(
-            pool.map(lambda _: _stream(proxy, KEY_OF["kv"], _body(max_tokens=100, ignore_eos=True)), range(3))
+            pool.map(lambda _: _stream(proxy, KEY_OF["kv"], _body(max_tokens=150, ignore_eos=True)), range(3))
         )
     assert [status for status, _ in results] == [200, 200, 200]
     got = _new(before, _received(engines))
