@@ -387,11 +387,11 @@ class Gate:
                     continue
                 if at_concurrency_cap(self.caps[tenant], self.inflight[tenant]):
                     continue
-                replica = self._placement(queue, waiting[0])
-                if replica is None:
-                    continue
                 key = (queue.scheduler.counter(tenant), self.tenants[tenant].priority, tenant)
-                if best is None or key < best:
+                if best is not None and key >= best:
+                    continue
+                replica = self._placement(queue, waiting[0])
+                if replica is not None:
                     best, best_replica = key, replica
             if best is None:
                 break
