@@ -81,8 +81,9 @@ def _replicas_config(folder: Path) -> None:
         replicas.append(replica)
     config["model_list"] = replicas + others
     config["general_settings"]["custom_auth"] = "litellm_keys_auth.user_api_key_auth"
-    # A stream that ends without usage (a client that left) is counted by LiteLLM with the model's Hugging Face
-    # tokenizer, which it tries to download (about 23 s of retries, blocking the proxy's event loop) unless told not to.
+    # A stream that ends without usage (the client that leaves the queue test's slot) is counted by LiteLLM with the
+    # model's Hugging Face tokenizer, whose download, out of reach here, retries for about 23 s inside the proxy's event
+    # loop and stalls every request behind it (LiteLLM 1.108).
     config["litellm_settings"]["disable_hf_tokenizer_download"] = True
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     shutil.copy(HERE / "litellm_keys_auth.py", folder / "litellm_keys_auth.py")
