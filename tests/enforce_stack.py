@@ -150,10 +150,21 @@ def litellm_executable() -> str | None:
 class Proxy:
     """A LiteLLM proxy running the generated config (the plugin loaded from the folder), the engine at ``engine``."""
 
-    def __init__(self, folder: Path, engine: str, *, env: dict[str, str] | None = None, port: int | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        engine: str,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        engines: dict[str, str] | None = None,
+    ):
+        """``engines``: a deployment's engine by its ``model_info.id`` (one replica of a pool each), where it is
+        not ``engine``."""
         config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
         for deployment in config["model_list"]:
-            deployment["litellm_params"]["api_base"] = engine + "/v1"
+            deployment_id = (deployment.get("model_info") or {}).get("id")
+            deployment["litellm_params"]["api_base"] = (engines or {}).get(deployment_id, engine) + "/v1"
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         self.folder = folder
         self.master_key = "sk-quotacalc-enforce-tests"

@@ -11,6 +11,7 @@ import pytest
 from policy_samples import platform_policy, sample_salts
 
 from quotacalc.admission.bucket import Bucket
+from quotacalc.admission.caps import TenantCaps, place
 from quotacalc.admission.policies import POLICY_NAMES, make_policy
 from quotacalc.admission.state import MemoryBuckets
 from quotacalc.enforce.gate import (
@@ -28,7 +29,7 @@ from quotacalc.enforce.gate import (
     Refusal,
     Ticket,
 )
-from quotacalc.enforce.settings import EnforceSettings, read_policy, read_settings
+from quotacalc.enforce.settings import EnforceSettings, check_replicas, read_policy, read_settings
 from quotacalc.errors import QuotacalcError
 
 
@@ -84,22 +85,57 @@ def test_a_request_above_the_kv_cap_never_fits_and_one_beside_others_waits():
     gate = _gate(globex={"kv_cap_tokens_per_replica": 3000})
     globex = _tenant(gate, "globex")
     pool = gate.pools[gate.tenants[globex].pool]
-    cap_over_pool = 3000 * pool.replicas
     never = gate.arrive(globex, 100, 2950, 0.0, "big")
     assert isinstance(never, Refusal) and (never.status, never.reason, never.retry_after_s) == (
         413,
         NEVER_FITS_KV,
         None,
     )
-    fit = cap_over_pool // 2500
-    tickets = [gate.arrive(globex, 100, 2400, 0.0, f"r{i}") for i in range(fit + 1)]
+    tickets = [gate.arrive(globex, 100, 2400, 0.0, f"r{i}") for i in range(pool.replicas + 1)]
     assert all(isinstance(t, Ticket) for t in tickets)
     sent = gate.dispatch(pool.name, 0.0)
-    # Each holds 2,500 tokens of KV estimate (prompt and granted output): the pool's cap takes ``fit`` of them.
-    assert len(sent) == fit
+    # Each holds 2,500 tokens of KV estimate (prompt and granted output): a replica's cap of 3,000 takes one, so the
+    # pool takes one a replica, each on its own, although 3,000 x replicas would hold one more over the pool.
+    assert len(sent) == pool.replicas < 3000 * pool.replicas // 2500
+    assert sorted(t.replica for t in sent) == list(range(pool.replicas))
     assert tickets[-1].state == "queued"
-    gate.settle(sent[0], COMPLETED, 1.0)
+    gate.settle(sent[1], COMPLETED, 1.0)
     assert gate.dispatch(pool.name, 1.0) == [tickets[-1]]
+    assert tickets[-1].replica == sent[1].replica
+
+
+def test_the_kv_cap_is_per_replica_requests_go_where_the_tenant_has_room():
+    """Small requests spread over the replicas by the gateway's in-flight load; a large one goes only to a replica
+    where the tenant's estimate leaves room for it, and waits while none does."""
+    gate = _gate(globex={"kv_cap_tokens_per_replica": 3000, "max_concurrent_sequences": 1000})
+    globex = _tenant(gate, "globex")
+    pool = gate.pools[gate.tenants[globex].pool]
+    assert pool.replicas >= 2
+    small = [gate.arrive(globex, 100, 900, 0.0, f"s{i}") for i in range(2 * pool.replicas)]
+    sent = gate.dispatch(pool.name, 0.0)
+    assert sent == small
+    # Two of 1,000 tokens on each replica, one after another round the replicas (the least loaded first).
+    assert [t.replica for t in sent] == [*range(pool.replicas), *range(pool.replicas)]
+    large = gate.arrive(globex, 100, 1900, 0.0, "large")
+    assert isinstance(large, Ticket)
+    # 2,000 resident + 2,000 is over 3,000 on every replica, although the pool holds 2,000 x replicas of 3,000 x replicas.
+    assert gate.dispatch(pool.name, 0.0) == [] and large.state == "queued"
+    gate.settle(small[0], COMPLETED, 1.0)
+    # Replica 0 now holds 1,000: the large one fits there and nowhere else.
+    assert gate.dispatch(pool.name, 1.0) == [large] and large.replica == 0
+    for ticket in [*small[1:], large]:
+        gate.settle(ticket, COMPLETED, 2.0)
+    queue = gate.queues[pool.name]
+    assert queue.resident_kv[globex] == [0] * pool.replicas and queue.replica_inflight == [0] * pool.replicas
+
+
+def test_placement_takes_the_least_loaded_replica_with_room():
+    caps = TenantCaps(max_concurrent_sequences=8, kv_cap_tokens_per_replica=1000)
+    assert place(caps, [0, 0, 0], [2, 1, 1], 500) == 1
+    assert place(caps, [600, 0, 0], [0, 1, 1], 500) == 1
+    assert place(caps, [600, 500, 600], [0, 0, 0], 500) == 1
+    assert place(caps, [600, 501, 600], [0, 0, 0], 500) is None
+    assert place(caps, [0], [0], 1000) == 0 and place(caps, [0], [0], 1001) is None
 
 
 def test_the_concurrency_cap_holds_requests_in_the_queue():
@@ -187,7 +223,7 @@ def test_settlement_on_every_terminal_path_conserves_units(admission, outcome, t
         record["units_debited"] + record["units_released"]
     )
     assert gate.settle(ticket, outcome, 2.0) is None  # once
-    assert gate.inflight[globex] == 0 and gate.resident_kv[globex][ticket.pool] == 0
+    assert gate.inflight[globex] == 0 and not any(gate.queues[ticket.pool].resident_kv[globex])
 
 
 def test_cached_prompt_tokens_are_refunded_to_their_weight():
@@ -269,6 +305,27 @@ def test_the_settings_file_errors_name_the_file_and_field(tmp_path):
         read_settings(path)
     path.write_text(json.dumps({"state": "etcd"}), encoding="utf-8")
     with pytest.raises(QuotacalcError, match=r"enforce.json: state: "):
+        read_settings(path)
+
+
+def test_replica_deployments_name_each_replica_of_a_pool_once(tmp_path):
+    policy = platform_policy()
+    pool = policy.pools[0]
+    path = tmp_path / "enforce.json"
+    ids = [f"{pool.name}-{i}" for i in range(pool.replicas)]
+    check_replicas(EnforceSettings(replica_deployments={pool.name: ids}), policy, path)
+    for given, said in (
+        ({"nowhere": ids}, r"enforce.json: replica_deployments.nowhere: no pool 'nowhere' in the policy \(name one of "),
+        ({pool.name: ids[:-1]}, rf"replica_deployments.{pool.name}: {pool.replicas - 1} deployment ids .* of "
+         rf"{pool.replicas} replicas \(list the model_info.id of each"),
+        ({pool.name: [ids[0]] * pool.replicas}, rf"\({1} distinct\) for pool '{pool.name}'"),
+    ):  # fmt: skip
+        with pytest.raises(QuotacalcError, match=said):
+            check_replicas(EnforceSettings(replica_deployments=given), policy, path)
+    path.write_text(json.dumps({"replica_deployments": {pool.name: "one-id"}}), encoding="utf-8")
+    with pytest.raises(
+        QuotacalcError, match=rf"enforce.json: replica_deployments.{pool.name}: Input should be a valid list"
+    ):
         read_settings(path)
 
 

@@ -1,9 +1,9 @@
 """quotacalc's LiteLLM plugin in a real LiteLLM proxy, loaded from the config ``quotacalc generate --target litellm``
 writes, in front of ``quotacalc emulate`` (speed 20) on 127.0.0.1 (marker ``litellm_proxy``; .ci/run runs them).
 
-The tenant comes from the policy's tenant header here (``tenant_from: header``): keys and teams need LiteLLM's
-Postgres, which the tests do not start; reading the tenant from a key's team is tested on LiteLLM's own
-``UserAPIKeyAuth``. Prompts are counted by the emulator's rule (``prompt_tokens: bytes4``), so admission and the
+The tenant comes from the policy's tenant header here (``tenant_from: header``); tests/test_enforce_paths.py takes
+it from keys a real proxy authenticates (LiteLLM's custom_auth hook, as its Postgres-backed keys cannot run here:
+docs/enforce.md). Prompts are counted by the emulator's rule (``prompt_tokens: bytes4``), so admission and the
 engine agree on a prompt's length.
 """
 
@@ -86,6 +86,9 @@ def test_the_tenant_is_the_authenticated_keys_team_or_metadata(tmp_path):
     assert enforcer.tenant_name(UserAPIKeyAuth(team_id="t-1", team_alias="beta"), {}) == "beta"
     assert enforcer.tenant_name(UserAPIKeyAuth(team_id="alpha", metadata={"tenant": "gamma"}), {}) == "gamma"
     assert enforcer.tenant_name(UserAPIKeyAuth(), {}) is None
+    # A key whose team the policy lacks names that team (a 403 saying so), never another tenant.
+    assert enforcer.tenant_name(UserAPIKeyAuth(team_id="marketing"), {}) == "marketing"
+    assert enforcer.tenant_name(UserAPIKeyAuth(team_id="t-9", team_metadata={"tenant": "beta"}), {}) == "beta"
     # A header names no tenant unless the settings say a trusted layer sets it.
     spoofed = {"proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}
     assert enforcer.tenant_name(UserAPIKeyAuth(), spoofed) is None

@@ -614,3 +614,18 @@ def test_the_limits_and_check_say_clients_set_their_own_priority_and_salt(run_cl
     assert code == 0
     (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "litellm-client-fields"]
     assert finding["subject"] == "targets.litellm" and finding["fix"].startswith("put a gateway that sets them")
+
+
+def test_the_plugins_limits_name_the_pools_whose_kv_cap_holds_over_their_replicas_only():
+    """With the plugin, a pool of several replicas reached through one api_base loses the cap per replica (its balancer
+    places requests); a pool of one replica loses nothing."""
+    policy, result = _export(enforce="plugin")
+    several = [pool.name for pool in policy.pools if pool.replicas > 1]
+    assert several
+    (line,) = [line for part, line in result.notes if part == "kv_cap"]
+    for name in several:
+        assert name in line.split(":", 1)[0]
+    assert "replica_deployments" in line
+    single = policy.model_copy(update={"pools": tuple(p.model_copy(update={"replicas": 1}) for p in policy.pools)})
+    _policy, result = _export(single, enforce="plugin")
+    assert not any(part == "kv_cap" for part, _line in result.notes)

@@ -1,11 +1,13 @@
 """Per-tenant caps at the gateway: sequences in flight, and resident KV on each replica (docs/method.md §3).
 
 A request whose own KV estimate (prompt + the output it may produce) is above the tier's per-replica cap
-could never be placed: it is refused at once. Otherwise it waits while the tenant is at either cap.
+could never be placed: it is refused at once. Otherwise it waits while the tenant is at its concurrency cap, or
+while no replica of its pool has room for it beside the tenant's estimate already there (``place``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 #: Why an admitted request waits at the gateway rather than going to an engine.
@@ -30,6 +32,20 @@ def at_concurrency_cap(caps: TenantCaps, in_flight: int) -> bool:
 def fits_kv(caps: TenantCaps, resident_estimate: int, kv_estimate: int) -> bool:
     """Whether the request fits under the cap beside the tenant's estimate already on a replica."""
     return resident_estimate + kv_estimate <= caps.kv_cap_tokens_per_replica
+
+
+def place(
+    caps: TenantCaps, resident_by_replica: Sequence[int], load_by_replica: Sequence[int], kv_estimate: int
+) -> int | None:
+    """The replica a request goes to: among those where it fits under the cap beside the tenant's estimate already
+    there, the least loaded (then the lowest index), as simulate's gateway places it; None while none has room."""
+    best: tuple[int, int] | None = None
+    for replica, resident in enumerate(resident_by_replica):
+        if fits_kv(caps, resident, kv_estimate):
+            key = (load_by_replica[replica], replica)
+            if best is None or key < best:
+                best = key
+    return None if best is None else best[1]
 
 
 class InFlight:

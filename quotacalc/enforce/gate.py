@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, never_fits
+from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, never_fits, place
 from quotacalc.admission.ledger import ADMITTED, NEVER_ADMISSIBLE, Ledger, Settlement
 from quotacalc.admission.policies import AdmissionPolicy
 from quotacalc.admission.policies.base import UNLIMITED
@@ -90,6 +90,8 @@ class Ticket:
     limit_tokens: int
     kv_estimate: int
     start_s: float
+    #: The replica of the pool the gateway placed it on (its resident-KV cap is counted there), once sent.
+    replica: int | None = None
     hold: float = 0.0
     granted: int = 0
     reserved_units: float = 0.0
@@ -127,6 +129,10 @@ class _PoolQueue:
     scheduler: VirtualTokenCounter
     queues: list[deque[Ticket]]
     inflight_bound: int
+    #: Each tenant's resident KV estimate (prompt + granted output) on each replica of the pool.
+    resident_kv: list[list[int]]
+    #: Sequences in flight on each replica, from this gateway.
+    replica_inflight: list[int]
     inflight: int = 0
 
 
@@ -175,10 +181,10 @@ class Gate:
                 VirtualTokenCounter(list(weights)),
                 [deque() for _ in self.tenants],
                 max(1, per_replica * pool.replicas),
+                [[0] * pool.replicas for _ in self.tenants],
+                [0] * pool.replicas,
             )
         self.inflight = [0] * len(self.tenants)
-        #: Each tenant's resident KV estimate (prompt + granted output) on each pool, summed over its replicas.
-        self.resident_kv: list[dict[str, int]] = [{} for _ in self.tenants]
         self.live: dict[str, Ticket] = {}
         self.stats = [TenantStats() for _ in self.tenants]
         # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
@@ -360,29 +366,33 @@ class Gate:
 
     # -- fair queueing -----------------------------------------------------------------------------
 
-    def _fits_kv(self, ticket: Ticket) -> bool:
-        pool = self.pools[ticket.pool]
-        resident = self.resident_kv[ticket.tenant].get(ticket.pool, 0)
-        return resident + ticket.kv_estimate <= self.caps[ticket.tenant].kv_cap_tokens_per_replica * pool.replicas
+    def _placement(self, queue: _PoolQueue, ticket: Ticket) -> int | None:
+        caps = self.caps[ticket.tenant]
+        return place(caps, queue.resident_kv[ticket.tenant], queue.replica_inflight, ticket.kv_estimate)
 
     def dispatch(self, pool_name: str, now: float) -> list[Ticket]:
         """Tickets that may go to the pool's engines now, the backlogged tenant with the smallest virtual counter
-        first, within the pool's in-flight bound and each tenant's concurrency and resident-KV caps."""
+        first, within the pool's in-flight bound and each tenant's concurrency cap, each placed on a replica where
+        the tenant's resident KV leaves room for it under the per-replica cap (``Ticket.replica``)."""
         queue = self.queues[pool_name]
         sent: list[Ticket] = []
         while queue.inflight < queue.inflight_bound:
             best: tuple[float, int, int] | None = None
+            best_replica = 0
             for tenant, waiting in enumerate(queue.queues):
                 while waiting and waiting[0].state != QUEUED:
                     waiting.popleft()
                 if not waiting:
                     queue.scheduler.drained(tenant)
                     continue
-                if at_concurrency_cap(self.caps[tenant], self.inflight[tenant]) or not self._fits_kv(waiting[0]):
+                if at_concurrency_cap(self.caps[tenant], self.inflight[tenant]):
                     continue
                 key = (queue.scheduler.counter(tenant), self.tenants[tenant].priority, tenant)
-                if best is None or key < best:
-                    best = key
+                if best is not None and key >= best:
+                    continue
+                replica = self._placement(queue, waiting[0])
+                if replica is not None:
+                    best, best_replica = key, replica
             if best is None:
                 break
             tenant = best[2]
@@ -392,10 +402,11 @@ class Gate:
             queue.scheduler.charge(tenant, ticket.prompt_units)
             ticket.state = SENT
             ticket.sent_s = now
+            ticket.replica = best_replica
             queue.inflight += 1
+            queue.replica_inflight[best_replica] += 1
+            queue.resident_kv[tenant][best_replica] += ticket.kv_estimate
             self.inflight[tenant] += 1
-            kv = self.resident_kv[tenant]
-            kv[pool_name] = kv.get(pool_name, 0) + ticket.kv_estimate
             stats = self.stats[tenant]
             stats.queue_wait_s_sum += now - ticket.start_s
             stats.queue_waits += 1
@@ -522,8 +533,9 @@ class Gate:
             queue = self.queues[ticket.pool]
             queue.inflight -= 1
             self.inflight[ticket.tenant] -= 1
-            kv = self.resident_kv[ticket.tenant]
-            kv[ticket.pool] = kv.get(ticket.pool, 0) - ticket.kv_estimate
+            if ticket.replica is not None:
+                queue.replica_inflight[ticket.replica] -= 1
+                queue.resident_kv[ticket.tenant][ticket.replica] -= ticket.kv_estimate
             stats.live_sequences -= 1
             stats.live_kv_tokens -= ticket.kv_estimate
         ticket.record = {

@@ -43,7 +43,7 @@ from quotacalc.enforce.gate import (
     Ticket,
     refusal_record,
 )
-from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, read_policy, read_settings
+from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, check_replicas, read_policy, read_settings
 
 log = logging.getLogger("quotacalc.enforce")
 
@@ -88,6 +88,7 @@ class QuotacalcEnforcer(CustomLogger):
         settings = read_settings(path)
         self.settings: EnforceSettings = settings
         policy, salts = read_policy(settings, path.parent)
+        check_replicas(settings, policy, path)
         self.policy = policy
         now = time.time()
         if store is None:
@@ -128,15 +129,21 @@ class QuotacalcEnforcer(CustomLogger):
             return None
         metadata = getattr(user_api_key_dict, "metadata", None) or {}
         team_metadata = getattr(user_api_key_dict, "team_metadata", None) or {}
-        for candidate in (
-            metadata.get("tenant"),
-            team_metadata.get("tenant"),
-            getattr(user_api_key_dict, "team_alias", None),
-            getattr(user_api_key_dict, "team_id", None),
-        ):
-            if candidate and self.gate.tenant_index(candidate) is not None:
+        candidates = [
+            candidate
+            for candidate in (
+                metadata.get("tenant"),
+                team_metadata.get("tenant"),
+                getattr(user_api_key_dict, "team_alias", None),
+                getattr(user_api_key_dict, "team_id", None),
+            )
+            if candidate
+        ]
+        for candidate in candidates:
+            if self.gate.tenant_index(candidate) is not None:
                 return candidate
-        return metadata.get("tenant") or getattr(user_api_key_dict, "team_alias", None)
+        # A key that names only tenants the policy lacks is refused by that name (403), not as a key of none (401).
+        return candidates[0] if candidates else None
 
     # -- records and errors ------------------------------------------------------------------------
 
@@ -263,6 +270,11 @@ class QuotacalcEnforcer(CustomLogger):
             raise self.http_error(refusal)
         max_tokens = None if data.get("stream") else gate.lease_all(ticket, time.time())
         rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
+        replicas = self.settings.replica_deployments.get(ticket.pool)
+        if replicas and ticket.replica is not None:
+            # A deployment's id as the model pins LiteLLM's router to it (Router.get_available_deployment): the
+            # request reaches the replica its resident-KV cap was counted on.
+            rewritten["model"] = replicas[ticket.replica]
         # priority and cache_salt travel in extra_body, which LiteLLM merges into the engine's body: a top-level
         # integer priority would instead queue the request in LiteLLM's own scheduler (Router.schedule_acompletion).
         extra = {key: rewritten.pop(key) for key in ("priority", "cache_salt") if key in rewritten}

@@ -47,6 +47,12 @@ class EnforceSettings(BaseModel):
     )
     queue_wait_max_s: float = Field(30.0, gt=0, description="longest wait in the fair queue before a 429")
     lease_ttl_s: float = Field(120.0, gt=0, description="a lease's life without a token or renewal")
+    replica_deployments: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="pool -> the model_info.id of each of its replicas' deployments in config.yaml, one a replica: "
+        "the plugin sends each request to the replica it placed it on, so the resident-KV cap holds on each replica; "
+        "a pool not named is one deployment (a Service in front of its replicas) and the engines' balancer places it",
+    )
 
     def admission(self) -> AdmissionPolicy:
         return make_policy(self.admission_policy, {"lease_tokens": self.lease_tokens})
@@ -110,3 +116,20 @@ def read_policy(settings: EnforceSettings, base: Path) -> tuple[QuotaPolicy, dic
                 "generate the canonical target with the salt secret (QUOTACALC_SALT_SECRET)",
             )
     return policy, salts
+
+
+def check_replicas(settings: EnforceSettings, policy: QuotaPolicy, path: Path) -> None:
+    """Each pool ``replica_deployments`` names is in the policy, with one distinct deployment id a replica."""
+    pools = {pool.name: pool for pool in policy.pools}
+    for name, ids in settings.replica_deployments.items():
+        field = f"replica_deployments.{name}"
+        if name not in pools:
+            raise _fail(path, field, f"no pool '{name}' in the policy", f"name one of {', '.join(pools)}")
+        replicas = pools[name].replicas
+        if len(ids) != replicas or len(set(ids)) != len(ids):
+            raise _fail(
+                path,
+                field,
+                f"{len(ids)} deployment ids ({len(set(ids))} distinct) for pool '{name}' of {replicas} replicas",
+                f"list the model_info.id of each of its {replicas} replicas' deployments once",
+            )

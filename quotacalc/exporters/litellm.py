@@ -295,13 +295,25 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
 
 def _plugin_limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
     """What this plan adds to the plugin's declared capabilities (docs/enforce.md)."""
-    return tuple(
+    notes: list[tuple[str, str]] = []
+    shared = [pool.name for pool in policy.pools if pool.replicas > 1]
+    if shared:
+        notes.append(
+            (
+                "kv_cap",
+                f"Pool{'s' if len(shared) > 1 else ''} {', '.join(shared)}: config.yaml reaches each through one "
+                "api_base, so one replica may hold more than a tenant's cap while another holds less, until "
+                "enforce.json's replica_deployments names a deployment per replica.",
+            )
+        )
+    notes += [
         ("lora", line)
         for line in lora_lines(
             policy,
             "not served through this proxy until model_list has an entry per adapter.",
         )
-    )
+    ]
+    return tuple(notes)
 
 
 def client_fields_problem(policy: QuotaPolicy) -> tuple[str, str] | None:

@@ -425,10 +425,12 @@ TARGETS: dict[str, Target] = {
                 retry_after=("yes", "The plugin's 429 carries the policy's Retry-After"),
                 kv_cap=(
                     "partly",
-                    "Per replica: the plugin counts a tenant's live prompt and granted output over the pool (its cap "
-                    "times the pool's replicas) and refuses a request above one replica's cap; it cannot see which "
-                    "replica LiteLLM's api_base sends a request to, so one replica may hold more than the cap while "
-                    "another holds less",
+                    "Per replica: the plugin places each request on a replica with room under the tenant's cap and "
+                    "pins it there where enforce.json's replica_deployments names each replica's deployment; a pool "
+                    "reached through one api_base (its Service) lets the balancer pick the replica, so there the "
+                    "tenant's KV stays within the cap times the replicas and no request is above one replica's cap",
+                    "list one deployment per replica (model_info.id) and name them in enforce.json's "
+                    "replica_deployments (docs/enforce.md)",
                 ),
                 max_context=(
                     "yes",
@@ -443,8 +445,9 @@ TARGETS: dict[str, Target] = {
                     "yes",
                     "The plugin takes the tenant from the authenticated LiteLLM key (its or its team's metadata), "
                     "never the body; teams and keys (teams.json, keys.json) need LiteLLM's database (Postgres)",
-                    "without the database, set tenant_from: header in enforce.json and let a trusted layer in front "
-                    "set the policy's tenant header",
+                    "without the database, authenticate keys with LiteLLM's general_settings.custom_auth (a "
+                    "UserAPIKeyAuth naming the key's team or metadata tenant), or set tenant_from: header in "
+                    "enforce.json and let a trusted layer in front set the policy's tenant header",
                 ),
                 lora=(
                     "no",
