@@ -108,7 +108,7 @@ def run_as_typer_runs(command: Callable[[], Any]) -> Any:
         return command()
     except EOFError as error:
         from typer._click import echo
-        from typer._click.exceptions import Abort
+        from typer.exceptions import Abort
 
         echo(file=sys.stderr)
         raise Abort() from error
@@ -124,7 +124,7 @@ def run_as_typer_runs(command: Callable[[], Any]) -> Any:
         sys.exit(1)
     except Exception as error:
         # Only a command that imported typer can raise its Exit.
-        exceptions = sys.modules.get("typer._click.exceptions")
+        exceptions = sys.modules.get("typer.exceptions")
         if exceptions is not None and isinstance(error, exceptions.Exit):
             return error.exit_code
         raise
