@@ -39,6 +39,7 @@ PLAIN = {
     "unicode-model": ["--model", "Llama-3.3-70B-Instruct-ü", "--gpu", "h100-sxm", "--json"],
     "no-model": ["--gpu", "h100-sxm"],
     "nothing": [],
+    "empty-plan": ["", *LLAMA],
     "missing-plan": ["no-such-plan.yaml"],
     "platform-needs-pool": [str(Path(EXAMPLE).with_name("platform.yaml"))],
 }
@@ -154,9 +155,10 @@ def test_its_options_are_the_built_commands():
     for name, default in fast.DEFAULTS.items():
         assert params[name].default == default, name
     texts = {}
+    for param in params.values():  # nothing read from the environment, no callback, one value each
+        assert param.envvar is None and param.callback is None and not param.multiple and param.nargs == 1
     for name in deployment:
         param = params[name]
-        assert param.envvar is None and param.callback is None and not param.multiple and param.nargs == 1
         info = param.type_descriptor.parameter_info
         if param.type_descriptor.annotation is str and not param.is_flag and info.parser is None:
             (flag,) = param.opts
