@@ -66,7 +66,7 @@ CASES = {
     "quotacalc price examples/llama-3.3-70b-h100.yaml (the worked example)": ["price", EXAMPLE],
     "quotacalc price examples/llama-3.3-70b-h100.yaml --json (the worked example)": ["price", EXAMPLE, "--json"],
     # The plan's own batch given as a flag: the same result, parsed by typer (cli/fast.py leaves numbers to it).
-    "quotacalc price examples/llama-3.3-70b-h100.yaml --batch 128 (the full command line)": [
+    "quotacalc price examples/llama-3.3-70b-h100.yaml --batch 128 (the worked example, full command line)": [
         "price",
         EXAMPLE,
         "--batch",
