@@ -167,3 +167,19 @@ def test_its_options_are_the_built_commands():
     assert {"--model", "--gpu", "--tp", "--weight-dtype"} <= set(texts)
     # The command's own options besides the switches are not parsed by the fast path.
     assert params["plan"].opts == ["plan"] and params["output_format"].opts == ["--format"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+@pytest.mark.parametrize("extra", [[], ["--json"]], ids=["table", "json"])
+def test_output_that_cannot_be_written_ends_the_same(extra):
+    """stdout on a full device: the same one-line error and exit code from both paths."""
+    ended = {}
+    for path, run in (("fast", "quotacalc.cli.entry"), ("full", "quotacalc.cli.app")):
+        code = f"import sys\nsys.argv = ['quotacalc', *sys.argv[1:]]\nfrom {run} import main\nmain()\n"
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [sys.executable, "-c", code, "price", EXAMPLE, *extra], stdout=full, stderr=subprocess.PIPE, timeout=120
+            )
+        ended[path] = (proc.returncode, proc.stderr)
+    assert ended["fast"] == ended["full"]
+    assert ended["fast"][0] == 1 and b"No space left on device" in ended["fast"][1]
