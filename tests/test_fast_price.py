@@ -183,3 +183,25 @@ def test_output_that_cannot_be_written_ends_the_same(extra):
         ended[path] = (proc.returncode, proc.stderr)
     assert ended["fast"] == ended["full"]
     assert ended["fast"][0] == 1 and b"No space left on device" in ended["fast"][1]
+
+
+def test_a_calibrated_plan_prices_the_same(tmp_path, run_cli, capsys):
+    """A plan with a calibration: its figures and its warning (a batch its runs do not cover), a comparison whose
+    other GPU it does not hold for, and the measured
+    pool's record refusing another GPU."""
+    import json
+    import shutil
+
+    plan = tmp_path / "plan.yaml"
+    shutil.copy(EXAMPLE, plan)
+    bench = Path(EXAMPLE).parent / "calibration" / "synthetic-llama-3.3-70b-h100-tp4.csv"
+    assert run_cli("calibrate", plan, "--bench", bench, "--write", plan)[0] == 0
+    assert "calibration:" in plan.read_text(encoding="utf-8")
+    ended = {}
+    for extra in ([], ["--json"], ["--gpu", "h100-sxm,h200", "--json"], ["--gpu", "h200", "--strict"]):
+        ended[" ".join(extra)] = _in_process(capsys, [str(plan), *extra])
+        assert ended[" ".join(extra)] == run_cli("price", str(plan), *extra), extra
+    assert ended["--json"][0] == 0 and json.loads(ended["--json"][1])["calibrated"]
+    rows = {row["gpu"]: row for row in json.loads(ended["--gpu h100-sxm,h200 --json"][1])["rows"]}
+    assert rows["h100-sxm"]["calibrated"] is True and rows["h200"]["calibrated"] is False
+    assert ended["--gpu h200 --strict"][0] != 0
