@@ -187,8 +187,7 @@ def test_output_that_cannot_be_written_ends_the_same(extra):
 
 def test_a_calibrated_plan_prices_the_same(tmp_path, run_cli, capsys):
     """A plan with a calibration: its figures and its warning (a batch its runs do not cover), a comparison whose
-    other GPU it does not hold for, and the measured
-    pool's record refusing another GPU."""
+    other GPU it does not hold for, and the measured pool's record refusing another GPU."""
     import json
     import shutil
 
