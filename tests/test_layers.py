@@ -227,9 +227,9 @@ def test_the_checker_sees_what_it_checks():
     # under TYPE_CHECKING
     replica = [name for name, _ in _imports("quotacalc.core.replica", MODULES["quotacalc.core.replica"])]
     assert "quotacalc.core.pricing_inputs" in replica
-    app = [name for name, _ in _imports("quotacalc.cli.app", MODULES["quotacalc.cli.app"])]
+    pricing = [name for name, _ in _imports("quotacalc.cli.pricing", MODULES["quotacalc.cli.pricing"])]
     # imported inside a command's function body
-    assert "quotacalc.priced.deployment" in app
+    assert "quotacalc.priced.deployment" in pricing
 
 
 def test_shipped_yaml_passes_the_strict_loader():

@@ -75,7 +75,7 @@ def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(
     ("args", "command"),
     [
-        (["price", *LLAMA, "--json"], "price"),
+        (["price", *LLAMA, "--json", "--batch", "128"], "price"),  # a number: typer parses it (cli/fast.py)
         (["kv", *LLAMA, "--context", "131072", "--json"], "kv"),
         (["size", *LLAMA, "--rps", "5", "--prompt-tokens", "2000", "--output-tokens", "500", "--json"], "size"),
         (["gpus", "--json"], "gpus"),
@@ -87,6 +87,26 @@ def test_a_json_call_builds_its_command_alone(tmp_path, args, command):
     report = _run_and_report(tmp_path, *args)
     assert report["built"] == [command]
     assert _loaded(report["modules"], OTHER_COMMANDS + TABLES) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["price", str(Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml")],
+        ["price", str(Path(__file__).parent.parent / "examples" / "llama-3.3-70b-h100.yaml"), "--json"],
+        ["price", *LLAMA, "--json"],
+    ],
+    ids=["example", "example-json", "flags-json"],
+)
+def test_a_plain_price_builds_no_command_line(tmp_path, args):
+    """cli/fast.py runs it: no typer, no command built, nothing of the other commands; --json without rich."""
+    report = _run_and_report(tmp_path, *args)
+    assert report["built"] is None  # cli/app.py never imported
+    # A plan file is read (and parsed by PyYAML the first time this cache sees it).
+    read = ("quotacalc.inputs.plan", "yaml") if args[1].endswith(".yaml") else ()
+    others = tuple(name for name in OTHER_COMMANDS if name not in read)
+    unwanted = ("typer", "click", "quotacalc.cli.app", "quotacalc.cli.lazy", *others)
+    assert _loaded(report["modules"], unwanted + (TABLES if "--json" in args else ())) == []
 
 
 def test_a_plan_read_again_is_not_parsed_again(tmp_path):
@@ -186,22 +206,32 @@ main()
 """
 
 
+#: A price the full command line parses (a number among its flags), and one cli/fast.py runs.
+_FULL = ["price", *LLAMA, "--json", "--batch", "128"]
+_FAST = ["price", *LLAMA, "--json"]
+
+
 @pytest.mark.parametrize(
-    ("module", "how"),
+    ("module", "how", "args"),
     [
-        ("typing", "signal"),  # the first import of all: typer's, once the package's __init__ imported none
-        ("typer", "raise"),  # importing the CLI's libraries
-        ("quotacalc.cli.lazy", "signal"),
-        ("pydantic", "signal"),  # parsing the options
-        ("quotacalc.core.deployment", "raise"),  # building the command's options
-        ("quotacalc.inputs.resolve", "raise"),  # running the command
-        ("quotacalc.cli.json_out", "signal"),  # writing its output
+        ("typing", "signal", _FULL),  # the first import of all: typer's, once the package's __init__ imported none
+        ("typer", "raise", _FULL),  # importing the CLI's libraries
+        ("quotacalc.cli.lazy", "signal", _FULL),
+        ("pydantic", "signal", _FULL),  # parsing the options
+        ("quotacalc.core.deployment", "raise", _FULL),  # building the command's options
+        ("quotacalc.inputs.resolve", "raise", _FULL),  # running the command
+        ("quotacalc.cli.json_out", "signal", _FULL),  # writing its output
+        ("quotacalc.cli.fast", "raise", _FAST),  # recognising a plain price
+        ("quotacalc.core.deployment", "signal", _FAST),  # reading its options
+        ("quotacalc.cli.outcome", "raise", _FAST),
+        ("quotacalc.inputs.resolve", "signal", _FAST),
+        ("quotacalc.cli.json_out", "raise", _FAST),
     ],
 )
-def test_ctrl_c_while_importing_is_one_line_and_130(tmp_path, module, how):
+def test_ctrl_c_while_importing_is_one_line_and_130(tmp_path, module, how, args):
     mark = tmp_path / "interrupted"
     proc = subprocess.run(
-        [sys.executable, "-c", _INTERRUPT_AT_IMPORT, module, how, str(mark), "price", *LLAMA, "--json"],
+        [sys.executable, "-c", _INTERRUPT_AT_IMPORT, module, how, str(mark), *args],
         capture_output=True,
         timeout=120,
         env={key: value for key, value in os.environ.items() if key != "QUOTACALC_DEBUG"},

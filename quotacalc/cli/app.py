@@ -6,8 +6,6 @@ command's options, imports and models, not for the other ten.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -15,11 +13,14 @@ import typer
 
 from quotacalc.cli.lazy import LazyCommands, LazyGroup
 from quotacalc.cli.options import option_parameters, whole_number
+from quotacalc.cli.pricing import COMPARABLE, plan_calibration, run_price
+from quotacalc.cli.pricing import no_explain_in_rows as _no_explain_in_rows
+from quotacalc.cli.pricing import strict_gate as _strict_gate
+from quotacalc.cli.pricing import warn as _warn
 from quotacalc.errors import QuotacalcError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
 
 _SETTINGS: dict[str, Any] = {
     "add_completion": False,
@@ -72,32 +73,11 @@ PoolOption = Annotated[str | None, typer.Option("--pool", help="platform plan: t
 StrictOption = Annotated[bool, typer.Option("--strict", help="turn every warning into an error (exit 1), for CI")]
 
 
-def _strict_gate(warnings: tuple[str, ...], calibration, *, strict: bool) -> tuple[str, ...]:
-    """Every warning of the run, with the calibration's (``fail_under_strict`` before anything is printed)."""
-    from quotacalc.cli.streams import fail_under_strict
-
-    warnings = (*warnings, calibration[1]) if calibration[1] else tuple(warnings)
-    fail_under_strict(warnings, strict=strict)
-    return warnings
-
-
-def _warn(warnings: tuple[str, ...], *, printed: bool) -> None:
-    """Warnings go to stderr (the table path prints its own)."""
-    if not printed:
-        from quotacalc.cli.streams import print_warnings
-
-        print_warnings(warnings)
-
-
 # Each command's generated options, made only when that command is built.
 def _comparable_options() -> dict[str, list]:
     from quotacalc.core.deployment import Deployment
 
-    return {
-        "deployment_flags": option_parameters(
-            Deployment, panel="Deployment", lists=("gpu", "tp"), per_gpu=("gpu_hour_usd",)
-        )
-    }
+    return {"deployment_flags": option_parameters(Deployment, panel="Deployment", **COMPARABLE)}
 
 
 def _traffic_options() -> dict[str, list]:
@@ -141,15 +121,6 @@ def _kv_options() -> dict[str, list]:
     return options
 
 
-def plan_calibration(plan_file, inputs) -> tuple[dict[str, Any] | None, str | None]:
-    """cli/calibrate.py's ``plan_calibration``, imported only when there is a plan calibration to read."""
-    if plan_file is None or plan_file.calibration is None:
-        return None, None
-    from quotacalc.cli.calibrate import plan_calibration as of_plan
-
-    return of_plan(plan_file, inputs)
-
-
 @commands.command("price", options=_comparable_options)
 def price_command(
     plan: PlanArgument = None,
@@ -162,40 +133,7 @@ def price_command(
     deployment_flags,
 ):
     """What one replica costs: token times, output weight W, budget, KV pool, $ per month and per million tokens."""
-    from quotacalc.cli.compare import check_format, run_comparison, split_axes
-
-    deployment_flags, axes = split_axes(deployment_flags)
-    if axes.is_comparison or check_format(output_format, as_json) != "table":
-        output_format = "json" if as_json else output_format
-        _no_explain_in_rows(explain)
-        return run_comparison("price", plan, deployment_flags, axes, output_format, strict=strict, pool=pool)
-    from quotacalc.priced.deployment import price_deployment
-
-    priced = price_deployment(plan, pool, deployment_flags)
-    result = priced.price
-    calibration = plan_calibration(priced.plan_file, result.inputs)
-    warnings = _strict_gate(result.warnings, calibration, strict=strict)
-    if as_json:
-        from quotacalc.cli.json_out import emit_json, price_json
-
-        emit_json(price_json(result, explain=explain, calibration=calibration))
-    else:
-        from quotacalc.cli.tables import price_table
-
-        price_table(result, explain=explain, calibration=calibration)
-    _warn(warnings, printed=not as_json)
-
-
-def _no_explain_in_rows(explain: bool) -> None:
-    """Rows (a comparison, --format json|csv|markdown) carry figures, not their explanation: say so, not ignore it."""
-    if explain:
-        from quotacalc.errors import UsageError
-
-        raise UsageError(
-            "explains one deployment, not rows of a comparison or of --format",
-            field="--explain",
-            fix="give one --gpu and --tp with --json --explain, or drop --explain",
-        )
+    return run_price(plan, as_json, explain, output_format, pool, strict, deployment_flags)
 
 
 def _plan_document(plan: str) -> dict[str, Any]:
@@ -483,18 +421,6 @@ def targets_command(as_json: JsonOption = False):
     targets_listing(as_json=as_json)
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    from quotacalc.errors import printable
-
-    sys.stderr.write(f"quotacalc: {printable(message)}\n")
-    sys.exit(code)
-
-
-def _interrupted() -> NoReturn:
-    # 128 + SIGINT, as shells report it: an interrupted CI job must never look green.
-    _fail("interrupted", 130)
-
-
 @commands.command("examples")
 def examples_command(
     name: Annotated[str | None, typer.Argument(help="an example's name; omit to list them", show_default=False)] = None,
@@ -610,81 +536,7 @@ commands.declare(
 
 
 def main() -> None:
-    """Entry point: one-line errors with exit codes, never a traceback for bad input."""
-    try:
-        from quotacalc.cli.streams import fit_output_encoding, outlive_closed_pipes
+    """Entry point: one-line errors with exit codes, never a traceback for bad input (cli/outcome.py)."""
+    from quotacalc.cli.outcome import report_outcome
 
-        outlive_closed_pipes()
-        fit_output_encoding()
-        code = app(standalone_mode=False)
-        # Output still buffered fails here, where it is reported, not in the interpreter's exit (exit 120).
-        sys.stdout.flush()
-    except QuotacalcError as error:
-        _fail(f"error: {error.one_line()}", error.exit_code)
-    except KeyboardInterrupt:
-        _interrupted()
-    except Exception as error:
-        if _raised_by_interrupt(error):  # Ctrl-C inside a hook Python wraps (3.11's __set_name__: RuntimeError)
-            _interrupted()
-        if type(error).__name__ == "NoArgsIsHelpError":  # `quotacalc` alone: the help, as asked for
-            sys.stdout.write(error.format_message().rstrip() + "\n")
-            sys.exit(error.exit_code)
-        # Command-line parse errors (typer's click): duck-typed, since typer vendors its own click.
-        if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
-            message = " ".join(error.format_message().split())
-            if message:  # empty when the help was printed instead (no arguments)
-                command = getattr(getattr(error, "ctx", None), "command_path", "quotacalc")
-                hint = f" (see '{command} --help')" if error.exit_code == 2 else ""
-                _fail(f"error: {message}{hint}", error.exit_code)
-            sys.exit(error.exit_code)
-        if type(error).__name__ == "Abort":
-            _interrupted()
-        if os.environ.get("QUOTACALC_DEBUG"):
-            raise
-        if (hostile := _input_error(error)) is not None:
-            _fail(f"error: {hostile}", 1)
-        if (unwritable := _output_error(error)) is not None:
-            _fail(f"error: {unwritable}", 1)
-        _fail(f"internal error: {type(error).__name__}: {error} (set QUOTACALC_DEBUG=1 for a traceback)", 3)
-    if code == 130:  # typer turns Ctrl-C inside a command into Exit(130), returned when not standalone
-        _interrupted()
-    if isinstance(code, int) and code:
-        sys.exit(code)
-
-
-def _output_error(error: Exception) -> str | None:
-    """Output that cannot be written (stdout on a full disk, a quota, a failing device): the place and the fix,
-    not 'internal error'. What stdout still holds is dropped, so the exit does not raise the same error again."""
-    import errno
-
-    if not isinstance(error, OSError) or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (replaces the stream for the rest of the process)
-    where = error.filename or "the output"
-    return f"{where}: cannot write: {error.strerror or error} (free space there, or send the output elsewhere)"
-
-
-def _raised_by_interrupt(error: BaseException) -> bool:
-    """Whether a KeyboardInterrupt is in the error's chain of causes."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _input_error(error: Exception) -> str | None:
-    """A last net for input that slipped past validation: say what was wrong with it, not 'internal error'."""
-    from pydantic import ValidationError
-
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        return f"{field}: {first['msg']}" if field else first["msg"]
-    if isinstance(error, OverflowError):
-        return f"a number in the input is out of range ({error})"
-    return None
+    report_outcome(lambda: app(standalone_mode=False))

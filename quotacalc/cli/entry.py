@@ -36,9 +36,12 @@ def main() -> None:
     except ValueError:  # not the main thread (an embedding host): its signals are not ours to handle
         pass
     try:
-        from quotacalc.cli.app import main as run
+        from quotacalc.cli.fast import serve
 
-        run()
+        if not serve(sys.argv[1:]):  # a plain `price` runs without building the command line
+            from quotacalc.cli.app import main as run
+
+            run()
     except KeyboardInterrupt:
         _exit_interrupted()
     except SystemExit as done:
