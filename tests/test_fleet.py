@@ -731,3 +731,25 @@ def test_the_plugins_refusal_records_are_no_load(run_cli, tmp_path, plan_path, p
     assert_golden_spread(document, units(policy))
     assert document["rows_read"] == 3 and document["rows_used"] == 3
     assert document["rows_rejected"] == dict.fromkeys(document["rows_rejected"], 0)
+
+
+def test_records_the_plugin_billed_nothing_are_no_load(run_cli, tmp_path, plan_path, policy) -> None:
+    """The plugin bills a request's prompt once a token came back or once the client ended a request the engine had.
+    A record of no output and nothing billed never reached an engine (a 429 after waiting in the queue carries no
+    status; a client gone while queued): no load, not a bad row. A client gone after the engine had it (no output,
+    its prompt billed) is load: its prompt's units, at its start."""
+    queued = Request("q1", "a", 3.0, 4.0, output=0)
+    gone = Request("q2", "b", 40.0, 40.0, output=0)
+    extra = [
+        {**quotacalc_record(queued), "outcome": "queue_timeout", "retry_after_s": 1},
+        {**quotacalc_record(Request("q3", "b", 5.0, 6.5, output=0)), "outcome": "disconnect"},
+        {**quotacalc_record(gone, units(policy, output=0)), "outcome": "disconnect"},
+    ]
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests(), [json.dumps(r) for r in extra])
+    document = fleet_json(run_cli, log, "--plan", plan_path, "--window", "1,10,60")
+    assert document["rows_read"] == 4 and document["rows_used"] == 4
+    assert document["rows_rejected_total"] == 0
+    usage = {t["tenant"]: t for t in document["tenants"]}
+    assert usage["a"]["requests"] == 2 and usage["a"]["units"] == pytest.approx(2 * units(policy))
+    assert usage["b"]["requests"] == 2
+    assert usage["b"]["units"] == pytest.approx(units(policy) + units(policy, output=0))

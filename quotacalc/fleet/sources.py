@@ -53,9 +53,31 @@ class SourceFormat:
     what: str = ""
 
 
-#: The key quotacalc's enforcement plugin writes only on the record of a request it refused (401, 403, 400, 413,
-#: 429, 503): such a request never reached an engine, so its prompt is no load; the records are left out.
+#: The key quotacalc's enforcement plugin writes only on the record of a request it refused before its queue (401,
+#: 403, 400, 413, 429, 503): such a request never reached an engine, so its prompt is no load; the records are left
+#: out.
 REFUSAL_KEY = "status"
+#: The units the plugin billed a request. It bills the prompt once a token came back or once the client ended a
+#: request the engine had, so a record of no output token and nothing billed (a 429 after waiting in the queue, a
+#: client gone while queued) never loaded an engine: left out too, not counted as a bad row.
+DEBITED_KEY = "units_debited"
+
+
+def _duckdb_no_load(record: str, output_key: str) -> str:
+    """A quotacalc record of a request that never reached an engine (DuckDB; ``record``: the line's JSON)."""
+    debited = f"TRY_CAST(json_extract_string({record}, '$.{DEBITED_KEY}') AS DOUBLE)"
+    output = f"TRY_CAST(json_extract_string({record}, '{_json_path((output_key,))}') AS DOUBLE)"
+    refused = f"json_extract({record}, '$.{REFUSAL_KEY}') IS NOT NULL"
+    return f"({refused} OR COALESCE({debited} = 0 AND {output} = 0, FALSE))"
+
+
+def _spark_no_load(line: str, output_key: str) -> str:
+    """``_duckdb_no_load`` on Spark (``line``: the line's text)."""
+    debited = f"try_cast(get_json_object({line}, '$.{DEBITED_KEY}') AS DOUBLE)"
+    output = f"try_cast(get_json_object({line}, '$.{output_key}') AS DOUBLE)"
+    refused = f"get_json_object({line}, '$.{REFUSAL_KEY}') IS NOT NULL"
+    return f"({refused} OR COALESCE({debited} = 0 AND {output} = 0, FALSE))"
+
 
 FORMATS: dict[str, SourceFormat] = {
     # quotacalc's usage records, one JSON object per line (docs/fleet.md lists the keys).
@@ -361,7 +383,7 @@ def duckdb_source(
         where = "WHERE line IS NOT NULL AND TRIM(line) <> ''"
         if source_format.name == "quotacalc":
             record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
-            where += f" AND json_extract({record}, '$.{REFUSAL_KEY}') IS NULL"
+            where += f" AND NOT {_duckdb_no_load(record, fields['output_tokens'])}"
     else:
         malformed = "FALSE"
         where = ""
@@ -542,7 +564,7 @@ def _spark_lines(source_format: SourceFormat, fields: dict[str, str]) -> str:
         cached = f"CASE WHEN {raw_cached} IS NULL THEN CAST(0 AS DOUBLE) ELSE try_cast({raw_cached} AS DOUBLE) END"
     refused = ""
     if source_format.name == "quotacalc":
-        refused = f" AND get_json_object(value, '$.{REFUSAL_KEY}') IS NULL"
+        refused = f" AND NOT {_spark_no_load('value', fields['output_tokens'])}"
     source = (
         f"(SELECT value AS line, from_json(value, 'MAP<STRING,STRING>') AS record FROM {_quoted(SPARK_VIEW, '`')}"
         f" WHERE value IS NOT NULL AND TRIM(value) <> ''{refused}) AS r"
