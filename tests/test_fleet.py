@@ -444,7 +444,8 @@ def test_print_sql_gives_each_engines_query(run_cli, tmp_path, plan_path) -> Non
     code, out, err = run_cli("fleet", "--format", "litellm", "--plan", plan_path, "--print-sql", "spark")
     assert code == 0, err
     assert "FROM `LiteLLM_SpendLogs`" in out
-    sqlglot.parse_one(out, read="spark")
+    assert "CACHE TABLE `ranked` AS" in out
+    sqlglot.parse(out, read="spark")
     log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
     code, out, err = run_cli("fleet", log, "--plan", plan_path, "--print-sql", "duckdb")
     assert code == 0, err
@@ -753,3 +754,26 @@ def test_records_the_plugin_billed_nothing_are_no_load(run_cli, tmp_path, plan_p
     assert usage["a"]["requests"] == 2 and usage["a"]["units"] == pytest.approx(2 * units(policy))
     assert usage["b"]["requests"] == 2
     assert usage["b"]["units"] == pytest.approx(units(policy) + units(policy, output=0))
+
+
+def test_spark_runs_each_common_table_expression_once() -> None:
+    """Spark plans every reference to a common table expression anew (the aggregation as one statement held 159
+    scans of the log): each one read more than once is cached, unless it only filters one that is; each other one is
+    a view read once; the final SELECT comes last."""
+    from sqlglot import exp, parse_one
+
+    from quotacalc.fleet import aggregate, engines, sources
+
+    params = aggregate.AggregationParams((1.0, 10.0, 60.0), True, (), aggregate.TenantWeights(None, 1.0, 0.0, 0.1, 2.0))
+    spec = sources.FORMATS["litellm"]
+    sql = engines.spark_sql(spec, sources.field_map(spec, {}, None), {"metadata"}, aggregate.aggregation_sql(params))
+    statements = engines.spark_statements(sql)
+    tree = parse_one(sql, read="spark")
+    names = [cte.alias_or_name for cte in tree.args["with_"].expressions]
+    assert [name for name, _ in statements] == [*names, None]
+    cached = {name for name, statement in statements if statement.startswith("CACHE TABLE")}
+    assert {"ranked", "tenant_ids", "spread_cells", "tenant_levels", "fleet_levels"} <= cached
+    assert not {"priced", "loaded", "classified", "events"} & cached  # filters of a cached one, or read once
+    reads = [t.name for t in tree.find_all(exp.Table)]
+    assert all(reads.count(name) <= 1 for name in set(names) - cached - {"priced", "loaded"})
+    assert statements[-1][1].lstrip().upper().startswith("SELECT")
