@@ -777,3 +777,25 @@ def test_spark_runs_each_common_table_expression_once() -> None:
     reads = [t.name for t in tree.find_all(exp.Table)]
     assert all(reads.count(name) <= 1 for name in set(names) - cached - {"priced", "loaded"})
     assert statements[-1][1].lstrip().upper().startswith("SELECT")
+
+
+def test_rows_without_request_ids_are_never_duplicates(run_cli, tmp_path, plan_path, policy) -> None:
+    """A log without request ids: two rows alike in every field are two requests (nothing says they are one), and
+    each is priced; beside them, rows with ids are still checked for duplicates."""
+    rows = [*golden_requests(), golden_requests()[0], golden_requests()[0]]
+    lines = ["id,team,ts,done,in,out"] + [
+        f"{'' if r is rows[-1] or r is rows[-2] else r.request_id},{r.tenant},{rfc3339(r.start_s)},"
+        f"{rfc3339(r.end_s)},{r.prompt},{r.output}"
+        for r in rows
+    ]
+    lines.append(f"r2,a,{rfc3339(20.0)},{rfc3339(21.0)},1000,100")  # r2 again, by its id
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    mapping = "request_id=id,tenant=team,start=ts,end=done,prompt_tokens=in,output_tokens=out"
+    document = fleet_json(
+        run_cli, path, "--format", "csv", "--map", mapping, "--plan", plan_path, "--max-bad-rows", "0.5"
+    )
+    assert document["rows_read"] == 6 and document["rows_used"] == 5
+    assert document["rows_rejected"]["duplicate_request_id"] == 1 and document["rows_rejected_total"] == 1
+    a = next(t for t in document["tenants"] if t["tenant"] == "a")
+    assert a["requests"] == 4 and a["units"] == pytest.approx(4 * units(policy))
