@@ -799,3 +799,26 @@ def test_rows_without_request_ids_are_never_duplicates(run_cli, tmp_path, plan_p
     assert document["rows_rejected"]["duplicate_request_id"] == 1 and document["rows_rejected_total"] == 1
     a = next(t for t in document["tenants"] if t["tenant"] == "a")
     assert a["requests"] == 4 and a["units"] == pytest.approx(4 * units(policy))
+
+
+def test_the_progress_bar_shows_on_a_terminal_once_a_run_takes_a_second(monkeypatch) -> None:
+    """Runs under a second, and any run whose stderr is not a terminal (a pipe, CI), show no bar."""
+    import io
+
+    from quotacalc.cli import fleet as fleet_cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    now = [100.0]
+    monkeypatch.setattr(fleet_cli.time, "monotonic", lambda: now[0])
+    for is_terminal, seconds, shown in ((True, 0.5, False), (True, 1.5, True), (False, 5.0, False)):
+        stderr = Terminal() if is_terminal else io.StringIO()
+        monkeypatch.setattr(fleet_cli.sys, "stderr", stderr)
+        bar = fleet_cli._Progress(enabled=True)
+        now[0] += seconds
+        bar(40.0)
+        bar(100.0)
+        bar.close()
+        assert ("aggregating" in stderr.getvalue()) is shown, (is_terminal, seconds)
