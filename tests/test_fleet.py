@@ -822,3 +822,13 @@ def test_the_progress_bar_shows_on_a_terminal_once_a_run_takes_a_second(monkeypa
         bar(100.0)
         bar.close()
         assert ("aggregating" in stderr.getvalue()) is shown, (is_terminal, seconds)
+
+
+def test_litellm_response_cache_hits_are_no_load(run_cli, tmp_path, plan_path, policy) -> None:
+    """A spend-log row with cache_hit "True" was answered from LiteLLM's own cache: its tokens are the cached
+    response's, and no engine served it. Left out (not a bad row): the golden figures stand."""
+    hit = Request("h1", "a", 20.2, 20.4, cache_hit=True)
+    export = write_litellm_csv(tmp_path / "spendlogs.csv", [*golden_requests(), hit])
+    document = fleet_json(run_cli, export, "--format", "litellm", "--plan", plan_path, "--reversal-replicas", "0.05")
+    assert_golden_spread(document, units(policy))
+    assert document["rows_read"] == 3 and document["rows_rejected_total"] == 0

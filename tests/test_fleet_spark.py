@@ -45,6 +45,7 @@ def test_spark_gives_duckdbs_figures_on_the_same_export(run_cli, tmp_path) -> No
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN, encoding="utf-8")
     requests = [*golden_requests(), Request("c1", "b", 100.0, 100.0, cached=400), Request("r1", "a", 0.0, 10.0)]
+    requests.append(Request("h1", "a", 20.2, 20.4, cache_hit=True))  # LiteLLM's response cache: no load
     export = write_litellm_csv(tmp_path / "spendlogs.csv", requests)
     common = ("--format", "litellm", "--plan", plan, "--window", "1,10,60", "--json", "--max-bad-rows", "0.5")
     code, out, err = run_cli("fleet", export, *common, "--engine", "spark")

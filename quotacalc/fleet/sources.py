@@ -38,6 +38,9 @@ LITELLM_CACHED_PATHS = (
     ("usage_object", "prompt_tokens_details", "cached_tokens"),
     ("additional_usage_values", "cache_read_input_tokens"),
 )
+#: The column that says LiteLLM answered from its own response cache ("True"): the tokens logged are the cached
+#: response's, and no engine served the request, so such a row is no load and is left out, not a bad row.
+LITELLM_CACHE_HIT = "cache_hit"
 #: Where the request's max_tokens is, in ``proxy_server_request`` (the request body, when the proxy stores it).
 LITELLM_MAX_TOKENS_PATHS = (("max_tokens",), ("max_completion_tokens",))
 
@@ -387,6 +390,8 @@ def duckdb_source(
     else:
         malformed = "FALSE"
         where = ""
+        if source_format.name == "litellm" and LITELLM_CACHE_HIT in (columns or {}):
+            where = f"WHERE LOWER(COALESCE(CAST({_quoted(LITELLM_CACHE_HIT)} AS VARCHAR), '')) <> 'true'"
     cached, max_tokens = read.cached_and_max_tokens()
     return f"""SELECT
   {read.raw("request_id")} AS request_id,
@@ -487,7 +492,8 @@ def postgres_litellm_source(fields: dict[str, str], table: str = LITELLM_TABLE) 
   CAST({max_tokens} AS DOUBLE PRECISION) AS max_tokens,
   FALSE AS malformed,
   CAST(1 AS DOUBLE PRECISION) AS requests
-FROM {_quoted(table)}"""
+FROM {_quoted(table)}
+WHERE LOWER(COALESCE(CAST({_quoted(LITELLM_CACHE_HIT)} AS TEXT), '')) <> 'true'"""
 
 
 #: The view a log file other than a LiteLLM export is registered as on Spark.
@@ -629,4 +635,8 @@ def spark_table_source(
     if "max_tokens" in fields:
         max_tokens = f"try_cast({raw('max_tokens')} AS DOUBLE)"
     present = {name: column for name, column in fields.items() if column in columns}
-    return _spark_select(raw, cached, max_tokens, "FALSE", "CAST(1 AS DOUBLE)", _quoted(table, "`"), present)
+    source = _quoted(table, "`")
+    if source_format.name == "litellm" and LITELLM_CACHE_HIT in columns:
+        hit = f"lower(coalesce(CAST({_quoted(LITELLM_CACHE_HIT, '`')} AS STRING), ''))"
+        source = f"(SELECT * FROM {source} WHERE {hit} <> 'true') AS t"
+    return _spark_select(raw, cached, max_tokens, "FALSE", "CAST(1 AS DOUBLE)", source, present)
