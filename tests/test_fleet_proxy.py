@@ -9,8 +9,9 @@ units in fleet's report are the sum of its records' ``units_debited`` and the pl
 ``quotacalc_units_debited_total``; the period runs from the first record's start to the last one's end (the
 records' UTC times). Requests the plugin billed nothing (refused, or timed out in the queue) are no load.
 
-The emulator runs at speed 2 and the pool takes one request at a time (``inflight_per_replica: 1``), so a
-request of a few hundred tokens holds it long enough for another to time out in the queue (``queue_wait_max_s``).
+The emulator runs at the priced speed (``--speed 1``) and the pool takes one request at a time
+(``inflight_per_replica: 1``), so a request of 1,000 output tokens (seconds of decode) holds it long past the time
+another waits in the queue before its 429 (``queue_wait_max_s``: 1 s).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import pytest
 from enforce_stack import ROOT, Emulator, Proxy, edit_policy, edit_settings, generate, litellm_executable, records
 
 pytestmark = pytest.mark.litellm_proxy
+pytest.importorskip("duckdb")
+pytest.importorskip("sqlglot")
 
 #: The tenant the tests exhaust: a 500-unit bucket refilled at 1 unit/s.
 TIGHT = {"bucket_rate_units_per_s": 1.0, "bucket_depth_units": 500.0}
@@ -54,7 +57,7 @@ def served(tmp_path_factory):
     edit_settings(
         folder, tenant_from="header", prompt_tokens="bytes4", inflight_per_replica=1, queue_wait_max_s=QUEUE_WAIT_S
     )
-    emulator = Emulator(directory / "plan.yaml", "--speed", "2")
+    emulator = Emulator(directory / "plan.yaml", "--speed", "1")
     try:
         proxy = Proxy(folder, emulator.url)
     except BaseException:
@@ -93,11 +96,11 @@ def _send_the_mix(proxy: Proxy) -> int:
     # One request holds the pool; another waits in the queue past queue_wait_max_s: 429 after queueing.
     holder: list[int] = []
     thread = threading.Thread(
-        target=lambda: holder.append(_stream(proxy, "beta", _body(max_tokens=300, ignore_eos=True)))
+        target=lambda: holder.append(_stream(proxy, "alpha", _body(max_tokens=1000, ignore_eos=True)))
     )
     thread.start()
-    time.sleep(0.5)
-    statuses.append(proxy.chat("alpha", _body(max_tokens=4)).status_code)
+    time.sleep(0.3)
+    statuses.append(proxy.chat("beta", _body(max_tokens=4)).status_code)
     thread.join(timeout=120)
     statuses.extend(holder)
     assert statuses == [200, 200, 200, 200, 400, 413, 200, 429, 401, 403, 0, 429, 200], statuses
@@ -147,7 +150,7 @@ def _metric(text: str, name: str, tenant: str) -> float:
 def test_the_mix_left_each_kind_of_record(served):
     _, _, logged, _ = served
     outcomes = Counter(r["outcome"] for r in logged)
-    assert outcomes["completed"] == 6  # alpha, beta twice, gamma twice, tight
+    assert outcomes["completed"] == 6  # alpha twice, beta, gamma twice, tight
     assert outcomes["disconnect"] == 1 and outcomes["queue_timeout"] == 1
     assert {"too_long", "never_fits_bucket", "bucket", "unknown_tenant"} <= set(outcomes)
     (hit,) = [r for r in logged if r["tenant"] == "gamma" and r["cached_tokens"] > 0]
