@@ -106,6 +106,8 @@ class Request:
     cached: int = 0
     output: int = 100
     max_tokens: int | None = None
+    #: LiteLLM answered from its response cache (its spend-log row says cache_hit "True"); other formats ignore it.
+    cache_hit: bool = False
 
 
 def golden_requests() -> list[Request]:
@@ -190,7 +192,7 @@ def litellm_row(request: Request) -> dict[str, object]:
         "api_base": "http://127.0.0.1:8000/v1",
         "user": "",
         "metadata": json.dumps({"user_api_key_team_id": request.tenant, "usage_object": usage, "status": "success"}),
-        "cache_hit": "False",
+        "cache_hit": str(request.cache_hit),
         "cache_key": "Cache OFF",
         "request_tags": "[]",
         "team_id": request.tenant,

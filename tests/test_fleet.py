@@ -444,7 +444,8 @@ def test_print_sql_gives_each_engines_query(run_cli, tmp_path, plan_path) -> Non
     code, out, err = run_cli("fleet", "--format", "litellm", "--plan", plan_path, "--print-sql", "spark")
     assert code == 0, err
     assert "FROM `LiteLLM_SpendLogs`" in out
-    sqlglot.parse_one(out, read="spark")
+    assert "CACHE TABLE `ranked` AS" in out
+    sqlglot.parse(out, read="spark")
     log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests())
     code, out, err = run_cli("fleet", log, "--plan", plan_path, "--print-sql", "duckdb")
     assert code == 0, err
@@ -731,3 +732,103 @@ def test_the_plugins_refusal_records_are_no_load(run_cli, tmp_path, plan_path, p
     assert_golden_spread(document, units(policy))
     assert document["rows_read"] == 3 and document["rows_used"] == 3
     assert document["rows_rejected"] == dict.fromkeys(document["rows_rejected"], 0)
+
+
+def test_records_the_plugin_billed_nothing_are_no_load(run_cli, tmp_path, plan_path, policy) -> None:
+    """The plugin bills a request's prompt once a token came back or once the client ended a request the engine had.
+    A record of no output and nothing billed never reached an engine (a 429 after waiting in the queue carries no
+    status; a client gone while queued): no load, not a bad row. A client gone after the engine had it (no output,
+    its prompt billed) is load: its prompt's units, at its start."""
+    queued = Request("q1", "a", 3.0, 4.0, output=0)
+    gone = Request("q2", "b", 40.0, 40.0, output=0)
+    extra = [
+        {**quotacalc_record(queued), "outcome": "queue_timeout", "retry_after_s": 1},
+        {**quotacalc_record(Request("q3", "b", 5.0, 6.5, output=0)), "outcome": "disconnect"},
+        {**quotacalc_record(gone, units(policy, output=0)), "outcome": "disconnect"},
+    ]
+    log = write_quotacalc(tmp_path / "usage.jsonl", golden_requests(), [json.dumps(r) for r in extra])
+    document = fleet_json(run_cli, log, "--plan", plan_path, "--window", "1,10,60")
+    assert document["rows_read"] == 4 and document["rows_used"] == 4
+    assert document["rows_rejected_total"] == 0
+    usage = {t["tenant"]: t for t in document["tenants"]}
+    assert usage["a"]["requests"] == 2 and usage["a"]["units"] == pytest.approx(2 * units(policy))
+    assert usage["b"]["requests"] == 2
+    assert usage["b"]["units"] == pytest.approx(units(policy) + units(policy, output=0))
+
+
+def test_spark_runs_each_common_table_expression_once() -> None:
+    """Spark plans every reference to a common table expression anew (the aggregation as one statement held 159
+    scans of the log): each one read more than once is cached, unless it only filters one that is; each other one is
+    a view read once; the final SELECT comes last."""
+    from sqlglot import exp, parse_one
+
+    from quotacalc.fleet import aggregate, engines, sources
+
+    params = aggregate.AggregationParams((1.0, 10.0, 60.0), True, (), aggregate.TenantWeights(None, 1.0, 0.0, 0.1, 2.0))
+    spec = sources.FORMATS["litellm"]
+    sql = engines.spark_sql(spec, sources.field_map(spec, {}, None), {"metadata"}, aggregate.aggregation_sql(params))
+    statements = engines.spark_statements(sql)
+    tree = parse_one(sql, read="spark")
+    names = [cte.alias_or_name for cte in tree.args["with_"].expressions]
+    assert [name for name, _ in statements] == [*names, None]
+    cached = {name for name, statement in statements if statement.startswith("CACHE TABLE")}
+    assert {"ranked", "tenant_ids", "spread_cells", "tenant_levels", "fleet_levels"} <= cached
+    assert not {"priced", "loaded", "classified", "events"} & cached  # filters of a cached one, or read once
+    reads = [t.name for t in tree.find_all(exp.Table)]
+    assert all(reads.count(name) <= 1 for name in set(names) - cached - {"priced", "loaded"})
+    assert statements[-1][1].lstrip().upper().startswith("SELECT")
+
+
+def test_rows_without_request_ids_are_never_duplicates(run_cli, tmp_path, plan_path, policy) -> None:
+    """A log without request ids: two rows alike in every field are two requests (nothing says they are one), and
+    each is priced; beside them, rows with ids are still checked for duplicates."""
+    rows = [*golden_requests(), golden_requests()[0], golden_requests()[0]]
+    lines = ["id,team,ts,done,in,out"] + [
+        f"{'' if r is rows[-1] or r is rows[-2] else r.request_id},{r.tenant},{rfc3339(r.start_s)},"
+        f"{rfc3339(r.end_s)},{r.prompt},{r.output}"
+        for r in rows
+    ]
+    lines.append(f"r2,a,{rfc3339(20.0)},{rfc3339(21.0)},1000,100")  # r2 again, by its id
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    mapping = "request_id=id,tenant=team,start=ts,end=done,prompt_tokens=in,output_tokens=out"
+    document = fleet_json(
+        run_cli, path, "--format", "csv", "--map", mapping, "--plan", plan_path, "--max-bad-rows", "0.5"
+    )
+    assert document["rows_read"] == 6 and document["rows_used"] == 5
+    assert document["rows_rejected"]["duplicate_request_id"] == 1 and document["rows_rejected_total"] == 1
+    a = next(t for t in document["tenants"] if t["tenant"] == "a")
+    assert a["requests"] == 4 and a["units"] == pytest.approx(4 * units(policy))
+
+
+def test_the_progress_bar_shows_on_a_terminal_once_a_run_takes_a_second(monkeypatch) -> None:
+    """Runs under a second, and any run whose stderr is not a terminal (a pipe, CI), show no bar."""
+    import io
+
+    from quotacalc.cli import fleet as fleet_cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    now = [100.0]
+    monkeypatch.setattr(fleet_cli.time, "monotonic", lambda: now[0])
+    for is_terminal, seconds, shown in ((True, 0.5, False), (True, 1.5, True), (False, 5.0, False)):
+        stderr = Terminal() if is_terminal else io.StringIO()
+        monkeypatch.setattr(fleet_cli.sys, "stderr", stderr)
+        bar = fleet_cli._Progress(enabled=True)
+        now[0] += seconds
+        bar(40.0)
+        bar(100.0)
+        bar.close()
+        assert ("aggregating" in stderr.getvalue()) is shown, (is_terminal, seconds)
+
+
+def test_litellm_response_cache_hits_are_no_load(run_cli, tmp_path, plan_path, policy) -> None:
+    """A spend-log row with cache_hit "True" was answered from LiteLLM's own cache: its tokens are the cached
+    response's, and no engine served it. Left out (not a bad row): the golden figures stand."""
+    hit = Request("h1", "a", 20.2, 20.4, cache_hit=True)
+    export = write_litellm_csv(tmp_path / "spendlogs.csv", [*golden_requests(), hit])
+    document = fleet_json(run_cli, export, "--format", "litellm", "--plan", plan_path, "--reversal-replicas", "0.05")
+    assert_golden_spread(document, units(policy))
+    assert document["rows_read"] == 3 and document["rows_rejected_total"] == 0

@@ -45,6 +45,7 @@ def test_spark_gives_duckdbs_figures_on_the_same_export(run_cli, tmp_path) -> No
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN, encoding="utf-8")
     requests = [*golden_requests(), Request("c1", "b", 100.0, 100.0, cached=400), Request("r1", "a", 0.0, 10.0)]
+    requests.append(Request("h1", "a", 20.2, 20.4, cache_hit=True))  # LiteLLM's response cache: no load
     export = write_litellm_csv(tmp_path / "spendlogs.csv", requests)
     common = ("--format", "litellm", "--plan", plan, "--window", "1,10,60", "--json", "--max-bad-rows", "0.5")
     code, out, err = run_cli("fleet", export, *common, "--engine", "spark")
@@ -70,6 +71,12 @@ def _quotacalc_log(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
     )
     # A request the enforcement plugin refused (its record carries the status): no load, on either engine.
     lines.append(json.dumps({**quotacalc_record(Request("z1", "a", 5.0, 6.0)), "status": 429}))
+    # One that waited in the queue past its bound (no status, no output, nothing billed): no load either; one whose
+    # client left once the engine had it (no output, its prompt billed): load.
+    lines.append(json.dumps({**quotacalc_record(Request("z2", "b", 7.0, 8.0, output=0)), "outcome": "queue_timeout"}))
+    lines.append(
+        json.dumps({**quotacalc_record(Request("z3", "b", 9.0, 9.5, output=0), 120.0), "outcome": "disconnect"})
+    )
     path = tmp_path / "usage.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path, ("--format", "quotacalc", "--max-bad-rows", "0.9")

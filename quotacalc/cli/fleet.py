@@ -355,7 +355,7 @@ def _printed_sql(
     if dialect == "spark":
         # Read without the files: every mapped column taken as present, and LiteLLM's JSON columns.
         columns = {*fields.values(), "metadata", "proxy_server_request"}
-        return engines.spark_sql(spec, fields, columns, query)
+        return engines.spark_script(engines.spark_sql(spec, fields, columns, query))
     if not paths:
         raise UsageError("--print-sql duckdb reads the log files: name them", field="SOURCE")
     return engines.duckdb_sql(paths, spec, fields, query)

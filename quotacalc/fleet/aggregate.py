@@ -23,6 +23,10 @@ finest (7 s beside 10 s) is spread from the requests.
 A request counted at its start (``--attribution start``, or a
 log without end times) puts all its units in the window of its start.
 
+A duplicate request id is found by numbering the rows of each id. Rows that cannot be duplicates (no id, or already
+bad) are numbered in partitions of their start time, not all in one: on Spark one partition is one task, which
+would sort a whole log without ids alone.
+
 The weights (W, the cached-prompt weight, the prompt-length charge) are not derived here: the caller passes each
 tenant's ``UnitWeights`` from the canonical policy, and they enter the query as literals. The arithmetic is
 ``UnitWeights.request_units``, in SQL; a row that stands for several requests (a usage bucket) is charged as
@@ -265,7 +269,8 @@ weighed AS (
 ranked AS MATERIALIZED (
   SELECT c.tenant, c.start_s, c.end_s, c.output_tokens, c.max_tokens, c.requests, c.units, c.in_pool,
     COALESCE(c.problem, CASE WHEN c.request_id IS NOT NULL AND ROW_NUMBER() OVER (
-      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END
+      PARTITION BY CASE WHEN c.problem IS NULL THEN c.request_id END,
+        CASE WHEN c.problem IS NOT NULL OR c.request_id IS NULL THEN c.start_s END
       ORDER BY c.start_s, c.logged_end_s, c.tenant, c.prompt_tokens, c.cached_tokens, c.output_tokens
     ) > 1 THEN 'duplicate_request_id' END) AS reason
   FROM weighed AS c

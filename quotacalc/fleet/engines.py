@@ -6,6 +6,7 @@ Errors are one line, naming the file or the database, never its password.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import tempfile
@@ -283,8 +284,60 @@ def spark_session(master: str = "local[2]"):
 
 
 def spark_sql(source_format: SourceFormat, fields: dict[str, str], columns: set[str], aggregation_duckdb: str) -> str:
-    """The whole query Spark runs over the view ``run_spark`` registers (``columns``: a table's own)."""
+    """The whole query over the view ``run_spark`` registers (``columns``: a table's own), as one statement."""
     return with_source(spark_source(source_format, fields, columns), transpile(aggregation_duckdb, "spark"))
+
+
+def spark_statements(sql: str) -> list[tuple[str | None, str]]:
+    """``sql`` (one Spark statement) as the statements Spark runs: each common table expression read more than once
+    becomes a cached table (``CACHE TABLE``: computed once), each other one a temporary view, then the final SELECT.
+    Spark plans every reference to a common table expression (or a view) anew, so a chain of them read by several
+    others is computed once per path through it: the aggregation's plan held 159 scans of the log. Returns
+    (name or None for the final SELECT, statement) in order."""
+    from collections import Counter
+
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(sql, read="spark")
+    ctes = tree.args.get("with_")
+    if ctes is None:
+        return [(None, sql)]
+    names = {cte.alias_or_name.lower() for cte in ctes.expressions}
+    reads = Counter(
+        table.name.lower() for table in tree.find_all(exp.Table) if not table.db and table.name.lower() in names
+    )
+    statements: list[tuple[str | None, str]] = []
+    for cte in ctes.expressions:
+        name = cte.alias_or_name
+        body = cte.this.sql(dialect="spark", pretty=True)
+        quoted = "`" + name.replace("`", "``") + "`"
+        if reads[name.lower()] > 1 and not _is_filter(cte.this, names):
+            statements.append((name, f"CACHE TABLE {quoted} AS\n{body}"))
+        else:
+            statements.append((name, f"CREATE OR REPLACE TEMPORARY VIEW {quoted} AS\n{body}"))
+    tree.set("with_", None)
+    statements.append((None, tree.sql(dialect="spark", pretty=True)))
+    return statements
+
+
+def _is_filter(select: Any, names: set[str]) -> bool:
+    """A SELECT that only filters or projects one of the other expressions (no join, grouping or window): cheaper
+    to run again from that one, cached, than to hold a second copy of its rows."""
+    from sqlglot import exp
+
+    if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("group"):
+        return False
+    if select.find(exp.Window) is not None or select.find(exp.AggFunc) is not None:
+        return False
+    source = select.args.get("from_")
+    table = source.this if source is not None else None
+    return isinstance(table, exp.Table) and not table.db and table.name.lower() in names
+
+
+def spark_script(sql: str) -> str:
+    """``spark_statements`` as one script of statements ended by semicolons (``--print-sql spark``)."""
+    return "".join(statement.rstrip() + ";\n" for _, statement in spark_statements(sql))
 
 
 def _is_one_document(path: str) -> bool:
@@ -338,8 +391,24 @@ def run_spark(
         check_columns(", ".join(paths), frame.columns, source_format, fields)
     view = LITELLM_TABLE if source_format.name == "litellm" else SPARK_VIEW
     frame.createOrReplaceTempView(view)
-    sql = spark_sql(source_format, fields, set(frame.columns), aggregation)
+    statements = spark_statements(spark_sql(source_format, fields, set(frame.columns), aggregation))
+    made: list[str] = []
     try:
-        return [tuple(row) for row in session.sql(sql).collect()]
+        for name, statement in statements[:-1]:
+            # The statement's SELECT as a view; a cached one checkpointed (computed once, its plan cut there, so
+            # the plans after it stay small to analyze), as CACHE TABLE would but without matching every later
+            # plan against the cached ones.
+            kind, body = statement.split("\n", 1)
+            view = session.sql(body)
+            if kind.startswith("CACHE TABLE"):
+                view = view.localCheckpoint(eager=True)
+            view.createOrReplaceTempView(name)
+            made.append(name or "")
+        return [tuple(row) for row in session.sql(statements[-1][1]).collect()]
     except Exception as error:
         raise QuotacalcError(f"the Spark query failed: {_first_line(error)}", source=", ".join(paths)) from None
+    finally:
+        # The session may be a cluster's, shared: leave no view of this run in it.
+        for name in reversed(made):
+            with contextlib.suppress(Exception):
+                session.catalog.dropTempView(name)

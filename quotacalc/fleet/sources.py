@@ -38,6 +38,9 @@ LITELLM_CACHED_PATHS = (
     ("usage_object", "prompt_tokens_details", "cached_tokens"),
     ("additional_usage_values", "cache_read_input_tokens"),
 )
+#: The column that says LiteLLM answered from its own response cache ("True"): the tokens logged are the cached
+#: response's, and no engine served the request, so such a row is no load and is left out, not a bad row.
+LITELLM_CACHE_HIT = "cache_hit"
 #: Where the request's max_tokens is, in ``proxy_server_request`` (the request body, when the proxy stores it).
 LITELLM_MAX_TOKENS_PATHS = (("max_tokens",), ("max_completion_tokens",))
 
@@ -53,9 +56,31 @@ class SourceFormat:
     what: str = ""
 
 
-#: The key quotacalc's enforcement plugin writes only on the record of a request it refused (401, 403, 400, 413,
-#: 429, 503): such a request never reached an engine, so its prompt is no load; the records are left out.
+#: The key quotacalc's enforcement plugin writes only on the record of a request it refused before its queue (401,
+#: 403, 400, 413, 429, 503): such a request never reached an engine, so its prompt is no load; the records are left
+#: out.
 REFUSAL_KEY = "status"
+#: The units the plugin billed a request. It bills the prompt once a token came back or once the client ended a
+#: request the engine had, so a record of no output token and nothing billed (a 429 after waiting in the queue, a
+#: client gone while queued) never loaded an engine: left out too, not counted as a bad row.
+DEBITED_KEY = "units_debited"
+
+
+def _duckdb_no_load(record: str, output_key: str) -> str:
+    """A quotacalc record of a request that never reached an engine (DuckDB; ``record``: the line's JSON)."""
+    debited = f"TRY_CAST(json_extract_string({record}, '$.{DEBITED_KEY}') AS DOUBLE)"
+    output = f"TRY_CAST(json_extract_string({record}, '{_json_path((output_key,))}') AS DOUBLE)"
+    refused = f"json_extract({record}, '$.{REFUSAL_KEY}') IS NOT NULL"
+    return f"({refused} OR COALESCE({debited} = 0 AND {output} = 0, FALSE))"
+
+
+def _spark_no_load(line: str, output_key: str) -> str:
+    """``_duckdb_no_load`` on Spark (``line``: the line's text)."""
+    debited = f"try_cast(get_json_object({line}, '$.{DEBITED_KEY}') AS DOUBLE)"
+    output = f"try_cast(get_json_object({line}, '$.{output_key}') AS DOUBLE)"
+    refused = f"get_json_object({line}, '$.{REFUSAL_KEY}') IS NOT NULL"
+    return f"({refused} OR COALESCE({debited} = 0 AND {output} = 0, FALSE))"
+
 
 FORMATS: dict[str, SourceFormat] = {
     # quotacalc's usage records, one JSON object per line (docs/fleet.md lists the keys).
@@ -361,10 +386,12 @@ def duckdb_source(
         where = "WHERE line IS NOT NULL AND TRIM(line) <> ''"
         if source_format.name == "quotacalc":
             record = "(CASE WHEN json_valid(line) THEN line ELSE '{}' END)"
-            where += f" AND json_extract({record}, '$.{REFUSAL_KEY}') IS NULL"
+            where += f" AND NOT {_duckdb_no_load(record, fields['output_tokens'])}"
     else:
         malformed = "FALSE"
         where = ""
+        if source_format.name == "litellm" and LITELLM_CACHE_HIT in (columns or {}):
+            where = f"WHERE LOWER(COALESCE(CAST({_quoted(LITELLM_CACHE_HIT)} AS VARCHAR), '')) <> 'true'"
     cached, max_tokens = read.cached_and_max_tokens()
     return f"""SELECT
   {read.raw("request_id")} AS request_id,
@@ -465,7 +492,8 @@ def postgres_litellm_source(fields: dict[str, str], table: str = LITELLM_TABLE) 
   CAST({max_tokens} AS DOUBLE PRECISION) AS max_tokens,
   FALSE AS malformed,
   CAST(1 AS DOUBLE PRECISION) AS requests
-FROM {_quoted(table)}"""
+FROM {_quoted(table)}
+WHERE LOWER(COALESCE(CAST({_quoted(LITELLM_CACHE_HIT)} AS TEXT), '')) <> 'true'"""
 
 
 #: The view a log file other than a LiteLLM export is registered as on Spark.
@@ -542,7 +570,7 @@ def _spark_lines(source_format: SourceFormat, fields: dict[str, str]) -> str:
         cached = f"CASE WHEN {raw_cached} IS NULL THEN CAST(0 AS DOUBLE) ELSE try_cast({raw_cached} AS DOUBLE) END"
     refused = ""
     if source_format.name == "quotacalc":
-        refused = f" AND get_json_object(value, '$.{REFUSAL_KEY}') IS NULL"
+        refused = f" AND NOT {_spark_no_load('value', fields['output_tokens'])}"
     source = (
         f"(SELECT value AS line, from_json(value, 'MAP<STRING,STRING>') AS record FROM {_quoted(SPARK_VIEW, '`')}"
         f" WHERE value IS NOT NULL AND TRIM(value) <> ''{refused}) AS r"
@@ -607,4 +635,8 @@ def spark_table_source(
     if "max_tokens" in fields:
         max_tokens = f"try_cast({raw('max_tokens')} AS DOUBLE)"
     present = {name: column for name, column in fields.items() if column in columns}
-    return _spark_select(raw, cached, max_tokens, "FALSE", "CAST(1 AS DOUBLE)", _quoted(table, "`"), present)
+    source = _quoted(table, "`")
+    if source_format.name == "litellm" and LITELLM_CACHE_HIT in columns:
+        hit = f"lower(coalesce(CAST({_quoted(LITELLM_CACHE_HIT, '`')} AS STRING), ''))"
+        source = f"(SELECT * FROM {source} WHERE {hit} <> 'true') AS t"
+    return _spark_select(raw, cached, max_tokens, "FALSE", "CAST(1 AS DOUBLE)", source, present)
