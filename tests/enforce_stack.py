@@ -52,6 +52,10 @@ ENV_BASE = {
     "LITELLM_TELEMETRY": "False",
     "NO_PROXY": "127.0.0.1,localhost",
     "VLLM_API_KEY": "unused-by-the-emulator",
+    # A stream that ends without usage (an engine failure, a disconnect, a quota stop) makes LiteLLM count its tokens
+    # with a Hugging Face tokenizer it downloads; offline, huggingface_hub retries for about 23 s inside the proxy's
+    # event loop, stalling every request in flight. Offline mode fails at once and LiteLLM falls back to tiktoken.
+    "HF_HUB_OFFLINE": "1",
 }
 
 
