@@ -154,7 +154,17 @@ def litellm_executable() -> str | None:
 class Proxy:
     """A LiteLLM proxy running the generated config (the plugin loaded from the folder), the engine at ``engine``."""
 
-    def __init__(self, folder: Path, engine: str, *, env: dict[str, str] | None = None, port: int | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        engine: str,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        wait: bool = True,
+    ):
+        """``wait=False``: return once the process is started; ``wait_ready`` then waits for it (several start
+        together)."""
         config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
         for deployment in config["model_list"]:
             deployment["litellm_params"]["api_base"] = engine + "/v1"
@@ -167,9 +177,9 @@ class Proxy:
         full.pop("DATABASE_URL", None)
         self.env = full
         self.log_path = folder / f"proxy-{self.port}.log"
-        self.start()
+        self.start(wait=wait)
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         executable = litellm_executable()
         assert executable is not None
         self.log = self.log_path.open("a")
@@ -181,6 +191,10 @@ class Proxy:
             start_new_session=True,
             cwd=self.folder,
         )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + 180
         while True:
             assert self.process.poll() is None, self.tail()
@@ -218,9 +232,11 @@ class Proxy:
 class RedisServer:
     """Debian's redis-server on a free loopback port, without persistence."""
 
-    def __init__(self, port: int | None = None, persist_dir: Path | None = None) -> None:
-        """``persist_dir``: keep the data there (an fsync'ed append-only file), so a restart keeps the buckets."""
+    def __init__(self, port: int | None = None, persist_dir: Path | None = None, appendfsync: str = "always") -> None:
+        """``persist_dir``: keep the data there (an append-only file, fsync'ed as ``appendfsync`` says: ``always``, or
+        ``everysec``, which a graceful stop also fsyncs at shutdown), so a restart keeps the buckets."""
         self.persist_dir = persist_dir
+        self.appendfsync = appendfsync
         executable = shutil.which("redis-server")
         assert executable is not None
         self.port = port or free_port()
@@ -231,7 +247,7 @@ class RedisServer:
     def start(self) -> None:
         persistence = ["--appendonly", "no"]
         if self.persist_dir is not None:
-            persistence = ["--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.persist_dir)]
+            persistence = ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--dir", str(self.persist_dir)]
         self.process = subprocess.Popen(
             [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence],
             stdout=subprocess.DEVNULL,
