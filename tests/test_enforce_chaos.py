@@ -3,9 +3,9 @@ requests: CHAOS_REQUESTS (10,000, as the issue asks; QUOTACALC_CHAOS_REQUESTS ov
 disconnects (mid-stream, and at a random moment before or after the response starts), engine failures, one proxy
 restart and one Redis restart; then conservation.
 
-What keeps 10,000 requests inside a few minutes on two cores: LiteLLM's own work per request (20-40 ms of CPU) is
-the cost, so outputs are short (1 to 16 tokens, with leases of 4 tokens so that streams still renew and stop at
-lease boundaries), the clients are one asyncio loop (not threads), the two proxies start together, a request for
+What keeps 10,000 requests to about five minutes on two shared cores: LiteLLM's own work per request (20-40 ms of
+CPU) is the cost, so outputs are short (1 to 16 tokens, with leases of 4 tokens so that streams still renew and stop
+at lease boundaries), the clients are one asyncio loop (not threads), the two proxies start together, a request for
 the proxy being restarted goes to the other (as a load balancer would), and Redis fsyncs its append-only file once a
 second (a graceful restart fsyncs it at shutdown, so no write is lost either way). The buckets are sized to run dry
 about three quarters of the way through, so every tenant is refused by its bucket and the contract bound binds.
