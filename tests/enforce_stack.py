@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,39 @@ ENV_BASE = {
     "LITELLM_TELEMETRY": "False",
     "NO_PROXY": "127.0.0.1,localhost",
     "VLLM_API_KEY": "unused-by-the-emulator",
+    # A stream that ends without usage (an engine failure, a disconnect, a quota stop) makes LiteLLM count its tokens
+    # with a Hugging Face tokenizer it downloads; offline, huggingface_hub retries for about 23 s inside the proxy's
+    # event loop, stalling every request in flight. Offline mode fails at once and LiteLLM falls back to tiktoken.
+    "HF_HUB_OFFLINE": "1",
 }
 
 
+#: Ports this process handed out: two servers started together must not get the same one (the first has not bound
+#: it yet when the second asks).
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port free now. Another process may still take it before our server binds it: a server whose bind
+    fails is started again on another port (``Proxy``, ``RedisServer``)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.1) -> Any:
+    """Polls ``condition`` until it returns something true, at most ``timeout_s``; returns its last value. For what a
+    server does after it answered (an engine abort, a record), which a loaded machine delays."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
 
 
 def generate(directory: Path, plan_text: str = PLAN) -> Path:
@@ -158,9 +185,11 @@ class Proxy:
         env: dict[str, str] | None = None,
         port: int | None = None,
         engines: dict[str, str] | None = None,
+        wait: bool = True,
     ):
         """``engines``: a deployment's engine by its ``model_info.id`` (one replica of a pool each), where it is
-        not ``engine``."""
+        not ``engine``. ``wait=False``: return once the process is started; ``wait_ready`` then waits for it
+        (several start together)."""
         config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
         for deployment in config["model_list"]:
             deployment_id = (deployment.get("model_info") or {}).get("id")
@@ -174,9 +203,9 @@ class Proxy:
         full.pop("DATABASE_URL", None)
         self.env = full
         self.log_path = folder / f"proxy-{self.port}.log"
-        self.start()
+        self.start(wait=wait)
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         executable = litellm_executable()
         assert executable is not None
         self.log = self.log_path.open("a")
@@ -188,8 +217,18 @@ class Proxy:
             start_new_session=True,
             cwd=self.folder,
         )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + 180
         while True:
+            if self.process.poll() is not None and "address already in use" in self.tail()[-1500:].lower():
+                # Another process took the port between free_port and the bind: start again on another one.
+                self.log.close()
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+                self.start(wait=False)
             assert self.process.poll() is None, self.tail()
             try:
                 if httpx.get(self.url + "/health/liveliness", timeout=2).status_code == 200:
@@ -225,20 +264,30 @@ class Proxy:
 class RedisServer:
     """Debian's redis-server on a free loopback port, without persistence."""
 
-    def __init__(self, port: int | None = None, persist_dir: Path | None = None) -> None:
-        """``persist_dir``: keep the data there (an fsync'ed append-only file), so a restart keeps the buckets."""
+    def __init__(self, port: int | None = None, persist_dir: Path | None = None, appendfsync: str = "always") -> None:
+        """``persist_dir``: keep the data there (an append-only file, fsync'ed as ``appendfsync`` says: ``always``, or
+        ``everysec``, which a graceful stop also fsyncs at shutdown), so a restart keeps the buckets."""
         self.persist_dir = persist_dir
+        self.appendfsync = appendfsync
         executable = shutil.which("redis-server")
         assert executable is not None
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.executable = executable
-        self.start()
+        for _ in range(3):
+            if self.start(first=True):
+                return
+            # Another process took the port between free_port and the bind: start again on another one.
+            self.port = free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        raise AssertionError("redis-server did not start on any of three ports")
 
-    def start(self) -> None:
+    def start(self, first: bool = False) -> bool:
+        """Starts the server on its port; returns whether it did (only ``first`` may fail, to take another port:
+        a restart keeps the port its clients know)."""
         persistence = ["--appendonly", "no"]
         if self.persist_dir is not None:
-            persistence = ["--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.persist_dir)]
+            persistence = ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--dir", str(self.persist_dir)]
         self.process = subprocess.Popen(
             [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence],
             stdout=subprocess.DEVNULL,
@@ -248,9 +297,13 @@ class RedisServer:
 
         deadline = time.monotonic() + 20
         while True:
+            # Ours exited (its port taken): a PING would reach whichever server holds the port.
+            if self.process.poll() is not None:
+                assert first, f"redis-server did not start again on port {self.port} (exit {self.process.returncode})"
+                return False
             try:
                 redis.Redis.from_url(self.url).ping()
-                return
+                return True
             except redis.ConnectionError:
                 assert time.monotonic() < deadline, "redis-server did not start"
                 time.sleep(0.1)

@@ -13,6 +13,7 @@ import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import pytest
 from enforce_stack import (
@@ -24,6 +25,7 @@ from enforce_stack import (
     litellm_executable,
     records,
     stream_chat,
+    wait_until,
 )
 
 pytestmark = pytest.mark.litellm_proxy
@@ -165,12 +167,13 @@ def test_a_stream_stops_at_the_quota_with_no_overshoot_and_the_engine_request_en
     assert last["choices"][0]["provider_specific_fields"] == {"quotacalc_stop": "quota"}
     (record,) = [r for r in records(folder) if r["tenant"] == "streamer"]
     assert record["outcome"] == "quota_stop" and record["output_tokens"] == tokens
-    # 2,000 units of bucket: nothing beyond it was served (the refill over the stream is 1 unit/s).
-    assert record["units_debited"] <= 2000 + 5
+    # 2,000 units of bucket: nothing beyond it was served but the refill over the stream (1 unit/s; a loaded machine
+    # streams slower, so the stream's own span bounds it).
+    span_s = (datetime.fromisoformat(record["end"]) - datetime.fromisoformat(record["start"])).total_seconds()
+    assert record["units_debited"] <= 2000 + STREAM["bucket_rate_units_per_s"] * (span_s + 1), (record, span_s)
     assert tokens < 1000
     # The engine's request ended at the stop: it generated far fewer than the 1,000 tokens asked for.
-    time.sleep(1.0)
-    assert emulator.metric("vllm:num_requests_running") == 0
+    assert wait_until(lambda: emulator.metric("vllm:num_requests_running") == 0)
     assert emulator.metric("vllm:generation_tokens_total") - generated_before < 1000
 
 
@@ -230,17 +233,13 @@ def test_a_client_that_disconnects_mid_stream_is_billed_what_it_received(stack):
             got += _streamed_tokens(line)
             if got >= 20:
                 break
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        done = [r for r in records(folder) if r["tenant"] == "alpha" and r["outcome"] == "disconnect"]
-        if done:
-            break
-        time.sleep(0.2)
+    done = wait_until(lambda: [r for r in records(folder) if r["tenant"] == "alpha" and r["outcome"] == "disconnect"])
     assert done, proxy.tail()
     record = done[-1]
     assert got <= record["output_tokens"] < 1000
     assert record["units_released"] > 0
-    assert emulator.metric("vllm:num_requests_running") == 0
+    # The plugin's record and the engine's abort are two tasks of the proxy: either may come first.
+    assert wait_until(lambda: emulator.metric("vllm:num_requests_running") == 0)
 
 
 def _streamed_tokens(line: str) -> int:
