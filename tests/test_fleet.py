@@ -368,7 +368,8 @@ def test_write_records_the_ratio_with_its_provenance_and_check_uses_it(run_cli, 
     assert capacity["figures"]["ratio"] == pytest.approx(1.1)
     assert "measured oversubscription 1.1" in capacity["message"]
     (measured,) = [f for f in findings if f["code"] == "oversubscription"]
-    assert measured["message"] == f"measured oversubscription 1.1: {block['source']}"
+    assert measured["message"] == f"measured oversubscription 1.1 (raises pool shared only): {block['source']}"
+    assert block["pool"] == "shared"  # the pool measured: the only one the ratio raises
     assert "no oversubscription assumed" not in out
     # size counts the shared tenants' replicas at the fleet's measured peak: every tenant here is shared.
     code, out, err = run_cli("size", plan, "--json")
@@ -832,3 +833,51 @@ def test_litellm_response_cache_hits_are_no_load(run_cli, tmp_path, plan_path, p
     document = fleet_json(run_cli, export, "--format", "litellm", "--plan", plan_path, "--reversal-replicas", "0.05")
     assert_golden_spread(document, units(policy))
     assert document["rows_read"] == 3 and document["rows_rejected_total"] == 0
+
+
+def _platform_with_ratio(tmp_path, pool_line: str) -> Path:
+    """The shipped platform plan (pools shared, long and acme-dedicated) with a measured ratio of 1.5."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "platform.yaml"
+    plan = tmp_path / "platform.yaml"
+    text = example.read_text(encoding="utf-8").replace("model: models/", f"model: {example.parent}/models/")
+    plan.write_text(
+        text + f"oversubscription:\n  ratio: 1.5\n  source: measured by hand for the test\n{pool_line}",
+        encoding="utf-8",
+    )
+    return plan
+
+
+def test_a_ratio_raises_only_the_pool_it_was_measured_on_and_never_a_dedicated_one(run_cli, tmp_path) -> None:
+    """Tenants that do not peak together on one pool say nothing of another's, and a pool of one dedicated tenant
+    shares its peak with no one: check raises only the measured pool's capacity, and size divides only the
+    replicas of the shared tenants loading it."""
+    for pool_line, raised in (("  pool: shared\n", {"shared"}), ("", {"shared", "long", "acme-dedicated"})):
+        plan = _platform_with_ratio(tmp_path, pool_line)
+        code, out, err = run_cli("size", plan, "--json")
+        assert code == 0, err
+        document = json.loads(out)
+        rows = document["tenants"]
+        divided = math.fsum(r["replicas"] for r in rows if r["placement"] == "shared" and r["load_pool"] in raised)
+        rest = math.fsum(r["replicas"] for r in rows) - divided
+        assert rest > 0  # acme's dedicated replicas, at least, count one for one
+        assert document["totals"]["replicas_at_measured_peak"] == pytest.approx(divided / 1.5 + rest)
+        code, out, err = run_cli("check", plan, "--json")
+        assert code in (0, 1), err
+        findings = json.loads(out)["findings"]
+        ratios = {
+            f["subject"].removeprefix("pools."): f["figures"]["ratio"]
+            for f in findings
+            if f["code"] in ("capacity", "oversold")
+        }
+        assert ratios["acme-dedicated"] == 1.0
+        # a pool is raised where every tenant loading it is shared and the ratio is of that pool (or of none)
+        loaded = {r["load_pool"] for r in rows if r["placement"] == "shared"}
+        assert {name for name, ratio in ratios.items() if ratio == 1.5} == raised & loaded
+
+
+def test_a_ratio_naming_a_pool_the_plan_lacks_is_one_line(run_cli, tmp_path) -> None:
+    plan = _platform_with_ratio(tmp_path, "  pool: nowhere\n")
+    code, _out, err = run_cli("check", plan)
+    assert code != 0
+    (line,) = err.strip().splitlines()
+    assert "oversubscription.pool" in line and "nowhere" in line and "shared" in line

@@ -188,7 +188,7 @@ def test_a_measured_ratio_raises_the_limit():
             severity="info",
             code="oversubscription",
             subject="oversubscription",
-            message="measured oversubscription 1.25: usage logs",
+            message="measured oversubscription 1.25 (raises the pools of shared tenants): usage logs",
             figures={"ratio": 1.25},
         )
     ]

@@ -459,6 +459,7 @@ def write_oversubscription(
     block = {
         "ratio": round(ratio, 6),
         "source": line[:1000],
+        "pool": pool,
         "measured": {
             "sources": list(sources),
             "format": source_format,

@@ -62,15 +62,20 @@ def _usd(value: float) -> str:
 
 def _capacity(policy: QuotaPolicy) -> list[Finding]:
     findings = []
-    ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
+    measured = policy.oversubscription
     # Each tenant's units go to the pool they are counted in, as size counts them: a tenant sized on traffic whose
     # mean prompt is above its pool's threshold is sized in the long-context pool's units and loads that pool.
     load = {tenant.name: load_pool_of(tenant) for tenant in policy.tenants}
     for pool in policy.pools:
-        sold = math.fsum(t.bucket_rate_units_per_s for t in policy.tenants if load[t.name] == pool.name)
+        loading = [t for t in policy.tenants if load[t.name] == pool.name]
+        sold = math.fsum(t.bucket_rate_units_per_s for t in loading)
+        raised = (
+            measured is not None and bool(loading) and all(measured.raises(pool.name, t.placement) for t in loading)
+        )
+        ratio = measured.ratio if measured is not None and raised else 1.0
         limit = pool.capacity_units_per_s * ratio
         figures = {"units_sold_per_s": sold, "capacity_units_per_s": pool.capacity_units_per_s, "ratio": ratio}
-        over = f" × measured oversubscription {ratio:g}" if policy.oversubscription else ""
+        over = f" × measured oversubscription {ratio:g}" if raised else ""
         scope = ""
         if pool.role == "long_context":
             # A contract, or traffic whose mean prompt stays below the threshold, does not say what share of its units
@@ -112,7 +117,7 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
                     figures=figures,
                 )
             )
-    if policy.oversubscription is None:
+    if measured is None:
         findings.append(
             Finding(
                 severity="info",
@@ -124,13 +129,14 @@ def _capacity(policy: QuotaPolicy) -> list[Finding]:
         )
     else:
         # Where the ratio comes from, beside the capacity it raises: a ratio is only as good as its measurement.
+        scope = f" (raises pool {measured.pool} only)" if measured.pool else " (raises the pools of shared tenants)"
         findings.append(
             Finding(
                 severity="info",
                 code="oversubscription",
                 subject="oversubscription",
-                message=f"measured oversubscription {ratio:g}: {policy.oversubscription.source}",
-                figures={"ratio": ratio},
+                message=f"measured oversubscription {measured.ratio:g}{scope}: {measured.source}",
+                figures={"ratio": measured.ratio},
             )
         )
     return findings

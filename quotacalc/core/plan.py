@@ -154,6 +154,13 @@ class Oversubscription(BaseModel):
     source: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_printable_name)] = Field(
         description="where the ratio was measured (usage data, window, date)"
     )
+    # Tenants that do not peak together on one pool say nothing of another pool's tenants, and a pool of one
+    # dedicated tenant has no one to share its peak with.
+    pool: str | None = Field(
+        None,
+        description="the pool whose load was measured, the only one the ratio raises; absent: every pool's shared "
+        "tenants",
+    )
 
     @field_validator("ratio")
     @classmethod
@@ -161,6 +168,10 @@ class Oversubscription(BaseModel):
         if not math.isfinite(value) or not 1 <= value <= MAX_OVERSUBSCRIPTION:
             raise ValueError(f"must be a ratio from 1 to {MAX_OVERSUBSCRIPTION:g}, got {value:g}")
         return value
+
+    def raises(self, pool: str, placement: str) -> bool:
+        """Whether the ratio raises the capacity behind a tenant of this placement whose load lands on ``pool``."""
+        return placement == "shared" and self.pool in (None, pool)
 
 
 def _each_once(names: tuple[str, ...], what: str) -> tuple[str, ...]:

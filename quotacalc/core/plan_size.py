@@ -62,8 +62,9 @@ class PlanSizeTotals(BaseModel):
     )
     replicas_at_measured_peak: float = Field(
         0.0,
-        description="the shared tenants' replicas / oversubscription_ratio, plus the dedicated tenants' (a pool that "
-        "serves one tenant multiplexes nothing): the load the replicas carry at the fleet's measured peak",
+        description="the replicas of the shared tenants the ratio raises (those of its measured pool, or of every "
+        "pool where it names none) / oversubscription_ratio, plus the other tenants' (a pool that serves one tenant "
+        "multiplexes nothing): the load the replicas carry at the fleet's measured peak",
     )
 
 
@@ -113,7 +114,9 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
             )
         )
     listed = pools_shown(policy, pool)
-    ratio = policy.oversubscription.ratio if policy.oversubscription else 1.0
+    measured = policy.oversubscription
+    ratio = measured.ratio if measured else 1.0
+    raised = [measured is not None and measured.raises(row.load_pool, row.placement) for row in rows]
     totals = PlanSizeTotals(
         tenants=len(rows),
         units_sold_per_s=math.fsum(row.units_per_s for row in rows),
@@ -122,8 +125,8 @@ def size_plan(policy: QuotaPolicy, *, pool: str | None = None) -> PlanSize:
         dedicated_usd_per_month=math.fsum(row.dedicated_usd_per_month for row in rows if row.placement == "dedicated"),
         pools_usd_per_month=math.fsum(entry.usd_per_month for entry in policy.pools if entry.name in listed),
         oversubscription_ratio=ratio,
-        replicas_at_measured_peak=math.fsum(row.replicas for row in rows if row.placement == "shared") / ratio
-        + math.fsum(row.replicas for row in rows if row.placement != "shared"),
+        replicas_at_measured_peak=math.fsum(row.replicas for row, up in zip(rows, raised, strict=True) if up) / ratio
+        + math.fsum(row.replicas for row, up in zip(rows, raised, strict=True) if not up),
     )
     return PlanSize(tenants=tuple(rows), totals=totals)
 

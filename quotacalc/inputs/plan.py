@@ -551,6 +551,14 @@ def _check_references(plan: PlatformPlanFile, pools: list[Pool], path: str) -> N
     and a routing threshold is below the context both its pools serve."""
     for problem in reference_problems(pools, plan.tiers, plan.tenants):
         raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix)
+    measured_pool = plan.oversubscription.pool if plan.oversubscription else None
+    if measured_pool is not None and measured_pool not in {pool.name for pool in pools}:
+        raise QuotacalcError(
+            f"names pool '{measured_pool}', which the plan does not have",
+            source=path,
+            field="oversubscription.pool",
+            fix=f"name one of {', '.join(pool.name for pool in pools)}, or measure again (quotacalc fleet --write)",
+        )
     for index, pool in enumerate(pools):
         with pool_errors(path, index):
             _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
@@ -619,7 +627,11 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
         tenants=file.tenants,
         public_prefixes=file.public_prefixes,
         oversubscription=(
-            Oversubscription(ratio=file.oversubscription.ratio, source=file.oversubscription.source)
+            Oversubscription(
+                ratio=file.oversubscription.ratio,
+                source=file.oversubscription.source,
+                pool=file.oversubscription.pool,
+            )
             if file.oversubscription
             else None
         ),
