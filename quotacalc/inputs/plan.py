@@ -8,9 +8,9 @@ whose pool is called ``default``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, 
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.key_errors import _one_line_validation_error, suggest_key, worded_message
 from quotacalc.inputs.measured_pool import check_measured_pool, check_unrecorded_pool, model_max_context
+from quotacalc.inputs.origins import ValueOrigin, placed, value_origins
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -206,7 +207,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
     return table.get(tuple(names), PlatformPlanFile)
 
 
-def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, ...] = ()) -> QuotacalcError:
+def _validation_error(error: ValidationError, *, source: str | None, base: tuple[Any, ...] = ()) -> QuotacalcError:
     errors = error.errors()
     # A misspelt key is reported as unknown (with its likely spelling), not as the required key it was meant for.
     first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
@@ -512,48 +513,38 @@ def _tier_key_error(path: str, field: str) -> QuotacalcError:
     )
 
 
-@contextmanager
-def pool_errors(path: str, index: int | None, document: dict[str, Any] | None = None, at: str = "") -> Iterator[None]:
-    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path;
-    ``document``, the plan as read, says which keys a pool inherits (without it, the file is read again); ``at``,
-    where the plan sits in the file (``plan.``: a scenario's embedded plan)."""
-    try:
-        yield
-    except QuotacalcError as error:
-        if error.source is not None:
-            raise  # about another file (a model's config): it names that file
-        if index is None:  # a flat plan: its deployment keys are the file's top level
-            field = error.field
-        else:
-            field = f"{at}pools[{index}].deployment" + (f".{error.field}" if error.field else "")
-            if error.field and _inherited(path, index, error.field, document):
-                # The plan's default, which the pool does not set itself: the place to fix it may be either.
-                field += f" (inherited from {at}deployment.{error.field.split('.', 1)[0]})"
-        raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
+def pool_origins(
+    document: dict[str, Any], index: int, *, source: str, flags: Mapping[str, Any] | None = None, at: str = ""
+) -> dict[str, ValueOrigin]:
+    """Where each deployment value of pool ``index`` of a platform plan comes from, recorded from the document as
+    read: a flag (``flags``), the pool's own key, or the plan's top-level ``deployment:`` it inherits; ``at``, where
+    the plan sits in the file (``plan.``: a scenario's embedded plan)."""
+    entry = document["pools"][index]
+    return value_origins(
+        Deployment.model_fields,
+        flags or {},
+        own=entry.get("deployment") or {},
+        inherited=document.get("deployment") or {},
+        source=source,
+        written=f"{at}pools.{entry.get('name')}.deployment.",
+        at=f"{at}pools[{index}].deployment.",
+        inherited_written=f"{at}deployment.",
+    )
 
 
-def _inherited(path: str, index: int, field: str, document: dict[str, Any] | None = None) -> bool:
-    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (the file is
-    read again when ``document`` is not given: only an error takes this path)."""
-    key = field.split(".", 1)[0].split("[", 1)[0]
-    try:
-        if document is None:
-            document = read_document(path)
-        own = document["pools"][index].get("deployment") or {}
-        defaults = document.get("deployment") or {}
-    except (QuotacalcError, LookupError, AttributeError, TypeError):
-        return False
-    return key not in own and key in defaults
-
-
-def _check_references(plan: PlatformPlanFile, pools: list[Pool], path: str) -> None:
+def _check_references(
+    plan: PlatformPlanFile, pools: list[Pool], path: str, origins: dict[str, dict[str, ValueOrigin]]
+) -> None:
     """References between entries (``reference_problems``), then what needs the models: each pool's model resolves,
-    and a routing threshold is below the context both its pools serve."""
+    and a routing threshold is below the context both its pools serve. ``origins``: pool name -> where each of its
+    deployment values was read, where an error about one is placed."""
     for problem in reference_problems(pools, plan.tiers, plan.tenants):
         raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix)
     for index, pool in enumerate(pools):
-        with pool_errors(path, index):
+        try:
             _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
+        except QuotacalcError as error:
+            raise placed(error, origins[pool.name], source=path, within=f"pools[{index}].deployment") from None
     by_name = {pool.name: pool for pool in pools}
     for index, pool in enumerate(pools):
         if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
@@ -587,32 +578,37 @@ def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
     return _read_platform(document, path)[0]
 
 
-def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformPlanFile]:
+def _read_platform(
+    document: dict[str, Any], path: str
+) -> tuple[Plan, PlatformPlanFile, dict[str, dict[str, ValueOrigin]]]:
+    """The plan, its file as validated, and pool name -> where each deployment value was read."""
     file = _validate_file(document, path)
     pools = []
+    origins: dict[str, dict[str, ValueOrigin]] = {}
     for index, pool_file in enumerate(file.pools):
         values = _merged_deployment(document, index, path)
-        own = (document["pools"][index].get("deployment") or {}).keys()
+        recorded = origins[pool_file.name] = pool_origins(document, index, source=path)
+        within = f"pools[{index}].deployment"
         try:
             deployment = Deployment.model_validate(values)
         except ValidationError as error:
-            first = error.errors()[0]
-            key = str(first["loc"][0]) if first["loc"] else "?"
-            base = ("pools", index, "deployment") if key in own or first["type"] == "missing" else ("deployment",)
-            problem = _validation_error(error, source=path, base=base)
-            if first["type"] == "missing":
+            # Worded for the bare key, then placed where its value was read (the pool's key, or the one it inherits).
+            problem = _validation_error(error, source=None)
+            if problem.problem == "is required":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
-            raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
-        with pool_errors(path, index, document):
+            raise placed(problem, recorded, source=path, within=within) from None
+        try:
             check_measured_pool(deployment, source=None)
             # The plan's pool without a record holds for the plan's deployment, not for a pool that changes it.
             check_unrecorded_pool(document.get("deployment") or {}, deployment, source=None)
+        except QuotacalcError as error:
+            raise placed(error, recorded, source=path, within=within) from None
         pools.append(
             Pool.model_validate(
                 {**pool_file.model_dump(exclude={"deployment", "calibration"}), "deployment": deployment}
             )
         )
-    _check_references(file, pools, path)
+    _check_references(file, pools, path, origins)
     plan = Plan(
         pools=tuple(pools),
         tiers=file.tiers,
@@ -625,7 +621,7 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
         ),
         tenant_header=file.tenant_header,
     )
-    return plan, file
+    return plan, file, origins
 
 
 def flat_plan(flat: PlanFile, path: str) -> Plan:
@@ -708,6 +704,8 @@ class ReadPlan:
     calibrations: dict[str, Any]
     #: Where the plan sits in its file: ``plan.`` for a scenario's embedded plan, else nothing.
     at: str = ""
+    #: Pool name -> deployment key -> where its value was read (no flags yet); empty where the reader kept none.
+    origins: dict[str, dict[str, ValueOrigin]] = dataclasses.field(default_factory=dict)
 
 
 def read_plan(path: str, document: dict[str, Any] | None = None) -> ReadPlan:
@@ -715,11 +713,14 @@ def read_plan(path: str, document: dict[str, Any] | None = None) -> ReadPlan:
     if document is None:
         document = read_document(path)
     if is_platform(document):
-        plan, file = _read_platform(document, path)
+        plan, file, origins = _read_platform(document, path)
         sections = {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
-        return ReadPlan(path, document, plan, True, sections)
+        return ReadPlan(path, document, plan, True, sections, origins=origins)
     flat = plan_file_from_document(document, path)
-    return ReadPlan(path, document, flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration})
+    recorded = value_origins(Deployment.model_fields, {}, own=document, source=path)
+    return ReadPlan(
+        path, document, flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration}, origins={DEFAULT_POOL: recorded}
+    )
 
 
 def load_plan(path: str) -> tuple[Plan, bool]:
