@@ -116,3 +116,16 @@ def test_a_model_that_does_not_resolve_is_placed_without_reading_the_plan_again(
     line = _error(run_cli, "check", plan)
     assert line.startswith(f"{plan}: pools[0].deployment.model (inherited from deployment.model): "), line
     assert opened == [plan]
+
+
+def test_the_max_model_len_fix_names_the_key_where_it_was_set(tmp_path, run_cli):
+    """The core words the fix over the key (``{max_model_len}``); the command names it by its origin."""
+    problem = "9,000 tokens exceed max_model_len 8,192 (the engine refuses longer sequences)"
+    line = _error(run_cli, "kv", FLAT, "--context", "9000", "--max-model-len", "8192", "--kv-pool-tokens", "646503")
+    assert line == f"--context: {problem} (at most 8,192 tokens, or raise --max-model-len)"
+    plan = _flat(tmp_path, max_model_len=8192)
+    line = _error(run_cli, "kv", plan, "--context", "9000")
+    assert line == f"--context: {problem} (at most 8,192 tokens, or raise max_model_len)"
+    plan = _platform(tmp_path, long_pool={"context": 8000, "max_model_len": 8192})
+    line = _error(run_cli, "kv", plan, "--pool", "long", "--context", "9000")
+    assert line == f"--context: {problem} (at most 8,192 tokens, or raise pools.long.deployment.max_model_len)"
