@@ -129,3 +129,20 @@ def test_the_max_model_len_fix_names_the_key_where_it_was_set(tmp_path, run_cli)
     plan = _platform(tmp_path, long_pool={"context": 8000, "max_model_len": 8192})
     line = _error(run_cli, "kv", plan, "--pool", "long", "--context", "9000")
     assert line == f"--context: {problem} (at most 8,192 tokens, or raise pools.long.deployment.max_model_len)"
+
+
+def test_a_scenarios_embedded_plan_is_read_at_its_plan_key(tmp_path, run_cli):
+    """The plan reader records the embedded plan's values under ``plan.``: every part of an error's place says so,
+    the inherited key's too (it was prefixed after the fact, and named ``deployment.tp`` without it)."""
+    document = yaml.safe_load((ROOT / "examples" / "simulate-platform.yaml").read_text(encoding="utf-8"))
+    plan = document["plan"]
+    plan["deployment"] = {"tp": -4}
+    for pool in plan["pools"]:
+        pool["deployment"].pop("tp", None)
+    path = _write(tmp_path, document, "scenario.yaml")
+    expected = f"{path}: plan.pools[0].deployment.tp (inherited from plan.deployment.tp): {TP_PROBLEM}"
+    assert _error(run_cli, "simulate", path) == expected
+    plan["deployment"] = {}
+    plan["pools"][1]["deployment"]["engine"] = "sglng"
+    path = _write(tmp_path, document, "scenario.yaml")
+    assert _error(run_cli, "simulate", path).startswith(f"{path}: plan.pools[1].deployment.engine: unknown engine")

@@ -207,7 +207,10 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
     return table.get(tuple(names), PlatformPlanFile)
 
 
-def _validation_error(error: ValidationError, *, source: str | None, base: tuple[Any, ...] = ()) -> QuotacalcError:
+def _validation_error(
+    error: ValidationError, *, source: str | None, base: tuple[Any, ...] = (), at: str = ""
+) -> QuotacalcError:
+    """The first of ``error``'s problems as one line at its YAML path (after ``at``: ``plan.`` in a scenario)."""
     errors = error.errors()
     # A misspelt key is reported as unknown (with its likely spelling), not as the required key it was meant for.
     first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
@@ -218,9 +221,9 @@ def _validation_error(error: ValidationError, *, source: str | None, base: tuple
         known = [name for name in model.model_fields if name not in (_TIER_KEYS if model is Deployment else ())]
         close = suggest_key(key, known)
         fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(known)}"
-        return QuotacalcError(f"unknown key '{key}'", source=source, field=yaml_path(loc), fix=fix)
+        return QuotacalcError(f"unknown key '{key}'", source=source, field=at + yaml_path(loc), fix=fix)
     if first["type"] == "missing":
-        return QuotacalcError("is required", source=source, field=yaml_path(loc))
+        return QuotacalcError("is required", source=source, field=at + yaml_path(loc))
     message = worded_message(first)
     if first["type"] == "string_pattern_mismatch" and "lora_adapters" in loc:
         message = (
@@ -231,7 +234,7 @@ def _validation_error(error: ValidationError, *, source: str | None, base: tuple
         # A pool's name is a Kubernetes Service's too: it must start with a letter.
         start = "a letter first, " if loc[:1] == ("pools",) else ""
         message = f"'{first['input']}' is not a valid name ({start}lower-case letters, digits and '-', at most 63)"
-    return QuotacalcError(message, source=source, field=yaml_path(loc))
+    return QuotacalcError(message, source=source, field=at + yaml_path(loc))
 
 
 def _non_finite(
@@ -484,10 +487,11 @@ def calibration_section_error(
     )
 
 
-def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
+def _validate_file(document: dict[str, Any], path: str, at: str = "") -> PlatformPlanFile:
+    """The platform plan file validated; an error names its YAML path, after ``at`` (``plan.`` in a scenario)."""
     if found := _non_finite(document):
         loc, value = found
-        raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=yaml_path(loc))
+        raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=at + yaml_path(loc))
     pools = document.get("pools")
     sections = [("deployment", document.get("deployment"))] + [
         (f"pools[{index}].deployment", pool.get("deployment") if isinstance(pool, dict) else None)
@@ -496,11 +500,11 @@ def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
     for where, section in sections:
         for tier_key in _TIER_KEYS:
             if isinstance(section, dict) and tier_key in section:
-                raise _tier_key_error(path, f"{where}.{tier_key}")
+                raise _tier_key_error(path, f"{at}{where}.{tier_key}")
     try:
         return PlatformPlanFile.model_validate(document)
     except ValidationError as error:
-        raise _validation_error(error, source=path) from None
+        raise _validation_error(error, source=path, at=at) from None
 
 
 def _tier_key_error(path: str, field: str) -> QuotacalcError:
@@ -533,18 +537,19 @@ def pool_origins(
 
 
 def _check_references(
-    plan: PlatformPlanFile, pools: list[Pool], path: str, origins: dict[str, dict[str, ValueOrigin]]
+    plan: PlatformPlanFile, pools: list[Pool], path: str, origins: dict[str, dict[str, ValueOrigin]], at: str = ""
 ) -> None:
     """References between entries (``reference_problems``), then what needs the models: each pool's model resolves,
     and a routing threshold is below the context both its pools serve. ``origins``: pool name -> where each of its
     deployment values was read, where an error about one is placed."""
     for problem in reference_problems(pools, plan.tiers, plan.tenants):
-        raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix)
+        field = at + problem.field if problem.field else at.removesuffix(".") or None
+        raise QuotacalcError(problem.problem, source=path, field=field, fix=problem.fix)
     for index, pool in enumerate(pools):
         try:
             _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
         except QuotacalcError as error:
-            raise placed(error, origins[pool.name], source=path, within=f"pools[{index}].deployment") from None
+            raise placed(error, origins[pool.name], source=path, within=f"{at}pools[{index}].deployment") from None
     by_name = {pool.name: pool for pool in pools}
     for index, pool in enumerate(pools):
         if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
@@ -556,7 +561,7 @@ def _check_references(
                 raise QuotacalcError(
                     f"{threshold} is not below the longest context pool '{serving.name}' serves ({limit} tokens)",
                     source=path,
-                    field=f"pools[{index}].route_above_prompt_tokens",
+                    field=f"{at}pools[{index}].route_above_prompt_tokens",
                     fix="route above a prompt length both pools serve",
                 )
 
@@ -573,22 +578,23 @@ def _context_limit(pool: Pool) -> int | None:
     return min(limits) if limits else None
 
 
-def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
-    """A platform plan document -> Plan, every reference checked."""
-    return _read_platform(document, path)[0]
+def read_platform_plan(document: dict[str, Any], path: str, at: str = "") -> Plan:
+    """A platform plan document -> Plan, every reference checked; ``at``: where the plan sits in the file at
+    ``path`` (``plan.``: a scenario's embedded plan), which every error's YAML path starts with."""
+    return _read_platform(document, path, at)[0]
 
 
 def _read_platform(
-    document: dict[str, Any], path: str
+    document: dict[str, Any], path: str, at: str = ""
 ) -> tuple[Plan, PlatformPlanFile, dict[str, dict[str, ValueOrigin]]]:
     """The plan, its file as validated, and pool name -> where each deployment value was read."""
-    file = _validate_file(document, path)
+    file = _validate_file(document, path, at)
     pools = []
     origins: dict[str, dict[str, ValueOrigin]] = {}
     for index, pool_file in enumerate(file.pools):
         values = _merged_deployment(document, index, path)
-        recorded = origins[pool_file.name] = pool_origins(document, index, source=path)
-        within = f"pools[{index}].deployment"
+        recorded = origins[pool_file.name] = pool_origins(document, index, source=path, at=at)
+        within = f"{at}pools[{index}].deployment"
         try:
             deployment = Deployment.model_validate(values)
         except ValidationError as error:
@@ -608,7 +614,7 @@ def _read_platform(
                 {**pool_file.model_dump(exclude={"deployment", "calibration"}), "deployment": deployment}
             )
         )
-    _check_references(file, pools, path, origins)
+    _check_references(file, pools, path, origins, at)
     plan = Plan(
         pools=tuple(pools),
         tiers=file.tiers,
