@@ -631,7 +631,7 @@ def _read_platform(
 
 
 def flat_plan(flat: PlanFile, path: str) -> Plan:
-    """Today's flat plan as a one-pool Plan: pool ``default`` of its ``replicas`` (one unless the file says); its
+    """A flat plan as a one-pool Plan: pool ``default`` of its ``replicas`` (one unless the file says); its
     tenant (if any) is ``tenant``.
 
     The tenant's tier is synthesised from the deployment (documented in docs/plans.md): the model's max
