@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
@@ -581,13 +581,20 @@ def _context_limit(pool: Pool) -> int | None:
 def read_platform_plan(document: dict[str, Any], path: str, at: str = "") -> Plan:
     """A platform plan document -> Plan, every reference checked; ``at``: where the plan sits in the file at
     ``path`` (``plan.``: a scenario's embedded plan), which every error's YAML path starts with."""
-    return _read_platform(document, path, at)[0]
+    return _read_platform(document, path, at).plan
 
 
-def _read_platform(
-    document: dict[str, Any], path: str, at: str = ""
-) -> tuple[Plan, PlatformPlanFile, dict[str, dict[str, ValueOrigin]]]:
-    """The plan, its file as validated, and pool name -> where each deployment value was read."""
+class _PlatformRead(NamedTuple):
+    """A platform plan as read: the plan, its file as validated, and where each pool's deployment values were read."""
+
+    plan: Plan
+    file: PlatformPlanFile
+    #: Pool name -> deployment key -> its origin.
+    origins: dict[str, dict[str, ValueOrigin]]
+
+
+def _read_platform(document: dict[str, Any], path: str, at: str = "") -> _PlatformRead:
+    """A platform plan document read, every value's origin recorded and every reference checked."""
     file = _validate_file(document, path, at)
     pools = []
     origins: dict[str, dict[str, ValueOrigin]] = {}
@@ -627,7 +634,7 @@ def _read_platform(
         ),
         tenant_header=file.tenant_header,
     )
-    return plan, file, origins
+    return _PlatformRead(plan, file, origins)
 
 
 def flat_plan(flat: PlanFile, path: str) -> Plan:
