@@ -8,7 +8,7 @@ Times ``quotacalc.core.calibrate.calibrate`` (the fit plus one leave-one-out fit
 shipped examples, in-process, after one warm-up call (imports, config resolution and scipy's
 first use are not the fit's cost). Then, on the NIM measurements of Llama 3.3 70B FP8 on 2x H100
 (examples/calibration/nim-llama-3.3-70b-h100-tp2.csv, cited in the file), calibrates on every pair
-of runs and reports how far the other points land: issue 7's target is 5%.
+of runs and reports how far the other points land: the two-point target is 5% (docs/accuracy.md).
 """
 
 from __future__ import annotations

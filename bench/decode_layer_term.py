@@ -8,7 +8,7 @@ bench/kernel_floor.py found a decode step's plain kernels to take bytes / (about
 45-66 us a layer. This searches a grid of MBU, step overhead, the per-layer cost (layers x cost added to every
 forward pass) and a factor on each GPU's catalog all-reduce latency, and prints the mean absolute ITL error on
 the fit set and the held-out set of tests/data/measurements/decode_itl.yaml for the best combinations by the
-fit set, beside today's defaults (which this search chose: 0.2 ms, 30 us, the catalog's latencies, themselves
+fit set, beside the current defaults (which this search chose: 0.2 ms, 30 us, the catalog's latencies, themselves
 0.7 x the ones fitted before the per-layer cost).
 """
 

@@ -8,7 +8,7 @@ MFU is scaled per GPU by a measured matmul efficiency (``mfu_scale``). The same 
 decode read run at peak × MBU × (the GPU's measured share of its datasheet bandwidth / the H100 SXM's).
 This script applies such a scale, from each public measurement table below, to every ITL and TTFT point of
 ``tests/data/measurements/`` (as an MBU override per point: 0.75 × scale, which is the same bandwidth) and
-prints the fit-set and held-out mean absolute errors, overall and per GPU, beside today's. The MI300X's
+prints the fit-set and held-out mean absolute errors, overall and per GPU, beside the current defaults'. The MI300X's
 all-reduce latency (36 us) was fitted at scale 1 on AMD's TP 8 table; with the MI300X scaled it is refitted
 the same way (grid of 1 us on that table's non-held-out points), or the scale would be charged for a
 latency fitted without it.

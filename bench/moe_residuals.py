@@ -1,4 +1,4 @@
-"""Does a MoE model's decode residual follow its MoE layers? The evidence docs/accuracy.md gives for issue 7.
+"""Does a MoE model's decode residual follow its MoE layers? The evidence docs/accuracy.md gives for the two-point target.
 
 Usage (from the repo root, quotacalc installed):
 

@@ -1,4 +1,4 @@
-"""Would a TensorRT-LLM scheduler model meet issue 7's two-point target on NIM's runs? A diagnostic.
+"""Would a TensorRT-LLM scheduler model meet the two-point target on NIM's runs? A diagnostic.
 
 Usage (from the repo root, quotacalc installed):
 

@@ -1,4 +1,4 @@
-"""Two-point calibration on every measured deployment, not only NIM's (issue 7's target: the other points within 5%).
+"""Two-point calibration on every measured deployment, not only NIM's (the two-point target: the other points within 5%).
 
 Usage (from the repo root, quotacalc installed):
 

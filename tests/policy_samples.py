@@ -1,4 +1,5 @@
-"""Hand-built canonical policies for the exporter tests, until build_policy exists on this branch.
+"""Hand-built canonical policies for the exporter tests: each exporter is tested on a policy stated by hand, not
+through build_policy, so a fault in one does not hide in the other.
 
 The standard pool is docs/method.md §7's worked example (Llama 3.3 70B FP8, TP=4 on H100 SXM): W = 3.09,
 18,232 units/s per replica at the 0.65 ceiling, 646,503 KV tokens per replica, $7,200 per replica-month.

@@ -80,8 +80,8 @@ def test_the_dtypes_written_are_choices_of_the_stated_releases():
 
 @pytest.mark.parametrize(("kv_dtype", "named"), [("int8", "int8"), ("int4", "int4"), ("float32", "fp32")])
 def test_a_kv_dtype_vllm_has_no_choice_for_is_left_out_said_and_checked(tmp_path, run_cli, kv_dtype, named):
-    """QA's plan: before, vllm/default.yaml said kv-cache-dtype: int8, which vLLM refuses at start-up. float32 is
-    quotacalc's fp32 (catalog/dtypes.py alias); the canonical policy keeps the dtype the price assumed."""
+    """A KV dtype vLLM has no --kv-cache-dtype choice for (int8, which it refuses at start-up) is left out of
+    vllm/default.yaml, and the policy says so. float32 is quotacalc's fp32 (catalog/dtypes.py alias); the canonical policy keeps the dtype the price assumed."""
     plan_text = f"model: Llama-3.1-8B-Instruct\ngpu: b200\ntp: 1\nkv_dtype: {kv_dtype}\n"
     out, pool = _generate(tmp_path, run_cli, plan_text)
     assert pool["engine"]["kv_cache_dtype"] == named

@@ -1,5 +1,6 @@
-"""The figures' declarations (quotacalc/core/figures.py) are what price's JSON, table, explain steps and
-docs/figures.md carry: a figure declared once reaches every output, and no output lists one the registry does not."""
+"""The figures' declarations (quotacalc/core/figures.py) are what price's, size's and kv's JSON and tables, price's
+explain steps and docs/figures.md carry: a figure declared once reaches every output, and no output lists one the
+registry does not."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ import pytest
 from quotacalc import Deployment, price, resolve
 from quotacalc.cli import units
 from quotacalc.cli.json_out import price_results_json
+from quotacalc.core.deployment import Traffic
 from quotacalc.core.explain import fmt
 from quotacalc.core.figures import FIGURES, declared, figures_markdown, json_keys, substitute
-from quotacalc.core.kv import RequestKvResult
+from quotacalc.core.kv import RequestKvResult, request_kv
 from quotacalc.core.price import PriceResult
-from quotacalc.core.traffic import SizeResult
+from quotacalc.core.traffic import SizeResult, size_traffic
 
 ROOT = Path(__file__).resolve().parent.parent
 #: PriceResult's fields that are no figure: what --explain, the warnings and the inputs carry.
 NOT_FIGURES = {"steps", "warnings", "pricing_warnings", "inputs"}
+#: SizeResult's and RequestKvResult's fields that are no figure: the steps, the replica (the JSON's ``replica``) and
+#: the traffic sized (the JSON's ``tenant``).
+NOT_SIZE_OR_KV_FIGURES = {"steps", "replica", "traffic"}
 #: The worked example of docs/method.md §7, and two deployments that show the rows shown only sometimes.
 EXAMPLE = dict(model="Llama-3.3-70B-Instruct", gpu="h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="bf16")
 
@@ -54,20 +59,22 @@ def test_every_price_result_field_is_declared_and_nothing_else():
 
 
 @pytest.mark.parametrize(("command", "model"), [("size", SizeResult), ("kv", RequestKvResult)])
-def test_size_and_kv_declarations_name_fields_of_their_results(command, model):
-    assert json_keys(command) <= set(model.model_fields)
+def test_size_and_kv_declare_every_field_of_their_results_in_its_order(command, model):
+    assert [figure.key for figure in declared(command)] == [
+        name for name in model.model_fields if name not in NOT_SIZE_OR_KV_FIGURES
+    ]
 
 
-def test_keys_are_unique_and_doc_rows_join_a_declared_figure_of_their_command():
-    keys = [figure.key for figure in FIGURES]
+def test_keys_are_unique_in_a_command_and_doc_rows_join_a_declared_figure_of_their_command():
+    keys = [(figure.command, figure.key) for figure in FIGURES]
     assert len(keys) == len(set(keys))
-    by_key = {figure.key: figure for figure in FIGURES}
+    by_key = {(figure.command, figure.key): figure for figure in FIGURES}
     for figure in FIGURES:
         assert (figure.meaning is None) == (figure.doc_with is not None), figure.key
         if figure.doc_with is not None:
-            head = by_key[figure.doc_with]
-            assert head.meaning is not None and head.command == figure.command, figure.key
-            assert keys.index(head.key) < keys.index(figure.key), figure.key
+            head = by_key[figure.command, figure.doc_with]
+            assert head.meaning is not None, figure.key
+            assert keys.index((head.command, head.key)) < keys.index((figure.command, figure.key)), figure.key
 
 
 def test_json_results_are_the_declared_keys_in_price_results_order(worked):
@@ -75,15 +82,19 @@ def test_json_results_are_the_declared_keys_in_price_results_order(worked):
     assert list(results) == [name for name in PriceResult.model_fields if name not in NOT_FIGURES]
 
 
-def test_json_of_the_cli_carries_the_declared_keys_for_price_and_kv(run_cli):
+def test_json_of_the_cli_carries_the_declared_keys_of_price_size_and_kv(run_cli):
     example = ROOT / "examples" / "llama-3.3-70b-h100.yaml"
     code, out, err = run_cli("price", str(example), "--json")
     assert code == 0, err
     assert set(json.loads(out)["results"]) == json_keys("price")
-    code, out, err = run_cli("kv", str(example), "--context", "131072", "--json")
-    assert code == 0, err
-    document = json.loads(out)
-    assert json_keys("kv") <= set(document["results"]) and set(document["replica"]) == json_keys("price")
+    for command, extra in (("kv", ["--context", "131072"]), ("size", [])):
+        code, out, err = run_cli(command, str(example), *extra, "--json")
+        assert code == 0, err
+        document = json.loads(out)
+        assert list(document["results"]) == [figure.key for figure in declared(command)], command
+        assert set(document["replica"]) == json_keys("price")
+    # the traffic sized is the document's tenant, not a figure among the results
+    assert document["tenant"] == {"rps": 5, "prompt_tokens": 2000, "output_tokens": 500, "cached_fraction": 0}
 
 
 @pytest.mark.parametrize("result", ["worked", "engine_basis", "windowed"])
@@ -166,3 +177,46 @@ def test_the_gpu_hour_row_names_one_gpu_in_the_singular():
     assert row.how(priced, units) == "replica budget × 3600 s / 1 GPU"
     assert row.value(priced, units) == f"{units.count(priced.replica_units_per_s * 3600)} units"
     assert row.value(priced, units).endswith(" M units")
+
+
+def _rows(command, result):
+    """The (quantity, value, how) rows the table of ``command`` shows for ``result``, from the declarations."""
+    return [
+        (row.label(result, units), row.value(result, units), row.how(result, units))
+        for figure in declared(command)
+        if (row := figure.row) is not None and row.shown(result)
+    ]
+
+
+def test_kv_rows_show_the_windowed_part_and_never_fill_for_a_request_larger_than_the_pool(windowed):
+    """gemma 3 at 100,000 tokens: its sliding layers hold a window's KV, and the pool holds a few such requests;
+    Llama 3.1 8B on one L4 (24 GB, 16 GB of bf16 weights) holds less than one 120,000-token request."""
+    rows = {label: (value, how) for label, value, how in _rows("kv", request_kv(windowed, 100_000))}
+    assert list(rows)[:3] == ["request KV", "per GPU", "of which windowed KV"]
+    assert "of which fixed state" not in rows
+    assert rows["fill the replica"][1] == "requests" and int(rows["fill the replica"][0]) >= 1
+    small = price(resolve(Deployment(model="Llama-3.1-8B-Instruct", gpu="l4")))
+    request = request_kv(small, 120_000)
+    assert request.pool_share > 1
+    assert dict((label, (value, how)) for label, value, how in _rows("kv", request))["fill the replica"] == (
+        "never",
+        "one request is larger than the whole pool",
+    )
+
+
+def test_size_rows_carry_every_figure_with_a_row_in_the_declared_order(worked):
+    result = size_traffic(worked, Traffic(rps=5, prompt_tokens=2000, output_tokens=500))
+    rows = _rows("size", result)
+    assert [label for label, _, _ in rows] == [
+        "units per request",
+        "load",
+        "replicas",
+        "token bucket rate",
+        "token bucket depth",
+        "shared",
+        "dedicated",
+        "one request's KV",
+    ]
+    dedicated = rows[6]
+    assert dedicated[2] == f"{result.dedicated_replicas} whole replica(s)"
+    assert dedicated[1] == f"{units.usd(result.dedicated_total_usd_per_month)}/month"

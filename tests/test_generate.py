@@ -597,7 +597,7 @@ def test_a_symlink_at_a_generated_path_is_never_followed(run_cli, tmp_path: Path
 
 
 def test_generate_a_flat_plan(run_cli, tmp_path: Path) -> None:
-    """Today's flat plan generates as a one-pool plan: pool 'default', its tenant on the shared cache (no secret)."""
+    """A flat plan generates as a one-pool plan: pool 'default', its tenant on the shared cache (no secret)."""
     code, _, err = canonical(run_cli, tmp_path, plan=EXAMPLES / "llama-3.3-70b-h100.yaml")
     assert code == 0, err
     policy = json.loads((tmp_path / "canonical/policy.json").read_text(encoding="utf-8"))

@@ -286,7 +286,11 @@ BAD_PLANS = [
         lambda d: d["pools"][1]["deployment"].update(tp=0),
         "pools[1].deployment.tp: must be a positive integer, got 0",
     ),
-    ("bad default", lambda d: d["deployment"].update(ceiling=2), "deployment.ceiling: must be in (0, 1], got 2"),
+    (
+        "bad default",
+        lambda d: d["deployment"].update(ceiling=2),
+        "pools[0].deployment.ceiling (inherited from deployment.ceiling): must be in (0, 1], got 2",
+    ),
     (
         "unknown engine",
         lambda d: d["pools"][0]["deployment"].update(engine="sglng"),
@@ -747,7 +751,8 @@ def test_an_empty_model_in_a_plan_is_named_as_its_key_not_read_as_the_plans_fold
     document = platform_document()
     document["deployment"]["model"] = "  "
     code, out, err = run_cli("check", write_plan(tmp_path, document))
-    assert code == 1 and "deployment.model: must not be empty" in err and "config.json" not in err
+    assert code == 1 and "config.json" not in err
+    assert "pools[0].deployment.model (inherited from deployment.model): must not be empty" in err
 
 
 def test_a_tenant_cannot_take_the_name_the_gateway_reserves_for_its_route_rule(tmp_path, run_cli):

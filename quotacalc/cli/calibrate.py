@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -177,7 +177,17 @@ def calibrate_command(
     _report(result, inputs, section, notes, as_json=as_json, written=write, pool=pool if platform else None)
 
 
-def _plan_to_calibrate(plan: str | None, pool: str | None, write: str | None):
+class _PlanToCalibrate(NamedTuple):
+    """The plan ``calibrate`` reads: its deployment keys (None without a plan), whether it is a platform plan, the
+    pool calibrated, and the plan's mapping when --write names the plan itself (else None)."""
+
+    plan_file: Any
+    platform: bool
+    pool: str | None
+    written_document: dict[str, Any] | None
+
+
+def _plan_to_calibrate(plan: str | None, pool: str | None, write: str | None) -> _PlanToCalibrate:
     """The plan read once (None without one), whether it is a platform plan, the pool calibrated (a platform
     plan's only pool when none is named), and the plan's mapping when --write names the plan itself (else None);
     a --write target of the other kind of plan is refused."""
@@ -203,10 +213,20 @@ def _plan_to_calibrate(plan: str | None, pool: str | None, write: str | None):
             if not platform
             else "write into the platform plan (or a new file: a copy of it)",
         )
-    return plan_file, platform, pool, document if same else None
+    return _PlanToCalibrate(plan_file, platform, pool, document if same else None)
 
 
-def _read_runs(bench: list[str] | None, log: str | None):
+class _Runs(NamedTuple):
+    """What --bench and --log gave: the points, the notes on what was skipped or repeated, the files read (path,
+    rows, digest) and the --log reading (None without one)."""
+
+    points: list[Any]
+    notes: list[str]
+    files: list[tuple[str, list[str], str | None]]
+    reading: Any
+
+
+def _read_runs(bench: list[str] | None, log: str | None) -> _Runs:
     """The benchmark points of every --bench file (each file once, by its bytes), the notes on what was skipped or
     repeated, the files read (path, rows, digest) and the --log reading (None without one)."""
     from quotacalc.errors import UsageError
@@ -230,7 +250,7 @@ def _read_runs(bench: list[str] | None, log: str | None):
     reading = read_start_up_log(log) if log else None
     if log:
         files.append((log, [], None))
-    return points, notes, files, reading
+    return _Runs(points, notes, files, reading)
 
 
 def _fit_parameters(fit: str | None) -> list[str] | None:

@@ -124,7 +124,7 @@ def size_json(
     warnings: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     body = {
-        "results": result.model_dump(mode="json", exclude={"steps", "tenant", "replica"}),
+        "results": result.model_dump(mode="json", include=set(json_keys("size"))),
         "tenant": result.traffic.model_dump(),
         "replica": price_results_json(result.replica),
     }
@@ -138,7 +138,7 @@ def kv_json(
     result: RequestKvResult, *, explain: bool = False, calibration: Calibration = (None, None)
 ) -> dict[str, Any]:
     body = {
-        "results": result.model_dump(mode="json", exclude={"steps", "replica"}),
+        "results": result.model_dump(mode="json", include=set(json_keys("kv"))),
         "replica": price_results_json(result.replica),
     }
     steps = _steps_json(result.steps) + _steps_json(result.replica.steps)

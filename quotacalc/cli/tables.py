@@ -15,7 +15,7 @@ from quotacalc.cli import units
 from quotacalc.cli.json_out import Calibration
 from quotacalc.cli.streams import print_warnings
 from quotacalc.core.deployment import GIB
-from quotacalc.core.figures import declared
+from quotacalc.core.figures import Command, declared
 from quotacalc.core.words import plural
 from quotacalc.errors import printable
 
@@ -98,9 +98,9 @@ def _header(result: PriceResult) -> str:
     )
 
 
-def _price_rows(table: Table, result: PriceResult) -> None:
-    """A row per declared figure that has one and shows for this result (``core/figures.py``)."""
-    for figure in declared("price"):
+def _figure_rows(table: Table, command: Command, result: PriceResult | SizeResult | RequestKvResult) -> None:
+    """A row per declared figure of ``command`` that has one and shows for this result (``core/figures.py``)."""
+    for figure in declared(command):
         row = figure.row
         if row is not None and row.shown(result):
             _add_row(table, row.label(result, units), row.value(result, units), row.how(result, units))
@@ -169,7 +169,7 @@ def price_table(result: PriceResult, *, explain: bool, calibration: Calibration 
     console = _console()
     title = _header(result)
     table = _table()
-    _price_rows(table, result)
+    _figure_rows(table, "price", result)
     _calibration_row(table, calibration)
     _show(console, title, table)
     _calibration_warning(calibration)
@@ -191,31 +191,7 @@ def size_table(
         f"Tenant: {units.number(traffic.rps)} req/s × ({units.number(traffic.prompt_tokens)} prompt, "
         f"{units.number(traffic.output_tokens)} output tokens, {traffic.cached_fraction:.0%} cached) on {_header(result.replica)}"
     )
-    _add_row(
-        table, "units per request", units.number(result.units_per_request), f"W = {result.replica.output_weight:.2f}"
-    )
-    _add_row(table, "load", f"{result.units_per_s:,.0f} units/s", "")
-    _add_row(table, "replicas", f"{result.replicas:,.2f}", f"of {result.replica.replica_units_per_s:,.0f} units/s each")
-    _add_row(table, "token bucket rate", f"{result.bucket_rate_units_per_s:,.0f} units/s", "refill")
-    _add_row(
-        table,
-        "token bucket depth",
-        f"{result.bucket_depth_units:,.0f} units",
-        f"{result.replica.inputs.deployment.burst_s:g} s of quota",
-    )
-    _add_row(table, "shared", f"{units.usd(result.shared_usd_per_month)}/month", "its share of replicas")
-    _add_row(
-        table,
-        "dedicated",
-        f"{units.usd(result.dedicated_total_usd_per_month)}/month",
-        f"{result.dedicated_replicas} whole replica(s)",
-    )
-    _add_row(
-        table,
-        "one request's KV",
-        units.data_bytes(result.request_kv_bytes),
-        f"{result.request_pool_share:.2%} of a replica's pool",
-    )
+    _figure_rows(table, "size", result)
     _calibration_row(table, calibration)
     _show(console, title, table)
     _calibration_warning(calibration)
@@ -232,43 +208,7 @@ def kv_table(result: RequestKvResult, *, explain: bool) -> None:
     console = _console()
     title = f"One {result.context_tokens:,}-token request on {_header(result.replica)}"
     table = _table()
-    _add_row(
-        table, "request KV", units.binary_bytes(result.request_kv_bytes), units.data_bytes(result.request_kv_bytes)
-    )
-    _add_row(
-        table, "per GPU", units.data_bytes(result.request_kv_bytes_per_gpu), f"TP {result.replica.inputs.deployment.tp}"
-    )
-    if result.window_kv_bytes:
-        _add_row(
-            table,
-            "of which windowed KV",
-            units.data_bytes(result.window_kv_bytes),
-            "whole replica; sliding windows and local chunks cap it",
-        )
-    if result.state_bytes:
-        _add_row(
-            table,
-            "of which fixed state",
-            units.data_bytes(result.state_bytes),
-            "whole replica; conv, SSM, recurrent, or DeepSeek V4's window + compressor state",
-        )
-    _add_row(
-        table, "share of the KV pool", f"{result.pool_share:.1%}", f"pool {result.replica.kv_pool_tokens:,} tokens"
-    )
-    _add_row(table, "resident at once", f"{result.requests_resident}", "requests that fit")
-    if result.requests_to_fill_pool:
-        _add_row(table, "fill the replica", f"{result.requests_to_fill_pool}", "requests")
-    else:
-        _add_row(table, "fill the replica", "never", "one request is larger than the whole pool")
-    _add_row(
-        table,
-        "prompt token at this context",
-        f"{result.prompt_token_units_at_context:.2f} units",
-        "parameters + attention FLOPs",
-    )
-    _add_row(
-        table, "prefill of the whole prompt", f"{result.prefill_units:,.0f} units", "before the first output token"
-    )
+    _figure_rows(table, "kv", result)
     _show(console, title, table)
     _print_footer(console, result.steps + result.replica.steps, result.replica, explain)
 

@@ -1,14 +1,14 @@
-"""Every figure ``price`` reports, declared once: its JSON key, unit, table row, meaning and, for a figure derived
-from others, its formula.
+"""Every figure ``price``, ``size`` and ``kv`` report, declared once: its JSON key, unit, table row, meaning and,
+for a figure derived from others, its formula.
 
-``price --json``'s ``results`` keys (``cli/json_out.py``), the rows of ``price``'s table (``cli/tables.py``), the
+Each command's ``--json`` ``results`` keys (``cli/json_out.py``), the rows of its table (``cli/tables.py``), the
 table of docs/figures.md (*What every figure means*, ``figures_markdown``) and the explain step of every derived
-figure are built from ``FIGURES`` below. The figures of ``size`` and ``kv`` are declared here for the docs' table;
-their own tables are written in ``cli/tables.py``.
+figure are built from ``FIGURES`` below.
 
 A declaration is plain data with small pure functions: a table row is given the result and the renderer of the
-presentation layer (``cli/units.py``), never formats a number itself. ``PriceResult`` (``core/price.py``) holds a
-field per declared ``price`` figure; tests hold the two to each other.
+presentation layer (``cli/units.py``), never formats a number itself. ``PriceResult`` (``core/price.py``),
+``SizeResult`` (``core/traffic.py``) and ``RequestKvResult`` (``core/kv.py``) hold a field per declared figure of
+their command; tests hold each to its declarations.
 """
 
 from __future__ import annotations
@@ -36,14 +36,18 @@ class Render(Protocol):
 
     def count(self, value: float) -> str: ...
 
+    def number(self, value: float, digits: int = 3) -> str: ...
 
-#: A cell of a row, from the priced result (``PriceResult``) and the renderer.
+    def binary_bytes(self, value: float) -> str: ...
+
+
+#: A cell of a row, from the command's result (``PriceResult``, ``SizeResult``, ``RequestKvResult``) and the renderer.
 Cell = Callable[[Any, Render], str]
 
 
 @dataclass(frozen=True)
 class Row:
-    """A figure's row in ``price``'s table: the quantity, the value, how it was reached, and when it shows."""
+    """A figure's row in its command's table: the quantity, the value, how it was reached, and when it shows."""
 
     label: Cell
     value: Cell
@@ -66,7 +70,8 @@ class Derived:
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure. ``key``: its JSON key (and ``PriceResult`` field, and explain step), unit in the name.
+    """One figure. ``key``: its JSON key (and its result's field, and explain step), unit in the name; unique within
+    its ``command`` (``size`` and ``kv`` both report a ``request_kv_bytes``).
 
     ``meaning``: its row of docs/figures.md; None where it shares the row of the figure named in ``doc_with``.
     ``unit``: the unit of its explain step (``cli/units.render``'s), "" for a ratio or a name.
@@ -129,7 +134,7 @@ def _usd(key: str) -> Cell:
     return lambda result, render: render.usd(getattr(result, key))
 
 
-#: Every figure, in the order of ``price``'s table and of docs/figures.md. The JSON keeps ``PriceResult``'s order.
+#: Every figure, in the order of its command's table and of docs/figures.md. The JSON keeps its result's field order.
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "total_params",
@@ -527,39 +532,201 @@ FIGURES: tuple[Figure, ...] = (
         "MoE models: per MoE layer, its experts, top-k, the experts a decode step is expected to read and their bytes "
         "(null for a dense model)",
     ),
-    # size
+    # size: one traffic profile on the replica priced above (SizeResult's fields, in its order)
+    Figure(
+        "units_per_request",
+        "units",
+        "one of the tenant's requests in units: uncached prompt × a prompt token's cost inside its prompt + cached "
+        "prompt × cached weight + W × output",
+        command="size",
+        row=Row(
+            _text("units per request"),
+            lambda r, u: u.number(r.units_per_request),
+            lambda r, u: f"W = {r.replica.output_weight:.2f}",
+        ),
+    ),
     Figure(
         "units_per_s",
         "units/s",
-        "rps × (uncached prompt × its cost inside the prompt + cached prompt × cached weight + W × output); a tenant "
-        "one of whose requests does not fit the pool is an error",
+        "rps × units_per_request: the tenant's load; a tenant one of whose requests does not fit the pool is an error",
         command="size",
+        row=Row(_text("load"), lambda r, u: f"{r.units_per_s:,.0f} units/s", _text("")),
     ),
-    Figure("replicas", "", "units_per_s / replica_units_per_s", command="size"),
+    Figure(
+        "replicas",
+        "",
+        "units_per_s / replica_units_per_s",
+        command="size",
+        row=Row(
+            _text("replicas"),
+            lambda r, u: f"{r.replicas:,.2f}",
+            lambda r, u: f"of {r.replica.replica_units_per_s:,.0f} units/s each",
+        ),
+    ),
     Figure(
         "bucket_rate_units_per_s",
         "units/s",
         "the tenant's token bucket: its contracted units/s, and `--burst-s` seconds of it",
         command="size",
+        row=Row(_text("token bucket rate"), lambda r, u: f"{r.bucket_rate_units_per_s:,.0f} units/s", _text("refill")),
     ),
-    Figure("bucket_depth_units", "units", None, command="size", doc_with="bucket_rate_units_per_s"),
-    # kv
+    Figure(
+        "bucket_depth_units",
+        "units",
+        None,
+        command="size",
+        doc_with="bucket_rate_units_per_s",
+        row=Row(
+            _text("token bucket depth"),
+            lambda r, u: f"{r.bucket_depth_units:,.0f} units",
+            lambda r, u: f"{r.replica.inputs.deployment.burst_s:g} s of quota",
+        ),
+    ),
+    Figure(
+        "shared_usd_per_month",
+        "USD",
+        "replicas × the replica's `dedicated_usd_per_month`: the tenant's share of shared replicas",
+        command="size",
+        row=Row(_text("shared"), lambda r, u: f"{u.usd(r.shared_usd_per_month)}/month", _text("its share of replicas")),
+    ),
+    Figure(
+        "dedicated_replicas",
+        "",
+        "the whole replicas the tenant takes alone (replicas rounded up, at least one) and their cost per month, used "
+        "or not",
+        command="size",
+    ),
+    Figure(
+        "dedicated_total_usd_per_month",
+        "USD",
+        None,
+        command="size",
+        doc_with="dedicated_replicas",
+        row=Row(
+            _text("dedicated"),
+            lambda r, u: f"{u.usd(r.dedicated_total_usd_per_month)}/month",
+            lambda r, u: f"{r.dedicated_replicas} whole replica(s)",
+        ),
+    ),
+    Figure(
+        "request_kv_bytes",
+        "B",
+        "KV (plus any state) one of the tenant's requests holds at prompt + output tokens, and its share of the pool",
+        command="size",
+        row=Row(
+            _text("one request's KV"),
+            lambda r, u: u.data_bytes(r.request_kv_bytes),
+            lambda r, u: f"{r.request_pool_share:.2%} of a replica's pool",
+        ),
+    ),
+    Figure("request_pool_share", "", None, command="size", doc_with="request_kv_bytes"),
+    # kv: one request on the replica priced above (RequestKvResult's fields, in its order)
+    Figure("context_tokens", "tokens", "the request's length in tokens: `--context`", command="kv"),
     Figure(
         "request_kv_bytes",
         "B",
         "exact KV (plus any SSM state) one request holds at `--context`, per GPU, and its share of the pool",
         command="kv",
+        row=Row(
+            _text("request KV"),
+            lambda r, u: u.binary_bytes(r.request_kv_bytes),
+            lambda r, u: u.data_bytes(r.request_kv_bytes),
+        ),
     ),
-    Figure("request_kv_bytes_per_gpu", "B", None, command="kv", doc_with="request_kv_bytes"),
-    Figure("pool_share", "", None, command="kv", doc_with="request_kv_bytes"),
+    Figure(
+        "request_kv_bytes_per_gpu",
+        "B",
+        None,
+        command="kv",
+        doc_with="request_kv_bytes",
+        row=Row(
+            _text("per GPU"),
+            lambda r, u: u.data_bytes(r.request_kv_bytes_per_gpu),
+            lambda r, u: f"TP {r.replica.inputs.deployment.tp}",
+        ),
+    ),
+    Figure(
+        "window_kv_bytes",
+        "B",
+        "of `request_kv_bytes`, what the layers that keep only a window hold (sliding windows and local chunks cap "
+        "it), over the whole replica; 0 when every layer grows",
+        command="kv",
+        row=Row(
+            _text("of which windowed KV"),
+            lambda r, u: u.data_bytes(r.window_kv_bytes),
+            _text("whole replica; sliding windows and local chunks cap it"),
+            shown=lambda r: bool(r.window_kv_bytes),
+        ),
+    ),
+    Figure(
+        "state_bytes",
+        "B",
+        "of `request_kv_bytes`, the fixed state (conv, SSM, recurrent, or DeepSeek V4's window and compressor "
+        "state), over the whole replica; 0 for a model of attention only",
+        command="kv",
+        row=Row(
+            _text("of which fixed state"),
+            lambda r, u: u.data_bytes(r.state_bytes),
+            _text("whole replica; conv, SSM, recurrent, or DeepSeek V4's window + compressor state"),
+            shown=lambda r: bool(r.state_bytes),
+        ),
+    ),
+    Figure(
+        "pool_share",
+        "",
+        None,
+        command="kv",
+        doc_with="request_kv_bytes",
+        row=Row(
+            _text("share of the KV pool"),
+            lambda r, u: f"{r.pool_share:.1%}",
+            lambda r, u: f"pool {r.replica.kv_pool_tokens:,} tokens",
+        ),
+    ),
+    Figure(
+        "requests_resident",
+        "requests",
+        "requests of `--context` the pool holds at once, and the requests that fill it (0 when one request is larger "
+        "than the whole pool)",
+        command="kv",
+        row=Row(_text("resident at once"), lambda r, u: f"{r.requests_resident}", _text("requests that fit")),
+    ),
+    Figure(
+        "requests_to_fill_pool",
+        "requests",
+        None,
+        command="kv",
+        doc_with="requests_resident",
+        row=Row(
+            _text("fill the replica"),
+            lambda r, u: f"{r.requests_to_fill_pool}" if r.requests_to_fill_pool else "never",
+            lambda r, u: "requests" if r.requests_to_fill_pool else "one request is larger than the whole pool",
+        ),
+    ),
     Figure(
         "prompt_token_units_at_context",
         "units",
         "what one prompt token costs inside a prompt of `--context` tokens, in units (1 + attention's share), and the "
         "whole prefill: the figures for pricing a long-context pool",
         command="kv",
+        row=Row(
+            _text("prompt token at this context"),
+            lambda r, u: f"{r.prompt_token_units_at_context:.2f} units",
+            _text("parameters + attention FLOPs"),
+        ),
     ),
-    Figure("prefill_units", "units", None, command="kv", doc_with="prompt_token_units_at_context"),
+    Figure(
+        "prefill_units",
+        "units",
+        None,
+        command="kv",
+        doc_with="prompt_token_units_at_context",
+        row=Row(
+            _text("prefill of the whole prompt"),
+            lambda r, u: f"{r.prefill_units:,.0f} units",
+            _text("before the first output token"),
+        ),
+    ),
 )
 
 
@@ -611,14 +778,14 @@ def record_derived(record: Recorder, figures: Mapping[str, Any], deployment: Any
 
 def figures_markdown() -> str:
     """docs/figures.md's table *What every figure means*: one row per figure, or per group sharing a meaning."""
-    joined: dict[str, list[Figure]] = {}
+    joined: dict[tuple[Command, str], list[Figure]] = {}
     for figure in FIGURES:
-        joined.setdefault(figure.doc_with or figure.key, []).append(figure)
+        joined.setdefault((figure.command, figure.doc_with or figure.key), []).append(figure)
     lines = ["| figure (JSON key) | meaning |", "|---|---|"]
     for figure in FIGURES:
         if figure.meaning is None:
             continue
-        keys = ", ".join(f"`{member.key}`" for member in joined[figure.key])
+        keys = ", ".join(f"`{member.key}`" for member in joined[figure.command, figure.key])
         where = "" if figure.command == "price" else f" ({figure.command})"
         lines.append(f"| {keys}{where} | {figure.meaning} |")
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from quotacalc.core import kv_groups, memory
 from quotacalc.core.explain import Ledger, Step, fmt
 from quotacalc.core.price import PriceResult, _larger_pool_fix
-from quotacalc.core.pricing_warning import PricingWarning
+from quotacalc.core.pricing_warning import PricingError, PricingWarning
 from quotacalc.errors import QuotacalcError
 
 
@@ -60,7 +60,7 @@ class RequestKvResult(BaseModel):
 
 def context_limit(replica: PriceResult, context_tokens: int) -> tuple[str, str] | None:
     """What a sequence of ``context_tokens`` exceeds (the model's maximum context, the engine's max_model_len) and
-    the fix; None when it fits both."""
+    the fix, a template over keys (``{max_model_len}``, named where its value was set); None when it fits both."""
     arch, max_model_len = replica.inputs.arch, replica.inputs.deployment.max_model_len
     if arch.max_context_tokens and context_tokens > arch.max_context_tokens:
         return (
@@ -70,7 +70,7 @@ def context_limit(replica: PriceResult, context_tokens: int) -> tuple[str, str] 
     if max_model_len is not None and context_tokens > max_model_len:
         return (
             f"max_model_len {max_model_len:,} (the engine refuses longer sequences)",
-            f"at most {max_model_len:,} tokens, or raise --max-model-len",
+            f"at most {max_model_len:,} tokens, or raise {{max_model_len}}",
         )
     return None
 
@@ -86,7 +86,7 @@ def request_kv(replica: PriceResult, context_tokens: int) -> RequestKvResult:
         raise QuotacalcError(f"must be a whole number of tokens, at least 1, got {context_tokens!r}", field="context")
     limit = context_limit(replica, context_tokens)
     if limit is not None:
-        raise QuotacalcError(f"{context_tokens:,} tokens exceed {limit[0]}", field="context", fix=limit[1])
+        raise PricingError(f"{context_tokens:,} tokens exceed {limit[0]}", field="context", fix=limit[1])
     kv_b, state_b = inputs.kv_dtype.bytes_per_element, inputs.state_dtype.bytes_per_element
     ledger = Ledger()
     total = ledger.record(

@@ -654,7 +654,7 @@ def _hybrid_pool_section(x: _Explainer, layout: kv_groups.KvGroupLayout, usable:
         substituted=_blocks_substituted(layout, max_model_len, batched),
         unit="blocks",
         note=f"L = max_model_len = {max_model_len:,} "
-        + ("(--max-model-len)" if deployment.max_model_len else "(vLLM's default: the model's maximum context)"),
+        + ("(given)" if deployment.max_model_len else "(vLLM's default: the model's maximum context)"),
     )
     groups_rule = layout.logged_tokens(blocks, max_model_len, batched, rule=kv_groups.TokenCountRule.BLOCKS_PER_GROUP)
     x.record(
@@ -1028,7 +1028,7 @@ def _engine_decode(x: _Explainer, model: ReplicaModel, batch: int, compute: Engi
         "engine_decode_weight_bytes_per_gpu",
         model.engine_weight_read_bytes_per_gpu(batch),
         formula="decode weight bytes read per GPU − (input embedding table, untied + vision tower − LM head read at "
-        "16 bits under a quantized --weight-dtype) / TP + replicated layers' full copies",
+        "16 bits under a quantized weight_dtype) / TP + replicated layers' full copies",
         substituted=f"{fmt(x.figures['decode_weight_bytes_per_gpu'])} − ({fmt(read.embedding_bytes)} + "
         f"{fmt(read.vision_bytes)} − {fmt(read.lm_head_upcast_bytes)}) / {tp} + "
         f"{fmt(replicated_extra_bytes_per_gpu(arch, inputs.weights, tp))}",

@@ -128,7 +128,7 @@ def size_traffic(replica: PriceResult, traffic: Traffic) -> SizeResult:
     request_tokens = max(1, round(traffic.prompt_tokens + traffic.output_tokens))
     limit = context_limit(replica, request_tokens)
     if limit is not None:
-        raise QuotacalcError(
+        raise PricingError(
             f"one request of {request_tokens:,} tokens (prompt {fmt(traffic.prompt_tokens)} + output "
             f"{fmt(traffic.output_tokens)}) exceeds {limit[0]}",
             field="prompt_tokens",

@@ -352,7 +352,15 @@ def charged_weights(tenant: TenantPolicy, load_pool: str) -> UnitWeights:
     return tenant.weights
 
 
-def _rate_limit_rule(tenant: TenantPolicy, header: str, load_pool: PoolPolicy) -> tuple[dict, str, str]:
+class _RateLimitRule(NamedTuple):
+    """A tenant's global rate-limit rule, the metadata key it reads, and the CEL cost expression that fills it."""
+
+    rule: dict
+    key: str
+    cost_expression: str
+
+
+def _rate_limit_rule(tenant: TenantPolicy, header: str, load_pool: PoolPolicy) -> _RateLimitRule:
     """The tenant's global rate-limit rule, the metadata key it reads and the CEL cost that fills the key, at the
     weights of ``load_pool``, the pool its rate is counted in."""
     unit, _seconds, scale, limit = window_for(tenant, load_pool)
@@ -368,7 +376,7 @@ def _rate_limit_rule(tenant: TenantPolicy, header: str, load_pool: PoolPolicy) -
             "response": {"from": "Metadata", "metadata": {"namespace": COST_NAMESPACE, "key": key}},
         },
     }
-    return rule, key, cost_expression(*weights, per_prompt=per_prompt)
+    return _RateLimitRule(rule, key, cost_expression(*weights, per_prompt=per_prompt))
 
 
 #: The most LoRA adapters one tenant may name: with its base model, one model match each, they fill at most one

@@ -5,6 +5,7 @@ for the deployment given, ``inputs.measured_pool``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +20,7 @@ from quotacalc.inputs.measured_pool import (
     model_max_context,
     unrecorded_pool_change,
 )
+from quotacalc.inputs.origins import ValueOrigin, placed, value_origins
 
 __all__ = [
     "build_deployment",
@@ -33,19 +35,35 @@ __all__ = [
 
 
 def build_deployment(
-    file_values: dict[str, Any], flag_values: dict[str, Any], *, source: str | None, check_pool: bool = True
+    file_values: dict[str, Any],
+    flag_values: dict[str, Any],
+    *,
+    source: str | None,
+    check_pool: bool = True,
+    origins: Mapping[str, ValueOrigin] | None = None,
+    within: str | None = None,
 ) -> Deployment:
-    """Flags override the file; errors name the flag or the file's key.
+    """Flags override the file; an error names the flag or the file's key, from each value's origin.
+
+    ``origins``: where each value came from, as recorded when the plan was read (a platform plan's pool: its own
+    key, or one it inherits); without them, the file's top-level keys and the flags (a flat plan). ``within``: where
+    the deployment sits in ``source`` (``pools[1].deployment``), for an error about no one key.
 
     A measured ``kv_pool_tokens`` from the file holds only for the deployment it was measured on
     (``kv_pool_measured_with``): a run that differs is an error naming what changed, unless the
     pool itself is given on the command line.
     """
     given = {key: value for key, value in flag_values.items() if value is not None}
+    if origins is None:
+        origins = value_origins(Deployment.model_fields, given, own=file_values, source=source)
     try:
         deployment = Deployment.model_validate({**file_values, **given})
     except ValidationError as error:
-        raise _one_line_validation_error(error, Deployment, source=source, from_flags=set(given)) from None
+        # Worded for the bare key (or the flag's absence), then placed where that key's value was read.
+        problem = _one_line_validation_error(
+            error, Deployment, source=None, from_flags=set(), missing_in_file=source is not None
+        )
+        raise placed(problem, origins, source=source, within=within) from None
     try:
         if "kv_pool_tokens" in given:
             if measured_pool_mismatch(deployment) is not None:
@@ -53,16 +71,11 @@ def build_deployment(
                 # applies.
                 deployment = deployment.model_copy(update={"kv_pool_measured_with": None})
         elif check_pool:  # (a comparison checks each deployment in its own row)
-            check_measured_pool(deployment, source=source)
-            check_unrecorded_pool(file_values, deployment, source=source)
+            check_measured_pool(deployment, source=None)
+            check_unrecorded_pool(file_values, deployment, source=None)
     except QuotacalcError as error:
-        # A value read while comparing with the record (an unknown dtype): the flag that gave it, else the file.
-        if error.source is None and error.field is not None:
-            if error.field in given:
-                error.field = "--" + error.field.replace("_", "-")
-            else:
-                error.source = source
-        raise
+        # A value read while comparing with the record (an unknown dtype), or the record itself: where it was read.
+        raise placed(error, origins, source=source, within=within) from None
     return deployment
 
 

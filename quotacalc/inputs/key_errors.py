@@ -59,8 +59,16 @@ def _nested_model(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseMode
 
 
 def _one_line_validation_error(
-    error: ValidationError, model: type[BaseModel], *, source: str | None, from_flags: set[str], prefix: str = ""
+    error: ValidationError,
+    model: type[BaseModel],
+    *,
+    source: str | None,
+    from_flags: set[str],
+    prefix: str = "",
+    missing_in_file: bool = False,
 ) -> QuotacalcError:
+    """The first of ``error``'s problems as one line; a key no flag gave is named as the file's (``source``'s). A
+    missing key is named as the flag, unless there is a file (or ``missing_in_file``) to give it in."""
     errors = error.errors()
     # A misspelt key is reported as unknown (with its likely spelling), not as the required key it was meant for.
     first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
@@ -76,7 +84,7 @@ def _one_line_validation_error(
         return UsageError(
             "is required",
             source=source,
-            field=flag_name(field) if not source else prefix + field,
+            field=prefix + field if source or missing_in_file else flag_name(field),
             fix="give it in the file or as a flag",
         )
     message, fix = _problem(first)

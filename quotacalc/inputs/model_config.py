@@ -16,7 +16,7 @@ import stat
 import warnings
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -205,7 +205,17 @@ def autoconfig_document(raw: dict[str, Any], source_name: str) -> dict[str, Any]
     return {"config_class": config_class, "transformers_version": version, "config": config, "given_keys": given}
 
 
-def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str, Any], str, str, list[str]]:
+class _Resolved(NamedTuple):
+    """A config as transformers resolves it: its values, the config class, transformers' version, and the keys the
+    file gave."""
+
+    config: dict[str, Any]
+    config_class: str
+    transformers_version: str
+    given_keys: list[str]
+
+
+def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> _Resolved:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import transformers
@@ -254,7 +264,7 @@ def _autoconfig_to_dict(raw: dict[str, Any], source_name: str) -> tuple[dict[str
     except Exception as error:  # its strict dataclasses, and any check of a config class, reject this input
         raise _rejected_by_transformers(error, source_name, raw) from None
     check_family(raw, type(config).__name__, source_name)
-    return resolved, type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw))
+    return _Resolved(resolved, type(config).__name__, transformers.__version__, sorted(_given_keys(config, raw)))
 
 
 #: transformers' strict check of a float field given a whole number: "Field 'x' expected float, got int".

@@ -8,12 +8,12 @@ whose pool is called ``default``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
@@ -22,6 +22,7 @@ from quotacalc.core.plan import Oversubscription, Plan, PlanTenant, Pool, Tier, 
 from quotacalc.errors import QuotacalcError, UsageError, close_names
 from quotacalc.inputs.key_errors import _one_line_validation_error, suggest_key, worded_message
 from quotacalc.inputs.measured_pool import check_measured_pool, check_unrecorded_pool, model_max_context
+from quotacalc.inputs.origins import ValueOrigin, placed, value_origins
 
 #: The pool a flat plan's deployment becomes.
 DEFAULT_POOL = "default"
@@ -206,7 +207,10 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
     return table.get(tuple(names), PlatformPlanFile)
 
 
-def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, ...] = ()) -> QuotacalcError:
+def _validation_error(
+    error: ValidationError, *, source: str | None, base: tuple[Any, ...] = (), at: str = ""
+) -> QuotacalcError:
+    """The first of ``error``'s problems as one line at its YAML path (after ``at``: ``plan.`` in a scenario)."""
     errors = error.errors()
     # A misspelt key is reported as unknown (with its likely spelling), not as the required key it was meant for.
     first = next((entry for entry in errors if entry["type"] == "extra_forbidden"), errors[0])
@@ -217,9 +221,9 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
         known = [name for name in model.model_fields if name not in (_TIER_KEYS if model is Deployment else ())]
         close = suggest_key(key, known)
         fix = f"did you mean '{close}'?" if close else f"known keys: {', '.join(known)}"
-        return QuotacalcError(f"unknown key '{key}'", source=source, field=yaml_path(loc), fix=fix)
+        return QuotacalcError(f"unknown key '{key}'", source=source, field=at + yaml_path(loc), fix=fix)
     if first["type"] == "missing":
-        return QuotacalcError("is required", source=source, field=yaml_path(loc))
+        return QuotacalcError("is required", source=source, field=at + yaml_path(loc))
     message = worded_message(first)
     if first["type"] == "string_pattern_mismatch" and "lora_adapters" in loc:
         message = (
@@ -230,7 +234,7 @@ def _validation_error(error: ValidationError, *, source: str, base: tuple[Any, .
         # A pool's name is a Kubernetes Service's too: it must start with a letter.
         start = "a letter first, " if loc[:1] == ("pools",) else ""
         message = f"'{first['input']}' is not a valid name ({start}lower-case letters, digits and '-', at most 63)"
-    return QuotacalcError(message, source=source, field=yaml_path(loc))
+    return QuotacalcError(message, source=source, field=at + yaml_path(loc))
 
 
 def _non_finite(
@@ -483,10 +487,11 @@ def calibration_section_error(
     )
 
 
-def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
+def _validate_file(document: dict[str, Any], path: str, at: str = "") -> PlatformPlanFile:
+    """The platform plan file validated; an error names its YAML path, after ``at`` (``plan.`` in a scenario)."""
     if found := _non_finite(document):
         loc, value = found
-        raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=yaml_path(loc))
+        raise QuotacalcError(f"must be a finite number, got {value}", source=path, field=at + yaml_path(loc))
     pools = document.get("pools")
     sections = [("deployment", document.get("deployment"))] + [
         (f"pools[{index}].deployment", pool.get("deployment") if isinstance(pool, dict) else None)
@@ -495,11 +500,11 @@ def _validate_file(document: dict[str, Any], path: str) -> PlatformPlanFile:
     for where, section in sections:
         for tier_key in _TIER_KEYS:
             if isinstance(section, dict) and tier_key in section:
-                raise _tier_key_error(path, f"{where}.{tier_key}")
+                raise _tier_key_error(path, f"{at}{where}.{tier_key}")
     try:
         return PlatformPlanFile.model_validate(document)
     except ValidationError as error:
-        raise _validation_error(error, source=path) from None
+        raise _validation_error(error, source=path, at=at) from None
 
 
 def _tier_key_error(path: str, field: str) -> QuotacalcError:
@@ -512,56 +517,47 @@ def _tier_key_error(path: str, field: str) -> QuotacalcError:
     )
 
 
-@contextmanager
-def pool_errors(path: str, index: int | None, document: dict[str, Any] | None = None, at: str = "") -> Iterator[None]:
-    """Errors from resolving or pricing a pool's deployment name the plan file and the pool's YAML path;
-    ``document``, the plan as read, says which keys a pool inherits (without it, the file is read again); ``at``,
-    where the plan sits in the file (``plan.``: a scenario's embedded plan)."""
-    try:
-        yield
-    except QuotacalcError as error:
-        if error.source is not None:
-            raise  # about another file (a model's config): it names that file
-        if index is None:  # a flat plan: its deployment keys are the file's top level
-            field = error.field
-        else:
-            field = f"{at}pools[{index}].deployment" + (f".{error.field}" if error.field else "")
-            if error.field and _inherited(path, index, error.field, document):
-                # The plan's default, which the pool does not set itself: the place to fix it may be either.
-                field += f" (inherited from {at}deployment.{error.field.split('.', 1)[0]})"
-        raise type(error)(error.problem, source=path, field=field, fix=error.fix) from None
+def pool_origins(
+    document: dict[str, Any], index: int, *, source: str, flags: Mapping[str, Any] | None = None, at: str = ""
+) -> dict[str, ValueOrigin]:
+    """Where each deployment value of pool ``index`` of a platform plan comes from, recorded from the document as
+    read: a flag (``flags``), the pool's own key, or the plan's top-level ``deployment:`` it inherits; ``at``, where
+    the plan sits in the file (``plan.``: a scenario's embedded plan)."""
+    entry = document["pools"][index]
+    return value_origins(
+        Deployment.model_fields,
+        flags or {},
+        own=entry.get("deployment") or {},
+        inherited=document.get("deployment") or {},
+        source=source,
+        written=f"{at}pools.{entry.get('name')}.deployment.",
+        at=f"{at}pools[{index}].deployment.",
+        inherited_written=f"{at}deployment.",
+    )
 
 
-def _inherited(path: str, index: int, field: str, document: dict[str, Any] | None = None) -> bool:
-    """Whether pool ``index`` takes the key ``field`` names from the plan's top-level ``deployment`` (the file is
-    read again when ``document`` is not given: only an error takes this path)."""
-    key = field.split(".", 1)[0].split("[", 1)[0]
-    try:
-        if document is None:
-            document = read_document(path)
-        own = document["pools"][index].get("deployment") or {}
-        defaults = document.get("deployment") or {}
-    except (QuotacalcError, LookupError, AttributeError, TypeError):
-        return False
-    return key not in own and key in defaults
-
-
-def _check_references(plan: PlatformPlanFile, pools: list[Pool], path: str) -> None:
+def _check_references(
+    plan: PlatformPlanFile, pools: list[Pool], path: str, origins: dict[str, dict[str, ValueOrigin]], at: str = ""
+) -> None:
     """References between entries (``reference_problems``), then what needs the models: each pool's model resolves,
-    and a routing threshold is below the context both its pools serve."""
+    and a routing threshold is below the context both its pools serve. ``origins``: pool name -> where each of its
+    deployment values was read, where an error about one is placed."""
     for problem in reference_problems(pools, plan.tiers, plan.tenants):
-        raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix)
+        field = at + problem.field if problem.field else at.removesuffix(".") or None
+        raise QuotacalcError(problem.problem, source=path, field=field, fix=problem.fix)
     measured_pool = plan.oversubscription.pool if plan.oversubscription else None
     if measured_pool is not None and measured_pool not in {pool.name for pool in pools}:
         raise QuotacalcError(
             f"names pool '{measured_pool}', which the plan does not have",
             source=path,
-            field="oversubscription.pool",
+            field=f"{at}oversubscription.pool",
             fix=f"name one of {', '.join(pool.name for pool in pools)}, or measure again (quotacalc fleet --write)",
         )
     for index, pool in enumerate(pools):
-        with pool_errors(path, index):
+        try:
             _context_limit(pool)  # the model resolves: an unknown model is named here, with its pool
+        except QuotacalcError as error:
+            raise placed(error, origins[pool.name], source=path, within=f"{at}pools[{index}].deployment") from None
     by_name = {pool.name: pool for pool in pools}
     for index, pool in enumerate(pools):
         if pool.long_context_pool is None or pool.route_above_prompt_tokens is None:
@@ -573,7 +569,7 @@ def _check_references(plan: PlatformPlanFile, pools: list[Pool], path: str) -> N
                 raise QuotacalcError(
                     f"{threshold} is not below the longest context pool '{serving.name}' serves ({limit} tokens)",
                     source=path,
-                    field=f"pools[{index}].route_above_prompt_tokens",
+                    field=f"{at}pools[{index}].route_above_prompt_tokens",
                     fix="route above a prompt length both pools serve",
                 )
 
@@ -590,37 +586,50 @@ def _context_limit(pool: Pool) -> int | None:
     return min(limits) if limits else None
 
 
-def read_platform_plan(document: dict[str, Any], path: str) -> Plan:
-    """A platform plan document -> Plan, every reference checked."""
-    return _read_platform(document, path)[0]
+def read_platform_plan(document: dict[str, Any], path: str, at: str = "") -> Plan:
+    """A platform plan document -> Plan, every reference checked; ``at``: where the plan sits in the file at
+    ``path`` (``plan.``: a scenario's embedded plan), which every error's YAML path starts with."""
+    return _read_platform(document, path, at).plan
 
 
-def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformPlanFile]:
-    file = _validate_file(document, path)
+class _PlatformRead(NamedTuple):
+    """A platform plan as read: the plan, its file as validated, and where each pool's deployment values were read."""
+
+    plan: Plan
+    file: PlatformPlanFile
+    #: Pool name -> deployment key -> its origin.
+    origins: dict[str, dict[str, ValueOrigin]]
+
+
+def _read_platform(document: dict[str, Any], path: str, at: str = "") -> _PlatformRead:
+    """A platform plan document read, every value's origin recorded and every reference checked."""
+    file = _validate_file(document, path, at)
     pools = []
+    origins: dict[str, dict[str, ValueOrigin]] = {}
     for index, pool_file in enumerate(file.pools):
         values = _merged_deployment(document, index, path)
-        own = (document["pools"][index].get("deployment") or {}).keys()
+        recorded = origins[pool_file.name] = pool_origins(document, index, source=path, at=at)
+        within = f"{at}pools[{index}].deployment"
         try:
             deployment = Deployment.model_validate(values)
         except ValidationError as error:
-            first = error.errors()[0]
-            key = str(first["loc"][0]) if first["loc"] else "?"
-            base = ("pools", index, "deployment") if key in own or first["type"] == "missing" else ("deployment",)
-            problem = _validation_error(error, source=path, base=base)
-            if first["type"] == "missing":
+            # Worded for the bare key, then placed where its value was read (the pool's key, or the one it inherits).
+            problem = _validation_error(error, source=None)
+            if problem.problem == "is required":
                 problem.fix = "give it in the pool's deployment or in the plan's top-level deployment"
-            raise QuotacalcError(problem.problem, source=path, field=problem.field, fix=problem.fix) from None
-        with pool_errors(path, index, document):
+            raise placed(problem, recorded, source=path, within=within) from None
+        try:
             check_measured_pool(deployment, source=None)
             # The plan's pool without a record holds for the plan's deployment, not for a pool that changes it.
             check_unrecorded_pool(document.get("deployment") or {}, deployment, source=None)
+        except QuotacalcError as error:
+            raise placed(error, recorded, source=path, within=within) from None
         pools.append(
             Pool.model_validate(
                 {**pool_file.model_dump(exclude={"deployment", "calibration"}), "deployment": deployment}
             )
         )
-    _check_references(file, pools, path)
+    _check_references(file, pools, path, origins, at)
     plan = Plan(
         pools=tuple(pools),
         tiers=file.tiers,
@@ -637,11 +646,11 @@ def _read_platform(document: dict[str, Any], path: str) -> tuple[Plan, PlatformP
         ),
         tenant_header=file.tenant_header,
     )
-    return plan, file
+    return _PlatformRead(plan, file, origins)
 
 
 def flat_plan(flat: PlanFile, path: str) -> Plan:
-    """Today's flat plan as a one-pool Plan: pool ``default`` of its ``replicas`` (one unless the file says); its
+    """A flat plan as a one-pool Plan: pool ``default`` of its ``replicas`` (one unless the file says); its
     tenant (if any) is ``tenant``.
 
     The tenant's tier is synthesised from the deployment (documented in docs/plans.md): the model's max
@@ -720,6 +729,8 @@ class ReadPlan:
     calibrations: dict[str, Any]
     #: Where the plan sits in its file: ``plan.`` for a scenario's embedded plan, else nothing.
     at: str = ""
+    #: Pool name -> deployment key -> where its value was read (no flags yet); empty where the reader kept none.
+    origins: dict[str, dict[str, ValueOrigin]] = dataclasses.field(default_factory=dict)
 
 
 def read_plan(path: str, document: dict[str, Any] | None = None) -> ReadPlan:
@@ -727,11 +738,14 @@ def read_plan(path: str, document: dict[str, Any] | None = None) -> ReadPlan:
     if document is None:
         document = read_document(path)
     if is_platform(document):
-        plan, file = _read_platform(document, path)
+        plan, file, origins = _read_platform(document, path)
         sections = {pool.name: pool_calibration(file, index, path) for index, pool in enumerate(file.pools)}
-        return ReadPlan(path, document, plan, True, sections)
+        return ReadPlan(path, document, plan, True, sections, origins=origins)
     flat = plan_file_from_document(document, path)
-    return ReadPlan(path, document, flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration})
+    recorded = value_origins(Deployment.model_fields, {}, own=document, source=path)
+    return ReadPlan(
+        path, document, flat_plan(flat, path), False, {DEFAULT_POOL: flat.calibration}, origins={DEFAULT_POOL: recorded}
+    )
 
 
 def load_plan(path: str) -> tuple[Plan, bool]:

@@ -108,8 +108,16 @@ def _quantized_dtype(config: dict[str, Any], source: str, per_channel_inputs: in
     )
 
 
-def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: int) -> tuple[str, float, str]:
-    """(dtype name, scale bytes per element, description) of a quantization config's stored weights."""
+class StoredFormat(NamedTuple):
+    """How a quantization config stores its weights."""
+
+    dtype: str
+    scale_bytes_per_element: float
+    description: str
+
+
+def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: int) -> StoredFormat:
+    """The dtype name, scale bytes per element and description of a quantization config's stored weights."""
     raw_method = config.get("quant_method", "")
     if not isinstance(raw_method, str):
         raise _bad(source, "quant_method", f"must be a string, got {raw_method!r}")
@@ -125,10 +133,10 @@ def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: i
                 raise _bad(source, "weight_block_size", f"must be two positive integers [rows, columns], got {block!r}")
             # One float32 scale per block of weights.
             scale = 4 / (block[0] * block[1])
-            return "fp8", scale, f"fp8, one fp32 scale per {block[0]}x{block[1]} block"
-        return "fp8", 0.0, "fp8, per-tensor scales"
+            return StoredFormat("fp8", scale, f"fp8, one fp32 scale per {block[0]}x{block[1]} block")
+        return StoredFormat("fp8", 0.0, "fp8, per-tensor scales")
     if method == "mxfp4":
-        return "mxfp4", 0.0, "mxfp4 (OCP MX, e8m0 scale per 32)"
+        return StoredFormat("mxfp4", 0.0, "mxfp4 (OCP MX, e8m0 scale per 32)")
     if method in ("awq", "gptq", "autoround", "auto-round"):
         bits = _int_field(config, ("bits", "w_bit"), 4, source)
         group, per = _group_size(config, source, per_channel_inputs)
@@ -136,26 +144,32 @@ def _quantized_format(config: dict[str, Any], source: str, per_channel_inputs: i
             raise _bad(source, "bits", f"{bits}-bit {method} is not priced yet", "4 and 8 bits are")
         # An fp16 scale and a zero point packed at the weights' width per group: vLLM's GPTQ and AWQ methods
         # allocate qzeros [groups, outputs / (32 / bits)] int32 whether or not the checkpoint is symmetric.
-        return f"int{bits}", (2 + bits / 8) / group, f"{method} int{bits}, fp16 scale + {bits}-bit zero {per}"
+        return StoredFormat(
+            f"int{bits}", (2 + bits / 8) / group, f"{method} int{bits}, fp16 scale + {bits}-bit zero {per}"
+        )
     if method in ("bitsandbytes",):
         if config.get("load_in_4bit"):
             # bitsandbytes quantizes 4-bit weights in blocks of 64 with an fp32 absmax each; double quantization
             # stores those absmax in 8 bits with one fp32 scale per 256 blocks (bitsandbytes functional.quantize_4bit).
             if config.get("bnb_4bit_use_double_quant"):
-                return "int4", 1 / 64 + 4 / (64 * 256), "bitsandbytes 4-bit, 8-bit absmax per 64 (double quantized)"
-            return "int4", 4 / 64, "bitsandbytes 4-bit, fp32 absmax per 64"
+                return StoredFormat(
+                    "int4", 1 / 64 + 4 / (64 * 256), "bitsandbytes 4-bit, 8-bit absmax per 64 (double quantized)"
+                )
+            return StoredFormat("int4", 4 / 64, "bitsandbytes 4-bit, fp32 absmax per 64")
         # LLM.int8(): an fp32 scale per output row (its inputs: per_channel_inputs weights).
-        return "int8", 4 / per_channel_inputs, f"bitsandbytes 8-bit, fp32 scale per row ({per_channel_inputs} inputs)"
+        return StoredFormat(
+            "int8", 4 / per_channel_inputs, f"bitsandbytes 8-bit, fp32 scale per row ({per_channel_inputs} inputs)"
+        )
     if method in ("compressed-tensors", "compressed_tensors"):
         weights = _compressed_tensors_weights(config, source)
         num_bits = weights.get("num_bits")
         is_float = weights.get("type") == "float"
         if num_bits == 8 and not isinstance(num_bits, bool):
-            return "fp8" if is_float else "int8", 0.0, "compressed-tensors 8-bit"
+            return StoredFormat("fp8" if is_float else "int8", 0.0, "compressed-tensors 8-bit")
         if num_bits == 4 and not isinstance(num_bits, bool):
             if not is_float and weights.get("strategy") in ("group", "channel"):
-                return ("int4", *_compressed_int4_scales(weights, source, per_channel_inputs))
-            return ("nvfp4" if is_float else "int4"), 0.0, "compressed-tensors 4-bit"
+                return StoredFormat("int4", *_compressed_int4_scales(weights, source, per_channel_inputs))
+            return StoredFormat("nvfp4" if is_float else "int4", 0.0, "compressed-tensors 4-bit")
     raise _bad(
         source,
         "quant_method",

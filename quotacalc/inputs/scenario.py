@@ -531,11 +531,7 @@ def _embedded_plan(document: dict[str, Any], *, source: str) -> Plan:
         raise QuotacalcError(
             "an embedded plan needs pools", source=source, field="plan.pools", fix="or name a plan file"
         )
-    try:
-        return read_platform_plan(document, source)
-    except QuotacalcError as error:
-        field = "plan" if not error.field else f"plan.{error.field}"
-        raise QuotacalcError(error.problem, source=source, field=field, fix=error.fix) from None
+    return read_platform_plan(document, source, at="plan.")
 
 
 #: The columns of a usage file, in the order a CSV header gives them.

@@ -108,7 +108,9 @@ def price_deployment(
         plan_file = deployment_source(plan, pool, document)
     read = deployment_origins(plan, pool, deployment_flags, document)
     origins, own, within, name, platform = read.origins, read.own, read.within, read.pool, read.platform
-    deployment = build_deployment(plan_file.deployment if plan_file else {}, deployment_flags, source=plan)
+    deployment = build_deployment(
+        plan_file.deployment if plan_file else {}, deployment_flags, source=plan, origins=origins, within=within
+    )
     namer = key_namer(origins, own)
     try:
         replica = price(resolve(deployment))
@@ -167,18 +169,12 @@ def deployment_origins(
         return DeploymentOrigins(value_origins(fields, given), None, None, None, False)
     if "pools" not in document:  # a flat plan: its deployment keys are the file's top level
         return DeploymentOrigins(value_origins(fields, given, own=document, source=plan), "", None, None, False)
+    from quotacalc.inputs.plan import pool_origins
+
     names = [str(entry.get("name")) for entry in document["pools"]]
     name = pool if pool is not None else names[0]
     index = names.index(name)
     prefix = f"pools.{name}.deployment."
-    origins = value_origins(
-        fields,
-        given,
-        own=document["pools"][index].get("deployment") or {},
-        inherited=document.get("deployment") or {},
-        source=plan,
-        written=prefix,
-        at=f"pools[{index}].deployment.",
-    )
+    origins = pool_origins(document, index, source=plan, flags=given)
     origins.update(value_origins(QuotaConfig.model_fields, given))
     return DeploymentOrigins(origins, prefix, f"pools[{index}].deployment", name, True)

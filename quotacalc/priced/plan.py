@@ -89,23 +89,28 @@ class PricedPlan:
 
 
 def _origins(read: ReadPlan, flags: dict[str, Any]) -> dict[str, dict[str, ValueOrigin]]:
-    """Pool name -> deployment key -> where its value came from: a flag wins over the pool's key, which wins over
-    the plan's top-level ``deployment:``."""
+    """Pool name -> deployment key -> where its value came from: a flag wins over what the reader recorded (the
+    pool's key, or the plan's top-level ``deployment:`` it inherits)."""
     from quotacalc.core.deployment import Deployment
+    from quotacalc.inputs.plan import pool_origins
 
     document = read.document
     result: dict[str, dict[str, ValueOrigin]] = {}
     for index, pool in enumerate(read.plan.pools):
-        if read.platform:
+        recorded = read.origins.get(pool.name)
+        if recorded is not None:
+            given = value_origins(Deployment.model_fields, flags)
+            result[pool.name] = {key: given[key] if given[key].kind == "flag" else recorded[key] for key in recorded}
+        elif read.platform and _pool_entry(document, index):
+            result[pool.name] = pool_origins(document, index, source=read.source, flags=flags, at=read.at)
+        elif read.platform:
             result[pool.name] = value_origins(
                 Deployment.model_fields,
                 flags,
-                own=_pool_entry(document, index).get("deployment") or {},
-                inherited=document.get("deployment") or {},
+                own={},
                 source=read.source,
                 written=f"{read.at}pools.{pool.name}.deployment.",
                 at=f"{read.at}pools[{index}].deployment.",
-                inherited_written=f"{read.at}deployment.",
             )
         else:
             result[pool.name] = value_origins(Deployment.model_fields, flags, own=document, source=read.source)

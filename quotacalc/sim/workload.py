@@ -46,6 +46,15 @@ class Arrival(NamedTuple):
     user: int | None = None
 
 
+class Fate(NamedTuple):
+    """What becomes of a request, decided when it is drawn: ``Arrival``'s fields of the same names."""
+
+    client_max_tokens: int
+    cancel_after_s: float | None
+    disconnect_at_token: int | None
+    error_at_token: int | None
+
+
 def draw_length(distribution: Fixed | Lognormal | Exponential | Empirical, rng: random.Random) -> int:
     """One length from a distribution, at least one token."""
     if isinstance(distribution, Fixed):
@@ -71,14 +80,14 @@ def tenant_stream(
     rng = random.Random(f"{seed}/{workload.tenant}")
     arrival = workload.arrival
 
-    def fate(output: int) -> tuple[int, float | None, int | None, int | None]:
+    def fate(output: int) -> Fate:
         max_tokens = (
             workload.max_tokens if isinstance(workload.max_tokens, int) else draw_length(workload.max_tokens, rng)
         )
         cancel_u, cancel_delay = rng.random(), rng.expovariate(1 / workload.cancel_after_s_mean)
         disconnect_u, disconnect_v = rng.random(), rng.random()
         error_u, error_v = rng.random(), rng.random()
-        return (
+        return Fate(
             max_tokens,
             cancel_delay if cancel_u < workload.cancel_probability else None,
             1 + int(disconnect_v * max(1, output - 1)) if disconnect_u < workload.disconnect_probability else None,

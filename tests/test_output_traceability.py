@@ -1,4 +1,4 @@
-"""QA's output defects: each figure a command prints is traceable, and what it cannot honour it says.
+"""Each figure a command prints is traceable, and what it cannot honour it says.
 
 - flat ``size`` warns (and fails --strict) where its token bucket cannot hold one of the tenant's mean requests,
   by the rule and in the words ``check`` uses for a platform plan's tenants (core/traffic.bucket_shortfall);
