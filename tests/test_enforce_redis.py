@@ -164,3 +164,114 @@ def test_a_request_whose_lease_expired_while_it_waited_is_billed_in_full_at_the_
     record = gate.settle(ticket, COMPLETED, 0.0)
     assert record["units_debited"] > 0
     assert gate.store.level(0, 0.0) == pytest.approx(depth - record["units_debited"], abs=1e-6)
+
+
+# -- a Redis that hangs: the event loop goes on ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hung_redis_url():
+    """A socket that accepts connections (the kernel's backlog) and never answers: a Redis that hangs."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    try:
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    finally:
+        listener.close()
+
+
+def test_a_hung_redis_fails_each_waiting_request_after_the_timeout_while_the_event_loop_runs_on(hung_redis_url):
+    """Five admissions wait on a Redis that never answers, together: each fails with the client's timeout after about
+    that long (not one after the other), and meanwhile the event loop serves other work (a ticker every 10 ms)."""
+    import asyncio
+
+    from quotacalc.enforce import bridge
+
+    timeout_s = 0.5
+    policy = _policy(1e6)
+    store = RedisBuckets.from_url(hung_redis_url, policy, timeout_s=timeout_s)
+    gate = Gate(policy, sample_salts(policy), make_policy("incremental_lease", {}), store, GateSettings())
+
+    async def scenario():
+        gaps: list[float] = []
+
+        async def ticker():
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async def admit(index):
+            started = time.perf_counter()
+            try:
+                await bridge.run(gate.arrive, 0, 100, 10, 0.0, f"r{index}")
+            except redis.RedisError as error:
+                return type(error), time.perf_counter() - started
+            return None, time.perf_counter() - started
+
+        ticking = asyncio.create_task(ticker())
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(admit(i) for i in range(5)))
+        total = time.perf_counter() - started
+        ticking.cancel()
+        return outcomes, total, gaps
+
+    outcomes, total_s, gaps = asyncio.run(scenario())
+    assert all(kind is redis.TimeoutError for kind, _ in outcomes), outcomes
+    assert all(elapsed >= timeout_s * 0.9 for _, elapsed in outcomes), outcomes
+    # Together, not one after the other (5 x 0.5 s); the bound leaves room for a loaded machine.
+    assert total_s < 3 * timeout_s, total_s
+    # The loop was never held for a Redis wait (a blocking client would hold it 0.5 s at a time).
+    assert len(gaps) >= 10 and max(gaps) < timeout_s / 2, max(gaps)
+    assert not gate.live  # nothing admitted, nothing held
+
+
+def test_a_blocking_redis_call_on_a_running_event_loop_is_refused_not_run(server):
+    """Inside a proxy every store call goes through the bridge; one that does not would block the loop, so it fails
+    loudly rather than run blocking."""
+    import asyncio
+
+    store = RedisBuckets.from_url(server.url, _policy(1000.0))
+
+    async def call_on_the_loop():
+        return store.level(0, 0.0)
+
+    with pytest.raises(RuntimeError, match=r"outside quotacalc\.enforce\.bridge\.run"):
+        asyncio.run(call_on_the_loop())
+    assert store.level(0, 0.0) == pytest.approx(1000.0)  # no loop running (the proxy stopping): blocking is fine
+
+
+@pytest.mark.parametrize("admission", ["incremental_lease", "streamed_debit"])
+def test_settlement_through_the_async_client_matches_the_blocking_one(server, admission):
+    """The same scripts and keys through redis.asyncio: a request's settlement leaves the bucket at depth less what
+    was billed, exactly as through the blocking client."""
+    import asyncio
+
+    from quotacalc.enforce import bridge
+
+    depth = 100_000.0
+    policy = _policy(depth)
+    redis.Redis.from_url(server.url).flushdb()
+    store = RedisBuckets.from_url(server.url, policy)
+    gate = Gate(policy, sample_salts(policy), make_policy(admission, {}), store, GateSettings())
+
+    async def one_request():
+        ticket = await bridge.run(gate.arrive, 0, 500, 300, 0.0, "a1")
+        assert isinstance(ticket, Ticket)
+        await bridge.run(gate.dispatch, ticket.pool, 0.0)
+        assert await bridge.run(gate.on_tokens, ticket, 200, 0.0) == 200
+        record = await bridge.run(gate.settle, ticket, COMPLETED, 0.0, prompt_tokens=500, cached_tokens=100)
+        level = await bridge.run(store.level, 0, 0.0)
+        return record, level
+
+    record, level = asyncio.run(one_request())
+    weights = policy.tenants[0].weights
+    assert record["units_debited"] == pytest.approx(weights.output * 200 + weights.request_units(500, 100, 0))
+    assert level == pytest.approx(depth - record["units_debited"], abs=1e-6)
+    assert store.keys[0][0].startswith("quotacalc:{")
+    assert redis.Redis.from_url(server.url).exists(store.keys[0][0])

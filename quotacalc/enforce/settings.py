@@ -41,6 +41,9 @@ class EnforceSettings(BaseModel):
     redis_failure: Literal["closed", "open"] = Field(
         "closed", description="Redis down: refuse (503) or admit unmetered; logged and counted either way"
     )
+    redis_timeout_s: float = Field(
+        1.0, gt=0, description="longest wait for a Redis connection or reply before redis_failure applies"
+    )
     records: str | None = Field("usage.jsonl", description="JSONL usage records, one a request; None: none")
     inflight_per_replica: int | None = Field(
         None, ge=1, description="sequences in flight per replica before the fair queue (None: max_num_seqs)"
