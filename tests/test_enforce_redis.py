@@ -275,3 +275,104 @@ def test_settlement_through_the_async_client_matches_the_blocking_one(server, ad
     assert level == pytest.approx(depth - record["units_debited"], abs=1e-6)
     assert store.keys[0][0].startswith("quotacalc:{")
     assert redis.Redis.from_url(server.url).exists(store.keys[0][0])
+
+
+@pytest.mark.litellm_proxy
+@pytest.mark.parametrize("failure", ["closed", "open"])
+def test_a_paused_redis_stalls_no_other_request_of_the_proxy_and_its_failure_mode_is_applied_and_counted(
+    tmp_path, failure
+):
+    """redis-server stopped with SIGSTOP (it accepts, never answers): four requests that need it fail after the
+    configured timeout, together, with the configured failure mode (503 store_down, or served unmetered); while they
+    wait, the proxy answers its health check at once; each failure is counted in the metrics and recorded."""
+    import os
+    import signal
+    import threading
+
+    import httpx
+
+    if litellm_executable() is None:
+        pytest.skip("the litellm CLI is not installed (extra litellm-proxy)")
+    timeout_s = 2.0
+    folder = generate(tmp_path)
+    edit_settings(
+        folder, tenant_from="header", prompt_tokens="bytes4", state="redis", redis_failure=failure,
+        redis_timeout_s=timeout_s,
+    )  # fmt: skip
+    redis_server = RedisServer()
+    emulator = Emulator(tmp_path / "plan.yaml")
+    proxy = None
+    paused = False
+    try:
+        proxy = Proxy(folder, emulator.url, env={"QUOTACALC_REDIS_URL": redis_server.url})
+        body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        assert proxy.chat("alpha", body).status_code == 200  # connected, scripts loaded
+        os.kill(redis_server.process.pid, signal.SIGSTOP)
+        paused = True
+        replies: list[tuple[int, str, float]] = []
+
+        def ask() -> None:
+            started = time.monotonic()
+            reply = proxy.chat("alpha", body, timeout=60)
+            reason = reply.headers.get("x-quotacalc-reason", "")
+            replies.append((reply.status_code, reason, time.monotonic() - started))
+
+        started = time.monotonic()
+        askers = [threading.Thread(target=ask) for _ in range(4)]
+        for asker in askers:
+            asker.start()
+        time.sleep(0.3)  # the four are waiting on Redis now
+        health_started = time.monotonic()
+        health = httpx.get(proxy.url + "/health/liveliness", timeout=30)
+        health_s = time.monotonic() - health_started
+        for asker in askers:
+            asker.join(timeout=60)
+        total_s = time.monotonic() - started
+        os.kill(redis_server.process.pid, signal.SIGCONT)
+        paused = False
+        assert health.status_code == 200 and health_s < timeout_s / 2, health_s
+        assert len(replies) == 4, replies
+        expected = (503, "store_down") if failure == "closed" else (200, "")
+        assert all((status, reason) == expected for status, reason, _ in replies), replies
+        # Each waited for the timeout, and the four waited together: a blocking client would have served them one
+        # after the other (4 x 2 s), the health check behind them.
+        assert all(elapsed >= timeout_s * 0.9 for _, _, elapsed in replies), replies
+        assert total_s < 3 * timeout_s, total_s
+        metrics = httpx.get(proxy.url + "/quotacalc/metrics", timeout=10).text
+        failures = [line for line in metrics.splitlines() if line.startswith("quotacalc_store_failures_total")]
+        assert failures and float(failures[0].rsplit(" ", 1)[1]) == 4, failures
+        rejects = [line for line in metrics.splitlines() if 'reason="store_down"' in line]
+        assert (sum(float(line.rsplit(" ", 1)[1]) for line in rejects) == 4) == (failure == "closed"), rejects
+        outcomes = [r["outcome"] for r in records(folder)]
+        assert outcomes.count("store_down" if failure == "closed" else "unmetered") == 4, outcomes
+        # Redis back: the proxy meters again.
+        assert proxy.chat("alpha", body).status_code == 200
+    finally:
+        if paused:
+            os.kill(redis_server.process.pid, signal.SIGCONT)
+        if proxy is not None:
+            proxy.stop()
+        emulator.stop()
+        redis_server.stop()
+
+
+def test_the_async_client_reconnects_after_a_redis_restart_before_sending_a_script():
+    """A pooled connection the restarted server closed is replaced before the next script is sent (not failed on, and
+    never a script sent twice): the first script after the restart succeeds."""
+    import asyncio
+
+    from quotacalc.enforce import bridge
+
+    restarted = RedisServer()
+    try:
+        store = RedisBuckets.from_url(restarted.url, _policy(1000.0))
+
+        async def around_a_restart():
+            before = await bridge.run(store.level, 0, 0.0)
+            await asyncio.to_thread(lambda: (restarted.stop(), restarted.start()))
+            await asyncio.sleep(0.2)  # the loop sees the old connection's end
+            return before, await bridge.run(store.level, 0, 0.0)
+
+        assert asyncio.run(around_a_restart()) == (pytest.approx(1000.0), pytest.approx(1000.0))
+    finally:
+        restarted.stop()

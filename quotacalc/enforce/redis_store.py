@@ -171,12 +171,22 @@ class RedisBuckets:
         import redis
         import redis.asyncio
 
-        options = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+        options: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+        async_options = dict(options)
+        try:
+            from redis.maint_notifications import MaintNotificationsConfig
+        except ImportError:  # redis-py before 7: no maintenance notifications
+            pass
+        else:
+            # With them on ("auto"), redis-py's asyncio pool skips its check that a pooled connection is still open,
+            # so the first script after a Redis restart fails on the dead connection; off, the pool reconnects first
+            # (as the blocking client's does) and no script is sent twice.
+            async_options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
         return cls(
             redis.Redis.from_url(url, **options),
             policy,
             lease_ttl_s=lease_ttl_s,
-            async_client=redis.asyncio.Redis.from_url(url, **options),
+            async_client=redis.asyncio.Redis.from_url(url, **async_options),
         )
 
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
