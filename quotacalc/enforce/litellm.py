@@ -121,9 +121,11 @@ class QuotacalcEnforcer(CustomLogger):
         self.records_path = (path.parent / settings.records) if settings.records else None
         self.store_failures = 0
         #: The plugin's own wall time per hook, and per request (``request``) at its settlement.
-        self.plugin_seconds = {hook: Histogram() for hook in ("pre_call", "stream", "settle", "request")}
-        #: Seconds spent in the hooks so far, per live request.
-        self._spent_s: dict[str, float] = {}
+        #: ``request_cpu``: the CPU time of this thread in a request's hooks; where the hooks do not wait (state
+        #: memory) it is the plugin's own work, and the wall time above it is the machine's (other processes ran).
+        self.plugin_seconds = {hook: Histogram() for hook in ("pre_call", "stream", "settle", "request", "request_cpu")}
+        #: Wall and CPU seconds spent in the hooks so far, per live request.
+        self._spent_s: dict[str, list[float]] = {}
         #: Requests whose settlement is under way (it may wait on the store): a second one returns at once.
         self._settling: set[str] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -232,9 +234,11 @@ class QuotacalcEnforcer(CustomLogger):
             return await bridge.run(function, *args, **kwargs)
         return function(*args, **kwargs)
 
-    def _spend(self, request_id: str, hook: str, seconds: float) -> None:
+    def _spend(self, request_id: str, hook: str, seconds: float, cpu_s: float) -> None:
         self.plugin_seconds[hook].observe(seconds)
-        self._spent_s[request_id] = self._spent_s.get(request_id, 0.0) + seconds
+        spent = self._spent_s.setdefault(request_id, [0.0, 0.0])
+        spent[0] += seconds
+        spent[1] += cpu_s
 
     async def _settle(self, ticket: Ticket, outcome: str, **usage: Any) -> None:
         """Settle once (a second call while the first waits on the store returns at once), write the record and
@@ -243,6 +247,7 @@ class QuotacalcEnforcer(CustomLogger):
             return
         self._settling.add(ticket.request_id)
         started = time.perf_counter()
+        started_cpu = time.thread_time()
         record = None
         try:
             record = await self._gate_call(self.gate.settle, ticket, outcome, time.time(), **usage)
@@ -255,7 +260,9 @@ class QuotacalcEnforcer(CustomLogger):
             if record is not None:
                 spent = time.perf_counter() - started
                 self.plugin_seconds["settle"].observe(spent)
-                self.plugin_seconds["request"].observe(self._spent_s.pop(ticket.request_id, 0.0) + spent)
+                before = self._spent_s.pop(ticket.request_id, (0.0, 0.0))
+                self.plugin_seconds["request"].observe(before[0] + spent)
+                self.plugin_seconds["request_cpu"].observe(before[1] + time.thread_time() - started_cpu)
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
         if str(call_type) not in _CALL_TYPES and getattr(call_type, "value", None) not in _CALL_TYPES:
@@ -263,11 +270,17 @@ class QuotacalcEnforcer(CustomLogger):
         self._start_background()
         request_id = str(data.get("litellm_call_id") or uuid.uuid4())
         started = time.perf_counter()
-        waited = [0.0]
+        started_cpu = time.thread_time()
+        waited = [0.0, 0.0]
         try:
             return await self._pre_call(user_api_key_dict, data, request_id, waited)
         finally:
-            self._spend(request_id, "pre_call", time.perf_counter() - started - waited[0])
+            self._spend(
+                request_id,
+                "pre_call",
+                time.perf_counter() - started - waited[0],
+                time.thread_time() - started_cpu - waited[1],
+            )
             if request_id not in self.gate.live:  # refused or settled: nothing more will be spent on it
                 self._spent_s.pop(request_id, None)
 
@@ -303,6 +316,7 @@ class QuotacalcEnforcer(CustomLogger):
         self.waiters[request_id] = waiter
         await self._pump(ticket.pool)
         waiting_since = time.perf_counter()
+        waiting_since_cpu = time.thread_time()
         try:
             if not waiter.done():
                 await asyncio.wait_for(asyncio.shield(waiter), timeout=self.settings.queue_wait_max_s)
@@ -318,6 +332,7 @@ class QuotacalcEnforcer(CustomLogger):
             raise
         finally:
             waited[0] = time.perf_counter() - waiting_since
+            waited[1] = time.thread_time() - waiting_since_cpu
         if ticket.state != SENT:
             # Settled while it waited (the proxy is stopping): it never reaches the engine unmetered.
             refusal = gate.queue_refusal(ticket)
@@ -400,7 +415,7 @@ class QuotacalcEnforcer(CustomLogger):
             return
         outcome = DISCONNECT
         usage = None
-        spent_s = 0.0
+        spent_s = spent_cpu_s = 0.0
         try:
             async for chunk in response:
                 chunk_usage = getattr(chunk, "usage", None)
@@ -410,8 +425,10 @@ class QuotacalcEnforcer(CustomLogger):
                 tokens = _chunk_tokens(choices)
                 if tokens:
                     started = time.perf_counter()
+                    started_cpu = time.thread_time()
                     covered, stop = await self._renew(ticket, tokens)
                     spent_s += time.perf_counter() - started
+                    spent_cpu_s += time.thread_time() - started_cpu
                     if covered < tokens:
                         outcome = stop
                         _mark_stopped(chunk, choices, stop)
@@ -431,7 +448,7 @@ class QuotacalcEnforcer(CustomLogger):
                 # Closing the engine's stream ends its request, so the engine frees the sequence's KV.
                 with contextlib.suppress(Exception):
                     await response.aclose()
-            self._spend(ticket.request_id, "stream", spent_s)
+            self._spend(ticket.request_id, "stream", spent_s, spent_cpu_s)
             await self._settle_with_usage(ticket, outcome, usage)
 
     async def _renew(self, ticket: Ticket, tokens: int) -> tuple[int, str]:

@@ -85,7 +85,8 @@ def render(gate: Gate, store_failures: int, plugin_seconds: Mapping[str, Histogr
         name = "quotacalc_plugin_seconds"
         lines.append(
             f"# HELP {name} wall time inside the plugin's hooks (store round trips included, the fair queue's wait "
-            "and the engine's time not), per hook; hook=request: a request's total, at its settlement"
+            "and the engine's time not), per hook; hook=request: a request's total, at its settlement; hook=request_cpu: "
+            "its thread CPU time"
         )
         lines.append(f"# TYPE {name} histogram")
         for hook, histogram in plugin_seconds.items():
