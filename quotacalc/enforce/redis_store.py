@@ -19,9 +19,7 @@ from typing import Any
 from quotacalc.admission.state import Taken
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.enforce.bridge import await_only, in_bridge
-
-#: Seconds a Redis call (connect or reply) may take before it fails (then the settings' redis_failure applies).
-DEFAULT_TIMEOUT_S = 1.0
+from quotacalc.enforce.settings import REDIS_TIMEOUT_S
 
 #: Refill to the server's now and return expired leases' units; leaves ``now``, ``level``, ``depth`` set.
 _PRELUDE = """
@@ -166,7 +164,7 @@ class RedisBuckets:
 
     @classmethod
     def from_url(
-        cls, url: str, policy: QuotaPolicy, *, lease_ttl_s: float = 120.0, timeout_s: float = DEFAULT_TIMEOUT_S
+        cls, url: str, policy: QuotaPolicy, *, lease_ttl_s: float = 120.0, timeout_s: float = REDIS_TIMEOUT_S
     ) -> RedisBuckets:
         import redis
         import redis.asyncio
