@@ -376,3 +376,54 @@ def test_the_async_client_reconnects_after_a_redis_restart_before_sending_a_scri
         assert asyncio.run(around_a_restart()) == (pytest.approx(1000.0), pytest.approx(1000.0))
     finally:
         restarted.stop()
+
+
+def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server, tmp_path):
+    """A client that goes away cancels its request's coroutine, possibly while its settlement waits on Redis between
+    ending the lease and returning the units: the settlement runs to its end regardless, so the bucket is back at
+    depth (nothing was billed) and no lease is left."""
+    import asyncio
+
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
+    import os
+
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    folder = generate(tmp_path)
+    depth = 100_000.0
+    edit_policy(folder, alpha={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", records=None)
+    redis.Redis.from_url(server.url).flushdb()
+    os.environ["QUOTACALC_REDIS_URL"] = server.url
+    try:
+        enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    finally:
+        del os.environ["QUOTACALC_REDIS_URL"]
+    enforcer._mounted = True  # no proxy app to mount the metrics on
+    body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
+            "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
+
+    async def cancelled_settlement():
+        data = await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
+        ticket = enforcer._ticket(data)
+        assert ticket is not None and ticket.hold > 0
+        settling = asyncio.ensure_future(enforcer._settle(ticket, ENGINE_ERROR))  # nothing billed
+        await asyncio.sleep(0)  # the settlement has sent its first script
+        settling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await settling
+        for _ in range(200):  # the shielded settlement goes on
+            if not enforcer._in_flight:
+                break
+            await asyncio.sleep(0.01)
+        return await bridge_level(enforcer)
+
+    async def bridge_level(enforcer):
+        from quotacalc.enforce import bridge
+
+        return await bridge.run(enforcer.store.level, 0, 0.0)
+
+    level = asyncio.run(cancelled_settlement())
+    assert level == pytest.approx(depth, abs=1e-6)
+    assert redis.Redis.from_url(server.url).hlen(enforcer.store.keys[0][2]) == 0
+    assert not enforcer.gate.live

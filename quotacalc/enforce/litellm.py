@@ -110,6 +110,8 @@ class QuotacalcEnforcer(CustomLogger):
         self.store = store
         #: Whether the store's calls are awaited on the event loop (through quotacalc.enforce.bridge).
         self._bridged = getattr(store, "async_client", None) is not None
+        #: Bridged gate calls under way (a task holds a reference to each until it ends).
+        self._in_flight: set[asyncio.Future[Any]] = set()
         self.gate = Gate(
             policy,
             salts,
@@ -229,10 +231,23 @@ class QuotacalcEnforcer(CustomLogger):
                 waiter.set_result(None)
 
     async def _gate_call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        """A gate call that may reach the store: through the bridge where the store awaits (Redis), else direct."""
-        if self._bridged:
-            return await bridge.run(function, *args, **kwargs)
-        return function(*args, **kwargs)
+        """A gate call that may reach the store: through the bridge where the store awaits (Redis), else direct.
+
+        A bridged call runs as a task of its own, shielded: a client that goes away cancels its request's coroutine,
+        and a cancellation thrown into the gate between two scripts (a settlement that ended the lease but did not yet
+        return its units) would lose units. The call runs to its end; the cancelled request just stops waiting."""
+        if not self._bridged:
+            return function(*args, **kwargs)
+        task = asyncio.ensure_future(bridge.run(function, *args, **kwargs))
+        self._in_flight.add(task)
+        task.add_done_callback(self._gate_call_done)
+        return await asyncio.shield(task)
+
+    def _gate_call_done(self, task: asyncio.Future[Any]) -> None:
+        self._in_flight.discard(task)
+        # Retrieved here too, so that a failure whose request had gone away is logged once, not "never retrieved".
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("quotacalc: a gate call failed: %s", task.exception())
 
     def _spend(self, request_id: str, hook: str, seconds: float, cpu_s: float) -> None:
         self.plugin_seconds[hook].observe(seconds)
@@ -242,10 +257,19 @@ class QuotacalcEnforcer(CustomLogger):
 
     async def _settle(self, ticket: Ticket, outcome: str, **usage: Any) -> None:
         """Settle once (a second call while the first waits on the store returns at once), write the record and
-        dispatch what the freed slots let go."""
+        dispatch what the freed slots let go. On Redis it runs to its end even if the request is cancelled."""
         if ticket.request_id in self._settling:
             return
         self._settling.add(ticket.request_id)
+        if not self._bridged:
+            await self._settle_now(ticket, outcome, usage)
+            return
+        task = asyncio.ensure_future(self._settle_now(ticket, outcome, usage))
+        self._in_flight.add(task)
+        task.add_done_callback(self._gate_call_done)
+        await asyncio.shield(task)
+
+    async def _settle_now(self, ticket: Ticket, outcome: str, usage: dict[str, Any]) -> None:
         started = time.perf_counter()
         started_cpu = time.thread_time()
         record = None
@@ -499,6 +523,8 @@ class QuotacalcEnforcer(CustomLogger):
         """Settle every live request (the proxy is stopping) and write their records."""
         now = time.time()
         for ticket in list(self.gate.live.values()):
+            if ticket.request_id in self._settling:
+                continue  # its settlement was cut off mid-way: its lease's expiry settles the store, never twice
             with contextlib.suppress(Exception):
                 self.write_record(self.gate.settle(ticket, SHUTDOWN, now))
 
