@@ -329,12 +329,42 @@ class QuotacalcEnforcer(CustomLogger):
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
         try:
             outcome = await self._gate_call(gate.arrive, tenant, prompt_tokens, client_max, now, request_id)
+        except asyncio.CancelledError:
+            # The client went away while Redis admitted it: settle what the admission holds once it lands, rather
+            # than let a ticket nobody sends hold a place in the fair queue until its lease expires.
+            self._settle_later(request_id)
+            raise
         except Exception as error:
             return self._store_down(error, tenant, name, request_id, now, prompt_tokens, data)
         if isinstance(outcome, Refusal):
             self.write_record(refusal_record(outcome, name, request_id, now, prompt_tokens))
             raise self.http_error(outcome)
-        ticket = outcome
+        try:
+            return await self._admitted(outcome, data, request_id, now, prompt_tokens, waited)
+        except asyncio.CancelledError:
+            await self._settle(outcome, DISCONNECT)
+            raise
+
+    def _settle_later(self, request_id: str) -> None:
+        """Settle a request as disconnected once the gate calls under way (its admission) have ended."""
+
+        under_way = list(self._in_flight)  # taken now: a later one never waits on itself or on a later one
+
+        async def later() -> None:
+            await asyncio.gather(*under_way, return_exceptions=True)
+            ticket = self.gate.live.get(request_id)
+            if ticket is not None:
+                await self._settle(ticket, DISCONNECT)
+
+        task = asyncio.ensure_future(later())
+        self._in_flight.add(task)
+        task.add_done_callback(self._gate_call_done)
+
+    async def _admitted(
+        self, ticket: Ticket, data: dict, request_id: str, now: float, prompt_tokens: int, waited: list[float]
+    ) -> dict:
+        """An admitted request: wait for the fair queue, lease its output where it does not stream, rewrite it."""
+        gate = self.gate
         ticket.streaming = bool(data.get("stream"))
         waiter = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = waiter
@@ -352,7 +382,6 @@ class QuotacalcEnforcer(CustomLogger):
                 raise self.http_error(refusal) from None
         except asyncio.CancelledError:
             self.waiters.pop(request_id, None)
-            await self._settle(ticket, DISCONNECT)
             raise
         finally:
             waited[0] = time.perf_counter() - waiting_since
