@@ -112,6 +112,8 @@ class QuotacalcEnforcer(CustomLogger):
         self._bridged = getattr(store, "async_client", None) is not None
         #: Bridged gate calls under way (a task holds a reference to each until it ends).
         self._in_flight: set[asyncio.Future[Any]] = set()
+        #: The gate call under way on each request (at most one: its hooks run one after the other).
+        self._ticket_calls: dict[str, asyncio.Future[Any]] = {}
         self.gate = Gate(
             policy,
             salts,
@@ -243,6 +245,19 @@ class QuotacalcEnforcer(CustomLogger):
         task.add_done_callback(self._gate_call_done)
         return await asyncio.shield(task)
 
+    async def _ticket_call(self, ticket: Ticket, function: Any, *args: Any) -> Any:
+        """A gate call on one request (its tokens, its output lease): its settlement waits for it to end, so a call
+        that goes on after its request was cancelled never changes a ticket being settled."""
+        if not self._bridged:
+            return function(ticket, *args)
+        call = asyncio.ensure_future(self._gate_call(function, ticket, *args))
+        self._ticket_calls[ticket.request_id] = call
+        try:
+            return await asyncio.shield(call)
+        finally:
+            if call.done() and self._ticket_calls.get(ticket.request_id) is call:
+                del self._ticket_calls[ticket.request_id]
+
     def _gate_call_done(self, task: asyncio.Future[Any]) -> None:
         self._in_flight.discard(task)
         # Retrieved here too, so that a failure whose request had gone away is logged once, not "never retrieved".
@@ -274,6 +289,9 @@ class QuotacalcEnforcer(CustomLogger):
         started_cpu = time.thread_time()
         record = None
         try:
+            pending = self._ticket_calls.pop(ticket.request_id, None)
+            if pending is not None:
+                await asyncio.wait([pending])
             record = await self._gate_call(self.gate.settle, ticket, outcome, time.time(), **usage)
             if record is not None and record.get("store_failed"):
                 self._count_store_failure(None)
@@ -393,7 +411,7 @@ class QuotacalcEnforcer(CustomLogger):
         max_tokens = None
         if not data.get("stream"):
             try:
-                max_tokens = await self._gate_call(gate.lease_all, ticket, time.time())
+                max_tokens = await self._ticket_call(ticket, gate.lease_all, time.time())
             except Exception as error:  # the store failed leasing the output: refused or unmetered, as configured
                 self._count_store_failure(error)
                 await self._settle(ticket, STORE_DOWN)
@@ -508,7 +526,7 @@ class QuotacalcEnforcer(CustomLogger):
         """How many of a chunk's tokens the lease covers, and how the stream stops if not all: at the quota, or
         (the store failed renewing it) where a closed failure policy stops it; an open one lets them through."""
         try:
-            return await self._gate_call(self.gate.on_tokens, ticket, tokens, time.time()), QUOTA_STOP
+            return await self._ticket_call(ticket, self.gate.on_tokens, tokens, time.time()), QUOTA_STOP
         except Exception as error:  # the store failed renewing the lease
             self._count_store_failure(error)
             if self.settings.redis_failure == "closed":
