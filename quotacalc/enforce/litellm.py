@@ -525,6 +525,10 @@ class QuotacalcEnforcer(CustomLogger):
     async def _renew(self, ticket: Ticket, tokens: int) -> tuple[int, str]:
         """How many of a chunk's tokens the lease covers, and how the stream stops if not all: at the quota, or
         (the store failed renewing it) where a closed failure policy stops it; an open one lets them through."""
+        if ticket.request_id in self._settling:
+            # Another path (the failure hook, the lease's expiry) is settling it on Redis: its bill is being made
+            # from the tokens counted so far, so these are not added to it (as after a settlement in memory).
+            return tokens, QUOTA_STOP
         try:
             return await self._ticket_call(ticket, self.gate.on_tokens, tokens, time.time()), QUOTA_STOP
         except Exception as error:  # the store failed renewing the lease
