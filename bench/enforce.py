@@ -4,10 +4,14 @@ Four real LiteLLM proxies before one ``quotacalc emulate`` (fast: ``--speed 1000
 time is small and the same for all): the generated config without any callback, with LiteLLM's own limiters
 (``--litellm-enforce builtin``: dynamic_rate_limiter_v3 and enforce_model_rate_limits), with the plugin in memory, and
 with the plugin on a local redis-server. Requests go round-robin to the four, one at a time, so each sees the same
-machine load; the overhead is each proxy's p50/p99 minus the bare proxy's. Then each proxy takes ``--clients``
-concurrent clients for ``--seconds`` and its requests/s is counted.
+machine load; the overhead is each proxy's p50/p99 minus the bare proxy's. Every proxy also runs LiteLLM's per-key
+parallel request limiter (always loaded; the master key has no limits). The plugin's own time in those same requests
+is read from its ``quotacalc_plugin_seconds`` histogram (wall time inside its hooks, Redis round trips included).
+Then each proxy takes ``--clients`` concurrent clients for ``--seconds`` and its requests/s is counted. Last, the
+gate's own work per request in this process, without HTTP. The machine's load average is printed with the figures.
 
-    python bench/enforce.py [--requests 300] [--clients 16] [--seconds 10]
+    python bench/enforce.py [--requests 200] [--clients 16] [--seconds 5]     # about 2 minutes
+    python bench/enforce.py --long                                          # 2000 requests, 30 s each
 
 Needs the litellm extra and Debian's redis-server (the Redis column is left out without it).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -61,11 +66,46 @@ def _throughput(proxy: Proxy, body: dict, clients: int, seconds: float) -> float
     return count[0] / seconds
 
 
+def _histogram_quantile(text: str, name: str, hook: str, before: dict[float, float], q: float) -> float:
+    """The ``q`` quantile (ms) of the requests a Prometheus histogram counted since ``before`` (its cumulative counts
+    then), interpolated linearly inside the bucket that holds it, as Prometheus's histogram_quantile does."""
+    counts = _histogram_counts(text, name, hook)
+    bounds = sorted(counts)
+    delta = [counts[b] - before.get(b, 0.0) for b in bounds]
+    total = delta[-1]
+    if total <= 0:
+        return float("nan")
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in zip(bounds, delta, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower_bound * 1000
+            inside = (rank - lower_count) / max(count - lower_count, 1e-12)
+            return (lower_bound + (bound - lower_bound) * inside) * 1000
+        lower_bound, lower_count = bound, count
+    return float("nan")
+
+
+def _histogram_counts(text: str, name: str, hook: str) -> dict[float, float]:
+    counts: dict[float, float] = {}
+    prefix = f'{name}_bucket{{hook="{hook}",le="'
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            le, value = line[len(prefix) :].split('"} ')
+            counts[float(le)] = float(value)
+    return counts
+
+
 def _gate_cost(folder: Path, store_url: str | None, requests: int, tokens: int) -> dict[str, float]:
     """The plugin's own work per request, in process without HTTP: admission, dispatch, the rewrite, ``tokens``
-    streamed tokens (a lease renewal every 128) and settlement; p50 and p99 in ms over ``requests`` requests."""
+    streamed tokens (a lease renewal every 128) and settlement; p50 and p99 in ms over ``requests`` requests. With
+    Redis, through the asyncio client and the bridge, as inside the proxy."""
+    import asyncio
+
     from quotacalc.admission.bucket import Bucket
     from quotacalc.admission.state import MemoryBuckets
+    from quotacalc.enforce import bridge
     from quotacalc.enforce.gate import COMPLETED, Gate, GateSettings, Ticket
     from quotacalc.enforce.settings import read_policy, read_settings
 
@@ -79,10 +119,9 @@ def _gate_cost(folder: Path, store_url: str | None, requests: int, tokens: int) 
         store = RedisBuckets.from_url(store_url, policy)
     gate = Gate(policy, salts, settings.admission(), store, GateSettings(inflight_per_replica=10**6))
     body = {"model": "std", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 1000, "stream": True}
-    costs = []
-    for index in range(requests):
+
+    def one(index: int) -> None:
         now = time.time()
-        started = time.perf_counter()
         ticket = gate.arrive(0, 10, 1000, now, f"r{index}")
         assert isinstance(ticket, Ticket)
         gate.dispatch(ticket.pool, now)
@@ -90,8 +129,24 @@ def _gate_cost(folder: Path, store_url: str | None, requests: int, tokens: int) 
         for _ in range(tokens):
             gate.on_tokens(ticket, 1, now)
         gate.settle(ticket, COMPLETED, now)
-        costs.append((time.perf_counter() - started) * 1000)
+
+    async def measure() -> list[float]:
+        costs = []
+        for index in range(requests):
+            started = time.perf_counter()
+            if store_url is None:
+                one(index)
+            else:
+                await bridge.run(one, index)
+            costs.append((time.perf_counter() - started) * 1000)
+        return costs
+
+    costs = asyncio.run(measure())
     return {"p50_ms": statistics.median(costs), "p99_ms": _quantile(costs, 0.99)}
+
+
+def _metrics(proxy: Proxy) -> str:
+    return httpx.get(proxy.url + "/quotacalc/metrics", headers=proxy.headers(None), timeout=30).text
 
 
 def _configure(base: Path, name: str, kind: str) -> Path:
@@ -117,12 +172,16 @@ def _configure(base: Path, name: str, kind: str) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=300, help="sequential requests per proxy")
+    parser.add_argument("--requests", type=int, default=200, help="sequential requests per proxy")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients in the throughput run")
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of each proxy's throughput run")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each proxy's throughput run")
     parser.add_argument("--tokens", type=int, default=300, help="streamed tokens per request in the gate's own cost")
+    parser.add_argument("--long", action="store_true", help="the long run: 2000 requests per proxy, 30 s each")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    if args.long:
+        args.requests, args.seconds = max(args.requests, 2000), max(args.seconds, 30.0)
+    load_before = os.getloadavg()
     base = Path(tempfile.mkdtemp(prefix="quotacalc-bench-enforce-"))
     # Deep buckets: the benchmark measures the plugin's work, not its refusals.
     folder = generate(base)
@@ -144,6 +203,14 @@ def main() -> None:
                 clients[kind].post(
                     proxies[kind].url + "/v1/chat/completions", json=body, headers=proxies[kind].headers("alpha")
                 )
+        plugin_kinds = [kind for kind in kinds if kind in ("plugin", "redis")]
+        metric = "quotacalc_plugin_seconds"
+        hooks = ("request", "request_cpu", "pre_call", "settle")
+        before = {
+            (kind, hook): _histogram_counts(_metrics(proxies[kind]), metric, hook)
+            for kind in plugin_kinds
+            for hook in hooks
+        }
         for _ in range(args.requests):
             for kind in kinds:
                 started = time.perf_counter()
@@ -152,6 +219,15 @@ def main() -> None:
                 )
                 latencies[kind].append((time.perf_counter() - started) * 1000)
                 assert response.status_code == 200, (kind, response.text[:300])
+        inside: dict[str, dict[str, float]] = {}
+        for kind in plugin_kinds:
+            text = _metrics(proxies[kind])
+            inside[kind] = {
+                f"{hook}_{name}_ms": _histogram_quantile(text, metric, hook, before[(kind, hook)], q)
+                for hook in hooks
+                for name, q in (("p50", 0.5), ("p99", 0.99))
+            }
+        load_sequential = os.getloadavg()
         throughput = {kind: _throughput(proxies[kind], body, args.clients, args.seconds) for kind in kinds}
         gate_costs = {"memory": _gate_cost(base / "plugin", None, 5000, args.tokens)}
         if redis_server is not None:
@@ -163,6 +239,11 @@ def main() -> None:
         if redis_server:
             redis_server.stop()
         shutil.rmtree(base, ignore_errors=True)
+    load_after = os.getloadavg()
+    load = {
+        "cpus": os.cpu_count(),
+        "load_average_1min": {"start": load_before[0], "after_sequential": load_sequential[0], "end": load_after[0]},
+    }
     bare = latencies["bare"]
     figures = {
         kind: {
@@ -177,7 +258,15 @@ def main() -> None:
     if args.json:
         print(
             json.dumps(
-                {"requests": args.requests, "clients": args.clients, "seconds": args.seconds, "figures": figures},
+                {
+                    "requests": args.requests,
+                    "clients": args.clients,
+                    "seconds": args.seconds,
+                    "machine": load,
+                    "figures": figures,
+                    "plugin_inside_proxy": inside,
+                    "gate_in_process": gate_costs,
+                },
                 indent=2,
             )
         )
@@ -197,7 +286,19 @@ def main() -> None:
         print(
             f"| {names[kind]} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['added_p50_ms']:+.2f} | {row['added_p99_ms']:+.2f} | {row['requests_per_s']:.1f} |"
         )
-    print(f"\nThe plugin's own work per request ({args.tokens} streamed tokens, in process, no HTTP):\n")
+    print(
+        f"\nMachine: {load['cpus']} CPUs, load average (1 min) {load_before[0]:.2f} at the start, "
+        f"{load_sequential[0]:.2f} after the sequential run, {load_after[0]:.2f} at the end"
+    )
+    print("\nThe plugin's own time inside the proxy, in the same sequential requests (its histogram, interpolated):\n")
+    print(
+        "| proxy | request p50 ms | request p99 ms | its CPU p50 ms | its CPU p99 ms | pre-call p50 ms | pre-call p99 ms | settle p50 ms | settle p99 ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind, row in inside.items():
+        cells = " | ".join(f"{row[f'{h}_{n}_ms']:.3f}" for h in hooks for n in ("p50", "p99"))
+        print(f"| {names[kind]} | {cells} |")
+    print(f"\nThe gate's own work per request ({args.tokens} streamed tokens, in process, no HTTP):\n")
     print("| state | p50 ms | p99 ms |")
     print("|---|---|---|")
     for state, row in gate_costs.items():

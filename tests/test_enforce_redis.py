@@ -164,3 +164,277 @@ def test_a_request_whose_lease_expired_while_it_waited_is_billed_in_full_at_the_
     record = gate.settle(ticket, COMPLETED, 0.0)
     assert record["units_debited"] > 0
     assert gate.store.level(0, 0.0) == pytest.approx(depth - record["units_debited"], abs=1e-6)
+
+
+# -- a Redis that hangs: the event loop goes on ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hung_redis_url():
+    """A socket that accepts connections (the kernel's backlog) and never answers: a Redis that hangs."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    try:
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    finally:
+        listener.close()
+
+
+def test_a_hung_redis_fails_each_waiting_request_after_the_timeout_while_the_event_loop_runs_on(hung_redis_url):
+    """Five admissions wait on a Redis that never answers, together: each fails with the client's timeout after about
+    that long (not one after the other), and meanwhile the event loop serves other work (a ticker every 10 ms)."""
+    import asyncio
+
+    from quotacalc.enforce import bridge
+
+    timeout_s = 0.5
+    policy = _policy(1e6)
+    store = RedisBuckets.from_url(hung_redis_url, policy, timeout_s=timeout_s)
+    gate = Gate(policy, sample_salts(policy), make_policy("incremental_lease", {}), store, GateSettings())
+
+    async def scenario():
+        gaps: list[float] = []
+
+        async def ticker():
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async def admit(index):
+            started = time.perf_counter()
+            try:
+                await bridge.run(gate.arrive, 0, 100, 10, 0.0, f"r{index}")
+            except redis.RedisError as error:
+                return type(error), time.perf_counter() - started
+            return None, time.perf_counter() - started
+
+        ticking = asyncio.create_task(ticker())
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(admit(i) for i in range(5)))
+        total = time.perf_counter() - started
+        ticking.cancel()
+        return outcomes, total, gaps
+
+    outcomes, total_s, gaps = asyncio.run(scenario())
+    assert all(kind is redis.TimeoutError for kind, _ in outcomes), outcomes
+    assert all(elapsed >= timeout_s * 0.9 for _, elapsed in outcomes), outcomes
+    # Together, not one after the other (5 x 0.5 s); the bound leaves room for a loaded machine.
+    assert total_s < 3 * timeout_s, total_s
+    # The loop was never held for a Redis wait (a blocking client would hold it 0.5 s at a time).
+    assert len(gaps) >= 10 and max(gaps) < timeout_s / 2, max(gaps)
+    assert not gate.live  # nothing admitted, nothing held
+
+
+def test_a_blocking_redis_call_on_a_running_event_loop_is_refused_not_run(server):
+    """Inside a proxy every store call goes through the bridge; one that does not would block the loop, so it fails
+    loudly rather than run blocking."""
+    import asyncio
+
+    store = RedisBuckets.from_url(server.url, _policy(1000.0))
+
+    async def call_on_the_loop():
+        return store.level(0, 0.0)
+
+    with pytest.raises(RuntimeError, match=r"outside quotacalc\.enforce\.bridge\.run"):
+        asyncio.run(call_on_the_loop())
+    assert store.level(0, 0.0) == pytest.approx(1000.0)  # no loop running (the proxy stopping): blocking is fine
+
+
+@pytest.mark.parametrize("admission", ["incremental_lease", "streamed_debit"])
+def test_settlement_through_the_async_client_matches_the_blocking_one(server, admission):
+    """The same scripts and keys through redis.asyncio: a request's settlement leaves the bucket at depth less what
+    was billed, exactly as through the blocking client."""
+    import asyncio
+
+    from quotacalc.enforce import bridge
+
+    depth = 100_000.0
+    policy = _policy(depth)
+    redis.Redis.from_url(server.url).flushdb()
+    store = RedisBuckets.from_url(server.url, policy)
+    gate = Gate(policy, sample_salts(policy), make_policy(admission, {}), store, GateSettings())
+
+    async def one_request():
+        ticket = await bridge.run(gate.arrive, 0, 500, 300, 0.0, "a1")
+        assert isinstance(ticket, Ticket)
+        await bridge.run(gate.dispatch, ticket.pool, 0.0)
+        assert await bridge.run(gate.on_tokens, ticket, 200, 0.0) == 200
+        record = await bridge.run(gate.settle, ticket, COMPLETED, 0.0, prompt_tokens=500, cached_tokens=100)
+        level = await bridge.run(store.level, 0, 0.0)
+        return record, level
+
+    record, level = asyncio.run(one_request())
+    weights = policy.tenants[0].weights
+    assert record["units_debited"] == pytest.approx(weights.output * 200 + weights.request_units(500, 100, 0))
+    assert level == pytest.approx(depth - record["units_debited"], abs=1e-6)
+    assert store.keys[0][0].startswith("quotacalc:{")
+    assert redis.Redis.from_url(server.url).exists(store.keys[0][0])
+
+
+@pytest.mark.litellm_proxy
+@pytest.mark.parametrize("failure", ["closed", "open"])
+def test_a_paused_redis_stalls_no_other_request_of_the_proxy_and_its_failure_mode_is_applied_and_counted(
+    tmp_path, failure
+):
+    """redis-server stopped with SIGSTOP (it accepts, never answers): four requests that need it fail after the
+    configured timeout, together, with the configured failure mode (503 store_down, or served unmetered); while they
+    wait, the proxy answers its health check at once; each failure is counted in the metrics and recorded."""
+    import os
+    import signal
+    import threading
+
+    import httpx
+
+    if litellm_executable() is None:
+        pytest.skip("the litellm CLI is not installed (extra litellm-proxy)")
+    timeout_s = 2.0
+    folder = generate(tmp_path)
+    edit_settings(
+        folder, tenant_from="header", prompt_tokens="bytes4", state="redis", redis_failure=failure,
+        redis_timeout_s=timeout_s,
+    )  # fmt: skip
+    redis_server = RedisServer()
+    emulator = Emulator(tmp_path / "plan.yaml")
+    proxy = None
+    paused = False
+    try:
+        proxy = Proxy(folder, emulator.url, env={"QUOTACALC_REDIS_URL": redis_server.url})
+        body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        assert proxy.chat("alpha", body).status_code == 200  # connected, scripts loaded
+        os.kill(redis_server.process.pid, signal.SIGSTOP)
+        paused = True
+        replies: list[tuple[int, str, float]] = []
+
+        def ask() -> None:
+            started = time.monotonic()
+            reply = proxy.chat("alpha", body, timeout=60)
+            reason = reply.headers.get("x-quotacalc-reason", "")
+            replies.append((reply.status_code, reason, time.monotonic() - started))
+
+        started = time.monotonic()
+        askers = [threading.Thread(target=ask) for _ in range(4)]
+        for asker in askers:
+            asker.start()
+        time.sleep(0.3)  # the four are waiting on Redis now
+        health_started = time.monotonic()
+        health = httpx.get(proxy.url + "/health/liveliness", timeout=30)
+        health_s = time.monotonic() - health_started
+        for asker in askers:
+            asker.join(timeout=60)
+        total_s = time.monotonic() - started
+        os.kill(redis_server.process.pid, signal.SIGCONT)
+        paused = False
+        assert health.status_code == 200 and health_s < timeout_s / 2, health_s
+        assert len(replies) == 4, replies
+        expected = (503, "store_down") if failure == "closed" else (200, "")
+        assert all((status, reason) == expected for status, reason, _ in replies), replies
+        # Each waited for the timeout, and the four waited together: a blocking client would have served them one
+        # after the other (4 x 2 s), the health check behind them.
+        assert all(elapsed >= timeout_s * 0.9 for _, _, elapsed in replies), replies
+        assert total_s < 3 * timeout_s, total_s
+        metrics = httpx.get(proxy.url + "/quotacalc/metrics", timeout=10).text
+        failures = [line for line in metrics.splitlines() if line.startswith("quotacalc_store_failures_total")]
+        assert failures and float(failures[0].rsplit(" ", 1)[1]) == 4, failures
+        rejects = [line for line in metrics.splitlines() if 'reason="store_down"' in line]
+        assert (sum(float(line.rsplit(" ", 1)[1]) for line in rejects) == 4) == (failure == "closed"), rejects
+        outcomes = [r["outcome"] for r in records(folder)]
+        assert outcomes.count("store_down" if failure == "closed" else "unmetered") == 4, outcomes
+        # Redis back: the proxy meters again.
+        assert proxy.chat("alpha", body).status_code == 200
+    finally:
+        if paused:
+            os.kill(redis_server.process.pid, signal.SIGCONT)
+        if proxy is not None:
+            proxy.stop()
+        emulator.stop()
+        redis_server.stop()
+
+
+def test_the_async_client_reconnects_after_a_redis_restart_before_sending_a_script():
+    """A pooled connection the restarted server closed is replaced before the next script is sent (not failed on, and
+    never a script sent twice): the first script after the restart succeeds."""
+    import asyncio
+
+    from quotacalc.enforce import bridge
+
+    restarted = RedisServer()
+    try:
+        store = RedisBuckets.from_url(restarted.url, _policy(1000.0))
+
+        async def around_a_restart():
+            before = await bridge.run(store.level, 0, 0.0)
+            await asyncio.to_thread(lambda: (restarted.stop(), restarted.start()))
+            await asyncio.sleep(0.2)  # the loop sees the old connection's end
+            return before, await bridge.run(store.level, 0, 0.0)
+
+        assert asyncio.run(around_a_restart()) == (pytest.approx(1000.0), pytest.approx(1000.0))
+    finally:
+        restarted.stop()
+
+
+def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server, tmp_path):
+    """A client that goes away cancels its request's coroutine, possibly while its settlement waits on Redis between
+    ending the lease and returning the units: the settlement runs to its end regardless, so the bucket is back at
+    depth (nothing was billed) and no lease is left."""
+    import asyncio
+    import contextlib
+    import os
+
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
+
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    folder = generate(tmp_path)
+    depth = 100_000.0
+    edit_policy(folder, alpha={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", records=None)
+    redis.Redis.from_url(server.url).flushdb()
+    os.environ["QUOTACALC_REDIS_URL"] = server.url
+    try:
+        enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    finally:
+        del os.environ["QUOTACALC_REDIS_URL"]
+    enforcer._mounted = True  # no proxy app to mount the metrics on
+    body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
+            "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
+
+    async def cancelled_settlement():
+        data = await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
+        ticket = enforcer._ticket(data)
+        assert ticket is not None and ticket.hold > 0
+        # The lease has ended and the units are on their way back (a slow reply) when the client goes away.
+        returning = asyncio.Event()
+        credit = enforcer.store._awaited["credit"]
+
+        async def slow_credit(**script):
+            returning.set()
+            await asyncio.sleep(0.05)
+            return await credit(**script)
+
+        enforcer.store._awaited["credit"] = slow_credit
+        settling = asyncio.ensure_future(enforcer._settle(ticket, ENGINE_ERROR))  # nothing billed
+        await returning.wait()
+        settling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await settling
+        for _ in range(200):  # the shielded settlement goes on
+            if not enforcer._in_flight:
+                break
+            await asyncio.sleep(0.01)
+        return await bridge_level(enforcer)
+
+    async def bridge_level(enforcer):
+        from quotacalc.enforce import bridge
+
+        return await bridge.run(enforcer.store.level, 0, 0.0)
+
+    level = asyncio.run(cancelled_settlement())
+    assert level == pytest.approx(depth, abs=1e-6)
+    assert redis.Redis.from_url(server.url).hlen(enforcer.store.keys[0][2]) == 0
+    assert not enforcer.gate.live

@@ -203,9 +203,10 @@ class Gate:
             self.store.holding_for = None  # type: ignore[attr-defined]
 
     def _lease(self, ticket: Ticket, now: float) -> None:
-        """Extend the lease's life (in a shared store too)."""
+        """Extend the lease's life (in a shared store too, unless the store recorded it within a quarter of its life:
+        a take or a refresh there sets its expiry, and a round trip saved is latency saved)."""
         ticket.lease_expires_s = now + self.settings.lease_ttl_s
-        if self._leases_in_store and ticket.hold > 0:
+        if self._leases_in_store and ticket.hold > 0 and now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
             self.store.refresh_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
             ticket.lease_recorded_s = now
 
@@ -316,6 +317,7 @@ class Gate:
                 ),
             )
         ticket.reserved_units = ticket.hold
+        ticket.lease_recorded_s = now  # the take recorded the lease with its expiry
         self._lease(ticket, now)
         stats = self.stats[tenant]
         stats.admitted += 1

@@ -5,6 +5,9 @@ makes one ``QuotacalcEnforcer`` from ``enforce.json``). It is a thin driver of `
 ``async_pre_call_hook`` names the tenant, admits or refuses, waits for the fair queue and rewrites the body;
 ``async_post_call_streaming_iterator_hook`` counts tokens, renews leases and stops a stream at the quota;
 the success and failure hooks and the stream's end settle. A sweeper settles leases that expire.
+
+Every gate call that may reach the bucket store runs through ``quotacalc.enforce.bridge.run``: with Redis, its
+scripts are awaited on the event loop (``redis.asyncio``), so a slow store never stalls the proxy's other requests.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from quotacalc.admission.bucket import Bucket
 from quotacalc.admission.state import MemoryBuckets
+from quotacalc.enforce import bridge
 from quotacalc.enforce.gate import (
     COMPLETED,
     DISCONNECT,
@@ -43,6 +47,7 @@ from quotacalc.enforce.gate import (
     Ticket,
     refusal_record,
 )
+from quotacalc.enforce.metrics import Histogram
 from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, check_replicas, read_policy, read_settings
 
 log = logging.getLogger("quotacalc.enforce")
@@ -96,12 +101,20 @@ class QuotacalcEnforcer(CustomLogger):
                 from quotacalc.enforce.redis_store import RedisBuckets
 
                 url = os.environ.get(settings.redis_url_env, "redis://127.0.0.1:6379/0")
-                store = RedisBuckets.from_url(url, policy, lease_ttl_s=settings.lease_ttl_s)
+                store = RedisBuckets.from_url(
+                    url, policy, lease_ttl_s=settings.lease_ttl_s, timeout_s=settings.redis_timeout_s
+                )
             else:
                 store = MemoryBuckets(
                     [Bucket(t.bucket_rate_units_per_s, t.bucket_depth_units, now=now) for t in policy.tenants]
                 )
         self.store = store
+        #: Whether the store's calls are awaited on the event loop (through quotacalc.enforce.bridge).
+        self._bridged = getattr(store, "async_client", None) is not None
+        #: Bridged gate calls under way (a task holds a reference to each until it ends).
+        self._in_flight: set[asyncio.Future[Any]] = set()
+        #: The gate call under way on each request (at most one: its hooks run one after the other).
+        self._ticket_calls: dict[str, asyncio.Future[Any]] = {}
         self.gate = Gate(
             policy,
             salts,
@@ -112,6 +125,14 @@ class QuotacalcEnforcer(CustomLogger):
         self.waiters: dict[str, asyncio.Future[None]] = {}
         self.records_path = (path.parent / settings.records) if settings.records else None
         self.store_failures = 0
+        #: The plugin's own wall time per hook, and per request (``request``) at its settlement.
+        #: ``request_cpu``: the CPU time of this thread in a request's hooks; where the hooks do not wait (state
+        #: memory) it is the plugin's own work, and the wall time above it is the machine's (other processes ran).
+        self.plugin_seconds = {hook: Histogram() for hook in ("pre_call", "stream", "settle", "request", "request_cpu")}
+        #: Wall and CPU seconds spent in the hooks so far, per live request.
+        self._spent_s: dict[str, list[float]] = {}
+        #: Requests whose settlement is under way (it may wait on the store): a second one returns at once.
+        self._settling: set[str] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._mounted = False
         # A proxy that stops settles what it holds (in Redis, its holds come back now rather than at expiry).
@@ -182,11 +203,9 @@ class QuotacalcEnforcer(CustomLogger):
         """Settle leases that expired (a request whose hooks never ran to its end) and refuse overdue waits."""
         while True:
             await asyncio.sleep(1.0)
-            now = time.time()
             try:
-                for ticket in self.gate.expired(now):
-                    self.write_record(self.gate.settle(ticket, LEASE_EXPIRED, now))
-                    self._pump(ticket.pool)
+                for ticket in self.gate.expired(time.time()):
+                    await self._settle(ticket, LEASE_EXPIRED)
             except Exception:  # the sweeper must outlive a store's outage
                 log.exception("quotacalc: settling expired leases failed")
 
@@ -206,22 +225,116 @@ class QuotacalcEnforcer(CustomLogger):
     def metrics_text(self) -> str:
         from quotacalc.enforce.metrics import render
 
-        return render(self.gate, self.store_failures)
+        return render(self.gate, self.store_failures, self.plugin_seconds)
 
-    def _pump(self, pool: str) -> None:
-        for ticket in self.gate.dispatch(pool, time.time()):
-            waiter = self.waiters.pop(ticket.request_id, None)
+    async def _pump(self, pool: str) -> None:
+        """Send what the fair queue lets go now, waking each one's pre-call hook."""
+        try:
+            sent = [ticket.request_id for ticket in await self._gate_call(self.gate.dispatch, pool, time.time())]
+        except Exception as error:  # the store failed extending a lease: what was dispatched before it still goes
+            self._count_store_failure(error)
+            sent = [rid for rid in self.waiters if getattr(self.gate.live.get(rid), "state", QUEUED) != QUEUED]
+        for request_id in sent:
+            waiter = self.waiters.pop(request_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
-    # -- admission ---------------------------------------------------------------------------------
+    async def _gate_call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        """A gate call that may reach the store: through the bridge where the store awaits (Redis), else direct.
+
+        A bridged call runs as a task of its own, shielded: a client that goes away cancels its request's coroutine,
+        and a cancellation thrown into the gate between two scripts (a settlement that ended the lease but did not yet
+        return its units) would lose units. The call runs to its end; the cancelled request just stops waiting."""
+        if not self._bridged:
+            return function(*args, **kwargs)
+        task = asyncio.ensure_future(bridge.run(function, *args, **kwargs))
+        self._in_flight.add(task)
+        task.add_done_callback(self._gate_call_done)
+        return await asyncio.shield(task)
+
+    async def _ticket_call(self, ticket: Ticket, function: Any, *args: Any) -> Any:
+        """A gate call on one request (its tokens, its output lease): its settlement waits for it to end, so a call
+        that goes on after its request was cancelled never changes a ticket being settled."""
+        if not self._bridged:
+            return function(ticket, *args)
+        call = asyncio.ensure_future(self._gate_call(function, ticket, *args))
+        self._ticket_calls[ticket.request_id] = call
+        try:
+            return await asyncio.shield(call)
+        finally:
+            if call.done() and self._ticket_calls.get(ticket.request_id) is call:
+                del self._ticket_calls[ticket.request_id]
+
+    def _gate_call_done(self, task: asyncio.Future[Any]) -> None:
+        self._in_flight.discard(task)
+        # Retrieved here too, so that a failure whose request had gone away is logged once, not "never retrieved".
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("quotacalc: a gate call failed: %s", task.exception())
+
+    def _spend(self, request_id: str, hook: str, seconds: float, cpu_s: float) -> None:
+        self.plugin_seconds[hook].observe(seconds)
+        spent = self._spent_s.setdefault(request_id, [0.0, 0.0])
+        spent[0] += seconds
+        spent[1] += cpu_s
+
+    async def _settle(self, ticket: Ticket, outcome: str, **usage: Any) -> None:
+        """Settle once (a second call while the first waits on the store returns at once), write the record and
+        dispatch what the freed slots let go. On Redis it runs to its end even if the request is cancelled."""
+        if ticket.request_id in self._settling:
+            return
+        self._settling.add(ticket.request_id)
+        if not self._bridged:
+            await self._settle_now(ticket, outcome, usage)
+            return
+        task = asyncio.ensure_future(self._settle_now(ticket, outcome, usage))
+        self._in_flight.add(task)
+        task.add_done_callback(self._gate_call_done)
+        await asyncio.shield(task)
+
+    async def _settle_now(self, ticket: Ticket, outcome: str, usage: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        started_cpu = time.thread_time()
+        record = None
+        try:
+            pending = self._ticket_calls.pop(ticket.request_id, None)
+            if pending is not None:
+                await asyncio.wait([pending])
+            record = await self._gate_call(self.gate.settle, ticket, outcome, time.time(), **usage)
+            if record is not None and record.get("store_failed"):
+                self._count_store_failure(None)
+            self.write_record(record)
+            await self._pump(ticket.pool)
+        finally:
+            self._settling.discard(ticket.request_id)
+            if record is not None:
+                spent = time.perf_counter() - started
+                self.plugin_seconds["settle"].observe(spent)
+                before = self._spent_s.pop(ticket.request_id, (0.0, 0.0))
+                self.plugin_seconds["request"].observe(before[0] + spent)
+                self.plugin_seconds["request_cpu"].observe(before[1] + time.thread_time() - started_cpu)
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
         if str(call_type) not in _CALL_TYPES and getattr(call_type, "value", None) not in _CALL_TYPES:
             return data
         self._start_background()
-        gate = self.gate
         request_id = str(data.get("litellm_call_id") or uuid.uuid4())
+        started = time.perf_counter()
+        started_cpu = time.thread_time()
+        waited = [0.0, 0.0]
+        try:
+            return await self._pre_call(user_api_key_dict, data, request_id, waited)
+        finally:
+            self._spend(
+                request_id,
+                "pre_call",
+                time.perf_counter() - started - waited[0],
+                time.thread_time() - started_cpu - waited[1],
+            )
+            if request_id not in self.gate.live:  # refused or settled: nothing more will be spent on it
+                self._spent_s.pop(request_id, None)
+
+    async def _pre_call(self, user_api_key_dict: Any, data: dict, request_id: str, waited: list[float]) -> dict:
+        gate = self.gate
         now = time.time()
         name = self.tenant_name(user_api_key_dict, data)
         tenant = gate.tenant_index(name)
@@ -240,35 +353,77 @@ class QuotacalcEnforcer(CustomLogger):
         client_max = data.get("max_completion_tokens") or data.get("max_tokens")
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
         try:
-            outcome = gate.arrive(tenant, prompt_tokens, client_max, now, request_id)
+            outcome = await self._gate_call(gate.arrive, tenant, prompt_tokens, client_max, now, request_id)
+        except asyncio.CancelledError:
+            # The client went away while Redis admitted it: settle what the admission holds once it lands, rather
+            # than let a ticket nobody sends hold a place in the fair queue until its lease expires.
+            self._settle_later(request_id)
+            raise
         except Exception as error:
             return self._store_down(error, tenant, name, request_id, now, prompt_tokens, data)
         if isinstance(outcome, Refusal):
             self.write_record(refusal_record(outcome, name, request_id, now, prompt_tokens))
             raise self.http_error(outcome)
-        ticket = outcome
+        try:
+            return await self._admitted(outcome, data, request_id, now, prompt_tokens, waited)
+        except asyncio.CancelledError:
+            await self._settle(outcome, DISCONNECT)
+            raise
+
+    def _settle_later(self, request_id: str) -> None:
+        """Settle a request as disconnected once the gate calls under way (its admission) have ended."""
+
+        under_way = list(self._in_flight)  # taken now: a later one never waits on itself or on a later one
+
+        async def later() -> None:
+            await asyncio.gather(*under_way, return_exceptions=True)
+            ticket = self.gate.live.get(request_id)
+            if ticket is not None:
+                await self._settle(ticket, DISCONNECT)
+
+        task = asyncio.ensure_future(later())
+        self._in_flight.add(task)
+        task.add_done_callback(self._gate_call_done)
+
+    async def _admitted(
+        self, ticket: Ticket, data: dict, request_id: str, now: float, prompt_tokens: int, waited: list[float]
+    ) -> dict:
+        """An admitted request: wait for the fair queue, lease its output where it does not stream, rewrite it."""
+        gate = self.gate
         ticket.streaming = bool(data.get("stream"))
         waiter = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = waiter
-        self._pump(ticket.pool)
+        await self._pump(ticket.pool)
+        waiting_since = time.perf_counter()
+        waiting_since_cpu = time.thread_time()
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout=self.settings.queue_wait_max_s)
+            if not waiter.done():
+                await asyncio.wait_for(asyncio.shield(waiter), timeout=self.settings.queue_wait_max_s)
         except asyncio.TimeoutError:
             self.waiters.pop(request_id, None)
             if ticket.state == QUEUED:
                 refusal = gate.queue_refusal(ticket)
-                self.write_record(gate.settle(ticket, refusal.reason, time.time(), retry_after_s=refusal.retry_after_s))
+                await self._settle(ticket, refusal.reason, retry_after_s=refusal.retry_after_s)
                 raise self.http_error(refusal) from None
         except asyncio.CancelledError:
             self.waiters.pop(request_id, None)
-            self.write_record(gate.settle(ticket, DISCONNECT, time.time()))
-            self._pump(ticket.pool)
             raise
+        finally:
+            waited[0] = time.perf_counter() - waiting_since
+            waited[1] = time.thread_time() - waiting_since_cpu
         if ticket.state != SENT:
             # Settled while it waited (the proxy is stopping): it never reaches the engine unmetered.
             refusal = gate.queue_refusal(ticket)
             raise self.http_error(refusal)
-        max_tokens = None if data.get("stream") else gate.lease_all(ticket, time.time())
+        max_tokens = None
+        if not data.get("stream"):
+            try:
+                max_tokens = await self._ticket_call(ticket, gate.lease_all, time.time())
+            except Exception as error:  # the store failed leasing the output: refused or unmetered, as configured
+                self._count_store_failure(error)
+                await self._settle(ticket, STORE_DOWN)
+                if self.settings.redis_failure == "closed":
+                    raise self.http_error(self._store_refusal(ticket.tenant)) from None
         rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
         replicas = self.settings.replica_deployments.get(ticket.pool)
         if replicas and ticket.replica is not None:
@@ -301,17 +456,7 @@ class QuotacalcEnforcer(CustomLogger):
         """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open)."""
         self._count_store_failure(error)
         if self.settings.redis_failure == "closed":
-            refusal = self.gate.refuse(
-                tenant,
-                Refusal(
-                    503,
-                    STORE_DOWN,
-                    "quotacalc: the quota store is unavailable; retry after 5 s",
-                    retry_after_s=5,
-                    kind="service_unavailable",
-                    code=STORE_DOWN,
-                ),
-            )
+            refusal = self._store_refusal(tenant)
             self.write_record(refusal_record(refusal, name, request_id, now, prompt_tokens))
             raise self.http_error(refusal) from None
         record = refusal_record(Refusal(200, "unmetered", ""), name, request_id, now, prompt_tokens)
@@ -319,6 +464,19 @@ class QuotacalcEnforcer(CustomLogger):
         for key in ("priority", "cache_salt"):
             data.pop(key, None)
         return data
+
+    def _store_refusal(self, tenant: int) -> Refusal:
+        return self.gate.refuse(
+            tenant,
+            Refusal(
+                503,
+                STORE_DOWN,
+                "quotacalc: the quota store is unavailable; retry after 5 s",
+                retry_after_s=5,
+                kind="service_unavailable",
+                code=STORE_DOWN,
+            ),
+        )
 
     # -- streaming -----------------------------------------------------------------------------------
 
@@ -340,6 +498,7 @@ class QuotacalcEnforcer(CustomLogger):
             return
         outcome = DISCONNECT
         usage = None
+        spent_s = spent_cpu_s = 0.0
         try:
             async for chunk in response:
                 chunk_usage = getattr(chunk, "usage", None)
@@ -348,7 +507,11 @@ class QuotacalcEnforcer(CustomLogger):
                 choices = getattr(chunk, "choices", None) or []
                 tokens = _chunk_tokens(choices)
                 if tokens:
-                    covered, stop = self._renew(ticket, tokens)
+                    started = time.perf_counter()
+                    started_cpu = time.thread_time()
+                    covered, stop = await self._renew(ticket, tokens)
+                    spent_s += time.perf_counter() - started
+                    spent_cpu_s += time.thread_time() - started_cpu
                     if covered < tokens:
                         outcome = stop
                         _mark_stopped(chunk, choices, stop)
@@ -368,13 +531,18 @@ class QuotacalcEnforcer(CustomLogger):
                 # Closing the engine's stream ends its request, so the engine frees the sequence's KV.
                 with contextlib.suppress(Exception):
                     await response.aclose()
-            self._settle_with_usage(ticket, outcome, usage)
+            self._spend(ticket.request_id, "stream", spent_s, spent_cpu_s)
+            await self._settle_with_usage(ticket, outcome, usage)
 
-    def _renew(self, ticket: Ticket, tokens: int) -> tuple[int, str]:
+    async def _renew(self, ticket: Ticket, tokens: int) -> tuple[int, str]:
         """How many of a chunk's tokens the lease covers, and how the stream stops if not all: at the quota, or
         (the store failed renewing it) where a closed failure policy stops it; an open one lets them through."""
+        if ticket.request_id in self._settling:
+            # Another path (the failure hook, the lease's expiry) is settling it on Redis: its bill is being made
+            # from the tokens counted so far, so these are not added to it (as after a settlement in memory).
+            return tokens, QUOTA_STOP
         try:
-            return self.gate.on_tokens(ticket, tokens, time.time()), QUOTA_STOP
+            return await self._ticket_call(ticket, self.gate.on_tokens, tokens, time.time()), QUOTA_STOP
         except Exception as error:  # the store failed renewing the lease
             self._count_store_failure(error)
             if self.settings.redis_failure == "closed":
@@ -382,20 +550,14 @@ class QuotacalcEnforcer(CustomLogger):
             ticket.output_tokens += tokens
             return tokens, QUOTA_STOP
 
-    def _settle_with_usage(self, ticket: Ticket, outcome: str, usage: Any) -> None:
+    async def _settle_with_usage(self, ticket: Ticket, outcome: str, usage: Any) -> None:
         prompt = cached = output = None
         if usage is not None:
             prompt = getattr(usage, "prompt_tokens", None)
             output = getattr(usage, "completion_tokens", None)
             details = getattr(usage, "prompt_tokens_details", None)
             cached = getattr(details, "cached_tokens", None) if details is not None else None
-        record = self.gate.settle(
-            ticket, outcome, time.time(), prompt_tokens=prompt, cached_tokens=cached, output_tokens=output
-        )
-        if record is not None and record.get("store_failed"):
-            self._count_store_failure(None)
-        self.write_record(record)
-        self._pump(ticket.pool)
+        await self._settle(ticket, outcome, prompt_tokens=prompt, cached_tokens=cached, output_tokens=output)
 
     def _count_store_failure(self, error: Exception | None) -> None:
         self.store_failures += 1
@@ -409,7 +571,7 @@ class QuotacalcEnforcer(CustomLogger):
             usage = getattr(response, "usage", None)
             if usage is not None and getattr(usage, "completion_tokens", 0):
                 ticket.first_token_s = ticket.first_token_s or time.time()
-            self._settle_with_usage(ticket, COMPLETED, usage)
+            await self._settle_with_usage(ticket, COMPLETED, usage)
         return response
 
     async def async_post_call_failure_hook(
@@ -417,13 +579,15 @@ class QuotacalcEnforcer(CustomLogger):
     ) -> Any:
         ticket = self._ticket(request_data)
         if ticket is not None:
-            self._settle_with_usage(ticket, ENGINE_ERROR, None)
+            await self._settle_with_usage(ticket, ENGINE_ERROR, None)
         return None
 
     def shutdown(self) -> None:
         """Settle every live request (the proxy is stopping) and write their records."""
         now = time.time()
         for ticket in list(self.gate.live.values()):
+            if ticket.request_id in self._settling:
+                continue  # its settlement was cut off mid-way: its lease's expiry settles the store, never twice
             with contextlib.suppress(Exception):
                 self.write_record(self.gate.settle(ticket, SHUTDOWN, now))
 

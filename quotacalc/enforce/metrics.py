@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Mapping
+
 from quotacalc.enforce.gate import Gate
+
+#: Upper bounds (seconds) of the plugin's own time buckets: fine below the 1-3 ms the plugin is meant to add.
+PLUGIN_SECONDS_BOUNDS = (
+    0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+    0.025, 0.05, 0.1, 0.25, 1.0, 2.5,
+)  # fmt: skip
+
+
+class Histogram:
+    """A Prometheus histogram of seconds: counts per upper bound (cumulated when rendered), their sum."""
+
+    __slots__ = ("bounds", "counts", "total_s")
+
+    def __init__(self, bounds: tuple[float, ...] = PLUGIN_SECONDS_BOUNDS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.total_s += seconds
+
+    def rows(self, name: str, labels: str) -> list[str]:
+        lines = []
+        cumulated = 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            cumulated += count
+            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {cumulated}')
+        lines.append(f"{name}_sum{{{labels}}} {self.total_s:.17g}")
+        lines.append(f"{name}_count{{{labels}}} {cumulated}")
+        return lines
 
 
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(gate: Gate, store_failures: int) -> str:
+def render(gate: Gate, store_failures: int, plugin_seconds: Mapping[str, Histogram] | None = None) -> str:
     """Units reserved, debited and released; admitted requests, rejects by reason, queue wait, live sequences and
-    live KV tokens, each per tenant; and the bucket store's failures."""
+    live KV tokens, each per tenant; the bucket store's failures; and the plugin's own time, per hook."""
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, rows: list[tuple[str, float]]) -> None:
@@ -46,4 +81,14 @@ def render(gate: Gate, store_failures: int) -> str:
     family("quotacalc_live_kv_tokens", "gauge", "KV tokens (prompt + granted output) at the engines",
            [(lb, s.live_kv_tokens) for lb, s in tenants])  # fmt: skip
     family("quotacalc_store_failures_total", "counter", "bucket store calls that failed", [("", store_failures)])
+    if plugin_seconds:
+        name = "quotacalc_plugin_seconds"
+        lines.append(
+            f"# HELP {name} wall time inside the plugin's hooks (store round trips included, the fair queue's wait "
+            "and the engine's time not), per hook; hook=request: a request's total, at its settlement; hook=request_cpu: "
+            "its thread CPU time"
+        )
+        lines.append(f"# TYPE {name} histogram")
+        for hook, histogram in plugin_seconds.items():
+            lines.extend(histogram.rows(name, f'hook="{_label(hook)}"'))
     return "\n".join(lines) + "\n"

@@ -5,6 +5,11 @@ gateways whose clocks disagree refill the same bucket alike. A tenant's keys sha
 (``quotacalc:{tenant}:...``): they live in one slot, so each script works on Redis Cluster. A lease is recorded
 with its expiry by the script that takes its units (atomically, so a lost reply leaves a lease that expires); a script that touches a tenant's bucket first returns the units of its expired
 leases to it, so a gateway that dies holds nothing past its leases' life.
+
+Inside a proxy the scripts go through ``redis.asyncio`` (``from_url``): the gate runs in
+``quotacalc.enforce.bridge.run`` and each script is awaited on the event loop, so a slow or hung Redis holds up only
+the requests that wait for it, each for at most the client's timeout. Outside it (the process stopping, a library use)
+the same scripts run on a blocking client.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 
 from quotacalc.admission.state import Taken
 from quotacalc.core.policy import QuotaPolicy
+from quotacalc.enforce.bridge import await_only, in_bridge
+from quotacalc.enforce.settings import REDIS_TIMEOUT_S
 
 #: Refill to the server's now and return expired leases' units; leaves ``now``, ``level``, ``depth`` set.
 _PRELUDE = """
@@ -114,10 +121,23 @@ return held
 
 
 class RedisBuckets:
-    """The ``BucketStore`` of quotacalc.admission.state over Redis; ``now`` arguments are ignored (server clock)."""
+    """The ``BucketStore`` of quotacalc.admission.state over Redis; ``now`` arguments are ignored (server clock).
 
-    def __init__(self, client: Any, policy: QuotaPolicy, *, prefix: str = "quotacalc", lease_ttl_s: float = 120.0):
+    ``client`` is a blocking ``redis.Redis``; ``async_client`` (a ``redis.asyncio.Redis``, optional) serves the calls
+    made inside ``quotacalc.enforce.bridge.run``. With both, a call outside the bridge while an event loop runs is
+    refused (it would block the loop), never run blocking."""
+
+    def __init__(
+        self,
+        client: Any,
+        policy: QuotaPolicy,
+        *,
+        prefix: str = "quotacalc",
+        lease_ttl_s: float = 120.0,
+        async_client: Any = None,
+    ):
         self.client = client
+        self.async_client = async_client
         self.rates = [t.bucket_rate_units_per_s for t in policy.tenants]
         self.depths = [t.bucket_depth_units for t in policy.tenants]
         self.lease_ttl_s = lease_ttl_s
@@ -125,23 +145,62 @@ class RedisBuckets:
             [f"{prefix}:{{{t.name}}}:bucket", f"{prefix}:{{{t.name}}}:expiry", f"{prefix}:{{{t.name}}}:leases"]
             for t in policy.tenants
         ]
-        register = client.register_script
-        self._level = register(_LEVEL)
-        self._try_take = register(_TRY_TAKE)
-        self._take_whole = register(_TAKE_WHOLE)
-        self._debit = register(_DEBIT)
-        self._credit = register(_CREDIT)
-        self._refresh = register(_REFRESH)
-        self._end_lease = register(_END_LEASE)
-        #: The request the next take is held for (set by the gate around the ledger's calls; one event loop).
+        sources = {
+            "level": _LEVEL,
+            "try_take": _TRY_TAKE,
+            "take_whole": _TAKE_WHOLE,
+            "debit": _DEBIT,
+            "credit": _CREDIT,
+            "refresh": _REFRESH,
+            "end_lease": _END_LEASE,
+        }
+        self._blocking = {name: client.register_script(source) for name, source in sources.items()}
+        self._awaited = (
+            {name: async_client.register_script(source) for name, source in sources.items()} if async_client else {}
+        )
+        #: The request the next take is held for (set by the gate around the ledger's calls, and read before the
+        #: script is handed to the event loop, so requests that interleave there never see each other's).
         self.holding_for: str | None = None
 
     @classmethod
-    def from_url(cls, url: str, policy: QuotaPolicy, *, lease_ttl_s: float = 120.0) -> RedisBuckets:
+    def from_url(
+        cls, url: str, policy: QuotaPolicy, *, lease_ttl_s: float = 120.0, timeout_s: float = REDIS_TIMEOUT_S
+    ) -> RedisBuckets:
         import redis
+        import redis.asyncio
 
-        client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
-        return cls(client, policy, lease_ttl_s=lease_ttl_s)
+        options: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+        async_options = dict(options)
+        try:
+            from redis.maint_notifications import MaintNotificationsConfig
+        except ImportError:  # redis-py before 7: no maintenance notifications
+            pass
+        else:
+            # With them on ("auto"), redis-py's asyncio pool skips its check that a pooled connection is still open,
+            # so the first script after a Redis restart fails on the dead connection; off, the pool reconnects first
+            # (as the blocking client's does) and no script is sent twice.
+            async_options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+        return cls(
+            redis.Redis.from_url(url, **options),
+            policy,
+            lease_ttl_s=lease_ttl_s,
+            async_client=redis.asyncio.Redis.from_url(url, **async_options),
+        )
+
+    def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run one script: awaited on the event loop inside the bridge, else on the blocking client."""
+        if self._awaited:
+            if in_bridge():
+                return await_only(self._awaited[name](keys=keys, args=args))
+            import asyncio
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                raise RuntimeError(f"RedisBuckets.{name} called on the event loop outside quotacalc.enforce.bridge.run")
+        return self._blocking[name](keys=keys, args=args)
 
     def _args(self, tenant: int, *more: Any) -> list[Any]:
         return [repr(self.rates[tenant]), repr(self.depths[tenant]), *more]
@@ -153,34 +212,34 @@ class RedisBuckets:
         return self.rates[tenant]
 
     def level(self, tenant: int, now: float) -> float:
-        return float(self._level(keys=self.keys[tenant], args=self._args(tenant)))
+        return float(self._run("level", self.keys[tenant], self._args(tenant)))
 
     def _lease_args(self) -> list[str]:
         return [self.holding_for or "", repr(self.lease_ttl_s)]
 
     def try_take(self, tenant: int, needed: float, take: float, now: float) -> Taken:
         args = self._args(tenant, repr(needed), repr(take), *self._lease_args())
-        ok, level = self._try_take(keys=self.keys[tenant], args=args)
+        ok, level = self._run("try_take", self.keys[tenant], args)
         return Taken(bool(ok), float(level))
 
     def take_whole(self, tenant: int, unit: float, wanted: int, now: float) -> int:
         args = self._args(tenant, repr(unit), str(wanted), *self._lease_args())
-        return int(self._take_whole(keys=self.keys[tenant], args=args))
+        return int(self._run("take_whole", self.keys[tenant], args))
 
     def debit(self, tenant: int, units: float, now: float, *, carry_debt: bool) -> float:
         args = self._args(tenant, repr(units), "1" if carry_debt else "0")
-        return float(self._debit(keys=self.keys[tenant], args=args))
+        return float(self._run("debit", self.keys[tenant], args))
 
     def credit(self, tenant: int, units: float, now: float) -> None:
-        self._credit(keys=self.keys[tenant], args=self._args(tenant, repr(units)))
+        self._run("credit", self.keys[tenant], self._args(tenant, repr(units)))
 
     # -- leases (the gate calls these where the store has them) ------------------------------------------
 
     def refresh_lease(self, tenant: int, request_id: str) -> bool:
         """Extend the lease ``lease_ttl_s`` from now (server clock); False where it had expired."""
         args = self._args(tenant, repr(self.lease_ttl_s), request_id)
-        return bool(self._refresh(keys=self.keys[tenant], args=args))
+        return bool(self._run("refresh", self.keys[tenant], args))
 
     def end_lease(self, tenant: int, request_id: str) -> float:
         """Forget the lease; the units it still held (0 where it expired and they went back to the bucket)."""
-        return float(self._end_lease(keys=self.keys[tenant], args=[request_id]))
+        return float(self._run("end_lease", self.keys[tenant], [request_id]))

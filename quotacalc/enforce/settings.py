@@ -15,6 +15,9 @@ from quotacalc.errors import QuotacalcError
 
 #: The environment variable that names the settings file, where the generated module's default does not suit.
 SETTINGS_ENV = "QUOTACALC_ENFORCE_SETTINGS"
+#: Seconds a Redis call (connect or reply) may take before it fails and ``redis_failure`` applies: a loopback or LAN
+#: round trip takes well under a millisecond, so a second is an outage, not a slow reply.
+REDIS_TIMEOUT_S = 1.0
 
 
 class EnforceSettings(BaseModel):
@@ -40,6 +43,9 @@ class EnforceSettings(BaseModel):
     redis_url_env: str = Field("QUOTACALC_REDIS_URL", description="environment variable holding the Redis URL")
     redis_failure: Literal["closed", "open"] = Field(
         "closed", description="Redis down: refuse (503) or admit unmetered; logged and counted either way"
+    )
+    redis_timeout_s: float = Field(
+        REDIS_TIMEOUT_S, gt=0, description="longest wait for a Redis connection or reply before redis_failure applies"
     )
     records: str | None = Field("usage.jsonl", description="JSONL usage records, one a request; None: none")
     inflight_per_replica: int | None = Field(
