@@ -44,6 +44,7 @@ from quotacalc.enforce.gate import (
     refusal_record,
 )
 from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, check_replicas, read_policy, read_settings
+from quotacalc.enforce.tokenizer import engine_tokenizer, keep_offline
 
 log = logging.getLogger("quotacalc.enforce")
 
@@ -90,6 +91,13 @@ class QuotacalcEnforcer(CustomLogger):
         policy, salts = read_policy(settings, path.parent)
         check_replicas(settings, policy, path)
         self.policy = policy
+        keep_offline(settings.tokenizer)
+        # Each pool's engine tokenizer, loaded once here rather than on a request: admission counts with it.
+        self.prompt_tokenizers = (
+            {pool.name: engine_tokenizer(pool.engine.served_model_name) for pool in policy.pools}
+            if settings.prompt_tokens == "litellm"
+            else {}
+        )
         now = time.time()
         if store is None:
             if settings.state == "redis":
@@ -235,7 +243,10 @@ class QuotacalcEnforcer(CustomLogger):
             import litellm
 
             prompt_tokens = litellm.token_counter(
-                model=str(data.get("model") or ""), messages=data.get("messages"), text=data.get("prompt")
+                model=str(data.get("model") or ""),
+                custom_tokenizer=self.prompt_tokenizers.get(self.policy.tenants[tenant].pool),
+                messages=data.get("messages"),
+                text=data.get("prompt"),
             )
         client_max = data.get("max_completion_tokens") or data.get("max_tokens")
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
