@@ -159,7 +159,7 @@ class QuotacalcEnforcer(CustomLogger):
         if record is None or self.records_path is None:
             return
         line = dict(record)
-        for key in ("start", "first_token", "end"):
+        for key in ("start", "dispatched", "first_token", "end"):
             line[key] = _rfc3339(line[key])
         text = json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n"
         # One write of one line to a file opened for appending: lines of concurrent requests never interleave.
@@ -267,8 +267,8 @@ class QuotacalcEnforcer(CustomLogger):
         except asyncio.TimeoutError:
             self.waiters.pop(request_id, None)
             if ticket.state == QUEUED:
-                refusal = gate.queue_refusal(ticket)
-                self.write_record(gate.settle(ticket, refusal.reason, time.time(), retry_after_s=refusal.retry_after_s))
+                refusal, record = gate.refuse_waiting(ticket, time.time())
+                self.write_record(record)
                 raise self.http_error(refusal) from None
         except asyncio.CancelledError:
             self.waiters.pop(request_id, None)
@@ -309,7 +309,8 @@ class QuotacalcEnforcer(CustomLogger):
         prompt_tokens: int,
         data: dict,
     ) -> dict:
-        """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open)."""
+        """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open: nothing held
+        nor billed, but its tokens are counted and recorded at its end, as a metered request's)."""
         self._count_store_failure(error)
         if self.settings.redis_failure == "closed":
             refusal = self.gate.refuse(
@@ -325,10 +326,14 @@ class QuotacalcEnforcer(CustomLogger):
             )
             self.write_record(refusal_record(refusal, name, request_id, now, prompt_tokens))
             raise self.http_error(refusal) from None
-        record = refusal_record(Refusal(200, "unmetered", ""), name, request_id, now, prompt_tokens)
-        self.write_record(record)
+        ticket = self.gate.admit_unmetered(tenant, prompt_tokens, now, request_id)
+        ticket.streaming = bool(data.get("stream"))
         for key in ("priority", "cache_salt"):
             data.pop(key, None)
+        if ticket.streaming:
+            data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
+        data[TICKET_KEY] = request_id
+        data["metadata"] = {**(data.get("metadata") or {}), TICKET_KEY: request_id}
         return data
 
     # -- streaming -----------------------------------------------------------------------------------
