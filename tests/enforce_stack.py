@@ -55,7 +55,8 @@ ENV_BASE = {
     "VLLM_API_KEY": "unused-by-the-emulator",
     # A stream that ends without usage (an engine failure, a disconnect, a quota stop) makes LiteLLM count its tokens
     # with a Hugging Face tokenizer it downloads; offline, huggingface_hub retries for about 23 s inside the proxy's
-    # event loop, stalling every request in flight. Offline mode fails at once and LiteLLM falls back to tiktoken.
+    # event loop, stalling every request in flight. Offline mode fails at once and LiteLLM falls back to tiktoken. The
+    # generated config sets it too (--litellm-tokenizer); Proxy(hf_offline=False) leaves it to the config alone.
     "HF_HUB_OFFLINE": "1",
 }
 
