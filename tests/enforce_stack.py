@@ -55,7 +55,8 @@ ENV_BASE = {
     "VLLM_API_KEY": "unused-by-the-emulator",
     # A stream that ends without usage (an engine failure, a disconnect, a quota stop) makes LiteLLM count its tokens
     # with a Hugging Face tokenizer it downloads; offline, huggingface_hub retries for about 23 s inside the proxy's
-    # event loop, stalling every request in flight. Offline mode fails at once and LiteLLM falls back to tiktoken.
+    # event loop, stalling every request in flight. Offline mode fails at once and LiteLLM falls back to tiktoken. The
+    # generated config sets it too (--litellm-tokenizer); Proxy(hf_offline=False) leaves it to the config alone.
     "HF_HUB_OFFLINE": "1",
 }
 
@@ -186,10 +187,12 @@ class Proxy:
         port: int | None = None,
         engines: dict[str, str] | None = None,
         wait: bool = True,
+        hf_offline: bool = True,
     ):
         """``engines``: a deployment's engine by its ``model_info.id`` (one replica of a pool each), where it is
         not ``engine``. ``wait=False``: return once the process is started; ``wait_ready`` then waits for it
-        (several start together)."""
+        (several start together). ``hf_offline=False``: the proxy's environment does not set ``HF_HUB_OFFLINE`` (nor
+        passes on this process's), so only what the generated config does keeps it from downloading a tokenizer."""
         config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
         for deployment in config["model_list"]:
             deployment_id = (deployment.get("model_info") or {}).get("id")
@@ -201,6 +204,10 @@ class Proxy:
         self.url = f"http://127.0.0.1:{self.port}"
         full = {**os.environ, **ENV_BASE, "LITELLM_MASTER_KEY": self.master_key, "PYTHONPATH": str(ROOT), **(env or {})}
         full.pop("DATABASE_URL", None)
+        if not hf_offline:
+            for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+                if name not in (env or {}):
+                    full.pop(name, None)
         self.env = full
         self.log_path = folder / f"proxy-{self.port}.log"
         self.start(wait=wait)

@@ -28,6 +28,7 @@ from quotacalc.enforce.gate import (
     GateSettings,
     Refusal,
     Ticket,
+    refusal_record,
 )
 from quotacalc.enforce.settings import EnforceSettings, check_replicas, read_policy, read_settings
 from quotacalc.errors import QuotacalcError
@@ -351,12 +352,63 @@ def test_a_request_that_waits_past_the_bound_gets_a_429_and_its_hold_back():
     waiting = gate.arrive(globex, 10, 10, 0.0, "waiting")
     gate.dispatch(first.pool, 0.0)
     assert gate.overdue(8.0) == [] and gate.overdue(8.5) == [waiting]
-    refusal = gate.queue_refusal(waiting)
+    refusal, record = gate.refuse_waiting(waiting, 8.5)
+    # Retry-After: queue_wait_max_s / 4, rounded (docs/enforce.md).
     assert (refusal.status, refusal.reason, refusal.retry_after_s) == (429, "queue_timeout", 2)
-    record = gate.settle(waiting, refusal.reason, 8.5, retry_after_s=refusal.retry_after_s)
     assert record["units_debited"] == 0 and record["units_released"] == pytest.approx(waiting.reserved_units)
-    assert record["retry_after_s"] == 2
+    # The record says what the client got, as a refusal before the queue says it, with the same keys.
+    assert (record["status"], record["outcome"], record["retry_after_s"]) == (429, "queue_timeout", 2)
+    assert record["dispatched"] is None and record["start"] == 0.0 and record["end"] == 8.5
+    assert set(refusal_record(refusal, "globex", "x", 8.5, 10)) <= set(record)
     assert gate.store.level(globex, 8.5) == pytest.approx(50_000.0 - first.hold)
+    assert gate.stats[globex].rejects == {"queue_timeout": 1}
+
+
+def test_a_record_says_when_its_request_was_dispatched_after_its_wait_in_the_queue():
+    gate = _gate(globex={"max_concurrent_sequences": 1})
+    globex = _tenant(gate, "globex")
+    first = gate.arrive(globex, 10, 10, 0.0, "first")
+    second = gate.arrive(globex, 10, 10, 1.0, "second")
+    assert gate.dispatch(first.pool, 1.5) == [first]
+    gate.on_tokens(first, 10, 3.0)
+    assert gate.settle(first, COMPLETED, 4.0)["dispatched"] == 1.5
+    # The settlement freed the tenant's one slot: the second goes now, 3 s after it arrived.
+    assert gate.dispatch(second.pool, 4.0) == [second]
+    gate.on_tokens(second, 10, 5.0)
+    record = gate.settle(second, COMPLETED, 6.0)
+    assert (record["start"], record["dispatched"], record["first_token"], record["end"]) == (1.0, 4.0, 5.0, 6.0)
+
+
+def test_a_request_let_through_unmetered_is_recorded_at_its_end_with_its_tokens_and_no_units():
+    """Fail open (the store down): nothing is held, billed or capped, but the record at the end carries the tokens
+    the engine served, so fleet sees the load."""
+    gate = _gate(globex={"max_concurrent_sequences": 1})
+    globex = _tenant(gate, "globex")
+    level = gate.store.level(globex, 0.0)
+    ticket = gate.admit_unmetered(globex, 40, 0.0, "open")
+    assert gate.live["open"] is ticket and gate.expired(1.0) == []
+    # Uncapped and unheld: every token is covered, and a metered request of the tenant still goes at once.
+    assert gate.on_tokens(ticket, 500, 2.0) == 500
+    metered = gate.arrive(globex, 10, 10, 2.0, "metered")
+    assert gate.dispatch(metered.pool, 2.0) == [metered]
+    record = gate.settle(ticket, COMPLETED, 3.0, prompt_tokens=42, cached_tokens=8, output_tokens=501)
+    assert record["unmetered"] is True and "status" not in record and record["outcome"] == COMPLETED
+    assert (record["prompt_tokens"], record["cached_tokens"], record["output_tokens"]) == (42, 8, 501)
+    assert (record["start"], record["dispatched"], record["first_token"], record["end"]) == (0.0, 0.0, 2.0, 3.0)
+    units = [value for key, value in record.items() if key.startswith("units_")]
+    assert units and all(value == 0 for value in units)
+    assert gate.store.level(globex, 0.0) == pytest.approx(level - metered.hold)
+    assert gate.settle(ticket, COMPLETED, 3.0) is None and "open" not in gate.live
+
+
+def test_an_unmetered_request_whose_end_never_came_is_recorded_when_its_lease_expires():
+    gate = _gate(settings=GateSettings(lease_ttl_s=5.0))
+    globex = _tenant(gate, "globex")
+    ticket = gate.admit_unmetered(globex, 40, 0.0, "open")
+    gate.on_tokens(ticket, 3, 1.0)
+    assert gate.expired(5.5) == [] and gate.expired(6.5) == [ticket]
+    record = gate.settle(ticket, "lease_expired", 6.5)
+    assert record["output_tokens"] == 3 and record["units_debited"] == 0 and record["unmetered"] is True
 
 
 def test_a_response_not_streamed_whose_lease_expires_is_billed_what_it_was_granted():

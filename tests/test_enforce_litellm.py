@@ -203,11 +203,14 @@ def test_usage_records_carry_the_fleet_fields_and_no_prompt_or_salt(stack):
     for salt in json.loads((folder / "salts.json").read_text()).values():
         assert salt not in text
     record = records(folder)[-1]
-    for key in ("request_id", "tenant", "pool", "model", "start", "first_token", "end", "prompt_tokens",
+    for key in ("request_id", "tenant", "pool", "model", "start", "dispatched", "first_token", "end", "prompt_tokens",
                 "cached_tokens", "output_tokens", "max_tokens", "units_reserved", "units_debited", "units_released",
                 "outcome", "retry_after_s"):  # fmt: skip
         assert key in record
     assert record["start"].endswith("+00:00") and record["tenant"] == "alpha"
+    # Arrival, dispatch to the engine after the fair queue, first token, end: RFC 3339 text of one zone, in order.
+    times = [record[key] for key in ("start", "dispatched", "first_token", "end")]
+    assert all(moment.endswith("+00:00") for moment in times) and times == sorted(times), times
 
 
 def test_metrics_per_tenant(stack):

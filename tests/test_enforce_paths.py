@@ -269,6 +269,8 @@ def test_a_tenant_that_waits_past_the_bound_gets_a_429_with_retry_after(stack):
     assert not any(_new(before, _received(engines)).values())
     (record,) = [r for r in records(folder) if r["tenant"] == "solo" and r["outcome"] == "queue_timeout"]
     assert record["units_debited"] == 0 and record["units_released"] == pytest.approx(record["units_taken"])
+    # The record says what the client got: the 429 and its Retry-After.
+    assert (record["status"], str(record["retry_after_s"])) == (429, waited.headers["retry-after"])
 
 
 def test_the_kv_cap_holds_on_each_replica(stack):

@@ -4,6 +4,7 @@ tenant; and two real LiteLLM proxies sharing one tenant's bucket, failing closed
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -26,6 +27,7 @@ from enforce_stack import (  # noqa: E402
     generate,
     litellm_executable,
     records,
+    wait_until,
 )
 
 from quotacalc.enforce.redis_store import RedisBuckets  # noqa: E402
@@ -438,3 +440,49 @@ def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server
     assert level == pytest.approx(depth, abs=1e-6)
     assert redis.Redis.from_url(server.url).hlen(enforcer.store.keys[0][2]) == 0
     assert not enforcer.gate.live
+
+
+@pytest.mark.litellm_proxy
+def test_fail_open_serves_unmetered_and_records_each_requests_tokens_at_its_end(tmp_path, run_cli):
+    """redis_failure: open while Redis is down: requests are served, nothing held or billed, and each one's record is
+    written when it ends, with the tokens the engine served and no units (not a refusal's status), so quotacalc fleet
+    counts its load."""
+    if litellm_executable() is None:
+        pytest.skip("the litellm CLI is not installed (extra litellm-proxy)")
+    from enforce_stack import stream_chat
+
+    folder = generate(tmp_path)
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", redis_failure="open")
+    redis_server = RedisServer()
+    emulator = Emulator(tmp_path / "plan.yaml")
+    proxy = None
+    try:
+        proxy = Proxy(folder, emulator.url, env={"QUOTACALC_REDIS_URL": redis_server.url})
+        redis_server.stop()
+        body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
+        status, events = stream_chat(proxy, "alpha", {**body, "max_tokens": 20})
+        assert status == 200, events
+        streamed = sum(1 for e in events for c in e.get("choices") or [] if (c.get("delta") or {}).get("content"))
+        answer = proxy.chat("alpha", {**body, "max_tokens": 10})
+        assert answer.status_code == 200, answer.text
+        served = answer.json()["usage"]["completion_tokens"]
+        written = wait_until(lambda: len(records(folder)) >= 2)
+        assert written, proxy.tail()
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        emulator.stop()
+        redis_server.stop()
+    lines = records(folder)
+    assert len(lines) == 2, lines
+    assert sorted(r["output_tokens"] for r in lines) == sorted([streamed, served]) == [10, 20]
+    for record in lines:
+        assert record["unmetered"] is True and "status" not in record and record["outcome"] == "completed", record
+        assert all(record[key] == 0 for key in record if key.startswith("units_")), record
+        assert record["prompt_tokens"] > 0 and record["start"] <= record["dispatched"] <= record["first_token"]
+    code, out, err = run_cli("fleet", folder / "usage.jsonl", "--plan", tmp_path / "plan.yaml", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["rows_used"] == 2
+    alpha = next(t for t in document["tenants"] if t["tenant"] == "alpha")
+    assert alpha["requests"] == 2 and alpha["units"] > 0

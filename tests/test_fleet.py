@@ -737,8 +737,8 @@ def test_the_plugins_refusal_records_are_no_load(run_cli, tmp_path, plan_path, p
 
 def test_records_the_plugin_billed_nothing_are_no_load(run_cli, tmp_path, plan_path, policy) -> None:
     """The plugin bills a request's prompt once a token came back or once the client ended a request the engine had.
-    A record of no output and nothing billed never reached an engine (a 429 after waiting in the queue carries no
-    status; a client gone while queued): no load, not a bad row. A client gone after the engine had it (no output,
+    A record of no output and nothing billed never reached an engine (a client gone while queued; a 429 after
+    waiting in the queue, with or without its status): no load, not a bad row. A client gone after the engine had it (no output,
     its prompt billed) is load: its prompt's units, at its start."""
     queued = Request("q1", "a", 3.0, 4.0, output=0)
     gone = Request("q2", "b", 40.0, 40.0, output=0)
@@ -881,3 +881,24 @@ def test_a_ratio_naming_a_pool_the_plan_lacks_is_one_line(run_cli, tmp_path) -> 
     assert code != 0
     (line,) = err.strip().splitlines()
     assert "oversubscription.pool" in line and "nowhere" in line and "shared" in line
+
+
+def test_units_are_spread_from_the_dispatch_to_the_engine_not_the_arrival(run_cli, tmp_path, plan_path, policy) -> None:
+    """The plugin's records say when a request arrived (``start``) and when it went to the engine after its wait in
+    the fair queue (``dispatched``): the wait loads no engine. The golden requests, each arrived 3 s before its
+    dispatch at the golden start, give the golden figures; spread from their arrivals a's r2 would hold U/4 a
+    second over [17, 21) and a's 1 s peak would be U/4 + ..., not U."""
+    lines = []
+    for request in golden_requests():
+        record = quotacalc_record(request)
+        lines.append(json.dumps({**record, "start": rfc3339(request.start_s - 3.0), "dispatched": record["start"]}))
+    log = tmp_path / "usage.jsonl"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    document = fleet_json(run_cli, log, "--plan", plan_path, "--window", "1,10,60", "--reversal-replicas", "0.05")
+    assert_golden_spread(document, units(policy))
+    assert document["rows_used"] == 3 and document["rows_rejected_total"] == 0
+    # A record whose dispatch is null (or absent, as before the key) is spread from its arrival.
+    record = {**quotacalc_record(Request("n1", "a", 20.0, 21.0)), "dispatched": None}
+    log.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    one = window(fleet_json(run_cli, log, "--plan", plan_path, "--window", "1"), 1)
+    assert tenant(one, "a")["peak_units_per_s"] == pytest.approx(units(policy))

@@ -6,8 +6,8 @@ plugin's own JSONL.
 
 What must agree: every record of a request that reached an engine is read and none is rejected; each tenant's
 units in fleet's report are the sum of its records' ``units_debited`` and the plugin's own
-``quotacalc_units_debited_total``; the period runs from the first record's start to the last one's end (the
-records' UTC times). Requests the plugin billed nothing (refused, or timed out in the queue) are no load.
+``quotacalc_units_debited_total``; the period runs from the first record's dispatch to the engine to the last one's
+end (the records' UTC times). Requests the plugin billed nothing (refused, or timed out in the queue) are no load.
 
 The emulator runs at the priced speed (``--speed 1``) and the pool takes one request at a time
 (``inflight_per_replica: 1``), so a request of 1,000 output tokens (seconds of decode) holds it long past the time
@@ -158,7 +158,9 @@ def test_the_mix_left_each_kind_of_record(served):
     (gone,) = [r for r in logged if r["outcome"] == "disconnect"]
     assert 5 <= gone["output_tokens"] < 400 and gone["units_debited"] > 0
     (queued,) = [r for r in logged if r["outcome"] == "queue_timeout"]
-    assert queued["prompt_tokens"] > 0 and queued["units_debited"] == 0 and "status" not in queued
+    assert queued["prompt_tokens"] > 0 and queued["units_debited"] == 0 and queued["dispatched"] is None
+    # The client got a 429 with a Retry-After: the record says so, as a refusal before the queue does.
+    assert queued["status"] == 429 and queued["retry_after_s"] >= 1
 
 
 def test_fleet_reads_every_served_record_and_rejects_none(served):
@@ -174,7 +176,9 @@ def test_fleet_reads_every_served_record_and_rejects_none(served):
     def epoch(text: str) -> float:
         return dt.datetime.fromisoformat(text).timestamp()
 
-    assert epoch(document["period_start"]) == pytest.approx(min(epoch(r["start"]) for r in load), abs=1e-3)
+    # Each request's load begins when it was dispatched to the engine (its wait in the fair queue is no load).
+    assert all(epoch(r["start"]) <= epoch(r["dispatched"]) for r in load)
+    assert epoch(document["period_start"]) == pytest.approx(min(epoch(r["dispatched"]) for r in load), abs=1e-3)
     assert epoch(document["period_end"]) == pytest.approx(max(epoch(r["end"]) for r in load), abs=1e-3)
 
 

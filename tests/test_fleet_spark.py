@@ -77,6 +77,11 @@ def _quotacalc_log(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
     lines.append(
         json.dumps({**quotacalc_record(Request("z3", "b", 9.0, 9.5, output=0), 120.0), "outcome": "disconnect"})
     )
+    # Dispatched to the engine 3 s after it arrived: spread from the dispatch, on either engine; a null dispatch is
+    # spread from the arrival.
+    waited = quotacalc_record(Request("w1", "a", 60.0, 64.0))
+    lines.append(json.dumps({**waited, "start": rfc3339(57.0), "dispatched": waited["start"]}))
+    lines.append(json.dumps({**quotacalc_record(Request("w2", "b", 61.0, 62.0)), "dispatched": None}))
     path = tmp_path / "usage.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path, ("--format", "quotacalc", "--max-bad-rows", "0.9")

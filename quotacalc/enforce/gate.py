@@ -57,6 +57,9 @@ CLIENT_ENDS = (DISCONNECT, TIMEOUT)
 
 QUEUED = "queued"
 SENT = "sent"
+#: Sent to the engine while the bucket store was down, under ``redis_failure: open``: nothing held nor billed, no
+#: cap counted; its tokens are still counted and recorded at its end, so its load is in the records.
+UNMETERED = "unmetered"
 DONE = "done"
 
 
@@ -343,6 +346,33 @@ class Gate:
         self._lease(ticket, now)
         return min(ticket.granted, ticket.limit_tokens)
 
+    def admit_unmetered(self, tenant: int, prompt_tokens: int, now: float, request_id: str) -> Ticket:
+        """A request let through while the store is down (fail open): sent at once to the tenant's pool, holding
+        nothing; ``on_tokens`` counts its tokens and ``settle`` records them with no units."""
+        t = self.tenants[tenant]
+        pool = self.pools[t.pool]
+        ticket = Ticket(
+            request_id=request_id,
+            tenant=tenant,
+            tenant_name=t.name,
+            pool=pool.name,
+            model=pool.engine.served_model_name,
+            prompt_tokens=prompt_tokens,
+            prompt_units=0.0,
+            output_weight=t.weights.output,
+            weights=t.weights,
+            client_max_tokens=UNLIMITED,
+            limit_tokens=UNLIMITED,
+            kv_estimate=0,
+            start_s=now,
+            granted=UNLIMITED,
+            state=UNMETERED,
+            sent_s=now,
+            lease_expires_s=now + self.settings.lease_ttl_s,
+        )
+        self.live[request_id] = ticket
+        return ticket
+
     # -- the body the engine gets ------------------------------------------------------------------
 
     def rewrite(self, ticket: Ticket, body: Mapping[str, Any], *, max_tokens: int | None = None) -> dict[str, Any]:
@@ -438,6 +468,13 @@ class Gate:
             ),
         )
 
+    def refuse_waiting(self, ticket: Ticket, now: float) -> tuple[Refusal, dict[str, Any] | None]:
+        """A queued request past ``queue_wait_max_s``: its 429 and its record, settled (its hold back) and carrying
+        the status and Retry-After as a refusal before the queue does (``refusal_record``)."""
+        refusal = self.queue_refusal(ticket)
+        record = self.settle(ticket, refusal.reason, now, retry_after_s=refusal.retry_after_s, status=refusal.status)
+        return refusal, record
+
     # -- streaming ---------------------------------------------------------------------------------
 
     def on_tokens(self, ticket: Ticket, tokens: int, now: float) -> int:
@@ -445,6 +482,10 @@ class Gate:
         ``tokens`` when the bucket could not extend the lease (a quota stop at the boundary)."""
         if ticket.first_token_s is None and tokens > 0:
             ticket.first_token_s = now
+        if ticket.state == UNMETERED:
+            ticket.output_tokens += tokens
+            ticket.lease_expires_s = now + self.settings.lease_ttl_s
+            return tokens
         covered = 0
         renewed_units = 0.0
         for _ in range(tokens):
@@ -492,12 +533,15 @@ class Gate:
         cached_tokens: int | None = None,
         output_tokens: int | None = None,
         retry_after_s: int | None = None,
+        status: int | None = None,
     ) -> dict[str, Any] | None:
         """End a request (once; a second call returns None): bill what it received from the engine's usage
-        where known, release the rest, free its caps, and return its usage record."""
+        where known, release the rest, free its caps, and return its usage record (with ``status`` where the
+        request was refused, as ``refusal_record``'s)."""
         if ticket.state == DONE:
             return None
         was_sent = ticket.state == SENT
+        unmetered = ticket.state == UNMETERED
         if prompt_tokens is not None and prompt_tokens > 0:
             ticket.prompt_tokens = prompt_tokens
         if cached_tokens is not None:
@@ -509,20 +553,23 @@ class Gate:
             # A response not streamed whose end never came: what it received is unknown, so it is billed all it
             # was granted (its hold), never nothing.
             ticket.output_tokens = max(ticket.output_tokens, min(ticket.granted, ticket.limit_tokens))
-        billed = self.billed_units(ticket, outcome)
+        billed = 0.0 if unmetered else self.billed_units(ticket, outcome)
         streamed = ticket.streamed_units
         taken = ticket.hold + streamed
         store_failed = False
-        try:
-            if self._leases_in_store:
-                # What the store still holds for it: less than the gate's count where the lease expired on the way
-                # (its units went back to the bucket then), so nothing is returned twice.
-                ticket.hold = self.store.end_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
-                taken = ticket.hold + streamed
-            settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
-        except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
-            store_failed = True
-            settlement = Settlement(billed, 0.0, 0.0, 0.0)
+        if unmetered:
+            settlement = Settlement(0.0, 0.0, 0.0, 0.0)
+        else:
+            try:
+                if self._leases_in_store:
+                    # What the store still holds for it: less than the gate's count where the lease expired on the
+                    # way (its units went back to the bucket then), so nothing is returned twice.
+                    ticket.hold = self.store.end_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+                    taken = ticket.hold + streamed
+                settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
+            except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
+                store_failed = True
+                settlement = Settlement(billed, 0.0, 0.0, 0.0)
         ticket.state = DONE
         ticket.outcome = outcome
         ticket.end_s = now
@@ -546,12 +593,13 @@ class Gate:
             "pool": ticket.pool,
             "model": ticket.model,
             "start": ticket.start_s,
+            "dispatched": ticket.sent_s,
             "first_token": ticket.first_token_s,
             "end": now,
             "prompt_tokens": ticket.prompt_tokens,
             "cached_tokens": ticket.cached_tokens,
             "output_tokens": ticket.output_tokens,
-            "max_tokens": ticket.limit_tokens,
+            "max_tokens": None if unmetered else ticket.limit_tokens,
             "units_reserved": ticket.reserved_units,
             "units_taken": taken,
             "units_debited": billed,
@@ -563,12 +611,16 @@ class Gate:
         }
         if store_failed:
             ticket.record["store_failed"] = True
+        if unmetered:
+            ticket.record["unmetered"] = True
+        if status is not None:
+            ticket.record["status"] = status
         return ticket.record
 
     def expired(self, now: float) -> list[Ticket]:
         """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one
         has its own bound (``overdue``)."""
-        return [t for t in self.live.values() if t.state == SENT and t.lease_expires_s < now]
+        return [t for t in self.live.values() if t.state in (SENT, UNMETERED) and t.lease_expires_s < now]
 
 
 def refusal_record(
@@ -581,6 +633,7 @@ def refusal_record(
         "pool": None,
         "model": None,
         "start": now,
+        "dispatched": None,
         "first_token": None,
         "end": now,
         "prompt_tokens": prompt_tokens,

@@ -49,6 +49,7 @@ from quotacalc.enforce.gate import (
 )
 from quotacalc.enforce.metrics import Histogram
 from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, check_replicas, read_policy, read_settings
+from quotacalc.enforce.tokenizer import engine_tokenizer, keep_offline
 
 log = logging.getLogger("quotacalc.enforce")
 
@@ -95,6 +96,13 @@ class QuotacalcEnforcer(CustomLogger):
         policy, salts = read_policy(settings, path.parent)
         check_replicas(settings, policy, path)
         self.policy = policy
+        keep_offline(settings.tokenizer)
+        # Each pool's engine tokenizer, loaded once here rather than on a request: admission counts with it.
+        self.prompt_tokenizers = (
+            {pool.name: engine_tokenizer(pool.engine.served_model_name) for pool in policy.pools}
+            if settings.prompt_tokens == "litellm"
+            else {}
+        )
         now = time.time()
         if store is None:
             if settings.state == "redis":
@@ -172,7 +180,7 @@ class QuotacalcEnforcer(CustomLogger):
         if record is None or self.records_path is None:
             return
         line = dict(record)
-        for key in ("start", "first_token", "end"):
+        for key in ("start", "dispatched", "first_token", "end"):
             line[key] = _rfc3339(line[key])
         text = json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n"
         # One write of one line to a file opened for appending: lines of concurrent requests never interleave.
@@ -348,7 +356,10 @@ class QuotacalcEnforcer(CustomLogger):
             import litellm
 
             prompt_tokens = litellm.token_counter(
-                model=str(data.get("model") or ""), messages=data.get("messages"), text=data.get("prompt")
+                model=str(data.get("model") or ""),
+                custom_tokenizer=self.prompt_tokenizers.get(self.policy.tenants[tenant].pool),
+                messages=data.get("messages"),
+                text=data.get("prompt"),
             )
         client_max = data.get("max_completion_tokens") or data.get("max_tokens")
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
@@ -403,7 +414,9 @@ class QuotacalcEnforcer(CustomLogger):
             self.waiters.pop(request_id, None)
             if ticket.state == QUEUED:
                 refusal = gate.queue_refusal(ticket)
-                await self._settle(ticket, refusal.reason, retry_after_s=refusal.retry_after_s)
+                # Settled through the store's bridge (it may reach Redis), recorded as a refusal: its status and
+                # Retry-After, as refusal_record gives those refused before the queue.
+                await self._settle(ticket, refusal.reason, retry_after_s=refusal.retry_after_s, status=refusal.status)
                 raise self.http_error(refusal) from None
         except asyncio.CancelledError:
             self.waiters.pop(request_id, None)
@@ -453,16 +466,21 @@ class QuotacalcEnforcer(CustomLogger):
         prompt_tokens: int,
         data: dict,
     ) -> dict:
-        """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open)."""
+        """The bucket store failed: refuse (fail closed) or let the request through unmetered (fail open: nothing held
+        nor billed, but its tokens are counted and recorded at its end, as a metered request's)."""
         self._count_store_failure(error)
         if self.settings.redis_failure == "closed":
             refusal = self._store_refusal(tenant)
             self.write_record(refusal_record(refusal, name, request_id, now, prompt_tokens))
             raise self.http_error(refusal) from None
-        record = refusal_record(Refusal(200, "unmetered", ""), name, request_id, now, prompt_tokens)
-        self.write_record(record)
+        ticket = self.gate.admit_unmetered(tenant, prompt_tokens, now, request_id)
+        ticket.streaming = bool(data.get("stream"))
         for key in ("priority", "cache_salt"):
             data.pop(key, None)
+        if ticket.streaming:
+            data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
+        data[TICKET_KEY] = request_id
+        data["metadata"] = {**(data.get("metadata") or {}), TICKET_KEY: request_id}
         return data
 
     def _store_refusal(self, tenant: int) -> Refusal:

@@ -39,6 +39,12 @@ class EnforceSettings(BaseModel):
         description="how a prompt's tokens are counted at admission: litellm.token_counter (its default tokenizer), or "
         "UTF-8 bytes / 4 over the chat template (quotacalc emulate's rule); usage settles the real count",
     )
+    tokenizer: Literal["local", "tiktoken"] = Field(
+        "local",
+        description="the tokenizer LiteLLM counts with where it counts (prompt_tokens: litellm; a stream that ended "
+        "without usage): local: a Hugging Face tokenizer only from the host's cache (HF_HUB_OFFLINE), else tiktoken; "
+        "tiktoken: always (disable_hf_tokenizer_download); never a download while the proxy serves",
+    )
     state: Literal["memory", "redis"] = Field("memory", description="where bucket levels and leases live")
     redis_url_env: str = Field("QUOTACALC_REDIS_URL", description="environment variable holding the Redis URL")
     redis_failure: Literal["closed", "open"] = Field(

@@ -397,6 +397,15 @@ TARGETS: dict[str, Target] = {
                     default="plugin",
                     choices=("plugin", "builtin"),
                 ),
+                TargetOption(
+                    "litellm_tokenizer",
+                    "litellm: the tokenizer the proxy counts with where it counts tokens itself (a prompt at "
+                    "admission; a stream that ended without the engine's usage): local (a Hugging Face tokenizer from "
+                    "the host's cache only, HF_HUB_OFFLINE, else tiktoken) or tiktoken (always); neither downloads "
+                    "while the proxy serves, which offline stalls every request for about 23 s (docs/enforce.md)",
+                    default="local",
+                    choices=("local", "tiktoken"),
+                ),
             ),
             # With the plugin (docs/enforce.md); ``variants`` has LiteLLM's own limiters (--litellm-enforce builtin).
             enforces=_caps(
@@ -409,8 +418,10 @@ TARGETS: dict[str, Target] = {
                 weights=(
                     "yes",
                     "Prompt (with its length charge), cached prompt and output tokens; a prompt is counted at "
-                    "admission with LiteLLM's tokenizer for the model (enforce.json prompt_tokens), which may differ "
-                    "from the engine's, and the engine's usage settles the real count",
+                    "admission with the engine model's Hugging Face tokenizer where it is in the proxy host's cache "
+                    "(--litellm-tokenizer local; never downloaded), else with tiktoken, which may differ from the "
+                    "engine's count; the engine's usage settles the real count",
+                    "put the model's tokenizer in the proxy host's Hugging Face cache (docs/enforce.md, the tokenizer)",
                 ),
                 priority=("yes", "The plugin replaces the client's priority with the tier's"),
                 salt=("yes", "The plugin replaces the client's cache_salt with the tenant's"),

@@ -20,6 +20,7 @@ FIELDS = (
     "request_id",
     "tenant",
     "start",
+    "dispatched",
     "first_token",
     "end",
     "duration_ms",
@@ -56,9 +57,9 @@ class SourceFormat:
     what: str = ""
 
 
-#: The key quotacalc's enforcement plugin writes only on the record of a request it refused before its queue (401,
-#: 403, 400, 413, 429, 503): such a request never reached an engine, so its prompt is no load; the records are left
-#: out.
+#: The key quotacalc's enforcement plugin writes only on the record of a request it refused (401, 403, 400, 413,
+#: 429, 503 before its queue; 429 after waiting in it past its bound): such a request never reached an engine, so its
+#: prompt is no load; the records are left out.
 REFUSAL_KEY = "status"
 #: The units the plugin billed a request. It bills the prompt once a token came back or once the client ended a
 #: request the engine had, so a record of no output token and nothing billed (a 429 after waiting in the queue, a
@@ -91,6 +92,7 @@ FORMATS: dict[str, SourceFormat] = {
             "request_id": "request_id",
             "tenant": "tenant",
             "start": "start",
+            "dispatched": "dispatched",
             "first_token": "first_token",
             "end": "end",
             "prompt_tokens": "prompt_tokens",
@@ -351,6 +353,13 @@ class _DuckdbFields:
             return f"CAST({_quoted(self.fields[name])} AS DOUBLE)"
         return f"TRY_CAST({self.raw(name)} AS DOUBLE)"
 
+    def start(self) -> str:
+        """When the request's load begins: its dispatch to the engine where the log has it (the wait in a gateway's
+        queue before it loads no engine), else its arrival."""
+        if "dispatched" in self.fields:
+            return f"COALESCE({self.time('dispatched')}, {self.time('start')})"
+        return self.time("start")
+
     def end(self) -> str:
         if "end" in self.fields:
             return self.time("end")
@@ -396,7 +405,7 @@ def duckdb_source(
     return f"""SELECT
   {read.raw("request_id")} AS request_id,
   {read.raw("tenant")} AS tenant,
-  {read.time("start")} AS start_s,
+  {read.start()} AS start_s,
   {read.time("first_token")} AS first_token_s,
   {read.end()} AS end_s,
   {read.number("prompt_tokens")} AS prompt_tokens,
@@ -542,10 +551,14 @@ def _spark_select(
         end = f"{start} + {number('duration_ms')} / 1000.0"
     else:
         end = start
+    # The load begins at the dispatch to the engine where the log has it (as _DuckdbFields.start).
+    load_start = (
+        f"COALESCE({_spark_time(raw('dispatched'), number_first)}, {start})" if "dispatched" in fields else start
+    )
     return f"""SELECT
   {raw("request_id")} AS request_id,
   {raw("tenant")} AS tenant,
-  {start} AS start_s,
+  {load_start} AS start_s,
   {_spark_time(raw("first_token"))} AS first_token_s,
   {end} AS end_s,
   {number("prompt_tokens")} AS prompt_tokens,
