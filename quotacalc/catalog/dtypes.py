@@ -6,6 +6,14 @@ from pydantic import BaseModel, ConfigDict
 
 from quotacalc.errors import UsageError, close_names
 
+#: transformers/torch dtype names -> quotacalc dtype names.
+TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+def torch_dtype_name(value: object) -> str | None:
+    """quotacalc's name of a torch dtype a config states (``"bfloat16"`` -> ``"bf16"``), or None."""
+    return TORCH_DTYPES.get(value) if isinstance(value, str) else None
+
 
 class Dtype(BaseModel):
     """A storage format. ``bytes_per_element`` includes block scales where the format has them."""
