@@ -1,7 +1,5 @@
 """Number formats for weights and KV cache: bytes per element and the tensor-core math they run in."""
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict
 
 from quotacalc.errors import UsageError, close_names
