@@ -1,10 +1,16 @@
 """Number formats for weights and KV cache: bytes per element and the tensor-core math they run in."""
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict
 
 from quotacalc.errors import UsageError, close_names
+
+#: transformers/torch dtype names -> quotacalc dtype names.
+TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+def torch_dtype_name(value: object) -> str | None:
+    """quotacalc's name of a torch dtype a config states (``"bfloat16"`` -> ``"bf16"``), or None."""
+    return TORCH_DTYPES.get(value) if isinstance(value, str) else None
 
 
 class Dtype(BaseModel):

@@ -1,7 +1,5 @@
 """The engine catalog: what a serving engine changes in the engine model's defaults (``engines.yaml``)."""
 
-from __future__ import annotations
-
 from functools import lru_cache
 from pathlib import Path
 

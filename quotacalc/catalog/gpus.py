@@ -1,7 +1,5 @@
 """The GPU catalog: vendor peak figures, one data file (``gpus.yaml``), one source per figure."""
 
-from __future__ import annotations
-
 from functools import lru_cache
 from pathlib import Path
 
@@ -49,7 +47,7 @@ class GpuSpec(BaseModel):
     sources: GpuSources
 
     @model_validator(mode="after")
-    def _matmul_efficiency(self) -> GpuSpec:
+    def _matmul_efficiency(self) -> "GpuSpec":
         for dtype, share in self.matmul_efficiency.items():
             if not 0 < share <= 1:
                 raise ValueError(f"matmul_efficiency.{dtype} must be a share of the peak in (0, 1], got {share}")

@@ -1,7 +1,5 @@
 """The shipped model configs (``models/`` in the repo, ``quotacalc/models`` in a wheel)."""
 
-from __future__ import annotations
-
 from functools import lru_cache
 from pathlib import Path
 

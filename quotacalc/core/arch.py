@@ -6,8 +6,6 @@ attention, MLA and its DeepSeek Sparse Attention, DeepSeek V4's compressed atten
 the model are sums over them, so a new architecture is a new spec, not a branch.
 """
 
-from __future__ import annotations
-
 import math
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -74,7 +72,7 @@ class ContextTerm(NamedTuple):
     def prefill_flops_per_token(self) -> float:
         return self.flops_per_token if self.prompt_flops_per_token is None else self.prompt_flops_per_token
 
-    def times(self, layers: int) -> ContextTerm:
+    def times(self, layers: int) -> "ContextTerm":
         """The same term for ``layers`` layers alike."""
         if layers == 1:
             return self

@@ -5,8 +5,6 @@ default; nothing the core uses is a buried constant. Loading them from files and
 ``quotacalc.inputs.deployment``'s job.
 """
 
-from __future__ import annotations
-
 from enum import Enum
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -492,7 +490,7 @@ def engine_id(name: str) -> str:
 # The shipped catalog is read once (load_engine_catalog's own cache) and its profiles are frozen: a name's profile
 # never changes, and price asks for it several times a call.
 @lru_cache(maxsize=256)
-def engine_profile(name: str) -> EngineProfile | None:
+def engine_profile(name: str) -> "EngineProfile | None":
     """The catalog's profile for an engine id or alias, or None."""
     from quotacalc.catalog.engines import load_engine_catalog
 

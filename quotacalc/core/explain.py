@@ -1,7 +1,5 @@
 """Derivations: every figure quotacalc reports is recorded with its formula and substituted inputs."""
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict
 
 

@@ -25,8 +25,6 @@ A model whose layers all keep one kind of cache is one group (UniformTypeKVCache
 modelled here: its pool is bytes over bytes per token (core/memory.py).
 """
 
-from __future__ import annotations
-
 import math
 from enum import Enum
 from typing import NamedTuple, cast

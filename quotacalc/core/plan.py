@@ -5,8 +5,6 @@ checks the references between them (a tenant's tier and pool exist, names are un
 thresholds fit a pool's context). Every field states its unit in its name or description.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Literal, NamedTuple
@@ -87,7 +85,7 @@ class Pool(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _routing_pairs(self) -> Pool:
+    def _routing_pairs(self) -> "Pool":
         if (self.long_context_pool is None) != (self.route_above_prompt_tokens is None):
             raise ValueError("long_context_pool and route_above_prompt_tokens go together: give both or neither")
         if self.role == "long_context" and self.long_context_pool is not None:
@@ -136,7 +134,7 @@ class Tier(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _output_fits_context(self) -> Tier:
+    def _output_fits_context(self) -> "Tier":
         if self.max_output_tokens > self.max_context_tokens:
             raise ValueError(
                 f"max_output_tokens {self.max_output_tokens} exceeds max_context_tokens {self.max_context_tokens}"
@@ -223,7 +221,7 @@ class PlanTenant(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_contract(self) -> PlanTenant:
+    def _one_contract(self) -> "PlanTenant":
         if (self.units_per_s is None) == (self.traffic is None):
             raise ValueError("give exactly one of units_per_s (a contract) and traffic (a profile to size)")
         return self
@@ -316,7 +314,7 @@ class Plan(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _references_resolve(self) -> Plan:
+    def _references_resolve(self) -> "Plan":
         # A plan built in code gets the checks a plan file gets (quotacalc.inputs.plan names the file beside them).
         for problem in reference_problems(self.pools, self.tiers, self.tenants):
             raise ValueError(problem.one_line())

@@ -6,8 +6,6 @@ KV, compute, decode, engine, pool, prices. ``pricing_basis`` picks which decode 
 follow: docs/method.md's roofline (default) or the engine's (roofline + overheads).
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -1,8 +1,6 @@
 """What a price depends on, resolved and validated: the input of ``core.price`` and of the replica model, kept
 apart so that each imports it without importing the other."""
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from quotacalc.catalog.dtypes import Dtype

@@ -3,8 +3,6 @@ reader to name as the user set them (``--batch`` on the command line, ``pools.ch
 
 A fix is a template: ``{batch}`` names a key, ``{kv_dtype=fp8}`` a key and the value to give it."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from string import Formatter
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, cast
 
+from quotacalc.catalog.dtypes import TORCH_DTYPES
 from quotacalc.core.arch import (
     DenseMLP,
     FullAttention,
@@ -29,18 +30,11 @@ from quotacalc.errors import QuotacalcError, UnsupportedArchitecture
 
 _MISSING = object()
 
-#: transformers/torch dtype names -> quotacalc dtype names.
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
 #: torch dtypes a config may state that are no dtype an engine serves unquantized weights in ('auto' lets the loader
 #: choose; fp8 names come with a quantization_config): read as no dtype stated.
 _OTHER_TORCH_DTYPES = frozenset(
     {"auto", "float64", "double", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8"}
 )
-
-
-def torch_dtype_name(value: object) -> str | None:
-    """quotacalc's name of a torch dtype a config states (``"bfloat16"`` -> ``"bf16"``), or None."""
-    return _TORCH_DTYPES.get(value) if isinstance(value, str) else None
 
 
 class ConfigView:
@@ -166,7 +160,7 @@ def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, lis
     for candidate in (view, *fallbacks):
         for key in ("dtype", "torch_dtype"):
             value = candidate.get(key)
-            known = isinstance(value, str) and (value in _TORCH_DTYPES or value in _OTHER_TORCH_DTYPES)
+            known = isinstance(value, str) and (value in TORCH_DTYPES or value in _OTHER_TORCH_DTYPES)
             if value is not None and not known:
                 # transformers keeps any value here, and a typo priced as bf16 would go unseen. It reads the file's
                 # torch_dtype as dtype: the error names the key the file states.
@@ -177,13 +171,13 @@ def checkpoint_dtype(view: ConfigView, *fallbacks: ConfigView) -> tuple[str, lis
                     f"must name a torch dtype (bfloat16, float16, float32), got {value!r}",
                     "write the checkpoint's dtype as its config.json on the hub gives it",
                 )
-            if isinstance(value, str) and value in _TORCH_DTYPES:
-                if _TORCH_DTYPES[value] == "fp32":
+            if isinstance(value, str) and value in TORCH_DTYPES:
+                if TORCH_DTYPES[value] == "fp32":
                     return "bf16", [
                         "the config's dtype is float32: vLLM serves a float32 checkpoint in bfloat16 (dtype auto), "
                         "so it is priced in bf16 (--weight-dtype fp32 --kv-dtype fp32 prices float32)"
                     ]
-                return _TORCH_DTYPES[value], []
+                return TORCH_DTYPES[value], []
     return "bf16", ["the config names no dtype: unquantized weights assumed bf16"]
 
 

@@ -7,12 +7,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from quotacalc.catalog.dtypes import Dtype, dtype_by_name
+from quotacalc.catalog.dtypes import Dtype, dtype_by_name, torch_dtype_name
 from quotacalc.catalog.models import find_shipped
 from quotacalc.core.arch import ModelArch
 from quotacalc.errors import QuotacalcError
-from quotacalc.inputs.arch_checks import check_arch
-from quotacalc.inputs.hf_arch import torch_dtype_name
 from quotacalc.inputs.model_config import (
     ModelSource,
     ResolvedConfig,
@@ -60,6 +58,8 @@ def _read_arch(reference: str, source: ModelSource, data: bytes | None = None) -
     except (TypeError, ArithmeticError, LookupError, AttributeError) as error:
         # A field of a type or shape no real config has, met where a reader did arithmetic on it.
         raise QuotacalcError(f"the config's fields do not fit together ({error})", source=config_path) from None
+    from quotacalc.inputs.arch_checks import check_arch
+
     check_arch(arch, config_path)
     return arch, resolved
 

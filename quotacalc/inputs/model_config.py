@@ -6,8 +6,6 @@ and every other resolved config is cached on disk, keyed by the config's bytes a
 transformers; only the first call on a config that is not shipped imports it.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import os

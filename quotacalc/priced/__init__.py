@@ -8,9 +8,31 @@ each deployment value remembers where it came from (a flag, the pool's key, the 
 flags alone, a one-pool plan whose values have origin ``flag``.
 """
 
-from quotacalc.priced.deployment import PricedDeployment, price_deployment
-from quotacalc.priced.origins import ValueOrigin
-from quotacalc.priced.plan import PricedPlan, price_plan, price_pools, price_read_plan
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from quotacalc.priced.deployment import PricedDeployment, price_deployment
+    from quotacalc.priced.origins import ValueOrigin
+    from quotacalc.priced.plan import PricedPlan, price_plan, price_pools, price_read_plan
+
+#: Each name's module, imported on first use: a price of one deployment does not import the plan's.
+_MODULES = {
+    "PricedDeployment": "deployment",
+    "price_deployment": "deployment",
+    "ValueOrigin": "origins",
+    "PricedPlan": "plan",
+    "price_plan": "plan",
+    "price_pools": "plan",
+    "price_read_plan": "plan",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_MODULES[name]}"), name)
+
 
 __all__ = [
     "PricedDeployment",
