@@ -80,7 +80,7 @@ CASES = {
     "quotacalc kv --context 131072": ["kv", *PRICE[1:], "--context", "131072"],
     "quotacalc price (config path, not shipped)": LOCAL,
 }
-#: The start-up target of a price on the worked example (issue 28): at most 0.25 s, median.
+#: The start-up target of a price on the worked example: at most 0.25 s, median.
 BUDGET_S = 0.25
 
 
