@@ -65,6 +65,8 @@ LEASE_TOKENS = 4
 LEASE_TTL_S = 4.0
 TENANTS = ("alpha", "beta", "gamma")
 TIMEOUT_S = 60.0
+#: How long Redis is paused (SIGSTOP) mid-run: past the proxies' Redis timeout (redis_timeout_s, 1 s).
+REDIS_PAUSE_S = 2.0
 
 
 async def _one(client: httpx.AsyncClient, proxy: Proxy, tenant: str, rng: random.Random) -> str:
@@ -124,6 +126,10 @@ async def _drive(proxies: list[Proxy], redis_server: RedisServer, plan: list[tup
         await asyncio.to_thread(proxies[1].stop)
         await asyncio.to_thread(proxies[1].start)
         down.discard(1)
+        while len(outcomes) < third + third // 2:
+            await asyncio.sleep(0.05)
+        # Redis answers nothing for longer than the proxies' timeout, then runs the scripts they gave up on.
+        await asyncio.to_thread(redis_server.pause, REDIS_PAUSE_S)
         while len(outcomes) < 2 * third:
             await asyncio.sleep(0.05)
         await asyncio.to_thread(redis_server.stop)
@@ -201,6 +207,7 @@ def test_chaos_conserves_units(tmp_path):
         time.sleep(LEASE_TTL_S + 2.0)  # every lease's life has passed
         client = redis.Redis.from_url(redis_server.url)
         levels = {}
+        settled: dict[str, dict[str, list[float]]] = {}
         from quotacalc.core.policy import QuotaPolicy
         from quotacalc.enforce.redis_store import RedisBuckets
 
@@ -210,6 +217,11 @@ def test_chaos_conserves_units(tmp_path):
             if name in TENANTS:
                 levels[name] = store.level(index, 0.0)
                 assert client.hlen(tenant[2]) == 0, f"{name} still holds leases"
+                # What the store settled, per request: 'held released charged forgiven billed'.
+                settled[name] = {
+                    key.decode(): [float(part) for part in value.split()]
+                    for key, value in client.hgetall(tenant[3]).items()
+                }
     finally:
         for proxy in proxies:
             proxy.stop()
@@ -251,9 +263,21 @@ def test_chaos_conserves_units(tmp_path):
                 assert row["units_debited"] == pytest.approx(
                     prompt + weights["output"] * row["output_tokens"], rel=1e-9
                 ), row
+            landed = settled[name].pop(row["request_id"], None)
             if not row.get("store_failed"):
                 # What the bucket lacked at the end and the policy forgave was billed but never taken.
                 debited += row["units_debited"] - row["units_forgiven"]
+                # The record says what the store did for it.
+                assert landed is not None, ("settled in no store", row)
+                _held, released, charged, forgiven, billed = landed
+                assert (billed, released, charged, forgiven) == pytest.approx(
+                    (row["units_debited"], row["units_released"], row["units_charged"], row["units_forgiven"])
+                ), (row, landed)
+            else:
+                # Never confirmed (the proxy stopped while the store failed): nothing landed for it.
+                assert landed is None, ("settled with a record that says it was not", row, landed)
+        # No settlement landed in the store without a record of it.
+        assert not settled[name], (name, "settled in the store without a record", settled[name])
         # Nothing leaked: the bucket is short by what the records debited (settlements the store missed returned
         # their holds by expiry, and bill nothing).
         assert DEPTH - levels[name] == pytest.approx(debited, abs=1e-3), (name, levels[name], debited)

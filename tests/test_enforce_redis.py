@@ -166,6 +166,89 @@ def test_a_request_whose_lease_expired_while_it_waited_is_billed_in_full_at_the_
     assert gate.store.level(0, 0.0) == pytest.approx(depth - record["units_debited"], abs=1e-6)
 
 
+def _settle_while_paused(server, gate: Gate, ticket: Ticket, outcome: str) -> dict:
+    """Settle while redis-server is stopped (SIGSTOP) past the client's timeout: the client gives up on the reply,
+    then the server goes on and runs the script it had received. Returns the record the gate made meanwhile."""
+    import threading
+
+    paused = threading.Thread(target=server.pause, args=(1.0,))
+    paused.start()
+    try:
+        time.sleep(0.2)
+        record = gate.settle(ticket, outcome, 0.0)
+    finally:
+        paused.join()
+    redis.Redis.from_url(server.url).ping()  # the server runs again (and has run what it had received)
+    return record
+
+
+@pytest.mark.parametrize("outcome", [COMPLETED, ENGINE_ERROR])
+def test_a_settlement_whose_reply_was_lost_after_it_landed_is_recorded_with_what_it_did(server, outcome):
+    """A slow Redis (a loaded machine) answers a settlement after the client's timeout: the settlement landed, but the
+    gateway saw a failure. Its record must still say what the bucket lost: the gateway sends the same settlement again
+    (``confirm``), the store recognises it by the request's id and returns the figures of the one that landed, applying
+    nothing twice. The bucket ends short by exactly the units the record debited, and no lease is left."""
+    depth = 10_000.0
+    policy = _policy(depth)
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    client.flushdb()
+    store = RedisBuckets(client, policy, prefix="lost", lease_ttl_s=120.0)
+    gate = Gate(policy, sample_salts(policy), make_policy("incremental_lease", {}), store, GateSettings())
+    # A request settled before: the server has the scripts (a script it lacks would fail there and run nothing).
+    earlier = gate.arrive(0, 100, 300, 0.0, "earlier")
+    gate.dispatch(earlier.pool, 0.0)
+    assert gate.settle(earlier, ENGINE_ERROR, 0.0)["units_debited"] == 0
+    ticket = gate.arrive(0, 100, 300, 0.0, "lost-reply")
+    assert isinstance(ticket, Ticket)
+    gate.dispatch(ticket.pool, 0.0)
+    tokens = 5 if outcome == COMPLETED else 0
+    assert gate.on_tokens(ticket, tokens, 0.0) == tokens
+    record = _settle_while_paused(server, gate, ticket, outcome)
+    # The gateway saw the store fail: the record waits for the store to confirm it.
+    assert record["store_failed"] and gate.unconfirmed == {"lost-reply": ticket}
+    billed = record["units_debited"]
+    # It landed: the lease is gone and the bucket is short by what it billed, whatever the gateway saw.
+    assert client.hlen(store.keys[0][2]) == 0
+    assert store.level(0, 0.0) == pytest.approx(depth - billed, abs=1e-6)
+    confirmed = gate.confirm(ticket)
+    assert "store_failed" not in confirmed and not gate.unconfirmed
+    assert confirmed["units_debited"] == pytest.approx(billed)
+    assert store.level(0, 0.0) == pytest.approx(depth - confirmed["units_debited"], abs=1e-6)
+    assert confirmed["units_taken"] == pytest.approx(ticket.reserved_units)
+    assert confirmed["units_released"] == pytest.approx(ticket.reserved_units - billed)
+    assert client.hlen(store.keys[0][2]) == 0
+    # Sent once more (a proxy's shutdown settling what was cut off): the same figures, nothing applied twice.
+    again = store.settle_lease(0, "lost-reply", billed + 100.0, 0.0, carry_debt=False)
+    assert again.billed == pytest.approx(billed) and again.released == pytest.approx(confirmed["units_released"])
+    assert store.level(0, 0.0) == pytest.approx(depth - billed, abs=1e-6)
+
+
+def test_a_settlement_that_never_landed_is_applied_once_when_the_store_answers_again(server):
+    """The other side of a failed settlement: Redis was down and ran nothing. Confirmed later, after the lease expired
+    and its hold went back, the settlement charges what the request received: short by exactly the record's units."""
+    depth = 10_000.0
+    policy = _policy(depth)
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    client.flushdb()
+    store = RedisBuckets(client, policy, prefix="down", lease_ttl_s=0.5)
+    gate = Gate(
+        policy, sample_salts(policy), make_policy("incremental_lease", {}), store, GateSettings(lease_ttl_s=0.5)
+    )
+    ticket = gate.arrive(0, 100, 300, 0.0, "never-landed")
+    gate.dispatch(ticket.pool, 0.0)
+    assert gate.on_tokens(ticket, 3, 0.0) == 3
+    down = RedisBuckets(redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.3), policy, prefix="down")
+    gate.store = gate.ledger.store = down
+    record = gate.settle(ticket, COMPLETED, 0.0)
+    assert record["store_failed"] and "never-landed" in gate.unconfirmed
+    gate.store = gate.ledger.store = store
+    time.sleep(0.8)  # the lease expires: its hold is back in the bucket
+    assert store.level(0, 0.0) == pytest.approx(depth, abs=1e-6)
+    confirmed = gate.confirm(ticket)
+    assert confirmed["units_taken"] == 0 and confirmed["units_charged"] == pytest.approx(confirmed["units_debited"])
+    assert store.level(0, 0.0) == pytest.approx(depth - confirmed["units_debited"], abs=1e-6)
+
+
 # -- a Redis that hangs: the event loop goes on ------------------------------------------------------------------------
 
 
@@ -379,9 +462,8 @@ def test_the_async_client_reconnects_after_a_redis_restart_before_sending_a_scri
 
 
 def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server, tmp_path):
-    """A client that goes away cancels its request's coroutine, possibly while its settlement waits on Redis between
-    ending the lease and returning the units: the settlement runs to its end regardless, so the bucket is back at
-    depth (nothing was billed) and no lease is left."""
+    """A client that goes away cancels its request's coroutine, possibly while its settlement waits on Redis: the
+    settlement runs to its end regardless, so the bucket is back at depth (nothing was billed) and no lease is left."""
     import asyncio
     import contextlib
     import os
@@ -408,16 +490,16 @@ def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server
         data = await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
         ticket = enforcer._ticket(data)
         assert ticket is not None and ticket.hold > 0
-        # The lease has ended and the units are on their way back (a slow reply) when the client goes away.
+        # The settlement is on its way to Redis (a slow reply) when the client goes away.
         returning = asyncio.Event()
-        credit = enforcer.store._awaited["credit"]
+        settle = enforcer.store._awaited["settle"]
 
-        async def slow_credit(**script):
+        async def slow_settle(**script):
             returning.set()
             await asyncio.sleep(0.05)
-            return await credit(**script)
+            return await settle(**script)
 
-        enforcer.store._awaited["credit"] = slow_credit
+        enforcer.store._awaited["settle"] = slow_settle
         settling = asyncio.ensure_future(enforcer._settle(ticket, ENGINE_ERROR))  # nothing billed
         await returning.wait()
         settling.cancel()

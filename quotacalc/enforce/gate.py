@@ -186,6 +186,8 @@ class Gate:
             )
         self.inflight = [0] * len(self.tenants)
         self.live: dict[str, Ticket] = {}
+        #: Settled tickets whose settlement the shared store did not confirm (``confirm`` sends it again).
+        self.unconfirmed: dict[str, Ticket] = {}
         self.stats = [TenantStats() for _ in self.tenants]
         # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
         # holds nothing past it; ``holding_for`` names the request the store's next take is for.
@@ -515,14 +517,14 @@ class Gate:
         store_failed = False
         try:
             if self._leases_in_store:
-                # What the store still holds for it: less than the gate's count where the lease expired on the way
-                # (its units went back to the bucket then), so nothing is returned twice.
-                ticket.hold = self.store.end_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
-                taken = ticket.hold + streamed
-            settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
-        except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
+                taken, settlement = self._settle_in_store(ticket, billed, streamed)
+            else:
+                settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
+        except Exception:  # the store is down or its reply was lost: ``confirm`` sends the same settlement again
             store_failed = True
             settlement = Settlement(billed, 0.0, 0.0, 0.0)
+            if self._leases_in_store:
+                self.unconfirmed[ticket.request_id] = ticket
         ticket.state = DONE
         ticket.outcome = outcome
         ticket.end_s = now
@@ -564,6 +566,36 @@ class Gate:
         if store_failed:
             ticket.record["store_failed"] = True
         return ticket.record
+
+    def _settle_in_store(self, ticket: Ticket, billed: float, streamed: float) -> tuple[float, Settlement]:
+        """The ledger's settlement as one atomic, idempotent step of a shared store, on what the store still holds
+        for the request: less than the gate's count where the lease expired on the way (its units went back to the
+        bucket then), so nothing is returned twice. Returns the units taken and the settlement."""
+        done = self.store.settle_lease(  # type: ignore[attr-defined]
+            ticket.tenant, ticket.request_id, billed, streamed, carry_debt=self.admission.carries_debt
+        )
+        ticket.hold = 0.0
+        return done.held + streamed, Settlement(done.billed, done.released, done.charged, done.forgiven)
+
+    def confirm(self, ticket: Ticket) -> dict[str, Any]:
+        """Send again a settlement the store did not confirm (it failed, or its reply was lost after it landed): the
+        store applies it once, keyed by the request's id, and the record takes the figures of the one that landed.
+        Raises while the store still fails; the ticket stays in ``unconfirmed``."""
+        record = ticket.record
+        assert record is not None and ticket.request_id in self.unconfirmed
+        taken, settlement = self._settle_in_store(ticket, record["units_debited"], ticket.streamed_units)
+        del self.unconfirmed[ticket.request_id]
+        self.stats[ticket.tenant].units_released += settlement.released
+        self.stats[ticket.tenant].units_debited += settlement.billed - record["units_debited"]
+        record.pop("store_failed", None)
+        record.update(
+            units_taken=taken,
+            units_debited=settlement.billed,
+            units_released=settlement.released,
+            units_charged=settlement.charged,
+            units_forgiven=settlement.forgiven,
+        )
+        return record
 
     def expired(self, now: float) -> list[Ticket]:
         """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one
