@@ -1,7 +1,8 @@
 """A chaos run through two real LiteLLM proxies sharing a real redis-server, before ``quotacalc emulate`` failing
 requests: CHAOS_REQUESTS (10,000, as the issue asks; QUOTACALC_CHAOS_REQUESTS overrides it) with random client
 disconnects (mid-stream, and at a random moment before or after the response starts), engine failures, one proxy
-restart and one Redis restart; then conservation.
+restart, one Redis pause past the proxies' timeout (scripts whose replies they gave up on run when it goes on) and one
+Redis restart; then conservation.
 
 What keeps 10,000 requests to about five minutes on two shared cores: LiteLLM's own work per request (20-40 ms of
 CPU) is the cost, so outputs are short (1 to 16 tokens, with leases of 4 tokens so that streams still renew and stop
@@ -15,6 +16,7 @@ After the leases' life has passed:
 - each tenant's bucket is short by exactly the units its records debited (with refill made negligible), so nothing
   leaked either way,
 - each record debits exactly its prompt units (cached tokens at their weight) plus W x the tokens it streamed,
+- per request id, the store's settlement is the record's, and none landed in the store without a record,
 - no tenant was served more than its bucket (its contract here) plus one lease.
 
 The run sends no new request after CHAOS_SECONDS (QUOTACALC_CHAOS_SECONDS), a bound for a stalled machine; what it

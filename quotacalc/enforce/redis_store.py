@@ -4,7 +4,8 @@ Every operation is one Lua script, so it is atomic on the server, and reads the 
 gateways whose clocks disagree refill the same bucket alike. A tenant's keys share one hash tag
 (``quotacalc:{tenant}:...``): they live in one slot, so each script works on Redis Cluster. A lease is recorded
 with its expiry by the script that takes its units (atomically, so a lost reply leaves a lease that expires); a script that touches a tenant's bucket first returns the units of its expired
-leases to it, so a gateway that dies holds nothing past its leases' life.
+leases to it, so a gateway that dies holds nothing past its leases' life. A request is settled by one script that
+keeps its figures under its id: a settlement sent again (its reply was lost) returns them and applies nothing twice.
 
 Inside a proxy the scripts go through ``redis.asyncio`` (``from_url``): the gate runs in
 ``quotacalc.enforce.bridge.run`` and each script is awaited on the event loop, so a slow or hung Redis holds up only
