@@ -520,3 +520,64 @@ def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server
     assert level == pytest.approx(depth, abs=1e-6)
     assert redis.Redis.from_url(server.url).hlen(enforcer.store.keys[0][2]) == 0
     assert not enforcer.gate.live
+
+
+def test_the_proxy_writes_a_lost_settlements_record_once_the_store_confirms_it(server, tmp_path):
+    """In the plugin: a settlement whose reply came later than redis_timeout_s is not written as failed; the sweeper
+    sends it again, and the one record written carries the figures the store applied."""
+    import asyncio
+    import os
+
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
+
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    folder = generate(tmp_path)
+    depth = 100_000.0
+    edit_policy(folder, alpha={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", redis_timeout_s=0.3)
+    redis.Redis.from_url(server.url).flushdb()
+    os.environ["QUOTACALC_REDIS_URL"] = server.url
+    try:
+        enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    finally:
+        del os.environ["QUOTACALC_REDIS_URL"]
+    enforcer._mounted = True  # no proxy app to mount the metrics on
+    body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
+            "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
+
+    async def lost_then_confirmed():
+        # One request settled first: the server has the settlement's script (one it lacked would run nothing).
+        first = enforcer._ticket(await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion"))
+        await enforcer._settle(first, DISCONNECT)
+        ticket = enforcer._ticket(await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion"))
+        assert ticket is not None and ticket.hold > 0
+        await enforcer._ticket_call(ticket, enforcer.gate.on_tokens, 3, time.time())
+        paused = asyncio.ensure_future(asyncio.to_thread(server.pause, 1.0))
+        await asyncio.sleep(0.2)
+        await enforcer._settle(ticket, COMPLETED)
+        await paused
+        unwritten = [r for r in records(folder) if r["request_id"] == ticket.request_id]
+        assert ticket.request_id in enforcer.gate.unconfirmed and not unwritten
+        enforcer._start_background()  # the sweeper
+        for _ in range(50):
+            if not enforcer.gate.unconfirmed:
+                break
+            await asyncio.sleep(0.1)
+        return ticket.request_id
+
+    request_id = asyncio.run(lost_then_confirmed())
+    written = [r for r in records(folder) if r["request_id"] == request_id]
+    assert len(written) == 1 and "store_failed" not in written[0], written
+    record = written[0]
+    assert record["units_debited"] > 0
+    client = redis.Redis.from_url(server.url)
+    store = enforcer.store
+    held, released, charged, forgiven, billed = (float(x) for x in client.hget(store.keys[0][3], request_id).split())
+    assert (held, billed, released, charged, forgiven) == pytest.approx(
+        (record["units_taken"], record["units_debited"], record["units_released"], record["units_charged"], 0.0)
+    )
+    # The first request billed its prompt (a disconnect at the engine); the bucket lost exactly the two records' units.
+    debited = sum(r["units_debited"] for r in records(folder) if r.get("pool"))
+    assert store.level(0, 0.0) == pytest.approx(depth - debited, abs=1e-6)
+    assert client.hlen(store.keys[0][2]) == 0
