@@ -223,6 +223,23 @@ def test_a_settlement_whose_reply_was_lost_after_it_landed_is_recorded_with_what
     assert store.level(0, 0.0) == pytest.approx(depth - billed, abs=1e-6)
 
 
+def test_a_call_id_a_client_reuses_is_settled_anew_each_time(server):
+    """LiteLLM takes a request's call id from the client's x-litellm-call-id header: two requests under one id are two
+    leases and two settlements in the store (each admission's own key), so the second is not taken for a retry of the
+    first and served free."""
+    depth = 10_000.0
+    gate = _gate(server, _policy(depth))
+    debited = 0.0
+    for admission in ("a", "b"):
+        ticket = gate.arrive(0, 100, 300, 0.0, "same-id", lease_key=f"same-id/{admission}")
+        gate.dispatch(ticket.pool, 0.0)
+        assert gate.on_tokens(ticket, 5, 0.0) == 5
+        record = gate.settle(ticket, COMPLETED, 0.0)
+        assert record["units_debited"] > 0 and "store_failed" not in record
+        debited += record["units_debited"]
+    assert gate.store.level(0, 0.0) == pytest.approx(depth - debited, abs=1e-6)
+
+
 def test_a_settlement_that_never_landed_is_applied_once_when_the_store_answers_again(server):
     """The other side of a failed settlement: Redis was down and ran nothing. Confirmed later, after the lease expired
     and its hold went back, the settlement charges what the request received: short by exactly the record's units."""
@@ -564,16 +581,16 @@ def test_the_proxy_writes_a_lost_settlements_record_once_the_store_confirms_it(s
             if not enforcer.gate.unconfirmed:
                 break
             await asyncio.sleep(0.1)
-        return ticket.request_id
+        return ticket.request_id, ticket.lease_key
 
-    request_id = asyncio.run(lost_then_confirmed())
+    request_id, lease_key = asyncio.run(lost_then_confirmed())
     written = [r for r in records(folder) if r["request_id"] == request_id]
     assert len(written) == 1 and "store_failed" not in written[0], written
     record = written[0]
     assert record["units_debited"] > 0
     client = redis.Redis.from_url(server.url)
     store = enforcer.store
-    held, released, charged, forgiven, billed = (float(x) for x in client.hget(store.keys[0][3], request_id).split())
+    held, released, charged, forgiven, billed = (float(x) for x in client.hget(store.keys[0][3], lease_key).split())
     assert (held, billed, released, charged, forgiven) == pytest.approx(
         (record["units_taken"], record["units_debited"], record["units_released"], record["units_charged"], 0.0)
     )

@@ -90,6 +90,9 @@ class Ticket:
     limit_tokens: int
     kv_estimate: int
     start_s: float
+    #: Its key in a shared store (its lease, its settlement): unique to this admission, where ``request_id`` is the
+    #: gateway's call id, which a client may set (a settlement kept under a reused id would be taken for a retry).
+    lease_key: str = ""
     #: The replica of the pool the gateway placed it on (its resident-KV cap is counted there), once sent.
     replica: int | None = None
     hold: float = 0.0
@@ -209,7 +212,7 @@ class Gate:
         a take or a refresh there sets its expiry, and a round trip saved is latency saved)."""
         ticket.lease_expires_s = now + self.settings.lease_ttl_s
         if self._leases_in_store and ticket.hold > 0 and now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
-            self.store.refresh_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+            self.store.refresh_lease(ticket.tenant, ticket.lease_key)  # type: ignore[attr-defined]
             ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
@@ -235,11 +238,18 @@ class Gate:
     # -- admission ---------------------------------------------------------------------------------
 
     def arrive(
-        self, tenant: int, prompt_tokens: int, client_max_tokens: int | None, now: float, request_id: str
+        self,
+        tenant: int,
+        prompt_tokens: int,
+        client_max_tokens: int | None,
+        now: float,
+        request_id: str,
+        lease_key: str | None = None,
     ) -> Refusal | Ticket:
         """Decide on a request: too long (400), never fits (413, no Retry-After), the bucket (429 with
         Retry-After), else admitted with the policy's units held; routed to the long-context pool above the
-        threshold. Admitted tickets then wait for ``dispatch``."""
+        threshold. Admitted tickets then wait for ``dispatch``. ``lease_key``: the request's key in a shared store
+        (its lease and its settlement), unique to this admission; ``request_id`` where none is given."""
         t = self.tenants[tenant]
         pool = self.pools[t.pool]
         weights = t.weights
@@ -278,6 +288,7 @@ class Gate:
             limit_tokens=limit,
             kv_estimate=prompt_tokens + limit,
             start_s=now,
+            lease_key=lease_key or request_id,
         )
         if never_fits(self.caps[tenant], ticket.kv_estimate):
             return self.refuse(
@@ -291,7 +302,7 @@ class Gate:
                     code="never_fits",
                 ),
             )
-        with self._holding_for(request_id):
+        with self._holding_for(ticket.lease_key):
             admission = self.ledger.admit(tenant, ticket, now)
         if admission.outcome == NEVER_ADMISSIBLE:
             return self.refuse(
@@ -336,7 +347,7 @@ class Gate:
         lease boundary): the tokens granted, which the engine's max_tokens is then capped at."""
         while ticket.granted < ticket.limit_tokens:
             before = ticket.hold
-            with self._holding_for(ticket.request_id):
+            with self._holding_for(ticket.lease_key):
                 renewed = self.ledger.renew(ticket.tenant, ticket, now)
             if renewed <= 0:
                 break
@@ -452,7 +463,7 @@ class Gate:
         for _ in range(tokens):
             if ticket.output_tokens >= ticket.granted and ticket.granted < UNLIMITED:
                 before = ticket.hold
-                with self._holding_for(ticket.request_id):
+                with self._holding_for(ticket.lease_key):
                     extended = self.ledger.renew(ticket.tenant, ticket, now)
                 if extended <= 0:
                     break
@@ -572,7 +583,7 @@ class Gate:
         for the request: less than the gate's count where the lease expired on the way (its units went back to the
         bucket then), so nothing is returned twice. Returns the units taken and the settlement."""
         done = self.store.settle_lease(  # type: ignore[attr-defined]
-            ticket.tenant, ticket.request_id, billed, streamed, carry_debt=self.admission.carries_debt
+            ticket.tenant, ticket.lease_key, billed, streamed, carry_debt=self.admission.carries_debt
         )
         ticket.hold = 0.0
         return done.held + streamed, Settlement(done.billed, done.released, done.charged, done.forgiven)

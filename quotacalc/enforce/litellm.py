@@ -366,7 +366,10 @@ class QuotacalcEnforcer(CustomLogger):
         client_max = data.get("max_completion_tokens") or data.get("max_tokens")
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
         try:
-            outcome = await self._gate_call(gate.arrive, tenant, prompt_tokens, client_max, now, request_id)
+            # The store keys the request by an id of its own: LiteLLM takes its call id from the client's
+            # x-litellm-call-id header, and a settlement kept under a reused id would be taken for a retry of it.
+            lease_key = f"{request_id}/{uuid.uuid4().hex}"
+            outcome = await self._gate_call(gate.arrive, tenant, prompt_tokens, client_max, now, request_id, lease_key)
         except asyncio.CancelledError:
             # The client went away while Redis admitted it: settle what the admission holds once it lands, rather
             # than let a ticket nobody sends hold a place in the fair queue until its lease expires.
