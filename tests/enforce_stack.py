@@ -320,6 +320,15 @@ class RedisServer:
             self.process.terminate()
             self.process.wait(timeout=10)
 
+    def pause(self, seconds: float) -> None:
+        """Stops the server (SIGSTOP) for ``seconds``, then lets it go on: a Redis too slow to answer within its
+        clients' timeout, which then runs the scripts they gave up on."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(self.process.pid, signal.SIGCONT)
+
 
 def records(folder: Path) -> list[dict[str, Any]]:
     path = folder / "usage.jsonl"

@@ -1,7 +1,8 @@
 """A chaos run through two real LiteLLM proxies sharing a real redis-server, before ``quotacalc emulate`` failing
 requests: CHAOS_REQUESTS (10,000, as the issue asks; QUOTACALC_CHAOS_REQUESTS overrides it) with random client
 disconnects (mid-stream, and at a random moment before or after the response starts), engine failures, one proxy
-restart and one Redis restart; then conservation.
+restart, one Redis pause past the proxies' timeout (scripts whose replies they gave up on run when it goes on) and one
+Redis restart; then conservation.
 
 What keeps 10,000 requests to about five minutes on two shared cores: LiteLLM's own work per request (20-40 ms of
 CPU) is the cost, so outputs are short (1 to 16 tokens, with leases of 4 tokens so that streams still renew and stop
@@ -15,6 +16,7 @@ After the leases' life has passed:
 - each tenant's bucket is short by exactly the units its records debited (with refill made negligible), so nothing
   leaked either way,
 - each record debits exactly its prompt units (cached tokens at their weight) plus W x the tokens it streamed,
+- per request id, the store's settlement is the record's, and none landed in the store without a record,
 - no tenant was served more than its bucket (its contract here) plus one lease.
 
 The run sends no new request after CHAOS_SECONDS (QUOTACALC_CHAOS_SECONDS), a bound for a stalled machine; what it
@@ -65,6 +67,8 @@ LEASE_TOKENS = 4
 LEASE_TTL_S = 4.0
 TENANTS = ("alpha", "beta", "gamma")
 TIMEOUT_S = 60.0
+#: How long Redis is paused (SIGSTOP) mid-run: past the proxies' Redis timeout (redis_timeout_s, 1 s).
+REDIS_PAUSE_S = 2.0
 
 
 async def _one(client: httpx.AsyncClient, proxy: Proxy, tenant: str, rng: random.Random) -> str:
@@ -124,6 +128,10 @@ async def _drive(proxies: list[Proxy], redis_server: RedisServer, plan: list[tup
         await asyncio.to_thread(proxies[1].stop)
         await asyncio.to_thread(proxies[1].start)
         down.discard(1)
+        while len(outcomes) < third + third // 2:
+            await asyncio.sleep(0.05)
+        # Redis answers nothing for longer than the proxies' timeout, then runs the scripts they gave up on.
+        await asyncio.to_thread(redis_server.pause, REDIS_PAUSE_S)
         while len(outcomes) < 2 * third:
             await asyncio.sleep(0.05)
         await asyncio.to_thread(redis_server.stop)
@@ -201,6 +209,7 @@ def test_chaos_conserves_units(tmp_path):
         time.sleep(LEASE_TTL_S + 2.0)  # every lease's life has passed
         client = redis.Redis.from_url(redis_server.url)
         levels = {}
+        settled: dict[str, dict[str, list[float]]] = {}
         from quotacalc.core.policy import QuotaPolicy
         from quotacalc.enforce.redis_store import RedisBuckets
 
@@ -210,6 +219,12 @@ def test_chaos_conserves_units(tmp_path):
             if name in TENANTS:
                 levels[name] = store.level(index, 0.0)
                 assert client.hlen(tenant[2]) == 0, f"{name} still holds leases"
+                # What the store settled, per request ('held released charged forgiven billed'), under the request's
+                # id and a suffix of the proxy's own.
+                settled[name] = {
+                    key.decode().rsplit("/", 1)[0]: [float(part) for part in value.split()]
+                    for key, value in client.hgetall(tenant[3]).items()
+                }
     finally:
         for proxy in proxies:
             proxy.stop()
@@ -251,9 +266,21 @@ def test_chaos_conserves_units(tmp_path):
                 assert row["units_debited"] == pytest.approx(
                     prompt + weights["output"] * row["output_tokens"], rel=1e-9
                 ), row
+            landed = settled[name].pop(row["request_id"], None)
             if not row.get("store_failed"):
                 # What the bucket lacked at the end and the policy forgave was billed but never taken.
                 debited += row["units_debited"] - row["units_forgiven"]
+                # The record says what the store did for it.
+                assert landed is not None, ("settled in no store", row)
+                _held, released, charged, forgiven, billed = landed
+                assert (billed, released, charged, forgiven) == pytest.approx(
+                    (row["units_debited"], row["units_released"], row["units_charged"], row["units_forgiven"])
+                ), (row, landed)
+            else:
+                # Never confirmed (the proxy stopped while the store failed): nothing landed for it.
+                assert landed is None, ("settled with a record that says it was not", row, landed)
+        # No settlement landed in the store without a record of it.
+        assert not settled[name], (name, "settled in the store without a record", settled[name])
         # Nothing leaked: the bucket is short by what the records debited (settlements the store missed returned
         # their holds by expiry, and bill nothing).
         assert DEPTH - levels[name] == pytest.approx(debited, abs=1e-3), (name, levels[name], debited)

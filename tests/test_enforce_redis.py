@@ -168,6 +168,106 @@ def test_a_request_whose_lease_expired_while_it_waited_is_billed_in_full_at_the_
     assert gate.store.level(0, 0.0) == pytest.approx(depth - record["units_debited"], abs=1e-6)
 
 
+def _settle_while_paused(server, gate: Gate, ticket: Ticket, outcome: str) -> dict:
+    """Settle while redis-server is stopped (SIGSTOP) past the client's timeout: the client gives up on the reply,
+    then the server goes on and runs the script it had received. Returns the record the gate made meanwhile."""
+    import threading
+
+    paused = threading.Thread(target=server.pause, args=(1.0,))
+    paused.start()
+    try:
+        time.sleep(0.2)
+        record = gate.settle(ticket, outcome, 0.0)
+    finally:
+        paused.join()
+    redis.Redis.from_url(server.url).ping()  # the server runs again (and has run what it had received)
+    return record
+
+
+@pytest.mark.parametrize("outcome", [COMPLETED, ENGINE_ERROR])
+def test_a_settlement_whose_reply_was_lost_after_it_landed_is_recorded_with_what_it_did(server, outcome):
+    """A slow Redis (a loaded machine) answers a settlement after the client's timeout: the settlement landed, but the
+    gateway saw a failure. Its record must still say what the bucket lost: the gateway sends the same settlement again
+    (``confirm``), the store recognises it by the request's id and returns the figures of the one that landed, applying
+    nothing twice. The bucket ends short by exactly the units the record debited, and no lease is left."""
+    depth = 10_000.0
+    policy = _policy(depth)
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    client.flushdb()
+    store = RedisBuckets(client, policy, prefix="lost", lease_ttl_s=120.0)
+    gate = Gate(policy, sample_salts(policy), make_policy("incremental_lease", {}), store, GateSettings())
+    # A request settled before: the server has the scripts (a script it lacks would fail there and run nothing).
+    earlier = gate.arrive(0, 100, 300, 0.0, "earlier")
+    gate.dispatch(earlier.pool, 0.0)
+    assert gate.settle(earlier, ENGINE_ERROR, 0.0)["units_debited"] == 0
+    ticket = gate.arrive(0, 100, 300, 0.0, "lost-reply")
+    assert isinstance(ticket, Ticket)
+    gate.dispatch(ticket.pool, 0.0)
+    tokens = 5 if outcome == COMPLETED else 0
+    assert gate.on_tokens(ticket, tokens, 0.0) == tokens
+    record = _settle_while_paused(server, gate, ticket, outcome)
+    # The gateway saw the store fail: the record waits for the store to confirm it.
+    assert record["store_failed"] and gate.unconfirmed == {"lost-reply": ticket}
+    billed = record["units_debited"]
+    # It landed: the lease is gone and the bucket is short by what it billed, whatever the gateway saw.
+    assert client.hlen(store.keys[0][2]) == 0
+    assert store.level(0, 0.0) == pytest.approx(depth - billed, abs=1e-6)
+    confirmed = gate.confirm(ticket)
+    assert "store_failed" not in confirmed and not gate.unconfirmed
+    assert confirmed["units_debited"] == pytest.approx(billed)
+    assert store.level(0, 0.0) == pytest.approx(depth - confirmed["units_debited"], abs=1e-6)
+    assert confirmed["units_taken"] == pytest.approx(ticket.reserved_units)
+    assert confirmed["units_released"] == pytest.approx(ticket.reserved_units - billed)
+    assert client.hlen(store.keys[0][2]) == 0
+    # Sent once more (a proxy's shutdown settling what was cut off): the same figures, nothing applied twice.
+    again = store.settle_lease(0, "lost-reply", billed + 100.0, 0.0, carry_debt=False)
+    assert again.billed == pytest.approx(billed) and again.released == pytest.approx(confirmed["units_released"])
+    assert store.level(0, 0.0) == pytest.approx(depth - billed, abs=1e-6)
+
+
+def test_a_call_id_a_client_reuses_is_settled_anew_each_time(server):
+    """LiteLLM takes a request's call id from the client's x-litellm-call-id header: two requests under one id are two
+    leases and two settlements in the store (each admission's own key), so the second is not taken for a retry of the
+    first and served free."""
+    depth = 10_000.0
+    gate = _gate(server, _policy(depth))
+    debited = 0.0
+    for admission in ("a", "b"):
+        ticket = gate.arrive(0, 100, 300, 0.0, "same-id", lease_key=f"same-id/{admission}")
+        gate.dispatch(ticket.pool, 0.0)
+        assert gate.on_tokens(ticket, 5, 0.0) == 5
+        record = gate.settle(ticket, COMPLETED, 0.0)
+        assert record["units_debited"] > 0 and "store_failed" not in record
+        debited += record["units_debited"]
+    assert gate.store.level(0, 0.0) == pytest.approx(depth - debited, abs=1e-6)
+
+
+def test_a_settlement_that_never_landed_is_applied_once_when_the_store_answers_again(server):
+    """The other side of a failed settlement: Redis was down and ran nothing. Confirmed later, after the lease expired
+    and its hold went back, the settlement charges what the request received: short by exactly the record's units."""
+    depth = 10_000.0
+    policy = _policy(depth)
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    client.flushdb()
+    store = RedisBuckets(client, policy, prefix="down", lease_ttl_s=0.5)
+    gate = Gate(
+        policy, sample_salts(policy), make_policy("incremental_lease", {}), store, GateSettings(lease_ttl_s=0.5)
+    )
+    ticket = gate.arrive(0, 100, 300, 0.0, "never-landed")
+    gate.dispatch(ticket.pool, 0.0)
+    assert gate.on_tokens(ticket, 3, 0.0) == 3
+    down = RedisBuckets(redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.3), policy, prefix="down")
+    gate.store = gate.ledger.store = down
+    record = gate.settle(ticket, COMPLETED, 0.0)
+    assert record["store_failed"] and "never-landed" in gate.unconfirmed
+    gate.store = gate.ledger.store = store
+    time.sleep(0.8)  # the lease expires: its hold is back in the bucket
+    assert store.level(0, 0.0) == pytest.approx(depth, abs=1e-6)
+    confirmed = gate.confirm(ticket)
+    assert confirmed["units_taken"] == 0 and confirmed["units_charged"] == pytest.approx(confirmed["units_debited"])
+    assert store.level(0, 0.0) == pytest.approx(depth - confirmed["units_debited"], abs=1e-6)
+
+
 # -- a Redis that hangs: the event loop goes on ------------------------------------------------------------------------
 
 
@@ -385,9 +485,8 @@ def test_the_async_client_reconnects_after_a_redis_restart_before_sending_a_scri
 
 
 def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server, tmp_path):
-    """A client that goes away cancels its request's coroutine, possibly while its settlement waits on Redis between
-    ending the lease and returning the units: the settlement runs to its end regardless, so the bucket is back at
-    depth (nothing was billed) and no lease is left."""
+    """A client that goes away cancels its request's coroutine, possibly while its settlement waits on Redis: the
+    settlement runs to its end regardless, so the bucket is back at depth (nothing was billed) and no lease is left."""
     import asyncio
     import contextlib
     import os
@@ -414,16 +513,16 @@ def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server
         data = await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
         ticket = enforcer._ticket(data)
         assert ticket is not None and ticket.hold > 0
-        # The lease has ended and the units are on their way back (a slow reply) when the client goes away.
+        # The settlement is on its way to Redis (a slow reply) when the client goes away.
         returning = asyncio.Event()
-        credit = enforcer.store._awaited["credit"]
+        settle = enforcer.store._awaited["settle"]
 
-        async def slow_credit(**script):
+        async def slow_settle(**script):
             returning.set()
             await asyncio.sleep(0.05)
-            return await credit(**script)
+            return await settle(**script)
 
-        enforcer.store._awaited["credit"] = slow_credit
+        enforcer.store._awaited["settle"] = slow_settle
         settling = asyncio.ensure_future(enforcer._settle(ticket, ENGINE_ERROR))  # nothing billed
         await returning.wait()
         settling.cancel()
@@ -490,3 +589,64 @@ def test_fail_open_serves_unmetered_and_records_each_requests_tokens_at_its_end(
     assert document["rows_used"] == 2
     alpha = next(t for t in document["tenants"] if t["tenant"] == "alpha")
     assert alpha["requests"] == 2 and alpha["units"] > 0
+
+
+def test_the_proxy_writes_a_lost_settlements_record_once_the_store_confirms_it(server, tmp_path):
+    """In the plugin: a settlement whose reply came later than redis_timeout_s is not written as failed; the sweeper
+    sends it again, and the one record written carries the figures the store applied."""
+    import asyncio
+    import os
+
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
+
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    folder = generate(tmp_path)
+    depth = 100_000.0
+    edit_policy(folder, alpha={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", redis_timeout_s=0.3)
+    redis.Redis.from_url(server.url).flushdb()
+    os.environ["QUOTACALC_REDIS_URL"] = server.url
+    try:
+        enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    finally:
+        del os.environ["QUOTACALC_REDIS_URL"]
+    enforcer._mounted = True  # no proxy app to mount the metrics on
+    body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
+            "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
+
+    async def lost_then_confirmed():
+        # One request settled first: the server has the settlement's script (one it lacked would run nothing).
+        first = enforcer._ticket(await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion"))
+        await enforcer._settle(first, DISCONNECT)
+        ticket = enforcer._ticket(await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion"))
+        assert ticket is not None and ticket.hold > 0
+        await enforcer._ticket_call(ticket, enforcer.gate.on_tokens, 3, time.time())
+        paused = asyncio.ensure_future(asyncio.to_thread(server.pause, 1.0))
+        await asyncio.sleep(0.2)
+        await enforcer._settle(ticket, COMPLETED)
+        await paused
+        unwritten = [r for r in records(folder) if r["request_id"] == ticket.request_id]
+        assert ticket.request_id in enforcer.gate.unconfirmed and not unwritten
+        enforcer._start_background()  # the sweeper
+        for _ in range(50):
+            if not enforcer.gate.unconfirmed:
+                break
+            await asyncio.sleep(0.1)
+        return ticket.request_id, ticket.lease_key
+
+    request_id, lease_key = asyncio.run(lost_then_confirmed())
+    written = [r for r in records(folder) if r["request_id"] == request_id]
+    assert len(written) == 1 and "store_failed" not in written[0], written
+    record = written[0]
+    assert record["units_debited"] > 0
+    client = redis.Redis.from_url(server.url)
+    store = enforcer.store
+    held, released, charged, forgiven, billed = (float(x) for x in client.hget(store.keys[0][3], lease_key).split())
+    assert (held, billed, released, charged, forgiven) == pytest.approx(
+        (record["units_taken"], record["units_debited"], record["units_released"], record["units_charged"], 0.0)
+    )
+    # The first request billed its prompt (a disconnect at the engine); the bucket lost exactly the two records' units.
+    debited = sum(r["units_debited"] for r in records(folder) if r.get("pool"))
+    assert store.level(0, 0.0) == pytest.approx(depth - debited, abs=1e-6)
+    assert client.hlen(store.keys[0][2]) == 0

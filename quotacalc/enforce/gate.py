@@ -93,6 +93,9 @@ class Ticket:
     limit_tokens: int
     kv_estimate: int
     start_s: float
+    #: Its key in a shared store (its lease, its settlement): unique to this admission, where ``request_id`` is the
+    #: gateway's call id, which a client may set (a settlement kept under a reused id would be taken for a retry).
+    lease_key: str = ""
     #: The replica of the pool the gateway placed it on (its resident-KV cap is counted there), once sent.
     replica: int | None = None
     hold: float = 0.0
@@ -189,6 +192,8 @@ class Gate:
             )
         self.inflight = [0] * len(self.tenants)
         self.live: dict[str, Ticket] = {}
+        #: Settled tickets whose settlement the shared store did not confirm (``confirm`` sends it again).
+        self.unconfirmed: dict[str, Ticket] = {}
         self.stats = [TenantStats() for _ in self.tenants]
         # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
         # holds nothing past it; ``holding_for`` names the request the store's next take is for.
@@ -210,7 +215,7 @@ class Gate:
         a take or a refresh there sets its expiry, and a round trip saved is latency saved)."""
         ticket.lease_expires_s = now + self.settings.lease_ttl_s
         if self._leases_in_store and ticket.hold > 0 and now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
-            self.store.refresh_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
+            self.store.refresh_lease(ticket.tenant, ticket.lease_key)  # type: ignore[attr-defined]
             ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
@@ -236,11 +241,18 @@ class Gate:
     # -- admission ---------------------------------------------------------------------------------
 
     def arrive(
-        self, tenant: int, prompt_tokens: int, client_max_tokens: int | None, now: float, request_id: str
+        self,
+        tenant: int,
+        prompt_tokens: int,
+        client_max_tokens: int | None,
+        now: float,
+        request_id: str,
+        lease_key: str | None = None,
     ) -> Refusal | Ticket:
         """Decide on a request: too long (400), never fits (413, no Retry-After), the bucket (429 with
         Retry-After), else admitted with the policy's units held; routed to the long-context pool above the
-        threshold. Admitted tickets then wait for ``dispatch``."""
+        threshold. Admitted tickets then wait for ``dispatch``. ``lease_key``: the request's key in a shared store
+        (its lease and its settlement), unique to this admission; ``request_id`` where none is given."""
         t = self.tenants[tenant]
         pool = self.pools[t.pool]
         weights = t.weights
@@ -279,6 +291,7 @@ class Gate:
             limit_tokens=limit,
             kv_estimate=prompt_tokens + limit,
             start_s=now,
+            lease_key=lease_key or request_id,
         )
         if never_fits(self.caps[tenant], ticket.kv_estimate):
             return self.refuse(
@@ -292,7 +305,7 @@ class Gate:
                     code="never_fits",
                 ),
             )
-        with self._holding_for(request_id):
+        with self._holding_for(ticket.lease_key):
             admission = self.ledger.admit(tenant, ticket, now)
         if admission.outcome == NEVER_ADMISSIBLE:
             return self.refuse(
@@ -337,7 +350,7 @@ class Gate:
         lease boundary): the tokens granted, which the engine's max_tokens is then capped at."""
         while ticket.granted < ticket.limit_tokens:
             before = ticket.hold
-            with self._holding_for(ticket.request_id):
+            with self._holding_for(ticket.lease_key):
                 renewed = self.ledger.renew(ticket.tenant, ticket, now)
             if renewed <= 0:
                 break
@@ -491,7 +504,7 @@ class Gate:
         for _ in range(tokens):
             if ticket.output_tokens >= ticket.granted and ticket.granted < UNLIMITED:
                 before = ticket.hold
-                with self._holding_for(ticket.request_id):
+                with self._holding_for(ticket.lease_key):
                     extended = self.ledger.renew(ticket.tenant, ticket, now)
                 if extended <= 0:
                     break
@@ -562,14 +575,14 @@ class Gate:
         else:
             try:
                 if self._leases_in_store:
-                    # What the store still holds for it: less than the gate's count where the lease expired on the
-                    # way (its units went back to the bucket then), so nothing is returned twice.
-                    ticket.hold = self.store.end_lease(ticket.tenant, ticket.request_id)  # type: ignore[attr-defined]
-                    taken = ticket.hold + streamed
-                settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
-            except Exception:  # the store is down: its lease's expiry returns the hold; the request still ends here
+                    taken, settlement = self._settle_in_store(ticket, billed, streamed)
+                else:
+                    settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
+            except Exception:  # the store is down or its reply was lost: ``confirm`` sends the same settlement again
                 store_failed = True
                 settlement = Settlement(billed, 0.0, 0.0, 0.0)
+                if self._leases_in_store:
+                    self.unconfirmed[ticket.request_id] = ticket
         ticket.state = DONE
         ticket.outcome = outcome
         ticket.end_s = now
@@ -616,6 +629,36 @@ class Gate:
         if status is not None:
             ticket.record["status"] = status
         return ticket.record
+
+    def _settle_in_store(self, ticket: Ticket, billed: float, streamed: float) -> tuple[float, Settlement]:
+        """The ledger's settlement as one atomic, idempotent step of a shared store, on what the store still holds
+        for the request: less than the gate's count where the lease expired on the way (its units went back to the
+        bucket then), so nothing is returned twice. Returns the units taken and the settlement."""
+        done = self.store.settle_lease(  # type: ignore[attr-defined]
+            ticket.tenant, ticket.lease_key, billed, streamed, carry_debt=self.admission.carries_debt
+        )
+        ticket.hold = 0.0
+        return done.held + streamed, Settlement(done.billed, done.released, done.charged, done.forgiven)
+
+    def confirm(self, ticket: Ticket) -> dict[str, Any]:
+        """Send again a settlement the store did not confirm (it failed, or its reply was lost after it landed): the
+        store applies it once, keyed by the request's id, and the record takes the figures of the one that landed.
+        Raises while the store still fails; the ticket stays in ``unconfirmed``."""
+        record = ticket.record
+        assert record is not None and ticket.request_id in self.unconfirmed
+        taken, settlement = self._settle_in_store(ticket, record["units_debited"], ticket.streamed_units)
+        del self.unconfirmed[ticket.request_id]
+        self.stats[ticket.tenant].units_released += settlement.released
+        self.stats[ticket.tenant].units_debited += settlement.billed - record["units_debited"]
+        record.pop("store_failed", None)
+        record.update(
+            units_taken=taken,
+            units_debited=settlement.billed,
+            units_released=settlement.released,
+            units_charged=settlement.charged,
+            units_forgiven=settlement.forgiven,
+        )
+        return record
 
     def expired(self, now: float) -> list[Ticket]:
         """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one

@@ -214,6 +214,8 @@ class QuotacalcEnforcer(CustomLogger):
             try:
                 for ticket in self.gate.expired(time.time()):
                     await self._settle(ticket, LEASE_EXPIRED)
+                for ticket in list(self.gate.unconfirmed.values()):
+                    await self._gate_call(self._confirm_and_write, ticket)
             except Exception:  # the sweeper must outlive a store's outage
                 log.exception("quotacalc: settling expired leases failed")
 
@@ -307,10 +309,7 @@ class QuotacalcEnforcer(CustomLogger):
             pending = self._ticket_calls.pop(ticket.request_id, None)
             if pending is not None:
                 await asyncio.wait([pending])
-            record = await self._gate_call(self.gate.settle, ticket, outcome, time.time(), **usage)
-            if record is not None and record.get("store_failed"):
-                self._count_store_failure(None)
-            self.write_record(record)
+            record = await self._gate_call(self._settle_and_write, ticket, outcome, time.time(), usage)
             await self._pump(ticket.pool)
         finally:
             self._settling.discard(ticket.request_id)
@@ -320,6 +319,20 @@ class QuotacalcEnforcer(CustomLogger):
                 before = self._spent_s.pop(ticket.request_id, (0.0, 0.0))
                 self.plugin_seconds["request"].observe(before[0] + spent)
                 self.plugin_seconds["request_cpu"].observe(before[1] + time.thread_time() - started_cpu)
+
+    def _settle_and_write(self, ticket: Ticket, outcome: str, now: float, usage: dict[str, Any]) -> Any:
+        """Settle and write the record in one gate call, with no wait between them: a proxy that stops while a
+        settlement is under way either has its record or settles it again at shutdown. A settlement the store did
+        not confirm is written once the sweeper (or the shutdown) has it confirmed, with the figures that landed."""
+        record = self.gate.settle(ticket, outcome, now, **usage)
+        if record is not None and ticket.request_id in self.gate.unconfirmed:
+            self._count_store_failure(None)
+        else:
+            self.write_record(record)
+        return record
+
+    def _confirm_and_write(self, ticket: Ticket) -> None:
+        self.write_record(self.gate.confirm(ticket))
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
         if str(call_type) not in _CALL_TYPES and getattr(call_type, "value", None) not in _CALL_TYPES:
@@ -364,7 +377,10 @@ class QuotacalcEnforcer(CustomLogger):
         client_max = data.get("max_completion_tokens") or data.get("max_tokens")
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
         try:
-            outcome = await self._gate_call(gate.arrive, tenant, prompt_tokens, client_max, now, request_id)
+            # The store keys the request by an id of its own: LiteLLM takes its call id from the client's
+            # x-litellm-call-id header, and a settlement kept under a reused id would be taken for a retry of it.
+            lease_key = f"{request_id}/{uuid.uuid4().hex}"
+            outcome = await self._gate_call(gate.arrive, tenant, prompt_tokens, client_max, now, request_id, lease_key)
         except asyncio.CancelledError:
             # The client went away while Redis admitted it: settle what the admission holds once it lands, rather
             # than let a ticket nobody sends hold a place in the fair queue until its lease expires.
@@ -601,13 +617,18 @@ class QuotacalcEnforcer(CustomLogger):
         return None
 
     def shutdown(self) -> None:
-        """Settle every live request (the proxy is stopping) and write their records."""
+        """Settle every live request (the proxy is stopping) and write their records. A settlement cut off mid-way
+        is sent again: the store applies each request's settlement once, so this one returns what landed, if any.
+        One the store still does not confirm is written as it stands (``store_failed``)."""
         now = time.time()
         for ticket in list(self.gate.live.values()):
-            if ticket.request_id in self._settling:
-                continue  # its settlement was cut off mid-way: its lease's expiry settles the store, never twice
             with contextlib.suppress(Exception):
-                self.write_record(self.gate.settle(ticket, SHUTDOWN, now))
+                self._settle_and_write(ticket, SHUTDOWN, now, {})
+        for ticket in list(self.gate.unconfirmed.values()):
+            try:
+                self._confirm_and_write(ticket)
+            except Exception:
+                self.write_record(ticket.record)
 
 
 def _chunk_tokens(choices: list[Any]) -> int:

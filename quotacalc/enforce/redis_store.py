@@ -4,7 +4,8 @@ Every operation is one Lua script, so it is atomic on the server, and reads the 
 gateways whose clocks disagree refill the same bucket alike. A tenant's keys share one hash tag
 (``quotacalc:{tenant}:...``): they live in one slot, so each script works on Redis Cluster. A lease is recorded
 with its expiry by the script that takes its units (atomically, so a lost reply leaves a lease that expires); a script that touches a tenant's bucket first returns the units of its expired
-leases to it, so a gateway that dies holds nothing past its leases' life.
+leases to it, so a gateway that dies holds nothing past its leases' life. A request is settled by one script that
+keeps its figures under its id: a settlement sent again (its reply was lost) returns them and applies nothing twice.
 
 Inside a proxy the scripts go through ``redis.asyncio`` (``from_url``): the gate runs in
 ``quotacalc.enforce.bridge.run`` and each script is awaited on the event loop, so a slow or hung Redis holds up only
@@ -14,12 +15,29 @@ the same scripts run on a blocking client.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from quotacalc.admission.state import Taken
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.enforce.bridge import await_only, in_bridge
 from quotacalc.enforce.settings import REDIS_TIMEOUT_S
+
+#: How long the store keeps each settlement's figures by request id (a day): a settlement sent again within it (its
+#: reply was lost and the gateway retries it) is recognised and applied once. It bounds how long a gateway may retry.
+SETTLED_KEEP_S = 86_400.0
+
+
+class LeaseSettlement(NamedTuple):
+    """What the store's settlement of one request did, in units."""
+
+    #: What its lease still held (less than the gateway's count where it expired and went back to the bucket).
+    held: float
+    released: float
+    charged: float
+    forgiven: float
+    #: The units billed by the settlement that landed (a retry's own figure is not applied).
+    billed: float
+
 
 #: Refill to the server's now and return expired leases' units; leaves ``now``, ``level``, ``depth`` set.
 _PRELUDE = """
@@ -111,13 +129,42 @@ return 1
 """
 )
 
-#: End a lease: the units it still held (0 where it expired and they went back to the bucket).
-_END_LEASE = """
-local held = redis.call('HGET', KEYS[3], ARGV[1]) or '0'
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-return held
+#: Settle a request in one step (ARGV[3]: its id, ARGV[4]: the units billed, ARGV[5]: the units it streamed,
+#: ARGV[6]: '1' where a charge the bucket lacks stays owed, ARGV[7]: how long a settlement is kept): end its lease,
+#: release (or charge) the difference between what it held and streamed and what it is billed, and keep the figures
+#: under its id (KEYS[4], by time in KEYS[5]). One script, so a settlement is applied whole or not at all; kept by id,
+#: so a settlement sent again (its reply was lost: a timeout, a restart) returns the figures of the one that landed
+#: and applies nothing twice. Returns 'held released charged forgiven billed'.
+_SETTLE = (
+    _PRELUDE
+    + """
+local keep_before = now - tonumber(ARGV[7])
+local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', keep_before)
+for _, id in ipairs(old) do redis.call('HDEL', KEYS[4], id) end
+if #old > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', keep_before) end
+local done = redis.call('HGET', KEYS[4], ARGV[3])
+if done then save(); return done end
+local held = tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0') or 0
+redis.call('HDEL', KEYS[3], ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[3])
+local billed = tonumber(ARGV[4])
+local difference = billed - (held + tonumber(ARGV[5]))
+local released, charged, forgiven = 0, 0, 0
+if difference < 0 then
+  released = -difference
+  level = math.min(depth, level + released)
+elseif difference > 0 then
+  charged = difference
+  level = level - difference
+  if level < 0 and ARGV[6] ~= '1' then forgiven = -level; level = 0 end
+end
+save()
+local figures = string.format('%.17g %.17g %.17g %.17g %.17g', held, released, charged, forgiven, billed)
+redis.call('HSET', KEYS[4], ARGV[3], figures)
+redis.call('ZADD', KEYS[5], now, ARGV[3])
+return figures
 """
+)
 
 
 class RedisBuckets:
@@ -134,6 +181,7 @@ class RedisBuckets:
         *,
         prefix: str = "quotacalc",
         lease_ttl_s: float = 120.0,
+        settled_keep_s: float = SETTLED_KEEP_S,
         async_client: Any = None,
     ):
         self.client = client
@@ -141,8 +189,9 @@ class RedisBuckets:
         self.rates = [t.bucket_rate_units_per_s for t in policy.tenants]
         self.depths = [t.bucket_depth_units for t in policy.tenants]
         self.lease_ttl_s = lease_ttl_s
+        self.settled_keep_s = settled_keep_s
         self.keys = [
-            [f"{prefix}:{{{t.name}}}:bucket", f"{prefix}:{{{t.name}}}:expiry", f"{prefix}:{{{t.name}}}:leases"]
+            [f"{prefix}:{{{t.name}}}:{key}" for key in ("bucket", "expiry", "leases", "settled", "settled_at")]
             for t in policy.tenants
         ]
         sources = {
@@ -152,7 +201,7 @@ class RedisBuckets:
             "debit": _DEBIT,
             "credit": _CREDIT,
             "refresh": _REFRESH,
-            "end_lease": _END_LEASE,
+            "settle": _SETTLE,
         }
         self._blocking = {name: client.register_script(source) for name, source in sources.items()}
         self._awaited = (
@@ -240,6 +289,20 @@ class RedisBuckets:
         args = self._args(tenant, repr(self.lease_ttl_s), request_id)
         return bool(self._run("refresh", self.keys[tenant], args))
 
-    def end_lease(self, tenant: int, request_id: str) -> float:
-        """Forget the lease; the units it still held (0 where it expired and they went back to the bucket)."""
-        return float(self._run("end_lease", self.keys[tenant], [request_id]))
+    def settle_lease(
+        self, tenant: int, request_id: str, billed: float, streamed: float, *, carry_debt: bool
+    ) -> LeaseSettlement:
+        """End the request's lease and settle it against ``billed`` in one atomic script; sent again for the same
+        request (within ``settled_keep_s``), the figures of the settlement that landed, nothing applied twice."""
+        args = self._args(
+            tenant,
+            request_id,
+            repr(billed),
+            repr(streamed),
+            "1" if carry_debt else "0",
+            repr(self.settled_keep_s),
+        )
+        reply = self._run("settle", self.keys[tenant], args)
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        held, released, charged, forgiven, billed_then = (float(part) for part in text.split())
+        return LeaseSettlement(held, released, charged, forgiven, billed_then)
