@@ -85,9 +85,23 @@ def test_a_429s_retry_after_and_the_refill_run_on_the_servers_clock(server):
     assert refused.status == 429
     # The level is 1000 - hold (+ a few ms of refill); the deficit is hold - level.
     assert refused.retry_after_s == pytest.approx((2 * first.hold - 1000) / 100, abs=1)
+    # The refill between two reads lies between the server's clock at the first's end and the second's start, and at
+    # the first's start and the second's end (a loaded machine stretches the sleep, not the bounds).
+    client = redis.Redis.from_url(server.url)
+
+    def server_s() -> float:
+        seconds, microseconds = client.time()
+        return seconds + microseconds / 1e6
+
+    first_start = server_s()
     before = gate.store.level(0, 0.0)
+    first_end = server_s()
     time.sleep(0.3)
-    assert gate.store.level(0, 0.0) == pytest.approx(before + 30, abs=5)
+    second_start = server_s()
+    after = gate.store.level(0, 0.0)
+    second_end = server_s()
+    assert 100 * (second_start - first_end) - 1e-6 <= after - before <= 100 * (second_end - first_start) + 1e-6
+    assert after - before >= 100 * 0.3 * 0.9  # and the refill did run
 
 
 def test_a_lease_that_expires_gives_its_units_back(server):
