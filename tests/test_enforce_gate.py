@@ -424,3 +424,53 @@ def test_a_response_not_streamed_whose_lease_expires_is_billed_what_it_was_grant
     assert record["output_tokens"] == granted == 300
     assert record["units_debited"] == pytest.approx(weights.request_units(10, 0, 0) + weights.output * 300)
     assert record["units_released"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_call_id_in_flight_is_refused_409_not_taken_for_the_first():
+    """The client sets the call id (LiteLLM's x-litellm-call-id) and the gate keys each live request by it: a second
+    request with the id of one in flight is refused, and the first goes on untouched; once it ends, the id is free."""
+    gate = _gate()
+    globex = _tenant(gate, "globex")
+    first = gate.arrive(globex, 100, 10, 0.0, "same")
+    assert isinstance(first, Ticket)
+    refusal = gate.refuse_call_id_in_use(globex, "same")
+    assert refusal is not None and refusal.status == 409 and refusal.retry_after_s is None
+    assert gate.stats[globex].rejects == {refusal.reason: 1}
+    assert gate.live["same"] is first
+    assert gate.refuse_call_id_in_use(globex, "other") is None
+    assert gate.refuse_call_id_in_use(globex, "other", elsewhere=True) is not None  # the driver's own state
+    gate.dispatch(first.pool, 0.0)
+    gate.settle(first, COMPLETED, 1.0, prompt_tokens=100, output_tokens=10)
+    assert gate.refuse_call_id_in_use(globex, "same") is None
+
+
+def test_the_plugin_refuses_a_second_request_with_a_call_id_in_flight(tmp_path):
+    """In the plugin, with state in memory: the second pre-call with the call id of a live stream gets the 409 and a
+    refusal record, and the first stream's ticket is the one still found by that id."""
+    import asyncio
+
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
+    from enforce_stack import edit_settings, generate
+    from fastapi import HTTPException
+
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    folder = generate(tmp_path)
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4")
+    enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    enforcer._mounted = True  # no proxy app to mount the metrics on
+    body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
+            "litellm_call_id": "client-chosen", "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
+
+    async def twice():
+        data = await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
+        first = enforcer._ticket(data)
+        with pytest.raises(HTTPException) as refused:
+            await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
+        return first, refused.value
+
+    first, refused = asyncio.run(twice())
+    assert first is not None and enforcer.gate.live["client-chosen"] is first
+    assert refused.status_code == 409 and refused.headers["x-quotacalc-reason"] == "call_id_in_use"
+    lines = [json.loads(line) for line in (folder / "usage.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(r["request_id"], r["status"]) for r in lines] == [("client-chosen", 409)]

@@ -43,6 +43,7 @@ BUCKET = "bucket"
 QUEUE_TIMEOUT = "queue_timeout"
 UNKNOWN_TENANT = "unknown_tenant"
 STORE_DOWN = "store_down"
+CALL_ID_IN_USE = "call_id_in_use"
 
 #: Terminal outcomes of an admitted request.
 COMPLETED = "completed"
@@ -231,6 +232,23 @@ class Gate:
             f"quotacalc: the request's tenant ({said}) is not in the policy: ask the platform for a key of your tenant",
             kind="authentication_error" if not name else "permission_denied",
             code=UNKNOWN_TENANT,
+        )
+
+    def refuse_call_id_in_use(self, tenant: int, request_id: str, *, elsewhere: bool = False) -> Refusal | None:
+        """A 409 where a request in flight already has this call id (in the gate, or ``elsewhere`` in its driver's
+        state): the client sets it (LiteLLM's x-litellm-call-id), and the gateway's state keys each live request by
+        it, so a second would be taken for the first (its tokens billed to it, its settlement ending it)."""
+        if request_id not in self.live and not elsewhere:
+            return None
+        return self.refuse(
+            tenant,
+            Refusal(
+                409,
+                CALL_ID_IN_USE,
+                "quotacalc: another request in flight has this call id (x-litellm-call-id): send a new id, or none",
+                kind="invalid_request_error",
+                code=CALL_ID_IN_USE,
+            ),
         )
 
     def refuse(self, tenant: int, refusal: Refusal) -> Refusal:

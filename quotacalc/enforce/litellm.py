@@ -376,6 +376,12 @@ class QuotacalcEnforcer(CustomLogger):
             )
         client_max = data.get("max_completion_tokens") or data.get("max_tokens")
         client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
+        in_use = gate.refuse_call_id_in_use(
+            tenant, request_id, elsewhere=request_id in self.waiters or request_id in self._settling
+        )
+        if in_use is not None:
+            self.write_record(refusal_record(in_use, name, request_id, now, prompt_tokens))
+            raise self.http_error(in_use)
         try:
             # The store keys the request by an id of its own: LiteLLM takes its call id from the client's
             # x-litellm-call-id header, and a settlement kept under a reused id would be taken for a retry of it.
