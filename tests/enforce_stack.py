@@ -351,3 +351,18 @@ def stream_chat(proxy: Proxy, tenant: str, body: dict[str, Any], timeout: float 
             if line.startswith("data: ") and line != "data: [DONE]":
                 events.append(json.loads(line.removeprefix("data: ")))
     return 200, events
+
+
+def in_process_enforcer(folder: Path, redis_url: str | None = None):
+    """The plugin as LiteLLM loads it, driven in this process (no proxy app to mount its metrics on); ``redis_url``:
+    its store's Redis, for ``state: redis``."""
+    from quotacalc.enforce.litellm import QuotacalcEnforcer
+
+    if redis_url is not None:
+        os.environ["QUOTACALC_REDIS_URL"] = redis_url
+    try:
+        enforcer = QuotacalcEnforcer(folder / "enforce.json")
+    finally:
+        os.environ.pop("QUOTACALC_REDIS_URL", None)
+    enforcer._mounted = True
+    return enforcer

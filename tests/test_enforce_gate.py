@@ -450,15 +450,12 @@ def test_the_plugin_refuses_a_second_request_with_a_call_id_in_flight(tmp_path):
     import asyncio
 
     pytest.importorskip("litellm", reason="the litellm extra is not installed")
-    from enforce_stack import edit_settings, generate
+    from enforce_stack import edit_settings, generate, in_process_enforcer
     from fastapi import HTTPException
-
-    from quotacalc.enforce.litellm import QuotacalcEnforcer
 
     folder = generate(tmp_path)
     edit_settings(folder, tenant_from="header", prompt_tokens="bytes4")
-    enforcer = QuotacalcEnforcer(folder / "enforce.json")
-    enforcer._mounted = True  # no proxy app to mount the metrics on
+    enforcer = in_process_enforcer(folder)
     body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
             "litellm_call_id": "client-chosen", "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
 

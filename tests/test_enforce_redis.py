@@ -25,6 +25,7 @@ from enforce_stack import (  # noqa: E402
     edit_policy,
     edit_settings,
     generate,
+    in_process_enforcer,
     litellm_executable,
     records,
     wait_until,
@@ -503,23 +504,15 @@ def test_a_request_cancelled_during_its_settlement_still_returns_its_hold(server
     settlement runs to its end regardless, so the bucket is back at depth (nothing was billed) and no lease is left."""
     import asyncio
     import contextlib
-    import os
 
     pytest.importorskip("litellm", reason="the litellm extra is not installed")
-
-    from quotacalc.enforce.litellm import QuotacalcEnforcer
 
     folder = generate(tmp_path)
     depth = 100_000.0
     edit_policy(folder, alpha={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
     edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", records=None)
     redis.Redis.from_url(server.url).flushdb()
-    os.environ["QUOTACALC_REDIS_URL"] = server.url
-    try:
-        enforcer = QuotacalcEnforcer(folder / "enforce.json")
-    finally:
-        del os.environ["QUOTACALC_REDIS_URL"]
-    enforcer._mounted = True  # no proxy app to mount the metrics on
+    enforcer = in_process_enforcer(folder, server.url)
     body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
             "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
 
@@ -609,23 +602,15 @@ def test_the_proxy_writes_a_lost_settlements_record_once_the_store_confirms_it(s
     """In the plugin: a settlement whose reply came later than redis_timeout_s is not written as failed; the sweeper
     sends it again, and the one record written carries the figures the store applied."""
     import asyncio
-    import os
 
     pytest.importorskip("litellm", reason="the litellm extra is not installed")
-
-    from quotacalc.enforce.litellm import QuotacalcEnforcer
 
     folder = generate(tmp_path)
     depth = 100_000.0
     edit_policy(folder, alpha={"bucket_depth_units": depth, "bucket_rate_units_per_s": 1e-9})
     edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", redis_timeout_s=0.3)
     redis.Redis.from_url(server.url).flushdb()
-    os.environ["QUOTACALC_REDIS_URL"] = server.url
-    try:
-        enforcer = QuotacalcEnforcer(folder / "enforce.json")
-    finally:
-        del os.environ["QUOTACALC_REDIS_URL"]
-    enforcer._mounted = True  # no proxy app to mount the metrics on
+    enforcer = in_process_enforcer(folder, server.url)
     body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
             "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
 
