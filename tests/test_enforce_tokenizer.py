@@ -103,6 +103,7 @@ def _count_in(hf_home: Path) -> dict:
 
 
 def test_admission_counts_with_the_engines_tokenizer_where_the_cache_has_it_else_tiktoken(tmp_path):
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     empty = _count_in(tmp_path / "empty")

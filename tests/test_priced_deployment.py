@@ -232,6 +232,7 @@ def test_a_comparisons_context_error_names_the_key_or_the_flag(run_cli, tmp_path
 
 
 def test_fleet_of_flags_alone_names_the_flag(run_cli, tmp_path):
+    pytest.importorskip("duckdb", reason="the fleet extra is not installed")
     log = tmp_path / "log.jsonl"
     log.write_text("{}\n", encoding="utf-8")
     code, _, err = run_cli("fleet", log, *FLAGS[:-4], "--tp", "3", "--json")
