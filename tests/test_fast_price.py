@@ -204,24 +204,3 @@ def test_a_calibrated_plan_prices_the_same(tmp_path, run_cli, capsys):
     rows = {row["gpu"]: row for row in json.loads(ended["--gpu h100-sxm,h200 --json"][1])["rows"]}
     assert rows["h100-sxm"]["calibrated"] is True and rows["h200"]["calibrated"] is False
     assert ended["--gpu h200 --strict"][0] != 0
-
-
-def test_rich_is_imported_without_attrs_which_stays_importable():
-    """A price's table imports rich's console with attrs hidden from rich.pretty, and nothing else: attrs imports
-    afterwards as usual, and a process that had attrs already keeps rich's attrs support."""
-    pytest.importorskip("attr", reason="attrs is not installed: rich has no attrs support to keep")
-    check = (
-        "import sys\n"
-        "{before}"
-        "from quotacalc.cli.fast import import_rich_without_attrs\n"
-        "import_rich_without_attrs()\n"
-        "import rich.pretty\n"
-        "print('rich.console' in sys.modules, 'attr' in sys.modules, rich.pretty._has_attrs)\n"
-        "import attr\n"
-        "print(attr.has(int) is False, rich.pretty._has_attrs)\n"
-    )
-    for before, expected in (("", "True False False\nTrue False\n"), ("import attr\n", "False True True\nTrue True\n")):
-        proc = subprocess.run(
-            [sys.executable, "-c", check.format(before=before)], capture_output=True, text=True, timeout=60
-        )
-        assert (proc.returncode, proc.stdout, proc.stderr) == (0, expected, "")

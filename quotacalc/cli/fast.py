@@ -130,20 +130,6 @@ def run_as_typer_runs(command: Callable[[], Any]) -> Any:
         raise
 
 
-def import_rich_without_attrs() -> None:
-    """Import rich's console with attrs hidden from it, when neither is imported yet: ``rich.pretty`` imports attrs
-    (when installed) only to pretty-print attrs classes, which a price never prints, and the import was a twentieth
-    of the call. attrs is importable again at once, for anything else in the process that wants it."""
-    if "rich.console" in sys.modules or "attr" in sys.modules:
-        return
-    sys.modules["attr"] = None  # type: ignore[assignment]  # the import system's "not installed"
-    try:
-        import rich.console  # noqa: F401
-    finally:
-        if sys.modules.get("attr", 0) is None:
-            del sys.modules["attr"]
-
-
 def serve(args: list[str]) -> bool:
     """Run ``quotacalc ARGS`` here if it is a plain ``price``; False, having done nothing, if it is not."""
     import gc
@@ -159,8 +145,6 @@ def serve(args: list[str]) -> bool:
         from quotacalc.cli.outcome import report_outcome
         from quotacalc.cli.pricing import run_price
 
-        if not arguments["as_json"]:
-            import_rich_without_attrs()
         report_outcome(lambda: run_as_typer_runs(lambda: run_price(**arguments)))
         return True
     finally:
