@@ -28,6 +28,7 @@ from enforce_stack import (  # noqa: E402
     in_process_enforcer,
     litellm_executable,
     records,
+    stream_chat,
     wait_until,
 )
 
@@ -162,6 +163,40 @@ def test_two_proxies_share_one_tenants_bucket_and_fail_closed_while_redis_is_dow
         assert proxies[0].chat("beta", body).status_code == 200
         outcomes = [r["outcome"] for r in records(folder)]
         assert outcomes.count("store_down") == 1 and outcomes.count("bucket") == 1
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        emulator.stop()
+        redis_server.stop()
+
+
+@pytest.mark.litellm_proxy
+def test_two_proxies_share_one_tenants_concurrency_cap(tmp_path):
+    """A tenant of one sequence at a time sends a stream to each of two proxies at once: the store counts both
+    proxies' requests, so one waits in its proxy's queue until the other ends, then is served (in memory each proxy
+    would count its own, and the tenant would hold two)."""
+    if litellm_executable() is None:
+        pytest.skip("the litellm CLI is not installed (extra litellm-proxy)")
+    folder = generate(tmp_path)
+    edit_policy(folder, beta={"max_concurrent_sequences": 1})
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis")
+    redis_server = RedisServer()
+    emulator = Emulator(tmp_path / "plan.yaml")
+    proxies: list[Proxy] = []
+    try:
+        env = {"QUOTACALC_REDIS_URL": redis_server.url}
+        proxies = [Proxy(folder, emulator.url, env=env), Proxy(folder, emulator.url, env=env)]
+        body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60, "ignore_eos": True,
+                "stream": True}  # fmt: skip
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda proxy: stream_chat(proxy, "beta", body), proxies))
+        assert [status for status, _ in results] == [200, 200], [proxy.tail() for proxy in proxies]
+        first, second = sorted(records(folder), key=lambda r: r["first_token"])
+        assert (first["outcome"], second["outcome"]) == ("completed", "completed")
+        assert second["start"] < first["end"] <= second["first_token"]
+        assert second["dispatched"] >= first["end"]
     finally:
         for proxy in proxies:
             proxy.stop()
@@ -641,7 +676,9 @@ def test_the_proxy_writes_a_lost_settlements_record_once_the_store_confirms_it(s
     assert record["units_debited"] > 0
     client = redis.Redis.from_url(server.url)
     store = enforcer.store
-    held, released, charged, forgiven, billed = (float(x) for x in client.hget(store.keys[0][3], lease_key).split())
+    held, released, charged, forgiven, billed, _streamed = (
+        float(x) for x in client.hget(store.keys[0][3], lease_key).split()
+    )
     assert (held, billed, released, charged, forgiven) == pytest.approx(
         (record["units_taken"], record["units_debited"], record["units_released"], record["units_charged"], 0.0)
     )

@@ -34,18 +34,22 @@ def fits_kv(caps: TenantCaps, resident_estimate: int, kv_estimate: int) -> bool:
     return resident_estimate + kv_estimate <= caps.kv_cap_tokens_per_replica
 
 
+def fitting_replicas(
+    caps: TenantCaps, resident_by_replica: Sequence[int], load_by_replica: Sequence[int], kv_estimate: int
+) -> list[int]:
+    """The replicas where a request fits under the cap beside the tenant's estimate already there, least loaded (then
+    lowest index) first: where simulate's gateway places it, and the order a shared store tries them in."""
+    fitting = [r for r, resident in enumerate(resident_by_replica) if fits_kv(caps, resident, kv_estimate)]
+    fitting.sort(key=lambda replica: (load_by_replica[replica], replica))
+    return fitting
+
+
 def place(
     caps: TenantCaps, resident_by_replica: Sequence[int], load_by_replica: Sequence[int], kv_estimate: int
 ) -> int | None:
-    """The replica a request goes to: among those where it fits under the cap beside the tenant's estimate already
-    there, the least loaded (then the lowest index), as simulate's gateway places it; None while none has room."""
-    best: tuple[int, int] | None = None
-    for replica, resident in enumerate(resident_by_replica):
-        if fits_kv(caps, resident, kv_estimate):
-            key = (load_by_replica[replica], replica)
-            if best is None or key < best:
-                best = key
-    return None if best is None else best[1]
+    """The replica a request goes to (the first of ``fitting_replicas``); None while none has room."""
+    fitting = fitting_replicas(caps, resident_by_replica, load_by_replica, kv_estimate)
+    return fitting[0] if fitting else None
 
 
 class InFlight:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+from uuid import uuid4
 
-from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, never_fits, place
+from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, fitting_replicas, never_fits
 from quotacalc.admission.ledger import ADMITTED, NEVER_ADMISSIBLE, Ledger, Settlement
 from quotacalc.admission.policies import AdmissionPolicy
 from quotacalc.admission.policies.base import UNLIMITED
@@ -64,6 +65,26 @@ UNMETERED = "unmetered"
 DONE = "done"
 
 
+@runtime_checkable
+class SharedCaps(Protocol):
+    """The caps several gateways share through their store (``state: redis``): each tenant's concurrency and
+    resident-KV caps, and each pool's in-flight bound, counted over every gateway's requests. Each place taken expires
+    unless refreshed, so a gateway that dies holds none past a lease's life. A settlement (``settle_lease``) frees the
+    request's place under its tenant's caps."""
+
+    def claim_caps(
+        self, tenant: int, lease_key: str, pool: str, replicas: list[int], kv_tokens: int, caps: TenantCaps
+    ) -> int:
+        """The first of ``replicas`` where the request fits under the tenant's caps, else a negative number."""
+        ...
+
+    def acquire_slot(self, pool: str, slot_key: str, bound: int) -> bool: ...
+
+    def refresh_slot(self, pool: str, slot_key: str) -> None: ...
+
+    def release_slot(self, pool: str, slot_key: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A request refused before the engine: its HTTP status, reason, one-line message and Retry-After."""
@@ -99,6 +120,8 @@ class Ticket:
     lease_key: str = ""
     #: The replica of the pool the gateway placed it on (its resident-KV cap is counted there), once sent.
     replica: int | None = None
+    #: Its place under the pool's in-flight bound in a shared store (``SharedCaps``), once sent; "" for none.
+    slot_key: str = ""
     hold: float = 0.0
     granted: int = 0
     reserved_units: float = 0.0
@@ -141,6 +164,9 @@ class _PoolQueue:
     #: Sequences in flight on each replica, from this gateway.
     replica_inflight: list[int]
     inflight: int = 0
+    #: Whether the last dispatch left requests queued because the shared store's counts (other gateways' requests)
+    #: stopped it: nothing here will free their places, so the driver asks again a little later.
+    held_by_store: bool = False
 
 
 @dataclass
@@ -199,6 +225,8 @@ class Gate:
         # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
         # holds nothing past it; ``holding_for`` names the request the store's next take is for.
         self._leases_in_store = hasattr(store, "holding_for")
+        #: The store that counts the caps over every gateway (None: this gateway alone counts them).
+        self.shared: SharedCaps | None = store if isinstance(store, SharedCaps) else None
 
     @contextmanager
     def _holding_for(self, request_id: str) -> Iterator[None]:
@@ -212,11 +240,16 @@ class Gate:
             self.store.holding_for = None  # type: ignore[attr-defined]
 
     def _lease(self, ticket: Ticket, now: float) -> None:
-        """Extend the lease's life (in a shared store too, unless the store recorded it within a quarter of its life:
-        a take or a refresh there sets its expiry, and a round trip saved is latency saved)."""
+        """Extend the lease's life (in a shared store too, with the request's places under the caps, unless the store
+        recorded it within a quarter of its life: a take, a claim or a refresh there sets its expiry, and a round trip
+        saved is latency saved)."""
         ticket.lease_expires_s = now + self.settings.lease_ttl_s
-        if self._leases_in_store and ticket.hold > 0 and now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
+        if not self._leases_in_store or now - ticket.lease_recorded_s <= self.settings.lease_ttl_s / 4:
+            return
+        if ticket.hold > 0 or ticket.slot_key:
             self.store.refresh_lease(ticket.tenant, ticket.lease_key)  # type: ignore[attr-defined]
+            if ticket.slot_key and self.shared is not None:
+                self.shared.refresh_slot(ticket.pool, ticket.slot_key)
             ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
@@ -429,46 +462,87 @@ class Gate:
 
     # -- fair queueing -----------------------------------------------------------------------------
 
-    def _placement(self, queue: _PoolQueue, ticket: Ticket) -> int | None:
-        caps = self.caps[ticket.tenant]
-        return place(caps, queue.resident_kv[ticket.tenant], queue.replica_inflight, ticket.kv_estimate)
+    def _candidates(self, queue: _PoolQueue) -> list[tuple[tuple[float, int, int], list[int]]]:
+        """Each backlogged tenant this gateway may send now, by its place in the fair order (virtual counter, then
+        tier priority, then index), with the replicas where its next request fits under its resident-KV cap."""
+        candidates = []
+        for tenant, waiting in enumerate(queue.queues):
+            while waiting and waiting[0].state != QUEUED:
+                waiting.popleft()
+            if not waiting:
+                queue.scheduler.drained(tenant)
+                continue
+            caps = self.caps[tenant]
+            if at_concurrency_cap(caps, self.inflight[tenant]):
+                continue
+            replicas = fitting_replicas(caps, queue.resident_kv[tenant], queue.replica_inflight, waiting[0].kv_estimate)
+            if replicas:
+                candidates.append(((queue.scheduler.counter(tenant), self.tenants[tenant].priority, tenant), replicas))
+        return candidates
 
-    def dispatch(self, pool_name: str, now: float) -> list[Ticket]:
+    def _claim(
+        self,
+        shared: SharedCaps,
+        pool_name: str,
+        queue: _PoolQueue,
+        candidates: list[tuple[tuple[float, int, int], list[int]]],
+    ) -> tuple[int, int, str] | None:
+        """A place under the pool's in-flight bound, then under a tenant's caps, both counted over every gateway: the
+        first tenant in the fair order whose caps have room (tenant, replica, the place's key); None where the pool
+        is at its bound or no tenant fits (the place is given back)."""
+        slot_key = uuid4().hex
+        if not shared.acquire_slot(pool_name, slot_key, queue.inflight_bound):
+            return None
+        try:
+            for (_, _, tenant), replicas in sorted(candidates):
+                head = queue.queues[tenant][0]
+                replica = shared.claim_caps(
+                    tenant, head.lease_key, pool_name, replicas, head.kv_estimate, self.caps[tenant]
+                )
+                if replica >= 0:
+                    return tenant, replica, slot_key
+        except BaseException:
+            with suppress(Exception):
+                shared.release_slot(pool_name, slot_key)
+            raise
+        shared.release_slot(pool_name, slot_key)
+        return None
+
+    def dispatch(self, pool_name: str, now: float, *, local_only: bool = False) -> list[Ticket]:
         """Tickets that may go to the pool's engines now, the backlogged tenant with the smallest virtual counter
         first, within the pool's in-flight bound and each tenant's concurrency cap, each placed on a replica where
-        the tenant's resident KV leaves room for it under the per-replica cap (``Ticket.replica``)."""
+        the tenant's resident KV leaves room for it under the per-replica cap (``Ticket.replica``). With a shared
+        store the bound and the caps count every gateway's requests there (``local_only``: this gateway's alone, as
+        when the store is down and its failure policy lets requests through)."""
         queue = self.queues[pool_name]
+        shared = None if local_only else self.shared
+        queue.held_by_store = False
         sent: list[Ticket] = []
-        while queue.inflight < queue.inflight_bound:
-            best: tuple[float, int, int] | None = None
-            best_replica = 0
-            for tenant, waiting in enumerate(queue.queues):
-                while waiting and waiting[0].state != QUEUED:
-                    waiting.popleft()
-                if not waiting:
-                    queue.scheduler.drained(tenant)
-                    continue
-                if at_concurrency_cap(self.caps[tenant], self.inflight[tenant]):
-                    continue
-                key = (queue.scheduler.counter(tenant), self.tenants[tenant].priority, tenant)
-                if best is not None and key >= best:
-                    continue
-                replica = self._placement(queue, waiting[0])
-                if replica is not None:
-                    best, best_replica = key, replica
-            if best is None:
+        while shared is not None or queue.inflight < queue.inflight_bound:
+            candidates = self._candidates(queue)
+            if not candidates:
                 break
-            tenant = best[2]
+            slot_key = ""
+            if shared is None:
+                (_, _, tenant), replicas = min(candidates)
+                replica = replicas[0]
+            else:
+                claimed = self._claim(shared, pool_name, queue, candidates)
+                if claimed is None:
+                    queue.held_by_store = True
+                    break
+                tenant, replica, slot_key = claimed
             ticket = queue.queues[tenant].popleft()
             if not queue.queues[tenant]:
                 queue.scheduler.drained(tenant)
             queue.scheduler.charge(tenant, ticket.prompt_units)
             ticket.state = SENT
             ticket.sent_s = now
-            ticket.replica = best_replica
+            ticket.replica = replica
+            ticket.slot_key = slot_key
             queue.inflight += 1
-            queue.replica_inflight[best_replica] += 1
-            queue.resident_kv[tenant][best_replica] += ticket.kv_estimate
+            queue.replica_inflight[replica] += 1
+            queue.resident_kv[tenant][replica] += ticket.kv_estimate
             self.inflight[tenant] += 1
             stats = self.stats[tenant]
             stats.queue_wait_s_sum += now - ticket.start_s
@@ -478,6 +552,11 @@ class Gate:
             self._lease(ticket, now)
             sent.append(ticket)
         return sent
+
+    def held_by_store(self, pool_name: str) -> bool:
+        """Whether requests wait on the pool only because of other gateways' requests (the shared store's counts)."""
+        queue = self.queues[pool_name]
+        return queue.held_by_store and any(queue.queues)
 
     def overdue(self, now: float) -> list[Ticket]:
         """Queued tickets that waited past the bound (each to be refused with a 429 and settled)."""
@@ -534,7 +613,8 @@ class Gate:
             covered += 1
         if covered:
             units = ticket.output_weight * covered
-            self.ledger.stream(ticket.tenant, units, now)
+            with self._holding_for(ticket.lease_key):
+                self.ledger.stream(ticket.tenant, units, now)
             if self.admission.streams:
                 ticket.streamed_units += units
             self.queues[ticket.pool].scheduler.charge(ticket.tenant, units)
@@ -585,22 +665,10 @@ class Gate:
             # was granted (its hold), never nothing.
             ticket.output_tokens = max(ticket.output_tokens, min(ticket.granted, ticket.limit_tokens))
         billed = 0.0 if unmetered else self.billed_units(ticket, outcome)
-        streamed = ticket.streamed_units
-        taken = ticket.hold + streamed
-        store_failed = False
         if unmetered:
-            settlement = Settlement(0.0, 0.0, 0.0, 0.0)
+            taken, settlement, store_failed = 0.0, Settlement(0.0, 0.0, 0.0, 0.0), False
         else:
-            try:
-                if self._leases_in_store:
-                    taken, settlement = self._settle_in_store(ticket, billed, streamed)
-                else:
-                    settlement = self.ledger.settle(ticket.tenant, ticket, billed, streamed, now)
-            except Exception:  # the store is down or its reply was lost: ``confirm`` sends the same settlement again
-                store_failed = True
-                settlement = Settlement(billed, 0.0, 0.0, 0.0)
-                if self._leases_in_store:
-                    self.unconfirmed[ticket.request_id] = ticket
+            taken, settlement, store_failed = self._settle_units(ticket, billed, now)
         ticket.state = DONE
         ticket.outcome = outcome
         ticket.end_s = now
@@ -609,6 +677,8 @@ class Gate:
         stats.units_debited += billed
         stats.units_released += settlement.released
         stats.output_tokens += ticket.output_tokens
+        if not store_failed:  # else ``confirm`` gives the place back, or it expires with the lease's life
+            self._release_slot(ticket)
         if was_sent:
             queue = self.queues[ticket.pool]
             queue.inflight -= 1
@@ -648,6 +718,19 @@ class Gate:
             ticket.record["status"] = status
         return ticket.record
 
+    def _settle_units(self, ticket: Ticket, billed: float, now: float) -> tuple[float, Settlement, bool]:
+        """The ledger's settlement of a metered request: (units taken, the settlement, whether the store failed)."""
+        streamed = ticket.streamed_units
+        try:
+            if self._leases_in_store:
+                return (*self._settle_in_store(ticket, billed, streamed), False)
+            taken = ticket.hold + streamed
+            return taken, self.ledger.settle(ticket.tenant, ticket, billed, streamed, now), False
+        except Exception:  # the store is down or its reply was lost: ``confirm`` sends the same settlement again
+            if self._leases_in_store:
+                self.unconfirmed[ticket.request_id] = ticket
+            return ticket.hold + streamed, Settlement(billed, 0.0, 0.0, 0.0), True
+
     def _settle_in_store(self, ticket: Ticket, billed: float, streamed: float) -> tuple[float, Settlement]:
         """The ledger's settlement as one atomic, idempotent step of a shared store, on what the store still holds
         for the request: less than the gate's count where the lease expired on the way (its units went back to the
@@ -656,7 +739,16 @@ class Gate:
             ticket.tenant, ticket.lease_key, billed, streamed, carry_debt=self.admission.carries_debt
         )
         ticket.hold = 0.0
-        return done.held + streamed, Settlement(done.billed, done.released, done.charged, done.forgiven)
+        # What the store counted as streamed: a streamed debit whose reply was lost is in it, not in the ticket's.
+        ticket.streamed_units = done.streamed
+        return done.held + done.streamed, Settlement(done.billed, done.released, done.charged, done.forgiven)
+
+    def _release_slot(self, ticket: Ticket) -> None:
+        """Give back the request's place under its pool's in-flight bound in the shared store (where it has one)."""
+        if ticket.slot_key and self.shared is not None:
+            with suppress(Exception):  # the store failed: the place expires with the lease's life
+                self.shared.release_slot(ticket.pool, ticket.slot_key)
+        ticket.slot_key = ""
 
     def confirm(self, ticket: Ticket) -> dict[str, Any]:
         """Send again a settlement the store did not confirm (it failed, or its reply was lost after it landed): the
@@ -666,6 +758,7 @@ class Gate:
         assert record is not None and ticket.request_id in self.unconfirmed
         taken, settlement = self._settle_in_store(ticket, record["units_debited"], ticket.streamed_units)
         del self.unconfirmed[ticket.request_id]
+        self._release_slot(ticket)
         self.stats[ticket.tenant].units_released += settlement.released
         self.stats[ticket.tenant].units_debited += settlement.billed - record["units_debited"]
         record.pop("store_failed", None)

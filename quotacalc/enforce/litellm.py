@@ -57,6 +57,10 @@ log = logging.getLogger("quotacalc.enforce")
 TICKET_KEY = "quotacalc_request_id"
 #: The field of a stream's last chunk that says the quota stopped it.
 QUOTA_STOP_FIELD = "quotacalc_stop"
+#: How soon a pool held back by other proxies' requests is pumped again, first and at most (the wait doubles): a
+#: place freed elsewhere is taken within a few engine steps, at a script per pool per wait.
+POLL_FIRST_S = 0.005
+POLL_MAX_S = 0.08
 _CALL_TYPES = {"completion", "acompletion", "text_completion", "atext_completion"}
 
 
@@ -131,6 +135,9 @@ class QuotacalcEnforcer(CustomLogger):
             GateSettings(settings.inflight_per_replica, settings.queue_wait_max_s, settings.lease_ttl_s),
         )
         self.waiters: dict[str, asyncio.Future[None]] = {}
+        #: A pump to come for each pool whose queued requests the shared store's counts hold back, and its wait.
+        self._polls: dict[str, asyncio.Task[None]] = {}
+        self._poll_delay_s: dict[str, float] = {}
         self.records_path = (path.parent / settings.records) if settings.records else None
         self.store_failures = 0
         #: The plugin's own wall time per hook, and per request (``request``) at its settlement.
@@ -238,16 +245,39 @@ class QuotacalcEnforcer(CustomLogger):
         return render(self.gate, self.store_failures, self.plugin_seconds)
 
     async def _pump(self, pool: str) -> None:
-        """Send what the fair queue lets go now, waking each one's pre-call hook."""
+        """Send what the fair queue lets go now, waking each one's pre-call hook. Where the shared store's counts
+        (other proxies' requests) hold requests back, ask again shortly: no event here frees those places."""
         try:
             sent = [ticket.request_id for ticket in await self._gate_call(self.gate.dispatch, pool, time.time())]
-        except Exception as error:  # the store failed extending a lease: what was dispatched before it still goes
+        except Exception as error:  # the store failed: what was dispatched before it still goes
             self._count_store_failure(error)
+            if self.settings.redis_failure == "open":
+                # Failing open, the caps are counted by this proxy alone until the store answers again.
+                with contextlib.suppress(Exception):
+                    await self._gate_call(self.gate.dispatch, pool, time.time(), local_only=True)
             sent = [rid for rid in self.waiters if getattr(self.gate.live.get(rid), "state", QUEUED) != QUEUED]
         for request_id in sent:
             waiter = self.waiters.pop(request_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+        if self.gate.held_by_store(pool):
+            self._poll_later(pool)
+        else:
+            self._poll_delay_s.pop(pool, None)
+
+    def _poll_later(self, pool: str) -> None:
+        """Pump the pool again after a short wait, doubling while it stays held (5 ms, then up to 80 ms)."""
+        if pool in self._polls:
+            return
+        delay = self._poll_delay_s.get(pool, POLL_FIRST_S / 2) * 2
+        self._poll_delay_s[pool] = min(delay, POLL_MAX_S)
+
+        async def poll() -> None:
+            await asyncio.sleep(self._poll_delay_s[pool])
+            self._polls.pop(pool, None)
+            await self._pump(pool)
+
+        self._polls[pool] = asyncio.get_running_loop().create_task(poll())
 
     async def _gate_call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         """A gate call that may reach the store: through the bridge where the store awaits (Redis), else direct.

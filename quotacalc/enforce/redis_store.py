@@ -17,10 +17,26 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from quotacalc.admission.caps import TenantCaps
 from quotacalc.admission.state import Taken
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.enforce.bridge import await_only, in_bridge
 from quotacalc.enforce.settings import REDIS_TIMEOUT_S
+
+#: Each tenant's keys, in the order the scripts name them (KEYS[1] to KEYS[9]), all under the tenant's hash tag: its
+#: bucket; its leases' expiries and units; its settlements' figures and times; its requests' places under its caps and
+#: their expiries; the units each request streamed and when it last did.
+TENANT_KEYS = (
+    "bucket",
+    "expiry",
+    "leases",
+    "settled",
+    "settled_at",
+    "live",
+    "live_expiry",
+    "streamed",
+    "streamed_at",
+)
 
 #: How long the store keeps each settlement's figures by request id (a day): a settlement sent again within it (its
 #: reply was lost and the gateway retries it) is recognised and applied once. It bounds how long a gateway may retry.
@@ -37,12 +53,20 @@ class LeaseSettlement(NamedTuple):
     forgiven: float
     #: The units billed by the settlement that landed (a retry's own figure is not applied).
     billed: float
+    #: The units it streamed, as the store counted them (its streamed debits that landed).
+    streamed: float
 
 
-#: Refill to the server's now and return expired leases' units; leaves ``now``, ``level``, ``depth`` set.
-_PRELUDE = """
+#: The server's clock, in seconds: every gateway reads the same one.
+_NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+"""
+
+#: Refill to the server's now and return expired leases' units; leaves ``now``, ``level``, ``depth`` set.
+_PRELUDE = (
+    _NOW
+    + """
 local rate = tonumber(ARGV[1])
 local depth = tonumber(ARGV[2])
 local v = redis.call('HMGET', KEYS[1], 'level', 'at')
@@ -61,6 +85,7 @@ local function save()
   redis.call('HSET', KEYS[1], 'level', string.format('%.17g', level), 'at', string.format('%.17g', now))
 end
 """
+)
 
 _LEVEL = _PRELUDE + "save()\nreturn string.format('%.17g', level)"
 
@@ -103,6 +128,9 @@ return granted
 """
 )
 
+#: Output units as they stream (ARGV[5]: the request's lease key, '' for none). The units are added to the request's
+#: streamed count here (KEYS[8], by time in KEYS[9]), in the same script, and its settlement reads that count: a debit
+#: whose reply was lost after it landed is then counted once, never charged again at the end.
 _DEBIT = (
     _PRELUDE
     + """
@@ -111,6 +139,10 @@ local carry = ARGV[4] == '1'
 level = level - units
 local forgiven = 0
 if level < 0 and not carry then forgiven = -level; level = 0 end
+if ARGV[5] ~= '' then
+  redis.call('HINCRBYFLOAT', KEYS[8], ARGV[5], string.format('%.17g', units))
+  redis.call('ZADD', KEYS[9], now, ARGV[5])
+end
 save()
 return string.format('%.17g', forgiven)
 """
@@ -118,11 +150,15 @@ return string.format('%.17g', forgiven)
 
 _CREDIT = _PRELUDE + "level = math.min(depth, level + tonumber(ARGV[3]))\nsave()\nreturn 1"
 
-#: Extend a lease still held (ARGV[3]: its life, ARGV[4]: its id); 0 where it expired (its units went back).
+#: Extend a lease still held (ARGV[3]: its life, ARGV[4]: its id), and the request's place under the tenant's caps
+#: (KEYS[6], KEYS[7]) where it has one; 0 where the lease expired (its units went back).
 _REFRESH = (
     _PRELUDE
     + """
 save()
+if redis.call('HEXISTS', KEYS[6], ARGV[4]) == 1 then
+  redis.call('ZADD', KEYS[7], now + tonumber(ARGV[3]), ARGV[4])
+end
 if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 0 then return 0 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
 return 1
@@ -134,7 +170,9 @@ return 1
 #: release (or charge) the difference between what it held and streamed and what it is billed, and keep the figures
 #: under its id (KEYS[4], by time in KEYS[5]). One script, so a settlement is applied whole or not at all; kept by id,
 #: so a settlement sent again (its reply was lost: a timeout, a restart) returns the figures of the one that landed
-#: and applies nothing twice. Returns 'held released charged forgiven billed'.
+#: and applies nothing twice. It frees the request's place under the tenant's caps (KEYS[6], KEYS[7]), and takes what
+#: it streamed from the store's own count (KEYS[8]) where there is one, rather than ARGV[5]: a streamed debit whose
+#: reply was lost is in that count. Returns 'held released charged forgiven billed streamed'.
 _SETTLE = (
     _PRELUDE
     + """
@@ -142,13 +180,25 @@ local keep_before = now - tonumber(ARGV[7])
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', keep_before)
 for _, id in ipairs(old) do redis.call('HDEL', KEYS[4], id) end
 if #old > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', keep_before) end
+local orphans = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', keep_before)
+for _, id in ipairs(orphans) do redis.call('HDEL', KEYS[8], id) end
+if #orphans > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', keep_before) end
+redis.call('HDEL', KEYS[6], ARGV[3])
+redis.call('ZREM', KEYS[7], ARGV[3])
 local done = redis.call('HGET', KEYS[4], ARGV[3])
 if done then save(); return done end
 local held = tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0') or 0
 redis.call('HDEL', KEYS[3], ARGV[3])
 redis.call('ZREM', KEYS[2], ARGV[3])
+local streamed = tonumber(ARGV[5])
+local counted = redis.call('HGET', KEYS[8], ARGV[3])
+if counted then
+  streamed = tonumber(counted)
+  redis.call('HDEL', KEYS[8], ARGV[3])
+  redis.call('ZREM', KEYS[9], ARGV[3])
+end
 local billed = tonumber(ARGV[4])
-local difference = billed - (held + tonumber(ARGV[5]))
+local difference = billed - (held + streamed)
 local released, charged, forgiven = 0, 0, 0
 if difference < 0 then
   released = -difference
@@ -159,12 +209,70 @@ elseif difference > 0 then
   if level < 0 and ARGV[6] ~= '1' then forgiven = -level; level = 0 end
 end
 save()
-local figures = string.format('%.17g %.17g %.17g %.17g %.17g', held, released, charged, forgiven, billed)
+local figures = string.format('%.17g %.17g %.17g %.17g %.17g %.17g', held, released, charged, forgiven, billed, streamed)
 redis.call('HSET', KEYS[4], ARGV[3], figures)
 redis.call('ZADD', KEYS[5], now, ARGV[3])
 return figures
 """
 )
+
+
+#: Take a place under the tenant's caps for a request the gateway dispatches (KEYS[6]: lease key -> 'pool replica
+#: kv_tokens', KEYS[7]: their expiries). ARGV[1]: its lease key, ARGV[2]: its pool, ARGV[3]: its KV estimate in tokens,
+#: ARGV[4]: the tenant's concurrency cap, ARGV[5]: its resident-KV cap per replica, ARGV[6]: the place's life, ARGV[7..]:
+#: the replicas to try, in order. Counted over every gateway's requests, expired places first dropped (a gateway that
+#: died holds none past it), and the request's own earlier place dropped (a claim whose reply was lost and is sent
+#: again). Returns the replica, -1 at the concurrency cap, -2 where no replica has room under the KV cap.
+_CLAIM = (
+    _NOW
+    + """
+local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)
+for _, id in ipairs(expired) do redis.call('HDEL', KEYS[6], id) end
+if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now) end
+redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
+if redis.call('HLEN', KEYS[6]) >= tonumber(ARGV[4]) then return -1 end
+local kv = tonumber(ARGV[3])
+local cap = tonumber(ARGV[5])
+local resident = {}
+for _, entry in ipairs(redis.call('HVALS', KEYS[6])) do
+  local pool, replica, tokens = string.match(entry, '^(.*) (%d+) (%d+)$')
+  if pool == ARGV[2] then resident[replica] = (resident[replica] or 0) + tonumber(tokens) end
+end
+for i = 7, #ARGV do
+  if (resident[ARGV[i]] or 0) + kv <= cap then
+    redis.call('HSET', KEYS[6], ARGV[1], ARGV[2] .. ' ' .. ARGV[i] .. ' ' .. ARGV[3])
+    redis.call('ZADD', KEYS[7], now + tonumber(ARGV[6]), ARGV[1])
+    return tonumber(ARGV[i])
+  end
+end
+return -2
+"""
+)
+
+#: Take one of a pool's in-flight places, shared by every gateway (KEYS[1]: place -> expiry), while fewer than ARGV[2]
+#: are taken; ARGV[1]: the place's id, ARGV[3]: its life. Returns 1 when taken, 0 when the pool is at its bound.
+_ACQUIRE_SLOT = (
+    _NOW
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return 1
+"""
+)
+
+#: Extend a pool's in-flight place still taken (ARGV[1]: its id, ARGV[2]: its life).
+_REFRESH_SLOT = (
+    _NOW
+    + """
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1])
+"""
+)
+
+#: Where each claim stops: at the tenant's concurrency cap, or with no replica of room under its KV cap.
+CLAIM_AT_CONCURRENCY_CAP = -1
+CLAIM_NO_KV_ROOM = -2
 
 
 class RedisBuckets:
@@ -190,10 +298,10 @@ class RedisBuckets:
         self.depths = [t.bucket_depth_units for t in policy.tenants]
         self.lease_ttl_s = lease_ttl_s
         self.settled_keep_s = settled_keep_s
-        self.keys = [
-            [f"{prefix}:{{{t.name}}}:{key}" for key in ("bucket", "expiry", "leases", "settled", "settled_at")]
-            for t in policy.tenants
-        ]
+        self.keys = [[f"{prefix}:{{{t.name}}}:{key}" for key in TENANT_KEYS] for t in policy.tenants]
+        # A pool's in-flight places are one key of their own slot: a claim of the tenant's caps and a pool's place are
+        # two scripts (Redis Cluster runs a script on one slot), taken pool first and given back if no tenant fits.
+        self.slot_keys = {pool.name: f"{prefix}:{{pool:{pool.name}}}:inflight" for pool in policy.pools}
         sources = {
             "level": _LEVEL,
             "try_take": _TRY_TAKE,
@@ -202,6 +310,10 @@ class RedisBuckets:
             "credit": _CREDIT,
             "refresh": _REFRESH,
             "settle": _SETTLE,
+            "claim": _CLAIM,
+            "acquire_slot": _ACQUIRE_SLOT,
+            "refresh_slot": _REFRESH_SLOT,
+            "release_slot": "return redis.call('ZREM', KEYS[1], ARGV[1])",
         }
         self._blocking = {name: client.register_script(source) for name, source in sources.items()}
         self._awaited = (
@@ -276,7 +388,7 @@ class RedisBuckets:
         return int(self._run("take_whole", self.keys[tenant], args))
 
     def debit(self, tenant: int, units: float, now: float, *, carry_debt: bool) -> float:
-        args = self._args(tenant, repr(units), "1" if carry_debt else "0")
+        args = self._args(tenant, repr(units), "1" if carry_debt else "0", self.holding_for or "")
         return float(self._run("debit", self.keys[tenant], args))
 
     def credit(self, tenant: int, units: float, now: float) -> None:
@@ -304,5 +416,35 @@ class RedisBuckets:
         )
         reply = self._run("settle", self.keys[tenant], args)
         text = reply.decode() if isinstance(reply, bytes) else str(reply)
-        held, released, charged, forgiven, billed_then = (float(part) for part in text.split())
-        return LeaseSettlement(held, released, charged, forgiven, billed_then)
+        figures = [float(part) for part in text.split()]
+        if len(figures) == 5:  # kept by a gateway of before the store counted streamed units
+            figures.append(streamed)
+        return LeaseSettlement(*figures)
+
+    # -- caps shared by every gateway (the gate calls these where the store has them) ---------------------
+
+    def claim_caps(
+        self, tenant: int, lease_key: str, pool: str, replicas: list[int], kv_tokens: int, caps: TenantCaps
+    ) -> int:
+        """A place under the tenant's concurrency cap and, on the first of ``replicas`` with room, under its resident-KV
+        cap, counted over every gateway; the replica, or CLAIM_AT_CONCURRENCY_CAP / CLAIM_NO_KV_ROOM."""
+        args = [
+            lease_key,
+            pool,
+            str(kv_tokens),
+            str(caps.max_concurrent_sequences),
+            str(caps.kv_cap_tokens_per_replica),
+            repr(self.lease_ttl_s),
+            *(str(replica) for replica in replicas),
+        ]
+        return int(self._run("claim", self.keys[tenant], args))
+
+    def acquire_slot(self, pool: str, slot_key: str, bound: int) -> bool:
+        """One of the pool's ``bound`` in-flight places, counted over every gateway."""
+        return bool(self._run("acquire_slot", [self.slot_keys[pool]], [slot_key, str(bound), repr(self.lease_ttl_s)]))
+
+    def refresh_slot(self, pool: str, slot_key: str) -> None:
+        self._run("refresh_slot", [self.slot_keys[pool]], [slot_key, repr(self.lease_ttl_s)])
+
+    def release_slot(self, pool: str, slot_key: str) -> None:
+        self._run("release_slot", [self.slot_keys[pool]], [slot_key])

@@ -413,7 +413,8 @@ TARGETS: dict[str, Target] = {
                     "yes",
                     "quotacalc's plugin: a bucket in units refilled continuously, 429 with Retry-After; its state is "
                     "in the proxy's memory by default (one proxy)",
-                    "several proxies share buckets only with state: redis in enforce.json",
+                    "several proxies share buckets, caps and the fair queue's in-flight bound only with state: redis "
+                    "in enforce.json",
                 ),
                 weights=(
                     "yes",
@@ -425,7 +426,11 @@ TARGETS: dict[str, Target] = {
                 ),
                 priority=("yes", "The plugin replaces the client's priority with the tier's"),
                 salt=("yes", "The plugin replaces the client's cache_salt with the tenant's"),
-                concurrency=("yes", "The plugin's per-tenant cap (requests wait in the fair queue)"),
+                concurrency=(
+                    "yes",
+                    "The plugin's per-tenant cap (requests wait in the fair queue), counted over every proxy with "
+                    "state: redis",
+                ),
                 fairness=("yes", "The plugin's Virtual Token Counter over served units"),
                 admission=(
                     "yes",

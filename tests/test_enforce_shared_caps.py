@@ -1,0 +1,206 @@
+"""Caps that several gateways share through a real redis-server (``state: redis``): each tenant's concurrency cap and
+resident-KV cap per replica, and each pool's in-flight bound, counted over every gateway's requests, so that N proxies
+never let a tenant hold N times its cap; places that expire when a gateway dies; and a streamed debit whose reply was
+lost, counted once. Two gates over one server stand for two proxies here (the proxies' own test is in
+test_enforce_redis.py)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+from policy_samples import platform_policy, sample_salts
+
+from quotacalc.admission.policies import make_policy
+from quotacalc.enforce.gate import COMPLETED, QUEUED, SENT, Gate, GateSettings, Ticket
+
+redis = pytest.importorskip("redis", reason="the redis client is not installed (extra litellm)")
+if shutil.which("redis-server") is None:
+    pytest.skip("redis-server is not installed (apt-get install redis-server)", allow_module_level=True)
+
+from enforce_stack import RedisServer  # noqa: E402
+
+from quotacalc.enforce.redis_store import RedisBuckets  # noqa: E402
+
+#: Tenant 0's caps in these tests, and its pool's replicas.
+CONCURRENT = 2
+KV_CAP = 1_000
+REPLICAS = 2
+
+
+@pytest.fixture(scope="module")
+def server():
+    started = RedisServer()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _policy(*, replicas: int = REPLICAS, concurrent: int = CONCURRENT, kv_cap: int = KV_CAP):
+    policy = platform_policy()
+    tenants = list(policy.tenants)
+    tenants[0] = tenants[0].model_copy(
+        update={
+            "bucket_depth_units": 1e9,
+            "bucket_rate_units_per_s": 1e6,
+            "max_concurrent_sequences": concurrent,
+            "kv_cap_tokens_per_replica": kv_cap,
+        }
+    )
+    pools = tuple(pool.model_copy(update={"replicas": replicas}) for pool in policy.pools)
+    return policy.model_copy(update={"tenants": tuple(tenants), "pools": pools})
+
+
+def _gates(server, policy, *, count: int = 2, ttl: float = 120.0, inflight_per_replica: int | None = None):
+    """``count`` gates over one Redis database, as ``count`` proxies: each its own client and store."""
+    redis.Redis.from_url(server.url).flushdb()
+    settings = GateSettings(inflight_per_replica=inflight_per_replica, lease_ttl_s=ttl)
+    gates = []
+    for _ in range(count):
+        store = RedisBuckets(redis.Redis.from_url(server.url), policy, prefix="caps", lease_ttl_s=ttl)
+        gates.append(Gate(policy, sample_salts(policy), make_policy("incremental_lease", {}), store, settings))
+    return gates
+
+
+def _arrive(gate: Gate, request_id: str, prompt_tokens: int = 100, max_tokens: int = 100, tenant: int = 0) -> Ticket:
+    ticket = gate.arrive(tenant, prompt_tokens, max_tokens, time.time(), request_id)
+    assert isinstance(ticket, Ticket), ticket
+    return ticket
+
+
+def test_a_tenants_concurrency_cap_counts_every_gateways_requests(server):
+    first, second = _gates(server, _policy())
+    pool = first.tenants[0].pool
+    held = [_arrive(first, f"a{i}") for i in range(CONCURRENT)]
+    assert first.dispatch(pool, time.time()) == held
+    # The other gateway has none of the tenant's requests in flight, but the store counts the first one's.
+    waiting = _arrive(second, "b0")
+    assert second.dispatch(pool, time.time()) == []
+    assert waiting.state == QUEUED and second.held_by_store(pool)
+    # Another tenant is not held by it.
+    other = _arrive(second, "other", tenant=1)
+    assert second.dispatch(pool, time.time()) == [other]
+    first.settle(held[0], COMPLETED, time.time())
+    assert second.dispatch(pool, time.time()) == [waiting]
+    assert not second.held_by_store(pool)
+
+
+def test_the_resident_kv_cap_per_replica_counts_every_gateways_requests(server):
+    """Each request's estimate is 600 tokens (prompt 100 + max_tokens 500) under a cap of 1,000 a replica: one a
+    replica, whichever gateway sent it; a third waits until one ends, then goes where the room is."""
+    first, second = _gates(server, _policy(concurrent=10))
+    pool = first.tenants[0].pool
+    a = _arrive(first, "a", max_tokens=500)
+    assert first.dispatch(pool, time.time()) == [a]
+    b = _arrive(second, "b", max_tokens=500)
+    assert second.dispatch(pool, time.time()) == [b]
+    # The second gateway saw no request of its own on a's replica, but the store placed b on the other one.
+    assert {a.replica, b.replica} == {0, 1}
+    c = _arrive(first, "c", max_tokens=500)
+    # The first gateway sees room only on the replica it has nothing on; the store knows b is there.
+    assert first.dispatch(pool, time.time()) == [] and first.held_by_store(pool)
+    # 400 tokens fit beside a's 600 under the cap: the store places it there, though this gateway never sent a.
+    d = _arrive(second, "d", max_tokens=300)
+    assert second.dispatch(pool, time.time()) == [d] and d.replica == a.replica
+    second.settle(b, COMPLETED, time.time())
+    assert first.dispatch(pool, time.time()) == [c] and c.replica == b.replica
+    assert not first.held_by_store(pool)
+
+
+def test_a_pools_in_flight_bound_counts_every_gateways_requests(server):
+    """One sequence a replica and one replica: the pool holds one request, whichever gateway sent it, and the next
+    goes the moment it ends; the place is given back where no tenant could take it."""
+    first, second = _gates(server, _policy(replicas=1), inflight_per_replica=1)
+    pool = first.tenants[0].pool
+    a = _arrive(first, "a", tenant=1)
+    assert first.dispatch(pool, time.time()) == [a]
+    b = _arrive(second, "b", tenant=2)
+    assert second.dispatch(pool, time.time()) == []
+    assert second.held_by_store(pool)
+    first.settle(a, COMPLETED, time.time())
+    assert second.dispatch(pool, time.time()) == [b]
+    client = redis.Redis.from_url(server.url)
+    assert client.zcard(first.store.slot_keys[pool]) == 1
+    second.settle(b, COMPLETED, time.time())
+    assert client.zcard(first.store.slot_keys[pool]) == 0
+
+
+def test_a_place_no_tenant_can_take_is_given_back(server):
+    """The pool has room but the only tenant waiting is at its cap elsewhere: the pool's place taken to try it is
+    returned, so the pool's count never holds a place for nobody."""
+    first, second = _gates(server, _policy(concurrent=1))
+    pool = first.tenants[0].pool
+    a = _arrive(first, "a")
+    assert first.dispatch(pool, time.time()) == [a]
+    _arrive(second, "b")
+    assert second.dispatch(pool, time.time()) == []
+    client = redis.Redis.from_url(server.url)
+    assert client.zcard(first.store.slot_keys[pool]) == 1  # a's alone
+
+
+def test_a_gateway_that_dies_holds_its_places_no_longer_than_a_lease(server):
+    ttl = 0.6
+    first, second = _gates(server, _policy(concurrent=1, replicas=1), ttl=ttl, inflight_per_replica=1)
+    pool = first.tenants[0].pool
+    a = _arrive(first, "a")
+    assert first.dispatch(pool, time.time()) == [a]
+    # The first gateway dies with its request in flight: nothing settles it.
+    del first
+    waiting = _arrive(second, "b")
+    assert second.dispatch(pool, time.time()) == []
+    time.sleep(ttl + 0.2)
+    assert second.dispatch(pool, time.time()) == [waiting]
+
+
+def test_a_live_requests_places_are_kept_past_a_lease_while_its_tokens_stream(server):
+    """Its places are refreshed with its lease as tokens come: a stream longer than a lease's life keeps them."""
+    ttl = 0.8
+    first, second = _gates(server, _policy(concurrent=1), ttl=ttl)
+    pool = first.tenants[0].pool
+    a = _arrive(first, "a", max_tokens=800)
+    assert first.dispatch(pool, time.time()) == [a]
+    b = _arrive(second, "b")
+    for _ in range(8):
+        time.sleep(ttl / 4)
+        assert first.on_tokens(a, 1, time.time()) == 1
+        assert second.dispatch(pool, time.time()) == []
+    assert a.state == SENT and b.state == QUEUED
+    first.settle(a, COMPLETED, time.time())
+    assert second.dispatch(pool, time.time()) == [b]
+
+
+def test_a_streamed_debit_whose_reply_was_lost_is_counted_once(server):
+    """streamed_debit takes output units as they stream. A debit that lands after the client's timeout is a failure
+    to the gateway, yet the store took the units: the settlement uses the store's own count of what the request
+    streamed, so the bucket ends short by exactly the units billed, never by them twice."""
+    policy = _policy()
+    depth = policy.tenants[0].bucket_depth_units
+    redis.Redis.from_url(server.url).flushdb()
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    store = RedisBuckets(client, policy, prefix="streamed", lease_ttl_s=120.0)
+    # No refill, so the level shows every unit taken.
+    store.rates[0] = 1e-9
+    gate = Gate(policy, sample_salts(policy), make_policy("streamed_debit", {}), store, GateSettings())
+    ticket = _arrive(gate, "s", max_tokens=50)
+    gate.dispatch(ticket.pool, time.time())
+    assert gate.on_tokens(ticket, 3, time.time()) == 3
+    import threading
+
+    paused = threading.Thread(target=server.pause, args=(1.0,))
+    paused.start()
+    try:
+        time.sleep(0.2)
+        with pytest.raises(redis.exceptions.TimeoutError):
+            gate.on_tokens(ticket, 2, time.time())
+    finally:
+        paused.join()
+    # The gateway counted the two tokens (they reached the client) but not their debit, which landed.
+    assert ticket.output_tokens == 5
+    assert ticket.streamed_units == pytest.approx(3 * ticket.output_weight)
+    record = gate.settle(ticket, COMPLETED, time.time())
+    billed = record["units_debited"]
+    assert billed == pytest.approx(ticket.prompt_units + 5 * ticket.output_weight)
+    assert record["units_taken"] == pytest.approx(record["units_reserved"] + 5 * ticket.output_weight)
+    assert store.level(0, 0.0) == pytest.approx(depth - billed, rel=1e-12)
