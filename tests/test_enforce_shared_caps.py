@@ -21,7 +21,7 @@ if shutil.which("redis-server") is None:
 
 from enforce_stack import RedisServer  # noqa: E402
 
-from quotacalc.enforce.redis_store import RedisBuckets  # noqa: E402
+from quotacalc.enforce.redis_store import INFLIGHT_STANDS_S, RedisBuckets  # noqa: E402
 
 #: Tenant 0's caps in these tests, and its pool's replicas.
 CONCURRENT = 2
@@ -109,35 +109,49 @@ def test_the_resident_kv_cap_per_replica_counts_every_gateways_requests(server):
     assert not first.held_by_store(pool)
 
 
-def test_a_pools_in_flight_bound_counts_every_gateways_requests(server):
-    """One sequence a replica and one replica: the pool holds one request, whichever gateway sent it, and the next
-    goes the moment it ends; the place is given back where no tenant could take it."""
+def test_a_pools_in_flight_bound_counts_the_other_gateways_published_requests(server):
+    """One sequence a replica and one replica: the pool holds one request, whichever gateway sent it. Each gateway
+    publishes its count on a tick (not per request); the other's count stands until it is published again or, for a
+    gateway that died, until it lapses."""
     first, second = _gates(server, _policy(replicas=1), inflight_per_replica=1)
     pool = first.tenants[0].pool
     a = _arrive(first, "a", tenant=1)
     assert first.dispatch(pool, time.time()) == [a]
+    assert first.store.publish_inflight(pool, "first", first.queues[pool].inflight) == 0
+    second.others_inflight(pool, second.store.publish_inflight(pool, "second", second.queues[pool].inflight))
     b = _arrive(second, "b", tenant=2)
     assert second.dispatch(pool, time.time()) == []
-    assert second.held_by_store(pool)
+    assert b.state == QUEUED and second.held_by_store(pool)
     first.settle(a, COMPLETED, time.time())
+    first.store.publish_inflight(pool, "first", first.queues[pool].inflight)
+    second.others_inflight(pool, second.store.publish_inflight(pool, "second", 0))
     assert second.dispatch(pool, time.time()) == [b]
-    client = redis.Redis.from_url(server.url)
-    assert client.zcard(first.store.slot_keys[pool]) == 1
-    second.settle(b, COMPLETED, time.time())
-    assert client.zcard(first.store.slot_keys[pool]) == 0
+    # A gateway that stops publishing (it died) stops counting once its count lapses.
+    first.store.publish_inflight(pool, "gone", 5)
+    second.store.publish_inflight(pool, "second", second.queues[pool].inflight)
+    assert first.store.publish_inflight(pool, "first", 0) == 5 + 1
+    time.sleep(INFLIGHT_STANDS_S + 0.1)
+    second.store.publish_inflight(pool, "second", second.queues[pool].inflight)
+    assert first.store.publish_inflight(pool, "first", 0) == 1
 
 
-def test_a_place_no_tenant_can_take_is_given_back(server):
-    """The pool has room but the only tenant waiting is at its cap elsewhere: the pool's place taken to try it is
-    returned, so the pool's count never holds a place for nobody."""
-    first, second = _gates(server, _policy(concurrent=1))
-    pool = first.tenants[0].pool
-    a = _arrive(first, "a")
-    assert first.dispatch(pool, time.time()) == [a]
-    _arrive(second, "b")
-    assert second.dispatch(pool, time.time()) == []
+def test_an_admission_that_may_go_at_once_claims_its_place_in_the_same_script(server):
+    """Nothing waits and the pool has room: the take and the claim are one script, so the request costs the store no
+    more round trips than in a single gateway (its take, then its settlement, which frees the place)."""
+    (gate,) = _gates(server, _policy(), count=1)
+    pool = gate.tenants[0].pool
     client = redis.Redis.from_url(server.url)
-    assert client.zcard(first.store.slot_keys[pool]) == 1  # a's alone
+    warm = _arrive(gate, "warm")  # loads the scripts
+    gate.dispatch(pool, time.time())
+    gate.settle(warm, COMPLETED, time.time())
+    client.config_resetstat()
+    ticket = _arrive(gate, "once")
+    assert ticket.claimed_replica is not None
+    assert gate.dispatch(pool, time.time()) == [ticket] and ticket.replica == ticket.claimed_replica
+    gate.settle(ticket, COMPLETED, time.time())
+    stats = client.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] == 2, stats
+    assert client.hlen(gate.store.keys[0][5]) == 0  # the settlement freed the place
 
 
 def test_a_gateway_that_dies_holds_its_places_no_longer_than_a_lease(server):

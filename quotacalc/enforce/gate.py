@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
-from uuid import uuid4
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from quotacalc.admission.caps import TenantCaps, at_concurrency_cap, fitting_replicas, never_fits
 from quotacalc.admission.ledger import ADMITTED, NEVER_ADMISSIBLE, Ledger, Settlement
@@ -65,24 +64,36 @@ UNMETERED = "unmetered"
 DONE = "done"
 
 
+class CapsClaim(NamedTuple):
+    """A request's claim of a place under its tenant's caps in a shared store: its pool, the replicas where it fits
+    by this gateway's count (in the order to try them), its KV estimate and the tenant's caps."""
+
+    pool: str
+    replicas: list[int]
+    kv_tokens: int
+    caps: TenantCaps
+
+
 @runtime_checkable
 class SharedCaps(Protocol):
     """The caps several gateways share through their store (``state: redis``): each tenant's concurrency and
-    resident-KV caps, and each pool's in-flight bound, counted over every gateway's requests. Each place taken expires
-    unless refreshed, so a gateway that dies holds none past a lease's life. A settlement (``settle_lease``) frees the
-    request's place under its tenant's caps."""
+    resident-KV caps, counted over every gateway's requests, and each pool's in-flight count, which every gateway
+    publishes. A place under a tenant's caps expires with the request's lease unless refreshed with it, so a gateway
+    that dies holds none past a lease's life; the request's settlement (``settle_lease``) frees it."""
 
-    def claim_caps(
-        self, tenant: int, lease_key: str, pool: str, replicas: list[int], kv_tokens: int, caps: TenantCaps
-    ) -> int:
-        """The first of ``replicas`` where the request fits under the tenant's caps, else a negative number."""
+    #: Set by the gate around an admission that may go to the engine at once: the store claims the place in the
+    #: script that takes the units (one round trip), and leaves the replica (or a negative number) in
+    #: ``claimed_on_take``.
+    claim_on_take: CapsClaim | None
+    claimed_on_take: int | None
+
+    def claim_caps(self, tenant: int, lease_key: str, claim: CapsClaim) -> int:
+        """The first of the claim's replicas where the request fits under the tenant's caps, else a negative number."""
         ...
 
-    def acquire_slot(self, pool: str, slot_key: str, bound: int) -> bool: ...
-
-    def refresh_slot(self, pool: str, slot_key: str) -> None: ...
-
-    def release_slot(self, pool: str, slot_key: str) -> None: ...
+    def publish_inflight(self, pool: str, gateway: str, inflight: int) -> int:
+        """Publish this gateway's count of sequences in flight on the pool; returns the other gateways' (live) sum."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -120,8 +131,9 @@ class Ticket:
     lease_key: str = ""
     #: The replica of the pool the gateway placed it on (its resident-KV cap is counted there), once sent.
     replica: int | None = None
-    #: Its place under the pool's in-flight bound in a shared store (``SharedCaps``), once sent; "" for none.
-    slot_key: str = ""
+    #: The replica its place under the tenant's caps in a shared store was claimed on at admission, where it could go
+    #: to the engine at once (``SharedCaps.claim_on_take``); the fair queue then sends it there without a claim.
+    claimed_replica: int | None = None
     hold: float = 0.0
     granted: int = 0
     reserved_units: float = 0.0
@@ -164,8 +176,10 @@ class _PoolQueue:
     #: Sequences in flight on each replica, from this gateway.
     replica_inflight: list[int]
     inflight: int = 0
-    #: Whether the last dispatch left requests queued because the shared store's counts (other gateways' requests)
-    #: stopped it: nothing here will free their places, so the driver asks again a little later.
+    #: Sequences in flight on the pool from the other gateways, as they last published them in a shared store.
+    others_inflight: int = 0
+    #: Whether the last dispatch left requests queued because of other gateways' requests (their places under the
+    #: caps, or their part of the in-flight bound): nothing here will free those, so the driver asks again shortly.
     held_by_store: bool = False
 
 
@@ -229,15 +243,20 @@ class Gate:
         self.shared: SharedCaps | None = store if isinstance(store, SharedCaps) else None
 
     @contextmanager
-    def _holding_for(self, request_id: str) -> Iterator[None]:
+    def _holding_for(self, request_id: str, claim: CapsClaim | None = None) -> Iterator[None]:
         if not self._leases_in_store:
             yield
             return
         self.store.holding_for = request_id  # type: ignore[attr-defined]
+        if claim is not None and self.shared is not None:
+            self.shared.claim_on_take = claim
+            self.shared.claimed_on_take = None
         try:
             yield
         finally:
             self.store.holding_for = None  # type: ignore[attr-defined]
+            if self.shared is not None:
+                self.shared.claim_on_take = None
 
     def _lease(self, ticket: Ticket, now: float) -> None:
         """Extend the lease's life (in a shared store too, with the request's places under the caps, unless the store
@@ -246,10 +265,8 @@ class Gate:
         ticket.lease_expires_s = now + self.settings.lease_ttl_s
         if not self._leases_in_store or now - ticket.lease_recorded_s <= self.settings.lease_ttl_s / 4:
             return
-        if ticket.hold > 0 or ticket.slot_key:
+        if ticket.hold > 0 or (self.shared is not None and ticket.state == SENT):
             self.store.refresh_lease(ticket.tenant, ticket.lease_key)  # type: ignore[attr-defined]
-            if ticket.slot_key and self.shared is not None:
-                self.shared.refresh_slot(ticket.pool, ticket.slot_key)
             ticket.lease_recorded_s = now
 
     # -- who and what ----------------------------------------------------------------------------
@@ -356,8 +373,12 @@ class Gate:
                     code="never_fits",
                 ),
             )
-        with self._holding_for(ticket.lease_key):
+        claim = self._claim_at_admission(ticket)
+        with self._holding_for(ticket.lease_key, claim):
             admission = self.ledger.admit(tenant, ticket, now)
+            claimed = None if claim is None or self.shared is None else self.shared.claimed_on_take
+            if claimed is not None and claimed >= 0:
+                ticket.claimed_replica = claimed
         if admission.outcome == NEVER_ADMISSIBLE:
             return self.refuse(
                 tenant,
@@ -480,58 +501,62 @@ class Gate:
                 candidates.append(((queue.scheduler.counter(tenant), self.tenants[tenant].priority, tenant), replicas))
         return candidates
 
-    def _claim(
-        self,
-        shared: SharedCaps,
-        pool_name: str,
-        queue: _PoolQueue,
-        candidates: list[tuple[tuple[float, int, int], list[int]]],
-    ) -> tuple[int, int, str] | None:
-        """A place under the pool's in-flight bound, then under a tenant's caps, both counted over every gateway: the
-        first tenant in the fair order whose caps have room (tenant, replica, the place's key); None where the pool
-        is at its bound or no tenant fits (the place is given back)."""
-        slot_key = uuid4().hex
-        if not shared.acquire_slot(pool_name, slot_key, queue.inflight_bound):
+    def _claim_at_admission(self, ticket: Ticket) -> CapsClaim | None:
+        """The claim of a place under the tenant's caps to send with the admission's take, where the request may go to
+        the engine at once (nothing waits in the pool's queues, the pool is under its bound, and it fits by this
+        gateway's count): one round trip instead of two. None in memory, or where it will wait anyway."""
+        if self.shared is None:
             return None
-        try:
-            for (_, _, tenant), replicas in sorted(candidates):
-                head = queue.queues[tenant][0]
-                replica = shared.claim_caps(
-                    tenant, head.lease_key, pool_name, replicas, head.kv_estimate, self.caps[tenant]
-                )
-                if replica >= 0:
-                    return tenant, replica, slot_key
-        except BaseException:
-            with suppress(Exception):
-                shared.release_slot(pool_name, slot_key)
-            raise
-        shared.release_slot(pool_name, slot_key)
+        queue = self.queues[ticket.pool]
+        if any(queue.queues) or queue.inflight + queue.others_inflight >= queue.inflight_bound:
+            return None
+        caps = self.caps[ticket.tenant]
+        if at_concurrency_cap(caps, self.inflight[ticket.tenant]):
+            return None
+        replicas = fitting_replicas(caps, queue.resident_kv[ticket.tenant], queue.replica_inflight, ticket.kv_estimate)
+        return CapsClaim(ticket.pool, replicas, ticket.kv_estimate, caps) if replicas else None
+
+    def _claim(
+        self, shared: SharedCaps, queue: _PoolQueue, candidates: list[tuple[tuple[float, int, int], list[int]]]
+    ) -> tuple[int, int] | None:
+        """The first tenant in the fair order with a place under its caps, counted over every gateway (claimed at its
+        admission, or now): (tenant, replica); None where each is at a cap by other gateways' requests."""
+        for (_, _, tenant), replicas in sorted(candidates):
+            head = queue.queues[tenant][0]
+            if head.claimed_replica is not None:
+                return tenant, head.claimed_replica
+            replica = shared.claim_caps(
+                tenant, head.lease_key, CapsClaim(head.pool, replicas, head.kv_estimate, self.caps[tenant])
+            )
+            if replica >= 0:
+                return tenant, replica
         return None
 
     def dispatch(self, pool_name: str, now: float, *, local_only: bool = False) -> list[Ticket]:
         """Tickets that may go to the pool's engines now, the backlogged tenant with the smallest virtual counter
         first, within the pool's in-flight bound and each tenant's concurrency cap, each placed on a replica where
         the tenant's resident KV leaves room for it under the per-replica cap (``Ticket.replica``). With a shared
-        store the bound and the caps count every gateway's requests there (``local_only``: this gateway's alone, as
-        when the store is down and its failure policy lets requests through)."""
+        store the caps count every gateway's requests there, and the bound the other gateways' published counts
+        (``local_only``: this gateway's requests alone, as when the store is down and its failure policy lets
+        requests through)."""
         queue = self.queues[pool_name]
         shared = None if local_only else self.shared
+        others = 0 if shared is None else queue.others_inflight
         queue.held_by_store = False
         sent: list[Ticket] = []
-        while shared is not None or queue.inflight < queue.inflight_bound:
+        while queue.inflight + others < queue.inflight_bound:
             candidates = self._candidates(queue)
             if not candidates:
                 break
-            slot_key = ""
             if shared is None:
                 (_, _, tenant), replicas = min(candidates)
                 replica = replicas[0]
             else:
-                claimed = self._claim(shared, pool_name, queue, candidates)
+                claimed = self._claim(shared, queue, candidates)
                 if claimed is None:
                     queue.held_by_store = True
                     break
-                tenant, replica, slot_key = claimed
+                tenant, replica = claimed
             ticket = queue.queues[tenant].popleft()
             if not queue.queues[tenant]:
                 queue.scheduler.drained(tenant)
@@ -539,7 +564,6 @@ class Gate:
             ticket.state = SENT
             ticket.sent_s = now
             ticket.replica = replica
-            ticket.slot_key = slot_key
             queue.inflight += 1
             queue.replica_inflight[replica] += 1
             queue.resident_kv[tenant][replica] += ticket.kv_estimate
@@ -551,7 +575,13 @@ class Gate:
             stats.live_kv_tokens += ticket.kv_estimate
             self._lease(ticket, now)
             sent.append(ticket)
+        else:
+            queue.held_by_store = others > 0
         return sent
+
+    def others_inflight(self, pool_name: str, count: int) -> None:
+        """The other gateways' sequences in flight on the pool, as the shared store has them published."""
+        self.queues[pool_name].others_inflight = count
 
     def held_by_store(self, pool_name: str) -> bool:
         """Whether requests wait on the pool only because of other gateways' requests (the shared store's counts)."""
@@ -677,8 +707,6 @@ class Gate:
         stats.units_debited += billed
         stats.units_released += settlement.released
         stats.output_tokens += ticket.output_tokens
-        if not store_failed:  # else ``confirm`` gives the place back, or it expires with the lease's life
-            self._release_slot(ticket)
         if was_sent:
             queue = self.queues[ticket.pool]
             queue.inflight -= 1
@@ -743,13 +771,6 @@ class Gate:
         ticket.streamed_units = done.streamed
         return done.held + done.streamed, Settlement(done.billed, done.released, done.charged, done.forgiven)
 
-    def _release_slot(self, ticket: Ticket) -> None:
-        """Give back the request's place under its pool's in-flight bound in the shared store (where it has one)."""
-        if ticket.slot_key and self.shared is not None:
-            with suppress(Exception):  # the store failed: the place expires with the lease's life
-                self.shared.release_slot(ticket.pool, ticket.slot_key)
-        ticket.slot_key = ""
-
     def confirm(self, ticket: Ticket) -> dict[str, Any]:
         """Send again a settlement the store did not confirm (it failed, or its reply was lost after it landed): the
         store applies it once, keyed by the request's id, and the record takes the figures of the one that landed.
@@ -758,7 +779,6 @@ class Gate:
         assert record is not None and ticket.request_id in self.unconfirmed
         taken, settlement = self._settle_in_store(ticket, record["units_debited"], ticket.streamed_units)
         del self.unconfirmed[ticket.request_id]
-        self._release_slot(ticket)
         self.stats[ticket.tenant].units_released += settlement.released
         self.stats[ticket.tenant].units_debited += settlement.billed - record["units_debited"]
         record.pop("store_failed", None)

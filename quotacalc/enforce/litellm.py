@@ -57,10 +57,10 @@ log = logging.getLogger("quotacalc.enforce")
 TICKET_KEY = "quotacalc_request_id"
 #: The field of a stream's last chunk that says the quota stopped it.
 QUOTA_STOP_FIELD = "quotacalc_stop"
-#: How soon a pool held back by other proxies' requests is pumped again, first and at most (the wait doubles): a
-#: place freed elsewhere is taken within a few engine steps, at a script per pool per wait.
-POLL_FIRST_S = 0.005
-POLL_MAX_S = 0.08
+#: How often a proxy sharing its store publishes its in-flight counts and reads the others' (and pumps its queues):
+#: while requests wait in them (a place freed by another proxy is seen within a few engine steps), and otherwise.
+TICK_BUSY_S = 0.025
+TICK_IDLE_S = 0.25
 _CALL_TYPES = {"completion", "acompletion", "text_completion", "atext_completion"}
 
 
@@ -135,9 +135,9 @@ class QuotacalcEnforcer(CustomLogger):
             GateSettings(settings.inflight_per_replica, settings.queue_wait_max_s, settings.lease_ttl_s),
         )
         self.waiters: dict[str, asyncio.Future[None]] = {}
-        #: A pump to come for each pool whose queued requests the shared store's counts hold back, and its wait.
-        self._polls: dict[str, asyncio.Task[None]] = {}
-        self._poll_delay_s: dict[str, float] = {}
+        #: This proxy's name among those sharing the store (its published in-flight counts).
+        self.gateway_id = uuid.uuid4().hex
+        self._ticker: asyncio.Task[None] | None = None
         self.records_path = (path.parent / settings.records) if settings.records else None
         self.store_failures = 0
         #: The plugin's own wall time per hook, and per request (``request``) at its settlement.
@@ -210,6 +210,8 @@ class QuotacalcEnforcer(CustomLogger):
     def _start_background(self) -> None:
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        if self.gate.shared is not None and (self._ticker is None or self._ticker.done()):
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
         if not self._mounted:
             self._mounted = True
             self._mount_metrics()
@@ -225,6 +227,25 @@ class QuotacalcEnforcer(CustomLogger):
                     await self._gate_call(self._confirm_and_write, ticket)
             except Exception:  # the sweeper must outlive a store's outage
                 log.exception("quotacalc: settling expired leases failed")
+
+    async def _tick(self) -> None:
+        """With a shared store: publish this proxy's sequences in flight on each pool, read the other proxies', and
+        send what their ends let go (no event here says a place was freed elsewhere)."""
+        gate = self.gate
+        shared = gate.shared
+        assert shared is not None
+        while True:
+            waiting = any(any(queue.queues) for queue in gate.queues.values())
+            await asyncio.sleep(TICK_BUSY_S if waiting else TICK_IDLE_S)
+            for pool, queue in gate.queues.items():
+                try:
+                    others = await self._gate_call(shared.publish_inflight, pool, self.gateway_id, queue.inflight)
+                except Exception as error:  # the store is down: the requests' own calls count it and fail as set
+                    log.debug("quotacalc: publishing the in-flight count failed: %s", error)
+                    continue
+                gate.others_inflight(pool, others)
+                if any(queue.queues):
+                    await self._pump(pool)
 
     def _mount_metrics(self) -> None:
         """GET /quotacalc/metrics on the proxy's own app: Prometheus text, per tenant."""
@@ -245,8 +266,7 @@ class QuotacalcEnforcer(CustomLogger):
         return render(self.gate, self.store_failures, self.plugin_seconds)
 
     async def _pump(self, pool: str) -> None:
-        """Send what the fair queue lets go now, waking each one's pre-call hook. Where the shared store's counts
-        (other proxies' requests) hold requests back, ask again shortly: no event here frees those places."""
+        """Send what the fair queue lets go now, waking each one's pre-call hook."""
         try:
             sent = [ticket.request_id for ticket in await self._gate_call(self.gate.dispatch, pool, time.time())]
         except Exception as error:  # the store failed: what was dispatched before it still goes
@@ -260,24 +280,6 @@ class QuotacalcEnforcer(CustomLogger):
             waiter = self.waiters.pop(request_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
-        if self.gate.held_by_store(pool):
-            self._poll_later(pool)
-        else:
-            self._poll_delay_s.pop(pool, None)
-
-    def _poll_later(self, pool: str) -> None:
-        """Pump the pool again after a short wait, doubling while it stays held (5 ms, then up to 80 ms)."""
-        if pool in self._polls:
-            return
-        delay = self._poll_delay_s.get(pool, POLL_FIRST_S / 2) * 2
-        self._poll_delay_s[pool] = min(delay, POLL_MAX_S)
-
-        async def poll() -> None:
-            await asyncio.sleep(self._poll_delay_s[pool])
-            self._polls.pop(pool, None)
-            await self._pump(pool)
-
-        self._polls[pool] = asyncio.get_running_loop().create_task(poll())
 
     async def _gate_call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         """A gate call that may reach the store: through the bridge where the store awaits (Redis), else direct.

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from quotacalc.admission.caps import TenantCaps
 from quotacalc.admission.state import Taken
 from quotacalc.core.policy import QuotaPolicy
 from quotacalc.enforce.bridge import await_only, in_bridge
+from quotacalc.enforce.gate import CapsClaim
 from quotacalc.enforce.settings import REDIS_TIMEOUT_S
 
 #: Each tenant's keys, in the order the scripts name them (KEYS[1] to KEYS[9]), all under the tenant's hash tag: its
@@ -37,6 +37,9 @@ TENANT_KEYS = (
     "streamed",
     "streamed_at",
 )
+
+#: How long a gateway's published in-flight count stands unless published again (it publishes at least every 0.25 s).
+INFLIGHT_STANDS_S = 1.0
 
 #: How long the store keeps each settlement's figures by request id (a day): a settlement sent again within it (its
 #: reply was lost and the gateway retries it) is recognised and applied once. It bounds how long a gateway may retry.
@@ -217,56 +220,85 @@ return figures
 )
 
 
-#: Take a place under the tenant's caps for a request the gateway dispatches (KEYS[6]: lease key -> 'pool replica
-#: kv_tokens', KEYS[7]: their expiries). ARGV[1]: its lease key, ARGV[2]: its pool, ARGV[3]: its KV estimate in tokens,
-#: ARGV[4]: the tenant's concurrency cap, ARGV[5]: its resident-KV cap per replica, ARGV[6]: the place's life, ARGV[7..]:
-#: the replicas to try, in order. Counted over every gateway's requests, expired places first dropped (a gateway that
-#: died holds none past it), and the request's own earlier place dropped (a claim whose reply was lost and is sent
-#: again). Returns the replica, -1 at the concurrency cap, -2 where no replica has room under the KV cap.
+#: A Lua function that takes a place under the tenant's caps for a request (KEYS[6]: lease key -> 'pool replica
+#: kv_tokens', KEYS[7]: their expiries), counted over every gateway's requests: expired places first dropped (a gateway
+#: that died holds none past them), and the request's own earlier place (a claim whose reply was lost, sent again).
+#: ``first``: where in ARGV its replicas to try begin, in order. Returns the replica, -1 at the concurrency cap, -2
+#: where no replica has room under the KV cap.
+_CLAIM_FUNCTION = """
+local function claim(lease, pool, kv, concurrent, cap, life, first)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)
+  for _, id in ipairs(expired) do redis.call('HDEL', KEYS[6], id) end
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now) end
+  redis.call('HDEL', KEYS[6], lease)
+  redis.call('ZREM', KEYS[7], lease)
+  if redis.call('HLEN', KEYS[6]) >= concurrent then return -1 end
+  local resident = {}
+  for _, entry in ipairs(redis.call('HVALS', KEYS[6])) do
+    local p, replica, tokens = string.match(entry, '^(.*) (%d+) (%d+)$')
+    if p == pool then resident[replica] = (resident[replica] or 0) + tonumber(tokens) end
+  end
+  for i = first, #ARGV do
+    if (resident[ARGV[i]] or 0) + kv <= cap then
+      redis.call('HSET', KEYS[6], lease, pool .. ' ' .. ARGV[i] .. ' ' .. kv)
+      redis.call('ZADD', KEYS[7], now + life, lease)
+      return tonumber(ARGV[i])
+    end
+  end
+  return -2
+end
+"""
+
+#: Claim a place under the tenant's caps for a request the fair queue sends (ARGV[1]: its lease key, ARGV[2]: its
+#: pool, ARGV[3]: its KV estimate in tokens, ARGV[4]: the concurrency cap, ARGV[5]: the KV cap per replica, ARGV[6]: the
+#: place's life, ARGV[7..]: the replicas to try).
 _CLAIM = (
     _NOW
+    + _CLAIM_FUNCTION
     + """
-local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)
-for _, id in ipairs(expired) do redis.call('HDEL', KEYS[6], id) end
-if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now) end
-redis.call('HDEL', KEYS[6], ARGV[1])
-redis.call('ZREM', KEYS[7], ARGV[1])
-if redis.call('HLEN', KEYS[6]) >= tonumber(ARGV[4]) then return -1 end
-local kv = tonumber(ARGV[3])
-local cap = tonumber(ARGV[5])
-local resident = {}
-for _, entry in ipairs(redis.call('HVALS', KEYS[6])) do
-  local pool, replica, tokens = string.match(entry, '^(.*) (%d+) (%d+)$')
-  if pool == ARGV[2] then resident[replica] = (resident[replica] or 0) + tonumber(tokens) end
+return claim(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), 7)
+"""
+)
+
+#: ``_TRY_TAKE`` with the claim of a place under the tenant's caps, made only where the units were taken, in the same
+#: script: an admission that may go to the engine at once costs one round trip. ARGV[7]: its pool, ARGV[8]: its KV
+#: estimate, ARGV[9]: the concurrency cap, ARGV[10]: the KV cap, ARGV[11..]: the replicas to try (the lease key and its
+#: life are ARGV[5] and ARGV[6]). Returns {ok, level, replica or a negative number}.
+_TRY_TAKE_CLAIM = (
+    _PRELUDE
+    + _HOLD
+    + _CLAIM_FUNCTION
+    + """
+local needed = tonumber(ARGV[3])
+local take = tonumber(ARGV[4])
+local ok = 0
+local replica = -3
+if level >= needed then
+  level = level - take; ok = 1; hold(take)
+  replica = claim(ARGV[5], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[6]), 11)
 end
-for i = 7, #ARGV do
-  if (resident[ARGV[i]] or 0) + kv <= cap then
-    redis.call('HSET', KEYS[6], ARGV[1], ARGV[2] .. ' ' .. ARGV[i] .. ' ' .. ARGV[3])
-    redis.call('ZADD', KEYS[7], now + tonumber(ARGV[6]), ARGV[1])
-    return tonumber(ARGV[i])
+save()
+return {ok, string.format('%.17g', level), replica}
+"""
+)
+
+#: Publish a gateway's count of sequences in flight on a pool (KEYS[1]: gateway -> 'count expiry'; ARGV[1]: the
+#: gateway, ARGV[2]: its count, ARGV[3]: how long the count stands unless published again) and return the other
+#: gateways' counts still standing: a gateway that died stops counting within that time.
+_PUBLISH_INFLIGHT = (
+    _NOW
+    + """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. string.format('%.17g', now + tonumber(ARGV[3])))
+local others = 0
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  if entries[i] ~= ARGV[1] then
+    local count, expiry = string.match(entries[i + 1], '^(%d+) (.*)$')
+    if tonumber(expiry) < now then redis.call('HDEL', KEYS[1], entries[i])
+    else others = others + tonumber(count) end
   end
 end
-return -2
-"""
-)
-
-#: Take one of a pool's in-flight places, shared by every gateway (KEYS[1]: place -> expiry), while fewer than ARGV[2]
-#: are taken; ARGV[1]: the place's id, ARGV[3]: its life. Returns 1 when taken, 0 when the pool is at its bound.
-_ACQUIRE_SLOT = (
-    _NOW
-    + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-return 1
-"""
-)
-
-#: Extend a pool's in-flight place still taken (ARGV[1]: its id, ARGV[2]: its life).
-_REFRESH_SLOT = (
-    _NOW
-    + """
-return redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1])
+return others
 """
 )
 
@@ -299,9 +331,9 @@ class RedisBuckets:
         self.lease_ttl_s = lease_ttl_s
         self.settled_keep_s = settled_keep_s
         self.keys = [[f"{prefix}:{{{t.name}}}:{key}" for key in TENANT_KEYS] for t in policy.tenants]
-        # A pool's in-flight places are one key of their own slot: a claim of the tenant's caps and a pool's place are
-        # two scripts (Redis Cluster runs a script on one slot), taken pool first and given back if no tenant fits.
-        self.slot_keys = {pool.name: f"{prefix}:{{pool:{pool.name}}}:inflight" for pool in policy.pools}
+        # Each pool's gateways' published in-flight counts: a key in a slot of its own (Redis Cluster runs a script on
+        # one slot, and a pool's count spans tenants), read and written once per tick of each gateway, not per request.
+        self.inflight_keys = {pool.name: f"{prefix}:{{pool:{pool.name}}}:inflight" for pool in policy.pools}
         sources = {
             "level": _LEVEL,
             "try_take": _TRY_TAKE,
@@ -311,14 +343,16 @@ class RedisBuckets:
             "refresh": _REFRESH,
             "settle": _SETTLE,
             "claim": _CLAIM,
-            "acquire_slot": _ACQUIRE_SLOT,
-            "refresh_slot": _REFRESH_SLOT,
-            "release_slot": "return redis.call('ZREM', KEYS[1], ARGV[1])",
+            "try_take_claim": _TRY_TAKE_CLAIM,
+            "publish_inflight": _PUBLISH_INFLIGHT,
         }
         self._blocking = {name: client.register_script(source) for name, source in sources.items()}
         self._awaited = (
             {name: async_client.register_script(source) for name, source in sources.items()} if async_client else {}
         )
+        #: A claim of a place under the tenant's caps to make with the next take (``SharedCaps``), and its result.
+        self.claim_on_take: CapsClaim | None = None
+        self.claimed_on_take: int | None = None
         #: The request the next take is held for (set by the gate around the ledger's calls, and read before the
         #: script is handed to the event loop, so requests that interleave there never see each other's).
         self.holding_for: str | None = None
@@ -380,7 +414,12 @@ class RedisBuckets:
 
     def try_take(self, tenant: int, needed: float, take: float, now: float) -> Taken:
         args = self._args(tenant, repr(needed), repr(take), *self._lease_args())
-        ok, level = self._run("try_take", self.keys[tenant], args)
+        claim = self.claim_on_take
+        if claim is None:
+            ok, level = self._run("try_take", self.keys[tenant], args)
+            return Taken(bool(ok), float(level))
+        ok, level, replica = self._run("try_take_claim", self.keys[tenant], args + self._claim_args(claim))
+        self.claimed_on_take = int(replica)
         return Taken(bool(ok), float(level))
 
     def take_whole(self, tenant: int, unit: float, wanted: int, now: float) -> int:
@@ -423,28 +462,23 @@ class RedisBuckets:
 
     # -- caps shared by every gateway (the gate calls these where the store has them) ---------------------
 
-    def claim_caps(
-        self, tenant: int, lease_key: str, pool: str, replicas: list[int], kv_tokens: int, caps: TenantCaps
-    ) -> int:
-        """A place under the tenant's concurrency cap and, on the first of ``replicas`` with room, under its resident-KV
-        cap, counted over every gateway; the replica, or CLAIM_AT_CONCURRENCY_CAP / CLAIM_NO_KV_ROOM."""
-        args = [
-            lease_key,
-            pool,
-            str(kv_tokens),
-            str(caps.max_concurrent_sequences),
-            str(caps.kv_cap_tokens_per_replica),
-            repr(self.lease_ttl_s),
-            *(str(replica) for replica in replicas),
+    @staticmethod
+    def _claim_args(claim: CapsClaim) -> list[str]:
+        return [
+            claim.pool,
+            str(claim.kv_tokens),
+            str(claim.caps.max_concurrent_sequences),
+            str(claim.caps.kv_cap_tokens_per_replica),
+            *(str(replica) for replica in claim.replicas),
         ]
-        return int(self._run("claim", self.keys[tenant], args))
 
-    def acquire_slot(self, pool: str, slot_key: str, bound: int) -> bool:
-        """One of the pool's ``bound`` in-flight places, counted over every gateway."""
-        return bool(self._run("acquire_slot", [self.slot_keys[pool]], [slot_key, str(bound), repr(self.lease_ttl_s)]))
+    def claim_caps(self, tenant: int, lease_key: str, claim: CapsClaim) -> int:
+        """A place under the tenant's concurrency cap and, on the first of the claim's replicas with room, under its
+        resident-KV cap, counted over every gateway; the replica, or CLAIM_AT_CONCURRENCY_CAP / CLAIM_NO_KV_ROOM."""
+        args = self._claim_args(claim)
+        return int(self._run("claim", self.keys[tenant], [lease_key, *args[:4], repr(self.lease_ttl_s), *args[4:]]))
 
-    def refresh_slot(self, pool: str, slot_key: str) -> None:
-        self._run("refresh_slot", [self.slot_keys[pool]], [slot_key, repr(self.lease_ttl_s)])
-
-    def release_slot(self, pool: str, slot_key: str) -> None:
-        self._run("release_slot", [self.slot_keys[pool]], [slot_key])
+    def publish_inflight(self, pool: str, gateway: str, inflight: int) -> int:
+        """Publish ``gateway``'s sequences in flight on the pool; the other gateways' sum, as they last published it."""
+        args = [gateway, str(inflight), repr(INFLIGHT_STANDS_S)]
+        return int(self._run("publish_inflight", [self.inflight_keys[pool]], args))
