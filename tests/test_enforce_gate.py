@@ -459,15 +459,21 @@ def test_the_plugin_refuses_a_second_request_with_a_call_id_in_flight(tmp_path):
     body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "stream": True,
             "litellm_call_id": "client-chosen", "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
 
+    spent_first: list[float] = []
+
     async def twice():
         data = await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
         first = enforcer._ticket(data)
+        spent_first.extend(enforcer._spent_s["client-chosen"])
         with pytest.raises(HTTPException) as refused:
             await enforcer.async_pre_call_hook(None, None, dict(body), "acompletion")
         return first, refused.value
 
     first, refused = asyncio.run(twice())
     assert first is not None and enforcer.gate.live["client-chosen"] is first
+    # The refused duplicate's time counts in the hook's histogram, not in the first request's own total.
+    assert sum(enforcer.plugin_seconds["pre_call"].counts) == 2
+    assert enforcer._spent_s["client-chosen"][0] == pytest.approx(spent_first[0])
     assert refused.status_code == 409 and refused.headers["x-quotacalc-reason"] == "call_id_in_use"
     lines = [json.loads(line) for line in (folder / "usage.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [(r["request_id"], r["status"]) for r in lines] == [("client-chosen", 409)]

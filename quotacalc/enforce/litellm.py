@@ -374,15 +374,19 @@ class QuotacalcEnforcer(CustomLogger):
         started = time.perf_counter()
         started_cpu = time.thread_time()
         waited = [0.0, 0.0]
+        admitted = False
         try:
-            return await self._pre_call(user_api_key_dict, data, request_id, waited)
+            admitted_data = await self._pre_call(user_api_key_dict, data, request_id, waited)
+            admitted = True
+            return admitted_data
         finally:
-            self._spend(
-                request_id,
-                "pre_call",
-                time.perf_counter() - started - waited[0],
-                time.thread_time() - started_cpu - waited[1],
-            )
+            seconds = time.perf_counter() - started - waited[0]
+            if admitted:
+                self._spend(request_id, "pre_call", seconds, time.thread_time() - started_cpu - waited[1])
+            else:
+                # Refused or cancelled: its time is the hook's, never added to a request's total, which a refused
+                # duplicate's call id (409) would add to the request in flight under that id.
+                self.plugin_seconds["pre_call"].observe(seconds)
             if request_id not in self.gate.live:  # refused or settled: nothing more will be spent on it
                 self._spent_s.pop(request_id, None)
 
