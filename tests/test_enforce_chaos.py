@@ -17,7 +17,8 @@ After the leases' life has passed:
   leaked either way,
 - each record debits exactly its prompt units (cached tokens at their weight) plus W x the tokens it streamed,
 - per request id, the store's settlement is the record's, and none landed in the store without a record,
-- no tenant was served more than its bucket (its contract here) plus one lease.
+- no tenant was served more than its bucket (its contract here) plus one lease,
+- no tenant had more requests at the engine at once, over both proxies, than its concurrency cap.
 
 The run sends no new request after CHAOS_SECONDS (QUOTACALC_CHAOS_SECONDS), a bound for a stalled machine; what it
 sent is checked the same, and the printed summary says how many were sent, how each ended and how long it took.
@@ -272,7 +273,7 @@ def test_chaos_conserves_units(tmp_path):
                 debited += row["units_debited"] - row["units_forgiven"]
                 # The record says what the store did for it.
                 assert landed is not None, ("settled in no store", row)
-                _held, released, charged, forgiven, billed = landed
+                _held, released, charged, forgiven, billed, _streamed = landed
                 assert (billed, released, charged, forgiven) == pytest.approx(
                     (row["units_debited"], row["units_released"], row["units_charged"], row["units_forgiven"])
                 ), (row, landed)
@@ -286,3 +287,39 @@ def test_chaos_conserves_units(tmp_path):
         assert DEPTH - levels[name] == pytest.approx(debited, abs=1e-3), (name, levels[name], debited)
         one_lease = largest_prompt_units + weights["output"] * LEASE_TOKENS
         assert debited <= DEPTH + one_lease, (name, debited, DEPTH, one_lease)
+        # The tenant's concurrency cap held over both proxies: its requests at the engine at once, from either.
+        cap = tenants[name]["max_concurrent_sequences"]
+        most, at_peak = _most_at_once(mine)
+        assert most <= cap, (name, most, cap, at_peak)
+
+
+def _most_at_once(rows: list[dict]) -> tuple[int, list[tuple]]:
+    """The most of these records' requests at the engine at one time (from dispatch to end; an end before a dispatch
+    at the same instant), whichever proxy sent them; and, for a failure's message, those requests."""
+    from datetime import datetime
+
+    events = []
+    for row in rows:
+        if row.get("dispatched") and not row.get("unmetered"):
+            events.append((datetime.fromisoformat(row["dispatched"]), 1, row["request_id"]))
+            events.append((datetime.fromisoformat(row["end"]), -1, row["request_id"]))
+    by_id = {row["request_id"]: row for row in rows}
+    live: set[str] = set()
+    most, at_peak = 0, []
+    for _, step, request_id in sorted(events):
+        if step > 0:
+            live.add(request_id)
+        else:
+            live.discard(request_id)
+        if len(live) > most:
+            most = len(live)
+            at_peak = [
+                (
+                    by_id[i]["dispatched"][11:23],
+                    by_id[i]["end"][11:23],
+                    by_id[i]["outcome"],
+                    by_id[i].get("store_failed"),
+                )
+                for i in sorted(live, key=lambda i: by_id[i]["dispatched"])
+            ]
+    return most, at_peak

@@ -21,7 +21,7 @@ if shutil.which("redis-server") is None:
 
 from enforce_stack import RedisServer  # noqa: E402
 
-from quotacalc.enforce.redis_store import INFLIGHT_STANDS_S, RedisBuckets  # noqa: E402
+from quotacalc.enforce.redis_store import INFLIGHT_STANDS_S, RedisBuckets, place_life_s  # noqa: E402
 
 #: Tenant 0's caps in these tests, and its pool's replicas.
 CONCURRENT = 2
@@ -53,13 +53,18 @@ def _policy(*, replicas: int = REPLICAS, concurrent: int = CONCURRENT, kv_cap: i
     return policy.model_copy(update={"tenants": tuple(tenants), "pools": pools})
 
 
+#: A place's grace beyond 1.25 leases in these tests (the store's default, PLACE_GRACE_S, covers a proxy's sweeper).
+GRACE_S = 0.1
+
+
 def _gates(server, policy, *, count: int = 2, ttl: float = 120.0, inflight_per_replica: int | None = None):
     """``count`` gates over one Redis database, as ``count`` proxies: each its own client and store."""
     redis.Redis.from_url(server.url).flushdb()
     settings = GateSettings(inflight_per_replica=inflight_per_replica, lease_ttl_s=ttl)
     gates = []
     for _ in range(count):
-        store = RedisBuckets(redis.Redis.from_url(server.url), policy, prefix="caps", lease_ttl_s=ttl)
+        client = redis.Redis.from_url(server.url)
+        store = RedisBuckets(client, policy, prefix="caps", lease_ttl_s=ttl, place_grace_s=GRACE_S)
         gates.append(Gate(policy, sample_salts(policy), make_policy("incremental_lease", {}), store, settings))
     return gates
 
@@ -164,8 +169,28 @@ def test_a_gateway_that_dies_holds_its_places_no_longer_than_a_lease(server):
     del first
     waiting = _arrive(second, "b")
     assert second.dispatch(pool, time.time()) == []
-    time.sleep(ttl + 0.2)
+    time.sleep(place_life_s(ttl, GRACE_S) + 0.1)
     assert second.dispatch(pool, time.time()) == [waiting]
+
+
+def test_a_place_claimed_at_admission_by_a_request_that_then_waited_is_claimed_again(server):
+    """A request that could go at once claimed its place with its admission, then waited (the pool filled): its place
+    may lapse in the store meanwhile, and another gateway's request take it. It is claimed again when the queue sends
+    it, never sent on a place it no longer holds."""
+    ttl = 0.4
+    first, second = _gates(server, _policy(concurrent=1), ttl=ttl)
+    pool = first.tenants[0].pool
+    a = _arrive(first, "a")
+    assert a.claimed_replica is not None
+    first.others_inflight(pool, first.queues[pool].inflight_bound)  # the other gateways fill the pool
+    assert first.dispatch(pool, time.time()) == []
+    time.sleep(place_life_s(ttl, GRACE_S) + 0.1)
+    b = _arrive(second, "b")
+    assert second.dispatch(pool, time.time()) == [b]
+    first.others_inflight(pool, 1)
+    assert first.dispatch(pool, time.time()) == [] and a.state == QUEUED
+    second.settle(b, COMPLETED, time.time())
+    assert first.dispatch(pool, time.time()) == [a]
 
 
 def test_a_live_requests_places_are_kept_past_a_lease_while_its_tokens_stream(server):
@@ -176,7 +201,7 @@ def test_a_live_requests_places_are_kept_past_a_lease_while_its_tokens_stream(se
     a = _arrive(first, "a", max_tokens=800)
     assert first.dispatch(pool, time.time()) == [a]
     b = _arrive(second, "b")
-    for _ in range(8):
+    for _ in range(round(2 * place_life_s(ttl, GRACE_S) / (ttl / 4))):
         time.sleep(ttl / 4)
         assert first.on_tokens(a, 1, time.time()) == 1
         assert second.dispatch(pool, time.time()) == []

@@ -517,13 +517,19 @@ class Gate:
         return CapsClaim(ticket.pool, replicas, ticket.kv_estimate, caps) if replicas else None
 
     def _claim(
-        self, shared: SharedCaps, queue: _PoolQueue, candidates: list[tuple[tuple[float, int, int], list[int]]]
+        self,
+        shared: SharedCaps,
+        queue: _PoolQueue,
+        candidates: list[tuple[tuple[float, int, int], list[int]]],
+        now: float,
     ) -> tuple[int, int] | None:
         """The first tenant in the fair order with a place under its caps, counted over every gateway (claimed at its
-        admission, or now): (tenant, replica); None where each is at a cap by other gateways' requests."""
+        admission, or now): (tenant, replica); None where each is at a cap by other gateways' requests. A place
+        claimed at admission by a request that then waited half a lease's life is claimed again (the claim drops the
+        request's earlier place): it may have lapsed in the store meanwhile."""
         for (_, _, tenant), replicas in sorted(candidates):
             head = queue.queues[tenant][0]
-            if head.claimed_replica is not None:
+            if head.claimed_replica is not None and now - head.start_s < self.settings.lease_ttl_s / 2:
                 return tenant, head.claimed_replica
             replica = shared.claim_caps(
                 tenant, head.lease_key, CapsClaim(head.pool, replicas, head.kv_estimate, self.caps[tenant])
@@ -552,7 +558,7 @@ class Gate:
                 (_, _, tenant), replicas = min(candidates)
                 replica = replicas[0]
             else:
-                claimed = self._claim(shared, queue, candidates)
+                claimed = self._claim(shared, queue, candidates, now)
                 if claimed is None:
                     queue.held_by_store = True
                     break

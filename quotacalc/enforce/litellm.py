@@ -268,7 +268,13 @@ class QuotacalcEnforcer(CustomLogger):
     async def _pump(self, pool: str) -> None:
         """Send what the fair queue lets go now, waking each one's pre-call hook."""
         try:
-            sent = [ticket.request_id for ticket in await self._gate_call(self.gate.dispatch, pool, time.time())]
+            tickets = await self._gate_call(self.gate.dispatch, pool, time.time())
+            # Sent now: a dispatch that waited on the store for a claim sends its tickets once the claims landed, and
+            # a record's dispatch time is never before its place under the caps was taken.
+            now = time.time()
+            for ticket in tickets:
+                ticket.sent_s = now
+            sent = [ticket.request_id for ticket in tickets]
         except Exception as error:  # the store failed: what was dispatched before it still goes
             self._count_store_failure(error)
             if self.settings.redis_failure == "open":

@@ -38,6 +38,18 @@ TENANT_KEYS = (
     "streamed_at",
 )
 
+#: Beyond a lease's life and a quarter (the most a lease goes unrefreshed in the store while tokens stream), how long a
+#: request's place under its tenant's caps outlives its last refresh: the proxy settles a request whose lease ran out
+#: within its sweeper's second, and its place must stand until then, or another request could take it while the first
+#: still runs. A proxy that died holds its places this much longer than its units.
+PLACE_GRACE_S = 5.0
+
+
+def place_life_s(lease_ttl_s: float, grace_s: float = PLACE_GRACE_S) -> float:
+    """How long a place under a tenant's caps stands in the store unless refreshed (or freed by its settlement)."""
+    return 1.25 * lease_ttl_s + grace_s
+
+
 #: How long a gateway's published in-flight count stands unless published again (it publishes at least every 0.25 s).
 INFLIGHT_STANDS_S = 1.0
 
@@ -154,13 +166,13 @@ return string.format('%.17g', forgiven)
 _CREDIT = _PRELUDE + "level = math.min(depth, level + tonumber(ARGV[3]))\nsave()\nreturn 1"
 
 #: Extend a lease still held (ARGV[3]: its life, ARGV[4]: its id), and the request's place under the tenant's caps
-#: (KEYS[6], KEYS[7]) where it has one; 0 where the lease expired (its units went back).
+#: (KEYS[6], KEYS[7]; ARGV[5]: a place's life) where it has one; 0 where the lease expired (its units went back).
 _REFRESH = (
     _PRELUDE
     + """
 save()
 if redis.call('HEXISTS', KEYS[6], ARGV[4]) == 1 then
-  redis.call('ZADD', KEYS[7], now + tonumber(ARGV[3]), ARGV[4])
+  redis.call('ZADD', KEYS[7], now + tonumber(ARGV[5]), ARGV[4])
 end
 if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 0 then return 0 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
@@ -261,9 +273,9 @@ return claim(ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(AR
 )
 
 #: ``_TRY_TAKE`` with the claim of a place under the tenant's caps, made only where the units were taken, in the same
-#: script: an admission that may go to the engine at once costs one round trip. ARGV[7]: its pool, ARGV[8]: its KV
-#: estimate, ARGV[9]: the concurrency cap, ARGV[10]: the KV cap, ARGV[11..]: the replicas to try (the lease key and its
-#: life are ARGV[5] and ARGV[6]). Returns {ok, level, replica or a negative number}.
+#: script: an admission that may go to the engine at once costs one round trip. ARGV[7]: the place's life, ARGV[8]: its
+#: pool, ARGV[9]: its KV estimate, ARGV[10]: the concurrency cap, ARGV[11]: the KV cap, ARGV[12..]: the replicas to try
+#: (the lease key is ARGV[5]). Returns {ok, level, replica or a negative number}.
 _TRY_TAKE_CLAIM = (
     _PRELUDE
     + _HOLD
@@ -275,7 +287,7 @@ local ok = 0
 local replica = -3
 if level >= needed then
   level = level - take; ok = 1; hold(take)
-  replica = claim(ARGV[5], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[6]), 11)
+  replica = claim(ARGV[5], ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[7]), 12)
 end
 save()
 return {ok, string.format('%.17g', level), replica}
@@ -323,12 +335,14 @@ class RedisBuckets:
         lease_ttl_s: float = 120.0,
         settled_keep_s: float = SETTLED_KEEP_S,
         async_client: Any = None,
+        place_grace_s: float = PLACE_GRACE_S,
     ):
         self.client = client
         self.async_client = async_client
         self.rates = [t.bucket_rate_units_per_s for t in policy.tenants]
         self.depths = [t.bucket_depth_units for t in policy.tenants]
         self.lease_ttl_s = lease_ttl_s
+        self.place_ttl_s = place_life_s(lease_ttl_s, place_grace_s)
         self.settled_keep_s = settled_keep_s
         self.keys = [[f"{prefix}:{{{t.name}}}:{key}" for key in TENANT_KEYS] for t in policy.tenants]
         # Each pool's gateways' published in-flight counts: a key in a slot of its own (Redis Cluster runs a script on
@@ -418,7 +432,8 @@ class RedisBuckets:
         if claim is None:
             ok, level = self._run("try_take", self.keys[tenant], args)
             return Taken(bool(ok), float(level))
-        ok, level, replica = self._run("try_take_claim", self.keys[tenant], args + self._claim_args(claim))
+        claim_args = [repr(self.place_ttl_s), *self._claim_args(claim)]
+        ok, level, replica = self._run("try_take_claim", self.keys[tenant], args + claim_args)
         self.claimed_on_take = int(replica)
         return Taken(bool(ok), float(level))
 
@@ -437,7 +452,7 @@ class RedisBuckets:
 
     def refresh_lease(self, tenant: int, request_id: str) -> bool:
         """Extend the lease ``lease_ttl_s`` from now (server clock); False where it had expired."""
-        args = self._args(tenant, repr(self.lease_ttl_s), request_id)
+        args = self._args(tenant, repr(self.lease_ttl_s), request_id, repr(self.place_ttl_s))
         return bool(self._run("refresh", self.keys[tenant], args))
 
     def settle_lease(
@@ -476,7 +491,7 @@ class RedisBuckets:
         """A place under the tenant's concurrency cap and, on the first of the claim's replicas with room, under its
         resident-KV cap, counted over every gateway; the replica, or CLAIM_AT_CONCURRENCY_CAP / CLAIM_NO_KV_ROOM."""
         args = self._claim_args(claim)
-        return int(self._run("claim", self.keys[tenant], [lease_key, *args[:4], repr(self.lease_ttl_s), *args[4:]]))
+        return int(self._run("claim", self.keys[tenant], [lease_key, *args[:4], repr(self.place_ttl_s), *args[4:]]))
 
     def publish_inflight(self, pool: str, gateway: str, inflight: int) -> int:
         """Publish ``gateway``'s sequences in flight on the pool; the other gateways' sum, as they last published it."""
