@@ -243,3 +243,48 @@ def test_a_streamed_debit_whose_reply_was_lost_is_counted_once(server):
     assert billed == pytest.approx(ticket.prompt_units + 5 * ticket.output_weight)
     assert record["units_taken"] == pytest.approx(record["units_reserved"] + 5 * ticket.output_weight)
     assert store.level(0, 0.0) == pytest.approx(depth - billed, rel=1e-12)
+
+
+def test_the_plugin_never_sends_more_of_a_tenants_requests_than_its_cap_while_dispatches_await_claims(server, tmp_path):
+    """In the plugin, each dispatch awaits its claims on Redis, and requests arrive meanwhile, each asking for a
+    dispatch: one dispatch runs on a pool at a time (another would pick the same head request, and send the one
+    behind it on that claim). Twenty requests of a tenant of four sequences at once: four at the engine, the rest wait."""
+    import asyncio
+
+    pytest.importorskip("litellm", reason="the litellm extra is not installed")
+    from enforce_stack import edit_policy, edit_settings, generate, in_process_enforcer
+
+    cap = 4
+    folder = generate(tmp_path)
+    edit_policy(folder, alpha={"max_concurrent_sequences": cap, "bucket_depth_units": 1e9})
+    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4", state="redis", records=None)
+    redis.Redis.from_url(server.url).flushdb()
+    enforcer = in_process_enforcer(folder, server.url)
+    body = {"model": "std", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True,
+            "proxy_server_request": {"headers": {"x-tenant-id": "alpha"}}}  # fmt: skip
+
+    async def crowd() -> tuple[int, int, int]:
+        calls = [
+            asyncio.ensure_future(enforcer.async_pre_call_hook(None, None, dict(body), "acompletion"))
+            for _ in range(20)
+        ]
+        most_sent = 0
+        deadline = time.monotonic() + 20
+        # Until every request has arrived and the queue has sent what it may; the most ever at the engine meanwhile.
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            sent = sum(1 for t in enforcer.gate.live.values() if t.state == SENT)
+            most_sent = max(most_sent, sent)
+            if len(enforcer.gate.live) == len(calls) and sent == cap:
+                break
+        await asyncio.sleep(0.3)  # the ticker pumps again meanwhile: nothing more goes
+        most_sent = max(most_sent, sum(1 for t in enforcer.gate.live.values() if t.state == SENT))
+        in_store = redis.Redis.from_url(server.url).hlen(enforcer.store.keys[0][5])
+        failures = enforcer.store_failures  # a dispatch that ran into another fails (the gate refuses re-entry)
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+        return most_sent, in_store, failures
+
+    most_sent, in_store, failures = asyncio.run(crowd())
+    assert (most_sent, in_store, failures) == (cap, cap, 0)

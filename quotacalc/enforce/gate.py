@@ -522,20 +522,28 @@ class Gate:
         queue: _PoolQueue,
         candidates: list[tuple[tuple[float, int, int], list[int]]],
         now: float,
-    ) -> tuple[int, int] | None:
-        """The first tenant in the fair order with a place under its caps, counted over every gateway (claimed at its
-        admission, or now): (tenant, replica); None where each is at a cap by other gateways' requests. A place
-        claimed at admission by a request that then waited half a lease's life is claimed again (the claim drops the
-        request's earlier place): it may have lapsed in the store meanwhile."""
+    ) -> tuple[Ticket, int] | None:
+        """The first tenant in the fair order with a place under its caps, counted over every gateway: (the request
+        to send, the replica); None where each is at a cap by other gateways' requests.
+
+        A tenant's request that claimed its place at admission goes first, wherever it waits in the tenant's queue:
+        requests that arrive together all find the queue empty and claim at admission, and those that did hold the
+        places the one at the head would need. Else the head claims now. A place claimed at admission by a request
+        that then waited half a lease's life is claimed again (the claim drops the request's earlier place): it may
+        have lapsed in the store meanwhile."""
         for (_, _, tenant), replicas in sorted(candidates):
-            head = queue.queues[tenant][0]
-            if head.claimed_replica is not None and now - head.start_s < self.settings.lease_ttl_s / 2:
-                return tenant, head.claimed_replica
+            waiting = queue.queues[tenant]
+            for ticket in waiting:
+                if ticket.state == QUEUED and ticket.claimed_replica is not None:
+                    if now - ticket.start_s < self.settings.lease_ttl_s / 2:
+                        return ticket, ticket.claimed_replica
+                    ticket.claimed_replica = None
+            head = waiting[0]
             replica = shared.claim_caps(
                 tenant, head.lease_key, CapsClaim(head.pool, replicas, head.kv_estimate, self.caps[tenant])
             )
             if replica >= 0:
-                return tenant, replica
+                return head, replica
         return None
 
     def dispatch(self, pool_name: str, now: float, *, local_only: bool = False) -> list[Ticket]:
@@ -562,7 +570,12 @@ class Gate:
                 if claimed is None:
                     queue.held_by_store = True
                     break
-                tenant, replica = claimed
+                ticket, replica = claimed
+                tenant = ticket.tenant
+                if ticket.state != QUEUED:  # a driver that ran another dispatch while the claim waited
+                    raise RuntimeError(f"Gate.dispatch on pool {pool_name} re-entered while it claimed in the store")
+                queue.queues[tenant].remove(ticket)
+                queue.queues[tenant].appendleft(ticket)
             ticket = queue.queues[tenant].popleft()
             if not queue.queues[tenant]:
                 queue.scheduler.drained(tenant)

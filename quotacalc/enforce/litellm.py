@@ -137,6 +137,9 @@ class QuotacalcEnforcer(CustomLogger):
         self.waiters: dict[str, asyncio.Future[None]] = {}
         #: This proxy's name among those sharing the store (its published in-flight counts).
         self.gateway_id = uuid.uuid4().hex
+        #: Pools a dispatch runs on now, and those asked to dispatch again when it ends.
+        self._pumping: set[str] = set()
+        self._pump_again: set[str] = set()
         self._ticker: asyncio.Task[None] | None = None
         self.records_path = (path.parent / settings.records) if settings.records else None
         self.store_failures = 0
@@ -266,9 +269,26 @@ class QuotacalcEnforcer(CustomLogger):
         return render(self.gate, self.store_failures, self.plugin_seconds)
 
     async def _pump(self, pool: str) -> None:
-        """Send what the fair queue lets go now, waking each one's pre-call hook."""
+        """Send what the fair queue lets go now, waking each one's pre-call hook. One dispatch runs on a pool at a time:
+        with a shared store a dispatch awaits its claims, and a second one run meanwhile would pick the same head
+        ticket and send the one behind it on that claim. A pump asked for while one runs makes it dispatch again."""
+        if pool in self._pumping:
+            self._pump_again.add(pool)
+            return
+        self._pumping.add(pool)
         try:
-            tickets = await self._gate_call(self.gate.dispatch, pool, time.time())
+            while True:
+                self._pump_again.discard(pool)
+                await self._dispatch(pool)
+                if pool not in self._pump_again:
+                    break
+        finally:
+            self._pumping.discard(pool)
+
+    async def _dispatch(self, pool: str) -> None:
+        started = time.time()
+        try:
+            tickets = await self._gate_call(self.gate.dispatch, pool, started)
             # Sent now: a dispatch that waited on the store for a claim sends its tickets once the claims landed, and
             # a record's dispatch time is never before its place under the caps was taken.
             now = time.time()
@@ -282,6 +302,11 @@ class QuotacalcEnforcer(CustomLogger):
                 with contextlib.suppress(Exception):
                     await self._gate_call(self.gate.dispatch, pool, time.time(), local_only=True)
             sent = [rid for rid in self.waiters if getattr(self.gate.live.get(rid), "state", QUEUED) != QUEUED]
+            now = time.time()
+            for request_id in sent:
+                ticket = self.gate.live.get(request_id)
+                if ticket is not None and ticket.sent_s == started:
+                    ticket.sent_s = now
         for request_id in sent:
             waiter = self.waiters.pop(request_id, None)
             if waiter is not None and not waiter.done():
