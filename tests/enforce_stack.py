@@ -124,10 +124,10 @@ def edit_settings(folder: Path, **settings: Any) -> None:
 class Emulator:
     """``quotacalc emulate`` of the plan's pool."""
 
-    def __init__(self, plan: Path, *args: str) -> None:
+    def __init__(self, plan: Path, *args: str, speed: float = SPEED) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", str(plan),
-                   "--port", "0", "--speed", str(SPEED), *args]  # fmt: skip
+                   "--port", "0", "--speed", str(speed), *args]  # fmt: skip
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         deadline = time.monotonic() + 60
         port = None
