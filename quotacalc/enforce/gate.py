@@ -11,7 +11,7 @@ as they stream (``on_tokens``) and ends every request through ``settle``, exactl
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,6 +199,9 @@ class Gate:
         # A shared store holds the units each request takes in its lease, with an expiry, so that a gateway that dies
         # holds nothing past it; ``holding_for`` names the request the store's next take is for.
         self._leases_in_store = hasattr(store, "holding_for")
+        #: Called by ``settle`` before the store is asked: (ticket, outcome, now, billed, streamed, retry_after_s,
+        #: status), the ticket's fields as its record will carry them. A driver's journal sets it.
+        self.on_settling: Callable[..., None] = _not_journaled
 
     @contextmanager
     def _holding_for(self, request_id: str) -> Iterator[None]:
@@ -587,6 +590,9 @@ class Gate:
         billed = 0.0 if unmetered else self.billed_units(ticket, outcome)
         streamed = ticket.streamed_units
         taken = ticket.hold + streamed
+        # Written ahead of the settlement (the driver's journal): a gateway killed before the record is written sends
+        # the same settlement again at its next start, and writes the record then.
+        self.on_settling(ticket, outcome, now, billed, streamed, retry_after_s, status)
         store_failed = False
         if unmetered:
             settlement = Settlement(0.0, 0.0, 0.0, 0.0)
@@ -682,6 +688,10 @@ class Gate:
         """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one
         has its own bound (``overdue``)."""
         return [t for t in self.live.values() if t.state in (SENT, UNMETERED) and t.lease_expires_s < now]
+
+
+def _not_journaled(*settling: Any) -> None:
+    return None
 
 
 def refusal_record(
