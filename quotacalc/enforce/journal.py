@@ -11,19 +11,20 @@ loses them):
 - ``progress``: its dispatch, its first token, and its output tokens and lease as they grow: at each lease renewal, at
   least every ``lease_tokens`` tokens and at most a second apart while it streams (never a line a token);
 - ``settling``: the whole record but the settlement's figures, and the units billed and streamed the settlement is
-  sent with, written before the store is asked.
+  sent with, written before the store is asked;
+- ``done``: its record is written.
 
-A line merges into its request's entry (keyed by its ``lease_key``), so the last line of each field wins. Once the
-record is written the entry is dropped from memory (no line); the journal is rewritten with the entries still open
-when it grows past ``rotate_bytes``, so it stays the size of the requests in flight.
+A line merges into its request's entry (keyed by its ``lease_key``), so the last line of each field wins. The journal
+is rewritten with the entries still open when it grows past ``rotate_bytes``, so it stays the size of the requests in
+flight.
 
 At its start a proxy takes its journal, and every journal beside its records whose proxy is gone: each is held with an
 exclusive ``flock`` by its live proxy (the kernel releases it when the process dies, SIGKILL included), so a journal
 that can be locked is an orphan, and several proxies or workers sharing one records file never replay each other's.
 An orphan's open entries are adopted (written into this proxy's journal, then the orphan removed) and settled: a
 settlement already sent is sent again (the store applies it once and returns the figures that landed), a request cut
-off is settled now with what its journal proves it received; then its record is written, unless the records file
-already has it (a kill between the record and the entry's end).
+off is settled now with what its journal proves it received; then its record is written. One whose record the records
+file already has (a kill between the record and its ``done`` line) is only closed: its settlement landed before it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ ROTATE_BYTES = 1 << 20
 ADMITTED = "admitted"
 PROGRESS = "progress"
 SETTLING = "settling"
+DONE = "done"
 
 
 def rfc3339(epoch_s: float | None) -> str | None:
@@ -216,9 +218,13 @@ class Journal:
         update["records_at"] = _size(self.records_path)
         self._write(entry, SETTLING, update, at)
 
-    def finish(self, lease_key: str) -> None:
-        """Its record is written: the entry is closed (nothing written; a rotation leaves it out)."""
-        if self.open_entries.pop(lease_key, None) is not None and self.written > self.rotate_bytes:
+    def finish(self, lease_key: str, at: float) -> None:
+        """Its record is written: the entry is closed (a ``done`` line; a rotation leaves it out)."""
+        entry = self.open_entries.pop(lease_key, None)
+        if entry is None:
+            return
+        self._write(entry, DONE, {"lease_key": lease_key}, at)
+        if self.written > self.rotate_bytes:
             self.rotate()
 
     # -- the file --------------------------------------------------------------------------------------------------
@@ -317,9 +323,11 @@ def _slots(records_path: Path) -> dict[int, Path]:
 
 
 def read_entries(path: Path, text: str) -> dict[str, dict[str, Any]]:
-    """A journal's lines merged per request (by ``lease_key``); a line that is not a JSON object with one (a line cut
-    off by the kill, a corrupt one) is skipped with a warning naming the file and line."""
+    """A journal's open entries: its lines merged per request (by ``lease_key``), those with a ``done`` line left out;
+    a line that is not a JSON object with one (a line cut off by the kill, a corrupt one) is skipped with a warning
+    naming the file and line."""
     entries: dict[str, dict[str, Any]] = {}
+    done: set[str] = set()
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -335,9 +343,10 @@ def read_entries(path: Path, text: str) -> dict[str, dict[str, Any]]:
                 number,
             )
             continue
-        update.pop("event", None)
+        if update.pop("event", None) == DONE:
+            done.add(update["lease_key"])
         entries.setdefault(update["lease_key"], {}).update(update)
-    return entries
+    return {lease_key: fields for lease_key, fields in entries.items() if lease_key not in done}
 
 
 def _claim_new(base: Path, slots: dict[int, Path]) -> tuple[Path, int]:

@@ -207,7 +207,7 @@ class QuotacalcEnforcer(CustomLogger):
         """An admitted request's record, then its journal entry closed."""
         self.write_record(record)
         if self.journal is not None and record is not None:
-            self.journal.finish(ticket.lease_key)
+            self.journal.finish(ticket.lease_key, time.time())
 
     # -- the journal (quotacalc.enforce.journal) -------------------------------------------------------------------
 
@@ -350,6 +350,11 @@ class QuotacalcEnforcer(CustomLogger):
             )
             self._adopted[request.lease_key] = request
             journal.settling(request.model_dump(exclude_none=True, exclude={"at"}), time.time())
+        if request.lease_key in self._adopted_recorded:
+            # Its record was written before the kill (its done line was not): its settlement had landed.
+            del self._adopted[request.lease_key]
+            journal.finish(request.lease_key, time.time())
+            return
         billed = request.billed or 0.0
         streamed = request.streamed or 0.0
         tenant = self.gate.tenant_index(request.tenant)
@@ -368,13 +373,12 @@ class QuotacalcEnforcer(CustomLogger):
             store_failed = tenant is None and hasattr(self.store, "settle_lease")
             taken, debited = request.units_reserved + streamed, billed
             released, charged, forgiven = max(0.0, taken - billed), max(0.0, billed - taken), 0.0
-        if request.lease_key not in self._adopted_recorded:
-            record = request.record(taken=taken, debited=debited, released=released, charged=charged, forgiven=forgiven)
-            if store_failed:
-                record["store_failed"] = True
-            self.write_record(record)
+        record = request.record(taken=taken, debited=debited, released=released, charged=charged, forgiven=forgiven)
+        if store_failed:
+            record["store_failed"] = True
+        self.write_record(record)
         del self._adopted[request.lease_key]
-        journal.finish(request.lease_key)
+        journal.finish(request.lease_key, time.time())
 
     @staticmethod
     def http_error(refusal: Refusal) -> HTTPException:
