@@ -52,12 +52,10 @@ sys.path.insert(0, sys.argv[4])
 from enforce_stack import in_process_enforcer
 from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
 
-import quotacalc.enforce.journal
-
-# Progress lines by tokens and lease renewals only: a loaded machine's pause between two chunks would add one.
-quotacalc.enforce.journal.PROGRESS_EVERY_S = 3600.0
 folder, url, mode = Path(sys.argv[1]), sys.argv[2] or None, sys.argv[3]
 enforcer = in_process_enforcer(folder, url)
+# Progress lines by tokens and lease renewals only: a loaded machine's pause between two chunks would add one.
+enforcer.journal_every_s = 3600.0
 
 
 def killed(*args, **kwargs):

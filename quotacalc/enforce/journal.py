@@ -54,6 +54,11 @@ PROGRESS_EVERY_S = 1.0
 #: The journal is rewritten with only its open entries past this size (a few thousand requests' lines).
 ROTATE_BYTES = 1 << 20
 
+#: One encoder for every line (json.dumps with options builds one a call).
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+#: A field its entry's lines never said.
+_UNSAID = object()
 ADMITTED = "admitted"
 PROGRESS = "progress"
 SETTLING = "settling"
@@ -137,13 +142,9 @@ class JournaledRequest(BaseModel):
 
 @dataclass
 class _Open:
-    """An entry in memory: what its lines said (merged) and when its progress was last written."""
+    """An entry in memory: what its lines said, merged."""
 
     fields: dict[str, Any]
-    output_tokens: int = 0
-    granted: int = -1
-    at: float = 0.0
-    first_token: bool = False
 
 
 @dataclass
@@ -153,68 +154,43 @@ class Journal:
     path: Path
     records_path: Path
     fd: int
-    #: Output tokens between two progress lines of a streaming request at most (the lease's, ``lease_tokens``).
-    progress_tokens: int = 128
     rotate_bytes: int = ROTATE_BYTES
     open_entries: dict[str, _Open] = field(default_factory=dict)
+    #: Bytes in the file now (since its last rotation), and appended over its life.
     written: int = 0
+    appended: int = 0
     failed_writes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- the events ------------------------------------------------------------------------------------------------
 
     def admitted(self, fields: dict[str, Any], at: float) -> None:
-        entry = _Open(dict(fields), output_tokens=fields.get("output_tokens", 0), at=at)
+        entry = _Open(dict(fields))
         self.open_entries[fields["lease_key"]] = entry
         self._write(entry, ADMITTED, fields, at)
 
-    def progress(
-        self,
-        lease_key: str,
-        at: float,
-        *,
-        output_tokens: int,
-        granted: int,
-        first_token: float | None,
-        dispatched: float | None,
-        units_reserved: float,
-        streamed_units: float,
-        force: bool = False,
-    ) -> None:
-        """Note a streaming request's progress where it is due: its first token, a lease renewed, ``progress_tokens``
-        more tokens, or a second since its last line with tokens since. Cheap when not due (a chunk's path)."""
+    def progress(self, lease_key: str, at: float, update: dict[str, Any]) -> None:
+        """A request's progress (its dispatch, first token, output tokens, holds). The caller says when one is due:
+        a streaming request's at its first token, at each lease renewal, every ``lease_tokens`` tokens and at most
+        ``PROGRESS_EVERY_S`` after tokens it has not noted, checked on each chunk with a few comparisons."""
         entry = self.open_entries.get(lease_key)
-        if entry is None:
-            return
-        due = (
-            force
-            or granted != entry.granted
-            or (first_token is not None and not entry.first_token)
-            or output_tokens - entry.output_tokens >= self.progress_tokens
-            or (output_tokens != entry.output_tokens and at - entry.at >= PROGRESS_EVERY_S)
-        )
-        if not due:
-            return
-        entry.output_tokens = output_tokens
-        entry.granted = granted
-        entry.first_token = first_token is not None
-        update = {
-            "lease_key": lease_key,
-            "output_tokens": output_tokens,
-            "first_token": first_token,
-            "dispatched": dispatched,
-            "units_reserved": units_reserved,
-            "streamed_units": streamed_units,
-        }
-        self._write(entry, PROGRESS, update, at)
+        if entry is not None:
+            self._write(entry, PROGRESS, {"lease_key": lease_key, **update}, at)
 
     def settling(self, fields: dict[str, Any], at: float) -> None:
-        """The settlement about to be sent (``fields``: the record but its figures, ``billed``, ``streamed``)."""
+        """The settlement about to be sent (``fields``: the record but its figures, ``billed``, ``streamed``). The line
+        carries only what its entry's lines did not say already (a shorter line is a cheaper write), whole where its
+        admission was never journaled (an admission cancelled on its way)."""
         lease_key = fields["lease_key"]
         entry = self.open_entries.get(lease_key)
-        if entry is None:  # settled before its admission was journaled (a cancelled admission): the line is whole
+        if entry is None:
             entry = self.open_entries[lease_key] = _Open({})
-        update = dict(fields)
+        known = entry.fields
+        update = {
+            name: value
+            for name, value in fields.items()
+            if value is not None and (name == "lease_key" or known.get(name, _UNSAID) != value)
+        }
         update["records_at"] = _size(self.records_path)
         self._write(entry, SETTLING, update, at)
 
@@ -232,9 +208,8 @@ class Journal:
     def _write(self, entry: _Open, event: str, update: dict[str, Any], at: float) -> None:
         entry.fields.update(update)
         entry.fields["at"] = at
-        entry.at = at
         line = {"event": event, "at": at, **update}
-        data = (json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        data = (_encode(line) + "\n").encode()
         with self._lock:
             try:
                 os.write(self.fd, data)
@@ -244,14 +219,14 @@ class Journal:
                     log.error("quotacalc: %s: journal write failed (%s): free disk space", self.path, error.strerror)
                 return
             self.written += len(data)
+            self.appended += len(data)
 
     def rotate(self) -> None:
         """Rewrite the journal with its open entries only (one merged line each), atomically: a new file, locked,
         renamed over the old; a proxy killed meanwhile leaves one or the other, whole."""
         with self._lock:
             lines = b"".join(
-                (json.dumps({"event": "open", **entry.fields}, separators=(",", ":")) + "\n").encode()
-                for entry in self.open_entries.values()
+                (_encode({"event": "open", **entry.fields}) + "\n").encode() for entry in self.open_entries.values()
             )
             try:
                 fd = _create_locked(self.path.with_name(self.path.name + ".new"))
@@ -371,7 +346,7 @@ def _claim_new(base: Path, slots: dict[int, Path]) -> tuple[Path, int]:
         slot += 1
 
 
-def open_journal(records_path: Path, *, progress_tokens: int = 128) -> tuple[Journal, list[JournaledRequest]]:
+def open_journal(records_path: Path) -> tuple[Journal, list[JournaledRequest]]:
     """This proxy's journal beside ``records_path``, and the open requests of every orphan journal there (their proxies
     died), adopted: written into this journal before the orphans are removed, so a proxy killed while it settles them
     finds them again."""
@@ -406,7 +381,7 @@ def open_journal(records_path: Path, *, progress_tokens: int = 128) -> tuple[Jou
         path, fd = slots[own], os.dup(orphans[own])
     else:
         own, (path, fd) = -1, _claim_new(base, slots)
-    journal = Journal(path, records_path, fd=fd, progress_tokens=progress_tokens)
+    journal = Journal(path, records_path, fd=fd)
     for request in adopted:
         journal.open_entries[request.lease_key] = _Open(request.model_dump(exclude_none=True))
     if orphans:

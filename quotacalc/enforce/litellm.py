@@ -48,7 +48,14 @@ from quotacalc.enforce.gate import (
     Ticket,
     refusal_record,
 )
-from quotacalc.enforce.journal import GATEWAY_LOST, Journal, JournaledRequest, open_journal, recorded
+from quotacalc.enforce.journal import (
+    GATEWAY_LOST,
+    PROGRESS_EVERY_S,
+    Journal,
+    JournaledRequest,
+    open_journal,
+    recorded,
+)
 from quotacalc.enforce.metrics import Histogram
 from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, check_replicas, read_policy, read_settings
 from quotacalc.enforce.tokenizer import engine_tokenizer, keep_offline
@@ -137,6 +144,10 @@ class QuotacalcEnforcer(CustomLogger):
         self.store_failures = 0
         #: The write-ahead journal beside the records (quotacalc.enforce.journal), None without records or when off.
         self.journal: Journal | None = None
+        #: A streaming request's progress line at least every this many output tokens (a lease's), and at most this
+        #: long after tokens it has not noted.
+        self.journal_tokens = settings.lease_tokens
+        self.journal_every_s = PROGRESS_EVERY_S
         #: Requests a killed proxy left open in its journal, adopted at the start and not yet recorded.
         self._adopted: dict[str, JournaledRequest] = {}
         #: Of those, the ones whose record was written before the kill (their settlement is sent again, not written).
@@ -213,7 +224,7 @@ class QuotacalcEnforcer(CustomLogger):
 
     def _open_journal(self, records_path: Path, settings: EnforceSettings) -> None:
         try:
-            self.journal, adopted = open_journal(records_path, progress_tokens=settings.lease_tokens)
+            self.journal, adopted = open_journal(records_path)
         except OSError as error:
             log.error(
                 "quotacalc: %s: cannot open the journal beside the records (%s): a proxy killed loses its requests' "
@@ -248,19 +259,16 @@ class QuotacalcEnforcer(CustomLogger):
             fields["dispatched"] = ticket.sent_s
         self.journal.admitted(fields, now)
 
-    def _journal_progress(self, ticket: Ticket, now: float, *, force: bool = False) -> None:
+    def _journal_progress(self, ticket: Ticket, now: float) -> None:
         if self.journal is not None:
-            self.journal.progress(
-                ticket.lease_key,
-                now,
-                output_tokens=ticket.output_tokens,
-                granted=ticket.granted,
-                first_token=ticket.first_token_s,
-                dispatched=ticket.sent_s,
-                units_reserved=ticket.reserved_units,
-                streamed_units=ticket.streamed_units,
-                force=force,
-            )
+            update = {
+                "dispatched": ticket.sent_s,
+                "first_token": ticket.first_token_s,
+                "output_tokens": ticket.output_tokens,
+                "units_reserved": ticket.reserved_units,
+                "streamed_units": ticket.streamed_units,
+            }
+            self.journal.progress(ticket.lease_key, now, update)
 
     def _journal_settling(
         self,
@@ -654,7 +662,7 @@ class QuotacalcEnforcer(CustomLogger):
                 await self._settle(ticket, STORE_DOWN)
                 if self.settings.redis_failure == "closed":
                     raise self.http_error(self._store_refusal(ticket.tenant)) from None
-            self._journal_progress(ticket, time.time(), force=True)
+            self._journal_progress(ticket, time.time())
         rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
         replicas = self.settings.replica_deployments.get(ticket.pool)
         if replicas and ticket.replica is not None:
@@ -736,6 +744,8 @@ class QuotacalcEnforcer(CustomLogger):
         outcome = DISCONNECT
         usage = None
         spent_s = spent_cpu_s = 0.0
+        #: The tokens at which the next progress line is due, and the lease, tokens and time of the last one.
+        journaled = None if self.journal is None else [1, ticket.granted, 0, 0.0]
         try:
             async for chunk in response:
                 chunk_usage = getattr(chunk, "usage", None)
@@ -747,8 +757,18 @@ class QuotacalcEnforcer(CustomLogger):
                     started = time.perf_counter()
                     started_cpu = time.thread_time()
                     covered, stop = await self._renew(ticket, tokens)
-                    if self.journal is not None:
-                        self._journal_progress(ticket, time.time())
+                    if journaled is not None:
+                        # A progress line where due (see quotacalc.enforce.journal.Journal.progress), checked in a few
+                        # comparisons: a chunk's path must stay cheap.
+                        now = time.time()
+                        output = ticket.output_tokens
+                        if (
+                            output >= journaled[0]
+                            or ticket.granted != journaled[1]
+                            or (output != journaled[2] and now - journaled[3] >= self.journal_every_s)
+                        ):
+                            self._journal_progress(ticket, now)
+                            journaled = [output + self.journal_tokens, ticket.granted, output, now]
                     spent_s += time.perf_counter() - started
                     spent_cpu_s += time.thread_time() - started_cpu
                     if covered < tokens:
