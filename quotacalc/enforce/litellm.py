@@ -414,7 +414,10 @@ class QuotacalcEnforcer(CustomLogger):
                     await self._settle(ticket, LEASE_EXPIRED)
                 for ticket in list(self.gate.unconfirmed.values()):
                     await self._gate_call(self._confirm_and_write, ticket)
-                if self._recovery is None or self._recovery.done():
+                recovery = self._recovery
+                # The start-up's recovery settles them first (a task left on another loop, one LiteLLM closed after
+                # loading the config, never runs: the sweeper takes them over).
+                if recovery is None or recovery.done() or recovery.get_loop() is not asyncio.get_running_loop():
                     for request in list(self._adopted.values()):
                         await self._gate_call(self._replay, request)
             except Exception:  # the sweeper must outlive a store's outage
