@@ -189,7 +189,7 @@ def test_a_settlement_that_landed_before_its_record_is_recorded_at_the_next_star
     assert len(records(folder)) == 1
 
 
-def test_a_record_written_before_its_done_line_is_not_written_again(server, tmp_path):
+def test_a_record_written_before_its_done_line_is_not_written_again(server, tmp_path, run_cli):
     """Killed between the record and the journal's done line: the next start finds the record in the records file and
     writes no second one (quotacalc fleet would reject it as a duplicate request id)."""
     folder = _folder(tmp_path)
@@ -198,10 +198,21 @@ def test_a_record_written_before_its_done_line_is_not_written_again(server, tmp_
     assert [r["request_id"] for r in records(folder)] == ["recorded"]
     in_process_enforcer(folder, server.url).shutdown()
     assert [r["request_id"] for r in records(folder)] == ["recorded"]
-    assert not any(line["event"] == "settling" for line in _journal_lines(folder))  # closed, and compacted away
+    assert _fleet_rows(run_cli, folder) == (1, {})
 
 
-def test_requests_cut_off_by_a_kill_are_settled_at_the_next_start_and_every_unit_is_accounted_for(server, tmp_path):
+def _fleet_rows(run_cli, folder: Path) -> tuple[int, dict]:
+    """What quotacalc fleet makes of the records: the rows it used, and those it rejected by reason."""
+    pytest.importorskip("duckdb", reason="the fleet extra is not installed")
+    code, out, err = run_cli("fleet", folder / "usage.jsonl", "--plan", folder.parent.parent / "plan.yaml", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    return document["rows_used"], {k: v for k, v in document["rows_rejected"].items() if v}
+
+
+def test_requests_cut_off_by_a_kill_are_settled_at_the_next_start_and_every_unit_is_accounted_for(
+    server, tmp_path, run_cli
+):
     """Two streams mid-way and a response not streamed, at the engine when the proxy is killed: the next start settles
     each (gateway_lost), billed what the journal proves its client received: its prompt and W x the output tokens of
     its last progress line (a lease renewal, or a lease's worth of tokens); the response not streamed, nothing (it had
@@ -236,6 +247,9 @@ def test_requests_cut_off_by_a_kill_are_settled_at_the_next_start_and_every_unit
     assert level == pytest.approx(DEPTH - debited, abs=1e-6)
     in_process_enforcer(folder, server.url).shutdown()
     assert len(records(folder)) == 3
+    # quotacalc fleet takes each as a request of its own, none rejected (the one not streamed served nothing proven).
+    rows, rejected = _fleet_rows(run_cli, folder)
+    assert rejected == {} and rows >= 2, (rows, rejected)
 
 
 def test_in_memory_a_killed_proxys_requests_in_flight_are_recorded_at_the_next_start(tmp_path):
