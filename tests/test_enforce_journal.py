@@ -96,6 +96,14 @@ async def main():
         await enforcer.async_pre_call_hook(None, None, body("cut-whole", stream=False), "acompletion")
         print("in flight", flush=True)
         killed()
+    elif mode == "rotated":  # a journal rewritten while it serves: a stream in flight across rotations, then killed
+        enforcer.journal.rotate_bytes = 2000
+        long = await stream("across", 1)
+        for index in range(8):
+            hook = await stream(f"done-{index}", 2)
+            await hook.aclose()
+        assert long is not None  # still streaming when killed
+        killed()
 
 
 asyncio.run(main())
@@ -250,6 +258,21 @@ def test_requests_cut_off_by_a_kill_are_settled_at_the_next_start_and_every_unit
     # quotacalc fleet takes each as a request of its own, none rejected (the one not streamed served nothing proven).
     rows, rejected = _fleet_rows(run_cli, folder)
     assert rejected == {} and rows >= 2, (rows, rejected)
+
+
+def test_a_journal_rewritten_while_serving_keeps_the_request_in_flight_and_drops_those_recorded(server, tmp_path):
+    """Past its size the journal is rewritten with its open requests only: the lines of the eight recorded requests
+    are gone from it, and the stream in flight across the rewrites is still settled and recorded at the next start."""
+    folder = _folder(tmp_path)
+    redis.Redis.from_url(server.url).flushdb()
+    _killed_child(folder, server.url, "rotated")
+    assert sorted(r["request_id"] for r in records(folder)) == [f"done-{index}" for index in range(8)]
+    keys = {line["lease_key"].split("/")[0] for line in _journal_lines(folder)}
+    assert "across" in keys and len(keys) < 9, keys  # rewritten: some finished requests' lines dropped
+    in_process_enforcer(folder, server.url).shutdown()
+    written = {r["request_id"]: r for r in records(folder)}
+    assert len(written) == len(records(folder)) == 9
+    assert written["across"]["outcome"] == "gateway_lost" and written["across"]["output_tokens"] == 1
 
 
 def test_in_memory_a_killed_proxys_requests_in_flight_are_recorded_at_the_next_start(tmp_path):

@@ -228,11 +228,15 @@ class Journal:
             lines = b"".join(
                 (_encode({"event": "open", **entry.fields}) + "\n").encode() for entry in self.open_entries.values()
             )
+            fresh = self.path.with_name(self.path.name + ".new")
+            fd = -1
             try:
-                fd = _create_locked(self.path.with_name(self.path.name + ".new"))
+                fd = _create_locked(fresh)
                 os.write(fd, lines)
-                os.replace(self.path.with_name(self.path.name + ".new"), self.path)
+                os.replace(fresh, self.path)
             except OSError as error:
+                if fd >= 0:
+                    os.close(fd)
                 log.error("quotacalc: %s: journal rotation failed (%s): it grows on", self.path, error.strerror)
                 return
             old, self.fd, self.written = self.fd, fd, len(lines)

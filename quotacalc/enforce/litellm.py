@@ -299,7 +299,7 @@ class QuotacalcEnforcer(CustomLogger):
             "max_tokens": ticket.limit_tokens,
             "units_reserved": ticket.reserved_units,
             "streaming": ticket.streaming,
-            "unmetered": ticket.state == UNMETERED,
+            "unmetered": True if ticket.state == UNMETERED else None,
             "outcome": outcome,
             "billed": billed,
             "streamed": streamed,
