@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -338,6 +339,28 @@ def test_a_live_proxys_journal_is_never_replayed_by_another(server, tmp_path):
     assert first._ticket(data) is not None  # still in flight in the first
     first.shutdown()
     assert [r["outcome"] for r in records(folder)] == ["shutdown"]
+
+
+def test_a_settlement_journaled_longer_ago_than_the_store_keeps_settlements_is_not_sent_again(server, tmp_path):
+    """A journal left for more than a day (the store keeps a settlement's figures that long): its settlement may have
+    landed and been forgotten, and sent again it would be applied twice. Its record is written as the journal has it,
+    marked store_failed, and the store is not asked."""
+    folder = _folder(tmp_path)
+    client = redis.Redis.from_url(server.url)
+    client.flushdb()
+    then = time.time() - 2 * 86_400
+    admitted = {"event": "admitted", "at": then, "lease_key": "old/1", "request_id": "old", "tenant": "alpha",
+                "pool": "std", "model": "m", "start": then, "prompt_tokens": 10, "max_tokens": 100,
+                "units_reserved": 500.0, "prompt_units": 10.0, "output_weight": 2.0}  # fmt: skip
+    settling = {"event": "settling", "at": then + 1, "lease_key": "old/1", "end": then + 1, "output_tokens": 5,
+                "outcome": "completed", "billed": 20.0, "streamed": 0.0, "records_at": 0}  # fmt: skip
+    (folder / "usage.jsonl.journal").write_text(
+        "".join(json.dumps(line) + "\n" for line in (admitted, settling)), encoding="utf-8"
+    )
+    in_process_enforcer(folder, server.url).shutdown()
+    [record] = records(folder)
+    assert record["request_id"] == "old" and record["store_failed"] is True and record["units_debited"] == 20.0
+    assert not client.exists("quotacalc:{alpha}:settled")
 
 
 # -- a real proxy killed ---------------------------------------------------------------------------------------------

@@ -351,6 +351,7 @@ class QuotacalcEnforcer(CustomLogger):
                 update={
                     "outcome": GATEWAY_LOST,
                     "end": request.at,
+                    "at": time.time(),
                     "output_tokens": output,
                     "billed": billed,
                     "streamed": request.streamed_units,
@@ -366,10 +367,14 @@ class QuotacalcEnforcer(CustomLogger):
         billed = request.billed or 0.0
         streamed = request.streamed or 0.0
         tenant = self.gate.tenant_index(request.tenant)
-        store_failed = False
+        in_store = tenant is not None and hasattr(self.store, "settle_lease")
+        # The store keeps a settlement's figures a day (settled_keep_s): one journaled longer ago may have landed and
+        # been forgotten there, and sent again it would be applied twice. Its record is written as the journal has it.
+        stale = in_store and not request.unmetered and time.time() - request.at > 0.9 * self.store.settled_keep_s
+        store_failed = stale or (tenant is None and hasattr(self.store, "settle_lease"))
         if request.unmetered:
             taken = debited = released = charged = forgiven = 0.0
-        elif tenant is not None and hasattr(self.store, "settle_lease"):
+        elif in_store and not stale:
             done = self.store.settle_lease(
                 tenant, request.lease_key, billed, streamed, carry_debt=self.gate.admission.carries_debt
             )
@@ -378,7 +383,6 @@ class QuotacalcEnforcer(CustomLogger):
         else:
             # In memory the bucket died with its proxy: the figures are what the settlement would have been. A tenant
             # the policy no longer has cannot be settled in the store (its lease expires there).
-            store_failed = tenant is None and hasattr(self.store, "settle_lease")
             taken, debited = request.units_reserved + streamed, billed
             released, charged, forgiven = max(0.0, taken - billed), max(0.0, billed - taken), 0.0
         record = request.record(taken=taken, debited=debited, released=released, charged=charged, forgiven=forgiven)
