@@ -11,7 +11,7 @@ as they stream (``on_tokens``) and ends every request through ``settle``, exactl
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -241,6 +241,9 @@ class Gate:
         self._leases_in_store = hasattr(store, "holding_for")
         #: The store that counts the caps over every gateway (None: this gateway alone counts them).
         self.shared: SharedCaps | None = store if isinstance(store, SharedCaps) else None
+        #: Called by ``settle`` before the store is asked: (ticket, outcome, now, billed, streamed, retry_after_s,
+        #: status), the ticket's fields as its record will carry them. A driver's journal sets it.
+        self.on_settling: Callable[..., None] = _not_journaled
 
     @contextmanager
     def _holding_for(self, request_id: str, claim: CapsClaim | None = None) -> Iterator[None]:
@@ -714,6 +717,9 @@ class Gate:
             # was granted (its hold), never nothing.
             ticket.output_tokens = max(ticket.output_tokens, min(ticket.granted, ticket.limit_tokens))
         billed = 0.0 if unmetered else self.billed_units(ticket, outcome)
+        # Written ahead of the settlement (the driver's journal): a gateway killed before the record is written sends
+        # the same settlement again at its next start, and writes the record then.
+        self.on_settling(ticket, outcome, now, billed, ticket.streamed_units, retry_after_s, status)
         if unmetered:
             taken, settlement, store_failed = 0.0, Settlement(0.0, 0.0, 0.0, 0.0), False
         else:
@@ -814,6 +820,10 @@ class Gate:
         """Tickets at the engines whose lease ran out (no token nor renewal within the lease's life); a queued one
         has its own bound (``overdue``)."""
         return [t for t in self.live.values() if t.state in (SENT, UNMETERED) and t.lease_expires_s < now]
+
+
+def _not_journaled(*settling: Any) -> None:
+    return None
 
 
 def refusal_record(

@@ -41,11 +41,20 @@ from quotacalc.enforce.gate import (
     SENT,
     SHUTDOWN,
     STORE_DOWN,
+    UNMETERED,
     Gate,
     GateSettings,
     Refusal,
     Ticket,
     refusal_record,
+)
+from quotacalc.enforce.journal import (
+    GATEWAY_LOST,
+    PROGRESS_EVERY_S,
+    Journal,
+    JournaledRequest,
+    open_journal,
+    recorded,
 )
 from quotacalc.enforce.metrics import Histogram
 from quotacalc.enforce.settings import SETTINGS_ENV, EnforceSettings, check_replicas, read_policy, read_settings
@@ -143,6 +152,19 @@ class QuotacalcEnforcer(CustomLogger):
         self._ticker: asyncio.Task[None] | None = None
         self.records_path = (path.parent / settings.records) if settings.records else None
         self.store_failures = 0
+        #: The write-ahead journal beside the records (quotacalc.enforce.journal), None without records or when off.
+        self.journal: Journal | None = None
+        #: A streaming request's progress line at least every this many output tokens (a lease's), and at most this
+        #: long after tokens it has not noted.
+        self.journal_tokens = settings.lease_tokens
+        self.journal_every_s = PROGRESS_EVERY_S
+        #: Requests a killed proxy left open in its journal, adopted at the start and not yet recorded.
+        self._adopted: dict[str, JournaledRequest] = {}
+        #: Of those, the ones whose record was written before the kill (their settlement is sent again, not written).
+        self._adopted_recorded: set[str] = set()
+        self._recovery: asyncio.Task[None] | None = None
+        if settings.journal and self.records_path is not None:
+            self._open_journal(self.records_path, settings)
         #: The plugin's own wall time per hook, and per request (``request``) at its settlement.
         #: ``request_cpu``: the CPU time of this thread in a request's hooks; where the hooks do not wait (state
         #: memory) it is the plugin's own work, and the wall time above it is the machine's (other processes ran).
@@ -155,6 +177,8 @@ class QuotacalcEnforcer(CustomLogger):
         self._mounted = False
         # A proxy that stops settles what it holds (in Redis, its holds come back now rather than at expiry).
         atexit.register(self.shutdown)
+        if self._adopted:
+            self._start_recovery()
 
     # -- who is asking ---------------------------------------------------------------------------
 
@@ -200,6 +224,184 @@ class QuotacalcEnforcer(CustomLogger):
         finally:
             os.close(fd)
 
+    def _write_settled(self, ticket: Ticket, record: dict[str, Any] | None) -> None:
+        """An admitted request's record, then its journal entry closed."""
+        self.write_record(record)
+        if self.journal is not None and record is not None:
+            self.journal.finish(ticket.lease_key, time.time())
+
+    # -- the journal (quotacalc.enforce.journal) -------------------------------------------------------------------
+
+    def _open_journal(self, records_path: Path, settings: EnforceSettings) -> None:
+        try:
+            self.journal, adopted = open_journal(records_path)
+        except OSError as error:
+            log.error(
+                "quotacalc: %s: cannot open the journal beside the records (%s): a proxy killed loses its requests' "
+                "records; make the records' folder writable",
+                records_path,
+                error.strerror or error,
+            )
+            return
+        self._adopted = {request.lease_key: request for request in adopted}
+        self._adopted_recorded = recorded(records_path, adopted)
+        self.gate.on_settling = self._journal_settling
+
+    def _journal_admitted(self, ticket: Ticket, now: float) -> None:
+        if self.journal is None:
+            return
+        fields = {
+            "lease_key": ticket.lease_key,
+            "request_id": ticket.request_id,
+            "tenant": ticket.tenant_name,
+            "pool": ticket.pool,
+            "model": ticket.model,
+            "start": ticket.start_s,
+            "prompt_tokens": ticket.prompt_tokens,
+            "max_tokens": ticket.limit_tokens,
+            "units_reserved": ticket.reserved_units,
+            "prompt_units": ticket.prompt_units,
+            "output_weight": ticket.output_weight,
+            "streaming": ticket.streaming,
+        }
+        if ticket.state == UNMETERED:
+            fields["unmetered"] = True
+            fields["dispatched"] = ticket.sent_s
+        self.journal.admitted(fields, now)
+
+    def _journal_progress(self, ticket: Ticket, now: float) -> None:
+        if self.journal is not None:
+            update = {
+                "dispatched": ticket.sent_s,
+                "first_token": ticket.first_token_s,
+                "output_tokens": ticket.output_tokens,
+                "units_reserved": ticket.reserved_units,
+                "streamed_units": ticket.streamed_units,
+            }
+            self.journal.progress(ticket.lease_key, now, update)
+
+    def _journal_settling(
+        self,
+        ticket: Ticket,
+        outcome: str,
+        now: float,
+        billed: float,
+        streamed: float,
+        retry_after_s: int | None,
+        status: int | None,
+    ) -> None:
+        """The gate's ``on_settling``: the record but the settlement's figures, before the store is asked."""
+        if self.journal is None:
+            return
+        fields = {
+            "lease_key": ticket.lease_key,
+            "request_id": ticket.request_id,
+            "tenant": ticket.tenant_name,
+            "pool": ticket.pool,
+            "model": ticket.model,
+            "start": ticket.start_s,
+            "dispatched": ticket.sent_s,
+            "first_token": ticket.first_token_s,
+            "end": now,
+            "prompt_tokens": ticket.prompt_tokens,
+            "cached_tokens": ticket.cached_tokens,
+            "output_tokens": ticket.output_tokens,
+            "max_tokens": ticket.limit_tokens,
+            "units_reserved": ticket.reserved_units,
+            "streaming": ticket.streaming,
+            "unmetered": True if ticket.state == UNMETERED else None,
+            "outcome": outcome,
+            "billed": billed,
+            "streamed": streamed,
+            "retry_after_s": retry_after_s,
+            "status": status,
+        }
+        self.journal.settling(fields, now)
+
+    def _start_recovery(self) -> None:
+        """Settle and record the adopted requests now: on the proxy's event loop where one runs (the plugin is made
+        while LiteLLM loads its config), else here, on the store's blocking client."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._recover_now()
+            return
+        self._recovery = loop.create_task(self._recover())
+
+    def _recover_now(self) -> None:
+        for request in list(self._adopted.values()):
+            try:
+                self._replay(request)
+            except Exception as error:  # the store is down: the sweeper (or the next start) sends it again
+                self._count_store_failure(error)
+
+    async def _recover(self) -> None:
+        for request in list(self._adopted.values()):
+            try:
+                await self._gate_call(self._replay, request)
+            except Exception as error:  # the store is down: the sweeper sends it again
+                self._count_store_failure(error)
+        if self._adopted and (self._sweeper is None or self._sweeper.done()):
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    def _replay(self, request: JournaledRequest) -> None:
+        """Settle an adopted request and write its record (once): a settlement it was sending is sent again, and the
+        store returns the figures of the one that landed, or applies it now; a request cut off by the kill
+        (``gateway_lost``) is billed what its journal proves its client received: its prompt and W x the output tokens
+        of its last progress line where any streamed, else nothing (a response not streamed had not reached it)."""
+        journal = self.journal
+        if journal is None or request.lease_key not in self._adopted:
+            return
+        if request.outcome is None:
+            output = request.output_tokens if request.streaming else 0
+            billed = 0.0
+            if output > 0 and not request.unmetered:
+                billed = request.prompt_units + request.output_weight * output
+            request = request.model_copy(
+                update={
+                    "outcome": GATEWAY_LOST,
+                    "end": request.at,
+                    "at": time.time(),
+                    "output_tokens": output,
+                    "billed": billed,
+                    "streamed": request.streamed_units,
+                }
+            )
+            self._adopted[request.lease_key] = request
+            journal.settling(request.model_dump(exclude_none=True, exclude={"at"}), time.time())
+        if request.lease_key in self._adopted_recorded:
+            # Its record was written before the kill (its done line was not): its settlement had landed.
+            del self._adopted[request.lease_key]
+            journal.finish(request.lease_key, time.time())
+            return
+        billed = request.billed or 0.0
+        streamed = request.streamed or 0.0
+        tenant = self.gate.tenant_index(request.tenant)
+        in_store = tenant is not None and hasattr(self.store, "settle_lease")
+        # The store keeps a settlement's figures a day (settled_keep_s): one journaled longer ago may have landed and
+        # been forgotten there, and sent again it would be applied twice. Its record is written as the journal has it.
+        stale = in_store and not request.unmetered and time.time() - request.at > 0.9 * self.store.settled_keep_s
+        store_failed = stale or (tenant is None and hasattr(self.store, "settle_lease"))
+        if request.unmetered:
+            taken = debited = released = charged = forgiven = 0.0
+        elif in_store and not stale:
+            done = self.store.settle_lease(
+                tenant, request.lease_key, billed, streamed, carry_debt=self.gate.admission.carries_debt
+            )
+            taken, debited = done.held + done.streamed, done.billed
+            released, charged, forgiven = done.released, done.charged, done.forgiven
+        else:
+            # In memory the bucket died with its proxy: the figures are what the settlement would have been. A tenant
+            # the policy no longer has cannot be settled in the store (its lease expires there).
+            taken, debited = request.units_reserved + streamed, billed
+            released, charged, forgiven = max(0.0, taken - billed), max(0.0, billed - taken), 0.0
+        record = request.record(taken=taken, debited=debited, released=released, charged=charged, forgiven=forgiven)
+        if store_failed:
+            record["store_failed"] = True
+        self.write_record(record)
+        del self._adopted[request.lease_key]
+        journal.finish(request.lease_key, time.time())
+
     @staticmethod
     def http_error(refusal: Refusal) -> HTTPException:
         headers = {"x-quotacalc-reason": refusal.reason}
@@ -228,6 +430,12 @@ class QuotacalcEnforcer(CustomLogger):
                     await self._settle(ticket, LEASE_EXPIRED)
                 for ticket in list(self.gate.unconfirmed.values()):
                     await self._gate_call(self._confirm_and_write, ticket)
+                recovery = self._recovery
+                # The start-up's recovery settles them first (a task left on another loop, one LiteLLM closed after
+                # loading the config, never runs: the sweeper takes them over).
+                if recovery is None or recovery.done() or recovery.get_loop() is not asyncio.get_running_loop():
+                    for request in list(self._adopted.values()):
+                        await self._gate_call(self._replay, request)
             except Exception:  # the sweeper must outlive a store's outage
                 log.exception("quotacalc: settling expired leases failed")
 
@@ -391,11 +599,11 @@ class QuotacalcEnforcer(CustomLogger):
         if record is not None and ticket.request_id in self.gate.unconfirmed:
             self._count_store_failure(None)
         else:
-            self.write_record(record)
+            self._write_settled(ticket, record)
         return record
 
     def _confirm_and_write(self, ticket: Ticket) -> None:
-        self.write_record(self.gate.confirm(ticket))
+        self._write_settled(ticket, self.gate.confirm(ticket))
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
         if str(call_type) not in _CALL_TYPES and getattr(call_type, "value", None) not in _CALL_TYPES:
@@ -491,6 +699,8 @@ class QuotacalcEnforcer(CustomLogger):
         """An admitted request: wait for the fair queue, lease its output where it does not stream, rewrite it."""
         gate = self.gate
         ticket.streaming = bool(data.get("stream"))
+        # Journaled in the same step as its admission landed: a proxy killed from here on leaves its record to the next.
+        self._journal_admitted(ticket, now)
         waiter = asyncio.get_running_loop().create_future()
         self.waiters[request_id] = waiter
         await self._pump(ticket.pool)
@@ -526,6 +736,7 @@ class QuotacalcEnforcer(CustomLogger):
                 await self._settle(ticket, STORE_DOWN)
                 if self.settings.redis_failure == "closed":
                     raise self.http_error(self._store_refusal(ticket.tenant)) from None
+            self._journal_progress(ticket, time.time())
         rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
         replicas = self.settings.replica_deployments.get(ticket.pool)
         if replicas and ticket.replica is not None:
@@ -564,6 +775,7 @@ class QuotacalcEnforcer(CustomLogger):
             raise self.http_error(refusal) from None
         ticket = self.gate.admit_unmetered(tenant, prompt_tokens, now, request_id)
         ticket.streaming = bool(data.get("stream"))
+        self._journal_admitted(ticket, now)
         for key in ("priority", "cache_salt"):
             data.pop(key, None)
         if ticket.streaming:
@@ -606,6 +818,8 @@ class QuotacalcEnforcer(CustomLogger):
         outcome = DISCONNECT
         usage = None
         spent_s = spent_cpu_s = 0.0
+        #: The tokens at which the next progress line is due, and the lease, tokens and time of the last one.
+        journaled = None if self.journal is None else [1, ticket.granted, 0, 0.0]
         try:
             async for chunk in response:
                 chunk_usage = getattr(chunk, "usage", None)
@@ -617,6 +831,18 @@ class QuotacalcEnforcer(CustomLogger):
                     started = time.perf_counter()
                     started_cpu = time.thread_time()
                     covered, stop = await self._renew(ticket, tokens)
+                    if journaled is not None:
+                        # A progress line where due (see quotacalc.enforce.journal.Journal.progress), checked in a few
+                        # comparisons: a chunk's path must stay cheap.
+                        now = time.time()
+                        output = ticket.output_tokens
+                        if (
+                            output >= journaled[0]
+                            or ticket.granted != journaled[1]
+                            or (output != journaled[2] and now - journaled[3] >= self.journal_every_s)
+                        ):
+                            self._journal_progress(ticket, now)
+                            journaled = [output + self.journal_tokens, ticket.granted, output, now]
                     spent_s += time.perf_counter() - started
                     spent_cpu_s += time.thread_time() - started_cpu
                     if covered < tokens:
@@ -701,7 +927,14 @@ class QuotacalcEnforcer(CustomLogger):
             try:
                 self._confirm_and_write(ticket)
             except Exception:
-                self.write_record(ticket.record)
+                self._write_settled(ticket, ticket.record)
+        if self.journal is not None:
+            # Requests adopted from a killed proxy's journal that the store would not settle stay in this journal
+            # (kept, not removed), for the next proxy to start here.
+            with contextlib.suppress(Exception):
+                self._recover_now()
+            self.journal.close()
+            self.journal = None
 
 
 def _chunk_tokens(choices: list[Any]) -> int:

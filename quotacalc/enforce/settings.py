@@ -54,6 +54,11 @@ class EnforceSettings(BaseModel):
         REDIS_TIMEOUT_S, gt=0, description="longest wait for a Redis connection or reply before redis_failure applies"
     )
     records: str | None = Field("usage.jsonl", description="JSONL usage records, one a request; None: none")
+    journal: bool = Field(
+        True,
+        description="a write-ahead journal beside the records (RECORDS.journal): a proxy killed (SIGKILL) has the "
+        "records of its requests in flight written, and their settlements sent, at the next start of a proxy there",
+    )
     inflight_per_replica: int | None = Field(
         None, ge=1, description="sequences in flight per replica before the fair queue (None: max_num_seqs)"
     )
