@@ -148,7 +148,7 @@ def _alpha(folder: Path):
 
 
 def _store_figures(client, lease_key: str) -> tuple[float, ...]:
-    held, released, charged, forgiven, billed = (
+    held, released, charged, forgiven, billed, _streamed = (
         float(x) for x in client.hget("quotacalc:{alpha}:settled", lease_key).split()
     )
     return held, released, charged, forgiven, billed
