@@ -91,11 +91,14 @@ def test_per_token_costs_express_units_in_usd():
     weight on the pool, 0.25) = $3.80893e-8. acme's budget: 17,725 units/s x 3,600 s x $1.52357e-7 = $9.7219."""
     _policy, result = _export()
     config = yaml.safe_load(_file(result, "config.yaml"))
-    params = config["model_list"][0]["litellm_params"]
-    assert params["input_cost_per_token"] == pytest.approx(1.52357e-7, rel=1e-5)
-    assert params["output_cost_per_token"] == pytest.approx(4.70784e-7, rel=1e-5)
-    assert params["cache_read_input_token_cost"] == pytest.approx(3.80893e-8, rel=1e-5)
-    assert params["tpm"] == 109392 * 60
+    standard = [d["litellm_params"] for d in config["model_list"] if d["model_name"] == "standard"]
+    # A deployment a replica, each priced per token alike; their tpm adds up to the pool's 109,392 x 60.
+    assert len(standard) == 6
+    for params in standard:
+        assert params["input_cost_per_token"] == pytest.approx(1.52357e-7, rel=1e-5)
+        assert params["output_cost_per_token"] == pytest.approx(4.70784e-7, rel=1e-5)
+        assert params["cache_read_input_token_cost"] == pytest.approx(3.80893e-8, rel=1e-5)
+    assert sum(params["tpm"] for params in standard) == 109392 * 60
     teams = {team["team_id"]: team for team in json.loads(_file(result, "teams.json"))}
     assert teams["acme"]["max_budget"] == pytest.approx(9.7219, abs=1e-4)
     assert teams["acme"]["tpm_limit"] == 17725 * 60
@@ -617,15 +620,23 @@ def test_the_limits_and_check_say_clients_set_their_own_priority_and_salt(run_cl
 
 
 def test_the_plugins_limits_name_the_pools_whose_kv_cap_holds_over_their_replicas_only():
-    """With the plugin, a pool of several replicas reached through one api_base loses the cap per replica (its balancer
-    places requests); a pool of one replica loses nothing."""
-    policy, result = _export(enforce="plugin")
+    """With a deployment a pool (--litellm-deployments pool), a pool of several replicas reached through one api_base
+    loses the cap per replica (its balancer places requests); a pool of one replica loses nothing; with a deployment a
+    replica (the default) no pool does."""
+    policy = platform_policy()
+    result = litellm_exporter.export(
+        policy, sample_salts(policy), ExportOptions(litellm_enforce="plugin", litellm_deployments="pool")
+    )
     several = [pool.name for pool in policy.pools if pool.replicas > 1]
     assert several
     (line,) = [line for part, line in result.notes if part == "kv_cap"]
     for name in several:
         assert name in line.split(":", 1)[0]
-    assert "replica_deployments" in line
+    assert "one api_base" in line
     single = policy.model_copy(update={"pools": tuple(p.model_copy(update={"replicas": 1}) for p in policy.pools)})
-    _policy, result = _export(single, enforce="plugin")
+    result = litellm_exporter.export(
+        single, sample_salts(single), ExportOptions(litellm_enforce="plugin", litellm_deployments="pool")
+    )
+    assert not any(part == "kv_cap" for part, _line in result.notes)
+    _policy, result = _export(enforce="plugin")
     assert not any(part == "kv_cap" for part, _line in result.notes)

@@ -154,6 +154,12 @@ class PoolPolicy(_Frozen):
         "vLLM's, written for generic pools only",
     )
     engine: EngineSettings
+    replica_urls: tuple[str, ...] | None = Field(
+        None,
+        description="each replica's base URL, one a replica in order, as the plan gives them (its replica_url "
+        "filled in, or its replica_urls); None: the plan gives none, and a target that addresses each replica "
+        "assumes the StatefulSet default (http://{pool}-{replica}.{pool}:8000/v1)",
+    )
 
 
 class RetryAfter(_Frozen):
@@ -518,6 +524,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 usd_per_unit=replica.usd_per_unit,
                 serving_engine=pool.deployment.engine,
                 engine=_engine(pool, replica, routed[pool.name]),
+                replica_urls=pool.replica_base_urls(),
             )
         )
     return QuotaPolicy(
