@@ -795,3 +795,22 @@ def test_a_replica_id_that_is_another_pools_name_is_refused(tmp_path: Path, run_
     assert "--litellm-deployments pool" in lines[0]
     assert not (tmp_path / "out").exists()
     assert run_cli(*args, "--litellm-deployments", "pool")[0] == 0
+
+
+def test_a_policy_whose_replica_urls_are_not_one_a_replica_is_refused_where_it_is_read(tmp_path: Path):
+    """policy.json edited by hand (a URL dropped): the plugin's start-up read names the file and the pool's field, as
+    generate would never write it."""
+    from quotacalc.enforce.settings import EnforceSettings, read_policy
+    from quotacalc.errors import QuotacalcError
+
+    policy = _with_pool(platform_policy(), "long", replica_urls=("http://10.1.0.5:8000/v1", "http://10.1.0.9:8000/v1"))
+    document = json.loads(policy.model_dump_json())
+    document["pools"][1]["replica_urls"] = document["pools"][1]["replica_urls"][:1]
+    (tmp_path / "policy.json").write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(QuotacalcError, match=r"policy.json: pools.1: .*replica_urls lists 1 URLs for pool long's 2"):
+        read_policy(EnforceSettings(policy="policy.json", salts=None), tmp_path)
+    document["pools"][1]["replica_urls"] = None
+    (tmp_path / "policy.json").write_text(json.dumps(document), encoding="utf-8")
+    (tmp_path / "salts.json").write_text(json.dumps(sample_salts(policy)), encoding="utf-8")
+    read, _salts = read_policy(EnforceSettings(policy="policy.json", salts="salts.json"), tmp_path)
+    assert read.pools[1].replica_urls is None

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
@@ -160,6 +160,15 @@ class PoolPolicy(_Frozen):
         "filled in, or its replica_urls); None: the plan gives none, and a target that addresses each replica "
         "assumes the StatefulSet default (http://{pool}-{replica}.{pool}:8000/v1)",
     )
+
+    @model_validator(mode="after")
+    def _one_url_a_replica(self) -> PoolPolicy:
+        if self.replica_urls is not None and len(self.replica_urls) != self.replicas:
+            raise ValueError(
+                f"replica_urls lists {len(self.replica_urls)} URLs for pool {self.name}'s {self.replicas} replicas: "
+                "regenerate the policy from its plan"
+            )
+        return self
 
 
 class RetryAfter(_Frozen):

@@ -74,9 +74,8 @@ def replica_base_urls(pool: PoolPolicy) -> tuple[str, ...]:
 
 def replica_deployment_ids(pool: PoolPolicy) -> list[str]:
     """The ``model_info.id`` of each replica's deployment, in the replicas' order: ``<pool>-<i>``, a StatefulSet's pod
-    names. Distinct across pools (a pool's name never ends in ``-<digits>`` of another's ids: the rest would have to
-    be a pool name followed by ``-``, and then the id has two suffixes), but equal to a pool's name where one pool
-    is named like another's pod (``std`` and ``std-0``): ``deployment_id_clash`` refuses that."""
+    names. Distinct across pools (``P-i == Q-j`` with ``P != Q`` would put a ``-`` in an index), but equal to a
+    pool's name where one pool is named like another's pod (``std`` and ``std-0``): ``deployment_id_clash``."""
     return [f"{pool.name}-{index}" for index in range(pool.replicas)]
 
 
@@ -357,7 +356,7 @@ enforcer = QuotacalcEnforcer(Path(__file__).with_name("enforce.json"))
 
 
 def plugin_settings(
-    tokenizer: str = TOKENIZER_LOCAL, policy: QuotaPolicy | None = None, deployments: str = DEPLOYMENTS_POOL
+    tokenizer: str = TOKENIZER_LOCAL, policy: QuotaPolicy | None = None, deployments: str = DEPLOYMENTS_REPLICA
 ) -> dict:
     """enforce.json: the plugin's settings, each at its documented default (docs/enforce.md) but the tokenizer
     ``--litellm-tokenizer`` chose and, with a deployment a replica, ``replica_deployments``: each pool's replica
