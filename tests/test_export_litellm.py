@@ -795,6 +795,14 @@ def test_a_replica_id_that_is_another_pools_name_is_refused(tmp_path: Path, run_
     assert "--litellm-deployments pool" in lines[0]
     assert not (tmp_path / "out").exists()
     assert run_cli(*args, "--litellm-deployments", "pool")[0] == 0
+    # check says so first, as a warning: the other targets, and this one one deployment a pool, still generate.
+    code, out, _err = run_cli("check", plan, "--json")
+    (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "litellm-replica-id"]
+    assert finding["severity"] == "warning" and finding["subject"] == "pools.shared-2"
+    assert (
+        "generate refuses the litellm target" in finding["message"] and "--litellm-deployments pool" in finding["fix"]
+    )
+    assert not [f for f in litellm_exporter.prechecks(policy) if f.code == "litellm-replica-id"]
 
 
 def test_a_policy_whose_replica_urls_are_not_one_a_replica_is_refused_where_it_is_read(tmp_path: Path):

@@ -90,6 +90,15 @@ def deployment_id_clash(policy: QuotaPolicy) -> tuple[str, str] | None:
     return None
 
 
+def _clash_problem(pool: str, deployment_id: str) -> tuple[str, str]:
+    """``(problem, fix)`` of ``deployment_id_clash``'s answer."""
+    return (
+        f"pool {pool}'s replica {deployment_id.rsplit('-', 1)[1]} would be deployment '{deployment_id}', which is also "
+        f"a pool's name, so LiteLLM would route a request pinned to that replica to pool {deployment_id}",
+        "rename that pool (not <pool>-<number> of another pool), or generate with --litellm-deployments pool",
+    )
+
+
 def _deployments(policy: QuotaPolicy, pool: PoolPolicy, deployments: str) -> list[dict]:
     """The pool's model_list entries: one at its Service, or one a replica. Every figure LiteLLM reads per deployment
     is per replica there: ``tpm`` is the pool's split so that the replicas' sum is the pool's (LiteLLM sums a model
@@ -380,11 +389,9 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
     deployments = options.litellm_deployments
     if deployments == DEPLOYMENTS_REPLICA and (clash := deployment_id_clash(policy)) is not None:
         pool, deployment_id = clash
+        message, fix = _clash_problem(pool, deployment_id)
         raise QuotacalcError(
-            f"pool {pool}'s replica {deployment_id.rsplit('-', 1)[1]} would be deployment '{deployment_id}', which is "
-            f"also a pool's name, so LiteLLM would route a request pinned to that replica to pool {deployment_id}",
-            field=f"pools[{[other.name for other in policy.pools].index(deployment_id)}].name",
-            fix="rename that pool (not <pool>-<number> of another pool), or generate with --litellm-deployments pool",
+            message, field=f"pools[{[other.name for other in policy.pools].index(deployment_id)}].name", fix=fix
         )
     files = [
         GeneratedFile(
@@ -551,16 +558,35 @@ def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
 
 
 def prechecks(policy: QuotaPolicy) -> list:
-    """``check``'s findings of what this target loses (``registry.TARGETS``). A note, not a warning: clients' own
-    priority and cache_salt pass through for nearly every plan, and a warning would fail every plan under --strict
-    whether or not the litellm target is used or a gateway that sets the fields stands in front of it."""
+    """``check``'s findings of what this target loses or refuses (``registry.TARGETS``). Clients' own priority and
+    cache_salt: a note, not a warning, as they pass through for nearly every plan, and a warning would fail every plan
+    under --strict whether or not the litellm target is used or a gateway that sets the fields stands in front of it.
+    A replica deployment id that is another pool's name: a warning, as generate refuses the target."""
     from quotacalc.core.checks import Finding
 
+    found = []
     problem = client_fields_problem(policy)
-    if problem is None:
-        return []
-    return [
-        Finding(
-            severity="info", code="litellm-client-fields", subject="targets.litellm", message=problem[0], fix=problem[1]
+    if problem is not None:
+        found.append(
+            Finding(
+                severity="info",
+                code="litellm-client-fields",
+                subject="targets.litellm",
+                message=problem[0],
+                fix=problem[1],
+            )
         )
-    ]
+    # A warning, as envoy's refusals are: the other targets, and this one with --litellm-deployments pool, still
+    # generate.
+    if (clash := deployment_id_clash(policy)) is not None:
+        message, fix = _clash_problem(*clash)
+        found.append(
+            Finding(
+                severity="warning",
+                code="litellm-replica-id",
+                subject=f"pools.{clash[1]}",
+                message=f"{message}: generate refuses the litellm target",
+                fix=fix,
+            )
+        )
+    return found
