@@ -12,7 +12,6 @@ the other go to the replica that stream left, and only there.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -36,8 +35,8 @@ pytestmark = pytest.mark.litellm_proxy
 
 CAP_TOKENS = 1200
 LONG_TOKENS = 1000
-#: Half the priced speed: about 15 ms an output token (docs in test_enforce_paths.py), so a long stream lasts about
-#: 15 s, far longer than the queue's bound.
+#: Half the priced speed: about 15 ms an output token on this replica (as test_enforce_paths.py measured), so a long
+#: stream lasts about 15 s, far longer than the queue's bound.
 SPEED = "0.5"
 QUEUE_WAIT_MAX_S = 2.0
 
@@ -83,10 +82,7 @@ def stack(tmp_path_factory):
             engines[f"std-{index}"] = Emulator(plan, "--pool", "std", "--replicas", "1", "--speed", SPEED, port=port)
         proxy = Proxy(folder, None)
         # The proxy runs config.yaml as generated.
-        assert (
-            hashlib.sha256((folder / "config.yaml").read_bytes()).digest()
-            == hashlib.sha256(config_text.encode()).digest()
-        )
+        assert (folder / "config.yaml").read_text(encoding="utf-8") == config_text
         yield proxy, engines, folder
     finally:
         if proxy is not None:
