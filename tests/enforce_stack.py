@@ -89,8 +89,9 @@ def wait_until(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s
         time.sleep(interval_s)
 
 
-def generate(directory: Path, plan_text: str = PLAN) -> Path:
-    """``quotacalc generate --target litellm`` of ``plan_text`` into ``directory``; returns the litellm folder."""
+def generate(directory: Path, plan_text: str = PLAN, *options: str) -> Path:
+    """``quotacalc generate --target litellm`` of ``plan_text`` into ``directory``, with ``options`` (target options
+    such as ``--litellm-tokenizer tiktoken``); returns the litellm folder."""
     plan = directory / "plan.yaml"
     plan.write_text(plan_text, encoding="utf-8")
     secret = directory / "secret"
@@ -98,7 +99,8 @@ def generate(directory: Path, plan_text: str = PLAN) -> Path:
     secret.chmod(0o600)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "generate", str(plan),
-               "--out", str(directory / "out"), "--target", "litellm", "--salt-secret-file", str(secret)]  # fmt: skip
+               "--out", str(directory / "out"), "--target", "litellm", "--salt-secret-file", str(secret),
+               *options]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return directory / "out" / "litellm"
@@ -122,12 +124,13 @@ def edit_settings(folder: Path, **settings: Any) -> None:
 
 
 class Emulator:
-    """``quotacalc emulate`` of the plan's pool."""
+    """``quotacalc emulate`` of the plan's pool; on ``port`` where the plan names it (a replica's address), else on one
+    the system picks."""
 
-    def __init__(self, plan: Path, *args: str, speed: float = SPEED) -> None:
+    def __init__(self, plan: Path, *args: str, port: int = 0, speed: float = SPEED) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         command = [sys.executable, "-c", "from quotacalc.cli.entry import main; main()", "emulate", str(plan),
-                   "--port", "0", "--speed", str(speed), *args]  # fmt: skip
+                   "--port", str(port), "--speed", str(speed), *args]  # fmt: skip
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         deadline = time.monotonic() + 60
         port = None
@@ -181,7 +184,7 @@ class Proxy:
     def __init__(
         self,
         folder: Path,
-        engine: str,
+        engine: str | None,
         *,
         env: dict[str, str] | None = None,
         port: int | None = None,
@@ -189,15 +192,17 @@ class Proxy:
         wait: bool = True,
         hf_offline: bool = True,
     ):
-        """``engines``: a deployment's engine by its ``model_info.id`` (one replica of a pool each), where it is
-        not ``engine``. ``wait=False``: return once the process is started; ``wait_ready`` then waits for it
+        """``engine`` None: config.yaml's api_bases are used as generated (the plan gave the engines' addresses);
+        else every deployment's is ``engine``, or its engine in ``engines`` by its ``model_info.id`` (one replica of
+        a pool each). ``wait=False``: return once the process is started; ``wait_ready`` then waits for it
         (several start together). ``hf_offline=False``: the proxy's environment does not set ``HF_HUB_OFFLINE`` (nor
         passes on this process's), so only what the generated config does keeps it from downloading a tokenizer."""
-        config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
-        for deployment in config["model_list"]:
-            deployment_id = (deployment.get("model_info") or {}).get("id")
-            deployment["litellm_params"]["api_base"] = (engines or {}).get(deployment_id, engine) + "/v1"
-        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        if engine is not None:
+            config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+            for deployment in config["model_list"]:
+                deployment_id = (deployment.get("model_info") or {}).get("id")
+                deployment["litellm_params"]["api_base"] = (engines or {}).get(deployment_id, engine) + "/v1"
+            (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         self.folder = folder
         self.master_key = "sk-quotacalc-enforce-tests"
         self.port = port or free_port()

@@ -69,17 +69,10 @@ KV = {"kv_cap_tokens_per_replica": 300}
 
 
 def _replicas_config(folder: Path) -> None:
-    """Pool std as two deployments, one a replica, and the custom auth hook; enforce.json names std's replicas."""
+    """The custom auth hook; pool std's two replicas are two deployments as generated, named in enforce.json."""
     path = folder / "config.yaml"
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    (std,) = [d for d in config["model_list"] if d["model_name"] == "std"]
-    others = [d for d in config["model_list"] if d["model_name"] != "std"]
-    replicas = []
-    for index in range(2):
-        replica = yaml.safe_load(yaml.safe_dump(std))
-        replica["model_info"]["id"] = f"std-{index}"
-        replicas.append(replica)
-    config["model_list"] = replicas + others
+    assert [d["model_info"]["id"] for d in config["model_list"]] == ["std-0", "std-1", "long-0"]
     config["general_settings"]["custom_auth"] = "litellm_keys_auth.user_api_key_auth"
     # A stream that ends without usage (the client that leaves the queue test's slot) is counted by LiteLLM with the
     # model's Hugging Face tokenizer, whose download, out of reach here, retries for about 23 s inside the proxy's event
@@ -87,12 +80,8 @@ def _replicas_config(folder: Path) -> None:
     config["litellm_settings"]["disable_hf_tokenizer_download"] = True
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     shutil.copy(HERE / "litellm_keys_auth.py", folder / "litellm_keys_auth.py")
-    edit_settings(
-        folder,
-        prompt_tokens="bytes4",
-        queue_wait_max_s=QUEUE_WAIT_MAX_S,
-        replica_deployments={"std": ["std-0", "std-1"]},
-    )
+    assert json.loads((folder / "enforce.json").read_text())["replica_deployments"]["std"] == ["std-0", "std-1"]
+    edit_settings(folder, prompt_tokens="bytes4", queue_wait_max_s=QUEUE_WAIT_MAX_S)
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +96,9 @@ def stack(tmp_path_factory):
     engines: dict[str, Emulator] = {}
     proxy = None
     try:
-        for name, pool in (("std-0", "std"), ("std-1", "std"), ("long", "long")):
+        for name, pool in (("std-0", "std"), ("std-1", "std"), ("long-0", "long")):
             engines[name] = Emulator(plan, "--pool", pool, "--replicas", "1", "--speed", SPEED)
-        proxy = Proxy(folder, engines["long"].url, engines={name: e.url for name, e in engines.items()})
+        proxy = Proxy(folder, engines["long-0"].url, engines={name: e.url for name, e in engines.items()})
         yield proxy, engines, folder
     finally:
         if proxy is not None:

@@ -7,6 +7,7 @@ The proxy test (marker ``litellm_proxy``, outside the quick run, run by CI) star
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -91,11 +92,14 @@ def test_per_token_costs_express_units_in_usd():
     weight on the pool, 0.25) = $3.80893e-8. acme's budget: 17,725 units/s x 3,600 s x $1.52357e-7 = $9.7219."""
     _policy, result = _export()
     config = yaml.safe_load(_file(result, "config.yaml"))
-    params = config["model_list"][0]["litellm_params"]
-    assert params["input_cost_per_token"] == pytest.approx(1.52357e-7, rel=1e-5)
-    assert params["output_cost_per_token"] == pytest.approx(4.70784e-7, rel=1e-5)
-    assert params["cache_read_input_token_cost"] == pytest.approx(3.80893e-8, rel=1e-5)
-    assert params["tpm"] == 109392 * 60
+    standard = [d["litellm_params"] for d in config["model_list"] if d["model_name"] == "standard"]
+    # A deployment a replica, each priced per token alike; their tpm adds up to the pool's 109,392 x 60.
+    assert len(standard) == 6
+    for params in standard:
+        assert params["input_cost_per_token"] == pytest.approx(1.52357e-7, rel=1e-5)
+        assert params["output_cost_per_token"] == pytest.approx(4.70784e-7, rel=1e-5)
+        assert params["cache_read_input_token_cost"] == pytest.approx(3.80893e-8, rel=1e-5)
+    assert sum(params["tpm"] for params in standard) == 109392 * 60
     teams = {team["team_id"]: team for team in json.loads(_file(result, "teams.json"))}
     assert teams["acme"]["max_budget"] == pytest.approx(9.7219, abs=1e-4)
     assert teams["acme"]["tpm_limit"] == 17725 * 60
@@ -617,15 +621,204 @@ def test_the_limits_and_check_say_clients_set_their_own_priority_and_salt(run_cl
 
 
 def test_the_plugins_limits_name_the_pools_whose_kv_cap_holds_over_their_replicas_only():
-    """With the plugin, a pool of several replicas reached through one api_base loses the cap per replica (its balancer
-    places requests); a pool of one replica loses nothing."""
-    policy, result = _export(enforce="plugin")
+    """With a deployment a pool (--litellm-deployments pool), a pool of several replicas reached through one api_base
+    loses the cap per replica (its balancer places requests); a pool of one replica loses nothing; with a deployment a
+    replica (the default) no pool does."""
+    policy = platform_policy()
+    result = litellm_exporter.export(
+        policy, sample_salts(policy), ExportOptions(litellm_enforce="plugin", litellm_deployments="pool")
+    )
     several = [pool.name for pool in policy.pools if pool.replicas > 1]
     assert several
     (line,) = [line for part, line in result.notes if part == "kv_cap"]
     for name in several:
         assert name in line.split(":", 1)[0]
-    assert "replica_deployments" in line
+    assert "one api_base" in line
     single = policy.model_copy(update={"pools": tuple(p.model_copy(update={"replicas": 1}) for p in policy.pools)})
-    _policy, result = _export(single, enforce="plugin")
+    result = litellm_exporter.export(
+        single, sample_salts(single), ExportOptions(litellm_enforce="plugin", litellm_deployments="pool")
+    )
     assert not any(part == "kv_cap" for part, _line in result.notes)
+    _policy, result = _export(enforce="plugin")
+    assert not any(part == "kv_cap" for part, _line in result.notes)
+
+
+# --- a deployment per replica (--litellm-deployments) -------------------------------------------------------------
+
+
+def _plugin(policy: QuotaPolicy, deployments: str = "replica"):
+    result = litellm_exporter.export(
+        policy, sample_salts(policy), ExportOptions(litellm_enforce="plugin", litellm_deployments=deployments)
+    )
+    return yaml.safe_load(_file(result, "config.yaml")), json.loads(_file(result, "enforce.json")), result
+
+
+def _with_pool(policy: QuotaPolicy, name: str, **update) -> QuotaPolicy:
+    pools = tuple(pool.model_copy(update=update) if pool.name == name else pool for pool in policy.pools)
+    return policy.model_copy(update={"pools": pools})
+
+
+def test_each_replica_is_a_deployment_of_its_pool_named_in_enforce_json(tmp_path: Path):
+    """The sample's standard pool has 6 replicas, long 2: a deployment each, model_name the pool (a plain request is
+    balanced over them), id <pool>-<i>, at the StatefulSet's pod address; each priced per token as the pool, its
+    engine's max_input_tokens; tpm 6 x 18,232 x 60 / 6 = 1,093,920 each; enforce.json names them in order, which
+    the plugin's own start-up check accepts."""
+    from quotacalc.enforce.settings import check_replicas, read_settings
+
+    policy = platform_policy()
+    config, settings, _result = _plugin(policy)
+    for pool in policy.pools:
+        entries = [d for d in config["model_list"] if d["model_name"] == pool.name]
+        ids = [f"{pool.name}-{i}" for i in range(pool.replicas)]
+        assert [d["model_info"]["id"] for d in entries] == ids
+        assert [d["litellm_params"]["api_base"] for d in entries] == [
+            f"http://{pool.name}-{i}.{pool.name}:8000/v1" for i in range(pool.replicas)
+        ]
+        assert sum(d["litellm_params"]["tpm"] for d in entries) == math.floor(pool.capacity_units_per_s * 60)
+        assert len({json.dumps({**d, "model_info": None, "litellm_params": {**d["litellm_params"], "api_base": None}})
+                    for d in entries}) == 1  # fmt: skip
+        assert {d["model_info"]["max_input_tokens"] for d in entries} == {pool.engine.max_model_len}
+        assert settings["replica_deployments"][pool.name] == ids
+    standard = [d["litellm_params"]["tpm"] for d in config["model_list"] if d["model_name"] == "standard"]
+    assert standard == [1_093_920] * 6
+    path = tmp_path / "enforce.json"
+    path.write_text(json.dumps(settings), encoding="utf-8")
+    check_replicas(read_settings(path), policy, path)
+
+
+def test_a_pools_tpm_split_over_its_replicas_keeps_the_pools_total():
+    """7 replicas of 1,000 units/s: the pool's tpm is 60,000, 8,571 a replica and 3 tokens over, which go to the
+    first three (8,572): the sum is 60,000, so LiteLLM's model group (it sums its deployments' tpm) still reserves
+    each tier its share of the pool's capacity."""
+    policy = _with_pool(platform_policy(), "long", replicas=7, capacity_units_per_s=1000.0)
+    config, _settings, _result = _plugin(policy)
+    long = [d["litellm_params"]["tpm"] for d in config["model_list"] if d["model_name"] == "long"]
+    assert long == [8572, 8572, 8572, 8571, 8571, 8571, 8571]
+    assert sum(long) == 60_000
+
+
+def test_the_plans_replica_addresses_are_each_deployments_api_base():
+    """A pool whose plan lists its replicas' URLs (or a template, filled in when the plan is read) is reached there,
+    in the order given; LIMITS.md then names only the pools left at the StatefulSet default."""
+    urls = ("http://10.1.0.5:8000/v1", "http://10.1.0.9:8001/v1")
+    policy = _with_pool(platform_policy(), "long", replica_urls=urls)
+    config, settings, result = _plugin(policy)
+    long = [d for d in config["model_list"] if d["model_name"] == "long"]
+    assert [(d["litellm_params"]["api_base"], d["model_info"]["id"]) for d in long] == [
+        (urls[0], "long-0"),
+        (urls[1], "long-1"),
+    ]
+    assert settings["replica_deployments"]["long"] == ["long-0", "long-1"]
+    (note,) = [line for part, line in result.notes if part == "files"]
+    assert note.startswith("Pool standard: each replica is addressed as a StatefulSet's pod")
+
+
+def test_a_plans_template_reaches_the_policy_and_the_config(tmp_path: Path, run_cli):
+    """replica_url in the plan, filled in per replica when it is read, is what config.yaml's api_base says."""
+    document = yaml.safe_load((Path(__file__).parent.parent / "examples" / "platform.yaml").read_text())
+    document["pools"][1]["replica_url"] = "https://{pool}-{replica}.engines.example:9443/v1"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    code, _out, err = run_cli(
+        "generate", plan, "--out", tmp_path / "out", "--target", "litellm",
+        "--salt-secret-file", Path(__file__).parent.parent / "examples" / "platform.secret",
+    )  # fmt: skip
+    assert code == 0, err
+    config = yaml.safe_load((tmp_path / "out" / "litellm" / "config.yaml").read_text())
+    assert [d["litellm_params"]["api_base"] for d in config["model_list"] if d["model_name"] == "long"] == [
+        "https://long-0.engines.example:9443/v1",
+        "https://long-1.engines.example:9443/v1",
+    ]
+    policy = json.loads((tmp_path / "out" / "litellm" / "policy.json").read_text())
+    assert [pool["replica_urls"] for pool in policy["pools"]] == [
+        None,
+        ["https://long-0.engines.example:9443/v1", "https://long-1.engines.example:9443/v1"],
+        None,
+    ]
+
+
+def test_one_deployment_a_pool_is_kept_where_asked():
+    """--litellm-deployments pool: each pool one deployment at its Service, with the pool's whole tpm, and no
+    replica_deployments (the plugin then leaves the replica to the Service)."""
+    policy = platform_policy()
+    config, settings, _result = _plugin(policy, "pool")
+    assert [
+        (d["model_name"], d["model_info"]["id"], d["litellm_params"]["api_base"]) for d in config["model_list"]
+    ] == [
+        ("standard", "standard", "http://standard:8000/v1"),
+        ("long", "long", "http://long:8000/v1"),
+    ]
+    assert [d["litellm_params"]["tpm"] for d in config["model_list"]] == [
+        math.floor(pool.capacity_units_per_s * 60) for pool in policy.pools
+    ]
+    assert settings["replica_deployments"] == {}
+
+
+def test_the_builtin_limiters_get_a_deployment_per_replica_too():
+    """Without the plugin nothing pins a request, but LiteLLM's router balances a model group's deployments, and
+    enforce_model_rate_limits checks each deployment's tpm: a replica's share, adding up to the pool's."""
+    policy = platform_policy()
+    config = litellm_exporter.config(policy, "builtin")
+    assert [d["model_info"]["id"] for d in config["model_list"]] == [f"standard-{i}" for i in range(6)] + [
+        "long-0",
+        "long-1",
+    ]
+    for pool in policy.pools:
+        tpm = [d["litellm_params"]["tpm"] for d in config["model_list"] if d["model_name"] == pool.name]
+        assert sum(tpm) == math.floor(pool.capacity_units_per_s * 60)
+
+
+def test_a_replica_id_that_is_another_pools_name_is_refused(tmp_path: Path, run_cli):
+    """Pools std and std-0: std's first replica would be deployment std-0, which LiteLLM's router would take for pool
+    std-0. generate refuses in one line naming the plan, the pool and the fix; --litellm-deployments pool is fine."""
+    from quotacalc.errors import QuotacalcError
+
+    policy = platform_policy()
+    clashing = policy.model_copy(
+        update={"pools": (policy.pools[0], policy.pools[1].model_copy(update={"name": "standard-1"}))}
+    )
+    with pytest.raises(QuotacalcError, match=r"pools\[1\].name: pool standard's replica 1 would be deployment"):
+        litellm_exporter.export(clashing, {}, ExportOptions())
+    document = yaml.safe_load((Path(__file__).parent.parent / "examples" / "platform.yaml").read_text())
+    document["pools"][2]["name"] = "shared-2"
+    for tenant in document["tenants"]:
+        if tenant["pool"] == "acme-dedicated":
+            tenant["pool"] = "shared-2"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    secret = Path(__file__).parent.parent / "examples" / "platform.secret"
+    args = ("generate", plan, "--out", tmp_path / "out", "--target", "litellm", "--salt-secret-file", secret)
+    code, _out, err = run_cli(*args)
+    lines = [line for line in err.splitlines() if line.startswith("quotacalc: error: ")]
+    assert code != 0 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"quotacalc: error: {plan}: pools[2].name: pool shared's replica 2 would be ")
+    assert "--litellm-deployments pool" in lines[0]
+    assert not (tmp_path / "out").exists()
+    assert run_cli(*args, "--litellm-deployments", "pool")[0] == 0
+    # check says so first, as a warning: the other targets, and this one one deployment a pool, still generate.
+    code, out, _err = run_cli("check", plan, "--json")
+    (finding,) = [f for f in json.loads(out)["findings"] if f["code"] == "litellm-replica-id"]
+    assert finding["severity"] == "warning" and finding["subject"] == "pools.shared-2"
+    assert (
+        "generate refuses the litellm target" in finding["message"] and "--litellm-deployments pool" in finding["fix"]
+    )
+    assert not [f for f in litellm_exporter.prechecks(policy) if f.code == "litellm-replica-id"]
+
+
+def test_a_policy_whose_replica_urls_are_not_one_a_replica_is_refused_where_it_is_read(tmp_path: Path):
+    """policy.json edited by hand (a URL dropped): the plugin's start-up read names the file and the pool's field, as
+    generate would never write it."""
+    from quotacalc.enforce.settings import EnforceSettings, read_policy
+    from quotacalc.errors import QuotacalcError
+
+    policy = _with_pool(platform_policy(), "long", replica_urls=("http://10.1.0.5:8000/v1", "http://10.1.0.9:8000/v1"))
+    document = json.loads(policy.model_dump_json())
+    document["pools"][1]["replica_urls"] = document["pools"][1]["replica_urls"][:1]
+    (tmp_path / "policy.json").write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(QuotacalcError, match=r"policy.json: pools.1: .*replica_urls lists 1 URLs for pool long's 2"):
+        read_policy(EnforceSettings(policy="policy.json", salts=None), tmp_path)
+    document["pools"][1]["replica_urls"] = None
+    (tmp_path / "policy.json").write_text(json.dumps(document), encoding="utf-8")
+    (tmp_path / "salts.json").write_text(json.dumps(sample_salts(policy)), encoding="utf-8")
+    read, _salts = read_policy(EnforceSettings(policy="policy.json", salts="salts.json"), tmp_path)
+    assert read.pools[1].replica_urls is None

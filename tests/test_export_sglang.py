@@ -174,6 +174,8 @@ def test_the_engine_listens_where_every_gateway_sends():
         for file in module.export(policy, sample_salts(policy), ExportOptions()).files
     )
     assert f"http://long:{config['port']}/v1" in text and f"number: {config['port']}" in text
+    # LiteLLM reaches each replica, on the same port.
+    assert f"http://long-0.long:{config['port']}/v1" in text and f"http://long-1.long:{config['port']}/v1" in text
 
 
 def test_the_lora_line_names_only_the_adapters_of_the_pools_this_target_serves():

@@ -251,8 +251,9 @@ def test_a_moved_picker_whose_hashed_name_is_taken_too_is_hashed_again():
 
 
 def test_every_target_sends_to_the_pools_service_and_no_picker_takes_it(tmp_path, run_cli):
-    """The QA plan: pools a and a-epp. Kong and LiteLLM send to each pool's Service (its name); the Inference
-    Extension's pickers are other Services."""
+    """The QA plan: pools a and a-epp. Kong sends to each pool's Service (its name), LiteLLM to each replica through
+    it (a StatefulSet's pod <pool>-<i> under the headless Service <pool>); the Inference Extension's pickers are
+    other Services."""
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         "deployment: {model: Llama-3.1-8B-Instruct, gpu: h100-sxm, tp: 1}\n"
@@ -269,7 +270,10 @@ def test_every_target_sends_to_the_pools_service_and_no_picker_takes_it(tmp_path
     kong = yaml.safe_load((out / "kong" / "kong.yaml").read_text(encoding="utf-8"))
     hosts = {re.match(r"http://([^:/]+):", service["url"]).group(1) for service in kong["services"]}
     litellm = yaml.safe_load((out / "litellm" / "config.yaml").read_text(encoding="utf-8"))
-    hosts |= {re.match(r"http://([^:/]+):", m["litellm_params"]["api_base"]).group(1) for m in litellm["model_list"]}
+    for deployment in litellm["model_list"]:
+        pod, service = re.match(r"http://([^.:/]+)\.([^.:/]+):", deployment["litellm_params"]["api_base"]).groups()
+        assert (pod, service) == (deployment["model_info"]["id"], deployment["model_name"])
+        hosts.add(service)
     assert hosts == {"a", "a-epp"}
     pools = list(yaml.safe_load_all((out / "gie" / "inferencepools.yaml").read_text(encoding="utf-8")))
     pickers = {pool["spec"]["endpointPickerRef"]["name"] for pool in pools}

@@ -96,7 +96,10 @@ def test_an_export_built_with_the_old_free_text_list_is_refused():
         ("envoy", {"envoy_quota": "quotapolicy"}, "lora", "lost", "tenants with adapters are refused"),
         ("gie", {}, "priority", "lost", "Priority tiers: not emitted"),
         ("gie", {"gie_objectives": True}, "priority", "approximated", "An InferenceObjective (v1alpha2) per tier"),
-        ("litellm", {}, "kv_cap", "approximated", "lets the balancer pick the replica"),
+        ("litellm", {}, "kv_cap", "enforced", "pins it to that replica's deployment"),
+        ("litellm", {"litellm_deployments": "pool"}, "kv_cap", "approximated", "one deployment at its Service"),
+        # The builtin limiters hold no KV cap, whichever layout: their variant wins over the layout's.
+        ("litellm", {"litellm_enforce": "builtin", "litellm_deployments": "pool"}, "kv_cap", "lost", "Not expressible"),
         ("litellm", {}, "fairness", "enforced", "Virtual Token Counter"),
         ("litellm", {"litellm_enforce": "builtin"}, "fairness", "lost", "no per-tenant queues"),
     ],

@@ -364,6 +364,49 @@ BAD_PLANS = [
         "oversubscription.ratio: must be a ratio from 1 to 1000, got 1e+305",
     ),
     (
+        "replica URLs not one a replica",
+        lambda d: d["pools"][0].update(replica_urls=["http://10.0.0.7:8000/v1", "http://10.0.0.8:8000/v1"]),
+        "pools[0].replica_urls: lists 2 URLs for the pool's 6 replicas (give one base URL a replica, 6 in order",
+    ),
+    (
+        "replica URL twice",
+        lambda d: d["pools"][1].update(replica_urls=["http://10.0.0.7:8000/v1"] * 2),
+        "pools[1].replica_urls: names http://10.0.0.7:8000/v1 more than once: give each replica's own address once",
+    ),
+    (
+        "replica URL not http",
+        lambda d: d["pools"][1].update(replica_urls=["10.0.0.7:8000", "http://10.0.0.8:8000/v1"]),
+        "pools[1].replica_urls: '10.0.0.7:8000' is not an http(s) URL with a host: give each replica's base URL",
+    ),
+    (
+        "replica URL template without {replica}",
+        lambda d: d["pools"][0].update(replica_url="http://{pool}.svc:8000/v1"),
+        "pools[0].replica_url: 'http://{pool}.svc:8000/v1' has no {replica}, so every replica would get the same "
+        "address: put {replica} where the replica's index (0, 1, ...) goes",
+    ),
+    (
+        "replica URL template with another placeholder",
+        lambda d: d["pools"][0].update(replica_url="http://{pool}-{replica}.{namespace}:8000/v1"),
+        "pools[0].replica_url: 'http://{pool}-{replica}.{namespace}:8000/v1' has the placeholder {namespace}: only "
+        "{pool} and {replica} are filled in",
+    ),
+    (
+        "replica URL template not a template",
+        lambda d: d["pools"][0].update(replica_url="http://{pool-{replica}:8000/v1"),
+        "pools[0].replica_url: 'http://{pool-{replica}:8000/v1' is not a template",
+    ),
+    (
+        "replica URL template and list",
+        lambda d: d["pools"][2].update(replica_url="http://{pool}-{replica}:8000/v1", replica_urls=["http://a/v1"]),
+        "pools[2]: replica_url (a template) and replica_urls (a list) say the same thing: give one or neither",
+    ),
+    (
+        "replica URL template that rounds the index",
+        lambda d: d["pools"][0].update(replicas=12, replica_url="http://{pool}-{replica:.0e}:8000/v1"),
+        "pools[0].replica_url: gives two of pool 'shared''s 12 replicas the same address (write {replica} without a "
+        "format that rounds it",
+    ),
+    (
         "oversubscription below 1",
         lambda d: d.update(oversubscription={"ratio": 0.5, "source": "x"}),
         "oversubscription.ratio: must be a ratio from 1 to 1000, got 0.5",

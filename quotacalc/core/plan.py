@@ -6,6 +6,7 @@ thresholds fit a pool's context). Every field states its unit in its name or des
 """
 
 import math
+import string
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Literal, NamedTuple
 
@@ -20,6 +21,74 @@ from quotacalc.core.deployment import (
     not_a_flag,
 )
 from quotacalc.errors import close_names
+
+#: The placeholders a pool's ``replica_url`` template fills in: the pool's name and the replica's index (0, 1, ...).
+REPLICA_URL_PLACEHOLDERS = ("pool", "replica")
+#: Where a pool's replicas serve unless its plan says otherwise (the litellm target's default): a StatefulSet named
+#: after the pool behind a headless Service of the same name, whose pod ``{pool}-{i}`` is ``{pool}-{i}.{pool}`` in
+#: DNS, on vLLM's port. Kept here as text, as a plan would write it (the exporters' ENGINE_PORT is the same 8000).
+DEFAULT_REPLICA_URL = "http://{pool}-{replica}.{pool}:8000/v1"
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an engine's base URL (None when it is): http or https, a host, a valid port."""
+    from urllib.parse import urlsplit
+
+    if any(not character.isprintable() or character.isspace() for character in url):
+        return f"{url!r} holds a space or a control character"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number from 0 to 65535
+    except ValueError as error:
+        return f"{url!r} is not a URL ({error})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http(s) URL with a host"
+    if port == 0:
+        return f"{url!r} names port 0"
+    return None
+
+
+def fill_replica_url(template: str, pool: str, replica: int) -> str:
+    """``template`` with ``{pool}`` and ``{replica}`` filled in."""
+    return template.format(pool=pool, replica=replica)
+
+
+def _replica_url_template(value: str) -> str:
+    example = f"e.g. {DEFAULT_REPLICA_URL}"
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+    except ValueError as error:
+        raise ValueError(
+            f"{value!r} is not a template ({error}): write the placeholders as {{pool}} and {{replica}} and any "
+            f"other brace doubled, {example}"
+        ) from None
+    unknown = [name for name in names if name not in REPLICA_URL_PLACEHOLDERS]
+    if unknown:
+        raise ValueError(
+            f"{value!r} has the placeholder {{{unknown[0]}}}: only {{pool}} and {{replica}} are filled in ({example})"
+        )
+    if "replica" not in names:
+        raise ValueError(
+            f"{value!r} has no {{replica}}, so every replica would get the same address: put {{replica}} where the "
+            f"replica's index (0, 1, ...) goes, {example}"
+        )
+    try:
+        sample = fill_replica_url(value, "pool", 0)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{value!r} cannot be filled in ({error}): {example}") from None
+    if (problem := base_url_problem(sample)) is not None:
+        raise ValueError(f"filled in, {problem}: {example}")
+    return value
+
+
+def _replica_url_list(value: tuple[str, ...]) -> tuple[str, ...]:
+    for url in value:
+        if (problem := base_url_problem(url)) is not None:
+            raise ValueError(f"{problem}: give each replica's base URL, e.g. http://10.0.0.7:8000/v1")
+    repeated = sorted({url for url in value if value.count(url) > 1})
+    if repeated:
+        raise ValueError(f"names {repeated[0]} more than once: give each replica's own address once")
+    return value
 
 
 def _printable_name(value: str) -> str:
@@ -83,9 +152,26 @@ class Pool(BaseModel):
         strict=True,
         description="standard pools: prompts above this many tokens route to long_context_pool (e.g. 32768)",
     )
+    replica_url: Annotated[str, AfterValidator(_replica_url_template)] | None = Field(
+        None,
+        max_length=2048,
+        description="where each replica serves (its OpenAI-compatible base URL), as a template: {pool} is the "
+        "pool's name, {replica} the replica's index from 0 (the litellm target writes one deployment a replica; "
+        f"unset: {DEFAULT_REPLICA_URL}, a StatefulSet behind a headless Service named after the pool)",
+    )
+    replica_urls: Annotated[tuple[str, ...], AfterValidator(_replica_url_list)] | None = Field(
+        None,
+        min_length=1,
+        max_length=100_000,
+        description="each replica's base URL, one a replica in order, where no template fits (instead of replica_url)",
+    )
 
     @model_validator(mode="after")
     def _routing_pairs(self) -> "Pool":
+        if self.replica_url is not None and self.replica_urls is not None:
+            raise ValueError(
+                "replica_url (a template) and replica_urls (a list) say the same thing: give one or neither"
+            )
         if (self.long_context_pool is None) != (self.route_above_prompt_tokens is None):
             raise ValueError("long_context_pool and route_above_prompt_tokens go together: give both or neither")
         if self.role == "long_context" and self.long_context_pool is not None:
@@ -94,6 +180,15 @@ class Pool(BaseModel):
                 "(drop its long_context_pool and route_above_prompt_tokens)"
             )
         return self
+
+    def replica_base_urls(self) -> tuple[str, ...] | None:
+        """Each replica's base URL as the plan gives it (``replica_urls``, or ``replica_url`` filled in per
+        replica); None where it gives neither (a target then assumes ``DEFAULT_REPLICA_URL``)."""
+        if self.replica_urls is not None:
+            return self.replica_urls
+        if self.replica_url is not None:
+            return tuple(fill_replica_url(self.replica_url, self.name, index) for index in range(self.replicas))
+        return None
 
 
 class Tier(BaseModel):
@@ -376,6 +471,30 @@ def _duplicate_names(names: list[str], section: str) -> Iterator[ReferenceProble
         seen.setdefault(name, index)
 
 
+def _replica_address_problems(pool: Pool, at: str) -> Iterator[ReferenceProblem]:
+    """A pool's replica addresses, where the plan gives them: one a replica, none twice."""
+    if pool.replica_urls is not None and len(pool.replica_urls) != pool.replicas:
+        yield ReferenceProblem(
+            f"{at}.replica_urls",
+            f"lists {len(pool.replica_urls)} URLs for the pool's {pool.replicas} replicas",
+            f"give one base URL a replica, {pool.replicas} in order, or a template as replica_url "
+            f"(e.g. {DEFAULT_REPLICA_URL})",
+        )
+    elif pool.replica_url is not None:
+        urls = pool.replica_base_urls() or ()
+        problems = [problem for url in urls if (problem := base_url_problem(url)) is not None]
+        if problems:
+            yield ReferenceProblem(
+                f"{at}.replica_url", f"filled in for pool '{pool.name}', {problems[0]}", "fix the template"
+            )
+        elif len(set(urls)) != len(urls):
+            yield ReferenceProblem(
+                f"{at}.replica_url",
+                f"gives two of pool '{pool.name}''s {pool.replicas} replicas the same address",
+                "write {replica} without a format that rounds it (e.g. {replica}, not {replica:.0e})",
+            )
+
+
 def reference_problems(
     pools: Sequence[Pool], tiers: Sequence[Tier], tenants: Sequence[PlanTenant]
 ) -> Iterator[ReferenceProblem]:
@@ -407,6 +526,8 @@ def reference_problems(
                 f"pool '{target.name}' is not a long-context pool (role: {target.role})",
                 f"set role: long_context on it, or name one of: {', '.join(long_context) or 'none'}",
             )
+    for index, pool in enumerate(pools):
+        yield from _replica_address_problems(pool, f"pools[{index}]")
     tier_names = [tier.name for tier in tiers]
     for index, tenant in enumerate(tenants):
         if tenant.tier not in tier_names:

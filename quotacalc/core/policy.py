@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from quotacalc.catalog.dtypes import dtype_by_name
 from quotacalc.core import memory
@@ -154,6 +154,21 @@ class PoolPolicy(_Frozen):
         "vLLM's, written for generic pools only",
     )
     engine: EngineSettings
+    replica_urls: tuple[str, ...] | None = Field(
+        None,
+        description="each replica's base URL, one a replica in order, as the plan gives them (its replica_url "
+        "filled in, or its replica_urls); None: the plan gives none, and a target that addresses each replica "
+        "assumes the StatefulSet default (http://{pool}-{replica}.{pool}:8000/v1)",
+    )
+
+    @model_validator(mode="after")
+    def _one_url_a_replica(self) -> PoolPolicy:
+        if self.replica_urls is not None and len(self.replica_urls) != self.replicas:
+            raise ValueError(
+                f"replica_urls lists {len(self.replica_urls)} URLs for pool {self.name}'s {self.replicas} replicas: "
+                "regenerate the policy from its plan"
+            )
+        return self
 
 
 class RetryAfter(_Frozen):
@@ -518,6 +533,7 @@ def build_policy(plan: Plan, priced_pools: Mapping[str, PriceResult]) -> QuotaPo
                 usd_per_unit=replica.usd_per_unit,
                 serving_engine=pool.deployment.engine,
                 engine=_engine(pool, replica, routed[pool.name]),
+                replica_urls=pool.replica_base_urls(),
             )
         )
     return QuotaPolicy(

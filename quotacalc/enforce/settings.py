@@ -68,7 +68,8 @@ class EnforceSettings(BaseModel):
         default_factory=dict,
         description="pool -> the model_info.id of each of its replicas' deployments in config.yaml, one a replica: "
         "the plugin sends each request to the replica it placed it on, so the resident-KV cap holds on each replica; "
-        "a pool not named is one deployment (a Service in front of its replicas) and the engines' balancer places it",
+        "generate --target litellm names every pool's; a pool not named is one deployment (a Service in front of its "
+        "replicas, --litellm-deployments pool) and the engines' balancer places it",
     )
 
     def admission(self) -> AdmissionPolicy:

@@ -1,6 +1,9 @@
 """LiteLLM proxy: a ``config.yaml`` whose per-token costs express units in USD, plus team and key payloads.
 
-Each pool is one deployment (its model name is the pool's name) priced so that a unit costs what the pool
+Each replica of a pool is one deployment (``--litellm-deployments replica``, the default: model name the pool's, so
+a request naming the pool is balanced over them, and ``model_info.id`` ``<pool>-<i>``, which the plugin pins a
+placed request to), or each pool is one, reached through its Service (``--litellm-deployments pool``). Every
+deployment is priced so that a unit costs what the pool
 costs per unit sold at its ceiling: ``usd_per_unit = usd_per_month / (capacity_units_per_s x 720 h)``; so
 ``input_cost_per_token`` is the prompt weight times that, ``output_cost_per_token`` W times it. Spend in USD is
 then units, and a tenant's ``max_budget`` is its contracted units over ``budget_duration``. Without a
@@ -14,7 +17,9 @@ import math
 from collections.abc import Mapping
 from decimal import ROUND_FLOOR, Context, Decimal
 
+from quotacalc.core.plan import fill_replica_url
 from quotacalc.core.policy import PoolPolicy, QuotaPolicy, TenantPolicy
+from quotacalc.errors import QuotacalcError
 from quotacalc.exporters._text import (
     json_text,
     load_pool_by_tenant,
@@ -32,7 +37,13 @@ SECONDS_PER_MONTH = 720 * 3600
 #: The window a tenant's USD budget resets over (LiteLLM's duration syntax) and its length.
 BUDGET_DURATION = "1h"
 BUDGET_DURATION_S = 3600
-#: vLLM's default port; a Service named after the pool is assumed (edit where yours differs).
+#: How config.yaml reaches a pool's replicas (``--litellm-deployments``): one deployment a replica, at the address the
+#: plan gives it (else the StatefulSet default); or one a pool, at the pool's Service, which balances its replicas.
+DEPLOYMENTS_REPLICA = "replica"
+DEPLOYMENTS_POOL = "pool"
+#: Where each replica serves unless the plan says (core.plan.DEFAULT_REPLICA_URL, on ENGINE_PORT): a StatefulSet named
+#: after the pool behind a headless Service of the same name gives pod i the DNS name ``<pool>-<i>.<pool>``.
+DEFAULT_REPLICA_URL = f"http://{{pool}}-{{replica}}.{{pool}}:{ENGINE_PORT}/v1"
 
 
 def usd_per_unit(pool: PoolPolicy) -> float:
@@ -54,37 +65,99 @@ def _cached_weight(policy: QuotaPolicy, pool: PoolPolicy) -> float:
     return max(weights, default=1.0)
 
 
-def _deployment(policy: QuotaPolicy, pool: PoolPolicy) -> dict:
+def replica_base_urls(pool: PoolPolicy) -> tuple[str, ...]:
+    """Each replica's base URL: the plan's (``replica_url`` or ``replica_urls``), else ``DEFAULT_REPLICA_URL``."""
+    if pool.replica_urls is not None:
+        return pool.replica_urls
+    return tuple(fill_replica_url(DEFAULT_REPLICA_URL, pool.name, index) for index in range(pool.replicas))
+
+
+def replica_deployment_ids(pool: PoolPolicy) -> list[str]:
+    """The ``model_info.id`` of each replica's deployment, in the replicas' order: ``<pool>-<i>``, a StatefulSet's pod
+    names. Distinct across pools (``P-i == Q-j`` with ``P != Q`` would put a ``-`` in an index), but equal to a
+    pool's name where one pool is named like another's pod (``std`` and ``std-0``): ``deployment_id_clash``."""
+    return [f"{pool.name}-{index}" for index in range(pool.replicas)]
+
+
+def deployment_id_clash(policy: QuotaPolicy) -> tuple[str, str] | None:
+    """``(pool, id)`` where a replica deployment's id is another pool's name (LiteLLM's router would take a request
+    pinned to that replica for a request to that pool); else None."""
+    names = {pool.name for pool in policy.pools}
+    for pool in policy.pools:
+        for deployment_id in replica_deployment_ids(pool):
+            if deployment_id in names:
+                return pool.name, deployment_id
+    return None
+
+
+def _clash_problem(pool: str, deployment_id: str) -> tuple[str, str]:
+    """``(problem, fix)`` of ``deployment_id_clash``'s answer."""
+    return (
+        f"pool {pool}'s replica {deployment_id.rsplit('-', 1)[1]} would be deployment '{deployment_id}', which is also "
+        f"a pool's name, so LiteLLM would route a request pinned to that replica to pool {deployment_id}",
+        "rename that pool (not <pool>-<number> of another pool), or generate with --litellm-deployments pool",
+    )
+
+
+def _deployments(policy: QuotaPolicy, pool: PoolPolicy, deployments: str) -> list[dict]:
+    """The pool's model_list entries: one at its Service, or one a replica. Every figure LiteLLM reads per deployment
+    is per replica there: ``tpm`` is the pool's split so that the replicas' sum is the pool's (LiteLLM sums a model
+    group's tpm for its priority reservation, and ``enforce_model_rate_limits`` checks each deployment's own);
+    prices are per token and ``max_input_tokens`` is each engine's own, the same on every replica."""
     unit = usd_per_unit(pool)
-    return {
-        "model_name": pool.name,
-        "litellm_params": {
-            "model": f"hosted_vllm/{pool.engine.served_model_name}",
-            "api_base": f"http://{pool.name}:{ENGINE_PORT}/v1",
-            "api_key": "os.environ/VLLM_API_KEY",
-            "tpm": _deployment_tpm(pool),
-            "input_cost_per_token": float(f"{unit:.6e}"),
-            "output_cost_per_token": float(f"{unit * pool.output_weight:.6e}"),
-            "cache_read_input_token_cost": float(f"{unit * _cached_weight(policy, pool):.6e}"),
-        },
-        "model_info": {"id": pool.name, "max_input_tokens": pool.engine.max_model_len},
-    }
+
+    def deployment(api_base: str, deployment_id: str, tpm: int) -> dict:
+        return {
+            "model_name": pool.name,
+            "litellm_params": {
+                "model": f"hosted_vllm/{pool.engine.served_model_name}",
+                "api_base": api_base,
+                "api_key": "os.environ/VLLM_API_KEY",
+                "tpm": tpm,
+                "input_cost_per_token": float(f"{unit:.6e}"),
+                "output_cost_per_token": float(f"{unit * pool.output_weight:.6e}"),
+                "cache_read_input_token_cost": float(f"{unit * _cached_weight(policy, pool):.6e}"),
+            },
+            "model_info": {"id": deployment_id, "max_input_tokens": pool.engine.max_model_len},
+        }
+
+    if deployments == DEPLOYMENTS_POOL:
+        return [deployment(f"http://{pool.name}:{ENGINE_PORT}/v1", pool.name, _pool_tpm(pool))]
+    return [
+        deployment(api_base, deployment_id, tpm)
+        for api_base, deployment_id, tpm in zip(
+            replica_base_urls(pool), replica_deployment_ids(pool), replica_tpms(pool), strict=True
+        )
+    ]
+
+
+def _model_list(policy: QuotaPolicy, deployments: str) -> list[dict]:
+    return [entry for pool in policy.pools for entry in _deployments(policy, pool, deployments)]
 
 
 #: Shares are written in ten-thousandths (4 decimals).
 SHARE_STEPS = 10_000
 
 
-def _deployment_tpm(pool: PoolPolicy) -> int:
-    """The deployment's ``tpm``: raw tokens per minute, so a prompt-only load reaches the pool's capacity exactly."""
+def _pool_tpm(pool: PoolPolicy) -> int:
+    """The pool's ``tpm``: raw tokens per minute, so a prompt-only load reaches the pool's capacity exactly."""
     return math.floor(pool.capacity_units_per_s * 60)
+
+
+def replica_tpms(pool: PoolPolicy) -> list[int]:
+    """Each replica deployment's ``tpm``: the pool's, split as evenly as whole tokens allow (the first replicas take
+    the remainder's tokens), so that they sum to the pool's exactly."""
+    total = _pool_tpm(pool)
+    share, remainder = divmod(total, pool.replicas)
+    return [share + (1 if index < remainder else 0) for index in range(pool.replicas)]
 
 
 def _least_share_steps(policy: QuotaPolicy, tiers: int) -> int:
     """The smallest share, in ten-thousandths, a tier with tenants is given: dynamic_rate_limiter_v3 reserves a tier
-    ``int(model tpm x share)`` tokens a minute (``_create_priority_based_descriptors``), so a share must leave every
-    deployment at least one; no more than ``tiers`` such shares can hold (they sum to at most 1)."""
-    smallest_tpm = min((_deployment_tpm(pool) for pool in policy.pools), default=SHARE_STEPS)
+    ``int(model tpm x share)`` tokens a minute (``_create_priority_based_descriptors``; the model's tpm is its
+    group's, the sum over a pool's deployments), so a share must leave every pool at least one; no more than
+    ``tiers`` such shares can hold (they sum to at most 1)."""
+    smallest_tpm = min((_pool_tpm(pool) for pool in policy.pools), default=SHARE_STEPS)
     return min(max(1, math.ceil(SHARE_STEPS / max(smallest_tpm, 1))), SHARE_STEPS // max(tiers, 1))
 
 
@@ -168,13 +241,19 @@ def _tokenizer_settings(tokenizer: str) -> dict:
     return {"environment_variables": {"HF_HUB_OFFLINE": "1"}}
 
 
-def config(policy: QuotaPolicy, enforce: str = ENFORCE_PLUGIN, tokenizer: str = TOKENIZER_LOCAL) -> dict:
+def config(
+    policy: QuotaPolicy,
+    enforce: str = ENFORCE_PLUGIN,
+    tokenizer: str = TOKENIZER_LOCAL,
+    deployments: str = DEPLOYMENTS_REPLICA,
+) -> dict:
     """The proxy's config.yaml: with quotacalc's plugin (``quotacalc.enforce.litellm``) enforcing the whole policy, or
-    with LiteLLM's own limiters (``builtin``: budgets, tpm and priority reservation, LIMITS.md says what they lose)."""
+    with LiteLLM's own limiters (``builtin``: budgets, tpm and priority reservation, LIMITS.md says what they lose);
+    a deployment per replica or per pool as ``deployments`` says."""
     counting = _tokenizer_settings(tokenizer)
     if enforce == ENFORCE_PLUGIN:
         return {
-            "model_list": [_deployment(policy, pool) for pool in policy.pools],
+            "model_list": _model_list(policy, deployments),
             # The plugin refuses a prompt over the tier's context itself; the pre-call checks stay as a second guard.
             "router_settings": {"enable_pre_call_checks": True},
             "litellm_settings": {"callbacks": [PLUGIN_CALLBACK], **counting.get("litellm_settings", {})},
@@ -186,7 +265,7 @@ def config(policy: QuotaPolicy, enforce: str = ENFORCE_PLUGIN, tokenizer: str = 
             ),
         }
     return {
-        "model_list": [_deployment(policy, pool) for pool in policy.pools],
+        "model_list": _model_list(policy, deployments),
         # enable_pre_call_checks: without it a deployment's max_input_tokens is never compared with a prompt
         # (Router.async_get_healthy_deployments calls Router._pre_call_checks, which raises
         # ContextWindowExceededError, only where it is set; LiteLLM 1.108).
@@ -285,23 +364,40 @@ enforcer = QuotacalcEnforcer(Path(__file__).with_name("enforce.json"))
 '''
 
 
-def plugin_settings(tokenizer: str = TOKENIZER_LOCAL) -> dict:
+def plugin_settings(
+    tokenizer: str = TOKENIZER_LOCAL, policy: QuotaPolicy | None = None, deployments: str = DEPLOYMENTS_REPLICA
+) -> dict:
     """enforce.json: the plugin's settings, each at its documented default (docs/enforce.md) but the tokenizer
-    ``--litellm-tokenizer`` chose, next to config.yaml."""
+    ``--litellm-tokenizer`` chose and, with a deployment a replica, ``replica_deployments``: each pool's replica
+    deployment ids, so the plugin pins each request to the replica it placed it on."""
     from quotacalc.enforce.settings import EnforceSettings
 
-    return EnforceSettings(policy="policy.json", salts="salts.json", tokenizer=tokenizer).model_dump(mode="json")
+    replicas = (
+        {pool.name: replica_deployment_ids(pool) for pool in policy.pools}
+        if policy is not None and deployments == DEPLOYMENTS_REPLICA
+        else {}
+    )
+    return EnforceSettings(
+        policy="policy.json", salts="salts.json", tokenizer=tokenizer, replica_deployments=replicas
+    ).model_dump(mode="json")
 
 
 def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions) -> Export:
     """litellm/config.yaml, teams.json and keys.json; with the plugin also its module, enforce.json, the policy and
     (owner-only) the salts it reads, in the canonical target's format."""
     enforce = options.litellm_enforce
+    deployments = options.litellm_deployments
+    if deployments == DEPLOYMENTS_REPLICA and (clash := deployment_id_clash(policy)) is not None:
+        pool, deployment_id = clash
+        message, fix = _clash_problem(pool, deployment_id)
+        raise QuotacalcError(
+            message, field=f"pools[{[other.name for other in policy.pools].index(deployment_id)}].name", fix=fix
+        )
     files = [
         GeneratedFile(
             path="litellm/config.yaml",
             text=yaml_text(
-                config(policy, enforce, options.litellm_tokenizer),
+                config(policy, enforce, options.litellm_tokenizer, deployments),
                 header="Generated by quotacalc: litellm --config config.yaml",
             ),
         ),
@@ -314,28 +410,48 @@ def export(policy: QuotaPolicy, salts: Mapping[str, str], options: ExportOptions
         canonical_files = {f.path.split("/", 1)[1]: f for f in canonical.export(policy, salts, options).files}
         files.append(GeneratedFile(path=f"litellm/{PLUGIN_MODULE}.py", text=_PLUGIN_SOURCE))
         files.append(
-            GeneratedFile(path="litellm/enforce.json", text=json_text(plugin_settings(options.litellm_tokenizer)))
+            GeneratedFile(
+                path="litellm/enforce.json",
+                text=json_text(plugin_settings(options.litellm_tokenizer, policy, deployments)),
+            )
         )
         files.append(GeneratedFile(path="litellm/policy.json", text=canonical_files["policy.json"].text))
         if "salts.json" in canonical_files:
             files.append(GeneratedFile(path="litellm/salts.json", text=canonical_files["salts.json"].text, secret=True))
-        return Export(target="litellm", files=tuple(files), notes=_plugin_limits(policy))
-    return Export(target="litellm", files=tuple(files), notes=_limits(policy))
+        return Export(target="litellm", files=tuple(files), notes=_plugin_limits(policy, deployments))
+    return Export(
+        target="litellm", files=tuple(files), notes=_limits(policy) + tuple(_address_notes(policy, deployments))
+    )
 
 
-def _plugin_limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
+def _address_notes(policy: QuotaPolicy, deployments: str) -> list[tuple[str, str]]:
+    """Where config.yaml assumes the replicas serve: the pools whose plan gives no address."""
+    defaulted = [pool.name for pool in policy.pools if pool.replica_urls is None]
+    if not defaulted or deployments != DEPLOYMENTS_REPLICA:
+        return []
+    return [
+        (
+            "files",
+            f"Pool{'s' if len(defaulted) > 1 else ''} {', '.join(defaulted)}: each replica is addressed as a "
+            f"StatefulSet's pod behind a headless Service named after its pool ({DEFAULT_REPLICA_URL}); give the "
+            "pool's replica_url (a template) or replica_urls in the plan where yours serve elsewhere.",
+        )
+    ]
+
+
+def _plugin_limits(policy: QuotaPolicy, deployments: str) -> tuple[tuple[str, str], ...]:
     """What this plan adds to the plugin's declared capabilities (docs/enforce.md)."""
     notes: list[tuple[str, str]] = []
     shared = [pool.name for pool in policy.pools if pool.replicas > 1]
-    if shared:
+    if shared and deployments == DEPLOYMENTS_POOL:
         notes.append(
             (
                 "kv_cap",
                 f"Pool{'s' if len(shared) > 1 else ''} {', '.join(shared)}: config.yaml reaches each through one "
-                "api_base, so one replica may hold more than a tenant's cap while another holds less, until "
-                "enforce.json's replica_deployments names a deployment per replica.",
+                "api_base, so one replica may hold more than a tenant's cap while another holds less.",
             )
         )
+    notes += _address_notes(policy, deployments)
     notes += [
         ("lora", line)
         for line in lora_lines(
@@ -442,16 +558,35 @@ def _limits(policy: QuotaPolicy) -> tuple[tuple[str, str], ...]:
 
 
 def prechecks(policy: QuotaPolicy) -> list:
-    """``check``'s findings of what this target loses (``registry.TARGETS``). A note, not a warning: clients' own
-    priority and cache_salt pass through for nearly every plan, and a warning would fail every plan under --strict
-    whether or not the litellm target is used or a gateway that sets the fields stands in front of it."""
+    """``check``'s findings of what this target loses or refuses (``registry.TARGETS``). Clients' own priority and
+    cache_salt: a note, not a warning, as they pass through for nearly every plan, and a warning would fail every plan
+    under --strict whether or not the litellm target is used or a gateway that sets the fields stands in front of it.
+    A replica deployment id that is another pool's name: a warning, as generate refuses the target."""
     from quotacalc.core.checks import Finding
 
+    found = []
     problem = client_fields_problem(policy)
-    if problem is None:
-        return []
-    return [
-        Finding(
-            severity="info", code="litellm-client-fields", subject="targets.litellm", message=problem[0], fix=problem[1]
+    if problem is not None:
+        found.append(
+            Finding(
+                severity="info",
+                code="litellm-client-fields",
+                subject="targets.litellm",
+                message=problem[0],
+                fix=problem[1],
+            )
         )
-    ]
+    # A warning, as envoy's refusals are: the other targets, and this one with --litellm-deployments pool, still
+    # generate.
+    if (clash := deployment_id_clash(policy)) is not None:
+        message, fix = _clash_problem(*clash)
+        found.append(
+            Finding(
+                severity="warning",
+                code="litellm-replica-id",
+                subject=f"pools.{clash[1]}",
+                message=f"{message}: generate refuses the litellm target",
+                fix=fix,
+            )
+        )
+    return found

@@ -406,6 +406,16 @@ TARGETS: dict[str, Target] = {
                     default="local",
                     choices=("local", "tiktoken"),
                 ),
+                TargetOption(
+                    "litellm_deployments",
+                    "litellm: replica (a deployment per replica, at the address the pool's replica_url or "
+                    "replica_urls gives, else a StatefulSet's pod http://<pool>-<i>.<pool>:8000/v1: the plugin pins "
+                    "each request to the replica it placed it on, so the resident-KV cap holds on each) or pool (a "
+                    "deployment per pool, at its Service http://<pool>:8000/v1, which picks the replica: the cap is "
+                    "approximated)",
+                    default="replica",
+                    choices=("replica", "pool"),
+                ),
             ),
             # With the plugin (docs/enforce.md); ``variants`` has LiteLLM's own limiters (--litellm-enforce builtin).
             enforces=_caps(
@@ -440,13 +450,10 @@ TARGETS: dict[str, Target] = {
                 ),
                 retry_after=("yes", "The plugin's 429 carries the policy's Retry-After"),
                 kv_cap=(
-                    "partly",
-                    "Per replica: the plugin places each request on a replica with room under the tenant's cap and "
-                    "pins it there where enforce.json's replica_deployments names each replica's deployment; a pool "
-                    "reached through one api_base (its Service) lets the balancer pick the replica, so there the "
-                    "tenant's KV stays within the cap times the replicas and no request is above one replica's cap",
-                    "list one deployment per replica (model_info.id) and name them in enforce.json's "
-                    "replica_deployments (docs/enforce.md)",
+                    "yes",
+                    "Per replica: config.yaml has a deployment per replica (model_info.id <pool>-<i>) and "
+                    "enforce.json's replica_deployments names them; the plugin places each request on a replica with "
+                    "room under the tenant's cap and pins it to that replica's deployment",
                 ),
                 max_context=(
                     "yes",
@@ -472,7 +479,21 @@ TARGETS: dict[str, Target] = {
                 ),
                 files=("yes", "config.yaml loads the plugin, its settings, the policy and the salts beside it"),
             ),
+            # In this order: the builtin limiters' kv_cap (none) wins over either layout's.
             variants={
+                "litellm_deployments": {
+                    "pool": _changes(
+                        kv_cap=(
+                            "partly",
+                            "Per replica over the pool only: a pool is one deployment at its Service, which picks "
+                            "the replica, so the tenant's KV stays within the cap times the replicas and no request "
+                            "is above one replica's cap, but one replica may hold more than the cap while another "
+                            "holds less",
+                            "--litellm-deployments replica (each replica addressable: a StatefulSet, or the pool's "
+                            "replica_url or replica_urls in the plan)",
+                        ),
+                    ),
+                },
                 "litellm_enforce": {
                     "builtin": _changes(
                         rate=(
@@ -545,7 +566,7 @@ TARGETS: dict[str, Target] = {
                         ),
                         files=("yes", "config.yaml, and teams.json and keys.json to POST to LiteLLM's API"),
                     )
-                }
+                },
             },
         ),
         Target(
