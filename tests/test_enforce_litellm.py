@@ -9,6 +9,7 @@ engine agree on a prompt's length.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -17,6 +18,7 @@ from datetime import datetime
 
 import pytest
 from enforce_stack import (
+    SPEED,
     Emulator,
     Proxy,
     edit_policy,
@@ -40,15 +42,15 @@ def _body(content: str = "hello", **extra) -> dict:
     return {"model": "std", "messages": [{"role": "user", "content": content}], **extra}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+@contextlib.contextmanager
+def _serving(directory, speed: float = SPEED, **tenants):
+    """The generated config with the test tenants (``tenants``: policy edits) in a real proxy, before the emulator."""
     if litellm_executable() is None:
         pytest.skip("the litellm CLI is not installed (extra litellm-proxy)")
-    directory = tmp_path_factory.mktemp("enforce")
     folder = generate(directory, _plan_with_test_tenants())
-    edit_policy(folder, tight=TIGHT, streamer=STREAM, kv=KV)
+    edit_policy(folder, **tenants)
     edit_settings(folder, tenant_from="header", prompt_tokens="bytes4")
-    emulator = Emulator(directory / "plan.yaml", "--scheduling-policy", "priority")
+    emulator = Emulator(directory / "plan.yaml", "--scheduling-policy", "priority", speed=speed)
     try:
         proxy = Proxy(folder, emulator.url)
     except BaseException:
@@ -59,6 +61,12 @@ def stack(tmp_path_factory):
     finally:
         proxy.stop()
         emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with _serving(tmp_path_factory.mktemp("enforce"), tight=TIGHT, streamer=STREAM, kv=KV) as served:
+        yield served
 
 
 def _plan_with_test_tenants() -> str:
@@ -233,21 +241,8 @@ DISCONNECT_SPEED = 2.0
 @pytest.fixture
 def paced_stack(tmp_path):
     """The stack's config before an engine at a real engine's pace (``DISCONNECT_SPEED``)."""
-    if litellm_executable() is None:
-        pytest.skip("the litellm CLI is not installed (extra litellm-proxy)")
-    folder = generate(tmp_path, _plan_with_test_tenants())
-    edit_settings(folder, tenant_from="header", prompt_tokens="bytes4")
-    emulator = Emulator(tmp_path / "plan.yaml", speed=DISCONNECT_SPEED)
-    try:
-        proxy = Proxy(folder, emulator.url)
-    except BaseException:
-        emulator.stop()
-        raise
-    try:
-        yield proxy, emulator, folder
-    finally:
-        proxy.stop()
-        emulator.stop()
+    with _serving(tmp_path, speed=DISCONNECT_SPEED) as served:
+        yield served
 
 
 def test_a_client_that_disconnects_mid_stream_is_billed_what_it_received(paced_stack):

@@ -742,19 +742,7 @@ class Gate:
             stats.live_sequences -= 1
             stats.live_kv_tokens -= ticket.kv_estimate
         ticket.record = {
-            "request_id": ticket.request_id,
-            "tenant": ticket.tenant_name,
-            "pool": ticket.pool,
-            "model": ticket.model,
-            "start": ticket.start_s,
-            "dispatched": ticket.sent_s,
-            "first_token": ticket.first_token_s,
-            "end": now,
-            "prompt_tokens": ticket.prompt_tokens,
-            "cached_tokens": ticket.cached_tokens,
-            "output_tokens": ticket.output_tokens,
-            "max_tokens": None if unmetered else ticket.limit_tokens,
-            "units_reserved": ticket.reserved_units,
+            **self.record_fields(ticket, now, unmetered=unmetered),
             "units_taken": taken,
             "units_debited": billed,
             "units_released": settlement.released,
@@ -770,6 +758,25 @@ class Gate:
         if status is not None:
             ticket.record["status"] = status
         return ticket.record
+
+    @staticmethod
+    def record_fields(ticket: Ticket, now: float, *, unmetered: bool) -> dict[str, Any]:
+        """A request's usage record up to its settlement's figures (``now``: its end)."""
+        return {
+            "request_id": ticket.request_id,
+            "tenant": ticket.tenant_name,
+            "pool": ticket.pool,
+            "model": ticket.model,
+            "start": ticket.start_s,
+            "dispatched": ticket.sent_s,
+            "first_token": ticket.first_token_s,
+            "end": now,
+            "prompt_tokens": ticket.prompt_tokens,
+            "cached_tokens": ticket.cached_tokens,
+            "output_tokens": ticket.output_tokens,
+            "max_tokens": None if unmetered else ticket.limit_tokens,
+            "units_reserved": ticket.reserved_units,
+        }
 
     def _settle_units(self, ticket: Ticket, billed: float, now: float) -> tuple[float, Settlement, bool]:
         """The ledger's settlement of a metered request: (units taken, the settlement, whether the store failed)."""
