@@ -477,3 +477,21 @@ def test_the_plugin_refuses_a_second_request_with_a_call_id_in_flight(tmp_path):
     assert refused.status_code == 409 and refused.headers["x-quotacalc-reason"] == "call_id_in_use"
     lines = [json.loads(line) for line in (folder / "usage.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [(r["request_id"], r["status"]) for r in lines] == [("client-chosen", 409)]
+
+
+def test_a_request_let_through_unmetered_is_still_rewritten_as_its_tier_says():
+    """Failing open skips the units, not the policy: the client's priority and cache salt are replaced by the tier's
+    and the tenant's, and max_tokens is capped at the tier's output cap (the room its context leaves)."""
+    gate = _gate()
+    globex = _tenant(gate, "globex")
+    tenant = gate.tenants[globex]
+    assert tenant.name in gate.salts  # a salted tenant: failing open must not share its cache namespace
+    ticket = gate.admit_unmetered(globex, 40, 0.0, "open", client_max_tokens=10**6)
+    body = gate.rewrite(ticket, {"model": "x", "priority": -100, "cache_salt": "mine", "max_tokens": 10**6})
+    assert body["cache_salt"] == gate.salts[tenant.name]
+    pool = gate.pools[ticket.pool]
+    assert body.get("priority") == (tenant.priority if pool.engine.scheduling_policy == "priority" else None)
+    context = min(tenant.max_context_tokens, pool.engine.max_model_len)
+    assert body["max_tokens"] == min(tenant.max_output_tokens, context - 40)
+    asked = gate.admit_unmetered(globex, 40, 0.0, "small", client_max_tokens=7)
+    assert gate.rewrite(asked, {"model": "x"})["max_tokens"] == 7

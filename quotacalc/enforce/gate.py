@@ -434,11 +434,17 @@ class Gate:
         self._lease(ticket, now)
         return min(ticket.granted, ticket.limit_tokens)
 
-    def admit_unmetered(self, tenant: int, prompt_tokens: int, now: float, request_id: str) -> Ticket:
+    def admit_unmetered(
+        self, tenant: int, prompt_tokens: int, now: float, request_id: str, client_max_tokens: int | None = None
+    ) -> Ticket:
         """A request let through while the store is down (fail open): sent at once to the tenant's pool, holding
-        nothing; ``on_tokens`` counts its tokens and ``settle`` records them with no units."""
+        nothing; ``on_tokens`` counts its tokens and ``settle`` records them with no units. Its body is rewritten as
+        a metered one's (``rewrite``): the tier's priority, the tenant's salt, max_tokens at the tier's output cap."""
         t = self.tenants[tenant]
         pool = self.pools[t.pool]
+        limit = min(t.max_output_tokens, max(1, min(t.max_context_tokens, pool.engine.max_model_len) - prompt_tokens))
+        if client_max_tokens is not None:
+            limit = max(1, min(limit, client_max_tokens))
         ticket = Ticket(
             request_id=request_id,
             tenant=tenant,
@@ -450,7 +456,7 @@ class Gate:
             output_weight=t.weights.output,
             weights=t.weights,
             client_max_tokens=UNLIMITED,
-            limit_tokens=UNLIMITED,
+            limit_tokens=limit,
             kv_estimate=0,
             start_s=now,
             granted=UNLIMITED,

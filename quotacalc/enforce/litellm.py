@@ -725,7 +725,12 @@ class QuotacalcEnforcer(CustomLogger):
                 if self.settings.redis_failure == "closed":
                     raise self.http_error(self._store_refusal(ticket.tenant)) from None
             self._journal_progress(ticket, time.time())
-        rewritten = gate.rewrite(ticket, data, max_tokens=max_tokens)
+        return self._engine_body(ticket, data, request_id, max_tokens)
+
+    def _engine_body(self, ticket: Ticket, data: dict, request_id: str, max_tokens: int | None) -> dict:
+        """``data`` rewritten for the engine (``Gate.rewrite``), pinned to the replica it was placed on, and carrying
+        the ticket's id between hooks."""
+        rewritten = self.gate.rewrite(ticket, data, max_tokens=max_tokens)
         replicas = self.settings.replica_deployments.get(ticket.pool)
         if replicas and ticket.replica is not None:
             # A deployment's id as the model pins LiteLLM's router to it (Router.get_available_deployment): the
@@ -761,16 +766,13 @@ class QuotacalcEnforcer(CustomLogger):
             refusal = self._store_refusal(tenant)
             self.write_record(refusal_record(refusal, name, request_id, now, prompt_tokens))
             raise self.http_error(refusal) from None
-        ticket = self.gate.admit_unmetered(tenant, prompt_tokens, now, request_id)
+        client_max = data.get("max_completion_tokens") or data.get("max_tokens")
+        client_max = client_max if isinstance(client_max, int) and client_max > 0 else None
+        ticket = self.gate.admit_unmetered(tenant, prompt_tokens, now, request_id, client_max)
         ticket.streaming = bool(data.get("stream"))
         self._journal_admitted(ticket, now)
-        for key in ("priority", "cache_salt"):
-            data.pop(key, None)
-        if ticket.streaming:
-            data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
-        data[TICKET_KEY] = request_id
-        data["metadata"] = {**(data.get("metadata") or {}), TICKET_KEY: request_id}
-        return data
+        # Unmetered, not unpoliced: the tier's priority, the tenant's own cache namespace and output cap still hold.
+        return self._engine_body(ticket, data, request_id, None)
 
     def _store_refusal(self, tenant: int) -> Refusal:
         return self.gate.refuse(
