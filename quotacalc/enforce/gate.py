@@ -671,9 +671,13 @@ class Gate:
             covered += 1
         if covered:
             units = ticket.output_weight * covered
-            with self._holding_for(ticket.lease_key):
-                self.ledger.stream(ticket.tenant, units, now)
             if self.admission.streams:
+                # Per chunk, so the store is told the request only where it counts streamed units by request.
+                if self._leases_in_store:
+                    with self._holding_for(ticket.lease_key):
+                        self.ledger.stream(ticket.tenant, units, now)
+                else:
+                    self.ledger.stream(ticket.tenant, units, now)
                 ticket.streamed_units += units
             self.queues[ticket.pool].scheduler.charge(ticket.tenant, units)
             if renewed_units > 0 or now - ticket.lease_recorded_s > self.settings.lease_ttl_s / 4:
