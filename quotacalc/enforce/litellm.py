@@ -471,6 +471,8 @@ class QuotacalcEnforcer(CustomLogger):
         if pool in self._pumping:
             self._pump_again.add(pool)
             return
+        if not any(self.gate.queues[pool].queues):
+            return  # nothing waits: no dispatch to run (on Redis, a task and a greenlet saved on every settlement)
         self._pumping.add(pool)
         try:
             while True:
