@@ -50,9 +50,10 @@ def main() -> None:
         if _interrupt_seen and done.code != 130:  # 130: the CLI has reported the interrupt itself
             _exit_interrupted()
         raise
-    except Exception:
+    except BaseException:
         # An interrupt Python wrapped in another error where the CLI's own handler is not yet in place (a class
-        # body's __set_name__ while importing: RuntimeError on 3.11): the interrupt, not that error, is the news.
+        # body's __set_name__ while importing: RuntimeError on 3.11; pydantic_core's Rust initialisation, whose
+        # failed import of datetime becomes pyo3's PanicException, a BaseException): the interrupt is the news.
         if _interrupt_seen:
             _exit_interrupted()
         raise
